@@ -1,0 +1,28 @@
+"""pyblasgemm: BLAS-style GEMM for NVIDIA GPUs (and the host), NumPy-compatible.
+
+Three forms, one engine:
+
+* the BLAS raw form, column-major with leading dimensions: :func:`sgemm`, :func:`dgemm`,
+  :func:`hgemm`, :func:`bgemm`, :func:`igemm`, :func:`cgemm`, :func:`zgemm`;
+* :func:`gemm`, the pythonic form of ``cupy.cublas.gemm`` for every supported dtype;
+* :func:`matmul`, exactly ``numpy.matmul``.
+
+CuPy arrays run on the GPU (our tensor-core kernels, or cuBLAS), NumPy arrays on the host.
+Importing the package imports neither CuPy nor creates a CUDA context.
+"""
+from ._types import get_default_compute, set_default_compute
+from .blas import bgemm, cgemm, dgemm, hgemm, igemm, sgemm, zgemm
+from .desc import BlasArgumentError, GemmDesc
+from .gemm import gemm
+from .matmul import matmul
+from .planner import Plan, clear_plan_cache
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "sgemm", "dgemm", "hgemm", "bgemm", "igemm", "cgemm", "zgemm",
+    "gemm", "matmul",
+    "BlasArgumentError", "GemmDesc", "Plan", "clear_plan_cache",
+    "set_default_compute", "get_default_compute",
+    "__version__",
+]

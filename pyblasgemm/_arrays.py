@@ -1,0 +1,59 @@
+"""Array-module plumbing: tell NumPy from CuPy arrays without importing CuPy.
+
+``import pyblasgemm`` must not import CuPy or create a CUDA context, so nothing here touches
+CuPy unless the caller already holds a CuPy array (which means CuPy is imported already).
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+
+def is_cupy_array(x) -> bool:
+    """True for a ``cupy.ndarray`` (checked by type, without importing CuPy)."""
+    cupy = sys.modules.get("cupy")
+    return cupy is not None and isinstance(x, cupy.ndarray)
+
+
+def array_module_name(x) -> str | None:
+    """'numpy', 'cupy', or None for anything that is not an array of either."""
+    if isinstance(x, np.ndarray):
+        return "numpy"
+    if is_cupy_array(x):
+        return "cupy"
+    return None
+
+
+def xp_of(name: str):
+    """The module for an array-module name."""
+    if name == "cupy":
+        import cupy
+        return cupy
+    return np
+
+
+def data_ptr(x) -> int:
+    """Address of the first element of ``x`` (host or device)."""
+    if isinstance(x, np.ndarray):
+        return x.__array_interface__["data"][0]
+    return x.data.ptr
+
+
+def device_id(x) -> int:
+    """CUDA device ordinal of a CuPy array, -1 for host arrays."""
+    return -1 if isinstance(x, np.ndarray) else x.device.id
+
+
+def strided_view(x, shape, strides_elems):
+    """A view of ``x``'s memory from its first element, with element strides.
+
+    Used to look at a BLAS buffer (1-D, or F-contiguous 2-D) as the matrix its leading dimension
+    describes, without copying. The caller has already checked that the span fits in ``x``.
+    """
+    itemsize = x.dtype.itemsize
+    byte_strides = tuple(s * itemsize for s in strides_elems)
+    if isinstance(x, np.ndarray):
+        return np.lib.stride_tricks.as_strided(x, shape=shape, strides=byte_strides)
+    import cupy
+    return cupy.lib.stride_tricks.as_strided(x, shape=shape, strides=byte_strides)

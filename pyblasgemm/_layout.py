@@ -1,0 +1,75 @@
+"""Turning strided 2-D views into BLAS operands (trans flag + leading dimension) without copies.
+
+A logical r x c matrix whose rows are unit-stride apart is column-major ('N', ld = column
+stride); one whose columns are unit-stride apart is row-major, i.e. the column-major storage of
+its transpose ('T', ld = row stride). Anything else (negative, zero or non-unit strides in both
+dimensions) has no BLAS description and is copied by the caller.
+"""
+from __future__ import annotations
+
+from . import _arrays
+
+
+def blas_layouts(shape, strides, itemsize) -> list:
+    """Every BLAS description, ('N', ld) and/or ('T', ld), of an r x c matrix with byte strides.
+
+    Both exist when a dimension is 1 (a single row or column has no second stride to honour).
+    """
+    r, c = shape
+    s0, s1 = strides
+    if s0 % itemsize or s1 % itemsize:
+        return []
+    s0, s1 = s0 // itemsize, s1 // itemsize
+    found = []
+    if (s0 == 1 or r <= 1) and (c <= 1 or s1 >= max(1, r)):
+        found.append(("N", s1 if c > 1 else max(1, r)))
+    if (s1 == 1 or c <= 1) and (r <= 1 or s0 >= max(1, c)):
+        found.append(("T", s0 if r > 1 else max(1, c)))
+    return found
+
+
+def blas_layout(shape, strides, itemsize):
+    """The preferred BLAS description (column-major first), or None."""
+    found = blas_layouts(shape, strides, itemsize)
+    return found[0] if found else None
+
+
+# op as (transpose bit, conjugate bit)
+_BITS = {"N": (0, 0), "T": (1, 0), "C": (1, 1)}
+
+
+def compose_op(user_op: str, stored_transposed: bool, problem_transposed: bool):
+    """The BLAS flag applying ``user_op`` to an operand, or None if BLAS cannot say it.
+
+    ``stored_transposed``: the memory holds the operand's transpose (row-major data).
+    ``problem_transposed``: we compute Cᵀ = op(B)ᵀ op(A)ᵀ, so the operand is used transposed.
+    Conjugation without transposition has no BLAS flag: the caller copies instead.
+    """
+    t, conj = _BITS[user_op]
+    t ^= stored_transposed ^ problem_transposed
+    if conj:
+        return "C" if t else None
+    return "T" if t else "N"
+
+
+def byte_extent(x):
+    """[lo, hi) byte addresses spanned by a strided array (empty arrays span nothing)."""
+    lo = hi = _arrays.data_ptr(x)
+    if x.size == 0:
+        return lo, lo
+    for dim, stride in zip(x.shape, x.strides):
+        step = stride * (dim - 1)
+        if step < 0:
+            lo += step
+        else:
+            hi += step
+    return lo, hi + x.dtype.itemsize
+
+
+def may_overlap(x, y) -> bool:
+    """Conservative: True when the byte extents of x and y intersect."""
+    if x.size == 0 or y.size == 0:
+        return False
+    x0, x1 = byte_extent(x)
+    y0, y1 = byte_extent(y)
+    return x0 < y1 and y0 < x1

@@ -1,0 +1,103 @@
+"""The type table: one row per BLAS prefix, and the ``compute=`` modes each accepts.
+
+Everything that depends on "which dtype is this routine about" is read from here, so a new
+type is one new row, not a search through the code base.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import ml_dtypes
+import numpy as np
+
+float16 = np.dtype(np.float16)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float32 = np.dtype(np.float32)
+float64 = np.dtype(np.float64)
+complex64 = np.dtype(np.complex64)
+complex128 = np.dtype(np.complex128)
+int8 = np.dtype(np.int8)
+int32 = np.dtype(np.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class TypeRow:
+    """What a BLAS prefix means: operand dtype, output dtype, scalar kind, compute modes."""
+
+    prefix: str             # 's', 'd', 'h', 'b', 'i', 'c', 'z'
+    ab_dtype: np.dtype      # dtype of A and B
+    c_dtype: np.dtype       # dtype of C
+    scalar_kind: str        # 'real', 'complex' or 'int' (what alpha and beta may be)
+    computes: tuple         # accepted compute= modes; the first is the default
+
+    @property
+    def routine(self) -> str:
+        return self.prefix + "gemm"
+
+    @property
+    def is_complex(self) -> bool:
+        return self.scalar_kind == "complex"
+
+
+TYPE_ROWS = {
+    "s": TypeRow("s", float32, float32, "real", ("fp32", "tf32", "3xtf32")),
+    "d": TypeRow("d", float64, float64, "real", ("fp64",)),
+    "h": TypeRow("h", float16, float16, "real", ("fp32", "fp16")),
+    "b": TypeRow("b", bfloat16, bfloat16, "real", ("fp32",)),
+    "i": TypeRow("i", int8, int32, "int", ("int32",)),
+    "c": TypeRow("c", complex64, complex64, "complex", ("fp32",)),
+    "z": TypeRow("z", complex128, complex128, "complex", ("fp64",)),
+}
+
+#: operand dtype -> type row, for the array forms (gemm, matmul)
+ROW_BY_DTYPE = {row.ab_dtype: row for row in TYPE_ROWS.values()}
+
+# --- package-wide default for compute= -------------------------------------------------------
+# Only float32 has a real choice of default (IEEE fp32, or the faster tf32 / 3xtf32 modes).
+_default_compute_fp32 = os.environ.get("PYBLASGEMM_FP32_COMPUTE", "fp32")
+
+
+def set_default_compute(mode: str) -> None:
+    """Set the package-wide default ``compute=`` for float32 problems.
+
+    ``'fp32'`` (the default: IEEE float32 accuracy), ``'tf32'`` or ``'3xtf32'``. The environment
+    variable ``PYBLASGEMM_FP32_COMPUTE`` sets it at import time. Other dtypes have one sensible
+    default each (fp32 accumulation for 16-bit floats, int32 for int8) and are not affected.
+
+    Example
+    -------
+    >>> import pyblasgemm
+    >>> pyblasgemm.set_default_compute('tf32')
+    >>> pyblasgemm.get_default_compute()
+    'tf32'
+    >>> pyblasgemm.set_default_compute('fp32')
+    """
+    global _default_compute_fp32
+    if mode not in TYPE_ROWS["s"].computes:
+        raise ValueError(
+            f"set_default_compute: mode={mode!r} must be one of {TYPE_ROWS['s'].computes}")
+    _default_compute_fp32 = mode
+
+
+def get_default_compute() -> str:
+    """The package-wide default ``compute=`` for float32 problems (see :func:`set_default_compute`).
+
+    Example
+    -------
+    >>> import pyblasgemm
+    >>> pyblasgemm.get_default_compute()
+    'fp32'
+    """
+    return _default_compute_fp32
+
+
+def resolve_compute(row: TypeRow, compute, routine: str) -> str:
+    """Turn the user's ``compute=`` (or None) into one of the row's modes, or raise ValueError."""
+    if compute is None:
+        return _default_compute_fp32 if row.prefix == "s" else row.computes[0]
+    if isinstance(compute, str) and compute.lower() in row.computes:
+        return compute.lower()
+    raise ValueError(
+        f"{routine}: compute={compute!r} is not available for {row.ab_dtype.name}; "
+        f"choose one of {', '.join(repr(c) for c in row.computes)}")

@@ -1,0 +1,137 @@
+"""cuBLAS backend: ``cublasGemmEx`` / ``cublasGemmStridedBatchedEx`` through CuPy's bindings.
+
+Runs on CuPy's current stream with host-side alpha/beta. It is the fallback for whatever our
+kernels do not run and the yardstick they are measured against.
+
+int8: cuBLAS runs int8 on tensor cores (IMMA) only for the "TN" arrangement (A and B both
+K-contiguous) with leading dimensions that are multiples of 4. Problems in any other shape are
+rearranged here into padded K-contiguous copies (an O(mk + kn) copy against O(mnk) work), so
+the user never meets the restriction.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _arrays
+from ..desc import GemmDesc
+
+NAME = "cublas"
+
+# cudaDataType_t values (library_types.h)
+CUDA_R_16F, CUDA_R_32F, CUDA_R_64F, CUDA_R_8I = 2, 0, 1, 3
+CUDA_C_32F, CUDA_C_64F, CUDA_R_32I, CUDA_R_16BF = 4, 5, 10, 14
+# cublasComputeType_t values (cublas_api.h)
+COMPUTE_16F, COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F, COMPUTE_32I = 64, 68, 77, 70, 72
+CUBLAS_GEMM_DEFAULT = -1
+_OPS = {"N": 0, "T": 1, "C": 2}
+
+# (prefix, compute) -> (A/B type, C type, compute type, scalar dtype)
+_TYPES = {
+    ("s", "fp32"): (CUDA_R_32F, CUDA_R_32F, COMPUTE_32F, np.float32),
+    ("s", "tf32"): (CUDA_R_32F, CUDA_R_32F, COMPUTE_32F_FAST_TF32, np.float32),
+    ("d", "fp64"): (CUDA_R_64F, CUDA_R_64F, COMPUTE_64F, np.float64),
+    ("h", "fp32"): (CUDA_R_16F, CUDA_R_16F, COMPUTE_32F, np.float32),
+    ("h", "fp16"): (CUDA_R_16F, CUDA_R_16F, COMPUTE_16F, np.float16),
+    ("b", "fp32"): (CUDA_R_16BF, CUDA_R_16BF, COMPUTE_32F, np.float32),
+    ("i", "int32"): (CUDA_R_8I, CUDA_R_32I, COMPUTE_32I, np.int32),
+    ("c", "fp32"): (CUDA_C_32F, CUDA_C_32F, COMPUTE_32F, np.complex64),
+    ("z", "fp64"): (CUDA_C_64F, CUDA_C_64F, COMPUTE_64F, np.complex128),
+}
+
+
+def supports(desc: GemmDesc):
+    if desc.xp != "cupy":
+        return False, "cuBLAS runs on CuPy arrays only"
+    if (desc.prefix, desc.compute) not in _TYPES:
+        return False, f"cuBLAS has no compute={desc.compute!r} mode for {desc.row.ab_dtype.name}"
+    return True, ""
+
+
+def choose_config(desc: GemmDesc):
+    return None
+
+
+def run(desc: GemmDesc, a, b, c, plan=None) -> None:
+    from cupy.cuda import device, get_current_stream
+    from cupy_backends.cuda.libs import cublas
+
+    if desc.prefix == "i":
+        desc, a, b, c, c_final = _arrange_int8(desc, a, b, c)
+    else:
+        c_final = None
+    ab_type, c_type, compute_type, scalar = _TYPES[(desc.prefix, desc.compute)]
+    alpha = np.array(desc.alpha, dtype=scalar)
+    beta = np.array(desc.beta, dtype=scalar)
+    handle = device.get_cublas_handle()
+    cublas.setStream(handle, get_current_stream().ptr)
+    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+    ta, tb = _OPS[desc.transa], _OPS[desc.transb]
+    if desc.batch == 1:
+        cublas.gemmEx(handle, ta, tb, desc.m, desc.n, desc.k, alpha.ctypes.data,
+                      a.data.ptr, ab_type, desc.lda, b.data.ptr, ab_type, desc.ldb,
+                      beta.ctypes.data, c.data.ptr, c_type, desc.ldc, compute_type,
+                      CUBLAS_GEMM_DEFAULT)
+    else:
+        cublas.gemmStridedBatchedEx(
+            handle, ta, tb, desc.m, desc.n, desc.k, alpha.ctypes.data,
+            a.data.ptr, ab_type, desc.lda, desc.stride_a, b.data.ptr, ab_type, desc.ldb,
+            desc.stride_b, beta.ctypes.data, c.data.ptr, c_type, desc.ldc, desc.stride_c,
+            desc.batch, compute_type, CUBLAS_GEMM_DEFAULT)
+    if c_final is not None:
+        dst, view = c_final
+        dst[...] = view
+
+
+def _round4(x: int) -> int:
+    return (x + 3) & ~3
+
+
+def _arrange_int8(desc: GemmDesc, a, b, c):
+    """Bring an int8 problem into cuBLAS's tensor-core arrangement (see module docstring)."""
+    a_ok = desc.transa == "T" and desc.lda % 4 == 0 and _arrays.data_ptr(a) % 4 == 0
+    b_ok = desc.transb == "N" and desc.ldb % 4 == 0 and _arrays.data_ptr(b) % 4 == 0
+    lda, sa, ldb, sb = desc.lda, desc.stride_a, desc.ldb, desc.stride_b
+    if not a_ok:
+        a, lda, sa = _a_copy(a, desc)
+    if not b_ok:
+        b, ldb, sb = _b_copy(b, desc)
+    c_final = None
+    ldc, sc = desc.ldc, desc.stride_c
+    if desc.ldc % 4:
+        import cupy
+        ldc = _round4(desc.m)
+        tmp = cupy.empty((desc.batch, desc.n, ldc), dtype=c.dtype)
+        dst = _arrays.strided_view(c, (desc.batch, desc.n, desc.m), (desc.stride_c, desc.ldc, 1))
+        if desc.beta != 0:
+            tmp[:, :, : desc.m] = dst
+        c_final = (dst, tmp[:, :, : desc.m])
+        c, sc = tmp, desc.n * ldc
+    new = desc._replace(transa="T", transb="N", lda=lda, ldb=ldb, ldc=ldc,
+                        stride_a=sa, stride_b=sb, stride_c=sc)
+    return new, a, b, c, c_final
+
+
+def _a_copy(a, desc: GemmDesc):
+    """A as a (batch, m, ldp) buffer: row i holds op(A)[i, :], i.e. K-contiguous columns."""
+    import cupy
+
+    copies = 1 if desc.stride_a == 0 else desc.batch
+    ldp = _round4(desc.k)
+    buf = cupy.zeros((copies, desc.m, ldp), dtype=a.dtype)
+    rows, cols = desc.a_shape()
+    stored = _arrays.strided_view(a, (copies, rows, cols), (desc.stride_a, 1, desc.lda))
+    buf[:, :, : desc.k] = stored if desc.transa == "N" else stored.swapaxes(1, 2)
+    return buf, ldp, (0 if copies == 1 else desc.m * ldp)
+
+
+def _b_copy(b, desc: GemmDesc):
+    """B as a (batch, n, ldp) buffer: row j holds op(B)[:, j], i.e. K-contiguous columns."""
+    import cupy
+
+    copies = 1 if desc.stride_b == 0 else desc.batch
+    ldp = _round4(desc.k)
+    buf = cupy.zeros((copies, desc.n, ldp), dtype=b.dtype)
+    rows, cols = desc.b_shape()
+    stored = _arrays.strided_view(b, (copies, rows, cols), (desc.stride_b, 1, desc.ldb))
+    buf[:, :, : desc.k] = stored.swapaxes(1, 2) if desc.transb == "N" else stored
+    return buf, ldp, (0 if copies == 1 else desc.n * ldp)

@@ -1,0 +1,141 @@
+"""The BLAS raw form: ``sgemm``, ``dgemm``, ``hgemm``, ``bgemm``, ``igemm``, ``cgemm``, ``zgemm``.
+
+Reference-BLAS semantics on column-major memory, as a Fortran or cuBLAS caller expects:
+``C = alpha * op(A) @ op(B) + beta * C``, ``op(X)`` one of X, Xᵀ ('T'), Xᴴ ('C').
+"""
+from __future__ import annotations
+
+from ._types import TYPE_ROWS
+from .desc import describe_blas
+from .execute import execute
+
+_DOC = """{title}
+
+``C = alpha * op(A) @ op(B) + beta * C`` on column-major memory ({what}).
+
+Parameters
+----------
+transa, transb : {{'N', 'T', 'C'}} (any case)
+    ``op(X) = X``, ``Xᵀ`` or ``Xᴴ``{conj}.
+m, n, k : int
+    ``op(A)`` is m x k, ``op(B)`` is k x n, ``C`` is m x n.
+alpha, beta : {scalar}
+    Scalars. ``beta == 0`` writes C without reading it (NaN or Inf in C do not propagate);
+    ``alpha == 0`` or ``k == 0`` leaves A and B unread.
+a, b, c : numpy.ndarray or cupy.ndarray
+    Buffers holding the matrices column-major from their first element, as a BLAS pointer
+    would: 1-D contiguous arrays or F-contiguous 2-D arrays. A and B are {ab}, C is {c}.
+    ``c`` is updated in place and must not overlap ``a`` or ``b``.
+lda, ldb, ldc : int
+    Leading dimensions (elements between columns): ``lda >= max(1, m)`` when transa is 'N'
+    (else ``>= max(1, k)``), ``ldb >= max(1, k)`` when transb is 'N' (else ``>= max(1, n)``),
+    ``ldc >= max(1, m)``.
+compute : str, optional
+    Accumulation mode: {computes} (default {default}).
+backend : {{'auto', 'tensorcore', 'cublas', 'host'}}, optional
+    Force a backend; by default NumPy arrays run on the host, CuPy arrays on the GPU.
+
+Returns
+-------
+c
+    The same array, updated.
+
+Raises
+------
+BlasArgumentError
+    A bad flag, size or leading dimension, or a buffer too small, reported like reference
+    BLAS's xerbla: ``{name}: parameter 8 (lda=3) must be >= max(1, m) = 5``.
+TypeError
+    Wrong dtype, non-array buffers, NumPy mixed with CuPy, or arrays on different GPUs.
+ValueError
+    A buffer that is not contiguous column-major, or ``c`` overlapping ``a`` or ``b``.
+
+Nothing is written to ``c`` when an error is raised.
+
+Examples
+--------
+{example}
+"""
+
+_EXAMPLES = {
+    "s": """>>> import numpy as np, pyblasgemm
+>>> a = np.asfortranarray([[1., 2.], [3., 4.]], dtype=np.float32)
+>>> b = np.eye(2, dtype=np.float32, order='F')
+>>> c = np.zeros((2, 2), dtype=np.float32, order='F')
+>>> pyblasgemm.sgemm('N', 'N', 2, 2, 2, 1.0, a, 2, b, 2, 0.0, c, 2)
+array([[1., 2.],
+       [3., 4.]], dtype=float32)""",
+    "d": """>>> import numpy as np, pyblasgemm
+>>> a = np.arange(6, dtype=np.float64)          # a 3 x 2 matrix, column-major, lda = 3
+>>> c = np.full(4, np.nan)                       # beta = 0: the NaN are never read
+>>> pyblasgemm.dgemm('T', 'N', 2, 2, 3, 1.0, a, 3, a, 3, 0.0, c, 2)
+array([ 5., 14., 14., 50.])""",
+    "h": """>>> import numpy as np, pyblasgemm
+>>> a = np.ones((4, 3), dtype=np.float16, order='F')
+>>> b = np.ones((5, 3), dtype=np.float16, order='F')
+>>> c = np.ones((4, 5), dtype=np.float16, order='F')
+>>> pyblasgemm.hgemm('N', 'T', 4, 5, 3, 2.0, a, 4, b, 5, 1.0, c, 4)[0]
+array([7., 7., 7., 7., 7.], dtype=float16)""",
+    "b": """>>> import numpy as np, ml_dtypes, pyblasgemm
+>>> bf16 = ml_dtypes.bfloat16
+>>> a = np.ones(6, dtype=bf16); b = np.ones(6, dtype=bf16); c = np.zeros(4, dtype=bf16)
+>>> pyblasgemm.bgemm('N', 'N', 2, 2, 3, 1.0, a, 2, b, 3, 0.0, c, 2)
+array([3, 3, 3, 3], dtype=bfloat16)""",
+    "i": """>>> import numpy as np, pyblasgemm
+>>> a = np.full(6, 100, dtype=np.int8); b = np.full(6, 100, dtype=np.int8)
+>>> c = np.ones(4, dtype=np.int32)
+>>> pyblasgemm.igemm('N', 'N', 2, 2, 3, 1, a, 2, b, 3, 5, c, 2)
+array([30005, 30005, 30005, 30005], dtype=int32)""",
+    "c": """>>> import numpy as np, pyblasgemm
+>>> a = np.array([1j, 2], dtype=np.complex64)   # a 2 x 1 matrix
+>>> c = np.zeros(1, dtype=np.complex64)
+>>> pyblasgemm.cgemm('C', 'N', 1, 1, 2, 1, a, 2, a, 2, 0, c, 1)   # aᴴ a = |a|²
+array([5.+0.j], dtype=complex64)""",
+    "z": """>>> import numpy as np, pyblasgemm
+>>> a = np.array([1 + 1j], dtype=np.complex128)
+>>> c = np.array([1.0], dtype=np.complex128)
+>>> pyblasgemm.zgemm('N', 'T', 1, 1, 1, 1j, a, 1, a, 1, 2, c, 1)   # 1j * (1+1j)**2 + 2
+array([0.+0.j])""",
+}
+
+_TITLES = {
+    "s": "Single-precision GEMM (float32).",
+    "d": "Double-precision GEMM (float64).",
+    "h": "Half-precision GEMM (float16 in and out, float32 accumulation by default).",
+    "b": "bfloat16 GEMM (ml_dtypes.bfloat16 in and out, float32 accumulation).",
+    "i": "int8 GEMM: int8 A and B, int32 C, integer alpha and beta, int32 accumulation.",
+    "c": "Single-precision complex GEMM (complex64).",
+    "z": "Double-precision complex GEMM (complex128).",
+}
+
+
+def _make(prefix: str):
+    row = TYPE_ROWS[prefix]
+
+    def xgemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, *,
+              compute=None, backend=None):
+        desc, backend = describe_blas(row, transa, transb, m, n, k, alpha, a, lda, b, ldb,
+                                      beta, c, ldc, compute, backend)
+        execute(desc, a, b, c, backend)
+        return c
+
+    xgemm.__name__ = xgemm.__qualname__ = row.routine
+    xgemm.__module__ = "pyblasgemm"
+    xgemm.__doc__ = _DOC.format(
+        title=_TITLES[prefix], name=row.routine,
+        what=f"{row.ab_dtype.name} A and B, {row.c_dtype.name} C",
+        conj=" (conjugate transpose)" if row.is_complex else " ('C' means 'T' for real data)",
+        scalar={"real": "float", "complex": "complex", "int": "int (int32 range)"}[row.scalar_kind],
+        ab=row.ab_dtype.name, c=row.c_dtype.name,
+        computes=", ".join(repr(x) for x in row.computes), default=repr(row.computes[0]),
+        example=_EXAMPLES[prefix])
+    return xgemm
+
+
+sgemm = _make("s")
+dgemm = _make("d")
+hgemm = _make("h")
+bgemm = _make("b")
+igemm = _make("i")
+cgemm = _make("c")
+zgemm = _make("z")

@@ -1,0 +1,277 @@
+"""Validate and describe: every argument check lives here, once, and ends in a ``GemmDesc``.
+
+A ``GemmDesc`` is the whole problem in the column-major BLAS convention that every backend
+speaks: ``C = alpha * op(A) @ op(B) + beta * C`` with ``op(A)`` m x k, ``op(B)`` k x n, leading
+dimensions in elements, and an optional strided batch. The array forms (``gemm``, ``matmul``)
+translate their views into this same description (row-major data becomes the transposed
+column-major problem), so backends never see NumPy's or CuPy's strides.
+"""
+from __future__ import annotations
+
+import operator
+from numbers import Complex, Integral, Real
+from typing import NamedTuple
+
+from . import _arrays
+from ._types import TYPE_ROWS, TypeRow, resolve_compute
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# cuBLAS and our kernels take 32-bit sizes and leading dimensions.
+MAX_DIM = INT32_MAX
+
+
+class BlasArgumentError(ValueError):
+    """A bad argument to a BLAS-form routine, reported like reference BLAS's ``xerbla``.
+
+    The message names the routine, the 1-based parameter position, the parameter's name and
+    value, and the bound it broke, e.g. ``hgemm: parameter 8 (lda=3) must be >= max(1, m) = 5``.
+    """
+
+    def __init__(self, routine: str, position: int, name: str, value, requirement: str):
+        self.routine, self.position, self.name, self.value = routine, position, name, value
+        shown = f"{name}={value!r}" if value is not None else name
+        super().__init__(f"{routine}: parameter {position} ({shown}) {requirement}")
+
+
+class GemmDesc(NamedTuple):
+    """One GEMM problem, validated, in the column-major BLAS convention (immutable, hashable).
+
+    A NamedTuple rather than a frozen dataclass: it is built on every call, and tuple
+    construction costs a fraction of a microsecond against several for a frozen dataclass.
+    """
+
+    routine: str        # name used in messages ('hgemm', 'gemm', 'matmul')
+    prefix: str         # type row: 's', 'd', 'h', 'b', 'i', 'c', 'z'
+    compute: str        # resolved compute mode ('fp32', 'tf32', '3xtf32', 'fp16', 'int32', 'fp64')
+    transa: str         # 'N', 'T' or 'C' ('C' only for complex types)
+    transb: str
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+    batch: int          # number of problems in a strided batch (1 for plain GEMM)
+    stride_a: int       # elements between consecutive batch entries (0 = broadcast)
+    stride_b: int
+    stride_c: int
+    xp: str             # 'numpy' or 'cupy'
+    device: int         # CUDA device ordinal, -1 on the host
+    align: int          # largest power of two (<= 16) dividing every pointer, ld and stride, in bytes
+    alpha: object       # scalars last: ``key`` drops them, plans do not depend on their values
+    beta: object
+
+    @property
+    def row(self) -> TypeRow:
+        return TYPE_ROWS[self.prefix]
+
+    @property
+    def key(self) -> tuple:
+        """Everything a plan depends on (all fields but alpha and beta)."""
+        return self[:-2]
+
+    @property
+    def is_noop(self) -> bool:
+        """Reference-BLAS quick return: nothing to compute and C keeps its values."""
+        return (self.m == 0 or self.n == 0 or self.batch == 0
+                or ((self.alpha == 0 or self.k == 0) and self.beta == 1))
+
+    @property
+    def scales_only(self) -> bool:
+        """alpha == 0 or k == 0: C = beta * C, and A and B are not read."""
+        return self.alpha == 0 or self.k == 0
+
+    @property
+    def flops(self) -> int:
+        """Useful floating-point (or integer) operations: 2·m·n·k per problem (8· for complex)."""
+        per_mac = 8 if self.row.is_complex else 2
+        return per_mac * self.m * self.n * self.k * self.batch
+
+    def a_shape(self) -> tuple:
+        """(rows, cols) of A as stored (column-major)."""
+        return (self.m, self.k) if self.transa == "N" else (self.k, self.m)
+
+    def b_shape(self) -> tuple:
+        """(rows, cols) of B as stored (column-major)."""
+        return (self.k, self.n) if self.transb == "N" else (self.n, self.k)
+
+
+def matrix_span(rows: int, cols: int, ld: int) -> int:
+    """Elements a column-major rows x cols matrix with leading dimension ld reaches, first to last."""
+    return 0 if rows == 0 or cols == 0 else ld * (cols - 1) + rows
+
+
+def alignment(*values: int) -> int:
+    """Largest power of two <= 16 dividing every value (byte addresses, byte strides)."""
+    acc = 16
+    for v in values:
+        if v:
+            acc = min(acc, v & -v)
+    return acc
+
+
+# ---------------------------------------------------------------------------------------------
+# Scalar and flag checks, shared by every form
+# ---------------------------------------------------------------------------------------------
+
+def check_trans(routine: str, position: int, name: str, value, row: TypeRow) -> str:
+    """'N' / 'T' / 'C' in any case; 'C' means 'T' for real types."""
+    flag = value.upper() if isinstance(value, str) else None
+    if flag not in ("N", "T", "C"):
+        raise BlasArgumentError(routine, position, name, value, "must be one of 'N', 'T', 'C'")
+    if flag == "C" and not row.is_complex:
+        return "T"
+    return flag
+
+
+def check_dim(routine: str, position: int, name: str, value) -> int:
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{routine}: parameter {position} ({name}={value!r}) must be an integer, "
+                        f"not {type(value).__name__}") from None
+    if v < 0:
+        raise BlasArgumentError(routine, position, name, v, "must be >= 0")
+    if v > MAX_DIM:
+        raise BlasArgumentError(routine, position, name, v, f"must be <= {MAX_DIM}")
+    return v
+
+
+def check_scalar(routine: str, position: int, name: str, value, row: TypeRow):
+    """alpha / beta as a Python number of the routine's kind."""
+    kind = row.scalar_kind
+    if kind == "int":
+        if isinstance(value, Integral):
+            v = int(value)
+            if not INT32_MIN <= v <= INT32_MAX:
+                raise BlasArgumentError(routine, position, name, v,
+                                        f"must be in the int32 range [{INT32_MIN}, {INT32_MAX}]")
+            return v
+        raise TypeError(f"{routine}: parameter {position} ({name}={value!r}) must be an integer "
+                        f"(int32 scalars for int8 GEMM), not {type(value).__name__}")
+    if kind == "real":
+        if isinstance(value, Real):
+            return float(value)
+        raise TypeError(f"{routine}: parameter {position} ({name}={value!r}) must be a real "
+                        f"number for {row.ab_dtype.name} data, not {type(value).__name__}")
+    if isinstance(value, Complex):
+        return complex(value)
+    raise TypeError(f"{routine}: parameter {position} ({name}={value!r}) must be a number, "
+                    f"not {type(value).__name__}")
+
+
+def check_backend(routine: str, backend) -> str | None:
+    from .backends import BACKEND_NAMES
+    if backend is None:
+        return None
+    if isinstance(backend, str) and backend.lower() in BACKEND_NAMES:
+        return backend.lower()
+    raise ValueError(f"{routine}: backend={backend!r} must be one of "
+                     f"{', '.join(repr(b) for b in BACKEND_NAMES)}")
+
+
+def check_same_place(routine: str, named_arrays) -> tuple:
+    """All arrays NumPy, or all CuPy on one device. Returns (xp name, device)."""
+    first_name, first = named_arrays[0]
+    xp, dev = _arrays.array_module_name(first), _arrays.device_id(first)
+    for name, arr in named_arrays[1:]:
+        other = _arrays.array_module_name(arr)
+        if other != xp:
+            raise TypeError(f"{routine}: {first_name} is a {xp} array but {name} is a {other} "
+                            f"array; pass all arrays from one library (NumPy or CuPy)")
+        if _arrays.device_id(arr) != dev:
+            raise TypeError(f"{routine}: {first_name} is on GPU {dev} but {name} is on GPU "
+                            f"{_arrays.device_id(arr)}; all arrays must be on one device")
+    return xp, dev
+
+
+def byte_ranges_overlap(x, x_elems: int, y, y_elems: int) -> bool:
+    """Whether the memory spans [first element, last element reached] of x and y intersect."""
+    if x_elems == 0 or y_elems == 0:
+        return False
+    x0, y0 = _arrays.data_ptr(x), _arrays.data_ptr(y)
+    x1 = x0 + x_elems * x.dtype.itemsize
+    y1 = y0 + y_elems * y.dtype.itemsize
+    return x0 < y1 and y0 < x1
+
+
+# ---------------------------------------------------------------------------------------------
+# The raw BLAS form
+# ---------------------------------------------------------------------------------------------
+
+# 1-based parameter positions of xgemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+_POS = dict(transa=1, transb=2, m=3, n=4, k=5, alpha=6, a=7, lda=8, b=9, ldb=10, beta=11, c=12,
+            ldc=13)
+
+
+def _check_buffer(routine, name, x, row_dtype, rows, cols, ld, ld_name, writable=False):
+    pos = _POS[name]
+    if _arrays.array_module_name(x) is None:
+        raise TypeError(f"{routine}: parameter {pos} ({name}) must be a NumPy or CuPy array, "
+                        f"not {type(x).__name__}")
+    if x.dtype != row_dtype:
+        raise TypeError(f"{routine}: parameter {pos} ({name}) has dtype {x.dtype.name}; "
+                        f"expected {row_dtype.name}")
+    layout_ok = ((x.ndim == 1 and (x.size <= 1 or x.strides[0] == x.dtype.itemsize))
+                 or (x.ndim == 2 and x.flags.f_contiguous))
+    if not layout_ok:
+        raise ValueError(
+            f"{routine}: parameter {pos} ({name}) must be a contiguous 1-D buffer or an "
+            f"F-contiguous (column-major) 2-D array holding the matrix from its first element; "
+            f"got a {x.ndim}-D array with shape {x.shape} and strides {x.strides}")
+    if writable and isinstance(x.flags.writeable, bool) and not x.flags.writeable:
+        raise ValueError(f"{routine}: parameter {pos} ({name}) is read-only but is written")
+    need = matrix_span(rows, cols, ld)
+    if x.size < need:
+        raise BlasArgumentError(
+            routine, pos, name, None,
+            f"holds {x.size} elements, but a {rows} x {cols} column-major matrix with "
+            f"{ld_name}={ld} needs {ld_name}*({cols}-1)+{rows} = {need}")
+    return need
+
+
+def describe_blas(row: TypeRow, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                  compute, backend) -> GemmDesc:
+    """Check the arguments of ``<prefix>gemm`` in reference-BLAS order and describe the problem.
+
+    Raises before any work; nothing is written to ``c`` on error.
+    """
+    r = row.routine
+    ta = check_trans(r, 1, "transa", transa, row)
+    tb = check_trans(r, 2, "transb", transb, row)
+    m = check_dim(r, 3, "m", m)
+    n = check_dim(r, 4, "n", n)
+    k = check_dim(r, 5, "k", k)
+    alpha = check_scalar(r, 6, "alpha", alpha, row)
+    nrowa = m if ta == "N" else k
+    nrowb = k if tb == "N" else n
+    lda = check_dim(r, 8, "lda", lda)
+    if lda < max(1, nrowa):
+        raise BlasArgumentError(r, 8, "lda", lda, f"must be >= max(1, {'m' if ta == 'N' else 'k'})"
+                                                  f" = {max(1, nrowa)}")
+    ldb = check_dim(r, 10, "ldb", ldb)
+    if ldb < max(1, nrowb):
+        raise BlasArgumentError(r, 10, "ldb", ldb, f"must be >= max(1, {'k' if tb == 'N' else 'n'})"
+                                                   f" = {max(1, nrowb)}")
+    beta = check_scalar(r, 11, "beta", beta, row)
+    ldc = check_dim(r, 13, "ldc", ldc)
+    if ldc < max(1, m):
+        raise BlasArgumentError(r, 13, "ldc", ldc, f"must be >= max(1, m) = {max(1, m)}")
+    compute = resolve_compute(row, compute, r)
+    backend = check_backend(r, backend)
+
+    a_rows, a_cols = (m, k) if ta == "N" else (k, m)
+    b_rows, b_cols = (k, n) if tb == "N" else (n, k)
+    span_a = _check_buffer(r, "a", a, row.ab_dtype, a_rows, a_cols, lda, "lda")
+    span_b = _check_buffer(r, "b", b, row.ab_dtype, b_rows, b_cols, ldb, "ldb")
+    span_c = _check_buffer(r, "c", c, row.c_dtype, m, n, ldc, "ldc", writable=True)
+    xp, dev = check_same_place(r, [("a", a), ("b", b), ("c", c)])
+    for name, x, span in (("a", a, span_a), ("b", b, span_b)):
+        if byte_ranges_overlap(c, span_c, x, span):
+            raise ValueError(f"{r}: c overlaps {name} in memory; C must not alias A or B "
+                             f"(pass a separate output buffer)")
+    isz, csz = row.ab_dtype.itemsize, row.c_dtype.itemsize
+    align = alignment(_arrays.data_ptr(a), _arrays.data_ptr(b), _arrays.data_ptr(c),
+                      lda * isz, ldb * isz, ldc * csz)
+    return GemmDesc(r, row.prefix, compute, ta, tb, m, n, k, lda, ldb, ldc, 1, 0, 0, 0, xp, dev,
+                    align, alpha, beta), backend

@@ -1,0 +1,38 @@
+"""Execute: answer the degenerate cases, else plan and hand the problem to a backend."""
+from __future__ import annotations
+
+from . import _arrays
+from .backends import get_backend
+from .desc import GemmDesc
+from .planner import plan_for
+
+
+def c_view(desc: GemmDesc, c):
+    """C as a (batch, m, n) view of its column-major storage."""
+    return _arrays.strided_view(c, (desc.batch, desc.m, desc.n), (desc.stride_c, 1, desc.ldc))
+
+
+def scale_c(desc: GemmDesc, c) -> None:
+    """C = beta * C (alpha == 0 or k == 0); beta == 0 writes zeros without reading C."""
+    view = c_view(desc, c)
+    if desc.beta == 0:
+        view[...] = 0
+    elif desc.prefix == "i":
+        # int32 arithmetic wraps, as cuBLAS's does; int64 holds the product exactly
+        view[...] = (view.astype("int64") * desc.beta).astype(view.dtype)
+    elif desc.prefix in ("h", "b"):
+        # scale in float32 and round once, as a float32-accumulating GEMM would
+        view[...] = (view.astype("float32") * desc.beta).astype(view.dtype)
+    else:
+        view *= desc.beta
+
+
+def execute(desc: GemmDesc, a, b, c, backend: str | None = None) -> None:
+    """Run ``desc`` on the arrays: quick return, scaling only, or a planned backend call."""
+    if desc.is_noop:
+        return
+    if desc.scales_only:
+        scale_c(desc, c)
+        return
+    plan = plan_for(desc, backend)
+    get_backend(plan.backend).run(desc, a, b, c, plan)

@@ -1,0 +1,99 @@
+"""The pythonic GEMM: shapes come from the 2-D arrays, any memory order, no copies of views."""
+from __future__ import annotations
+
+from . import _arrays
+from ._strided import strided_gemm
+from ._types import ROW_BY_DTYPE, resolve_compute
+from .desc import check_backend, check_same_place, check_scalar, check_trans
+from ._layout import may_overlap
+
+_ROUTINE = "gemm"
+
+
+def _supported_names() -> str:
+    return ", ".join(d.name for d in ROW_BY_DTYPE)
+
+
+def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backend=None):
+    """``out = alpha * op(a) @ op(b) + beta * out`` for 2-D NumPy or CuPy arrays.
+
+    The semantics of ``cupy.cublas.gemm``, for every dtype pyblasgemm supports (float16,
+    bfloat16, float32, float64, complex64, complex128, and int8 with an int32 result) and on
+    NumPy arrays as well. C-ordered, F-ordered and transposed views are used in place: a
+    row-major output is computed as ``outᵀ = op(b)ᵀ @ op(a)ᵀ`` rather than copied.
+
+    Parameters
+    ----------
+    transa, transb : {'N', 'T', 'C'}
+        ``op(x) = x``, ``xᵀ`` or ``xᴴ`` ('C' is 'T' for real data).
+    a, b : numpy.ndarray or cupy.ndarray
+        2-D arrays of one dtype; ``op(a)`` is m x k and ``op(b)`` is k x n.
+    out : array, optional
+        m x n output of the result dtype (int32 for int8 inputs), updated in place. When
+        omitted, a new F-ordered array is returned and ``beta`` is ignored (as in CuPy).
+    alpha, beta : scalars
+        ``beta == 0`` never reads ``out``.
+    compute, backend
+        As for the BLAS form (:func:`pyblasgemm.sgemm`).
+
+    Returns
+    -------
+    out : array
+
+    Examples
+    --------
+    >>> import numpy as np, pyblasgemm
+    >>> a = np.array([[1., 2.], [3., 4.]], dtype=np.float32)       # C-ordered: used as is
+    >>> pyblasgemm.gemm('N', 'T', a, a)
+    array([[ 5., 11.],
+           [11., 25.]], dtype=float32)
+    >>> out = np.ones((2, 2), dtype=np.float32)
+    >>> pyblasgemm.gemm('T', 'N', a, a, out=out, alpha=1, beta=-1)
+    array([[ 9., 13.],
+           [13., 19.]], dtype=float32)
+    """
+    r = _ROUTINE
+    for name, x in (("a", a), ("b", b)):
+        if _arrays.array_module_name(x) is None:
+            raise TypeError(f"{r}: {name} must be a NumPy or CuPy array, not {type(x).__name__}")
+        if x.ndim != 2:
+            raise ValueError(f"{r}: {name} must be 2-D, got {x.ndim}-D with shape {x.shape}")
+    xp_name, _ = check_same_place(r, [("a", a), ("b", b)])
+    if a.dtype != b.dtype:
+        raise TypeError(f"{r}: a has dtype {a.dtype.name} but b has dtype {b.dtype.name}; "
+                        f"both must have one dtype")
+    row = ROW_BY_DTYPE.get(a.dtype)
+    if row is None:
+        raise TypeError(f"{r}: dtype {a.dtype.name} is not supported; use one of "
+                        f"{_supported_names()}")
+    ta = check_trans(r, 1, "transa", transa, row)
+    tb = check_trans(r, 2, "transb", transb, row)
+    m, ka = a.shape if ta == "N" else a.shape[::-1]
+    kb, n = b.shape if tb == "N" else b.shape[::-1]
+    if ka != kb:
+        raise ValueError(f"{r}: op(a) is {m} x {ka} but op(b) is {kb} x {n}; the inner "
+                         f"dimensions {ka} and {kb} must agree")
+    alpha = check_scalar(r, 6, "alpha", alpha, row)
+    beta = check_scalar(r, 7, "beta", beta, row)
+    compute = resolve_compute(row, compute, r)
+    backend = check_backend(r, backend)
+    xp = _arrays.xp_of(xp_name)
+    if out is None:
+        out = xp.empty((m, n), dtype=row.c_dtype, order="F")
+        beta = 0 * beta   # as cupy.cublas.gemm: a new output is not read
+    else:
+        if _arrays.array_module_name(out) is None:
+            raise TypeError(f"{r}: out must be a NumPy or CuPy array, not {type(out).__name__}")
+        check_same_place(r, [("a", a), ("out", out)])
+        if out.shape != (m, n):
+            raise ValueError(f"{r}: out has shape {out.shape}; expected ({m}, {n})")
+        if out.dtype != row.c_dtype:
+            raise TypeError(f"{r}: out has dtype {out.dtype.name}; expected "
+                            f"{row.c_dtype.name}")
+        if isinstance(out.flags.writeable, bool) and not out.flags.writeable:
+            raise ValueError(f"{r}: out is read-only")
+        for name, x in (("a", a), ("b", b)):
+            if may_overlap(out, x):
+                raise ValueError(f"{r}: out overlaps {name} in memory; pass a separate output")
+    strided_gemm(r, row, compute, backend, ta, tb, a[None], b[None], out[None], alpha, beta)
+    return out

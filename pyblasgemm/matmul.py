@@ -1,0 +1,190 @@
+"""``numpy.matmul`` semantics, accelerated: 1-D promotion, batch broadcasting, ``out=``.
+
+Whatever we do not accelerate (other dtypes, mixed kinds, subclasses, shape errors, casting
+into an ``out`` of another dtype) is handed to ``numpy.matmul`` / ``cupy.matmul`` unchanged, so
+results, dtypes and exceptions are always theirs. Batches become strided-batched calls without
+copies: batch dimensions are merged wherever the strides of a, b and out allow it, and only
+the dimensions that cannot be merged are looped over in Python.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+
+import numpy as np
+
+from . import _arrays
+from ._strided import strided_gemm
+from ._types import ROW_BY_DTYPE, resolve_compute
+from ._layout import may_overlap
+from .desc import check_backend
+
+_ROUTINE = "matmul"
+_FLOATS = {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)}
+_COMPLEX = {np.dtype(np.complex64), np.dtype(np.complex128)}
+
+
+def _exact_array(x):
+    """'numpy' / 'cupy' for a plain ndarray (no subclass), else None."""
+    if type(x) is np.ndarray:
+        return "numpy"
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and type(x) is cupy.ndarray:
+        return "cupy"
+    return None
+
+
+def _result_dtype(da, db):
+    """The dtype we compute in, or None when the pair is not accelerated."""
+    if da == db and da in ROW_BY_DTYPE:
+        return da
+    if {da, db} <= _FLOATS or {da, db} <= _COMPLEX:
+        return np.result_type(da, db)
+    return None
+
+
+def _delegate(a, b, out):
+    if _exact_array(a) == "cupy" or _exact_array(b) == "cupy" or _arrays.is_cupy_array(out):
+        import cupy
+        return cupy.matmul(a, b) if out is None else cupy.matmul(a, b, out=out)
+    return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+
+
+def matmul(a, b, out=None, *, compute=None, backend=None):
+    """Matrix product with exactly ``numpy.matmul``'s semantics, on NumPy or CuPy arrays.
+
+    1-D operands are promoted (a vector on the left is a row, on the right a column) and the
+    added dimension removed from the result; batch dimensions of both operands broadcast;
+    ``out=`` may be any writable array of the result's shape and dtype (non-contiguous too).
+    CuPy in, CuPy out; NumPy in, NumPy out. float16, bfloat16, float32, float64, complex64,
+    complex128 and int8 (int8 result, wrapping like NumPy's) run through pyblasgemm; every other
+    dtype or combination is passed to ``numpy.matmul`` / ``cupy.matmul``.
+
+    Parameters
+    ----------
+    a, b : array_like
+    out : array, optional
+    compute : str, optional
+        Accumulation mode, as for the BLAS form (e.g. ``'tf32'`` for float32).
+    backend : {'auto', 'tensorcore', 'cublas', 'host'}, optional
+
+    Returns
+    -------
+    array, or a NumPy scalar for two 1-D NumPy operands (as ``numpy.matmul``)
+
+    Examples
+    --------
+    >>> import numpy as np, pyblasgemm
+    >>> a = np.arange(12, dtype=np.float32).reshape(2, 2, 3)      # a batch of two 2 x 3
+    >>> b = np.ones(3, dtype=np.float32)                           # a vector
+    >>> pyblasgemm.matmul(a, b)
+    array([[ 3., 12.],
+           [21., 30.]], dtype=float32)
+    >>> pyblasgemm.matmul(b, b)
+    np.float32(3.0)
+    """
+    if isinstance(out, tuple) and len(out) == 1:
+        out = out[0]
+    xp_name = _exact_array(a)
+    if xp_name is None or _exact_array(b) != xp_name or a.ndim == 0 or b.ndim == 0:
+        return _delegate(a, b, out)
+    if xp_name == "cupy" and a.device.id != b.device.id:
+        return _delegate(a, b, out)
+    dtype = _result_dtype(a.dtype, b.dtype)
+    if dtype is None:
+        return _delegate(a, b, out)
+    a2 = a[None, :] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    m, k = a2.shape[-2:]
+    k2, n = b2.shape[-2:]
+    if k != k2:
+        return _delegate(a, b, out)
+    try:
+        batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    except ValueError:
+        return _delegate(a, b, out)
+    shape = batch + (m, n)
+    final_shape = shape[:-2] + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
+    if out is not None:
+        if (_exact_array(out) != xp_name or out.shape != final_shape or out.dtype != dtype
+                or not out.flags.writeable
+                or (xp_name == "cupy" and out.device.id != a.device.id)):
+            return _delegate(a, b, out)
+    row = ROW_BY_DTYPE[dtype]
+    compute = resolve_compute(row, compute, _ROUTINE)
+    backend = check_backend(_ROUTINE, backend)
+    xp = _arrays.xp_of(xp_name)
+
+    a2 = a2.astype(dtype, copy=False)
+    b2 = b2.astype(dtype, copy=False)
+    if out is None or row.prefix == "i" or may_overlap(out, a) or may_overlap(out, b):
+        # A fresh C-ordered result: no out, an out that overlaps the inputs (NumPy's answer is
+        # then computed as if from copies), or int8, whose products are formed in int32 and
+        # wrapped to int8 once, which equals NumPy's int8 accumulation modulo 256.
+        full, in_place = xp.empty(shape, dtype=row.c_dtype), False
+    else:
+        full, in_place = _with_core_dims(out, a.ndim, b.ndim), True
+    _batched(row, compute, backend, xp.broadcast_to(a2, batch + (m, k)),
+             xp.broadcast_to(b2, batch + (k, n)), full)
+    if out is not None:
+        if not in_place:
+            out[...] = full.reshape(final_shape).astype(out.dtype, copy=False)
+        return out
+    result = full.reshape(final_shape)
+    if row.prefix == "i":
+        result = result.astype(np.int8)
+    if xp_name == "numpy" and result.ndim == 0:
+        return result[()]
+    return result
+
+
+def _with_core_dims(out, a_ndim, b_ndim):
+    """A view of out with the dimensions that 1-D promotion removed put back (size 1)."""
+    if a_ndim == 1 and b_ndim == 1:
+        return out[None, None]
+    if a_ndim == 1:
+        return out[..., None, :]
+    if b_ndim == 1:
+        return out[..., None]
+    return out
+
+
+def _batched(row, compute, backend, a, b, c):
+    """c[...] = a @ b over the broadcast batch dims: merged strided batches, a loop outside."""
+    batch = c.shape[:-2]
+    p, step_dim = _split_point(batch, [x.strides[:-2] for x in (a, b, c)])
+    inner = math.prod(batch[p:])
+    one, zero = (1, 0) if row.prefix == "i" else (1.0, 0.0)
+    for idx in itertools.product(*(range(d) for d in batch[:p])):
+        views = []
+        for x in (a, b, c):
+            sub = x[idx]
+            step = x.strides[step_dim] if step_dim is not None else 0
+            views.append(_as_3d(sub, inner, step))
+        strided_gemm(_ROUTINE, row, compute, backend, "N", "N", *views, one, zero)
+
+
+def _as_3d(x, count, step_bytes):
+    """(count, rows, cols) view of x's memory: batch entries step_bytes apart (never a copy)."""
+    shape = (count,) + x.shape[-2:]
+    strides = (step_bytes,) + x.strides[-2:]
+    if isinstance(x, np.ndarray):
+        return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
+    import cupy
+    return cupy.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
+
+
+def _split_point(batch, strides_list):
+    """(p, step_dim): batch dims [p:] of every array collapse into one constant stride, that of
+    dim ``step_dim`` (the innermost dim of size > 1; None when all are 1). Dims [:p] are looped.
+    """
+    p, step_dim, outer = len(batch), None, None
+    for i in range(len(batch) - 1, -1, -1):
+        if batch[i] != 1:
+            if outer is not None and any(s[i] != s[outer] * batch[outer] for s in strides_list):
+                break
+            outer = i
+            step_dim = i if step_dim is None else step_dim
+        p = i
+    return p, step_dim

@@ -1,0 +1,91 @@
+"""The oracle: float64 (complex128) NumPy on fresh random data, and the tolerances, in one place.
+
+The error of a result is measured elementwise against the natural scale of each entry,
+``|alpha| * (|op(A)| @ |op(B)|) + |beta| * |C|``: a correct GEMM's rounding error is a small
+multiple of the working precision of that scale, whatever the cancellation in the sum.
+"""
+import ml_dtypes
+import numpy as np
+
+#: relative error bound (against the scale above) per (dtype prefix, compute mode).
+#: 16-bit outputs: one final rounding (2^-11 fp16, 2^-8 bf16) plus fp32 accumulation.
+#: fp16 accumulation: k roundings at 2^-11 in the worst case, ~sqrt(k) typically.
+#: tf32: operands rounded to 10 mantissa bits (2^-11 each). int8: exact.
+TOLERANCE = {
+    ("h", "fp32"): 2e-3,
+    ("h", "fp16"): 2e-2,
+    ("b", "fp32"): 1.6e-2,
+    ("s", "fp32"): 2e-5,
+    ("s", "tf32"): 3e-3,
+    ("s", "3xtf32"): 2e-5,
+    ("d", "fp64"): 1e-12,
+    ("c", "fp32"): 2e-5,
+    ("z", "fp64"): 1e-12,
+    ("i", "int32"): 0.0,
+}
+
+DTYPES = {
+    "s": np.float32, "d": np.float64, "h": np.float16, "b": ml_dtypes.bfloat16,
+    "i": np.int8, "c": np.complex64, "z": np.complex128,
+}
+C_DTYPES = dict(DTYPES, i=np.int32)
+
+
+def random_array(rng, prefix, size, c=False):
+    """Fresh random values of the prefix's dtype (never zeros); int8 spans the full range."""
+    dtype = C_DTYPES[prefix] if c else DTYPES[prefix]
+    if prefix == "i":
+        lo, hi = (-1000, 1000) if c else (-128, 128)
+        return rng.integers(lo, hi, size=size).astype(dtype)
+    x = rng.uniform(-1, 1, size=size)
+    if prefix in "cz":
+        x = x + 1j * rng.uniform(-1, 1, size=size)
+    return x.astype(dtype)
+
+
+def op(x, trans):
+    return x if trans == "N" else (x.T.conj() if trans == "C" else x.T)
+
+
+def col_major(buf, rows, cols, ld):
+    """rows x cols column-major matrix with leading dimension ld, read from a 1-D buffer."""
+    buf = np.asarray(buf).reshape(-1, order="F")
+    if rows == 0 or cols == 0:
+        return np.zeros((rows, cols), dtype=buf.dtype)
+    idx = np.arange(rows)[:, None] + ld * np.arange(cols)[None, :]
+    return buf[idx]
+
+
+def widen(x):
+    x = np.asarray(x)
+    if x.dtype.kind == "c":
+        return x.astype(np.complex128)
+    return x.astype(np.float64)
+
+
+def expected(alpha, opa, opb, beta, c):
+    """(float64 reference, elementwise scale) for alpha * opa @ opb + beta * c."""
+    a64, b64, c64 = widen(opa), widen(opb), widen(c)
+    prod = a64 @ b64
+    scale = abs(alpha) * (np.abs(a64) @ np.abs(b64))
+    ref = alpha * prod
+    if beta != 0:
+        ref = ref + beta * c64
+        scale = scale + abs(beta) * np.abs(c64)
+    return ref, scale
+
+
+def check_close(got, ref, scale, prefix, compute, what=""):
+    """Assert every element is within the tolerance of its scale (NaN never passes)."""
+    got = widen(got)
+    tol = TOLERANCE[(prefix, compute)]
+    if prefix == "i":
+        # int32 arithmetic wraps: compare modulo 2^32
+        want = (np.asarray(np.rint(np.real(ref)), dtype=np.int64)).astype(np.int32)
+        np.testing.assert_array_equal(got.astype(np.int64).astype(np.int32), want, err_msg=what)
+        return
+    assert np.all(np.isfinite(got)), f"{what}: non-finite values in the result"
+    err = np.abs(got - ref)
+    bound = tol * scale + np.finfo(np.float32).tiny
+    worst = np.max(err / bound) if err.size else 0.0
+    assert np.all(err <= bound), f"{what}: error {worst:.3g}x the {prefix}/{compute} tolerance"

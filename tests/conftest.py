@@ -1,0 +1,45 @@
+"""Shared fixtures: the array modules under test, and the GPU marker's skip rule.
+
+Tests marked ``gpu`` (or parametrized with a ``gpu``-marked param) run only where CuPy sees a
+CUDA device; everywhere else they are skipped with the reason, never silently passed.
+"""
+import functools
+
+import numpy as np
+import pytest
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_available() -> bool:
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs CuPy and a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+#: the array modules every API test runs on: NumPy always, CuPy on a GPU machine
+XP_PARAMS = [pytest.param("numpy", id="numpy"),
+             pytest.param("cupy", id="cupy", marks=pytest.mark.gpu)]
+
+
+@pytest.fixture(params=XP_PARAMS)
+def xp(request):
+    if request.param == "cupy":
+        import cupy
+        return cupy
+    return np
+
+
+def to_host(x):
+    """NumPy copy of a NumPy or CuPy array."""
+    return x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else np.asarray(x)
