@@ -68,6 +68,19 @@ def strided_gemm(routine, row, compute, backend, transa, transb, a, b, c, alpha,
     batch, m, n = c.shape
     k = a.shape[2] if transa == "N" else a.shape[1]
 
+    if c.size == 0:
+        return
+    if k == 0 or alpha == 0:
+        # A and B are not read: describe them without looking at their (possibly odd) strides
+        desc = GemmDesc(routine, row.prefix, compute, "N", "N", m, n, k, max(1, m), max(1, k),
+                        max(1, m), batch, 0, 0, 0, xp_name, _arrays.device_id(c), 1, alpha, beta)
+        from .execute import scale_c
+        target = xp.empty((batch, n, m), dtype=c.dtype).swapaxes(1, 2)
+        if beta != 0:
+            target[...] = c
+        scale_c(desc._replace(stride_c=m * n), target)
+        c[...] = target
+        return
     out = _output_layout(c, (a, b))
     target = c
     if out is None:

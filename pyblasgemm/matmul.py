@@ -21,8 +21,6 @@ from ._layout import may_overlap
 from .desc import check_backend
 
 _ROUTINE = "matmul"
-_FLOATS = {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)}
-_COMPLEX = {np.dtype(np.complex64), np.dtype(np.complex128)}
 
 
 def _exact_array(x):
@@ -35,12 +33,29 @@ def _exact_array(x):
     return None
 
 
-def _result_dtype(da, db):
-    """The dtype we compute in, or None when the pair is not accelerated."""
-    if da == db and da in ROW_BY_DTYPE:
-        return da
-    if {da, db} <= _FLOATS or {da, db} <= _COMPLEX:
-        return np.result_type(da, db)
+def _loop_dtypes(xp_name, da, db):
+    """(compute dtype, result dtype) for an accelerated pair, else None (delegate).
+
+    The result dtype is the array library's own: NumPy's matmul loop as NumPy resolves it
+    (ml_dtypes' bfloat16 matmul returns float32 there, so bfloat16 NumPy products are formed
+    from float32 copies: bf16 x bf16 products are exact in float32, sums in float32), CuPy's
+    type promotion for CuPy arrays. Mixed kinds (int with float, real with complex) delegate.
+    """
+    if da.kind != db.kind or da not in ROW_BY_DTYPE or db not in ROW_BY_DTYPE:
+        return None
+    if xp_name == "cupy":
+        result = np.result_type(da, db)
+        return result, result
+    try:
+        ia, ib, result = np.matmul.resolve_dtypes((da, db, None))
+    except (TypeError, ValueError):
+        return None
+    if ia != ib or ia not in ROW_BY_DTYPE:
+        return None
+    if ROW_BY_DTYPE[ia].c_dtype == result or ia == result:    # ia == result: int8 -> int8
+        return ia, result
+    if result == np.float32 and ia.itemsize < 4:
+        return result, result
     return None
 
 
@@ -91,9 +106,10 @@ def matmul(a, b, out=None, *, compute=None, backend=None):
         return _delegate(a, b, out)
     if xp_name == "cupy" and a.device.id != b.device.id:
         return _delegate(a, b, out)
-    dtype = _result_dtype(a.dtype, b.dtype)
-    if dtype is None:
+    dtypes = _loop_dtypes(xp_name, a.dtype, b.dtype)
+    if dtypes is None:
         return _delegate(a, b, out)
+    dtype, result_dtype = dtypes
     a2 = a[None, :] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
     m, k = a2.shape[-2:]
@@ -107,7 +123,7 @@ def matmul(a, b, out=None, *, compute=None, backend=None):
     shape = batch + (m, n)
     final_shape = shape[:-2] + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
     if out is not None:
-        if (_exact_array(out) != xp_name or out.shape != final_shape or out.dtype != dtype
+        if (_exact_array(out) != xp_name or out.shape != final_shape or out.dtype != result_dtype
                 or not out.flags.writeable
                 or (xp_name == "cupy" and out.device.id != a.device.id)):
             return _delegate(a, b, out)
@@ -118,7 +134,8 @@ def matmul(a, b, out=None, *, compute=None, backend=None):
 
     a2 = a2.astype(dtype, copy=False)
     b2 = b2.astype(dtype, copy=False)
-    if out is None or row.prefix == "i" or may_overlap(out, a) or may_overlap(out, b):
+    if (out is None or row.c_dtype != result_dtype or may_overlap(out, a)
+            or may_overlap(out, b)):
         # A fresh C-ordered result: no out, an out that overlaps the inputs (NumPy's answer is
         # then computed as if from copies), or int8, whose products are formed in int32 and
         # wrapped to int8 once, which equals NumPy's int8 accumulation modulo 256.
@@ -131,9 +148,7 @@ def matmul(a, b, out=None, *, compute=None, backend=None):
         if not in_place:
             out[...] = full.reshape(final_shape).astype(out.dtype, copy=False)
         return out
-    result = full.reshape(final_shape)
-    if row.prefix == "i":
-        result = result.astype(np.int8)
+    result = full.reshape(final_shape).astype(result_dtype, copy=False)
     if xp_name == "numpy" and result.ndim == 0:
         return result[()]
     return result

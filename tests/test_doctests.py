@@ -1,0 +1,27 @@
+"""The examples in the public docstrings run (on the host backend) and print what they say."""
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["pyblasgemm.blas", "pyblasgemm.gemm", "pyblasgemm.matmul", "pyblasgemm._types"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    # the BLAS functions are made by a factory: collect them explicitly
+    extra = {f.__name__: f for f in vars(module).values()
+             if callable(f) and getattr(f, "__module__", "") == "pyblasgemm" and f.__doc__}
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    tests = finder.find(module)
+    for fname, f in extra.items():
+        tests += finder.find(f, name=f"{name}.{fname}", module=False, globs={})
+    ran = 0
+    for test in tests:
+        if test.examples:
+            runner.run(test)
+            ran += len(test.examples)
+    assert ran > 0, f"{name} has no examples"
+    assert runner.failures == 0, f"{runner.failures} doctest failures in {name}"

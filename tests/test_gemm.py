@@ -1,0 +1,97 @@
+"""The pythonic gemm: shapes from 2-D arrays, any memory order, views used in place."""
+import numpy as np
+import pytest
+
+import pyblasgemm
+from _ref import check_close, expected, op, random_array
+from conftest import to_host
+
+PREFIX_COMPUTE = [("s", "fp32"), ("d", "fp64"), ("h", "fp32"), ("b", "fp32"), ("i", "int32"),
+                  ("c", "fp32"), ("z", "fp64")]
+
+
+def _layouts(xp, x, which):
+    """x in a given memory arrangement, same values."""
+    if which == "C":
+        return xp.ascontiguousarray(x)
+    if which == "F":
+        return xp.asfortranarray(x)
+    if which == "Tview":   # transposed view of an F array: C-contiguous, no copy made
+        return xp.asfortranarray(x.T).T
+    # a strided view with no unit stride
+    big = xp.zeros((x.shape[0] * 2, x.shape[1] * 3), dtype=x.dtype)
+    big[::2, ::3] = x
+    return big[::2, ::3]
+
+
+@pytest.mark.parametrize("prefix,compute", PREFIX_COMPUTE)
+@pytest.mark.parametrize("ta,tb", [("N", "N"), ("N", "T"), ("T", "N"), ("C", "C")])
+@pytest.mark.parametrize("la,lb,lo", [("C", "C", "C"), ("F", "F", "F"), ("C", "F", "F"),
+                                      ("Tview", "C", "C"), ("S", "F", "S"), ("F", "S", "C")])
+def test_gemm_layouts(xp, prefix, compute, ta, tb, la, lb, lo):
+    rng = np.random.default_rng(11)
+    m, n, k = 13, 7, 9
+    a = random_array(rng, prefix, (m, k) if ta == "N" else (k, m))
+    b = random_array(rng, prefix, (k, n) if tb == "N" else (n, k))
+    c = random_array(rng, prefix, (m, n), c=True)
+    alpha, beta = (3, -1) if prefix == "i" else (0.5, 2.0)
+    ref, scale = expected(alpha, op(a, ta), op(b, tb), beta, c)
+    da, db = _layouts(xp, xp.asarray(a), la), _layouts(xp, xp.asarray(b), lb)
+    dc = _layouts(xp, xp.asarray(c), lo)
+    out = pyblasgemm.gemm(ta, tb, da, db, out=dc, alpha=alpha, beta=beta, compute=compute)
+    assert out is dc
+    check_close(to_host(dc), ref, scale, prefix, compute, f"gemm {ta}{tb} {la}{lb}{lo}")
+
+
+def test_gemm_new_output_is_fortran_and_ignores_beta(xp):
+    a = xp.asarray(np.arange(6, dtype=np.float32).reshape(2, 3))
+    out = pyblasgemm.gemm("N", "T", a, a, beta=5.0)
+    assert out.flags.f_contiguous and out.shape == (2, 2)
+    np.testing.assert_allclose(to_host(out), to_host(a) @ to_host(a).T)
+
+
+def test_gemm_int8_gives_int32(xp):
+    a = xp.asarray(np.full((3, 4), 127, dtype=np.int8))
+    out = pyblasgemm.gemm("N", "T", a, a)
+    assert out.dtype == np.int32
+    assert int(to_host(out)[0, 0]) == 4 * 127 * 127
+
+
+def test_gemm_views_are_not_copied():
+    """A transposed C-ordered output is computed in place (Cᵀ = Bᵀ Aᵀ), not via a temporary."""
+    a = np.random.default_rng(1).standard_normal((6, 4))
+    b = np.random.default_rng(2).standard_normal((4, 5))
+    out = np.empty((6, 5))
+    pyblasgemm.gemm("N", "N", a, b, out=out)
+    np.testing.assert_allclose(out, a @ b)
+    big = np.empty((8, 6))
+    view = big[1:7, :5]              # a C-ordered, padded view
+    assert pyblasgemm.gemm("N", "N", a, b, out=view) is view
+    np.testing.assert_allclose(big[1:7, :5], a @ b)
+
+
+@pytest.mark.parametrize("args,exc,match", [
+    (lambda: (np.ones((2, 3)), np.ones((4, 2))), ValueError,
+     r"gemm: op\(a\) is 2 x 3 but op\(b\) is 4 x 2; the inner dimensions 3 and 4 must agree"),
+    (lambda: (np.ones((2, 3)), np.ones((3, 2), np.float32)), TypeError,
+     "a has dtype float64 but b has dtype float32"),
+    (lambda: (np.ones((2, 3), np.int64), np.ones((3, 2), np.int64)), TypeError,
+     "gemm: dtype int64 is not supported"),
+    (lambda: (np.ones(3), np.ones((3, 2))), ValueError, "gemm: a must be 2-D, got 1-D"),
+    (lambda: ([[1.0]], np.ones((1, 1))), TypeError, "gemm: a must be a NumPy or CuPy array"),
+])
+def test_gemm_errors(args, exc, match):
+    a, b = args()
+    with pytest.raises(exc, match=match):
+        pyblasgemm.gemm("N", "N", a, b)
+
+
+def test_gemm_out_errors():
+    a, b = np.ones((2, 3)), np.ones((3, 4))
+    with pytest.raises(ValueError, match=r"out has shape \(4, 2\); expected \(2, 4\)"):
+        pyblasgemm.gemm("N", "N", a, b, out=np.ones((4, 2)))
+    with pytest.raises(TypeError, match="out has dtype float32; expected float64"):
+        pyblasgemm.gemm("N", "N", a, b, out=np.ones((2, 4), np.float32))
+    buf = np.ones(20)
+    with pytest.raises(ValueError, match="out overlaps a"):
+        pyblasgemm.gemm("N", "N", buf[:6].reshape(2, 3), b, out=buf[4:12].reshape(2, 4))

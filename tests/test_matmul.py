@@ -1,0 +1,226 @@
+"""matmul has numpy.matmul's semantics exactly: shapes, dtypes, broadcasting, out=, errors."""
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import pyblasgemm
+from conftest import to_host
+
+ACCEL = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.complex64, np.complex128,
+         np.int8]
+TOL = {np.dtype(np.float16): 2e-3, np.dtype(ml_dtypes.bfloat16): 2e-2,
+       np.dtype(np.float32): 2e-5, np.dtype(np.float64): 1e-12, np.dtype(np.complex64): 2e-5,
+       np.dtype(np.complex128): 1e-12}
+
+
+def _rand(rng, shape, dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        return rng.integers(-100, 100, size=shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    x = rng.uniform(-1, 1, size=shape)
+    if dtype.kind == "c":
+        x = x + 1j * rng.uniform(-1, 1, size=shape)
+    return x.astype(dtype)
+
+
+def assert_matches_numpy(got, a, b, check_type=True, tol_dtype=None):
+    """Same type, shape, dtype as numpy.matmul; values within the dtype's tolerance."""
+    want = np.matmul(a, b)
+    if check_type:
+        assert type(got) is type(want)
+    assert np.shape(got) == np.shape(want)
+    assert np.asarray(to_host(got)).dtype == np.asarray(want).dtype
+    got, want = np.asarray(to_host(got)), np.asarray(want)
+    if want.dtype.kind in "iub":
+        np.testing.assert_array_equal(got, want)
+        return
+    a64 = np.abs(np.asarray(a).astype(np.complex128))
+    b64 = np.abs(np.asarray(b).astype(np.complex128))
+    scale = np.matmul(a64, b64).real if a64.size and b64.size else np.zeros(want.shape)
+    exact = np.matmul(np.asarray(a).astype(np.complex128), np.asarray(b).astype(np.complex128))
+    if want.dtype.kind != "c":
+        exact = exact.real
+    err = np.abs(got.astype(np.complex128) - exact)
+    assert np.all(err <= TOL[np.dtype(tol_dtype or want.dtype)] * scale + 1e-30), float(np.max(err / (scale + 1e-30)))
+
+
+shapes = st.integers(0, 4)
+
+
+@st.composite
+def operand_pairs(draw):
+    nd_a, nd_b = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    m, k, n = draw(shapes), draw(shapes), draw(shapes)
+    batch = [draw(st.integers(1, 3)) for _ in range(max(nd_a, nd_b) - 2)]
+    def batch_for(nd):
+        dims = batch[len(batch) - (nd - 2):] if nd > 2 else []
+        return [d if draw(st.booleans()) else 1 for d in dims]
+    sa = (k,) if nd_a == 1 else tuple(batch_for(nd_a)) + (m, k)
+    sb = (k,) if nd_b == 1 else tuple(batch_for(nd_b)) + (k, n)
+    return sa, sb
+
+
+def _arrange(rng, x, how):
+    """x with the same values in another memory arrangement (views, not copies, when possible)."""
+    if x.ndim < 2 or how == 0:
+        return x
+    if how == 1:   # transposed storage of the last two dims
+        return np.ascontiguousarray(x.swapaxes(-1, -2)).swapaxes(-1, -2)
+    big = np.zeros(x.shape[:-2] + (x.shape[-2] * 2, x.shape[-1] + 3), dtype=x.dtype)
+    big[..., ::2, 1:x.shape[-1] + 1] = x      # padded, row-strided view
+    return big[..., ::2, 1:x.shape[-1] + 1]
+
+
+@settings(max_examples=150, deadline=None)
+@given(operand_pairs(), st.sampled_from(ACCEL), st.integers(0, 2), st.integers(0, 2),
+       st.integers(0, 2**32 - 1))
+def test_matmul_matches_numpy_host(pair, dtype, how_a, how_b, seed):
+    rng = np.random.default_rng(seed)
+    a = _arrange(rng, _rand(rng, pair[0], dtype), how_a)
+    b = _arrange(rng, _rand(rng, pair[1], dtype), how_b)
+    assert_matches_numpy(pyblasgemm.matmul(a, b), a, b)
+
+
+@settings(max_examples=60, deadline=None)
+@given(operand_pairs(), st.sampled_from(ACCEL), st.integers(0, 2), st.integers(0, 2**32 - 1))
+def test_matmul_out_host(pair, dtype, how_out, seed):
+    rng = np.random.default_rng(seed)
+    a, b = _rand(rng, pair[0], dtype), _rand(rng, pair[1], dtype)
+    want = np.matmul(a, b)
+    if np.ndim(want) == 0:
+        out = np.full((), np.nan if want.dtype.kind in "fc" else 5, dtype=want.dtype)
+    else:
+        out = _arrange(rng, np.full(want.shape, 5, dtype=want.dtype), how_out)
+    res = pyblasgemm.matmul(a, b, out=out)
+    assert res is out
+    assert_matches_numpy(res, a, b, check_type=False)
+
+
+@pytest.mark.parametrize("da,db", [(np.float16, np.float32), (np.float32, np.float64),
+                                   (np.complex64, np.complex128), (np.int64, np.int64),
+                                   (np.int16, np.int8), (bool, bool), (np.float32, np.int32),
+                                   (np.float32, np.complex64), (np.uint8, np.uint8),
+                                   (object, object), (np.longdouble, np.longdouble)])
+def test_matmul_promotion_and_delegation(da, db):
+    rng = np.random.default_rng(0)
+    a, b = _rand(rng, (2, 3, 4), da), _rand(rng, (4, 5), db)
+    if np.dtype(da) == object:
+        a, b = a.astype(object), b.astype(object)
+    got = pyblasgemm.matmul(a, b)
+    want = np.matmul(a, b)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got.astype(np.complex128), want.astype(np.complex128), rtol=1e-3)
+
+
+def test_matmul_int8_wraps_like_numpy():
+    a = np.full((2, 8), 100, dtype=np.int8)
+    b = np.full((8, 3), 100, dtype=np.int8)
+    got = pyblasgemm.matmul(a, b)
+    assert got.dtype == np.int8
+    np.testing.assert_array_equal(got, np.matmul(a, b))
+
+
+@pytest.mark.parametrize("a,b,kw", [
+    (np.ones((2, 3)), np.ones((4, 5)), {}),                    # core dim mismatch
+    (np.ones((2, 2, 3)), np.ones((3, 3, 4)), {}),              # batch not broadcastable
+    (np.float64(2.0), np.ones((2, 2)), {}),                    # 0-d
+    (np.ones((2, 3)), np.ones((3, 4)), {"out": np.ones((2, 5))}),
+    (np.ones((2, 3)), np.ones((3, 4)), {"out": np.ones((2, 4), np.int32)}),   # casting
+    (np.ones((2, 3)), np.ones((3, 4)), {"out": np.ones((2, 4))[:, :, None]}),
+])
+def test_matmul_same_exceptions_as_numpy(a, b, kw):
+    with pytest.raises(Exception) as want:
+        np.matmul(a, b, **kw)
+    with pytest.raises(type(want.value)) as got:
+        pyblasgemm.matmul(a, b, **kw)
+    assert str(got.value) == str(want.value)
+
+
+def test_matmul_read_only_out_is_numpys_error():
+    out = np.ones((2, 4))
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        pyblasgemm.matmul(np.ones((2, 3)), np.ones((3, 4)), out=out)
+
+
+def test_matmul_lists_and_scalars_go_to_numpy():
+    assert pyblasgemm.matmul([[1, 2]], [[3], [4]]).tolist() == [[11]]
+
+
+def test_matmul_vector_vector_is_scalar():
+    r = pyblasgemm.matmul(np.ones(3, np.float32), np.ones(3, np.float32))
+    assert isinstance(r, np.float32) and r == 3
+
+
+def test_matmul_out_overlapping_input():
+    """np.matmul(a, b, out=a) must equal the product of the original a (as NumPy does)."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((3, 4, 4))
+    b = rng.standard_normal((3, 4, 4))
+    want = np.matmul(a, b)
+    got = pyblasgemm.matmul(a, b, out=a)
+    assert got is a
+    np.testing.assert_allclose(a, want, rtol=1e-12)
+
+
+def test_matmul_out_tuple():
+    out = np.empty((2, 4))
+    assert pyblasgemm.matmul(np.ones((2, 3)), np.ones((3, 4)), out=(out,)) is out
+
+
+def test_matmul_broadcast_batch_does_not_copy_shared_operand(monkeypatch):
+    """A (5, 3, 4) @ (4, 2): one strided-batched call with stride 0 for b."""
+    import pyblasgemm.execute as ex
+    calls = []
+    real = ex.execute
+    def spy(desc, a, b, c, backend=None):
+        calls.append(desc)
+        return real(desc, a, b, c, backend)
+    monkeypatch.setattr("pyblasgemm._strided.execute", spy)
+    a, b = np.ones((5, 3, 4)), np.ones((4, 2))
+    np.testing.assert_array_equal(pyblasgemm.matmul(a, b), np.matmul(a, b))
+    assert len(calls) == 1 and calls[0].batch == 5
+    assert 0 in (calls[0].stride_a, calls[0].stride_b)
+
+
+def test_matmul_unmergeable_batch_loops():
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((4, 6, 3, 5))[:, ::2]     # batch strides not mergeable
+    b = rng.standard_normal((4, 1, 5, 2))
+    np.testing.assert_allclose(pyblasgemm.matmul(a, b), np.matmul(a, b), rtol=1e-12)
+
+
+# --- the same semantics on CuPy --------------------------------------------------------------
+
+@pytest.mark.gpu
+@settings(max_examples=80, deadline=None)
+@given(operand_pairs(), st.sampled_from(ACCEL), st.integers(0, 2), st.integers(0, 2),
+       st.integers(0, 2**32 - 1))
+def test_matmul_matches_numpy_gpu(pair, dtype, how_a, how_b, seed):
+    import cupy
+    rng = np.random.default_rng(seed)
+    a = _arrange(rng, _rand(rng, pair[0], dtype), how_a)
+    b = _arrange(rng, _rand(rng, pair[1], dtype), how_b)
+    got = pyblasgemm.matmul(cupy.asarray(a), cupy.asarray(b))
+    assert isinstance(got, cupy.ndarray)
+    assert got.dtype == cupy.matmul(cupy.asarray(a), cupy.asarray(b)).dtype
+    assert_matches_numpy(got.get().astype(np.matmul(a, b).dtype), a, b, check_type=False,
+                         tol_dtype=got.dtype if got.dtype.kind != "i" else None)
+
+
+@pytest.mark.gpu
+def test_matmul_gpu_out_noncontiguous_and_delegation():
+    import cupy
+    rng = np.random.default_rng(9)
+    a = cupy.asarray(rng.standard_normal((3, 5, 4)).astype(np.float32))
+    b = cupy.asarray(rng.standard_normal((4, 6)).astype(np.float32))
+    out = cupy.zeros((3, 5, 12), dtype=np.float32)[..., ::2]
+    assert pyblasgemm.matmul(a, b, out=out) is out
+    np.testing.assert_allclose(out.get(), np.matmul(a.get(), b.get()), rtol=1e-5, atol=1e-5)
+    ai = cupy.asarray(rng.integers(0, 5, (3, 4)).astype(np.int64))
+    np.testing.assert_array_equal(pyblasgemm.matmul(ai, ai.T).get(), ai.get() @ ai.get().T)
+    with pytest.raises(TypeError):
+        pyblasgemm.matmul(a, np.ones((4, 6), np.float32))
