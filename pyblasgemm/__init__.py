@@ -15,6 +15,7 @@ from .blas import bgemm, cgemm, dgemm, hgemm, igemm, sgemm, zgemm
 from .desc import BlasArgumentError, GemmDesc
 from .gemm import gemm
 from .matmul import matmul
+from . import desc, planner
 from .planner import Plan, clear_plan_cache
 
 __version__ = "0.1.0"

@@ -1,0 +1,122 @@
+"""Command line: ``python -m pyblasgemm demo | info``.
+
+``demo`` runs a few GEMMs on the best device available (the GPU through CuPy when there is
+one, else the host), and prints the device, the backend the planner chose, the speed and the
+error against a float64 reference.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+import pyblasgemm
+from pyblasgemm._types import TYPE_ROWS
+
+
+def _gpu():
+    """The cupy module if a CUDA device is usable, else None."""
+    try:
+        import cupy
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            return cupy
+    except Exception:
+        pass
+    return None
+
+
+def _device_name(cupy) -> str:
+    if cupy is None:
+        import platform
+        return f"host CPU ({platform.processor() or platform.machine()}), NumPy {np.__version__}"
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    return f"{name} (sm_{props['major']}{props['minor']}, {props['multiProcessorCount']} SMs)"
+
+
+def demo(size: int | None = None) -> int:
+    cupy = _gpu()
+    xp = cupy or np
+    n = size or (4096 if cupy is not None else 512)
+    print(f"device : {_device_name(cupy)}")
+    print(f"problem: C = A @ B, {n} x {n} x {n}, random data, error vs float64 NumPy\n")
+    print(f"{'routine':8} {'compute':8} {'backend':10} {'TFLOP/s':>9} {'rel. error':>11}")
+    rng = np.random.default_rng(0)
+    a64 = rng.uniform(-1, 1, (n, n))
+    b64 = rng.uniform(-1, 1, (n, n))
+    ref = a64 @ b64
+    cases = [("h", "fp32"), ("b", "fp32"), ("s", "fp32"), ("s", "tf32"), ("d", "fp64"),
+             ("i", "int32")]
+    for prefix, compute in cases:
+        row = TYPE_ROWS[prefix]
+        if prefix == "i":
+            a_h = rng.integers(-128, 128, (n, n)).astype(np.int8)
+            b_h = rng.integers(-128, 128, (n, n)).astype(np.int8)
+            want = a_h.astype(np.float64) @ b_h.astype(np.float64)
+        else:
+            a_h, b_h, want = a64.astype(row.ab_dtype), b64.astype(row.ab_dtype), ref
+        a, b = xp.asarray(a_h, order="F"), xp.asarray(b_h, order="F")
+        c = xp.empty((n, n), dtype=row.c_dtype, order="F")
+        routine = getattr(pyblasgemm, row.routine)
+        call = lambda: routine("N", "N", n, n, n, 1, a, n, b, n, 0, c, n, compute=compute)
+        try:
+            call()  # warm-up: compilation, handles, plan
+        except NotImplementedError as exc:
+            print(f"{row.routine:8} {compute:8} {'-':10} {'-':>9} {'-':>11}  ({exc})")
+            continue
+        plan = pyblasgemm.planner.plan_for(
+            pyblasgemm.desc.describe_blas(row, "N", "N", n, n, n, 1, a, n, b, n, 0, c, n,
+                                          compute, None)[0])
+        seconds = _time(call, cupy)
+        got = (c.get() if cupy is not None else c).astype(np.float64)
+        err = np.linalg.norm(got - want) / np.linalg.norm(want)
+        print(f"{row.routine:8} {compute:8} {plan.backend:10} {2 * n**3 / seconds / 1e12:9.3f} "
+              f"{err:11.2e}")
+    return 0
+
+
+def _time(call, cupy, repeats: int = 10) -> float:
+    """Median seconds per call: CUDA events on the GPU, perf_counter on the host."""
+    times = []
+    for _ in range(repeats):
+        if cupy is not None:
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
+            call()
+            stop.record()
+            stop.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def info() -> int:
+    cupy = _gpu()
+    print(f"pyblasgemm {pyblasgemm.__version__}, NumPy {np.__version__}")
+    print(f"device: {_device_name(cupy)}")
+    if cupy is not None:
+        print(f"CuPy {cupy.__version__}, CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}")
+    print(f"default float32 compute: {pyblasgemm.get_default_compute()}")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pyblasgemm")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_demo = sub.add_parser("demo", help="run a few GEMMs on the best device and report")
+    p_demo.add_argument("--size", type=int, default=None, help="n for n x n x n (default: "
+                        "4096 on a GPU, 512 on the host)")
+    sub.add_parser("info", help="versions and the device")
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        return demo(args.size)
+    return info()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
