@@ -1,0 +1,189 @@
+"""Kernel configurations: tile shape, warp layout, pipeline depth, decomposition.
+
+Every constraint on a (config, problem) pair lives in :meth:`KernelConfig.validate`; the
+launcher, the tests and (later) the planner all ask it, nothing else re-derives the rules.
+
+Decompositions (all bitwise reproducible run to run; partials are summed in a fixed order):
+
+``sliced``           one CTA per C tile walks all of K (data-parallel; the default).
+``splitk_serial``    ``splits`` CTAs per tile each take a K range; split s waits for s-1's running
+                     sum (fp32/s32 workspace + per-tile flag), the last one applies alpha/beta.
+``splitk_parallel``  each split writes an fp32/s32 partial tile; a reduce kernel sums them in
+                     split order and applies alpha/beta.
+``streamk``          persistent grid (SMs x occupancy CTAs); the MAC iterations of all tiles are
+                     split evenly; the CTA holding a tile's k-step 0 adds the other CTAs' partials
+                     in CTA order (Osama et al., PPoPP'23).
+``hybrid``           as streamk, but whole waves of tiles go data-parallel first and only the
+                     last (partial) wave plus one full wave are shared stream-k style.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .problem import ACCUMULATE, C_BYTES, ELEM_BYTES, KernelProblem
+
+__all__ = ["KernelConfig", "DECOMPOSITIONS", "SHIPPED_CONFIGS", "default_config", "MAX_SMEM_SM90"]
+
+DECOMPOSITIONS = ("sliced", "splitk_serial", "splitk_parallel", "streamk", "hybrid")
+#: template MODE of impls/sm80_gemm.cuh (hybrid and streamk share the kernel)
+MODE = {"sliced": 0, "splitk_serial": 1, "splitk_parallel": 2, "streamk": 3, "hybrid": 3}
+#: opt-in dynamic shared memory per block: sm_90 227 KB, sm_80 163 KB, sm_86/89 99 KB
+MAX_SMEM_SM90 = 232448
+_GRID_YZ_MAX = 65535
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One kernel configuration. ``bk`` is in elements of the kind (f16: 32 = 64 bytes).
+
+    ``splits`` = 0 lets the launcher choose (split-k only); ``group_m`` = tile rows per
+    rasterization group (L2 reuse). Example::
+
+        KernelConfig(bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stages=4)
+    """
+
+    bm: int = 128
+    bn: int = 128
+    bk: int = 32
+    warps_m: int = 2
+    warps_n: int = 2
+    stages: int = 4
+    decomposition: str = "sliced"
+    splits: int = 0
+    group_m: int = 8
+
+    @property
+    def name(self) -> str:
+        s = f"{self.decomposition}_{self.bm}x{self.bn}x{self.bk}_w{self.warps_m}x{self.warps_n}_s{self.stages}"
+        if self.splits:
+            s += f"_k{self.splits}"
+        return s + f"_g{self.group_m}"
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps_m * self.warps_n
+
+    @property
+    def mode(self) -> int:
+        return MODE[self.decomposition]
+
+    def bk_bytes(self, kind: str) -> int:
+        return self.bk * ELEM_BYTES[kind]
+
+    def smem_bytes(self, kind: str) -> int:
+        """Dynamic shared memory: max(cp.async ring, fp32 epilogue staging tile)."""
+        ring = self.stages * (self.bm + self.bn) * self.bk_bytes(kind)
+        stage = self.bn * (self.bm + 4) * 4
+        return max(ring, stage)
+
+    def validate(self, problem: KernelProblem | None = None, *, kind: str | None = None,
+                 max_smem: int = MAX_SMEM_SM90) -> tuple[bool, str]:
+        """(ok, reason): may this config run ``problem`` (or compile for ``kind``)?"""
+        kind = problem.kind if problem is not None else kind
+        if kind not in ELEM_BYTES:
+            return False, f"unknown kind {kind!r}; expected one of {tuple(ELEM_BYTES)}"
+        eb, cb = ELEM_BYTES[kind], C_BYTES[kind]
+        if self.decomposition not in DECOMPOSITIONS:
+            return False, f"decomposition {self.decomposition!r} not in {DECOMPOSITIONS}"
+        if self.bm not in (64, 128, 256) or self.bn not in (64, 128, 256):
+            return False, f"bm, bn must be 64, 128 or 256 (got {self.bm}x{self.bn})"
+        if self.bk_bytes(kind) not in (64, 128):
+            return False, f"bk*sizeof(elem) must be 64 or 128 bytes (bk={self.bk}, {eb}-byte {kind})"
+        if self.warps_m * self.warps_n not in (4, 8):
+            return False, f"warps_m*warps_n must be 4 or 8 (got {self.warps_m}x{self.warps_n})"
+        wtm, wtn = self.bm // self.warps_m, self.bn // self.warps_n
+        if self.bm % self.warps_m or self.bn % self.warps_n or wtm % 16 or wtn % 16:
+            return False, f"warp tile {self.bm}/{self.warps_m} x {self.bn}/{self.warps_n} must be multiples of 16"
+        if wtm * wtn > 64 * 64:
+            return False, f"warp tile {wtm}x{wtn} exceeds 64x64 (accumulators would spill)"
+        if not 3 <= self.stages <= 5:
+            return False, f"stages must be 3..5 (got {self.stages})"
+        t = self.threads
+        for rows, cols_b, what in ((self.bm, self.bk_bytes(kind), "A"), (self.bn, self.bk_bytes(kind), "B")):
+            if (rows * cols_b // 16) % t:
+                return False, f"{what} tile of {rows * cols_b // 16} 16-byte chunks does not divide over {t} threads"
+        for mn in (self.bm, self.bn):
+            if mn * eb // 16 not in (2, 4, 8, 16, 32):
+                return False, f"an M/N-contiguous smem row of {mn} {eb}-byte elements is not 2..32 chunks"
+        if (self.bm * self.bn // (16 // cb)) % t or (self.bm * self.bn // 4) % t:
+            return False, "epilogue vectors do not divide over the threads"
+        if self.smem_bytes(kind) > max_smem:
+            return False, f"needs {self.smem_bytes(kind)} B shared memory > {max_smem} B available"
+        if self.decomposition.startswith("splitk") and not (self.splits == 0 or 2 <= self.splits <= _GRID_YZ_MAX):
+            return False, f"split-k needs splits = 0 (auto) or >= 2 (got {self.splits})"
+        if self.decomposition in ("sliced", "streamk", "hybrid") and self.splits not in (0, 1):
+            return False, f"{self.decomposition} takes no splits (got {self.splits})"
+        if self.group_m < 1:
+            return False, "group_m must be >= 1"
+        if problem is None:
+            return True, ""
+        if problem.acc not in ACCUMULATE[kind]:
+            return False, f"accumulate {problem.acc!r} not available for {kind} (choose from {ACCUMULATE[kind]})"
+        if problem.transa not in "NT" or problem.transb not in "NT" or len(problem.transa + problem.transb) != 2:
+            return False, f"transa/transb must be 'N' or 'T' (got {problem.transa!r}, {problem.transb!r})"
+        tiles = -(-problem.m // self.bm) * -(-problem.n // self.bn)
+        if tiles * problem.batch >= 2**31:
+            return False, f"{tiles * problem.batch} tiles exceed the 2^31 grid limit"
+        if self.decomposition in ("sliced", "splitk_serial", "splitk_parallel") and problem.batch > _GRID_YZ_MAX:
+            return False, f"batch {problem.batch} > {_GRID_YZ_MAX} (grid.z); use streamk/hybrid"
+        if max(problem.m, problem.n, problem.k) >= 2**31:
+            return False, "m, n, k must be < 2^31"
+        return True, ""
+
+
+def _cfg(**kw) -> KernelConfig:
+    return KernelConfig(**kw)
+
+
+_DECOMP_SET = ("sliced", "splitk_serial", "splitk_parallel", "streamk", "hybrid")
+
+#: per kind: the configurations CI compiles (each for all four transpose pairs, vectorized and
+#: scalar operand paths). The first one is the kind's workhorse.
+SHIPPED_CONFIGS: dict[str, tuple[KernelConfig, ...]] = {}
+for _kind, _big, _small, _extra in (
+    ("f16", dict(bk=32, warps_m=2, warps_n=2, stages=4), dict(bk=32, stages=4),
+     [dict(bm=128, bn=256, bk=32, warps_m=2, warps_n=4, stages=3)]),
+    ("bf16", dict(bk=32, warps_m=2, warps_n=2, stages=4), dict(bk=32, stages=4),
+     [dict(bm=128, bn=256, bk=32, warps_m=2, warps_n=4, stages=3)]),
+    ("s8", dict(bk=64, warps_m=2, warps_n=4, stages=4), dict(bk=64, stages=4),
+     [dict(bm=128, bn=256, bk=64, warps_m=2, warps_n=4, stages=3)]),
+    ("tf32", dict(bk=16, warps_m=2, warps_n=4, stages=4), dict(bk=16, stages=4), []),
+    ("3xtf32", dict(bk=16, warps_m=2, warps_n=4, stages=3), dict(bk=16, stages=4), []),
+):
+    _list = [_cfg(bm=128, bn=128, decomposition=d, **_big) for d in _DECOMP_SET]
+    _list.append(_cfg(bm=64, bn=64, warps_m=2, warps_n=2, **_small))
+    _list += [_cfg(**e) for e in _extra]
+    SHIPPED_CONFIGS[_kind] = tuple(_list)
+
+
+def default_config(problem: KernelProblem, sm_count: int) -> KernelConfig:
+    """A simple documented rule (the planner will replace it).
+
+    1. Tile: 64x64 when m*n <= 128*128 (a 128x128 tile would be mostly padding), else
+       128x128 (128x256 for f16/bf16/s8 when m and n are both >= 4096).
+    2. Decomposition, with tiles = output tiles x batch and kt = BK steps per tile:
+       - tiles < sm_count and kt >= 16 (long K, too few tiles to fill the GPU): split-k with
+         splits = min(kt // 4, ceil(sm_count / tiles)); serial when splits <= 4, else parallel.
+       - more than one wave and the last wave less than half full (sm_count tile slots assumed)
+         and kt >= 8: hybrid (data-parallel full waves + stream-k tail).
+       - otherwise sliced-k.
+    """
+    kind = problem.kind
+    base = SHIPPED_CONFIGS[kind][0]
+    if problem.m * problem.n <= 128 * 128:
+        base = SHIPPED_CONFIGS[kind][5]
+    elif problem.m >= 4096 and problem.n >= 4096 and len(SHIPPED_CONFIGS[kind]) > 6:
+        base = SHIPPED_CONFIGS[kind][6]
+    tiles = -(-problem.m // base.bm) * -(-problem.n // base.bn) * problem.batch
+    kt = -(-problem.k // base.bk)
+    if tiles < sm_count and kt >= 16:
+        splits = max(2, min(kt // 4, -(-sm_count // tiles)))
+        d = "splitk_serial" if splits <= 4 else "splitk_parallel"
+        cfg = replace(SHIPPED_CONFIGS[kind][0], decomposition=d, splits=splits)
+        if base.bm == 64:
+            cfg = replace(base, decomposition=d, splits=splits)
+        return cfg
+    waves = tiles / sm_count
+    if waves > 1 and (waves - int(waves)) and (waves - int(waves)) < 0.5 and kt >= 8 and base.bm == 128:
+        return replace(base, decomposition="hybrid")
+    return base

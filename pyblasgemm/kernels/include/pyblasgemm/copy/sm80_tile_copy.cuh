@@ -1,0 +1,56 @@
+// Global -> shared copy of one operand tile (ROWS strided rows x CPR 16-byte chunks), with
+// edge predication: nothing outside [rows_valid) x [cols_valid) is ever read.
+#pragma once
+#include "../arch.cuh"
+#include "../ptx/sm80_cp_async.cuh"
+#include "smem_swizzle.cuh"
+
+namespace pyblasgemm {
+
+template <int ROWS, int CPR, int THREADS, int EB, bool VEC>
+struct TileCopy {
+  static constexpr int VE = 16 / EB;  // elements per 16-byte chunk
+  static constexpr int CHUNKS = ROWS * CPR;
+  static_assert(CHUNKS % THREADS == 0, "tile chunks must divide evenly over the CTA's threads");
+  static constexpr int ITERS = CHUNKS / THREADS;
+
+  // origin: byte address of tile element (0,0), always in bounds; ld in elements.
+  static PBG_DEVICE void load(char* smem, const char* origin, i64 ld, int rows_valid, int cols_valid,
+                              int tid) {
+    // The scalar path holds loaded words in registers: do one chunk at a time there.
+#pragma unroll (VEC ? ITERS : 1)
+    for (int it = 0; it < ITERS; ++it) {
+      // Consecutive threads take consecutive chunks of a row: 16 B x 32 lanes per warp
+      // = fully coalesced 128 B segments when the global row is contiguous.
+      int id = tid + it * THREADS;
+      int r = id / CPR;
+      int c = id % CPR;
+      int e0 = c * VE;
+      int valid = cols_valid - e0;
+      valid = valid < 0 ? 0 : (valid > VE ? VE : valid);
+      if (r >= rows_valid) valid = 0;
+      const char* src = valid > 0 ? origin + (static_cast<i64>(r) * ld + e0) * EB : origin;
+      char* dst = smem + swz_chunk<CPR>(r, c);
+      if constexpr (VEC) {
+        // 16-byte aligned source (checked on the host): async copy, zero-fill past the edge.
+        SM80_CP_ASYNC_CG_16B_ZFILL::copy(dst, src, valid * EB);
+      } else {
+        // Unaligned pointer/ld: element loads through registers, same zero fill.
+        u32 w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+        for (int e = 0; e < VE; ++e) {
+          if (e < valid) {
+            u32 v;
+            if constexpr (EB == 1) v = *reinterpret_cast<const unsigned char*>(src + e);
+            else if constexpr (EB == 2) v = *reinterpret_cast<const u16*>(src + 2 * e);
+            else v = *reinterpret_cast<const u32*>(src + 4 * e);
+            w[(e * EB) / 4] |= v << (((e * EB) % 4) * 8);
+          }
+        }
+        *reinterpret_cast<U32x4*>(dst) = U32x4{w[0], w[1], w[2], w[3]};
+      }
+    }
+  }
+};
+
+}  // namespace pyblasgemm

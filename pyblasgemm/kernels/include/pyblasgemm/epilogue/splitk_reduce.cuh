@@ -1,0 +1,56 @@
+// Parallel split-k reduction: C = alpha * sum_s partial[s] + beta * C, the sum taken in split
+// order s = 0, 1, ... so the result is bitwise reproducible.
+#pragma once
+#include "../arch.cuh"
+#include "sm80_smem_epilogue.cuh"
+
+namespace pyblasgemm {
+
+// ws layout: [splits][batch * tiles_m * tiles_n][BN][BM] (the smem tile form, unpadded).
+// One thread per 4 consecutive rows of one tile column: float4 workspace loads.
+template <class Kind, int BM, int BN>
+__global__ void __launch_bounds__(256) splitk_reduce_kernel(const void* ws_, void* C_, int m, int n, long long ldc,
+                                                            long long sc, int batch, int splits, float alpha,
+                                                            float beta, int ialpha, int ibeta, int group_m) {
+  typedef typename Kind::Stage Stage;
+  typedef typename Kind::Scale Scale;
+  constexpr int CB = Kind::kCBytes;
+  const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
+  const long long tiles = static_cast<long long>(tiles_m) * tiles_n * batch;
+  const long long slot = static_cast<long long>(BM) * BN;
+  const long long vid = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (vid >= tiles * (slot / 4)) return;
+  const long long tile = vid / (slot / 4);
+  const int within = static_cast<int>(vid % (slot / 4));
+  const int c = within / (BM / 4), r = (within % (BM / 4)) * 4;
+  // Same grouped raster as the GEMM kernel, so tile -> (tm, tn) agrees with the writer.
+  const int tpb = tiles_m * tiles_n;
+  const int b = static_cast<int>(tile / tpb);
+  const int lin = static_cast<int>(tile % tpb);
+  const int width = group_m * tiles_n, gid = lin / width, first_m = gid * group_m;
+  const int gsize = tiles_m - first_m < group_m ? tiles_m - first_m : group_m;
+  const int tm = first_m + (lin - gid * width) % gsize, tn = (lin - gid * width) / gsize;
+  const int gm = tm * BM + r, gn = tn * BN + c;
+  if (gn >= n || gm >= m) return;
+  const Stage* ws = static_cast<const Stage*>(ws_);
+  Stage acc[4] = {Stage(0), Stage(0), Stage(0), Stage(0)};
+  for (int s = 0; s < splits; ++s) {
+    float4 w = __ldcg(reinterpret_cast<const float4*>(ws + (s * tiles + tile) * slot) + within);
+    const Stage* wv = reinterpret_cast<const Stage*>(&w);
+    acc[0] += wv[0]; acc[1] += wv[1]; acc[2] += wv[2]; acc[3] += wv[3];
+  }
+  const Scale a = pick_scale(static_cast<Scale*>(nullptr), alpha, ialpha);
+  const Scale bt = pick_scale(static_cast<Scale*>(nullptr), beta, ibeta);
+  char* cp = static_cast<char*>(C_) + (static_cast<long long>(b) * sc + static_cast<long long>(gn) * ldc + gm) * CB;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    if (gm + e < m) {
+      char* ep = cp + e * CB;
+      Scale v = bt != Scale(0) ? axpby(a, acc[e], bt, Kind::load_c(ep)) : ax(a, acc[e]);
+      if constexpr (CB == 2) *reinterpret_cast<u16*>(ep) = static_cast<u16>(Kind::cvt_c(v));
+      else *reinterpret_cast<u32*>(ep) = Kind::cvt_c(v);
+    }
+  }
+}
+
+}  // namespace pyblasgemm

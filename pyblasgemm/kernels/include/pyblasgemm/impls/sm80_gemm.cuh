@@ -1,0 +1,156 @@
+// The sm_80 GEMM kernel (mma.sync + cp.async + ldmatrix), usable on sm_80..sm_90.
+// Column-major BLAS convention: C(m x n) = alpha * op(A) * op(B) + beta * C.
+//   AK = op(A) is K-contiguous (transa = 'T'), else M-contiguous ('N').
+//   BK = op(B) is K-contiguous (transb = 'N'), else N-contiguous ('T').
+// One template, four decompositions (see params.cuh); determinism of each:
+//   sliced, split-k serial/parallel, stream-k: all bitwise reproducible run to run (partials
+//   are summed in a fixed order chosen on the host, never in arrival order).
+#pragma once
+#include "../arch.cuh"
+#include "../params.cuh"
+#include "../ptx/sm70_sync.cuh"
+#include "../pipeline/sm80_multistage.cuh"
+#include "../scheduler/tile_scheduler.cuh"
+#include "../epilogue/sm80_smem_epilogue.cuh"
+#include "../epilogue/splitk_reduce.cuh"
+
+namespace pyblasgemm {
+
+template <class Kind, bool AK, bool BK, int BM, int BN, int BKB, int WM, int WN, int STAGES, bool VEC>
+struct GemmCore {
+  typedef Multistage<Kind, AK, BK, BM, BN, BKB, WM, WN, STAGES, VEC> Mainloop;
+  typedef SmemEpilogue<Kind, BM, BN, WM, WN> Epi;
+  typedef TileScheduler<BM, BN, BKB / Kind::kElemBytes> Sched;
+  static constexpr int MI = Mainloop::WMma::MI, NI = Mainloop::WMma::NI, R = Kind::kAccRegs;
+  static constexpr int SMEM_BYTES =
+      Mainloop::SMEM_BYTES > Epi::SMEM_BYTES ? Mainloop::SMEM_BYTES : Epi::SMEM_BYTES;
+  typedef typename Kind::AccReg AccReg;
+  typedef typename Kind::Stage Stage;
+
+  // Accumulate tile `tc` over BK steps [kb0, kb1) and leave the sum in the smem stage tile.
+  static PBG_DEVICE void tile_to_smem(char* smem, const GemmParams& p, const TileCoord& tc, int kb0, int kb1) {
+    AccReg acc[MI][NI][R];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[i][j][r] = AccReg(0);
+    const char* A = p.A + static_cast<i64>(tc.b) * p.sa * Kind::kElemBytes;
+    const char* B = p.B + static_cast<i64>(tc.b) * p.sb * Kind::kElemBytes;
+    Mainloop::run(smem, p, A, B, tc.tm * BM, tc.tn * BN, kb0, kb1, acc);
+    Epi::stage_acc(reinterpret_cast<Stage*>(smem), acc);
+    __syncthreads();  // stage tile complete before any thread reads other warps' values
+  }
+
+  // Publish the CTA's smem partial and raise `flag` to `value` (release at GPU scope).
+  static PBG_DEVICE void publish(char* smem, Stage* slot, int* flag, int value) {
+    Epi::smem_to_ws(reinterpret_cast<const Stage*>(smem), slot);
+    __threadfence();   // each thread's workspace stores are visible GPU-wide ...
+    __syncthreads();   // ... before thread 0 (after this barrier) raises the flag
+    if (threadIdx.x == 0) st_release_gpu(flag, value);
+  }
+  // Wait for `flag` >= value, then add that partial into the smem tile.
+  static PBG_DEVICE void consume(char* smem, const Stage* slot, const int* flag, int value) {
+    if (threadIdx.x == 0) spin_wait_geq(flag, value);
+    __syncthreads();
+    Epi::smem_add_ws(reinterpret_cast<Stage*>(smem), slot);
+    __syncthreads();
+  }
+  static PBG_DEVICE void finish(char* smem, const GemmParams& p, const TileCoord& tc) {
+    Epi::store_c(reinterpret_cast<const Stage*>(smem), p, tc.b, tc.tm * BM, tc.tn * BN);
+    __syncthreads();  // smem is reused by the next tile's mainloop
+  }
+};
+
+template <class Kind, bool AK, bool BK, int BM, int BN, int BKB, int WM, int WN, int STAGES, int MODE, bool VEC>
+__global__ void __launch_bounds__(WM * WN * 32, 1)
+    gemm_kernel(const void* A, const void* B, void* C, void* ws, int* flags, int m, int n, int k, long long lda,
+                long long ldb, long long ldc, long long sa, long long sb, long long sc, int batch, float alpha,
+                float beta, int ialpha, int ibeta, int c_vec, int group_m, int splits, int kt_per_split,
+                int dp_tiles, int sk_tiles) {
+  typedef GemmCore<Kind, AK, BK, BM, BN, BKB, WM, WN, STAGES, VEC> Core;
+  typedef typename Core::Stage Stage;
+  extern __shared__ __align__(128) char smem[];
+  GemmParams p;
+  p.A = static_cast<const char*>(A); p.B = static_cast<const char*>(B); p.C = static_cast<char*>(C);
+  p.ws = static_cast<char*>(ws); p.flags = flags;
+  p.m = m; p.n = n; p.k = k; p.lda = lda; p.ldb = ldb; p.ldc = ldc; p.sa = sa; p.sb = sb; p.sc = sc;
+  p.batch = batch; p.alpha = alpha; p.beta = beta; p.ialpha = ialpha; p.ibeta = ibeta; p.c_vec = c_vec;
+  p.group_m = group_m; p.splits = splits; p.kt_per_split = kt_per_split; p.dp_tiles = dp_tiles;
+  p.sk_tiles = sk_tiles;
+  const typename Core::Sched sched(p);
+  Stage* wsS = reinterpret_cast<Stage*>(p.ws);
+  constexpr i64 SLOT = static_cast<i64>(BM) * BN;
+
+  if constexpr (MODE == kSliced || MODE == kSplitKSerial || MODE == kSplitKParallel) {
+    // grid = (tiles per batch, splits, batch); split index in y so that lower splits are
+    // dispatched first (the serial chain waits on split s-1 only).
+    const int tile = blockIdx.z * sched.tiles_per_batch + blockIdx.x;
+    const TileCoord tc = sched.coord(tile, p.group_m);
+    const int s = blockIdx.y;
+    int kb0 = 0, kb1 = sched.kt;
+    if constexpr (MODE != kSliced) {
+      kb0 = s * p.kt_per_split;
+      kb1 = kb0 + p.kt_per_split < sched.kt ? kb0 + p.kt_per_split : sched.kt;
+      if (kb0 > kb1) kb0 = kb1;  // an empty split still takes part (adds zero)
+    }
+    Core::tile_to_smem(smem, p, tc, kb0, kb1);
+    if constexpr (MODE == kSliced) {
+      Core::finish(smem, p, tc);
+    } else if constexpr (MODE == kSplitKSerial) {
+      // Ordered fixup: split s adds the running sum of splits 0..s-1, then passes it on;
+      // the last split applies alpha/beta. Fixed order -> reproducible bits.
+      Stage* slot = wsS + tile * SLOT;
+      if (s > 0) Core::consume(smem, slot, p.flags + tile, s);
+      if (s < p.splits - 1) {
+        __syncthreads();  // all reads of slot done before anyone overwrites it
+        Core::publish(smem, slot, p.flags + tile, s + 1);
+      } else {
+        Core::finish(smem, p, tc);
+      }
+    } else {
+      const i64 tiles = static_cast<i64>(sched.tiles_per_batch) * p.batch;
+      Core::Epi::smem_to_ws(reinterpret_cast<const Stage*>(smem), wsS + (s * tiles + tile) * SLOT);
+    }
+  } else {
+    // Stream-k (persistent grid of G CTAs, all co-resident: G <= SMs x occupancy).
+    const int G = gridDim.x, cta = blockIdx.x;
+    // 1) Data-parallel full waves: dp_tiles is a multiple of G, each CTA takes every G-th.
+    for (int t = cta; t < p.dp_tiles; t += G) {
+      const TileCoord tc = sched.coord(t, p.group_m);
+      Core::tile_to_smem(smem, p, tc, 0, sched.kt);
+      Core::finish(smem, p, tc);
+    }
+    // 2) The remaining sk_tiles: their MAC iterations are split evenly over the G CTAs.
+    const i64 total = static_cast<i64>(p.sk_tiles) * sched.kt;
+    if (total == 0) return;
+    i64 it = Core::Sched::sk_begin(cta, total, G);
+    const i64 end = Core::Sched::sk_begin(cta + 1, total, G);
+    while (it < end) {
+      const int local = static_cast<int>(it / sched.kt);
+      const int kb0 = static_cast<int>(it - static_cast<i64>(local) * sched.kt);
+      const i64 seg_end = static_cast<i64>(local + 1) * sched.kt < end ? static_cast<i64>(local + 1) * sched.kt : end;
+      const int kb1 = kb0 + static_cast<int>(seg_end - it);
+      const TileCoord tc = sched.coord(p.dp_tiles + local, p.group_m);
+      Core::tile_to_smem(smem, p, tc, kb0, kb1);
+      if (kb0 != 0) {
+        // Not the tile's first k-range: only the first segment of a CTA can start mid-tile,
+        // so each CTA publishes at most once, into its own slot.
+        Core::publish(smem, wsS + cta * SLOT, p.flags + cta, 1);
+        __syncthreads();
+      } else {
+        if (kb1 != sched.kt) {
+          // Owner (holds k-step 0): add the later k-ranges in CTA order, a fixed order.
+          const i64 tile_last = static_cast<i64>(local + 1) * sched.kt - 1;
+          const int last = Core::Sched::sk_cta_of(tile_last, total, G);
+          for (int q = cta + 1; q <= last; ++q) Core::consume(smem, wsS + q * SLOT, p.flags + q, 1);
+        }
+        Core::finish(smem, p, tc);
+      }
+      it = seg_end;
+    }
+  }
+}
+
+}  // namespace pyblasgemm

@@ -1,0 +1,123 @@
+// Element-kind traits: operand/output storage, the mma.sync atom, accumulator registers,
+// how raw fragments become MMA operands (tf32 rounding, 3xTF32 split) and C conversion.
+#pragma once
+#include "../arch.cuh"
+#include "../ptx/sm80_mma.cuh"
+#include "../ptx/sm80_cvt.cuh"
+
+namespace pyblasgemm {
+
+// Shared shape facts: every atom is 16x8 and consumes 32 bytes of K per row, so a BK tile of
+// BKB bytes holds BKB/32 MMA k-steps whatever the element width.
+struct KindBase16 {
+  static constexpr int kElemBytes = 2;
+  static constexpr int kParts = 1;  // operand fragments per MMA (3xTF32 uses big + small)
+  static PBG_DEVICE void prep(const u32* raw, u32 (*out)[4], int n) {
+    for (int i = 0; i < n; ++i) out[0][i] = raw[i];
+  }
+};
+
+template <class Atom, bool BF16>
+struct Kind16F32 : KindBase16 {
+  typedef float AccReg;
+  static constexpr int kAccRegs = 4;
+  typedef float Stage;  // fp32 staging / workspace
+  typedef float Scale;
+  static constexpr int kCBytes = 2;
+  static PBG_DEVICE void mma(AccReg* d, const u32 (*a)[4], const u32 (*b)[4]) { Atom::fma(d, a[0], b[0]); }
+  static PBG_DEVICE void acc_to_stage(const AccReg* d, Stage* s) {
+    s[0] = d[0]; s[1] = d[1]; s[2] = d[2]; s[3] = d[3];
+  }
+  static PBG_DEVICE float load_c(const char* p) {
+    u16 h = *reinterpret_cast<const u16*>(p);
+    return BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+  }
+  static PBG_DEVICE u32 cvt_c(float v) { return BF16 ? f32_to_bf16(v) : f32_to_f16(v); }
+  static PBG_DEVICE float c_from_bits(u32 h) { return BF16 ? bf16_to_f32(static_cast<u16>(h)) : f16_to_f32(static_cast<u16>(h)); }
+};
+
+typedef Kind16F32<SM80_16x8x16_F32F16F16F32_TN, false> KindF16F32;
+typedef Kind16F32<SM80_16x8x16_F32BF16BF16F32_TN, true> KindBF16F32;
+
+// f16 accumulation: half the accumulator registers, packed half2 (c0c1), (c2c3).
+struct KindF16F16 : KindBase16 {
+  typedef u32 AccReg;
+  static constexpr int kAccRegs = 2;
+  typedef float Stage;
+  typedef float Scale;
+  static constexpr int kCBytes = 2;
+  static PBG_DEVICE void mma(AccReg* d, const u32 (*a)[4], const u32 (*b)[4]) {
+    SM80_16x8x16_F16F16F16F16_TN::fma(d, a[0], b[0]);
+  }
+  static PBG_DEVICE void acc_to_stage(const AccReg* d, Stage* s) {
+    half2_to_f32x2(d[0], s[0], s[1]);
+    half2_to_f32x2(d[1], s[2], s[3]);
+  }
+  static PBG_DEVICE float load_c(const char* p) { return f16_to_f32(*reinterpret_cast<const u16*>(p)); }
+  static PBG_DEVICE u32 cvt_c(float v) { return f32_to_f16(v); }
+  static PBG_DEVICE float c_from_bits(u32 h) { return f16_to_f32(static_cast<u16>(h)); }
+};
+
+// s8 x s8 -> s32, exact integer accumulation; alpha/beta are integers, C is int32.
+struct KindS8S32 {
+  static constexpr int kElemBytes = 1;
+  static constexpr int kParts = 1;
+  typedef int AccReg;
+  static constexpr int kAccRegs = 4;
+  typedef int Stage;
+  typedef int Scale;
+  static constexpr int kCBytes = 4;
+  static PBG_DEVICE void prep(const u32* raw, u32 (*out)[4], int n) {
+    for (int i = 0; i < n; ++i) out[0][i] = raw[i];
+  }
+  static PBG_DEVICE void mma(AccReg* d, const u32 (*a)[4], const u32 (*b)[4]) {
+    SM80_16x8x32_S32S8S8S32_TN::fma(d, a[0], b[0]);
+  }
+  static PBG_DEVICE void acc_to_stage(const AccReg* d, Stage* s) {
+    s[0] = d[0]; s[1] = d[1]; s[2] = d[2]; s[3] = d[3];
+  }
+  static PBG_DEVICE int load_c(const char* p) { return *reinterpret_cast<const int*>(p); }
+  static PBG_DEVICE u32 cvt_c(int v) { return static_cast<u32>(v); }
+  static PBG_DEVICE int c_from_bits(u32 h) { return static_cast<int>(h); }
+};
+
+// fp32 operands on tensor cores. SPLIT=false: round to tf32 (10-bit mantissa, ~1e-3 rel).
+// SPLIT=true (3xTF32): x = big + small with big = tf32(x), small = tf32(x - big); the product
+// keeps big*big + big*small + small*big (small*small is below fp32 rounding), ~fp32 accuracy.
+template <bool SPLIT>
+struct KindTF32T {
+  static constexpr int kElemBytes = 4;
+  static constexpr int kParts = SPLIT ? 2 : 1;
+  typedef float AccReg;
+  static constexpr int kAccRegs = 4;
+  typedef float Stage;
+  typedef float Scale;
+  static constexpr int kCBytes = 4;
+  static PBG_DEVICE void prep(const u32* raw, u32 (*out)[4], int n) {
+    for (int i = 0; i < n; ++i) {
+      float x = __uint_as_float(raw[i]);
+      u32 big = f32_to_tf32(x);
+      out[0][i] = big;
+      // x - big is exact in fp32 (same exponent range, fewer bits); round it to tf32 too.
+      if constexpr (SPLIT) out[1][i] = f32_to_tf32(x - __uint_as_float(big));
+    }
+  }
+  static PBG_DEVICE void mma(AccReg* d, const u32 (*a)[4], const u32 (*b)[4]) {
+    if constexpr (SPLIT) {
+      // Small terms first: they are ~2^-11 of the big one, adding them early loses less.
+      SM80_16x8x8_F32TF32TF32F32_TN::fma(d, a[1], b[0]);
+      SM80_16x8x8_F32TF32TF32F32_TN::fma(d, a[0], b[1]);
+    }
+    SM80_16x8x8_F32TF32TF32F32_TN::fma(d, a[0], b[0]);
+  }
+  static PBG_DEVICE void acc_to_stage(const AccReg* d, Stage* s) {
+    s[0] = d[0]; s[1] = d[1]; s[2] = d[2]; s[3] = d[3];
+  }
+  static PBG_DEVICE float load_c(const char* p) { return *reinterpret_cast<const float*>(p); }
+  static PBG_DEVICE u32 cvt_c(float v) { return __float_as_uint(v); }
+  static PBG_DEVICE float c_from_bits(u32 h) { return __uint_as_float(h); }
+};
+typedef KindTF32T<false> KindTF32;
+typedef KindTF32T<true> Kind3xTF32;
+
+}  // namespace pyblasgemm

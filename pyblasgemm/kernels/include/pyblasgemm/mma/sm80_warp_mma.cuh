@@ -1,0 +1,171 @@
+// Warp-level MMA over one shared-memory stage: load A/B fragments (ldmatrix for 16-bit and
+// K-contiguous 8-bit operands, plain LDS otherwise) and issue MI x NI mma.sync atoms.
+#pragma once
+#include "../arch.cuh"
+#include "../ptx/sm75_ldmatrix.cuh"
+#include "../copy/smem_swizzle.cuh"
+#include "sm80_kinds.cuh"
+
+namespace pyblasgemm {
+
+// AK/BK: operand is K-contiguous in global and therefore in shared memory (rows = M or N).
+// Otherwise rows = K and the contiguous dimension is M (A) or N (B).
+template <class Kind, bool AK, bool BK, int BM, int BN, int BKB, int WM, int WN>
+struct WarpMma {
+  static constexpr int EB = Kind::kElemBytes;
+  static constexpr int BKE = BKB / EB;       // BK in elements
+  static constexpr int WTM = BM / WM;        // warp tile
+  static constexpr int WTN = BN / WN;
+  static constexpr int MI = WTM / 16;        // 16x8 atoms per warp tile
+  static constexpr int NI = WTN / 8;
+  static constexpr int KSTEPS = BKB / 32;    // each atom eats 32 bytes of K
+  static constexpr int KE = 32 / EB;         // K elements per atom
+  static constexpr int CPR_A = AK ? BKB / 16 : BM * EB / 16;
+  static constexpr int CPR_B = BK ? BKB / 16 : BN * EB / 16;
+  static constexpr int P = Kind::kParts;
+  static_assert(WTM % 16 == 0 && WTN % 16 == 0, "warp tile must be a multiple of 16x16");
+  typedef typename Kind::AccReg AccReg;
+
+  // One k-step: A fragments for MI atoms, B fragments for NI atoms (raw 32-bit registers).
+  static PBG_DEVICE void load_a(const char* sA, int ks, int wm0, int lane, u32 (*ra)[4]) {
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+      const int mb = wm0 + 16 * i;
+      if constexpr (EB == 2 || (EB == 1 && AK)) {
+        if constexpr (AK) {
+          // lanes 0-15 address rows mb+0..15 at k-chunk 2ks, lanes 16-31 the chunk after:
+          // matrices (rows 0-7,k lo) (8-15,lo) (0-7,hi) (8-15,hi) = a0..a3.
+          int row = mb + (lane & 15);
+          int ch = 2 * ks + (lane >> 4);
+          SM75_U32x4_LDSM_N::copy(sA + swz_chunk<CPR_A>(row, ch), ra[i][0], ra[i][1], ra[i][2], ra[i][3]);
+        } else {
+          // Rows are k: .trans hands each lane the (m, k..k+1) pair the A fragment wants.
+          int j = lane >> 3, r = lane & 7;
+          int krow = 16 * ks + r + 8 * (j >> 1);
+          int ch = mb / 8 + (j & 1);
+          SM75_U16x8_LDSM_T::copy(sA + swz_chunk<CPR_A>(krow, ch), ra[i][0], ra[i][1], ra[i][2], ra[i][3]);
+        }
+      } else if constexpr (EB == 4) {
+        // tf32: ldmatrix has no 32-bit transpose, so each lane reads its 4 words directly.
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          int m = mb + g + 8 * (q & 1);
+          int kk = KE * ks + t + 4 * (q >> 1);
+          int off = AK ? swz_elem<CPR_A, 4>(m, kk) : swz_elem<CPR_A, 4>(kk, m);
+          ra[i][q] = *reinterpret_cast<const u32*>(sA + off);
+        }
+      } else {
+        // s8 with M-contiguous rows: gather the four k-consecutive bytes of each register.
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          int m = mb + g + 8 * (q & 1);
+          int kk = KE * ks + 4 * t + 16 * (q >> 1);
+          u32 v = 0;
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            v |= static_cast<u32>(*reinterpret_cast<const unsigned char*>(sA + swz_elem<CPR_A, 1>(kk + e, m))) << (8 * e);
+          ra[i][q] = v;
+        }
+      }
+    }
+  }
+
+  // s8, M-contiguous A: the fragment of the 16 rows starting at mb, one at a time.
+  static PBG_DEVICE void load_a_one(const char* sA, int ks, int mb, int lane, u32* ra) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      int m = mb + g + 8 * (q & 1);
+      int kk = KE * ks + 4 * t + 16 * (q >> 1);
+      // Opaque copy: stops ptxas hoisting all 4*MI*KSTEPS byte addresses out of the k-loop
+      // (they would pin ~100 registers); recomputing them is a few integer ops per LDS.
+      asm volatile("" : "+r"(m));
+      u32 v = 0;
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        v |= static_cast<u32>(*reinterpret_cast<const unsigned char*>(sA + swz_elem<CPR_A, 1>(kk + e, m))) << (8 * e);
+      ra[q] = v;
+    }
+  }
+
+  static PBG_DEVICE void load_b(const char* sB, int ks, int wn0, int lane, u32 (*rb)[4]) {
+    if constexpr (EB == 2 || (EB == 1 && BK)) {
+#pragma unroll
+      for (int jj = 0; jj < NI / 2; ++jj) {
+        // One x4 ldmatrix covers two n8 atoms: registers (b0,b1) of atom 2jj then of 2jj+1.
+        const int nb = wn0 + 16 * jj;
+        int j = lane >> 3, r = lane & 7;
+        const char* addr;
+        if constexpr (BK) addr = sB + swz_chunk<CPR_B>(nb + r + 8 * (j >> 1), 2 * ks + (j & 1));
+        else addr = sB + swz_chunk<CPR_B>(16 * ks + r + 8 * (j & 1), nb / 8 + (j >> 1));
+        if constexpr (BK) SM75_U32x4_LDSM_N::copy(addr, rb[2 * jj][0], rb[2 * jj][1], rb[2 * jj + 1][0], rb[2 * jj + 1][1]);
+        else SM75_U16x8_LDSM_T::copy(addr, rb[2 * jj][0], rb[2 * jj][1], rb[2 * jj + 1][0], rb[2 * jj + 1][1]);
+      }
+    } else {
+      const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+      for (int j = 0; j < NI; ++j) {
+        const int n = wn0 + 8 * j + g;
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          if constexpr (EB == 4) {
+            int kk = KE * ks + t + 4 * q;  // b0 = (k=t, n=g), b1 = (k=t+4, n=g)
+            int off = BK ? swz_elem<CPR_B, 4>(n, kk) : swz_elem<CPR_B, 4>(kk, n);
+            rb[j][q] = *reinterpret_cast<const u32*>(sB + off);
+          } else {
+            int kk = KE * ks + 4 * t + 16 * q;  // s8, N-contiguous rows: byte gather
+            int nn = n;
+            asm volatile("" : "+r"(nn));  // as in load_a_one: no hoisted address table
+            u32 v = 0;
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              v |= static_cast<u32>(*reinterpret_cast<const unsigned char*>(sB + swz_elem<CPR_B, 1>(kk + e, nn))) << (8 * e);
+            rb[j][q] = v;
+          }
+        }
+      }
+    }
+  }
+
+  // All k-steps of one stage; the whole stage is unrolled so the compiler can hoist the
+  // next step's shared-memory loads above the current step's MMAs.
+  static PBG_DEVICE void compute_stage(const char* sA, const char* sB, int wm0, int wn0, int lane,
+                                       AccReg (&acc)[MI][NI][Kind::kAccRegs]) {
+    // s8 with M-contiguous A gathers bytes: keep one A fragment live at a time (4 instead of
+    // 4*MI registers) or the 64x64 warp tile runs out of the 255-register budget.
+    constexpr bool kAOneAtATime = (EB == 1 && !AK);
+    // Byte gathers: unrolled k-steps let ptxas put every LDS.U8 of the stage in flight at
+    // once (one register each); one k-step at a time keeps the s8 N/T layouts spill-free.
+    constexpr bool kGather = (EB == 1 && (!AK || !BK));
+#pragma unroll (kGather ? 1 : KSTEPS)
+    for (int ks = 0; ks < KSTEPS; ++ks) {
+      u32 ra[MI][4], rb[NI][4];
+      if constexpr (!kAOneAtATime) load_a(sA, ks, wm0, lane, ra);
+      load_b(sB, ks, wn0, lane, rb);
+      u32 fb[NI][P][4];
+#pragma unroll
+      for (int j = 0; j < NI; ++j) Kind::prep(rb[j], fb[j], 2);
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        u32 fa[P][4];
+        if constexpr (kAOneAtATime) {
+          u32 one[1][4];
+          load_a_one(sA, ks, wm0 + 16 * i, lane, one[0]);
+          Kind::prep(one[0], fa, 4);
+        } else {
+          Kind::prep(ra[i], fa, 4);
+        }
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+          // Serpentine over j: consecutive MMAs reuse the B registers just used.
+          int jj = (i & 1) ? (NI - 1 - j) : j;
+          Kind::mma(acc[i][jj], fa, fb[jj]);
+        }
+      }
+    }
+  }
+};
+
+}  // namespace pyblasgemm

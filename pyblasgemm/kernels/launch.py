@@ -1,0 +1,198 @@
+"""Launch our GEMM kernels for a :class:`KernelProblem`.
+
+``supports(problem)`` says whether these kernels can run a problem at all (the backend routes
+the rest to cuBLAS); ``run(problem, config=None, stream=None)`` picks ``default_config`` when
+no config is given, validates, allocates workspace/flags from CuPy's pool on the stream, and
+launches. Unaligned pointers or leading dimensions are supported through a scalar
+(non-cp.async) operand path and scalar C stores; only element alignment is required.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .config import DECOMPOSITIONS, KernelConfig, default_config
+from .jit import get_kernels
+from .problem import ACCUMULATE, KernelProblem
+
+__all__ = ["run", "supports", "prepare", "PreparedLaunch", "launch_geometry"]
+
+
+def supports(problem: KernelProblem) -> tuple[bool, str]:
+    """(ok, reason): can our kernels compute this problem (with some config)?"""
+    p = problem
+    if p.kind not in ACCUMULATE:
+        return False, f"kind {p.kind!r} not in {tuple(ACCUMULATE)}"
+    if p.acc not in ACCUMULATE[p.kind]:
+        return False, f"accumulate {p.acc!r} not available for kind {p.kind!r}"
+    if p.transa not in ("N", "T") or p.transb not in ("N", "T"):
+        return False, f"transa/transb must be 'N' or 'T' (got {p.transa!r}, {p.transb!r})"
+    if min(p.m, p.n, p.k, p.batch) < 1:
+        return False, "m, n, k, batch must be >= 1 (degenerate shapes are answered above us)"
+    if max(p.m, p.n, p.k) >= 2**31:
+        return False, "m, n, k must be < 2^31"
+    eb, cb = p.elem_bytes, p.c_bytes
+    if p.a_ptr % eb or p.b_ptr % eb or p.c_ptr % cb:
+        return False, "pointers must be aligned to their element size"
+    rows_a = p.k if p.transa == "T" else p.m
+    rows_b = p.n if p.transb == "T" else p.k
+    if p.lda < rows_a or p.ldb < rows_b or p.ldc < p.m:
+        return False, f"leading dimensions too small (lda={p.lda} ldb={p.ldb} ldc={p.ldc})"
+    if p.kind == "s8" and not (isinstance(p.alpha, (int, np.integer)) and isinstance(p.beta, (int, np.integer))):
+        return False, "s8 takes integer alpha and beta"
+    return True, ""
+
+
+def _device_info(dev):
+    attrs = dev.attributes
+    return attrs["MultiProcessorCount"], attrs.get("MaxSharedMemoryPerBlockOptin", 232448)
+
+
+def launch_geometry(problem: KernelProblem, config: KernelConfig, sm_count: int, occupancy: int = 1) -> dict:
+    """Grid and runtime parameters for ``config`` on ``problem`` (pure arithmetic, no GPU)."""
+    p, c = problem, config
+    tiles_m, tiles_n = -(-p.m // c.bm), -(-p.n // c.bn)
+    tpb = tiles_m * tiles_n
+    tiles = tpb * p.batch
+    kt = -(-p.k // c.bk)
+    g = dict(grid=(tpb, 1, p.batch), splits=1, kt_per_split=kt, dp_tiles=0, sk_tiles=0,
+             ws_slots=0, flags=0, tiles=tiles, kt=kt)
+    d = c.decomposition
+    if d.startswith("splitk"):
+        splits = c.splits or max(2, min(kt // 4 if kt >= 8 else kt, -(-sm_count // tiles)))
+        splits = max(1, min(splits, kt))
+        kps = -(-kt // splits)
+        splits = -(-kt // kps)  # no empty splits
+        g.update(grid=(tpb, splits, p.batch), splits=splits, kt_per_split=kps)
+        if d == "splitk_serial":
+            g.update(ws_slots=tiles, flags=tiles)
+        else:
+            g.update(ws_slots=tiles * splits)
+    elif d in ("streamk", "hybrid"):
+        G = max(1, sm_count * max(1, occupancy))
+        if d == "hybrid":
+            rem = tiles % G
+            sk = 0 if rem == 0 else (rem + G if tiles >= 2 * G else tiles)
+        else:
+            sk = tiles
+        dp = tiles - sk
+        # every stream-k CTA needs >= 1 MAC iteration (the owner waits on each in between)
+        ctas = G if sk == 0 else min(G, sk * kt)
+        if dp and ctas < G:
+            ctas = G
+        if dp % ctas:
+            # data-parallel tiles must be a whole number of waves of this grid
+            sk, dp = tiles, 0
+            ctas = min(G, sk * kt)
+        g.update(grid=(ctas, 1, 1), dp_tiles=dp, sk_tiles=sk, ws_slots=ctas, flags=ctas)
+    return g
+
+
+def _occupancy(kern, threads: int, smem: int) -> int:
+    try:
+        from cupy_backends.cuda.api import driver
+
+        return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(kern.kernel.ptr, threads, smem))
+    except Exception:  # pragma: no cover - older CuPy: one CTA per SM is always co-resident
+        return 1
+
+
+class PreparedLaunch:
+    """A validated, compiled launch with its workspace: call it to enqueue the GEMM.
+
+    Re-calling reuses the workspace (flags are re-zeroed each call), so calls on one stream
+    are safe; calls on different streams concurrently are not (they would share workspace).
+    """
+
+    def __init__(self, problem, config, kern, red, geometry, smem):
+        import cupy
+
+        self.problem, self.config, self.kern, self.red, self.geometry, self.smem = (
+            problem, config, kern, red, geometry, smem)
+        p, g = problem, geometry
+        self.ws = cupy.empty(g["ws_slots"] * config.bm * config.bn * 4, dtype=cupy.uint8) if g["ws_slots"] else None
+        self.flags = cupy.empty(g["flags"], dtype=cupy.int32) if g["flags"] else None
+        ws_ptr = self.ws.data.ptr if self.ws is not None else 0
+        fl_ptr = self.flags.data.ptr if self.flags is not None else 0
+        is_int = p.kind == "s8"
+        falpha, fbeta = (0.0, 0.0) if is_int else (float(p.alpha), float(p.beta))
+        ialpha, ibeta = (int(p.alpha), int(p.beta)) if is_int else (0, 0)
+        i32, i64, f32, u64 = np.int32, np.int64, np.float32, np.uint64
+        self.args = (u64(p.a_ptr), u64(p.b_ptr), u64(p.c_ptr), u64(ws_ptr), u64(fl_ptr),
+                     i32(p.m), i32(p.n), i32(p.k), i64(p.lda), i64(p.ldb), i64(p.ldc),
+                     i64(p.stride_a), i64(p.stride_b), i64(p.stride_c), i32(p.batch),
+                     f32(falpha), f32(fbeta), i32(ialpha), i32(ibeta), i32(1 if p.c_vectorizable() else 0),
+                     i32(config.group_m), i32(g["splits"]), i32(g["kt_per_split"]), i32(g["dp_tiles"]),
+                     i32(g["sk_tiles"]))
+        if config.decomposition == "splitk_parallel":
+            nvec = g["tiles"] * config.bm * config.bn // 4
+            self.red_grid = (-(-nvec // 256),)
+            self.red_args = (u64(ws_ptr), u64(p.c_ptr), i32(p.m), i32(p.n), i64(p.ldc), i64(p.stride_c),
+                             i32(p.batch), i32(g["splits"]), f32(falpha), f32(fbeta), i32(ialpha), i32(ibeta),
+                             i32(config.group_m))
+
+    def __call__(self, stream=None):
+        import cupy
+
+        stream = stream if stream is not None else cupy.cuda.get_current_stream()
+        with stream:
+            if self.flags is not None:
+                self.flags.fill(0)  # stream-ordered memset: zeroed before every launch
+            self.kern(self.geometry["grid"], (self.config.threads,), self.args, shared_mem=self.smem)
+            if self.red is not None:
+                self.red(self.red_grid, (256,), self.red_args)
+
+
+def prepare(problem: KernelProblem, config: KernelConfig | None = None, stream=None, *,
+            sm_count: int | None = None) -> PreparedLaunch:
+    """Validate, pick/compile the kernel and allocate workspace; see :func:`run`.
+
+    Example::
+
+        launch = prepare(problem); launch(); launch()   # two launches, one set-up
+    """
+    import cupy
+
+    ok, why = supports(problem)
+    if not ok:
+        raise ValueError(f"pyblasgemm kernels cannot run this problem: {why}")
+    p = problem
+    stream = stream if stream is not None else cupy.cuda.get_current_stream()
+    dev = cupy.cuda.Device()
+    dev_sms, max_smem = _device_info(dev)
+    sm_count = min(sm_count, dev_sms) if sm_count else dev_sms  # never more CTAs than fit
+    if config is None:
+        config = default_config(p, sm_count)
+    if config.decomposition not in DECOMPOSITIONS:
+        raise ValueError(f"unknown decomposition {config.decomposition!r}")
+    ok, why = config.validate(p, max_smem=max_smem)
+    if not ok:
+        raise ValueError(f"config {config.name} is invalid for this problem: {why}")
+    vec = p.operands_vectorizable()
+    kern, red = get_kernels(config, p.kind, p.transa, p.transb, p.acc, vec)
+    smem = config.smem_bytes(p.kind)
+    occ = _occupancy(kern, config.threads, smem) if config.decomposition in ("streamk", "hybrid") else 1
+    g = launch_geometry(p, config, sm_count, occ)
+    with stream:
+        return PreparedLaunch(p, config, kern, red, g, smem)
+
+
+def run(problem: KernelProblem, config: KernelConfig | None = None, stream=None, *,
+        sm_count: int | None = None) -> KernelConfig:
+    """Compute ``problem`` on the GPU with our kernels; returns the config used.
+
+    Picks :func:`default_config` when ``config`` is None; launches on ``stream`` (CuPy's
+    current stream if None); workspace and flags come from CuPy's pool on that stream and go
+    back to it after the launch (later work on the stream is ordered after the kernels).
+    ``sm_count`` overrides the device's SM count in the grid arithmetic (tests use a small
+    value to exercise the hybrid schedule's data-parallel waves on small problems).
+
+    Raises ValueError (with the reason) when the problem is unsupported or a forced config
+    is invalid for it; :class:`~pyblasgemm.kernels.jit.KernelCompileError` if NVRTC fails.
+
+    Example::
+
+        run(KernelProblem("f16", "N", "N", m, n, k, m, k, m, a.data.ptr, b.data.ptr, c.data.ptr))
+    """
+    launch = prepare(problem, config, stream, sm_count=sm_count)
+    launch(stream)
+    return launch.config

@@ -1,0 +1,254 @@
+"""GPU tests of pyblasgemm's own kernels against a float64 NumPy oracle and cuBLAS.
+
+Every kind x transpose pair x decomposition on small odd shapes (1, 7, 31, 129, 1000 and
+non-multiples of the tile), padded and odd leading dimensions (the latter take the scalar,
+non-cp.async path), alpha/beta with beta == 0 over NaN-poisoned C. Error must stay within
+2x cuBLAS's on the same inputs (s8: exact). Split-k and stream-k must be bitwise repeatable.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+cp = pytest.importorskip("cupy")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+
+def _has_gpu() -> bool:
+    try:
+        return cp.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _has_gpu(), reason="no CUDA device")]
+
+from pyblasgemm.kernels import KernelConfig, KernelProblem, SHIPPED_CONFIGS, run, supports  # noqa: E402
+from pyblasgemm.kernels import jit  # noqa: E402
+
+KINDS = [("f16", "f32"), ("f16", "f16"), ("bf16", "f32"), ("s8", "s32"), ("tf32", "f32"), ("3xtf32", "f32")]
+LAYOUTS = ["NN", "NT", "TN", "TT"]
+DECOMPS = ["sliced", "splitk_serial", "splitk_parallel", "streamk", "hybrid"]
+NP_IN = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "s8": np.int8, "tf32": np.float32, "3xtf32": np.float32}
+NP_OUT = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "s8": np.int32, "tf32": np.float32, "3xtf32": np.float32}
+EPS_OUT = {"f16": 2.0**-11, "bf16": 2.0**-8, "s8": 0, "tf32": 2.0**-24, "3xtf32": 2.0**-24}
+
+
+def config_for(kind, decomp, small=False, splits=0):
+    cfgs = SHIPPED_CONFIGS[kind]
+    base = cfgs[5] if small else cfgs[0]
+    return replace(base, decomposition=decomp, splits=(splits if decomp.startswith("splitk") else 0))
+
+
+def tf32_round(x):
+    """Round fp32 to tf32, ties away (cvt.rna), as the kernel does."""
+    b = x.astype(np.float32).view(np.uint32)
+    b = ((b + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).astype(np.uint32)
+    return b.view(np.float32)
+
+
+class Case:
+    """Stored column-major operands with leading dims, on host and device, plus references."""
+
+    def __init__(self, kind, acc, ta, tb, m, n, k, pad=0, alpha=1.0, beta=0.0, rng=None, batch=1):
+        rng = rng or np.random.default_rng()
+        self.kind, self.acc, self.ta, self.tb, self.m, self.n, self.k = kind, acc, ta, tb, m, n, k
+        self.alpha, self.beta, self.batch = alpha, beta, batch
+        ra, ca = (k, m) if ta == "T" else (m, k)  # stored rows x cols
+        rb, cb = (n, k) if tb == "T" else (k, n)
+        self.lda, self.ldb, self.ldc = ra + pad, rb + pad, m + pad
+        tin, tout = NP_IN[kind], NP_OUT[kind]
+
+        def rnd(shape, dt):
+            if kind == "s8":
+                return rng.integers(-128, 128, size=shape).astype(dt)
+            return rng.standard_normal(shape).astype(np.float32).astype(dt)
+
+        # numpy (batch, cols, ld) row-major == column-major (ld x cols) per batch
+        self.a_h = rnd((batch, ca, self.lda), tin)
+        self.b_h = rnd((batch, cb, self.ldb), tin)
+        if beta == 0:
+            c0 = np.full((batch, n, self.ldc), -12345 if kind == "s8" else np.nan, dtype=np.float64)
+        else:
+            c0 = rnd((batch, n, self.ldc), np.float32).astype(np.float64)
+        if kind == "s8":
+            c0 = np.where(np.isnan(c0), -12345, c0) if beta == 0 else rng.integers(-1000, 1000, size=c0.shape)
+        self.c_h = c0.astype(tout)
+        self.a_d, self.b_d, self.c_d = cp.asarray(self.a_h), cp.asarray(self.b_h), cp.asarray(self.c_h)
+
+    def ops(self, a, b):
+        opa = a[:, :, : self.k] if self.ta == "T" else a[:, :, : self.m].transpose(0, 2, 1)
+        opb = b[:, :, : self.n] if self.tb == "T" else b[:, :, : self.k].transpose(0, 2, 1)
+        if self.ta == "N":
+            opa = a[:, :, : self.m].transpose(0, 2, 1)
+        return opa, opb
+
+    def c_view(self, c):
+        return c[:, :, : self.m].transpose(0, 2, 1)
+
+    def problem(self):
+        sa, sb, sc = self.a_h[0].size, self.b_h[0].size, self.c_h[0].size
+        return KernelProblem(kind=self.kind, accumulate=self.acc, transa=self.ta, transb=self.tb, m=self.m,
+                             n=self.n, k=self.k, lda=self.lda, ldb=self.ldb, ldc=self.ldc,
+                             a_ptr=self.a_d.data.ptr, b_ptr=self.b_d.data.ptr, c_ptr=self.c_d.data.ptr,
+                             alpha=self.alpha, beta=self.beta, batch=self.batch, stride_a=sa, stride_b=sb,
+                             stride_c=sc)
+
+    def reference(self, a=None, b=None):
+        """float64 (int64 for s8) alpha*op(A)op(B) + beta*C from the given (host) operands."""
+        a = self.a_h if a is None else a
+        b = self.b_h if b is None else b
+        big = np.int64 if self.kind == "s8" else np.float64
+        opa, opb = self.ops(a.astype(big), b.astype(big))
+        out = self.alpha * (opa @ opb)
+        if self.beta != 0:
+            out = out + self.beta * self.c_view(self.c_h.astype(big))
+        return out
+
+    def cublas_out(self):
+        """cuBLAS (cupy.matmul) on the same inputs, alpha/beta applied in float64."""
+        if self.kind == "s8":
+            return None  # s8 is checked exactly against int64
+        if self.kind == "tf32":
+            # cuBLAS's TF32 mode rounds operands to tf32; model that exactly in float64.
+            return self.reference(tf32_round(self.a_h), tf32_round(self.b_h))
+        opa, opb = self.ops(self.a_d, self.b_d)
+        try:
+            prod = cp.matmul(cp.ascontiguousarray(opa), cp.ascontiguousarray(opb)).get().astype(np.float64)
+        except Exception:  # a CuPy without bf16 GEMM: fp32 GEMM of the same values, rounded
+            prod = cp.matmul(opa.astype(cp.float32), opb.astype(cp.float32)).get()
+            prod = prod.astype(NP_OUT[self.kind]).astype(np.float64)
+        out = self.alpha * prod
+        if self.beta != 0:
+            out = out + self.beta * self.c_view(self.c_h.astype(np.float64))
+        return out
+
+    def check(self, out_h, ref, cub=None):
+        """Return our relative error; asserts untouched padding and no NaN."""
+        pad = out_h[:, :, self.m:]
+        assert np.array_equal(pad.view(np.uint8), self.c_h[:, :, self.m:].view(np.uint8)), "wrote into ld padding"
+        got = self.c_view(out_h)
+        if self.kind == "s8":
+            want = ref.astype(np.int64).astype(np.int32)  # int32 wraparound, as the kernel
+            assert np.array_equal(got, want), f"s8 mismatch, max diff {np.abs(got.astype(np.int64) - ref).max()}"
+            return 0.0
+        g = got.astype(np.float64)
+        assert not np.isnan(g).any(), "NaN in output (unwritten element or NaN propagated from C)"
+        rq = ref.astype(NP_OUT[self.kind]).astype(np.float64)  # best possible: correctly rounded
+        den = max(np.linalg.norm(ref), 1e-30)
+        err = np.linalg.norm(g - ref) / den
+        if cub is not None:
+            cub_err = np.linalg.norm(cub.astype(NP_OUT[self.kind]).astype(np.float64) - ref) / den
+            floor = 2 * np.linalg.norm(rq - ref) / den + 4 * EPS_OUT[self.kind]
+            if self.acc == "f16":
+                # cuBLAS via CuPy accumulates f16 GEMMs in fp32; f16 accumulation adds about
+                # sqrt(k) half-ulps of f16 (random-walk rounding), which we allow on top.
+                floor += 2 * EPS_OUT["f16"] * np.sqrt(self.k)
+            assert err <= 2 * cub_err + floor, f"error {err:.3g} > 2 x cuBLAS {cub_err:.3g} (+{floor:.2g})"
+        return err
+
+
+SMALL_SHAPES = [(1, 1, 1), (7, 31, 129), (129, 7, 31), (31, 129, 1000), (200, 130, 77)]
+SMALL_ALPHABETA = [(1.0, 0.0), (0.5, -1.5)]
+
+
+def _run_case(case, cfg, **kw):
+    run(case.problem(), cfg, **kw)
+    cp.cuda.get_current_stream().synchronize()
+    return case.c_d.get()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm():
+    """Compile every instantiation the module needs in parallel threads first."""
+    specs = set()
+    for (kind, acc), lay, d in itertools.product(KINDS, LAYOUTS, DECOMPS):
+        for small in (False, True):
+            cfg = config_for(kind, d, small=small)
+            for vec in (True, False):
+                specs.add((cfg if cfg.decomposition != "hybrid" else replace(cfg, decomposition="streamk"),
+                           kind, lay[0], lay[1], acc, vec))
+    jit.warm(sorted(specs, key=str))
+
+
+@pytest.mark.parametrize("kind,acc", KINDS, ids=[f"{k}-{a}" for k, a in KINDS])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("decomp", DECOMPS)
+def test_small_cross_product(kind, acc, layout, decomp):
+    rng = np.random.default_rng(hash((kind, acc, layout, decomp)) % 2**32)
+    for (m, n, k), (alpha, beta), pad in itertools.product(SMALL_SHAPES, SMALL_ALPHABETA, (0, 3)):
+        if (m, n, k) == (1, 1, 1) and pad:
+            continue
+        if kind == "s8":
+            alpha, beta = (1, 0) if beta == 0 else (2, -1)
+        case = Case(kind, acc, layout[0], layout[1], m, n, k, pad=pad, alpha=alpha,
+                    beta=beta, rng=rng)
+        small = m * n <= 128 * 128 and decomp == "sliced"
+        cfg = config_for(kind, decomp, small=small, splits=3 if decomp == "splitk_serial" else 5)
+        out = _run_case(case, cfg, sm_count=3 if decomp == "hybrid" else None)
+        case.check(out, case.reference(), case.cublas_out())
+
+
+@pytest.mark.parametrize("kind,acc", KINDS, ids=[f"{k}-{a}" for k, a in KINDS])
+@pytest.mark.parametrize("decomp", DECOMPS)
+def test_large_1000(kind, acc, decomp):
+    """1000^3 (not a multiple of any tile) with padded ld's, one layout per decomposition."""
+    layout = LAYOUTS[DECOMPS.index(decomp) % 4]
+    alpha, beta = (3, 1) if kind == "s8" else (0.75, 0.25)
+    case = Case(kind, acc, layout[0], layout[1], 1000, 1000, 1000, pad=8, alpha=alpha, beta=beta)
+    cfg = config_for(kind, decomp, splits=4)
+    out = _run_case(case, cfg, sm_count=3 if decomp == "hybrid" else None)
+    case.check(out, case.reference(), case.cublas_out())
+
+
+@pytest.mark.parametrize("decomp", ["splitk_serial", "splitk_parallel", "streamk", "hybrid"])
+@pytest.mark.parametrize("kind,acc", [("f16", "f32"), ("tf32", "f32"), ("s8", "s32")])
+def test_bitwise_deterministic(kind, acc, decomp):
+    case = Case(kind, acc, "N", "N", 300, 260, 3000, alpha=1 if kind == "s8" else 1.0, beta=0)
+    cfg = config_for(kind, decomp, splits=7)
+    outs = [_run_case(case, cfg, sm_count=5 if decomp == "hybrid" else None).tobytes() for _ in range(3)]
+    assert outs[0] == outs[1] == outs[2]
+
+
+def test_3xtf32_accuracy():
+    """3xTF32 within 2x cuBLAS SGEMM's error and >= 10x more accurate than plain tf32."""
+    for m, n, k in [(257, 129, 1000), (64, 64, 4096)]:
+        errs = {}
+        case = Case("3xtf32", "f32", "N", "N", m, n, k, pad=0)
+        ref = case.reference()
+        for kind in ("tf32", "3xtf32"):
+            case.kind = kind
+            case.c_d[...] = cp.nan
+            errs[kind] = case.check(_run_case(case, None), ref)
+        sg = cp.matmul(*[cp.ascontiguousarray(x) for x in case.ops(case.a_d, case.b_d)]).get()
+        sgemm_err = np.linalg.norm(sg.astype(np.float64) - ref) / np.linalg.norm(ref)
+        assert errs["3xtf32"] <= 2 * sgemm_err + 1e-7, (errs, sgemm_err)
+        assert errs["3xtf32"] * 10 <= errs["tf32"], errs
+
+
+def test_batched_broadcast():
+    """Strided batch with a broadcast (stride 0) B."""
+    case = Case("f16", "f32", "T", "N", 77, 45, 130, batch=3, alpha=1.0, beta=0.0)
+    p = replace(case.problem(), stride_b=0)
+    case.b_h[1:] = case.b_h[0]
+    run(p)
+    out = case.c_d.get()
+    ref = case.reference()
+    case.check(out, ref, None)
+    assert np.linalg.norm(case.c_view(out).astype(np.float64) - ref) / np.linalg.norm(ref) < 2e-3
+
+
+def test_default_config_and_supports():
+    case = Case("bf16", "f32", "N", "T", 333, 222, 111)
+    ok, why = supports(case.problem())
+    assert ok, why
+    cfg = run(case.problem())
+    assert isinstance(cfg, KernelConfig)
+    case.check(case.c_d.get(), case.reference(), case.cublas_out())
+    bad = replace(case.problem(), kind="f64")
+    assert not supports(bad)[0]
+    with pytest.raises(ValueError):
+        run(case.problem(), KernelConfig(bm=96))
