@@ -40,9 +40,22 @@ def data_ptr(x) -> int:
     return x.data.ptr
 
 
+def is_writeable(x) -> bool:
+    """NumPy's writeable flag; CuPy arrays are always writable (their flags lack the field)."""
+    return getattr(x.flags, "writeable", True)
+
+
 def device_id(x) -> int:
     """CUDA device ordinal of a CuPy array, -1 for host arrays."""
     return -1 if isinstance(x, np.ndarray) else x.device.id
+
+
+def as_strided_bytes(x, shape, byte_strides):
+    """A view of x's memory from its first element with the given shape and byte strides."""
+    if isinstance(x, np.ndarray):
+        return np.lib.stride_tricks.as_strided(x, shape=shape, strides=byte_strides)
+    import cupy
+    return cupy.lib.stride_tricks.as_strided(x, shape=shape, strides=byte_strides)
 
 
 def strided_view(x, shape, strides_elems):

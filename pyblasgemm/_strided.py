@@ -1,18 +1,106 @@
-"""The shared core of the array forms: a strided batch of views -> one ``GemmDesc`` -> execute.
+"""The shared core of the array forms: strided matrices -> one ``GemmDesc`` -> execute.
 
-``gemm`` and ``matmul`` both end here with 3-D views ``(batch, rows, cols)``: the logical
-operands ``a``, ``b`` (to which ``transa``/``transb`` apply) and the output ``c``. Row-major
-output is computed as the transposed column-major problem Cᵀ = op(B)ᵀ·op(A)ᵀ; operands are used
-in place whenever one of their strides is unit, and copied only when no BLAS flag can describe
-them.
+``gemm`` and ``matmul`` both end here with arrays whose last two dimensions are the logical
+operands ``a``, ``b`` (to which ``transa``/``transb`` apply) and the output ``c``, plus a batch
+count and the byte strides between batch entries. Row-major output is computed as the
+transposed column-major problem Cᵀ = op(B)ᵀ·op(A)ᵀ; operands are used in place whenever one of
+their strides is unit, and copied only when no BLAS flag can describe them.
+
+The common case (every stride describable, no overlap) is read straight off shapes and strides
+(the fast path: no views are created); the rest goes through 3-D views and copies.
 """
 from __future__ import annotations
 
 from . import _arrays
 from ._layout import blas_layout, blas_layouts, compose_op, may_overlap
 from .desc import GemmDesc, alignment
-from .execute import execute
+from .execute import execute, scale_c
 
+
+def _describe(shape2, strides2, itemsize, user_op, problem_transposed):
+    """(blas flag, ld) for a matrix as it lies in memory, or None."""
+    for layout, ld in blas_layouts(shape2, strides2, itemsize):
+        flag = compose_op(user_op, layout == "T", problem_transposed)
+        if flag is not None:
+            return flag, ld
+    return None
+
+
+def _extent(ptr, shape2, strides2, itemsize, batch, bstride):
+    """[lo, hi) bytes reached by a strided batch of matrices (all strides >= 0 here)."""
+    r, c = shape2
+    hi = ptr + (r - 1) * strides2[0] + (c - 1) * strides2[1] + (batch - 1) * bstride + itemsize
+    return ptr, hi
+
+
+def strided_gemm(routine, row, compute, backend, transa, transb, a, b, c, alpha, beta,
+                 batch=1, strides=(0, 0, 0)):
+    """c[i] = alpha * op(a[i]) @ op(b[i]) + beta * c[i], i < batch, entries ``strides`` bytes
+    apart from the first element of a, b, c (whose last two dims are the matrices)."""
+    m, n = c.shape[-2:]
+    k = a.shape[-1] if transa == "N" else a.shape[-2]
+    if m == 0 or n == 0 or batch == 0:
+        return
+    fast = None
+    if k != 0 and alpha != 0 and min(strides) >= 0:
+        fast = _fast_desc(routine, row, compute, transa, transb, a, b, c, alpha, beta, batch,
+                          strides, m, n, k)
+    if fast is not None:
+        desc, a, b = fast
+        execute(desc, a, b, c, backend)
+    else:
+        _general(routine, row, compute, backend, transa, transb,
+                 *(_as_3d(x, batch, s) for x, s in zip((a, b, c), strides)), alpha, beta)
+
+
+def _fast_desc(routine, row, compute, ta, tb, a, b, c, alpha, beta, batch, strides, m, n, k):
+    """(GemmDesc, A, B) read off shapes and strides (A, B swapped for a transposed problem), or
+    None when a copy or a temporary is needed."""
+    isz, csz = a.dtype.itemsize, c.dtype.itemsize
+    sa, sb, sc = strides
+    if sa % isz or sb % isz or sc % csz:
+        return None
+    lc = blas_layout(c.shape[-2:], c.strides[-2:], csz)
+    if lc is None:
+        return None
+    pt = lc[0] == "T"
+    da = _describe(a.shape[-2:], a.strides[-2:], isz, ta, pt)
+    db = _describe(b.shape[-2:], b.strides[-2:], isz, tb, pt)
+    if da is None or db is None:
+        return None
+    pa, pb, pc = _arrays.data_ptr(a), _arrays.data_ptr(b), _arrays.data_ptr(c)
+    c_lo, c_hi = _extent(pc, c.shape[-2:], c.strides[-2:], csz, batch, sc)
+    for p, x, s in ((pa, a, sa), (pb, b, sb)):
+        lo, hi = _extent(p, x.shape[-2:], x.strides[-2:], isz, batch, s)
+        if lo < c_hi and c_lo < hi:
+            return None             # C overlaps an input: compute into a temporary
+    if batch > 1:
+        rows, cols = (m, n) if not pt else (n, m)
+        if 0 < sc < (lc[1] * (cols - 1) + rows) * csz:
+            return None             # batch entries of C overlap each other
+    (fa, lda), (fb, ldb) = da, db
+    sa, sb, sc = sa // isz, sb // isz, sc // csz
+    if pt:  # Cᵀ = op(B)ᵀ op(A)ᵀ
+        fa, lda, sa, fb, ldb, sb, m, n, pa, pb = fb, ldb, sb, fa, lda, sa, n, m, pb, pa
+        a, b = b, a
+    align = alignment(pa, pb, pc, lda * isz, ldb * isz, lc[1] * csz, sa * isz, sb * isz,
+                      sc * csz)
+    desc = GemmDesc(routine, row.prefix, compute, fa, fb, m, n, k, lda, ldb, lc[1], batch,
+                    sa, sb, sc, _arrays.array_module_name(c), _arrays.device_id(c), align, alpha,
+                    beta)
+    return desc, a, b
+
+
+def _as_3d(x, count, step_bytes):
+    """(count, rows, cols) view of x's memory: batch entries step_bytes apart (never a copy)."""
+    shape = (count,) + x.shape[-2:]
+    strides = (step_bytes,) + x.strides[-2:]
+    return _arrays.as_strided_bytes(x, shape, strides)
+
+
+# ---------------------------------------------------------------------------------------------
+# The general path: 3-D views (batch, rows, cols), copies and temporaries where needed
+# ---------------------------------------------------------------------------------------------
 
 def _batch_stride(x) -> int | None:
     """Element stride between batch entries, or None if BLAS cannot step by it."""
@@ -25,15 +113,12 @@ def _batch_stride(x) -> int | None:
 
 
 def _describe_operand(x, user_op, problem_transposed):
-    """(blas flag, ld, batch stride) for x as it lies in memory, or None."""
+    """(blas flag, ld, batch stride) for a 3-D x as it lies in memory, or None."""
     stride = _batch_stride(x)
     if stride is None:
         return None
-    for layout, ld in blas_layouts(x.shape[1:], x.strides[1:], x.dtype.itemsize):
-        flag = compose_op(user_op, layout == "T", problem_transposed)
-        if flag is not None:
-            return flag, ld, stride
-    return None
+    found = _describe(x.shape[1:], x.strides[1:], x.dtype.itemsize, user_op, problem_transposed)
+    return None if found is None else found + (stride,)
 
 
 def _operand(xp, x, user_op, problem_transposed):
@@ -61,45 +146,37 @@ def _output_layout(c, inputs):
     return layout[0], layout[1], stride
 
 
-def strided_gemm(routine, row, compute, backend, transa, transb, a, b, c, alpha, beta):
-    """c[i] = alpha * op(a[i]) @ op(b[i]) + beta * c[i] for 3-D views a, b, c (writes c)."""
+def _general(routine, row, compute, backend, transa, transb, a, b, c, alpha, beta):
+    """The same product for 3-D views, with copies/temporaries where strides demand them."""
     xp_name = _arrays.array_module_name(c)
     xp = _arrays.xp_of(xp_name)
     batch, m, n = c.shape
     k = a.shape[2] if transa == "N" else a.shape[1]
-
-    if c.size == 0:
-        return
-    if k == 0 or alpha == 0:
-        # A and B are not read: describe them without looking at their (possibly odd) strides
-        desc = GemmDesc(routine, row.prefix, compute, "N", "N", m, n, k, max(1, m), max(1, k),
-                        max(1, m), batch, 0, 0, 0, xp_name, _arrays.device_id(c), 1, alpha, beta)
-        from .execute import scale_c
-        target = xp.empty((batch, n, m), dtype=c.dtype).swapaxes(1, 2)
-        if beta != 0:
-            target[...] = c
-        scale_c(desc._replace(stride_c=m * n), target)
-        c[...] = target
-        return
-    out = _output_layout(c, (a, b))
     target = c
+    out = None if k == 0 or alpha == 0 else _output_layout(c, (a, b))
     if out is None:
-        # write a fresh column-major temporary, copy into c at the end
+        # a fresh column-major temporary, copied into c at the end
         target = xp.empty((batch, n, m), dtype=c.dtype).swapaxes(1, 2)
         if beta != 0:
             target[...] = c
         out = _output_layout(target, ())
-    problem_t = out[0] == "T"
-    a, fa, lda, sa = _operand(xp, a, transa, problem_t)
-    b, fb, ldb, sb = _operand(xp, b, transb, problem_t)
     _, ldc, sc = out
-    if problem_t:  # Cᵀ = op(B)ᵀ op(A)ᵀ
-        a, fa, lda, sa, b, fb, ldb, sb, m, n = b, fb, ldb, sb, a, fa, lda, sa, n, m
-    isz, csz = a.dtype.itemsize, target.dtype.itemsize
-    align = alignment(_arrays.data_ptr(a), _arrays.data_ptr(b), _arrays.data_ptr(target),
-                      lda * isz, ldb * isz, ldc * csz, sa * isz, sb * isz, sc * csz)
-    desc = GemmDesc(routine, row.prefix, compute, fa, fb, m, n, k, lda, ldb, ldc, batch,
-                    sa, sb, sc, xp_name, _arrays.device_id(c), align, alpha, beta)
-    execute(desc, a, b, target, backend)
+    if k == 0 or alpha == 0:
+        # A and B are not read: C = beta * C
+        desc = GemmDesc(routine, row.prefix, compute, "N", "N", m, n, k, max(1, m), max(1, k),
+                        ldc, batch, 0, 0, sc, xp_name, _arrays.device_id(c), 1, alpha, beta)
+        scale_c(desc, target)
+    else:
+        problem_t = out[0] == "T"
+        a, fa, lda, sa = _operand(xp, a, transa, problem_t)
+        b, fb, ldb, sb = _operand(xp, b, transb, problem_t)
+        if problem_t:  # Cᵀ = op(B)ᵀ op(A)ᵀ
+            a, fa, lda, sa, b, fb, ldb, sb, m, n = b, fb, ldb, sb, a, fa, lda, sa, n, m
+        isz, csz = a.dtype.itemsize, target.dtype.itemsize
+        align = alignment(_arrays.data_ptr(a), _arrays.data_ptr(b), _arrays.data_ptr(target),
+                          lda * isz, ldb * isz, ldc * csz, sa * isz, sb * isz, sc * csz)
+        desc = GemmDesc(routine, row.prefix, compute, fa, fb, m, n, k, lda, ldb, ldc, batch,
+                        sa, sb, sc, xp_name, _arrays.device_id(c), align, alpha, beta)
+        execute(desc, a, b, target, backend)
     if target is not c:
         c[...] = target

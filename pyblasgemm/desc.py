@@ -13,6 +13,7 @@ from numbers import Complex, Integral, Real
 from typing import NamedTuple
 
 from . import _arrays
+from .backends import BACKEND_NAMES
 from ._types import TYPE_ROWS, TypeRow, resolve_compute
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -105,9 +106,8 @@ def alignment(*values: int) -> int:
     """Largest power of two <= 16 dividing every value (byte addresses, byte strides)."""
     acc = 16
     for v in values:
-        if v:
-            acc = min(acc, v & -v)
-    return acc
+        acc |= v
+    return acc & -acc   # the lowest set bit of the OR is the smallest power dividing them all
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,6 +125,8 @@ def check_trans(routine: str, position: int, name: str, value, row: TypeRow) -> 
 
 
 def check_dim(routine: str, position: int, name: str, value) -> int:
+    if type(value) is int and 0 <= value <= MAX_DIM:   # the common case, without the index dance
+        return value
     try:
         v = operator.index(value)
     except TypeError:
@@ -140,6 +142,9 @@ def check_dim(routine: str, position: int, name: str, value) -> int:
 def check_scalar(routine: str, position: int, name: str, value, row: TypeRow):
     """alpha / beta as a Python number of the routine's kind."""
     kind = row.scalar_kind
+    t = type(value)
+    if kind == "real" and (t is float or t is int):   # the common case, before the ABC checks
+        return float(value)
     if kind == "int":
         if isinstance(value, Integral):
             v = int(value)
@@ -161,7 +166,6 @@ def check_scalar(routine: str, position: int, name: str, value, row: TypeRow):
 
 
 def check_backend(routine: str, backend) -> str | None:
-    from .backends import BACKEND_NAMES
     if backend is None:
         return None
     if isinstance(backend, str) and backend.lower() in BACKEND_NAMES:
@@ -185,14 +189,9 @@ def check_same_place(routine: str, named_arrays) -> tuple:
     return xp, dev
 
 
-def byte_ranges_overlap(x, x_elems: int, y, y_elems: int) -> bool:
-    """Whether the memory spans [first element, last element reached] of x and y intersect."""
-    if x_elems == 0 or y_elems == 0:
-        return False
-    x0, y0 = _arrays.data_ptr(x), _arrays.data_ptr(y)
-    x1 = x0 + x_elems * x.dtype.itemsize
-    y1 = y0 + y_elems * y.dtype.itemsize
-    return x0 < y1 and y0 < x1
+def ranges_overlap(x0: int, x_bytes: int, y0: int, y_bytes: int) -> bool:
+    """Whether [x0, x0 + x_bytes) and [y0, y0 + y_bytes) intersect (empty ranges never do)."""
+    return x_bytes > 0 and y_bytes > 0 and x0 < y0 + y_bytes and y0 < x0 + x_bytes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,7 +218,7 @@ def _check_buffer(routine, name, x, row_dtype, rows, cols, ld, ld_name, writable
             f"{routine}: parameter {pos} ({name}) must be a contiguous 1-D buffer or an "
             f"F-contiguous (column-major) 2-D array holding the matrix from its first element; "
             f"got a {x.ndim}-D array with shape {x.shape} and strides {x.strides}")
-    if writable and isinstance(x.flags.writeable, bool) and not x.flags.writeable:
+    if writable and not _arrays.is_writeable(x):
         raise ValueError(f"{routine}: parameter {pos} ({name}) is read-only but is written")
     need = matrix_span(rows, cols, ld)
     if x.size < need:
@@ -266,12 +265,12 @@ def describe_blas(row: TypeRow, transa, transb, m, n, k, alpha, a, lda, b, ldb, 
     span_b = _check_buffer(r, "b", b, row.ab_dtype, b_rows, b_cols, ldb, "ldb")
     span_c = _check_buffer(r, "c", c, row.c_dtype, m, n, ldc, "ldc", writable=True)
     xp, dev = check_same_place(r, [("a", a), ("b", b), ("c", c)])
-    for name, x, span in (("a", a, span_a), ("b", b, span_b)):
-        if byte_ranges_overlap(c, span_c, x, span):
+    pa, pb, pc = _arrays.data_ptr(a), _arrays.data_ptr(b), _arrays.data_ptr(c)
+    isz, csz = row.ab_dtype.itemsize, row.c_dtype.itemsize
+    for name, p, span in (("a", pa, span_a), ("b", pb, span_b)):
+        if ranges_overlap(pc, span_c * csz, p, span * isz):
             raise ValueError(f"{r}: c overlaps {name} in memory; C must not alias A or B "
                              f"(pass a separate output buffer)")
-    isz, csz = row.ab_dtype.itemsize, row.c_dtype.itemsize
-    align = alignment(_arrays.data_ptr(a), _arrays.data_ptr(b), _arrays.data_ptr(c),
-                      lda * isz, ldb * isz, ldc * csz)
+    align = alignment(pa, pb, pc, lda * isz, ldb * isz, ldc * csz)
     return GemmDesc(r, row.prefix, compute, ta, tb, m, n, k, lda, ldb, ldc, 1, 0, 0, 0, xp, dev,
                     align, alpha, beta), backend

@@ -90,10 +90,10 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         if out.dtype != row.c_dtype:
             raise TypeError(f"{r}: out has dtype {out.dtype.name}; expected "
                             f"{row.c_dtype.name}")
-        if isinstance(out.flags.writeable, bool) and not out.flags.writeable:
+        if not _arrays.is_writeable(out):
             raise ValueError(f"{r}: out is read-only")
         for name, x in (("a", a), ("b", b)):
             if may_overlap(out, x):
                 raise ValueError(f"{r}: out overlaps {name} in memory; pass a separate output")
-    strided_gemm(r, row, compute, backend, ta, tb, a[None], b[None], out[None], alpha, beta)
+    strided_gemm(r, row, compute, backend, ta, tb, a, b, out, alpha, beta)
     return out

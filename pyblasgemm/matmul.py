@@ -124,7 +124,7 @@ def matmul(a, b, out=None, *, compute=None, backend=None):
     final_shape = shape[:-2] + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
     if out is not None:
         if (_exact_array(out) != xp_name or out.shape != final_shape or out.dtype != result_dtype
-                or not out.flags.writeable
+                or not _arrays.is_writeable(out)
                 or (xp_name == "cupy" and out.device.id != a.device.id)):
             return _delegate(a, b, out)
     row = ROW_BY_DTYPE[dtype]
@@ -137,13 +137,12 @@ def matmul(a, b, out=None, *, compute=None, backend=None):
     if (out is None or row.c_dtype != result_dtype or may_overlap(out, a)
             or may_overlap(out, b)):
         # A fresh C-ordered result: no out, an out that overlaps the inputs (NumPy's answer is
-        # then computed as if from copies), or int8, whose products are formed in int32 and
-        # wrapped to int8 once, which equals NumPy's int8 accumulation modulo 256.
+        # then computed as if from copies), or int8 / bfloat16-to-float32, formed in the row's
+        # output type and converted once (int8: wrapping equals NumPy's int8 accumulation).
         full, in_place = xp.empty(shape, dtype=row.c_dtype), False
     else:
         full, in_place = _with_core_dims(out, a.ndim, b.ndim), True
-    _batched(row, compute, backend, xp.broadcast_to(a2, batch + (m, k)),
-             xp.broadcast_to(b2, batch + (k, n)), full)
+    _batched(row, compute, backend, a2, b2, full)
     if out is not None:
         if not in_place:
             out[...] = full.reshape(final_shape).astype(out.dtype, copy=False)
@@ -165,29 +164,34 @@ def _with_core_dims(out, a_ndim, b_ndim):
     return out
 
 
+def _batch_strides(x, nb):
+    """Byte strides of x's batch dims aligned right to nb broadcast dims; 0 where broadcast."""
+    dims, strides = x.shape[:-2], x.strides[:-2]
+    return (0,) * (nb - len(dims)) + tuple(0 if d == 1 else s for d, s in zip(dims, strides))
+
+
+def _origin(x, nb, outer_idx):
+    """The 2-D matrix of x at the start of the batch group ``outer_idx`` (broadcast-aware)."""
+    pad = nb - (x.ndim - 2)
+    if x.ndim == 2:
+        return x
+    idx = tuple(0 if (d == 1 or g >= len(outer_idx)) else outer_idx[g]
+                for g, d in ((j + pad, d) for j, d in enumerate(x.shape[:-2])))
+    return x[idx]
+
+
 def _batched(row, compute, backend, a, b, c):
     """c[...] = a @ b over the broadcast batch dims: merged strided batches, a loop outside."""
     batch = c.shape[:-2]
-    p, step_dim = _split_point(batch, [x.strides[:-2] for x in (a, b, c)])
+    nb = len(batch)
+    strides = [_batch_strides(x, nb) for x in (a, b, c)]
+    p, step_dim = _split_point(batch, strides)
     inner = math.prod(batch[p:])
+    steps = tuple(s[step_dim] for s in strides) if step_dim is not None else (0, 0, 0)
     one, zero = (1, 0) if row.prefix == "i" else (1.0, 0.0)
     for idx in itertools.product(*(range(d) for d in batch[:p])):
-        views = []
-        for x in (a, b, c):
-            sub = x[idx]
-            step = x.strides[step_dim] if step_dim is not None else 0
-            views.append(_as_3d(sub, inner, step))
-        strided_gemm(_ROUTINE, row, compute, backend, "N", "N", *views, one, zero)
-
-
-def _as_3d(x, count, step_bytes):
-    """(count, rows, cols) view of x's memory: batch entries step_bytes apart (never a copy)."""
-    shape = (count,) + x.shape[-2:]
-    strides = (step_bytes,) + x.strides[-2:]
-    if isinstance(x, np.ndarray):
-        return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
-    import cupy
-    return cupy.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
+        strided_gemm(_ROUTINE, row, compute, backend, "N", "N", _origin(a, nb, idx),
+                     _origin(b, nb, idx), _origin(c, nb, idx), one, zero, inner, steps)
 
 
 def _split_point(batch, strides_list):

@@ -129,12 +129,26 @@ def test_blas_conjugate_flags(xp_name, flags, prefix):
 
 
 def _runs(xp_name, backend, prefix, compute):
-    """Whether this backend offers the mode (3xTF32 on the GPU needs our kernels)."""
-    if xp_name == "numpy":
+    """Whether this backend offers the mode. 3xTF32 on the GPU is served by our kernels only:
+    cuBLAS has no such mode, and without our kernels 'auto' must refuse it loudly."""
+    if xp_name == "numpy" or compute != "3xtf32":
         return True
-    if compute == "3xtf32" and backend == "cublas":
+    if backend == "cublas" or not _tensorcore_available():
+        import cupy
+        x = cupy.ones(4, dtype=cupy.float32)
+        with pytest.raises(NotImplementedError, match="3xtf32"):
+            pyblasgemm.sgemm("N", "N", 2, 2, 2, 1.0, x, 2, x, 2, 0.0, cupy.ones(4, cupy.float32),
+                             2, compute="3xtf32", backend=backend)
         return False
     return True
+
+
+def _tensorcore_available():
+    try:
+        import pyblasgemm.backends.tensorcore  # noqa: F401
+        return True
+    except ImportError:
+        return False
 
 
 def test_blas_padded_2d_fortran_buffers():

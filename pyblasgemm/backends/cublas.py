@@ -3,12 +3,15 @@
 Runs on CuPy's current stream with host-side alpha/beta. It is the fallback for whatever our
 kernels do not run and the yardstick they are measured against.
 
-int8: cuBLAS runs int8 on tensor cores (IMMA) only for the "TN" arrangement (A and B both
-K-contiguous) with leading dimensions that are multiples of 4. Problems in any other shape are
+int8: cuBLAS runs int8 (IMMA) only for the "TN" arrangement (A and B both K-contiguous)
+with leading dimensions that are multiples of 4, and answers CUBLAS_STATUS_NOT_SUPPORTED for k
+not a multiple of 4 (seen on an H100, cuBLAS 13). Problems in any other shape are
 rearranged here into padded K-contiguous copies (an O(mk + kn) copy against O(mnk) work), so
 the user never meets the restriction.
 """
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -51,31 +54,61 @@ def choose_config(desc: GemmDesc):
     return None
 
 
-def run(desc: GemmDesc, a, b, c, plan=None) -> None:
-    from cupy.cuda import device, get_current_stream
-    from cupy_backends.cuda.libs import cublas
+class _Scalars(threading.local):
+    """Per-thread host buffers for alpha and beta, one pair per scalar dtype.
 
+    With host pointer mode cuBLAS reads alpha and beta before the call returns, so a buffer
+    can be reused by the next call; per thread, so concurrent callers never share one.
+    """
+
+    def __init__(self):
+        self.buffers = {}
+
+    def pointers(self, scalar, alpha, beta):
+        entry = self.buffers.get(scalar)
+        if entry is None:
+            buf = np.empty(2, dtype=scalar)
+            entry = self.buffers[scalar] = (buf, buf.ctypes.data, buf.ctypes.data + buf.itemsize)
+        buf, pa, pb = entry
+        buf[0] = alpha
+        buf[1] = beta
+        return pa, pb
+
+
+_scalars = _Scalars()
+_cuda = None
+
+
+def _cuda_modules():
+    """(cupy.cuda.device, get_current_stream, cublas bindings), imported once."""
+    global _cuda
+    if _cuda is None:
+        from cupy.cuda import device, get_current_stream
+        from cupy_backends.cuda.libs import cublas
+        _cuda = (device, get_current_stream, cublas)
+    return _cuda
+
+
+def run(desc: GemmDesc, a, b, c, plan=None) -> None:
+    device, get_current_stream, cublas = _cuda_modules()
+    c_final = None
     if desc.prefix == "i":
         desc, a, b, c, c_final = _arrange_int8(desc, a, b, c)
-    else:
-        c_final = None
     ab_type, c_type, compute_type, scalar = _TYPES[(desc.prefix, desc.compute)]
-    alpha = np.array(desc.alpha, dtype=scalar)
-    beta = np.array(desc.beta, dtype=scalar)
+    alpha, beta = _scalars.pointers(scalar, desc.alpha, desc.beta)
     handle = device.get_cublas_handle()
     cublas.setStream(handle, get_current_stream().ptr)
     cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
     ta, tb = _OPS[desc.transa], _OPS[desc.transb]
     if desc.batch == 1:
-        cublas.gemmEx(handle, ta, tb, desc.m, desc.n, desc.k, alpha.ctypes.data,
+        cublas.gemmEx(handle, ta, tb, desc.m, desc.n, desc.k, alpha,
                       a.data.ptr, ab_type, desc.lda, b.data.ptr, ab_type, desc.ldb,
-                      beta.ctypes.data, c.data.ptr, c_type, desc.ldc, compute_type,
-                      CUBLAS_GEMM_DEFAULT)
+                      beta, c.data.ptr, c_type, desc.ldc, compute_type, CUBLAS_GEMM_DEFAULT)
     else:
         cublas.gemmStridedBatchedEx(
-            handle, ta, tb, desc.m, desc.n, desc.k, alpha.ctypes.data,
+            handle, ta, tb, desc.m, desc.n, desc.k, alpha,
             a.data.ptr, ab_type, desc.lda, desc.stride_a, b.data.ptr, ab_type, desc.ldb,
-            desc.stride_b, beta.ctypes.data, c.data.ptr, c_type, desc.ldc, desc.stride_c,
+            desc.stride_b, beta, c.data.ptr, c_type, desc.ldc, desc.stride_c,
             desc.batch, compute_type, CUBLAS_GEMM_DEFAULT)
     if c_final is not None:
         dst, view = c_final
@@ -88,8 +121,13 @@ def _round4(x: int) -> int:
 
 def _arrange_int8(desc: GemmDesc, a, b, c):
     """Bring an int8 problem into cuBLAS's tensor-core arrangement (see module docstring)."""
-    a_ok = desc.transa == "T" and desc.lda % 4 == 0 and _arrays.data_ptr(a) % 4 == 0
-    b_ok = desc.transb == "N" and desc.ldb % 4 == 0 and _arrays.data_ptr(b) % 4 == 0
+    # k must be a multiple of 4 too: when it is not, both operands are copied with K
+    # zero-padded to the next multiple, which leaves the product unchanged.
+    k_ok = desc.k % 4 == 0
+    a_ok = (k_ok and desc.transa == "T" and desc.lda % 4 == 0
+            and _arrays.data_ptr(a) % 4 == 0)
+    b_ok = (k_ok and desc.transb == "N" and desc.ldb % 4 == 0
+            and _arrays.data_ptr(b) % 4 == 0)
     lda, sa, ldb, sb = desc.lda, desc.stride_a, desc.ldb, desc.stride_b
     if not a_ok:
         a, lda, sa = _a_copy(a, desc)
@@ -106,7 +144,7 @@ def _arrange_int8(desc: GemmDesc, a, b, c):
             tmp[:, :, : desc.m] = dst
         c_final = (dst, tmp[:, :, : desc.m])
         c, sc = tmp, desc.n * ldc
-    new = desc._replace(transa="T", transb="N", lda=lda, ldb=ldb, ldc=ldc,
+    new = desc._replace(transa="T", transb="N", k=_round4(desc.k), lda=lda, ldb=ldb, ldc=ldc,
                         stride_a=sa, stride_b=sb, stride_c=sc)
     return new, a, b, c, c_final
 
