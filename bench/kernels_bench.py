@@ -114,7 +114,8 @@ def main():
     # 1) fp16 large squares vs cuBLAS; TN (both K-contiguous) and NN, a few tile configs
     f16_cfgs = [None, SHIPPED_CONFIGS["f16"][0], SHIPPED_CONFIGS["f16"][6],
                 KernelConfig(bm=128, bn=256, bk=64, warps_m=2, warps_n=4, stages=3),
-                KernelConfig(bm=256, bn=128, bk=32, warps_m=4, warps_n=2, stages=3)]
+                KernelConfig(bm=128, bn=128, bk=64, warps_m=2, warps_n=2, stages=3),
+                KernelConfig(bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stages=5)]
     for s in ([4096] if args.quick else [4096, 8192]):
         tref, rname = cublas_time("f16", s, s, s)
         best = None
@@ -155,7 +156,7 @@ def main():
     s = 4096 if args.quick else 8192
     p, keep = operands("s8", s, s, s, "T", "N", rng)
     tref, rname = cublas_time("s8", s, s, s)
-    for cfg in (None, SHIPPED_CONFIGS["s8"][0]):
+    for cfg in (None, SHIPPED_CONFIGS["s8"][0], KernelConfig(bm=128, bn=256, bk=128, warps_m=2, warps_n=4, stages=3)):
         t, name = ours(p, cfg)
         rec("s8 TN", "s8", s, s, s, t, name, tref, rname)
     del keep
@@ -163,8 +164,9 @@ def main():
     for kind in ("3xtf32", "tf32"):
         p, keep = operands(kind, s, s, s, "T", "N", rng)
         tref, rname = cublas_time(kind, s, s, s)
-        t, name = ours(p)
-        rec(f"{kind} TN", kind, s, s, s, t, name, tref, rname)
+        for cfg in (None, SHIPPED_CONFIGS[kind][0], KernelConfig(bm=128, bn=128, bk=32, warps_m=2, warps_n=4, stages=3)):
+            t, name = ours(p, cfg)
+            rec(f"{kind} TN", kind, s, s, s, t, name, tref, rname)
         del keep
     if args.out:
         with open(args.out, "w") as f:

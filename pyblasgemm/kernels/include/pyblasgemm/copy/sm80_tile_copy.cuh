@@ -15,6 +15,9 @@ struct TileCopy {
   static constexpr int ITERS = CHUNKS / THREADS;
 
   // origin: byte address of tile element (0,0), always in bounds; ld in elements.
+  // FULL: the caller proved the whole tile is in bounds, so the clamps fold away (fewer
+  // integer ops per chunk in the steady-state mainloop, where issue slots are shared with HMMA).
+  template <bool FULL = false>
   static PBG_DEVICE void load(char* smem, const char* origin, i64 ld, int rows_valid, int cols_valid,
                               int tid) {
     // The scalar path holds loaded words in registers: do one chunk at a time there.
@@ -26,9 +29,12 @@ struct TileCopy {
       int r = id / CPR;
       int c = id % CPR;
       int e0 = c * VE;
-      int valid = cols_valid - e0;
-      valid = valid < 0 ? 0 : (valid > VE ? VE : valid);
-      if (r >= rows_valid) valid = 0;
+      int valid = VE;
+      if constexpr (!FULL) {
+        valid = cols_valid - e0;
+        valid = valid < 0 ? 0 : (valid > VE ? VE : valid);
+        if (r >= rows_valid) valid = 0;
+      }
       const char* src = valid > 0 ? origin + (static_cast<i64>(r) * ld + e0) * EB : origin;
       char* dst = smem + swz_chunk<CPR>(r, c);
       if constexpr (VEC) {

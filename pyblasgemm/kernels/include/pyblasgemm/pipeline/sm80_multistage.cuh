@@ -24,15 +24,22 @@ struct Multistage {
   typedef typename Kind::AccReg AccReg;
 
   // Issue the loads of BK step kb into ring slot `slot` (A, B: batch-adjusted base pointers).
+  template <bool FULL>
+  static PBG_DEVICE void load_stage_t(char* smem, int slot, const GemmParams& p, const char* A, const char* B,
+                                      int m0, int n0, int k0, int tid) {
+    char* sA = smem + slot * A_STAGE;
+    char* sB = smem + STAGES * A_STAGE + slot * B_STAGE;
+    if constexpr (AK) CopyA::template load<FULL>(sA, A + (static_cast<i64>(m0) * p.lda + k0) * EB, p.lda, p.m - m0, p.k - k0, tid);
+    else CopyA::template load<FULL>(sA, A + (static_cast<i64>(k0) * p.lda + m0) * EB, p.lda, p.k - k0, p.m - m0, tid);
+    if constexpr (BK) CopyB::template load<FULL>(sB, B + (static_cast<i64>(n0) * p.ldb + k0) * EB, p.ldb, p.n - n0, p.k - k0, tid);
+    else CopyB::template load<FULL>(sB, B + (static_cast<i64>(k0) * p.ldb + n0) * EB, p.ldb, p.k - k0, p.n - n0, tid);
+  }
   static PBG_DEVICE void load_stage(char* smem, int slot, const GemmParams& p, const char* A, const char* B,
                                     int m0, int n0, int kb, int tid) {
     const int k0 = kb * BKE;
-    char* sA = smem + slot * A_STAGE;
-    char* sB = smem + STAGES * A_STAGE + slot * B_STAGE;
-    if constexpr (AK) CopyA::load(sA, A + (static_cast<i64>(m0) * p.lda + k0) * EB, p.lda, p.m - m0, p.k - k0, tid);
-    else CopyA::load(sA, A + (static_cast<i64>(k0) * p.lda + m0) * EB, p.lda, p.k - k0, p.m - m0, tid);
-    if constexpr (BK) CopyB::load(sB, B + (static_cast<i64>(n0) * p.ldb + k0) * EB, p.ldb, p.n - n0, p.k - k0, tid);
-    else CopyB::load(sB, B + (static_cast<i64>(k0) * p.ldb + n0) * EB, p.ldb, p.k - k0, p.n - n0, tid);
+    // Interior tiles (all but the M/N edge tiles and the last K step) skip every bound check.
+    if (m0 + BM <= p.m && n0 + BN <= p.n && k0 + BKE <= p.k) load_stage_t<true>(smem, slot, p, A, B, m0, n0, k0, tid);
+    else load_stage_t<false>(smem, slot, p, A, B, m0, n0, k0, tid);
   }
 
   // acc += A[m0:+BM, kb_begin*BK : kb_end*BK] * B[...]; acc is NOT zeroed here.
