@@ -138,7 +138,9 @@ struct WarpMma {
     constexpr bool kAOneAtATime = (EB == 1 && !AK);
     // Byte gathers: unrolled k-steps let ptxas put every LDS.U8 of the stage in flight at
     // once (one register each); one k-step at a time keeps the s8 N/T layouts spill-free.
-    constexpr bool kGather = (EB == 1 && (!AK || !BK));
+    // 3xTF32 (P == 2) likewise: big+small fragments and per-step accumulators of every
+    // unrolled k-step would be live together and spill.
+    constexpr bool kGather = (EB == 1 && (!AK || !BK)) || P == 2;
 #pragma unroll (kGather ? 1 : KSTEPS)
     for (int ks = 0; ks < KSTEPS; ++ks) {
       u32 ra[MI][4], rb[NI][4];
