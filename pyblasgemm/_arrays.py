@@ -10,6 +10,31 @@ import sys
 import numpy as np
 
 
+class _ArrayTypes(dict):
+    """type -> 'numpy' / 'cupy'; learns cupy.ndarray once CuPy has been imported."""
+
+    def __contains__(self, t):
+        if dict.__contains__(self, t):
+            return True
+        cupy = sys.modules.get("cupy")
+        if cupy is not None and t is cupy.ndarray:
+            self[t] = "cupy"
+            return True
+        return False
+
+
+#: exact array types accepted on the fast paths
+ARRAY_TYPES = _ArrayTypes({np.ndarray: "numpy"})
+
+
+def ptr_and_device(x):
+    """(address of the first element, device ordinal or -1) in one attribute walk."""
+    if type(x) is np.ndarray:
+        return x.__array_interface__["data"][0], -1
+    mem = x.data
+    return mem.ptr, mem.device_id
+
+
 def is_cupy_array(x) -> bool:
     """True for a ``cupy.ndarray`` (checked by type, without importing CuPy)."""
     cupy = sys.modules.get("cupy")

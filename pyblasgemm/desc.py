@@ -15,6 +15,11 @@ from typing import NamedTuple
 from . import _arrays
 from .backends import BACKEND_NAMES
 from ._types import TYPE_ROWS, TypeRow, resolve_compute
+from ._types import resolve_compute as _resolve
+
+
+def _default_compute(row):
+    return _resolve(row, None, row.routine)
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # cuBLAS and our kernels take 32-bit sizes and leading dimensions.
@@ -229,12 +234,69 @@ def _check_buffer(routine, name, x, row_dtype, rows, cols, ld, ld_name, writable
     return need
 
 
+# Flags as the fast path accepts them, per scalar kind ('C' is 'T' for real data)
+_REAL_FLAGS = {"N": "N", "n": "N", "T": "T", "t": "T", "C": "T", "c": "T"}
+_COMPLEX_FLAGS = {"N": "N", "n": "N", "T": "T", "t": "T", "C": "C", "c": "C"}
+_FAST_SCALARS = {"real": (float, int), "complex": (complex, float, int), "int": (int,)}
+
+
 def describe_blas(row: TypeRow, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
-                  compute, backend) -> GemmDesc:
+                  compute, backend):
     """Check the arguments of ``<prefix>gemm`` in reference-BLAS order and describe the problem.
 
-    Raises before any work; nothing is written to ``c`` on error.
+    Returns ``(GemmDesc, backend)``. Raises before any work; nothing is written to ``c`` on
+    error. A call whose arguments are all plainly valid (Python ints and floats, contiguous
+    buffers of the right dtype, no overlap) is described without the per-argument checks,
+    which cost more than the GEMM itself for small problems; anything else, and every error,
+    goes through :func:`describe_blas_checked`, the one place the rules and messages live.
     """
+    flags = _COMPLEX_FLAGS if row.is_complex else _REAL_FLAGS
+    ta, tb = flags.get(transa), flags.get(transb)
+    kinds = _FAST_SCALARS[row.scalar_kind]
+    t = type(a)
+    if (ta is None or tb is None or compute is not None or backend is not None
+            or type(m) is not int or type(n) is not int or type(k) is not int
+            or type(lda) is not int or type(ldb) is not int or type(ldc) is not int
+            or type(alpha) not in kinds or type(beta) not in kinds
+            or type(b) is not t or type(c) is not t or t not in _arrays.ARRAY_TYPES):
+        return describe_blas_checked(row, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta,
+                                     c, ldc, compute, backend)
+    a_rows, a_cols = (m, k) if ta == "N" else (k, m)
+    b_rows, b_cols = (k, n) if tb == "N" else (n, k)
+    span_a = 0 if a_rows == 0 or a_cols == 0 else lda * (a_cols - 1) + a_rows
+    span_b = 0 if b_rows == 0 or b_cols == 0 else ldb * (b_cols - 1) + b_rows
+    span_c = 0 if m == 0 or n == 0 else ldc * (n - 1) + m
+    isz, csz = row.ab_dtype.itemsize, row.c_dtype.itemsize
+    if not (0 <= m <= MAX_DIM and 0 <= n <= MAX_DIM and 0 <= k <= MAX_DIM
+            and max(1, a_rows) <= lda <= MAX_DIM and max(1, b_rows) <= ldb <= MAX_DIM
+            and max(1, m) <= ldc <= MAX_DIM
+            and a.dtype == row.ab_dtype and b.dtype == row.ab_dtype and c.dtype == row.c_dtype
+            and a.ndim == 1 and b.ndim == 1 and c.ndim == 1
+            and a.strides[0] == isz and b.strides[0] == isz and c.strides[0] == csz
+            and a.size >= span_a and b.size >= span_b and c.size >= span_c
+            and _arrays.is_writeable(c)):
+        return describe_blas_checked(row, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta,
+                                     c, ldc, compute, backend)
+    (pa, dev), (pb, dev_b), (pc, dev_c) = (_arrays.ptr_and_device(x) for x in (a, b, c))
+    if (dev_b != dev or dev_c != dev or ranges_overlap(pc, span_c * csz, pa, span_a * isz)
+            or ranges_overlap(pc, span_c * csz, pb, span_b * isz)
+            or (row.scalar_kind == "int" and not (INT32_MIN <= alpha <= INT32_MAX
+                                                   and INT32_MIN <= beta <= INT32_MAX))):
+        return describe_blas_checked(row, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta,
+                                     c, ldc, compute, backend)
+    if row.scalar_kind == "real":
+        alpha, beta = float(alpha), float(beta)
+    elif row.scalar_kind == "complex":
+        alpha, beta = complex(alpha), complex(beta)
+    align = alignment(pa, pb, pc, lda * isz, ldb * isz, ldc * csz)
+    compute = _default_compute(row)
+    return GemmDesc(row.routine, row.prefix, compute, ta, tb, m, n, k, lda, ldb, ldc, 1, 0, 0,
+                    0, _arrays.ARRAY_TYPES[t], dev, align, alpha, beta), None
+
+
+def describe_blas_checked(row: TypeRow, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta,
+                          c, ldc, compute, backend):
+    """Every rule of the BLAS form, checked in reference-BLAS parameter order, with messages."""
     r = row.routine
     ta = check_trans(r, 1, "transa", transa, row)
     tb = check_trans(r, 2, "transb", transb, row)
