@@ -5,7 +5,8 @@ autotuning) replaces ``_choose`` without changing ``Plan`` or ``plan_for``.
 
 Rule:
   * NumPy arrays -> 'host' (NumPy / SciPy BLAS).
-  * CuPy arrays  -> 'tensorcore' (our kernels) when they support the problem, else 'cublas'.
+  * CuPy arrays  -> 'tensorcore' (our kernels) where cuBLAS has no such mode (3xTF32) or where
+    our kernels were measured faster (``_ours_measured_faster``), else 'cublas'.
   * ``backend=`` (or ``PYBLASGEMM_BACKEND``) forces a backend; a forced backend that cannot run
     the problem is an error, never a silent substitute.
 """
@@ -61,17 +62,21 @@ def _choose(desc: GemmDesc, requested: str) -> Plan:
     if requested == "auto":
         if on_host:
             return Plan("host", "NumPy arrays run on the host (NumPy/SciPy BLAS)")
-        ok, why_not = _supports("tensorcore", desc)
-        if ok:
-            tc = get_backend("tensorcore")
-            return Plan("tensorcore", "our tensor-core kernels support this problem",
-                        tc.choose_config(desc))
-        ok_cublas, why_not_cublas = _supports("cublas", desc)
-        if ok_cublas:
-            return Plan("cublas", f"cuBLAS fallback: our kernels do not run it ({why_not})")
+        ours, why_not_ours = _supports("tensorcore", desc)
+        theirs, why_not_theirs = _supports("cublas", desc)
+        if ours and (not theirs or _ours_measured_faster(desc)):
+            why = ("cuBLAS has no such mode (" + why_not_theirs + ")" if not theirs
+                   else "measured faster than cuBLAS for this kind of problem")
+            return Plan("tensorcore", f"our tensor-core kernels: {why}",
+                        get_backend("tensorcore").choose_config(desc))
+        if theirs:
+            why = (f"our kernels do not run it ({why_not_ours})" if not ours else
+                   "our mma.sync kernels measured slower than cuBLAS for this dtype "
+                   "(force backend='tensorcore' to use them)")
+            return Plan("cublas", f"cuBLAS: {why}")
         raise NotImplementedError(f"{desc.routine}: no GPU backend runs compute={desc.compute!r} "
-                                  f"for this problem: tensorcore: {why_not}; "
-                                  f"cublas: {why_not_cublas}")
+                                  f"for this problem: tensorcore: {why_not_ours}; "
+                                  f"cublas: {why_not_theirs}")
     if on_host != (requested == "host"):
         wanted = "NumPy" if requested == "host" else "CuPy"
         got = "NumPy" if on_host else "CuPy"
@@ -83,6 +88,19 @@ def _choose(desc: GemmDesc, requested: str) -> Plan:
                                   f"problem: {why_not}")
     config = get_backend(requested).choose_config(desc) if requested == "tensorcore" else None
     return Plan(requested, "forced by backend= / PYBLASGEMM_BACKEND", config)
+
+
+def _ours_measured_faster(desc: GemmDesc) -> bool:
+    """Where our mma.sync kernels beat cuBLAS on Hopper, by measurement (bench/results/).
+
+    H100, 2026-11-22 (bench/results/backends_*.json): int8 problems that cuBLAS can only run
+    after rearranging copies (not "TN", or k not a multiple of 4) and large int8 problems;
+    float16 / bfloat16 / tf32 run at 40-55% of cuBLAS, so cuBLAS keeps them.
+    """
+    if desc.prefix != "i":
+        return False
+    cublas_needs_copies = desc.transa != "T" or desc.transb != "N" or desc.k % 4
+    return bool(cublas_needs_copies) or desc.m * desc.n >= 4096 * 4096
 
 
 def _supports(name: str, desc: GemmDesc):

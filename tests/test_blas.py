@@ -23,7 +23,7 @@ SENTINEL = {"i": 12345}
 
 
 def _backends(xp_name):
-    return ["host"] if xp_name == "numpy" else ["cublas", "auto"]
+    return ["host"] if xp_name == "numpy" else ["cublas", "tensorcore", "auto"]
 
 
 def run_case(xp, backend, prefix, compute, ta, tb, m, n, k, alpha, beta, pad=3, seed=0,
@@ -111,8 +111,9 @@ def test_blas_degenerate(xp_name, prefix, m, n, k, alpha, beta):
     xp = importlib.import_module(xp_name)
     compute = pyblasgemm._types.TYPE_ROWS[prefix].computes[0]
     for backend in _backends(xp_name):
-        run_case(xp, backend, prefix, compute, "N", "T", m, n, k, alpha, beta,
-                 nan_a=(alpha == 0 or k == 0), nan_c=(beta == 0))
+        if _runs(xp_name, backend, prefix, compute):
+            run_case(xp, backend, prefix, compute, "N", "T", m, n, k, alpha, beta,
+                     nan_a=(alpha == 0 or k == 0), nan_c=(beta == 0))
 
 
 @pytest.mark.parametrize("xp_name", XP_PARAMS)
@@ -124,21 +125,29 @@ def test_blas_conjugate_flags(xp_name, flags, prefix):
     xp = importlib.import_module(xp_name)
     compute = pyblasgemm._types.TYPE_ROWS[prefix].computes[0]
     for backend in _backends(xp_name):
+        if not _runs(xp_name, backend, prefix, compute):
+            continue
         run_case(xp, backend, prefix, compute, flags[0].upper(), flags[1].upper(), 9, 6, 5,
                  0.5 if prefix in "sh" else 0.5 - 1j, 1, seed=3)
 
 
 def _runs(xp_name, backend, prefix, compute):
-    """Whether this backend offers the mode. 3xTF32 on the GPU is served by our kernels only:
-    cuBLAS has no such mode, and without our kernels 'auto' must refuse it loudly."""
-    if xp_name == "numpy" or compute != "3xtf32":
+    """Whether this backend offers the mode; where it does not, check that it says so loudly
+    (NotImplementedError naming the mode), never substituting another computation."""
+    if xp_name == "numpy":
         return True
-    if backend == "cublas" or not _tensorcore_available():
+    from pyblasgemm.backends.tensorcore import _KINDS
+    refuses = ((backend == "cublas" and compute == "3xtf32")
+               or (backend == "tensorcore" and (prefix, compute) not in _KINDS)
+               or (compute == "3xtf32" and not _tensorcore_available()))
+    if refuses:
         import cupy
-        x = cupy.ones(4, dtype=cupy.float32)
-        with pytest.raises(NotImplementedError, match="3xtf32"):
-            pyblasgemm.sgemm("N", "N", 2, 2, 2, 1.0, x, 2, x, 2, 0.0, cupy.ones(4, cupy.float32),
-                             2, compute="3xtf32", backend=backend)
+        dt = {"s": cupy.float32, "d": cupy.float64, "c": cupy.complex64, "z": cupy.complex128}
+        x = cupy.ones(4, dtype=dt[prefix])
+        with pytest.raises(NotImplementedError):
+            getattr(pyblasgemm, prefix + "gemm")("N", "N", 2, 2, 2, 1.0, x, 2, x, 2, 0.0,
+                                                 cupy.ones(4, dt[prefix]), 2, compute=compute,
+                                                 backend=backend)
         return False
     return True
 

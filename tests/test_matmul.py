@@ -224,3 +224,27 @@ def test_matmul_gpu_out_noncontiguous_and_delegation():
     np.testing.assert_array_equal(pyblasgemm.matmul(ai, ai.T).get(), ai.get() @ ai.get().T)
     with pytest.raises(TypeError):
         pyblasgemm.matmul(a, np.ones((4, 6), np.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.int8])
+@pytest.mark.parametrize("backend", ["tensorcore", "cublas"])
+def test_matmul_gpu_batched_broadcast_each_backend(dtype, backend):
+    """Batched broadcast products on each GPU backend, against NumPy."""
+    import cupy
+    rng = np.random.default_rng(21)
+    a = _rand(rng, (3, 1, 33, 70), dtype)
+    b = _rand(rng, (4, 70, 17), dtype)
+    got = pyblasgemm.matmul(cupy.asarray(a), cupy.asarray(b), backend=backend)
+    assert got.shape == (3, 4, 33, 17)
+    assert_matches_numpy(got.get().astype(np.matmul(a, b).dtype), a, b, check_type=False,
+                         tol_dtype=None if np.dtype(dtype).kind == "i" else dtype)
+
+
+def test_plan_explains_routing():
+    from pyblasgemm import planner
+    d = pyblasgemm.desc.describe_blas(pyblasgemm._types.TYPE_ROWS["h"], "N", "N", 4, 4, 4, 1.0,
+                                      np.ones(16, np.float16), 4, np.ones(16, np.float16), 4,
+                                      0.0, np.ones(16, np.float16), 4, None, None)[0]
+    plan = planner.plan_for(d)
+    assert plan.backend == "host" and "host" in plan.explain()
