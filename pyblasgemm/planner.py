@@ -6,7 +6,8 @@ autotuning) replaces ``_choose`` without changing ``Plan`` or ``plan_for``.
 Rule:
   * NumPy arrays -> 'host' (NumPy / SciPy BLAS).
   * CuPy arrays  -> 'tensorcore' (our kernels) where cuBLAS has no such mode (3xTF32) or where
-    our kernels were measured faster (``_ours_measured_faster``), else 'cublas'.
+    our kernels were measured faster (``_ours_measured_faster``: nowhere yet on Hopper), else
+    'cublas'.
   * ``backend=`` (or ``PYBLASGEMM_BACKEND``) forces a backend; a forced backend that cannot run
     the problem is an error, never a silent substitute.
 """
@@ -91,16 +92,15 @@ def _choose(desc: GemmDesc, requested: str) -> Plan:
 
 
 def _ours_measured_faster(desc: GemmDesc) -> bool:
-    """Where our mma.sync kernels beat cuBLAS on Hopper, by measurement (bench/results/).
+    """Where our mma.sync kernels beat cuBLAS, by measurement in the same run.
 
-    H100, 2026-11-22 (bench/results/backends_*.json): int8 problems that cuBLAS can only run
-    after rearranging copies (not "TN", or k not a multiple of 4) and large int8 problems;
-    float16 / bfloat16 / tf32 run at 40-55% of cuBLAS, so cuBLAS keeps them.
+    H100, 2026-11-22 (bench/results/backends_h100_2026-11-22.json): none of the measured
+    shapes. cuBLAS ran fp16/bf16 4096³ at 2.4x our speed, tf32 at 3.4x, int8 "TN" 4096³/8192³
+    at 2.0x, and int8 "NN" 4096³ at 2.3x even with its rearranging copies; the one tie was
+    int8 1000x1000x1001 (ours 1.05x). So 'auto' uses our kernels only where cuBLAS has no such
+    mode (3xTF32), until the kernels or the planner's cost model say otherwise.
     """
-    if desc.prefix != "i":
-        return False
-    cublas_needs_copies = desc.transa != "T" or desc.transb != "N" or desc.k % 4
-    return bool(cublas_needs_copies) or desc.m * desc.n >= 4096 * 4096
+    return False
 
 
 def _supports(name: str, desc: GemmDesc):
