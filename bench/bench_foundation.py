@@ -59,6 +59,7 @@ def main(path):
                "warm-ups; host time: perf_counter over 300 calls, median of 15 rounds",
                "cases": []}
     n = 4096
+    flops = 2 * n**3
     for name, dtype, kw in [("int8", np.int8, {}), ("fp16", np.float16, {}),
                             ("bf16", "bfloat16", {}), ("fp32", np.float32, {}),
                             ("tf32", np.float32, {"compute": "tf32"})]:
@@ -70,21 +71,25 @@ def main(path):
             dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
             a = cp.asarray(rng.uniform(-1, 1, (n, n)).astype(dt))
             b = cp.asarray(rng.uniform(-1, 1, (n, n)).astype(dt))
-        ours = lambda: pyblasgemm.gemm("N", "N", a, b, backend="cublas", **kw)
-        if name == "tf32":
-            ref = None
-        else:
-            ref = lambda: cp.matmul(a, b)
-        t_ours = gpu_ms(ours)
-        t_ref = gpu_ms(ref) if ref else None
-        flops = 2 * n**3
-        case = {"case": f"{name} {n}^3", "pyblasgemm_ms": t_ours,
+        # matmul: the same call, same layout (C-ordered) and same output dtype as cupy.matmul
+        t_ours = gpu_ms(lambda: pyblasgemm.matmul(a, b, **kw))
+        t_ref = gpu_ms(lambda: cp.matmul(a, b)) if name != "tf32" else None
+        case = {"case": f"matmul {name} {n}^3", "pyblasgemm_ms": t_ours,
                 "pyblasgemm_tflops": flops / t_ours / 1e9}
         if t_ref:
             case.update(cupy_matmul_ms=t_ref, cupy_matmul_tflops=flops / t_ref / 1e9,
                         speedup_vs_cupy_matmul=t_ref / t_ours)
         results["cases"].append(case)
         print(case, flush=True)
+        if name == "int8":
+            # the BLAS form in cuBLAS's native int8 arrangement: A and B K-contiguous ('T','N')
+            c = cp.empty(n * n, dtype=np.int32)
+            t_raw = gpu_ms(lambda: pyblasgemm.igemm("T", "N", n, n, n, 1, a, n, b, n, 0, c, n))
+            case = {"case": f"igemm TN {n}^3", "pyblasgemm_ms": t_raw,
+                    "pyblasgemm_tops": flops / t_raw / 1e9, "cupy_matmul_ms": t_ref,
+                    "speedup_vs_cupy_matmul": t_ref / t_raw}
+            results["cases"].append(case)
+            print(case, flush=True)
     # host overhead of a tiny call
     a = cp.asarray(rng.uniform(-1, 1, 64 * 64).astype(np.float16))
     b = cp.asarray(rng.uniform(-1, 1, 64 * 64).astype(np.float16))

@@ -95,3 +95,9 @@ def strided_view(x, shape, strides_elems):
         return np.lib.stride_tricks.as_strided(x, shape=shape, strides=byte_strides)
     import cupy
     return cupy.lib.stride_tricks.as_strided(x, shape=shape, strides=byte_strides)
+
+
+def current_device() -> int:
+    """CuPy's current device ordinal."""
+    from cupy.cuda import runtime
+    return runtime.getDevice()

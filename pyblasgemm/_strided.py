@@ -34,9 +34,10 @@ def _extent(ptr, shape2, strides2, itemsize, batch, bstride):
 
 
 def strided_gemm(routine, row, compute, backend, transa, transb, a, b, c, alpha, beta,
-                 batch=1, strides=(0, 0, 0)):
+                 batch=1, strides=(0, 0, 0), fresh_c=False):
     """c[i] = alpha * op(a[i]) @ op(b[i]) + beta * c[i], i < batch, entries ``strides`` bytes
-    apart from the first element of a, b, c (whose last two dims are the matrices)."""
+    apart from the first element of a, b, c (whose last two dims are the matrices).
+    ``fresh_c``: c was just allocated by the caller, so it cannot overlap a or b."""
     m, n = c.shape[-2:]
     k = a.shape[-1] if transa == "N" else a.shape[-2]
     if m == 0 or n == 0 or batch == 0:
@@ -44,7 +45,7 @@ def strided_gemm(routine, row, compute, backend, transa, transb, a, b, c, alpha,
     fast = None
     if k != 0 and alpha != 0 and min(strides) >= 0:
         fast = _fast_desc(routine, row, compute, transa, transb, a, b, c, alpha, beta, batch,
-                          strides, m, n, k)
+                          strides, m, n, k, fresh_c)
     if fast is not None:
         desc, a, b = fast
         execute(desc, a, b, c, backend)
@@ -53,7 +54,8 @@ def strided_gemm(routine, row, compute, backend, transa, transb, a, b, c, alpha,
                  *(_as_3d(x, batch, s) for x, s in zip((a, b, c), strides)), alpha, beta)
 
 
-def _fast_desc(routine, row, compute, ta, tb, a, b, c, alpha, beta, batch, strides, m, n, k):
+def _fast_desc(routine, row, compute, ta, tb, a, b, c, alpha, beta, batch, strides, m, n, k,
+               fresh_c=False):
     """(GemmDesc, A, B) read off shapes and strides (A, B swapped for a transposed problem), or
     None when a copy or a temporary is needed."""
     isz, csz = a.dtype.itemsize, c.dtype.itemsize
@@ -69,11 +71,12 @@ def _fast_desc(routine, row, compute, ta, tb, a, b, c, alpha, beta, batch, strid
     if da is None or db is None:
         return None
     pa, pb, pc = _arrays.data_ptr(a), _arrays.data_ptr(b), _arrays.data_ptr(c)
-    c_lo, c_hi = _extent(pc, c.shape[-2:], c.strides[-2:], csz, batch, sc)
-    for p, x, s in ((pa, a, sa), (pb, b, sb)):
-        lo, hi = _extent(p, x.shape[-2:], x.strides[-2:], isz, batch, s)
-        if lo < c_hi and c_lo < hi:
-            return None             # C overlaps an input: compute into a temporary
+    if not fresh_c:
+        c_lo, c_hi = _extent(pc, c.shape[-2:], c.strides[-2:], csz, batch, sc)
+        for p, x, s in ((pa, a, sa), (pb, b, sb)):
+            lo, hi = _extent(p, x.shape[-2:], x.strides[-2:], isz, batch, s)
+            if lo < c_hi and c_lo < hi:
+                return None             # C overlaps an input: compute into a temporary
     if batch > 1:
         rows, cols = (m, n) if not pt else (n, m)
         if 0 < sc < (lc[1] * (cols - 1) + rows) * csz:

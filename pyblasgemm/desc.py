@@ -9,6 +9,8 @@ column-major problem), so backends never see NumPy's or CuPy's strides.
 from __future__ import annotations
 
 import operator
+
+import numpy as np
 from numbers import Complex, Integral, Real
 from typing import NamedTuple
 
@@ -274,12 +276,20 @@ def describe_blas(row: TypeRow, transa, transb, m, n, k, alpha, a, lda, b, ldb, 
             and a.ndim == 1 and b.ndim == 1 and c.ndim == 1
             and a.strides[0] == isz and b.strides[0] == isz and c.strides[0] == csz
             and a.size >= span_a and b.size >= span_b and c.size >= span_c
-            and _arrays.is_writeable(c)):
+            and (t is not np.ndarray or c.flags.writeable)):
         return describe_blas_checked(row, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta,
                                      c, ldc, compute, backend)
-    (pa, dev), (pb, dev_b), (pc, dev_c) = (_arrays.ptr_and_device(x) for x in (a, b, c))
-    if (dev_b != dev or dev_c != dev or ranges_overlap(pc, span_c * csz, pa, span_a * isz)
-            or ranges_overlap(pc, span_c * csz, pb, span_b * isz)
+    if t is np.ndarray:
+        pa, pb, pc = (x.__array_interface__["data"][0] for x in (a, b, c))
+        dev = dev_b = dev_c = -1
+    else:
+        mem_a, mem_b, mem_c = a.data, b.data, c.data
+        pa, pb, pc = mem_a.ptr, mem_b.ptr, mem_c.ptr
+        dev, dev_b, dev_c = mem_a.device_id, mem_b.device_id, mem_c.device_id
+    bytes_c = span_c * csz
+    if (dev_b != dev or dev_c != dev
+            or (span_a and bytes_c and pc < pa + span_a * isz and pa < pc + bytes_c)
+            or (span_b and bytes_c and pc < pb + span_b * isz and pb < pc + bytes_c)
             or (row.scalar_kind == "int" and not (INT32_MIN <= alpha <= INT32_MAX
                                                    and INT32_MIN <= beta <= INT32_MAX))):
         return describe_blas_checked(row, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta,

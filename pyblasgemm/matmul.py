@@ -59,6 +59,31 @@ def _loop_dtypes(xp_name, da, db):
     return None
 
 
+_FAST_2D: dict = {}
+
+
+def _fast_2d_entry(a, b):
+    """(xp, row, 1, 0) when a 2-D @ 2-D product of these types needs no promotion or
+    conversion, else False (memoized per (array type, dtype, dtype))."""
+    xp_name = _exact_array(a)
+    if xp_name is None or a.dtype != b.dtype:
+        return False
+    dtypes = _loop_dtypes(xp_name, a.dtype, b.dtype)
+    if dtypes is None or dtypes[0] != a.dtype or ROW_BY_DTYPE[a.dtype].c_dtype != dtypes[1]:
+        return False
+    row = ROW_BY_DTYPE[a.dtype]
+    one, zero = (1, 0) if row.prefix == "i" else (1.0, 0.0)
+    return _arrays.xp_of(xp_name), row, one, zero
+
+
+def _same_device(a, b) -> bool:
+    """Both on the current device (always true for NumPy arrays)."""
+    if type(a) is np.ndarray:
+        return True
+    dev = a.data.device_id
+    return dev == b.data.device_id and dev == _arrays.current_device()
+
+
 def _delegate(a, b, out):
     if _exact_array(a) == "cupy" or _exact_array(b) == "cupy" or _arrays.is_cupy_array(out):
         import cupy
@@ -99,6 +124,18 @@ def matmul(a, b, out=None, *, compute=None, backend=None):
     >>> pyblasgemm.matmul(b, b)
     np.float32(3.0)
     """
+    if (out is None and compute is None and backend is None and type(a) is type(b)
+            and type(a) in _arrays.ARRAY_TYPES and a.ndim == 2 and b.ndim == 2):
+        fast = _FAST_2D.get((type(a), a.dtype, b.dtype))
+        if fast is None:
+            fast = _FAST_2D[(type(a), a.dtype, b.dtype)] = _fast_2d_entry(a, b)
+        if fast and a.shape[1] == b.shape[0] and _same_device(a, b):
+            # the common call, 2-D @ 2-D into a new array: no broadcasting, promotion or out=
+            xp, row, one, zero = fast
+            c = xp.empty((a.shape[0], b.shape[1]), dtype=row.c_dtype)
+            strided_gemm(_ROUTINE, row, resolve_compute(row, None, _ROUTINE), None, "N", "N",
+                         a, b, c, one, zero, fresh_c=True)
+            return c
     if isinstance(out, tuple) and len(out) == 1:
         out = out[0]
     xp_name = _exact_array(a)

@@ -43,10 +43,12 @@ def test_gemm_layouts(xp, prefix, compute, ta, tb, la, lb, lo):
     check_close(to_host(dc), ref, scale, prefix, compute, f"gemm {ta}{tb} {la}{lb}{lo}")
 
 
-def test_gemm_new_output_is_fortran_and_ignores_beta(xp):
+def test_gemm_new_output_order_and_ignores_beta(xp):
     a = xp.asarray(np.arange(6, dtype=np.float32).reshape(2, 3))
     out = pyblasgemm.gemm("N", "T", a, a, beta=5.0)
-    assert out.flags.f_contiguous and out.shape == (2, 2)
+    assert out.flags.c_contiguous and out.shape == (2, 2)      # both inputs C-ordered
+    out = pyblasgemm.gemm("N", "T", a, xp.asfortranarray(a), beta=5.0)
+    assert out.flags.f_contiguous
     np.testing.assert_allclose(to_host(out), to_host(a) @ to_host(a).T)
 
 

@@ -223,3 +223,39 @@ def test_set_default_compute():
     finally:
         pyblasgemm.set_default_compute("fp32")
     pyblasgemm.clear_plan_cache()
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from("sdhbicz"), st.sampled_from("NnTtCc"), st.sampled_from("NnTtCc"),
+       st.integers(0, 6), st.integers(0, 6), st.integers(0, 6), st.integers(0, 3),
+       st.integers(-1, 3), st.booleans())
+def test_fast_and_checked_descriptions_agree(prefix, ta, tb, m, n, k, pad, short, alias):
+    """The fast guard of describe_blas and the checked path describe valid calls identically,
+    and on invalid ones the fast path defers to the checked one (same exception)."""
+    from pyblasgemm.desc import describe_blas, describe_blas_checked
+    from pyblasgemm._types import TYPE_ROWS
+    row = TYPE_ROWS[prefix]
+    a_rows = m if ta in "Nn" else k
+    b_rows = k if tb in "Nn" else n
+    lda, ldb, ldc = max(1, a_rows) + pad, max(1, b_rows) + pad, max(1, m) + pad
+    buf = np.ones(lda * 7 + ldb * 7 + ldc * 7 + 8, dtype=row.ab_dtype)
+    a = buf[: lda * 6 + 6 - short]
+    b = np.ones(ldb * 6 + 6, dtype=row.ab_dtype)
+    c = np.ones(ldc * 6 + 6, dtype=row.c_dtype)
+    if alias and row.c_dtype == row.ab_dtype:
+        c = buf[2:]
+    alpha, beta = (2, 3) if prefix == "i" else (2.0, 3.0)
+    args = (row, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, None, None)
+    try:
+        want = describe_blas_checked(*args)
+    except (ValueError, TypeError) as exc:
+        with pytest.raises(type(exc), match=re.escape(str(exc))):
+            describe_blas(*args)
+        return
+    assert describe_blas(*args) == want
+
+
+import re  # noqa: E402
