@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import pyblasgemm
-from _ref import TOLERANCE, col_major, expected, check_close, op, random_array
+from _ref import C_DTYPES, TOLERANCE, col_major, expected, check_close, op, random_array
 from conftest import XP_PARAMS, to_host
 
 ROUTINES = {p: getattr(pyblasgemm, p + "gemm") for p in "sdhbicz"}
@@ -169,3 +169,28 @@ def test_blas_padded_2d_fortran_buffers():
     pyblasgemm.dgemm("N", "N", 7, 3, 4, 1.0, a, 10, b, 6, 0.0, c, 8)
     np.testing.assert_allclose(c[:7], a[:7] @ b[:4], rtol=1e-13)
     assert np.isnan(c[7]).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("prefix,compute", [("h", "fp32"), ("h", "fp16"), ("b", "fp32"),
+                                            ("s", "tf32")])
+@pytest.mark.parametrize("m,n,k", [(129, 130, 257), (1000, 33, 1000), (7, 1000, 31)])
+@pytest.mark.parametrize("ta,tb", ["NN", "TN", "NT", "TT"])
+def test_low_precision_error_within_twice_cublas(prefix, compute, m, n, k, ta, tb):
+    """Every GPU backend's error vs float64 is at most twice cuBLAS's on the same inputs."""
+    import cupy
+    rng = np.random.default_rng(m * 7 + n + k)
+    a_shape = (m, k) if ta == "N" else (k, m)
+    b_shape = (k, n) if tb == "N" else (n, k)
+    a = random_array(rng, prefix, a_shape[0] * a_shape[1])
+    b = random_array(rng, prefix, b_shape[0] * b_shape[1])
+    ref = op(col_major(a, *a_shape, a_shape[0]).astype(np.float64), ta) @ \
+        op(col_major(b, *b_shape, b_shape[0]).astype(np.float64), tb)
+    errors = {}
+    for backend in ("cublas", "tensorcore"):
+        c = cupy.full(m * n, np.nan, dtype=C_DTYPES[prefix])
+        ROUTINES[prefix](ta, tb, m, n, k, 1.0, cupy.asarray(a), a_shape[0], cupy.asarray(b),
+                         b_shape[0], 0.0, c, m, compute=compute, backend=backend)
+        got = col_major(c.get(), m, n, m).astype(np.float64)
+        errors[backend] = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+    assert errors["tensorcore"] <= 2 * errors["cublas"] + 1e-7, errors

@@ -97,3 +97,24 @@ def test_gemm_out_errors():
     buf = np.ones(20)
     with pytest.raises(ValueError, match="out overlaps a"):
         pyblasgemm.gemm("N", "N", buf[:6].reshape(2, 3), b, out=buf[4:12].reshape(2, 4))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cublas", "tensorcore"])
+def test_gemm_runs_on_the_current_stream(backend):
+    """Work is enqueued on CuPy's current stream: waiting on an event recorded on that stream
+    alone is enough to see the result, and cuBLAS's handle is bound to that stream."""
+    import cupy
+    rng = np.random.default_rng(4)
+    a = cupy.asarray(rng.uniform(-1, 1, (512, 512)).astype(np.float16))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        out = pyblasgemm.gemm("N", "N", a, a, backend=backend)
+        done = cupy.cuda.Event()
+        done.record(stream)
+    done.synchronize()
+    if backend == "cublas":
+        from cupy_backends.cuda.libs import cublas
+        assert cublas.getStream(cupy.cuda.device.get_cublas_handle()) == stream.ptr
+    want = a.get().astype(np.float32) @ a.get().astype(np.float32)
+    np.testing.assert_allclose(out.get().astype(np.float32), want, rtol=2e-2, atol=2e-2)
