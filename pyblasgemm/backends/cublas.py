@@ -149,27 +149,26 @@ def _arrange_int8(desc: GemmDesc, a, b, c):
     return new, a, b, c, c_final
 
 
-def _a_copy(a, desc: GemmDesc):
-    """A as a (batch, m, ldp) buffer: row i holds op(A)[i, :], i.e. K-contiguous columns."""
+def _k_major_copy(x, stored_shape, ld, stride, k_first, outer, k, batch):
+    """Copy op(X) into a zero-padded (copies, outer, round4(k)) buffer whose rows are K-vectors
+    (row i of A's copy is op(A)[i, :]; row j of B's is op(B)[:, j]). ``k_first``: the stored
+    matrix has K as its rows. A broadcast operand (stride 0) is copied once and stays so.
+    Returns (buffer, ld, batch stride) for cuBLAS ('T' for A, 'N' for B)."""
     import cupy
 
-    copies = 1 if desc.stride_a == 0 else desc.batch
-    ldp = _round4(desc.k)
-    buf = cupy.zeros((copies, desc.m, ldp), dtype=a.dtype)
-    rows, cols = desc.a_shape()
-    stored = _arrays.strided_view(a, (copies, rows, cols), (desc.stride_a, 1, desc.lda))
-    buf[:, :, : desc.k] = stored if desc.transa == "N" else stored.swapaxes(1, 2)
-    return buf, ldp, (0 if copies == 1 else desc.m * ldp)
+    copies = 1 if stride == 0 else batch
+    ldp = _round4(k)
+    buf = cupy.zeros((copies, outer, ldp), dtype=x.dtype)
+    stored = _arrays.strided_view(x, (copies,) + stored_shape, (stride, 1, ld))
+    buf[:, :, :k] = stored.swapaxes(1, 2) if k_first else stored
+    return buf, ldp, (0 if copies == 1 else outer * ldp)
+
+
+def _a_copy(a, desc: GemmDesc):
+    return _k_major_copy(a, desc.a_shape(), desc.lda, desc.stride_a, desc.transa != "N",
+                         desc.m, desc.k, desc.batch)
 
 
 def _b_copy(b, desc: GemmDesc):
-    """B as a (batch, n, ldp) buffer: row j holds op(B)[:, j], i.e. K-contiguous columns."""
-    import cupy
-
-    copies = 1 if desc.stride_b == 0 else desc.batch
-    ldp = _round4(desc.k)
-    buf = cupy.zeros((copies, desc.n, ldp), dtype=b.dtype)
-    rows, cols = desc.b_shape()
-    stored = _arrays.strided_view(b, (copies, rows, cols), (desc.stride_b, 1, desc.ldb))
-    buf[:, :, : desc.k] = stored.swapaxes(1, 2) if desc.transb == "N" else stored
-    return buf, ldp, (0 if copies == 1 else desc.n * ldp)
+    return _k_major_copy(b, desc.b_shape(), desc.ldb, desc.stride_b, desc.transb == "N",
+                         desc.n, desc.k, desc.batch)
