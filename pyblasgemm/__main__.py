@@ -105,13 +105,42 @@ def info() -> int:
     return 0
 
 
+def _bench_module():
+    """bench/suite.py of the source checkout this package is imported from, or None."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "bench" / "suite.py"
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("pyblasgemm_bench_suite", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def bench(argv) -> int:
+    """``python -m pyblasgemm bench ...``: the benchmark suite in bench/suite.py."""
+    module = _bench_module()
+    if module is None:
+        print("error: the benchmark suite (bench/suite.py) ships with the source checkout; "
+              "install pyblasgemm from a clone with `pip install -e .[bench]`", file=sys.stderr)
+        return 2
+    return module.main(argv)
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:   # its options live with the suite: bench --help lists them
+        return bench(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m pyblasgemm")
     sub = parser.add_subparsers(dest="command", required=True)
     p_demo = sub.add_parser("demo", help="run a few GEMMs on the best device and report")
     p_demo.add_argument("--size", type=int, default=None, help="n for n x n x n (default: "
                         "4096 on a GPU, 512 on the host)")
     sub.add_parser("info", help="versions and the device")
+    sub.add_parser("bench", help="benchmark suite against cuBLAS (bench --help for options)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo(args.size)
