@@ -16,14 +16,14 @@ from .desc import BlasArgumentError, GemmDesc
 from .gemm import gemm
 from .matmul import matmul
 from . import desc, planner
-from .planner import Plan, clear_plan_cache
+from .planner import Plan, clear_plan_cache, plan, tune
 
 __version__ = "0.1.0"
 
 __all__ = [
     "sgemm", "dgemm", "hgemm", "bgemm", "igemm", "cgemm", "zgemm",
     "gemm", "matmul",
-    "BlasArgumentError", "GemmDesc", "Plan", "clear_plan_cache",
+    "BlasArgumentError", "GemmDesc", "Plan", "clear_plan_cache", "plan", "tune",
     "set_default_compute", "get_default_compute",
     "__version__",
 ]

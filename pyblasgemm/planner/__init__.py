@@ -1,0 +1,142 @@
+"""The planner: which backend, kernel config and decomposition runs a GEMM, and why.
+
+For every problem (a validated ``GemmDesc``) the planner enumerates our kernels' candidate
+configs (tile shapes x decompositions: sliced-k, serial/parallel split-k, stream-k, hybrid),
+rejects the invalid ones with the reason (one predicate: ``KernelConfig.validate`` with the
+device's limits), scores the rest and cuBLAS with an analytic cost model calibrated on the
+H100 measurements in ``bench/results/`` (``calibration_h100.json``; see
+:mod:`pyblasgemm.planner.model` and :mod:`pyblasgemm.planner.calibrate`), and returns a frozen
+:class:`Plan`. Plans are memoized per (device, problem); ``autotune=True`` / :func:`tune` time
+the top candidates on the GPU and persist the winners on disk.
+
+Public API::
+
+    plan(m, n, k, dtype, *, compute, transa, transb, lda, ldb, ldc, batch, ..., backend,
+         autotune, arch) -> Plan
+    tune(m, n, k, dtype, *, ..., top, repeats, warmup, cache) -> Plan
+    plan_for(desc, backend=None, *, autotune=None, arch=None) -> Plan      (internal form)
+    clear_plan_cache()
+    Plan.explain(limit=12) -> str
+
+Example::
+
+    >>> import pyblasgemm
+    >>> p = pyblasgemm.plan(512, 512, 32768, "float16", transa="T")
+    >>> p.backend                               # calibrated: cuBLAS is faster on an H100
+    'cublas'
+    >>> q = pyblasgemm.plan(512, 512, 32768, "float16", transa="T", backend="tensorcore")
+    >>> q.decomposition.startswith("splitk")    # few output tiles, long K
+    True
+
+Environment variables (all ``PYBLASGEMM_*``; read at import, re-read by
+:func:`clear_plan_cache`):
+
+``PYBLASGEMM_BACKEND``          'auto' (default), 'tensorcore', 'cublas' or 'host': force a
+                                backend for every call without ``backend=``.
+``PYBLASGEMM_DECOMPOSITION``    force our kernels' decomposition: 'sliced', 'splitk_serial',
+                                'splitk_parallel', 'streamk' or 'hybrid' (candidates of other
+                                decompositions are not considered).
+``PYBLASGEMM_SPLITS``           with a split-k decomposition: force the split count.
+``PYBLASGEMM_CONFIG``           force one kernel config by name, e.g.
+                                ``hybrid_128x128x32_w2x2_s4_g8`` (``KernelConfig.name``).
+``PYBLASGEMM_PRINT_PLANS``      '1': print ``Plan.explain()`` to stderr for every new plan.
+``PYBLASGEMM_NO_PLAN_CACHE``    '1': do not memoize plans in memory (plan every call).
+``PYBLASGEMM_AUTOTUNE``         '1': autotune every new problem on the GPU (as ``autotune=True``).
+``PYBLASGEMM_CACHE_DIR``        directory of the autotune cache (default
+                                ``~/.cache/pyblasgemm/``).
+``PYBLASGEMM_NO_TUNE_CACHE``    '1': neither read nor write autotuned winners on disk.
+``PYBLASGEMM_ARCH``             'sm_80', 'sm_86', 'sm_89' or 'sm_90': plan with that family's
+                                datasheet spec instead of the device's (default without a GPU:
+                                sm_90, the H100).
+``PYBLASGEMM_FP32_COMPUTE``     default ``compute=`` of float32 problems ('fp32', 'tf32',
+                                '3xtf32'; see ``pyblasgemm.set_default_compute``).
+
+Command line: ``python -m pyblasgemm plan M N K --dtype f16 --trans NT`` prints the explanation
+(without a GPU it plans for the default H100 spec and says so); ``python -m pyblasgemm tune ...``
+tunes on the GPU and stores the winner.
+"""
+from __future__ import annotations
+
+from .core import Candidate, Plan, clear_plan_cache, plan_for
+from .arch import ArchSpec, FAMILIES
+from .problem import make_desc
+
+__all__ = ["Plan", "Candidate", "ArchSpec", "FAMILIES", "plan", "tune", "plan_for",
+           "clear_plan_cache", "make_desc"]
+
+
+def _arch_arg(arch):
+    if arch is None or isinstance(arch, ArchSpec):
+        return arch
+    if isinstance(arch, str) and arch.lower() in FAMILIES:
+        return FAMILIES[arch.lower()]
+    raise ValueError(f"arch={arch!r} must be an ArchSpec or one of {tuple(FAMILIES)}")
+
+
+def plan(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="N", transb="N",
+         lda=None, ldb=None, ldc=None, batch: int = 1, stride_a=None, stride_b=None,
+         stride_c=None, device: int = 0, align: int = 16, backend: str | None = None,
+         autotune: bool = False, arch=None) -> Plan:
+    """The plan the library would use for a column-major GEMM of these sizes on the GPU.
+
+    ``dtype``: float16, bfloat16, float32, float64, int8, complex64, complex128 (or 'f16',
+    'bf16', 'f32', 'f64', 'i8', 'c64', 'c128'; 'tf32' and '3xtf32' mean float32 with that
+    compute). ``transa``/``transb``: 'N', 'T' ('C' for complex). Leading dimensions default to
+    the tight ones, batch strides to packed matrices; ``align`` is the pointers' byte
+    alignment. ``backend`` forces one; ``autotune=True`` measures (GPU only); ``arch`` ('sm_80',
+    ..., or an ``ArchSpec``) plans for another GPU. Without a GPU the H100 spec is used.
+
+    Example::
+
+        >>> import pyblasgemm
+        >>> p = pyblasgemm.plan(8192, 8192, 8192, "f32", compute="3xtf32")
+        >>> p.backend, p.config.bm > 0                 # cuBLAS has no 3xTF32 mode
+        ('tensorcore', True)
+        >>> print(p.explain())                         # doctest: +ELLIPSIS
+        problem: ...
+    """
+    from ..desc import check_backend
+
+    desc = make_desc(m, n, k, dtype, compute=compute, transa=transa, transb=transb, lda=lda,
+                     ldb=ldb, ldc=ldc, batch=batch, stride_a=stride_a, stride_b=stride_b,
+                     stride_c=stride_c, device=device, align=align)
+    return plan_for(desc, check_backend("plan", backend), autotune=autotune, arch=_arch_arg(arch))
+
+
+def tune(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="N", transb="N",
+         lda=None, ldb=None, ldc=None, batch: int = 1, stride_a=None, stride_b=None,
+         stride_c=None, device: int = 0, align: int = 16, top: int = 8, repeats: int = 20,
+         warmup: int = 3, cache: bool = True, include_cublas: bool = True, progress: bool = True,
+         timer=None) -> Plan:
+    """Autotune one problem on the GPU: time the ``top`` candidates the cost model ranks best
+    (plus cuBLAS), honestly (warm-up, L2 flushed before each timed call, shuffled order, median
+    of ``repeats``), persist the winner in the autotune cache and return its plan.
+
+    Needs a GPU (raises ``RuntimeError`` without one) unless ``timer`` is given: a callable
+    ``timer(candidate, desc) -> seconds`` that replaces the measurement (tests use a fake one).
+
+    Example::
+
+        >>> import pyblasgemm
+        >>> p = pyblasgemm.tune(4096, 4096, 4096, "f16")        # doctest: +SKIP
+        >>> p.source
+        'autotune'
+    """
+    from .autotune import tune_desc
+
+    desc = make_desc(m, n, k, dtype, compute=compute, transa=transa, transb=transb, lda=lda,
+                     ldb=ldb, ldc=ldc, batch=batch, stride_a=stride_a, stride_b=stride_b,
+                     stride_c=stride_c, device=device, align=align)
+    plan = tune_desc(desc, top=top, repeats=repeats, warmup=warmup, cache=cache,
+                     include_cublas=include_cublas, progress=progress, timer=timer)
+    clear_memo_for(desc)
+    return plan
+
+
+def clear_memo_for(desc) -> None:
+    """Drop the memoized plans of one problem (after tuning it)."""
+    from . import core
+
+    with core._lock:
+        for key in [k for k in core._plan_cache if k[0] == desc.key]:
+            del core._plan_cache[key]

@@ -1,0 +1,380 @@
+"""Autotuning: time the cost model's best candidates on the GPU and persist the winners.
+
+Method (nvmath / quack style): every candidate is compiled and run ``warmup`` times first; then
+``repeats`` rounds, each timing every candidate once in a freshly shuffled order, with the L2
+flushed (a write over a buffer twice the L2 size) before each timed call; CUDA events around the
+call; the median per candidate decides. Candidates that fail to compile or launch are dropped
+with the reason.
+
+Winners persist as one small JSON file per entry under ``PYBLASGEMM_CACHE_DIR`` (default
+``~/.cache/pyblasgemm/``), named by a hash of the key: device name, compute capability, driver
+and NVRTC versions, the kernel headers' fingerprint, and the problem (the ``GemmDesc`` key
+without routine name, device ordinal, alpha and beta). Writes go to a temporary file in the same
+directory and are renamed into place (``os.replace``, atomic), so concurrent processes never
+see a torn file; the last writer of an entry wins. A file that cannot be parsed, or whose
+stored key differs (stale), or whose config is no longer valid, is ignored with a warning.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import statistics
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+from ..desc import GemmDesc, matrix_span
+from . import model as M
+from .arch import ArchSpec, arch_for_device, device_identity
+
+__all__ = ["TuneCache", "cache_dir", "tune_desc", "lookup", "problem_key", "CacheWarning"]
+
+FORMAT = 1
+
+
+class CacheWarning(UserWarning):
+    """An autotune cache file was corrupt or stale and is ignored."""
+
+
+def cache_dir() -> Path:
+    """``PYBLASGEMM_CACHE_DIR`` or ``~/.cache/pyblasgemm``."""
+    d = os.environ.get("PYBLASGEMM_CACHE_DIR")
+    return Path(d) if d else Path.home() / ".cache" / "pyblasgemm"
+
+
+def disk_cache_enabled() -> bool:
+    return os.environ.get("PYBLASGEMM_NO_TUNE_CACHE", "") in ("", "0")
+
+
+def problem_key(desc: GemmDesc) -> list:
+    """The persisted problem key: the desc key without routine, xp and device ordinal."""
+    return list(desc.key[1:15]) + [desc.align]
+
+
+def _fingerprint() -> str:
+    from ..kernels.jit import header_fingerprint
+
+    return header_fingerprint()
+
+
+class TuneCache:
+    """Per-entry JSON files in ``directory`` (see the module docstring).
+
+    Example::
+
+        >>> import tempfile
+        >>> c = TuneCache(tempfile.mkdtemp())
+        >>> ident = {"device": "X", "cc": "9.0", "driver": 1, "nvrtc": "13.0"}
+        >>> c.put(ident, "fp", ["h"], {"backend": "cublas", "config": None, "time_s": 1e-4})
+        >>> c.get(ident, "fp", ["h"])["backend"]
+        'cublas'
+    """
+
+    def __init__(self, directory=None):
+        self.dir = Path(directory) if directory is not None else cache_dir()
+
+    @staticmethod
+    def _full_key(identity: dict, fingerprint: str, key) -> dict:
+        return {"format": FORMAT, "identity": identity, "kernels": fingerprint, "problem": list(key)}
+
+    def path(self, identity: dict, fingerprint: str, key) -> Path:
+        blob = json.dumps(self._full_key(identity, fingerprint, key), sort_keys=True)
+        return self.dir / f"tune-{hashlib.sha256(blob.encode()).hexdigest()[:32]}.json"
+
+    def get(self, identity: dict, fingerprint: str, key) -> dict | None:
+        """The stored winner, or None (missing, corrupt or stale: the last two warn)."""
+        path = self.path(identity, fingerprint, key)
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            warnings.warn(f"pyblasgemm: ignoring corrupt autotune cache file {path}: {exc}",
+                          CacheWarning, stacklevel=2)
+            return None
+        want = json.loads(json.dumps(self._full_key(identity, fingerprint, key)))
+        if not isinstance(data, dict) or data.get("key") != want or "winner" not in data:
+            warnings.warn(f"pyblasgemm: ignoring stale autotune cache file {path} (written for "
+                          f"another device, driver, NVRTC, kernel source or format)",
+                          CacheWarning, stacklevel=2)
+            return None
+        return data["winner"]
+
+    def put(self, identity: dict, fingerprint: str, key, winner: dict) -> Path:
+        """Store ``winner`` atomically (temporary file + ``os.replace``)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self.path(identity, fingerprint, key)
+        data = {"key": self._full_key(identity, fingerprint, key), "winner": winner,
+                "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        fd, tmp = tempfile.mkstemp(prefix=".tune-", suffix=".tmp", dir=self.dir)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        return path
+
+
+# identity of a device: memoized; tests replace ``identity_provider``
+_identities: dict = {}
+
+
+def identity_provider(device: int) -> dict:
+    ident = _identities.get(device)
+    if ident is None:
+        ident = _identities[device] = device_identity(device)
+    return ident
+
+
+_no_gpu: set = set()
+
+
+def _identity(device: int):
+    if device in _no_gpu:
+        return None
+    try:
+        return identity_provider(device)
+    except Exception:    # no CuPy / no GPU: nothing tuned can apply; do not ask again
+        _no_gpu.add(device)
+        return None
+
+
+def lookup(desc: GemmDesc, arch: ArchSpec, cands, allow_cublas: bool = True):
+    """The plan from a stored autotune winner for ``desc``, or None (no GPU, no entry, stale)."""
+    if not disk_cache_enabled():
+        return None
+    ident = _identity(desc.device)
+    if ident is None:
+        return None
+    win = TuneCache().get(ident, _fingerprint(), problem_key(desc))
+    if win is None:
+        return None
+    return _plan_from_winner(desc, arch, cands, win, "autotune cache", allow_cublas)
+
+
+def _plan_from_winner(desc, arch, cands, win, where, allow_cublas=True):
+    from .core import Candidate, Plan, kernel_problem_for
+
+    if win.get("backend") == "cublas":
+        if not allow_cublas:
+            return None
+        return Plan("cublas", f"{where}: cuBLAS measured fastest ({_fmt(win)})", None, None, 1, (),
+                    0, win.get("time_s"), "autotune", arch, desc, tuple(cands))
+    try:
+        cfg = M.parse_config_name(win["config"])
+    except (KeyError, TypeError, ValueError):
+        warnings.warn(f"pyblasgemm: ignoring autotune entry with a bad config {win.get('config')!r}",
+                      CacheWarning, stacklevel=3)
+        return None
+    prob = kernel_problem_for(desc)
+    ok, why = M.check(cfg, prob, arch)
+    if not ok:
+        warnings.warn(f"pyblasgemm: ignoring stale autotune winner {cfg.name}: {why}",
+                      CacheWarning, stacklevel=3)
+        return None
+    occ = M.occupancy(cfg, prob.kind, arch)
+    s = M.score_ours(cfg, prob, arch, M.load_calibration(), occ)
+    cands = tuple(cands) + tuple([] if any(c.config == cfg for c in cands)
+                                 else [Candidate("tensorcore", cfg, s)])
+    return Plan("tensorcore", f"{where}: {cfg.name} measured fastest ({_fmt(win)})", cfg,
+                cfg.decomposition, s.splits, s.grid, s.workspace_bytes, win.get("time_s"),
+                "autotune", arch, desc, cands)
+
+
+def _fmt(win) -> str:
+    t = win.get("timings") or {}
+    best = sorted(t.items(), key=lambda kv: kv[1])[:4]
+    return ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in best) or "no timings stored"
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing on the GPU
+# ---------------------------------------------------------------------------------------------
+
+class GpuTimer:
+    """Times candidates on real arrays for ``desc`` (CUDA events, L2 flushed before each call)."""
+
+    def __init__(self, desc: GemmDesc, arch: ArchSpec):
+        import cupy
+        import numpy as np
+
+        self.cupy = cupy
+        self.desc = desc
+        row = desc.row
+        rng = np.random.default_rng(0)
+
+        def buf(rows, cols, ld, stride, dtype, fill=True):
+            n = matrix_span(rows, cols, ld) + stride * (desc.batch - 1)
+            off = 0
+            itemsize = np.dtype(dtype).itemsize
+            if desc.align < 16 and desc.align >= itemsize:
+                off = desc.align // itemsize     # reproduce the caller's pointer alignment
+            if dtype == np.int8:
+                host = rng.integers(-128, 128, n + off).astype(np.int8)
+            elif np.dtype(dtype).kind == "c":
+                host = (rng.uniform(-1, 1, n + off) + 1j * rng.uniform(-1, 1, n + off)).astype(dtype)
+            else:
+                host = rng.uniform(-1, 1, n + off).astype(dtype)
+            return cupy.asarray(host)[off:]
+
+        ar, ac = desc.a_shape()
+        br, bc = desc.b_shape()
+        self.a = buf(ar, ac, desc.lda, desc.stride_a, row.ab_dtype)
+        self.b = buf(br, bc, desc.ldb, desc.stride_b, row.ab_dtype)
+        self.c = buf(desc.m, desc.n, desc.ldc, desc.stride_c, row.c_dtype)
+        self.flush = cupy.empty(max(2 * arch.l2_bytes, 1 << 20), dtype=cupy.uint8)
+
+    def runner(self, cand):
+        """A zero-argument callable that enqueues the candidate once."""
+        if cand.backend == "cublas":
+            from ..backends import get_backend
+
+            run = get_backend("cublas").run
+            return lambda: run(self.desc, self.a, self.b, self.c)
+        from ..backends.tensorcore import kernel_problem
+        from ..kernels.launch import prepare
+
+        prob = kernel_problem(self.desc, self.a.data.ptr, self.b.data.ptr, self.c.data.ptr)
+        return prepare(prob, cand.config)
+
+    def time(self, fn) -> float:
+        cp = self.cupy
+        self.flush.fill(1)           # evict A, B, C from L2 (an L2-cold call, like first use)
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        return cp.cuda.get_elapsed_time(start, stop) * 1e-3
+
+
+def _progress(total: int, enabled: bool, desc: str):
+    if not enabled:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=desc, leave=False)
+
+
+def tune_desc(desc: GemmDesc, *, arch: ArchSpec | None = None, candidates=None, top: int = 8,
+              repeats: int = 20, warmup: int = 3, cache: bool = True, include_cublas: bool = True,
+              progress: bool = True, timer=None, identity: dict | None = None, seed: int | None = None):
+    """Autotune ``desc``: returns the winner's ``Plan`` (``source='autotune'``).
+
+    ``timer(candidate, desc) -> seconds`` replaces the GPU measurement (no GPU needed); then
+    ``identity`` (device name, cc, driver, nvrtc) keys the disk cache, default a fake one.
+    """
+    from .core import Candidate, enumerate_candidates, _supports
+
+    if desc.xp != "cupy":
+        raise ValueError("tune: autotuning is for GPU problems (CuPy arrays)")
+    if timer is None:
+        try:
+            import cupy
+
+            if cupy.cuda.runtime.getDeviceCount() < 1:
+                raise RuntimeError("no CUDA device")
+        except Exception as exc:
+            raise RuntimeError(f"pyblasgemm.tune needs a CUDA GPU (CuPy could not find one: {exc}); "
+                               f"use pyblasgemm.plan(...) for the model's prediction without one") from None
+    arch = arch if arch is not None else arch_for_device(desc.device)
+    cal = M.load_calibration()
+    if candidates is None:
+        ok, _ = _supports("tensorcore", desc)
+        candidates = enumerate_candidates(desc, arch, cal) if ok else []
+        if include_cublas and _supports("cublas", desc)[0]:
+            candidates.append(Candidate("cublas", None, M.score_cublas(desc, arch, cal)))
+    candidates = list(candidates)
+    if identity is None:
+        identity = ({"device": "fake-timer", "cc": "0.0", "driver": 0, "nvrtc": "0"}
+                    if timer is not None else identity_provider(desc.device))
+    use_disk = cache and disk_cache_enabled()
+    store, fp, key = TuneCache(), _fingerprint(), problem_key(desc)
+    if use_disk:
+        win = store.get(identity, fp, key)
+        if win is not None:
+            plan = _plan_from_winner(desc, arch, candidates, win, "autotune cache", include_cublas)
+            if plan is not None:
+                return plan
+    ours = sorted((c for c in candidates if c.backend == "tensorcore" and c.score is not None),
+                  key=lambda c: c.time)
+    picked = _diverse_top(ours, top)
+    if include_cublas:
+        picked += [c for c in candidates if c.backend == "cublas" and c.score is not None]
+    if not picked:
+        raise NotImplementedError(f"{desc.routine}: nothing to tune: no candidate is valid")
+    measure = None
+    if timer is None:
+        gt = GpuTimer(desc, arch)
+        runners, failed = {}, {}
+        for c in picked:
+            try:
+                runners[c.label] = gt.runner(c)
+            except Exception as exc:    # compile or launch failure: drop it, say why
+                failed[c.label] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        picked = [c for c in picked if c.label in runners]
+        measure = lambda c: gt.time(runners[c.label])
+    else:
+        failed = {}
+        measure = lambda c: timer(c, desc)
+    rng = random.Random(seed)
+    bar = _progress(len(picked) * (warmup + repeats), progress, f"tuning {desc.m}x{desc.n}x{desc.k}")
+    times: dict = {c.label: [] for c in picked}
+    try:
+        for c in rng.sample(picked, len(picked)):
+            for _ in range(warmup):
+                measure(c)
+                if bar is not None:
+                    bar.update(1)
+        for _ in range(repeats):
+            for c in rng.sample(picked, len(picked)):
+                times[c.label].append(measure(c))
+                if bar is not None:
+                    bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    medians = {label: statistics.median(v) for label, v in times.items() if v}
+    if not medians:
+        raise RuntimeError(f"tune: every candidate failed: {failed}")
+    best_label = min(medians, key=medians.get)
+    best = next(c for c in picked if c.label == best_label)
+    winner = {"backend": best.backend, "config": best.config.name if best.config else None,
+              "time_s": medians[best_label], "timings": medians, "failed": failed,
+              "method": f"median of {repeats} after {warmup} warm-ups, L2 flushed, shuffled"}
+    if use_disk:
+        store.put(identity, fp, key, winner)
+    return _plan_from_winner(desc, arch, candidates, winner, "autotuned", True)
+
+
+def _diverse_top(ours, top: int):
+    """The ``top`` best-scored of our candidates, at most half of them of one decomposition, so
+    that a mis-ranked decomposition still gets measured."""
+    picked, per = [], {}
+    cap = max(1, top // 2)
+    for c in ours:
+        d = c.config.decomposition
+        if per.get(d, 0) < cap:
+            picked.append(c)
+            per[d] = per.get(d, 0) + 1
+        if len(picked) >= top:
+            break
+    for c in ours:                      # fill up if the caps left room
+        if len(picked) >= top:
+            break
+        if c not in picked:
+            picked.append(c)
+    return picked

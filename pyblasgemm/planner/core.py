@@ -1,0 +1,423 @@
+"""Plan, the heuristic pipeline and the in-memory plan cache.
+
+Pipeline for one problem (a ``GemmDesc``): backend support (each backend's ``supports``) ->
+candidate kernel configs x decompositions -> the constraint predicate
+(:func:`~pyblasgemm.planner.model.check`, i.e. ``KernelConfig.validate``) -> the analytic score
+of every valid candidate and of cuBLAS -> the winner -> a frozen :class:`Plan`. Memoized per
+problem key (which includes the device and excludes alpha and beta).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import dataclass, field, replace
+
+from ..backends import BACKEND_NAMES, get_backend
+from ..desc import GemmDesc
+from ..kernels.config import DECOMPOSITIONS, KernelConfig
+from . import model as M
+from .arch import ArchSpec, arch_for_device
+from .problem import kind_of
+
+__all__ = ["Plan", "Candidate", "plan_for", "clear_plan_cache", "settings", "kernel_problem_for"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings (PYBLASGEMM_* environment variables; re-read by clear_plan_cache)
+# ---------------------------------------------------------------------------------------------
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
+@dataclass(frozen=True)
+class Settings:
+    backend: str = "auto"
+    cache: bool = True
+    print_plans: bool = False
+    decomposition: str | None = None
+    splits: int | None = None
+    config: KernelConfig | None = None
+    autotune: bool = False
+
+
+def _read_settings() -> Settings:
+    backend = os.environ.get("PYBLASGEMM_BACKEND", "auto").lower() or "auto"
+    if backend not in BACKEND_NAMES:
+        raise ImportError(f"PYBLASGEMM_BACKEND={backend!r} must be one of {BACKEND_NAMES}")
+    dec = os.environ.get("PYBLASGEMM_DECOMPOSITION", "").lower() or None
+    if dec is not None and dec not in DECOMPOSITIONS:
+        raise ImportError(f"PYBLASGEMM_DECOMPOSITION={dec!r} must be one of {DECOMPOSITIONS}")
+    splits = os.environ.get("PYBLASGEMM_SPLITS", "") or None
+    if splits is not None:
+        try:
+            splits = int(splits)
+        except ValueError:
+            raise ImportError(f"PYBLASGEMM_SPLITS={splits!r} must be an integer >= 2") from None
+    name = os.environ.get("PYBLASGEMM_CONFIG", "") or None
+    try:
+        cfg = M.parse_config_name(name) if name else None
+    except ValueError as exc:
+        raise ImportError(f"PYBLASGEMM_CONFIG: {exc}") from None
+    return Settings(backend, not _flag("PYBLASGEMM_NO_PLAN_CACHE"), _flag("PYBLASGEMM_PRINT_PLANS"),
+                    dec, splits, cfg, _flag("PYBLASGEMM_AUTOTUNE"))
+
+
+settings = _read_settings()
+
+
+# ---------------------------------------------------------------------------------------------
+# Plan
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Candidate:
+    """One scored (or rejected) option: our kernels with ``config``, or cuBLAS (config None)."""
+
+    backend: str
+    config: KernelConfig | None
+    score: M.Score | None          # None when rejected
+    rejected: str = ""             # the constraint that failed
+    calibrated: bool = True        # the tile's efficiency was measured (else extrapolated)
+
+    @property
+    def label(self) -> str:
+        return self.config.name if self.config is not None else self.backend
+
+    @property
+    def time(self) -> float:
+        return self.score.time if self.score is not None else float("inf")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The decision for one problem: backend, kernel config, decomposition, grid, workspace,
+    predicted time, and the candidates it was chosen from (``explain()`` prints them).
+
+    Example::
+
+        >>> import pyblasgemm
+        >>> p = pyblasgemm.plan(4096, 4096, 4096, "float16")
+        >>> p.backend
+        'cublas'
+        >>> p2 = pyblasgemm.plan(4096, 4096, 4096, "float32", compute="3xtf32")
+        >>> (p2.backend, p2.decomposition)        # doctest: +SKIP
+        ('tensorcore', 'sliced')
+    """
+
+    backend: str
+    reason: str
+    config: object = None              # our kernels: a KernelConfig; else None
+    decomposition: str | None = None
+    splits: int = 1
+    grid: tuple = ()
+    workspace_bytes: int = 0
+    predicted_s: float | None = None
+    source: str = "heuristic"          # 'heuristic', 'autotune', 'forced', 'host'
+    arch: ArchSpec | None = field(default=None, compare=False)
+    problem: GemmDesc | None = field(default=None, compare=False, repr=False)
+    candidates: tuple = field(default=(), compare=False, repr=False)
+
+    def explain(self, limit: int = 12) -> str:
+        """A readable report: the problem, the arch spec, the scored candidates (best first,
+        ``limit`` of them; 0 = all) with waves, last-wave utilisation and predicted time, the
+        rejected ones with their reason, and why the winner won.
+        """
+        lines = []
+        d = self.problem
+        if d is not None:
+            batch = f", batch {d.batch}" if d.batch != 1 else ""
+            lines.append(f"problem: {d.routine} {d.row.ab_dtype.name} compute={d.compute} "
+                         f"{d.transa}{d.transb} m={d.m} n={d.n} k={d.k} lda={d.lda} ldb={d.ldb} "
+                         f"ldc={d.ldc}{batch}, {d.align}-byte aligned, {d.xp} device {d.device}")
+        if self.arch is not None:
+            lines.append(f"arch: {self.arch.short()}")
+        cfg = f" config {self.config.name}" if isinstance(self.config, KernelConfig) else ""
+        pred = f", predicted {self.predicted_s * 1e6:.1f} us" if self.predicted_s else ""
+        lines.append(f"plan: backend {self.backend!r}{cfg}{pred} [{self.source}]")
+        if self.backend == "tensorcore" and self.grid:
+            lines.append(f"      decomposition {self.decomposition}, splits {self.splits}, grid "
+                         f"{self.grid}, workspace {self.workspace_bytes} B")
+        lines.append(f"why: {self.reason}")
+        scored = sorted((c for c in self.candidates if c.score is not None), key=lambda c: c.time)
+        if scored:
+            shown = scored if not limit else scored[:limit]
+            lines.append(f"candidates ({len(scored)} scored, best first; times = host + GPU):")
+            lines.append(f"  {'candidate':44} {'waves':>6} {'last':>5} {'occ':>3} {'compute':>9} "
+                         f"{'fixup':>8} {'memory':>8} {'predicted':>10}")
+            for c in shown:
+                s = c.score
+                mark = "*" if (c.backend == self.backend and c.config == self.config) else " "
+                cal = "" if c.calibrated else "  (tile rate extrapolated)"
+                note = f"  {s.note}" if s.note else ""
+                lines.append(f"{mark} {c.label:44} {s.waves:6.2f} {s.last_wave_util:5.2f} "
+                             f"{s.occupancy:3d} {s.compute * 1e6:8.1f}u {s.fixup * 1e6:7.1f}u "
+                             f"{s.memory * 1e6:7.1f}u {s.time * 1e6:9.1f}u{cal}{note}")
+            if limit and len(scored) > limit:
+                lines.append(f"  ... {len(scored) - limit} more (explain(limit=0) shows all)")
+        rejected = [c for c in self.candidates if c.score is None]
+        if rejected:
+            lines.append(f"rejected ({len(rejected)}):")
+            for c in rejected:
+                lines.append(f"  {c.label:44} {c.rejected}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        cfg = f" {self.config.name}" if isinstance(self.config, KernelConfig) else ""
+        return f"Plan({self.backend}{cfg})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning
+# ---------------------------------------------------------------------------------------------
+
+_plan_cache: dict = {}
+_lock = threading.Lock()
+
+
+def plan_for(desc: GemmDesc, backend: str | None = None, *, autotune: bool | None = None,
+             arch: ArchSpec | None = None) -> Plan:
+    """The plan for ``desc``; memoized on (problem key, requested backend).
+
+    ``backend`` forces one (else ``PYBLASGEMM_BACKEND``, else 'auto'); ``autotune=True`` times
+    the best candidates on the GPU once and persists the winner (see
+    :func:`pyblasgemm.planner.tune`); ``arch`` plans for a given spec instead of the device's.
+    A repeated call costs one dict lookup.
+
+    Example::
+
+        >>> from pyblasgemm.planner import plan_for
+        >>> from pyblasgemm.planner.problem import make_desc
+        >>> plan_for(make_desc(64, 64, 64, "float64", xp="numpy")).backend
+        'host'
+    """
+    key = (desc.key, backend, autotune, arch)
+    plan = _plan_cache.get(key)
+    if plan is not None:
+        return plan
+    s = settings
+    tune = s.autotune if autotune is None else autotune
+    plan = _choose(desc, backend or s.backend, arch, tune)
+    if s.print_plans:
+        print(plan.explain(), file=sys.stderr)
+    if s.cache:
+        with _lock:
+            _plan_cache[key] = plan
+    return plan
+
+
+def clear_plan_cache() -> None:
+    """Forget every memoized plan and re-read the ``PYBLASGEMM_*`` variables.
+
+    Example::
+
+        >>> import pyblasgemm
+        >>> pyblasgemm.clear_plan_cache()
+    """
+    global settings
+    with _lock:
+        _plan_cache.clear()
+        settings = _read_settings()
+    from .arch import _by_device
+    _by_device.clear()
+
+
+def kernel_problem_for(desc: GemmDesc):
+    """Our kernels' ``KernelProblem`` for ``desc``; the pointers carry ``desc.align`` so the
+    vectorized-copy and element-alignment rules see the real alignment."""
+    from ..backends.tensorcore import kernel_problem
+
+    p = desc.align
+    return kernel_problem(desc, p, p, p)
+
+
+def _supports(name: str, desc: GemmDesc):
+    try:
+        module = get_backend(name)
+    except ImportError as exc:
+        return False, f"backend unavailable ({exc})"
+    return module.supports(desc)
+
+
+def _arch(desc: GemmDesc, arch: ArchSpec | None) -> ArchSpec:
+    return arch if arch is not None else arch_for_device(desc.device)
+
+
+def _split_choices(tiles: int, kt: int, slots: int) -> list[int]:
+    want = {2, 3, 4, 6, 8, 12, 16, -(-slots // max(1, tiles)), -(-2 * slots // max(1, tiles))}
+    return sorted(s for s in want if 2 <= s <= min(64, kt // 2))
+
+
+def enumerate_candidates(desc: GemmDesc, arch: ArchSpec, cal: dict) -> list[Candidate]:
+    """Every candidate config for our kernels on ``desc``, scored or rejected with the reason."""
+    kind = kind_of(desc)
+    prob = kernel_problem_for(desc)
+    out = []
+    forced = settings.config
+    tiles_cfgs = [forced] if forced is not None else M.candidate_configs(kind, cal)
+    for base in tiles_cfgs:
+        ok, why = M.check(replace(base, decomposition="sliced", splits=0), prob, arch)
+        if not ok and forced is None:
+            out.append(Candidate("tensorcore", base, None, why))
+            continue
+        occ = M.occupancy(base, kind, arch)
+        tiles = -(-desc.m // base.bm) * -(-desc.n // base.bn) * desc.batch
+        kt = -(-desc.k // base.bk)
+        if forced is not None:
+            variants = [forced]
+        else:
+            variants = [base, replace(base, decomposition="hybrid"), replace(base, decomposition="streamk")]
+            for s in _split_choices(tiles, kt, arch.sm_count * occ):
+                if s <= 8:
+                    variants.append(replace(base, decomposition="splitk_serial", splits=s))
+                variants.append(replace(base, decomposition="splitk_parallel", splits=s))
+        for cfg in variants:
+            if settings.decomposition and cfg.decomposition != settings.decomposition:
+                continue
+            if settings.splits and cfg.decomposition.startswith("splitk") and cfg.splits != settings.splits:
+                continue
+            ok, why = M.check(cfg, prob, arch)
+            if not ok:
+                out.append(Candidate("tensorcore", cfg, None, why))
+                continue
+            _, calibrated = M.tile_efficiency(cfg, kind, cal)
+            out.append(Candidate("tensorcore", cfg, M.score_ours(cfg, prob, arch, cal, occ), "",
+                                 calibrated))
+    return out
+
+
+def best_of(cands) -> Candidate | None:
+    """The fastest scored candidate; within 1% the simpler decomposition (sliced first)."""
+    scored = [c for c in cands if c.score is not None]
+    if not scored:
+        return None
+    t0 = min(c.time for c in scored)
+    near = [c for c in scored if c.time <= t0 * (1 + M.TIE)]
+    return min(near, key=lambda c: (M.SIMPLICITY.get(c.config.decomposition, 9)
+                                    if c.config is not None else -1, c.time))
+
+
+def _ours_plan(desc, arch, winner: Candidate, reason, cands, source="heuristic") -> Plan:
+    s = winner.score
+    return Plan("tensorcore", reason, winner.config, winner.config.decomposition, s.splits,
+                s.grid, s.workspace_bytes, s.time, source, arch, desc, tuple(cands))
+
+
+def _why_ours(winner: Candidate, cands) -> str:
+    s = winner.score
+    d = winner.config.decomposition
+    if d == "sliced":
+        why = (f"sliced-k: {s.ctas} tiles fill {s.waves:.2f} waves of {s.ctas / s.waves:.0f} CTA "
+               f"slots (last wave {s.last_wave_util:.0%} full), nothing to gain from sharing K")
+    elif d.startswith("splitk"):
+        how = "serial (running sum passed along)" if d == "splitk_serial" else "parallel (reduce kernel)"
+        why = (f"split-k {how} with {s.splits} splits: the output tiles alone fill only "
+               f"{s.waves / s.splits:.2f} waves and K is long, so {s.splits} CTAs share each tile's K")
+    else:
+        why = (f"{'hybrid data-parallel + stream-k' if d == 'hybrid' else 'stream-k'}: a grid of "
+               f"{s.ctas} persistent CTAs evens out a badly quantized last wave "
+               f"({_sliced_util(winner, cands)}); fixup {s.fixup * 1e6:.1f} us")
+    others = sorted((c for c in cands if c.score is not None and c is not winner), key=lambda c: c.time)
+    if others:
+        why += f"; next best {others[0].label} predicted {others[0].time / winner.time:.2f}x slower"
+    return why
+
+
+def _sliced_util(winner, cands) -> str:
+    for c in cands:
+        if (c.score is not None and c.config.decomposition == "sliced"
+                and M.tile_key(c.config, "f16") == M.tile_key(winner.config, "f16")):
+            return (f"sliced would run {c.score.waves:.2f} waves, last {c.score.last_wave_util:.0%} "
+                    f"full, {c.time / winner.time:.2f}x the time")
+    return "sliced not valid"
+
+
+def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: bool) -> Plan:
+    on_host = desc.xp == "numpy"
+    if requested == "auto" and on_host:
+        return Plan("host", "NumPy arrays run on the host (NumPy/SciPy BLAS)", source="host",
+                    problem=desc)
+    if requested != "auto" and on_host != (requested == "host"):
+        wanted = "NumPy" if requested == "host" else "CuPy"
+        got = "NumPy" if on_host else "CuPy"
+        raise ValueError(f"{desc.routine}: backend={requested!r} runs on {wanted} arrays, "
+                         f"but the arrays are {got} arrays")
+    if requested == "host":
+        return Plan("host", "forced by backend= / PYBLASGEMM_BACKEND", source="forced", problem=desc)
+    arch = _arch(desc, arch)
+    cal = M.load_calibration()
+    ours_ok, why_not_ours = _supports("tensorcore", desc)
+    if ours_ok and arch.cc < (8, 0):
+        ours_ok, why_not_ours = False, f"our kernels need sm_80+ (device is sm_{arch.cc[0]}{arch.cc[1]})"
+    theirs_ok, why_not_theirs = _supports("cublas", desc)
+    cands: list[Candidate] = []
+    if ours_ok:
+        cands = enumerate_candidates(desc, arch, cal)
+    cublas_cand = None
+    if theirs_ok:
+        cublas_cand = Candidate("cublas", None, M.score_cublas(desc, arch, cal))
+        cands.append(cublas_cand)
+    elif ours_ok:
+        cands.append(Candidate("cublas", None, None, why_not_theirs))
+    ours_best = best_of(c for c in cands if c.backend == "tensorcore")
+    if (requested in ("auto", "tensorcore") and not autotune and ours_ok
+            and settings.config is None and settings.decomposition is None):
+        from .autotune import lookup
+
+        cached = lookup(desc, arch, cands, allow_cublas=requested == "auto")
+        if cached is not None:
+            return cached
+
+    if requested == "cublas":
+        if not theirs_ok:
+            raise NotImplementedError(f"{desc.routine}: backend='cublas' cannot run this "
+                                      f"problem: {why_not_theirs}")
+        s = cublas_cand.score
+        return Plan("cublas", "forced by backend= / PYBLASGEMM_BACKEND", None, None, 1, (), 0,
+                    s.time, "forced", arch, desc, tuple(cands))
+    if requested == "tensorcore":
+        if not ours_ok:
+            raise NotImplementedError(f"{desc.routine}: backend='tensorcore' cannot run this "
+                                      f"problem: {why_not_ours}")
+        if ours_best is None:
+            raise NotImplementedError(f"{desc.routine}: backend='tensorcore': no kernel config is "
+                                      f"valid for this problem: " + "; ".join(
+                                          sorted({c.rejected for c in cands if c.rejected})))
+        if autotune:
+            return _autotuned(desc, arch, cands, ours_best, forced=True)
+        return _ours_plan(desc, arch, ours_best, "forced by backend= / PYBLASGEMM_BACKEND; "
+                          + _why_ours(ours_best, cands), cands, "forced")
+    # auto
+    if ours_best is None and not theirs_ok:
+        raise NotImplementedError(f"{desc.routine}: no GPU backend runs compute={desc.compute!r} "
+                                  f"for this problem: tensorcore: {why_not_ours}; "
+                                  f"cublas: {why_not_theirs}")
+    if ours_best is None:
+        why = (f"our kernels do not run it ({why_not_ours})" if not ours_ok else
+               "no kernel config is valid for it")
+        s = cublas_cand.score
+        return Plan("cublas", f"cuBLAS: {why}", None, None, 1, (), 0, s.time, "heuristic", arch,
+                    desc, tuple(cands))
+    if autotune:
+        return _autotuned(desc, arch, cands, ours_best, forced=False)
+    if cublas_cand is None:
+        return _ours_plan(desc, arch, ours_best, f"our kernels: cuBLAS has no such mode "
+                          f"({why_not_theirs}); " + _why_ours(ours_best, cands), cands)
+    if ours_best.time < cublas_cand.time:
+        return _ours_plan(desc, arch, ours_best,
+                          f"our kernels predicted faster than cuBLAS ({ours_best.time * 1e6:.1f} "
+                          f"vs {cublas_cand.time * 1e6:.1f} us); " + _why_ours(ours_best, cands),
+                          cands)
+    ratio = ours_best.time / cublas_cand.time
+    return Plan("cublas", f"cuBLAS predicted faster: {cublas_cand.time * 1e6:.1f} us vs "
+                f"{ours_best.time * 1e6:.1f} us for our best ({ours_best.label}, {ratio:.2f}x "
+                f"slower; calibrated from bench/results: our mma.sync kernels ran 0.3-0.5x cuBLAS "
+                f"on the H100). Force backend='tensorcore' to use ours.", None, None, 1, (), 0,
+                cublas_cand.time, "heuristic", arch, desc, tuple(cands))
+
+
+def _autotuned(desc, arch, cands, ours_best, forced: bool) -> Plan:
+    from .autotune import tune_desc
+
+    return tune_desc(desc, arch=arch, candidates=cands, include_cublas=not forced)

@@ -1,0 +1,316 @@
+"""Candidates, the one constraint predicate, and the analytic cost model.
+
+Every number the model uses comes from an :class:`~pyblasgemm.planner.arch.ArchSpec` (device
+limits, peak rates) or from the calibration (``calibration_h100.json``, derived from the
+measurements in ``bench/results/`` by :mod:`pyblasgemm.planner.calibrate`). Times are seconds.
+
+Our kernels (``score_ours``), for a config with tile ``bm x bn x bk`` on ``S`` SMs:
+
+* one MAC iteration (a ``bm x bn x bk`` block product) takes ``t_it = 2·bm·bn·bk / r_sm`` where
+  ``r_sm`` is the calibrated per-SM rate of that tile shape (efficiency x the arch's mma.sync
+  peak) times the layout factor (K- or MN-contiguous operands) and the scalar-copy factor
+  (unaligned operands);
+* a fixed cost per tile a CTA works on (pipeline fill + epilogue, ``cta_overhead_it`` MAC
+  iterations, assumed);
+* wave quantization at SM granularity: the busiest SM runs ``ceil(ctas / S)`` CTAs, up to
+  ``occupancy`` of them at a time; an SM running fewer CTAs than its occupancy hides less latency
+  (``lone_cta_eff``, calibrated on the long-K split-k points);
+* K iterations per CTA: all of K (sliced), ``kt / splits`` (split-k), ``tiles·kt / G`` (stream-k
+  over a persistent grid of ``G = S x occupancy`` CTAs, hybrid: full waves first);
+* fixups: serial split-k passes a running sum along the splits (``splitk_link_us`` each, and
+  the fp32 tiles through L2);
+  parallel split-k writes ``splits`` fp32 partial tiles and runs a reduce kernel (bytes at DRAM
+  bandwidth + ``reduce_launch_us``); stream-k owners add the other CTAs' partials of their tile
+  one after the other (``streamk_fixed_us`` + ``streamk_partial_us`` each, plus the partial
+  tiles through L2);
+* memory: compulsory DRAM traffic (A, B once, C written, split-k workspace) at the device
+  bandwidth; GPU time = max(compute + fixup, memory) + ``kernel_latency_us``;
+* predicted time = host overhead of the backend (measured per call) + GPU time.
+
+cuBLAS (``score_cublas``): calibrated efficiency x the family's best peak per (dtype, compute),
+a partial wave-tail penalty for its 128x256 tiles, the bandwidth floor, its host overhead, and
+for int8 the rearranging copies the cuBLAS backend makes unless the problem is "TN" with k and
+leading dimensions multiples of 4.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import replace
+from functools import lru_cache
+from pathlib import Path
+from typing import NamedTuple
+
+from ..kernels.config import SHIPPED_CONFIGS, KernelConfig
+from ..kernels.launch import launch_geometry
+from ..kernels.problem import C_BYTES, ELEM_BYTES, KernelProblem
+from .arch import ArchSpec
+
+__all__ = ["Score", "load_calibration", "tile_key", "parse_config_name", "check", "occupancy",
+           "candidate_configs", "score_ours", "score_cublas", "streamk_partials", "SIMPLICITY"]
+
+CALIBRATION_FILE = Path(__file__).resolve().parent / "calibration_h100.json"
+
+#: tie-break order: within TIE of the best time, the simpler decomposition wins
+SIMPLICITY = {"sliced": 0, "splitk_serial": 1, "splitk_parallel": 2, "hybrid": 3, "streamk": 4}
+TIE = 0.01
+
+
+@lru_cache(maxsize=4)
+def load_calibration(path: str | None = None) -> dict:
+    """The calibration dict (rates, overheads) shipped with the package, read once."""
+    with open(path or CALIBRATION_FILE) as f:
+        return json.load(f)
+
+
+class Score(NamedTuple):
+    """The cost model's verdict on one candidate (all times in seconds)."""
+
+    time: float            # predicted time of one call: host + GPU
+    gpu: float
+    host: float
+    compute: float         # busiest SM's MAC time
+    fixup: float           # split-k / stream-k fixup and reduction
+    memory: float          # DRAM floor
+    waves: float           # CTAs / (SMs x occupancy)
+    last_wave_util: float  # fill of the last wave (1.0 = full)
+    ctas: int
+    occupancy: int
+    grid: tuple
+    splits: int
+    workspace_bytes: int
+    note: str = ""
+
+
+def tile_key(cfg: KernelConfig, kind: str) -> str:
+    """Calibration key of a tile shape: '128x128x64B_w2x2_s4' (bk in bytes, as the kernels)."""
+    return f"{cfg.bm}x{cfg.bn}x{cfg.bk_bytes(kind)}B_w{cfg.warps_m}x{cfg.warps_n}_s{cfg.stages}"
+
+
+_NAME = re.compile(r"^(sliced|splitk_serial|splitk_parallel|streamk|hybrid)_(\d+)x(\d+)x(\d+)"
+                   r"_w(\d+)x(\d+)_s(\d+)(?:_k(\d+))?(?:_g(\d+))?$")
+
+
+def parse_config_name(name: str) -> KernelConfig:
+    """Inverse of ``KernelConfig.name``: 'hybrid_128x128x32_w2x2_s4_g8' -> KernelConfig.
+
+    >>> parse_config_name("splitk_parallel_128x128x32_w2x2_s4_k8_g8").splits
+    8
+    """
+    m = _NAME.match(name.strip())
+    if not m:
+        raise ValueError(f"{name!r} is not a kernel config name such as "
+                         f"'sliced_128x128x32_w2x2_s4_g8' or 'splitk_parallel_128x128x32_w2x2_s4_k8_g8'")
+    d, bm, bn, bk, wm, wn, st, k, g = m.groups()
+    return KernelConfig(bm=int(bm), bn=int(bn), bk=int(bk), warps_m=int(wm), warps_n=int(wn),
+                        stages=int(st), decomposition=d, splits=int(k or 0), group_m=int(g or 8))
+
+
+def check(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec) -> tuple[bool, str]:
+    """The constraint predicate: may ``cfg`` run ``problem`` on ``arch``? -> (ok, reason).
+
+    The kernels' own rules (``KernelConfig.validate``, the single source of kernel constraints)
+    with the device's opt-in shared memory, plus what the arch adds: our kernels need sm_80+.
+    The heuristic and the autotuner both call this and nothing else.
+    """
+    if arch.cc < (8, 0):
+        return False, f"our mma.sync kernels need sm_80 or newer (device is sm_{arch.cc[0]}{arch.cc[1]})"
+    return cfg.validate(problem, max_smem=arch.smem_per_block_optin)
+
+
+def _regs_per_thread(cfg: KernelConfig, kind: str) -> int:
+    # accumulators (warp tile / 32 lanes) + fragments and addresses; 3xTF32 keeps a second set
+    # of accumulators per k-step (NOTES.md, 3xTF32 fix). Capped at 255 by the ISA.
+    acc = (cfg.bm // cfg.warps_m) * (cfg.bn // cfg.warps_n) // 32
+    if kind == "3xtf32":
+        acc *= 2
+    return min(255, acc + 64 + acc // 2)
+
+
+def occupancy(cfg: KernelConfig, kind: str, arch: ArchSpec) -> int:
+    """Estimated CTAs per SM (shared memory, registers, threads), at least 1.
+
+    The launcher asks the driver for the real value for stream-k grids; this estimate is what
+    the planner has before anything is compiled.
+    """
+    smem = cfg.smem_bytes(kind) + 1024              # 1 KB per CTA reserved by the driver
+    by_smem = arch.smem_per_sm // smem
+    per_warp = -(-_regs_per_thread(cfg, kind) * 32 // 256) * 256   # allocation unit: 256 regs
+    by_regs = arch.regs_per_sm // (per_warp * cfg.warps_m * cfg.warps_n)
+    by_threads = arch.max_threads_per_sm // cfg.threads
+    return max(1, min(by_smem, by_regs, by_threads, arch.max_ctas_per_sm))
+
+
+def candidate_configs(kind: str, cal: dict) -> list[KernelConfig]:
+    """Tile shapes worth scoring for ``kind`` (as sliced configs): the shipped ones, then the
+    ones the calibration measured; the decompositions are added by the planner."""
+    seen, out = set(), []
+    tiles = [replace(c, decomposition="sliced", splits=0) for c in SHIPPED_CONFIGS.get(kind, ())]
+    for key in cal["ours"].get(kind, {}).get("tiles", {}):
+        tiles.append(_config_from_key(key, kind))
+    for c in tiles:
+        k = tile_key(c, kind)
+        if k not in seen:
+            seen.add(k)
+            out.append(c)
+    return out
+
+
+def _config_from_key(key: str, kind: str) -> KernelConfig:
+    m = re.match(r"(\d+)x(\d+)x(\d+)B_w(\d+)x(\d+)_s(\d+)$", key)
+    bm, bn, bkb, wm, wn, st = (int(x) for x in m.groups())
+    return KernelConfig(bm=bm, bn=bn, bk=bkb // ELEM_BYTES[kind], warps_m=wm, warps_n=wn, stages=st)
+
+
+def tile_efficiency(cfg: KernelConfig, kind: str, cal: dict) -> tuple[float, bool]:
+    """(fraction of the mma.sync peak at full occupancy, calibrated?) for this tile shape.
+
+    Uncalibrated shapes: the kind's workhorse efficiency scaled by the warp tile's MMA density
+    (a 32x32 warp tile re-reads its fragments four times as often per MAC as 64x64)."""
+    entry = cal["ours"].get(kind) or cal["ours"]["f16"]
+    eff = entry["tiles"].get(tile_key(cfg, kind))
+    if eff is not None:
+        return eff, True
+    wtm, wtn = cfg.bm // cfg.warps_m, cfg.bn // cfg.warps_n
+    density = (wtm * wtn / (wtm + wtn)) / 32.0          # 1.0 for a 64x64 warp tile
+    return entry["workhorse_eff"] * min(1.0, density) ** 0.5, False
+
+
+def _group_time(load: int, occ: int, lone: float) -> float:
+    """Time units for an SM that runs ``load`` equal CTAs, ``occ`` at a time: full groups at
+    full rate, the remainder with less latency hiding (``lone`` = rate of a single CTA)."""
+    if occ <= 1:
+        return float(load)
+    full, rem = divmod(load, occ)
+    t = float(full * occ)
+    if rem:
+        eff = lone + (1.0 - lone) * (rem - 1) / (occ - 1)
+        t += rem / eff
+    return t
+
+
+def _partials(kt: int, total: int, G: int) -> int:
+    per = total / G                       # MAC iterations per CTA
+    return max(1, math.ceil(kt / per) - 1) if per < kt else 1
+
+
+def streamk_partials(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec, occ: int) -> int:
+    """Partials an owner CTA adds in a stream-k/hybrid launch (0 without stream-k tiles)."""
+    g = launch_geometry(problem, cfg, arch.sm_count, occ)
+    total = g["sk_tiles"] * g["kt"]
+    return _partials(g["kt"], total, g["grid"][0]) if total else 0
+
+
+def _layout(transa: str, transb: str) -> str:
+    return transa + transb
+
+
+def score_ours(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec, cal: dict,
+               occ: int | None = None) -> Score:
+    """Predict the time of our kernels with ``cfg`` on ``problem`` (see the module docstring)."""
+    p, kind = problem, problem.kind
+    S = arch.sm_count
+    occ = occ or occupancy(cfg, kind, arch)
+    g = launch_geometry(p, cfg, S, occ)
+    eff, _ = tile_efficiency(cfg, kind, cal)
+    ours = cal["ours"].get(kind) or cal["ours"]["f16"]
+    rate = eff * arch.mma_sync_peak(kind) * ours["layout"].get(_layout(p.transa, p.transb), 1.0)
+    if not p.operands_vectorizable():
+        rate *= cal["scalar_path_factor"]
+    t_it = 2.0 * cfg.bm * cfg.bn * cfg.bk / (rate / S)    # one MAC iteration on one SM
+    lone = cal["lone_cta_eff"]
+    ovh = cal["cta_overhead_it"]          # pipeline fill + epilogue of one tile, in iterations
+    tile_bytes = cfg.bm * cfg.bn * 4
+    d = cfg.decomposition
+    tiles, kt = g["tiles"], g["kt"]
+    fixup, ws = 0.0, 0
+    if d == "sliced":
+        ctas = tiles
+        compute = _group_time(-(-ctas // S), occ, lone) * (kt + ovh) * t_it
+    elif d.startswith("splitk"):
+        splits, kps = g["splits"], g["kt_per_split"]
+        ctas = tiles * splits
+        compute = _group_time(-(-ctas // S), occ, lone) * (kps + ovh) * t_it
+        if d == "splitk_serial":
+            # the running sum goes through L2: each link writes and reads one fp32 tile
+            ws = tiles * tile_bytes + 4 * tiles
+            fixup = ((splits - 1) * cal["splitk_link_us"] * 1e-6
+                     + tiles * (splits - 1) * 2 * tile_bytes / arch.l2_bw)
+        else:
+            ws = tiles * splits * tile_bytes
+            fixup = cal["reduce_launch_us"] * 1e-6 + 2 * ws / arch.dram_bw
+    else:
+        G = g["grid"][0]
+        ctas = G
+        cps = -(-G // S)                                   # CTAs on the busiest SM
+        dp_per_cta = g["dp_tiles"] // G if G else 0
+        total = g["sk_tiles"] * kt
+        it_cta = -(-total // G) if total else 0
+        segs = (math.ceil(it_cta / kt) + (1 if it_cta % kt else 0)) if total else 0
+        units = dp_per_cta * (kt + ovh) + it_cta + segs * ovh
+        compute = units * _group_time(cps, min(occ, cps), lone) * t_it
+        if total:
+            ws_traffic = g["sk_tiles"] * 2 * tile_bytes * max(1, _partials(kt, total, G))
+            fixup_bytes = ws_traffic / arch.l2_bw
+            # a fixed cost (flags, the tile hand-over) plus, at an owner, the partials of the
+            # CTAs sharing its tile, added one after the other
+            fixup = (cal.get("streamk_fixed_us", 0.0)
+                     + _partials(kt, total, G) * cal["streamk_partial_us"]) * 1e-6 + fixup_bytes
+        ws = G * tile_bytes + 4 * G
+    eb, cb = ELEM_BYTES[kind], C_BYTES[kind]
+    a_b = p.m * p.k * (p.batch if p.stride_a else 1) * eb
+    b_b = p.k * p.n * (p.batch if p.stride_b else 1) * eb
+    dram = a_b + b_b + p.m * p.n * p.batch * cb
+    memory = dram / arch.dram_bw
+    gpu = max(compute + fixup, memory) + cal["kernel_latency_us"] * 1e-6
+    host = cal["host_us"]["tensorcore"] * 1e-6
+    slots = S * occ
+    waves = ctas / slots
+    last = waves - math.floor(waves)
+    util = 1.0 if last == 0 else last
+    return Score(host + gpu, gpu, host, compute, fixup, memory, waves, util, ctas, occ,
+                 tuple(g["grid"]), g["splits"], ws)
+
+
+_CUBLAS_KIND = {("h", "fp32"): "f16", ("h", "fp16"): "f16", ("b", "fp32"): "bf16",
+                ("i", "int32"): "s8", ("s", "tf32"): "tf32", ("s", "fp32"): "fp32",
+                ("d", "fp64"): "fp64", ("c", "fp32"): "fp32", ("z", "fp64"): "fp64"}
+
+
+def score_cublas(desc, arch: ArchSpec, cal: dict) -> Score:
+    """Predict cuBLAS's time for ``desc`` (a GemmDesc) from the calibrated efficiency table."""
+    key = f"{desc.prefix}/{desc.compute}"
+    cb = cal["cublas"]
+    eff = cb["eff"].get(key, cb["eff_default"])
+    kind = _CUBLAS_KIND.get((desc.prefix, desc.compute), "fp32")
+    peak = arch.best_peak(kind)
+    flops = desc.flops
+    # cuBLAS's tail: a 128x256 tile grid on S SMs; part of the quantization loss shows
+    tiles = -(-desc.m // 128) * -(-desc.n // 256) * desc.batch
+    waves = tiles / arch.sm_count
+    q = math.ceil(waves) / waves if waves else 1.0
+    q = 1.0 + cb["tail"] * (q - 1.0)
+    compute = flops / (eff * peak) * q
+    isz, csz = desc.row.ab_dtype.itemsize, desc.row.c_dtype.itemsize
+    dram = ((desc.m * desc.k * (desc.batch if desc.stride_a else 1)
+             + desc.k * desc.n * (desc.batch if desc.stride_b else 1)) * isz
+            + desc.m * desc.n * desc.batch * csz)
+    memory = dram / (arch.dram_bw * cb["bw_eff"])
+    fixup, note = 0.0, ""
+    if desc.prefix == "i":
+        copied = 0
+        k_ok = desc.k % 4 == 0
+        if not (k_ok and desc.transa == "T" and desc.lda % 4 == 0 and desc.align >= 4):
+            copied += desc.m * desc.k * (desc.batch if desc.stride_a else 1)
+        if not (k_ok and desc.transb == "N" and desc.ldb % 4 == 0 and desc.align >= 4):
+            copied += desc.k * desc.n * (desc.batch if desc.stride_b else 1)
+        if copied:
+            cp = cb["int8_copy"]
+            fixup = cp["fixed_us"] * 1e-6 + copied / cp["bytes_per_s"]
+            note = f"int8 operands rearranged for cuBLAS IMMA ({copied / 1e6:.1f} MB copied)"
+    gpu = max(compute, memory) + fixup + cal["kernel_latency_us"] * 1e-6
+    host = cal["host_us"]["cublas"] * 1e-6
+    util = waves - math.floor(waves) or 1.0
+    return Score(host + gpu, gpu, host, compute, fixup, memory, waves, util, tiles, 1,
+                 (), 1, 0, note)
