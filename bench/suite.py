@@ -208,6 +208,13 @@ class _Env:
             pass
         out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "host": platform.node(), "versions": versions}
+        try:   # the commit measured, when run from a git checkout
+            import subprocess
+            versions["git"] = subprocess.run(
+                ["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True,
+                text=True, timeout=5, check=True).stdout.strip() or None
+        except Exception:
+            pass
         if self.device == "gpu":
             cp = self.xp
             dev = cp.cuda.Device()

@@ -1,0 +1,230 @@
+"""The benchmark suite without a GPU: suite definitions, argument parsing, the results schema
+(on a host smoke run of the real machinery), and the plot script on a synthetic JSON."""
+import copy
+import importlib.util
+import json
+import pathlib
+import sys
+
+import pytest
+
+import pyblasgemm.__main__ as cli
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+suite = _load("suite")
+plot = _load("plot")
+
+
+# --- suite definitions -------------------------------------------------------------------------
+
+def test_public_suite_is_the_documented_one():
+    shapes = {(p.m, p.n, p.k) for p in suite.SUITES["public"]}
+    want = {(s, s, s) for s in (1024, 2048, 4096, 8192, 3072, 5000, 1000)}
+    want |= {(256, 256, 65536), (512, 512, 32768), (4096, 4096, 128), (4095, 4097, 1023)}
+    want |= {(m, n, 4096) for m in (16, 64, 128) for n in (4096, 14336)}
+    assert shapes == want
+    assert len(suite.SUITES["public"]) == len(want)          # no duplicates
+    groups = {p.group for p in suite.SUITES["public"]}
+    assert groups == {"square", "tail-wave", "long-K", "decode", "small-K", "odd"}
+
+
+def test_every_suite_is_made_of_problems():
+    for name, problems in suite.SUITES.items():
+        assert problems, name
+        for p in problems:
+            assert min(p.m, p.n, p.k) >= 1 and p.label == f"{p.m}x{p.n}x{p.k}"
+
+
+def test_default_dtypes_and_type_table():
+    assert suite.DEFAULT_DTYPES == ("fp16", "bf16", "int8", "3xtf32")
+    import pyblasgemm
+    for dt in suite.DTYPES.values():
+        assert hasattr(pyblasgemm, dt.routine)
+        assert dt.trans in ("NN", "NT", "TN", "TT")
+    assert suite.DTYPES["int8"].trans == "TN"          # cuBLAS's native int8 arrangement
+    assert suite.DTYPES["3xtf32"].cublas_compute == "fp32"
+
+
+def test_tolerances_are_tight_enough_to_catch_a_wrong_element():
+    for dt in suite.DTYPES.values():
+        # fp16 accumulation loses ~sqrt(k) half-precision units: only short K is tight
+        for k in ((1, 16) if dt.name == "fp16acc" else (1, 1000, 65536)):
+            assert suite.tolerance(dt, k) < 0.05, (dt.name, k)
+    assert suite.tolerance(suite.DTYPES["int8"], 4096) == 0.0
+    assert suite.tolerance(suite.DTYPES["3xtf32"], 8192) < 1e-4
+
+
+def test_flops_and_bytes():
+    p = suite.Problem("user", 2, 3, 4)
+    assert suite.flops(p) == 48
+    assert suite.min_bytes(p, suite.DTYPES["fp16"]) == 2 * (8 + 12 + 6)
+    assert suite.min_bytes(p, suite.DTYPES["int8"]) == 8 + 12 + 4 * 6
+
+
+# --- argument parsing --------------------------------------------------------------------------
+
+def test_parse_shapes():
+    got = suite.parse_shapes("4096x4096x4096, 16X14336x4096,1*2*3")
+    assert [(p.m, p.n, p.k) for p in got] == [(4096, 4096, 4096), (16, 14336, 4096), (1, 2, 3)]
+    assert {p.group for p in got} == {"user"}
+    for bad in ("4096x4096", "axbxc", "0x1x1", "", "1x2x3x4"):
+        with pytest.raises(ValueError):
+            suite.parse_shapes(bad)
+
+
+def test_parse_dtypes():
+    assert suite.parse_dtypes("fp16, int8") == ("fp16", "int8")
+    with pytest.raises(ValueError, match="choose from"):
+        suite.parse_dtypes("fp8")
+
+
+def _resolve(*argv):
+    return suite.resolve(suite.parser().parse_args(list(argv)))
+
+
+def test_resolve_suite_and_shapes():
+    probs, dtypes, impls = _resolve()
+    assert probs == suite.SUITES["public"] and dtypes == suite.DEFAULT_DTYPES
+    assert impls == suite.GPU_IMPLS
+    probs, _, _ = _resolve("--shapes", "8x8x8")
+    assert [(p.m, p.n, p.k) for p in probs] == [(8, 8, 8)]           # shapes alone
+    probs, _, _ = _resolve("--suite", "tail", "--shapes", "8x8x8")
+    assert len(probs) == 3                                          # suite plus shapes
+    _, _, impls = _resolve("--device", "host")
+    assert impls == suite.HOST_IMPLS
+    with pytest.raises(ValueError, match="--impls"):
+        _resolve("--impls", "numpy")                                 # not a GPU implementation
+    with pytest.raises(SystemExit):
+        suite.parser().parse_args(["--suite", "nope"])
+
+
+def test_cli_list_and_dry_run(capsys):
+    assert cli.main(["bench", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "public" in out and "4095x4097x1023" in out
+    assert cli.main(["bench", "--dry-run", "--suite", "long-k", "--dtype", "fp16,int8"]) == 0
+    out = capsys.readouterr().out
+    assert "256x256x65536" in out and "4 cases x 5 implementations" in out
+
+
+def test_cli_errors(capsys):
+    assert cli.main(["bench", "--dry-run", "--shapes", "12x12"]) == 2
+    assert "MxNxK" in capsys.readouterr().err
+    assert cli.main(["bench", "--dry-run", "--dtype", "fp8"]) == 2
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--bogus"])
+
+
+def test_cli_help_lists_bench(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "bench" in capsys.readouterr().out
+
+
+# --- a host smoke run and the schema -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def host_doc(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "host.json"
+    rc = cli.main(["bench", "--device", "host", "--shapes", "17x33x65,8x8x200", "--dtype",
+                   "fp16,bf16,int8,3xtf32,tf32", "--out", str(out), "--no-progress"])
+    assert rc == 0
+    return json.loads(out.read_text())
+
+
+def test_host_run_is_checked_and_valid(host_doc):
+    suite.validate_results(host_doc)
+    assert host_doc["schema"] == suite.SCHEMA and host_doc["suite"] == "user"
+    assert host_doc["device"]["kind"] == "host"
+    recs = host_doc["results"]
+    assert len(recs) == 2 * 5 * len(suite.HOST_IMPLS)
+    for r in recs:
+        assert r["check"]["ok"], r                  # every implementation computed correctly
+        assert r["seconds"] > 0 and r["timing"] == "perf_counter"
+
+
+def test_schema_rejects_broken_documents(host_doc):
+    suite.validate_results(copy.deepcopy(host_doc))
+    for breaker, msg in [
+        (lambda d: d.pop("device"), "device"),
+        (lambda d: d.update(schema="other/9"), "schema"),
+        (lambda d: d["results"][0].pop("m"), r"results\[0\]\.m"),
+        (lambda d: d["results"][0].update(dtype="fp8"), "unknown"),
+        (lambda d: d["results"][0]["check"].update(ok=False), "did not pass"),
+        (lambda d: d["results"][0].update(seconds=None, error=None), "neither"),
+    ]:
+        doc = copy.deepcopy(host_doc)
+        breaker(doc)
+        with pytest.raises(ValueError, match=msg):
+            suite.validate_results(doc)
+
+
+def test_committed_suite_results_are_valid():
+    paths = sorted((ROOT / "bench" / "results").glob("suite_*.json"))
+    for path in paths:
+        suite.validate_results(json.loads(path.read_text()))
+
+
+# --- plots -------------------------------------------------------------------------------------
+
+def _synthetic():
+    recs = []
+    for (m, n, k), ours, theirs in [((4096, 4096, 4096), 330.0, 740.0), ((256, 256, 65536),
+                                                                          180.0, 270.0)]:
+        for impl, tf in (("auto", theirs), ("tensorcore", ours), ("cublas", theirs)):
+            f = 2 * m * n * k
+            recs.append({"group": "user", "problem": f"{m}x{n}x{k}", "m": m, "n": n, "k": k,
+                         "dtype": "fp16", "compute": "default", "trans": "NN", "impl": impl,
+                         "flops": f, "min_bytes": 2 * (m * k + k * n + m * n),
+                         "rotated_copies": 1, "seconds": f / tf / 1e12, "tflops": tf,
+                         "timing": "events", "check": {"ok": True, "max_rel_err": 1e-5,
+                                                       "tol": 1e-3, "sampled": 256},
+                         "error": None})
+    recs.append(dict(recs[0], impl="cupy", seconds=None, tflops=None, check=None,
+                     error="not run"))
+    return {"schema": suite.SCHEMA, "date": "2026-11-22T04:00:00+00:00",
+            "device": {"name": "Synthetic GPU", "kind": "gpu"}, "versions": {}, "method": {},
+            "ceilings": {"copy_GBps": 3000.0, "fp16_cublas_tflops": 750.0}, "results": recs}
+
+
+def test_plot_script_on_synthetic_json(tmp_path):
+    doc = _synthetic()
+    suite.validate_results(doc)
+    src = tmp_path / "synthetic.json"
+    src.write_text(json.dumps(doc))
+    res = plot.load(src)
+    assert res.title == "Synthetic GPU, 2026-11-22" and res.kind == "suite"
+    ratios = dict(plot.ratios(res)["tensorcore"])
+    assert ratios["fp16 4096x4096x4096"] == pytest.approx(330 / 740)
+    assert plot.main([str(src), "--out", str(tmp_path / "png")]) == 0
+    names = sorted(p.name for p in (tmp_path / "png").iterdir())
+    assert names == ["synthetic_ratio.png", "synthetic_roofline.png", "synthetic_tflops.png"]
+    for p in (tmp_path / "png").iterdir():
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
+
+
+def test_plot_reads_every_committed_results_file(tmp_path):
+    for path in sorted((ROOT / "bench" / "results").glob("*.json")):
+        res = plot.load(path)
+        assert res.records, path.name
+        assert "H100" in res.title
+    made = plot.make_plots(ROOT / "bench" / "results" / "kernels_2026-11-22.json", tmp_path)
+    assert {p.name for p in made} >= {"kernels_2026-11-22_configs.png",
+                                      "kernels_2026-11-22_tflops.png"}
+
+
+def test_plot_rejects_unknown_json(tmp_path):
+    src = tmp_path / "x.json"
+    src.write_text('{"hello": 1}')
+    with pytest.raises(ValueError, match="not a results file"):
+        plot.load(src)
