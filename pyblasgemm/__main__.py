@@ -1,4 +1,7 @@
-"""Command line: ``python -m pyblasgemm demo | info``.
+"""Command line: ``python -m pyblasgemm demo | info | bench | plan | tune``.
+
+``plan M N K --dtype f16 --trans NT`` prints the planner's explanation (no GPU needed);
+``tune M N K ...`` autotunes one problem on the GPU (see ``pyblasgemm.planner.cli``).
 
 ``demo`` runs a few GEMMs on the best device available (the GPU through CuPy when there is
 one, else the host), and prints the device, the backend the planner chose, the speed and the
@@ -141,9 +144,15 @@ def main(argv=None) -> int:
                         "4096 on a GPU, 512 on the host)")
     sub.add_parser("info", help="versions and the device")
     sub.add_parser("bench", help="benchmark suite against cuBLAS (bench --help for options)")
+    from pyblasgemm.planner import cli as planner_cli
+    planner_cli.add_parsers(sub)   # plan, tune
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo(args.size)
+    if args.command == "plan":
+        return planner_cli.run_plan(args)
+    if args.command == "tune":
+        return planner_cli.run_tune(args)
     return info()
 
 

@@ -119,7 +119,7 @@ def tune(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="N", t
 
         >>> import pyblasgemm
         >>> p = pyblasgemm.tune(4096, 4096, 4096, "f16")        # doctest: +SKIP
-        >>> p.source
+        >>> p.source                                            # doctest: +SKIP
         'autotune'
     """
     from .autotune import tune_desc

@@ -47,6 +47,12 @@ class ArchSpec:
     from_device: bool = False
 
     @property
+    def key(self) -> tuple:
+        """A hashable identity of the spec (plans made for it are memoized under it)."""
+        return (self.family, self.name, self.cc, self.sm_count, self.clock_ghz,
+                self.smem_per_block_optin, self.smem_per_sm, self.regs_per_sm, self.dram_bw)
+
+    @property
     def l2_bw(self) -> float:
         """L2 bandwidth, bytes/s: assumed 2.5x DRAM (H100: ~8 TB/s vs 3.35 TB/s HBM)."""
         return 2.5 * self.dram_bw

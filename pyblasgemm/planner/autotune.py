@@ -68,7 +68,7 @@ class TuneCache:
         >>> import tempfile
         >>> c = TuneCache(tempfile.mkdtemp())
         >>> ident = {"device": "X", "cc": "9.0", "driver": 1, "nvrtc": "13.0"}
-        >>> c.put(ident, "fp", ["h"], {"backend": "cublas", "config": None, "time_s": 1e-4})
+        >>> path = c.put(ident, "fp", ["h"], {"backend": "cublas", "config": None, "time_s": 1e-4})
         >>> c.get(ident, "fp", ["h"])["backend"]
         'cublas'
     """
@@ -293,7 +293,10 @@ def tune_desc(desc: GemmDesc, *, arch: ArchSpec | None = None, candidates=None, 
     arch = arch if arch is not None else arch_for_device(desc.device)
     cal = M.load_calibration()
     if candidates is None:
-        ok, _ = _supports("tensorcore", desc)
+        from ..kernels.launch import supports as kernels_support
+        from .core import kernel_problem_for
+
+        ok = _supports("tensorcore", desc)[0] and kernels_support(kernel_problem_for(desc))[0]
         candidates = enumerate_candidates(desc, arch, cal) if ok else []
         if include_cublas and _supports("cublas", desc)[0]:
             candidates.append(Candidate("cublas", None, M.score_cublas(desc, arch, cal)))

@@ -64,12 +64,14 @@ def _base() -> dict:
     return cal
 
 
-def _load(results_dir):
+def _load(results_dir, sources=None):
     kernels, backends = [], []
     for path in sorted(glob.glob(os.path.join(results_dir, "*.json"))):
+        name = os.path.basename(path)
+        if sources is not None and name not in sources:
+            continue
         with open(path) as f:
             d = json.load(f)
-        name = os.path.basename(path)
         if "results" in d and name.startswith("kernels"):
             kernels.append((name, d))
         elif "cases" in d and name.startswith("backends"):
@@ -93,9 +95,10 @@ def _gpu(cfg, prob, cal, part="gpu"):
     return getattr(M.score_ours(cfg, prob, REF, cal), part)
 
 
-def derive(results_dir: str) -> dict:
-    """The calibration dict from the JSON files in ``results_dir``."""
-    kernels, backends = _load(results_dir)
+def derive(results_dir: str, sources=None) -> dict:
+    """The calibration dict from the JSON files in ``results_dir`` (``kernels*.json`` and
+    ``backends*.json``; only the file names in ``sources`` when given)."""
+    kernels, backends = _load(results_dir, sources)
     cal = _base()
     lat = cal["kernel_latency_us"] * 1e-6
     cal["sources"] = [n for n, _ in kernels + backends]

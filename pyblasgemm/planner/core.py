@@ -45,21 +45,21 @@ class Settings:
 def _read_settings() -> Settings:
     backend = os.environ.get("PYBLASGEMM_BACKEND", "auto").lower() or "auto"
     if backend not in BACKEND_NAMES:
-        raise ImportError(f"PYBLASGEMM_BACKEND={backend!r} must be one of {BACKEND_NAMES}")
+        raise ValueError(f"PYBLASGEMM_BACKEND={backend!r} must be one of {BACKEND_NAMES}")
     dec = os.environ.get("PYBLASGEMM_DECOMPOSITION", "").lower() or None
     if dec is not None and dec not in DECOMPOSITIONS:
-        raise ImportError(f"PYBLASGEMM_DECOMPOSITION={dec!r} must be one of {DECOMPOSITIONS}")
+        raise ValueError(f"PYBLASGEMM_DECOMPOSITION={dec!r} must be one of {DECOMPOSITIONS}")
     splits = os.environ.get("PYBLASGEMM_SPLITS", "") or None
     if splits is not None:
         try:
             splits = int(splits)
         except ValueError:
-            raise ImportError(f"PYBLASGEMM_SPLITS={splits!r} must be an integer >= 2") from None
+            raise ValueError(f"PYBLASGEMM_SPLITS={splits!r} must be an integer >= 2") from None
     name = os.environ.get("PYBLASGEMM_CONFIG", "") or None
     try:
         cfg = M.parse_config_name(name) if name else None
     except ValueError as exc:
-        raise ImportError(f"PYBLASGEMM_CONFIG: {exc}") from None
+        raise ValueError(f"PYBLASGEMM_CONFIG: {exc}") from None
     return Settings(backend, not _flag("PYBLASGEMM_NO_PLAN_CACHE"), _flag("PYBLASGEMM_PRINT_PLANS"),
                     dec, splits, cfg, _flag("PYBLASGEMM_AUTOTUNE"))
 
@@ -192,7 +192,7 @@ def plan_for(desc: GemmDesc, backend: str | None = None, *, autotune: bool | Non
         >>> plan_for(make_desc(64, 64, 64, "float64", xp="numpy")).backend
         'host'
     """
-    key = (desc.key, backend, autotune, arch)
+    key = (desc.key, backend, autotune, arch if arch is None else arch.key)
     plan = _plan_cache.get(key)
     if plan is not None:
         return plan
@@ -229,7 +229,8 @@ def kernel_problem_for(desc: GemmDesc):
     from ..backends.tensorcore import kernel_problem
 
     p = desc.align
-    return kernel_problem(desc, p, p, p)
+    # C of an element-aligned array is aligned to its element size at least (int32 C of int8)
+    return kernel_problem(desc, p, p, max(p, desc.row.c_dtype.itemsize))
 
 
 def _supports(name: str, desc: GemmDesc):
@@ -308,8 +309,13 @@ def _why_ours(winner: Candidate, cands) -> str:
     s = winner.score
     d = winner.config.decomposition
     if d == "sliced":
-        why = (f"sliced-k: {s.ctas} tiles fill {s.waves:.2f} waves of {s.ctas / s.waves:.0f} CTA "
-               f"slots (last wave {s.last_wave_util:.0%} full), nothing to gain from sharing K")
+        slots = s.ctas / s.waves
+        if s.waves >= 1:
+            why = (f"sliced-k: {s.ctas} tiles fill {s.waves:.2f} waves of {slots:.0f} CTA slots "
+                   f"(last wave {s.last_wave_util:.0%} full); sharing K would not pay for its fixup")
+        else:
+            why = (f"sliced-k: {s.ctas} tiles fill {s.waves:.0%} of the {slots:.0f} CTA slots, but "
+                   f"K is short: split-k / stream-k fixups would cost more than they recover")
     elif d.startswith("splitk"):
         how = "serial (running sum passed along)" if d == "splitk_serial" else "parallel (reduce kernel)"
         why = (f"split-k {how} with {s.splits} splits: the output tiles alone fill only "
@@ -318,16 +324,19 @@ def _why_ours(winner: Candidate, cands) -> str:
         why = (f"{'hybrid data-parallel + stream-k' if d == 'hybrid' else 'stream-k'}: a grid of "
                f"{s.ctas} persistent CTAs evens out a badly quantized last wave "
                f"({_sliced_util(winner, cands)}); fixup {s.fixup * 1e6:.1f} us")
-    others = sorted((c for c in cands if c.score is not None and c is not winner), key=lambda c: c.time)
+    others = sorted((c for c in cands if c.score is not None and c is not winner
+                     and c.backend == winner.backend), key=lambda c: c.time)
     if others:
-        why += f"; next best {others[0].label} predicted {others[0].time / winner.time:.2f}x slower"
+        why += f"; next best of ours {others[0].label} predicted {others[0].time / winner.time:.2f}x the time"
     return why
 
 
 def _sliced_util(winner, cands) -> str:
+    same_tile = lambda a, b: replace(a, decomposition="sliced", splits=0) == \
+        replace(b, decomposition="sliced", splits=0)
     for c in cands:
-        if (c.score is not None and c.config.decomposition == "sliced"
-                and M.tile_key(c.config, "f16") == M.tile_key(winner.config, "f16")):
+        if (c.score is not None and c.config is not None and c.config.decomposition == "sliced"
+                and same_tile(c.config, winner.config)):
             return (f"sliced would run {c.score.waves:.2f} waves, last {c.score.last_wave_util:.0%} "
                     f"full, {c.time / winner.time:.2f}x the time")
     return "sliced not valid"
@@ -348,6 +357,11 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
     arch = _arch(desc, arch)
     cal = M.load_calibration()
     ours_ok, why_not_ours = _supports("tensorcore", desc)
+    if ours_ok:
+        # the backend asks without pointers; the kernels' rules with the real alignment
+        from ..kernels.launch import supports as kernels_support
+
+        ours_ok, why_not_ours = kernels_support(kernel_problem_for(desc))
     if ours_ok and arch.cc < (8, 0):
         ours_ok, why_not_ours = False, f"our kernels need sm_80+ (device is sm_{arch.cc[0]}{arch.cc[1]})"
     theirs_ok, why_not_theirs = _supports("cublas", desc)
@@ -386,8 +400,13 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
                                           sorted({c.rejected for c in cands if c.rejected})))
         if autotune:
             return _autotuned(desc, arch, cands, ours_best, forced=True)
-        return _ours_plan(desc, arch, ours_best, "forced by backend= / PYBLASGEMM_BACKEND; "
-                          + _why_ours(ours_best, cands), cands, "forced")
+        vs = ""
+        if cublas_cand is not None:
+            vs = (f" (cuBLAS predicted {cublas_cand.time * 1e6:.1f} us, "
+                  f"{ours_best.time / cublas_cand.time:.2f}x faster than this)"
+                  if cublas_cand.time < ours_best.time else "")
+        return _ours_plan(desc, arch, ours_best, "forced by backend= / PYBLASGEMM_BACKEND" + vs
+                          + "; " + _why_ours(ours_best, cands), cands, "forced")
     # auto
     if ours_best is None and not theirs_ok:
         raise NotImplementedError(f"{desc.routine}: no GPU backend runs compute={desc.compute!r} "
