@@ -292,3 +292,23 @@ def test_doctests_of_the_planner():
                  "pyblasgemm.planner.autotune"):
         res = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
         assert res.failed == 0, name
+
+
+def test_bench_planner_plans_its_suite_on_the_cpu():
+    """bench/bench_planner.py's planning half (no GPU): every problem gets a plan and a
+    subsample of forced candidates that includes every decomposition the model scored."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_planner", ROOT / "bench" / "bench_planner.py")
+    bp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bp)
+    assert len(bp.SHAPES) == 17 and set(bp.DTYPES) == {"f16", "bf16", "i8", "3xtf32"}
+    for dt in bp.DTYPES:
+        for shape in bp.SHAPES:
+            d = make_desc(*shape, dt, transa="T", transb="N")
+            forced = plan_for(d, "tensorcore", arch=H100)
+            picked = bp.pick_candidates(forced, d)
+            assert 4 <= len(picked) <= 10
+            scored = {c.config.decomposition for c in forced.candidates
+                      if c.backend == "tensorcore" and c.score is not None}
+            assert scored <= {c.config.decomposition for c in picked}
