@@ -120,26 +120,58 @@ def _unit(records):
     return "TFLOP/s (TOP/s for int8)" if any(r.dtype == "int8" for r in records) else "TFLOP/s"
 
 
-def plot_tflops(res: Results, path):
-    import matplotlib.pyplot as plt
-    best = _best(res.records)
+def _panels(res: Results):
+    """[(title, [case, ...])]: one panel per dtype for suite files (rows = problems), else one."""
     cases = _cases(res.records)
-    impls = [i for i in IMPL_COLORS if any(k[1] == i for k in best)]
+    if res.kind != "suite":
+        return [("", cases)]
+    dtypes = []
+    for r in res.records:
+        if r.dtype not in dtypes:
+            dtypes.append(r.dtype)
+    return [(d, [c for c in cases if c.split(" ", 1)[0] == d]) for d in dtypes]
+
+
+def _bars(res: Results, path, values, xlabel, title, parity=False):
+    """Horizontal grouped bars, one panel per _panels entry; values(case, impl) -> float|None."""
+    import matplotlib.pyplot as plt
+    panels = _panels(res)
+    impls = [i for i in IMPL_COLORS if any(values(c, i) for _, cs in panels for c in cs)]
+    rows = max(len(cs) for _, cs in panels)
+    per_row = 0.16 * max(2, len(impls)) + 0.08
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels) if len(panels) > 1
+                                                      else 9, 1.4 + per_row * rows),
+                             squeeze=False, sharey=False)
     h = 0.8 / max(1, len(impls))
-    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.22 * len(cases) * max(2, len(impls))))
-    for j, impl in enumerate(impls):
-        ys = [i + (j - (len(impls) - 1) / 2) * h for i in range(len(cases))]
-        xs = [best.get((c, impl), 0.0) for c in cases]
-        ax.barh(ys, xs, height=h, color=IMPL_COLORS[impl], label=IMPL_LABELS[impl])
-    ax.set_yticks(range(len(cases)), cases, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel(_unit(res.records))
-    ax.set_title(f"Throughput per problem: {res.title}", fontsize=10)
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    for ax, (ptitle, cases) in zip(axes[0], panels):
+        labels = [c.split(" ", 1)[1] if ptitle else c for c in cases]
+        for j, impl in enumerate(impls):
+            ys = [i + (j - (len(impls) - 1) / 2) * h for i in range(len(cases))]
+            ax.barh(ys, [values(c, impl) or 0.0 for c in cases], height=h,
+                    color=IMPL_COLORS[impl], label=IMPL_LABELS[impl])
+        if parity:
+            ax.axvline(1.0, color="k", lw=1, ls="--")
+        ax.set_yticks(range(len(cases)), labels, fontsize=7.5)
+        ax.set_ylim(len(cases) - 0.5, -0.5)
+        ax.set_title(ptitle, fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+        ax.tick_params(axis="x", labelsize=7.5)
+        ax.set_xlabel(xlabel, fontsize=8)
+    height = 1.4 + per_row * rows
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.suptitle(title, fontsize=10, y=1 - 0.12 / height, va="top")
+    fig.legend(handles, labels, fontsize=8, loc="upper center", ncol=len(impls),
+               bbox_to_anchor=(0.5, 1 - 0.38 / height))
     fig.tight_layout()
+    fig.subplots_adjust(top=1 - 1.0 / height)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_tflops(res: Results, path):
+    best = _best(res.records)
+    _bars(res, path, lambda c, i: best.get((c, i)), _unit(res.records),
+          f"Throughput per problem: {res.title}")
 
 
 def ratios(res: Results) -> dict:
@@ -157,27 +189,10 @@ def ratios(res: Results) -> dict:
 
 
 def plot_ratio(res: Results, path):
-    import matplotlib.pyplot as plt
-    rs = ratios(res)
-    cases = _cases(res.records)
-    impls = list(rs)
-    h = 0.8 / max(1, len(impls))
-    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.25 * len(cases) * max(1, len(impls))))
-    for j, impl in enumerate(impls):
-        got = dict(rs[impl])
-        ys = [i + (j - (len(impls) - 1) / 2) * h for i in range(len(cases))]
-        ax.barh(ys, [got.get(c, 0.0) for c in cases], height=h, color=IMPL_COLORS[impl],
-                label=IMPL_LABELS[impl])
-    ax.axvline(1.0, color="k", lw=1, ls="--")
-    ax.set_yticks(range(len(cases)), cases, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("speed relative to cuBLAS in the same run (1.0 = parity)")
-    ax.set_title(f"Ratio to cuBLAS: {res.title}", fontsize=10)
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    rs = {impl: dict(v) for impl, v in ratios(res).items()}
+    _bars(res, path, lambda c, i: rs.get(i, {}).get(c),
+          "speed / cuBLAS's, same run (1 = parity)", f"Ratio to cuBLAS: {res.title}",
+          parity=True)
 
 
 def plot_roofline(res: Results, path):
@@ -186,7 +201,9 @@ def plot_roofline(res: Results, path):
     import matplotlib.pyplot as plt
     bw = res.ceilings["copy_GBps"] * 1e9
     peak = res.ceilings["fp16_cublas_tflops"]
-    pts = [r for r in res.records if r.min_bytes and r.impl in ("auto", "tensorcore", "cublas")]
+    # the roof is fp16's: only the 16-bit float problems are plotted against it
+    pts = [r for r in res.records if r.min_bytes and r.impl in ("auto", "tensorcore", "cublas")
+           and r.dtype in ("fp16", "bf16", "fp16acc")]
     ai = [r.flops / r.min_bytes for r in pts] or [1.0]
     lo, hi = min(ai + [1.0]) / 2, max(ai + [peak * 1e12 / bw]) * 2
     fig, ax = plt.subplots(figsize=(8, 5))
@@ -204,8 +221,8 @@ def plot_roofline(res: Results, path):
                            s=28, label=f"{IMPL_LABELS[impl]}, {d}")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (operations per byte of A, B and C)")
-    ax.set_ylabel(_unit(pts))
+    ax.set_xlabel("arithmetic intensity (flops per byte of A, B and C moved once)")
+    ax.set_ylabel("TFLOP/s")
     ax.set_title(f"Roofline (measured ceilings): {res.title}", fontsize=10)
     ax.grid(which="both", alpha=0.25)
     ax.legend(fontsize=6.5, loc="lower right", ncol=2)

@@ -189,8 +189,9 @@ class _Env:
                 pass
 
     def sync(self):
+        """Wait for all work on the device (PyTorch may have run on its own stream)."""
         if self.device == "gpu":
-            self.xp.cuda.get_current_stream().synchronize()
+            self.xp.cuda.Device().synchronize()
 
     def l2_bytes(self) -> int:
         if self.device == "gpu":

