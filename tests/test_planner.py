@@ -261,6 +261,11 @@ def test_calibration_fits_the_measurements():
     assert cal["median_abs_log_error"] < 0.1
     for p in cal["points"]:
         assert 0.5 < p["predicted_s"] / p["measured_s"] < 2.5, p
+    # the public-suite run (17 shapes x 4 dtypes, GPU time) as a check of the whole model
+    for name, v in cal["suite_validation"].items():
+        assert 0.8 < v["median_pred_over_measured"] < 1.25, name
+        if name.startswith("tensorcore"):
+            assert v["within_25pct"] >= 0.8, name
 
 
 # --- CLI -------------------------------------------------------------------------------------

@@ -17,7 +17,11 @@ in this order (sm_90 rates are fractions of the H100 spec's peaks, so other fami
 6. cuBLAS efficiency per (dtype, compute) from its large-problem points (kernel-only where
    available), its tail factor from 3072^3, its bandwidth efficiency from 512x512x32768, and the
    int8 rearranging copies (fixed + per byte) by least squares on the non-"TN" int8 points;
-7. residuals: every point's prediction vs measurement, kept in the file.
+7. unaligned operands (leading dimensions not multiples of 16 bytes): our scalar-copy path
+   (``scalar_path_factor``) and cuBLAS's (``cublas.unaligned_eff``) from the public-suite JSON
+   (``bench/suite.py``, GPU time with host overhead hidden), which also validates the model:
+   ``suite_validation`` holds predicted/measured per backend and dtype;
+8. residuals: every point's prediction vs measurement, kept in the file.
 """
 from __future__ import annotations
 
@@ -40,7 +44,7 @@ from .problem import make_desc
 REF = FAMILIES["sm_90"]
 #: not separable from the measurements we have; stated, not fitted
 ASSUMED = {"kernel_latency_us": 3.0, "reduce_launch_us": 3.0, "scalar_path_factor": 0.5,
-           "cta_overhead_it": 2.0}
+           "cta_overhead_it": 2.0}   # scalar_path_factor: replaced by the suite's fit when present
 _KIND_DT = {"f16": "h", "bf16": "b", "s8": "i", "tf32": "s", "3xtf32": "s"}
 _COMPUTE = {"f16": "fp32", "bf16": "fp32", "s8": "int32", "tf32": "tf32", "3xtf32": "3xtf32"}
 
@@ -59,13 +63,13 @@ def _base() -> dict:
            "ours": {k: {"tiles": {}, "workhorse_eff": 0.5,
                         "layout": {"TN": 1.0, "NN": 1.0, "NT": 1.0, "TT": 1.0}}
                     for k in ("f16", "bf16", "s8", "tf32", "3xtf32")},
-           "cublas": {"eff": {}, "eff_default": 0.85, "tail": 0.0, "bw_eff": 1.0,
+           "cublas": {"eff": {}, "eff_default": 0.85, "tail": 0.0, "bw_eff": 1.0, "unaligned_eff": 1.0,
                       "int8_copy": {"fixed_us": 0.0, "bytes_per_s": 1e12}}}
     return cal
 
 
 def _load(results_dir, sources=None):
-    kernels, backends = [], []
+    kernels, backends, suites = [], [], []
     for path in sorted(glob.glob(os.path.join(results_dir, "*.json"))):
         name = os.path.basename(path)
         if sources is not None and name not in sources:
@@ -76,7 +80,41 @@ def _load(results_dir, sources=None):
             kernels.append((name, d))
         elif "cases" in d and name.startswith("backends"):
             backends.append((name, d))
-    return kernels, backends
+        elif d.get("schema") == "pyblasgemm-bench/1" and d.get("device", {}).get("kind") == "gpu":
+            suites.append((name, d))
+    return kernels, backends, suites
+
+
+_SUITE_DT = {"fp16": "f16", "bf16": "bf16", "int8": "i8", "fp32": "f32", "3xtf32": "f32"}
+
+
+def _suite_points(suites):
+    """(source, impl, GemmDesc, GPU seconds) for our kernels (default config) and cuBLAS from
+    the public-suite JSON (bench/suite.py: host overhead hidden by queueing the calls)."""
+    out = []
+    for src, d in suites:
+        for r in d["results"]:
+            if r.get("error") or not r.get("seconds") or r["impl"] not in ("tensorcore", "cublas"):
+                continue
+            dt = _SUITE_DT.get(r["dtype"])
+            if dt is None:
+                continue
+            comp = None if r["compute"] == "default" else r["compute"]
+            desc = make_desc(r["m"], r["n"], r["k"], dt, compute=comp, transa=r["trans"][0],
+                             transb=r["trans"][1])
+            if r["impl"] == "cublas" and desc.compute == "3xtf32":
+                desc = desc._replace(compute="fp32")      # the yardstick there is SGEMM
+            out.append((src, r["impl"], desc, r["seconds"]))
+    return out
+
+
+def _suite_pred(impl, desc, cal):
+    if impl == "cublas":
+        return M.score_cublas(desc, REF, cal).gpu
+    from .core import kernel_problem_for
+
+    prob = kernel_problem_for(desc)
+    return M.score_ours(default_config(prob, REF.sm_count), prob, REF, cal).gpu
 
 
 def _kernel_points(kernels):
@@ -98,10 +136,10 @@ def _gpu(cfg, prob, cal, part="gpu"):
 def derive(results_dir: str, sources=None) -> dict:
     """The calibration dict from the JSON files in ``results_dir`` (``kernels*.json`` and
     ``backends*.json``; only the file names in ``sources`` when given)."""
-    kernels, backends = _load(results_dir, sources)
+    kernels, backends, suites = _load(results_dir, sources)
     cal = _base()
     lat = cal["kernel_latency_us"] * 1e-6
-    cal["sources"] = [n for n, _ in kernels + backends]
+    cal["sources"] = [n for n, _ in kernels + backends + suites]
     for _, d in backends:
         for c in d["cases"]:
             if str(c.get("case", "")).startswith("host us"):
@@ -215,7 +253,32 @@ def derive(results_dir: str, sources=None) -> dict:
             eff * (_gpu(cfg, prob, cal) - lat) / (measured - lat), 4)
 
     # 6) cuBLAS
-    _fit_cublas(cal, kp, backends)
+    sp = _suite_points(suites)
+    _fit_cublas(cal, kp, backends, sp)
+
+    # 7) unaligned operands (leading dimensions not multiples of 16 bytes) from the public
+    #    suite: our scalar-copy path, and cuBLAS's slower kernels for such problems
+    for impl, key in (("tensorcore", "scalar_path_factor"), ("cublas", "cublas_unaligned_eff")):
+        ratios = []
+        for _, im, desc, t in sp:
+            if im == impl and desc.align < 16:
+                c1 = dict(cal, **{key: 1.0}) if impl == "tensorcore" else \
+                    dict(cal, cublas=dict(cal["cublas"], unaligned_eff=1.0))
+                ratios.append((_suite_pred(impl, desc, c1) - lat) / (t - lat))
+        if ratios:
+            v = round(min(1.0, statistics.median(ratios)), 4)
+            if impl == "tensorcore":
+                cal[key] = v
+            else:
+                cal["cublas"]["unaligned_eff"] = v
+    # validation on the suite: predicted / measured GPU time per (backend, dtype)
+    val: dict = {}
+    for _, im, desc, t in sp:
+        val.setdefault(f"{im} {desc.row.ab_dtype.name}/{desc.compute}", []).append(
+            _suite_pred(im, desc, cal) / t)
+    cal["suite_validation"] = {k: {"points": len(v), "median_pred_over_measured": round(statistics.median(v), 3),
+                                   "within_25pct": round(sum(0.8 <= x <= 1.25 for x in v) / len(v), 3)}
+                               for k, v in sorted(val.items())}
     cal["points"] = _residuals(cal, kp, backends)
     errs = [abs(math.log(p["predicted_s"] / p["measured_s"])) for p in cal["points"]]
     cal["median_abs_log_error"] = round(statistics.median(errs), 4) if errs else None
@@ -271,10 +334,13 @@ def _cublas_points(kp, backends, cal):
     return pts
 
 
-def _fit_cublas(cal, kp, backends):
+def _fit_cublas(cal, kp, backends, suite_points=()):
     cb = cal["cublas"]
     lat = cal["kernel_latency_us"] * 1e-6
     pts = _cublas_points(kp, backends, cal)
+    for _, impl, d, t in suite_points:
+        if impl == "cublas" and d.align == 16:
+            pts.append((d.prefix, d.compute, d.transa + d.transb, d.m, d.n, d.k, t, "suite"))
 
     def desc(p):
         prefix, comp, tr, m, n, k = p[:6]

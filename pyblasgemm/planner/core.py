@@ -321,9 +321,17 @@ def _why_ours(winner: Candidate, cands) -> str:
         why = (f"split-k {how} with {s.splits} splits: the output tiles alone fill only "
                f"{s.waves / s.splits:.2f} waves and K is long, so {s.splits} CTAs share each tile's K")
     else:
-        why = (f"{'hybrid data-parallel + stream-k' if d == 'hybrid' else 'stream-k'}: a grid of "
-               f"{s.ctas} persistent CTAs evens out a badly quantized last wave "
-               f"({_sliced_util(winner, cands)}); fixup {s.fixup * 1e6:.1f} us")
+        name = "hybrid data-parallel + stream-k" if d == "hybrid" else "stream-k"
+        sl = _sliced(winner, cands)
+        if sl is not None and sl.score.waves < 1:
+            what = (f"the output tiles fill only {sl.score.waves:.0%} of the GPU and K is long, so "
+                    f"the K iterations of all tiles are spread over {s.ctas} persistent CTAs")
+        else:
+            what = f"a grid of {s.ctas} persistent CTAs evens out a badly quantized last wave"
+        ref = ("sliced not valid" if sl is None else
+               f"sliced would run {sl.score.waves:.2f} waves, last {sl.score.last_wave_util:.0%} "
+               f"full, {sl.time / winner.time:.2f}x the time")
+        why = f"{name}: {what} ({ref}); fixup {s.fixup * 1e6:.1f} us"
     others = sorted((c for c in cands if c.score is not None and c is not winner
                      and c.backend == winner.backend), key=lambda c: c.time)
     if others:
@@ -331,15 +339,11 @@ def _why_ours(winner: Candidate, cands) -> str:
     return why
 
 
-def _sliced_util(winner, cands) -> str:
-    same_tile = lambda a, b: replace(a, decomposition="sliced", splits=0) == \
-        replace(b, decomposition="sliced", splits=0)
-    for c in cands:
-        if (c.score is not None and c.config is not None and c.config.decomposition == "sliced"
-                and same_tile(c.config, winner.config)):
-            return (f"sliced would run {c.score.waves:.2f} waves, last {c.score.last_wave_util:.0%} "
-                    f"full, {c.time / winner.time:.2f}x the time")
-    return "sliced not valid"
+def _sliced(winner, cands):
+    """The sliced candidate with the winner's tile shape, or None."""
+    base = replace(winner.config, decomposition="sliced", splits=0)
+    return next((c for c in cands if c.score is not None and c.config is not None
+                 and c.config == base), None)
 
 
 def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: bool) -> Plan:

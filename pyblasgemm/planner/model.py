@@ -28,7 +28,7 @@ Our kernels (``score_ours``), for a config with tile ``bm x bn x bk`` on ``S`` S
 * predicted time = host overhead of the backend (measured per call) + GPU time.
 
 cuBLAS (``score_cublas``): calibrated efficiency x the family's best peak per (dtype, compute),
-a partial wave-tail penalty for its 128x256 tiles, the bandwidth floor, its host overhead, and
+a partial wave-tail penalty for its 128x256 tiles, a penalty for unaligned leading dimensions, the bandwidth floor, its host overhead, and
 for int8 the rearranging copies the cuBLAS backend makes unless the problem is "TN" with k and
 leading dimensions multiples of 4.
 """
@@ -292,6 +292,8 @@ def score_cublas(desc, arch: ArchSpec, cal: dict) -> Score:
     q = math.ceil(waves) / waves if waves else 1.0
     q = 1.0 + cb["tail"] * (q - 1.0)
     compute = flops / (eff * peak) * q
+    if desc.align < 16:                  # leading dimensions not multiples of 16 bytes
+        compute /= cb.get("unaligned_eff", 1.0)
     isz, csz = desc.row.ab_dtype.itemsize, desc.row.c_dtype.itemsize
     dram = ((desc.m * desc.k * (desc.batch if desc.stride_a else 1)
              + desc.k * desc.n * (desc.batch if desc.stride_b else 1)) * isz
