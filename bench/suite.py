@@ -649,6 +649,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--device", default="gpu", choices=["gpu", "host"],
                         help="host: NumPy smoke run of the machinery, not a benchmark")
     parser.add_argument("--list", action="store_true", help="list the suites and exit")
+    parser.add_argument("--table", default=None, metavar="JSON",
+                        help="print the README's headline table for a results file and exit")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the problems that would run and exit")
     parser.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
@@ -685,6 +687,9 @@ def main(argv=None) -> int:
             print(f"{name:8} {len(probs):3} problems: " + ", ".join(p.label for p in probs))
         print("dtypes: " + ", ".join(f"{d.name} ({d.routine}, compute={d.compute or 'default'}, "
                                      f"{d.trans})" for d in DTYPES.values()))
+        return 0
+    if args.table:
+        print(readme_table(json.loads(pathlib.Path(args.table).read_text())))
         return 0
     try:
         problems, dtypes, impls = resolve(args)
@@ -725,6 +730,36 @@ def main(argv=None) -> int:
         for path in plot.make_plots(out, args.plots):
             print(f"wrote {path}")
     return 0
+
+
+def ratio_summary(doc) -> dict:
+    """dtype -> impl -> (geometric mean, min, max) of the speed relative to cuBLAS over the
+    problems of a results document, for ``auto`` and ``tensorcore``."""
+    out = {}
+    for r in doc["results"]:
+        if r["impl"] in ("auto", "tensorcore") and r.get("ratio_to_cublas"):
+            out.setdefault(r["dtype"], {}).setdefault(r["impl"], []).append(r["ratio_to_cublas"])
+    return {d: {i: (math.exp(sum(map(math.log, v)) / len(v)), min(v), max(v))
+                for i, v in per.items()} for d, per in out.items()}
+
+
+def readme_table(doc, largest=None) -> str:
+    """The README's headline table (markdown) for a results document."""
+    summ = ratio_summary(doc)
+    sizes = [(r["m"] * r["n"] * r["k"], r["problem"]) for r in doc["results"]]
+    largest = largest or max(sizes)[1]
+    speed = {(r["dtype"], r["impl"]): r["tflops"] for r in doc["results"]
+             if r["problem"] == largest}
+    lines = [f"| type | pyblasgemm `auto` | our kernels (forced) | {largest}: auto / ours / "
+             f"cuBLAS |", "|---|---|---|---|"]
+    for d, per in summ.items():
+        cells = [f"{g:.2f} ({lo:.2f}–{hi:.2f})" for g, lo, hi in
+                 (per.get("auto", (0, 0, 0)), per.get("tensorcore", (0, 0, 0)))]
+        unit = "TOP/s" if d == "int8" else "TFLOP/s"
+        fast = " / ".join(f"{speed[(d, i)]:.0f}" if speed.get((d, i)) else "–"
+                          for i in ("auto", "tensorcore", "cublas"))
+        lines.append(f"| {d} | {cells[0]} | {cells[1]} | {fast} {unit} |")
+    return "\n".join(lines)
 
 
 def _summary(doc):

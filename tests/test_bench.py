@@ -232,3 +232,21 @@ def test_plot_rejects_unknown_json(tmp_path):
     src.write_text('{"hello": 1}')
     with pytest.raises(ValueError, match="not a results file"):
         plot.load(src)
+
+
+def test_readme_performance_table_is_the_named_results_file():
+    """The README's headline numbers are computed from the JSON it names, not typed in."""
+    import re
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Performance", 1)[1].split("\n## ", 1)[0]
+    (name,) = set(re.findall(r"bench/results/(suite_[\w.-]+\.json)", section))
+    doc = json.loads((ROOT / "bench" / "results" / name).read_text())
+    assert suite.readme_table(doc) in section
+    assert doc["device"]["name"] in section
+
+
+def test_table_cli(capsys):
+    path = ROOT / "bench" / "results" / "suite_h100_2026-11-22.json"
+    assert cli.main(["bench", "--table", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| type |") and "| fp16 |" in out
