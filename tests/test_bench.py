@@ -198,6 +198,7 @@ def _synthetic():
 
 
 def test_plot_script_on_synthetic_json(tmp_path):
+    pytest.importorskip("matplotlib")
     doc = _synthetic()
     suite.validate_results(doc)
     src = tmp_path / "synthetic.json"
@@ -214,6 +215,7 @@ def test_plot_script_on_synthetic_json(tmp_path):
 
 
 def test_plot_reads_every_committed_results_file(tmp_path):
+    pytest.importorskip("matplotlib")
     results = ROOT / "bench" / "results"
     paths = sorted(results.glob("suite_*.json")) + [
         results / name for name in ("backends_h100_2026-11-22.json", "kernels_2026-11-22.json",
