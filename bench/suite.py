@@ -650,7 +650,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="host: NumPy smoke run of the machinery, not a benchmark")
     parser.add_argument("--list", action="store_true", help="list the suites and exit")
     parser.add_argument("--table", default=None, metavar="JSON",
-                        help="print the README's headline table for a results file and exit")
+                        help="print the headline table of a results file (markdown for the "
+                             "README; with --rst for docs/performance.rst) and exit")
+    parser.add_argument("--rst", action="store_true", help="--table as an rst list-table")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the problems that would run and exit")
     parser.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
@@ -689,7 +691,8 @@ def main(argv=None) -> int:
                                      f"{d.trans})" for d in DTYPES.values()))
         return 0
     if args.table:
-        print(readme_table(json.loads(pathlib.Path(args.table).read_text())))
+        doc = json.loads(pathlib.Path(args.table).read_text())
+        print(rst_table(doc) if args.rst else readme_table(doc))
         return 0
     try:
         problems, dtypes, impls = resolve(args)
@@ -743,23 +746,41 @@ def ratio_summary(doc) -> dict:
                 for i, v in per.items()} for d, per in out.items()}
 
 
-def readme_table(doc, largest=None) -> str:
-    """The README's headline table (markdown) for a results document."""
+def _table_rows(doc):
     summ = ratio_summary(doc)
-    sizes = [(r["m"] * r["n"] * r["k"], r["problem"]) for r in doc["results"]]
-    largest = largest or max(sizes)[1]
+    largest = max((r["m"] * r["n"] * r["k"], r["problem"]) for r in doc["results"])[1]
     speed = {(r["dtype"], r["impl"]): r["tflops"] for r in doc["results"]
              if r["problem"] == largest}
-    lines = [f"| type | pyblasgemm `auto` | our kernels (forced) | {largest}: auto / ours / "
-             f"cuBLAS |", "|---|---|---|---|"]
+    rows = []
     for d, per in summ.items():
         cells = [f"{g:.2f} ({lo:.2f}–{hi:.2f})" for g, lo, hi in
                  (per.get("auto", (0, 0, 0)), per.get("tensorcore", (0, 0, 0)))]
         unit = "TOP/s" if d == "int8" else "TFLOP/s"
         fast = " / ".join(f"{speed[(d, i)]:.0f}" if speed.get((d, i)) else "–"
                           for i in ("auto", "tensorcore", "cublas"))
-        lines.append(f"| {d} | {cells[0]} | {cells[1]} | {fast} {unit} |")
+        rows.append((d, cells[0], cells[1], f"{fast} {unit}"))
+    return largest, rows
+
+
+def readme_table(doc) -> str:
+    """The headline table (markdown, for the README) of a results document: per dtype, the
+    geometric mean (range) of the speed relative to cuBLAS, and the largest problem's speeds."""
+    largest, rows = _table_rows(doc)
+    lines = [f"| type | pyblasgemm `auto` | our kernels (forced) | {largest}: auto / ours / "
+             f"cuBLAS |", "|---|---|---|---|"]
+    lines += [f"| {' | '.join(r)} |" for r in rows]
     return "\n".join(lines)
+
+
+def rst_table(doc) -> str:
+    """The same table as an rst list-table (for docs/performance.rst)."""
+    largest, rows = _table_rows(doc)
+    out = [".. list-table::", "   :header-rows: 1", "   :widths: 16 28 28 28", "",
+           "   * - type", "     - pyblasgemm ``auto``", "     - our kernels (forced)",
+           f"     - {largest}: auto / ours / cuBLAS"]
+    for r in rows:
+        out += [f"   * - {r[0]}"] + [f"     - {c}" for c in r[1:]]
+    return "\n".join(out)
 
 
 def _summary(doc):

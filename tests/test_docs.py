@@ -87,3 +87,21 @@ def test_error_messages_quoted_in_the_blas_guide_are_real():
                        match=re.escape("hgemm: parameter 8 (lda=3) must be >= max(1, m) = 5")):
         buf = np.zeros(64, dtype=np.float16)
         pyblasgemm.hgemm("N", "N", 5, 2, 2, 1.0, buf, 3, buf[:4], 2, 0.0, buf[32:], 5)
+
+
+def test_performance_page_numbers_are_the_named_results_file():
+    """The performance page's table is generated from the suite JSON the page names."""
+    import importlib.util
+    import json
+    import sys
+    spec = importlib.util.spec_from_file_location("_docs_suite", ROOT / "bench" / "suite.py")
+    suite = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = suite
+    spec.loader.exec_module(suite)
+    text = (DOCS / "performance.rst").read_text()
+    (name,) = set(re.findall(r"bench/results/(suite_[\w.-]+\.json)", text))
+    doc = json.loads((ROOT / "bench" / "results" / name).read_text())
+    assert suite.rst_table(doc) in text
+    stem = name[:-len(".json")]
+    for kind in ("ratio", "tflops", "roofline"):
+        assert f"_static/perf/{stem}_{kind}.png" in text
