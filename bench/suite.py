@@ -648,6 +648,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "graphs where capture is allowed (default: %(default)s)")
     parser.add_argument("--device", default="gpu", choices=["gpu", "host"],
                         help="host: NumPy smoke run of the machinery, not a benchmark")
+    parser.add_argument("--note", default=None, metavar="TEXT",
+                        help="free text stored in the JSON (e.g. the commit, where no git)")
     parser.add_argument("--list", action="store_true", help="list the suites and exit")
     parser.add_argument("--table", default=None, metavar="JSON",
                         help="print the headline table of a results file (markdown for the "
@@ -716,6 +718,8 @@ def main(argv=None) -> int:
     doc = run(problems, dtypes, impls, device=args.device, trans=args.trans,
               progress=not args.no_progress, small_method=args.small)
     doc["suite"] = args.suite or ("public" if args.shapes is None else "user")
+    if args.note:
+        doc["note"] = args.note
     validate_results(doc)
     out = args.out
     if out is None:
