@@ -317,3 +317,11 @@ def test_bench_planner_plans_its_suite_on_the_cpu():
             scored = {c.config.decomposition for c in forced.candidates
                       if c.backend == "tensorcore" and c.score is not None}
             assert scored <= {c.config.decomposition for c in picked}
+
+
+def test_env_forced_split_count_outside_the_usual_choices(monkeypatch):
+    monkeypatch.setenv("PYBLASGEMM_DECOMPOSITION", "splitk_serial")
+    monkeypatch.setenv("PYBLASGEMM_SPLITS", "11")
+    pyblasgemm.clear_plan_cache()
+    p = _ours(1024, 1024, 8192)
+    assert p.decomposition == "splitk_serial" and p.splits == 11 and p.grid[1] == 11

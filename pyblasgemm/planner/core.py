@@ -269,8 +269,9 @@ def enumerate_candidates(desc: GemmDesc, arch: ArchSpec, cal: dict) -> list[Cand
             variants = [forced]
         else:
             variants = [base, replace(base, decomposition="hybrid"), replace(base, decomposition="streamk")]
-            for s in _split_choices(tiles, kt, arch.sm_count * occ):
-                if s <= 8:
+            forced_splits = settings.splits
+            for s in ([forced_splits] if forced_splits else _split_choices(tiles, kt, arch.sm_count * occ)):
+                if s <= 8 or forced_splits:   # serial chains longer than 8 rarely pay
                     variants.append(replace(base, decomposition="splitk_serial", splits=s))
                 variants.append(replace(base, decomposition="splitk_parallel", splits=s))
         for cfg in variants:
