@@ -467,10 +467,19 @@ def _residuals(cal, kp, backends):
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    results = argv[0] if argv else "bench/results"
-    out = argv[1] if len(argv) > 1 else str(M.CALIBRATION_FILE)
-    cal = derive(results)
+    """``python -m pyblasgemm.planner.calibrate [RESULTS_DIR] [OUT] [--sources a.json,b.json]``:
+    derive and write the calibration (default: every kernels*/backends*/suite results file in
+    bench/results into the shipped calibration_h100.json). After re-measuring new kernels, pass
+    ``--sources`` with the new files only: old and new kernels must not be averaged."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m pyblasgemm.planner.calibrate")
+    ap.add_argument("results", nargs="?", default="bench/results")
+    ap.add_argument("out", nargs="?", default=str(M.CALIBRATION_FILE))
+    ap.add_argument("--sources", default=None, help="comma-separated file names to use")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    results, out = args.results, args.out
+    cal = derive(results, args.sources.split(",") if args.sources else None)
     with open(out, "w") as f:
         json.dump(cal, f, indent=1, sort_keys=True)
         f.write("\n")
