@@ -270,12 +270,20 @@ def test_calibration_fits_the_measurements():
 
 # --- CLI -------------------------------------------------------------------------------------
 
-def test_cli_plan_without_gpu(capsys):
+def test_cli_plan(capsys):
     from pyblasgemm.__main__ import main
+    from tests.conftest import gpu_available
 
     assert main(["plan", "4096", "4096", "4096", "--dtype", "f16", "--trans", "NT"]) == 0
     out = capsys.readouterr().out
-    assert "H100" in out and "backend 'cublas'" in out and "why:" in out
+    assert "why:" in out and "candidates" in out
+    if not gpu_available():
+        assert "no GPU found" in out and "H100" in out and "backend 'cublas'" in out
+    assert main(["plan", "512", "512", "32768", "--trans", "TN", "--arch", "sm_80",
+                 "--backend", "tensorcore", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "A100" in out and "splitk" in out.split("why:")[0]
+    assert main(["plan", "8", "8", "8", "--dtype", "nope"]) == 2
 
 
 def test_cli_tune_needs_gpu(capsys):
