@@ -107,6 +107,14 @@ def _base() -> dict:
     return cal
 
 
+def file_sha256(path) -> str:
+    """sha256 of a results file (the calibration records which versions it was derived from)."""
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
 def _load(results_dir, sources=None):
     kernels, backends, suites = [], [], []
     for path in sorted(glob.glob(os.path.join(results_dir, "*.json"))):
@@ -179,6 +187,7 @@ def derive(results_dir: str, sources=None) -> dict:
     cal = _base()
     lat = cal["kernel_latency_us"] * 1e-6
     cal["sources"] = [n for n, _ in kernels + backends + suites]
+    cal["source_sha256"] = {n: file_sha256(os.path.join(results_dir, n)) for n in cal["sources"]}
     for _, d in backends:
         for c in d["cases"]:
             if str(c.get("case", "")).startswith("host us"):
