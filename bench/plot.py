@@ -205,7 +205,7 @@ def plot_roofline(res: Results, path):
     pts = [r for r in res.records if r.min_bytes and r.impl in ("auto", "tensorcore", "cublas")
            and r.dtype in ("fp16", "bf16", "fp16acc")]
     ai = [r.flops / r.min_bytes for r in pts] or [1.0]
-    lo, hi = min(ai + [1.0]) / 2, max(ai + [peak * 1e12 / bw]) * 2
+    lo, hi = min(ai) / 2, max(ai + [peak * 1e12 / bw]) * 2
     fig, ax = plt.subplots(figsize=(8, 5))
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     ax.plot(xs, [min(peak, x * bw / 1e12) for x in xs], "k-", lw=1.5,
