@@ -724,8 +724,12 @@ def main(argv=None) -> int:
     out = args.out
     if out is None:
         dev = "".join(ch if ch.isalnum() else "_" for ch in doc["device"]["name"]).strip("_")
-        out = str(pathlib.Path(__file__).resolve().parent / "results" /
-                  f"suite_{dev.lower()}_{doc['date'][:10]}.json")
+        base = pathlib.Path(__file__).resolve().parent / "results" / \
+            f"suite_{dev.lower()}_{doc['date'][:10]}"
+        out, n_run = f"{base}.json", 1
+        while pathlib.Path(out).exists():   # never overwrite a measurement (the planner's
+            n_run += 1                      # calibration pins its source files by sha256)
+            out = f"{base}_run{n_run}.json"
     pathlib.Path(out).parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w") as f:
         json.dump(doc, f, indent=1)
