@@ -12,6 +12,7 @@ import datetime
 import json
 import statistics
 import sys
+from dataclasses import replace
 
 import cupy as cp
 import numpy as np
@@ -89,7 +90,23 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--sections", default="f16,bf16,splitk,streamk,s8,tf32,host",
+                    help="comma list of: f16 bf16 splitk streamk s8 tf32 host")
+    ap.add_argument("--f16-configs", default="all", help="all | few (default + 3 candidates)")
+    ap.add_argument("--profile-one", default=None,
+                    help="kind,layout,size,bm,bn,bk,wm,wn,stages: just launch that kernel 3 times (for ncu)")
     args = ap.parse_args()
+    if args.profile_one:
+        kind, lay, size, bm, bn, bk, wm, wn, st = args.profile_one.split(",")
+        size = int(size)
+        p, keep = operands(kind, size, size, size, lay[0], lay[1], np.random.default_rng(0))
+        launch = prepare(p, KernelConfig(bm=int(bm), bn=int(bn), bk=int(bk), warps_m=int(wm), warps_n=int(wn),
+                                         stages=int(st)))
+        for _ in range(3):
+            launch()
+        cp.cuda.Device().synchronize()
+        return
+    sec = set(args.sections.split(","))
     rng = np.random.default_rng(0)
     dev = cp.cuda.Device()
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
@@ -110,63 +127,153 @@ def main():
         print(f"{name:34s} {kind:6s} {m}x{n}x{k}: ours {r['ours_tflops']:7.1f} T/s [{cfg_name}]  "
               f"{ref_name} {r['ref_tflops'] or float('nan'):7.1f}  ratio {r['ratio_vs_ref'] or float('nan'):.3f}",
               flush=True)
+        if args.out:  # incremental, so a run cut off at its time limit still leaves its numbers
+            with open(args.out, "w") as f:
+                json.dump(res, f, indent=1)
 
-    # 1) fp16 large squares vs cuBLAS; TN (both K-contiguous) and NN, a few tile configs
+    K = KernelConfig
     f16_cfgs = [None, SHIPPED_CONFIGS["f16"][0], SHIPPED_CONFIGS["f16"][6],
-                KernelConfig(bm=128, bn=256, bk=64, warps_m=2, warps_n=4, stages=3),
-                KernelConfig(bm=128, bn=128, bk=64, warps_m=2, warps_n=2, stages=3),
-                KernelConfig(bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stages=5)]
-    for s in ([4096] if args.quick else [4096, 8192]):
+                K(bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stages=3),
+                K(bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stages=5),
+                K(bm=128, bn=128, bk=64, warps_m=2, warps_n=2, stages=3),
+                K(bm=128, bn=128, bk=64, warps_m=2, warps_n=2, stages=4),
+                K(bm=128, bn=256, bk=32, warps_m=2, warps_n=4, stages=3),
+                K(bm=128, bn=256, bk=64, warps_m=2, warps_n=4, stages=3),
+                K(bm=256, bn=128, bk=32, warps_m=4, warps_n=2, stages=3),
+                K(bm=256, bn=128, bk=64, warps_m=4, warps_n=2, stages=3)]
+    f16_nn = [None, K(bm=128, bn=128, bk=64, warps_m=2, warps_n=2, stages=3),
+              K(bm=128, bn=256, bk=64, warps_m=2, warps_n=4, stages=3)]
+    # (tf32 tiles with a 256-wide M/N dimension are invalid: 1 KB smem rows exceed the swizzle)
+    tf_cfgs = [None, K(bm=128, bn=128, bk=32, warps_m=2, warps_n=4, stages=3),
+               K(bm=128, bn=128, bk=16, warps_m=2, warps_n=2, stages=4),
+               K(bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stages=3)]
+    # compile everything up front, in parallel
+    from pyblasgemm.kernels import jit
+    specs = set()
+    for c in (f16_cfgs[1:] if "f16" in sec else []):
+        specs.add((c, "f16", "T", "N", None, True))
+    for c in (f16_nn[1:] if "f16" in sec else []):
+        specs.add((c, "f16", "N", "N", None, True))
+    for kind in (("3xtf32", "tf32") if "tf32" in sec else ()):
+        for c in tf_cfgs[1:]:
+            specs.add((c, kind, "T", "N", None, True))
+    try:
+        jit.warm(sorted(specs, key=str))
+    except Exception as e:  # a config that fails to compile is reported where it is used
+        print("warm:", e)
+
+    def try_ours(p, cfg):
+        try:
+            return ours(p, cfg)
+        except Exception as e:
+            print(f"  {cfg.name if cfg else 'default'}: FAILED {type(e).__name__}: {str(e)[:200]}")
+            return None, None
+
+    # 1) fp16 large squares vs cuBLAS; TN (both K-contiguous) and NN, several tile configs
+    if args.f16_configs == "few":
+        f16_cfgs = f16_cfgs[:2] + f16_cfgs[5:6] + f16_cfgs[8:9]
+    for s in ([] if "f16" not in sec else [4096] if args.quick else [4096, 8192]):
         tref, rname = cublas_time("f16", s, s, s)
         best = None
         for lay in ("TN", "NN"):
             p, keep = operands("f16", s, s, s, lay[0], lay[1], rng)
-            for cfg in (f16_cfgs if lay == "TN" else [None]):
+            for cfg in (f16_cfgs if lay == "TN" else f16_nn):
                 ok = cfg is None or cfg.validate(p)[0]
                 if not ok:
                     continue
-                t, name = ours(p, cfg)
+                t, name = try_ours(p, cfg)
+                if t is None:
+                    continue
                 rec(f"f16 {lay} {s}^3", "f16", s, s, s, t, name, tref, rname)
                 best = t if best is None else min(best, t)
             del keep
         res["results"][-1]["best_ours_ratio"] = tref / best
+        print(f"  best f16 {s}^3 ratio vs cuBLAS: {tref / best:.3f}", flush=True)
+    # 1b) bf16 4096^3 (cuBLAS bf16 via torch)
+    if torch is not None and "bf16" in sec:
+        s = 4096
+        ta_ = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
+        tb_ = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
+        tref = timeit(lambda: torch.matmul(ta_, tb_))
+        p, keep = operands("bf16", s, s, s, "T", "N", rng)
+        for cfg in (None, K(bm=128, bn=128, bk=64, warps_m=2, warps_n=2, stages=3)):
+            t, name = try_ours(p, cfg)
+            if t is not None:
+                rec("bf16 TN 4096^3", "bf16", s, s, s, t, name, tref, "torch.matmul bf16")
+        del keep, ta_, tb_
     # 2) split-k vs sliced on 512x512x32768
-    m = n = 512
-    k = 32768
-    p, keep = operands("f16", m, n, k, "T", "N", rng)
-    tref, rname = cublas_time("f16", m, n, k)
-    t_sl, n_sl = ours(p, SHIPPED_CONFIGS["f16"][0])
-    rec("f16 sliced long-K", "f16", m, n, k, t_sl, n_sl, tref, rname)
-    for cfg in (None, KernelConfig(decomposition="splitk_parallel", splits=8),
-                KernelConfig(decomposition="splitk_serial", splits=4), KernelConfig(decomposition="streamk")):
-        t, name = ours(p, cfg)
-        rec("f16 split/stream long-K", "f16", m, n, k, t, name, tref, rname, {"speedup_vs_sliced": t_sl / t})
-    del keep
+    if "splitk" in sec:
+        m = n = 512
+        k = 32768
+        p, keep = operands("f16", m, n, k, "T", "N", rng)
+        tref, rname = cublas_time("f16", m, n, k)
+        t_sl, n_sl = ours(p, SHIPPED_CONFIGS["f16"][0])
+        rec("f16 sliced long-K", "f16", m, n, k, t_sl, n_sl, tref, rname)
+        for cfg in (None, KernelConfig(decomposition="splitk_parallel", splits=8),
+                    KernelConfig(decomposition="splitk_serial", splits=4), KernelConfig(decomposition="streamk")):
+            t, name = ours(p, cfg)
+            rec("f16 split/stream long-K", "f16", m, n, k, t, name, tref, rname, {"speedup_vs_sliced": t_sl / t})
+        del keep
     # 3) stream-k vs sliced at 3072^3 with 128x128 tiles
-    s = 3072
-    p, keep = operands("f16", s, s, s, "T", "N", rng)
-    tref, rname = cublas_time("f16", s, s, s)
-    t_sl, n_sl = ours(p, SHIPPED_CONFIGS["f16"][0])
-    rec("f16 sliced 3072", "f16", s, s, s, t_sl, n_sl, tref, rname)
-    for d in ("streamk", "hybrid"):
-        t, name = ours(p, KernelConfig(decomposition=d))
-        rec(f"f16 {d} 3072", "f16", s, s, s, t, name, tref, rname, {"speedup_vs_sliced": t_sl / t})
-    del keep
+    if "streamk" in sec:
+        s = 3072
+        p, keep = operands("f16", s, s, s, "T", "N", rng)
+        tref, rname = cublas_time("f16", s, s, s)
+        t_sl, n_sl = ours(p, SHIPPED_CONFIGS["f16"][0])
+        rec("f16 sliced 3072", "f16", s, s, s, t_sl, n_sl, tref, rname)
+        for d in ("streamk", "hybrid"):
+            # same tile as the sliced baseline, so the comparison is the decomposition alone
+            t, name = ours(p, replace(SHIPPED_CONFIGS["f16"][0], decomposition=d))
+            rec(f"f16 {d} 3072", "f16", s, s, s, t, name, tref, rname, {"speedup_vs_sliced": t_sl / t})
+        del keep
     # 4) int8 8192^3 (TN)
-    s = 4096 if args.quick else 8192
-    p, keep = operands("s8", s, s, s, "T", "N", rng)
-    tref, rname = cublas_time("s8", s, s, s)
-    for cfg in (None, SHIPPED_CONFIGS["s8"][0], KernelConfig(bm=128, bn=256, bk=128, warps_m=2, warps_n=4, stages=3)):
-        t, name = ours(p, cfg)
-        rec("s8 TN", "s8", s, s, s, t, name, tref, rname)
-    del keep
+    if "s8" in sec:
+        s = 4096 if args.quick else 8192
+        p, keep = operands("s8", s, s, s, "T", "N", rng)
+        tref, rname = cublas_time("s8", s, s, s)
+        for cfg in (None, SHIPPED_CONFIGS["s8"][0], KernelConfig(bm=128, bn=256, bk=128, warps_m=2, warps_n=4, stages=3)):
+            t, name = ours(p, cfg)
+            rec("s8 TN", "s8", s, s, s, t, name, tref, rname)
+        del keep
     # 5) 3xTF32 and TF32 vs cuBLAS SGEMM / TF32 at 8192^3
-    for kind in ("3xtf32", "tf32"):
+    s = 4096 if args.quick else 8192
+    for kind in (("3xtf32", "tf32") if "tf32" in sec else ()):
         p, keep = operands(kind, s, s, s, "T", "N", rng)
         tref, rname = cublas_time(kind, s, s, s)
-        for cfg in (None, SHIPPED_CONFIGS[kind][0], KernelConfig(bm=128, bn=128, bk=32, warps_m=2, warps_n=4, stages=3)):
-            t, name = ours(p, cfg)
-            rec(f"{kind} TN", kind, s, s, s, t, name, tref, rname)
+        for cfg in tf_cfgs:
+            t, name = try_ours(p, cfg)
+            if t is not None:
+                rec(f"{kind} TN", kind, s, s, s, t, name, tref, rname)
+        del keep
+    # 6) host time per call: BoundLaunch vs prepare() vs cupy.matmul, 64x64x64 f16
+    if "host" in sec:
+        import time
+        from pyblasgemm.kernels.launch import bind
+        p, keep = operands("f16", 64, 64, 64, "N", "N", rng)
+        bl = bind(p)
+        a_, b_, c_ = p.a_ptr, p.b_ptr, p.c_ptr
+
+        def host_med(fn, reps=3000):
+            for _ in range(100):
+                fn()
+            cp.cuda.Device().synchronize()
+            ts = []
+            for i in range(reps):
+                t0 = time.perf_counter()
+                fn()
+                ts.append(time.perf_counter() - t0)
+                if i % 500 == 499:
+                    cp.cuda.Device().synchronize()
+            cp.cuda.Device().synchronize()
+            return statistics.median(ts) * 1e6
+
+        ca, cb_ = cp.ones((64, 64), cp.float16), cp.ones((64, 64), cp.float16)
+        host = {"bound_call_us": host_med(lambda: bl(a_, b_, c_, 1.0, 0.0)),
+                "bind_plus_call_us": host_med(lambda: bind(p)(a_, b_, c_, 1.0, 0.0)),
+                "prepare_plus_call_us": host_med(lambda: prepare(p)(), reps=500),
+                "cupy_matmul_us": host_med(lambda: cp.matmul(ca, cb_), reps=1000)}
+        res["host_time_64x64x64_f16"] = host
+        print("host us per call (median):", {k: round(v, 2) for k, v in host.items()}, flush=True)
         del keep
     if args.out:
         with open(args.out, "w") as f:

@@ -152,3 +152,119 @@ def test_import_creates_no_cuda_context():
             "import sys; print('cupy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() in ("True", "False")
+
+
+# --- host mirrors of device index arithmetic (no GPU) ---------------------------------------
+
+def _swz_chunk(cpr, row, chunk):
+    """Mirror of copy/smem_swizzle.cuh swz_chunk (byte offset)."""
+    if cpr >= 8:
+        return row * cpr * 16 + (((chunk & ~7) | ((chunk ^ row) & 7)) << 4)
+    lin = row * cpr + chunk
+    line = lin >> 3
+    return (line << 7) + (((lin ^ line) & 7) << 4)
+
+
+def _legal_shapes():
+    for eb in (1, 2):
+        for bkb in (64, 128):
+            for mn in (64, 128, 256):
+                for warps in (1, 2, 4, 8):
+                    wt = mn // warps
+                    if mn % warps or wt < 16 or wt > 64:
+                        continue
+                    for kcontig in (True, False):
+                        if eb == 1 and not kcontig:
+                            continue
+                        cpr = bkb // 16 if kcontig else mn * eb // 16
+                        if cpr in (2, 4, 8, 16, 32):
+                            yield bkb, mn, warps, wt, kcontig, cpr
+
+
+def test_ldmatrix_address_identity():
+    """WarpMma::load_frag derives every ldmatrix address from the lane's atom-0/k-step-0 offset:
+    K-contiguous (off0 ^ (ks << 5)) + idx*16*row_bytes; M/N-contiguous (off0 ^ (idx << 5)) +
+    ks*16*row_bytes. Check it against swz_chunk for every legal shape, warp and lane."""
+    n = 0
+    for bkb, mn, warps, wt, kcontig, cpr in _legal_shapes():
+        rowb, ksteps = cpr * 16, bkb // 32
+        for w in range(warps):
+            w0 = w * wt
+            for lane in range(32):
+                j, r = lane >> 3, lane & 7
+                for op in ("A", "B"):
+                    nidx = wt // 16 if op == "A" else max(1, wt // 16)
+
+                    def real(idx, ks):
+                        b = w0 + 16 * idx
+                        if op == "A":
+                            if kcontig:
+                                return _swz_chunk(cpr, b + (lane & 15), 2 * ks + (lane >> 4))
+                            return _swz_chunk(cpr, 16 * ks + r + 8 * (j >> 1), b // 8 + (j & 1))
+                        if kcontig:
+                            return _swz_chunk(cpr, b + r + 8 * (j >> 1), 2 * ks + (j & 1))
+                        return _swz_chunk(cpr, 16 * ks + r + 8 * (j & 1), b // 8 + (j >> 1))
+
+                    off0 = real(0, 0)
+                    for idx in range(nidx):
+                        for ks in range(ksteps):
+                            want = ((off0 ^ (ks << 5)) + idx * 16 * rowb) if kcontig else \
+                                ((off0 ^ (idx << 5)) + ks * 16 * rowb)
+                            assert want == real(idx, ks), (bkb, mn, warps, kcontig, op, lane, idx, ks)
+                            n += 1
+    assert n > 10000
+
+
+@pytest.mark.parametrize("bkb", [64, 128])
+@pytest.mark.parametrize("both_k", [True, False])
+def test_tf32_k_mapping_bijective_and_conflict_free(bkb, both_k):
+    """WarpMma::tf32_k: each BK tile's columns are read exactly once over (k-step, t, h); with
+    both operands K-contiguous every 16-lane phase of a 64-bit fragment load hits 8 distinct
+    16-byte bank groups."""
+    ksteps, ke = bkb // 32, 8
+
+    def k_of(ks, t, h):
+        if both_k:
+            return 4 * (ks + ksteps * (t >> 1)) + 2 * (t & 1) + h
+        return ke * ks + 2 * t + h
+
+    cols = sorted(k_of(ks, t, h) for ks in range(ksteps) for t in range(4) for h in range(2))
+    assert cols == list(range(bkb // 4))
+    if both_k:
+        cpr = bkb // 16
+        for ks in range(ksteps):
+            for base in (0, 8, 16, 48):  # rows g (+8, +16i): phases of lanes 0-15 and 16-31
+                for half in (0, 1):
+                    slots = set()
+                    for lane in range(16 * half, 16 * half + 16):
+                        g, t = lane >> 2, lane & 3
+                        byte = _swz_chunk(cpr, base + g, k_of(ks, t, 0) // 4) + (k_of(ks, t, 0) % 4) * 4
+                        slots.add((byte % 128) // 16)
+                    assert len(slots) == 8, (bkb, ks, base, half, slots)
+
+
+def _kernel_params(src: str, name: str):
+    import re
+
+    m = re.search(name + r"\(([^)]*)\)", src, re.S)
+    assert m, name
+    out = []
+    for decl in m.group(1).split(","):
+        decl = " ".join(decl.split())
+        typ = decl.rsplit(" ", 1)[0]
+        out.append("u64" if "*" in typ else {"int": "i32", "long long": "i64", "float": "f32"}[typ.replace("const ", "")])
+    return out
+
+
+def test_bound_launch_argument_blocks_match_kernel_signatures():
+    """launch.BoundLaunch packs arguments by hand for cuLaunchKernel: their order and widths
+    must match gemm_kernel's and splitk_reduce_kernel's parameter lists exactly."""
+    import ctypes as ct
+
+    from pyblasgemm.kernels import launch
+
+    width = {ct.c_uint64: "u64", ct.c_int32: "i32", ct.c_int64: "i64", ct.c_float: "f32"}
+    gemm_src = (jit.INCLUDE_DIR / "pyblasgemm/impls/sm80_gemm.cuh").read_text()
+    red_src = (jit.INCLUDE_DIR / "pyblasgemm/epilogue/splitk_reduce.cuh").read_text()
+    assert [width[t] for _, t in launch._arg_ctypes()] == _kernel_params(gemm_src, r"gemm_kernel")
+    assert [width[t] for _, t in launch._red_ctypes()] == _kernel_params(red_src, r"splitk_reduce_kernel")

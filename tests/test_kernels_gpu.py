@@ -259,6 +259,89 @@ def test_default_config_and_supports():
         run(case.problem(), KernelConfig(bm=96))
 
 
+@pytest.mark.parametrize("kind,acc", [("f16", "f32"), ("s8", "s32"), ("3xtf32", "f32")])
+@pytest.mark.parametrize("decomp", DECOMPS)
+def test_bound_launch_matches_run(kind, acc, decomp):
+    """bind() + calls with fresh pointers: bitwise equal to run(), back-to-back on one stream
+    (shared workspace and flags) and on a second stream."""
+    from pyblasgemm.kernels.launch import bind
+
+    cfg = config_for(kind, decomp, splits=3)
+    kw = dict(sm_count=3) if decomp == "hybrid" else {}
+    cases = [Case(kind, acc, "N", "T", 300, 200, 700, alpha=(2 if kind == "s8" else 0.5),
+                  beta=(-1 if kind == "s8" else 0.25), rng=np.random.default_rng(i)) for i in range(3)]
+    want = []
+    for c in cases:
+        c0 = c.c_d.copy()
+        run(c.problem(), cfg, **kw)
+        want.append(c.c_d.get())
+        c.c_d[...] = c0
+    bl = bind(cases[0].problem(), cfg, **kw)
+    assert bind(cases[1].problem(), cfg, **kw) is bl  # same class -> cached
+    for c in cases:  # back-to-back, no sync in between
+        bl(c.a_d.data.ptr, c.b_d.data.ptr, c.c_d.data.ptr, c.alpha, c.beta)
+    cp.cuda.get_current_stream().synchronize()
+    for c, w in zip(cases, want):
+        assert c.c_d.get().tobytes() == w.tobytes()
+    s2 = cp.cuda.Stream(non_blocking=True)
+    c = cases[0]
+    c.c_d[...] = cp.asarray(c.c_h)
+    cp.cuda.Device().synchronize()
+    bl(c.a_d.data.ptr, c.b_d.data.ptr, c.c_d.data.ptr, c.alpha, c.beta, stream=s2)
+    s2.synchronize()
+    assert c.c_d.get().tobytes() == want[0].tobytes()
+    if bl.a_align > 1:  # a pointer outside the bound alignment class is refused
+        with pytest.raises(ValueError):
+            bl(c.a_d.data.ptr + bl.a_align // 2, c.b_d.data.ptr, c.c_d.data.ptr, c.alpha, c.beta)
+    if bl.c_align > 1:
+        with pytest.raises(ValueError):
+            bl(c.a_d.data.ptr, c.b_d.data.ptr, c.c_d.data.ptr + bl.c_align // 2, c.alpha, c.beta)
+    # a 16-byte-aligned class refuses an element-aligned (but not 16-byte) pointer
+    v = Case(kind, acc, "T", "N", 64, 64, 64, alpha=(1 if kind == "s8" else 1.0), beta=(0 if kind == "s8" else 0.0))
+    bv = bind(v.problem())
+    assert bv.a_align == 16
+    with pytest.raises(ValueError):
+        bv(v.a_d.data.ptr + 16 // 2 if kind != "s8" else v.a_d.data.ptr + 1, v.b_d.data.ptr, v.c_d.data.ptr,
+           v.alpha, v.beta)
+
+
+def test_bound_launch_host_time():
+    """Host time of one small f16 call through bind() (reported; asserted loosely)."""
+    import time
+
+    from pyblasgemm.kernels.launch import bind, prepare
+
+    n = 64
+    case = Case("f16", "f32", "N", "N", n, n, n)
+    p = case.problem()
+    bl = bind(p)
+    a, b, c = case.a_d.data.ptr, case.b_d.data.ptr, case.c_d.data.ptr
+    for _ in range(200):
+        bl(a, b, c, 1.0, 0.0)
+    cp.cuda.Device().synchronize()
+
+    def med(fn, reps=2000):
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+            if len(ts) % 500 == 0:
+                cp.cuda.Device().synchronize()  # keep the launch queue from filling
+        return sorted(ts)[len(ts) // 2] * 1e6
+
+    t_bind = med(lambda: bind(p)(a, b, c, 1.0, 0.0))
+    t_call = med(lambda: bl(a, b, c, 1.0, 0.0))
+    t_prep = med(lambda: prepare(p)(), reps=300)
+    ca, cb_ = cp.asarray(case.a_h[0]), cp.asarray(case.b_h[0])
+    t_cupy = med(lambda: cp.matmul(ca, cb_), reps=1000)
+    cp.cuda.Device().synchronize()
+    print(f"\nhost us per call (median): bind()+call {t_bind:.2f}, BoundLaunch call {t_call:.2f}, "
+          f"prepare()+call {t_prep:.2f}, cupy.matmul {t_cupy:.2f}")
+    case.check(case.c_d.get(), case.reference(), None)
+    assert t_call < 50
+
+
 def sanitize_cases():
     """One small problem per kind x decomposition (and both operand paths), for running under
     compute-sanitizer: ``python tests/test_kernels_gpu.py`` (exit status 1 on a wrong result)."""

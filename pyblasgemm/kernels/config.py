@@ -141,10 +141,12 @@ _DECOMP_SET = ("sliced", "splitk_serial", "splitk_parallel", "streamk", "hybrid"
 #: scalar operand paths). The first one is the kind's workhorse.
 SHIPPED_CONFIGS: dict[str, tuple[KernelConfig, ...]] = {}
 for _kind, _big, _small, _extra in (
-    ("f16", dict(bk=32, warps_m=2, warps_n=2, stages=4), dict(bk=32, stages=4),
-     [dict(bm=128, bn=256, bk=32, warps_m=2, warps_n=4, stages=3)]),
-    ("bf16", dict(bk=32, warps_m=2, warps_n=2, stages=4), dict(bk=32, stages=4),
-     [dict(bm=128, bn=256, bk=32, warps_m=2, warps_n=4, stages=3)]),
+    # measured on H100 with the pipelined mainloop (NOTES.md, optimization 2): 128-byte K rows
+    # (bk=64) with 3 stages beat bk=32/4 stages by 6-8%; 128x256x64 is best at >= 4096^3.
+    ("f16", dict(bk=64, warps_m=2, warps_n=2, stages=3), dict(bk=32, stages=4),
+     [dict(bm=128, bn=256, bk=64, warps_m=2, warps_n=4, stages=3)]),
+    ("bf16", dict(bk=64, warps_m=2, warps_n=2, stages=3), dict(bk=32, stages=4),
+     [dict(bm=128, bn=256, bk=64, warps_m=2, warps_n=4, stages=3)]),
     # measured on H100 (NOTES.md run 2): 128x256x128-byte K beats 128x256x64 B by 11% for s8;
     # 128-byte K rows beat 64-byte ones for tf32 by ~15%; 3xTF32 keeps 64-byte rows (with
     # 128 its stream-k instantiation spills 8 bytes on sm_80; speed was within 5%).
@@ -163,7 +165,7 @@ def default_config(problem: KernelProblem, sm_count: int) -> KernelConfig:
     """A simple documented rule (the planner will replace it).
 
     1. Tile: 64x64 when m*n <= 128*128 (a 128x128 tile would be mostly padding), else
-       128x128 (s8: 128x256 with 128-byte K rows when m and n are both >= 4096).
+       128x128 (s8, f16, bf16: 128x256 with 128-byte K rows when m and n are both >= 4096).
     2. Decomposition, with tiles = output tiles x batch and kt = BK steps per tile:
        - tiles < sm_count and kt >= 16 (long K, too few tiles to fill the GPU): split-k with
          splits = min(kt // 4, ceil(sm_count / tiles)); serial when splits <= 4, else parallel.
@@ -175,9 +177,9 @@ def default_config(problem: KernelProblem, sm_count: int) -> KernelConfig:
     base = SHIPPED_CONFIGS[kind][0]
     if problem.m * problem.n <= 128 * 128:
         base = SHIPPED_CONFIGS[kind][5]
-    elif kind == "s8" and problem.m >= 4096 and problem.n >= 4096:
-        # measured (H100): s8 128x256x128 688 TOPS vs 464 for 128x128x64; for f16 the
-        # 128x256 tile is slower than 128x128x32 (302 vs 393 TF/s at 4096^3), so f16 keeps it.
+    elif kind in ("s8", "f16", "bf16") and problem.m >= 4096 and problem.n >= 4096:
+        # measured (H100, pipelined mainloop): s8 128x256x128 957 TOPS vs 685 for 128x128x64;
+        # f16 128x256x64 434-447 TF/s vs 396-435 for 128x128x64 at 4096^3 and 8192^3.
         base = SHIPPED_CONFIGS[kind][6]
     tiles = -(-problem.m // base.bm) * -(-problem.n // base.bn) * problem.batch
     kt = -(-problem.k // base.bk)

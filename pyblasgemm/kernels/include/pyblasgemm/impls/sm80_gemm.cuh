@@ -117,36 +117,51 @@ __global__ void __launch_bounds__(WM * WN * 32, 1)
     // Stream-k (persistent grid of G CTAs, all co-resident: G <= SMs x occupancy).
     const int G = gridDim.x, cta = blockIdx.x;
     // 1) Data-parallel full waves: dp_tiles is a multiple of G, each CTA takes every G-th.
-    for (int t = cta; t < p.dp_tiles; t += G) {
-      const TileCoord tc = sched.coord(t, p.group_m);
-      Core::tile_to_smem(smem, p, tc, 0, sched.kt);
-      Core::finish(smem, p, tc);
-    }
     // 2) The remaining sk_tiles: their MAC iterations are split evenly over the G CTAs.
+    // One loop and one mainloop call site for both; only (t, it) live across the mainloop,
+    // everything else is recomputed from opaque copies afterwards (registers: the mainloop
+    // needs nearly all 255).
     const i64 total = static_cast<i64>(p.sk_tiles) * sched.kt;
-    if (total == 0) return;
-    i64 it = Core::Sched::sk_begin(cta, total, G);
-    const i64 end = Core::Sched::sk_begin(cta + 1, total, G);
-    while (it < end) {
+    int t = cta;
+    i64 it = total ? Core::Sched::sk_begin(cta, total, G) : 0;
+    while (true) {
+      int tile, kb0, kb1;
+      if (t < p.dp_tiles) {
+        tile = t; kb0 = 0; kb1 = sched.kt;
+      } else {
+        if (total == 0) break;
+        const i64 end = Core::Sched::sk_begin(cta + 1, total, G);
+        if (it >= end) break;
+        const int local = static_cast<int>(it / sched.kt);
+        kb0 = static_cast<int>(it - static_cast<i64>(local) * sched.kt);
+        const i64 tile_end = static_cast<i64>(local + 1) * sched.kt;
+        kb1 = kb0 + static_cast<int>((tile_end < end ? tile_end : end) - it);
+        tile = p.dp_tiles + local;
+      }
+      Core::tile_to_smem(smem, p, sched.coord(tile, p.group_m), kb0, kb1);
+      asm volatile("" : "+r"(t), "+l"(it));
+      if (t < p.dp_tiles) {
+        Core::finish(smem, p, sched.coord(t, p.group_m));
+        t += G;
+        continue;
+      }
+      const i64 end = Core::Sched::sk_begin(cta + 1, total, G);
       const int local = static_cast<int>(it / sched.kt);
-      const int kb0 = static_cast<int>(it - static_cast<i64>(local) * sched.kt);
-      const i64 seg_end = static_cast<i64>(local + 1) * sched.kt < end ? static_cast<i64>(local + 1) * sched.kt : end;
-      const int kb1 = kb0 + static_cast<int>(seg_end - it);
-      const TileCoord tc = sched.coord(p.dp_tiles + local, p.group_m);
-      Core::tile_to_smem(smem, p, tc, kb0, kb1);
-      if (kb0 != 0) {
+      const int k0 = static_cast<int>(it - static_cast<i64>(local) * sched.kt);
+      const i64 tile_end = static_cast<i64>(local + 1) * sched.kt;
+      const i64 seg_end = tile_end < end ? tile_end : end;
+      if (k0 != 0) {
         // Not the tile's first k-range: only the first segment of a CTA can start mid-tile,
         // so each CTA publishes at most once, into its own slot.
         Core::publish(smem, wsS + cta * SLOT, p.flags + cta, 1);
         __syncthreads();
       } else {
-        if (kb1 != sched.kt) {
+        if (seg_end != tile_end) {
           // Owner (holds k-step 0): add the later k-ranges in CTA order, a fixed order.
-          const i64 tile_last = static_cast<i64>(local + 1) * sched.kt - 1;
-          const int last = Core::Sched::sk_cta_of(tile_last, total, G);
+          const int last = Core::Sched::sk_cta_of(tile_end - 1, total, G);
           for (int q = cta + 1; q <= last; ++q) Core::consume(smem, wsS + q * SLOT, p.flags + q, 1);
         }
-        Core::finish(smem, p, tc);
+        Core::finish(smem, p, sched.coord(p.dp_tiles + local, p.group_m));
       }
       it = seg_end;
     }

@@ -129,6 +129,123 @@ struct WarpMma {
     }
   }
 
+  // Software-pipelined path (ldmatrix kinds: 16-bit, and s8 with both operands K-contiguous):
+  // the mainloop double-buffers fragments, loading step s+1's while step s's MMAs issue.
+  // tf32/3xTF32 take the pipelined path too (plain 32/64-bit LDS fragments, see load_frag).
+  static constexpr bool kPipelined =
+      ((P == 1 && (EB == 2 || (EB == 1 && AK && BK))) || (EB == 4 && PBG_TF32_PIPELINED)) && (KSTEPS % 2 == 0);
+
+  // tf32 fragments: hardware k index t + 4h (lane t = lane%4, h = 0/1) is read from tile column
+  // tf32_k(ks, t, h). Any bijection works as long as A and B use the same one (the MMA sums
+  // over k). (t, t+4) -> two adjacent words gives one 64-bit LDS per K-contiguous pair.
+  // Both operands K-contiguous: step ks takes chunks ks and ks+KSTEPS (16 bytes each), which
+  // keeps each 16-lane phase of a 64-bit load on 8 distinct bank groups under the swizzle.
+  // Otherwise k = 8ks + 2t + h: conflict-free for the M/N-contiguous operand's 32-bit loads
+  // (rows 2t+h hit distinct XOR slots); the K-contiguous one's 64-bit loads are 2-way, the
+  // same wavefronts as the two 32-bit loads they replace.
+  static PBG_DEVICE int tf32_k(int ks, int t, int h) {
+    if constexpr (AK && BK) return 4 * (ks + KSTEPS * (t >> 1)) + 2 * (t & 1) + h;
+    else return KE * ks + 2 * t + h;
+  }
+  static PBG_DEVICE u32 lds32(u32 a) {
+    u32 v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a));
+    return v;
+  }
+  static PBG_DEVICE void lds64(u32 a, u32& x, u32& y) {
+    asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(x), "=r"(y) : "r"(a));
+  }
+  static PBG_DEVICE void load_frag_tf32(u32 sa, u32 sb, int ks, int wm0, int wn0, int lane, u32 (&ra)[MI][4],
+                                        u32 (&rb)[NI][4]) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const int m = wm0 + 16 * i + g + 8 * q;  // a_q: row g (+8), k = t; a_{q+2}: k = t + 4
+        if constexpr (AK) lds64(sa + swz_elem<CPR_A, 4>(m, tf32_k(ks, t, 0)), ra[i][q], ra[i][q + 2]);
+        else {
+          ra[i][q] = lds32(sa + swz_elem<CPR_A, 4>(tf32_k(ks, t, 0), m));
+          ra[i][q + 2] = lds32(sa + swz_elem<CPR_A, 4>(tf32_k(ks, t, 1), m));
+        }
+      }
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      const int n = wn0 + 8 * j + g;  // b0: k = t, b1: k = t + 4
+      if constexpr (BK) lds64(sb + swz_elem<CPR_B, 4>(n, tf32_k(ks, t, 0)), rb[j][0], rb[j][1]);
+      else {
+        rb[j][0] = lds32(sb + swz_elem<CPR_B, 4>(tf32_k(ks, t, 0), n));
+        rb[j][1] = lds32(sb + swz_elem<CPR_B, 4>(tf32_k(ks, t, 1), n));
+      }
+    }
+  }
+
+  // Per-lane byte offsets of the first (atom 0, k-step 0) ldmatrix of A and B in a stage.
+  // Every other one is derived with compile-time constants (verified for every legal
+  // tile/warp/BK shape against swz_chunk, see NOTES.md): K-contiguous rows:
+  //   off(idx, ks) = (off0 ^ (ks << 5)) + idx * 16 * row_bytes,
+  // M/N-contiguous rows (.trans): off(idx, ks) = (off0 ^ (idx << 5)) + ks * 16 * row_bytes.
+  static PBG_DEVICE u32 a_off0(int wm0, int lane) {
+    if constexpr (EB == 4) return 0;  // tf32: load_frag_tf32 addresses from lane itself
+    const int j = lane >> 3, r = lane & 7;
+    if constexpr (AK) return swz_chunk<CPR_A>(wm0 + (lane & 15), lane >> 4);
+    else return swz_chunk<CPR_A>(r + 8 * (j >> 1), wm0 / 8 + (j & 1));
+  }
+  static PBG_DEVICE u32 b_off0(int wn0, int lane) {
+    if constexpr (EB == 4) return 0;
+    const int j = lane >> 3, r = lane & 7;
+    if constexpr (BK) return swz_chunk<CPR_B>(wn0 + r + 8 * (j >> 1), j & 1);
+    else return swz_chunk<CPR_B>(r + 8 * (j & 1), wn0 / 8 + (j >> 1));
+  }
+  // Fragments of k-step `ks` (a compile-time constant after unrolling) from shared addresses
+  // sa = A slot + a_off0, sb = B slot + b_off0 (A: MI x4 ldmatrix, B: NI/2 x4 ldmatrix).
+  static PBG_DEVICE void load_frag(u32 sa_slot, u32 sb_slot, u32 aoff, u32 boff, int ks, int wm0, int wn0,
+                                   int lane, u32 (&ra)[MI][4], u32 (&rb)[NI][4]) {
+    if constexpr (EB == 4) {
+      load_frag_tf32(sa_slot + aoff, sb_slot + boff, ks, wm0, wn0, lane, ra, rb);
+      return;
+    }
+    constexpr int RBA = CPR_A * 16, RBB = CPR_B * 16;  // bytes per smem row
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+      if constexpr (AK) ldsm_x4(sa_slot + ((aoff ^ (ks << 5)) + i * 16 * RBA), ra[i][0], ra[i][1], ra[i][2], ra[i][3]);
+      else ldsm_x4_trans(sa_slot + ((aoff ^ (i << 5)) + ks * 16 * RBA), ra[i][0], ra[i][1], ra[i][2], ra[i][3]);
+    }
+#pragma unroll
+    for (int jj = 0; jj < NI / 2; ++jj) {
+      if constexpr (BK) ldsm_x4(sb_slot + ((boff ^ (ks << 5)) + jj * 16 * RBB), rb[2 * jj][0], rb[2 * jj][1], rb[2 * jj + 1][0], rb[2 * jj + 1][1]);
+      else ldsm_x4_trans(sb_slot + ((boff ^ (jj << 5)) + ks * 16 * RBB), rb[2 * jj][0], rb[2 * jj][1], rb[2 * jj + 1][0], rb[2 * jj + 1][1]);
+    }
+  }
+  // MI x NI MMAs of one k-step from loaded fragments (serpentine over j for B reuse).
+  static PBG_DEVICE void mma_frag(const u32 (&ra)[MI][4], const u32 (&rb)[NI][4],
+                                  AccReg (&acc)[MI][NI][Kind::kAccRegs]) {
+    if constexpr (EB == 4) {
+      // tf32 rounding / 3xTF32 big+small split once per fragment register, then the MMAs.
+      u32 fb[NI][P][4];
+#pragma unroll
+      for (int j = 0; j < NI; ++j) Kind::prep(rb[j], fb[j], 2);
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        u32 fa[P][4];
+        Kind::prep(ra[i], fa, 4);
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+          const int jj = (i & 1) ? (NI - 1 - j) : j;
+          Kind::mma(acc[i][jj], fa, fb[jj]);
+        }
+      }
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j) {
+        const int jj = (i & 1) ? (NI - 1 - j) : j;
+        Kind::mma(acc[i][jj], &ra[i], &rb[jj]);
+      }
+  }
+
   // All k-steps of one stage; the whole stage is unrolled so the compiler can hoist the
   // next step's shared-memory loads above the current step's MMAs.
   static PBG_DEVICE void compute_stage(const char* sA, const char* sB, int wm0, int wn0, int lane,

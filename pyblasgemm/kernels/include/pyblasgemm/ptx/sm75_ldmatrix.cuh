@@ -35,4 +35,21 @@ struct SM75_U16x8_LDSM_T {
   }
 };
 
+// Same two loads from a 32-bit shared-memory address (the pipelined mainloop keeps its
+// per-lane offsets as shared addresses and folds compile-time parts into the immediate).
+PBG_DEVICE void ldsm_x4(u32 a, u32& r0, u32& r1, u32& r2, u32& r3) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 750)
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(a));
+#endif
+}
+PBG_DEVICE void ldsm_x4_trans(u32 a, u32& r0, u32& r1, u32& r2, u32& r3) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 750)
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(a));
+#endif
+}
+
 }  // namespace pyblasgemm
