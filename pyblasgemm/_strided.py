@@ -34,7 +34,7 @@ def _extent(ptr, shape2, strides2, itemsize, batch, bstride):
 
 
 def strided_gemm(routine, row, compute, backend, transa, transb, a, b, c, alpha, beta,
-                 batch=1, strides=(0, 0, 0), fresh_c=False):
+                 batch=1, strides=(0, 0, 0), fresh_c=False, autotune=None):
     """c[i] = alpha * op(a[i]) @ op(b[i]) + beta * c[i], i < batch, entries ``strides`` bytes
     apart from the first element of a, b, c (whose last two dims are the matrices).
     ``fresh_c``: c was just allocated by the caller, so it cannot overlap a or b."""
@@ -48,10 +48,11 @@ def strided_gemm(routine, row, compute, backend, transa, transb, a, b, c, alpha,
                           strides, m, n, k, fresh_c)
     if fast is not None:
         desc, a, b = fast
-        execute(desc, a, b, c, backend)
+        execute(desc, a, b, c, backend, autotune)
     else:
         _general(routine, row, compute, backend, transa, transb,
-                 *(_as_3d(x, batch, s) for x, s in zip((a, b, c), strides)), alpha, beta)
+                 *(_as_3d(x, batch, s) for x, s in zip((a, b, c), strides)), alpha, beta,
+                 autotune)
 
 
 def _fast_desc(routine, row, compute, ta, tb, a, b, c, alpha, beta, batch, strides, m, n, k,
@@ -149,7 +150,8 @@ def _output_layout(c, inputs):
     return layout[0], layout[1], stride
 
 
-def _general(routine, row, compute, backend, transa, transb, a, b, c, alpha, beta):
+def _general(routine, row, compute, backend, transa, transb, a, b, c, alpha, beta,
+             autotune=None):
     """The same product for 3-D views, with copies/temporaries where strides demand them."""
     xp_name = _arrays.array_module_name(c)
     xp = _arrays.xp_of(xp_name)
@@ -180,6 +182,6 @@ def _general(routine, row, compute, backend, transa, transb, a, b, c, alpha, bet
                           lda * isz, ldb * isz, ldc * csz, sa * isz, sb * isz, sc * csz)
         desc = GemmDesc(routine, row.prefix, compute, fa, fb, m, n, k, lda, ldb, ldc, batch,
                         sa, sb, sc, xp_name, _arrays.device_id(c), align, alpha, beta)
-        execute(desc, a, b, target, backend)
+        execute(desc, a, b, target, backend, autotune)
     if target is not c:
         c[...] = target

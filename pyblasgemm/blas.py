@@ -34,6 +34,9 @@ compute : str, optional
     Accumulation mode: {computes} (default {default}).
 backend : {{'auto', 'tensorcore', 'cublas', 'host'}}, optional
     Force a backend; by default NumPy arrays run on the host, CuPy arrays on the GPU.
+autotune : bool, optional
+    ``True``: time the planner's best candidates once for this problem and keep the winner
+    (in memory and on disk; see :func:`pyblasgemm.tune`). Default: ``PYBLASGEMM_AUTOTUNE``.
 
 Returns
 -------
@@ -113,10 +116,10 @@ def _make(prefix: str):
     row = TYPE_ROWS[prefix]
 
     def xgemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, *,
-              compute=None, backend=None):
+              compute=None, backend=None, autotune=None):
         desc, backend = describe_blas(row, transa, transb, m, n, k, alpha, a, lda, b, ldb,
                                       beta, c, ldc, compute, backend)
-        execute(desc, a, b, c, backend)
+        execute(desc, a, b, c, backend, autotune)
         return c
 
     xgemm.__name__ = xgemm.__qualname__ = row.routine

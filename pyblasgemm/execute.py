@@ -27,12 +27,13 @@ def scale_c(desc: GemmDesc, c) -> None:
         view *= desc.beta
 
 
-def execute(desc: GemmDesc, a, b, c, backend: str | None = None) -> None:
+def execute(desc: GemmDesc, a, b, c, backend: str | None = None, autotune=None) -> None:
     """Run ``desc`` on the arrays: quick return, scaling only, or a planned backend call."""
     if desc.is_noop:
         return
     if desc.scales_only:
         scale_c(desc, c)
         return
-    plan = plan_for(desc, backend)
+    plan = plan_for(desc, backend) if autotune is None else plan_for(desc, backend,
+                                                                       autotune=autotune)
     get_backend(plan.backend).run(desc, a, b, c, plan)

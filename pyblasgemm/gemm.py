@@ -14,7 +14,8 @@ def _supported_names() -> str:
     return ", ".join(d.name for d in ROW_BY_DTYPE)
 
 
-def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backend=None):
+def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backend=None,
+         autotune=None):
     """``out = alpha * op(a) @ op(b) + beta * out`` for 2-D NumPy or CuPy arrays.
 
     The semantics of ``cupy.cublas.gemm``, for every dtype pyblasgemm supports (float16,
@@ -35,7 +36,7 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         arrangement for the backends).
     alpha, beta : scalars
         ``beta == 0`` never reads ``out``.
-    compute, backend
+    compute, backend, autotune
         As for the BLAS form (:func:`pyblasgemm.sgemm`).
 
     Returns
@@ -102,5 +103,6 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         for name, x in (("a", a), ("b", b)):
             if may_overlap(out, x):
                 raise ValueError(f"{r}: out overlaps {name} in memory; pass a separate output")
-    strided_gemm(r, row, compute, backend, ta, tb, a, b, out, alpha, beta, fresh_c=fresh)
+    strided_gemm(r, row, compute, backend, ta, tb, a, b, out, alpha, beta, fresh_c=fresh,
+                 autotune=autotune)
     return out

@@ -91,7 +91,7 @@ def _delegate(a, b, out):
     return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
 
 
-def matmul(a, b, out=None, *, compute=None, backend=None):
+def matmul(a, b, out=None, *, compute=None, backend=None, autotune=None):
     """Matrix product with exactly ``numpy.matmul``'s semantics, on NumPy or CuPy arrays.
 
     1-D operands are promoted (a vector on the left is a row, on the right a column) and the
@@ -108,6 +108,8 @@ def matmul(a, b, out=None, *, compute=None, backend=None):
     compute : str, optional
         Accumulation mode, as for the BLAS form (e.g. ``'tf32'`` for float32).
     backend : {'auto', 'tensorcore', 'cublas', 'host'}, optional
+    autotune : bool, optional
+        Time the planner's best candidates once per problem (see :func:`pyblasgemm.tune`).
 
     Returns
     -------
@@ -124,7 +126,8 @@ def matmul(a, b, out=None, *, compute=None, backend=None):
     >>> pyblasgemm.matmul(b, b)
     np.float32(3.0)
     """
-    if (out is None and compute is None and backend is None and type(a) is type(b)
+    if (out is None and compute is None and backend is None and autotune is None
+            and type(a) is type(b)
             and type(a) in _arrays.ARRAY_TYPES and a.ndim == 2 and b.ndim == 2):
         fast = _FAST_2D.get((type(a), a.dtype, b.dtype))
         if fast is None:
@@ -179,7 +182,7 @@ def matmul(a, b, out=None, *, compute=None, backend=None):
         full, in_place = xp.empty(shape, dtype=row.c_dtype), False
     else:
         full, in_place = _with_core_dims(out, a.ndim, b.ndim), True
-    _batched(row, compute, backend, a2, b2, full)
+    _batched(row, compute, backend, a2, b2, full, autotune)
     if out is not None:
         if not in_place:
             out[...] = full.reshape(final_shape).astype(out.dtype, copy=False)
@@ -217,7 +220,7 @@ def _origin(x, nb, outer_idx):
     return x[idx]
 
 
-def _batched(row, compute, backend, a, b, c):
+def _batched(row, compute, backend, a, b, c, autotune=None):
     """c[...] = a @ b over the broadcast batch dims: merged strided batches, a loop outside."""
     batch = c.shape[:-2]
     nb = len(batch)
@@ -228,7 +231,8 @@ def _batched(row, compute, backend, a, b, c):
     one, zero = (1, 0) if row.prefix == "i" else (1.0, 0.0)
     for idx in itertools.product(*(range(d) for d in batch[:p])):
         strided_gemm(_ROUTINE, row, compute, backend, "N", "N", _origin(a, nb, idx),
-                     _origin(b, nb, idx), _origin(c, nb, idx), one, zero, inner, steps)
+                     _origin(b, nb, idx), _origin(c, nb, idx), one, zero, inner, steps,
+                     autotune=autotune)
 
 
 def _split_point(batch, strides_list):

@@ -176,9 +176,9 @@ def test_matmul_broadcast_batch_does_not_copy_shared_operand(monkeypatch):
     import pyblasgemm.execute as ex
     calls = []
     real = ex.execute
-    def spy(desc, a, b, c, backend=None):
+    def spy(desc, a, b, c, backend=None, autotune=None):
         calls.append(desc)
-        return real(desc, a, b, c, backend)
+        return real(desc, a, b, c, backend, autotune)
     monkeypatch.setattr("pyblasgemm._strided.execute", spy)
     a, b = np.ones((5, 3, 4)), np.ones((4, 2))
     np.testing.assert_array_equal(pyblasgemm.matmul(a, b), np.matmul(a, b))
