@@ -84,7 +84,8 @@ def main(path):
         if name == "int8":
             # the BLAS form in cuBLAS's native int8 arrangement: A and B K-contiguous ('T','N')
             c = cp.empty(n * n, dtype=np.int32)
-            t_raw = gpu_ms(lambda: pyblasgemm.igemm("T", "N", n, n, n, 1, a, n, b, n, 0, c, n))
+            a1, b1 = a.ravel(), b.ravel()   # the raw form takes 1-D (or F-ordered) buffers
+            t_raw = gpu_ms(lambda: pyblasgemm.igemm("T", "N", n, n, n, 1, a1, n, b1, n, 0, c, n))
             case = {"case": f"igemm TN {n}^3", "pyblasgemm_ms": t_raw,
                     "pyblasgemm_tops": flops / t_raw / 1e9, "cupy_matmul_ms": t_ref,
                     "speedup_vs_cupy_matmul": t_ref / t_raw}

@@ -206,7 +206,9 @@ def test_matmul_matches_numpy_gpu(pair, dtype, how_a, how_b, seed):
     b = _arrange(rng, _rand(rng, pair[1], dtype), how_b)
     got = pyblasgemm.matmul(cupy.asarray(a), cupy.asarray(b))
     assert isinstance(got, cupy.ndarray)
-    assert got.dtype == cupy.matmul(cupy.asarray(a), cupy.asarray(b)).dtype
+    # CuPy's own type promotion (cupy.matmul itself fails on some bfloat16 batches:
+    # "data type 'E' not understood", CuPy 14.2)
+    assert got.dtype == np.result_type(a.dtype, b.dtype)
     assert_matches_numpy(got.get().astype(np.matmul(a, b).dtype), a, b, check_type=False,
                          tol_dtype=got.dtype if got.dtype.kind != "i" else None)
 
