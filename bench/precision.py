@@ -111,8 +111,13 @@ def main(argv=None) -> int:
         doc["determinism"].append({"m": m, "n": n, "k": k, "note": "differing bits vs sliced",
                                    **{d: int((o.view(np.uint16) != base).sum())
                                       for d, o in outs.items()}})
-    out = args.out or str(ROOT / "bench" / "results" /
-                          f"precision_{name.split()[1].lower()}_{doc['date'][:10]}.json")
+    out = args.out
+    if out is None:   # a free name: never overwrite a measurement
+        base = ROOT / "bench" / "results" / f"precision_{name.split()[1].lower()}_{doc['date'][:10]}"
+        out, n_run = f"{base}.json", 1
+        while pathlib.Path(out).exists():
+            n_run += 1
+            out = f"{base}_run{n_run}.json"
     pathlib.Path(out).write_text(json.dumps(doc, indent=1))
     print(f"wrote {out}")
     return 0
