@@ -436,8 +436,8 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
     ratio = ours_best.time / cublas_cand.time
     return Plan("cublas", f"cuBLAS predicted faster: {cublas_cand.time * 1e6:.1f} us vs "
                 f"{ours_best.time * 1e6:.1f} us for our best ({ours_best.label}, {ratio:.2f}x "
-                f"slower; calibrated from bench/results: our mma.sync kernels ran 0.3-0.5x cuBLAS "
-                f"on the H100). Force backend='tensorcore' to use ours.", None, None, 1, (), 0,
+                f"slower; calibrated from bench/results: our mma.sync kernels ran 0.3-0.75x cuBLAS "
+                f"on the H100 once the GPU time dominates). Force backend='tensorcore' to use ours.", None, None, 1, (), 0,
                 cublas_cand.time, "heuristic", arch, desc, tuple(cands))
 
 
