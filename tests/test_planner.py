@@ -93,6 +93,14 @@ def test_large_problems_stay_on_cublas(dtype, shape):
     assert "cuBLAS predicted faster" in p.reason
 
 
+@pytest.mark.xfail(strict=True, reason="known miss (planner JSON): our GPU time on skinny, "
+                   "memory-/latency-bound problems is underpredicted (no such point of the new "
+                   "kernels in the calibration's sources): measured cuBLAS 1.2-2.4x faster")
+@pytest.mark.parametrize("shape", [(16, 4096, 4096), (64, 4096, 4096), (128, 4096, 4096)])
+def test_skinny_f16_goes_to_cublas(shape):
+    assert plan(*shape, "f16", transa="T", arch="sm_90").backend == "cublas"
+
+
 def test_int8_where_cublas_must_copy_is_decided_by_prediction():
     # int8 1000x1000x1001 "TN": k % 4 != 0, cuBLAS rearranges both operands (measured: ours
     # 2.29x faster); k a multiple of 4 needs no copies and cuBLAS's prediction drops
