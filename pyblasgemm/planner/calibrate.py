@@ -1,43 +1,27 @@
 """Derive the cost model's calibration from measured JSON (``bench/results/*.json``).
 
-The shipped ``pyblasgemm/planner/calibration_h100.json`` is derived from the measurements of
-the current kernels (commit 57a32e6: pipelined mainloop, BoundLaunch) only::
+Run ``python -m pyblasgemm.planner.calibrate bench/results`` to regenerate
+``pyblasgemm/planner/calibration_h100.json``; a test checks the shipped file matches what the
+measurements in the repository give. Each constant is solved from the points that isolate it,
+in this order (sm_90 rates are fractions of the H100 spec's peaks, so other families scale):
 
-    python -m pyblasgemm.planner.calibrate bench/results \
-        --sources kernels_2026-11-22_run4.json,kernels_2026-11-22_run5.json,backends_h100_2026-11-22_run2.json \
-        --cublas-sources suite_h100_2026-11-22.json
-
-(the public-suite JSON was measured with the previous kernels: only its cuBLAS points are
-used). A test checks the shipped file matches what those files give. Each constant is solved
-from the points that isolate it, in this order (sm_90 rates are fractions of the H100 spec's
-peaks, so other families scale):
-
-1. host time per call and backend: fixed terms, not fitted (``HOST_US`` says where each
-   number comes from; the backends JSON's noisy tiny-call entry is kept as
-   ``host_us_tiny_call``, unused);
+1. host overhead per call and backend: ``host us per 64^3 hgemm`` (backends JSON);
 2. tile efficiency per (kind, tile): sliced points of the kernels JSON (kernel-only timing) with
    at least two waves: ``eff = model time at eff 1 / measured``, median per tile;
 3. ``lone_cta_eff`` from the parallel split-k long-K points (one CTA per SM), with the reduce
    kernel's launch gap assumed (``reduce_launch_us``, not separable from those points);
 4. ``splitk_link_us`` from the serial split-k point; ``streamk_fixed_us`` and
    ``streamk_partial_us`` (fixed + per added partial) by least squares on the f16 stream-k and
-   hybrid points under a millisecond (one partial per owner at 3072^3, sixteen at
-   512x512x32768);
-5. layout factors (NN, NT, TT vs TN) from the kernels JSON's non-"TN" points and the backends
-   JSON tensorcore points. The backends JSON times calls back to back (the queue never drains),
-   so a per-call time there is max(host, GPU): GPU-bound points give the GPU time directly,
-   host-bound ones (under twice the host term) are left out of every fit;
+   hybrid points (one partial per owner at 3072^3, sixteen at 512x512x32768);
+5. layout factors (NN, NT, TT vs TN) from the backends JSON tensorcore points, minus host time;
 6. cuBLAS efficiency per (dtype, compute) from its large-problem points (kernel-only where
-   available), its tail factor from 3072^3 (applied from one full wave on), its bandwidth
-   efficiency from 512x512x32768, and the int8 rearranging copies (fixed + per byte) by least
-   squares on the non-"TN" int8 points;
-7. unaligned operands (leading dimensions not multiples of 16 bytes): cuBLAS's slower kernels
-   (``cublas.unaligned_eff``) from the public-suite JSON (``bench/suite.py``, GPU time with
-   host overhead hidden); our scalar-copy path (``scalar_path_factor``) from a suite of these
-   kernels when one is a source, else from the backends JSON's unaligned points (int8
-   1000x1000x1001); ``suite_validation`` holds predicted/measured per backend and dtype;
-8. residuals: every point's prediction vs measurement, kept in the file (backends points
-   predicted as max(host, GPU), as they were timed).
+   available), its tail factor from 3072^3, its bandwidth efficiency from 512x512x32768, and the
+   int8 rearranging copies (fixed + per byte) by least squares on the non-"TN" int8 points;
+7. unaligned operands (leading dimensions not multiples of 16 bytes): our scalar-copy path
+   (``scalar_path_factor``) and cuBLAS's (``cublas.unaligned_eff``) from the public-suite JSON
+   (``bench/suite.py``, GPU time with host overhead hidden), which also validates the model:
+   ``suite_validation`` holds predicted/measured per backend and dtype;
+8. residuals: every point's prediction vs measurement, kept in the file.
 """
 from __future__ import annotations
 
@@ -63,16 +47,13 @@ REF = FAMILIES["sm_90"]
 
 # The results files name the configs they timed directly (kernels JSON) or ran the backend's
 # default rule (backends and suite JSON). That rule and the shipped tiles change with the
-# kernels, so the ones in force when the measurements were taken are frozen here: the
-# calibration must not move when the kernels' defaults do. They are the rule of commit 57a32e6
-# (pipelined mainloop; f16/bf16 workhorse 128x128x64 3-stage, 128x256x64 when m, n >= 4096),
-# under which kernels_2026-11-22_run5.json and backends_h100_2026-11-22_run2.json were taken
-# (run4 names every config it timed, so the rule does not matter for it).
+# kernels, so the ones in force when the measurements were taken (commits e230c2b..9e162ef,
+# 2026-11-22) are frozen here: the calibration must not move when the kernels' defaults do.
 # After new measurements of new kernels, update these with the rule the run used.
 _C = KernelConfig
-MEASURED_TILES = {   # kind -> (workhorse, small 64x64, large: m, n >= 4096 or None)
-    "f16": (_C(bk=64, warps_m=2, warps_n=2, stages=3), _C(bm=64, bn=64, bk=32, stages=4),
-            _C(bm=128, bn=256, bk=64, warps_m=2, warps_n=4, stages=3)),
+MEASURED_TILES = {   # kind -> (workhorse, small 64x64, large)
+    "f16": (_C(bk=32, warps_m=2, warps_n=2, stages=4), _C(bm=64, bn=64, bk=32, stages=4),
+            _C(bm=128, bn=256, bk=32, warps_m=2, warps_n=4, stages=3)),
     "s8": (_C(bk=64, warps_m=2, warps_n=4, stages=4), _C(bm=64, bn=64, bk=64, stages=4),
            _C(bm=128, bn=256, bk=128, warps_m=2, warps_n=4, stages=3)),
     "tf32": (_C(bk=32, warps_m=2, warps_n=4, stages=3), _C(bm=64, bn=64, bk=16, stages=4), None),
@@ -87,7 +68,7 @@ def measured_default_config(problem: KernelProblem, sm_count: int) -> KernelConf
     base = work
     if problem.m * problem.n <= 128 * 128:
         base = small
-    elif large is not None and problem.m >= 4096 and problem.n >= 4096:
+    elif problem.kind == "s8" and problem.m >= 4096 and problem.n >= 4096:
         base = large
     tiles = -(-problem.m // base.bm) * -(-problem.n // base.bn) * problem.batch
     kt = -(-problem.k // base.bk)
@@ -100,22 +81,6 @@ def measured_default_config(problem: KernelProblem, sm_count: int) -> KernelConf
     if waves > 1 and frac and frac < 0.5 and kt >= 8 and base.bm == 128:
         return replace(base, decomposition="hybrid")
     return base
-
-
-# Host time of one call through the library API (describe, cached plan, dispatch, launch), a
-# fixed term per backend, in µs. Not fitted: the tiny-call entry of the backends JSON ('host us
-# per 64^3 hgemm') was taken on a noisy host (run2: tensorcore 31.5, cublas 44.6, cupy.matmul
-# 30.7 µs, all well above the stage profile of the same session), so it is recorded in the
-# calibration ("host_us_tiny_call") but not used. Instead:
-#  * cublas: 26.7 µs, "hgemm end to end" via cuBLAS in bench/profile_host.py (same GPU session
-#    as backends_h100_2026-11-22_run2.json); raw cublas.gemmEx with precomputed arguments 12.1;
-#  * tensorcore: the library's own part of that call, 26.7 - 12.1 = 14.6 µs (describe, plan
-#    lookup, dispatch), plus the cached BoundLaunch call, the median of the kernels JSON's
-#    'host_time_64x64x64_f16' / 'bound_call_us' entries (6.4 and 7.0 µs in runs 4 and 5).
-# Cross-check: int8 1024^3 "TN" in backends run2 is host-bound (GPU ~5 µs) and measured 29.9 µs
-# per call for ours and 37.4 for cuBLAS: both ~8 µs above these terms (igemm's own checks, a
-# busier host), the gap between the backends (7.5 µs) close to the model's (5.4 µs).
-HOST_US = {"cublas_end_to_end": 26.7, "cublas_raw_gemmex": 12.1, "bound_call_default": 6.7}
 #: not separable from the measurements we have; stated, not fitted
 ASSUMED = {"kernel_latency_us": 3.0, "reduce_launch_us": 3.0, "scalar_path_factor": 0.5,
            "cta_overhead_it": 2.0}   # scalar_path_factor: replaced by the suite's fit when present
@@ -215,38 +180,18 @@ def _gpu(cfg, prob, cal, part="gpu"):
     return getattr(M.score_ours(cfg, prob, REF, cal), part)
 
 
-def _b2b_gpu(ms, host_us):
-    """GPU seconds of one call from a per-call time measured over back-to-back calls
-    (``bench_foundation.gpu_ms``: the queue never drains, so such a time is about
-    max(host, GPU)); None when the call is host-bound (the time says nothing about the GPU)."""
-    t = ms * 1e-3
-    return t if t > 2.0 * host_us * 1e-6 else None
-
-
-def derive(results_dir: str, sources=None, cublas_sources=()) -> dict:
+def derive(results_dir: str, sources=None) -> dict:
     """The calibration dict from the JSON files in ``results_dir`` (``kernels*.json`` and
-    ``backends*.json``; only the file names in ``sources`` when given). ``cublas_sources``:
-    public-suite files of which only the cuBLAS points are used (cuBLAS did not change when our
-    kernels did, so a suite measured with older kernels still calibrates cuBLAS)."""
+    ``backends*.json``; only the file names in ``sources`` when given)."""
     kernels, backends, suites = _load(results_dir, sources)
-    cublas_suites = [(n, d) for n, d in _load(results_dir, list(cublas_sources))[2]] if cublas_sources else []
     cal = _base()
     lat = cal["kernel_latency_us"] * 1e-6
     cal["sources"] = [n for n, _ in kernels + backends + suites]
-    cal["cublas_sources"] = [n for n, _ in cublas_suites]
-    cal["source_sha256"] = {n: file_sha256(os.path.join(results_dir, n))
-                            for n in cal["sources"] + cal["cublas_sources"]}
-    # host time per call: fixed terms (see HOST_US for where each number comes from)
-    bound = [d["host_time_64x64x64_f16"]["bound_call_us"] for _, d in kernels
-             if isinstance(d.get("host_time_64x64x64_f16"), dict)
-             and "bound_call_us" in d["host_time_64x64x64_f16"]]
-    bound_us = statistics.median(bound) if bound else HOST_US["bound_call_default"]
-    library = HOST_US["cublas_end_to_end"] - HOST_US["cublas_raw_gemmex"]
-    cal["host_us"] = {"tensorcore": round(library + bound_us, 2), "cublas": HOST_US["cublas_end_to_end"]}
+    cal["source_sha256"] = {n: file_sha256(os.path.join(results_dir, n)) for n in cal["sources"]}
     for _, d in backends:
         for c in d["cases"]:
             if str(c.get("case", "")).startswith("host us"):
-                cal["host_us_tiny_call"] = {k: round(v, 2) for k, v in c.items() if k != "case"}
+                cal["host_us"] = {"tensorcore": round(c["tensorcore"], 2), "cublas": round(c["cublas"], 2)}
     kp = _kernel_points(kernels)
     S = REF.sm_count
 
@@ -301,10 +246,9 @@ def derive(results_dir: str, sources=None, cublas_sources=()) -> dict:
         s = M.score_ours(cfg, prob, REF, cal)
         if cfg.decomposition == "splitk_serial" and s.splits > 1:
             link.append((t - lat - s.compute) / (s.splits - 1) * 1e6)
-        elif cfg.decomposition in ("streamk", "hybrid") and kind == "f16" and t < 1e-3:
-            # f16 runs under a millisecond only: in multi-ms runs (tf32 / 3xTF32, f16 8192^3
-            # hybrid) a few percent of tile-efficiency error is more than the whole fixup and
-            # would swamp a microsecond fit
+        elif cfg.decomposition in ("streamk", "hybrid") and kind == "f16":
+            # f16 only: the tf32 / 3xTF32 hybrid points differ from their sliced twins by more
+            # than the whole fixup (multi-ms runs), they would swamp a microsecond fit
             rows.append([1.0, float(M.streamk_partials(cfg, prob, REF, s.occupancy))])
             ys.append((t - lat - s.compute) * 1e6)
     if link:
@@ -324,20 +268,12 @@ def derive(results_dir: str, sources=None, cublas_sources=()) -> dict:
         kind = _case_kind(c)
         prob = _problem(kind, c["trans"][0], c["trans"][1], c["m"], c["n"], c["k"])
         cfg = measured_default_config(prob, S)     # what the backend ran
-        measured = _b2b_gpu(c["tensorcore_ms"], cal["host_us"]["tensorcore"])
+        measured = c["tensorcore_ms"] * 1e-3 - cal["host_us"]["tensorcore"] * 1e-6
         return kind, prob, cfg, measured
 
-    # the kernels JSON's non-"TN" points: kernel-only timing of a named config, same run as
-    # its "TN" twin
-    for _, kind, lay, m, n, k, cfg, t, _, _ in kp:
-        if lay != "TN" and M.tile_key(cfg, kind) in cal["ours"][kind]["tiles"]:
-            prob = _problem(kind, lay[0], lay[1], m, n, k)
-            lay_pts.setdefault((kind, lay), []).append((_gpu(cfg, prob, cal) - lat) / (t - lat))
     later = []
     for c in cases:
         kind, prob, cfg, measured = setting(c)
-        if measured is None or not prob.operands_vectorizable():
-            continue
         if M.tile_key(cfg, kind) not in cal["ours"][kind]["tiles"]:
             later.append(c)
         elif c["trans"] != "TN":
@@ -365,7 +301,7 @@ def derive(results_dir: str, sources=None, cublas_sources=()) -> dict:
             eff * (_gpu(cfg, prob, cal) - lat) / (measured - lat), 4)
 
     # 6) cuBLAS
-    sp = _suite_points(suites) + [p for p in _suite_points(cublas_suites) if p[1] == "cublas"]
+    sp = _suite_points(suites)
     _fit_cublas(cal, kp, backends, sp)
 
     # 7) unaligned operands (leading dimensions not multiples of 16 bytes) from the public
@@ -377,14 +313,6 @@ def derive(results_dir: str, sources=None, cublas_sources=()) -> dict:
                 c1 = dict(cal, **{key: 1.0}) if impl == "tensorcore" else \
                     dict(cal, cublas=dict(cal["cublas"], unaligned_eff=1.0))
                 ratios.append((_suite_pred(impl, desc, c1) - lat) / (t - lat))
-        if not ratios and impl == "tensorcore":
-            # no suite of these kernels: the backends JSON's unaligned points (default config)
-            for c in cases:
-                kind, prob, cfg, measured = setting(c)
-                if measured is not None and not prob.operands_vectorizable():
-                    # the factor scales the MAC time only (this point is split-k: not the fixup)
-                    s1 = M.score_ours(cfg, prob, REF, dict(cal, **{key: 1.0}))
-                    ratios.append(s1.compute / (measured - lat - s1.fixup))
         if ratios:
             v = round(min(1.0, statistics.median(ratios)), 4)
             if impl == "tensorcore":
@@ -397,9 +325,7 @@ def derive(results_dir: str, sources=None, cublas_sources=()) -> dict:
         val.setdefault(f"{im} {desc.row.ab_dtype.name}/{desc.compute}", []).append(
             _suite_pred(im, desc, cal) / t)
     cal["suite_validation"] = {k: {"points": len(v), "median_pred_over_measured": round(statistics.median(v), 3),
-                                   "within_25pct": round(sum(0.8 <= x <= 1.25 for x in v) / len(v), 3),
-                                   "source": "cuBLAS points only" if im == "cublas" and cublas_suites and not suites
-                                   else "all points"}
+                                   "within_25pct": round(sum(0.8 <= x <= 1.25 for x in v) / len(v), 3)}
                                for k, v in sorted(val.items())}
     cal["points"] = _residuals(cal, kp, backends)
     errs = [abs(math.log(p["predicted_s"] / p["measured_s"])) for p in cal["points"]]
@@ -451,9 +377,7 @@ def _cublas_points(kp, backends, cal):
         for c in d["cases"]:
             if c.get("cublas_ms"):
                 key = _cublas_key(c)
-                gpu = _b2b_gpu(c["cublas_ms"], cal["host_us"]["cublas"])
-                if gpu is None:
-                    continue
+                gpu = c["cublas_ms"] * 1e-3 - cal["host_us"]["cublas"] * 1e-6
                 pts.append((*key, c["trans"], c["m"], c["n"], c["k"], gpu, "backends"))
     return pts
 
@@ -522,9 +446,6 @@ def _with_eff(cal, d, eff):
     return c
 
 
-_B2B = "API calls back to back: max(host, GPU)"
-
-
 def _residuals(cal, kp, backends):
     out = []
     for src, kind, lay, m, n, k, cfg, t, _, _ in kp:
@@ -541,7 +462,7 @@ def _residuals(cal, kp, backends):
                 s = M.score_ours(measured_default_config(prob, REF.sm_count), prob, REF, cal)
                 out.append({"source": src, "backend": "tensorcore", "kind": kind, "trans": c["trans"],
                             "shape": [c["m"], c["n"], c["k"]], "measured_s": c["tensorcore_ms"] * 1e-3,
-                            "predicted_s": float(f"{max(s.host, s.gpu):.6g}"), "timing": _B2B})
+                            "predicted_s": float(f"{s.time:.6g}"), "timing": "API call"})
             if "dtype" in c and c.get("cublas_ms"):
                 prefix, comp = _cublas_key(c)
                 dd = make_desc(c["m"], c["n"], c["k"], prefix, compute=comp, transa=c["trans"][0],
@@ -549,8 +470,8 @@ def _residuals(cal, kp, backends):
                 s = M.score_cublas(dd, REF, cal)
                 out.append({"source": src, "backend": "cublas", "kind": f"{prefix}/{comp}",
                             "trans": c["trans"], "shape": [c["m"], c["n"], c["k"]],
-                            "measured_s": c["cublas_ms"] * 1e-3,
-                            "predicted_s": float(f"{max(s.host, s.gpu):.6g}"), "timing": _B2B})
+                            "measured_s": c["cublas_ms"] * 1e-3, "predicted_s": float(f"{s.time:.6g}"),
+                            "timing": "API call"})
     return out
 
 
@@ -565,12 +486,9 @@ def main(argv=None) -> int:
     ap.add_argument("results", nargs="?", default="bench/results")
     ap.add_argument("out", nargs="?", default=str(M.CALIBRATION_FILE))
     ap.add_argument("--sources", default=None, help="comma-separated file names to use")
-    ap.add_argument("--cublas-sources", default="",
-                    help="comma-separated public-suite files of which only the cuBLAS points are used")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     results, out = args.results, args.out
-    cal = derive(results, args.sources.split(",") if args.sources else None,
-                 [n for n in args.cublas_sources.split(",") if n])
+    cal = derive(results, args.sources.split(",") if args.sources else None)
     with open(out, "w") as f:
         json.dump(cal, f, indent=1, sort_keys=True)
         f.write("\n")

@@ -28,7 +28,7 @@ Our kernels (``score_ours``), for a config with tile ``bm x bn x bk`` on ``S`` S
 * predicted time = host overhead of the backend (measured per call) + GPU time.
 
 cuBLAS (``score_cublas``): calibrated efficiency x the family's best peak per (dtype, compute),
-a partial wave-tail penalty for its 128x256 tiles (from one full wave on), a penalty for unaligned leading dimensions, the bandwidth floor, its host overhead, and
+a partial wave-tail penalty for its 128x256 tiles, a penalty for unaligned leading dimensions, the bandwidth floor, its host overhead, and
 for int8 the rearranging copies the cuBLAS backend makes unless the problem is "TN" with k and
 leading dimensions multiples of 4.
 """
@@ -286,12 +286,10 @@ def score_cublas(desc, arch: ArchSpec, cal: dict) -> Score:
     kind = _CUBLAS_KIND.get((desc.prefix, desc.compute), "fp32")
     peak = arch.best_peak(kind)
     flops = desc.flops
-    # cuBLAS's tail: a 128x256 tile grid on S SMs; part of the quantization loss shows. Less
-    # than one wave: cuBLAS switches to split-K or smaller tiles (measured 512x512x32768 at
-    # 62% of its large-problem rate, not the 1/16 a lone partial wave would give), no penalty.
+    # cuBLAS's tail: a 128x256 tile grid on S SMs; part of the quantization loss shows
     tiles = -(-desc.m // 128) * -(-desc.n // 256) * desc.batch
     waves = tiles / arch.sm_count
-    q = math.ceil(waves) / waves if waves >= 1 else 1.0
+    q = math.ceil(waves) / waves if waves else 1.0
     q = 1.0 + cb["tail"] * (q - 1.0)
     compute = flops / (eff * peak) * q
     if desc.align < 16:                  # leading dimensions not multiples of 16 bytes
