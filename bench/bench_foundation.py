@@ -17,25 +17,12 @@ import cupy as cp
 import numpy as np
 
 import pyblasgemm
+from timing import event_median_s
 
 
 def gpu_ms(fn, warmup=5, repeats=30, inner=10):
-    """Median GPU milliseconds per call. Each sample brackets ``inner`` back-to-back calls with
-    CUDA events, so the GPU queue never drains between calls and the host time of issuing a
-    call (tens of µs) does not leak into the device time of problems that take longer."""
-    for _ in range(warmup):
-        fn()
-    cp.cuda.Device().synchronize()
-    times = []
-    for _ in range(repeats):
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record()
-        for _ in range(inner):
-            fn()
-        e.record()
-        e.synchronize()
-        times.append(cp.cuda.get_elapsed_time(s, e) / inner)
-    return float(np.median(times))
+    """Median GPU milliseconds per call (bench/timing.py: events around back-to-back calls)."""
+    return event_median_s(fn, inner=inner, samples=repeats, warmup=warmup) * 1e3
 
 
 def host_us(fn, calls=300, rounds=15):

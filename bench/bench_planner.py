@@ -86,20 +86,12 @@ def operands(cp, desc, rng):
 
 
 def timer(cp, fn, predicted_s):
+    """Median GPU seconds per call, enough back-to-back calls for ~2 ms a sample."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from timing import event_median_s
+
     reps = int(min(20, max(1, 2e-3 / max(predicted_s, 1e-6))))
-    for _ in range(2):
-        fn()
-    cp.cuda.get_current_stream().synchronize()
-    samples = []
-    for _ in range(5):
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record()
-        for _ in range(reps):
-            fn()
-        e.record()
-        e.synchronize()
-        samples.append(cp.cuda.get_elapsed_time(s, e) * 1e-3 / reps)
-    return statistics.median(samples)
+    return event_median_s(fn, inner=reps, samples=5, warmup=2)
 
 
 def main(argv=None) -> int:

@@ -17,6 +17,9 @@ from dataclasses import replace
 import cupy as cp
 import numpy as np
 
+sys.path.insert(0, __import__('os').path.dirname(__import__('os').path.abspath(__file__)))
+from timing import event_median_s  # noqa: E402
+
 from pyblasgemm.kernels import KernelConfig, KernelProblem
 from pyblasgemm.kernels.config import SHIPPED_CONFIGS, default_config
 from pyblasgemm.kernels.launch import prepare
@@ -28,19 +31,8 @@ except Exception:  # pragma: no cover
 
 
 def timeit(fn, reps=10, trials=5, warm=2):
-    for _ in range(warm):
-        fn()
-    cp.cuda.get_current_stream().synchronize()
-    ts = []
-    for _ in range(trials):
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record()
-        for _ in range(reps):
-            fn()
-        e.record()
-        e.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(s, e) / reps * 1e-3)
-    return statistics.median(ts)
+    """Median GPU seconds per call (bench/timing.py)."""
+    return event_median_s(fn, inner=reps, samples=trials, warmup=warm)
 
 
 def operands(kind, m, n, k, ta, tb, rng):
