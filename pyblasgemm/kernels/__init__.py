@@ -6,7 +6,8 @@ Public entry points::
 
 Importing this package imports neither CuPy nor creates a CUDA context.
 """
-from .config import DECOMPOSITIONS, SHIPPED_CONFIGS, KernelConfig, default_config
+from .config import (DECOMPOSITIONS, SHIPPED_CONFIGS, SM90_CONFIGS, SM90_CONFIGS_BY_TILE, KernelConfig,
+                     default_config)
 from .problem import KernelProblem
 
 
@@ -24,5 +25,5 @@ def supports(problem):
     return _supports(problem)
 
 
-__all__ = ["KernelProblem", "KernelConfig", "SHIPPED_CONFIGS", "DECOMPOSITIONS", "default_config", "run",
+__all__ = ["KernelProblem", "KernelConfig", "SHIPPED_CONFIGS", "SM90_CONFIGS", "SM90_CONFIGS_BY_TILE", "DECOMPOSITIONS", "default_config", "run",
            "supports"]

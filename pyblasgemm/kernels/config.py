@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 
 from .problem import ACCUMULATE, C_BYTES, ELEM_BYTES, KernelProblem
 
-__all__ = ["KernelConfig", "DECOMPOSITIONS", "SHIPPED_CONFIGS", "default_config", "MAX_SMEM_SM90"]
+__all__ = ["KernelConfig", "DECOMPOSITIONS", "SHIPPED_CONFIGS", "SM90_CONFIGS", "default_config", "MAX_SMEM_SM90",
+           "SM90_KINDS", "SM90_DECOMPOSITIONS", "SM90_CONFIGS_BY_TILE"]
 
 DECOMPOSITIONS = ("sliced", "splitk_serial", "splitk_parallel", "streamk", "hybrid")
 #: template MODE of impls/sm80_gemm.cuh (hybrid and streamk share the kernel)
@@ -30,6 +31,11 @@ MODE = {"sliced": 0, "splitk_serial": 1, "splitk_parallel": 2, "streamk": 3, "hy
 #: opt-in dynamic shared memory per block: sm_90 227 KB, sm_80 163 KB, sm_86/89 99 KB
 MAX_SMEM_SM90 = 232448
 _GRID_YZ_MAX = 65535
+#: the Hopper kernel: one producer warpgroup + two consumer warpgroups
+SM90_THREADS = 384
+SM90_KINDS = ("f16", "bf16", "s8")
+#: decompositions of the Hopper kernel's persistent scheduler (its split-k is the parallel one)
+SM90_DECOMPOSITIONS = ("sliced", "splitk_parallel", "streamk", "hybrid")
 
 
 @dataclass(frozen=True)
@@ -51,16 +57,25 @@ class KernelConfig:
     decomposition: str = "sliced"
     splits: int = 0
     group_m: int = 8
+    #: 'sm80': the mma.sync kernel (sm_80 and newer); 'sm90a': the Hopper wgmma + TMA kernel
+    family: str = "sm80"
 
     @property
     def name(self) -> str:
-        s = f"{self.decomposition}_{self.bm}x{self.bn}x{self.bk}_w{self.warps_m}x{self.warps_n}_s{self.stages}"
+        s = "sm90a_" if self.family == "sm90a" else ""
+        s += f"{self.decomposition}_{self.bm}x{self.bn}x{self.bk}_w{self.warps_m}x{self.warps_n}_s{self.stages}"
         if self.splits:
             s += f"_k{self.splits}"
         return s + f"_g{self.group_m}"
 
     @property
+    def is_sm90(self) -> bool:
+        return self.family == "sm90a"
+
+    @property
     def threads(self) -> int:
+        if self.is_sm90:
+            return SM90_THREADS
         return 32 * self.warps_m * self.warps_n
 
     @property
@@ -71,7 +86,10 @@ class KernelConfig:
         return self.bk * ELEM_BYTES[kind]
 
     def smem_bytes(self, kind: str) -> int:
-        """Dynamic shared memory: max(cp.async ring, fp32 epilogue staging tile)."""
+        """Dynamic shared memory: max(cp.async ring, fp32 epilogue staging tile); sm90a: the
+        TMA ring (128 bytes of K per row of both tiles per stage) + mbarriers + 1 KB alignment."""
+        if self.is_sm90:
+            return self.stages * (self.bm + self.bn) * 128 + 16 * self.stages + 1024
         ring = self.stages * (self.bm + self.bn) * self.bk_bytes(kind)
         stage = self.bn * (self.bm + 4) * 4
         return max(ring, stage)
@@ -82,6 +100,10 @@ class KernelConfig:
         kind = problem.kind if problem is not None else kind
         if kind not in ELEM_BYTES:
             return False, f"unknown kind {kind!r}; expected one of {tuple(ELEM_BYTES)}"
+        if self.family == "sm90a":
+            return _validate_sm90(self, problem, kind, max_smem)
+        if self.family != "sm80":
+            return False, f"family {self.family!r} must be 'sm80' or 'sm90a'"
         eb, cb = ELEM_BYTES[kind], C_BYTES[kind]
         if self.decomposition not in DECOMPOSITIONS:
             return False, f"decomposition {self.decomposition!r} not in {DECOMPOSITIONS}"
@@ -131,6 +153,67 @@ class KernelConfig:
         return True, ""
 
 
+def _validate_sm90(c: KernelConfig, problem: KernelProblem | None, kind: str, max_smem: int) -> tuple[bool, str]:
+    """The Hopper kernel's rules (impls/sm90_gemm.cuh): tile, pipeline, and what TMA and s8
+    wgmma need of the operands. Anything refused here runs on the mma.sync kernel or cuBLAS."""
+    if kind not in SM90_KINDS:
+        return False, f"the Hopper kernel runs {SM90_KINDS} (not {kind}: that is the mma.sync kernel's)"
+    if c.decomposition not in SM90_DECOMPOSITIONS:
+        return False, (f"the Hopper kernel's persistent scheduler runs {SM90_DECOMPOSITIONS} "
+                       f"(not {c.decomposition!r}; its split-k is the parallel one)")
+    if c.bn != 128 or c.bm not in (64, 128, 192, 256):
+        return False, f"Hopper tile: bn must be 128 (2 warpgroups x 64) and bm 64/128/192/256 (got {c.bm}x{c.bn})"
+    if c.bk * ELEM_BYTES[kind] != 128:
+        return False, f"Hopper tile: bk must be 128 bytes of K (got bk={c.bk} {kind})"
+    if (c.warps_m, c.warps_n) != (2, 1):
+        return False, f"Hopper kernel: warps_m x warps_n names the 2 x 1 consumer warpgroups (got {c.warps_m}x{c.warps_n})"
+    if not 2 <= c.stages <= 8:
+        return False, f"stages must be 2..8 (got {c.stages})"
+    if c.smem_bytes(kind) > max_smem:
+        return False, f"needs {c.smem_bytes(kind)} B shared memory > {max_smem} B available"
+    if c.decomposition == "splitk_parallel" and not (c.splits == 0 or c.splits >= 2):
+        return False, f"split-k needs splits = 0 (auto) or >= 2 (got {c.splits})"
+    if c.decomposition != "splitk_parallel" and c.splits not in (0, 1):
+        return False, f"{c.decomposition} takes no splits (got {c.splits})"
+    if c.group_m < 1:
+        return False, "group_m must be >= 1"
+    if problem is None:
+        return True, ""
+    p = problem
+    if p.acc not in ("f32", "s32"):
+        return False, f"the Hopper kernel accumulates in fp32/s32 (accumulate={p.acc!r} is mma.sync's)"
+    if p.transa not in ("N", "T") or p.transb not in ("N", "T"):
+        return False, f"transa/transb must be 'N' or 'T' (got {p.transa!r}, {p.transb!r})"
+    if kind == "s8" and (p.transa, p.transb) != ("T", "N"):
+        return False, (f"s8 wgmma reads K-major operands only: needs transa='T', transb='N' "
+                       f"(got {p.transa!r}, {p.transb!r})")
+    eb = ELEM_BYTES[kind]
+    if p.a_ptr % 16 or p.b_ptr % 16:
+        return False, "TMA needs 16-byte aligned A and B"
+    for name, ld in (("lda", p.lda), ("ldb", p.ldb)):
+        if (ld * eb) % 16:
+            return False, f"TMA needs {name}*{eb} bytes to be a multiple of 16 ({name}={ld})"
+    if p.batch > 1:
+        for name, st in (("stride_a", p.stride_a), ("stride_b", p.stride_b)):
+            if st and (st * eb) % 16:
+                return False, f"TMA needs {name}*{eb} bytes to be a multiple of 16 ({name}={st})"
+    if p.batch > 1:
+        # each batch's matrix is a box-aligned slab of a 3-D tensor map: no overlapping batches
+        cols_a = p.k if p.transa == "N" else p.m
+        cols_b = p.n if p.transb == "N" else p.k
+        for name, st, need in (("stride_a", p.stride_a, p.lda * cols_a), ("stride_b", p.stride_b, p.ldb * cols_b)):
+            if st and st < need:
+                return False, f"TMA needs non-overlapping batches: {name}={st} < {need}"
+    if max(p.lda, p.ldb, p.stride_a, p.stride_b) * eb >= 2**40:
+        return False, "TMA strides must be < 2^40 bytes"
+    if max(p.m, p.n, p.k) >= 2**31:
+        return False, "m, n, k must be < 2^31"
+    tiles = -(-p.m // c.bm) * -(-p.n // c.bn) * p.batch
+    if tiles * max(1, c.splits) >= 2**31:
+        return False, f"{tiles} tiles x {c.splits} splits exceed 2^31 work units"
+    return True, ""
+
+
 def _cfg(**kw) -> KernelConfig:
     return KernelConfig(**kw)
 
@@ -159,6 +242,19 @@ for _kind, _big, _small, _extra in (
     _list.append(_cfg(bm=64, bn=64, warps_m=2, warps_n=2, **_small))
     _list += [_cfg(**e) for e in _extra]
     SHIPPED_CONFIGS[_kind] = tuple(_list)
+
+
+#: the Hopper kernel's shipped tiles per kind (bm = the wgmma N over m, bn = 128 over n): CI
+#: compiles each for sm_90a with every decomposition and layout it accepts.
+SM90_CONFIGS: dict[str, tuple[KernelConfig, ...]] = {}
+for _kind in SM90_KINDS:
+    _bk = 128 // ELEM_BYTES[_kind]
+    _tiles = [dict(bm=256, stages=4), dict(bm=128, stages=6), dict(bm=64, stages=8)]
+    SM90_CONFIGS[_kind] = tuple(
+        KernelConfig(bn=128, bk=_bk, warps_m=2, warps_n=1, family="sm90a", decomposition=d, **t)
+        for t in _tiles for d in SM90_DECOMPOSITIONS)
+#: kind -> {bm: the sliced Hopper config with that tile}
+SM90_CONFIGS_BY_TILE = {k: {c.bm: c for c in v if c.decomposition == "sliced"} for k, v in SM90_CONFIGS.items()}
 
 
 def default_config(problem: KernelProblem, sm_count: int) -> KernelConfig:

@@ -28,6 +28,9 @@ __all__ = [
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 KERNEL_HEADER = "pyblasgemm/impls/sm80_gemm.cuh"
+SM90_HEADER = "pyblasgemm/impls/sm90_gemm.cuh"
+#: the Hopper kernel's target: wgmma and setmaxnreg exist only on the arch-specific sm_90a
+SM90_ARCH = "sm_90a"
 PACKAGE_VERSION = "0.1.0"
 #: NVRTC options shared by the online and offline paths (no fast-math: it would flush
 #: denormals and change the rounding of the epilogue).
@@ -90,19 +93,36 @@ def kernel_name(config: KernelConfig, kind: str, transa: str, transb: str, accum
 
 def reduce_name(config: KernelConfig, kind: str, accumulate: str | None = None) -> str:
     """The split-k reduction kernel that goes with ``config`` (same tile shape)."""
+    if config.is_sm90:
+        return f"pyblasgemm::sm90_splitk_reduce<pyblasgemm::{_SM90_KIND[kind]}>"
     return f"pyblasgemm::splitk_reduce_kernel<{kind_struct(kind, accumulate)}, {config.bm}, {config.bn}>"
 
 
+_SM90_KIND = {"f16": "Sm90KindF16", "bf16": "Sm90KindBF16", "s8": "Sm90KindS8"}
+
+
+def sm90_kernel_name(config: KernelConfig, kind: str, transa: str, transb: str) -> str:
+    """The Hopper kernel instantiation (impls/sm90_gemm.cuh). Its P operand is op(B)^T
+    (K-major when transb = 'N'), its Q operand op(A) (K-major when transa = 'T'); the wgmma N
+    is ``config.bm`` (the tile's extent over m)."""
+    pk, qk = transb == "N", transa == "T"
+    return (f"pyblasgemm::sm90_gemm_kernel<pyblasgemm::{_SM90_KIND[kind]}, {_b(pk)}, {_b(qk)}, {config.bm}, "
+            f"{config.stages}, {config.mode}>")
+
+
 def _names(config, kind, transa, transb, accumulate, vec) -> list[str]:
-    names = [kernel_name(config, kind, transa, transb, accumulate, vec)]
+    if config.is_sm90:
+        names = [sm90_kernel_name(config, kind, transa, transb)]
+    else:
+        names = [kernel_name(config, kind, transa, transb, accumulate, vec)]
     if config.decomposition == "splitk_parallel":
         names.append(reduce_name(config, kind, accumulate))
     return names
 
 
-def _source() -> str:
+def _source(header: str = KERNEL_HEADER) -> str:
     return (f"// pyblasgemm {PACKAGE_VERSION} headers sha256={header_fingerprint()}\n"
-            f'#include "{KERNEL_HEADER}"\n')
+            f'#include "{header}"\n')
 
 
 def _options() -> tuple[str, ...]:
@@ -128,15 +148,28 @@ def get_kernels(config: KernelConfig, kind: str, transa: str, transb: str, accum
     if hit is not None:
         return hit
     with dev:
-        mod = cupy.RawModule(code=_source(), options=_options(), name_expressions=names)
-        try:
-            funcs = [mod.get_function(n) for n in names]
-        except cupy.cuda.compiler.CompileException as e:
-            raise KernelCompileError(f"NVRTC failed to compile {names[0]}", str(e), names[0]) from e
+        if config.is_sm90:
+            # CuPy's RawModule compiles for sm_90, not sm_90a: compile (and cache) ourselves.
+            cubin, lowered = _sm90_cubin(config, kind, transa, transb)
+            mod = cupy.cuda.function.Module()
+            mod.load(cubin)
+            funcs = [mod.get_function(lowered[n]) for n in names]  # each Function holds the Module
+        else:
+            mod = cupy.RawModule(code=_source(), options=_options(), name_expressions=names)
+            try:
+                funcs = [mod.get_function(n) for n in names]
+            except cupy.cuda.compiler.CompileException as e:
+                raise KernelCompileError(f"NVRTC failed to compile {names[0]}", str(e), names[0]) from e
     smem = config.smem_bytes(kind)
     if smem > 48 * 1024:
         # Blocks get more than 48 KB of dynamic shared memory only after opting in.
-        funcs[0].max_dynamic_shared_size_bytes = smem
+        if config.is_sm90:
+            from cupy_backends.cuda.api import driver
+
+            with dev:  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                driver.funcSetAttribute(funcs[0].ptr, 8, smem)
+        else:
+            funcs[0].max_dynamic_shared_size_bytes = smem
     result = (funcs[0], funcs[1] if len(funcs) > 1 else None)
     with _lock:
         _cache[key] = result
@@ -165,22 +198,97 @@ def compile_offline(config: KernelConfig, kind: str, transa: str, transb: str, a
     from cupy.cuda import nvrtc
 
     names = _names(config, kind, transa, transb, accumulate, vec)
-    prog = nvrtc.createProgram(_source(), "pyblasgemm_kernel.cu", [], [])
+    binary, log, _ = _nvrtc(names, config, arch, ptx)
+    return binary, log
+
+
+def _nvrtc(names: list[str], config: KernelConfig, arch: str, ptx: bool = False, verbose: bool = True):
+    """(cubin or PTX bytes, log, {name expression: lowered name}) from one NVRTC compile."""
+    from cupy.cuda import nvrtc
+
+    if config.is_sm90 and arch not in (SM90_ARCH, "sm_90a"):
+        raise ValueError(f"the Hopper kernel ({config.name}) compiles for {SM90_ARCH} only (got arch={arch!r})")
+    prog = nvrtc.createProgram(_source(SM90_HEADER if config.is_sm90 else KERNEL_HEADER), "pyblasgemm_kernel.cu",
+                               [], [])
     try:
         for n in names:
             nvrtc.addNameExpression(prog, n)
         arch_opt = f"--gpu-architecture={'compute_' + arch[3:] if ptx else arch}"
-        opts = [arch_opt, *_options()] + ([] if ptx else ["--ptxas-options=-v"])
+        opts = [arch_opt, *_options()] + ([] if ptx or not verbose else ["--ptxas-options=-v"])
         try:
             nvrtc.compileProgram(prog, opts)
         except Exception as e:  # NVRTCError carries only the status; the log has the detail
             log = nvrtc.getProgramLog(prog)
             raise KernelCompileError(f"NVRTC failed to compile {names[0]} for {arch}: {e}", log, names[0]) from e
         log = nvrtc.getProgramLog(prog)
-        binary = nvrtc.getPTX(prog) if ptx else nvrtc.getCUBIN(prog)
-        return binary, log
+        binary = nvrtc.getPTX(prog) if ptx else _get_cubin(prog)
+        lowered = {n: nvrtc.getLoweredName(prog, n) for n in names}
+        return binary, log, lowered
     finally:
         nvrtc.destroyProgram(prog)
+
+
+def _get_cubin(prog: int) -> bytes:
+    """The program's cubin, read through the NVRTC C API (CuPy 14.2's ``getCUBIN`` drops the
+    last byte, which truncates the ELF's program headers)."""
+    import ctypes
+
+    from cupy.cuda import nvrtc
+
+    lib = ctypes.CDLL(f"libnvrtc.so.{nvrtc.getVersion()[0]}")  # already loaded by CuPy
+    size = ctypes.c_size_t()
+    if lib.nvrtcGetCUBINSize(ctypes.c_void_p(prog), ctypes.byref(size)) != 0:
+        raise KernelCompileError("nvrtcGetCUBINSize failed")
+    buf = ctypes.create_string_buffer(size.value)
+    if lib.nvrtcGetCUBIN(ctypes.c_void_p(prog), buf) != 0:
+        raise KernelCompileError("nvrtcGetCUBIN failed")
+    return buf.raw
+
+
+def kernel_cache_dir() -> Path:
+    """Where compiled sm_90a kernels are kept: ``$PYBLASGEMM_CACHE_DIR/kernels`` (default
+    ``~/.cache/pyblasgemm/kernels``)."""
+    d = os.environ.get("PYBLASGEMM_CACHE_DIR")
+    return (Path(d) if d else Path.home() / ".cache" / "pyblasgemm") / "kernels"
+
+
+def _sm90_cubin(config: KernelConfig, kind: str, transa: str, transb: str):
+    """(cubin, lowered names) for a Hopper instantiation, from the disk cache when present.
+
+    The key covers the source (which carries the headers' sha256), the options, the arch, the
+    NVRTC version and the name expressions; files are written atomically (rename), so
+    concurrent processes never read half a file. ``PYBLASGEMM_NO_KERNEL_CACHE=1`` skips it.
+    """
+    import json
+
+    from cupy.cuda import nvrtc
+
+    names = _names(config, kind, transa, transb, None, True)
+    h = hashlib.sha256()
+    for part in (_source(SM90_HEADER), " ".join(_options()), SM90_ARCH, str(nvrtc.getVersion()), *names):
+        h.update(part.encode() + b"\0")
+    key = h.hexdigest()[:40]
+    use_disk = os.environ.get("PYBLASGEMM_NO_KERNEL_CACHE", "") in ("", "0")
+    d = kernel_cache_dir()
+    cub_path, meta_path = d / f"{key}.cubin", d / f"{key}.json"
+    if use_disk and cub_path.exists() and meta_path.exists():
+        try:
+            lowered = json.loads(meta_path.read_text())["lowered"]
+            if set(lowered) == set(names):
+                return cub_path.read_bytes(), lowered
+        except (OSError, ValueError, KeyError):
+            pass  # unreadable entry: compile again and overwrite it
+    cubin, _, lowered = _nvrtc(names, config, SM90_ARCH, verbose=False)
+    if use_disk:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            for path, data in ((cub_path, cubin), (meta_path, json.dumps({"lowered": lowered}).encode())):
+                tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only home: the kernel still runs, it is just compiled again next time
+    return cubin, lowered
 
 
 _RES_ENTRY = re.compile(r"Function properties for (\S+)")

@@ -49,7 +49,26 @@ def _device_info(dev):
 
 
 def launch_geometry(problem: KernelProblem, config: KernelConfig, sm_count: int, occupancy: int = 1) -> dict:
-    """Grid and runtime parameters for ``config`` on ``problem`` (pure arithmetic, no GPU)."""
+    """Grid and runtime parameters for ``config`` on ``problem`` (pure arithmetic, no GPU).
+
+    ``ws_bytes`` is the workspace the launch needs. The Hopper kernel (``config.family ==
+    'sm90a'``) runs a persistent grid of at most ``sm_count`` CTAs for every decomposition; its
+    split-k partials are whole fp32/s32 matrices, one per split.
+    """
+    g = _geometry(problem, config, sm_count, 1 if config.is_sm90 else occupancy)
+    p, c = problem, config
+    if c.is_sm90:
+        if c.decomposition == "sliced":
+            g.update(grid=(min(g["tiles"], sm_count), 1, 1))
+        elif c.decomposition == "splitk_parallel":
+            g.update(grid=(min(g["tiles"] * g["splits"], sm_count), 1, 1), ws_slots=0)
+            g["ws_bytes"] = g["splits"] * p.batch * p.m * p.n * 4
+            return g
+    g["ws_bytes"] = g["ws_slots"] * c.bm * c.bn * 4
+    return g
+
+
+def _geometry(problem: KernelProblem, config: KernelConfig, sm_count: int, occupancy: int) -> dict:
     p, c = problem, config
     tiles_m, tiles_n = -(-p.m // c.bm), -(-p.n // c.bn)
     tpb = tiles_m * tiles_n
@@ -143,6 +162,19 @@ class PreparedLaunch:
                 self.red(self.red_grid, (256,), self.red_args)
 
 
+class _PreparedBound:
+    """``PreparedLaunch``'s interface over a bound launch (the Hopper kernel): ``launch(stream)``
+    runs the problem it was prepared with."""
+
+    def __init__(self, bound, problem: KernelProblem):
+        self.bound, self.problem = bound, problem
+        self.config, self.geometry, self.smem = bound.config, bound.geometry, bound.smem
+
+    def __call__(self, stream=None):
+        p = self.problem
+        self.bound(p.a_ptr, p.b_ptr, p.c_ptr, p.alpha, p.beta, stream)
+
+
 def prepare(problem: KernelProblem, config: KernelConfig | None = None, stream=None, *,
             sm_count: int | None = None) -> PreparedLaunch:
     """Validate, pick/compile the kernel and allocate workspace; see :func:`run`.
@@ -163,6 +195,8 @@ def prepare(problem: KernelProblem, config: KernelConfig | None = None, stream=N
     sm_count = min(sm_count, dev_sms) if sm_count else dev_sms  # never more CTAs than fit
     if config is None:
         config = default_config(p, sm_count)
+    if config.is_sm90:
+        return _PreparedBound(bind(p, config, sm_count=sm_count), p)
     if config.decomposition not in DECOMPOSITIONS:
         raise ValueError(f"unknown decomposition {config.decomposition!r}")
     ok, why = config.validate(p, max_smem=max_smem)
@@ -430,6 +464,13 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
     kern, red = get_kernels(cfg, problem.kind, problem.transa, problem.transb, problem.acc,
                             problem.operands_vectorizable())
     smem = cfg.smem_bytes(problem.kind)
+    if cfg.is_sm90:
+        from .sm90 import Sm90Launch
+
+        # one CTA per SM (the ring takes most of shared memory): the persistent grid is <= SMs
+        bl = Sm90Launch(problem, cfg, kern, red, launch_geometry(problem, cfg, sms, 1), smem, dev_id)
+        _bound[key] = bl
+        return bl
     occ = _occupancy(kern, cfg.threads, smem) if cfg.decomposition in ("streamk", "hybrid") else 1
     g = launch_geometry(problem, cfg, sms, occ)
     bl = BoundLaunch(problem, cfg, kern, red, g, smem, dev_id)

@@ -1,0 +1,390 @@
+// The Hopper GEMM kernel (sm_90a): TMA loads into a multi-stage shared-memory ring completed on
+// mbarriers, one producer warp, two consumer warpgroups issuing wgmma, a persistent grid.
+//
+// Orientation. The BLAS problem is column-major C(m x n) = alpha * op(A) op(B) + beta * C. The
+// kernel computes the same memory as a row-major D = P * Q^T with
+//     D (Mt x Nt) = C viewed row-major: D(r, c) = C[c + r * ldc]   (Mt = n, Nt = m)
+//     P (Mt x K)  = op(B)^T   (K-major when transb = 'N')
+//     Q (Nt x K)  = op(A)     (K-major when transa = 'T')
+// so that each thread's accumulator pairs (columns 2q, 2q+1) are adjacent in C's memory.
+//
+// CTA tile: BMT = 128 rows of D (64 per consumer warpgroup, wgmma M = 64) x BNT columns (the
+// wgmma N). One stage holds 128 bytes of K for every row of P and Q (f16/bf16: 64 elements,
+// s8: 128), laid out as the TMA writes them with the 128-byte swizzle:
+//     K-major operand:  row r of the tile at r * 128 bytes (one TMA box of BK x rows)
+//     MN-major operand: 64-element MN blocks of 64 k-rows x 128 bytes (8 KB each, one box each)
+// wgmma reads both through smem descriptors (ptx/sm90_tma.cuh) with the transpose bit for
+// MN-major 16-bit operands; s8 wgmma has no transpose, so s8 needs both operands K-major
+// ("TN"); the host routes other s8 layouts to the mma.sync kernel.
+//
+// Roles (warp-specialized): warpgroup 0 = producer (one thread issues every TMA; the warpgroup
+// gives up registers with setmaxnreg), warpgroups 1..2 = consumers (wgmma + epilogue).
+// Both roles walk the same list of work units (Sm90Walker), so they agree on every stage.
+//
+// Decompositions on the persistent grid (template MODE, params.cuh's enum):
+//   kSliced          each CTA takes output tiles cta, cta + G, ... (all of K each).
+//   kSplitKParallel  units (tile, split) cta, cta + G, ...; each writes its fp32/s32 partial to
+//                    workspace matrix `split`; sm90_splitk_reduce sums them in split order.
+//   kStreamK         full waves of data-parallel tiles (dp_tiles, a multiple of G), then the
+//                    MAC iterations of the remaining sk_tiles split evenly over the G CTAs; the
+//                    CTA holding a tile's k-step 0 adds the other CTAs' partials in CTA order.
+// Every decomposition is bitwise reproducible (partials are combined in a fixed order).
+#pragma once
+#include "../arch.cuh"
+#include "../params.cuh"
+#include "../ptx/sm70_sync.cuh"
+#include "../ptx/sm90_tma.cuh"
+#include "../ptx/sm90_wgmma.cuh"
+#include "../mma/sm80_kinds.cuh"
+#include "../epilogue/sm80_smem_epilogue.cuh"
+
+namespace pyblasgemm {
+
+// Element kinds on wgmma: storage/conversion traits shared with the mma.sync kinds.
+struct Sm90KindF16 : KindF16F32 {
+  typedef float Acc;
+  static constexpr int kBKE = 64;  // elements of K per stage (128 bytes)
+  template <int N, int TA, int TB>
+  static PBG_DEVICE void mma(float (&d)[N / 2], u64 a, u64 b, int scale_d) {
+    WgmmaF16<N, false, TA, TB>::mma(d, a, b, scale_d);
+  }
+};
+struct Sm90KindBF16 : KindBF16F32 {
+  typedef float Acc;
+  static constexpr int kBKE = 64;
+  template <int N, int TA, int TB>
+  static PBG_DEVICE void mma(float (&d)[N / 2], u64 a, u64 b, int scale_d) {
+    WgmmaF16<N, true, TA, TB>::mma(d, a, b, scale_d);
+  }
+};
+struct Sm90KindS8 : KindS8S32 {
+  typedef int Acc;
+  static constexpr int kBKE = 128;
+  template <int N, int TA, int TB>
+  static PBG_DEVICE void mma(int (&d)[N / 2], u64 a, u64 b, int scale_d) {
+    static_assert(TA == 0 && TB == 0, "s8 wgmma reads K-major operands only");
+    WgmmaS8<N>::mma(d, a, b, scale_d);
+  }
+};
+
+// What a consumer does with a finished work unit.
+enum Sm90Role : int {
+  kStoreC = 0,    // the whole K range: alpha/beta epilogue into C
+  kToSplitWs = 1, // split-k: raw partial into workspace matrix `split`
+  kPublish = 2,   // stream-k, not the tile's first k-range: partial to this CTA's slot + flag
+  kOwner = 3,     // stream-k, holds k-step 0: add peers cta+1..last_peer, then store C
+};
+
+struct Sm90Work {
+  int tile, kb0, kb1, split, role, last_peer;
+};
+
+// The work list of one CTA; the producer and the consumers each walk their own copy.
+template <int MODE>
+struct Sm90Walker {
+  int tiles, kt, G, cta, splits, kps, dp_tiles, u;
+  i64 total, it, end;
+
+  PBG_DEVICE Sm90Walker(int tiles_, int kt_, int splits_, int kps_, int dp_tiles_, int sk_tiles) {
+    tiles = tiles_; kt = kt_; G = gridDim.x; cta = blockIdx.x;
+    splits = splits_; kps = kps_; dp_tiles = dp_tiles_; u = cta;
+    total = static_cast<i64>(sk_tiles) * kt;
+    it = total ? static_cast<i64>(cta) * total / G : 0;
+    end = total ? static_cast<i64>(cta + 1) * total / G : 0;
+  }
+
+  PBG_DEVICE bool next(Sm90Work& w) {
+    if constexpr (MODE == kSliced) {
+      if (u >= tiles) return false;
+      w.tile = u; w.kb0 = 0; w.kb1 = kt; w.split = 0; w.role = kStoreC; w.last_peer = 0;
+      u += G;
+      return true;
+    } else if constexpr (MODE == kSplitKParallel) {
+      if (u >= tiles * splits) return false;
+      w.tile = u / splits;
+      w.split = u - w.tile * splits;
+      w.kb0 = w.split * kps;
+      w.kb1 = w.kb0 + kps < kt ? w.kb0 + kps : kt;  // the host leaves no split empty
+      w.role = kToSplitWs; w.last_peer = 0;
+      u += G;
+      return true;
+    } else {
+      if (u < dp_tiles) {
+        w.tile = u; w.kb0 = 0; w.kb1 = kt; w.split = 0; w.role = kStoreC; w.last_peer = 0;
+        u += G;
+        return true;
+      }
+      if (it >= end) return false;
+      const int local = static_cast<int>(it / kt);
+      const int k0 = static_cast<int>(it - static_cast<i64>(local) * kt);
+      const i64 tile_end = static_cast<i64>(local + 1) * kt;
+      const i64 seg_end = tile_end < end ? tile_end : end;
+      w.tile = dp_tiles + local; w.kb0 = k0; w.kb1 = k0 + static_cast<int>(seg_end - it); w.split = 0;
+      if (k0 != 0) {
+        w.role = kPublish; w.last_peer = 0;  // only a CTA's first segment can start mid-tile
+      } else if (seg_end != tile_end) {
+        w.role = kOwner;  // the CTA whose range holds the tile's last iteration
+        w.last_peer = static_cast<int>(((tile_end - 1 + 1) * G + total - 1) / total) - 1;
+      } else {
+        w.role = kStoreC; w.last_peer = 0;
+      }
+      it = seg_end;
+      return true;
+    }
+  }
+};
+
+template <class Kind, bool PK, bool QK, int BNT, int STAGES>
+struct Sm90Tile {
+  static constexpr int BMT = 128;                 // 2 consumer warpgroups x 64 rows
+  static constexpr int BKE = Kind::kBKE;          // K elements per stage (128 bytes)
+  static constexpr int P_BYTES = BMT * 128;
+  static constexpr int Q_BYTES = BNT * 128;
+  static constexpr int STAGE_BYTES = P_BYTES + Q_BYTES;
+  static constexpr int RING_BYTES = STAGES * STAGE_BYTES;
+  // dynamic smem = ring + full/empty barriers + slack to align the ring to 1024 bytes
+  static constexpr int SMEM_BYTES = RING_BYTES + 16 * STAGES + 1024;
+  static constexpr int ACC = BNT / 2;              // accumulators per consumer thread
+  static constexpr int CONSUMER_THREADS = 256;
+  static_assert(BNT % 64 == 0 && BNT <= 256, "BNT: 64, 128, 192 or 256");
+  static_assert(STAGE_BYTES % 1024 == 0, "stages must keep 1024-byte swizzle alignment");
+};
+
+// ---- epilogue helpers ---------------------------------------------------------------------
+template <class Kind>
+PBG_DEVICE void sm90_store_pair(char* cp, typename Kind::Scale alpha, typename Kind::Scale beta, bool read_c,
+                                typename Kind::Acc v0, typename Kind::Acc v1, bool pair, bool second) {
+  typedef typename Kind::Scale Scale;
+  constexpr int CB = Kind::kCBytes;
+  if (pair) {
+    if constexpr (CB == 2) {
+      u32 old = read_c ? *reinterpret_cast<const u32*>(cp) : 0u;
+      Scale r0 = read_c ? axpby(alpha, v0, beta, Kind::c_from_bits(old & 0xffffu)) : ax(alpha, v0);
+      Scale r1 = read_c ? axpby(alpha, v1, beta, Kind::c_from_bits(old >> 16)) : ax(alpha, v1);
+      *reinterpret_cast<u32*>(cp) = Kind::cvt_c(r0) | (Kind::cvt_c(r1) << 16);
+    } else {
+      uint2 old = read_c ? *reinterpret_cast<const uint2*>(cp) : make_uint2(0u, 0u);
+      Scale r0 = read_c ? axpby(alpha, v0, beta, Kind::c_from_bits(old.x)) : ax(alpha, v0);
+      Scale r1 = read_c ? axpby(alpha, v1, beta, Kind::c_from_bits(old.y)) : ax(alpha, v1);
+      *reinterpret_cast<uint2*>(cp) = make_uint2(Kind::cvt_c(r0), Kind::cvt_c(r1));
+    }
+    return;
+  }
+  Scale r0 = read_c ? axpby(alpha, v0, beta, Kind::load_c(cp)) : ax(alpha, v0);
+  if constexpr (CB == 2) *reinterpret_cast<u16*>(cp) = static_cast<u16>(Kind::cvt_c(r0));
+  else *reinterpret_cast<u32*>(cp) = Kind::cvt_c(r0);
+  if (second) {
+    char* cq = cp + CB;
+    Scale r1 = read_c ? axpby(alpha, v1, beta, Kind::load_c(cq)) : ax(alpha, v1);
+    if constexpr (CB == 2) *reinterpret_cast<u16*>(cq) = static_cast<u16>(Kind::cvt_c(r1));
+    else *reinterpret_cast<u32*>(cq) = Kind::cvt_c(r1);
+  }
+}
+
+template <class Kind, bool PK, bool QK, int BNT, int STAGES, int MODE>
+__global__ void __launch_bounds__(384, 1)
+    sm90_gemm_kernel(const __grid_constant__ TmaDesc tma_p, const __grid_constant__ TmaDesc tma_q, void* C,
+                     void* ws, int* flags, int mt, int nt, int k, long long ldc, long long sc, int batch,
+                     int p_batched, int q_batched, float alpha, float beta, int ialpha, int ibeta, int c_pair,
+                     int group_m, int splits, int kt_per_split, int dp_tiles, int sk_tiles) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  typedef Sm90Tile<Kind, PK, QK, BNT, STAGES> T;
+  typedef typename Kind::Acc Acc;
+  typedef typename Kind::Scale Scale;
+  constexpr int BMT = T::BMT, BKE = T::BKE, CB = Kind::kCBytes;
+  extern __shared__ __align__(1024) char smem_raw[];
+  // The 128-byte swizzle is a function of the address bits: every tile starts 1024-aligned.
+  const u32 raw_base = smem_addr(smem_raw);
+  const u32 ring = (raw_base + 1023u) & ~1023u;
+  const u32 bars = ring + T::RING_BYTES;  // full[s] at bars + 8s, empty[s] at bars + 8(STAGES + s)
+
+  const int tiles_m = (mt + BMT - 1) / BMT, tiles_n = (nt + BNT - 1) / BNT;
+  const int tiles_per_batch = tiles_m * tiles_n;
+  const int tiles = tiles_per_batch * batch;
+  const int kt = (k + BKE - 1) / BKE;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbarrier_init(bars + 8 * s, 1);                  // the producer's arrive + TMA bytes
+      mbarrier_init(bars + 8 * (STAGES + s), 8);       // one arrive per consumer warp
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    // ---------------- producer warpgroup: one thread drives the TMA ----------------
+    setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) {
+      prefetch_tma_desc(&tma_p);
+      prefetch_tma_desc(&tma_q);
+      Sm90Walker<MODE> walk(tiles, kt, splits, kt_per_split, dp_tiles, sk_tiles);
+      Sm90Work w;
+      int stage = 0;
+      u32 phase = 0;
+      while (walk.next(w)) {
+        // grouped raster: `group_m` tile rows walked down one tile column (L2 reuse)
+        const int b = w.tile / tiles_per_batch;
+        const int lin = w.tile - b * tiles_per_batch;
+        const int width = group_m * tiles_n, gid = lin / width, first = gid * group_m;
+        const int gsize = tiles_m - first < group_m ? tiles_m - first : group_m;
+        const int tm = first + (lin - gid * width) % gsize, tn = (lin - gid * width) / gsize;
+        const int zp = p_batched ? b : 0, zq = q_batched ? b : 0;
+        for (int kb = w.kb0; kb < w.kb1; ++kb) {
+          mbarrier_wait(bars + 8 * (STAGES + stage), phase ^ 1u);
+          const u32 full = bars + 8 * stage;
+          mbarrier_arrive_expect_tx(full, T::STAGE_BYTES);
+          const u32 ps = ring + stage * T::STAGE_BYTES, qs = ps + T::P_BYTES;
+          if constexpr (PK) {
+            cp_async_bulk_tensor_3d(ps, &tma_p, full, kb * BKE, tm * BMT, zp);
+          } else {
+#pragma unroll
+            for (int i = 0; i < BMT / 64; ++i)
+              cp_async_bulk_tensor_3d(ps + i * 8192, &tma_p, full, tm * BMT + 64 * i, kb * BKE, zp);
+          }
+          if constexpr (QK) {
+            cp_async_bulk_tensor_3d(qs, &tma_q, full, kb * BKE, tn * BNT, zq);
+          } else {
+#pragma unroll
+            for (int i = 0; i < BNT / 64; ++i)
+              cp_async_bulk_tensor_3d(qs + i * 8192, &tma_q, full, tn * BNT + 64 * i, kb * BKE, zq);
+          }
+          if (++stage == STAGES) { stage = 0; phase ^= 1u; }
+        }
+      }
+    }
+  } else {
+    // ---------------- consumer warpgroups: wgmma + epilogue ----------------
+    setmaxnreg_inc<232>();
+    const int cw = wg - 1;                       // consumer warpgroup 0/1: D rows 64*cw ..
+    const int ct = threadIdx.x - 128;            // 0..255
+    const int lane = threadIdx.x & 31, warp4 = (threadIdx.x / 32) & 3;
+    const int g = lane >> 2, q = lane & 3;
+    const Scale s_alpha = pick_scale(static_cast<Scale*>(nullptr), alpha, ialpha);
+    const Scale s_beta = pick_scale(static_cast<Scale*>(nullptr), beta, ibeta);
+    const bool read_c = s_beta != Scale(0);
+    Sm90Walker<MODE> walk(tiles, kt, splits, kt_per_split, dp_tiles, sk_tiles);
+    Sm90Work w;
+    int stage = 0;
+    u32 phase = 0;
+    Acc acc[T::ACC];
+#pragma unroll
+    for (int r = 0; r < T::ACC; ++r) acc[r] = Acc(0);
+    while (walk.next(w)) {
+      int prev = -1;
+      for (int kb = w.kb0; kb < w.kb1; ++kb) {
+        mbarrier_wait(bars + 8 * stage, phase);
+        const u32 ps = ring + stage * T::STAGE_BYTES + cw * 8192, qs = ring + stage * T::STAGE_BYTES + T::P_BYTES;
+#pragma unroll
+        for (int r = 0; r < T::ACC; ++r) reg_fence(acc[r]);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          // K-major: the ks-th 32-byte slice of each 128-byte row; MN-major: k-rows 16ks..
+          const u64 da = PK ? smem_desc_sw128(ps + 32 * ks, 0, 1024) : smem_desc_sw128(ps + 2048 * ks, 8192, 1024);
+          const u64 db = QK ? smem_desc_sw128(qs + 32 * ks, 0, 1024) : smem_desc_sw128(qs + 2048 * ks, 8192, 1024);
+          Kind::template mma<BNT, PK ? 0 : 1, QK ? 0 : 1>(acc, da, db, (kb > w.kb0 || ks > 0) ? 1 : 0);
+        }
+        wgmma_commit_group();
+#pragma unroll
+        for (int r = 0; r < T::ACC; ++r) reg_fence(acc[r]);
+        // The previous stage's MMAs are done once at most this group is in flight: free it.
+        wgmma_wait_group<1>();
+        if (prev >= 0 && lane == 0) mbarrier_arrive(bars + 8 * (STAGES + prev));
+        prev = stage;
+        if (++stage == STAGES) { stage = 0; phase ^= 1u; }
+      }
+      wgmma_wait_group<0>();
+#pragma unroll
+      for (int r = 0; r < T::ACC; ++r) reg_fence(acc[r]);
+      if (prev >= 0 && lane == 0) mbarrier_arrive(bars + 8 * (STAGES + prev));
+
+      const int b = w.tile / tiles_per_batch;
+      const int lin = w.tile - b * tiles_per_batch;
+      const int width = group_m * tiles_n, gid = lin / width, first = gid * group_m;
+      const int gsize = tiles_m - first < group_m ? tiles_m - first : group_m;
+      const int tm = first + (lin - gid * width) % gsize, tn = (lin - gid * width) / gsize;
+      constexpr i64 SLOT = static_cast<i64>(BMT) * BNT;
+      Acc* wsA = static_cast<Acc*>(ws);
+
+      if (w.role == kPublish) {
+        // fragment order: register r of consumer thread ct at slot[r * 256 + ct] (coalesced)
+        Acc* slot = wsA + blockIdx.x * SLOT;
+#pragma unroll
+        for (int r = 0; r < T::ACC; ++r) __stcg(slot + r * 256 + ct, acc[r]);
+        __threadfence();
+        named_barrier_sync(1, T::CONSUMER_THREADS);
+        if (ct == 0) st_release_gpu(flags + blockIdx.x, 1);
+        continue;
+      }
+      if (w.role == kOwner) {
+        for (int peer = blockIdx.x + 1; peer <= w.last_peer; ++peer) {
+          if (ct == 0) spin_wait_geq(flags + peer, 1);
+          named_barrier_sync(1, T::CONSUMER_THREADS);
+          const Acc* slot = wsA + peer * SLOT;
+#pragma unroll
+          for (int r = 0; r < T::ACC; ++r) acc[r] += __ldcg(slot + r * 256 + ct);
+        }
+      }
+      const int row0 = tm * BMT + 64 * cw + 16 * warp4 + g;  // D row = column of C (n index)
+      const int col0 = tn * BNT + 2 * q;                      // D column = row of C (m index)
+      if (w.role == kToSplitWs) {
+        Acc* wsm = wsA + (static_cast<i64>(w.split) * batch + b) * static_cast<i64>(mt) * nt;
+#pragma unroll
+        for (int j = 0; j < BNT / 8; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = row0 + 8 * h, c = col0 + 8 * j;
+            if (r < mt && c < nt) {
+              Acc* wp = wsm + static_cast<i64>(r) * nt + c;
+              __stcg(wp, acc[4 * j + 2 * h]);
+              if (c + 1 < nt) __stcg(wp + 1, acc[4 * j + 2 * h + 1]);
+            }
+          }
+        continue;
+      }
+      char* Cb = static_cast<char*>(C) + static_cast<i64>(b) * sc * CB;
+#pragma unroll
+      for (int j = 0; j < BNT / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = row0 + 8 * h, c = col0 + 8 * j;
+          if (r < mt && c < nt) {
+            char* cp = Cb + (static_cast<i64>(r) * ldc + c) * CB;
+            sm90_store_pair<Kind>(cp, s_alpha, s_beta, read_c, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1],
+                                  c_pair && c + 1 < nt, c + 1 < nt);
+          }
+        }
+    }
+  }
+#endif
+}
+
+// Parallel split-k on Hopper: C = alpha * sum_s ws[s] + beta * C, summed in split order.
+// ws[s] is the partial of split s as [batch][mt][nt] (row-major D = column-major C, ld = nt).
+template <class Kind>
+__global__ void __launch_bounds__(256)
+    sm90_splitk_reduce(const void* ws_, void* C_, int mt, int nt, long long ldc, long long sc, int batch, int splits,
+                       float alpha, float beta, int ialpha, int ibeta) {
+  typedef typename Kind::Acc Acc;
+  typedef typename Kind::Scale Scale;
+  constexpr int CB = Kind::kCBytes;
+  const i64 per = static_cast<i64>(mt) * nt, all = per * batch;
+  const i64 id = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (id >= all) return;
+  const Acc* ws = static_cast<const Acc*>(ws_);
+  Acc sum = __ldcg(ws + id);
+  for (int s = 1; s < splits; ++s) sum += __ldcg(ws + s * all + id);
+  const int b = static_cast<int>(id / per);
+  const i64 rc = id - b * per;
+  const int r = static_cast<int>(rc / nt), c = static_cast<int>(rc - static_cast<i64>(r) * nt);
+  char* cp = static_cast<char*>(C_) + (static_cast<i64>(b) * sc + static_cast<i64>(r) * ldc + c) * CB;
+  const Scale a = pick_scale(static_cast<Scale*>(nullptr), alpha, ialpha);
+  const Scale bt = pick_scale(static_cast<Scale*>(nullptr), beta, ibeta);
+  const Scale v = bt != Scale(0) ? axpby(a, sum, bt, Kind::load_c(cp)) : ax(a, sum);
+  if constexpr (CB == 2) *reinterpret_cast<u16*>(cp) = static_cast<u16>(Kind::cvt_c(v));
+  else *reinterpret_cast<u32*>(cp) = Kind::cvt_c(v);
+}
+
+}  // namespace pyblasgemm

@@ -1,0 +1,233 @@
+"""Host side of the Hopper kernel (impls/sm90_gemm.cuh): TMA descriptors and the bound launch.
+
+The kernel reads A and B through two TMA tensor maps (``CUtensorMap``, 128 bytes) passed by
+value as ``__grid_constant__`` parameters. They are encoded once per bound problem class with the
+driver's ``cuTensorMapEncodeTiled`` (through ctypes: CuPy does not wrap it); a call with new
+pointers patches only the address with ``cuTensorMapReplaceAddress``. ``cuLaunchKernel`` copies
+parameter values at launch time, so one buffer per stream slot is reused call after call.
+
+Operand maps (3-D: the third dimension walks the batch; a batch stride of 0 broadcasts by
+keeping that dimension at size 1 and passing a zero batch coordinate):
+
+=============  ==========================  =========================  ==================
+operand        K-major (K contiguous)      MN-major                   box
+=============  ==========================  =========================  ==================
+P = op(B)^T    transb='N': (k, n, batch)   transb='T': (n, k, batch)  (64|128 K, 128) / (64, 64)
+Q = op(A)      transa='T': (k, m, batch)   transa='N': (m, k, batch)  (64|128 K, bm) / (64, 64)
+=============  ==========================  =========================  ==================
+
+Every box is 128 bytes wide with the 128-byte swizzle that the wgmma descriptors expect, and
+elements outside the tensor read as zeros (so edges need no predication in the mainloop).
+"""
+from __future__ import annotations
+
+import ctypes as ct
+
+import numpy as np
+
+from .config import KernelConfig
+from .problem import ELEM_BYTES, KernelProblem
+
+__all__ = ["Sm90Launch", "tma_maps", "encode_tiled", "TMA_DTYPE"]
+
+#: CUtensorMapDataType of each kind (s8 moves as raw bytes)
+TMA_DTYPE = {"f16": 6, "bf16": 9, "s8": 0}
+_SWIZZLE_128B = 3
+_L2_PROMOTION_256B = 3
+_OOB_FILL_ZEROS = 0
+_INTERLEAVE_NONE = 0
+
+_CUDA = None
+
+
+def _libcuda():
+    global _CUDA
+    if _CUDA is None:
+        lib = ct.CDLL("libcuda.so.1")
+        enc = lib.cuTensorMapEncodeTiled
+        enc.argtypes = [ct.c_void_p, ct.c_int, ct.c_uint32, ct.c_void_p, ct.POINTER(ct.c_uint64),
+                        ct.POINTER(ct.c_uint64), ct.POINTER(ct.c_uint32), ct.POINTER(ct.c_uint32),
+                        ct.c_int, ct.c_int, ct.c_int, ct.c_int]
+        enc.restype = ct.c_int
+        rep = lib.cuTensorMapReplaceAddress
+        rep.argtypes = [ct.c_void_p, ct.c_void_p]
+        rep.restype = ct.c_int
+        _CUDA = lib
+    return _CUDA
+
+
+class TensorMap(ct.Structure):
+    """A CUtensorMap: 128 opaque bytes, 64-byte aligned (ctypes cannot align beyond 16: the
+    driver copies the parameter bytes at launch, so the host copy's alignment does not matter)."""
+
+    _fields_ = [("raw", ct.c_uint64 * 16)]
+
+
+def encode_tiled(out: TensorMap, kind: str, ptr: int, dims, strides_bytes, box) -> None:
+    """Fill ``out`` for a 3-D tiled map: ``dims`` innermost first, ``strides_bytes`` of dims 1
+    and 2, ``box`` the copied tile. Raises ValueError with the driver's error code."""
+    lib = _libcuda()
+    gdim = (ct.c_uint64 * 3)(*dims)
+    gstr = (ct.c_uint64 * 2)(*strides_bytes)
+    bdim = (ct.c_uint32 * 3)(*box)
+    estr = (ct.c_uint32 * 3)(1, 1, 1)
+    rc = lib.cuTensorMapEncodeTiled(ct.byref(out), TMA_DTYPE[kind], 3, ct.c_void_p(ptr), gdim, gstr, bdim, estr,
+                                    _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_PROMOTION_256B, _OOB_FILL_ZEROS)
+    if rc != 0:
+        raise ValueError(f"cuTensorMapEncodeTiled failed (CUresult {rc}) for dims={tuple(dims)} "
+                         f"strides={tuple(strides_bytes)} box={tuple(box)} ptr=0x{ptr:x}")
+
+
+def _batch_dim(rows: int, ld: int, stride: int, batch: int, eb: int):
+    """(size, stride bytes) of the batch dimension; a broadcast (stride 0) keeps size 1."""
+    if batch > 1 and stride:
+        return batch, stride * eb
+    return 1, -(-(rows * ld * eb) // 16) * 16  # unused with size 1, but must be a multiple of 16
+
+
+def tma_maps(p: KernelProblem, config: KernelConfig):
+    """The (dims, strides, box) of the P (from B) and Q (from A) maps for ``p`` (see the table
+    in this module's docstring), and whether each walks the batch."""
+    eb = ELEM_BYTES[p.kind]
+    bke = 128 // eb
+    if p.transb == "N":    # B(k x n) column-major: K contiguous
+        pb, ps = _batch_dim(p.n, p.ldb, p.stride_b, p.batch, eb)
+        pmap = ((p.k, p.n, pb), (p.ldb * eb, ps), (bke, config.bn, 1))
+    else:                  # B stored n x k: N contiguous
+        pb, ps = _batch_dim(p.k, p.ldb, p.stride_b, p.batch, eb)
+        pmap = ((p.n, p.k, pb), (p.ldb * eb, ps), (64, bke, 1))
+    if p.transa == "T":    # A stored k x m: K contiguous
+        qb, qs = _batch_dim(p.m, p.lda, p.stride_a, p.batch, eb)
+        qmap = ((p.k, p.m, qb), (p.lda * eb, qs), (bke, config.bm, 1))
+    else:                  # A(m x k) column-major: M contiguous
+        qb, qs = _batch_dim(p.k, p.lda, p.stride_a, p.batch, eb)
+        qmap = ((p.m, p.k, qb), (p.lda * eb, qs), (64, bke, 1))
+    return pmap, qmap, pb > 1, qb > 1
+
+
+_FIELDS = [("c", ct.c_uint64), ("ws", ct.c_uint64), ("flags", ct.c_uint64), ("mt", ct.c_int32), ("nt", ct.c_int32),
+           ("k", ct.c_int32), ("ldc", ct.c_int64), ("sc", ct.c_int64), ("batch", ct.c_int32),
+           ("p_batched", ct.c_int32), ("q_batched", ct.c_int32), ("alpha", ct.c_float), ("beta", ct.c_float),
+           ("ialpha", ct.c_int32), ("ibeta", ct.c_int32), ("c_pair", ct.c_int32), ("group_m", ct.c_int32),
+           ("splits", ct.c_int32), ("kt_per_split", ct.c_int32), ("dp_tiles", ct.c_int32), ("sk_tiles", ct.c_int32)]
+_RED_FIELDS = [("ws", ct.c_uint64), ("c", ct.c_uint64), ("mt", ct.c_int32), ("nt", ct.c_int32), ("ldc", ct.c_int64),
+               ("sc", ct.c_int64), ("batch", ct.c_int32), ("splits", ct.c_int32), ("alpha", ct.c_float),
+               ("beta", ct.c_float), ("ialpha", ct.c_int32), ("ibeta", ct.c_int32)]
+
+
+class _Slot:
+    """One stream's workspace, flags and kernel-parameter buffers."""
+
+    __slots__ = ("ws", "flags", "flags_ptr", "flags_bytes", "tma_p", "tma_q", "cells", "params", "rcells",
+                 "rparams", "last_a", "last_b")
+
+
+class Sm90Launch:
+    """A compiled, validated launch of one problem class on the Hopper kernel; call it with
+    the operand pointers, exactly like :class:`~pyblasgemm.kernels.launch.BoundLaunch`:
+    ``launch(a_ptr, b_ptr, c_ptr, alpha=1.0, beta=0.0, stream=None)``.
+
+    A and B must be 16-byte aligned (TMA); C must be in the alignment class it was bound for
+    (``c_align`` bytes: paired stores when C allows them). ValueError otherwise.
+    """
+
+    def __init__(self, problem: KernelProblem, config: KernelConfig, kern, red, geometry: dict, smem: int, dev: int):
+        p, g = problem, geometry
+        self.problem, self.config, self.geometry, self.smem, self.kern, self.red = (
+            problem, config, geometry, smem, kern, red)
+        self._dev = dev
+        self._fptr = kern.ptr
+        self._rptr = red.ptr if red is not None else 0
+        self._grid = int(g["grid"][0])
+        self._int = p.kind == "s8"
+        self._pmap, self._qmap, pbat, qbat = tma_maps(p, config)
+        # paired C stores in the same alignment class the mma.sync path uses for 16-byte stores
+        # (callers key their bound launches on it); it implies even ldc and 2-element alignment
+        pair = p.c_vectorizable()
+        self.c_align = 16 if pair else p.c_bytes
+        self.a_align = self.b_align = 16
+        self._base = dict(c=0, ws=0, flags=0, mt=p.n, nt=p.m, k=p.k, ldc=p.ldc, sc=p.stride_c, batch=p.batch,
+                          p_batched=int(pbat), q_batched=int(qbat), alpha=0.0, beta=0.0, ialpha=0, ibeta=0,
+                          c_pair=int(pair), group_m=config.group_m, splits=g["splits"],
+                          kt_per_split=g["kt_per_split"], dp_tiles=g["dp_tiles"], sk_tiles=g["sk_tiles"])
+        self._rgrid = -(-(p.batch * p.m * p.n) // 256)
+        self._slots: dict = {}
+        self._last = None
+
+    def _slot(self, sptr: int) -> _Slot:
+        import cupy
+
+        g, p = self.geometry, self.problem
+        s = _Slot()
+        with cupy.cuda.Device(self._dev):
+            s.ws = cupy.empty(g["ws_bytes"], dtype=cupy.uint8) if g["ws_bytes"] else None
+            s.flags = cupy.zeros(g["flags"], dtype=cupy.int32) if g["flags"] else None
+        s.flags_ptr = s.flags.data.ptr if s.flags is not None else 0
+        s.flags_bytes = 4 * g["flags"]
+        s.tma_p, s.tma_q = TensorMap(), TensorMap()
+        # encoded with the bound problem's (aligned) pointers; each call replaces the address
+        encode_tiled(s.tma_p, p.kind, p.b_ptr, *self._pmap)
+        encode_tiled(s.tma_q, p.kind, p.a_ptr, *self._qmap)
+        s.last_a, s.last_b = p.a_ptr, p.b_ptr
+        ws_ptr = s.ws.data.ptr if s.ws is not None else 0
+        s.cells = {name: typ(dict(self._base, ws=ws_ptr, flags=s.flags_ptr)[name]) for name, typ in _FIELDS}
+        ptrs = [ct.addressof(s.tma_p), ct.addressof(s.tma_q)] + [ct.addressof(s.cells[n]) for n, _ in _FIELDS]
+        s.params = (ct.c_void_p * len(ptrs))(*ptrs)
+        s.rcells = s.rparams = None
+        if self._rptr:
+            rbase = dict(ws=ws_ptr, c=0, mt=p.n, nt=p.m, ldc=p.ldc, sc=p.stride_c, batch=p.batch,
+                         splits=g["splits"], alpha=0.0, beta=0.0, ialpha=0, ibeta=0)
+            s.rcells = {name: typ(rbase[name]) for name, typ in _RED_FIELDS}
+            rp = [ct.addressof(s.rcells[n]) for n, _ in _RED_FIELDS]
+            s.rparams = (ct.c_void_p * len(rp))(*rp)
+        self._slots[sptr] = s
+        return s
+
+    def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
+        from .launch import _current_stream, _driver, _runtime
+
+        if stream is None:
+            sptr = _current_stream().ptr
+        elif isinstance(stream, int):
+            sptr = stream
+        else:
+            sptr = stream.ptr
+        if (a_ptr | b_ptr) & 15 or c_ptr & (self.c_align - 1):
+            raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x}, 0x{c_ptr:x} are outside the bound alignment class "
+                             f"(A/B 16 B for TMA, C {self.c_align} B): bind() again for them")
+        last = self._last
+        if last is not None and last[0] == sptr:
+            s = last[1]
+        else:
+            s = self._slots.get(sptr) or self._slot(sptr)
+            self._last = (sptr, s)
+        lib = _CUDA
+        if b_ptr != s.last_b:
+            lib.cuTensorMapReplaceAddress(ct.byref(s.tma_p), ct.c_void_p(b_ptr))
+            s.last_b = b_ptr
+        if a_ptr != s.last_a:
+            lib.cuTensorMapReplaceAddress(ct.byref(s.tma_q), ct.c_void_p(a_ptr))
+            s.last_a = a_ptr
+        cells = s.cells
+        cells["c"].value = c_ptr
+        if self._int:
+            if not (isinstance(alpha, (int, np.integer)) and isinstance(beta, (int, np.integer))):
+                raise ValueError("s8 takes integer alpha and beta")
+            cells["ialpha"].value = int(alpha)
+            cells["ibeta"].value = int(beta)
+        else:
+            cells["alpha"].value = alpha
+            cells["beta"].value = beta
+        if s.flags_ptr:
+            _runtime().memsetAsync(s.flags_ptr, 0, s.flags_bytes, sptr)
+        _driver().launchKernel(self._fptr, self._grid, 1, 1, 384, 1, 1, self.smem, sptr, ct.addressof(s.params), 0)
+        if self._rptr:
+            rc = s.rcells
+            rc["c"].value = c_ptr
+            if self._int:
+                rc["ialpha"].value = int(alpha)
+                rc["ibeta"].value = int(beta)
+            else:
+                rc["alpha"].value = alpha
+                rc["beta"].value = beta
+            _driver().launchKernel(self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, ct.addressof(s.rparams), 0)
