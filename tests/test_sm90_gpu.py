@@ -35,7 +35,7 @@ from pyblasgemm.kernels import jit  # noqa: E402
 
 LAYOUTS = {"f16": ["NN", "NT", "TN", "TT"], "bf16": ["NN", "NT", "TN", "TT"], "s8": ["TN"]}
 KIND_CASES = [(k, lay) for k in ("f16", "bf16", "s8") for lay in LAYOUTS[k]]
-DECOMPS = ["sliced", "splitk_parallel", "streamk", "hybrid"]
+DECOMPS = ["sliced", "splitk_parallel", "streamk", "hybrid", "sliced_c2"]  # c2: 2-CTA clusters, multicast
 TILES = [256, 128, 64]
 ACC = {"f16": "f32", "bf16": "f32", "s8": "s32"}
 # sizes: 1, primes, non-multiples of 64/128/256 on every axis; k=1000 crosses many stages
@@ -46,6 +46,8 @@ LDM = PADS  # leading dimensions rounded up to 16 bytes
 
 def cfg(kind, bm, decomp, splits=0):
     base = SM90_CONFIGS_BY_TILE[kind][bm]
+    if decomp == "sliced_c2":
+        return replace(base, cluster=2)
     return replace(base, decomposition=decomp, splits=splits if decomp == "splitk_parallel" else 0)
 
 
@@ -79,7 +81,7 @@ def test_cross_product(kind, layout, decomp, bm):
         if not ok:
             # every TMA-legal shape must be accepted; record which one was not
             pytest.fail(f"{c.name} refused {m}x{n}x{k} lda={case.lda} ldb={case.ldb}: {why}")
-        out = _run(case, c, sm_count=3 if decomp == "hybrid" else None)
+        out = _run(case, c, sm_count={"hybrid": 3, "sliced_c2": 4}.get(decomp))
         case.check(out, case.reference(), case.cublas_out())
 
 
@@ -95,7 +97,7 @@ def test_large_1000(kind, layout, decomp):
     case.check(out, case.reference(), case.cublas_out())
 
 
-@pytest.mark.parametrize("decomp", ["splitk_parallel", "streamk", "hybrid"])
+@pytest.mark.parametrize("decomp", ["splitk_parallel", "streamk", "hybrid", "sliced_c2"])
 @pytest.mark.parametrize("kind", ["f16", "s8"])
 def test_bitwise_deterministic(kind, decomp):
     layout = "TN"

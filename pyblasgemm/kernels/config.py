@@ -59,6 +59,9 @@ class KernelConfig:
     group_m: int = 8
     #: 'sm80': the mma.sync kernel (sm_80 and newer); 'sm90a': the Hopper wgmma + TMA kernel
     family: str = "sm80"
+    #: CTAs per thread-block cluster (Hopper, data-parallel): 2 = pairs sharing the m-side
+    #: operand through TMA multicast
+    cluster: int = 1
 
     @property
     def name(self) -> str:
@@ -66,6 +69,8 @@ class KernelConfig:
         s += f"{self.decomposition}_{self.bm}x{self.bn}x{self.bk}_w{self.warps_m}x{self.warps_n}_s{self.stages}"
         if self.splits:
             s += f"_k{self.splits}"
+        if self.cluster != 1:
+            s += f"_c{self.cluster}"
         return s + f"_g{self.group_m}"
 
     @property
@@ -104,6 +109,8 @@ class KernelConfig:
             return _validate_sm90(self, problem, kind, max_smem)
         if self.family != "sm80":
             return False, f"family {self.family!r} must be 'sm80' or 'sm90a'"
+        if self.cluster != 1:
+            return False, f"clusters are the Hopper kernel's (cluster={self.cluster} with family 'sm80')"
         eb, cb = ELEM_BYTES[kind], C_BYTES[kind]
         if self.decomposition not in DECOMPOSITIONS:
             return False, f"decomposition {self.decomposition!r} not in {DECOMPOSITIONS}"
@@ -177,6 +184,10 @@ def _validate_sm90(c: KernelConfig, problem: KernelProblem | None, kind: str, ma
         return False, f"{c.decomposition} takes no splits (got {c.splits})"
     if c.group_m < 1:
         return False, "group_m must be >= 1"
+    if c.cluster not in (1, 2):
+        return False, f"cluster must be 1 or 2 (got {c.cluster})"
+    if c.cluster == 2 and c.decomposition != "sliced":
+        return False, f"2-CTA clusters run the data-parallel schedule only (not {c.decomposition!r})"
     if problem is None:
         return True, ""
     p = problem
@@ -188,11 +199,11 @@ def _validate_sm90(c: KernelConfig, problem: KernelProblem | None, kind: str, ma
         return False, (f"s8 wgmma reads K-major operands only: needs transa='T', transb='N' "
                        f"(got {p.transa!r}, {p.transb!r})")
     eb = ELEM_BYTES[kind]
-    if p.a_ptr % 16 or p.b_ptr % 16:
-        return False, "TMA needs 16-byte aligned A and B"
     for name, ld in (("lda", p.lda), ("ldb", p.ldb)):
         if (ld * eb) % 16:
             return False, f"TMA needs {name}*{eb} bytes to be a multiple of 16 ({name}={ld})"
+    if p.a_ptr % 16 or p.b_ptr % 16:
+        return False, "TMA needs 16-byte aligned A and B pointers"
     if p.batch > 1:
         for name, st in (("stride_a", p.stride_a), ("stride_b", p.stride_b)):
             if st and (st * eb) % 16:
@@ -252,9 +263,11 @@ for _kind in SM90_KINDS:
     _tiles = [dict(bm=256, stages=4), dict(bm=128, stages=6), dict(bm=64, stages=8)]
     SM90_CONFIGS[_kind] = tuple(
         KernelConfig(bn=128, bk=_bk, warps_m=2, warps_n=1, family="sm90a", decomposition=d, **t)
-        for t in _tiles for d in SM90_DECOMPOSITIONS)
+        for t in _tiles for d in SM90_DECOMPOSITIONS) + tuple(
+        KernelConfig(bn=128, bk=_bk, warps_m=2, warps_n=1, family="sm90a", cluster=2, **t) for t in _tiles)
 #: kind -> {bm: the sliced Hopper config with that tile}
-SM90_CONFIGS_BY_TILE = {k: {c.bm: c for c in v if c.decomposition == "sliced"} for k, v in SM90_CONFIGS.items()}
+SM90_CONFIGS_BY_TILE = {k: {c.bm: c for c in v if c.decomposition == "sliced" and c.cluster == 1}
+                        for k, v in SM90_CONFIGS.items()}
 
 
 def default_config(problem: KernelProblem, sm_count: int) -> KernelConfig:

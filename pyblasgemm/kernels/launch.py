@@ -58,7 +58,11 @@ def launch_geometry(problem: KernelProblem, config: KernelConfig, sm_count: int,
     g = _geometry(problem, config, sm_count, 1 if config.is_sm90 else occupancy)
     p, c = problem, config
     if c.is_sm90:
-        if c.decomposition == "sliced":
+        if c.decomposition == "sliced" and c.cluster > 1:
+            # units of `cluster` tile rows along n (the pair shares its m-side operand)
+            units = -(-(-(-p.n // c.bn)) // c.cluster) * -(-p.m // c.bm) * p.batch
+            g.update(grid=(c.cluster * min(units, sm_count // c.cluster), 1, 1))
+        elif c.decomposition == "sliced":
             g.update(grid=(min(g["tiles"], sm_count), 1, 1))
         elif c.decomposition == "splitk_parallel":
             g.update(grid=(min(g["tiles"] * g["splits"], sm_count), 1, 1), ws_slots=0)

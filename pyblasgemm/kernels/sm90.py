@@ -52,6 +52,12 @@ def _libcuda():
         rep = lib.cuTensorMapReplaceAddress
         rep.argtypes = [ct.c_void_p, ct.c_void_p]
         rep.restype = ct.c_int
+        lx = lib.cuLaunchKernelEx
+        lx.argtypes = [ct.c_void_p, ct.c_void_p, ct.c_void_p, ct.c_void_p]
+        lx.restype = ct.c_int
+        occ = lib.cuOccupancyMaxActiveClusters
+        occ.argtypes = [ct.POINTER(ct.c_int), ct.c_void_p, ct.c_void_p]
+        occ.restype = ct.c_int
         _CUDA = lib
     return _CUDA
 
@@ -61,6 +67,45 @@ class TensorMap(ct.Structure):
     driver copies the parameter bytes at launch, so the host copy's alignment does not matter)."""
 
     _fields_ = [("raw", ct.c_uint64 * 16)]
+
+
+class _LaunchAttribute(ct.Structure):
+    """CUlaunchAttribute: a 4-byte id, 4 bytes of padding, a 64-byte value union."""
+
+    _fields_ = [("id", ct.c_uint32), ("pad", ct.c_uint32), ("value", ct.c_uint32 * 16)]
+
+
+class _LaunchConfig(ct.Structure):
+    """CUlaunchConfig (cuLaunchKernelEx)."""
+
+    _fields_ = [("grid", ct.c_uint32 * 3), ("block", ct.c_uint32 * 3), ("smem", ct.c_uint32),
+                ("stream", ct.c_void_p), ("attrs", ct.POINTER(_LaunchAttribute)), ("num_attrs", ct.c_uint32)]
+
+
+_CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+
+
+def _cluster_config(grid: int, smem: int, cluster: int):
+    attr = _LaunchAttribute(_CLUSTER_DIMENSION, 0)
+    attr.value[0], attr.value[1], attr.value[2] = cluster, 1, 1
+    cfg = _LaunchConfig()
+    cfg.grid[:] = (grid, 1, 1)
+    cfg.block[:] = (384, 1, 1)
+    cfg.smem = smem
+    cfg.attrs = ct.pointer(attr)
+    cfg.num_attrs = 1
+    return cfg, attr
+
+
+def max_active_clusters(func_ptr: int, smem: int, cluster: int) -> int:
+    """How many clusters of ``cluster`` CTAs can be resident at once (the driver's answer: an SM
+    pair must sit in one GPC, so this can be below SMs / cluster)."""
+    cfg, _attr = _cluster_config(cluster, smem, cluster)
+    n = ct.c_int(0)
+    rc = _libcuda().cuOccupancyMaxActiveClusters(ct.byref(n), ct.c_void_p(func_ptr), ct.byref(cfg))
+    if rc != 0:
+        raise RuntimeError(f"cuOccupancyMaxActiveClusters failed (CUresult {rc})")
+    return n.value
 
 
 def encode_tiled(out: TensorMap, kind: str, ptr: int, dims, strides_bytes, box) -> None:
@@ -98,7 +143,8 @@ def tma_maps(p: KernelProblem, config: KernelConfig):
         pmap = ((p.n, p.k, pb), (p.ldb * eb, ps), (64, bke, 1))
     if p.transa == "T":    # A stored k x m: K contiguous
         qb, qs = _batch_dim(p.m, p.lda, p.stride_a, p.batch, eb)
-        qmap = ((p.k, p.m, qb), (p.lda * eb, qs), (bke, config.bm, 1))
+        # in a 2-CTA cluster each CTA loads (and multicasts) half of the Q rows
+        qmap = ((p.k, p.m, qb), (p.lda * eb, qs), (bke, config.bm // config.cluster, 1))
     else:                  # A(m x k) column-major: M contiguous
         qb, qs = _batch_dim(p.k, p.lda, p.stride_a, p.batch, eb)
         qmap = ((p.m, p.k, qb), (p.lda * eb, qs), (64, bke, 1))
@@ -153,6 +199,15 @@ class Sm90Launch:
         self._rgrid = -(-(p.batch * p.m * p.n) // 256)
         self._slots: dict = {}
         self._last = None
+        self._cluster = config.cluster
+        if self._cluster > 1:
+            # a persistent grid must be co-resident: no more clusters than the driver can place
+            fit = max_active_clusters(self._fptr, smem, self._cluster)
+            if fit < 1:
+                raise ValueError(f"{config.name}: no {self._cluster}-CTA cluster fits on this device")
+            self._grid = min(self._grid, fit * self._cluster)
+            self.geometry = dict(geometry, grid=(self._grid, 1, 1))
+            self._lcfg, self._lattr = _cluster_config(self._grid, smem, self._cluster)
 
     def _slot(self, sptr: int) -> _Slot:
         import cupy
@@ -220,7 +275,14 @@ class Sm90Launch:
             cells["beta"].value = beta
         if s.flags_ptr:
             _runtime().memsetAsync(s.flags_ptr, 0, s.flags_bytes, sptr)
-        _driver().launchKernel(self._fptr, self._grid, 1, 1, 384, 1, 1, self.smem, sptr, ct.addressof(s.params), 0)
+        if self._cluster > 1:
+            self._lcfg.stream = sptr
+            rc = lib.cuLaunchKernelEx(ct.byref(self._lcfg), self._fptr, ct.addressof(s.params), None)
+            if rc != 0:
+                raise RuntimeError(f"cuLaunchKernelEx failed (CUresult {rc}) for {self.config.name}")
+        else:
+            _driver().launchKernel(self._fptr, self._grid, 1, 1, 384, 1, 1, self.smem, sptr, ct.addressof(s.params),
+                                   0)
         if self._rptr:
             rc = s.rcells
             rc["c"].value = c_ptr

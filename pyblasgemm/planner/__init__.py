@@ -43,7 +43,9 @@ Environment variables (all ``PYBLASGEMM_*``; read at import, re-read by
 ``PYBLASGEMM_NO_PLAN_CACHE``    '1': do not memoize plans in memory (plan every call).
 ``PYBLASGEMM_AUTOTUNE``         '1': autotune every new problem on the GPU (as ``autotune=True``).
 ``PYBLASGEMM_CACHE_DIR``        directory of the autotune cache (default
-                                ``~/.cache/pyblasgemm/``).
+                                ``~/.cache/pyblasgemm/``); compiled sm_90a kernels go under
+                                ``kernels/`` there.
+``PYBLASGEMM_NO_KERNEL_CACHE``  '1': compile sm_90a kernels anew in every process.
 ``PYBLASGEMM_NO_TUNE_CACHE``    '1': neither read nor write autotuned winners on disk.
 ``PYBLASGEMM_ARCH``             'sm_80', 'sm_86', 'sm_89' or 'sm_90': plan with that family's
                                 datasheet spec instead of the device's (default without a GPU:

@@ -475,6 +475,36 @@ def _residuals(cal, kp, backends):
     return out
 
 
+def derive_sm90(paths) -> dict:
+    """The Hopper kernel's calibration from ``bench/bench_sm90.py`` results: per (kind, tile),
+    ``eff = model time at efficiency 1 / measured`` over the sliced points with at least two
+    waves of tiles (median), and every such point's residual kept for reference."""
+    per: dict = {}
+    sources = {}
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        sources[os.path.basename(path)] = file_sha256(path)
+        for row in data["rows"]:
+            kind = row["kind"]
+            for name, t in row["ours"].items():
+                if not isinstance(t, float) or "_sliced_" not in name:
+                    continue
+                cfg = M.parse_config_name(name)
+                prob = _problem(kind, row["layout"][0], row["layout"][1], row["m"], row["n"], row["k"])
+                tiles = -(-row["m"] // cfg.bm) * -(-row["n"] // cfg.bn)
+                if tiles < 2 * REF.sm_count:
+                    continue
+                key = M.tile_key(cfg, kind)
+                cal = dict(M.load_calibration(), sm90={kind: {"tiles": {key: 1.0}}})
+                t1 = M.score_ours(cfg, prob, REF, cal, 1).gpu
+                per.setdefault(kind, {}).setdefault(key, []).append(t1 / t)
+    out = {kind: {"tiles": {k: round(statistics.median(v), 4) for k, v in sorted(tiles.items())}}
+           for kind, tiles in sorted(per.items())}
+    out["sources"] = sources
+    return out
+
+
 def main(argv=None) -> int:
     """``python -m pyblasgemm.planner.calibrate [RESULTS_DIR] [OUT] [--sources a.json,b.json]``:
     derive and write the calibration (default: every kernels*/backends*/suite results file in
@@ -486,7 +516,16 @@ def main(argv=None) -> int:
     ap.add_argument("results", nargs="?", default="bench/results")
     ap.add_argument("out", nargs="?", default=str(M.CALIBRATION_FILE))
     ap.add_argument("--sources", default=None, help="comma-separated file names to use")
+    ap.add_argument("--sm90", nargs="+", default=None,
+                    help="derive calibration_sm90_h100.json from these bench_sm90.py results instead")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.sm90:
+        sm90 = derive_sm90(args.sm90)
+        with open(M.CALIBRATION_SM90_FILE, "w") as f:
+            json.dump(sm90, f, indent=1, sort_keys=True)
+            f.write("\n")
+        print(f"wrote {M.CALIBRATION_SM90_FILE}: {json.dumps({k: v for k, v in sm90.items() if k != 'sources'})}")
+        return 0
     results, out = args.results, args.out
     cal = derive(results, args.sources.split(",") if args.sources else None)
     with open(out, "w") as f:

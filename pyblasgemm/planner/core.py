@@ -256,7 +256,7 @@ def enumerate_candidates(desc: GemmDesc, arch: ArchSpec, cal: dict) -> list[Cand
     prob = kernel_problem_for(desc)
     out = []
     forced = settings.config
-    tiles_cfgs = [forced] if forced is not None else M.candidate_configs(kind, cal)
+    tiles_cfgs = [forced] if forced is not None else M.candidate_configs(kind, cal, arch)
     for base in tiles_cfgs:
         ok, why = M.check(replace(base, decomposition="sliced", splits=0), prob, arch)
         if not ok and forced is None:
@@ -267,11 +267,14 @@ def enumerate_candidates(desc: GemmDesc, arch: ArchSpec, cal: dict) -> list[Cand
         kt = -(-desc.k // base.bk)
         if forced is not None:
             variants = [forced]
+        elif base.cluster > 1:
+            variants = [base]      # clusters run the data-parallel schedule only
         else:
             variants = [base, replace(base, decomposition="hybrid"), replace(base, decomposition="streamk")]
             forced_splits = settings.splits
             for s in ([forced_splits] if forced_splits else _split_choices(tiles, kt, arch.sm_count * occ)):
-                if s <= 8 or forced_splits:   # serial chains longer than 8 rarely pay
+                # serial chains longer than 8 rarely pay; the Hopper kernel's split-k is parallel
+                if (s <= 8 or forced_splits) and not base.is_sm90:
                     variants.append(replace(base, decomposition="splitk_serial", splits=s))
                 variants.append(replace(base, decomposition="splitk_parallel", splits=s))
         for cfg in variants:

@@ -51,6 +51,8 @@ def geometry(m: int, n: int, k: int, batch: int, cfg: KernelConfig, sm_count: in
     tpb = tiles_m * tiles_n
     tiles = tpb * batch
     kt = _cdiv(k, cfg.bk)
+    if cfg.is_sm90:
+        occupancy = 1
     g = dict(grid=(tpb, 1, batch), splits=1, kt_per_split=kt, dp_tiles=0, sk_tiles=0,
              ws_slots=0, flags=0, tiles=tiles, kt=kt)
     d = cfg.decomposition
@@ -78,6 +80,19 @@ def geometry(m: int, n: int, k: int, batch: int, cfg: KernelConfig, sm_count: in
             sk, dp = tiles, 0
             ctas = min(G, sk * kt)
         g.update(grid=(ctas, 1, 1), dp_tiles=dp, sk_tiles=sk, ws_slots=ctas, flags=ctas)
+    if cfg.is_sm90:
+        # the Hopper kernel: a persistent grid of at most sm_count CTAs in every decomposition
+        # (one CTA per SM: its TMA ring fills shared memory); split-k partials are whole matrices
+        if d == "sliced" and cfg.cluster > 1:
+            units = _cdiv(tiles_n, cfg.cluster) * tiles_m * batch
+            g["grid"] = (cfg.cluster * min(units, sm_count // cfg.cluster), 1, 1)
+        elif d == "sliced":
+            g["grid"] = (min(tiles, sm_count), 1, 1)
+        elif d == "splitk_parallel":
+            g.update(grid=(min(tiles * g["splits"], sm_count), 1, 1), ws_slots=0)
+            g["ws_bytes"] = g["splits"] * batch * m * n * 4
+            return g
+    g["ws_bytes"] = g["ws_slots"] * cfg.bm * cfg.bn * 4
     return g
 
 
@@ -138,6 +153,8 @@ def emulate(a: np.ndarray, b: np.ndarray, cfg: KernelConfig, sm_count: int = 4,
     """
     a = np.asarray(a, dtype=dtype)
     b = np.asarray(b, dtype=dtype)
+    if cfg.is_sm90:
+        return _emulate_sm90(a, b, cfg, sm_count, alpha, beta, c, dtype)
     batch, m, k = a.shape
     n = b.shape[2]
     g = geometry(m, n, k, batch, cfg, sm_count, occupancy)
@@ -262,3 +279,104 @@ def emulate(a: np.ndarray, b: np.ndarray, cfg: KernelConfig, sm_count: int = 4,
                 it = seg_end
         assert not slot_of, f"published partials never consumed: CTAs {sorted(slot_of)}"
     return Emulation(out, cov, fin, g, work)
+
+
+def sm90_coord(unit: int, units_m: int, tiles_n: int, group: int, unit_m: int = 1,
+               rank: int = 0) -> tuple[int, int, int]:
+    """``sm90_coord`` of impls/sm90_gemm.cuh: (batch, tile row, tile column) of the D tile that
+    CTA ``rank`` of a cluster takes in work unit ``unit`` (a unit = ``unit_m`` tile rows)."""
+    per = units_m * tiles_n
+    b = unit // per
+    lin = unit - b * per
+    width = group * tiles_n
+    gid = lin // width
+    first = gid * group
+    gsize = min(group, units_m - first)
+    return b, (first + (lin - gid * width) % gsize) * unit_m + rank, (lin - gid * width) // gsize
+
+
+def _emulate_sm90(a, b, cfg: KernelConfig, sm_count: int, alpha, beta, c, dtype) -> Emulation:
+    """The Hopper kernel's schedule. It computes D = P Q^T with D = C^T (rows over n, 128 per
+    tile = ``cfg.bn``; columns over m, ``cfg.bm`` per tile), P = op(B)^T and Q = op(A), on a
+    persistent grid: data-parallel units ``worker, worker + workers, ...`` (a unit = one tile, or
+    with 2-CTA clusters two vertically adjacent tiles, one per CTA); split-k units (tile, split)
+    the same way, reduced in split order; stream-k / hybrid exactly as the mma.sync kernel's
+    (same control flow, emulated on the transposed problem)."""
+    from dataclasses import replace
+
+    batch, m, k = a.shape
+    n = b.shape[2]
+    pt, qt = np.swapaxes(b, 1, 2), np.swapaxes(a, 1, 2)      # P (batch, n, k), Q^T (batch, k, m)
+    g = geometry(m, n, k, batch, cfg, sm_count)
+    d = cfg.decomposition
+    c_t = None if c is None else np.swapaxes(np.asarray(c, dtype=dtype), 1, 2)
+    if d in ("streamk", "hybrid"):
+        view = replace(cfg, bm=cfg.bn, bn=cfg.bm, family="sm80", cluster=1)
+        r = emulate(pt, qt, view, sm_count=sm_count, occupancy=1, alpha=alpha, beta=beta, c=c_t, dtype=dtype)
+        assert r.geometry["grid"] == g["grid"], (r.geometry["grid"], g["grid"])
+        return Emulation(np.swapaxes(r.c, 1, 2), r.coverage, r.finishes, g, r.work)
+    bmt, bnt, bk = cfg.bn, cfg.bm, cfg.bk
+    tiles_m, tiles_n = _cdiv(n, bmt), _cdiv(m, bnt)
+    kt = g["kt"]
+    tiles = tiles_m * tiles_n * batch
+    out = np.zeros((batch, n, m), dtype=dtype) if c_t is None else np.array(c_t)
+    cov = np.zeros((tiles, max(kt, 1)), dtype=np.int64)
+    fin = np.zeros(tiles, dtype=np.int64)
+    work: list[WorkItem] = []
+
+    def index(bb, tm, tn):
+        return (bb * tiles_m + tm) * tiles_n + tn
+
+    def block(bb, tm, tn, kb0, kb1):
+        r0, c0 = tm * bmt, tn * bnt
+        rows, cols = min(bmt, n - r0), min(bnt, m - c0)
+        acc = np.zeros((bmt, bnt), dtype=dtype)
+        for kb in range(kb0, kb1):
+            k0, k1 = kb * bk, min(k, (kb + 1) * bk)
+            acc[:rows, :cols] += pt[bb, r0:r0 + rows, k0:k1] @ qt[bb, k0:k1, c0:c0 + cols]
+            cov[index(bb, tm, tn), kb] += 1
+        return acc
+
+    def finish(bb, tm, tn, acc):
+        r0, c0 = tm * bmt, tn * bnt
+        rows, cols = min(bmt, n - r0), min(bnt, m - c0)
+        view = out[bb, r0:r0 + rows, c0:c0 + cols]
+        res = alpha * acc[:rows, :cols]
+        view[...] = res if beta == 0 else res + beta * view
+        fin[index(bb, tm, tn)] += 1
+
+    G = g["grid"][0]
+    cl = cfg.cluster
+    assert G % cl == 0 and G <= sm_count, "a persistent grid of whole clusters, one CTA per SM"
+    workers = G // cl
+    if d == "sliced":
+        units_m = _cdiv(tiles_m, cl)
+        units = units_m * tiles_n * batch
+        for worker in range(workers):
+            for rank in range(cl):
+                for u in range(worker, units, workers):
+                    bb, tm, tn = sm90_coord(u, units_m, tiles_n, cfg.group_m, cl, rank)
+                    if tm >= tiles_m:
+                        continue  # the odd last row: this CTA loads its share, stores nothing
+                    work.append(WorkItem(worker * cl + rank, index(bb, tm, tn), 0, kt, "finish"))
+                    finish(bb, tm, tn, block(bb, tm, tn, 0, kt))
+    else:
+        assert d == "splitk_parallel", d
+        splits, kps = g["splits"], g["kt_per_split"]
+        partials = {}
+        for worker in range(workers):
+            for u in range(worker, tiles * splits, workers):
+                t, sp = divmod(u, splits)
+                kb0 = sp * kps
+                kb1 = min(kb0 + kps, kt)
+                assert kb0 < kb1, "the host leaves no split empty"
+                bb, tm, tn = sm90_coord(t, tiles_m, tiles_n, cfg.group_m)
+                partials[(sp, t)] = block(bb, tm, tn, kb0, kb1)
+                work.append(WorkItem(worker, index(bb, tm, tn), kb0, kb1, "partial"))
+        for t in range(tiles):                   # sm90_splitk_reduce: split order, fixed
+            bb, tm, tn = sm90_coord(t, tiles_m, tiles_n, cfg.group_m)
+            acc = partials[(0, t)].copy()
+            for sp in range(1, splits):
+                acc += partials[(sp, t)]
+            finish(bb, tm, tn, acc)
+    return Emulation(np.swapaxes(out, 1, 2), cov, fin, g, work)

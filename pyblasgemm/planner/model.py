@@ -42,7 +42,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from ..kernels.config import SHIPPED_CONFIGS, KernelConfig
+from ..kernels.config import SHIPPED_CONFIGS, SM90_CONFIGS, SM90_CONFIGS_BY_TILE, KernelConfig
 from ..kernels.launch import launch_geometry
 from ..kernels.problem import C_BYTES, ELEM_BYTES, KernelProblem
 from .arch import ArchSpec
@@ -51,6 +51,9 @@ __all__ = ["Score", "load_calibration", "tile_key", "parse_config_name", "check"
            "candidate_configs", "score_ours", "score_cublas", "streamk_partials", "SIMPLICITY"]
 
 CALIBRATION_FILE = Path(__file__).resolve().parent / "calibration_h100.json"
+#: the Hopper kernel's tile efficiencies (fractions of the wgmma peak), derived from
+#: bench/results/sm90_*.json by ``calibrate.derive_sm90``
+CALIBRATION_SM90_FILE = Path(__file__).resolve().parent / "calibration_sm90_h100.json"
 
 #: tie-break order: within TIE of the best time, the simpler decomposition wins
 SIMPLICITY = {"sliced": 0, "splitk_serial": 1, "splitk_parallel": 2, "hybrid": 3, "streamk": 4}
@@ -59,9 +62,14 @@ TIE = 0.01
 
 @lru_cache(maxsize=4)
 def load_calibration(path: str | None = None) -> dict:
-    """The calibration dict (rates, overheads) shipped with the package, read once."""
+    """The calibration dict (rates, overheads) shipped with the package, read once; the Hopper
+    kernel's part (``cal["sm90"]``) comes from its own file."""
     with open(path or CALIBRATION_FILE) as f:
-        return json.load(f)
+        cal = json.load(f)
+    if "sm90" not in cal and CALIBRATION_SM90_FILE.exists():
+        with open(CALIBRATION_SM90_FILE) as f:
+            cal["sm90"] = json.load(f)
+    return cal
 
 
 class Score(NamedTuple):
@@ -84,12 +92,15 @@ class Score(NamedTuple):
 
 
 def tile_key(cfg: KernelConfig, kind: str) -> str:
-    """Calibration key of a tile shape: '128x128x64B_w2x2_s4' (bk in bytes, as the kernels)."""
-    return f"{cfg.bm}x{cfg.bn}x{cfg.bk_bytes(kind)}B_w{cfg.warps_m}x{cfg.warps_n}_s{cfg.stages}"
+    """Calibration key of a tile shape: '128x128x64B_w2x2_s4' (bk in bytes, as the kernels);
+    the Hopper kernel's carry the prefix 'sm90a_'."""
+    pre = "sm90a_" if cfg.is_sm90 else ""
+    post = f"_c{cfg.cluster}" if cfg.cluster != 1 else ""
+    return f"{pre}{cfg.bm}x{cfg.bn}x{cfg.bk_bytes(kind)}B_w{cfg.warps_m}x{cfg.warps_n}_s{cfg.stages}{post}"
 
 
-_NAME = re.compile(r"^(sliced|splitk_serial|splitk_parallel|streamk|hybrid)_(\d+)x(\d+)x(\d+)"
-                   r"_w(\d+)x(\d+)_s(\d+)(?:_k(\d+))?(?:_g(\d+))?$")
+_NAME = re.compile(r"^(sm90a_)?(sliced|splitk_serial|splitk_parallel|streamk|hybrid)_(\d+)x(\d+)x(\d+)"
+                   r"_w(\d+)x(\d+)_s(\d+)(?:_k(\d+))?(?:_c(\d+))?(?:_g(\d+))?$")
 
 
 def parse_config_name(name: str) -> KernelConfig:
@@ -97,14 +108,18 @@ def parse_config_name(name: str) -> KernelConfig:
 
     >>> parse_config_name("splitk_parallel_128x128x32_w2x2_s4_k8_g8").splits
     8
+    >>> parse_config_name("sm90a_streamk_256x128x64_w2x1_s4_g8").family
+    'sm90a'
     """
     m = _NAME.match(name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a kernel config name such as "
-                         f"'sliced_128x128x32_w2x2_s4_g8' or 'splitk_parallel_128x128x32_w2x2_s4_k8_g8'")
-    d, bm, bn, bk, wm, wn, st, k, g = m.groups()
+                         f"'sliced_128x128x32_w2x2_s4_g8', 'splitk_parallel_128x128x32_w2x2_s4_k8_g8' "
+                         f"or 'sm90a_sliced_256x128x64_w2x1_s4_g8'")
+    fam, d, bm, bn, bk, wm, wn, st, k, c, g = m.groups()
     return KernelConfig(bm=int(bm), bn=int(bn), bk=int(bk), warps_m=int(wm), warps_n=int(wn),
-                        stages=int(st), decomposition=d, splits=int(k or 0), group_m=int(g or 8))
+                        stages=int(st), decomposition=d, splits=int(k or 0), group_m=int(g or 8),
+                        family="sm90a" if fam else "sm80", cluster=int(c or 1))
 
 
 def check(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec) -> tuple[bool, str]:
@@ -116,6 +131,9 @@ def check(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec) -> tuple[bo
     """
     if arch.cc < (8, 0):
         return False, f"our mma.sync kernels need sm_80 or newer (device is sm_{arch.cc[0]}{arch.cc[1]})"
+    if cfg.is_sm90 and tuple(arch.cc) != (9, 0):
+        return False, (f"the wgmma/TMA kernel is built for sm_90a, which runs on compute capability 9.0 "
+                       f"only (device is sm_{arch.cc[0]}{arch.cc[1]})")
     return cfg.validate(problem, max_smem=arch.smem_per_block_optin)
 
 
@@ -132,8 +150,11 @@ def occupancy(cfg: KernelConfig, kind: str, arch: ArchSpec) -> int:
     """Estimated CTAs per SM (shared memory, registers, threads), at least 1.
 
     The launcher asks the driver for the real value for stream-k grids; this estimate is what
-    the planner has before anything is compiled.
+    the planner has before anything is compiled. The Hopper kernel: one (its ring takes most
+    of shared memory, and its grid is persistent).
     """
+    if cfg.is_sm90:
+        return 1
     smem = cfg.smem_bytes(kind) + 1024              # 1 KB per CTA reserved by the driver
     by_smem = arch.smem_per_sm // smem
     per_warp = -(-_regs_per_thread(cfg, kind) * 32 // 256) * 256   # allocation unit: 256 regs
@@ -142,11 +163,16 @@ def occupancy(cfg: KernelConfig, kind: str, arch: ArchSpec) -> int:
     return max(1, min(by_smem, by_regs, by_threads, arch.max_ctas_per_sm))
 
 
-def candidate_configs(kind: str, cal: dict) -> list[KernelConfig]:
-    """Tile shapes worth scoring for ``kind`` (as sliced configs): the shipped ones, then the
-    ones the calibration measured; the decompositions are added by the planner."""
+def candidate_configs(kind: str, cal: dict, arch: ArchSpec | None = None) -> list[KernelConfig]:
+    """Tile shapes worth scoring for ``kind`` (as sliced configs): on a compute capability 9.0
+    device the Hopper kernel's tiles first, then the shipped mma.sync ones, then the ones the
+    calibration measured; the decompositions are added by the planner."""
     seen, out = set(), []
-    tiles = [replace(c, decomposition="sliced", splits=0) for c in SHIPPED_CONFIGS.get(kind, ())]
+    tiles = []
+    if arch is not None and tuple(arch.cc) == (9, 0):
+        tiles += list(SM90_CONFIGS_BY_TILE.get(kind, {}).values())
+        tiles += [c for c in SM90_CONFIGS.get(kind, ()) if c.cluster > 1]
+    tiles += [replace(c, decomposition="sliced", splits=0) for c in SHIPPED_CONFIGS.get(kind, ())]
     for key in cal["ours"].get(kind, {}).get("tiles", {}):
         tiles.append(_config_from_key(key, kind))
     for c in tiles:
@@ -168,6 +194,14 @@ def tile_efficiency(cfg: KernelConfig, kind: str, cal: dict) -> tuple[float, boo
 
     Uncalibrated shapes: the kind's workhorse efficiency scaled by the warp tile's MMA density
     (a 32x32 warp tile re-reads its fragments four times as often per MAC as 64x64)."""
+    if cfg.is_sm90:
+        # the Hopper kernel: a fraction of the wgmma peak per tile (calibration_sm90_h100.json);
+        # an unmeasured tile gets the kind's smallest measured efficiency
+        entry = cal.get("sm90", {}).get(kind) or cal.get("sm90", {}).get("f16") or {"tiles": {}}
+        eff = entry["tiles"].get(tile_key(cfg, kind))
+        if eff is not None:
+            return eff, True
+        return min(entry["tiles"].values(), default=0.5), False
     entry = cal["ours"].get(kind) or cal["ours"]["f16"]
     eff = entry["tiles"].get(tile_key(cfg, kind))
     if eff is not None:
@@ -214,10 +248,14 @@ def score_ours(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec, cal: d
     occ = occ or occupancy(cfg, kind, arch)
     g = launch_geometry(p, cfg, S, occ)
     eff, _ = tile_efficiency(cfg, kind, cal)
-    ours = cal["ours"].get(kind) or cal["ours"]["f16"]
-    rate = eff * arch.mma_sync_peak(kind) * ours["layout"].get(_layout(p.transa, p.transb), 1.0)
-    if not p.operands_vectorizable():
-        rate *= cal["scalar_path_factor"]
+    if cfg.is_sm90:
+        # wgmma reads K- and MN-major operands from shared memory alike: no layout factor
+        rate = eff * arch.best_peak(kind)
+    else:
+        ours = cal["ours"].get(kind) or cal["ours"]["f16"]
+        rate = eff * arch.mma_sync_peak(kind) * ours["layout"].get(_layout(p.transa, p.transb), 1.0)
+        if not p.operands_vectorizable():
+            rate *= cal["scalar_path_factor"]
     t_it = 2.0 * cfg.bm * cfg.bn * cfg.bk / (rate / S)    # one MAC iteration on one SM
     lone = cal["lone_cta_eff"]
     ovh = cal["cta_overhead_it"]          # pipeline fill + epilogue of one tile, in iterations
@@ -238,7 +276,8 @@ def score_ours(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec, cal: d
             fixup = ((splits - 1) * cal["splitk_link_us"] * 1e-6
                      + tiles * (splits - 1) * 2 * tile_bytes / arch.l2_bw)
         else:
-            ws = tiles * splits * tile_bytes
+            # partial tiles (mma.sync) or whole partial matrices (Hopper), written then reduced
+            ws = g["ws_bytes"] if cfg.is_sm90 else tiles * splits * tile_bytes
             fixup = cal["reduce_launch_us"] * 1e-6 + 2 * ws / arch.dram_bw
     else:
         G = g["grid"][0]

@@ -85,8 +85,9 @@ struct Sm90Walker {
   int tiles, kt, G, cta, splits, kps, dp_tiles, u;
   i64 total, it, end;
 
-  PBG_DEVICE Sm90Walker(int tiles_, int kt_, int splits_, int kps_, int dp_tiles_, int sk_tiles) {
-    tiles = tiles_; kt = kt_; G = gridDim.x; cta = blockIdx.x;
+  // G workers (CTAs, or clusters of CTAs that share every unit), this one is `cta`.
+  PBG_DEVICE Sm90Walker(int tiles_, int kt_, int splits_, int kps_, int dp_tiles_, int sk_tiles, int G_, int cta_) {
+    tiles = tiles_; kt = kt_; G = G_; cta = cta_;
     splits = splits_; kps = kps_; dp_tiles = dp_tiles_; u = cta;
     total = static_cast<i64>(sk_tiles) * kt;
     it = total ? static_cast<i64>(cta) * total / G : 0;
@@ -133,6 +134,24 @@ struct Sm90Walker {
     }
   }
 };
+
+// Output tile of a work unit: grouped raster (`group` tile rows walked down one tile column, so
+// concurrently running units share operand panels in L2) over units of `unit_m` tile rows; a
+// CTA of a cluster takes row `rank` of its unit.
+struct Sm90Coord {
+  int b, tm, tn;
+};
+PBG_DEVICE Sm90Coord sm90_coord(int unit, int units_m, int tiles_n, int group, int unit_m, int rank) {
+  const int per_batch = units_m * tiles_n;
+  Sm90Coord c;
+  c.b = unit / per_batch;
+  const int lin = unit - c.b * per_batch;
+  const int width = group * tiles_n, gid = lin / width, first = gid * group;
+  const int gsize = units_m - first < group ? units_m - first : group;
+  c.tm = (first + (lin - gid * width) % gsize) * unit_m + rank;
+  c.tn = (lin - gid * width) / gsize;
+  return c;
+}
 
 template <class Kind, bool PK, bool QK, int BNT, int STAGES>
 struct Sm90Tile {
@@ -181,7 +200,11 @@ PBG_DEVICE void sm90_store_pair(char* cp, typename Kind::Scale alpha, typename K
   }
 }
 
-template <class Kind, bool PK, bool QK, int BNT, int STAGES, int MODE>
+// CLUSTER = 2 (data-parallel only): two CTAs on neighbouring SMs take the tiles (2u, tn) and
+// (2u + 1, tn) of unit u: each loads its own P block and half of the shared Q block, which the
+// TMA multicasts into both CTAs (a third less L2 traffic per CTA); a stage is refilled only
+// after the consumers of both CTAs released it.
+template <class Kind, bool PK, bool QK, int BNT, int STAGES, int MODE, int CLUSTER>
 __global__ void __launch_bounds__(384, 1)
     sm90_gemm_kernel(const __grid_constant__ TmaDesc tma_p, const __grid_constant__ TmaDesc tma_q, void* C,
                      void* ws, int* flags, int mt, int nt, int k, long long ldc, long long sc, int batch,
@@ -198,19 +221,23 @@ __global__ void __launch_bounds__(384, 1)
   const u32 ring = (raw_base + 1023u) & ~1023u;
   const u32 bars = ring + T::RING_BYTES;  // full[s] at bars + 8s, empty[s] at bars + 8(STAGES + s)
 
+  static_assert(CLUSTER == 1 || (CLUSTER == 2 && MODE == kSliced), "clusters: data-parallel only");
   const int tiles_m = (mt + BMT - 1) / BMT, tiles_n = (nt + BNT - 1) / BNT;
-  const int tiles_per_batch = tiles_m * tiles_n;
-  const int tiles = tiles_per_batch * batch;
+  const int units_m = (tiles_m + CLUSTER - 1) / CLUSTER;  // a unit = CLUSTER tile rows
+  const int units = units_m * tiles_n * batch;
   const int kt = (k + BKE - 1) / BKE;
+  const int rank = CLUSTER > 1 ? static_cast<int>(cluster_ctarank()) : 0;
+  const int workers = gridDim.x / CLUSTER, worker = blockIdx.x / CLUSTER;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      mbarrier_init(bars + 8 * s, 1);                  // the producer's arrive + TMA bytes
-      mbarrier_init(bars + 8 * (STAGES + s), 8);       // one arrive per consumer warp
+      mbarrier_init(bars + 8 * s, 1);                        // the producer's arrive + TMA bytes
+      mbarrier_init(bars + 8 * (STAGES + s), 8 * CLUSTER);   // one arrive per consumer warp
     }
     fence_mbarrier_init();
   }
-  __syncthreads();
+  if constexpr (CLUSTER > 1) cluster_sync();  // the peer's barriers exist before we signal them
+  else __syncthreads();
 
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
@@ -219,18 +246,14 @@ __global__ void __launch_bounds__(384, 1)
     if (threadIdx.x == 0) {
       prefetch_tma_desc(&tma_p);
       prefetch_tma_desc(&tma_q);
-      Sm90Walker<MODE> walk(tiles, kt, splits, kt_per_split, dp_tiles, sk_tiles);
+      Sm90Walker<MODE> walk(units, kt, splits, kt_per_split, dp_tiles, sk_tiles, workers, worker);
       Sm90Work w;
       int stage = 0;
       u32 phase = 0;
       while (walk.next(w)) {
-        // grouped raster: `group_m` tile rows walked down one tile column (L2 reuse)
-        const int b = w.tile / tiles_per_batch;
-        const int lin = w.tile - b * tiles_per_batch;
-        const int width = group_m * tiles_n, gid = lin / width, first = gid * group_m;
-        const int gsize = tiles_m - first < group_m ? tiles_m - first : group_m;
-        const int tm = first + (lin - gid * width) % gsize, tn = (lin - gid * width) / gsize;
-        const int zp = p_batched ? b : 0, zq = q_batched ? b : 0;
+        const Sm90Coord tc = sm90_coord(w.tile, units_m, tiles_n, group_m, CLUSTER, rank);
+        const int tm = tc.tm, tn = tc.tn;
+        const int zp = p_batched ? tc.b : 0, zq = q_batched ? tc.b : 0;
         for (int kb = w.kb0; kb < w.kb1; ++kb) {
           mbarrier_wait(bars + 8 * (STAGES + stage), phase ^ 1u);
           const u32 full = bars + 8 * stage;
@@ -243,13 +266,33 @@ __global__ void __launch_bounds__(384, 1)
             for (int i = 0; i < BMT / 64; ++i)
               cp_async_bulk_tensor_3d(ps + i * 8192, &tma_p, full, tm * BMT + 64 * i, kb * BKE, zp);
           }
-          if constexpr (QK) {
-            cp_async_bulk_tensor_3d(qs, &tma_q, full, kb * BKE, tn * BNT, zq);
+          if constexpr (CLUSTER == 1) {
+            if constexpr (QK) {
+              cp_async_bulk_tensor_3d(qs, &tma_q, full, kb * BKE, tn * BNT, zq);
+            } else {
+#pragma unroll
+              for (int i = 0; i < BNT / 64; ++i)
+                cp_async_bulk_tensor_3d(qs + i * 8192, &tma_q, full, tn * BNT + 64 * i, kb * BKE, zq);
+            }
+          } else if constexpr (QK) {
+            // our half of the Q rows (the box is BNT/2 rows), into both CTAs
+            constexpr int HALF = BNT / 2;
+            cp_async_bulk_tensor_3d_multicast(qs + rank * HALF * 128, &tma_q, full, kb * BKE, tn * BNT + rank * HALF,
+                                              zq, 0x3);
           } else {
 #pragma unroll
             for (int i = 0; i < BNT / 64; ++i)
-              cp_async_bulk_tensor_3d(qs + i * 8192, &tma_q, full, tn * BNT + 64 * i, kb * BKE, zq);
+              if (i % 2 == rank)  // BNT = 64: rank 0 loads the one box
+                cp_async_bulk_tensor_3d_multicast(qs + i * 8192, &tma_q, full, tn * BNT + 64 * i, kb * BKE, zq, 0x3);
           }
+          if (++stage == STAGES) { stage = 0; phase ^= 1u; }
+        }
+      }
+      if constexpr (CLUSTER > 1) {
+        // Stay until both CTAs' consumers have released every stage: the peer's multicast
+        // writes into our shared memory and its consumers arrive on our barriers until then.
+        for (int i = 0; i < STAGES; ++i) {
+          mbarrier_wait(bars + 8 * (STAGES + stage), phase ^ 1u);
           if (++stage == STAGES) { stage = 0; phase ^= 1u; }
         }
       }
@@ -264,7 +307,16 @@ __global__ void __launch_bounds__(384, 1)
     const Scale s_alpha = pick_scale(static_cast<Scale*>(nullptr), alpha, ialpha);
     const Scale s_beta = pick_scale(static_cast<Scale*>(nullptr), beta, ibeta);
     const bool read_c = s_beta != Scale(0);
-    Sm90Walker<MODE> walk(tiles, kt, splits, kt_per_split, dp_tiles, sk_tiles);
+    // free a stage: in every CTA of the cluster (their producers multicast into ours)
+    auto release = [](u32 bar) {
+      if constexpr (CLUSTER == 1) {
+        mbarrier_arrive(bar);
+      } else {
+#pragma unroll
+        for (int c = 0; c < CLUSTER; ++c) mbarrier_arrive_cluster(bar, c);
+      }
+    };
+    Sm90Walker<MODE> walk(units, kt, splits, kt_per_split, dp_tiles, sk_tiles, workers, worker);
     Sm90Work w;
     int stage = 0;
     u32 phase = 0;
@@ -291,20 +343,17 @@ __global__ void __launch_bounds__(384, 1)
         for (int r = 0; r < T::ACC; ++r) reg_fence(acc[r]);
         // The previous stage's MMAs are done once at most this group is in flight: free it.
         wgmma_wait_group<1>();
-        if (prev >= 0 && lane == 0) mbarrier_arrive(bars + 8 * (STAGES + prev));
+        if (prev >= 0 && lane == 0) release(bars + 8 * (STAGES + prev));
         prev = stage;
         if (++stage == STAGES) { stage = 0; phase ^= 1u; }
       }
       wgmma_wait_group<0>();
 #pragma unroll
       for (int r = 0; r < T::ACC; ++r) reg_fence(acc[r]);
-      if (prev >= 0 && lane == 0) mbarrier_arrive(bars + 8 * (STAGES + prev));
+      if (prev >= 0 && lane == 0) release(bars + 8 * (STAGES + prev));
 
-      const int b = w.tile / tiles_per_batch;
-      const int lin = w.tile - b * tiles_per_batch;
-      const int width = group_m * tiles_n, gid = lin / width, first = gid * group_m;
-      const int gsize = tiles_m - first < group_m ? tiles_m - first : group_m;
-      const int tm = first + (lin - gid * width) % gsize, tn = (lin - gid * width) / gsize;
+      const Sm90Coord tc = sm90_coord(w.tile, units_m, tiles_n, group_m, CLUSTER, rank);
+      const int b = tc.b, tm = tc.tm, tn = tc.tn;
       constexpr i64 SLOT = static_cast<i64>(BMT) * BNT;
       Acc* wsA = static_cast<Acc*>(ws);
 

@@ -104,3 +104,37 @@ PBG_DEVICE u64 smem_desc_sw128(u32 addr, u32 lbo, u32 sbo) {
 }
 
 }  // namespace pyblasgemm
+
+namespace pyblasgemm {
+
+// ---- clusters (thread block clusters of CTAs on neighbouring SMs) -----------------------
+PBG_DEVICE u32 cluster_ctarank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of every CTA in the cluster: release our shared-memory writes (barrier
+// inits) to the cluster, then wait for all the others.
+PBG_DEVICE void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// Arrive on the mbarrier at the same shared-memory offset in CTA `cta` of the cluster.
+PBG_DEVICE void mbarrier_arrive_cluster(u32 bar, u32 cta) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(cta)
+      : "memory");
+}
+// A TMA load whose box lands at the same offset in every CTA of `mask` (and completes bytes
+// on each one's mbarrier at `bar`'s offset): one L2 read feeds several SMs.
+PBG_DEVICE void cp_async_bulk_tensor_3d_multicast(u32 dst, const TmaDesc* desc, u32 bar, int c0, int c1, int c2,
+                                                  unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4, %5}], [%2], %6;\n" ::"r"(dst),
+      "l"(reinterpret_cast<u64>(desc)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "h"(mask)
+      : "memory");
+}
+
+}  // namespace pyblasgemm

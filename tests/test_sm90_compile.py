@@ -1,0 +1,283 @@
+"""CPU-only NVRTC tests of the Hopper kernel (impls/sm90_gemm.cuh, sm_90a; no GPU, no CUDA context).
+
+* every SHIPPED sm_90a instantiation (each kind's ``SM90_CONFIGS`` x every layout the config
+  accepts; configs that share a template instantiation, e.g. hybrid/streamk, compile once)
+  compiles with no error, no warning, no register spill, no stack frame and no local memory;
+* its SASS (``cuobjdump -sass``, from the ``nvidia-cuda-cuobjdump`` wheel of the ``test`` extra)
+  holds the fast path: HGMMA/IGMMA of the tile's shape, TMA loads (UTMALDG) and the producer /
+  consumer register reallocation (USETMAXREG);
+* the generated ``ptx/sm90_wgmma.cuh`` is what ``tools/gen_sm90_wgmma.py`` renders;
+* the sm90 headers compile alone for sm_90a and refuse any other target loudly.
+
+All instantiations compile in one thread pool (NVRTC releases the GIL), once per module, and
+only those whose tests were selected.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from pyblasgemm.kernels import jit
+from pyblasgemm.kernels.config import SM90_CONFIGS, SM90_KINDS
+from pyblasgemm.kernels.problem import ELEM_BYTES, KernelProblem
+
+REPO = Path(__file__).resolve().parents[1]
+LAYOUTS = ("NN", "NT", "TN", "TT")
+#: what the kernel supports (s8 wgmma has no transpose: both operands K-major = 'TN')
+EXPECTED_LAYOUTS = {"f16": set(LAYOUTS), "bf16": set(LAYOUTS), "s8": {"TN"}}
+SM90_HEADERS = ("pyblasgemm/impls/sm90_gemm.cuh", "pyblasgemm/ptx/sm90_tma.cuh", "pyblasgemm/ptx/sm90_wgmma.cuh")
+#: 384 threads (producer + 2 consumer warpgroups) must fit the SM's 64K registers at launch
+MAX_REGS_384 = 65536 // 384 // 8 * 8
+
+
+def _nvrtc():
+    pytest.importorskip("cupy")
+    from cupy.cuda import nvrtc
+
+    return nvrtc
+
+
+def _aligned_problem(kind: str, lay: str) -> KernelProblem:
+    """A 16-byte aligned problem in layout ``lay``: asks validate() which layouts a config takes."""
+    m, n, k = 320, 192, 256
+    ta, tb = lay
+    return KernelProblem(kind, ta, tb, m, n, k, m if ta == "N" else k, k if tb == "N" else n, m,
+                         1 << 20, 2 << 20, 3 << 20)
+
+
+def _layouts(cfg, kind) -> list[str]:
+    return [lay for lay in LAYOUTS if cfg.validate(_aligned_problem(kind, lay))[0]]
+
+
+def _specs():
+    """One (kind, config, layout) per distinct instantiation (its NVRTC name expressions)."""
+    seen, out = set(), []
+    for kind in SM90_CONFIGS:
+        for cfg in SM90_CONFIGS[kind]:
+            for lay in _layouts(cfg, kind):
+                names = tuple(jit._names(cfg, kind, lay[0], lay[1], None, True))
+                if names in seen:
+                    continue
+                seen.add(names)
+                out.append((kind, cfg, lay))
+    return out
+
+
+SPECS = _specs()
+SPEC_PARAMS = [pytest.param(s, id=f"{s[0]}-{s[2]}-{s[1].name}") for s in SPECS]
+
+
+def find_cuobjdump() -> Path | None:
+    """cuobjdump of the nvidia-cuda-cuobjdump wheel (nvidia/cu13/bin, or nvidia/cuda_cuobjdump/bin
+    for the CUDA 12 wheel), or None."""
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None:
+        return None
+    for root in spec.submodule_search_locations or ():
+        for exe in sorted(Path(root).glob("*/bin/cuobjdump*")):
+            if exe.name in ("cuobjdump", "cuobjdump.exe") and os.access(exe, os.X_OK):
+                return exe
+    return None
+
+
+CUOBJDUMP = find_cuobjdump()
+NO_CUOBJDUMP = ("cuobjdump not found under the 'nvidia' package: install the test extra "
+                "(pip install -e '.[test]', which brings nvidia-cuda-cuobjdump)")
+
+
+def _build(spec, workdir: Path):
+    """Compile one instantiation; disassemble it when cuobjdump is there."""
+    kind, cfg, lay = spec
+    out = {"names": jit._names(cfg, kind, lay[0], lay[1], None, True)}
+    try:
+        out["binary"], out["log"] = jit.compile_offline(cfg, kind, lay[0], lay[1], arch="sm_90a")
+    except Exception as e:  # KernelCompileError carries the NVRTC log in its message
+        out["error"] = e
+        return out
+    if CUOBJDUMP is not None:
+        path = workdir / f"{kind}-{lay}-{cfg.name}.cubin"
+        path.write_bytes(out["binary"])
+        r = subprocess.run([str(CUOBJDUMP), "-sass", str(path)], capture_output=True, text=True)
+        out["sass"] = r.stdout if r.returncode == 0 else None
+        out["sass_error"] = f"cuobjdump exit {r.returncode}:\n{r.stderr}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def built(request, tmp_path_factory):
+    """{spec: compile result} for every spec some selected test of this module asks for."""
+    _nvrtc()
+    wanted = []
+    for item in request.session.items:
+        cs = getattr(item, "callspec", None)
+        if cs is not None and item.module is request.module and "spec" in cs.params:
+            if cs.params["spec"] not in wanted:
+                wanted.append(cs.params["spec"])
+    workdir = tmp_path_factory.mktemp("sm90_cubins")
+    with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as ex:
+        results = list(ex.map(lambda s: _build(s, workdir), wanted))
+    return dict(zip(wanted, results))
+
+
+def _result(built, spec):
+    r = built[spec]
+    if "error" in r:
+        pytest.fail(f"{spec[1].name} {spec[0]} {spec[2]} failed to compile for sm_90a:\n{r['error']}")
+    return r
+
+
+# --- the shipped set ----------------------------------------------------------------------------
+
+def test_shipped_set_covers_every_kind_and_layout():
+    assert set(SM90_CONFIGS) == set(SM90_KINDS) == set(EXPECTED_LAYOUTS)
+    for kind, cfgs in SM90_CONFIGS.items():
+        assert cfgs, kind
+        for cfg in cfgs:
+            ok, why = cfg.validate(kind=kind)
+            assert ok, f"shipped {cfg.name} ({kind}) is invalid: {why}"
+            assert cfg.is_sm90
+            assert set(_layouts(cfg, kind)) == EXPECTED_LAYOUTS[kind], (kind, cfg.name)
+    # hybrid shares streamk's kernel (same template MODE): compiled once
+    for kind, cfgs in SM90_CONFIGS.items():
+        by = {(c.bm, c.stages, getattr(c, "cluster", 1), c.decomposition): c for c in cfgs}
+        for (bm, st, cl, d), c in by.items():
+            if d == "hybrid" and (bm, st, cl, "streamk") in by:
+                assert jit._names(c, kind, "T", "N", None, True) == jit._names(
+                    by[(bm, st, cl, "streamk")], kind, "T", "N", None, True)
+
+
+_WARN = re.compile(r"warning|Potential Performance Loss", re.I)
+_LMEM = re.compile(r"(\d+) bytes lmem")
+_CUM_STACK = re.compile(r"(\d+) bytes cumulative stack size")
+
+
+@pytest.mark.parametrize("spec", SPEC_PARAMS)
+def test_instantiation_compiles_clean(built, spec):
+    r = _result(built, spec)
+    log = r["log"]
+    assert r["binary"][:4] == b"\x7fELF", "not a cubin"
+    bad = [ln for ln in log.splitlines() if _WARN.search(ln)]
+    assert not bad, "compiler warnings:\n" + "\n".join(bad) + f"\n--- log ---\n{log}"
+    res = jit.ptxas_resources(log)
+    assert len(res) == len(r["names"]), f"expected a ptxas report per kernel ({len(r['names'])}):\n{log}"
+    for name, rr in res.items():
+        assert "stack" in rr and "registers" in rr, f"incomplete ptxas report for {name}:\n{log}"
+        assert rr["spill_stores"] == 0 and rr["spill_loads"] == 0, f"register spill in {name}:\n{log}"
+        assert rr["stack"] == 0, f"stack frame (local memory) in {name}:\n{log}"
+        if "sm90_gemm_kernel" in name:
+            assert rr["registers"] <= MAX_REGS_384, f"{name}: {rr['registers']} registers x 384 threads:\n{log}"
+    for pat in (_LMEM, _CUM_STACK):
+        for mm in pat.finditer(log):
+            assert int(mm.group(1)) == 0, f"local memory: {mm.group(0)}\n{log}"
+    assert sum("sm90_gemm_kernel" in n for n in res) == 1, log
+    assert sum("sm90_splitk_reduce" in n for n in res) == (spec[1].decomposition == "splitk_parallel"), log
+
+
+def _sass_functions(sass: str) -> dict[str, str]:
+    parts = re.split(r"^\s*Function : (\S+)\s*$", sass, flags=re.M)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
+
+
+def test_cuobjdump_is_installed():
+    assert CUOBJDUMP is not None, NO_CUOBJDUMP
+
+
+@pytest.mark.parametrize("spec", SPEC_PARAMS)
+def test_sass_has_the_fast_path(built, spec):
+    """The cubin runs wgmma (HGMMA/IGMMA of the config's tile), TMA loads and setmaxnreg."""
+    assert CUOBJDUMP is not None, NO_CUOBJDUMP
+    kind, cfg, lay = spec
+    r = _result(built, spec)
+    assert r["sass"] is not None, r["sass_error"]
+    assert re.search(r"^\s*\.target\s+sm_90a\s*$", r["sass"], re.M), r["sass"][:500]
+    funcs = _sass_functions(r["sass"])
+    gemm = [n for n in funcs if "sm90_gemm_kernel" in n]
+    assert len(gemm) == 1, list(funcs)
+    name, text = gemm[0], funcs[gemm[0]]
+    # the instance is this config's: ... BNT=bm, STAGES, MODE ... in the mangled name
+    assert f"ELi{cfg.bm}ELi{cfg.stages}ELi{cfg.mode}E" in name, name
+    mma = {"f16": rf"HGMMA\.64x{cfg.bm}x16\.F32(?!\.BF16)\b",
+           "bf16": rf"HGMMA\.64x{cfg.bm}x16\.F32\.BF16\b",
+           "s8": rf"IGMMA\.64x{cfg.bm}x32\.S8\.S8\b"}[kind]
+    found = sorted(set(re.findall(r"\b[HI]GMMA\.\S+", text)))
+    assert re.search(mma, text), f"no {mma} in {name} (found {found})"
+    other = [f for f in found if not re.fullmatch(mma.replace(r"\b", ""), f.rstrip(" ,;"))]
+    assert not other, f"unexpected MMA shapes in {name}: {other}"
+    for ins in ("UTMALDG", "USETMAXREG.DEALLOC", "USETMAXREG.TRY_ALLOC"):
+        assert ins in text, f"no {ins} in {name}"
+    if getattr(cfg, "cluster", 1) > 1:
+        assert "UTMALDG.3D.MULTICAST" in text, f"cluster config without multicast TMA: {name}"
+    local = re.findall(r"\b(?:LDL|STL)(?:\.\S+)?\s", text)
+    assert not local, f"local memory traffic in {name}: {local[:5]}"
+    if cfg.decomposition == "splitk_parallel":
+        assert any("sm90_splitk_reduce" in n for n in funcs), list(funcs)
+
+
+# --- generated header, headers alone, wrong targets ----------------------------------------------
+
+def _load_generator():
+    path = REPO / "tools" / "gen_sm90_wgmma.py"
+    spec = importlib.util.spec_from_file_location("pbg_gen_sm90_wgmma", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_generated_wgmma_header_is_up_to_date():
+    gen = _load_generator()
+    committed = jit.INCLUDE_DIR / "pyblasgemm" / "ptx" / "sm90_wgmma.cuh"
+    assert Path(gen.OUT).resolve() == committed.resolve()
+    want, have = gen.render(), committed.read_text()
+    if want != have:
+        diff = "".join(list(difflib.unified_diff(have.splitlines(True), want.splitlines(True),
+                                                 "committed", "render()"))[:60])
+        pytest.fail(f"{committed.name} is stale: run `python tools/gen_sm90_wgmma.py`\n{diff}")
+    # every wgmma N the kernel instantiates has its wrapper
+    for kind, cfgs in SM90_CONFIGS.items():
+        for c in cfgs:
+            assert c.bm in gen.NS, (kind, c.name)
+
+
+def _compile_src(nvrtc, src: str, arch: str):
+    """(ok, log) of an NVRTC compile of ``src`` for ``arch``."""
+    prog = nvrtc.createProgram(src, "probe.cu", [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, [f"--gpu-architecture={arch}", *jit.BASE_OPTIONS, "-I" + str(jit.INCLUDE_DIR)])
+            return True, nvrtc.getProgramLog(prog)
+        except Exception as e:
+            return False, f"{e}\n{nvrtc.getProgramLog(prog)}"
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+@pytest.mark.parametrize("header", SM90_HEADERS)
+def test_sm90_header_compiles_alone(header):
+    nvrtc = _nvrtc()
+    ok, log = _compile_src(nvrtc, f'#include "{header}"\n__global__ void pbg_header_probe() {{}}\n', "sm_90a")
+    assert ok, f"{header} does not compile alone for sm_90a:\n{log}"
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("header", SM90_HEADERS)
+def test_sm90_header_refuses_other_targets(header, arch):
+    nvrtc = _nvrtc()
+    ok, log = _compile_src(nvrtc, f'#include "{header}"\n__global__ void pbg_header_probe() {{}}\n', arch)
+    assert not ok, f"{header} compiled for {arch}: it needs sm_90a"
+    assert "sm_90a" in log, log
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100a"])
+def test_compile_offline_refuses_non_sm90a(arch):
+    _nvrtc()
+    kind = "f16"
+    cfg = SM90_CONFIGS[kind][0]
+    with pytest.raises(ValueError, match="sm_90a"):
+        jit.compile_offline(cfg, kind, "N", "N", arch=arch)
