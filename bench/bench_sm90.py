@@ -86,6 +86,8 @@ def candidates(kind, m, n, k, sms):
         out.append(base)
         if -(-n // 128) >= 2:
             out.append(replace(base, cluster=2))
+            if tiles >= 4 * sms:  # the L2-reuse raster: 16 tile rows per group instead of 8
+                out.append(replace(base, cluster=2, group_m=16))
         if tiles % sms:
             out += [replace(base, decomposition="streamk"), replace(base, decomposition="hybrid")]
         if tiles < sms and kt >= 8:
