@@ -55,7 +55,8 @@ def test_shipped_instantiation_compiles_without_spills(cfg, kind, acc, lay, vec,
         assert r.get("registers", 0) <= 255
 
 
-HEADERS = [str(p.relative_to(jit.INCLUDE_DIR)) for p in jit.all_headers()]
+# the sm_90a headers refuse sm_80 on purpose; tests/test_sm90_compile.py compiles them for sm_90a
+HEADERS = [str(p.relative_to(jit.INCLUDE_DIR)) for p in jit.all_headers() if "sm90" not in p.name]
 
 
 @pytest.mark.parametrize("header", HEADERS)

@@ -61,7 +61,8 @@ def launch_geometry(problem: KernelProblem, config: KernelConfig, sm_count: int,
         if c.decomposition == "sliced" and c.cluster > 1:
             # units of `cluster` tile rows along n (the pair shares its m-side operand)
             units = -(-(-(-p.n // c.bn)) // c.cluster) * -(-p.m // c.bm) * p.batch
-            g.update(grid=(c.cluster * min(units, sm_count // c.cluster), 1, 1))
+            # at least one cluster, even when a test's sm_count override is below its size
+            g.update(grid=(c.cluster * max(1, min(units, sm_count // c.cluster)), 1, 1))
         elif c.decomposition == "sliced":
             g.update(grid=(min(g["tiles"], sm_count), 1, 1))
         elif c.decomposition == "splitk_parallel":

@@ -502,7 +502,33 @@ def derive_sm90(paths) -> dict:
     out = {kind: {"tiles": {k: round(statistics.median(v), 4) for k, v in sorted(tiles.items())}}
            for kind, tiles in sorted(per.items())}
     out["sources"] = sources
+    out["streamk_spread_penalty"] = round(_streamk_spread(paths), 4)
     return out
+
+
+def _streamk_spread(paths) -> float:
+    """Pure stream-k on many tiles per CTA loses L2 reuse: CTA c works on tile ~c*T/G while CTA
+    c+1 works T/G tiles further on, so concurrently running tiles share no operand panels.
+    Modelled as a slow-down of the stream-k iterations by ``1 + penalty * (tiles/CTA - 2)``;
+    the penalty is the median over the points with more than 3 tiles per CTA of
+    ``(t_streamk / t_sliced - 1) / (tiles/CTA - 2)`` (same tile, same run)."""
+    vals = []
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        for row in data["rows"]:
+            for name, t in row["ours"].items():
+                if not isinstance(t, float) or "_streamk_" not in name:
+                    continue
+                sliced = row["ours"].get(name.replace("_streamk_", "_sliced_"))
+                if not isinstance(sliced, float):
+                    continue
+                cfg = M.parse_config_name(name)
+                tiles = -(-row["m"] // cfg.bm) * -(-row["n"] // cfg.bn)
+                per_cta = tiles / data.get("sms", REF.sm_count)
+                if per_cta > 3:
+                    vals.append((t / sliced - 1) / (per_cta - 2))
+    return statistics.median(vals) if vals else 0.0
 
 
 def main(argv=None) -> int:

@@ -85,7 +85,7 @@ def geometry(m: int, n: int, k: int, batch: int, cfg: KernelConfig, sm_count: in
         # (one CTA per SM: its TMA ring fills shared memory); split-k partials are whole matrices
         if d == "sliced" and cfg.cluster > 1:
             units = _cdiv(tiles_n, cfg.cluster) * tiles_m * batch
-            g["grid"] = (cfg.cluster * min(units, sm_count // cfg.cluster), 1, 1)
+            g["grid"] = (cfg.cluster * max(1, min(units, sm_count // cfg.cluster)), 1, 1)
         elif d == "sliced":
             g["grid"] = (min(tiles, sm_count), 1, 1)
         elif d == "splitk_parallel":
@@ -347,7 +347,7 @@ def _emulate_sm90(a, b, cfg: KernelConfig, sm_count: int, alpha, beta, c, dtype)
 
     G = g["grid"][0]
     cl = cfg.cluster
-    assert G % cl == 0 and G <= sm_count, "a persistent grid of whole clusters, one CTA per SM"
+    assert G % cl == 0 and G <= max(sm_count, cl), "a persistent grid of whole clusters, one CTA per SM"
     workers = G // cl
     if d == "sliced":
         units_m = _cdiv(tiles_m, cl)

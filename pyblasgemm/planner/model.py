@@ -286,6 +286,10 @@ def score_ours(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec, cal: d
         dp_per_cta = g["dp_tiles"] // G if G else 0
         total = g["sk_tiles"] * kt
         it_cta = -(-total // G) if total else 0
+        if cfg.is_sm90 and total:
+            # many stream-k tiles per CTA: concurrently running tiles are far apart (no L2 reuse)
+            spread = max(0.0, g["sk_tiles"] / G - 2)
+            it_cta = int(it_cta * (1 + cal.get("sm90", {}).get("streamk_spread_penalty", 0.0) * spread))
         segs = (math.ceil(it_cta / kt) + (1 if it_cta % kt else 0)) if total else 0
         units = dp_per_cta * (kt + ovh) + it_cta + segs * ovh
         compute = units * _group_time(cps, min(occ, cps), lone) * t_it
