@@ -164,3 +164,30 @@ def test_bound_launch_reuses_descriptors():
         case.check(case.c_d.get(), case.reference(), case.cublas_out())
     with pytest.raises(ValueError, match="alignment"):
         bl(one.a_d.data.ptr + 2, one.b_d.data.ptr, one.c_d.data.ptr)
+
+
+@pytest.mark.parametrize("decomp", ["sliced", "streamk", "sliced_c2"])
+@pytest.mark.parametrize("kind,layout", [("f16", "NT"), ("s8", "TN")])
+def test_unaligned_c_takes_direct_stores(kind, layout, decomp):
+    """C off the 16-byte grid (A and B still TMA-legal): the epilogue cannot use TMA stores or
+    paired stores and writes element by element; beta = 0 and beta != 0 both."""
+    for alpha, beta in ([(1, 0), (2, -1)] if kind == "s8" else [(1.0, 0.0), (0.5, -1.5)]):
+        case = Case(kind, ACC[kind], layout[0], layout[1], 333, 190, 250, alpha=alpha, beta=beta,
+                    ld_multiple=LDM[kind])
+        # C one element into a larger buffer, ldc odd: element-aligned only
+        ldc = case.m + 1
+        big = cp.full(ldc * case.n + 1, -7 if kind == "s8" else cp.nan, dtype=case.c_d.dtype)
+        host_c = np.full((1, case.n, ldc), 0, dtype=case.c_h.dtype)
+        host_c[0, :, : case.m] = case.c_h[0, :, : case.m]
+        big[1:] = cp.asarray(host_c.ravel())
+        p = replace(case.problem(), c_ptr=big.data.ptr + big.itemsize, ldc=ldc, stride_c=ldc * case.n)
+        run(p, cfg(kind, 128, decomp), sm_count=4 if decomp != "sliced" else None)
+        cp.cuda.get_current_stream().synchronize()
+        got = big[1:].get().reshape(1, case.n, ldc)[:, :, : case.m].transpose(0, 2, 1)
+        ref = case.reference()
+        if kind == "s8":
+            assert np.array_equal(got, ref.astype(np.int64).astype(np.int32))
+        else:
+            err = np.linalg.norm(got.astype(np.float64) - ref) / np.linalg.norm(ref)
+            assert err < 2e-3, err
+        assert np.all(big[:1].get() == big.dtype.type(-7)) if kind == "s8" else np.isnan(big[:1].get()).all()

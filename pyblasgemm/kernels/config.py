@@ -92,9 +92,10 @@ class KernelConfig:
 
     def smem_bytes(self, kind: str) -> int:
         """Dynamic shared memory: max(cp.async ring, fp32 epilogue staging tile); sm90a: the
-        TMA ring (128 bytes of K per row of both tiles per stage) + mbarriers + 1 KB alignment."""
+        TMA ring (128 bytes of K per row of both tiles per stage) + the epilogue's TMA-store
+        staging (2 warpgroups x 2 x 8 KB) + mbarriers + 1 KB alignment."""
         if self.is_sm90:
-            return self.stages * (self.bm + self.bn) * 128 + 16 * self.stages + 1024
+            return self.stages * (self.bm + self.bn) * 128 + 32768 + 16 * self.stages + 1024
         ring = self.stages * (self.bm + self.bn) * self.bk_bytes(kind)
         stage = self.bn * (self.bm + 4) * 4
         return max(ring, stage)

@@ -30,8 +30,9 @@ from .problem import ELEM_BYTES, KernelProblem
 
 __all__ = ["Sm90Launch", "tma_maps", "encode_tiled", "TMA_DTYPE"]
 
-#: CUtensorMapDataType of each kind (s8 moves as raw bytes)
+#: CUtensorMapDataType of each kind's A/B (s8 moves as raw bytes) and of its C
 TMA_DTYPE = {"f16": 6, "bf16": 9, "s8": 0}
+TMA_C_DTYPE = {"f16": 6, "bf16": 9, "s8": 3}
 _SWIZZLE_128B = 3
 _L2_PROMOTION_256B = 3
 _OOB_FILL_ZEROS = 0
@@ -108,15 +109,16 @@ def max_active_clusters(func_ptr: int, smem: int, cluster: int) -> int:
     return n.value
 
 
-def encode_tiled(out: TensorMap, kind: str, ptr: int, dims, strides_bytes, box) -> None:
+def encode_tiled(out: TensorMap, kind: str, ptr: int, dims, strides_bytes, box, dtype: int | None = None) -> None:
     """Fill ``out`` for a 3-D tiled map: ``dims`` innermost first, ``strides_bytes`` of dims 1
-    and 2, ``box`` the copied tile. Raises ValueError with the driver's error code."""
+    and 2, ``box`` the copied tile; ``dtype`` a CUtensorMapDataType (default: the kind's A/B
+    type). Raises ValueError with the driver's error code."""
     lib = _libcuda()
     gdim = (ct.c_uint64 * 3)(*dims)
     gstr = (ct.c_uint64 * 2)(*strides_bytes)
     bdim = (ct.c_uint32 * 3)(*box)
     estr = (ct.c_uint32 * 3)(1, 1, 1)
-    rc = lib.cuTensorMapEncodeTiled(ct.byref(out), TMA_DTYPE[kind], 3, ct.c_void_p(ptr), gdim, gstr, bdim, estr,
+    rc = lib.cuTensorMapEncodeTiled(ct.byref(out), TMA_DTYPE[kind] if dtype is None else dtype, 3, ct.c_void_p(ptr), gdim, gstr, bdim, estr,
                                     _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_PROMOTION_256B, _OOB_FILL_ZEROS)
     if rc != 0:
         raise ValueError(f"cuTensorMapEncodeTiled failed (CUresult {rc}) for dims={tuple(dims)} "
@@ -151,6 +153,13 @@ def tma_maps(p: KernelProblem, config: KernelConfig):
     return pmap, qmap, pb > 1, qb > 1
 
 
+def c_map(p: KernelProblem):
+    """The TMA-store map of C (m, n, batch) with 64-row x 128-byte boxes (the epilogue's)."""
+    cb = p.c_bytes
+    batch, stride = _batch_dim(p.n, p.ldc, p.stride_c, p.batch, cb)
+    return (p.m, p.n, batch), (p.ldc * cb, stride), (128 // cb, 64, 1)
+
+
 _FIELDS = [("c", ct.c_uint64), ("ws", ct.c_uint64), ("flags", ct.c_uint64), ("mt", ct.c_int32), ("nt", ct.c_int32),
            ("k", ct.c_int32), ("ldc", ct.c_int64), ("sc", ct.c_int64), ("batch", ct.c_int32),
            ("p_batched", ct.c_int32), ("q_batched", ct.c_int32), ("alpha", ct.c_float), ("beta", ct.c_float),
@@ -164,8 +173,8 @@ _RED_FIELDS = [("ws", ct.c_uint64), ("c", ct.c_uint64), ("mt", ct.c_int32), ("nt
 class _Slot:
     """One stream's workspace, flags and kernel-parameter buffers."""
 
-    __slots__ = ("ws", "flags", "flags_ptr", "flags_bytes", "tma_p", "tma_q", "cells", "params", "rcells",
-                 "rparams", "last_a", "last_b")
+    __slots__ = ("ws", "flags", "flags_ptr", "flags_bytes", "tma_p", "tma_q", "tma_c", "cells", "params", "rcells",
+                 "rparams", "last_a", "last_b", "last_c")
 
 
 class Sm90Launch:
@@ -219,14 +228,17 @@ class Sm90Launch:
             s.flags = cupy.zeros(g["flags"], dtype=cupy.int32) if g["flags"] else None
         s.flags_ptr = s.flags.data.ptr if s.flags is not None else 0
         s.flags_bytes = 4 * g["flags"]
-        s.tma_p, s.tma_q = TensorMap(), TensorMap()
+        s.tma_p, s.tma_q, s.tma_c = TensorMap(), TensorMap(), TensorMap()
         # encoded with the bound problem's (aligned) pointers; each call replaces the address
         encode_tiled(s.tma_p, p.kind, p.b_ptr, *self._pmap)
         encode_tiled(s.tma_q, p.kind, p.a_ptr, *self._qmap)
-        s.last_a, s.last_b = p.a_ptr, p.b_ptr
+        if self._base["c_pair"]:   # else the kernel never reads the C map (direct stores)
+            encode_tiled(s.tma_c, p.kind, p.c_ptr, *c_map(p), dtype=TMA_C_DTYPE[p.kind])
+        s.last_a, s.last_b, s.last_c = p.a_ptr, p.b_ptr, p.c_ptr
         ws_ptr = s.ws.data.ptr if s.ws is not None else 0
         s.cells = {name: typ(dict(self._base, ws=ws_ptr, flags=s.flags_ptr)[name]) for name, typ in _FIELDS}
-        ptrs = [ct.addressof(s.tma_p), ct.addressof(s.tma_q)] + [ct.addressof(s.cells[n]) for n, _ in _FIELDS]
+        ptrs = [ct.addressof(s.tma_p), ct.addressof(s.tma_q), ct.addressof(s.tma_c)]
+        ptrs += [ct.addressof(s.cells[n]) for n, _ in _FIELDS]
         s.params = (ct.c_void_p * len(ptrs))(*ptrs)
         s.rcells = s.rparams = None
         if self._rptr:
@@ -263,6 +275,9 @@ class Sm90Launch:
         if a_ptr != s.last_a:
             lib.cuTensorMapReplaceAddress(ct.byref(s.tma_q), ct.c_void_p(a_ptr))
             s.last_a = a_ptr
+        if c_ptr != s.last_c and self._base["c_pair"]:
+            lib.cuTensorMapReplaceAddress(ct.byref(s.tma_c), ct.c_void_p(c_ptr))
+            s.last_c = c_ptr
         cells = s.cells
         cells["c"].value = c_ptr
         if self._int:

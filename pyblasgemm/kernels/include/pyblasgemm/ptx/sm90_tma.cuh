@@ -142,3 +142,32 @@ PBG_DEVICE void cp_async_bulk_tensor_3d_multicast(u32 dst, const TmaDesc* desc, 
 }
 
 }  // namespace pyblasgemm
+
+namespace pyblasgemm {
+
+// ---- TMA store (shared -> global), bulk async-groups ---------------------------------------
+// Writes one box from shared memory; elements outside the tensor are skipped (edges clip).
+PBG_DEVICE void cp_async_bulk_tensor_3d_store(const TmaDesc* desc, u32 src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                   reinterpret_cast<u64>(desc)),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+PBG_DEVICE void cp_async_bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Wait until at most N of this thread's bulk groups still read their shared-memory source.
+template <int N>
+PBG_DEVICE void cp_async_bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+PBG_DEVICE void cp_async_bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Order this thread's ordinary shared-memory writes before later async-proxy (TMA) reads.
+PBG_DEVICE void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+PBG_DEVICE void st_shared_u32(u32 addr, u32 v) { asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory"); }
+PBG_DEVICE void st_shared_v2_u32(u32 addr, u32 x, u32 y) {
+  asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(addr), "r"(x), "r"(y) : "memory");
+}
+
+}  // namespace pyblasgemm
