@@ -430,10 +430,13 @@ __global__ void __launch_bounds__(384, 1)
           }
         continue;
       }
-      if (tma_epilogue) {
+      const bool interior = (tm + 1) * BMT <= mt && (tn + 1) * BNT <= nt;
+      if (tma_epilogue && interior) {
         // Stage 64 rows x 128 bytes at a time (swizzled: conflict-free 4/8-byte writes), then
         // one thread hands the box to the TMA and the warpgroup moves on: the write-out overlaps
-        // the next chunk and the next tile's mainloop. Edges: the TMA clips at the tensor bounds.
+        // the next chunk and the next tile's mainloop. Interior tiles only: measured on an H100,
+        // boxes reaching past m were written into C's ld padding (NOTES_SM90.md, step 6), so
+        // edge tiles keep the bounds-checked stores below.
         constexpr int CCOLS = 128 / CB;  // columns of D per box (64 fp16, 32 int32)
         const u32 ebuf = epi + cw * 16384;
         const int lrow = 16 * warp4 + g;
@@ -469,7 +472,7 @@ __global__ void __launch_bounds__(384, 1)
         continue;
       }
       char* Cb = static_cast<char*>(C) + static_cast<i64>(b) * sc * CB;
-      if (c_pair && (tm + 1) * BMT <= mt && (tn + 1) * BNT <= nt) {
+      if (c_pair && interior) {
         // Interior tile (the common case): no bounds checks, two row pointers, paired stores.
         // The consumers' tensor work stops while they store, so the epilogue's instruction
         // count is time (NOTES_SM90.md, step 5).
