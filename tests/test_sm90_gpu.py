@@ -191,3 +191,31 @@ def test_unaligned_c_takes_direct_stores(kind, layout, decomp):
             err = np.linalg.norm(got.astype(np.float64) - ref) / np.linalg.norm(ref)
             assert err < 2e-3, err
         assert np.all(big[:1].get() == big.dtype.type(-7)) if kind == "s8" else np.isnan(big[:1].get()).all()
+
+
+def sanitize_cases():
+    """One small problem per kind x decomposition (with beta = 0 and beta != 0, an interior tile
+    and edges), for running under compute-sanitizer: ``python tests/test_sm90_gpu.py`` (exit
+    status 1 on a wrong result)."""
+    bad = 0
+    rng = np.random.default_rng(1)
+    for (kind, layout), decomp in itertools.product(KIND_CASES, DECOMPS):
+        for alpha, beta in ([(1, 0), (2, -1)] if kind == "s8" else [(1.0, 0.0), (0.5, 0.25)]):
+            case = Case(kind, ACC[kind], layout[0], layout[1], 300, 200, 300, alpha=alpha, beta=beta, rng=rng,
+                        ld_multiple=LDM[kind])
+            try:
+                out = _run(case, cfg(kind, 128, decomp, splits=3),
+                           sm_count={"hybrid": 3, "sliced_c2": 4, "streamk": 5}.get(decomp))
+                case.check(out, case.reference())
+                status = "ok"
+            except AssertionError as e:
+                bad += 1
+                status = f"FAIL {e}"
+            print(f"{kind} {layout} {decomp} beta={beta}: {status}", flush=True)
+    return bad
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(1 if sanitize_cases() else 0)
