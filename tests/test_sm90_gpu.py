@@ -36,7 +36,7 @@ from pyblasgemm.kernels import jit  # noqa: E402
 LAYOUTS = {"f16": ["NN", "NT", "TN", "TT"], "bf16": ["NN", "NT", "TN", "TT"], "s8": ["TN"]}
 KIND_CASES = [(k, lay) for k in ("f16", "bf16", "s8") for lay in LAYOUTS[k]]
 DECOMPS = ["sliced", "splitk_parallel", "streamk", "hybrid", "sliced_c2"]  # c2: 2-CTA clusters, multicast
-TILES = [256, 128, 64]
+TILES = [256, 192, 128, 64]
 ACC = {"f16": "f32", "bf16": "f32", "s8": "s32"}
 # sizes: 1, primes, non-multiples of 64/128/256 on every axis; k=1000 crosses many stages
 SHAPES = [(1, 1, 1), (7, 31, 129), (129, 7, 31), (31, 129, 1000), (257, 130, 77), (300, 260, 200)]
