@@ -90,7 +90,7 @@ def test_shipped_configs_cover_tiles_and_decompositions():
     for kind in SM90_KINDS:
         plain = [c for c in SM90_CONFIGS[kind] if getattr(c, "cluster", 1) == 1]
         assert {(c.bm, c.decomposition) for c in plain} == {
-            (bm, d) for bm in (64, 128, 256) for d in SM90_DECOMPOSITIONS}
+            (bm, d) for bm in (64, 128, 192, 256) for d in SM90_DECOMPOSITIONS}
         for c in SM90_CONFIGS[kind]:
             assert c.is_sm90 and c.threads == 384 and c.bn == 128 and c.bk * ELEM_BYTES[kind] == 128
             assert c.smem_bytes(kind) <= MAX_SMEM_SM90, c.name
