@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import event_median_s  # noqa: E402
 
 from pyblasgemm.kernels import SM90_CONFIGS_BY_TILE, KernelProblem  # noqa: E402
+from pyblasgemm.kernels.config import SM90_SMALL_CONFIGS  # noqa: E402
 from pyblasgemm.kernels.launch import bind  # noqa: E402
 from pyblasgemm.planner.model import parse_config_name  # noqa: E402
 
@@ -86,11 +87,12 @@ def problem(kind, layout, m, n, k, a, b, c):
 
 def candidates(kind, m, n, k, sms):
     out = []
-    for bm, base in SM90_CONFIGS_BY_TILE[kind].items():
-        tiles = -(-m // bm) * -(-n // 128)
+    for base in [*SM90_CONFIGS_BY_TILE[kind].values(), *SM90_SMALL_CONFIGS[kind].values()]:
+        bm = base.bm
+        tiles = -(-m // bm) * -(-n // base.bn)
         kt = -(-k // base.bk)
         out.append(base)
-        if -(-n // 128) >= 2:
+        if -(-n // base.bn) >= 2 and base.bn == 128:
             out.append(replace(base, cluster=2))
             if tiles >= 4 * sms:  # the L2-reuse raster: 16 tile rows per group instead of 8
                 out.append(replace(base, cluster=2, group_m=16))

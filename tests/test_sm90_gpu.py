@@ -31,12 +31,13 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _is_hopper(), reason="need
 
 from kernel_cases import Case  # noqa: E402
 from pyblasgemm.kernels import SM90_CONFIGS_BY_TILE, run  # noqa: E402
+from pyblasgemm.kernels.config import SM90_SMALL_CONFIGS  # noqa: E402
 from pyblasgemm.kernels import jit  # noqa: E402
 
 LAYOUTS = {"f16": ["NN", "NT", "TN", "TT"], "bf16": ["NN", "NT", "TN", "TT"], "s8": ["TN"]}
 KIND_CASES = [(k, lay) for k in ("f16", "bf16", "s8") for lay in LAYOUTS[k]]
 DECOMPS = ["sliced", "splitk_parallel", "streamk", "hybrid", "sliced_c2"]  # c2: 2-CTA clusters, multicast
-TILES = [256, 192, 128, 64]
+TILES = [256, 192, 128, 64, "w1-128", "w1-64"]  # w1: one consumer warpgroup (64-row tiles)
 ACC = {"f16": "f32", "bf16": "f32", "s8": "s32"}
 # sizes: 1, primes, non-multiples of 64/128/256 on every axis; k=1000 crosses many stages
 SHAPES = [(1, 1, 1), (7, 31, 129), (129, 7, 31), (31, 129, 1000), (257, 130, 77), (300, 260, 200)]
@@ -45,7 +46,10 @@ LDM = PADS  # leading dimensions rounded up to 16 bytes
 
 
 def cfg(kind, bm, decomp, splits=0):
-    base = SM90_CONFIGS_BY_TILE[kind][bm]
+    if isinstance(bm, str):
+        base = SM90_SMALL_CONFIGS[kind][int(bm.split("-")[1])]
+    else:
+        base = SM90_CONFIGS_BY_TILE[kind][bm]
     if decomp == "sliced_c2":
         return replace(base, cluster=2)
     return replace(base, decomposition=decomp, splits=splits if decomp == "splitk_parallel" else 0)

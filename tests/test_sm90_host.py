@@ -88,11 +88,15 @@ def test_every_shipped_config_accepts_its_layouts(kind):
 
 def test_shipped_configs_cover_tiles_and_decompositions():
     for kind in SM90_KINDS:
-        plain = [c for c in SM90_CONFIGS[kind] if getattr(c, "cluster", 1) == 1]
+        plain = [c for c in SM90_CONFIGS[kind] if getattr(c, "cluster", 1) == 1 and c.bn == 128]
         assert {(c.bm, c.decomposition) for c in plain} == {
             (bm, d) for bm in (64, 128, 192, 256) for d in SM90_DECOMPOSITIONS}
+        one_wg = [c for c in SM90_CONFIGS[kind] if c.bn == 64]   # one consumer warpgroup
+        assert {(c.bm, c.decomposition) for c in one_wg} == {
+            (bm, d) for bm in (64, 128) for d in SM90_DECOMPOSITIONS}
         for c in SM90_CONFIGS[kind]:
-            assert c.is_sm90 and c.threads == 384 and c.bn == 128 and c.bk * ELEM_BYTES[kind] == 128
+            assert c.is_sm90 and c.bn == 64 * c.warps_m and c.bk * ELEM_BYTES[kind] == 128
+            assert c.threads == 128 * (1 + c.warps_m)
             assert c.smem_bytes(kind) <= MAX_SMEM_SM90, c.name
 
 
@@ -175,7 +179,7 @@ def test_stage_and_tile_bounds(kind):
     eb = ELEM_BYTES[kind]
     for stages in range(2, 9):                   # bm=64: the whole 2..8 range fits in 227 KB
         assert base(kind, 64, stages=stages).validate(kind=kind) == (True, ""), stages
-    for stages in (-1, 0, 1, 9, 16):
+    for stages in (-1, 0, 1, 17, 32):
         why = refused(base(kind, 64, stages=stages), kind=kind)
         assert "stages" in why, why
     for bm in (32, 96, 160, 320, 512):
@@ -183,13 +187,14 @@ def test_stage_and_tile_bounds(kind):
         assert "bm" in why, why
     for bm in (64, 128, 192, 256):
         assert base(kind, 128, bm=bm, stages=4).validate(kind=kind)[0], bm
-    for bn in (64, 192, 256):
+    for bn in (64, 192, 256):                    # bn = 64 per consumer warpgroup (2 here)
         why = refused(base(kind, 128, bn=bn), kind=kind)
         assert "bn" in why, why
+    assert base(kind, 128, bn=64, warps_m=1).validate(kind=kind)[0]   # one consumer warpgroup
     for bk in (64 // eb, 256 // eb):
         why = refused(base(kind, 128, bk=bk), kind=kind)
         assert "bk" in why, why
-    for wm, wn in ((2, 2), (1, 2), (4, 1), (1, 1)):
+    for wm, wn in ((2, 2), (1, 2), (4, 1), (3, 1)):
         why = refused(base(kind, 128, warps_m=wm, warps_n=wn), kind=kind)
         assert "warpgroup" in why, why
     refused(base(kind, 128, family="sm100"), kind=kind)
@@ -202,7 +207,7 @@ def test_shared_memory_limit(kind):
     for bm in (64, 128, 192, 256):
         for stages in range(2, 9):
             c = base(kind, 128, bm=bm, stages=stages)
-            need = stages * (BMT + bm) * 128 + 32768 + 16 * stages + 1024
+            need = stages * (BMT + bm) * 128 + 16384 * 2 + 16 * stages + 1024
             assert c.smem_bytes(kind) == need
             ok, why = c.validate(kind=kind)
             assert ok == (need <= MAX_SMEM_SM90), (bm, stages, why)
@@ -320,7 +325,7 @@ def test_tma_maps_legal_for_every_valid_problem(kl, bm, m, n, k, padv, batch, st
 def _kernel_tiles(p: KernelProblem, cfg: KernelConfig) -> tuple[int, int]:
     """(tiles, kt) as impls/sm90_gemm.cuh counts them: D = C^T, 128 rows over n, bm columns over m,
     128 bytes of K a stage."""
-    return -(-p.n // BMT) * -(-p.m // cfg.bm) * p.batch, -(-p.k // (128 // ELEM_BYTES[p.kind]))
+    return -(-p.n // cfg.bn) * -(-p.m // cfg.bm) * p.batch, -(-p.k // (128 // ELEM_BYTES[p.kind]))
 
 
 def _check_geometry(p: KernelProblem, cfg: KernelConfig, sms: int) -> dict:
@@ -334,7 +339,7 @@ def _check_geometry(p: KernelProblem, cfg: KernelConfig, sms: int) -> dict:
     assert grid[0] % cl == 0, f"grid {grid[0]} is not whole clusters of {cl}"
     d = cfg.decomposition
     if d == "sliced":
-        units = tiles if cl == 1 else -(-(-(-p.n // BMT)) // cl) * -(-p.m // cfg.bm) * p.batch
+        units = tiles if cl == 1 else -(-(-(-p.n // cfg.bn)) // cl) * -(-p.m // cfg.bm) * p.batch
         assert grid[0] <= cl * units, "idle clusters"
         assert grid[0] == cl * min(units, sms // cl)
         assert g["ws_bytes"] == 0 and g["flags"] == 0

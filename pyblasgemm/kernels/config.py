@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 from .problem import ACCUMULATE, C_BYTES, ELEM_BYTES, KernelProblem
 
 __all__ = ["KernelConfig", "DECOMPOSITIONS", "SHIPPED_CONFIGS", "SM90_CONFIGS", "default_config", "MAX_SMEM_SM90",
-           "SM90_KINDS", "SM90_DECOMPOSITIONS", "SM90_CONFIGS_BY_TILE"]
+           "SM90_KINDS", "SM90_DECOMPOSITIONS", "SM90_CONFIGS_BY_TILE",
+           "SM90_SMALL_CONFIGS"]
 
 DECOMPOSITIONS = ("sliced", "splitk_serial", "splitk_parallel", "streamk", "hybrid")
 #: template MODE of impls/sm80_gemm.cuh (hybrid and streamk share the kernel)
@@ -31,8 +32,6 @@ MODE = {"sliced": 0, "splitk_serial": 1, "splitk_parallel": 2, "streamk": 3, "hy
 #: opt-in dynamic shared memory per block: sm_90 227 KB, sm_80 163 KB, sm_86/89 99 KB
 MAX_SMEM_SM90 = 232448
 _GRID_YZ_MAX = 65535
-#: the Hopper kernel: one producer warpgroup + two consumer warpgroups
-SM90_THREADS = 384
 SM90_KINDS = ("f16", "bf16", "s8")
 #: decompositions of the Hopper kernel's persistent scheduler (its split-k is the parallel one)
 SM90_DECOMPOSITIONS = ("sliced", "splitk_parallel", "streamk", "hybrid")
@@ -80,7 +79,7 @@ class KernelConfig:
     @property
     def threads(self) -> int:
         if self.is_sm90:
-            return SM90_THREADS
+            return 128 * (1 + self.warps_m)   # producer warpgroup + warps_m consumer warpgroups
         return 32 * self.warps_m * self.warps_n
 
     @property
@@ -93,9 +92,9 @@ class KernelConfig:
     def smem_bytes(self, kind: str) -> int:
         """Dynamic shared memory: max(cp.async ring, fp32 epilogue staging tile); sm90a: the
         TMA ring (128 bytes of K per row of both tiles per stage) + the epilogue's TMA-store
-        staging (2 warpgroups x 2 x 8 KB) + mbarriers + 1 KB alignment."""
+        staging (2 x 8 KB per consumer warpgroup) + mbarriers + 1 KB alignment."""
         if self.is_sm90:
-            return self.stages * (self.bm + self.bn) * 128 + 32768 + 16 * self.stages + 1024
+            return self.stages * (self.bm + self.bn) * 128 + 16384 * self.warps_m + 16 * self.stages + 1024
         ring = self.stages * (self.bm + self.bn) * self.bk_bytes(kind)
         stage = self.bn * (self.bm + 4) * 4
         return max(ring, stage)
@@ -169,14 +168,16 @@ def _validate_sm90(c: KernelConfig, problem: KernelProblem | None, kind: str, ma
     if c.decomposition not in SM90_DECOMPOSITIONS:
         return False, (f"the Hopper kernel's persistent scheduler runs {SM90_DECOMPOSITIONS} "
                        f"(not {c.decomposition!r}; its split-k is the parallel one)")
-    if c.bn != 128 or c.bm not in (64, 128, 192, 256):
-        return False, f"Hopper tile: bn must be 128 (2 warpgroups x 64) and bm 64/128/192/256 (got {c.bm}x{c.bn})"
+    if (c.warps_m, c.warps_n) not in ((1, 1), (2, 1)):
+        return False, (f"Hopper kernel: warps_m x warps_n names the 1 x 1 or 2 x 1 consumer warpgroups "
+                       f"(got {c.warps_m}x{c.warps_n})")
+    if c.bn != 64 * c.warps_m or c.bm not in (64, 128, 192, 256):
+        return False, (f"Hopper tile: bn must be 64 per consumer warpgroup ({64 * c.warps_m}) and bm "
+                       f"64/128/192/256 (got {c.bm}x{c.bn})")
     if c.bk * ELEM_BYTES[kind] != 128:
         return False, f"Hopper tile: bk must be 128 bytes of K (got bk={c.bk} {kind})"
-    if (c.warps_m, c.warps_n) != (2, 1):
-        return False, f"Hopper kernel: warps_m x warps_n names the 2 x 1 consumer warpgroups (got {c.warps_m}x{c.warps_n})"
-    if not 2 <= c.stages <= 8:
-        return False, f"stages must be 2..8 (got {c.stages})"
+    if not 2 <= c.stages <= 16:
+        return False, f"stages must be 2..16 (got {c.stages})"
     if c.smem_bytes(kind) > max_smem:
         return False, f"needs {c.smem_bytes(kind)} B shared memory > {max_smem} B available"
     if c.decomposition == "splitk_parallel" and not (c.splits == 0 or c.splits >= 2):
@@ -264,13 +265,21 @@ for _kind in SM90_KINDS:
     # 192 (4 stages): 3072^3 in 128x192 tiles is 384 tiles = 2.9 waves on 132 SMs, where 128x128
     # gives 4.4 and 128x256 2.2 (ncu: cuBLAS picks 192x192 there)
     _tiles = [dict(bm=256, stages=4), dict(bm=192, stages=4), dict(bm=128, stages=6), dict(bm=64, stages=8)]
+    # one consumer warpgroup (64-row tiles over n, deep rings): more CTAs for thin and long-K
+    # problems (ncu: cuBLAS runs 256x256x65536 as 64x64 tiles with 13 stages on 128 CTAs)
+    _small = [dict(bm=128, stages=8), dict(bm=64, stages=12)]
     SM90_CONFIGS[_kind] = tuple(
         KernelConfig(bn=128, bk=_bk, warps_m=2, warps_n=1, family="sm90a", decomposition=d, **t)
         for t in _tiles for d in SM90_DECOMPOSITIONS) + tuple(
-        KernelConfig(bn=128, bk=_bk, warps_m=2, warps_n=1, family="sm90a", cluster=2, **t) for t in _tiles)
+        KernelConfig(bn=128, bk=_bk, warps_m=2, warps_n=1, family="sm90a", cluster=2, **t) for t in _tiles) + tuple(
+        KernelConfig(bn=64, bk=_bk, warps_m=1, warps_n=1, family="sm90a", decomposition=d, **t)
+        for t in _small for d in SM90_DECOMPOSITIONS)
 #: kind -> {bm: the sliced Hopper config with that tile}
-SM90_CONFIGS_BY_TILE = {k: {c.bm: c for c in v if c.decomposition == "sliced" and c.cluster == 1}
+SM90_CONFIGS_BY_TILE = {k: {c.bm: c for c in v if c.decomposition == "sliced" and c.cluster == 1 and c.bn == 128}
                         for k, v in SM90_CONFIGS.items()}
+#: kind -> {bm: the sliced one-consumer-warpgroup (bn = 64) Hopper config with that tile}
+SM90_SMALL_CONFIGS = {k: {c.bm: c for c in v if c.decomposition == "sliced" and c.bn == 64}
+                      for k, v in SM90_CONFIGS.items()}
 
 
 def default_config(problem: KernelProblem, sm_count: int) -> KernelConfig:

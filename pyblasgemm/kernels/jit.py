@@ -107,7 +107,7 @@ def sm90_kernel_name(config: KernelConfig, kind: str, transa: str, transb: str) 
     is ``config.bm`` (the tile's extent over m)."""
     pk, qk = transb == "N", transa == "T"
     return (f"pyblasgemm::sm90_gemm_kernel<pyblasgemm::{_SM90_KIND[kind]}, {_b(pk)}, {_b(qk)}, {config.bm}, "
-            f"{config.stages}, {config.mode}, {config.cluster}>")
+            f"{config.stages}, {config.mode}, {config.cluster}, {config.warps_m}>")
 
 
 def _names(config, kind, transa, transb, accumulate, vec) -> list[str]:

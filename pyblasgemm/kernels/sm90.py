@@ -86,22 +86,22 @@ class _LaunchConfig(ct.Structure):
 _CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 
 
-def _cluster_config(grid: int, smem: int, cluster: int):
+def _cluster_config(grid: int, smem: int, cluster: int, threads: int = 384):
     attr = _LaunchAttribute(_CLUSTER_DIMENSION, 0)
     attr.value[0], attr.value[1], attr.value[2] = cluster, 1, 1
     cfg = _LaunchConfig()
     cfg.grid[:] = (grid, 1, 1)
-    cfg.block[:] = (384, 1, 1)
+    cfg.block[:] = (threads, 1, 1)
     cfg.smem = smem
     cfg.attrs = ct.pointer(attr)
     cfg.num_attrs = 1
     return cfg, attr
 
 
-def max_active_clusters(func_ptr: int, smem: int, cluster: int) -> int:
+def max_active_clusters(func_ptr: int, smem: int, cluster: int, threads: int = 384) -> int:
     """How many clusters of ``cluster`` CTAs can be resident at once (the driver's answer: an SM
     pair must sit in one GPC, so this can be below SMs / cluster)."""
-    cfg, _attr = _cluster_config(cluster, smem, cluster)
+    cfg, _attr = _cluster_config(cluster, smem, cluster, threads)
     n = ct.c_int(0)
     rc = _libcuda().cuOccupancyMaxActiveClusters(ct.byref(n), ct.c_void_p(func_ptr), ct.byref(cfg))
     if rc != 0:
@@ -211,12 +211,12 @@ class Sm90Launch:
         self._cluster = config.cluster
         if self._cluster > 1:
             # a persistent grid must be co-resident: no more clusters than the driver can place
-            fit = max_active_clusters(self._fptr, smem, self._cluster)
+            fit = max_active_clusters(self._fptr, smem, self._cluster, config.threads)
             if fit < 1:
                 raise ValueError(f"{config.name}: no {self._cluster}-CTA cluster fits on this device")
             self._grid = min(self._grid, fit * self._cluster)
             self.geometry = dict(geometry, grid=(self._grid, 1, 1))
-            self._lcfg, self._lattr = _cluster_config(self._grid, smem, self._cluster)
+            self._lcfg, self._lattr = _cluster_config(self._grid, smem, self._cluster, config.threads)
 
     def _slot(self, sptr: int) -> _Slot:
         import cupy
@@ -296,8 +296,8 @@ class Sm90Launch:
             if rc != 0:
                 raise RuntimeError(f"cuLaunchKernelEx failed (CUresult {rc}) for {self.config.name}")
         else:
-            _driver().launchKernel(self._fptr, self._grid, 1, 1, 384, 1, 1, self.smem, sptr, ct.addressof(s.params),
-                                   0)
+            _driver().launchKernel(self._fptr, self._grid, 1, 1, self.config.threads, 1, 1, self.smem, sptr,
+                                   ct.addressof(s.params), 0)
         if self._rptr:
             rc = s.rcells
             rc["c"].value = c_ptr

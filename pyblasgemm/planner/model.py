@@ -42,7 +42,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from ..kernels.config import SHIPPED_CONFIGS, SM90_CONFIGS, SM90_CONFIGS_BY_TILE, KernelConfig
+from ..kernels.config import SHIPPED_CONFIGS, SM90_CONFIGS, SM90_CONFIGS_BY_TILE, SM90_SMALL_CONFIGS, KernelConfig
 from ..kernels.launch import launch_geometry
 from ..kernels.problem import C_BYTES, ELEM_BYTES, KernelProblem
 from .arch import ArchSpec
@@ -172,6 +172,7 @@ def candidate_configs(kind: str, cal: dict, arch: ArchSpec | None = None) -> lis
     if arch is not None and tuple(arch.cc) == (9, 0):
         tiles += list(SM90_CONFIGS_BY_TILE.get(kind, {}).values())
         tiles += [c for c in SM90_CONFIGS.get(kind, ()) if c.cluster > 1]
+        tiles += list(SM90_SMALL_CONFIGS.get(kind, {}).values())
     tiles += [replace(c, decomposition="sliced", splits=0) for c in SHIPPED_CONFIGS.get(kind, ())]
     for key in cal["ours"].get(kind, {}).get("tiles", {}):
         tiles.append(_config_from_key(key, kind))

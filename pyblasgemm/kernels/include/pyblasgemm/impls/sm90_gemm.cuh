@@ -8,7 +8,8 @@
 //     Q (Nt x K)  = op(A)     (K-major when transa = 'T')
 // so that each thread's accumulator pairs (columns 2q, 2q+1) are adjacent in C's memory.
 //
-// CTA tile: BMT = 128 rows of D (64 per consumer warpgroup, wgmma M = 64) x BNT columns (the
+// CTA tile: BMT = 64 x CONSUMERS rows of D (64 per consumer warpgroup, wgmma M = 64; one or two
+// consumer warpgroups) x BNT columns (the
 // wgmma N). One stage holds 128 bytes of K for every row of P and Q (f16/bf16: 64 elements,
 // s8: 128), laid out as the TMA writes them with the 128-byte swizzle:
 //     K-major operand:  row r of the tile at r * 128 bytes (one TMA box of BK x rows)
@@ -153,9 +154,9 @@ PBG_DEVICE Sm90Coord sm90_coord(int unit, int units_m, int tiles_n, int group, i
   return c;
 }
 
-template <class Kind, bool PK, bool QK, int BNT, int STAGES>
+template <class Kind, bool PK, bool QK, int BNT, int STAGES, int CONSUMERS>
 struct Sm90Tile {
-  static constexpr int BMT = 128;                 // 2 consumer warpgroups x 64 rows
+  static constexpr int BMT = 64 * CONSUMERS;      // consumer warpgroups x 64 rows
   static constexpr int BKE = Kind::kBKE;          // K elements per stage (128 bytes)
   static constexpr int P_BYTES = BMT * 128;
   static constexpr int Q_BYTES = BNT * 128;
@@ -163,11 +164,12 @@ struct Sm90Tile {
   static constexpr int RING_BYTES = STAGES * STAGE_BYTES;
   // epilogue staging for the TMA store: per consumer warpgroup two 8 KB buffers, each a box of
   // 64 rows x 128 bytes (64 fp16 or 32 int32 columns), 128-byte swizzled like the operands
-  static constexpr int EPI_BYTES = 2 * 2 * 8192;
+  static constexpr int EPI_BYTES = CONSUMERS * 2 * 8192;
   // dynamic smem = ring + epilogue buffers + full/empty barriers + slack to align to 1024 bytes
   static constexpr int SMEM_BYTES = RING_BYTES + EPI_BYTES + 16 * STAGES + 1024;
   static constexpr int ACC = BNT / 2;              // accumulators per consumer thread
-  static constexpr int CONSUMER_THREADS = 256;
+  static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
+  static constexpr int THREADS = CONSUMER_THREADS + 128;  // + the producer warpgroup
   static_assert(BNT % 64 == 0 && BNT <= 256, "BNT: 64, 128, 192 or 256");
   static_assert(STAGE_BYTES % 1024 == 0, "stages must keep 1024-byte swizzle alignment");
 };
@@ -234,15 +236,15 @@ PBG_DEVICE void sm90_store_pair(char* cp, typename Kind::Scale alpha, typename K
 // (2u + 1, tn) of unit u: each loads its own P block and half of the shared Q block, which the
 // TMA multicasts into both CTAs (a third less L2 traffic per CTA); a stage is refilled only
 // after the consumers of both CTAs released it.
-template <class Kind, bool PK, bool QK, int BNT, int STAGES, int MODE, int CLUSTER>
-__global__ void __launch_bounds__(384, 1)
+template <class Kind, bool PK, bool QK, int BNT, int STAGES, int MODE, int CLUSTER, int CONSUMERS>
+__global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
     sm90_gemm_kernel(const __grid_constant__ TmaDesc tma_p, const __grid_constant__ TmaDesc tma_q,
                      const __grid_constant__ TmaDesc tma_c, void* C, void* ws, int* flags, int mt, int nt, int k,
                      long long ldc, long long sc, int batch, int p_batched, int q_batched, float alpha, float beta,
                      int ialpha, int ibeta, int c_pair, int group_m, int splits, int kt_per_split, int dp_tiles,
                      int sk_tiles) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  typedef Sm90Tile<Kind, PK, QK, BNT, STAGES> T;
+  typedef Sm90Tile<Kind, PK, QK, BNT, STAGES, CONSUMERS> T;
   typedef typename Kind::Acc Acc;
   typedef typename Kind::Scale Scale;
   constexpr int BMT = T::BMT, BKE = T::BKE, CB = Kind::kCBytes;
@@ -264,7 +266,7 @@ __global__ void __launch_bounds__(384, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbarrier_init(bars + 8 * s, 1);                        // the producer's arrive + TMA bytes
-      mbarrier_init(bars + 8 * (STAGES + s), 8 * CLUSTER);   // one arrive per consumer warp
+      mbarrier_init(bars + 8 * (STAGES + s), 4 * CONSUMERS * CLUSTER);  // one arrive per consumer warp
     }
     fence_mbarrier_init();
   }
@@ -395,10 +397,10 @@ __global__ void __launch_bounds__(384, 1)
       Acc* wsA = static_cast<Acc*>(ws);
 
       if (w.role == kPublish) {
-        // fragment order: register r of consumer thread ct at slot[r * 256 + ct] (coalesced)
+        // fragment order: register r of consumer thread ct at slot[r * threads + ct] (coalesced)
         Acc* slot = wsA + blockIdx.x * SLOT;
 #pragma unroll
-        for (int r = 0; r < T::ACC; ++r) __stcg(slot + r * 256 + ct, acc[r]);
+        for (int r = 0; r < T::ACC; ++r) __stcg(slot + r * T::CONSUMER_THREADS + ct, acc[r]);
         __threadfence();
         named_barrier_sync(1, T::CONSUMER_THREADS);
         if (ct == 0) st_release_gpu(flags + blockIdx.x, 1);
@@ -410,7 +412,7 @@ __global__ void __launch_bounds__(384, 1)
           named_barrier_sync(1, T::CONSUMER_THREADS);
           const Acc* slot = wsA + peer * SLOT;
 #pragma unroll
-          for (int r = 0; r < T::ACC; ++r) acc[r] += __ldcg(slot + r * 256 + ct);
+          for (int r = 0; r < T::ACC; ++r) acc[r] += __ldcg(slot + r * T::CONSUMER_THREADS + ct);
         }
       }
       const int row0 = tm * BMT + 64 * cw + 16 * warp4 + g;  // D row = column of C (n index)
