@@ -184,6 +184,39 @@ def bench_one(kind, layout, m, n, k, rng, sms, samples):
     return row
 
 
+def host_overhead_us(calls: int = 3000) -> dict:
+    """Host time per call (µs) of a 64x64x64 hgemm through the public API on the Hopper kernel
+    (PYBLASGEMM_CONFIG forces it) and on cuBLAS, in this process: the GPU work per call is a few
+    µs, so back-to-back calls are host-bound and wall time / calls is the host cost."""
+    import time
+
+    import pyblasgemm
+
+    a = cp.asarray(np.random.default_rng(1).standard_normal(64 * 64).astype(np.float16))
+    c = cp.empty(64 * 64, dtype=cp.float16)
+    out = {}
+    for name, backend, config in (("sm90", "tensorcore", "sm90a_sliced_64x128x64_w2x1_s8_g8"),
+                                  ("cublas", "cublas", "")):
+        os.environ["PYBLASGEMM_CONFIG"] = config
+        pyblasgemm.clear_plan_cache()
+        call = lambda: pyblasgemm.hgemm("T", "N", 64, 64, 64, 1.0, a, 64, a, 64, 0.0, c, 64,  # noqa: E731
+                                        backend=backend)
+        for _ in range(200):
+            call()
+        cp.cuda.Device().synchronize()
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                call()
+            cp.cuda.Device().synchronize()
+            best = min(best, (time.perf_counter() - t0) / calls * 1e6)
+        out[name] = best
+    os.environ.pop("PYBLASGEMM_CONFIG", None)
+    pyblasgemm.clear_plan_cache()
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out")
@@ -206,10 +239,12 @@ def main(argv=None):
               f"{r['cublas_best']} {2.0 * m * n * k / r['cublas_s'] / 1e12 if r['cublas_s'] else float('nan'):7.1f}"
               f" -> {r['ratio_vs_cublas']:.3f}x best cuBLAS, {r['best_over_sliced']:.2f}x sliced; "
               + ", ".join(f"{k_.split(' ')[0]} {v:.2f}x" for k_, v in r["ratios"].items()), flush=True)
+    host = host_overhead_us()
+    print(f"host us per 64^3 hgemm call: Hopper kernel {host['sm90']:.1f}, cuBLAS {host['cublas']:.1f}")
     f16 = [r["ratio_vs_cublas"] for r in rows if r["kind"] == "f16" and r["ratio_vs_cublas"]]
     out = dict(device=cp.cuda.runtime.getDeviceProperties(dev.id)["name"].decode(), sms=sms,
                date=datetime.date.today().isoformat(), cupy=cp.__version__,
-               torch=getattr(torch, "__version__", None), rows=rows,
+               torch=getattr(torch, "__version__", None), rows=rows, host_us=host,
                geomean_f16_vs_cublas=math.exp(sum(math.log(x) for x in f16) / len(f16)) if f16 else None)
     if args.out:
         with open(args.out, "w") as f:

@@ -49,16 +49,48 @@ def test_plan_is_frozen_and_complete():
     assert "cuBLAS has no such mode" in p.reason
 
 
-@pytest.mark.parametrize("dtype", ["f16", "bf16", "tf32", "i8"])
-@pytest.mark.parametrize("shape", SUITE, ids=lambda s: "x".join(map(str, s)))
-def test_calibrated_model_keeps_cublas_where_it_measured_faster(dtype, shape):
-    # H100 measurements: our mma.sync kernels at 0.3-0.75x cuBLAS for every dtype cuBLAS runs;
-    # the wgmma kernel at 0.6-0.9x on fp16/bf16, and within the model's margin on int8
-    if dtype == "i8" and shape[2] % 4:
-        pytest.skip("int8 with k % 4 != 0: cuBLAS copies both operands (see the next test)")
-    p = plan(*shape, dtype, transa="T", arch="sm_90")
-    assert p.backend == "cublas", p.explain()
-    assert "cuBLAS predicted faster" in p.reason or "cuBLAS kept" in p.reason
+#: A planner run on the H100 with the Hopper kernel (bench/bench_planner.py): each problem of the
+#: public suite ("TN"), every sampled candidate of ours and cuBLAS, timed in one run.
+PLANNER_RUN = ROOT / "bench" / "results" / "planner_sm90_h100_2026-11-22_run4.json"
+#: the model sends these to our kernels although cuBLAS measured faster: its cuBLAS estimate has
+#: no split-K for few-tile long-K problems and prices 128 x 14336 too high
+KNOWN_WRONG_OURS = {("f16", 256, 256, 65536), ("bf16", 256, 256, 65536), ("bf16", 128, 14336, 4096)}
+#: and keeps cuBLAS on these although one of ours measured >= 1.3x faster (small squares and thin
+#: int8, where the model prices our kernels' pipeline fill and epilogue too high; the datasheet
+#: spec this test plans with is a little slower than the device the run read, which took the
+#: int8 16/64 x 4096 x 4096 wins; 1000^3 takes the mma.sync path)
+KNOWN_MISSED_WINS = {("f16", 1024, 1024, 1024), ("bf16", 1024, 1024, 1024), ("i8", 1024, 1024, 1024),
+                     ("i8", 2048, 2048, 2048), ("f16", 1000, 1000, 1000), ("bf16", 1000, 1000, 1000),
+                     ("f16", 128, 4096, 4096), ("i8", 16, 4096, 4096), ("i8", 64, 4096, 4096)}
+
+
+def _measured():
+    return json.loads(PLANNER_RUN.read_text())["results"]
+
+
+@pytest.mark.parametrize("r", _measured(), ids=lambda r: f"{r['dtype']}-{r['m']}x{r['n']}x{r['k']}")
+def test_planner_choice_against_measurements(r):
+    """The shipped model's choice (datasheet H100 spec) against the measured times: when it picks
+    our kernels, that config measured within 10% of cuBLAS or better; when it keeps cuBLAS, none
+    of ours measured 1.3x faster. The exceptions are the model's known misses, listed above."""
+    key = (r["dtype"], r["m"], r["n"], r["k"])
+    p = plan(r["m"], r["n"], r["k"], r["dtype"], transa="T", arch="sm_90")
+    measured = {c["config"]: c["measured_s"] for c in r["candidates"] if c.get("measured_s")}
+    if p.backend == "tensorcore":
+        t = measured.get(p.config.name)
+        assert t is not None, f"{p.config.name} was not among the measured candidates: re-run the planner bench"
+        if key in KNOWN_WRONG_OURS:
+            assert t > 1.1 * r["cublas_s"], f"{key} is no longer a miss: drop it from KNOWN_WRONG_OURS"
+        else:
+            assert t <= 1.1 * r["cublas_s"], (t, r["cublas_s"], p.explain())
+    else:
+        assert p.backend == "cublas"
+        assert "cuBLAS predicted faster" in p.reason or "cuBLAS kept" in p.reason
+        best = min(measured.values())
+        if key in KNOWN_MISSED_WINS:
+            assert best * 1.3 <= r["cublas_s"], f"{key} is no longer a missed win: drop it from KNOWN_MISSED_WINS"
+        else:
+            assert best * 1.3 > r["cublas_s"], (best, r["cublas_s"], p.explain())
 
 
 def test_int8_where_cublas_must_copy_is_decided_by_prediction():

@@ -49,15 +49,17 @@ def _tune(timer, **kw):
     return pyblasgemm.tune(3072, 3072, 3072, "f16", transa="T", timer=timer, **kw)
 
 
-def _labels():
+def _labels(top: int):
+    """The labels ``tune(..., top=top)`` measures, in the order it picks them (best-scored first,
+    at most half of one decomposition)."""
     p = pyblasgemm.plan(3072, 3072, 3072, "f16", transa="T", backend="tensorcore")
     ranked = sorted((c for c in p.candidates if c.score is not None and c.backend == "tensorcore"),
                     key=lambda c: c.time)
-    return [c.label for c in ranked]
+    return [c.label for c in AT._diverse_top(ranked, top)]
 
 
 def test_protocol_warmup_repeats_shuffle_median(cache_dir):
-    labels = _labels()
+    labels = _labels(6)
     slow_favourite = labels[0]           # the model's favourite turns out slow
     fast = labels[3]
     timer = FakeTimer({slow_favourite: 5e-4, fast: 1e-4, "cublas": 3e-4})
@@ -72,7 +74,7 @@ def test_protocol_warmup_repeats_shuffle_median(cache_dir):
 
 
 def test_median_not_mean():
-    labels = _labels()
+    labels = _labels(2)
     # one huge outlier on the true winner must not hide it
     jitter = [0.0] * 200
     timer = FakeTimer({labels[1]: 1e-4, labels[0]: 1.5e-4, "cublas": 2e-4}, jitter)
@@ -82,7 +84,7 @@ def test_median_not_mean():
 
 
 def test_winner_persisted_and_reused(cache_dir):
-    labels = _labels()
+    labels = _labels(4)
     _tune(FakeTimer({labels[2]: 1e-5}), top=4, repeats=3)
     files = list(cache_dir.glob("tune-*.json"))
     assert len(files) == 1
@@ -100,7 +102,7 @@ def test_winner_persisted_and_reused(cache_dir):
 
 
 def test_planner_serves_stored_winner(monkeypatch):
-    labels = _labels()
+    labels = _labels(8)
     _tune(FakeTimer({labels[5]: 1e-5}), top=8, repeats=2)
     monkeypatch.setattr(AT, "identity_provider", lambda device: FAKE_ID)
     AT._no_gpu.clear()
@@ -119,7 +121,7 @@ def test_cublas_can_win(monkeypatch):
 
 
 def test_corrupt_file_ignored_with_warning(cache_dir):
-    labels = _labels()
+    labels = _labels(2)
     _tune(FakeTimer({labels[0]: 1e-5}), top=2, repeats=2)
     (path,) = cache_dir.glob("tune-*.json")
     path.write_text("{ not json")
@@ -142,7 +144,7 @@ def test_stale_file_ignored_with_warning(cache_dir):
 
 
 def test_stale_config_ignored_with_warning(cache_dir):
-    labels = _labels()
+    labels = _labels(2)
     _tune(FakeTimer({labels[0]: 1e-5}), top=2, repeats=2)
     (path,) = cache_dir.glob("tune-*.json")
     data = json.loads(path.read_text())
@@ -212,7 +214,7 @@ def test_tune_without_gpu_is_a_clear_error():
 
 
 def test_tune_forced_ours_only():
-    labels = _labels()
+    labels = _labels(3)
     timer = FakeTimer({labels[0]: 1e-5})
     p = _tune(timer, top=3, repeats=2, include_cublas=False)
     assert "cublas" not in timer.calls and p.backend == "tensorcore"

@@ -503,6 +503,16 @@ def derive_sm90(paths) -> dict:
            for kind, tiles in sorted(per.items())}
     out["sources"] = sources
     out["streamk_spread_penalty"] = round(_streamk_spread(paths), 4)
+    # host cost per call of the Hopper path relative to cuBLAS's in the same run (public API,
+    # 64^3): the model scales the calibrated cuBLAS host cost by it
+    ratios = []
+    for path in paths:
+        with open(path) as f:
+            host = json.load(f).get("host_us")
+        if host:
+            ratios.append(host["sm90"] / host["cublas"])
+    if ratios:
+        out["host_over_cublas"] = round(statistics.median(ratios), 4)
     return out
 
 

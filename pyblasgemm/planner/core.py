@@ -262,6 +262,13 @@ def enumerate_candidates(desc: GemmDesc, arch: ArchSpec, cal: dict) -> list[Cand
         if not ok and forced is None:
             out.append(Candidate("tensorcore", base, None, why))
             continue
+        if forced is None and base.is_sm90 and base.bm > max(64, 2 * desc.m):
+            # Pruned, not impossible: the model prices a tile by its whole MMA work, but measured
+            # (planner_sm90_h100_2026-11-22_run3.json) 192/256-wide tiles on m <= 128 ran 1.3-1.7x
+            # slower than the best, worse than the model says.
+            out.append(Candidate("tensorcore", base, None, f"tile width bm={base.bm} is more than twice "
+                                 f"m={desc.m}: most of its MMA work would be padding"))
+            continue
         occ = M.occupancy(base, kind, arch)
         tiles = -(-desc.m // base.bm) * -(-desc.n // base.bn) * desc.batch
         kt = -(-desc.k // base.bk)
@@ -446,8 +453,8 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
                     cublas_cand.time, "heuristic", arch, desc, tuple(cands))
     return Plan("cublas", f"cuBLAS predicted faster: {cublas_cand.time * 1e6:.1f} us vs "
                 f"{ours_best.time * 1e6:.1f} us for our best ({ours_best.label}, {ratio:.2f}x "
-                f"slower; calibrated from bench/results: our mma.sync kernels ran 0.3-0.75x cuBLAS "
-                f"on the H100 once the GPU time dominates). Force backend='tensorcore' to use ours.", None, None, 1, (), 0,
+                f"slower; calibrated from bench/results: on the H100 our mma.sync kernels ran 0.3-0.75x "
+                f"cuBLAS, the sm_90a wgmma kernel 0.5-1.05x). Force backend='tensorcore' to use ours.", None, None, 1, (), 0,
                 cublas_cand.time, "heuristic", arch, desc, tuple(cands))
 
 

@@ -309,6 +309,9 @@ def score_ours(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec, cal: d
     memory = dram / arch.dram_bw
     gpu = max(compute + fixup, memory) + cal["kernel_latency_us"] * 1e-6
     host = cal["host_us"]["tensorcore"] * 1e-6
+    if cfg.is_sm90 and "host_over_cublas" in cal.get("sm90", {}):
+        # the Hopper launch path's own measured host cost (bench_sm90.py), relative to cuBLAS's
+        host = cal["host_us"]["cublas"] * cal["sm90"]["host_over_cublas"] * 1e-6
     slots = S * occ
     waves = ctas / slots
     last = waves - math.floor(waves)
