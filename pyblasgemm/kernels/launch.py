@@ -346,12 +346,7 @@ class BoundLaunch:
         return slot
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
-        if stream is None:
-            sptr = _current_stream().ptr
-        elif isinstance(stream, int):
-            sptr = stream
-        else:
-            sptr = stream.ptr
+        sptr = stream_handle(stream)
         last = self._last
         if last is not None and last[0] == sptr:
             slot = last[1]
@@ -367,14 +362,7 @@ class BoundLaunch:
         cells["a"].value = a_ptr
         cells["b"].value = b_ptr
         cells["c"].value = c_ptr
-        if self._int:
-            if not (isinstance(alpha, (int, np.integer)) and isinstance(beta, (int, np.integer))):
-                raise ValueError("s8 takes integer alpha and beta")
-            cells["ialpha"].value = int(alpha)
-            cells["ibeta"].value = int(beta)
-        else:
-            cells["alpha"].value = alpha
-            cells["beta"].value = beta
+        set_scales(cells, self._int, alpha, beta)
         if slot[2]:
             _runtime().memsetAsync(slot[2], 0, slot[3], sptr)
         gx, gy, gz = self._grid
@@ -382,18 +370,35 @@ class BoundLaunch:
         if self._rptr:
             rc = slot[6]
             rc["c"].value = c_ptr
-            if self._int:
-                rc["ialpha"].value = int(alpha)
-                rc["ibeta"].value = int(beta)
-            else:
-                rc["alpha"].value = alpha
-                rc["beta"].value = beta
+            set_scales(rc, self._int, alpha, beta)
             _driver().launchKernel(self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, slot[7], 0)
 
 
 _DRIVER = None
 _RUNTIME = None
 _CUR = None
+
+
+def set_scales(cells: dict, is_int: bool, alpha, beta) -> None:
+    """Write alpha/beta into a kernel's argument cells: integers for s8 (ValueError otherwise),
+    floats for every other kind."""
+    if is_int:
+        if not (isinstance(alpha, (int, np.integer)) and isinstance(beta, (int, np.integer))):
+            raise ValueError("s8 takes integer alpha and beta")
+        cells["ialpha"].value = int(alpha)
+        cells["ibeta"].value = int(beta)
+    else:
+        cells["alpha"].value = alpha
+        cells["beta"].value = beta
+
+
+def stream_handle(stream) -> int:
+    """The raw ``cudaStream_t`` of a CuPy stream, an int handle, or None (CuPy's current stream)."""
+    if stream is None:
+        return _current_stream().ptr
+    if isinstance(stream, int):
+        return stream
+    return stream.ptr
 
 
 def _current_stream():

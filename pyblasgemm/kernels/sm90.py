@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ctypes as ct
 
-import numpy as np
 
 from .config import KernelConfig
 from .problem import ELEM_BYTES, KernelProblem
@@ -251,14 +250,9 @@ class Sm90Launch:
         return s
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
-        from .launch import _current_stream, _driver, _runtime
+        from .launch import _driver, _runtime, set_scales, stream_handle
 
-        if stream is None:
-            sptr = _current_stream().ptr
-        elif isinstance(stream, int):
-            sptr = stream
-        else:
-            sptr = stream.ptr
+        sptr = stream_handle(stream)
         if (a_ptr | b_ptr) & 15 or c_ptr & (self.c_align - 1):
             raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x}, 0x{c_ptr:x} are outside the bound alignment class "
                              f"(A/B 16 B for TMA, C {self.c_align} B): bind() again for them")
@@ -280,14 +274,7 @@ class Sm90Launch:
             s.last_c = c_ptr
         cells = s.cells
         cells["c"].value = c_ptr
-        if self._int:
-            if not (isinstance(alpha, (int, np.integer)) and isinstance(beta, (int, np.integer))):
-                raise ValueError("s8 takes integer alpha and beta")
-            cells["ialpha"].value = int(alpha)
-            cells["ibeta"].value = int(beta)
-        else:
-            cells["alpha"].value = alpha
-            cells["beta"].value = beta
+        set_scales(cells, self._int, alpha, beta)
         if s.flags_ptr:
             _runtime().memsetAsync(s.flags_ptr, 0, s.flags_bytes, sptr)
         if self._cluster > 1:
@@ -301,10 +288,5 @@ class Sm90Launch:
         if self._rptr:
             rc = s.rcells
             rc["c"].value = c_ptr
-            if self._int:
-                rc["ialpha"].value = int(alpha)
-                rc["ibeta"].value = int(beta)
-            else:
-                rc["alpha"].value = alpha
-                rc["beta"].value = beta
+            set_scales(rc, self._int, alpha, beta)
             _driver().launchKernel(self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, ct.addressof(s.rparams), 0)
