@@ -126,7 +126,7 @@ def find_cuobjdump() -> Path | None:
 
 CUOBJDUMP = find_cuobjdump()
 NO_CUOBJDUMP = ("cuobjdump not found under the 'nvidia' package: install the test extra "
-                "(pip install -e '.[test]', which brings nvidia-cuda-cuobjdump)")
+                "(pip install -e '.[test]', which brings nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm)")
 
 
 def _build(spec, workdir: Path, sass: bool):
@@ -141,7 +141,10 @@ def _build(spec, workdir: Path, sass: bool):
     if sass and CUOBJDUMP is not None:
         path = workdir / f"{kind}-{lay}-{cfg.name}.cubin"
         path.write_bytes(out["binary"])
-        r = subprocess.run([str(CUOBJDUMP), "-sass", str(path)], capture_output=True, text=True)
+        # cuobjdump -sass runs nvdisasm (the nvidia-cuda-nvdisasm wheel, same bin folder)
+        env = dict(os.environ, PATH=f"{CUOBJDUMP.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+                   NVDISASM_PATH=str(CUOBJDUMP.parent))
+        r = subprocess.run([str(CUOBJDUMP), "-sass", str(path)], capture_output=True, text=True, env=env)
         out["sass"] = r.stdout if r.returncode == 0 else None
         out["sass_error"] = f"cuobjdump exit {r.returncode}:\n{r.stderr}"
     return out
@@ -227,6 +230,8 @@ def _sass_functions(sass: str) -> dict[str, str]:
 
 def test_cuobjdump_is_installed():
     assert CUOBJDUMP is not None, NO_CUOBJDUMP
+    # cuobjdump -sass hands the disassembly to nvidia-cuda-nvdisasm's nvdisasm
+    assert any((CUOBJDUMP.parent / n).exists() for n in ("nvdisasm", "nvdisasm.exe")), NO_CUOBJDUMP
 
 
 @pytest.mark.parametrize("spec", [_param(s) for s in SASS_SPECS])
