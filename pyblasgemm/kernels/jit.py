@@ -104,7 +104,13 @@ _SM90_KIND = {"f16": "Sm90KindF16", "bf16": "Sm90KindBF16", "s8": "Sm90KindS8"}
 def sm90_kernel_name(config: KernelConfig, kind: str, transa: str, transb: str) -> str:
     """The Hopper kernel instantiation (impls/sm90_gemm.cuh). Its P operand is op(B)^T
     (K-major when transb = 'N'), its Q operand op(A) (K-major when transa = 'T'); the wgmma N
-    is ``config.bm`` (the tile's extent over m)."""
+    is ``config.bm`` (the tile's extent over m).
+
+    Example::
+
+        sm90_kernel_name(SM90_CONFIGS_BY_TILE["f16"][256], "f16", "T", "N")
+        # 'pyblasgemm::sm90_gemm_kernel<pyblasgemm::Sm90KindF16, true, true, 256, 4, 0, 1, 2>' 
+    """
     pk, qk = transb == "N", transa == "T"
     return (f"pyblasgemm::sm90_gemm_kernel<pyblasgemm::{_SM90_KIND[kind]}, {_b(pk)}, {_b(qk)}, {config.bm}, "
             f"{config.stages}, {config.mode}, {config.cluster}, {config.warps_m}>")
@@ -247,7 +253,12 @@ def _get_cubin(prog: int) -> bytes:
 
 def kernel_cache_dir() -> Path:
     """Where compiled sm_90a kernels are kept: ``$PYBLASGEMM_CACHE_DIR/kernels`` (default
-    ``~/.cache/pyblasgemm/kernels``)."""
+    ``~/.cache/pyblasgemm/kernels``).
+
+    Example::
+
+        kernel_cache_dir()       # PosixPath('/home/me/.cache/pyblasgemm/kernels')
+    """
     d = os.environ.get("PYBLASGEMM_CACHE_DIR")
     return (Path(d) if d else Path.home() / ".cache" / "pyblasgemm") / "kernels"
 

@@ -381,7 +381,12 @@ _CUR = None
 
 def set_scales(cells: dict, is_int: bool, alpha, beta) -> None:
     """Write alpha/beta into a kernel's argument cells: integers for s8 (ValueError otherwise),
-    floats for every other kind."""
+    floats for every other kind.
+
+    Example::
+
+        set_scales(cells, False, 0.5, 0.0)      # cells["alpha"].value == 0.5
+    """
     if is_int:
         if not (isinstance(alpha, (int, np.integer)) and isinstance(beta, (int, np.integer))):
             raise ValueError("s8 takes integer alpha and beta")
@@ -393,7 +398,12 @@ def set_scales(cells: dict, is_int: bool, alpha, beta) -> None:
 
 
 def stream_handle(stream) -> int:
-    """The raw ``cudaStream_t`` of a CuPy stream, an int handle, or None (CuPy's current stream)."""
+    """The raw ``cudaStream_t`` of a CuPy stream, an int handle, or None (CuPy's current stream).
+
+    Example::
+
+        stream_handle(cupy.cuda.Stream())      # its cudaStream_t as an int; None -> current stream
+    """
     if stream is None:
         return _current_stream().ptr
     if isinstance(stream, int):

@@ -99,7 +99,12 @@ def _cluster_config(grid: int, smem: int, cluster: int, threads: int = 384):
 
 def max_active_clusters(func_ptr: int, smem: int, cluster: int, threads: int = 384) -> int:
     """How many clusters of ``cluster`` CTAs can be resident at once (the driver's answer: an SM
-    pair must sit in one GPC, so this can be below SMs / cluster)."""
+    pair must sit in one GPC, so this can be below SMs / cluster).
+
+    Example::
+
+        fit = max_active_clusters(kern.ptr, config.smem_bytes("f16"), 2)   # e.g. 66 on an H100
+    """
     cfg, _attr = _cluster_config(cluster, smem, cluster, threads)
     n = ct.c_int(0)
     rc = _libcuda().cuOccupancyMaxActiveClusters(ct.byref(n), ct.c_void_p(func_ptr), ct.byref(cfg))
@@ -111,7 +116,13 @@ def max_active_clusters(func_ptr: int, smem: int, cluster: int, threads: int = 3
 def encode_tiled(out: TensorMap, kind: str, ptr: int, dims, strides_bytes, box, dtype: int | None = None) -> None:
     """Fill ``out`` for a 3-D tiled map: ``dims`` innermost first, ``strides_bytes`` of dims 1
     and 2, ``box`` the copied tile; ``dtype`` a CUtensorMapDataType (default: the kind's A/B
-    type). Raises ValueError with the driver's error code."""
+    type). Raises ValueError with the driver's error code.
+
+    Example::
+
+        m = TensorMap()
+        encode_tiled(m, "f16", a.data.ptr, (k, m_rows, 1), (lda * 2, lda * 2 * m_rows), (64, 256, 1))
+    """
     lib = _libcuda()
     gdim = (ct.c_uint64 * 3)(*dims)
     gstr = (ct.c_uint64 * 2)(*strides_bytes)
@@ -133,7 +144,14 @@ def _batch_dim(rows: int, ld: int, stride: int, batch: int, eb: int):
 
 def tma_maps(p: KernelProblem, config: KernelConfig):
     """The (dims, strides, box) of the P (from B) and Q (from A) maps for ``p`` (see the table
-    in this module's docstring), and whether each walks the batch."""
+    in this module's docstring), and whether each walks the batch.
+
+    Example::
+
+        p = KernelProblem("f16", "T", "N", 300, 200, 512, 512, 512, 300, 256, 256, 256)
+        (pdims, pstrides, pbox), qmap, p_batched, q_batched = tma_maps(p, SM90_CONFIGS_BY_TILE["f16"][256])
+        # pdims == (512, 200, 1): K contiguous, n rows; pbox == (64, 128, 1)
+    """
     eb = ELEM_BYTES[p.kind]
     bke = 128 // eb
     if p.transb == "N":    # B(k x n) column-major: K contiguous
@@ -153,7 +171,12 @@ def tma_maps(p: KernelProblem, config: KernelConfig):
 
 
 def c_map(p: KernelProblem):
-    """The TMA-store map of C (m, n, batch) with 64-row x 128-byte boxes (the epilogue's)."""
+    """The TMA-store map of C (m, n, batch) with 64-row x 128-byte boxes (the epilogue's).
+
+    Example::
+
+        dims, strides, box = c_map(p)     # ((m, n, 1), (ldc * 2, ...), (64, 64, 1)) for fp16 C
+    """
     cb = p.c_bytes
     batch, stride = _batch_dim(p.n, p.ldc, p.stride_c, p.batch, cb)
     return (p.m, p.n, batch), (p.ldc * cb, stride), (128 // cb, 64, 1)
@@ -183,6 +206,11 @@ class Sm90Launch:
 
     A and B must be 16-byte aligned (TMA); C must be in the alignment class it was bound for
     (``c_align`` bytes: paired stores when C allows them). ValueError otherwise.
+
+    Example::
+
+        launch = bind(problem, SM90_CONFIGS_BY_TILE["f16"][256])   # a Sm90Launch on an H100
+        launch(a.data.ptr, b.data.ptr, c.data.ptr, 1.0, 0.0)
     """
 
     def __init__(self, problem: KernelProblem, config: KernelConfig, kern, red, geometry: dict, smem: int, dev: int):

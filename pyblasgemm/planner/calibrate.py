@@ -478,7 +478,13 @@ def _residuals(cal, kp, backends):
 def derive_sm90(paths) -> dict:
     """The Hopper kernel's calibration from ``bench/bench_sm90.py`` results: per (kind, tile),
     ``eff = model time at efficiency 1 / measured`` over the sliced points with at least two
-    waves of tiles (median), and every such point's residual kept for reference."""
+    waves of tiles (median), and every such point's residual kept for reference.
+
+    Example::
+
+        cal = derive_sm90(["bench/results/sm90_h100_2026-11-22_run7.json"])
+        cal["f16"]["tiles"]["sm90a_256x128x128B_w2x1_s4"]             # fraction of the wgmma peak
+    """
     per: dict = {}
     sources = {}
     for path in paths:

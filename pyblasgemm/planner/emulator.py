@@ -284,7 +284,13 @@ def emulate(a: np.ndarray, b: np.ndarray, cfg: KernelConfig, sm_count: int = 4,
 def sm90_coord(unit: int, units_m: int, tiles_n: int, group: int, unit_m: int = 1,
                rank: int = 0) -> tuple[int, int, int]:
     """``sm90_coord`` of impls/sm90_gemm.cuh: (batch, tile row, tile column) of the D tile that
-    CTA ``rank`` of a cluster takes in work unit ``unit`` (a unit = ``unit_m`` tile rows)."""
+    CTA ``rank`` of a cluster takes in work unit ``unit`` (a unit = ``unit_m`` tile rows).
+
+    Example::
+
+        sm90_coord(5, units_m=3, tiles_n=4, group=8)               # -> (0, 2, 1)
+        sm90_coord(5, units_m=2, tiles_n=4, group=8, unit_m=2, rank=1)   # -> (0, 3, 2): CTA 1 of a pair
+    """
     per = units_m * tiles_n
     b = unit // per
     lin = unit - b * per
