@@ -112,7 +112,8 @@ def test_planner_serves_stored_winner(monkeypatch):
     # another device (identity) does not see it
     monkeypatch.setattr(AT, "identity_provider", lambda device: dict(FAKE_ID, device="other"))
     pyblasgemm.clear_plan_cache()
-    assert pyblasgemm.plan(3072, 3072, 3072, "f16", transa="T").source == "heuristic"
+    # (the shipped measured-choice table may answer instead of the model: not the stored winner)
+    assert pyblasgemm.plan(3072, 3072, 3072, "f16", transa="T").source in ("heuristic", "measured")
 
 
 def test_cublas_can_win(monkeypatch):

@@ -6,7 +6,8 @@ rejects the invalid ones with the reason (one predicate: ``KernelConfig.validate
 device's limits), scores the rest and cuBLAS with an analytic cost model calibrated on the
 H100 measurements in ``bench/results/`` (``calibration_h100.json``; see
 :mod:`pyblasgemm.planner.model` and :mod:`pyblasgemm.planner.calibrate`), and returns a frozen
-:class:`Plan`. Plans are memoized per (device, problem); ``autotune=True`` / :func:`tune` time
+:class:`Plan`. On the measured device (an H100 SXM), a table of measured choices
+(:mod:`pyblasgemm.planner.measured`) overrides the model at and near the public suite's shapes. Plans are memoized per (device, problem); ``autotune=True`` / :func:`tune` time
 the top candidates on the GPU and persist the winners on disk.
 
 Public API::
@@ -42,6 +43,9 @@ Environment variables (all ``PYBLASGEMM_*``; read at import, re-read by
 ``PYBLASGEMM_PRINT_PLANS``      '1': print ``Plan.explain()`` to stderr for every new plan.
 ``PYBLASGEMM_NO_PLAN_CACHE``    '1': do not memoize plans in memory (plan every call).
 ``PYBLASGEMM_AUTOTUNE``         '1': autotune every new problem on the GPU (as ``autotune=True``).
+``PYBLASGEMM_NO_MEASURED_CHOICES`` '1': ignore the measured-choice table
+                                (``choices_sm90_h100.json``, :mod:`pyblasgemm.planner.measured`):
+                                the cost model alone decides.
 ``PYBLASGEMM_CACHE_DIR``        directory of the autotune cache (default
                                 ``~/.cache/pyblasgemm/``); compiled sm_90a kernels go under
                                 ``kernels/`` there.

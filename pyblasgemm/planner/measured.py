@@ -1,0 +1,156 @@
+"""Measured choices: the fastest implementation per problem, as timed on one GPU.
+
+The cost model (:mod:`pyblasgemm.planner.model`) generalises, but it mis-ranks some problems
+by more than the 5 % that matter (small squares, decode shapes, long K, near-ties). So, like
+cuBLAS's shipped heuristics tables and an autotuner's pre-seeded cache, the planner also
+consults a table of *measured* choices, ``choices_sm90_h100.json``: for each problem of the
+public shape suite, the implementation that ran fastest in ``bench/bench_planner.py`` runs on an
+H100 (cuBLAS, or one of our kernel configs by name), with its time, the runner-up and the times
+of every implementation timed there. It is derived by
+``python -m pyblasgemm.planner.calibrate --choices <planner run JSON> [...]``
+(:func:`pyblasgemm.planner.calibrate.derive_choices`).
+
+:func:`lookup` is the rule for when an entry applies (a pure function of the table, the
+problem's facts and the :class:`~pyblasgemm.planner.arch.ArchSpec`); the planner
+(:mod:`pyblasgemm.planner.core`) then takes the entry's implementation if it is valid for the
+exact problem. ``PYBLASGEMM_NO_MEASURED_CHOICES=1`` turns the table off.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .arch import ArchSpec
+
+__all__ = ["CHOICES_FILE", "MeasuredChoice", "load_choices", "lookup", "choice_for_desc",
+           "NEAR_FACTOR", "LAYOUT_FREE_KINDS"]
+
+#: the shipped table (bench/results/planner_sm90_h100_*.json on an H100 SXM)
+CHOICES_FILE = Path(__file__).resolve().parent / "choices_sm90_h100.json"
+
+#: an entry applies to problems whose m, n and k are each within this factor of the measured
+#: shape: close enough that tile counts, waves and the K loop change by at most ~10 %
+NEAR_FACTOR = 1.1
+
+#: kinds for which the measured layout does not matter: the Hopper kernel's wgmma reads K- and
+#: MN-major 16-bit operands from shared memory alike, and cuBLAS has native kernels for every
+#: 16-bit layout. int8 is different (wgmma reads K-major int8 only: other layouts run other
+#: kernels of ours, and cuBLAS rearranges the operands first), so other kinds need the layout
+#: that was measured.
+LAYOUT_FREE_KINDS = frozenset({"f16", "bf16"})
+
+
+@dataclass(frozen=True)
+class MeasuredChoice:
+    """One entry of the table: at ``m x n x k`` of ``kind`` / ``compute``, ``impl`` ('cublas' or
+    a kernel config name) measured fastest, in ``time_s`` (median over the source runs)."""
+
+    kind: str
+    compute: str
+    m: int
+    n: int
+    k: int
+    align: int                 # byte alignment of the measured problem (make_desc's rule)
+    impl: str
+    time_s: float
+    runner_up: str | None
+    runner_up_s: float | None
+    times: dict = field(compare=False, repr=False)   # every implementation timed: median s
+    device: str = ""
+    sources: tuple = ()
+    cublas_tolerance: float = 0.0    # cuBLAS was preferred within this fraction of the fastest
+
+    @property
+    def shape(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+    def time_of(self, impl: str) -> float | None:
+        """The measured time of ``impl`` at this shape, or None if it was not timed."""
+        return self.times.get(impl)
+
+
+@functools.lru_cache(maxsize=4)
+def _read(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def load_choices(path=None) -> dict | None:
+    """The table as a dict (the shipped file unless ``path``), or None when there is none."""
+    return _read(str(path or CHOICES_FILE))
+
+
+def _cc(text: str) -> tuple:
+    major, minor = str(text).split(".")
+    return int(major), int(minor)
+
+
+def lookup(table: dict | None, arch: ArchSpec, *, kind: str | None, compute: str, transa: str,
+           transb: str, m: int, n: int, k: int, batch: int = 1, align: int = 16):
+    """The table entry that applies to this problem on ``arch``, or None.
+
+    An entry applies when all of these hold:
+
+    * ``arch`` is the measured device: the same compute capability and SM count (the datasheet
+      H100 spec, ``arch='sm_90'``, matches an H100 SXM table; an A100 or an H100 PCIe with
+      114 SMs does not);
+    * ``batch == 1`` (the runs timed single GEMMs);
+    * the same kind and compute mode, and the same byte ``align``\\ ment class as the measured
+      problem (leading dimensions decide whether the TMA / vectorized paths run at all);
+    * for int8 (any kind outside :data:`LAYOUT_FREE_KINDS`), the measured layout;
+    * each of m, n, k within :data:`NEAR_FACTOR` of the measured shape; of several such
+      entries, the nearest in log distance.
+
+    Example::
+
+        >>> from pyblasgemm.planner.arch import FAMILIES
+        >>> table = load_choices()
+        >>> e = lookup(table, FAMILIES["sm_90"], kind="f16", compute="fp32", transa="T",
+        ...            transb="N", m=136, n=4000, k=4096)
+        >>> e.shape                                  # the nearest measured shape
+        '128x4096x4096'
+        >>> lookup(table, FAMILIES["sm_80"], kind="f16", compute="fp32", transa="T",
+        ...        transb="N", m=128, n=4096, k=4096) is None       # another GPU
+        True
+    """
+    if not table or kind is None or batch != 1:
+        return None
+    dev = table["device"]
+    # the measured choices hold for the measured chip: same architecture and SM count
+    if tuple(arch.cc) != _cc(dev["cc"]) or arch.sm_count != dev["sm_count"]:
+        return None
+    layout = table["layout"]
+    if kind not in LAYOUT_FREE_KINDS and transa + transb != layout:
+        return None
+    limit = math.log(NEAR_FACTOR) + 1e-12
+    best, best_d = None, math.inf
+    for e in table["entries"]:
+        if e["kind"] != kind or e["compute"] != compute or e["align"] != align:
+            continue
+        logs = [abs(math.log(q / s)) for q, s in ((m, e["m"]), (n, e["n"]), (k, e["k"]))]
+        if max(logs) > limit:
+            continue
+        d = math.sqrt(sum(x * x for x in logs))
+        if d < best_d:            # ties: the first in the table (deterministic)
+            best, best_d = e, d
+    if best is None:
+        return None
+    return MeasuredChoice(best["kind"], best["compute"], best["m"], best["n"], best["k"],
+                          best["align"], best["impl"], best["time_s"], best["runner_up"],
+                          best["runner_up_s"], dict(best["times"]), dev["name"],
+                          tuple(table["sources"]), table.get("cublas_tolerance", 0.0))
+
+
+def choice_for_desc(desc, arch: ArchSpec, table: dict | None = None):
+    """:func:`lookup` for a ``GemmDesc`` (the shipped table unless ``table``)."""
+    from .problem import kind_of
+
+    return lookup(load_choices() if table is None else table, arch, kind=kind_of(desc),
+                  compute=desc.compute, transa=desc.transa, transb=desc.transb, m=desc.m,
+                  n=desc.n, k=desc.k, batch=desc.batch, align=desc.align)
