@@ -2,7 +2,10 @@
 
 For each problem every candidate config (tile x decomposition x splits) is timed, the best one
 reported next to cuBLAS: ``torch.matmul`` (cuBLAS / cuBLASLt) and ``cupy.matmul`` for fp16 and
-bf16, ``torch._int_mm`` (cuBLASLt) for int8. CUDA events around back-to-back calls after warm-up,
+bf16, ``torch._int_mm`` (cuBLASLt) for int8, SGEMM (``torch.matmul`` / ``cupy.matmul`` on float32,
+TF32 off) for 3xTF32, cuBLAS's TF32 mode for tf32 and ``cublasGemmEx`` with a float32 C for the
+fp32-output kinds (``f16_out32``, ``bf16_out32``); ``cublasGemmEx`` through pyblasgemm's cuBLAS
+backend for every kind. CUDA events around back-to-back calls after warm-up,
 median of samples (bench/timing.py). Problems are in BLAS terms (column-major C = op(A) op(B));
 the torch/cupy calls compute the same product on the same bytes (row-major views). The sweep
 picks our best config; the reported ratio then comes from a head-to-head in which the winner and
@@ -49,6 +52,9 @@ PROBLEMS = [
     ("tail", "f16", "TN", 3072, 3072, 3072), ("tail", "f16", "TN", 5000, 5000, 5000),
     ("tail", "f16", "TN", 17024, 256, 4096),
     ("splitk", "f16", "TN", 256, 256, 65536), ("splitk", "f16", "TN", 512, 512, 32768),
+    ("fp32", "3xtf32", "NN", 8192, 8192, 8192), ("fp32", "3xtf32", "TN", 4096, 4096, 4096),
+    ("fp32", "tf32", "NN", 8192, 8192, 8192),
+    ("out32", "f16_out32", "TN", 8192, 8192, 8192), ("out32", "bf16_out32", "NN", 4096, 4096, 4096),
 ]
 ROUNDS = 5  # alternating head-to-head rounds of the winner against each cuBLAS path
 QUICK = [PROBLEMS[1], PROBLEMS[7], PROBLEMS[9], PROBLEMS[12]]
@@ -71,10 +77,11 @@ def make(kind, layout, m, n, k, rng):
         a = cp.asarray(rng.integers(-64, 64, size=shape_a, dtype=np.int8))
         b = cp.asarray(rng.integers(-64, 64, size=shape_b, dtype=np.int8))
         return a, b, cp.zeros((n, m), dtype=cp.int32)
-    dt = np.float16 if kind == "f16" else _bf16()
+    dt = {"f16": np.float16, "f16_out32": np.float16, "tf32": np.float32, "3xtf32": np.float32}.get(kind) or _bf16()
     a = cp.asarray(rng.standard_normal(shape_a, dtype=np.float32).astype(dt))
     b = cp.asarray(rng.standard_normal(shape_b, dtype=np.float32).astype(dt))
-    return a, b, cp.zeros((n, m), dtype=dt)
+    c_dt = np.float32 if kind in ("tf32", "3xtf32", "f16_out32", "bf16_out32") else dt
+    return a, b, cp.zeros((n, m), dtype=c_dt)
 
 
 def problem(kind, layout, m, n, k, a, b, c):
@@ -118,23 +125,31 @@ def cublas_fns(kind, layout, m, n, k, a, b):
         if kind == "s8":
             # cuBLASLt int8 wants "TN": (n, k) row-major @ (k, m) column-major
             fns["torch._int_mm"] = lambda: torch._int_mm(bt, at)
-        else:
+        elif kind == "3xtf32":
+            torch.backends.cuda.matmul.allow_tf32 = False    # SGEMM: what 3xTF32 replaces
+            fns["torch.matmul (SGEMM)"] = lambda: torch.matmul(bt, at)
+        elif kind in ("f16", "bf16"):
             fns["torch.matmul"] = lambda: torch.matmul(bt, at)
-    if kind != "s8":
+    if kind in ("f16", "bf16", "3xtf32"):
         ca = a.T if ta == "T" else a
         cb = b if tb == "N" else b.T
-        fns["cupy.matmul"] = lambda: cp.matmul(cb, ca)
+        fns["cupy.matmul (SGEMM)" if kind == "3xtf32" else "cupy.matmul"] = lambda: cp.matmul(cb, ca)
     # pyblasgemm's own cuBLAS backend (cublasGemmEx) on the same column-major memory: for int8
     # this is the fastest cuBLAS path, faster than torch._int_mm's cuBLASLt
     import pyblasgemm
 
-    routine = {"f16": pyblasgemm.hgemm, "bf16": pyblasgemm.bgemm, "s8": pyblasgemm.igemm}[kind]
+    routine = {"f16": pyblasgemm.hgemm, "bf16": pyblasgemm.bgemm, "s8": pyblasgemm.igemm,
+               "f16_out32": pyblasgemm.shgemm, "bf16_out32": pyblasgemm.sbgemm, "tf32": pyblasgemm.sgemm,
+               "3xtf32": pyblasgemm.sgemm}[kind]
+    # cuBLAS's nearest mode: 3xTF32 replaces SGEMM (fp32); tf32 is cuBLAS's TF32 mode
+    compute = {"3xtf32": "fp32", "tf32": "tf32"}.get(kind)
     one, zero = (1, 0) if kind == "s8" else (1.0, 0.0)
     lda, ldb = (k if ta == "T" else m), (k if tb == "N" else n)
-    c = cp.empty(m * n, dtype=cp.int32 if kind == "s8" else a.dtype)
+    c_dt = {"s8": cp.int32, "f16_out32": cp.float32, "bf16_out32": cp.float32}.get(kind, a.dtype)
+    c = cp.empty(m * n, dtype=c_dt)
     fa, fb = a.ravel(), b.ravel()
     fns["cublasGemmEx (pyblasgemm backend='cublas')"] = lambda: routine(
-        ta, tb, m, n, k, one, fa, lda, fb, ldb, zero, c, m, backend="cublas")
+        ta, tb, m, n, k, one, fa, lda, fb, ldb, zero, c, m, backend="cublas", compute=compute)
     return fns
 
 
@@ -222,14 +237,14 @@ def main(argv=None):
     ap.add_argument("--out")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--samples", type=int, default=15)
-    ap.add_argument("--only", help="substring filter on 'kind-layout-mxnxk'")
+    ap.add_argument("--only", help="comma-separated substrings of 'kind-layout-mxnxk' to keep")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     dev = cp.cuda.Device()
     sms = dev.attributes["MultiProcessorCount"]
     probs = QUICK if args.quick else PROBLEMS
     if args.only:
-        probs = [p for p in probs if args.only in f"{p[1]}-{p[2]}-{p[3]}x{p[4]}x{p[5]}"]
+        probs = [p for p in probs if any(o in f"{p[1]}-{p[2]}-{p[3]}x{p[4]}x{p[5]}" for o in args.only.split(","))]
     rows = []
     for group, kind, layout, m, n, k in probs:
         r = bench_one(kind, layout, m, n, k, rng, sms, args.samples)

@@ -3,7 +3,8 @@
 Three forms, one engine:
 
 * the BLAS raw form, column-major with leading dimensions: :func:`sgemm`, :func:`dgemm`,
-  :func:`hgemm`, :func:`bgemm`, :func:`igemm`, :func:`cgemm`, :func:`zgemm`;
+  :func:`hgemm`, :func:`bgemm`, :func:`igemm`, :func:`cgemm`, :func:`zgemm`, and the
+  mixed-precision :func:`shgemm` / :func:`sbgemm` (16-bit A and B, float32 C);
 * :func:`gemm`, the pythonic form of ``cupy.cublas.gemm`` for every supported dtype;
 * :func:`matmul`, exactly ``numpy.matmul``.
 
@@ -11,7 +12,7 @@ CuPy arrays run on the GPU (our tensor-core kernels, or cuBLAS), NumPy arrays on
 Importing the package imports neither CuPy nor creates a CUDA context.
 """
 from ._types import get_default_compute, set_default_compute
-from .blas import bgemm, cgemm, dgemm, hgemm, igemm, sgemm, zgemm
+from .blas import bgemm, cgemm, dgemm, hgemm, igemm, sbgemm, sgemm, shgemm, zgemm
 from .desc import BlasArgumentError, GemmDesc
 from .gemm import gemm
 from .matmul import matmul
@@ -21,7 +22,7 @@ from .planner import Plan, clear_plan_cache, plan, tune
 __version__ = "0.1.0"
 
 __all__ = [
-    "sgemm", "dgemm", "hgemm", "bgemm", "igemm", "cgemm", "zgemm",
+    "sgemm", "dgemm", "hgemm", "bgemm", "igemm", "cgemm", "zgemm", "shgemm", "sbgemm",
     "gemm", "matmul",
     "BlasArgumentError", "GemmDesc", "Plan", "clear_plan_cache", "plan", "tune",
     "set_default_compute", "get_default_compute",

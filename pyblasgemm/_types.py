@@ -25,7 +25,7 @@ int32 = np.dtype(np.int32)
 class TypeRow:
     """What a BLAS prefix means: operand dtype, output dtype, scalar kind, compute modes."""
 
-    prefix: str             # 's', 'd', 'h', 'b', 'i', 'c', 'z'
+    prefix: str             # 's', 'd', 'h', 'b', 'i', 'c', 'z'; 'sh', 'sb' (16-bit in, float32 out)
     ab_dtype: np.dtype      # dtype of A and B
     c_dtype: np.dtype       # dtype of C
     scalar_kind: str        # 'real', 'complex' or 'int' (what alpha and beta may be)
@@ -48,10 +48,18 @@ TYPE_ROWS = {
     "i": TypeRow("i", int8, int32, "int", ("int32",)),
     "c": TypeRow("c", complex64, complex64, "complex", ("fp32",)),
     "z": TypeRow("z", complex128, complex128, "complex", ("fp64",)),
+    # mixed precision, named as OpenBLAS names them: 16-bit A and B, float32 C and scalars,
+    # float32 accumulation (the products of 16-bit values are exact in float32)
+    "sh": TypeRow("sh", float16, float32, "real", ("fp32",)),
+    "sb": TypeRow("sb", bfloat16, float32, "real", ("fp32",)),
 }
 
-#: operand dtype -> type row, for the array forms (gemm, matmul)
-ROW_BY_DTYPE = {row.ab_dtype: row for row in TYPE_ROWS.values()}
+#: operand dtype -> the type row of that operand type with its own output type (gemm, matmul)
+ROW_BY_DTYPE = {row.ab_dtype: row for row in TYPE_ROWS.values() if row.ab_dtype == row.c_dtype
+                or row.prefix == "i"}
+#: (operand dtype, output dtype) -> type row: gemm's ``out=`` and matmul's ``dtype=`` pick
+#: the mixed-precision rows with it
+ROW_BY_DTYPES = {(row.ab_dtype, row.c_dtype): row for row in TYPE_ROWS.values()}
 
 # --- package-wide default for compute= -------------------------------------------------------
 # Only float32 has a real choice of default (IEEE fp32, or the faster tf32 / 3xtf32 modes).

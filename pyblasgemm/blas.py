@@ -1,4 +1,5 @@
-"""The BLAS raw form: ``sgemm``, ``dgemm``, ``hgemm``, ``bgemm``, ``igemm``, ``cgemm``, ``zgemm``.
+"""The BLAS raw form: ``sgemm``, ``dgemm``, ``hgemm``, ``bgemm``, ``igemm``, ``cgemm``, ``zgemm``,
+and the mixed-precision ``shgemm`` / ``sbgemm`` (16-bit A and B, float32 C; OpenBLAS's names).
 
 Reference-BLAS semantics on column-major memory, as a Fortran or cuBLAS caller expects:
 ``C = alpha * op(A) @ op(B) + beta * C``, ``op(X)`` one of X, Xᵀ ('T'), Xᴴ ('C').
@@ -89,6 +90,16 @@ array([3, 3, 3, 3], dtype=bfloat16)""",
 >>> c = np.ones(4, dtype=np.int32)
 >>> pyblasgemm.igemm('N', 'N', 2, 2, 3, 1, a, 2, b, 3, 5, c, 2)
 array([30005, 30005, 30005, 30005], dtype=int32)""",
+    "sh": """>>> import numpy as np, pyblasgemm
+>>> a = np.full(3, 300, dtype=np.float16)       # 300 * 300 * 3 overflows float16, not float32
+>>> c = np.full(1, np.nan, dtype=np.float32)     # beta = 0: the NaN is never read
+>>> pyblasgemm.shgemm('T', 'N', 1, 1, 3, 1.0, a, 3, a, 3, 0.0, c, 1)
+array([270000.], dtype=float32)""",
+    "sb": """>>> import numpy as np, ml_dtypes, pyblasgemm
+>>> a = np.array([1, 2, 3, 4], dtype=ml_dtypes.bfloat16)   # 2 x 2, column-major
+>>> c = np.ones(4, dtype=np.float32)
+>>> pyblasgemm.sbgemm('N', 'N', 2, 2, 2, 0.5, a, 2, a, 2, 1.0, c, 2)
+array([ 4.5,  6. ,  8.5, 12. ], dtype=float32)""",
     "c": """>>> import numpy as np, pyblasgemm
 >>> a = np.array([1j, 2], dtype=np.complex64)   # a 2 x 1 matrix
 >>> c = np.zeros(1, dtype=np.complex64)
@@ -107,6 +118,10 @@ _TITLES = {
     "h": "Half-precision GEMM (float16 in and out, float32 accumulation by default).",
     "b": "bfloat16 GEMM (ml_dtypes.bfloat16 in and out, float32 accumulation).",
     "i": "int8 GEMM: int8 A and B, int32 C, integer alpha and beta, int32 accumulation.",
+    "sh": ("Mixed-precision GEMM: float16 A and B, float32 C and scalars, float32 accumulation "
+           "(cuBLAS's GemmEx with a 32F C; OpenBLAS's shgemm)."),
+    "sb": ("Mixed-precision GEMM: bfloat16 A and B, float32 C and scalars, float32 accumulation "
+           "(OpenBLAS's and MKL's sbgemm / gemm_bf16bf16f32)."),
     "c": "Single-precision complex GEMM (complex64).",
     "z": "Double-precision complex GEMM (complex128).",
 }
@@ -142,3 +157,5 @@ bgemm = _make("b")
 igemm = _make("i")
 cgemm = _make("c")
 zgemm = _make("z")
+shgemm = _make("sh")
+sbgemm = _make("sb")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from . import _arrays
 from ._strided import strided_gemm
-from ._types import ROW_BY_DTYPE, resolve_compute
+from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, resolve_compute
 from .desc import check_backend, check_same_place, check_scalar, check_trans
 from ._layout import may_overlap
 
@@ -30,7 +30,9 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
     a, b : numpy.ndarray or cupy.ndarray
         2-D arrays of one dtype; ``op(a)`` is m x k and ``op(b)`` is k x n.
     out : array, optional
-        m x n output of the result dtype (int32 for int8 inputs), updated in place. When
+        m x n output of the result dtype (int32 for int8 inputs; float16 and bfloat16 inputs
+        may also write a float32 ``out``, as :func:`shgemm` / :func:`sbgemm`: float32
+        accumulation, one rounding to float32), updated in place. When
         omitted, a new array is returned and ``beta`` is ignored (as in CuPy); it is F-ordered
         like CuPy's unless ``a`` and ``b`` are both C-ordered (then C-ordered, the faster
         arrangement for the backends).
@@ -54,6 +56,9 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
     >>> pyblasgemm.gemm('T', 'N', a, a, out=out, alpha=1, beta=-1)
     array([[ 9., 13.],
            [13., 19.]], dtype=float32)
+    >>> h = np.full((1, 4), 200, dtype=np.float16)                 # 4 * 200² overflows float16
+    >>> pyblasgemm.gemm('N', 'T', h, h, out=np.empty((1, 1), dtype=np.float32))
+    array([[160000.]], dtype=float32)
     """
     r = _ROUTINE
     for name, x in (("a", a), ("b", b)):
@@ -69,6 +74,9 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
     if row is None:
         raise TypeError(f"{r}: dtype {a.dtype.name} is not supported; use one of "
                         f"{_supported_names()}")
+    if out is not None and getattr(out, "dtype", None) is not None and out.dtype != row.c_dtype:
+        # a float32 out for 16-bit operands selects the mixed-precision routine (shgemm/sbgemm)
+        row = ROW_BY_DTYPES.get((a.dtype, out.dtype), row)
     ta = check_trans(r, 1, "transa", transa, row)
     tb = check_trans(r, 2, "transb", transb, row)
     m, ka = a.shape if ta == "N" else a.shape[::-1]
@@ -97,7 +105,8 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
             raise ValueError(f"{r}: out has shape {out.shape}; expected ({m}, {n})")
         if out.dtype != row.c_dtype:
             raise TypeError(f"{r}: out has dtype {out.dtype.name}; expected "
-                            f"{row.c_dtype.name}")
+                            f"{row.c_dtype.name}"
+                            + (" or float32" if row.ab_dtype.itemsize == 2 else ""))
         if not _arrays.is_writeable(out):
             raise ValueError(f"{r}: out is read-only")
         for name, x in (("a", a), ("b", b)):

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _arrays
 from ._strided import strided_gemm
-from ._types import ROW_BY_DTYPE, resolve_compute
+from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, resolve_compute
 from ._layout import may_overlap
 from .desc import check_backend
 
@@ -84,14 +84,37 @@ def _same_device(a, b) -> bool:
     return dev == b.data.device_id and dev == _arrays.current_device()
 
 
-def _delegate(a, b, out):
+def _delegate(a, b, out, dtype=None):
+    kw = {} if dtype is None else {"dtype": dtype}
+    if out is not None:
+        kw["out"] = out
     if _exact_array(a) == "cupy" or _exact_array(b) == "cupy" or _arrays.is_cupy_array(out):
         import cupy
-        return cupy.matmul(a, b) if out is None else cupy.matmul(a, b, out=out)
-    return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+        return cupy.matmul(a, b, **kw)
+    return np.matmul(a, b, **kw)
 
 
-def matmul(a, b, out=None, *, compute=None, backend=None, autotune=None):
+def _with_dtype(xp_name, a, b, dtype):
+    """(row or None, (compute dtype, result dtype)) for ``dtype=``; None: delegate.
+
+    NumPy's ``dtype=`` casts the operands to ``dtype`` and multiplies in it. float16 or
+    bfloat16 operands with ``dtype=float32`` are the mixed-precision rows (shgemm / sbgemm):
+    16-bit products are exact in float32, so the kernels' float32 accumulation of the 16-bit
+    data is that computation, without the copies. A ``dtype`` equal to the product's own is a
+    no-op; anything else goes to NumPy / CuPy."""
+    try:
+        want = np.dtype(dtype)
+    except TypeError:
+        return None
+    if a.dtype == b.dtype and (a.dtype, want) in ROW_BY_DTYPES and a.dtype != want:
+        return ROW_BY_DTYPES[(a.dtype, want)], (a.dtype, want)
+    dtypes = _loop_dtypes(xp_name, a.dtype, b.dtype)
+    if dtypes is not None and dtypes == (want, want):
+        return ROW_BY_DTYPE[want], dtypes
+    return None
+
+
+def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=None):
     """Matrix product with exactly ``numpy.matmul``'s semantics, on NumPy or CuPy arrays.
 
     1-D operands are promoted (a vector on the left is a row, on the right a column) and the
@@ -105,6 +128,10 @@ def matmul(a, b, out=None, *, compute=None, backend=None, autotune=None):
     ----------
     a, b : array_like
     out : array, optional
+    dtype : dtype, optional
+        As ``numpy.matmul``'s: compute and return in this type. float16 / bfloat16 operands
+        with ``dtype=float32`` run as :func:`shgemm` / :func:`sbgemm` (no float32 copies of
+        the operands); other requests NumPy or CuPy serve.
     compute : str, optional
         Accumulation mode, as for the BLAS form (e.g. ``'tf32'`` for float32).
     backend : {'auto', 'tensorcore', 'cublas', 'host'}, optional
@@ -125,8 +152,11 @@ def matmul(a, b, out=None, *, compute=None, backend=None, autotune=None):
            [21., 30.]], dtype=float32)
     >>> pyblasgemm.matmul(b, b)
     np.float32(3.0)
+    >>> h = np.full((1, 4), 200, dtype=np.float16)      # 4 * 200² overflows float16
+    >>> pyblasgemm.matmul(h, h.T, dtype=np.float32)
+    array([[160000.]], dtype=float32)
     """
-    if (out is None and compute is None and backend is None and autotune is None
+    if (out is None and dtype is None and compute is None and backend is None and autotune is None
             and type(a) is type(b)
             and type(a) in _arrays.ARRAY_TYPES and a.ndim == 2 and b.ndim == 2):
         fast = _FAST_2D.get((type(a), a.dtype, b.dtype))
@@ -143,37 +173,42 @@ def matmul(a, b, out=None, *, compute=None, backend=None, autotune=None):
         out = out[0]
     xp_name = _exact_array(a)
     if xp_name is None or _exact_array(b) != xp_name or a.ndim == 0 or b.ndim == 0:
-        return _delegate(a, b, out)
+        return _delegate(a, b, out, dtype)
     if xp_name == "cupy" and a.device.id != b.device.id:
-        return _delegate(a, b, out)
-    dtypes = _loop_dtypes(xp_name, a.dtype, b.dtype)
+        return _delegate(a, b, out, dtype)
+    row = None
+    if dtype is None:
+        dtypes = _loop_dtypes(xp_name, a.dtype, b.dtype)
+    else:
+        row, dtypes = _with_dtype(xp_name, a, b, dtype) or (None, None)
     if dtypes is None:
-        return _delegate(a, b, out)
-    dtype, result_dtype = dtypes
+        return _delegate(a, b, out, dtype)
+    result_dtype = dtypes[1]
     a2 = a[None, :] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
     m, k = a2.shape[-2:]
     k2, n = b2.shape[-2:]
     if k != k2:
-        return _delegate(a, b, out)
+        return _delegate(a, b, out, dtype)
     try:
         batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
     except ValueError:
-        return _delegate(a, b, out)
+        return _delegate(a, b, out, dtype)
     shape = batch + (m, n)
     final_shape = shape[:-2] + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
     if out is not None:
         if (_exact_array(out) != xp_name or out.shape != final_shape or out.dtype != result_dtype
                 or not _arrays.is_writeable(out)
                 or (xp_name == "cupy" and out.device.id != a.device.id)):
-            return _delegate(a, b, out)
-    row = ROW_BY_DTYPE[dtype]
+            return _delegate(a, b, out, dtype)
+    operand_dtype = dtypes[0]
+    row = row or ROW_BY_DTYPE[operand_dtype]
     compute = resolve_compute(row, compute, _ROUTINE)
     backend = check_backend(_ROUTINE, backend)
     xp = _arrays.xp_of(xp_name)
 
-    a2 = a2.astype(dtype, copy=False)
-    b2 = b2.astype(dtype, copy=False)
+    a2 = a2.astype(operand_dtype, copy=False)
+    b2 = b2.astype(operand_dtype, copy=False)
     if (out is None or row.c_dtype != result_dtype or may_overlap(out, a)
             or may_overlap(out, b)):
         # A fresh C-ordered result: no out, an out that overlaps the inputs (NumPy's answer is

@@ -22,13 +22,16 @@ TOLERANCE = {
     ("c", "fp32"): 2e-5,
     ("z", "fp64"): 1e-12,
     ("i", "int32"): 0.0,
+    # 16-bit operands, float32 C: exact products, float32 accumulation and output
+    ("sh", "fp32"): 2e-5,
+    ("sb", "fp32"): 2e-5,
 }
 
 DTYPES = {
     "s": np.float32, "d": np.float64, "h": np.float16, "b": ml_dtypes.bfloat16,
-    "i": np.int8, "c": np.complex64, "z": np.complex128,
+    "i": np.int8, "c": np.complex64, "z": np.complex128, "sh": np.float16, "sb": ml_dtypes.bfloat16,
 }
-C_DTYPES = dict(DTYPES, i=np.int32)
+C_DTYPES = dict(DTYPES, i=np.int32, sh=np.float32, sb=np.float32)
 
 
 def random_array(rng, prefix, size, c=False):
@@ -38,7 +41,7 @@ def random_array(rng, prefix, size, c=False):
         lo, hi = (-1000, 1000) if c else (-128, 128)
         return rng.integers(lo, hi, size=size).astype(dtype)
     x = rng.uniform(-1, 1, size=size)
-    if prefix in "cz":
+    if prefix in ("c", "z"):
         x = x + 1j * rng.uniform(-1, 1, size=size)
     return x.astype(dtype)
 

@@ -13,7 +13,7 @@ import pyblasgemm
 from _ref import C_DTYPES, TOLERANCE, col_major, expected, check_close, op, random_array
 from conftest import XP_PARAMS, to_host
 
-ROUTINES = {p: getattr(pyblasgemm, p + "gemm") for p in "sdhbicz"}
+ROUTINES = {p: getattr(pyblasgemm, p + "gemm") for p in pyblasgemm._types.TYPE_ROWS}
 COMPUTES = [(p, c) for (p, c) in TOLERANCE if c != "3xtf32"] + [("s", "3xtf32")]
 TRANS = ["NN", "NT", "TN", "TT"]
 SHAPES = [(1, 1, 1), (7, 5, 3), (33, 17, 9), (2, 31, 13), (64, 1, 40)]
@@ -100,7 +100,7 @@ def test_blas_large(xp_name, prefix, compute, m, n, k):
 
 
 @pytest.mark.parametrize("xp_name", XP_PARAMS)
-@pytest.mark.parametrize("prefix", list("sdhbicz"))
+@pytest.mark.parametrize("prefix", list(pyblasgemm._types.TYPE_ROWS))
 @pytest.mark.parametrize("m,n,k,alpha,beta", [
     (0, 5, 3, 1, 1), (5, 0, 3, 1, 0), (4, 5, 0, 1, 0), (4, 5, 0, 1, 2), (4, 5, 0, 1, 1),
     (4, 5, 3, 0, 1), (4, 5, 3, 0, 0), (4, 5, 3, 0, 3),
@@ -173,7 +173,7 @@ def test_blas_padded_2d_fortran_buffers():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("prefix,compute", [("h", "fp32"), ("h", "fp16"), ("b", "fp32"),
-                                            ("s", "tf32")])
+                                            ("s", "tf32"), ("sh", "fp32"), ("sb", "fp32")])
 @pytest.mark.parametrize("m,n,k", [(129, 130, 257), (1000, 33, 1000), (7, 1000, 31)])
 @pytest.mark.parametrize("ta,tb", ["NN", "TN", "NT", "TT"])
 def test_low_precision_error_within_twice_cublas(prefix, compute, m, n, k, ta, tb):

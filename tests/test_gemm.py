@@ -7,7 +7,7 @@ from _ref import check_close, expected, op, random_array
 from conftest import to_host
 
 PREFIX_COMPUTE = [("s", "fp32"), ("d", "fp64"), ("h", "fp32"), ("b", "fp32"), ("i", "int32"),
-                  ("c", "fp32"), ("z", "fp64")]
+                  ("c", "fp32"), ("z", "fp64"), ("sh", "fp32"), ("sb", "fp32")]
 
 
 def _layouts(xp, x, which):
@@ -41,6 +41,25 @@ def test_gemm_layouts(xp, prefix, compute, ta, tb, la, lb, lo):
     out = pyblasgemm.gemm(ta, tb, da, db, out=dc, alpha=alpha, beta=beta, compute=compute)
     assert out is dc
     check_close(to_host(dc), ref, scale, prefix, compute, f"gemm {ta}{tb} {la}{lb}{lo}")
+
+
+@pytest.mark.parametrize("prefix", ["sh", "sb"])
+def test_gemm_float32_out_for_16bit_operands_keeps_float32_accuracy(xp, prefix):
+    """A float32 out makes gemm shgemm / sbgemm: no rounding to 16 bits, no float16 overflow
+    (every product here is 3e4 and the sums 1e6, far beyond float16's 65504)."""
+    rng = np.random.default_rng(21)
+    m, n, k = 37, 29, 64
+    a = (random_array(rng, prefix, (m, k)).astype(np.float32) * 180 + 200).astype(
+        random_array(rng, prefix, 1).dtype)
+    b = (random_array(rng, prefix, (k, n)).astype(np.float32) * 60 + 100).astype(a.dtype)
+    c = np.full((m, n), np.nan, dtype=np.float32)       # beta = 0: never read
+    ref, scale = expected(1.0, a, b, 0.0, c)
+    assert ref.max() > 1e6
+    out = xp.asarray(c)
+    pyblasgemm.gemm("N", "N", xp.asarray(a), xp.asarray(b), out=out)
+    check_close(to_host(out), ref, scale, prefix, "fp32", f"gemm {prefix} float32 out")
+    with pytest.raises(TypeError, match="out has dtype float64; expected .* or float32"):
+        pyblasgemm.gemm("N", "N", xp.asarray(a), xp.asarray(b), out=xp.asarray(c, dtype=np.float64))
 
 
 def test_gemm_new_output_order_and_ignores_beta(xp):

@@ -29,7 +29,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _has_gpu(), reason="no CUD
 from pyblasgemm.kernels import KernelConfig, KernelProblem, SHIPPED_CONFIGS, run, supports  # noqa: E402
 from pyblasgemm.kernels import jit  # noqa: E402
 
-KINDS = [("f16", "f32"), ("f16", "f16"), ("bf16", "f32"), ("s8", "s32"), ("tf32", "f32"), ("3xtf32", "f32")]
+KINDS = [("f16", "f32"), ("f16", "f16"), ("bf16", "f32"), ("s8", "s32"), ("tf32", "f32"), ("3xtf32", "f32"),
+         ("f16_out32", "f32"), ("bf16_out32", "f32")]
 LAYOUTS = ["NN", "NT", "TN", "TT"]
 DECOMPS = ["sliced", "splitk_serial", "splitk_parallel", "streamk", "hybrid"]
 from kernel_cases import EPS_OUT, NP_IN, NP_OUT, Case, tf32_round  # noqa: E402,F401

@@ -250,3 +250,44 @@ def test_plan_explains_routing():
                                       0.0, np.ones(16, np.float16), 4, None, None)[0]
     plan = planner.plan_for(d)
     assert plan.backend == "host" and "host" in plan.explain()
+
+
+# --- dtype= (numpy.matmul's keyword) ------------------------------------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(operand_pairs(), st.sampled_from([np.float16, ml_dtypes.bfloat16]), st.integers(0, 2),
+       st.integers(0, 2**32 - 1))
+def test_matmul_dtype_float32_for_16bit_operands(pair, dtype, how_a, seed):
+    """``dtype=float32`` on float16 / bfloat16 operands is NumPy's cast-then-multiply, run as
+    shgemm / sbgemm (float32 accumulation and result, no float16 overflow)."""
+    rng = np.random.default_rng(seed)
+    a = _arrange(rng, _rand(rng, pair[0], dtype), how_a)
+    b = _rand(rng, pair[1], dtype)
+    got = pyblasgemm.matmul(a, b, dtype=np.float32)
+    want = np.matmul(a, b, dtype=np.float32)
+    assert type(got) is type(want) and np.shape(got) == np.shape(want) and got.dtype == np.float32
+    assert_matches_numpy(got, a.astype(np.float32), b.astype(np.float32))
+
+
+def test_matmul_dtype_other_requests_are_numpys():
+    a = np.ones((2, 3), np.float32)
+    assert pyblasgemm.matmul(a, a.T, dtype=np.float64).dtype == np.float64
+    assert pyblasgemm.matmul(a, a.T, dtype=np.float32).dtype == np.float32
+    with pytest.raises(TypeError, match="Cannot cast"):
+        pyblasgemm.matmul(a, a.T, dtype=np.int8)
+    h = np.full((1, 4), 200, dtype=np.float16)
+    out = np.empty((1, 1), np.float32)
+    assert pyblasgemm.matmul(h, h.T, out=out, dtype=np.float32) is out and out[0, 0] == 160000
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("backend", [None, "tensorcore", "cublas"])
+def test_matmul_gpu_dtype_float32(dtype, backend):
+    import cupy
+    rng = np.random.default_rng(5)
+    a = (_rand(rng, (2, 300, 257), np.float32) * 300).astype(dtype)   # sums beyond float16's range
+    b = (_rand(rng, (257, 131), np.float32) * 300).astype(dtype)
+    got = pyblasgemm.matmul(cupy.asarray(a), cupy.asarray(b), dtype=np.float32, backend=backend)
+    assert got.dtype == np.float32
+    assert_matches_numpy(got.get(), a.astype(np.float32), b.astype(np.float32), check_type=False)

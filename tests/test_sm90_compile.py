@@ -29,15 +29,19 @@ import pytest
 
 from pyblasgemm.kernels import jit
 from pyblasgemm.kernels.config import SM90_CONFIGS, SM90_KINDS
-from pyblasgemm.kernels.problem import ELEM_BYTES, KernelProblem
+from pyblasgemm.kernels.problem import BASE_KIND, ELEM_BYTES, KernelProblem
 
 REPO = Path(__file__).resolve().parents[1]
 #: PYBLASGEMM_COMPILE_ALL=1: disassemble every instantiation (default: a rotating subset)
 ALL = os.environ.get("PYBLASGEMM_COMPILE_ALL", "") not in ("", "0")
 LAYOUTS = ("NN", "NT", "TN", "TT")
 #: what the kernel supports (s8 wgmma has no transpose: both operands K-major = 'TN')
-EXPECTED_LAYOUTS = {"f16": set(LAYOUTS), "bf16": set(LAYOUTS), "s8": {"TN"}}
-SM90_HEADERS = ("pyblasgemm/impls/sm90_gemm.cuh", "pyblasgemm/ptx/sm90_tma.cuh", "pyblasgemm/ptx/sm90_wgmma.cuh")
+EXPECTED_LAYOUTS = {"f16": set(LAYOUTS), "bf16": set(LAYOUTS), "s8": {"TN"},
+                    "f16_out32": set(LAYOUTS), "bf16_out32": set(LAYOUTS),
+                    # fp32: the prep kernel hands over K-major operands in every layout
+                    "tf32": set(LAYOUTS), "3xtf32": set(LAYOUTS)}
+SM90_HEADERS = ("pyblasgemm/impls/sm90_gemm.cuh", "pyblasgemm/ptx/sm90_tma.cuh", "pyblasgemm/ptx/sm90_wgmma.cuh",
+                "pyblasgemm/impls/sm90_tf32_prep.cuh")
 def max_regs(threads: int) -> int:
     """Registers per thread at launch: the block (producer + 1 or 2 consumer warpgroups) must fit
     the SM's 64K registers, in units of 8, at most 255."""
@@ -250,7 +254,9 @@ def test_sass_has_the_fast_path(built, spec):
     assert f"ELi{cfg.bm}ELi{cfg.stages}ELi{cfg.mode}E" in name, name
     mma = {"f16": rf"HGMMA\.64x{cfg.bm}x16\.F32(?!\.BF16)\b",
            "bf16": rf"HGMMA\.64x{cfg.bm}x16\.F32\.BF16\b",
-           "s8": rf"IGMMA\.64x{cfg.bm}x32\.S8\.S8\b"}[kind]
+           "s8": rf"IGMMA\.64x{cfg.bm}x32\.S8\.S8\b",
+           "tf32": rf"HGMMA\.64x{cfg.bm}x8\.F32\.TF32\b",
+           "3xtf32": rf"HGMMA\.64x{cfg.bm}x8\.F32\.TF32\b"}[BASE_KIND[kind]]
     found = sorted(set(re.findall(r"\b[HI]GMMA\.\S+", text)))
     assert re.search(mma, text), f"no {mma} in {name} (found {found})"
     other = [f for f in found if not re.fullmatch(mma.replace(r"\b", ""), f.rstrip(" ,;"))]
@@ -311,7 +317,7 @@ def test_sm90_header_compiles_alone(header):
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("header", SM90_HEADERS)
+@pytest.mark.parametrize("header", [h for h in SM90_HEADERS if "prep" not in h])  # prep: plain sm_80 code
 def test_sm90_header_refuses_other_targets(header, arch):
     nvrtc = _nvrtc()
     ok, log = _compile_src(nvrtc, f'#include "{header}"\n__global__ void pbg_header_probe() {{}}\n', arch)

@@ -34,14 +34,24 @@ from pyblasgemm.kernels import SM90_CONFIGS_BY_TILE, run  # noqa: E402
 from pyblasgemm.kernels.config import SM90_SMALL_CONFIGS  # noqa: E402
 from pyblasgemm.kernels import jit  # noqa: E402
 
-LAYOUTS = {"f16": ["NN", "NT", "TN", "TT"], "bf16": ["NN", "NT", "TN", "TT"], "s8": ["TN"]}
+LAYOUTS = {"f16": ["NN", "NT", "TN", "TT"], "bf16": ["NN", "NT", "TN", "TT"], "s8": ["TN"],
+           "f16_out32": ["NN", "NT", "TN", "TT"], "bf16_out32": ["NN", "TT"]}
 KIND_CASES = [(k, lay) for k in ("f16", "bf16", "s8") for lay in LAYOUTS[k]]
+#: fp32 C from 16-bit operands: the 16-bit mainloop, the 4-byte epilogue; their shipped tiles
+OUT32_CASES = [(k, lay) for k in ("f16_out32", "bf16_out32") for lay in LAYOUTS[k]]
+OUT32_TILES = [128, 64, "w1-64"]   # two accumulator sets (rounding FADDs): wgmma N <= 128
+#: fp32 operands (tf32, 3xTF32): the prep kernel reads any layout and leading dimension (pad 3:
+#: not a 16-byte multiple), the GEMM runs its K-major copy; 3xTF32 tiles are <= 128 wide
+PREP_TILES = {"tf32": [256, 128, "w1-64"], "3xtf32": [128, 64, "w1-64"]}
 DECOMPS = ["sliced", "splitk_parallel", "streamk", "hybrid", "sliced_c2"]  # c2: 2-CTA clusters, multicast
 TILES = [256, 192, 128, 64, "w1-128", "w1-64"]  # w1: one consumer warpgroup (64-row tiles)
-ACC = {"f16": "f32", "bf16": "f32", "s8": "s32"}
+PREP_PARAMS = [(kind, lay, d, bm) for kind in ("tf32", "3xtf32") for lay in ("NN", "NT", "TN", "TT")
+               for d in DECOMPS for bm in PREP_TILES[kind] if not (isinstance(bm, str) and d == "sliced_c2")]
+ACC = {"f16": "f32", "bf16": "f32", "s8": "s32", "f16_out32": "f32", "bf16_out32": "f32", "tf32": "f32",
+       "3xtf32": "f32"}
 # sizes: 1, primes, non-multiples of 64/128/256 on every axis; k=1000 crosses many stages
 SHAPES = [(1, 1, 1), (7, 31, 129), (129, 7, 31), (31, 129, 1000), (257, 130, 77), (300, 260, 200)]
-PADS = {"f16": 8, "bf16": 8, "s8": 16}  # one 16-byte vector of padding: TMA-legal
+PADS = {"f16": 8, "bf16": 8, "s8": 16, "f16_out32": 8, "bf16_out32": 8}  # one 16-byte vector: TMA-legal
 LDM = PADS  # leading dimensions rounded up to 16 bytes
 
 
@@ -67,6 +77,8 @@ def _warm():
     specs = set()
     for (kind, lay), d, bm in itertools.product(KIND_CASES, DECOMPS, TILES):
         specs.add((cfg(kind, bm, "streamk" if d == "hybrid" else d), kind, lay[0], lay[1], ACC[kind], True))
+    for kind, lay, d, bm in OUT32_PARAMS + PREP_PARAMS:
+        specs.add((cfg(kind, bm, "streamk" if d == "hybrid" else d), kind, lay[0], lay[1], ACC[kind], True))
     jit.warm(sorted(specs, key=str))
 
 
@@ -86,6 +98,74 @@ def test_cross_product(kind, layout, decomp, bm):
             # every TMA-legal shape must be accepted; record which one was not
             pytest.fail(f"{c.name} refused {m}x{n}x{k} lda={case.lda} ldb={case.ldb}: {why}")
         out = _run(case, c, sm_count={"hybrid": 3, "sliced_c2": 4}.get(decomp))
+        case.check(out, case.reference(), case.cublas_out())
+
+
+# clusters are shipped for the two-warpgroup tiles only
+OUT32_PARAMS = [(kind, lay, d, bm) for (kind, lay), d, bm in itertools.product(OUT32_CASES, DECOMPS, OUT32_TILES)
+                if not (isinstance(bm, str) and d == "sliced_c2")]
+
+
+@pytest.mark.parametrize("kind,layout,decomp,bm", OUT32_PARAMS, ids=["-".join(map(str, p)) for p in OUT32_PARAMS])
+def test_fp32_output_cross_product(kind, layout, decomp, bm):
+    """16-bit operands with a float32 C (shgemm / sbgemm): the same mainloop, 4-byte epilogue
+    (TMA-store boxes of 32 columns, paired 8-byte stores, fp32 split-k / stream-k partials)."""
+    rng = np.random.default_rng(abs(hash((kind, layout, decomp, bm))) % 2**32)
+    for (m, n, k), (alpha, beta), pad in itertools.product(SHAPES, [(1.0, 0.0), (0.5, -1.5)], (0, PADS[kind])):
+        case = Case(kind, ACC[kind], layout[0], layout[1], m, n, k, pad=pad, alpha=alpha, beta=beta, rng=rng,
+                    ld_multiple=LDM[kind])
+        c = cfg(kind, bm, decomp, splits=3)
+        ok, why = c.validate(case.problem())
+        if not ok:
+            pytest.fail(f"{c.name} refused {m}x{n}x{k} lda={case.lda} ldb={case.ldb}: {why}")
+        out = _run(case, c, sm_count={"hybrid": 3, "sliced_c2": 4}.get(decomp))
+        case.check(out, case.reference(), case.cublas_out())
+
+
+@pytest.mark.parametrize("kind,layout,decomp,bm", PREP_PARAMS, ids=["-".join(map(str, p)) for p in PREP_PARAMS])
+def test_fp32_operands_cross_product(kind, layout, decomp, bm):
+    """float32 through tf32 / 3xTF32 on wgmma: prep kernel (any layout, ld not a 16-byte
+    multiple) + the K-major GEMM; error within 2x cuBLAS's (tf32: the exactly rounded tf32
+    product; 3xTF32: SGEMM) on sizes 1..1000, alpha/beta with NaN-poisoned C."""
+    rng = np.random.default_rng(abs(hash((kind, layout, decomp, bm))) % 2**32)
+    for (m, n, k), (alpha, beta), pad in itertools.product(SHAPES, [(1.0, 0.0), (0.5, -1.5)], (0, 3)):
+        case = Case(kind, ACC[kind], layout[0], layout[1], m, n, k, pad=pad, alpha=alpha, beta=beta, rng=rng)
+        c = cfg(kind, bm, decomp, splits=3)
+        ok, why = c.validate(case.problem())
+        if not ok:
+            pytest.fail(f"{c.name} refused {m}x{n}x{k} lda={case.lda} ldb={case.ldb}: {why}")
+        out = _run(case, c, sm_count={"hybrid": 3, "sliced_c2": 4}.get(decomp))
+        case.check(out, case.reference(), case.cublas_out())
+
+
+@pytest.mark.parametrize("layout", ["NN", "TN", "NT", "TT"])
+def test_3xtf32_accuracy_on_wgmma(layout):
+    """3xTF32 on wgmma within 2x cuBLAS SGEMM's error and >= 10x more accurate than tf32."""
+    for m, n, k in [(257, 129, 1000), (64, 64, 4096), (300, 200, 9000)]:
+        errs = {}
+        case = Case("3xtf32", "f32", layout[0], layout[1], m, n, k, pad=1)
+        ref = case.reference()
+        for kind in ("tf32", "3xtf32"):
+            case.kind = kind
+            case.c_d[...] = cp.nan
+            errs[kind] = case.check(_run(case, cfg(kind, 128, "sliced")), ref)
+        sg = cp.matmul(*[cp.ascontiguousarray(x) for x in case.ops(case.a_d, case.b_d)]).get()
+        sgemm_err = np.linalg.norm(sg.astype(np.float64) - ref) / np.linalg.norm(ref)
+        assert errs["3xtf32"] <= 2 * sgemm_err + 1e-7, (errs, sgemm_err)
+        assert errs["3xtf32"] * 10 <= errs["tf32"], errs
+
+
+def test_fp32_operands_batched_and_broadcast():
+    """tf32 prep walks batches; a broadcast operand (batch stride 0) is prepared once."""
+    for kind, bstride0 in (("3xtf32", False), ("3xtf32", True), ("tf32", True)):
+        case = Case(kind, "f32", "N", "T", 77, 45, 130, pad=3, batch=3)
+        p = case.problem()
+        if bstride0:
+            p = replace(p, stride_b=0)
+            case.b_h[1:] = case.b_h[0]
+            case.b_d[...] = cp.asarray(case.b_h)    # same pointer: batches 1.. equal batch 0 too
+        run(p, cfg(kind, 128, "sliced"))
+        out = case.c_d.get()
         case.check(out, case.reference(), case.cublas_out())
 
 
@@ -197,29 +277,43 @@ def test_unaligned_c_takes_direct_stores(kind, layout, decomp):
         assert np.all(big[:1].get() == big.dtype.type(-7)) if kind == "s8" else np.isnan(big[:1].get()).all()
 
 
-def sanitize_cases():
-    """One small problem per kind x decomposition (with beta = 0 and beta != 0, an interior tile
-    and edges), for running under compute-sanitizer: ``python tests/test_sm90_gpu.py`` (exit
-    status 1 on a wrong result)."""
+def _sanitize_specs(which: str):
+    """(kind, layout, decomposition, tile) of the sanitizer run: ``all`` = every kind x layout x
+    decomposition on the 128-wide tile; ``new`` = the tiles and kinds added after the last clean
+    run (192-wide and one-warpgroup tiles, fp32 C, tf32 / 3xTF32 with the prep kernel)."""
+    specs = []
+    if which == "all":
+        specs += [(kind, lay, d, 128) for (kind, lay), d in itertools.product(KIND_CASES, DECOMPS)]
+    specs += [("f16", "TN", d, bm) for d in DECOMPS for bm in (192, "w1-128", "w1-64")
+              if not (isinstance(bm, str) and d == "sliced_c2")]
+    specs += [(kind, lay, d, 128) for kind, lay in (("f16_out32", "NT"), ("bf16_out32", "TN")) for d in DECOMPS]
+    specs += [(kind, lay, d, 128) for kind, lay in (("tf32", "NT"), ("3xtf32", "NN")) for d in DECOMPS]
+    return specs
+
+
+def sanitize_cases(which: str = "all"):
+    """One small problem per spec (with beta = 0 and beta != 0, an interior tile and edges), for
+    running under compute-sanitizer: ``python tests/test_sm90_gpu.py [all|new]`` (exit status 1
+    on a wrong result)."""
     bad = 0
     rng = np.random.default_rng(1)
-    for (kind, layout), decomp in itertools.product(KIND_CASES, DECOMPS):
+    for kind, layout, decomp, bm in _sanitize_specs(which):
         for alpha, beta in ([(1, 0), (2, -1)] if kind == "s8" else [(1.0, 0.0), (0.5, 0.25)]):
             case = Case(kind, ACC[kind], layout[0], layout[1], 300, 200, 300, alpha=alpha, beta=beta, rng=rng,
-                        ld_multiple=LDM[kind])
+                        ld_multiple=LDM.get(kind, 1))
             try:
-                out = _run(case, cfg(kind, 128, decomp, splits=3),
+                out = _run(case, cfg(kind, bm, decomp, splits=3),
                            sm_count={"hybrid": 3, "sliced_c2": 4, "streamk": 5}.get(decomp))
-                case.check(out, case.reference())
+                case.check(out, case.reference(), case.cublas_out())   # accuracy too, not only NaN/padding
                 status = "ok"
             except AssertionError as e:
                 bad += 1
                 status = f"FAIL {e}"
-            print(f"{kind} {layout} {decomp} beta={beta}: {status}", flush=True)
+            print(f"{kind} {layout} {decomp} {bm} beta={beta}: {status}", flush=True)
     return bad
 
 
 if __name__ == "__main__":
     import sys
 
-    sys.exit(1 if sanitize_cases() else 0)
+    sys.exit(1 if sanitize_cases(sys.argv[1] if len(sys.argv) > 1 else "all") else 0)

@@ -18,13 +18,18 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from pyblasgemm.kernels.config import (MAX_SMEM_SM90, SM90_CONFIGS, SM90_CONFIGS_BY_TILE, SM90_DECOMPOSITIONS,
-                                       SM90_KINDS, KernelConfig)
+                                       SM90_KINDS, SM90_PREP_KINDS, KernelConfig, sm90_prep_shape)
 from pyblasgemm.kernels.launch import launch_geometry
 from pyblasgemm.kernels.problem import ELEM_BYTES, KernelProblem
-from pyblasgemm.kernels.sm90 import tma_maps
+from pyblasgemm.kernels.sm90 import prepared_problem, tma_maps
 
 LAYOUTS = ("NN", "NT", "TN", "TT")
-LAYOUTS_OF = {"f16": LAYOUTS, "bf16": LAYOUTS, "s8": ("TN",)}
+LAYOUTS_OF = {"f16": LAYOUTS, "bf16": LAYOUTS, "s8": ("TN",), "f16_out32": LAYOUTS, "bf16_out32": LAYOUTS,
+              "tf32": LAYOUTS, "3xtf32": LAYOUTS}
+#: kinds with a second (rounding) accumulator set: tiles at most 128 wide
+TWO_ACC = ("3xtf32", "f16_out32", "bf16_out32")
+#: the kinds whose operands TMA reads as stored (fp32 kinds read a prepared K-major copy)
+TMA_KINDS = tuple(k for k in SM90_KINDS if k not in SM90_PREP_KINDS)
 #: fake device pointers, 256-byte aligned like the CuPy pool's
 A_PTR, B_PTR, C_PTR = 0x7F00_0000_0000, 0x7F00_4000_0000, 0x7F00_8000_0000
 #: the kernel's fixed D-tile extent over n (2 consumer warpgroups x 64 rows)
@@ -88,12 +93,14 @@ def test_every_shipped_config_accepts_its_layouts(kind):
 
 def test_shipped_configs_cover_tiles_and_decompositions():
     for kind in SM90_KINDS:
+        # fp32-output kinds: fewer tiles (the mainloops are the 16-bit kinds', tested in full)
+        # (3xTF32: two accumulator sets, wgmma N <= 128)
+        wide = (64, 128) if kind in TWO_ACC else (128, 256) if kind == "tf32" else (64, 128, 192, 256)
+        narrow = (64, 128) if kind in ("f16", "bf16", "s8") else (64,)
         plain = [c for c in SM90_CONFIGS[kind] if getattr(c, "cluster", 1) == 1 and c.bn == 128]
-        assert {(c.bm, c.decomposition) for c in plain} == {
-            (bm, d) for bm in (64, 128, 192, 256) for d in SM90_DECOMPOSITIONS}
+        assert {(c.bm, c.decomposition) for c in plain} == {(bm, d) for bm in wide for d in SM90_DECOMPOSITIONS}
         one_wg = [c for c in SM90_CONFIGS[kind] if c.bn == 64]   # one consumer warpgroup
-        assert {(c.bm, c.decomposition) for c in one_wg} == {
-            (bm, d) for bm in (64, 128) for d in SM90_DECOMPOSITIONS}
+        assert {(c.bm, c.decomposition) for c in one_wg} == {(bm, d) for bm in narrow for d in SM90_DECOMPOSITIONS}
         for c in SM90_CONFIGS[kind]:
             assert c.is_sm90 and c.bn == 64 * c.warps_m and c.bk * ELEM_BYTES[kind] == 128
             assert c.threads == 128 * (1 + c.warps_m)
@@ -109,7 +116,7 @@ def test_s8_needs_k_major_operands(lay):
         assert "K-major" in why, why
 
 
-@pytest.mark.parametrize("kind,lay", [(k, lay) for k in SM90_KINDS for lay in LAYOUTS_OF[k]])
+@pytest.mark.parametrize("kind,lay", [(k, lay) for k in TMA_KINDS for lay in LAYOUTS_OF[k]])
 def test_leading_dimensions_must_be_16_byte_multiples(kind, lay):
     cfg = SM90_CONFIGS_BY_TILE[kind][128]
     eb = ELEM_BYTES[kind]
@@ -124,9 +131,9 @@ def test_leading_dimensions_must_be_16_byte_multiples(kind, lay):
     assert cfg.validate(replace(good, lda=good.lda + 16 // eb, ldb=good.ldb + 16 // eb))[0]
 
 
-@pytest.mark.parametrize("kind", SM90_KINDS)
+@pytest.mark.parametrize("kind", TMA_KINDS)
 def test_operand_pointers_must_be_16_byte_aligned(kind):
-    cfg = SM90_CONFIGS_BY_TILE[kind][64]
+    cfg = SM90_CONFIGS_BY_TILE[kind][128]
     lay = LAYOUTS_OF[kind][-1]
     eb = ELEM_BYTES[kind]
     assert cfg.validate(prob(kind, lay, 100, 100, 100, a_off=16, b_off=32))[0]
@@ -153,8 +160,10 @@ def test_batch_strides():
 
 def test_kernel_kinds_and_accumulate():
     for kind in ("tf32", "3xtf32"):
-        why = refused(base("f16"), kind=kind)
-        assert "Hopper" in why or kind in why, why
+        why = refused(base("f16"), kind=kind)         # bk = 64 fp32 elements: 256 bytes
+        assert "bk" in why, why
+    why = refused(base("3xtf32", 128, bm=256, stages=2), kind="3xtf32")
+    assert "accumulators" in why and "128" in why, why
     why = refused(base("f16"), prob("f16", "NN", 64, 64, 64, accumulate="f16"))
     assert "fp32" in why, why
     refused(base("f16"), prob("f16", "NX", 64, 64, 64))
@@ -177,16 +186,21 @@ def test_decompositions():
 @pytest.mark.parametrize("kind", SM90_KINDS)
 def test_stage_and_tile_bounds(kind):
     eb = ELEM_BYTES[kind]
-    for stages in range(2, 9):                   # bm=64: the whole 2..8 range fits in 227 KB
-        assert base(kind, 64, stages=stages).validate(kind=kind) == (True, ""), stages
+    # bm=64: the whole 2..8 range fits in 227 KB (3xTF32 stages hold two halves: 2..4)
+    for stages in range(2, 5 if kind == "3xtf32" else 9):
+        assert base(kind, 128, bm=64, stages=stages).validate(kind=kind) == (True, ""), stages
     for stages in (-1, 0, 1, 17, 32):
-        why = refused(base(kind, 64, stages=stages), kind=kind)
+        why = refused(base(kind, 128, bm=64, stages=stages), kind=kind)
         assert "stages" in why, why
     for bm in (32, 96, 160, 320, 512):
         why = refused(base(kind, 128, bm=bm), kind=kind)
         assert "bm" in why, why
     for bm in (64, 128, 192, 256):
-        assert base(kind, 128, bm=bm, stages=4).validate(kind=kind)[0], bm
+        ok, why = base(kind, 128, bm=bm, stages=2 if kind == "3xtf32" else 4).validate(kind=kind)
+        if kind in TWO_ACC and bm > 128:           # two accumulator sets: wgmma N <= 128
+            assert not ok and "accumulators" in why, why
+        else:
+            assert ok, (bm, why)
     for bn in (64, 192, 256):                    # bn = 64 per consumer warpgroup (2 here)
         why = refused(base(kind, 128, bn=bn), kind=kind)
         assert "bn" in why, why
@@ -204,18 +218,18 @@ def test_stage_and_tile_bounds(kind):
 def test_shared_memory_limit(kind):
     # the ring: stages x (128 + bm) rows x 128 bytes, + the epilogue's TMA-store staging (2 x 2 x
     # 8 KB), + 16 bytes of mbarriers a stage, + 1 KB alignment
-    for bm in (64, 128, 192, 256):
+    for bm in ((64, 128) if kind in TWO_ACC else (64, 128, 192, 256)):
         for stages in range(2, 9):
             c = base(kind, 128, bm=bm, stages=stages)
-            need = stages * (BMT + bm) * 128 + 16384 * 2 + 16 * stages + 1024
+            need = stages * (BMT + bm) * 128 * (2 if kind == "3xtf32" else 1) + 16384 * 2 + 16 * stages + 1024
             assert c.smem_bytes(kind) == need
             ok, why = c.validate(kind=kind)
             assert ok == (need <= MAX_SMEM_SM90), (bm, stages, why)
             if not ok:
                 assert "shared memory" in why and str(need) in why, why
-    why = refused(base(kind, 256, stages=5), kind=kind)   # 5 x 384 x 128 = 245760 > 232448
+    why = refused(base(kind, 128, bm=256, stages=5), kind=kind)   # 5 x 384 x 128 = 245760 > 232448
     assert "shared memory" in why, why
-    shipped = SM90_CONFIGS_BY_TILE[kind][256]
+    shipped = SM90_CONFIGS_BY_TILE[kind][128]
     why = refused(shipped, kind=kind, max_smem=shipped.smem_bytes(kind) - 1)  # a smaller opt-in limit
     assert "shared memory" in why, why
     assert shipped.validate(kind=kind, max_smem=shipped.smem_bytes(kind))[0]
@@ -223,15 +237,14 @@ def test_shared_memory_limit(kind):
 
 # --- TMA maps ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind,lay", [(k, lay) for k in SM90_KINDS for lay in LAYOUTS_OF[k]])
-@pytest.mark.parametrize("bm", [64, 128, 256])
-@pytest.mark.parametrize("cluster", [1, 2])
-def test_tma_maps_per_layout(kind, lay, bm, cluster):
-    cfgs = [c for c in SM90_CONFIGS[kind] if c.bm == bm and c.decomposition == "sliced"
-            and getattr(c, "cluster", 1) == cluster]
-    if not cfgs:
-        pytest.skip(f"no shipped {cluster}-CTA cluster config")
-    cfg = cfgs[0]
+#: every shipped two-warpgroup sliced tile (bm 64..256, with and without a 2-CTA cluster)
+_MAP_CASES = [(k, lay, c) for k in TMA_KINDS for lay in LAYOUTS_OF[k] for c in SM90_CONFIGS[k]
+              if c.decomposition == "sliced" and c.bn == 128 and c.bm in (64, 128, 256)]
+
+
+@pytest.mark.parametrize("kind,lay,cfg", _MAP_CASES, ids=[f"{k}-{lay}-{c.name}" for k, lay, c in _MAP_CASES])
+def test_tma_maps_per_layout(kind, lay, cfg):
+    bm, cluster = cfg.bm, cfg.cluster
     eb = ELEM_BYTES[kind]
     bke = 128 // eb
     m, n, k = 300, 260, 200
@@ -300,11 +313,12 @@ def test_tma_maps_batched_and_broadcast(lay):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from([(k, lay) for k in SM90_KINDS for lay in LAYOUTS_OF[k]]),
+@given(st.sampled_from([(k, lay) for k in TMA_KINDS for lay in LAYOUTS_OF[k]]),
        st.sampled_from([64, 128, 192, 256]), st.integers(1, 70000), st.integers(1, 70000), st.integers(1, 70000),
        st.integers(0, 4), st.integers(1, 9), st.sampled_from(["packed", "a0", "b0", "gap"]))
 def test_tma_maps_legal_for_every_valid_problem(kl, bm, m, n, k, padv, batch, strides):
     kind, lay = kl
+    assume(not (kind in TWO_ACC and bm > 128))
     eb = ELEM_BYTES[kind]
     cfg = base(kind, 128, bm=bm, stages=4)
     p = prob(kind, lay, m, n, k, pad=padv * 16 // eb, batch=batch)
@@ -324,12 +338,17 @@ def test_tma_maps_legal_for_every_valid_problem(kl, bm, m, n, k, padv, batch, st
 
 def _kernel_tiles(p: KernelProblem, cfg: KernelConfig) -> tuple[int, int]:
     """(tiles, kt) as impls/sm90_gemm.cuh counts them: D = C^T, 128 rows over n, bm columns over m,
-    128 bytes of K a stage."""
-    return -(-p.n // cfg.bn) * -(-p.m // cfg.bm) * p.batch, -(-p.k // (128 // ELEM_BYTES[p.kind]))
+    128 bytes of K a stage (fp32 kinds: of the prepared K)."""
+    k = prepared_problem(p).k if p.kind in SM90_PREP_KINDS else p.k
+    return -(-p.n // cfg.bn) * -(-p.m // cfg.bm) * p.batch, -(-k // (128 // ELEM_BYTES[p.kind]))
 
 
 def _check_geometry(p: KernelProblem, cfg: KernelConfig, sms: int) -> dict:
-    g = launch_geometry(p, cfg, sms)
+    g = dict(launch_geometry(p, cfg, sms))
+    if p.kind in SM90_PREP_KINDS:
+        # the GEMM's own workspace (checked below) + the prepared operands
+        assert g["prep_bytes"] == sm90_prep_shape(p)[2]
+        g["ws_bytes"] -= g.pop("prep_bytes")
     grid = g["grid"]
     tiles, kt = _kernel_tiles(p, cfg)
     assert (g["tiles"], g["kt"]) == (tiles, kt)
@@ -407,7 +426,7 @@ def test_cluster_grid_with_fewer_sms_than_a_cluster():
                                             (4096, 1000, 8192, 3, 114), (257, 4100, 64, 2, 132)])
 @pytest.mark.parametrize("cfg", ALL_SM90, ids=lambda c: c.name)
 def test_launch_geometry_examples(cfg, m, n, k, batch, sms):
-    kind = "f16" if cfg.bk == 64 else "s8"
+    kind = {64: "f16", 128: "s8", 32: "3xtf32" if cfg.bm <= 128 else "tf32"}[cfg.bk]
     _check_geometry(prob(kind, "TN", m, n, k, batch=batch), cfg, sms)
 
 
@@ -433,3 +452,47 @@ def test_hybrid_runs_whole_waves_data_parallel():
     assert g["dp_tiles"] == 20 and g["sk_tiles"] == 15     # last partial wave + one full wave
     g = _check_geometry(p, replace(cfg, decomposition="streamk"), sms)
     assert g["dp_tiles"] == 0 and g["sk_tiles"] == 35
+
+
+# --- fp32 operands: the prep kernel's prepared problem ------------------------------------------
+
+@pytest.mark.parametrize("kind", SM90_PREP_KINDS)
+@pytest.mark.parametrize("lay", LAYOUTS)
+def test_fp32_kinds_accept_any_layout_ld_and_alignment(kind, lay):
+    """The prep kernel reads op(A)/op(B) with scalar loads: no TMA rule reaches the user's data."""
+    cfg = SM90_CONFIGS_BY_TILE[kind][128]
+    for extra in (dict(), dict(pad=1), dict(pad=3, a_off=4, b_off=8), dict(batch=3, pad=5),
+                  dict(batch=4, stride_b=0)):
+        p = prob(kind, lay, 77, 45, 130, **extra)
+        assert cfg.validate(p) == (True, ""), (p, cfg.validate(p))
+
+
+@pytest.mark.parametrize("kind,sections", [("tf32", 1), ("3xtf32", 2)])
+@pytest.mark.parametrize("lay", LAYOUTS)
+def test_prepared_problem_is_k_major_with_padded_sections(kind, sections, lay):
+    p = prob(kind, lay, 100, 50, 70, pad=3, batch=2)
+    q = prepared_problem(p)
+    kpad = 96                                      # 70 rounded up to a 32-element stage
+    # 3xTF32 rows hold [big | small] halves: K stays kpad, the leading dimension doubles
+    assert (q.transa, q.transb, q.k, q.lda, q.ldb) == ("T", "N", kpad, sections * kpad, sections * kpad)
+    pmap, qmap, _, _ = tma_maps(q, SM90_CONFIGS_BY_TILE[kind][128])
+    assert pmap[0][0] == qmap[0][0] == sections * kpad     # the maps span both halves
+    assert (q.m, q.n, q.ldc, q.stride_c, q.batch) == (p.m, p.n, p.ldc, p.stride_c, p.batch)
+    assert (q.stride_a, q.stride_b) == (100 * sections * kpad, 50 * sections * kpad)
+    assert sm90_prep_shape(p) == (sections, kpad, 2 * (100 + 50) * sections * kpad * 4)
+    # a broadcast operand is prepared once
+    b0 = replace(p, stride_b=0)
+    assert prepared_problem(b0).stride_b == 0
+    assert sm90_prep_shape(b0)[2] == (2 * 100 + 50) * sections * kpad * 4
+    # the GEMM's geometry is the prepared problem's; the workspace adds the prepared operands
+    cfg = SM90_CONFIGS_BY_TILE[kind][128]
+    g = launch_geometry(p, cfg, 132)
+    assert g["kt"] == kpad // 32 and g["prep_bytes"] == sm90_prep_shape(p)[2]
+    assert g["ws_bytes"] == g["prep_bytes"]       # sliced: no partials, only the prepared operands
+
+
+def test_fp32_prepared_workspace_is_bounded():
+    cfg = SM90_CONFIGS_BY_TILE["3xtf32"][128]
+    why = refused(cfg, prob("3xtf32", "NN", 40000, 40000, 20000))
+    assert "GiB" in why, why
+    assert cfg.validate(prob("3xtf32", "NN", 8192, 8192, 8192))[0]      # 1.5 GiB

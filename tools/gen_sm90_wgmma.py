@@ -21,6 +21,8 @@ HEAD = """\
 //           MN-major ("transposed"), 0 K-major.  scale_d = 0 overwrites D (first k-step).
 //   int8:   m64nNk32, s32 accumulators; both operands K-major (the instruction has no
 //           transpose for 8-bit types).
+//   tf32:   m64nNk8, fp32 accumulators; both operands K-major (no transpose for tf32 either);
+//           the operands are fp32 words whose low 13 mantissa bits the tensor core ignores.
 // Accumulator fragment of thread t (warp w = t / 32 of the warpgroup, g = lane / 4, q = lane % 4):
 //   d[4j + 0] = D(16w + g,     8j + 2q)   d[4j + 1] = D(16w + g,     8j + 2q + 1)
 //   d[4j + 2] = D(16w + g + 8, 8j + 2q)   d[4j + 3] = D(16w + g + 8, 8j + 2q + 1)
@@ -35,6 +37,7 @@ namespace pyblasgemm {
 
 template <int N, bool BF16, int TA, int TB> struct WgmmaF16;  // fp16/bf16 -> fp32
 template <int N> struct WgmmaS8;                              // s8 -> s32
+template <int N> struct WgmmaTF32;                            // tf32 -> fp32
 """
 
 
@@ -79,12 +82,31 @@ struct WgmmaS8<{n}> {{
 """
 
 
+def tf32(n: int) -> str:
+    r = n // 2
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(r))
+    return f"""
+template <>
+struct WgmmaTF32<{n}> {{
+  static PBG_DEVICE void mma(float (&d)[{r}], u64 desc_a, u64 desc_b, int scale_d) {{
+    asm volatile(
+        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{r + 2}, 0;\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32 "
+        "{{{regs(r)}}}, %{r}, %{r + 1}, p, 1, 1;\\n}}\\n"
+        : {outs}
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }}
+}};
+"""
+
+
 def render() -> str:
     parts = [HEAD]
     for n in NS:
         parts.append(f16(n, False))
         parts.append(f16(n, True))
         parts.append(s8(n))
+        parts.append(tf32(n))
     parts.append("\n}  // namespace pyblasgemm\n")
     return "".join(parts)
 

@@ -36,6 +36,8 @@ _TYPES = {
     ("h", "fp32"): (CUDA_R_16F, CUDA_R_16F, COMPUTE_32F, np.float32),
     ("h", "fp16"): (CUDA_R_16F, CUDA_R_16F, COMPUTE_16F, np.float16),
     ("b", "fp32"): (CUDA_R_16BF, CUDA_R_16BF, COMPUTE_32F, np.float32),
+    ("sh", "fp32"): (CUDA_R_16F, CUDA_R_32F, COMPUTE_32F, np.float32),
+    ("sb", "fp32"): (CUDA_R_16BF, CUDA_R_32F, COMPUTE_32F, np.float32),
     ("i", "int32"): (CUDA_R_8I, CUDA_R_32I, COMPUTE_32I, np.int32),
     ("c", "fp32"): (CUDA_C_32F, CUDA_C_32F, COMPUTE_32F, np.complex64),
     ("z", "fp64"): (CUDA_C_64F, CUDA_C_64F, COMPUTE_64F, np.complex128),

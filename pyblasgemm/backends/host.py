@@ -1,8 +1,9 @@
 """Host backend: NumPy / SciPy BLAS on NumPy arrays.
 
 Precision follows the GPU modes so that host results are a faithful stand-in:
-  * float16 / bfloat16: operands widened to float32, float32 BLAS, one rounding at the end
-    (``compute='fp16'`` also accumulates in float32 here: more accurate, documented);
+  * float16 / bfloat16 (and shgemm / sbgemm, float32 C): operands widened to float32, float32
+    BLAS, one rounding at the end (``compute='fp16'`` also accumulates in float32 here: more
+    accurate, documented);
   * float32 'fp32': float32 BLAS; 'tf32': operands rounded to tf32 first (round to nearest,
     ties away, as ``cvt.rna.tf32.f32``); '3xtf32': the three-product tf32 split;
   * int8: exact products in float64 (|sum| < 2^53 for any k < 2^38), then int32 arithmetic
@@ -47,7 +48,7 @@ def round_to_tf32(x: np.ndarray) -> np.ndarray:
 
 def product(desc: GemmDesc, opa: np.ndarray, opb: np.ndarray) -> np.ndarray:
     """op(A) @ op(B) in the accumulation precision of ``desc.compute``."""
-    if desc.prefix in ("h", "b"):
+    if desc.row.ab_dtype.itemsize == 2:      # float16 / bfloat16 operands, any output type
         return np.matmul(opa.astype(np.float32), opb.astype(np.float32))
     if desc.prefix == "i":
         exact = np.matmul(opa.astype(np.float64), opb.astype(np.float64)).astype(np.int64)

@@ -1,6 +1,7 @@
 """Our tensor-core kernels (``pyblasgemm.kernels``: mma.sync, NVRTC-compiled) as a backend.
 
-Serves float16 / bfloat16 (fp32 or, for float16, fp16 accumulation), int8 -> int32, and
+Serves float16 / bfloat16 (fp32 or, for float16, fp16 accumulation; float16 or float32 C),
+int8 -> int32, and
 float32 through tf32 or 3xTF32, in all four 'N'/'T' arrangements, any sizes, leading
 dimensions and strided batches (unaligned data takes the kernels' scalar-copy path). Complex
 and float64 problems are not ours: the planner sends them to cuBLAS.
@@ -16,6 +17,8 @@ _KINDS = {
     ("h", "fp32"): ("f16", "f32"),
     ("h", "fp16"): ("f16", "f16"),
     ("b", "fp32"): ("bf16", "f32"),
+    ("sh", "fp32"): ("f16_out32", "f32"),
+    ("sb", "fp32"): ("bf16_out32", "f32"),
     ("i", "int32"): ("s8", "s32"),
     ("s", "tf32"): ("tf32", "f32"),
     ("s", "3xtf32"): ("3xtf32", "f32"),

@@ -24,7 +24,7 @@ from .problem import ACCUMULATE, C_BYTES, ELEM_BYTES, KernelProblem
 
 __all__ = ["KernelConfig", "DECOMPOSITIONS", "SHIPPED_CONFIGS", "SM90_CONFIGS", "default_config", "MAX_SMEM_SM90",
            "SM90_KINDS", "SM90_DECOMPOSITIONS", "SM90_CONFIGS_BY_TILE",
-           "SM90_SMALL_CONFIGS"]
+           "SM90_SMALL_CONFIGS", "SM90_PREP_KINDS", "sm90_prep_shape"]
 
 DECOMPOSITIONS = ("sliced", "splitk_serial", "splitk_parallel", "streamk", "hybrid")
 #: template MODE of impls/sm80_gemm.cuh (hybrid and streamk share the kernel)
@@ -32,7 +32,17 @@ MODE = {"sliced": 0, "splitk_serial": 1, "splitk_parallel": 2, "streamk": 3, "hy
 #: opt-in dynamic shared memory per block: sm_90 227 KB, sm_80 163 KB, sm_86/89 99 KB
 MAX_SMEM_SM90 = 232448
 _GRID_YZ_MAX = 65535
-SM90_KINDS = ("f16", "bf16", "s8")
+SM90_KINDS = ("f16", "bf16", "s8", "f16_out32", "bf16_out32", "tf32", "3xtf32")
+#: fp32 operands on the Hopper kernel: a prep kernel writes them K-major, rounded to tf32 (3xTF32:
+#: rows of [big | small] halves) into a workspace of at most this many bytes
+SM90_PREP_KINDS = ("tf32", "3xtf32")
+SM90_PREP_MAX_BYTES = 4 << 30
+#: fp32-output kinds: the 16-bit mainloop with a 4-byte epilogue; CI compiles fewer of their
+#: tiles (the mainloop instantiations are the 16-bit kinds', tested in full)
+_OUT32_KINDS = ("f16_out32", "bf16_out32")
+#: kinds whose wgmma chains go into fresh registers added to the accumulator by a rounding FADD
+#: (3xTF32; a float32 C shows the tensor cores' truncating accumulation): two register sets
+_TWO_ACCUMULATOR_KINDS = ("3xtf32", "f16_out32", "bf16_out32")
 #: decompositions of the Hopper kernel's persistent scheduler (its split-k is the parallel one)
 SM90_DECOMPOSITIONS = ("sliced", "splitk_parallel", "streamk", "hybrid")
 
@@ -94,7 +104,8 @@ class KernelConfig:
         TMA ring (128 bytes of K per row of both tiles per stage) + the epilogue's TMA-store
         staging (2 x 8 KB per consumer warpgroup) + mbarriers + 1 KB alignment."""
         if self.is_sm90:
-            return self.stages * (self.bm + self.bn) * 128 + 16384 * self.warps_m + 16 * self.stages + 1024
+            parts = 2 if kind == "3xtf32" else 1     # a 3xTF32 stage holds big and small halves
+            return self.stages * (self.bm + self.bn) * 128 * parts + 16384 * self.warps_m + 16 * self.stages + 1024
         ring = self.stages * (self.bm + self.bn) * self.bk_bytes(kind)
         stage = self.bn * (self.bm + 4) * 4
         return max(ring, stage)
@@ -111,6 +122,7 @@ class KernelConfig:
             return False, f"family {self.family!r} must be 'sm80' or 'sm90a'"
         if self.cluster != 1:
             return False, f"clusters are the Hopper kernel's (cluster={self.cluster} with family 'sm80')"
+
         eb, cb = ELEM_BYTES[kind], C_BYTES[kind]
         if self.decomposition not in DECOMPOSITIONS:
             return False, f"decomposition {self.decomposition!r} not in {DECOMPOSITIONS}"
@@ -190,9 +202,14 @@ def _validate_sm90(c: KernelConfig, problem: KernelProblem | None, kind: str, ma
         return False, f"cluster must be 1 or 2 (got {c.cluster})"
     if c.cluster == 2 and c.decomposition != "sliced":
         return False, f"2-CTA clusters run the data-parallel schedule only (not {c.decomposition!r})"
+    if kind in _TWO_ACCUMULATOR_KINDS and c.bm > 128:
+        return False, (f"{kind} keeps a second set of accumulators (rounded adds): wgmma N = bm <= 128 "
+                       f"(got bm={c.bm})")
     if problem is None:
         return True, ""
     p = problem
+    if kind in SM90_PREP_KINDS:
+        return _validate_sm90_prep(c, p, kind)
     if p.acc not in ("f32", "s32"):
         return False, f"the Hopper kernel accumulates in fp32/s32 (accumulate={p.acc!r} is mma.sync's)"
     if p.transa not in ("N", "T") or p.transb not in ("N", "T"):
@@ -227,6 +244,34 @@ def _validate_sm90(c: KernelConfig, problem: KernelProblem | None, kind: str, ma
     return True, ""
 
 
+def sm90_prep_shape(p: KernelProblem) -> tuple[int, int, int]:
+    """(sections, kpad, workspace bytes) of the Hopper fp32 paths' prepared operands: op(A) and
+    op(B) K-major in ``sections`` blocks of ``kpad`` (k rounded up to a 32-element stage)
+    columns each (3xTF32: [big | small]); a broadcast operand (batch stride 0) is prepared once."""
+    sections = 2 if p.kind == "3xtf32" else 1
+    kpad = -(-p.k // 32) * 32
+    bat_a = p.batch if p.batch > 1 and p.stride_a else 1
+    bat_b = p.batch if p.batch > 1 and p.stride_b else 1
+    return sections, kpad, (bat_a * p.m + bat_b * p.n) * sections * kpad * 4
+
+
+def _validate_sm90_prep(c: KernelConfig, p: KernelProblem, kind: str) -> tuple[bool, str]:
+    """The fp32 paths: the prep kernel reads any layout, leading dimension and alignment, so
+    only the size of its workspace and of the tripled K are bounded."""
+    if p.transa not in ("N", "T") or p.transb not in ("N", "T"):
+        return False, f"transa/transb must be 'N' or 'T' (got {p.transa!r}, {p.transb!r})"
+    sections, kpad, ws = sm90_prep_shape(p)
+    if ws > SM90_PREP_MAX_BYTES:
+        return False, (f"the prepared tf32 operands would take {ws / 2**30:.1f} GiB "
+                       f"(> {SM90_PREP_MAX_BYTES >> 30} GiB)")
+    if sections * kpad >= 2**31 or max(p.m, p.n) >= 2**31:
+        return False, "m, n and the prepared K must be < 2^31"
+    tiles = -(-p.m // c.bm) * -(-p.n // c.bn) * p.batch
+    if tiles * max(1, c.splits) >= 2**31:
+        return False, f"{tiles} tiles x {c.splits} splits exceed 2^31 work units"
+    return True, ""
+
+
 def _cfg(**kw) -> KernelConfig:
     return KernelConfig(**kw)
 
@@ -255,6 +300,14 @@ for _kind, _big, _small, _extra in (
     _list.append(_cfg(bm=64, bn=64, warps_m=2, warps_n=2, **_small))
     _list += [_cfg(**e) for e in _extra]
     SHIPPED_CONFIGS[_kind] = tuple(_list)
+# fp32 output (shgemm / sbgemm) on mma.sync: these kinds add each k-step's products to the
+# accumulator with a rounding FADD (mma/sm80_kinds.cuh), which needs registers for the fresh
+# sums: 8 warps, 64-byte K rows (64x32 warp tiles; 64x64 tiles or 128-byte rows spill) in every
+# decomposition, and the small tile
+for _kind in ("f16_out32", "bf16_out32"):
+    SHIPPED_CONFIGS[_kind] = tuple(
+        [_cfg(bm=128, bn=128, bk=32, warps_m=2, warps_n=4, stages=4, decomposition=d) for d in _DECOMP_SET]
+        + [_cfg(bm=64, bn=64, bk=32, warps_m=2, warps_n=2, stages=4)])
 
 
 #: the Hopper kernel's shipped tiles per kind (bm = the wgmma N over m, bn = 128 over n): CI
@@ -268,6 +321,12 @@ for _kind in SM90_KINDS:
     # one consumer warpgroup (64-row tiles over n, deep rings): more CTAs for thin and long-K
     # problems (ncu: cuBLAS runs 256x256x65536 as 64x64 tiles with 13 stages on 128 CTAs)
     _small = [dict(bm=128, stages=8), dict(bm=64, stages=12)]
+    if _kind == "tf32":
+        _tiles, _small = [dict(bm=256, stages=4), dict(bm=128, stages=6)], [dict(bm=64, stages=12)]
+    elif _kind in _OUT32_KINDS:   # two accumulator sets: wgmma N <= 128
+        _tiles, _small = [dict(bm=128, stages=6), dict(bm=64, stages=8)], [dict(bm=64, stages=12)]
+    elif _kind == "3xtf32":   # two accumulator sets: wgmma N <= 128; stages hold big + small halves
+        _tiles, _small = [dict(bm=128, stages=3), dict(bm=64, stages=4)], [dict(bm=64, stages=6)]
     SM90_CONFIGS[_kind] = tuple(
         KernelConfig(bn=128, bk=_bk, warps_m=2, warps_n=1, family="sm90a", decomposition=d, **t)
         for t in _tiles for d in SM90_DECOMPOSITIONS) + tuple(

@@ -43,6 +43,8 @@ _KIND_STRUCT = {
     ("s8", "s32"): "KindS8S32",
     ("tf32", "f32"): "KindTF32",
     ("3xtf32", "f32"): "Kind3xTF32",
+    ("f16_out32", "f32"): "KindF16F32Out32",
+    ("bf16_out32", "f32"): "KindBF16F32Out32",
 }
 
 
@@ -98,7 +100,12 @@ def reduce_name(config: KernelConfig, kind: str, accumulate: str | None = None) 
     return f"pyblasgemm::splitk_reduce_kernel<{kind_struct(kind, accumulate)}, {config.bm}, {config.bn}>"
 
 
-_SM90_KIND = {"f16": "Sm90KindF16", "bf16": "Sm90KindBF16", "s8": "Sm90KindS8"}
+_SM90_KIND = {"f16": "Sm90KindF16", "bf16": "Sm90KindBF16", "s8": "Sm90KindS8",
+              "f16_out32": "Sm90KindF16Out32", "bf16_out32": "Sm90KindBF16Out32",
+              "tf32": "Sm90KindTF32", "3xtf32": "Sm90Kind3xTF32"}
+#: fp32 operands reach the Hopper kernel through this prep kernel (impls/sm90_tf32_prep.cuh)
+SM90_PREP_NAME = {"tf32": "pyblasgemm::sm90_tf32_prep<1>", "3xtf32": "pyblasgemm::sm90_tf32_prep<2>"}
+SM90_PREP_KINDS = tuple(SM90_PREP_NAME)
 
 
 def sm90_kernel_name(config: KernelConfig, kind: str, transa: str, transb: str) -> str:
@@ -112,6 +119,8 @@ def sm90_kernel_name(config: KernelConfig, kind: str, transa: str, transb: str) 
         # 'pyblasgemm::sm90_gemm_kernel<pyblasgemm::Sm90KindF16, true, true, 256, 4, 0, 1, 2>' 
     """
     pk, qk = transb == "N", transa == "T"
+    if kind in SM90_PREP_KINDS:   # the prep kernel hands over K-major operands in every layout
+        pk = qk = True
     return (f"pyblasgemm::sm90_gemm_kernel<pyblasgemm::{_SM90_KIND[kind]}, {_b(pk)}, {_b(qk)}, {config.bm}, "
             f"{config.stages}, {config.mode}, {config.cluster}, {config.warps_m}>")
 
@@ -123,6 +132,8 @@ def _names(config, kind, transa, transb, accumulate, vec) -> list[str]:
         names = [kernel_name(config, kind, transa, transb, accumulate, vec)]
     if config.decomposition == "splitk_parallel":
         names.append(reduce_name(config, kind, accumulate))
+    if config.is_sm90 and kind in SM90_PREP_KINDS:
+        names.append(SM90_PREP_NAME[kind])
     return names
 
 
@@ -144,7 +155,23 @@ def get_kernels(config: KernelConfig, kind: str, transa: str, transb: str, accum
     """(gemm RawKernel, reduce RawKernel or None) for the current (or given) device.
 
     Compiles lazily; raises :class:`KernelCompileError` with the NVRTC log on failure.
+    :func:`get_prep_kernel` gives the same module's operand-prep kernel (Hopper tf32 kinds).
     """
+    return _get_module_kernels(config, kind, transa, transb, accumulate, vec, device_id)[:2]
+
+
+def get_prep_kernel(config: KernelConfig, kind: str, transa: str, transb: str, device_id: int | None = None):
+    """The fp32 operand-prep kernel (``sm90_tf32_prep``) of a Hopper tf32 / 3xTF32 instantiation.
+
+    Example::
+
+        prep = get_prep_kernel(SM90_CONFIGS_BY_TILE["3xtf32"][128], "3xtf32", "N", "N")
+    """
+    return _get_module_kernels(config, kind, transa, transb, None, True, device_id)[2]
+
+
+def _get_module_kernels(config, kind, transa, transb, accumulate, vec, device_id):
+    """(gemm, reduce or None, prep or None), compiled once per (device, headers, names)."""
     import cupy
 
     dev = cupy.cuda.Device(device_id)
@@ -176,7 +203,10 @@ def get_kernels(config: KernelConfig, kind: str, transa: str, transb: str, accum
                 driver.funcSetAttribute(funcs[0].ptr, 8, smem)
         else:
             funcs[0].max_dynamic_shared_size_bytes = smem
-    result = (funcs[0], funcs[1] if len(funcs) > 1 else None)
+    by_name = dict(zip(names, funcs))
+    prep = by_name.pop(SM90_PREP_NAME.get(kind, ""), None)
+    red = [f for n, f in by_name.items() if n != names[0]]
+    result = (funcs[0], red[0] if red else None, prep)
     with _lock:
         _cache[key] = result
     return result

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .config import DECOMPOSITIONS, KernelConfig, default_config
-from .jit import get_kernels
+from .config import DECOMPOSITIONS, SM90_PREP_KINDS, KernelConfig, default_config, sm90_prep_shape
+from .jit import get_kernels, get_prep_kernel
 from .problem import ACCUMULATE, KernelProblem
 
 __all__ = ["run", "supports", "prepare", "PreparedLaunch", "launch_geometry", "bind", "BoundLaunch",
@@ -53,8 +53,21 @@ def launch_geometry(problem: KernelProblem, config: KernelConfig, sm_count: int,
 
     ``ws_bytes`` is the workspace the launch needs. The Hopper kernel (``config.family ==
     'sm90a'``) runs a persistent grid of at most ``sm_count`` CTAs for every decomposition; its
-    split-k partials are whole fp32/s32 matrices, one per split.
+    split-k partials are whole fp32/s32 matrices, one per split. Its fp32 kinds run the
+    prepared "TN" problem (K tripled for 3xTF32): geometry of that, ``prep_bytes`` of prepared
+    operands added to ``ws_bytes``.
     """
+    if config.is_sm90 and problem.kind in SM90_PREP_KINDS:
+        from .sm90 import prepared_problem
+
+        g = _launch_geometry(prepared_problem(problem), config, sm_count, occupancy)
+        g["prep_bytes"] = sm90_prep_shape(problem)[2]
+        g["ws_bytes"] += g["prep_bytes"]
+        return g
+    return _launch_geometry(problem, config, sm_count, occupancy)
+
+
+def _launch_geometry(problem: KernelProblem, config: KernelConfig, sm_count: int, occupancy: int) -> dict:
     g = _geometry(problem, config, sm_count, 1 if config.is_sm90 else occupancy)
     p, c = problem, config
     if c.is_sm90:
@@ -485,10 +498,15 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
                             problem.operands_vectorizable())
     smem = cfg.smem_bytes(problem.kind)
     if cfg.is_sm90:
-        from .sm90 import Sm90Launch
+        from .sm90 import Sm90Launch, Sm90PrepLaunch
 
         # one CTA per SM (the ring takes most of shared memory): the persistent grid is <= SMs
-        bl = Sm90Launch(problem, cfg, kern, red, launch_geometry(problem, cfg, sms, 1), smem, dev_id)
+        g = launch_geometry(problem, cfg, sms, 1)
+        if problem.kind in SM90_PREP_KINDS:
+            prep = get_prep_kernel(cfg, problem.kind, problem.transa, problem.transb)
+            bl = Sm90PrepLaunch(problem, cfg, kern, red, prep, g, smem, dev_id)
+        else:
+            bl = Sm90Launch(problem, cfg, kern, red, g, smem, dev_id)
         _bound[key] = bl
         return bl
     occ = _occupancy(kern, cfg.threads, smem) if cfg.decomposition in ("streamk", "hybrid") else 1

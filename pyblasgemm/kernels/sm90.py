@@ -18,20 +18,28 @@ Q = op(A)      transa='T': (k, m, batch)   transa='N': (m, k, batch)  (64|128 K,
 
 Every box is 128 bytes wide with the 128-byte swizzle that the wgmma descriptors expect, and
 elements outside the tensor read as zeros (so edges need no predication in the mainloop).
+
+fp32 operands (``tf32``, ``3xtf32``) take one more step, :class:`Sm90PrepLaunch`: tf32 wgmma
+reads K-major operands only, so a prep kernel writes op(A) and op(B) K-major, rounded to tf32
+(3xTF32: rows of [big | small] halves) into a workspace, and the GEMM runs "TN" on it.
 """
 from __future__ import annotations
 
 import ctypes as ct
 
 
-from .config import KernelConfig
+from dataclasses import replace
+
+from .config import KernelConfig, sm90_prep_shape
 from .problem import ELEM_BYTES, KernelProblem
 
-__all__ = ["Sm90Launch", "tma_maps", "encode_tiled", "TMA_DTYPE"]
+__all__ = ["Sm90Launch", "Sm90PrepLaunch", "tma_maps", "encode_tiled", "TMA_DTYPE", "prepared_problem"]
 
 #: CUtensorMapDataType of each kind's A/B (s8 moves as raw bytes) and of its C
-TMA_DTYPE = {"f16": 6, "bf16": 9, "s8": 0}
-TMA_C_DTYPE = {"f16": 6, "bf16": 9, "s8": 3}
+#: (CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6, BFLOAT16 = 9, UINT8 = 0, INT32 = 3, FLOAT32 = 7)
+#: fp32 operands move as FLOAT32 words (the prep kernel rounded them to tf32 already)
+TMA_DTYPE = {"f16": 6, "bf16": 9, "s8": 0, "f16_out32": 6, "bf16_out32": 9, "tf32": 7, "3xtf32": 7}
+TMA_C_DTYPE = {"f16": 6, "bf16": 9, "s8": 3, "f16_out32": 7, "bf16_out32": 7, "tf32": 7, "3xtf32": 7}
 _SWIZZLE_128B = 3
 _L2_PROMOTION_256B = 3
 _OOB_FILL_ZEROS = 0
@@ -154,16 +162,18 @@ def tma_maps(p: KernelProblem, config: KernelConfig):
     """
     eb = ELEM_BYTES[p.kind]
     bke = 128 // eb
+    # a prepared 3xTF32 row is [big | small], k columns each: the K-major maps span both halves
+    kext = 2 * p.k if p.kind == "3xtf32" else p.k
     if p.transb == "N":    # B(k x n) column-major: K contiguous
         pb, ps = _batch_dim(p.n, p.ldb, p.stride_b, p.batch, eb)
-        pmap = ((p.k, p.n, pb), (p.ldb * eb, ps), (bke, config.bn, 1))
+        pmap = ((kext, p.n, pb), (p.ldb * eb, ps), (bke, config.bn, 1))
     else:                  # B stored n x k: N contiguous
         pb, ps = _batch_dim(p.k, p.ldb, p.stride_b, p.batch, eb)
         pmap = ((p.n, p.k, pb), (p.ldb * eb, ps), (64, bke, 1))
     if p.transa == "T":    # A stored k x m: K contiguous
         qb, qs = _batch_dim(p.m, p.lda, p.stride_a, p.batch, eb)
         # in a 2-CTA cluster each CTA loads (and multicasts) half of the Q rows
-        qmap = ((p.k, p.m, qb), (p.lda * eb, qs), (bke, config.bm // config.cluster, 1))
+        qmap = ((kext, p.m, qb), (p.lda * eb, qs), (bke, config.bm // config.cluster, 1))
     else:                  # A(m x k) column-major: M contiguous
         qb, qs = _batch_dim(p.k, p.lda, p.stride_a, p.batch, eb)
         qmap = ((p.m, p.k, qb), (p.lda * eb, qs), (64, bke, 1))
@@ -318,3 +328,102 @@ class Sm90Launch:
             rc["c"].value = c_ptr
             set_scales(rc, self._int, alpha, beta)
             _driver().launchKernel(self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, ct.addressof(s.rparams), 0)
+
+
+# --- fp32 operands: prep kernel + the GEMM on its K-major output -------------------------------
+
+#: sm90_tf32_prep's parameters (impls/sm90_tf32_prep.cuh)
+_PREP_FIELDS = [("x", ct.c_uint64), ("out", ct.c_uint64), ("rows", ct.c_int32), ("k", ct.c_int32),
+                ("ldx", ct.c_int64), ("sx", ct.c_int64), ("k_major", ct.c_int32), ("kpad", ct.c_int32),
+                ("small_mask", ct.c_int32)]
+#: 3xTF32 rows: [big | small] for both operands (bit s set: section s holds the small part)
+_SMALL_MASK = 0b10
+
+
+def prepared_problem(p: KernelProblem) -> KernelProblem:
+    """The "TN" problem the Hopper GEMM runs for an fp32 problem ``p`` (pointers left at 0):
+    K becomes ``kpad`` (k rounded up to a stage), both operands K-major with rows of
+    ``sections * kpad`` (3xTF32: the [big | small] halves).
+
+    Example::
+
+        q = prepared_problem(KernelProblem("3xtf32", "N", "T", 100, 50, 70, 100, 50, 100, 0, 0, 0))
+        # q.transa, q.transb, q.k, q.lda == 'T', 'N', 96, 192   (two halves of 96)
+    """
+    sections, kpad, _ = sm90_prep_shape(p)
+    ld = sections * kpad
+    sa = p.m * ld if p.batch > 1 and p.stride_a else 0
+    sb = p.n * ld if p.batch > 1 and p.stride_b else 0
+    return replace(p, transa="T", transb="N", k=kpad, lda=ld, ldb=ld, a_ptr=0, b_ptr=0, stride_a=sa, stride_b=sb)
+
+
+class Sm90PrepLaunch:
+    """A bound launch of an fp32 problem (``tf32`` / ``3xtf32``) on the Hopper kernel; the same
+    call as :class:`Sm90Launch`: ``launch(a_ptr, b_ptr, c_ptr, alpha=1.0, beta=0.0, stream=None)``.
+
+    Each call runs the prep kernel on op(A) and on op(B) (any layout, leading dimension and
+    4-byte alignment), then the GEMM (an :class:`Sm90Launch` of :func:`prepared_problem`, bound
+    once per stream to that stream's prepared-operand workspace).
+
+    Example::
+
+        launch = bind(problem_3xtf32, SM90_CONFIGS_BY_TILE["3xtf32"][128])  # on an H100
+        launch(a.data.ptr, b.data.ptr, c.data.ptr, 1.0, 0.0)
+    """
+
+    def __init__(self, problem: KernelProblem, config: KernelConfig, kern, red, prep, geometry: dict, smem: int,
+                 dev: int):
+        p = problem
+        self.problem, self.config, self.geometry, self.smem = problem, config, geometry, smem
+        self._dev = dev
+        self._prep_ptr = prep.ptr
+        self._kern, self._red = kern, red
+        sections, kpad, self._ws_bytes = sm90_prep_shape(p)
+        self._inner_problem = prepared_problem(p)
+        self._inner_geometry = dict(geometry, ws_bytes=geometry["ws_bytes"] - self._ws_bytes)
+        self.a_align = self.b_align = 4
+        self.c_align = 16 if p.c_vectorizable() else p.c_bytes   # as the GEMM's Sm90Launch
+        bat_a = p.batch if p.batch > 1 and p.stride_a else 1
+        bat_b = p.batch if p.batch > 1 and p.stride_b else 1
+        self._q_bytes = bat_a * p.m * sections * kpad * 4
+        # (rows, ld, batch stride, K-major?, batches, small-part mask) of op(A) and of op(B)^T;
+        # plain tf32 (one section) writes the big parts only
+        mask_q = mask_p = _SMALL_MASK if sections == 2 else 0
+        self._a_spec = (p.m, p.lda, p.stride_a, p.transa == "T", bat_a, mask_q)
+        self._b_spec = (p.n, p.ldb, p.stride_b, p.transb == "N", bat_b, mask_p)
+        self._sections, self._kpad = sections, kpad
+        self._slots: dict = {}
+
+    def _slot(self, sptr: int):
+        import cupy
+
+        with cupy.cuda.Device(self._dev):
+            ws = cupy.empty(self._ws_bytes, dtype=cupy.uint8)
+        q_ptr = ws.data.ptr
+        p_ptr = q_ptr + self._q_bytes   # 16-byte aligned: kpad is a multiple of 32 elements
+        gemm = Sm90Launch(replace(self._inner_problem, a_ptr=q_ptr, b_ptr=p_ptr), self.config, self._kern,
+                          self._red, self._inner_geometry, self.smem, self._dev)
+        blocks = []
+        for (rows, ld, stride, k_major, bat, mask), out in ((self._a_spec, q_ptr), (self._b_spec, p_ptr)):
+            vals = dict(x=0, out=out, rows=rows, k=self.problem.k, ldx=ld, sx=stride if bat > 1 else 0,
+                        k_major=int(k_major), kpad=self._kpad, small_mask=mask)
+            cells = {name: typ(vals[name]) for name, typ in _PREP_FIELDS}
+            params = (ct.c_void_p * len(_PREP_FIELDS))(*[ct.addressof(cells[n]) for n, _ in _PREP_FIELDS])
+            grid = (self._kpad // 32, -(-rows // 32), bat)
+            blocks.append((cells, params, grid))
+        slot = (ws, q_ptr, p_ptr, blocks, gemm)
+        self._slots[sptr] = slot
+        return slot
+
+    def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
+        from .launch import _driver, stream_handle
+
+        sptr = stream_handle(stream)
+        if (a_ptr | b_ptr) & 3:
+            raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x} are not 4-byte aligned float32 data")
+        _, q_ptr, p_ptr, blocks, gemm = self._slots.get(sptr) or self._slot(sptr)
+        drv = _driver()
+        for x_ptr, (cells, params, grid) in zip((a_ptr, b_ptr), blocks):
+            cells["x"].value = x_ptr
+            drv.launchKernel(self._prep_ptr, grid[0], grid[1], grid[2], 32, 8, 1, 0, sptr, ct.addressof(params), 0)
+        gemm(q_ptr, p_ptr, c_ptr, alpha, beta, stream)

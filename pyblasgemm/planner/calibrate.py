@@ -41,7 +41,7 @@ from ..kernels.config import KernelConfig
 from ..kernels.problem import KernelProblem
 from .arch import FAMILIES
 from . import model as M
-from .problem import make_desc
+from .problem import kind_of, make_desc
 
 REF = FAMILIES["sm_90"]
 
@@ -475,6 +475,11 @@ def _residuals(cal, kp, backends):
     return out
 
 
+def _read_json(path) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
 def derive_sm90(paths) -> dict:
     """The Hopper kernel's calibration from ``bench/bench_sm90.py`` results: per (kind, tile),
     ``eff = model time at efficiency 1 / measured`` over the sliced points with at least two
@@ -508,11 +513,14 @@ def derive_sm90(paths) -> dict:
     out = {kind: {"tiles": {k: round(statistics.median(v), 4) for k, v in sorted(tiles.items())}}
            for kind, tiles in sorted(per.items())}
     out["sources"] = sources
-    out["streamk_spread_penalty"] = round(_streamk_spread(paths), 4)
+    # the global numbers come from the full sweeps (files with f16 rows); runs of other kinds
+    # alone (--only) contribute their tile efficiencies
+    sweeps = [p for p in paths if any(r["kind"] == "f16" for r in _read_json(p)["rows"])]
+    out["streamk_spread_penalty"] = round(_streamk_spread(sweeps), 4)
     # host cost per call of the Hopper path relative to cuBLAS's in the same run (public API,
     # 64^3): the model scales the calibrated cuBLAS host cost by it
     ratios = []
-    for path in paths:
+    for path in sweeps:
         with open(path) as f:
             host = json.load(f).get("host_us")
         if host:
@@ -547,11 +555,96 @@ def _streamk_spread(paths) -> float:
     return statistics.median(vals) if vals else 0.0
 
 
+# ---------------------------------------------------------------------------------------------
+# Measured choices (choices_sm90_h100.json) from bench/bench_planner.py runs
+# ---------------------------------------------------------------------------------------------
+
+#: cuBLAS is the table's pick when its median time is within this fraction of the fastest: a
+#: 1-2 % gap is run-to-run noise on these shapes, and a wrong switch away from cuBLAS (the
+#: library everyone else uses, tuned for every shape) costs more than a missed small win
+CHOICES_CUBLAS_TOLERANCE = 0.02
+CHOICES_SCHEMA = "pyblasgemm-choices/1"
+
+
+def _sig(t: float) -> float:
+    return float(f"{t:.6g}")
+
+
+def derive_choices(paths) -> dict:
+    """The measured-choice table from ``bench/bench_planner.py`` runs (one or more JSON files of
+    the same device and layout): per (kind, compute, m, n, k), the median measured time of every
+    implementation timed (each forced config of ours, and cuBLAS; the plan's own timing is left
+    out, as the bench's ``best_s`` leaves it out), and the fastest -- cuBLAS when it is within
+    :data:`CHOICES_CUBLAS_TOLERANCE` of the fastest -- with its runner-up and margin.
+
+    Example::
+
+        table = derive_choices(["bench/results/planner_sm90_h100_2026-11-22_run4.json"])
+        table["entries"][0]     # {'kind': 'f16', 'm': 1024, ..., 'impl': 'sm90a_sliced_...'}
+    """
+    ident, layout, sources = None, None, {}
+    samples: dict = {}      # (dtype, m, n, k) -> impl -> [seconds, one per run]
+    for path in sorted(paths, key=os.path.basename):    # the same table whatever the order
+        with open(path) as f:
+            run = json.load(f)
+        if run.get("schema") != "pyblasgemm-bench-planner/1":
+            raise ValueError(f"{path}: not a bench_planner.py result (schema {run.get('schema')!r})")
+        this = {"name": run["device"], "cc": run["cc"], "sm_count": run["sm_count"]}
+        lay = run["layout"].split()[0]        # "TN (column-major; both operands K-contiguous)"
+        if ident is not None and (this, lay) != (ident, layout):
+            raise ValueError(f"{path}: measured on {this} with layout {lay}, the other runs on "
+                             f"{ident} with {layout}: one table is for one device and layout")
+        ident, layout = this, lay
+        sources[os.path.basename(path)] = file_sha256(path)
+        for r in run["results"]:
+            times = samples.setdefault((r["dtype"], r["m"], r["n"], r["k"]), {})
+            for c in r["candidates"]:
+                if c.get("measured_s"):
+                    times.setdefault(c["config"], []).append(c["measured_s"])
+            # for 3xTF32 the bench times SGEMM as a yardstick: not an option for the problem
+            if r.get("cublas_s") and not r.get("cublas_note"):
+                times.setdefault("cublas", []).append(r["cublas_s"])
+    if ident is None:
+        raise ValueError("derive_choices: no planner runs given")
+    entries = []
+    for (dt, m, n, k), times in samples.items():
+        med = {impl: statistics.median(ts) for impl, ts in times.items()}
+        if not med:
+            continue
+        order = sorted(med, key=lambda i: (med[i], i))
+        best = order[0]
+        if "cublas" in med and med["cublas"] <= med[best] * (1 + CHOICES_CUBLAS_TOLERANCE):
+            best = "cublas"
+        rest = [i for i in order if i != best]
+        desc = make_desc(m, n, k, dt, transa=layout[0], transb=layout[1])
+        entries.append({
+            "dtype": dt, "kind": kind_of(desc), "compute": desc.compute, "m": m, "n": n, "k": k,
+            "align": desc.align,     # tight leading dimensions, 16-byte aligned pointers
+            "impl": best, "time_s": _sig(med[best]),
+            "runner_up": rest[0] if rest else None,
+            "runner_up_s": _sig(med[rest[0]]) if rest else None,
+            # runner-up time / chosen time; below 1 where cuBLAS won within the tolerance
+            "margin": round(med[rest[0]] / med[best], 4) if rest else None,
+            "samples": len(times[best]),      # runs that timed the chosen implementation
+            "times": {i: _sig(med[i]) for i in order}})
+    return {"schema": CHOICES_SCHEMA, "device": ident, "layout": layout,
+            "sources": sorted(sources), "source_sha256": sources,
+            "cublas_tolerance": CHOICES_CUBLAS_TOLERANCE,
+            "rule": "median time per implementation over the runs; the fastest, but cuBLAS when "
+                    f"within {CHOICES_CUBLAS_TOLERANCE:.0%} of it",
+            "entries": entries}
+
+
 def main(argv=None) -> int:
     """``python -m pyblasgemm.planner.calibrate [RESULTS_DIR] [OUT] [--sources a.json,b.json]``:
     derive and write the calibration (default: every kernels*/backends*/suite results file in
     bench/results into the shipped calibration_h100.json). After re-measuring new kernels, pass
-    ``--sources`` with the new files only: old and new kernels must not be averaged."""
+    ``--sources`` with the new files only: old and new kernels must not be averaged.
+
+    ``--sm90 RUN.json ...`` writes calibration_sm90_h100.json from bench_sm90.py results;
+    ``--choices RUN.json ...`` writes the measured-choice table choices_sm90_h100.json from
+    bench_planner.py runs of one device (median per implementation over the runs; name only runs
+    of the kernels as they are now)."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m pyblasgemm.planner.calibrate")
@@ -560,7 +653,27 @@ def main(argv=None) -> int:
     ap.add_argument("--sources", default=None, help="comma-separated file names to use")
     ap.add_argument("--sm90", nargs="+", default=None,
                     help="derive calibration_sm90_h100.json from these bench_sm90.py results instead")
+    ap.add_argument("--choices", nargs="+", default=None,
+                    help="derive choices_sm90_h100.json (measured choices) from these "
+                         "bench_planner.py runs instead")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.choices:
+        from .measured import CHOICES_FILE
+
+        table = derive_choices(args.choices)
+        with open(CHOICES_FILE, "w") as f:
+            json.dump(table, f, indent=1, sort_keys=True)
+            f.write("\n")
+        ents = table["entries"]
+        cb = sum(e["impl"] == "cublas" for e in ents)
+        print(f"wrote {CHOICES_FILE}: {len(ents)} entries ({cb} cuBLAS, {len(ents) - cb} ours) "
+              f"for {table['device']['name']} ({table['device']['sm_count']} SMs), "
+              f"from {', '.join(table['sources'])}")
+        for e in ents:
+            print(f"  {e['dtype']:5} {e['m']:5}x{e['n']:5}x{e['k']:5}  {e['impl']:48} "
+                  f"{e['time_s'] * 1e6:9.1f} us  runner-up {e['runner_up'] or '-':48} "
+                  f"x{e['margin'] or float('nan'):.3f}")
+        return 0
     if args.sm90:
         sm90 = derive_sm90(args.sm90)
         with open(M.CALIBRATION_SM90_FILE, "w") as f:

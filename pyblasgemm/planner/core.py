@@ -5,6 +5,11 @@ candidate kernel configs x decompositions -> the constraint predicate
 (:func:`~pyblasgemm.planner.model.check`, i.e. ``KernelConfig.validate``) -> the analytic score
 of every valid candidate and of cuBLAS -> the winner -> a frozen :class:`Plan`. Memoized per
 problem key (which includes the device and excludes alpha and beta).
+
+Precedence of the winner ('auto'): a stored autotune result, then the measured-choice table
+(:mod:`pyblasgemm.planner.measured`: the implementation measured fastest on this device at this
+or a nearby shape, when it is valid for the problem), then the model. A forced backend,
+decomposition, split count or config bypasses the table.
 """
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ class Settings:
     splits: int | None = None
     config: KernelConfig | None = None
     autotune: bool = False
+    measured_choices: bool = True      # consult the measured-choice table (measured.py)
 
 
 def _read_settings() -> Settings:
@@ -61,7 +67,8 @@ def _read_settings() -> Settings:
     except ValueError as exc:
         raise ValueError(f"PYBLASGEMM_CONFIG: {exc}") from None
     return Settings(backend, not _flag("PYBLASGEMM_NO_PLAN_CACHE"), _flag("PYBLASGEMM_PRINT_PLANS"),
-                    dec, splits, cfg, _flag("PYBLASGEMM_AUTOTUNE"))
+                    dec, splits, cfg, _flag("PYBLASGEMM_AUTOTUNE"),
+                    not _flag("PYBLASGEMM_NO_MEASURED_CHOICES"))
 
 
 settings = _read_settings()
@@ -114,7 +121,7 @@ class Plan:
     grid: tuple = ()
     workspace_bytes: int = 0
     predicted_s: float | None = None
-    source: str = "heuristic"          # 'heuristic', 'autotune', 'forced', 'host'
+    source: str = "heuristic"          # 'heuristic', 'measured', 'autotune', 'forced', 'host'
     arch: ArchSpec | None = field(default=None, compare=False)
     problem: GemmDesc | None = field(default=None, compare=False, repr=False)
     candidates: tuple = field(default=(), compare=False, repr=False)
@@ -128,7 +135,10 @@ class Plan:
         d = self.problem
         if d is not None:
             batch = f", batch {d.batch}" if d.batch != 1 else ""
-            lines.append(f"problem: {d.routine} {d.row.ab_dtype.name} compute={d.compute} "
+            types = d.row.ab_dtype.name
+            if d.row.c_dtype != d.row.ab_dtype:
+                types += f" -> {d.row.c_dtype.name}"
+            lines.append(f"problem: {d.routine} {types} compute={d.compute} "
                          f"{d.transa}{d.transb} m={d.m} n={d.n} k={d.k} lda={d.lda} ldb={d.ldb} "
                          f"ldc={d.ldc}{batch}, {d.align}-byte aligned, {d.xp} device {d.device}")
         if self.arch is not None:
@@ -427,6 +437,11 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
         raise NotImplementedError(f"{desc.routine}: no GPU backend runs compute={desc.compute!r} "
                                   f"for this problem: tensorcore: {why_not_ours}; "
                                   f"cublas: {why_not_theirs}")
+    if not autotune and _table_allowed():
+        # after a stored autotune result (above), before the model: what was measured here
+        measured = _measured_plan(desc, arch, cal, cands, ours_best, cublas_cand, ours_ok)
+        if measured is not None:
+            return measured
     if ours_best is None:
         why = (f"our kernels do not run it ({why_not_ours})" if not ours_ok else
                "no kernel config is valid for it")
@@ -464,6 +479,87 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
 #: 39 us measured), while cuBLAS there is 1.2-2.4x faster (planner_h100_2026-11-22.json). A
 #: wrong switch away from cuBLAS costs more than a missed one, so ties go to cuBLAS.
 CUBLAS_MARGIN = 0.25
+
+
+def _table_allowed() -> bool:
+    """The measured-choice table decides only when nothing is forced: a forced config,
+    decomposition or split count (PYBLASGEMM_CONFIG / _DECOMPOSITION / _SPLITS) is the user's
+    call, and PYBLASGEMM_NO_MEASURED_CHOICES=1 turns the table off."""
+    s = settings
+    return (s.measured_choices and s.config is None and s.decomposition is None
+            and s.splits is None)
+
+
+def _measured_plan(desc, arch, cal, cands, ours_best, cublas_cand, ours_ok) -> Plan | None:
+    """The plan of the measured-choice table's entry for ``desc`` on ``arch``, or None (no entry
+    applies, or its implementation is not valid for this exact problem: the model decides)."""
+    from .measured import choice_for_desc
+
+    entry = choice_for_desc(desc, arch)
+    if entry is None:
+        return None
+    if entry.impl == "cublas":
+        if cublas_cand is None:
+            return None            # cuBLAS does not run this problem
+        return Plan("cublas", _measured_reason(entry, desc, ours_best, cublas_cand), None, None,
+                    1, (), 0, cublas_cand.time, "measured", arch, desc, tuple(cands))
+    if not ours_ok:
+        return None
+    try:
+        cfg = M.parse_config_name(entry.impl)
+    except ValueError:
+        return None
+    prob = kernel_problem_for(desc)
+    if not M.check(cfg, prob, arch)[0]:
+        return None                # e.g. a near shape the config cannot run: the model decides
+    winner = next((c for c in cands if c.config == cfg and c.score is not None), None)
+    if winner is None:
+        # valid but not scored: pruned by a model rule (a tile far wider than m) or a split
+        # count the enumeration does not try; the measurement overrides the model, so score it
+        occ = M.occupancy(cfg, prob.kind, arch)
+        winner = Candidate("tensorcore", cfg, M.score_ours(cfg, prob, arch, cal, occ), "",
+                           M.tile_efficiency(cfg, prob.kind, cal)[1])
+        cands = [c for c in cands if c.config != cfg] + [winner]
+    return _ours_plan(desc, arch, winner, _measured_reason(entry, desc, ours_best, cublas_cand),
+                      cands, "measured")
+
+
+def _model_pick(ours_best, cublas_cand) -> str:
+    """The label of what the model alone would choose (the rule of ``_choose`` below)."""
+    if ours_best is None:
+        return "cublas"
+    if cublas_cand is None or ours_best.time < cublas_cand.time * (1 - CUBLAS_MARGIN):
+        return ours_best.label
+    return "cublas"
+
+
+def _measured_reason(entry, desc, ours_best, cublas_cand) -> str:
+    """E.g. 'measured fastest on <device> at 128x4096x4096 (<runs>): <impl> 1.31x faster than
+    the model's pick (cublas)'."""
+    where = entry.shape
+    if (desc.m, desc.n, desc.k) != (entry.m, entry.n, entry.k):
+        where += f" (the nearest measured shape to {desc.m}x{desc.n}x{desc.k})"
+    runs = ", ".join(entry.sources)
+    fastest = min(entry.times, key=lambda i: (entry.times[i], i))
+    if entry.impl == fastest:
+        what = f"measured fastest on {entry.device} at {where} ({runs}): {entry.impl}"
+    else:     # cuBLAS, kept within the table's tolerance of a faster one of ours
+        what = (f"measured on {entry.device} at {where} ({runs}): cublas, within "
+                f"{entry.cublas_tolerance:.0%} of the fastest ({fastest}, "
+                f"{entry.time_s / entry.times[fastest]:.3f}x faster)")
+    pick = _model_pick(ours_best, cublas_cand)
+    if pick == entry.impl:
+        if entry.runner_up is None or entry.impl != fastest:
+            return what + "; the model picks it too"
+        return (what + f"; the model picks it too (runner-up {entry.runner_up} "
+                f"{entry.runner_up_s / entry.time_s:.2f}x its time)")
+    t_pick = entry.time_of(pick)
+    if t_pick is None:
+        return what + f"; the model's pick ({pick}) was not timed there"
+    ratio = t_pick / entry.time_s
+    if ratio >= 1:
+        return what + f" {ratio:.2f}x faster than the model's pick ({pick})"
+    return what + f"; the model's pick ({pick}) measured {ratio:.3f}x its time"
 
 
 def _autotuned(desc, arch, cands, ours_best, forced: bool) -> Plan:

@@ -44,7 +44,7 @@ from typing import NamedTuple
 
 from ..kernels.config import SHIPPED_CONFIGS, SM90_CONFIGS, SM90_CONFIGS_BY_TILE, SM90_SMALL_CONFIGS, KernelConfig
 from ..kernels.launch import launch_geometry
-from ..kernels.problem import C_BYTES, ELEM_BYTES, KernelProblem
+from ..kernels.problem import BASE_KIND, C_BYTES, ELEM_BYTES, KernelProblem
 from .arch import ArchSpec
 
 __all__ = ["Score", "load_calibration", "tile_key", "parse_config_name", "check", "occupancy",
@@ -195,15 +195,18 @@ def tile_efficiency(cfg: KernelConfig, kind: str, cal: dict) -> tuple[float, boo
 
     Uncalibrated shapes: the kind's workhorse efficiency scaled by the warp tile's MMA density
     (a 32x32 warp tile re-reads its fragments four times as often per MAC as 64x64)."""
+    # a kind's own calibration, else its mainloop's (fp32-C kinds share the 16-bit ones)
+    base = BASE_KIND[kind]
     if cfg.is_sm90:
         # the Hopper kernel: a fraction of the wgmma peak per tile (calibration_sm90_h100.json);
         # an unmeasured tile gets the kind's smallest measured efficiency
-        entry = cal.get("sm90", {}).get(kind) or cal.get("sm90", {}).get("f16") or {"tiles": {}}
+        sm = cal.get("sm90", {})
+        entry = sm.get(kind) or sm.get(base) or sm.get("f16") or {"tiles": {}}
         eff = entry["tiles"].get(tile_key(cfg, kind))
         if eff is not None:
             return eff, True
         return min(entry["tiles"].values(), default=0.5), False
-    entry = cal["ours"].get(kind) or cal["ours"]["f16"]
+    entry = cal["ours"].get(kind) or cal["ours"].get(base) or cal["ours"]["f16"]
     eff = entry["tiles"].get(tile_key(cfg, kind))
     if eff is not None:
         return eff, True
@@ -249,12 +252,16 @@ def score_ours(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec, cal: d
     occ = occ or occupancy(cfg, kind, arch)
     g = launch_geometry(p, cfg, S, occ)
     eff, _ = tile_efficiency(cfg, kind, cal)
+    mma_kind = BASE_KIND[kind]   # fp32-output kinds run the 16-bit mainloop
+    # fp32 on wgmma: the geometry is the prepared problem's (a 3xTF32 stage issues the three
+    # products: the 3xtf32 rate, a third of tf32's); the prep kernel's traffic is added below
+    prep_bytes = g.get("prep_bytes", 0)
     if cfg.is_sm90:
         # wgmma reads K- and MN-major operands from shared memory alike: no layout factor
-        rate = eff * arch.best_peak(kind)
+        rate = eff * arch.best_peak(mma_kind)
     else:
-        ours = cal["ours"].get(kind) or cal["ours"]["f16"]
-        rate = eff * arch.mma_sync_peak(kind) * ours["layout"].get(_layout(p.transa, p.transb), 1.0)
+        ours = cal["ours"].get(mma_kind) or cal["ours"]["f16"]
+        rate = eff * arch.mma_sync_peak(mma_kind) * ours["layout"].get(_layout(p.transa, p.transb), 1.0)
         if not p.operands_vectorizable():
             rate *= cal["scalar_path_factor"]
     t_it = 2.0 * cfg.bm * cfg.bn * cfg.bk / (rate / S)    # one MAC iteration on one SM
@@ -278,7 +285,7 @@ def score_ours(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec, cal: d
                      + tiles * (splits - 1) * 2 * tile_bytes / arch.l2_bw)
         else:
             # partial tiles (mma.sync) or whole partial matrices (Hopper), written then reduced
-            ws = g["ws_bytes"] if cfg.is_sm90 else tiles * splits * tile_bytes
+            ws = g["ws_bytes"] - prep_bytes if cfg.is_sm90 else tiles * splits * tile_bytes
             fixup = cal["reduce_launch_us"] * 1e-6 + 2 * ws / arch.dram_bw
     else:
         G = g["grid"][0]
@@ -302,6 +309,10 @@ def score_ours(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec, cal: d
             fixup = (cal.get("streamk_fixed_us", 0.0)
                      + _partials(kt, total, G) * cal["streamk_partial_us"]) * 1e-6 + fixup_bytes
         ws = G * tile_bytes + 4 * G
+    if prep_bytes:
+        read = (p.m * (p.batch if p.stride_a else 1) + p.n * (p.batch if p.stride_b else 1)) * p.k * 4
+        fixup += (read + prep_bytes) / arch.dram_bw + 2 * cal["kernel_latency_us"] * 1e-6
+        ws += prep_bytes
     eb, cb = ELEM_BYTES[kind], C_BYTES[kind]
     a_b = p.m * p.k * (p.batch if p.stride_a else 1) * eb
     b_b = p.k * p.n * (p.batch if p.stride_b else 1) * eb
@@ -321,13 +332,18 @@ def score_ours(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec, cal: d
 
 
 _CUBLAS_KIND = {("h", "fp32"): "f16", ("h", "fp16"): "f16", ("b", "fp32"): "bf16",
+                ("sh", "fp32"): "f16", ("sb", "fp32"): "bf16",
                 ("i", "int32"): "s8", ("s", "tf32"): "tf32", ("s", "fp32"): "fp32",
                 ("d", "fp64"): "fp64", ("c", "fp32"): "fp32", ("z", "fp64"): "fp64"}
 
 
+_CUBLAS_OPERAND_PREFIX = {"sh": "h", "sb": "b"}
+
+
 def score_cublas(desc, arch: ArchSpec, cal: dict) -> Score:
     """Predict cuBLAS's time for ``desc`` (a GemmDesc) from the calibrated efficiency table."""
-    key = f"{desc.prefix}/{desc.compute}"
+    # fp32 C from 16-bit operands: the 16-bit GEMM's rate (measured per operand type)
+    key = f"{_CUBLAS_OPERAND_PREFIX.get(desc.prefix, desc.prefix)}/{desc.compute}"
     cb = cal["cublas"]
     eff = cb["eff"].get(key, cb["eff_default"])
     kind = _CUBLAS_KIND.get((desc.prefix, desc.compute), "fp32")

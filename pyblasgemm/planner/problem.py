@@ -20,16 +20,19 @@ __all__ = ["make_desc", "DTYPE_ALIASES", "kind_of"]
 DTYPE_ALIASES = {"f16": "h", "fp16": "h", "half": "h", "float16": "h", "bf16": "b", "bfloat16": "b",
                  "f32": "s", "fp32": "s", "float32": "s", "single": "s", "f64": "d", "fp64": "d",
                  "float64": "d", "double": "d", "i8": "i", "int8": "i", "s8": "i", "c64": "c",
-                 "complex64": "c", "c128": "z", "complex128": "z", "tf32": "s", "3xtf32": "s"}
+                 "complex64": "c", "c128": "z", "complex128": "z", "tf32": "s", "3xtf32": "s",
+                 "f16_out32": "sh", "bf16_out32": "sb"}
 for _p in TYPE_ROWS:
     DTYPE_ALIASES.setdefault(_p, _p)
 
 _KINDS = {("h", "fp32"): "f16", ("h", "fp16"): "f16", ("b", "fp32"): "bf16", ("i", "int32"): "s8",
+          ("sh", "fp32"): "f16_out32", ("sb", "fp32"): "bf16_out32",
           ("s", "tf32"): "tf32", ("s", "3xtf32"): "3xtf32"}
 
 
 def kind_of(desc: GemmDesc) -> str | None:
-    """Our kernels' kind for ``desc`` ('f16', 'bf16', 's8', 'tf32', '3xtf32') or None."""
+    """Our kernels' kind for ``desc`` ('f16', 'bf16', 's8', 'tf32', '3xtf32', 'f16_out32',
+    'bf16_out32') or None."""
     return _KINDS.get((desc.prefix, desc.compute))
 
 

@@ -11,7 +11,7 @@
 // CTA tile: BMT = 64 x CONSUMERS rows of D (64 per consumer warpgroup, wgmma M = 64; one or two
 // consumer warpgroups) x BNT columns (the
 // wgmma N). One stage holds 128 bytes of K for every row of P and Q (f16/bf16: 64 elements,
-// s8: 128), laid out as the TMA writes them with the 128-byte swizzle:
+// s8: 128, tf32: 32), laid out as the TMA writes them with the 128-byte swizzle:
 //     K-major operand:  row r of the tile at r * 128 bytes (one TMA box of BK x rows)
 //     MN-major operand: 64-element MN blocks of 64 k-rows x 128 bytes (8 KB each, one box each)
 // wgmma reads both through smem descriptors (ptx/sm90_tma.cuh) with the transpose bit for
@@ -38,13 +38,19 @@
 #include "../ptx/sm90_wgmma.cuh"
 #include "../mma/sm80_kinds.cuh"
 #include "../epilogue/sm80_smem_epilogue.cuh"
+#include "sm90_tf32_prep.cuh"
 
 namespace pyblasgemm {
 
 // Element kinds on wgmma: storage/conversion traits shared with the mma.sync kinds.
+// kSplit: operands arrive as big and small tf32 parts, one stage holds both (3xTF32, see
+// Sm90KindTF32T). kRoundEvery > 0: wgmma chains of that many stages go into fresh registers
+// that a round-to-nearest FADD adds to the accumulator (fp32 C, see Sm90KindF16Out32).
 struct Sm90KindF16 : KindF16F32 {
   typedef float Acc;
   static constexpr int kBKE = 64;  // elements of K per stage (128 bytes)
+  static constexpr bool kSplit = false;
+  static constexpr int kRoundEvery = 0;
   template <int N, int TA, int TB>
   static PBG_DEVICE void mma(float (&d)[N / 2], u64 a, u64 b, int scale_d) {
     WgmmaF16<N, false, TA, TB>::mma(d, a, b, scale_d);
@@ -53,20 +59,60 @@ struct Sm90KindF16 : KindF16F32 {
 struct Sm90KindBF16 : KindBF16F32 {
   typedef float Acc;
   static constexpr int kBKE = 64;
+  static constexpr bool kSplit = false;
+  static constexpr int kRoundEvery = 0;
   template <int N, int TA, int TB>
   static PBG_DEVICE void mma(float (&d)[N / 2], u64 a, u64 b, int scale_d) {
     WgmmaF16<N, true, TA, TB>::mma(d, a, b, scale_d);
   }
 };
+// fp32 C from 16-bit operands (shgemm / sbgemm): the 16-bit mainloop, a 4-byte epilogue, and
+// a rounding FADD every 2 stages (128 k). wgmma adds into its fp32 accumulator with truncation;
+// a 16-bit C hides that under its own rounding, a float32 C does not: measured on an H100 at
+// K = 1000, one chain over all of K gave 1.24e-6 relative error against cuBLAS's 1.6e-7.
+struct Sm90KindF16Out32 : KindOut32<Sm90KindF16> {
+  static constexpr int kRoundEvery = 2;
+};
+struct Sm90KindBF16Out32 : KindOut32<Sm90KindBF16> {
+  static constexpr int kRoundEvery = 2;
+};
 struct Sm90KindS8 : KindS8S32 {
   typedef int Acc;
   static constexpr int kBKE = 128;
+  static constexpr bool kSplit = false;
+  static constexpr int kRoundEvery = 0;
   template <int N, int TA, int TB>
   static PBG_DEVICE void mma(int (&d)[N / 2], u64 a, u64 b, int scale_d) {
     static_assert(TA == 0 && TB == 0, "s8 wgmma reads K-major operands only");
     WgmmaS8<N>::mma(d, a, b, scale_d);
   }
 };
+
+// fp32 operands on wgmma (tf32, m64nNk8, K-major only). The kernel reads operands that the
+// prep kernel (impls/sm90_tf32_prep.cuh) already rounded to tf32 and laid out K-major:
+//   tf32:   op(A), op(B) rounded to nearest tf32 (cvt.rna, as the mma.sync kind).
+//   3xTF32: each row holds [big | small] halves of kpad columns (x = big + small, both tf32);
+//           a stage loads 32 k of both halves of both operands and issues the three products
+//           small(A)*big(B), big(A)*small(B), big(A)*big(B) (Ootomo & Yokota 2022): 4 tiles
+//           of operand data feed 3 tiles' worth of MMAs.
+// The tensor core adds into its fp32 accumulator with truncation, which over a long K biases
+// the result by far more than fp32 rounding (measured on the mma.sync kind: 4e-6..7e-6
+// relative at K = 1000, SGEMM 1.6e-7), so 3xTF32 sums each stage (small products first) in
+// fresh registers and adds them to the accumulator with a round-to-nearest FADD.
+template <bool SPLIT>
+struct Sm90KindTF32T : KindTF32 {
+  typedef float Acc;
+  static constexpr int kBKE = 32;
+  static constexpr bool kSplit = SPLIT;
+  static constexpr int kRoundEvery = 0;   // 3xTF32 rounds every stage in its own loop
+  template <int N, int TA, int TB>
+  static PBG_DEVICE void mma(float (&d)[N / 2], u64 a, u64 b, int scale_d) {
+    static_assert(TA == 0 && TB == 0, "tf32 wgmma reads K-major operands only");
+    WgmmaTF32<N>::mma(d, a, b, scale_d);
+  }
+};
+struct Sm90KindTF32 : Sm90KindTF32T<false> {};
+struct Sm90Kind3xTF32 : Sm90KindTF32T<true> {};
 
 // What a consumer does with a finished work unit.
 enum Sm90Role : int {
@@ -158,8 +204,11 @@ template <class Kind, bool PK, bool QK, int BNT, int STAGES, int CONSUMERS>
 struct Sm90Tile {
   static constexpr int BMT = 64 * CONSUMERS;      // consumer warpgroups x 64 rows
   static constexpr int BKE = Kind::kBKE;          // K elements per stage (128 bytes)
-  static constexpr int P_BYTES = BMT * 128;
-  static constexpr int Q_BYTES = BNT * 128;
+  static constexpr int PARTS = Kind::kSplit ? 2 : 1;  // 3xTF32: big and small halves
+  static constexpr int P_PART = BMT * 128;
+  static constexpr int Q_PART = BNT * 128;
+  static constexpr int P_BYTES = P_PART * PARTS;
+  static constexpr int Q_BYTES = Q_PART * PARTS;
   static constexpr int STAGE_BYTES = P_BYTES + Q_BYTES;
   static constexpr int RING_BYTES = STAGES * STAGE_BYTES;
   // epilogue staging for the TMA store: per consumer warpgroup two 8 KB buffers, each a box of
@@ -295,6 +344,8 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
           const u32 ps = ring + stage * T::STAGE_BYTES, qs = ps + T::P_BYTES;
           if constexpr (PK) {
             cp_async_bulk_tensor_3d(ps, &tma_p, full, kb * BKE, tm * BMT, zp);
+            // 3xTF32: the small half of the same rows, k columns further
+            if constexpr (Kind::kSplit) cp_async_bulk_tensor_3d(ps + T::P_PART, &tma_p, full, k + kb * BKE, tm * BMT, zp);
           } else {
 #pragma unroll
             for (int i = 0; i < BMT / 64; ++i)
@@ -303,6 +354,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
           if constexpr (CLUSTER == 1) {
             if constexpr (QK) {
               cp_async_bulk_tensor_3d(qs, &tma_q, full, kb * BKE, tn * BNT, zq);
+              if constexpr (Kind::kSplit) cp_async_bulk_tensor_3d(qs + T::Q_PART, &tma_q, full, k + kb * BKE, tn * BNT, zq);
             } else {
 #pragma unroll
               for (int i = 0; i < BNT / 64; ++i)
@@ -313,6 +365,9 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
             constexpr int HALF = BNT / 2;
             cp_async_bulk_tensor_3d_multicast(qs + rank * HALF * 128, &tma_q, full, kb * BKE, tn * BNT + rank * HALF,
                                               zq, 0x3);
+            if constexpr (Kind::kSplit)
+              cp_async_bulk_tensor_3d_multicast(qs + T::Q_PART + rank * HALF * 128, &tma_q, full, k + kb * BKE,
+                                                tn * BNT + rank * HALF, zq, 0x3);
           } else {
 #pragma unroll
             for (int i = 0; i < BNT / 64; ++i)
@@ -364,32 +419,114 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
     for (int r = 0; r < T::ACC; ++r) acc[r] = Acc(0);
     while (walk.next(w)) {
       int prev = -1;
-      for (int kb = w.kb0; kb < w.kb1; ++kb) {
-        mbarrier_wait(bars + 8 * stage, phase);
-        const u32 ps = ring + stage * T::STAGE_BYTES + cw * 8192, qs = ring + stage * T::STAGE_BYTES + T::P_BYTES;
+      if constexpr (Kind::kSplit) {
+        // 3xTF32: per stage, the three products of big/small halves into fresh registers (small
+        // terms first), then one rounding FADD into acc. Waiting for this warpgroup's wgmmas each
+        // stage costs little: the other consumer warpgroup keeps the tensor cores busy meanwhile.
+        static_assert(PK && QK, "3xTF32 reads its prepared K-major halves");
+        for (int kb = w.kb0; kb < w.kb1; ++kb) {
+          mbarrier_wait(bars + 8 * stage, phase);
+          const u32 pb = ring + stage * T::STAGE_BYTES + cw * 8192, ps_ = pb + T::P_PART;
+          const u32 qb = ring + stage * T::STAGE_BYTES + T::P_BYTES, qs_ = qb + T::Q_PART;
+          Acc part[T::ACC];
 #pragma unroll
-        for (int r = 0; r < T::ACC; ++r) reg_fence(acc[r]);
-        wgmma_fence();
+          for (int r = 0; r < T::ACC; ++r) part[r] = Acc(0);
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-          // K-major: the ks-th 32-byte slice of each 128-byte row; MN-major: k-rows 16ks..
-          const u64 da = PK ? smem_desc_sw128(ps + 32 * ks, 0, 1024) : smem_desc_sw128(ps + 2048 * ks, 8192, 1024);
-          const u64 db = QK ? smem_desc_sw128(qs + 32 * ks, 0, 1024) : smem_desc_sw128(qs + 2048 * ks, 8192, 1024);
-          Kind::template mma<BNT, PK ? 0 : 1, QK ? 0 : 1>(acc, da, db, (kb > w.kb0 || ks > 0) ? 1 : 0);
+          for (int r = 0; r < T::ACC; ++r) reg_fence(part[r]);
+          wgmma_fence();
+#pragma unroll
+          for (int prod = 0; prod < 3; ++prod) {
+            // D rows come from P = op(B)^T, columns from Q = op(A): (B big, A small),
+            // (B small, A big), (B big, A big)
+            const u32 pp = prod == 1 ? ps_ : pb, qq = prod == 0 ? qs_ : qb;
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks)
+              Kind::template mma<BNT, 0, 0>(part, smem_desc_sw128(pp + 32 * ks, 0, 1024),
+                                            smem_desc_sw128(qq + 32 * ks, 0, 1024), (prod > 0 || ks > 0) ? 1 : 0);
+          }
+          wgmma_commit_group();
+          wgmma_wait_group<0>();
+#pragma unroll
+          for (int r = 0; r < T::ACC; ++r) reg_fence(part[r]);
+          if (lane == 0) release(bars + 8 * (STAGES + stage));
+          if (kb == w.kb0) {
+#pragma unroll
+            for (int r = 0; r < T::ACC; ++r) acc[r] = part[r];
+          } else {
+#pragma unroll
+            for (int r = 0; r < T::ACC; ++r) acc[r] += part[r];
+          }
+          if (++stage == STAGES) { stage = 0; phase ^= 1u; }
         }
-        wgmma_commit_group();
+      } else if constexpr (Kind::kRoundEvery > 0) {
+        // Chains of R stages into fresh registers, then a rounding FADD into acc; the chain's
+        // stages are released once its wgmmas are done. (Two alternating register sets, so that
+        // chain c + 1 runs while chain c is added, make ptxas serialize the wgmmas (C7515: the
+        // FADDs define registers of an in-flight wgmma's operand set); the other consumer
+        // warpgroup keeps the tensor cores busy while this one waits and adds.)
+        constexpr int R = Kind::kRoundEvery;
+        Acc part[T::ACC];
+#pragma unroll
+        for (int r = 0; r < T::ACC; ++r) part[r] = Acc(0);
+        for (int kb = w.kb0; kb < w.kb1;) {
+          const int n = w.kb1 - kb < R ? w.kb1 - kb : R;   // stages in this chain
+          for (int i = 0; i < n; ++i) {
+            mbarrier_wait(bars + 8 * stage, phase);
+            const u32 ps = ring + stage * T::STAGE_BYTES + cw * 8192, qs = ring + stage * T::STAGE_BYTES + T::P_BYTES;
+#pragma unroll
+            for (int r = 0; r < T::ACC; ++r) reg_fence(part[r]);
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks) {
+              const u64 da = PK ? smem_desc_sw128(ps + 32 * ks, 0, 1024) : smem_desc_sw128(ps + 2048 * ks, 8192, 1024);
+              const u64 db = QK ? smem_desc_sw128(qs + 32 * ks, 0, 1024) : smem_desc_sw128(qs + 2048 * ks, 8192, 1024);
+              Kind::template mma<BNT, PK ? 0 : 1, QK ? 0 : 1>(part, da, db, (i > 0 || ks > 0) ? 1 : 0);
+            }
+            wgmma_commit_group();
+            if (++stage == STAGES) { stage = 0; phase ^= 1u; }
+          }
+          wgmma_wait_group<0>();
+#pragma unroll
+          for (int r = 0; r < T::ACC; ++r) reg_fence(part[r]);
+          if (lane == 0)
+            for (int i = 1; i <= n; ++i) release(bars + 8 * (STAGES + (stage - i + STAGES) % STAGES));
+          if (kb == w.kb0) {
+#pragma unroll
+            for (int r = 0; r < T::ACC; ++r) acc[r] = part[r];
+          } else {
+#pragma unroll
+            for (int r = 0; r < T::ACC; ++r) acc[r] += part[r];
+          }
+          kb += n;
+        }
+      } else {
+        for (int kb = w.kb0; kb < w.kb1; ++kb) {
+          mbarrier_wait(bars + 8 * stage, phase);
+          const u32 ps = ring + stage * T::STAGE_BYTES + cw * 8192, qs = ring + stage * T::STAGE_BYTES + T::P_BYTES;
+#pragma unroll
+          for (int r = 0; r < T::ACC; ++r) reg_fence(acc[r]);
+          wgmma_fence();
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks) {
+            // K-major: the ks-th 32-byte slice of each 128-byte row; MN-major: k-rows 16ks..
+            const u64 da = PK ? smem_desc_sw128(ps + 32 * ks, 0, 1024) : smem_desc_sw128(ps + 2048 * ks, 8192, 1024);
+            const u64 db = QK ? smem_desc_sw128(qs + 32 * ks, 0, 1024) : smem_desc_sw128(qs + 2048 * ks, 8192, 1024);
+            Kind::template mma<BNT, PK ? 0 : 1, QK ? 0 : 1>(acc, da, db, (kb > w.kb0 || ks > 0) ? 1 : 0);
+          }
+          wgmma_commit_group();
+#pragma unroll
+          for (int r = 0; r < T::ACC; ++r) reg_fence(acc[r]);
+          // The previous stage's MMAs are done once at most this group is in flight: free it.
+          wgmma_wait_group<1>();
+          if (prev >= 0 && lane == 0) release(bars + 8 * (STAGES + prev));
+          prev = stage;
+          if (++stage == STAGES) { stage = 0; phase ^= 1u; }
+        }
+        wgmma_wait_group<0>();
 #pragma unroll
         for (int r = 0; r < T::ACC; ++r) reg_fence(acc[r]);
-        // The previous stage's MMAs are done once at most this group is in flight: free it.
-        wgmma_wait_group<1>();
         if (prev >= 0 && lane == 0) release(bars + 8 * (STAGES + prev));
-        prev = stage;
-        if (++stage == STAGES) { stage = 0; phase ^= 1u; }
       }
-      wgmma_wait_group<0>();
-#pragma unroll
-      for (int r = 0; r < T::ACC; ++r) reg_fence(acc[r]);
-      if (prev >= 0 && lane == 0) release(bars + 8 * (STAGES + prev));
 
       const Sm90Coord tc = sm90_coord(w.tile, units_m, tiles_n, group_m, CLUSTER, rank);
       const int b = tc.b, tm = tc.tm, tn = tc.tn;
