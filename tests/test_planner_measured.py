@@ -81,7 +81,7 @@ def test_shipped_table_content():
     assert t["device"] == {"name": "NVIDIA H100 80GB HBM3", "cc": "9.0", "sm_count": 132}
     assert t["layout"] == "TN" and t["cublas_tolerance"] == 0.02
     keys = {(e["dtype"], e["m"], e["n"], e["k"]) for e in t["entries"]}
-    assert len(keys) == len(t["entries"]) == 51
+    assert len(keys) == len(t["entries"]) == 68      # 17 suite problems x f16, bf16, int8, 3xTF32
     for e in t["entries"]:
         times = e["times"]
         assert times[e["impl"]] == e["time_s"] and e["runner_up_s"] == times[e["runner_up"]]
@@ -314,7 +314,7 @@ def test_cli_writes_the_table(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(measured, "CHOICES_FILE", out)
     assert calibrate.main(["--choices", *(str(RESULTS / n) for n in shipped["sources"])]) == 0
     assert json.loads(out.read_text()) == shipped
-    assert "51 entries" in capsys.readouterr().out
+    assert "68 entries" in capsys.readouterr().out
 
 
 # --- replay: the planner against a run measured after the table ------------------------------

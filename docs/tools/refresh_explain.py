@@ -3,8 +3,9 @@ as it is now (run after the planner or its calibration changes):
 
     python docs/tools/refresh_explain.py            # rewrites docs/guide/planner.rst in place
 
-The prose around the blocks names the decisions (split-k for the long-K problem, hybrid for
-the 3xTF32 square); read the new output and adjust it when those change.
+The prose around the blocks names the decisions (split-k for the long-K problem, the measured
+sliced-k over the model's hybrid for the 3xTF32 square); read the new output and adjust it when
+those change.
 """
 import pathlib
 import sys
@@ -16,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 import pyblasgemm  # noqa: E402
 
 LONG_K = ("says how far behind cuBLAS it expects that to be::\n\n", "\nA large square in 3xTF32")
-SQUARE = ("is predicted 3 % faster::\n\n", "\nColumns:")
+SQUARE = ("the measured-choice table (:ref:`measured-choices`) overrides the model::\n\n", "\nColumns:")
 CALL = ('    >>> print(pyblasgemm.plan(512, 512, 32768, "float16", transa="T",\n'
         '    ...                       backend="tensorcore").explain(limit=6))    # doctest: +SKIP\n')
 

@@ -40,7 +40,9 @@ NEAR_FACTOR = 1.1
 #: 16-bit layout. int8 is different (wgmma reads K-major int8 only: other layouts run other
 #: kernels of ours, and cuBLAS rearranges the operands first), so other kinds need the layout
 #: that was measured.
-LAYOUT_FREE_KINDS = frozenset({"f16", "bf16"})
+#: 3xTF32 too: on the Hopper kernel a prep kernel writes every layout K-major, and the mma.sync
+#: kernel reads all four layouts through the same tile loads.
+LAYOUT_FREE_KINDS = frozenset({"f16", "bf16", "3xtf32"})
 
 
 @dataclass(frozen=True)
