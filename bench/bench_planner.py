@@ -16,8 +16,10 @@ arrangement every backend runs natively), this times in one process on the same 
 
 Timing: every implementation runs through ``backend.run(desc, a, b, c, plan)``, the layer
 ``execute`` calls: CUDA events around ``reps`` back-to-back calls after warm-up (so small
-problems include the host overhead a user sees per call), median of 5 samples; candidates in a
-shuffled order. Kernels are compiled up front in parallel (``jit.warm``) so compilation is never
+problems include the host overhead a user sees per call), median of 3 samples, in ``ROUNDS``
+rounds that each time every implementation once (candidates, cuBLAS and the planner's choice
+in a freshly shuffled order); each implementation's time is its median over the rounds, so
+that clock drift and outliers do not decide which of several near-equal candidates is "best". Kernels are compiled up front in parallel (``jit.warm``) so compilation is never
 timed. Problems are skipped (and listed) once ``--budget`` seconds have passed.
 
 Summary: the fraction of problems where the planner is within 5% of the best implementation
@@ -85,13 +87,17 @@ def operands(cp, desc, rng):
             cp.empty(desc.ldc * desc.n, dtype=row.c_dtype))
 
 
+#: timing rounds per problem (each times every implementation once, shuffled)
+ROUNDS = 3
+
+
 def timer(cp, fn, predicted_s):
-    """Median GPU seconds per call, enough back-to-back calls for ~2 ms a sample."""
+    """Median GPU seconds per call over 3 samples, enough back-to-back calls for ~2 ms each."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from timing import event_median_s
 
     reps = int(min(20, max(1, 2e-3 / max(predicted_s, 1e-6))))
-    return event_median_s(fn, inner=reps, samples=5, warmup=2)
+    return event_median_s(fn, inner=reps, samples=3, warmup=2)
 
 
 def main(argv=None) -> int:
@@ -148,8 +154,10 @@ def main(argv=None) -> int:
            **ident, "sm_count": arch.sm_count, "cupy": cp.__version__, "numpy": np.__version__,
            "python": platform.python_version(), "pyblasgemm": pyblasgemm.__version__,
            "layout": "TN (column-major; both operands K-contiguous)",
-           "method": "backend.run per call, CUDA events around back-to-back calls after 2 warm-ups, "
-                     "median of 5 samples; candidates shuffled; kernels compiled beforehand",
+           "method": f"backend.run per call, CUDA events around back-to-back calls after 2 warm-ups, "
+                     f"median of 3 samples; {ROUNDS} rounds, each timing every implementation (candidates, "
+                     f"cuBLAS, the plan) once in a shuffled order, median over the rounds; kernels "
+                     f"compiled beforehand",
            "subsample": "model's 4 best + model's best per decomposition + kernels' default_config",
            "compile_s": compile_s, "results": [], "skipped": []}
     cublas = get_backend("cublas")
@@ -163,32 +171,52 @@ def main(argv=None) -> int:
         a, b, c = operands(cp, desc, rng)
         entries = [("tensorcore", cand.config, cand.time) for cand in cands]
         theirs_desc = desc._replace(compute="fp32") if desc.compute == "3xtf32" else desc
-        entries.append(("cublas", None, None))
-        shuffle.shuffle(entries)
+        entries += [("cublas", None, None), ("plan", None, None)]
         row = {"dtype": dt, "m": desc.m, "n": desc.n, "k": desc.k,
                "plan": {"backend": auto.backend, "config": getattr(auto.config, "name", None),
                         "decomposition": auto.decomposition, "predicted_s": auto.predicted_s,
                         "source": auto.source}, "candidates": []}
-        for backend, cfg, predicted in entries:
-            try:
-                if backend == "cublas":
-                    t = timer(cp, lambda: cublas.run(theirs_desc, a, b, c), 1e-4)
-                    row["cublas_s"] = t
-                    row["cublas_note"] = "SGEMM (fp32): cuBLAS has no 3xTF32" if desc.compute == "3xtf32" else ""
-                    continue
-                p = Plan("tensorcore", "forced by bench_planner", cfg, cfg.decomposition)
-                t = timer(cp, lambda: ours.run(desc, a, b, c, p), predicted)
-                row["candidates"].append({"config": cfg.name, "predicted_s": predicted, "measured_s": t})
-            except Exception as exc:  # a failing candidate is reported, not fatal
-                row["candidates"].append({"config": getattr(cfg, "name", backend),
-                                          "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
-        # the planner's choice, through the same layer
         be = get_backend(auto.backend)
-        row["plan_s"] = timer(cp, lambda: be.run(desc, a, b, c, auto), auto.predicted_s or 1e-4)
+        samples = [[] for _ in entries]
+        errors = {}
+        for _ in range(ROUNDS):
+            order = list(range(len(entries)))
+            shuffle.shuffle(order)
+            for i in order:
+                backend, cfg, predicted = entries[i]
+                if i in errors:
+                    continue
+                try:
+                    if backend == "cublas":
+                        t = timer(cp, lambda: cublas.run(theirs_desc, a, b, c), 1e-4)
+                    elif backend == "plan":      # the planner's choice, through the same layer
+                        t = timer(cp, lambda: be.run(desc, a, b, c, auto), auto.predicted_s or 1e-4)
+                    else:
+                        p = Plan("tensorcore", "forced by bench_planner", cfg, cfg.decomposition)
+                        t = timer(cp, lambda: ours.run(desc, a, b, c, p), predicted)
+                    samples[i].append(t)
+                except Exception as exc:  # a failing candidate is reported, not fatal
+                    errors[i] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        for i, (backend, cfg, predicted) in enumerate(entries):
+            t = statistics.median(samples[i]) if samples[i] else None
+            if backend == "cublas":
+                if t is not None:
+                    row["cublas_s"] = t
+                row["cublas_note"] = "SGEMM (fp32): cuBLAS has no 3xTF32" if desc.compute == "3xtf32" else ""
+            elif backend == "plan":
+                row["plan_s"] = t
+            elif i in errors:
+                row["candidates"].append({"config": cfg.name, "error": errors[i]})
+            else:
+                row["candidates"].append({"config": cfg.name, "predicted_s": predicted, "measured_s": t})
         options = [x["measured_s"] for x in row["candidates"] if "measured_s" in x]
         if desc.compute != "3xtf32" and "cublas_s" in row:
             options.append(row["cublas_s"])
         row["best_s"] = min(options) if options else None
+        if row["plan_s"] is None:         # the planner's choice failed: recorded, not scored
+            row["plan_error"] = errors.get(len(entries) - 1)
+            out["results"].append(row)
+            continue
         row["plan_over_best"] = row["plan_s"] / row["best_s"] if row["best_s"] else None
         row["cublas_over_plan"] = row["cublas_s"] / row["plan_s"] if row.get("cublas_s") else None
         row["model_error"] = (auto.predicted_s / row["plan_s"]) if auto.predicted_s else None
