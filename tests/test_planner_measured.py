@@ -141,9 +141,12 @@ def test_other_devices_do_not_apply():
     assert plan(128, 4096, 4096, "f16", transa="T", arch="sm_80").source == "heuristic"
     pcie = dataclasses.replace(H100, name="H100 PCIe", sm_count=114)
     assert plan(128, 4096, 4096, "f16", transa="T", arch=pcie).source == "heuristic"
-    # what identifies the device is the compute capability and the SM count, not the name
+    # a GPU that was read must be the measured model; the datasheet spec (no GPU) stands for it
     named = dataclasses.replace(H100, name="NVIDIA H100 80GB HBM3", from_device=True)
     assert plan(128, 4096, 4096, "f16", transa="T", arch=named).source == "measured"
+    h200 = dataclasses.replace(H100, name="NVIDIA H200", from_device=True)      # also 132 SMs
+    assert plan(128, 4096, 4096, "f16", transa="T", arch=h200).source == "heuristic"
+    assert not H100.from_device and plan(128, 4096, 4096, "f16", transa="T", arch=H100).source == "measured"
 
 
 def test_batched_problems_do_not_apply():

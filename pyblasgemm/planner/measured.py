@@ -101,7 +101,8 @@ def lookup(table: dict | None, arch: ArchSpec, *, kind: str | None, compute: str
 
     * ``arch`` is the measured device: the same compute capability and SM count (the datasheet
       H100 spec, ``arch='sm_90'``, matches an H100 SXM table; an A100 or an H100 PCIe with
-      114 SMs does not);
+      114 SMs does not), and, for a spec read from a GPU, the same device name (an H200 also
+      has 132 SMs, but other memory and clocks);
     * ``batch == 1`` (the runs timed single GEMMs);
     * the same kind and compute mode, and the same byte ``align``\\ ment class as the measured
       problem (leading dimensions decide whether the TMA / vectorized paths run at all);
@@ -125,7 +126,8 @@ def lookup(table: dict | None, arch: ArchSpec, *, kind: str | None, compute: str
         return None
     dev = table["device"]
     # the measured choices hold for the measured chip: same architecture and SM count
-    if tuple(arch.cc) != _cc(dev["cc"]) or arch.sm_count != dev["sm_count"]:
+    if tuple(arch.cc) != _cc(dev["cc"]) or arch.sm_count != dev["sm_count"] or (
+            arch.from_device and arch.name != dev["name"]):
         return None
     layout = table["layout"]
     if kind not in LAYOUT_FREE_KINDS and transa + transb != layout:
