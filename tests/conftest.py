@@ -43,3 +43,24 @@ def xp(request):
 def to_host(x):
     """NumPy copy of a NumPy or CuPy array."""
     return x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else np.asarray(x)
+
+
+#: the planner's environment knobs: planner tests start with none of them set
+PLANNER_KNOBS = ("PYBLASGEMM_BACKEND", "PYBLASGEMM_DECOMPOSITION", "PYBLASGEMM_SPLITS", "PYBLASGEMM_CONFIG",
+                 "PYBLASGEMM_PRINT_PLANS", "PYBLASGEMM_NO_PLAN_CACHE", "PYBLASGEMM_AUTOTUNE",
+                 "PYBLASGEMM_ARCH", "PYBLASGEMM_NO_MEASURED_CHOICES")
+
+
+@pytest.fixture
+def fresh_planner(monkeypatch, tmp_path):
+    """The environment's defaults (no PYBLASGEMM_* knob), a private autotune cache directory and
+    an empty plan cache; planner test modules use it for every test."""
+    import pyblasgemm
+
+    for var in PLANNER_KNOBS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PYBLASGEMM_CACHE_DIR", str(tmp_path / "tune"))
+    pyblasgemm.clear_plan_cache()
+    yield
+    monkeypatch.undo()
+    pyblasgemm.clear_plan_cache()

@@ -4,16 +4,14 @@ All on the CPU: without a GPU the planner uses the default H100 spec (sm_90 data
 """
 import dataclasses
 import json
-import os
 import timeit
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import pyblasgemm
 from pyblasgemm.kernels.launch import launch_geometry
-from pyblasgemm.planner import FAMILIES, Plan, calibrate, core, make_desc, model, plan, plan_for
+from pyblasgemm.planner import FAMILIES, Plan, calibrate, make_desc, model, plan, plan_for
 from pyblasgemm.planner.core import kernel_problem_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,18 +22,7 @@ SUITE = ([(s, s, s) for s in (1024, 2048, 4096, 8192)]
          + [(4096, 4096, 128), (1000, 1000, 1000), (4095, 4097, 1023)])
 
 
-@pytest.fixture(autouse=True)
-def fresh_planner(monkeypatch, tmp_path):
-    """Each test starts from the environment's defaults and an empty plan cache."""
-    for var in ("PYBLASGEMM_BACKEND", "PYBLASGEMM_DECOMPOSITION", "PYBLASGEMM_SPLITS",
-                "PYBLASGEMM_CONFIG", "PYBLASGEMM_PRINT_PLANS", "PYBLASGEMM_NO_PLAN_CACHE",
-                "PYBLASGEMM_AUTOTUNE", "PYBLASGEMM_ARCH", "PYBLASGEMM_NO_MEASURED_CHOICES"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("PYBLASGEMM_CACHE_DIR", str(tmp_path / "tune"))
-    pyblasgemm.clear_plan_cache()
-    yield
-    monkeypatch.undo()
-    pyblasgemm.clear_plan_cache()
+pytestmark = pytest.mark.usefixtures("fresh_planner")   # tests/conftest.py
 
 
 def test_plan_is_frozen_and_complete():

@@ -30,20 +30,7 @@ H100 = FAMILIES["sm_90"]
 #: interleaved timing rounds.
 MEASURED_REPLAY_RUNS = ("planner_sm90_h100_2026-11-22_run9.json", "planner_sm90_h100_2026-11-22_run10.json")
 
-KNOBS = ("PYBLASGEMM_BACKEND", "PYBLASGEMM_DECOMPOSITION", "PYBLASGEMM_SPLITS", "PYBLASGEMM_CONFIG",
-         "PYBLASGEMM_PRINT_PLANS", "PYBLASGEMM_NO_PLAN_CACHE", "PYBLASGEMM_AUTOTUNE",
-         "PYBLASGEMM_ARCH", "PYBLASGEMM_NO_MEASURED_CHOICES")
-
-
-@pytest.fixture(autouse=True)
-def fresh_planner(monkeypatch, tmp_path):
-    for var in KNOBS:
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("PYBLASGEMM_CACHE_DIR", str(tmp_path / "tune"))
-    pyblasgemm.clear_plan_cache()
-    yield
-    monkeypatch.undo()
-    pyblasgemm.clear_plan_cache()
+pytestmark = pytest.mark.usefixtures("fresh_planner")   # tests/conftest.py
 
 
 def _table():

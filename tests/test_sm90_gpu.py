@@ -82,23 +82,29 @@ def _warm():
     jit.warm(sorted(specs, key=str))
 
 
+def _check_cross(kind, layout, decomp, bm, pad, ld_multiple):
+    """Every shape of SHAPES x alpha/beta (beta = 0 over NaN-poisoned C) x padding 0 / ``pad``:
+    accepted by the config and within 2x cuBLAS's error."""
+    rng = np.random.default_rng(abs(hash((kind, layout, decomp, bm))) % 2**32)
+    for (m, n, k), (alpha, beta), p in itertools.product(SHAPES, [(1.0, 0.0), (0.5, -1.5)], (0, pad)):
+        if kind == "s8":
+            alpha, beta = (1, 0) if beta == 0 else (2, -1)
+        case = Case(kind, ACC[kind], layout[0], layout[1], m, n, k, pad=p, alpha=alpha, beta=beta, rng=rng,
+                    ld_multiple=ld_multiple)
+        c = cfg(kind, bm, decomp, splits=3)
+        ok, why = c.validate(case.problem())
+        if not ok:
+            # every legal shape must be accepted; record which one was not
+            pytest.fail(f"{c.name} refused {m}x{n}x{k} lda={case.lda} ldb={case.ldb}: {why}")
+        out = _run(case, c, sm_count={"hybrid": 3, "sliced_c2": 4}.get(decomp))
+        case.check(out, case.reference(), case.cublas_out())
+
+
 @pytest.mark.parametrize("bm", TILES)
 @pytest.mark.parametrize("decomp", DECOMPS)
 @pytest.mark.parametrize("kind,layout", KIND_CASES, ids=[f"{k}-{lay}" for k, lay in KIND_CASES])
 def test_cross_product(kind, layout, decomp, bm):
-    rng = np.random.default_rng(abs(hash((kind, layout, decomp, bm))) % 2**32)
-    for (m, n, k), (alpha, beta), pad in itertools.product(SHAPES, [(1.0, 0.0), (0.5, -1.5)], (0, PADS[kind])):
-        if kind == "s8":
-            alpha, beta = (1, 0) if beta == 0 else (2, -1)
-        case = Case(kind, ACC[kind], layout[0], layout[1], m, n, k, pad=pad, alpha=alpha, beta=beta, rng=rng,
-                    ld_multiple=LDM[kind])
-        c = cfg(kind, bm, decomp, splits=3)
-        ok, why = c.validate(case.problem())
-        if not ok:
-            # every TMA-legal shape must be accepted; record which one was not
-            pytest.fail(f"{c.name} refused {m}x{n}x{k} lda={case.lda} ldb={case.ldb}: {why}")
-        out = _run(case, c, sm_count={"hybrid": 3, "sliced_c2": 4}.get(decomp))
-        case.check(out, case.reference(), case.cublas_out())
+    _check_cross(kind, layout, decomp, bm, PADS[kind], LDM[kind])
 
 
 # clusters are shipped for the two-warpgroup tiles only
@@ -110,16 +116,7 @@ OUT32_PARAMS = [(kind, lay, d, bm) for (kind, lay), d, bm in itertools.product(O
 def test_fp32_output_cross_product(kind, layout, decomp, bm):
     """16-bit operands with a float32 C (shgemm / sbgemm): the same mainloop, 4-byte epilogue
     (TMA-store boxes of 32 columns, paired 8-byte stores, fp32 split-k / stream-k partials)."""
-    rng = np.random.default_rng(abs(hash((kind, layout, decomp, bm))) % 2**32)
-    for (m, n, k), (alpha, beta), pad in itertools.product(SHAPES, [(1.0, 0.0), (0.5, -1.5)], (0, PADS[kind])):
-        case = Case(kind, ACC[kind], layout[0], layout[1], m, n, k, pad=pad, alpha=alpha, beta=beta, rng=rng,
-                    ld_multiple=LDM[kind])
-        c = cfg(kind, bm, decomp, splits=3)
-        ok, why = c.validate(case.problem())
-        if not ok:
-            pytest.fail(f"{c.name} refused {m}x{n}x{k} lda={case.lda} ldb={case.ldb}: {why}")
-        out = _run(case, c, sm_count={"hybrid": 3, "sliced_c2": 4}.get(decomp))
-        case.check(out, case.reference(), case.cublas_out())
+    _check_cross(kind, layout, decomp, bm, PADS[kind], LDM[kind])
 
 
 @pytest.mark.parametrize("kind,layout,decomp,bm", PREP_PARAMS, ids=["-".join(map(str, p)) for p in PREP_PARAMS])
@@ -127,15 +124,7 @@ def test_fp32_operands_cross_product(kind, layout, decomp, bm):
     """float32 through tf32 / 3xTF32 on wgmma: prep kernel (any layout, ld not a 16-byte
     multiple) + the K-major GEMM; error within 2x cuBLAS's (tf32: the exactly rounded tf32
     product; 3xTF32: SGEMM) on sizes 1..1000, alpha/beta with NaN-poisoned C."""
-    rng = np.random.default_rng(abs(hash((kind, layout, decomp, bm))) % 2**32)
-    for (m, n, k), (alpha, beta), pad in itertools.product(SHAPES, [(1.0, 0.0), (0.5, -1.5)], (0, 3)):
-        case = Case(kind, ACC[kind], layout[0], layout[1], m, n, k, pad=pad, alpha=alpha, beta=beta, rng=rng)
-        c = cfg(kind, bm, decomp, splits=3)
-        ok, why = c.validate(case.problem())
-        if not ok:
-            pytest.fail(f"{c.name} refused {m}x{n}x{k} lda={case.lda} ldb={case.ldb}: {why}")
-        out = _run(case, c, sm_count={"hybrid": 3, "sliced_c2": 4}.get(decomp))
-        case.check(out, case.reference(), case.cublas_out())
+    _check_cross(kind, layout, decomp, bm, 3, 1)   # pad 3: not a 16-byte multiple
 
 
 @pytest.mark.parametrize("layout", ["NN", "TN", "NT", "TT"])

@@ -224,6 +224,19 @@ struct Sm90Tile {
   static_assert(STAGE_BYTES % 1024 == 0, "stages must keep 1024-byte swizzle alignment");
 };
 
+// One stage's wgmmas (4 k-slices of the 128-byte rows) into `d`; `accumulate` = 0 overwrites d
+// on the first slice. K-major: the ks-th 32-byte slice of each 128-byte row; MN-major (16-bit
+// only, the transpose bit): k-rows 16ks.. of the 64-element MN blocks.
+template <class Kind, bool PK, bool QK, int BNT>
+PBG_DEVICE void sm90_stage_mma(typename Kind::Acc (&d)[BNT / 2], u32 ps, u32 qs, int accumulate) {
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    const u64 da = PK ? smem_desc_sw128(ps + 32 * ks, 0, 1024) : smem_desc_sw128(ps + 2048 * ks, 8192, 1024);
+    const u64 db = QK ? smem_desc_sw128(qs + 32 * ks, 0, 1024) : smem_desc_sw128(qs + 2048 * ks, 8192, 1024);
+    Kind::template mma<BNT, PK ? 0 : 1, QK ? 0 : 1>(d, da, db, (accumulate || ks > 0) ? 1 : 0);
+  }
+}
+
 // ---- epilogue helpers ---------------------------------------------------------------------
 // Two adjacent C elements (a thread's accumulator pair) in one 4- or 8-byte store.
 template <class Kind, bool READ_C>
@@ -435,16 +448,11 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
 #pragma unroll
           for (int r = 0; r < T::ACC; ++r) reg_fence(part[r]);
           wgmma_fence();
-#pragma unroll
-          for (int prod = 0; prod < 3; ++prod) {
-            // D rows come from P = op(B)^T, columns from Q = op(A): (B big, A small),
-            // (B small, A big), (B big, A big)
-            const u32 pp = prod == 1 ? ps_ : pb, qq = prod == 0 ? qs_ : qb;
-#pragma unroll
-            for (int ks = 0; ks < 4; ++ks)
-              Kind::template mma<BNT, 0, 0>(part, smem_desc_sw128(pp + 32 * ks, 0, 1024),
-                                            smem_desc_sw128(qq + 32 * ks, 0, 1024), (prod > 0 || ks > 0) ? 1 : 0);
-          }
+          // D rows come from P = op(B)^T, columns from Q = op(A): (B big, A small),
+          // (B small, A big), (B big, A big)
+          sm90_stage_mma<Kind, true, true, BNT>(part, pb, qs_, 0);
+          sm90_stage_mma<Kind, true, true, BNT>(part, ps_, qb, 1);
+          sm90_stage_mma<Kind, true, true, BNT>(part, pb, qb, 1);
           wgmma_commit_group();
           wgmma_wait_group<0>();
 #pragma unroll
@@ -480,12 +488,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
 #pragma unroll
             for (int r = 0; r < T::ACC; ++r) reg_fence(part[r]);
             wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < 4; ++ks) {
-              const u64 da = PK ? smem_desc_sw128(ps + 32 * ks, 0, 1024) : smem_desc_sw128(ps + 2048 * ks, 8192, 1024);
-              const u64 db = QK ? smem_desc_sw128(qs + 32 * ks, 0, 1024) : smem_desc_sw128(qs + 2048 * ks, 8192, 1024);
-              Kind::template mma<BNT, PK ? 0 : 1, QK ? 0 : 1>(part, da, db, (i > 0 || ks > 0) ? 1 : 0);
-            }
+            sm90_stage_mma<Kind, PK, QK, BNT>(part, ps, qs, i > 0);
             wgmma_commit_group();
             if (++stage == STAGES) { stage = 0; phase ^= 1u; }
           }
@@ -510,13 +513,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
 #pragma unroll
           for (int r = 0; r < T::ACC; ++r) reg_fence(acc[r]);
           wgmma_fence();
-#pragma unroll
-          for (int ks = 0; ks < 4; ++ks) {
-            // K-major: the ks-th 32-byte slice of each 128-byte row; MN-major: k-rows 16ks..
-            const u64 da = PK ? smem_desc_sw128(ps + 32 * ks, 0, 1024) : smem_desc_sw128(ps + 2048 * ks, 8192, 1024);
-            const u64 db = QK ? smem_desc_sw128(qs + 32 * ks, 0, 1024) : smem_desc_sw128(qs + 2048 * ks, 8192, 1024);
-            Kind::template mma<BNT, PK ? 0 : 1, QK ? 0 : 1>(acc, da, db, (kb > w.kb0 || ks > 0) ? 1 : 0);
-          }
+          sm90_stage_mma<Kind, PK, QK, BNT>(acc, ps, qs, kb > w.kb0);
           wgmma_commit_group();
 #pragma unroll
           for (int r = 0; r < T::ACC; ++r) reg_fence(acc[r]);
