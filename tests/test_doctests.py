@@ -4,7 +4,8 @@ import importlib
 
 import pytest
 
-MODULES = ["pyblasgemm.blas", "pyblasgemm.gemm", "pyblasgemm.matmul", "pyblasgemm._types"]
+MODULES = ["pyblasgemm.blas", "pyblasgemm.gemm", "pyblasgemm.matmul", "pyblasgemm._types",
+           "pyblasgemm.planner.measured", "pyblasgemm.kernels.config"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -247,7 +247,14 @@ def _validate_sm90(c: KernelConfig, problem: KernelProblem | None, kind: str, ma
 def sm90_prep_shape(p: KernelProblem) -> tuple[int, int, int]:
     """(sections, kpad, workspace bytes) of the Hopper fp32 paths' prepared operands: op(A) and
     op(B) K-major in ``sections`` blocks of ``kpad`` (k rounded up to a 32-element stage)
-    columns each (3xTF32: [big | small]); a broadcast operand (batch stride 0) is prepared once."""
+    columns each (3xTF32: [big | small]); a broadcast operand (batch stride 0) is prepared once.
+
+    Example::
+
+        >>> from pyblasgemm.kernels import KernelProblem
+        >>> sm90_prep_shape(KernelProblem("3xtf32", "N", "N", 100, 50, 70, 100, 70, 100, 0, 0, 0))
+        (2, 96, 115200)
+    """
     sections = 2 if p.kind == "3xtf32" else 1
     kpad = -(-p.k // 32) * 32
     bat_a = p.batch if p.batch > 1 and p.stride_a else 1

@@ -84,7 +84,13 @@ def _read(path: str) -> dict | None:
 
 
 def load_choices(path=None) -> dict | None:
-    """The table as a dict (the shipped file unless ``path``), or None when there is none."""
+    """The table as a dict (the shipped file unless ``path``), or None when there is none.
+
+    Example::
+
+        >>> load_choices()["device"]["name"]
+        'NVIDIA H100 80GB HBM3'
+    """
     return _read(str(path or CHOICES_FILE))
 
 
@@ -152,7 +158,14 @@ def lookup(table: dict | None, arch: ArchSpec, *, kind: str | None, compute: str
 
 
 def choice_for_desc(desc, arch: ArchSpec, table: dict | None = None):
-    """:func:`lookup` for a ``GemmDesc`` (the shipped table unless ``table``)."""
+    """:func:`lookup` for a ``GemmDesc`` (the shipped table unless ``table``).
+
+    Example::
+
+        >>> from pyblasgemm.planner import FAMILIES, make_desc
+        >>> choice_for_desc(make_desc(128, 4096, 4096, "f16", transa="T"), FAMILIES["sm_90"]).impl
+        'sm90a_sliced_128x64x64_w1x1_s8_g8'
+    """
     from .problem import kind_of
 
     return lookup(load_choices() if table is None else table, arch, kind=kind_of(desc),
