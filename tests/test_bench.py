@@ -252,3 +252,24 @@ def test_table_cli(capsys):
     assert cli.main(["bench", "--table", str(path)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("| type |") and "| fp16 |" in out
+
+
+def test_mma_sync_table_in_the_docs_is_the_results_file():
+    """docs/performance.rst's mma.sync table (burst / sustained ratios to cuBLAS) shows exactly
+    bench/results/mma_sync_h100_2026-11-22.json, rounded to two places."""
+    res = json.loads((ROOT / "bench" / "results" / "mma_sync_h100_2026-11-22.json").read_text())
+    text = (ROOT / "docs" / "performance.rst").read_text()
+    assert "bench/results/mma_sync_h100_2026-11-22.json" in text
+    rows = {"mma.sync, cp.async ring": "mma.sync cp.async 128x256x64 s3",
+            "mma.sync fed by TMA": "mma.sync TMA 256x128 s4",
+            "wgmma (the Hopper kernel)": "wgmma 256x128 s4"}
+    cols = [(4096, "TN"), (4096, "NN"), (8192, "TN"), (8192, "NN")]
+    for label, impl in rows.items():
+        (line,) = [ln for ln in text.splitlines() if ln.startswith(label)]
+        want = []
+        for size, lay in cols:
+            b, s = (next(r["ratio_vs_cublas"] for r in res[part]
+                         if r["impl"] == impl and r["size"] == size and r["layout"] == lay)
+                    for part in ("burst", "sustained"))
+            want.append(f"{b:.2f} / {s:.2f}")
+        assert line.split()[-len(want) * 3:] == " ".join(want).split(), (label, line, want)

@@ -148,6 +148,24 @@ def _ours(m, n, k, dtype="f16", **kw):
     return plan(m, n, k, dtype, transa="T", backend="tensorcore", arch="sm_90", **kw)
 
 
+def test_mma_sync_consumers_are_never_candidates_and_scored_slower_when_forced():
+    """The Hopper kernel's mma.sync consumers run only when forced: the model scores them at
+    MMA_SYNC_CONSUMER_FACTOR of the wgmma consumers' rate on the same tile."""
+    from pyblasgemm.kernels.config import SM90_CONFIGS_BY_TILE
+
+    cal = model.load_calibration()
+    assert all(c.consumer == "wgmma" for c in model.candidate_configs("f16", cal, H100))
+    wg = SM90_CONFIGS_BY_TILE["f16"][256]
+    sync = dataclasses.replace(wg, consumer="mma.sync")
+    eff_wg, _ = model.tile_efficiency(wg, "f16", cal)
+    eff_sync, calibrated = model.tile_efficiency(sync, "f16", cal)
+    assert not calibrated and eff_sync == pytest.approx(eff_wg * model.MMA_SYNC_CONSUMER_FACTOR)
+    prob = kernel_problem_for(make_desc(4096, 4096, 4096, "f16", transa="T"))
+    t_wg = model.score_ours(wg, prob, H100, cal).compute
+    t_sync = model.score_ours(sync, prob, H100, cal).compute
+    assert t_sync == pytest.approx(t_wg / model.MMA_SYNC_CONSUMER_FACTOR, rel=1e-6)
+
+
 @pytest.mark.parametrize("dtype", ["f16", "3xtf32"])
 def test_full_waves_choose_sliced(dtype):
     p = _ours(4096, 4096, 4096, dtype) if dtype == "f16" else _ours(128 * 12, 128 * 22, 2048, dtype)

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from pyblasgemm.kernels import jit
-from pyblasgemm.kernels.config import SM90_CONFIGS, SM90_KINDS
+from pyblasgemm.kernels.config import SM90_CONFIGS, SM90_KINDS, SM90_MMA_SYNC_CONFIGS
 from pyblasgemm.kernels.problem import BASE_KIND, ELEM_BYTES, KernelProblem
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ def _specs():
     """One (kind, config, layout) per distinct instantiation (its NVRTC name expressions)."""
     seen, out = set(), []
     for kind in SM90_CONFIGS:
-        for cfg in SM90_CONFIGS[kind]:
+        for cfg in SM90_CONFIGS[kind] + SM90_MMA_SYNC_CONFIGS.get(kind, ()):
             for lay in _layouts(cfg, kind):
                 names = tuple(jit._names(cfg, kind, lay[0], lay[1], None, True))
                 if names in seen:
@@ -240,7 +240,8 @@ def test_cuobjdump_is_installed():
 
 @pytest.mark.parametrize("spec", [_param(s) for s in SASS_SPECS])
 def test_sass_has_the_fast_path(built, spec):
-    """The cubin runs wgmma (HGMMA/IGMMA of the config's tile), TMA loads and setmaxnreg."""
+    """The cubin runs wgmma (HGMMA/IGMMA of the config's tile; mma.sync consumers: HMMA and
+    ldmatrix), TMA loads and setmaxnreg."""
     assert CUOBJDUMP is not None, NO_CUOBJDUMP
     kind, cfg, lay = spec
     r = _result(built, spec)
@@ -252,15 +253,21 @@ def test_sass_has_the_fast_path(built, spec):
     name, text = gemm[0], funcs[gemm[0]]
     # the instance is this config's: ... BNT=bm, STAGES, MODE ... in the mangled name
     assert f"ELi{cfg.bm}ELi{cfg.stages}ELi{cfg.mode}E" in name, name
-    mma = {"f16": rf"HGMMA\.64x{cfg.bm}x16\.F32(?!\.BF16)\b",
-           "bf16": rf"HGMMA\.64x{cfg.bm}x16\.F32\.BF16\b",
-           "s8": rf"IGMMA\.64x{cfg.bm}x32\.S8\.S8\b",
-           "tf32": rf"HGMMA\.64x{cfg.bm}x8\.F32\.TF32\b",
-           "3xtf32": rf"HGMMA\.64x{cfg.bm}x8\.F32\.TF32\b"}[BASE_KIND[kind]]
-    found = sorted(set(re.findall(r"\b[HI]GMMA\.\S+", text)))
-    assert re.search(mma, text), f"no {mma} in {name} (found {found})"
-    other = [f for f in found if not re.fullmatch(mma.replace(r"\b", ""), f.rstrip(" ,;"))]
-    assert not other, f"unexpected MMA shapes in {name}: {other}"
+    if cfg.consumer == "mma.sync":
+        # mma.sync consumers: HMMA m16n8k16 (fp32 accumulators), fragments by ldmatrix, no wgmma
+        hmma = r"HMMA\.16816\.F32\.BF16\b" if kind == "bf16" else r"HMMA\.16816\.F32(?!\.BF16)\b"
+        assert re.search(hmma, text) and "LDSM" in text, f"no {hmma} / LDSM in {name}"
+        assert not re.search(r"\b[HI]GMMA\.", text), f"wgmma in the mma.sync-consumer kernel {name}"
+    else:
+        mma = {"f16": rf"HGMMA\.64x{cfg.bm}x16\.F32(?!\.BF16)\b",
+               "bf16": rf"HGMMA\.64x{cfg.bm}x16\.F32\.BF16\b",
+               "s8": rf"IGMMA\.64x{cfg.bm}x32\.S8\.S8\b",
+               "tf32": rf"HGMMA\.64x{cfg.bm}x8\.F32\.TF32\b",
+               "3xtf32": rf"HGMMA\.64x{cfg.bm}x8\.F32\.TF32\b"}[BASE_KIND[kind]]
+        found = sorted(set(re.findall(r"\b[HI]GMMA\.\S+", text)))
+        assert re.search(mma, text), f"no {mma} in {name} (found {found})"
+        other = [f for f in found if not re.fullmatch(mma.replace(r"\b", ""), f.rstrip(" ,;"))]
+        assert not other, f"unexpected MMA shapes in {name}: {other}"
     for ins in ("UTMALDG", "USETMAXREG.DEALLOC", "USETMAXREG.TRY_ALLOC"):
         assert ins in text, f"no {ins} in {name}"
     if getattr(cfg, "cluster", 1) > 1:

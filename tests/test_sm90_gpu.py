@@ -47,6 +47,10 @@ DECOMPS = ["sliced", "splitk_parallel", "streamk", "hybrid", "sliced_c2"]  # c2:
 TILES = [256, 192, 128, 64, "w1-128", "w1-64"]  # w1: one consumer warpgroup (64-row tiles)
 PREP_PARAMS = [(kind, lay, d, bm) for kind in ("tf32", "3xtf32") for lay in ("NN", "NT", "TN", "TT")
                for d in DECOMPS for bm in PREP_TILES[kind] if not (isinstance(bm, str) and d == "sliced_c2")]
+#: mma.sync consumers (f16/bf16, 64 x 64 and 64 x 32 warp tiles), every layout and decomposition
+SYNC_DECOMPS = ["sliced", "splitk_parallel", "sliced_c2"]   # config.py: no stream-k (it would spill)
+SYNC_PARAMS = [(kind, lay, d, bm) for kind in ("f16", "bf16") for lay in ("NN", "NT", "TN", "TT")
+               for d in SYNC_DECOMPS for bm in ("sync-256", "sync-128")]
 ACC = {"f16": "f32", "bf16": "f32", "s8": "s32", "f16_out32": "f32", "bf16_out32": "f32", "tf32": "f32",
        "3xtf32": "f32"}
 # sizes: 1, primes, non-multiples of 64/128/256 on every axis; k=1000 crosses many stages
@@ -56,7 +60,9 @@ LDM = PADS  # leading dimensions rounded up to 16 bytes
 
 
 def cfg(kind, bm, decomp, splits=0):
-    if isinstance(bm, str):
+    if isinstance(bm, str) and bm.startswith("sync"):   # mma.sync consumers on the TMA ring
+        base = replace(SM90_CONFIGS_BY_TILE[kind][int(bm.split("-")[1])], consumer="mma.sync")
+    elif isinstance(bm, str):
         base = SM90_SMALL_CONFIGS[kind][int(bm.split("-")[1])]
     else:
         base = SM90_CONFIGS_BY_TILE[kind][bm]
@@ -77,7 +83,7 @@ def _warm():
     specs = set()
     for (kind, lay), d, bm in itertools.product(KIND_CASES, DECOMPS, TILES):
         specs.add((cfg(kind, bm, "streamk" if d == "hybrid" else d), kind, lay[0], lay[1], ACC[kind], True))
-    for kind, lay, d, bm in OUT32_PARAMS + PREP_PARAMS:
+    for kind, lay, d, bm in OUT32_PARAMS + PREP_PARAMS + SYNC_PARAMS:
         specs.add((cfg(kind, bm, "streamk" if d == "hybrid" else d), kind, lay[0], lay[1], ACC[kind], True))
     jit.warm(sorted(specs, key=str))
 
@@ -127,6 +133,13 @@ def test_fp32_operands_cross_product(kind, layout, decomp, bm):
     _check_cross(kind, layout, decomp, bm, 3, 1)   # pad 3: not a 16-byte multiple
 
 
+@pytest.mark.parametrize("kind,layout,decomp,bm", SYNC_PARAMS, ids=["-".join(map(str, p)) for p in SYNC_PARAMS])
+def test_mma_sync_consumers_cross_product(kind, layout, decomp, bm):
+    """The TMA ring feeding mma.sync consumers (ldmatrix from the 128-byte-swizzled stages, K- and
+    MN-major operands): same shapes, alpha/beta, NaN-poisoned C and error bound as wgmma."""
+    _check_cross(kind, layout, decomp, bm, PADS[kind], LDM[kind])
+
+
 @pytest.mark.parametrize("layout", ["NN", "TN", "NT", "TT"])
 def test_3xtf32_accuracy_on_wgmma(layout):
     """3xTF32 on wgmma within 2x cuBLAS SGEMM's error and >= 10x more accurate than tf32."""
@@ -170,13 +183,17 @@ def test_large_1000(kind, layout, decomp):
     case.check(out, case.reference(), case.cublas_out())
 
 
-@pytest.mark.parametrize("decomp", ["splitk_parallel", "streamk", "hybrid", "sliced_c2"])
-@pytest.mark.parametrize("kind", ["f16", "s8"])
-def test_bitwise_deterministic(kind, decomp):
+DETERMINISM = [(kind, bm, d) for kind, bm in (("f16", 128), ("s8", 128))
+               for d in ("splitk_parallel", "streamk", "hybrid", "sliced_c2")]
+DETERMINISM += [("f16", "sync-256", d) for d in ("splitk_parallel", "sliced_c2")]
+
+
+@pytest.mark.parametrize("kind,bm,decomp", DETERMINISM, ids=["-".join(map(str, p)) for p in DETERMINISM])
+def test_bitwise_deterministic(kind, bm, decomp):
     layout = "TN"
     case = Case(kind, ACC[kind], layout[0], layout[1], 300, 260, 3000, alpha=1 if kind == "s8" else 1.0, beta=0,
                 ld_multiple=LDM[kind])
-    c = cfg(kind, 128, decomp, splits=7)
+    c = cfg(kind, bm, decomp, splits=7)
     outs = [_run(case, c, sm_count=5 if decomp == "hybrid" else None).tobytes() for _ in range(3)]
     assert outs[0] == outs[1] == outs[2]
 
@@ -269,7 +286,8 @@ def test_unaligned_c_takes_direct_stores(kind, layout, decomp):
 def _sanitize_specs(which: str):
     """(kind, layout, decomposition, tile) of the sanitizer run: ``all`` = every kind x layout x
     decomposition on the 128-wide tile; ``new`` = the tiles and kinds added after the last clean
-    run (192-wide and one-warpgroup tiles, fp32 C, tf32 / 3xTF32 with the prep kernel)."""
+    run (192-wide and one-warpgroup tiles, fp32 C, tf32 / 3xTF32 with the prep kernel, mma.sync
+    consumers); ``sync`` = the mma.sync consumers only."""
     specs = []
     if which == "all":
         specs += [(kind, lay, d, 128) for (kind, lay), d in itertools.product(KIND_CASES, DECOMPS)]
@@ -277,6 +295,11 @@ def _sanitize_specs(which: str):
               if not (isinstance(bm, str) and d == "sliced_c2")]
     specs += [(kind, lay, d, 128) for kind, lay in (("f16_out32", "NT"), ("bf16_out32", "TN")) for d in DECOMPS]
     specs += [(kind, lay, d, 128) for kind, lay in (("tf32", "NT"), ("3xtf32", "NN")) for d in DECOMPS]
+    if which in ("all", "new", "sync"):
+        if which == "sync":
+            specs = []
+        specs += [(kind, lay, d, "sync-256") for kind, lay in (("f16", "TN"), ("bf16", "NT")) for d in SYNC_DECOMPS]
+        specs += [("f16", lay, "sliced", "sync-128") for lay in ("NN", "TT")]
     return specs
 
 

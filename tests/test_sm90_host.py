@@ -18,7 +18,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from pyblasgemm.kernels.config import (MAX_SMEM_SM90, SM90_CONFIGS, SM90_CONFIGS_BY_TILE, SM90_DECOMPOSITIONS,
-                                       SM90_KINDS, SM90_PREP_KINDS, KernelConfig, sm90_prep_shape)
+                                       SM90_KINDS, SM90_MMA_SYNC_CONFIGS, SM90_PREP_KINDS, KernelConfig,
+                                       sm90_prep_shape)
+from pyblasgemm.planner.model import parse_config_name
 from pyblasgemm.kernels.launch import launch_geometry
 from pyblasgemm.kernels.problem import ELEM_BYTES, KernelProblem
 from pyblasgemm.kernels.sm90 import prepared_problem, tma_maps
@@ -181,6 +183,27 @@ def test_decompositions():
         why = refused(base(decomposition=d, splits=3), kind="f16")
         assert "splits" in why, why
     refused(base(group_m=0), kind="f16")
+
+
+def test_mma_sync_consumers():
+    """consumer='mma.sync': f16/bf16, two consumer warpgroups, bm 128/256, sliced or parallel
+    split-k (clusters too); the name carries it and parses back; the sm80 family refuses it."""
+    for kind, cfgs in SM90_MMA_SYNC_CONFIGS.items():
+        for c in cfgs:
+            assert c.validate(kind=kind)[0], c.name
+            assert "_mmasync" in c.name and parse_config_name(c.name) == c
+            for lay in LAYOUTS:
+                assert c.validate(prob(kind, lay, 300, 260, 200))[0], (c.name, lay)
+    sync = base(tile=256, consumer="mma.sync")
+    for kind in ("s8", "f16_out32", "tf32", "3xtf32"):
+        assert "f16/bf16" in refused(base(kind, tile=128, consumer="mma.sync"), kind=kind)
+    assert "bm 128 or 256" in refused(replace(sync, bm=192), kind="f16")
+    assert "two consumer warpgroups" in refused(base(tile=128, consumer="mma.sync", warps_m=1, bn=64), kind="f16")
+    for d in ("streamk", "hybrid"):
+        assert "sliced or splitk_parallel" in refused(replace(sync, decomposition=d), kind="bf16")
+    assert "wgmma" in refused(replace(sync, consumer="tensor"), kind="f16")
+    why = refused(KernelConfig(consumer="mma.sync"), kind="f16")
+    assert "sm90a" in why, why
 
 
 @pytest.mark.parametrize("kind", SM90_KINDS)

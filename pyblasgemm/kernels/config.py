@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from .problem import ACCUMULATE, C_BYTES, ELEM_BYTES, KernelProblem
 
 __all__ = ["KernelConfig", "DECOMPOSITIONS", "SHIPPED_CONFIGS", "SM90_CONFIGS", "default_config", "MAX_SMEM_SM90",
-           "SM90_KINDS", "SM90_DECOMPOSITIONS", "SM90_CONFIGS_BY_TILE",
+           "SM90_KINDS", "SM90_DECOMPOSITIONS", "SM90_CONFIGS_BY_TILE", "SM90_MMA_SYNC_CONFIGS",
            "SM90_SMALL_CONFIGS", "SM90_PREP_KINDS", "sm90_prep_shape"]
 
 DECOMPOSITIONS = ("sliced", "splitk_serial", "splitk_parallel", "streamk", "hybrid")
@@ -71,6 +71,9 @@ class KernelConfig:
     #: CTAs per thread-block cluster (Hopper, data-parallel): 2 = pairs sharing the m-side
     #: operand through TMA multicast
     cluster: int = 1
+    #: Hopper kernel's consumer warps: 'wgmma', or 'mma.sync' (the same TMA ring feeding
+    #: mma.sync m16n8k16 from ldmatrix fragments, 64 x bm/4 per warp; f16/bf16, bm 128 or 256)
+    consumer: str = "wgmma"
 
     @property
     def name(self) -> str:
@@ -80,6 +83,8 @@ class KernelConfig:
             s += f"_k{self.splits}"
         if self.cluster != 1:
             s += f"_c{self.cluster}"
+        if self.consumer != "wgmma":
+            s += "_mmasync"
         return s + f"_g{self.group_m}"
 
     @property
@@ -122,6 +127,8 @@ class KernelConfig:
             return False, f"family {self.family!r} must be 'sm80' or 'sm90a'"
         if self.cluster != 1:
             return False, f"clusters are the Hopper kernel's (cluster={self.cluster} with family 'sm80')"
+        if self.consumer != "wgmma":
+            return False, f"consumer={self.consumer!r} is the Hopper kernel's (family 'sm90a')"
 
         eb, cb = ELEM_BYTES[kind], C_BYTES[kind]
         if self.decomposition not in DECOMPOSITIONS:
@@ -202,6 +209,15 @@ def _validate_sm90(c: KernelConfig, problem: KernelProblem | None, kind: str, ma
         return False, f"cluster must be 1 or 2 (got {c.cluster})"
     if c.cluster == 2 and c.decomposition != "sliced":
         return False, f"2-CTA clusters run the data-parallel schedule only (not {c.decomposition!r})"
+    if c.consumer not in ("wgmma", "mma.sync"):
+        return False, f"consumer must be 'wgmma' or 'mma.sync' (got {c.consumer!r})"
+    if c.consumer == "mma.sync" and (kind not in ("f16", "bf16") or c.bm not in (128, 256) or c.warps_m != 2):
+        return False, (f"mma.sync consumers run f16/bf16 with two consumer warpgroups and bm 128 or 256 "
+                       f"(a 64 x bm/4 warp tile; got {kind}, bm={c.bm}, warps_m={c.warps_m})")
+    if c.consumer == "mma.sync" and c.decomposition not in ("sliced", "splitk_parallel"):
+        # the stream-k fixup's registers on top of 128 accumulators and double-buffered
+        # fragments spill (8 bytes, ptxas): data-parallel and parallel split-k only
+        return False, f"mma.sync consumers run sliced or splitk_parallel (not {c.decomposition!r})"
     if kind in _TWO_ACCUMULATOR_KINDS and c.bm > 128:
         return False, (f"{kind} keeps a second set of accumulators (rounded adds): wgmma N = bm <= 128 "
                        f"(got bm={c.bm})")
@@ -343,6 +359,14 @@ for _kind in SM90_KINDS:
 #: kind -> {bm: the sliced Hopper config with that tile}
 SM90_CONFIGS_BY_TILE = {k: {c.bm: c for c in v if c.decomposition == "sliced" and c.cluster == 1 and c.bn == 128}
                         for k, v in SM90_CONFIGS.items()}
+#: mma.sync consumers on the Hopper kernel's TMA ring (``consumer='mma.sync'``): what mma.sync
+#: reaches on Hopper when TMA feeds it (bench/bench_mma_sync.py, issue #3's speed target). CI
+#: compiles them; the planner does not choose them (the wgmma consumers are faster everywhere
+#: measured), so they run when a config is forced.
+SM90_MMA_SYNC_CONFIGS: dict[str, tuple[KernelConfig, ...]] = {
+    _kind: tuple(replace(SM90_CONFIGS_BY_TILE[_kind][256], consumer="mma.sync", **kw)
+                 for kw in (dict(), dict(decomposition="splitk_parallel"), dict(cluster=2), dict(bm=128, stages=6)))
+    for _kind in ("f16", "bf16")}
 #: kind -> {bm: the sliced one-consumer-warpgroup (bn = 64) Hopper config with that tile}
 SM90_SMALL_CONFIGS = {k: {c.bm: c for c in v if c.decomposition == "sliced" and c.bn == 64}
                       for k, v in SM90_CONFIGS.items()}

@@ -116,13 +116,14 @@ def sm90_kernel_name(config: KernelConfig, kind: str, transa: str, transb: str) 
     Example::
 
         sm90_kernel_name(SM90_CONFIGS_BY_TILE["f16"][256], "f16", "T", "N")
-        # 'pyblasgemm::sm90_gemm_kernel<pyblasgemm::Sm90KindF16, true, true, 256, 4, 0, 1, 2>' 
+        # 'pyblasgemm::sm90_gemm_kernel<pyblasgemm::Sm90KindF16, true, true, 256, 4, 0, 1, 2, false>' 
     """
     pk, qk = transb == "N", transa == "T"
     if kind in SM90_PREP_KINDS:   # the prep kernel hands over K-major operands in every layout
         pk = qk = True
     return (f"pyblasgemm::sm90_gemm_kernel<pyblasgemm::{_SM90_KIND[kind]}, {_b(pk)}, {_b(qk)}, {config.bm}, "
-            f"{config.stages}, {config.mode}, {config.cluster}, {config.warps_m}>")
+            f"{config.stages}, {config.mode}, {config.cluster}, {config.warps_m}, "
+            f"{_b(config.consumer == 'mma.sync')}>")
 
 
 def _names(config, kind, transa, transb, accumulate, vec) -> list[str]:

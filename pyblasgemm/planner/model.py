@@ -96,11 +96,18 @@ def tile_key(cfg: KernelConfig, kind: str) -> str:
     the Hopper kernel's carry the prefix 'sm90a_'."""
     pre = "sm90a_" if cfg.is_sm90 else ""
     post = f"_c{cfg.cluster}" if cfg.cluster != 1 else ""
+    post += "_mmasync" if cfg.consumer == "mma.sync" else ""
     return f"{pre}{cfg.bm}x{cfg.bn}x{cfg.bk_bytes(kind)}B_w{cfg.warps_m}x{cfg.warps_n}_s{cfg.stages}{post}"
 
 
+#: mma.sync consumers on the Hopper kernel's ring (never chosen, only forced) against the wgmma
+#: consumers on the same tile: 0.63-0.73 (fp16 4096^3 / 8192^3, TN and NN, burst and sustained:
+#: bench/results/mma_sync_h100_2026-11-22.json)
+MMA_SYNC_CONSUMER_FACTOR = 0.70
+
+
 _NAME = re.compile(r"^(sm90a_)?(sliced|splitk_serial|splitk_parallel|streamk|hybrid)_(\d+)x(\d+)x(\d+)"
-                   r"_w(\d+)x(\d+)_s(\d+)(?:_k(\d+))?(?:_c(\d+))?(?:_g(\d+))?$")
+                   r"_w(\d+)x(\d+)_s(\d+)(?:_k(\d+))?(?:_c(\d+))?(_mmasync)?(?:_g(\d+))?$")
 
 
 def parse_config_name(name: str) -> KernelConfig:
@@ -110,16 +117,19 @@ def parse_config_name(name: str) -> KernelConfig:
     8
     >>> parse_config_name("sm90a_streamk_256x128x64_w2x1_s4_g8").family
     'sm90a'
+    >>> parse_config_name("sm90a_sliced_256x128x64_w2x1_s4_c2_mmasync_g8").consumer
+    'mma.sync'
     """
     m = _NAME.match(name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a kernel config name such as "
                          f"'sliced_128x128x32_w2x2_s4_g8', 'splitk_parallel_128x128x32_w2x2_s4_k8_g8' "
                          f"or 'sm90a_sliced_256x128x64_w2x1_s4_g8'")
-    fam, d, bm, bn, bk, wm, wn, st, k, c, g = m.groups()
+    fam, d, bm, bn, bk, wm, wn, st, k, c, sync, g = m.groups()
     return KernelConfig(bm=int(bm), bn=int(bn), bk=int(bk), warps_m=int(wm), warps_n=int(wn),
                         stages=int(st), decomposition=d, splits=int(k or 0), group_m=int(g or 8),
-                        family="sm90a" if fam else "sm80", cluster=int(c or 1))
+                        family="sm90a" if fam else "sm80", cluster=int(c or 1),
+                        consumer="mma.sync" if sync else "wgmma")
 
 
 def check(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec) -> tuple[bool, str]:
@@ -205,6 +215,9 @@ def tile_efficiency(cfg: KernelConfig, kind: str, cal: dict) -> tuple[float, boo
         eff = entry["tiles"].get(tile_key(cfg, kind))
         if eff is not None:
             return eff, True
+        if cfg.consumer == "mma.sync":
+            wgmma_eff, _ = tile_efficiency(replace(cfg, consumer="wgmma"), kind, cal)
+            return wgmma_eff * MMA_SYNC_CONSUMER_FACTOR, False
         return min(entry["tiles"].values(), default=0.5), False
     entry = cal["ours"].get(kind) or cal["ours"].get(base) or cal["ours"]["f16"]
     eff = entry["tiles"].get(tile_key(cfg, kind))

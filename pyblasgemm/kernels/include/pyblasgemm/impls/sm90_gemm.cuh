@@ -19,7 +19,8 @@
 // ("TN"); the host routes other s8 layouts to the mma.sync kernel.
 //
 // Roles (warp-specialized): warpgroup 0 = producer (one thread issues every TMA; the warpgroup
-// gives up registers with setmaxnreg), warpgroups 1..2 = consumers (wgmma + epilogue).
+// gives up registers with setmaxnreg), warpgroups 1..2 = consumers (wgmma + epilogue; with
+// SYNC = true each consumer warp issues mma.sync instead, see Sm90SyncWarp).
 // Both roles walk the same list of work units (Sm90Walker), so they agree on every stage.
 //
 // Decompositions on the persistent grid (template MODE, params.cuh's enum):
@@ -36,6 +37,7 @@
 #include "../ptx/sm70_sync.cuh"
 #include "../ptx/sm90_tma.cuh"
 #include "../ptx/sm90_wgmma.cuh"
+#include "../ptx/sm75_ldmatrix.cuh"
 #include "../mma/sm80_kinds.cuh"
 #include "../epilogue/sm80_smem_epilogue.cuh"
 #include "sm90_tf32_prep.cuh"
@@ -47,6 +49,7 @@ namespace pyblasgemm {
 // Sm90KindTF32T). kRoundEvery > 0: wgmma chains of that many stages go into fresh registers
 // that a round-to-nearest FADD adds to the accumulator (fp32 C, see Sm90KindF16Out32).
 struct Sm90KindF16 : KindF16F32 {
+  typedef KindF16F32 SyncKind;  // the mma.sync kind of the same element type (SYNC consumers)
   typedef float Acc;
   static constexpr int kBKE = 64;  // elements of K per stage (128 bytes)
   static constexpr bool kSplit = false;
@@ -57,6 +60,7 @@ struct Sm90KindF16 : KindF16F32 {
   }
 };
 struct Sm90KindBF16 : KindBF16F32 {
+  typedef KindBF16F32 SyncKind;
   typedef float Acc;
   static constexpr int kBKE = 64;
   static constexpr bool kSplit = false;
@@ -237,6 +241,62 @@ PBG_DEVICE void sm90_stage_mma(typename Kind::Acc (&d)[BNT / 2], u32 ps, u32 qs,
   }
 }
 
+// ---- mma.sync consumers (SYNC = true) ---------------------------------------------------
+// The same TMA ring, producer and epilogue, but each consumer warp issues mma.sync m16n8k16 on
+// fragments it loads with ldmatrix from the 128-byte-swizzled stage: warp w of consumer
+// warpgroup cw owns D rows 64cw..+63 (P) x columns (BNT/4)w..+BNT/4 (Q), a 64 x 64 (or 64 x 32)
+// warp tile, the shape that keeps ldmatrix traffic lowest per MMA (NOTES.md, session 4). It
+// measures what mma.sync reaches on Hopper when TMA feeds it (no cp.async, no CTA barrier).
+// Both operands' 64-row slabs are one 8 KB block: K-major rows r at r * 128 bytes, MN-major
+// k-rows kk at kk * 128 bytes, 16-byte chunks XOR-ed with (row % 8) by the TMA swizzle.
+template <class Kind, bool PK, bool QK, int BNT>
+struct Sm90SyncWarp {
+  static constexpr int MI = 4;            // 16-row atoms over the warp's 64 P rows
+  static constexpr int NI = BNT / 32;     // 8-column atoms over its BNT/4 Q rows
+  static_assert(BNT == 128 || BNT == 256, "mma.sync consumers: BNT 128 or 256");
+  typedef typename Kind::SyncKind SK;
+  // per-lane offsets of k-step 0, atom 0 inside the P and Q blocks (see load())
+  u32 p_off, q_off;
+  PBG_DEVICE Sm90SyncWarp(int lane, int warp4) {
+    const int r = lane & 7, j = lane >> 3;
+    if constexpr (PK) p_off = (lane & 15) * 128 + (((lane >> 4) ^ r) << 4);
+    else p_off = (r + 8 * (j >> 1)) * 128 + (((j & 1) ^ r) << 4);
+    const int q_rows0 = (BNT / 4) * warp4;   // the warp's first Q row
+    if constexpr (QK) {
+      q_off = (q_rows0 + r + 8 * (j >> 1)) * 128 + (((j & 1) ^ r) << 4);
+    } else {
+      const int cq0 = (q_rows0 % 64) / 8;  // chunk of the warp's first Q row in its 64-block
+      q_off = (q_rows0 / 64) * 8192 + (r + 8 * (j & 1)) * 128 + ((((j >> 1) ^ r) ^ cq0) << 4);
+    }
+  }
+  // Fragments of k-step ks (16 k) of the stage whose P block is at ps and Q tile at qs. The
+  // swizzle XOR is linear in the chunk index, so every other atom / k-step is the k-step-0
+  // offset XOR-ed (chunk bits) and shifted (row bits) by compile-time constants.
+  PBG_DEVICE void load(u32 ps, u32 qs, int ks, u32 (&fa)[MI][4], u32 (&fb)[NI][4]) const {
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+      if constexpr (PK) ldsm_x4(ps + ((p_off ^ (ks << 5)) + i * 2048), fa[i][0], fa[i][1], fa[i][2], fa[i][3]);
+      else ldsm_x4_trans(ps + ((p_off ^ (i << 5)) + ks * 2048), fa[i][0], fa[i][1], fa[i][2], fa[i][3]);
+    }
+#pragma unroll
+    for (int jj = 0; jj < NI / 2; ++jj) {
+      if constexpr (QK) ldsm_x4(qs + ((q_off ^ (ks << 5)) + jj * 2048), fb[2 * jj][0], fb[2 * jj][1], fb[2 * jj + 1][0], fb[2 * jj + 1][1]);
+      else ldsm_x4_trans(qs + ((q_off ^ (jj << 5)) + ks * 2048), fb[2 * jj][0], fb[2 * jj][1], fb[2 * jj + 1][0], fb[2 * jj + 1][1]);
+    }
+  }
+  // MI x NI MMAs; accumulator fragment f = i * NI + j holds acc[4f .. 4f + 3] (serpentine over
+  // j: consecutive MMAs share the A registers, the operand the reuse cache keeps)
+  static PBG_DEVICE void mma(const u32 (&fa)[MI][4], const u32 (&fb)[NI][4], typename Kind::Acc (&acc)[BNT / 2]) {
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j) {
+        const int jj = (i & 1) ? NI - 1 - j : j;
+        SK::mma(&acc[4 * (i * NI + jj)], &fa[i], &fb[jj]);
+      }
+  }
+};
+
 // ---- epilogue helpers ---------------------------------------------------------------------
 // Two adjacent C elements (a thread's accumulator pair) in one 4- or 8-byte store.
 template <class Kind, bool READ_C>
@@ -299,7 +359,7 @@ PBG_DEVICE void sm90_store_pair(char* cp, typename Kind::Scale alpha, typename K
 // (2u + 1, tn) of unit u: each loads its own P block and half of the shared Q block, which the
 // TMA multicasts into both CTAs (a third less L2 traffic per CTA); a stage is refilled only
 // after the consumers of both CTAs released it.
-template <class Kind, bool PK, bool QK, int BNT, int STAGES, int MODE, int CLUSTER, int CONSUMERS>
+template <class Kind, bool PK, bool QK, int BNT, int STAGES, int MODE, int CLUSTER, int CONSUMERS, bool SYNC>
 __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
     sm90_gemm_kernel(const __grid_constant__ TmaDesc tma_p, const __grid_constant__ TmaDesc tma_q,
                      const __grid_constant__ TmaDesc tma_c, void* C, void* ws, int* flags, int mt, int nt, int k,
@@ -433,7 +493,46 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
     for (int r = 0; r < T::ACC; ++r) acc[r] = Acc(0);
     while (walk.next(w)) {
       int prev = -1;
-      if constexpr (Kind::kSplit) {
+      if constexpr (SYNC) {
+        // mma.sync consumers: fragments double-buffered across k-steps and stages; each warp
+        // waits on the stage's full barrier itself and frees the stage once its MMAs are issued
+        // (an MMA issues only after its ldmatrix results arrived: the stage is no longer read).
+        static_assert(!Kind::kSplit && Kind::kRoundEvery == 0, "mma.sync consumers: 16-bit kinds");
+        typedef Sm90SyncWarp<Kind, PK, QK, BNT> SW;
+        const SW sw(lane, warp4);
+        u32 fa[2][SW::MI][4], fb[2][SW::NI][4];
+#pragma unroll
+        for (int r = 0; r < T::ACC; ++r) acc[r] = Acc(0);
+        const u32 pcw = cw * 8192;   // this warpgroup's 64 P rows
+        u32 stg = ring + stage * T::STAGE_BYTES;
+        if (w.kb0 < w.kb1) {
+          mbarrier_wait(bars + 8 * stage, phase);
+          sw.load(stg + pcw, stg + T::P_BYTES, 0, fa[0], fb[0]);
+        }
+        for (int kb = w.kb0; kb < w.kb1; ++kb) {
+          const int cur = stage;
+          const u32 cstg = stg;
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks) {
+            if (ks < 3) {
+              sw.load(cstg + pcw, cstg + T::P_BYTES, ks + 1, fa[(ks + 1) & 1], fb[(ks + 1) & 1]);
+              SW::mma(fa[ks & 1], fb[ks & 1], acc);
+            } else {
+              // the last k-step's MMAs first: they keep the tensor pipe busy while this warp
+              // waits for the next stage and loads its first fragments
+              SW::mma(fa[1], fb[1], acc);
+              __syncwarp();
+              if (lane == 0) release(bars + 8 * (STAGES + cur));
+              if (++stage == STAGES) { stage = 0; phase ^= 1u; }
+              stg = ring + stage * T::STAGE_BYTES;
+              if (kb + 1 < w.kb1) {
+                mbarrier_wait(bars + 8 * stage, phase);
+                sw.load(stg + pcw, stg + T::P_BYTES, 0, fa[0], fb[0]);
+              }
+            }
+          }
+        }
+      } else if constexpr (Kind::kSplit) {
         // 3xTF32: per stage, the three products of big/small halves into fresh registers (small
         // terms first), then one rounding FADD into acc. Waiting for this warpgroup's wgmmas each
         // stage costs little: the other consumer warpgroup keeps the tensor cores busy meanwhile.
@@ -555,13 +654,20 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
       }
       const int row0 = tm * BMT + 64 * cw + 16 * warp4 + g;  // D row = column of C (n index)
       const int col0 = tn * BNT + 2 * q;                      // D column = row of C (m index)
+      // Accumulator fragment f (acc[4f..4f+3]: rows +0 / +8, a column pair) sits at D row
+      // frow(f) (+8), column fcol(f): wgmma: warp rows 16 * warp4, fragment f = 8-column block
+      // f; mma.sync consumers (Sm90SyncWarp): fragment f = atom (f / NI, f % NI) of the warp's
+      // 64 x BNT/4 tile.
+      constexpr int SNI = BNT / 32;
+      auto frow = [&](int f) { return SYNC ? tm * BMT + 64 * cw + 16 * (f / SNI) + g : row0; };
+      auto fcol = [&](int f) { return SYNC ? tn * BNT + (BNT / 4) * warp4 + 8 * (f % SNI) + 2 * q : col0 + 8 * f; };
       if (w.role == kToSplitWs) {
         Acc* wsm = wsA + (static_cast<i64>(w.split) * batch + b) * static_cast<i64>(mt) * nt;
 #pragma unroll
         for (int j = 0; j < BNT / 8; ++j)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int r = row0 + 8 * h, c = col0 + 8 * j;
+            const int r = frow(j) + 8 * h, c = fcol(j);
             if (r < mt && c < nt) {
               Acc* wp = wsm + static_cast<i64>(r) * nt + c;
               __stcg(wp, acc[4 * j + 2 * h]);
@@ -579,28 +685,40 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
         // edge tiles keep the bounds-checked stores below.
         constexpr int CCOLS = 128 / CB;  // columns of D per box (64 fp16, 32 int32)
         const u32 ebuf = epi + cw * 16384;
-        const int lrow = 16 * warp4 + g;
+        auto stage_pair = [&](u32 buf, int row, int col_in_box, Acc v0, Acc v1) {
+          const int byte = col_in_box * CB;
+          const u32 addr = buf + row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
+          if constexpr (CB == 2) {
+            st_shared_u32(addr, Kind::cvt_c(ax(s_alpha, v0)) | (Kind::cvt_c(ax(s_alpha, v1)) << 16));
+          } else {
+            st_shared_v2_u32(addr, Kind::cvt_c(ax(s_alpha, v0)), Kind::cvt_c(ax(s_alpha, v1)));
+          }
+        };
 #pragma unroll
         for (int ch = 0; ch < BNT / CCOLS; ++ch) {
           const u32 buf = ebuf + (echunk & 1u) * 8192;
           ++echunk;
           if (wt == 0) cp_async_bulk_wait_group_read<1>();  // the box staged here 2 chunks ago is out
           named_barrier_sync(2 + cw, 128);
+          if constexpr (SYNC) {
+            // the box's columns belong to one warp (64 x 64 warp tiles) or two (64 x 32)
+            constexpr int WCOLS = BNT / 4;
+            if ((WCOLS * warp4) / CCOLS == ch) {
 #pragma unroll
-          for (int jj = 0; jj < CCOLS / 8; ++jj) {
-            const int j = ch * (CCOLS / 8) + jj;
+              for (int f = 0; f < BNT / 8; ++f)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int row = lrow + 8 * h;
-              const int byte = (8 * jj + 2 * q) * CB;
-              const u32 addr = buf + row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-              const Acc v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-              if constexpr (CB == 2) {
-                st_shared_u32(addr, Kind::cvt_c(ax(s_alpha, v0)) | (Kind::cvt_c(ax(s_alpha, v1)) << 16));
-              } else {
-                st_shared_v2_u32(addr, Kind::cvt_c(ax(s_alpha, v0)), Kind::cvt_c(ax(s_alpha, v1)));
-              }
+                for (int h = 0; h < 2; ++h)
+                  stage_pair(buf, 16 * (f / SNI) + g + 8 * h, WCOLS * warp4 - ch * CCOLS + 8 * (f % SNI) + 2 * q,
+                             acc[4 * f + 2 * h], acc[4 * f + 2 * h + 1]);
             }
+          } else {
+#pragma unroll
+            for (int jj = 0; jj < CCOLS / 8; ++jj)
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const int j = ch * (CCOLS / 8) + jj;
+                stage_pair(buf, 16 * warp4 + g + 8 * h, 8 * jj + 2 * q, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+              }
           }
           fence_proxy_async_shared();
           named_barrier_sync(2 + cw, 128);
@@ -612,6 +730,22 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
         continue;
       }
       char* Cb = static_cast<char*>(C) + static_cast<i64>(b) * sc * CB;
+      if (SYNC && c_pair && interior) {
+        // mma.sync layout, interior tile: one row pointer per fragment row, paired stores
+#pragma unroll
+        for (int f = 0; f < BNT / 8; ++f) {
+          char* p0 = Cb + (static_cast<i64>(frow(f)) * ldc + fcol(f)) * CB;
+          char* p1 = p0 + 8 * ldc * CB;
+          if (read_c) {
+            sm90_store_pair_fast<Kind, true>(p0, s_alpha, s_beta, acc[4 * f], acc[4 * f + 1]);
+            sm90_store_pair_fast<Kind, true>(p1, s_alpha, s_beta, acc[4 * f + 2], acc[4 * f + 3]);
+          } else {
+            sm90_store_pair_fast<Kind, false>(p0, s_alpha, s_beta, acc[4 * f], acc[4 * f + 1]);
+            sm90_store_pair_fast<Kind, false>(p1, s_alpha, s_beta, acc[4 * f + 2], acc[4 * f + 3]);
+          }
+        }
+        continue;
+      }
       if (c_pair && interior) {
         // Interior tile (the common case): no bounds checks, two row pointers, paired stores.
         // The consumers' tensor work stops while they store, so the epilogue's instruction
@@ -637,7 +771,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
       for (int j = 0; j < BNT / 8; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int r = row0 + 8 * h, c = col0 + 8 * j;
+          const int r = frow(j) + 8 * h, c = fcol(j);
           if (r < mt && c < nt) {
             char* cp = Cb + (static_cast<i64>(r) * ldc + c) * CB;
             sm90_store_pair<Kind>(cp, s_alpha, s_beta, read_c, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1],
