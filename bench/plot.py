@@ -9,7 +9,10 @@ it writes, into DIR (default: docs/_static/perf):
 ``<stem>_tflops.png``    TFLOP/s (TOP/s for int8) per problem and implementation;
 ``<stem>_ratio.png``     our speed over cuBLAS's in the same run (1.0 = parity);
 ``<stem>_roofline.png``  the roofline with the ceilings measured in the same run (suite files);
-``<stem>_configs.png``   every kernel configuration tried per problem (``kernels_*`` files).
+``<stem>_configs.png``   every kernel configuration tried per problem (``kernels_*`` files);
+``<stem>_mma_sync.png``  burst and sustained ratios to cuBLAS per implementation and problem,
+                         with the 0.70 target of issue #3 (``mma_sync_*`` files of
+                         ``bench/bench_mma_sync.py``).
 
 Every figure is titled with the device and the date of the run.
 """
@@ -269,14 +272,57 @@ def plot_configs(res: Results, path):
     plt.close(fig)
 
 
+def is_mma_sync_file(doc: dict) -> bool:
+    """A ``bench/bench_mma_sync.py`` file: burst and sustained ratios, no per-problem records."""
+    return isinstance(doc.get("burst"), list) and isinstance(doc.get("sustained"), list)
+
+
+def plot_mma_sync(doc: dict, path):
+    """Two panels (burst, sustained): ratio to cuBLAS per problem (rows) and implementation
+    (bars), a dashed line at parity and a dotted one at issue #3's 0.70."""
+    import matplotlib.pyplot as plt
+    parts = ("burst", "sustained")
+    impls = [r["impl"] for r in doc["burst"] if not r["impl"].startswith("cuBLAS")]
+    impls = list(dict.fromkeys(impls))
+    cases = list(dict.fromkeys(f"{r['size']}³ {r['layout']}" for r in doc["burst"]))
+    colors = ["#ff7f0e", "#2ca02c", "#98df8a", "#1f77b4", "#9467bd"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 1.6 + 0.55 * len(cases)), squeeze=False, sharey=True)
+    h = 0.8 / len(impls)
+    for ax, part in zip(axes[0], parts):
+        ratio = {(f"{r['size']}³ {r['layout']}", r["impl"]): r["ratio_vs_cublas"] for r in doc[part]}
+        for j, impl in enumerate(impls):
+            ys = [i + (j - (len(impls) - 1) / 2) * h for i in range(len(cases))]
+            ax.barh(ys, [ratio.get((c, impl), 0.0) for c in cases], height=h, color=colors[j % len(colors)],
+                    label=impl)
+        ax.axvline(1.0, color="k", lw=1, ls="--")
+        ax.axvline(0.70, color="k", lw=1, ls=":")
+        ax.set_yticks(range(len(cases)), cases, fontsize=8)
+        ax.set_ylim(len(cases) - 0.5, -0.5)
+        ax.set_title({"burst": "burst (alternating rounds)", "sustained": "sustained (3 s each)"}[part], fontsize=9)
+        ax.set_xlabel("speed / cuBLAS's, same run", fontsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.suptitle(f"fp16 with mma.sync vs cuBLAS: {doc.get('device', '?')}, {str(doc.get('date', '?'))[:10]}",
+                 fontsize=10)
+    fig.legend(handles, labels, fontsize=7.5, loc="lower center", ncol=2, bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.12, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def make_plots(json_path, out_dir=DEFAULT_OUT) -> list:
     """Write every plot that applies to ``json_path`` into ``out_dir``; returns the paths."""
     import matplotlib
     matplotlib.use("Agg")
-    res = load(json_path)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = pathlib.Path(json_path).stem
+    doc = json.loads(pathlib.Path(json_path).read_text())
+    if is_mma_sync_file(doc):
+        p = out_dir / f"{stem}_mma_sync.png"
+        plot_mma_sync(doc, p)
+        return [p]
+    res = load(json_path)
     paths = []
     if not res.records:
         return paths

@@ -229,6 +229,15 @@ def test_plot_reads_every_committed_results_file(tmp_path):
                                       "kernels_2026-11-22_tflops.png"}
 
 
+def test_plot_mma_sync_files(tmp_path):
+    """bench_mma_sync.py's files (burst / sustained ratios) get their own figure."""
+    pytest.importorskip("matplotlib")
+    for name in ("mma_sync_h100_2026-11-22.json", "mma_sync_h200_2026-11-22.json"):
+        made = plot.make_plots(ROOT / "bench" / "results" / name, tmp_path)
+        assert [p.name for p in made] == [name.replace(".json", "_mma_sync.png")]
+        assert made[0].stat().st_size > 10_000
+
+
 def test_plot_rejects_unknown_json(tmp_path):
     src = tmp_path / "x.json"
     src.write_text('{"hello": 1}')
