@@ -48,7 +48,7 @@ TILES = [256, 192, 128, 64, "w1-128", "w1-64"]  # w1: one consumer warpgroup (64
 PREP_PARAMS = [(kind, lay, d, bm) for kind in ("tf32", "3xtf32") for lay in ("NN", "NT", "TN", "TT")
                for d in DECOMPS for bm in PREP_TILES[kind] if not (isinstance(bm, str) and d == "sliced_c2")]
 #: mma.sync consumers (f16/bf16, 64 x 64 and 64 x 32 warp tiles), every layout and decomposition
-SYNC_DECOMPS = ["sliced", "splitk_parallel", "sliced_c2"]   # config.py: no stream-k (it would spill)
+SYNC_DECOMPS = DECOMPS
 SYNC_PARAMS = [(kind, lay, d, bm) for kind in ("f16", "bf16") for lay in ("NN", "NT", "TN", "TT")
                for d in SYNC_DECOMPS for bm in ("sync-256", "sync-128")]
 ACC = {"f16": "f32", "bf16": "f32", "s8": "s32", "f16_out32": "f32", "bf16_out32": "f32", "tf32": "f32",
@@ -185,7 +185,7 @@ def test_large_1000(kind, layout, decomp):
 
 DETERMINISM = [(kind, bm, d) for kind, bm in (("f16", 128), ("s8", 128))
                for d in ("splitk_parallel", "streamk", "hybrid", "sliced_c2")]
-DETERMINISM += [("f16", "sync-256", d) for d in ("splitk_parallel", "sliced_c2")]
+DETERMINISM += [("f16", "sync-256", d) for d in ("splitk_parallel", "streamk", "hybrid", "sliced_c2")]
 
 
 @pytest.mark.parametrize("kind,bm,decomp", DETERMINISM, ids=["-".join(map(str, p)) for p in DETERMINISM])

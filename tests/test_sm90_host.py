@@ -186,8 +186,8 @@ def test_decompositions():
 
 
 def test_mma_sync_consumers():
-    """consumer='mma.sync': f16/bf16, two consumer warpgroups, bm 128/256, sliced or parallel
-    split-k (clusters too); the name carries it and parses back; the sm80 family refuses it."""
+    """consumer='mma.sync': f16/bf16, two consumer warpgroups, bm 128/256, every decomposition
+    (clusters too); the name carries it and parses back; the sm80 family refuses it."""
     for kind, cfgs in SM90_MMA_SYNC_CONFIGS.items():
         for c in cfgs:
             assert c.validate(kind=kind)[0], c.name
@@ -199,8 +199,8 @@ def test_mma_sync_consumers():
         assert "f16/bf16" in refused(base(kind, tile=128, consumer="mma.sync"), kind=kind)
     assert "bm 128 or 256" in refused(replace(sync, bm=192), kind="f16")
     assert "two consumer warpgroups" in refused(base(tile=128, consumer="mma.sync", warps_m=1, bn=64), kind="f16")
-    for d in ("streamk", "hybrid"):
-        assert "sliced or splitk_parallel" in refused(replace(sync, decomposition=d), kind="bf16")
+    for d in ("streamk", "hybrid", "splitk_parallel"):
+        assert replace(sync, decomposition=d).validate(kind="bf16")[0], d
     assert "wgmma" in refused(replace(sync, consumer="tensor"), kind="f16")
     why = refused(KernelConfig(consumer="mma.sync"), kind="f16")
     assert "sm90a" in why, why

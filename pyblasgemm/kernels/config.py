@@ -72,7 +72,8 @@ class KernelConfig:
     #: operand through TMA multicast
     cluster: int = 1
     #: Hopper kernel's consumer warps: 'wgmma', or 'mma.sync' (the same TMA ring feeding
-    #: mma.sync m16n8k16 from ldmatrix fragments, 64 x bm/4 per warp; f16/bf16, bm 128 or 256)
+    #: mma.sync m16n8k16 from ldmatrix fragments, 64 x bm/4 per warp; f16/bf16, bm 128 or 256,
+    #: every decomposition)
     consumer: str = "wgmma"
 
     @property
@@ -214,10 +215,6 @@ def _validate_sm90(c: KernelConfig, problem: KernelProblem | None, kind: str, ma
     if c.consumer == "mma.sync" and (kind not in ("f16", "bf16") or c.bm not in (128, 256) or c.warps_m != 2):
         return False, (f"mma.sync consumers run f16/bf16 with two consumer warpgroups and bm 128 or 256 "
                        f"(a 64 x bm/4 warp tile; got {kind}, bm={c.bm}, warps_m={c.warps_m})")
-    if c.consumer == "mma.sync" and c.decomposition not in ("sliced", "splitk_parallel"):
-        # the stream-k fixup's registers on top of 128 accumulators and double-buffered
-        # fragments spill (8 bytes, ptxas): data-parallel and parallel split-k only
-        return False, f"mma.sync consumers run sliced or splitk_parallel (not {c.decomposition!r})"
     if kind in _TWO_ACCUMULATOR_KINDS and c.bm > 128:
         return False, (f"{kind} keeps a second set of accumulators (rounded adds): wgmma N = bm <= 128 "
                        f"(got bm={c.bm})")
@@ -365,7 +362,8 @@ SM90_CONFIGS_BY_TILE = {k: {c.bm: c for c in v if c.decomposition == "sliced" an
 #: measured), so they run when a config is forced.
 SM90_MMA_SYNC_CONFIGS: dict[str, tuple[KernelConfig, ...]] = {
     _kind: tuple(replace(SM90_CONFIGS_BY_TILE[_kind][256], consumer="mma.sync", **kw)
-                 for kw in (dict(), dict(decomposition="splitk_parallel"), dict(cluster=2), dict(bm=128, stages=6)))
+                 for kw in (dict(), dict(decomposition="splitk_parallel"), dict(decomposition="streamk"),
+                            dict(decomposition="hybrid"), dict(cluster=2), dict(bm=128, stages=6)))
     for _kind in ("f16", "bf16")}
 #: kind -> {bm: the sliced one-consumer-warpgroup (bn = 64) Hopper config with that tile}
 SM90_SMALL_CONFIGS = {k: {c.bm: c for c in v if c.decomposition == "sliced" and c.bn == 64}
