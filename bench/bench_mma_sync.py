@@ -141,10 +141,9 @@ def main():
             "sm_clock_mhz": statistics.median(s[1] for s in sel) if sel else None,
             "power_w": statistics.median(s[2] for s in sel) if sel else None,
             "throttle_reasons": sorted({s[3] for s in sel}), "samples": len(sel)})
-    for part in ("sustained",):
-        refs = {(r["size"], r["layout"]): r["tflops"] for r in res[part] if r["impl"].startswith("cuBLAS")}
-        for r in res[part]:
-            r["ratio_vs_cublas"] = r["tflops"] / refs[(r["size"], r["layout"])]
+    refs = {(r["size"], r["layout"]): r["tflops"] for r in res["sustained"] if r["impl"].startswith("cuBLAS")}
+    for r in res["sustained"]:
+        r["ratio_vs_cublas"] = r["tflops"] / refs[(r["size"], r["layout"])]
     print(f"{res['device']}: burst (alternating rounds) and sustained ({SECONDS:.0f} s) fp16 TFLOP/s")
     for r in res["burst"]:
         print(f"burst     {r['size']:5d} {r['layout']} {r['impl']:36s} {r['tflops']:6.0f}  {r['ratio_vs_cublas']:.3f}")

@@ -40,7 +40,8 @@ __global__ void probe(float* out, int iters) {
       for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
   u32 fa[2][MI][4], fb[2][NI][2];
   const u32 sbase = static_cast<u32>(__cvta_generic_to_shared(smem));
-  // per-warp 6 KB window: A (MI*KS x 512 B) then B (NI/2*KS x 512 B), wrapped in 48 KB
+  // per-warp window (wrapped in 48 KB): A fragments from its first 4 KB, B from the next 2 KB
+  // (512 contiguous bytes per ldmatrix x4: conflict-free; the values do not matter)
   const u32 wa = sbase + ((warp * 6144) % 43008) + lane * 16;
   auto load = [&](int ks, int buf) {
 #pragma unroll

@@ -64,40 +64,32 @@ struct WgmmaF16<{n}, {str(bf16).lower()}, TA, TB> {{
 """
 
 
-def s8(n: int) -> str:
+def k_major_only(n: int, struct: str, ctype: str, constraint: str, shape: str, scale_ab: str) -> str:
+    """A wrapper for a type with no transpose (s8, tf32): both operands K-major. ``scale_ab``
+    ends the operand list (", 1, 1" for the float types' A/B scale, "" for integers)."""
     r = n // 2
-    outs = ", ".join(f'"+r"(d[{i}])' for i in range(r))
+    outs = ", ".join(f'"+{constraint}"(d[{i}])' for i in range(r))
     return f"""
 template <>
-struct WgmmaS8<{n}> {{
-  static PBG_DEVICE void mma(int (&d)[{r}], u64 desc_a, u64 desc_b, int scale_d) {{
+struct {struct}<{n}> {{
+  static PBG_DEVICE void mma({ctype} (&d)[{r}], u64 desc_a, u64 desc_b, int scale_d) {{
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{r + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k32.s32.s8.s8 "
-        "{{{regs(r)}}}, %{r}, %{r + 1}, p;\\n}}\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}{shape} "
+        "{{{regs(r)}}}, %{r}, %{r + 1}, p{scale_ab};\\n}}\\n"
         : {outs}
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
   }}
 }};
 """
+
+
+def s8(n: int) -> str:
+    return k_major_only(n, "WgmmaS8", "int", "r", "k32.s32.s8.s8", "")
 
 
 def tf32(n: int) -> str:
-    r = n // 2
-    outs = ", ".join(f'"+f"(d[{i}])' for i in range(r))
-    return f"""
-template <>
-struct WgmmaTF32<{n}> {{
-  static PBG_DEVICE void mma(float (&d)[{r}], u64 desc_a, u64 desc_b, int scale_d) {{
-    asm volatile(
-        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{r + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32 "
-        "{{{regs(r)}}}, %{r}, %{r + 1}, p, 1, 1;\\n}}\\n"
-        : {outs}
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-  }}
-}};
-"""
+    return k_major_only(n, "WgmmaTF32", "float", "f", "k8.f32.tf32.tf32", ", 1, 1")
 
 
 def render() -> str:

@@ -241,6 +241,19 @@ PBG_DEVICE void sm90_stage_mma(typename Kind::Acc (&d)[BNT / 2], u32 ps, u32 qs,
   }
 }
 
+// A chain's sums (fresh registers) into the accumulator: copied for a work unit's first chain,
+// else added with a round-to-nearest FADD (3xTF32 and fp32-C kinds; see Sm90KindTF32T).
+template <int ACC, class Acc>
+PBG_DEVICE void sm90_fold_chain(Acc (&acc)[ACC], const Acc (&part)[ACC], bool first) {
+  if (first) {
+#pragma unroll
+    for (int r = 0; r < ACC; ++r) acc[r] = part[r];
+  } else {
+#pragma unroll
+    for (int r = 0; r < ACC; ++r) acc[r] += part[r];
+  }
+}
+
 // ---- mma.sync consumers (SYNC = true) ---------------------------------------------------
 // The same TMA ring, producer and epilogue, but each consumer warp issues mma.sync m16n8k16 on
 // fragments it loads with ldmatrix from the 128-byte-swizzled stage: warp w of consumer
@@ -557,13 +570,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
 #pragma unroll
           for (int r = 0; r < T::ACC; ++r) reg_fence(part[r]);
           if (lane == 0) release(bars + 8 * (STAGES + stage));
-          if (kb == w.kb0) {
-#pragma unroll
-            for (int r = 0; r < T::ACC; ++r) acc[r] = part[r];
-          } else {
-#pragma unroll
-            for (int r = 0; r < T::ACC; ++r) acc[r] += part[r];
-          }
+          sm90_fold_chain<T::ACC>(acc, part, kb == w.kb0);
           if (++stage == STAGES) { stage = 0; phase ^= 1u; }
         }
       } else if constexpr (Kind::kRoundEvery > 0) {
@@ -596,13 +603,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
           for (int r = 0; r < T::ACC; ++r) reg_fence(part[r]);
           if (lane == 0)
             for (int i = 1; i <= n; ++i) release(bars + 8 * (STAGES + (stage - i + STAGES) % STAGES));
-          if (kb == w.kb0) {
-#pragma unroll
-            for (int r = 0; r < T::ACC; ++r) acc[r] = part[r];
-          } else {
-#pragma unroll
-            for (int r = 0; r < T::ACC; ++r) acc[r] += part[r];
-          }
+          sm90_fold_chain<T::ACC>(acc, part, kb == w.kb0);
           kb += n;
         }
       } else {
