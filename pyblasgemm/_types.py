@@ -6,7 +6,6 @@ type is one new row, not a search through the code base.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import ml_dtypes
 import numpy as np
@@ -63,14 +62,16 @@ ROW_BY_DTYPES = {(row.ab_dtype, row.c_dtype): row for row in TYPE_ROWS.values()}
 
 # --- package-wide default for compute= -------------------------------------------------------
 # Only float32 has a real choice of default (IEEE fp32, or the faster tf32 / 3xtf32 modes).
-_default_compute_fp32 = os.environ.get("PYBLASGEMM_FP32_COMPUTE", "fp32")
+# None until first needed: then ``PYBLASGEMM_FP32_COMPUTE`` (validated by settings.py) or
+# what set_default_compute() chose. Not read at import, so a bad value fails on first use.
+_default_compute_fp32: str | None = None
 
 
 def set_default_compute(mode: str) -> None:
     """Set the package-wide default ``compute=`` for float32 problems.
 
-    ``'fp32'`` (the default: IEEE float32 accuracy), ``'tf32'`` or ``'3xtf32'``. The environment
-    variable ``PYBLASGEMM_FP32_COMPUTE`` sets it at import time. Other dtypes have one sensible
+    ``'fp32'`` (the default: IEEE float32 accuracy), ``'tf32'`` or ``'3xtf32'``, in any case.
+    The environment variable ``PYBLASGEMM_FP32_COMPUTE`` sets it until this is called. Other dtypes have one sensible
     default each (fp32 accumulation for 16-bit floats, int32 for int8) and are not affected.
 
     Example
@@ -82,10 +83,11 @@ def set_default_compute(mode: str) -> None:
     >>> pyblasgemm.set_default_compute('fp32')
     """
     global _default_compute_fp32
-    if mode not in TYPE_ROWS["s"].computes:
+    word = mode.lower() if isinstance(mode, str) else None
+    if word not in TYPE_ROWS["s"].computes:
         raise ValueError(
             f"set_default_compute: mode={mode!r} must be one of {TYPE_ROWS['s'].computes}")
-    _default_compute_fp32 = mode
+    _default_compute_fp32 = word
 
 
 def get_default_compute() -> str:
@@ -97,13 +99,17 @@ def get_default_compute() -> str:
     >>> pyblasgemm.get_default_compute()
     'fp32'
     """
+    global _default_compute_fp32
+    if _default_compute_fp32 is None:
+        from . import settings
+        _default_compute_fp32 = settings.get("PYBLASGEMM_FP32_COMPUTE")
     return _default_compute_fp32
 
 
 def resolve_compute(row: TypeRow, compute, routine: str) -> str:
     """Turn the user's ``compute=`` (or None) into one of the row's modes, or raise ValueError."""
     if compute is None:
-        return _default_compute_fp32 if row.prefix == "s" else row.computes[0]
+        return get_default_compute() if row.prefix == "s" else row.computes[0]
     if isinstance(compute, str) and compute.lower() in row.computes:
         return compute.lower()
     raise ValueError(

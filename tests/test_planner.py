@@ -281,8 +281,9 @@ def test_env_force_backend_and_bad_values(monkeypatch):
     pyblasgemm.clear_plan_cache()
     assert plan(1024, 1024, 1024, "f16", arch="sm_90").backend == "tensorcore"
     monkeypatch.setenv("PYBLASGEMM_DECOMPOSITION", "diagonal")
-    with pytest.raises(ValueError, match="PYBLASGEMM_DECOMPOSITION"):
-        pyblasgemm.clear_plan_cache()
+    pyblasgemm.clear_plan_cache()            # variables are read on first use, not here
+    with pytest.raises(ValueError, match="PYBLASGEMM_DECOMPOSITION='diagonal'.*'sliced'"):
+        plan(1024, 1024, 1024, "f16", arch="sm_90")
 
 
 def test_env_print_plans_and_no_cache(monkeypatch, capsys):

@@ -18,6 +18,7 @@ import threading
 from functools import lru_cache
 from pathlib import Path
 
+from .. import settings as _env
 from .config import KernelConfig
 from .problem import ACCUMULATE
 
@@ -290,8 +291,7 @@ def kernel_cache_dir() -> Path:
 
         kernel_cache_dir()       # PosixPath('/home/me/.cache/pyblasgemm/kernels')
     """
-    d = os.environ.get("PYBLASGEMM_CACHE_DIR")
-    return (Path(d) if d else Path.home() / ".cache" / "pyblasgemm") / "kernels"
+    return (_env.get("PYBLASGEMM_CACHE_DIR") or Path.home() / ".cache" / "pyblasgemm") / "kernels"
 
 
 def _sm90_cubin(config: KernelConfig, kind: str, transa: str, transb: str):
@@ -310,7 +310,7 @@ def _sm90_cubin(config: KernelConfig, kind: str, transa: str, transb: str):
     for part in (_source(SM90_HEADER), " ".join(_options()), SM90_ARCH, str(nvrtc.getVersion()), *names):
         h.update(part.encode() + b"\0")
     key = h.hexdigest()[:40]
-    use_disk = os.environ.get("PYBLASGEMM_NO_KERNEL_CACHE", "") in ("", "0")
+    use_disk = not _env.get("PYBLASGEMM_NO_KERNEL_CACHE")
     d = kernel_cache_dir()
     cub_path, meta_path = d / f"{key}.cubin", d / f"{key}.json"
     if use_disk and cub_path.exists() and meta_path.exists():

@@ -29,8 +29,10 @@ Example::
     >>> q.decomposition.startswith("splitk")    # few output tiles, long K
     True
 
-Environment variables (all ``PYBLASGEMM_*``; read at import, re-read by
-:func:`clear_plan_cache`):
+Environment variables (all ``PYBLASGEMM_*``; parsed and validated by
+:mod:`pyblasgemm.settings`, read on first use, re-read after :func:`clear_plan_cache`; a bad
+value raises ``SettingError`` naming the variable, the value and what is allowed; booleans take
+1/0, true/false, yes/no, on/off):
 
 ``PYBLASGEMM_BACKEND``          'auto' (default), 'tensorcore', 'cublas' or 'host': force a
                                 backend for every call without ``backend=``.

@@ -19,6 +19,8 @@ import os
 import threading
 from dataclasses import dataclass, field, replace
 
+from .. import settings as _env
+
 __all__ = ["ArchSpec", "FAMILIES", "default_arch", "arch_for_device", "family_of", "device_identity"]
 
 
@@ -110,10 +112,7 @@ def family_of(cc: tuple) -> str | None:
 
 def default_arch() -> ArchSpec:
     """The spec used without a GPU: ``PYBLASGEMM_ARCH`` (e.g. 'sm_80') or the H100's."""
-    fam = os.environ.get("PYBLASGEMM_ARCH", "sm_90").lower()
-    if fam not in FAMILIES:
-        raise ValueError(f"PYBLASGEMM_ARCH={fam!r} must be one of {tuple(FAMILIES)}")
-    return FAMILIES[fam]
+    return FAMILIES[_env.get("PYBLASGEMM_ARCH") or "sm_90"]
 
 
 _lock = threading.Lock()
@@ -134,7 +133,7 @@ def arch_for_device(device: int) -> ArchSpec:
     spec = _by_device.get(device)
     if spec is not None:
         return spec
-    if os.environ.get("PYBLASGEMM_ARCH") or device < 0:
+    if _env.get("PYBLASGEMM_ARCH") or device < 0:
         spec = default_arch()
     else:
         spec = _read_device(device)

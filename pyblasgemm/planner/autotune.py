@@ -26,6 +26,7 @@ import time
 import warnings
 from pathlib import Path
 
+from .. import settings as _env
 from ..desc import GemmDesc, matrix_span
 from . import model as M
 from .arch import ArchSpec, arch_for_device, device_identity
@@ -41,12 +42,11 @@ class CacheWarning(UserWarning):
 
 def cache_dir() -> Path:
     """``PYBLASGEMM_CACHE_DIR`` or ``~/.cache/pyblasgemm``."""
-    d = os.environ.get("PYBLASGEMM_CACHE_DIR")
-    return Path(d) if d else Path.home() / ".cache" / "pyblasgemm"
+    return _env.get("PYBLASGEMM_CACHE_DIR") or Path.home() / ".cache" / "pyblasgemm"
 
 
 def disk_cache_enabled() -> bool:
-    return os.environ.get("PYBLASGEMM_NO_TUNE_CACHE", "") in ("", "0")
+    return not _env.get("PYBLASGEMM_NO_TUNE_CACHE")
 
 
 def problem_key(desc: GemmDesc) -> list:

@@ -18,6 +18,7 @@ import sys
 import threading
 from dataclasses import dataclass, field, replace
 
+from .. import settings as _env
 from ..backends import BACKEND_NAMES, get_backend
 from ..desc import GemmDesc
 from ..kernels.config import DECOMPOSITIONS, KernelConfig
@@ -25,16 +26,12 @@ from . import model as M
 from .arch import ArchSpec, arch_for_device
 from .problem import kind_of
 
-__all__ = ["Plan", "Candidate", "plan_for", "clear_plan_cache", "settings", "kernel_problem_for"]
+__all__ = ["Plan", "Candidate", "plan_for", "clear_plan_cache", "current_settings", "kernel_problem_for"]
 
 
 # ---------------------------------------------------------------------------------------------
 # Settings (PYBLASGEMM_* environment variables; re-read by clear_plan_cache)
 # ---------------------------------------------------------------------------------------------
-
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "") not in ("", "0")
-
 
 @dataclass(frozen=True)
 class Settings:
@@ -49,29 +46,30 @@ class Settings:
 
 
 def _read_settings() -> Settings:
-    backend = os.environ.get("PYBLASGEMM_BACKEND", "auto").lower() or "auto"
-    if backend not in BACKEND_NAMES:
-        raise ValueError(f"PYBLASGEMM_BACKEND={backend!r} must be one of {BACKEND_NAMES}")
-    dec = os.environ.get("PYBLASGEMM_DECOMPOSITION", "").lower() or None
-    if dec is not None and dec not in DECOMPOSITIONS:
-        raise ValueError(f"PYBLASGEMM_DECOMPOSITION={dec!r} must be one of {DECOMPOSITIONS}")
-    splits = os.environ.get("PYBLASGEMM_SPLITS", "") or None
-    if splits is not None:
-        try:
-            splits = int(splits)
-        except ValueError:
-            raise ValueError(f"PYBLASGEMM_SPLITS={splits!r} must be an integer >= 2") from None
-    name = os.environ.get("PYBLASGEMM_CONFIG", "") or None
+    """The planner's variables, validated by :mod:`pyblasgemm.settings` (a bad value raises
+    ``SettingError`` naming the variable); the config name is checked against the kernels."""
+    name = _env.get("PYBLASGEMM_CONFIG")
     try:
         cfg = M.parse_config_name(name) if name else None
     except ValueError as exc:
-        raise ValueError(f"PYBLASGEMM_CONFIG: {exc}") from None
-    return Settings(backend, not _flag("PYBLASGEMM_NO_PLAN_CACHE"), _flag("PYBLASGEMM_PRINT_PLANS"),
-                    dec, splits, cfg, _flag("PYBLASGEMM_AUTOTUNE"),
-                    not _flag("PYBLASGEMM_NO_MEASURED_CHOICES"))
+        raise _env.SettingError("PYBLASGEMM_CONFIG", name, str(exc)) from None
+    return Settings(_env.get("PYBLASGEMM_BACKEND"), not _env.get("PYBLASGEMM_NO_PLAN_CACHE"),
+                    _env.get("PYBLASGEMM_PRINT_PLANS"), _env.get("PYBLASGEMM_DECOMPOSITION"),
+                    _env.get("PYBLASGEMM_SPLITS"), cfg, _env.get("PYBLASGEMM_AUTOTUNE"),
+                    not _env.get("PYBLASGEMM_NO_MEASURED_CHOICES"))
 
 
-settings = _read_settings()
+_settings: Settings | None = None
+
+
+def current_settings() -> Settings:
+    """The planner's settings, read from the environment on first use (not at import) and
+    kept until :func:`clear_plan_cache`."""
+    global _settings
+    s = _settings
+    if s is None:
+        s = _settings = _read_settings()
+    return s
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,7 +204,7 @@ def plan_for(desc: GemmDesc, backend: str | None = None, *, autotune: bool | Non
     plan = _plan_cache.get(key)
     if plan is not None:
         return plan
-    s = settings
+    s = current_settings()
     tune = s.autotune if autotune is None else autotune
     plan = _choose(desc, backend or s.backend, arch, tune)
     if s.print_plans:
@@ -225,10 +223,10 @@ def clear_plan_cache() -> None:
         >>> import pyblasgemm
         >>> pyblasgemm.clear_plan_cache()
     """
-    global settings
+    global _settings
     with _lock:
         _plan_cache.clear()
-        settings = _read_settings()
+        _settings = None
     from .arch import _by_device
     _by_device.clear()
 
@@ -265,6 +263,7 @@ def enumerate_candidates(desc: GemmDesc, arch: ArchSpec, cal: dict) -> list[Cand
     kind = kind_of(desc)
     prob = kernel_problem_for(desc)
     out = []
+    settings = current_settings()
     forced = settings.config
     tiles_cfgs = [forced] if forced is not None else M.candidate_configs(kind, cal, arch)
     for base in tiles_cfgs:
@@ -401,7 +400,7 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
         cands.append(Candidate("cublas", None, None, why_not_theirs))
     ours_best = best_of(c for c in cands if c.backend == "tensorcore")
     if (requested in ("auto", "tensorcore") and not autotune and ours_ok
-            and settings.config is None and settings.decomposition is None):
+            and current_settings().config is None and current_settings().decomposition is None):
         from .autotune import lookup
 
         cached = lookup(desc, arch, cands, allow_cublas=requested == "auto")
@@ -485,7 +484,7 @@ def _table_allowed() -> bool:
     """The measured-choice table decides only when nothing is forced: a forced config,
     decomposition or split count (PYBLASGEMM_CONFIG / _DECOMPOSITION / _SPLITS) is the user's
     call, and PYBLASGEMM_NO_MEASURED_CHOICES=1 turns the table off."""
-    s = settings
+    s = current_settings()
     return (s.measured_choices and s.config is None and s.decomposition is None
             and s.splits is None)
 
