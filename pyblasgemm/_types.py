@@ -27,8 +27,13 @@ class TypeRow:
     prefix: str             # 's', 'd', 'h', 'b', 'i', 'c', 'z'; 'sh', 'sb' (16-bit in, float32 out)
     ab_dtype: np.dtype      # dtype of A and B
     c_dtype: np.dtype       # dtype of C
-    scalar_kind: str        # 'real', 'complex' or 'int' (what alpha and beta may be)
+    scalar_dtype: np.dtype  # what alpha and beta are converted to (cuBLAS's scale type)
     computes: tuple         # accepted compute= modes; the first is the default
+
+    @property
+    def scalar_kind(self) -> str:
+        """'real', 'complex' or 'int': what alpha and beta may be."""
+        return {"f": "real", "c": "complex", "i": "int"}[self.scalar_dtype.kind]
 
     @property
     def routine(self) -> str:
@@ -40,17 +45,17 @@ class TypeRow:
 
 
 TYPE_ROWS = {
-    "s": TypeRow("s", float32, float32, "real", ("fp32", "tf32", "3xtf32")),
-    "d": TypeRow("d", float64, float64, "real", ("fp64",)),
-    "h": TypeRow("h", float16, float16, "real", ("fp32", "fp16")),
-    "b": TypeRow("b", bfloat16, bfloat16, "real", ("fp32",)),
-    "i": TypeRow("i", int8, int32, "int", ("int32",)),
-    "c": TypeRow("c", complex64, complex64, "complex", ("fp32",)),
-    "z": TypeRow("z", complex128, complex128, "complex", ("fp64",)),
+    "s": TypeRow("s", float32, float32, float32, ("fp32", "tf32", "3xtf32")),
+    "d": TypeRow("d", float64, float64, float64, ("fp64",)),
+    "h": TypeRow("h", float16, float16, float32, ("fp32", "fp16")),
+    "b": TypeRow("b", bfloat16, bfloat16, float32, ("fp32",)),
+    "i": TypeRow("i", int8, int32, int32, ("int32",)),
+    "c": TypeRow("c", complex64, complex64, complex64, ("fp32",)),
+    "z": TypeRow("z", complex128, complex128, complex128, ("fp64",)),
     # mixed precision, named as OpenBLAS names them: 16-bit A and B, float32 C and scalars,
     # float32 accumulation (the products of 16-bit values are exact in float32)
-    "sh": TypeRow("sh", float16, float32, "real", ("fp32",)),
-    "sb": TypeRow("sb", bfloat16, float32, "real", ("fp32",)),
+    "sh": TypeRow("sh", float16, float32, float32, ("fp32",)),
+    "sb": TypeRow("sb", bfloat16, float32, float32, ("fp32",)),
 }
 
 #: operand dtype -> the type row of that operand type with its own output type (gemm, matmul)

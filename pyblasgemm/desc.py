@@ -8,6 +8,7 @@ column-major problem), so backends never see NumPy's or CuPy's strides.
 """
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
@@ -37,7 +38,10 @@ class BlasArgumentError(ValueError):
 
     def __init__(self, routine: str, position: int, name: str, value, requirement: str):
         self.routine, self.position, self.name, self.value = routine, position, name, value
-        shown = f"{name}={value!r}" if value is not None else name
+        text = repr(value)
+        if len(text) > 60:       # a 400-digit int: its ends and its length say enough
+            text = f"{text[:24]}...{text[-8:]} ({len(text)} characters)"
+        shown = f"{name}={text}" if value is not None else name
         super().__init__(f"{routine}: parameter {position} ({shown}) {requirement}")
 
 
@@ -146,14 +150,60 @@ def check_dim(routine: str, position: int, name: str, value) -> int:
     return v
 
 
+#: cupy.cublas.gemm's flags beside reference BLAS's: 'H' for the conjugate transpose, and the
+#: cublasOperation_t values 0 (N), 1 (T), 2 (C)
+_GEMM_FLAGS = {"N": "N", "T": "T", "C": "C", "H": "C", 0: "N", 1: "T", 2: "C"}
+
+
+def check_gemm_flag(routine: str, position: int, name: str, value, row: TypeRow) -> str:
+    """A flag of the pythonic ``gemm``: 'N' / 'T' / 'C' / 'H' in any case, or CuPy's integer
+    operations 0 / 1 / 2 (``CUBLAS_OP_N/T/C``); 'C' and 'H' mean 'T' for real types.
+
+    Example
+    -------
+    >>> from pyblasgemm._types import TYPE_ROWS
+    >>> check_gemm_flag("gemm", 1, "transa", "h", TYPE_ROWS["z"]), check_gemm_flag("gemm", 1, "transa", 2, TYPE_ROWS["s"])
+    ('C', 'T')
+    """
+    key = value.upper() if isinstance(value, str) else value if type(value) is int else None
+    flag = _GEMM_FLAGS.get(key)
+    if flag is None:
+        raise BlasArgumentError(routine, position, name, value,
+                                "must be one of 'N', 'T', 'C', 'H' or 0, 1, 2")
+    return "T" if flag == "C" and not row.is_complex else flag
+
+
+def _scalar_value(value):
+    """A 0-d NumPy or CuPy array as its Python scalar (cupy.cublas.gemm accepts them); anything
+    else unchanged. A CuPy scalar is copied to the host here, once per call."""
+    if getattr(value, "shape", None) == () and _arrays.array_module_name(value) is not None:
+        return value.item()
+    return value
+
+
+#: the largest finite alpha / beta per real or complex type row (its scalar type's maximum)
+_SCALAR_LIMITS = {p: float(np.finfo(r.scalar_dtype).max) for p, r in TYPE_ROWS.items()
+                  if r.scalar_dtype.kind in "fc"}
+
+
 def check_scalar(routine: str, position: int, name: str, value, row: TypeRow):
-    """alpha / beta as a Python number of the routine's kind."""
+    """alpha / beta as a Python number of the routine's kind, representable in its scalar
+    type (``row.scalar_dtype``: float32 for the single-precision and 16-bit routines, as
+    cuBLAS's scale type). Infinity and NaN given as such are kept (IEEE values, as in BLAS);
+    a finite value that would overflow is a :class:`BlasArgumentError`.
+
+    Example
+    -------
+    >>> from pyblasgemm._types import TYPE_ROWS
+    >>> check_scalar("sgemm", 6, "alpha", 10**39, TYPE_ROWS["s"])
+    Traceback (most recent call last):
+        ...
+    pyblasgemm.desc.BlasArgumentError: sgemm: parameter 6 (alpha=1000000000000000000000000000000000000000) is outside the float32 range of sgemm's scalars (|alpha| <= 3.4028234663852886e+38)
+    """
     kind = row.scalar_kind
-    t = type(value)
-    if kind == "real" and (t is float or t is int):   # the common case, before the ABC checks
-        return float(value)
+    value = _scalar_value(value)
     if kind == "int":
-        if isinstance(value, Integral):
+        if isinstance(value, Integral) and not isinstance(value, bool):
             v = int(value)
             if not INT32_MIN <= v <= INT32_MAX:
                 raise BlasArgumentError(routine, position, name, v,
@@ -161,15 +211,25 @@ def check_scalar(routine: str, position: int, name: str, value, row: TypeRow):
             return v
         raise TypeError(f"{routine}: parameter {position} ({name}={value!r}) must be an integer "
                         f"(int32 scalars for int8 GEMM), not {type(value).__name__}")
-    if kind == "real":
-        if isinstance(value, Real):
-            return float(value)
+    if kind == "real" and not isinstance(value, Real):
         raise TypeError(f"{routine}: parameter {position} ({name}={value!r}) must be a real "
                         f"number for {row.ab_dtype.name} data, not {type(value).__name__}")
-    if isinstance(value, Complex):
-        return complex(value)
-    raise TypeError(f"{routine}: parameter {position} ({name}={value!r}) must be a number, "
-                    f"not {type(value).__name__}")
+    if kind == "complex" and not isinstance(value, Complex):
+        raise TypeError(f"{routine}: parameter {position} ({name}={value!r}) must be a number, "
+                        f"not {type(value).__name__}")
+    limit = _SCALAR_LIMITS[row.prefix]
+    try:
+        v = float(value) if kind == "real" else complex(value)
+    except (OverflowError, ValueError, TypeError) as exc:
+        # a Python int beyond a double, or a number type that cannot be converted
+        raise BlasArgumentError(routine, position, name, value,
+                                f"cannot be converted to {row.scalar_dtype.name} ({exc})") from None
+    for part in ((v,) if kind == "real" else (v.real, v.imag)):
+        if math.isfinite(part) and abs(part) > limit:
+            raise BlasArgumentError(routine, position, name, value,
+                                    f"is outside the {row.scalar_dtype.name} range of "
+                                    f"{row.routine}'s scalars (|{name}| <= {limit!r})")
+    return v
 
 
 def check_backend(routine: str, backend) -> str | None:
@@ -294,10 +354,17 @@ def describe_blas(row: TypeRow, transa, transb, m, n, k, alpha, a, lda, b, ldb, 
                                                    and INT32_MIN <= beta <= INT32_MAX))):
         return describe_blas_checked(row, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta,
                                      c, ldc, compute, backend)
-    if row.scalar_kind == "real":
-        alpha, beta = float(alpha), float(beta)
-    elif row.scalar_kind == "complex":
-        alpha, beta = complex(alpha), complex(beta)
+    if row.scalar_kind != "int":
+        convert = float if row.scalar_kind == "real" else complex
+        try:
+            sa, sb = convert(alpha), convert(beta)
+        except OverflowError:      # an int beyond a double: the checked path names it
+            sa = sb = math.inf
+        limit = _SCALAR_LIMITS[row.prefix]
+        if not (abs(sa) <= limit and abs(sb) <= limit):   # also NaN / inf: rare, checked
+            return describe_blas_checked(row, transa, transb, m, n, k, alpha, a, lda, b, ldb,
+                                         beta, c, ldc, compute, backend)
+        alpha, beta = sa, sb
     align = alignment(pa, pb, pc, lda * isz, ldb * isz, ldc * csz)
     compute = _default_compute(row)
     return GemmDesc(row.routine, row.prefix, compute, ta, tb, m, n, k, lda, ldb, ldc, 1, 0, 0,

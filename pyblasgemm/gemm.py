@@ -4,7 +4,7 @@ from __future__ import annotations
 from . import _arrays
 from ._strided import strided_gemm
 from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, resolve_compute
-from .desc import check_backend, check_same_place, check_scalar, check_trans
+from .desc import check_backend, check_gemm_flag, check_same_place, check_scalar
 from ._layout import may_overlap
 
 _ROUTINE = "gemm"
@@ -25,8 +25,10 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
 
     Parameters
     ----------
-    transa, transb : {'N', 'T', 'C'}
-        ``op(x) = x``, ``xᵀ`` or ``xᴴ`` ('C' is 'T' for real data).
+    transa, transb : {'N', 'T', 'C', 'H'} or {0, 1, 2}
+        ``op(x) = x``, ``xᵀ`` or ``xᴴ`` (any case; 'H' is CuPy's name for 'C', and 0, 1, 2
+        are cuBLAS's operation values as ``cupy.cublas.gemm`` takes them; 'C' / 'H' is 'T' for
+        real data).
     a, b : numpy.ndarray or cupy.ndarray
         2-D arrays of one dtype; ``op(a)`` is m x k and ``op(b)`` is k x n.
     out : array, optional
@@ -36,8 +38,10 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         omitted, a new array is returned and ``beta`` is ignored (as in CuPy); it is F-ordered
         like CuPy's unless ``a`` and ``b`` are both C-ordered (then C-ordered, the faster
         arrangement for the backends).
-    alpha, beta : scalars
-        ``beta == 0`` never reads ``out``.
+    alpha, beta : scalars or 0-d arrays
+        ``beta == 0`` never reads ``out``. 0-d NumPy or CuPy arrays are accepted as by
+        ``cupy.cublas.gemm`` (a CuPy one is read to the host once). A value outside the
+        routine's scalar type (float32 for 16- and 32-bit data) is a ``BlasArgumentError``.
     compute, backend, autotune
         As for the BLAS form (:func:`pyblasgemm.sgemm`).
 
@@ -77,8 +81,8 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
     if out is not None and getattr(out, "dtype", None) is not None and out.dtype != row.c_dtype:
         # a float32 out for 16-bit operands selects the mixed-precision routine (shgemm/sbgemm)
         row = ROW_BY_DTYPES.get((a.dtype, out.dtype), row)
-    ta = check_trans(r, 1, "transa", transa, row)
-    tb = check_trans(r, 2, "transb", transb, row)
+    ta = check_gemm_flag(r, 1, "transa", transa, row)
+    tb = check_gemm_flag(r, 2, "transb", transb, row)
     m, ka = a.shape if ta == "N" else a.shape[::-1]
     kb, n = b.shape if tb == "N" else b.shape[::-1]
     if ka != kb:
@@ -96,7 +100,7 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         # path rather than "TT", measured 15% faster at 4096³ fp16 on an H100)
         order = "C" if a.flags.c_contiguous and b.flags.c_contiguous else "F"
         out = xp.empty((m, n), dtype=row.c_dtype, order=order)
-        beta = 0 * beta   # as cupy.cublas.gemm: a new output is not read
+        beta = 0 if row.scalar_kind == "int" else 0.0   # as cupy.cublas.gemm: not read
     else:
         if _arrays.array_module_name(out) is None:
             raise TypeError(f"{r}: out must be a NumPy or CuPy array, not {type(out).__name__}")

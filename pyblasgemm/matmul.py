@@ -84,8 +84,16 @@ def _same_device(a, b) -> bool:
     return dev == b.data.device_id and dev == _arrays.current_device()
 
 
-def _delegate(a, b, out, dtype=None):
-    kw = {} if dtype is None else {"dtype": dtype}
+#: numpy.matmul's keywords we do not act on, with their default values: a call that gives one
+#: of them another value is numpy's / cupy's (they handle it, and raise for what is wrong)
+_NUMPY_DEFAULTS = {"casting": "same_kind", "order": "K", "subok": True, "axes": None,
+                   "axis": None, "signature": None}
+
+
+def _delegate(a, b, out, dtype=None, numpy_kwargs=None):
+    kw = dict(numpy_kwargs or {})
+    if dtype is not None:
+        kw["dtype"] = dtype
     if out is not None:
         kw["out"] = out
     if _exact_array(a) == "cupy" or _exact_array(b) == "cupy" or _arrays.is_cupy_array(out):
@@ -114,7 +122,8 @@ def _with_dtype(xp_name, a, b, dtype):
     return None
 
 
-def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=None):
+def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=None,
+           **numpy_kwargs):
     """Matrix product with exactly ``numpy.matmul``'s semantics, on NumPy or CuPy arrays.
 
     1-D operands are promoted (a vector on the left is a row, on the right a column) and the
@@ -137,6 +146,11 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
     backend : {'auto', 'tensorcore', 'cublas', 'host'}, optional
     autotune : bool, optional
         Time the planner's best candidates once per problem (see :func:`pyblasgemm.tune`).
+    casting, order, subok, axes, axis, signature
+        ``numpy.matmul``'s other keywords. At their default values they change nothing; a
+        call with any other value (``casting='unsafe'`` into a bool ``out``, ``axes=``...) is
+        computed by ``numpy.matmul`` / ``cupy.matmul`` with them, and what they reject (an
+        unknown keyword included) raises their error.
 
     Returns
     -------
@@ -155,9 +169,13 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
     >>> h = np.full((1, 4), 200, dtype=np.float16)      # 4 * 200² overflows float16
     >>> pyblasgemm.matmul(h, h.T, dtype=np.float32)
     array([[160000.]], dtype=float32)
+    >>> pyblasgemm.matmul(a, b[:, None], axes=[(-2, -1), (-2, -1), (-1, -2)])   # numpy's
+    array([[[ 3., 12.]],
+    <BLANKLINE>
+           [[21., 30.]]], dtype=float32)
     """
     if (out is None and dtype is None and compute is None and backend is None and autotune is None
-            and type(a) is type(b)
+            and not numpy_kwargs and type(a) is type(b)
             and type(a) in _arrays.ARRAY_TYPES and a.ndim == 2 and b.ndim == 2):
         fast = _FAST_2D.get((type(a), a.dtype, b.dtype))
         if fast is None:
@@ -171,6 +189,10 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
             return c
     if isinstance(out, tuple) and len(out) == 1:
         out = out[0]
+    numpy_kwargs = {k: v for k, v in numpy_kwargs.items()
+                    if k not in _NUMPY_DEFAULTS or not _is_default(v, _NUMPY_DEFAULTS[k])}
+    if numpy_kwargs:
+        return _delegate(a, b, out, dtype, numpy_kwargs)
     xp_name = _exact_array(a)
     if xp_name is None or _exact_array(b) != xp_name or a.ndim == 0 or b.ndim == 0:
         return _delegate(a, b, out, dtype)
@@ -228,6 +250,14 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
     return result
 
 
+def _is_default(value, default) -> bool:
+    """``value is default`` for None and True; equality for the strings (an array compared
+    with a string must not reach NumPy's elementwise ==)."""
+    if default is None or default is True:
+        return value is default
+    return isinstance(value, str) and value == default
+
+
 def _with_core_dims(out, a_ndim, b_ndim):
     """A view of out with the dimensions that 1-D promotion removed put back (size 1)."""
     if a_ndim == 1 and b_ndim == 1:
@@ -258,6 +288,8 @@ def _origin(x, nb, outer_idx):
 def _batched(row, compute, backend, a, b, c, autotune=None):
     """c[...] = a @ b over the broadcast batch dims: merged strided batches, a loop outside."""
     batch = c.shape[:-2]
+    if 0 in batch:
+        return          # an empty batch: nothing to compute (and no matrix to index)
     nb = len(batch)
     strides = [_batch_strides(x, nb) for x in (a, b, c)]
     p, step_dim = _split_point(batch, strides)

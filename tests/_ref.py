@@ -80,6 +80,12 @@ def expected(alpha, opa, opb, beta, c):
 
 def check_close(got, ref, scale, prefix, compute, what=""):
     """Assert every element is within the tolerance of its scale (NaN never passes)."""
+    # an absolute floor: one unit of the output type's subnormal range (a float16 result below
+    # 6e-5 is subnormal, and its spacing, 6e-8, is no relative error bound)
+    out_dtype = np.asarray(got).dtype
+    floor = np.finfo(np.float32).tiny
+    if out_dtype.kind == "f" or out_dtype == ml_dtypes.bfloat16:
+        floor = max(floor, float(ml_dtypes.finfo(out_dtype).smallest_subnormal))
     got = widen(got)
     tol = TOLERANCE[(prefix, compute)]
     if prefix == "i":
@@ -89,6 +95,6 @@ def check_close(got, ref, scale, prefix, compute, what=""):
         return
     assert np.all(np.isfinite(got)), f"{what}: non-finite values in the result"
     err = np.abs(got - ref)
-    bound = tol * scale + np.finfo(np.float32).tiny
+    bound = tol * scale + floor
     worst = np.max(err / bound) if err.size else 0.0
     assert np.all(err <= bound), f"{what}: error {worst:.3g}x the {prefix}/{compute} tolerance"

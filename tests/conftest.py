@@ -45,10 +45,9 @@ def to_host(x):
     return x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else np.asarray(x)
 
 
-#: the planner's environment knobs: planner tests start with none of them set
-PLANNER_KNOBS = ("PYBLASGEMM_BACKEND", "PYBLASGEMM_DECOMPOSITION", "PYBLASGEMM_SPLITS", "PYBLASGEMM_CONFIG",
-                 "PYBLASGEMM_PRINT_PLANS", "PYBLASGEMM_NO_PLAN_CACHE", "PYBLASGEMM_AUTOTUNE",
-                 "PYBLASGEMM_ARCH", "PYBLASGEMM_NO_MEASURED_CHOICES")
+#: the package's environment variables (settings.py's table): planner tests start with none set
+PLANNER_KNOBS = tuple(v for v in __import__("pyblasgemm.settings").settings.VARIABLES
+                      if v != "PYBLASGEMM_CACHE_DIR")
 
 
 @pytest.fixture

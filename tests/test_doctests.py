@@ -5,7 +5,8 @@ import importlib
 import pytest
 
 MODULES = ["pyblasgemm.blas", "pyblasgemm.gemm", "pyblasgemm.matmul", "pyblasgemm._types",
-           "pyblasgemm.planner.measured", "pyblasgemm.kernels.config"]
+           "pyblasgemm.planner.measured", "pyblasgemm.kernels.config", "pyblasgemm.settings",
+           "pyblasgemm.desc"]
 
 
 @pytest.mark.parametrize("name", MODULES)
