@@ -8,13 +8,23 @@ header + package version) puts them into the key. In front of it, a dict per dev
 
 ``compile_offline`` compiles with ``cupy.cuda.nvrtc`` directly and needs no GPU and no CUDA
 context: CI uses it to check every shipped instantiation for errors, spills and local memory.
+
+The Hopper (sm_90a) kernels, which CuPy cannot build, are compiled here and kept under
+:func:`kernel_cache_dir` as ``<key>.cubin`` + ``<key>.json`` (lowered names, the cubin's size
+and sha256). The cache is untrusted input: an entry whose metadata has the wrong shape or names
+other instantiations, whose cubin's size or sha256 differs from the metadata, or which is not
+an ELF file, is never handed to the module loader: one :class:`KernelCacheWarning` names the
+file and the reason, and the kernel is compiled again and the entry overwritten. A cache that
+cannot be written warns once per directory; the kernel still runs.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import threading
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,8 +33,8 @@ from .config import KernelConfig
 from .problem import ACCUMULATE
 
 __all__ = [
-    "KernelCompileError", "INCLUDE_DIR", "header_fingerprint", "kernel_name", "reduce_name",
-    "get_kernels", "compile_offline", "ptxas_resources", "warm", "KERNEL_HEADER", "all_headers",
+    "KernelCompileError", "KernelCacheWarning", "INCLUDE_DIR", "header_fingerprint", "kernel_name",
+    "reduce_name", "get_kernels", "compile_offline", "ptxas_resources", "warm", "KERNEL_HEADER", "all_headers",
 ]
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
@@ -56,6 +66,11 @@ class KernelCompileError(RuntimeError):
         super().__init__(f"{message}\n--- NVRTC log ---\n{log}" if log else message)
         self.log = log
         self.instantiation = instantiation
+
+
+class KernelCacheWarning(UserWarning):
+    """A compiled-kernel cache entry (sm_90a cubin + metadata) was unusable and is recompiled,
+    or the cache could not be written (the kernel is compiled again next time)."""
 
 
 def all_headers() -> list[Path]:
@@ -299,10 +314,10 @@ def _sm90_cubin(config: KernelConfig, kind: str, transa: str, transb: str):
 
     The key covers the source (which carries the headers' sha256), the options, the arch, the
     NVRTC version and the name expressions; files are written atomically (rename), so
-    concurrent processes never read half a file. ``PYBLASGEMM_NO_KERNEL_CACHE=1`` skips it.
+    concurrent processes never read half a file. An entry is used only if it passes
+    :func:`_read_cached_cubin`; otherwise (one :class:`KernelCacheWarning`) the kernel is
+    compiled and the entry overwritten. ``PYBLASGEMM_NO_KERNEL_CACHE=1`` skips the disk.
     """
-    import json
-
     from cupy.cuda import nvrtc
 
     names = _names(config, kind, transa, transb, None, True)
@@ -313,24 +328,126 @@ def _sm90_cubin(config: KernelConfig, kind: str, transa: str, transb: str):
     use_disk = not _env.get("PYBLASGEMM_NO_KERNEL_CACHE")
     d = kernel_cache_dir()
     cub_path, meta_path = d / f"{key}.cubin", d / f"{key}.json"
-    if use_disk and cub_path.exists() and meta_path.exists():
-        try:
-            lowered = json.loads(meta_path.read_text())["lowered"]
-            if set(lowered) == set(names):
-                return cub_path.read_bytes(), lowered
-        except (OSError, ValueError, KeyError):
-            pass  # unreadable entry: compile again and overwrite it
+    if use_disk:
+        hit = _read_cached_cubin(cub_path, meta_path, names)
+        if hit is not None:
+            return hit
     cubin, _, lowered = _nvrtc(names, config, SM90_ARCH, verbose=False)
     if use_disk:
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-            for path, data in ((cub_path, cubin), (meta_path, json.dumps({"lowered": lowered}).encode())):
-                tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-                tmp.write_bytes(data)
-                os.replace(tmp, path)
-        except OSError:
-            pass  # a read-only home: the kernel still runs, it is just compiled again next time
+        _write_cached_cubin(cub_path, meta_path, cubin, lowered)
     return cubin, lowered
+
+
+#: every cubin is an ELF file
+ELF_MAGIC = b"\x7fELF"
+
+
+def _why_invalid_cubin_entry(meta, cubin: bytes, names) -> tuple[str, str] | None:
+    """(which file is at fault: 'metadata' or 'cubin', why), or None when the cached entry
+    (parsed metadata, cubin bytes) is usable for the name expressions ``names``."""
+    if not isinstance(meta, dict):
+        what = {list: "a list", str: "a string", type(None): "null"}.get(type(meta), "a number")
+        return "metadata", f"it holds {what}, not an object"
+    lowered = meta.get("lowered")
+    if not isinstance(lowered, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                for k, v in lowered.items()):
+        return "metadata", "'lowered' is not an object of name expressions to lowered names"
+    if set(lowered) != set(names):
+        return "metadata", "its lowered names are for other instantiations"
+    size, digest = meta.get("size"), meta.get("sha256")
+    if size is None or digest is None:
+        return "metadata", "no cubin size and sha256 (an older format)"
+    if not isinstance(size, int) or isinstance(size, bool) or not isinstance(digest, str):
+        return "metadata", "'size' is not an integer or 'sha256' not a string"
+    if size != len(cubin):
+        return "cubin", f"{len(cubin)} bytes, but the metadata says {size} (truncated or replaced)"
+    if hashlib.sha256(cubin).hexdigest() != digest:
+        return "cubin", "its sha256 differs from the metadata's"
+    if not cubin.startswith(ELF_MAGIC):
+        return "cubin", "not an ELF file"
+    return None
+
+
+def _read_cached_cubin(cub_path: Path, meta_path: Path, names) -> tuple[bytes, dict] | None:
+    """(cubin, {name expression: lowered name}) from a cache entry, or None: missing (either
+    file; silently), or unreadable or failing any check of :func:`_why_invalid_cubin_entry`
+    (one :class:`KernelCacheWarning` naming the file and the reason).
+
+    Example::
+
+        _read_cached_cubin(d / "k.cubin", d / "k.json", names)   # None: compile, then write
+    """
+    reading = meta_path
+    try:
+        meta_bytes = meta_path.read_bytes()
+        reading = cub_path
+        cubin = cub_path.read_bytes()
+    except FileNotFoundError:
+        return None              # not cached yet (or a writer was interrupted between files)
+    except OSError as exc:       # a directory in the file's place, no permission, ...
+        _warn_cache(f"ignoring unreadable kernel cache file {reading}: {exc.strerror or exc}")
+        return None
+    try:
+        meta = json.loads(meta_bytes)
+    except (ValueError, RecursionError) as exc:
+        _warn_cache(f"ignoring kernel cache file {meta_path}: not JSON ({str(exc)[:120]})")
+        return None
+    bad = _why_invalid_cubin_entry(meta, cubin, names)
+    if bad is not None:
+        culprit, why = bad
+        _warn_cache(f"ignoring kernel cache file {meta_path if culprit == 'metadata' else cub_path}: {why}")
+        return None
+    return cubin, meta["lowered"]
+
+
+#: cache directories a write already failed in (warned once per process)
+_unwritable_dirs: set = set()
+
+
+def _write_cached_cubin(cub_path: Path, meta_path: Path, cubin: bytes, lowered: dict) -> bool:
+    """Store a compiled entry (cubin first, then the metadata with its size and sha256, each
+    through a temporary file renamed into place). Never raises for the file system (a
+    read-only home, a file where the directory should be, a full disk): returns False, and
+    warns once per directory.
+
+    Example::
+
+        _write_cached_cubin(d / "k.cubin", d / "k.json", cubin, lowered)   # True
+    """
+    meta = {"lowered": lowered, "size": len(cubin), "sha256": hashlib.sha256(cubin).hexdigest()}
+    tmp = None
+    try:
+        cub_path.parent.mkdir(parents=True, exist_ok=True)
+        for path, data in ((cub_path, cubin), (meta_path, json.dumps(meta).encode())):
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+            tmp = None
+    except OSError as exc:
+        _remove_quietly(tmp)
+        where = cub_path.parent
+        if where not in _unwritable_dirs:
+            _unwritable_dirs.add(where)
+            _warn_cache(f"cannot write the kernel cache in {where}: {exc} (the kernel runs; it is "
+                        f"compiled again in the next process; PYBLASGEMM_NO_KERNEL_CACHE=1 skips the cache)")
+        return False
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    return True
+
+
+def _remove_quietly(path: Path | None) -> None:
+    if path is not None:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
+
+def _warn_cache(message: str) -> None:
+    # stacklevel: past this helper and the reader/writer, at _sm90_cubin's caller's line
+    warnings.warn(f"pyblasgemm: {message}", KernelCacheWarning, stacklevel=4)
 
 
 _RES_ENTRY = re.compile(r"Function properties for (\S+)")

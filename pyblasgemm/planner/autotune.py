@@ -11,8 +11,15 @@ Winners persist as one small JSON file per entry under ``PYBLASGEMM_CACHE_DIR`` 
 and NVRTC versions, the kernel headers' fingerprint, and the problem (the ``GemmDesc`` key
 without routine name, device ordinal, alpha and beta). Writes go to a temporary file in the same
 directory and are renamed into place (``os.replace``, atomic), so concurrent processes never
-see a torn file; the last writer of an entry wins. A file that cannot be parsed, or whose
-stored key differs (stale), or whose config is no longer valid, is ignored with a warning.
+see a torn file; the last writer of an entry wins.
+
+The cache is untrusted input: every read is checked (:func:`_why_invalid_winner`: a known
+backend, a config name for our kernels, finite non-negative times). A file that cannot be read
+or parsed, whose stored key differs (stale), whose winner has the wrong shape, or whose config
+is no longer valid, is ignored with one :class:`CacheWarning` naming the file and the reason,
+and the problem is tuned again (the entry is overwritten). A cache that cannot be written (the
+directory is a file, no permission, a full disk) costs only the warning: the tuned plan is
+still returned.
 """
 from __future__ import annotations
 
@@ -29,6 +36,7 @@ from pathlib import Path
 from .. import settings as _env
 from ..desc import GemmDesc, matrix_span
 from . import model as M
+from ._checks import describe, is_number, why_not_number, why_not_numbers
 from .arch import ArchSpec, arch_for_device, device_identity
 
 __all__ = ["TuneCache", "cache_dir", "tune_desc", "lookup", "problem_key", "CacheWarning"]
@@ -37,7 +45,45 @@ FORMAT = 1
 
 
 class CacheWarning(UserWarning):
-    """An autotune cache file was corrupt or stale and is ignored."""
+    """An autotune cache file was unreadable, corrupt, stale or of the wrong shape and is
+    ignored, or could not be written (the result is used, just not stored)."""
+
+
+#: the backends a stored winner may name
+WINNER_BACKENDS = ("cublas", "tensorcore")
+
+
+def _why_invalid_winner(win) -> str | None:
+    """Why a stored winner cannot be used, or None when its shape is right.
+
+    A winner is an object with ``backend`` ('cublas' or 'tensorcore'), ``config`` (a kernel
+    config name for 'tensorcore', null for 'cublas'), ``time_s`` (a finite number >= 0) and
+    optionally ``timings`` (an object of such numbers). Whether the config still runs the
+    problem is checked later, against the problem (``_plan_from_winner``).
+
+    Example::
+
+        >>> _why_invalid_winner({"backend": "cublas", "config": None, "time_s": 1e-4}) is None
+        True
+        >>> _why_invalid_winner({"backend": "tensorcore", "config": None, "time_s": 1e-4})
+        "config is null, not a kernel config name (backend 'tensorcore')"
+    """
+    if not isinstance(win, dict):
+        return f"the winner is {describe(win)}, not an object"
+    backend = win.get("backend")
+    if backend not in WINNER_BACKENDS:
+        return f"backend is {describe(backend)}, not one of {', '.join(map(repr, WINNER_BACKENDS))}"
+    config = win.get("config")
+    if backend == "tensorcore" and not isinstance(config, str):
+        return f"config is {describe(config)}, not a kernel config name (backend 'tensorcore')"
+    if backend == "cublas" and config is not None:
+        return f"config is {describe(config)}, not null (backend 'cublas')"
+    why = why_not_number(win.get("time_s"), "time_s")
+    if why:
+        return why
+    if "timings" in win:
+        return why_not_numbers(win["timings"], "timings")
+    return None
 
 
 def cache_dir() -> Path:
@@ -75,6 +121,9 @@ class TuneCache:
 
     def __init__(self, directory=None):
         self.dir = Path(directory) if directory is not None else cache_dir()
+        # a read that failed on the file system already warned: a failing write of the same
+        # call (tune_desc's get, then put) says nothing new
+        self._warned_unusable = False
 
     @staticmethod
     def _full_key(identity: dict, fingerprint: str, key) -> dict:
@@ -85,16 +134,22 @@ class TuneCache:
         return self.dir / f"tune-{hashlib.sha256(blob.encode()).hexdigest()[:32]}.json"
 
     def get(self, identity: dict, fingerprint: str, key) -> dict | None:
-        """The stored winner, or None (missing, corrupt or stale: the last two warn)."""
+        """The stored winner, or None: missing (silently), or unreadable, corrupt, stale or of
+        the wrong shape (one :class:`CacheWarning` naming the file and the reason)."""
         path = self.path(identity, fingerprint, key)
         try:
-            with open(path) as f:
+            with open(path, "rb") as f:
                 data = json.load(f)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as exc:
-            warnings.warn(f"pyblasgemm: ignoring corrupt autotune cache file {path}: {exc}",
+        except OSError as exc:     # the directory is a file, the entry a directory, no permission
+            self._warned_unusable = True
+            warnings.warn(f"pyblasgemm: ignoring unreadable autotune cache file {path}: {exc}",
                           CacheWarning, stacklevel=2)
+            return None
+        except (ValueError, RecursionError) as exc:    # not JSON (or not UTF-8, or nested absurdly)
+            warnings.warn(f"pyblasgemm: ignoring corrupt autotune cache file {path}: "
+                          f"{str(exc)[:200]}", CacheWarning, stacklevel=2)
             return None
         want = json.loads(json.dumps(self._full_key(identity, fingerprint, key)))
         if not isinstance(data, dict) or data.get("key") != want or "winner" not in data:
@@ -102,28 +157,53 @@ class TuneCache:
                           f"another device, driver, NVRTC, kernel source or format)",
                           CacheWarning, stacklevel=2)
             return None
+        why = _why_invalid_winner(data["winner"])
+        if why:
+            warnings.warn(f"pyblasgemm: ignoring malformed autotune cache file {path}: {why}",
+                          CacheWarning, stacklevel=2)
+            return None
         return data["winner"]
 
-    def put(self, identity: dict, fingerprint: str, key, winner: dict) -> Path:
-        """Store ``winner`` atomically (temporary file + ``os.replace``)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+    def put(self, identity: dict, fingerprint: str, key, winner: dict) -> Path | None:
+        """Store ``winner`` atomically (temporary file + ``os.replace``); returns the path.
+
+        A cache that cannot be written (the directory is a file, no permission, a full disk:
+        any ``OSError``) is not an error of the call that tuned: one :class:`CacheWarning`
+        (none if a :meth:`get` of this instance already warned that the cache is unreadable),
+        the temporary file removed, and None.
+        """
         path = self.path(identity, fingerprint, key)
         data = {"key": self._full_key(identity, fingerprint, key), "winner": winner,
                 "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        fd, tmp = tempfile.mkstemp(prefix=".tune-", suffix=".tmp", dir=self.dir)
+        tmp = None
         try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tune-", suffix=".tmp", dir=self.dir)
             with os.fdopen(fd, "w") as f:
                 json.dump(data, f, indent=1)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+        except OSError as exc:
+            _remove_quietly(tmp)
+            if self._warned_unusable:
+                return None
+            warnings.warn(f"pyblasgemm: cannot write autotune cache file {path}: {exc} (the tuned "
+                          f"plan is used, but not stored)", CacheWarning, stacklevel=2)
+            return None
+        except BaseException:      # KeyboardInterrupt, an unserializable winner: no torn file
+            _remove_quietly(tmp)
             raise
         return path
+
+
+def _remove_quietly(path) -> None:
+    if path is None:
+        return
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 # identity of a device: memoized; tests replace ``identity_provider``
@@ -151,7 +231,9 @@ def _identity(device: int):
 
 
 def lookup(desc: GemmDesc, arch: ArchSpec, cands, allow_cublas: bool = True):
-    """The plan from a stored autotune winner for ``desc``, or None (no GPU, no entry, stale)."""
+    """The plan from a stored autotune winner for ``desc``, or None (no GPU, no entry, or an
+    entry that is unreadable, stale or of the wrong shape: those warn, see :meth:`TuneCache.get`;
+    planning goes on without it)."""
     if not disk_cache_enabled():
         return None
     ident = _identity(desc.device)
@@ -164,6 +246,8 @@ def lookup(desc: GemmDesc, arch: ArchSpec, cands, allow_cublas: bool = True):
 
 
 def _plan_from_winner(desc, arch, cands, win, where, allow_cublas=True):
+    """The plan of ``win`` (checked by :func:`_why_invalid_winner` when read from disk), or None
+    when its config does not parse or cannot run ``desc`` on ``arch`` (warns)."""
     from .core import Candidate, Plan, kernel_problem_for
 
     if win.get("backend") == "cublas":
@@ -193,8 +277,11 @@ def _plan_from_winner(desc, arch, cands, win, where, allow_cublas=True):
 
 
 def _fmt(win) -> str:
-    t = win.get("timings") or {}
-    best = sorted(t.items(), key=lambda kv: kv[1])[:4]
+    """The four fastest stored timings, e.g. 'cublas 12.0 us, ...' (never raises)."""
+    t = win.get("timings") if isinstance(win, dict) else None
+    if not isinstance(t, dict):
+        return "no timings stored"
+    best = sorted(((str(k), v) for k, v in t.items() if is_number(v)), key=lambda kv: kv[1])[:4]
     return ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in best) or "no timings stored"
 
 
@@ -276,6 +363,10 @@ def tune_desc(desc: GemmDesc, *, arch: ArchSpec | None = None, candidates=None, 
 
     ``timer(candidate, desc) -> seconds`` replaces the GPU measurement (no GPU needed); then
     ``identity`` (device name, cc, driver, nvrtc) keys the disk cache, default a fake one.
+
+    With ``cache`` a stored winner is served without timing anything; an entry that is
+    unusable (see :meth:`TuneCache.get`) is ignored with a :class:`CacheWarning` and the problem
+    tuned and stored again, and a cache that cannot be written only warns: the plan is returned.
     """
     from .core import Candidate, enumerate_candidates, _supports
 

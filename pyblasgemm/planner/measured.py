@@ -14,18 +14,26 @@ of every implementation timed there. It is derived by
 problem's facts and the :class:`~pyblasgemm.planner.arch.ArchSpec`); the planner
 (:mod:`pyblasgemm.planner.core`) then takes the entry's implementation if it is valid for the
 exact problem. ``PYBLASGEMM_NO_MEASURED_CHOICES=1`` turns the table off.
+
+The table file is untrusted input (it may be edited, or passed by path): :func:`load_choices`
+checks the shape and types of everything :func:`lookup` reads, and a file that is unreadable,
+not JSON or of the wrong shape is ignored with one :class:`ChoicesWarning` naming the file and
+the reason; the cost model then decides.
 """
 from __future__ import annotations
 
 import functools
 import json
 import math
+import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ._checks import describe, is_int, why_not_dict, why_not_number, why_not_numbers
 from .arch import ArchSpec
 
-__all__ = ["CHOICES_FILE", "MeasuredChoice", "load_choices", "lookup", "choice_for_desc",
+__all__ = ["CHOICES_FILE", "ChoicesWarning", "MeasuredChoice", "load_choices", "lookup", "choice_for_desc",
            "NEAR_FACTOR", "LAYOUT_FREE_KINDS"]
 
 #: the shipped table (bench/results/planner_sm90_h100_*.json on an H100 SXM)
@@ -74,22 +82,119 @@ class MeasuredChoice:
         return self.times.get(impl)
 
 
+class ChoicesWarning(UserWarning):
+    """A measured-choice table could not be read or has the wrong shape; it is ignored (the
+    cost model decides)."""
+
+
+_CC = re.compile(r"\d+\.\d+")
+
+
+def _why_invalid_entry(e) -> str | None:
+    """Why one entry of ``entries`` is unusable (what :func:`lookup` and the planner read)."""
+    why = why_not_dict(e, "it")
+    if why:
+        return why
+    for key in ("kind", "compute", "impl"):
+        if not isinstance(e.get(key), str):
+            return f"{key} is {describe(e.get(key))}, not a string"
+    for key in ("m", "n", "k", "align"):
+        if not is_int(e.get(key), positive=True):
+            return f"{key} is {describe(e.get(key))}, not a positive integer"
+    why = why_not_number(e.get("time_s"), "time_s", positive=True)
+    if why:
+        return why
+    if e.get("runner_up") is not None or e.get("runner_up_s") is not None:
+        if not isinstance(e.get("runner_up"), str):
+            return f"runner_up is {describe(e.get('runner_up'))}, not a string or null"
+        why = why_not_number(e.get("runner_up_s"), "runner_up_s", positive=True)
+        if why:
+            return why
+    why = why_not_numbers(e.get("times"), "times", positive=True)
+    if why:
+        return why
+    if not e["times"]:
+        return "times is empty"
+    return None
+
+
+def _why_invalid_table(table) -> str | None:
+    """Why a loaded table is unusable, or None. Checks the keys and types :func:`lookup` and
+    the planner read: ``device`` {name, cc 'X.Y', sm_count}, ``layout``, ``sources``,
+    ``cublas_tolerance`` (optional) and every entry."""
+    why = why_not_dict(table, "the table")
+    if why:
+        return why
+    missing = [k for k in ("device", "layout", "entries", "sources") if k not in table]
+    if missing:
+        return f"no {', '.join(map(repr, missing))}"
+    dev = table["device"]
+    why = why_not_dict(dev, "device")
+    if why:
+        return why
+    if not isinstance(dev.get("name"), str):
+        return f"device name is {describe(dev.get('name'))}, not a string"
+    if not isinstance(dev.get("cc"), str) or not _CC.fullmatch(dev["cc"]):
+        return f"device cc is {describe(dev.get('cc'))}, not a string such as '9.0'"
+    if not is_int(dev.get("sm_count"), positive=True):
+        return f"device sm_count is {describe(dev.get('sm_count'))}, not a positive integer"
+    if not isinstance(table["layout"], str):
+        return f"layout is {describe(table['layout'])}, not a string such as 'TN'"
+    if not isinstance(table["sources"], list) or not all(isinstance(x, str) for x in table["sources"]):
+        return "sources is not a list of file names"
+    if "cublas_tolerance" in table:
+        why = why_not_number(table["cublas_tolerance"], "cublas_tolerance")
+        if why:
+            return why
+    if not isinstance(table["entries"], list):
+        return f"entries is {describe(table['entries'])}, not a list"
+    for i, e in enumerate(table["entries"]):
+        why = _why_invalid_entry(e)
+        if why:
+            return f"entries[{i}]: {why}"
+    return None
+
+
 @functools.lru_cache(maxsize=4)
 def _read(path: str) -> dict | None:
+    """The checked table at ``path``; None when there is none (silently) or it is unusable
+    (one :class:`ChoicesWarning`; cached, so once per file and process)."""
     try:
-        with open(path) as f:
-            return json.load(f)
+        with open(path, "rb") as f:
+            table = json.load(f)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        why = f"cannot read it ({exc.strerror or exc})"
+    except (ValueError, RecursionError) as exc:
+        why = f"not JSON ({str(exc)[:120]})"
+    else:
+        why = _why_invalid_table(table)
+        if why is None:
+            return table
+    # stacklevel: past _read (lru_cache adds no Python frame) and load_choices
+    warnings.warn(f"pyblasgemm: ignoring the measured-choice table {path}: {why}; the cost model "
+                  f"decides", ChoicesWarning, stacklevel=3)
+    return None
 
 
 def load_choices(path=None) -> dict | None:
-    """The table as a dict (the shipped file unless ``path``), or None when there is none.
+    """The table as a dict (the shipped file unless ``path``), or None when there is none, or
+    when the file is unreadable, not JSON or of the wrong shape (then one
+    :class:`ChoicesWarning` naming the file and the reason: the cost model decides).
 
     Example::
 
         >>> load_choices()["device"]["name"]
         'NVIDIA H100 80GB HBM3'
+        >>> import os, tempfile, warnings
+        >>> bad = os.path.join(tempfile.mkdtemp(), "choices.json")
+        >>> with open(bad, "w") as f:
+        ...     _ = f.write('{"device": [], "layout": "TN", "entries": [], "sources": []}')
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     print(load_choices(bad), caught[0].category.__name__)
+        None ChoicesWarning
     """
     return _read(str(path or CHOICES_FILE))
 

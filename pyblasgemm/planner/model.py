@@ -31,6 +31,10 @@ cuBLAS (``score_cublas``): calibrated efficiency x the family's best peak per (d
 a partial wave-tail penalty for its 128x256 tiles, a penalty for unaligned leading dimensions, the bandwidth floor, its host overhead, and
 for int8 the rearranging copies the cuBLAS backend makes unless the problem is "TN" with k and
 leading dimensions multiples of 4.
+
+The calibration files are read once and checked (:func:`load_calibration`: every key the model
+reads, with its type); the planner cannot work without them, so a file that is unreadable, not
+JSON or of the wrong shape raises a ``ValueError`` naming the file and what is wrong.
 """
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ from typing import NamedTuple
 from ..kernels.config import SHIPPED_CONFIGS, SM90_CONFIGS, SM90_CONFIGS_BY_TILE, SM90_SMALL_CONFIGS, KernelConfig
 from ..kernels.launch import launch_geometry
 from ..kernels.problem import BASE_KIND, C_BYTES, ELEM_BYTES, KernelProblem
+from ._checks import why_not_dict, why_not_number, why_not_numbers
 from .arch import ArchSpec
 
 __all__ = ["Score", "load_calibration", "tile_key", "parse_config_name", "check", "occupancy",
@@ -62,14 +67,129 @@ TIE = 0.01
 
 @lru_cache(maxsize=4)
 def load_calibration(path: str | None = None) -> dict:
-    """The calibration dict (rates, overheads) shipped with the package, read once; the Hopper
-    kernel's part (``cal["sm90"]``) comes from its own file."""
-    with open(path or CALIBRATION_FILE) as f:
-        cal = json.load(f)
+    """The calibration dict (rates, overheads) shipped with the package (or at ``path``), read
+    once; the Hopper kernel's part (``cal["sm90"]``) comes from its own file unless ``path``'s
+    has one.
+
+    Both files are checked for the keys and types the model reads (:func:`_why_invalid_calibration`);
+    one that is unreadable, not JSON or of the wrong shape raises ``ValueError`` naming the
+    file (the planner cannot work without a calibration).
+
+    Example::
+
+        >>> load_calibration()["host_us"]["cublas"] > 0
+        True
+    """
+    main = Path(path) if path else CALIBRATION_FILE
+    cal = _read_calibration_file(main)
+    why = _why_invalid_calibration(cal)
+    if why:
+        raise ValueError(f"pyblasgemm: malformed calibration file {main}: {why}")
     if "sm90" not in cal and CALIBRATION_SM90_FILE.exists():
-        with open(CALIBRATION_SM90_FILE) as f:
-            cal["sm90"] = json.load(f)
+        sm90 = _read_calibration_file(CALIBRATION_SM90_FILE)
+        why = _why_invalid_sm90(sm90, "the file")
+        if why:
+            raise ValueError(f"pyblasgemm: malformed calibration file {CALIBRATION_SM90_FILE}: {why}")
+        cal["sm90"] = sm90
     return cal
+
+
+def _read_calibration_file(path: Path):
+    try:
+        with open(path, "rb") as f:
+            return json.load(f)
+    except OSError as exc:
+        raise ValueError(f"pyblasgemm: cannot read calibration file {path}: {exc.strerror or exc}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"pyblasgemm: malformed calibration file {path}: not JSON "
+                         f"({str(exc)[:120]})") from exc
+
+
+#: calibration numbers the model divides by or scales rates with (> 0), and additive costs (>= 0)
+_CAL_FACTORS = ("scalar_path_factor", "lone_cta_eff")
+_CAL_COSTS = ("cta_overhead_it", "splitk_link_us", "reduce_launch_us", "streamk_partial_us",
+              "kernel_latency_us")
+_CUBLAS_FACTORS = ("eff_default", "bw_eff")
+_TILE_KEY = re.compile(r"(\d+)x(\d+)x(\d+)B_w(\d+)x(\d+)_s(\d+)$")
+
+
+def _why_invalid_calibration(cal) -> str | None:
+    """Why a calibration dict cannot be used by the model, or None: the keys and types
+    ``score_ours``, ``score_cublas``, ``tile_efficiency`` and ``candidate_configs`` read."""
+    why = why_not_dict(cal, "the file")
+    if why:
+        return why
+    checks = [why_not_number(cal.get(k), k, positive=True) for k in _CAL_FACTORS]
+    checks += [why_not_number(cal.get(k), k) for k in _CAL_COSTS]
+    if "streamk_fixed_us" in cal:
+        checks.append(why_not_number(cal["streamk_fixed_us"], "streamk_fixed_us"))
+    host = cal.get("host_us")
+    checks.append(why_not_numbers(host, "host_us"))
+    if isinstance(host, dict):
+        checks += [why_not_number(host.get(k), f"host_us[{k!r}]") for k in ("tensorcore", "cublas")]
+    checks.append(_why_invalid_ours(cal.get("ours")))
+    checks.append(_why_invalid_cublas(cal.get("cublas")))
+    if "sm90" in cal:
+        checks.append(_why_invalid_sm90(cal["sm90"], "sm90"))
+    return next((w for w in checks if w), None)
+
+
+def _why_invalid_ours(ours) -> str | None:
+    why = why_not_dict(ours, "ours")
+    if why:
+        return why
+    if "f16" not in ours:
+        return "ours has no 'f16' entry (every kind falls back to it)"
+    for kind, entry in ours.items():
+        where = f"ours[{kind!r}]"
+        why = (why_not_dict(entry, where)
+               or why_not_numbers(entry.get("tiles"), f"{where}['tiles']", positive=True)
+               or why_not_numbers(entry.get("layout"), f"{where}['layout']", positive=True)
+               or why_not_number(entry.get("workhorse_eff"), f"{where}['workhorse_eff']", positive=True))
+        if why:
+            return why
+        bad = next((k for k in entry["tiles"] if not _TILE_KEY.match(k)), None)
+        if bad is not None:
+            return f"{where}['tiles'] has {bad!r}, not a tile key such as '128x128x64B_w2x2_s4'"
+    return None
+
+
+def _why_invalid_cublas(cb) -> str | None:
+    why = (why_not_dict(cb, "cublas")
+           or why_not_numbers(cb.get("eff"), "cublas['eff']", positive=True))
+    if why:
+        return why
+    checks = [why_not_number(cb.get(k), f"cublas[{k!r}]", positive=True) for k in _CUBLAS_FACTORS]
+    checks.append(why_not_number(cb.get("tail"), "cublas['tail']"))
+    if "unaligned_eff" in cb:
+        checks.append(why_not_number(cb["unaligned_eff"], "cublas['unaligned_eff']", positive=True))
+    copy = cb.get("int8_copy")
+    checks.append(why_not_dict(copy, "cublas['int8_copy']"))
+    if isinstance(copy, dict):
+        checks.append(why_not_number(copy.get("fixed_us"), "cublas['int8_copy']['fixed_us']"))
+        checks.append(why_not_number(copy.get("bytes_per_s"), "cublas['int8_copy']['bytes_per_s']",
+                                     positive=True))
+    return next((w for w in checks if w), None)
+
+
+def _why_invalid_sm90(sm90, where: str) -> str | None:
+    """The Hopper part: per kind {'tiles': {tile key: efficiency}}, and two optional numbers."""
+    why = why_not_dict(sm90, where)
+    if why:
+        return why
+    for kind in BASE_KIND:
+        if kind in sm90:
+            at = f"{where}[{kind!r}]"
+            why = (why_not_dict(sm90[kind], at)
+                   or why_not_numbers(sm90[kind].get("tiles"), f"{at}['tiles']", positive=True))
+            if why:
+                return why
+    for key in ("host_over_cublas", "streamk_spread_penalty"):
+        if key in sm90:
+            why = why_not_number(sm90[key], f"{where}[{key!r}]", positive=key == "host_over_cublas")
+            if why:
+                return why
+    return None
 
 
 class Score(NamedTuple):

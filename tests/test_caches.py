@@ -1,0 +1,536 @@
+"""Caches and shipped tables are untrusted input (CPU only; no GPU, NVRTC only where marked).
+
+Every read of the autotune cache (planner/autotune.py), the sm_90a kernel cache (cubin +
+metadata, kernels/jit.py) and the planner's JSON tables (measured choices, calibration) is
+checked for shape and type. Covers:
+
+* autotune: winners of the wrong shape (a string, a list, null, an unknown backend, a config
+  that is null or a number, timings that are not numbers, time_s NaN / negative / a bool /
+  missing) are ignored with one ``CacheWarning`` by ``TuneCache.get``, ``plan()`` and
+  ``tune_desc`` (which tunes again and rewrites a good entry); a cache directory that is a file,
+  an entry that is a directory, no permission, a full disk: ``get`` returns None and ``put``
+  warns instead of raising, leaving no temporary file; ``tune_desc`` still returns its plan;
+* kernel cache: garbage, empty, truncated and altered cubins, and metadata that is a list,
+  null, not JSON, of the old format, for other names or mistyped are never returned
+  (``_read_cached_cubin``: None and one ``KernelCacheWarning``); a written entry reads back;
+  a cache that cannot be written does not raise; ``_sm90_cubin`` recompiles and overwrites a
+  bad entry;
+* tables: a measured-choice table that is unreadable, not JSON or of the wrong shape is ignored
+  with one ``ChoicesWarning`` and planning still works; a malformed calibration raises a
+  ValueError naming the file.
+"""
+from __future__ import annotations
+
+import copy
+import errno
+import hashlib
+import json
+import math
+import re
+import warnings
+
+import pytest
+
+import pyblasgemm
+from pyblasgemm.kernels import jit
+from pyblasgemm.planner import autotune as AT
+from pyblasgemm.planner import make_desc, measured, model
+
+FAKE_ID = {"device": "fake-timer", "cc": "0.0", "driver": 0, "nvrtc": "0"}
+SHAPE = (3072, 3072, 3072)
+
+
+@pytest.fixture(autouse=True)
+def planner_env(fresh_planner, monkeypatch):   # fresh_planner: tests/conftest.py
+    monkeypatch.setenv("PYBLASGEMM_ARCH", "sm_90")
+    monkeypatch.delenv("PYBLASGEMM_NO_KERNEL_CACHE", raising=False)
+    pyblasgemm.clear_plan_cache()
+
+
+def _only(caught, category):
+    """The one warning of ``category`` among ``caught`` (fails if there are none or several)."""
+    mine = [w for w in caught if issubclass(w.category, category)]
+    assert len(mine) == 1, [str(w.message) for w in mine]
+    return str(mine[0].message)
+
+
+def _model_timer(cand, desc):
+    """A fake GPU: every candidate takes the model's predicted time."""
+    return cand.time
+
+
+def _tune(timer=_model_timer, **kw):
+    kw.setdefault("progress", False)
+    return pyblasgemm.tune(*SHAPE, "f16", transa="T", timer=timer, top=2, repeats=2, warmup=0, **kw)
+
+
+# --- autotune cache: the winner's shape ----------------------------------------------------------
+
+GOOD = {"backend": "cublas", "config": None, "time_s": 1e-4, "timings": {"cublas": 1e-4}}
+
+#: id -> (stored winner, what the warning must say)
+BAD_WINNERS = {
+    "winner-string": ("cublas", "winner is the string"),
+    "winner-list": (["cublas", None], "winner is a list"),
+    "winner-null": (None, "winner is null"),
+    "backend-unknown": (dict(GOOD, backend="rocblas"), "backend is the string 'rocblas'"),
+    "backend-missing": ({"config": None, "time_s": 1e-4}, "backend is null"),
+    "tensorcore-config-null": ({"backend": "tensorcore", "config": None, "time_s": 1e-4},
+                               "config is null"),
+    "tensorcore-config-number": ({"backend": "tensorcore", "config": 3, "time_s": 1e-4},
+                                 "config is the number 3"),
+    "cublas-config-list": (dict(GOOD, config=["x"]), "config is a list"),
+    "timings-not-numbers": (dict(GOOD, timings={"cublas": "fast"}), r"timings\['cublas'\] is the string"),
+    "timings-a-list": (dict(GOOD, timings=[1e-4]), "timings is a list"),
+    "time_s-nan": (dict(GOOD, time_s=math.nan), "time_s is the number nan"),
+    "time_s-inf": (dict(GOOD, time_s=math.inf), "time_s is the number inf"),
+    "time_s-negative": (dict(GOOD, time_s=-1e-4), "time_s is the number -0.0001"),
+    "time_s-bool": (dict(GOOD, time_s=True), "time_s is the boolean true"),
+    "time_s-string": (dict(GOOD, time_s="1e-4"), "time_s is the string"),
+    "time_s-missing": ({"backend": "cublas", "config": None}, "time_s is null"),
+}
+
+
+def _store_winner(path, winner):
+    """Replace the winner of the cache file at ``path`` (its key stays right)."""
+    data = json.loads(path.read_text())
+    data["winner"] = winner
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("winner, reason", BAD_WINNERS.values(), ids=BAD_WINNERS)
+def test_get_ignores_wrong_shaped_winner(tmp_path, winner, reason):
+    store = AT.TuneCache(tmp_path)
+    path = store.put(FAKE_ID, "fp", ["h"], GOOD)
+    assert store.get(FAKE_ID, "fp", ["h"]) == GOOD
+    _store_winner(path, winner)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert store.get(FAKE_ID, "fp", ["h"]) is None
+    message = _only(caught, AT.CacheWarning)
+    assert str(path) in message and re.search(reason, message), message
+
+
+def _must_not_time(cand, desc):
+    raise AssertionError("a good entry is served from the cache: nothing is timed")
+
+
+@pytest.mark.parametrize("winner, reason", BAD_WINNERS.values(), ids=BAD_WINNERS)
+def test_tune_retunes_over_wrong_shaped_winner_and_rewrites_it(winner, reason):
+    first = _tune()
+    (path,) = AT.cache_dir().glob("tune-*.json")
+    _store_winner(path, winner)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        p = _tune()
+    assert re.search(reason, _only(caught, AT.CacheWarning))
+    assert p.source == "autotune" and "autotuned" in p.reason    # tuned again, not served
+    assert (p.backend, p.config) == (first.backend, first.config)
+    rewritten = json.loads(path.read_text())["winner"]
+    assert AT._why_invalid_winner(rewritten) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert "autotune cache" in _tune(timer=_must_not_time).reason
+
+
+@pytest.mark.parametrize("name", ["winner-string", "winner-list", "tensorcore-config-null",
+                                  "tensorcore-config-number", "timings-not-numbers", "time_s-nan"])
+def test_plan_with_a_wrong_shaped_entry_does_not_raise(monkeypatch, name):
+    _tune()
+    (path,) = AT.cache_dir().glob("tune-*.json")
+    _store_winner(path, BAD_WINNERS[name][0])
+    monkeypatch.setattr(AT, "identity_provider", lambda device: FAKE_ID)   # the tuned identity
+    monkeypatch.setattr(AT, "_no_gpu", set())
+    pyblasgemm.clear_plan_cache()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        p = pyblasgemm.plan(*SHAPE, "f16", transa="T")
+    assert str(path) in _only(caught, AT.CacheWarning)
+    assert p.source in ("heuristic", "measured")
+
+
+def test_fmt_never_raises():
+    assert AT._fmt({"timings": {"a": "slow", "b": 2e-6, "c": None, "d": 1e-6}}) == "d 1.0 us, b 2.0 us"
+    for win in ("cublas", None, [1], {"timings": [1e-6]}, {"timings": None}, {"timings": {"a": math.nan}}):
+        assert AT._fmt(win) == "no timings stored"
+
+
+# --- autotune cache: the file system --------------------------------------------------------------
+
+def _no_temporaries(directory):
+    return not [p for p in directory.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_cache_dir_is_a_file(tmp_path):
+    blocker = tmp_path / "cache"
+    blocker.write_text("not a directory")
+    store = AT.TuneCache(blocker)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert store.put(FAKE_ID, "fp", ["h"], GOOD) is None
+    assert "cannot write autotune cache file" in _only(caught, AT.CacheWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert store.get(FAKE_ID, "fp", ["h"]) is None
+    assert str(blocker) in _only(caught, AT.CacheWarning)
+    assert blocker.read_text() == "not a directory"
+
+
+def test_entry_path_is_a_directory(tmp_path):
+    store = AT.TuneCache(tmp_path)
+    store.path(FAKE_ID, "fp", ["h"]).mkdir()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert store.get(FAKE_ID, "fp", ["h"]) is None
+        assert store.put(FAKE_ID, "fp", ["h"], GOOD) is None     # the same cache: warned already
+    assert "unreadable autotune cache file" in _only(caught, AT.CacheWarning)
+    with pytest.warns(AT.CacheWarning, match="cannot write autotune cache file"):
+        assert AT.TuneCache(tmp_path).put(FAKE_ID, "fp", ["h"], GOOD) is None
+    assert _no_temporaries(tmp_path)
+
+
+def test_put_on_a_full_disk_or_without_permission_warns_and_cleans_up(tmp_path, monkeypatch):
+    store = AT.TuneCache(tmp_path)
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(AT.os, "fsync", full)
+    with pytest.warns(AT.CacheWarning, match="No space left"):
+        assert store.put(FAKE_ID, "fp", ["h"], GOOD) is None
+    assert list(tmp_path.iterdir()) == []                   # the temporary file is gone
+
+    def interrupted(fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(AT.os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):                   # only OSError is swallowed
+        store.put(FAKE_ID, "fp", ["h"], GOOD)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+
+    def denied(**kw):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(AT.tempfile, "mkstemp", denied)
+    with pytest.warns(AT.CacheWarning, match="Permission denied"):
+        assert store.put(FAKE_ID, "fp", ["h"], GOOD) is None
+
+
+def test_tune_with_an_unusable_cache_dir_still_returns_its_plan(monkeypatch, tmp_path):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    monkeypatch.setenv("PYBLASGEMM_CACHE_DIR", str(blocker))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        p = _tune()
+    assert p.source == "autotune"
+    assert "unreadable autotune cache file" in _only(caught, AT.CacheWarning)   # one, not two
+
+
+# --- the sm_90a kernel cache ---------------------------------------------------------------------
+
+NAMES = ["pyblasgemm::sm90_gemm_kernel<A>", "pyblasgemm::sm90_splitk_reduce<B>"]
+LOWERED = {NAMES[0]: "_Z4gemmv", NAMES[1]: "_Z6reducev"}
+CUBIN = b"\x7fELF" + bytes(range(256)) * 8          # fabricated: only the ELF magic matters here
+
+
+def _meta(cubin=CUBIN, lowered=LOWERED):
+    return {"lowered": lowered, "size": len(cubin), "sha256": hashlib.sha256(cubin).hexdigest()}
+
+
+def _entry(tmp_path, cubin=CUBIN, meta=None, meta_text=None):
+    cub, meta_path = tmp_path / "k.cubin", tmp_path / "k.json"
+    cub.write_bytes(cubin)
+    meta_path.write_text(meta_text if meta_text is not None else json.dumps(_meta() if meta is None else meta))
+    return cub, meta_path
+
+
+#: id -> (cubin bytes, metadata (None: right for CUBIN) or raw text, the file blamed, reason)
+BAD_KERNEL_ENTRIES = {
+    "garbage-cubin": (b"garbage" * 100, _meta(b"garbage" * 100), "cubin", "not an ELF file"),
+    "empty-cubin": (b"", _meta(b""), "cubin", "not an ELF file"),
+    "empty-cubin-full-metadata": (b"", None, "cubin", "0 bytes"),
+    "truncated-cubin": (CUBIN[:-300], None, "cubin", "truncated"),
+    "altered-cubin": (CUBIN[:-1] + b"\x00", None, "cubin", "sha256"),
+    "metadata-list": (CUBIN, [LOWERED], "json", "holds a list"),
+    "metadata-null": (CUBIN, "null", "json", "holds null"),
+    "metadata-not-json": (CUBIN, "{ not json", "json", "not JSON"),
+    "metadata-empty": (CUBIN, "", "json", "not JSON"),
+    "metadata-no-lowered": (CUBIN, {"size": len(CUBIN)}, "json", "'lowered'"),
+    "lowered-a-list": (CUBIN, dict(_meta(), lowered=NAMES), "json", "'lowered'"),
+    "lowered-values-not-strings": (CUBIN, dict(_meta(), lowered={n: 1 for n in NAMES}), "json", "'lowered'"),
+    "lowered-other-names": (CUBIN, _meta(lowered={NAMES[0]: "_Z4gemmv"}), "json", "other instantiations"),
+    "old-format": (CUBIN, {"lowered": LOWERED}, "json", "older format"),
+    "size-a-string": (CUBIN, dict(_meta(), size=str(len(CUBIN))), "json", "'size'"),
+    "size-a-bool": (CUBIN, dict(_meta(), size=True), "json", "'size'"),
+    "sha256-a-number": (CUBIN, dict(_meta(), sha256=0), "json", "'sha256'"),
+}
+
+
+@pytest.mark.parametrize("cubin, meta, blamed, reason", BAD_KERNEL_ENTRIES.values(), ids=BAD_KERNEL_ENTRIES)
+def test_read_cached_cubin_rejects_bad_entries(tmp_path, cubin, meta, blamed, reason):
+    text = meta if isinstance(meta, str) else None
+    cub, meta_path = _entry(tmp_path, cubin, None if text is not None else meta, text)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert jit._read_cached_cubin(cub, meta_path, NAMES) is None
+    message = _only(caught, jit.KernelCacheWarning)
+    assert str(cub if blamed == "cubin" else meta_path) in message and reason in message, message
+
+
+def test_read_cached_cubin_missing_or_unreadable(tmp_path):
+    cub, meta_path = tmp_path / "k.cubin", tmp_path / "k.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert jit._read_cached_cubin(cub, meta_path, NAMES) is None    # not cached: silent
+        meta_path.write_text(json.dumps(_meta()))
+        assert jit._read_cached_cubin(cub, meta_path, NAMES) is None    # half written: silent
+    cub.mkdir()
+    with pytest.warns(jit.KernelCacheWarning, match="unreadable kernel cache file .*k.cubin"):
+        assert jit._read_cached_cubin(cub, meta_path, NAMES) is None
+
+
+def test_written_entry_reads_back(tmp_path):
+    cub, meta_path = tmp_path / "kernels" / "k.cubin", tmp_path / "kernels" / "k.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert jit._write_cached_cubin(cub, meta_path, CUBIN, LOWERED) is True
+        assert jit._read_cached_cubin(cub, meta_path, list(reversed(NAMES))) == (CUBIN, LOWERED)
+    assert json.loads(meta_path.read_text()) == _meta()
+    assert _no_temporaries(tmp_path)
+
+
+def test_write_into_a_cache_dir_that_is_a_file_does_not_raise(tmp_path, monkeypatch):
+    monkeypatch.setattr(jit, "_unwritable_dirs", set())
+    blocker = tmp_path / "kernels"
+    blocker.write_text("")
+    with pytest.warns(jit.KernelCacheWarning, match="cannot write the kernel cache"):
+        assert jit._write_cached_cubin(blocker / "k.cubin", blocker / "k.json", CUBIN, LOWERED) is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                   # once per directory, not per kernel
+        assert jit._write_cached_cubin(blocker / "j.cubin", blocker / "j.json", CUBIN, LOWERED) is False
+    # the metadata's place taken by a directory: the cubin is written, no temporary is left
+    d = tmp_path / "other"
+    (d / "k.json").mkdir(parents=True)
+    with pytest.warns(jit.KernelCacheWarning):
+        assert jit._write_cached_cubin(d / "k.cubin", d / "k.json", CUBIN, LOWERED) is False
+    assert _no_temporaries(d)
+
+
+class FakeNvrtc:
+    """Stands in for ``jit._nvrtc``: counts compiles, returns a fabricated ELF cubin."""
+
+    def __init__(self):
+        self.compiles = 0
+
+    def __call__(self, names, config, arch, ptx=False, verbose=True):
+        self.compiles += 1
+        return CUBIN, "", {n: f"_lowered_{i}" for i, n in enumerate(names)}
+
+
+def _sm90_config():
+    from pyblasgemm.kernels.config import SM90_CONFIGS_BY_TILE
+
+    return SM90_CONFIGS_BY_TILE["f16"][64]
+
+
+def test_sm90_cubin_recompiles_and_overwrites_a_bad_entry(monkeypatch):
+    pytest.importorskip("cupy")           # the cache key holds the NVRTC version
+    fake = FakeNvrtc()
+    monkeypatch.setattr(jit, "_nvrtc", fake)
+    cfg = _sm90_config()
+    cubin, lowered = jit._sm90_cubin(cfg, "f16", "T", "N")
+    (cub,) = jit.kernel_cache_dir().glob("*.cubin")
+    meta_path = cub.with_suffix(".json")
+    assert fake.compiles == 1
+    assert json.loads(meta_path.read_text())["sha256"] == hashlib.sha256(cubin).hexdigest()
+    assert jit._sm90_cubin(cfg, "f16", "T", "N") == (cubin, lowered) and fake.compiles == 1
+    for damage in (lambda: cub.write_bytes(b"garbage"), lambda: cub.write_bytes(cubin[:100]),
+                   lambda: meta_path.write_text(json.dumps({"lowered": lowered})),   # old format
+                   lambda: meta_path.write_text("[]")):
+        damage()
+        with pytest.warns(jit.KernelCacheWarning, match="ignoring kernel cache file"):
+            assert jit._sm90_cubin(cfg, "f16", "T", "N") == (cubin, lowered)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")            # overwritten: served again, silently
+            assert jit._sm90_cubin(cfg, "f16", "T", "N") == (cubin, lowered)
+    assert fake.compiles == 5
+
+
+def test_sm90_cubin_real_compile_round_trip(monkeypatch):
+    pytest.importorskip("cupy")
+    cfg = _sm90_config()
+    try:
+        cubin, lowered = jit._sm90_cubin(cfg, "f16", "T", "N")     # NVRTC, no GPU needed (~0.5 s)
+    except (ImportError, OSError, RuntimeError) as exc:
+        pytest.skip(f"NVRTC unavailable: {exc}")
+    assert cubin.startswith(jit.ELF_MAGIC)
+    (cub,) = jit.kernel_cache_dir().glob("*.cubin")
+    assert json.loads(cub.with_suffix(".json").read_text())["size"] == len(cubin)
+    monkeypatch.setattr(jit, "_nvrtc", None)        # served from disk: no compile
+    assert jit._sm90_cubin(cfg, "f16", "T", "N") == (cubin, lowered)
+
+
+# --- the measured-choice table -------------------------------------------------------------------
+
+def _shipped_choices():
+    return json.loads(measured.CHOICES_FILE.read_text())
+
+
+def _mutated(edit):
+    t = _shipped_choices()
+    edit(t)
+    return json.dumps(t)
+
+
+#: id -> (file text, what the warning must say)
+BAD_TABLES = {
+    "not-json": ("{ not json", "not JSON"),
+    "empty": ("", "not JSON"),
+    "a-list": ("[]", "the table is a list"),
+    "no-device": (_mutated(lambda t: t.pop("device")), "no 'device'"),
+    "no-entries": (_mutated(lambda t: t.pop("entries")), "no 'entries'"),
+    "no-layout": (_mutated(lambda t: t.pop("layout")), "no 'layout'"),
+    "no-sources": (_mutated(lambda t: t.pop("sources")), "no 'sources'"),
+    "device-a-list": (_mutated(lambda t: t.update(device=[])), "device is a list"),
+    "cc-a-number": (_mutated(lambda t: t["device"].update(cc=9.0)), "device cc"),
+    "sm_count-a-string": (_mutated(lambda t: t["device"].update(sm_count="132")), "sm_count"),
+    "layout-null": (_mutated(lambda t: t.update(layout=None)), "layout is null"),
+    "sources-a-string": (_mutated(lambda t: t.update(sources="run3.json")), "sources"),
+    "tolerance-a-string": (_mutated(lambda t: t.update(cublas_tolerance="2%")), "cublas_tolerance"),
+    "entries-an-object": (_mutated(lambda t: t.update(entries={})), "entries is an object"),
+    "entry-a-string": (_mutated(lambda t: t["entries"].__setitem__(0, "x")),
+                       r"entries\[0\]: it is the string"),
+    "entry-m-a-string": (_mutated(lambda t: t["entries"][3].update(m="1024")), r"entries\[3\]: m is"),
+    "entry-k-zero": (_mutated(lambda t: t["entries"][0].update(k=0)), "k is the number 0"),
+    "entry-no-impl": (_mutated(lambda t: t["entries"][0].pop("impl")), "impl is null"),
+    "entry-time-negative": (_mutated(lambda t: t["entries"][0].update(time_s=-1.0)), "time_s"),
+    "entry-runner-up-time-null": (_mutated(lambda t: t["entries"][0].update(runner_up_s=None)), "runner_up_s"),
+    "entry-times-empty": (_mutated(lambda t: t["entries"][0].update(times={})), "times is empty"),
+    "entry-times-a-list": (_mutated(lambda t: t["entries"][0].update(times=[1.0])), "times is a list"),
+}
+
+
+@pytest.mark.parametrize("text, reason", BAD_TABLES.values(), ids=BAD_TABLES)
+def test_bad_choices_file_is_ignored_with_one_warning(tmp_path, text, reason):
+    path = tmp_path / "choices.json"
+    path.write_text(text)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert measured.load_choices(path) is None
+        assert measured.load_choices(path) is None        # read once: no second warning
+    message = _only(caught, measured.ChoicesWarning)
+    assert str(path) in message and re.search(reason, message), message
+
+
+def test_unreadable_choices_file_is_ignored(tmp_path):
+    with pytest.warns(measured.ChoicesWarning, match="cannot read it"):
+        assert measured.load_choices(tmp_path) is None    # a directory
+
+
+def test_shipped_choices_pass_the_checks():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert measured.load_choices() == _shipped_choices()
+
+
+#: tables the planner would trip over without the checks (TypeError, ValueError), or use silently
+BAD_FOR_PLANNING = {
+    "a-list": BAD_TABLES["a-list"][0],
+    "not-json": BAD_TABLES["not-json"][0],
+    "device-a-list": BAD_TABLES["device-a-list"][0],
+    "entry-m-a-string": BAD_TABLES["entry-m-a-string"][0],
+    "all-times-empty": _mutated(lambda t: [e.update(times={}) for e in t["entries"]]),
+}
+
+
+@pytest.mark.parametrize("text", BAD_FOR_PLANNING.values(), ids=BAD_FOR_PLANNING)
+def test_planning_works_with_a_bad_shipped_choices_file(tmp_path, monkeypatch, text):
+    # 128x4096x4096 f16 TN is an entry of the shipped table (tests/test_planner_measured.py)
+    assert pyblasgemm.plan(128, 4096, 4096, "f16", transa="T", arch="sm_90").source == "measured"
+    path = tmp_path / "choices.json"
+    path.write_text(text)
+    monkeypatch.setattr(measured, "CHOICES_FILE", path)
+    pyblasgemm.clear_plan_cache()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        p = pyblasgemm.plan(128, 4096, 4096, "f16", transa="T", arch="sm_90")
+    assert str(path) in _only(caught, measured.ChoicesWarning)
+    assert p.source == "heuristic"                          # the model decides
+
+
+# --- the calibration -----------------------------------------------------------------------------
+
+@pytest.fixture
+def fresh_calibration():
+    model.load_calibration.cache_clear()
+    yield
+    model.load_calibration.cache_clear()
+
+
+def _shipped_calibration():
+    return json.loads(model.CALIBRATION_FILE.read_text())
+
+
+def _cal_text(edit):
+    c = _shipped_calibration()
+    edit(c)
+    return json.dumps(c)
+
+
+#: id -> (file text, what the error must say)
+BAD_CALIBRATIONS = {
+    "not-json": ("{ not json", "not JSON"),
+    "a-list": ("[1, 2]", "the file is a list"),
+    "no-host_us": (_cal_text(lambda c: c.pop("host_us")), "host_us is null"),
+    "host_us-no-cublas": (_cal_text(lambda c: c["host_us"].pop("cublas")), r"host_us\['cublas'\]"),
+    "lone_cta_eff-a-string": (_cal_text(lambda c: c.update(lone_cta_eff="0.7")), "lone_cta_eff"),
+    "lone_cta_eff-zero": (_cal_text(lambda c: c.update(lone_cta_eff=0)), "lone_cta_eff is the number 0"),
+    "kernel_latency-missing": (_cal_text(lambda c: c.pop("kernel_latency_us")), "kernel_latency_us"),
+    "ours-a-list": (_cal_text(lambda c: c.update(ours=[])), "ours is a list"),
+    "ours-no-f16": (_cal_text(lambda c: c["ours"].pop("f16")), "'f16'"),
+    "ours-tiles-null": (_cal_text(lambda c: c["ours"]["s8"].update(tiles=None)), r"ours\['s8'\]\['tiles'\]"),
+    "ours-tile-key-bad": (_cal_text(lambda c: c["ours"]["f16"]["tiles"].update(big=0.5)), "not a tile key"),
+    "ours-layout-not-numbers": (_cal_text(lambda c: c["ours"]["f16"]["layout"].update(TN="1")), "layout"),
+    "cublas-eff-null": (_cal_text(lambda c: c["cublas"]["eff"].update({"h/fp32": None})), "cublas"),
+    "cublas-no-int8-copy": (_cal_text(lambda c: c["cublas"].pop("int8_copy")), "int8_copy"),
+    "sm90-tiles-a-list": (_cal_text(lambda c: c.update(sm90={"f16": {"tiles": [0.5]}})), r"sm90\['f16'\]"),
+}
+
+
+@pytest.mark.parametrize("text, reason", BAD_CALIBRATIONS.values(), ids=BAD_CALIBRATIONS)
+def test_malformed_calibration_path_raises_naming_the_file(tmp_path, fresh_calibration, text, reason):
+    path = tmp_path / "calibration.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=re.escape(str(path))) as info:
+        model.load_calibration(str(path))
+    assert re.search(reason, str(info.value)), str(info.value)
+
+
+def test_unreadable_calibration_raises_naming_the_file(tmp_path, fresh_calibration):
+    with pytest.raises(ValueError, match=f"cannot read calibration file {re.escape(str(tmp_path))}"):
+        model.load_calibration(str(tmp_path))              # a directory
+
+
+def test_malformed_shipped_calibration_raises(tmp_path, monkeypatch, fresh_calibration):
+    bad = tmp_path / "calibration_h100.json"
+    bad.write_text(BAD_CALIBRATIONS["ours-no-f16"][0])
+    monkeypatch.setattr(model, "CALIBRATION_FILE", bad)
+    with pytest.raises(ValueError, match=re.escape(str(bad))):
+        model.load_calibration()
+    monkeypatch.undo()
+    model.load_calibration.cache_clear()
+    sm90 = tmp_path / "calibration_sm90_h100.json"
+    sm90.write_text(json.dumps({"f16": {"tiles": {"sm90a_128x128x128B_w2x1_s6": "fast"}}}))
+    monkeypatch.setattr(model, "CALIBRATION_SM90_FILE", sm90)
+    with pytest.raises(ValueError, match=re.escape(str(sm90))):
+        model.load_calibration()
+
+
+def test_valid_calibration_path_loads(tmp_path, fresh_calibration):
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(_shipped_calibration()))
+    cal = model.load_calibration(str(path))
+    assert cal["sm90"] == json.loads(model.CALIBRATION_SM90_FILE.read_text())
+    assert copy.deepcopy(model.load_calibration()) == cal
