@@ -9,6 +9,11 @@ import numpy as np
 import pytest
 
 
+# CuPy's test files fetched into peer/_upstream/ are loaded by peer/test_cupy_peer.py, not
+# collected on their own (a conftest there would shadow this one for `from conftest import`)
+collect_ignore_glob = ["peer/_upstream/*"]
+
+
 @functools.lru_cache(maxsize=None)
 def gpu_available() -> bool:
     try:

@@ -7,7 +7,7 @@ and not copied here: ``python tools/fetch_peer_tests.py`` puts them under
 in-scope test with ``cupy.matmul`` routed to :func:`pyblasgemm.matmul` and ``cupy.cublas.gemm``
 to :func:`pyblasgemm.gemm`; NumPy, the reference side of CuPy's tests, is untouched.
 
-Out of scope, excluded by name (each shows as skipped with its reason under ``-ra``): the
+Out of scope, excluded by name (``test_out_of_scope`` lists each, skipped with its reason): the
 other cuBLAS routines of ``test_cublas.py`` (batched gesv, level-1, gemv, sbmv, ger, syrk,
 dgmm) and ``geam`` (matrix addition, not a product).
 """
@@ -56,27 +56,18 @@ def _load(path: Path):
     return module
 
 
-def _out_of_scope(reason: str):
-    @pytest.mark.skip(reason=f"out of scope for pyblasgemm: {reason}")
-    def test(self, *args, **kwargs):
-        pass
-    return test
-
-
 def _export(module) -> list:
-    """Put the module's test classes into this module's namespace (pytest collects them)."""
+    """Put the module's in-scope test classes into this module's namespace (pytest collects
+    them); out-of-scope classes are left out and out-of-scope methods set to None (pytest
+    collects no attribute that is not callable). Both are listed by test_out_of_scope."""
     names = []
     for name, obj in list(vars(module).items()):
         if not (name.startswith("Test") and isinstance(obj, type)):
             continue
-        base = name.split("_param_")[0]
-        if base in OUT_OF_SCOPE_CLASSES:
-            reason = OUT_OF_SCOPE_CLASSES[base]
-            overrides = {m: _out_of_scope(reason) for m in dir(obj) if m.startswith("test_")}
-        else:
-            overrides = {m: _out_of_scope(r) for m, r in OUT_OF_SCOPE_METHODS.items()
-                         if hasattr(obj, m)}
-        exported = type(name, (obj,), overrides) if overrides else obj
+        if name.split("_param_")[0] in OUT_OF_SCOPE_CLASSES:
+            continue
+        dropped = {m: None for m in OUT_OF_SCOPE_METHODS if hasattr(obj, m)}
+        exported = type(name, (obj,), dropped) if dropped else obj
         if name in globals():
             raise RuntimeError(f"two upstream test classes named {name}")
         globals()[name] = exported      # pytest collects classes named Test*
@@ -96,6 +87,13 @@ def test_upstream_files_present():
     assert _FOUND, (f"CuPy's test files are not in {_DIR}: run `python tools/fetch_peer_tests.py`"
                     f" (or with --git <cupy clone>) first")
     assert len(_EXPORTED) >= 10, _EXPORTED
+
+
+@pytest.mark.parametrize("name, reason", sorted({**OUT_OF_SCOPE_CLASSES,
+                                                **OUT_OF_SCOPE_METHODS}.items()))
+def test_out_of_scope(name, reason):
+    """The upstream tests not run here, each named with the reason (shown under -ra)."""
+    pytest.skip(f"CuPy's {name}: out of scope for pyblasgemm: {reason}")
 
 
 class _Router:
