@@ -229,6 +229,10 @@ def check_scalar(routine: str, position: int, name: str, value, row: TypeRow):
             raise BlasArgumentError(routine, position, name, value,
                                     f"is outside the {row.scalar_dtype.name} range of "
                                     f"{row.routine}'s scalars (|{name}| <= {limit!r})")
+    if v == 0:
+        # -0.0 equals 0 in Python, but cuBLAS reads C unless beta's bits are zero (measured:
+        # dgemm with beta = -0.0 turned NaN in C into NaN): every zero is +0 from here on
+        v = 0.0 if kind == "real" else 0j
     return v
 
 
@@ -364,7 +368,8 @@ def describe_blas(row: TypeRow, transa, transb, m, n, k, alpha, a, lda, b, ldb, 
         if not (abs(sa) <= limit and abs(sb) <= limit):   # also NaN / inf: rare, checked
             return describe_blas_checked(row, transa, transb, m, n, k, alpha, a, lda, b, ldb,
                                          beta, c, ldc, compute, backend)
-        alpha, beta = sa, sb
+        # -0.0 becomes +0.0 (see check_scalar: cuBLAS reads C for beta = -0.0)
+        alpha, beta = (sa if sa != 0 else sa * 0 + 0), (sb if sb != 0 else sb * 0 + 0)
     align = alignment(pa, pb, pc, lda * isz, ldb * isz, ldc * csz)
     compute = _default_compute(row)
     return GemmDesc(row.routine, row.prefix, compute, ta, tb, m, n, k, lda, ldb, ldc, 1, 0, 0,

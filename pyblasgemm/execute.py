@@ -4,6 +4,7 @@ from __future__ import annotations
 from . import _arrays
 from .backends import get_backend
 from .desc import GemmDesc
+from .kernels.scale import scale_ieee
 from .planner import plan_for
 
 
@@ -22,7 +23,14 @@ def scale_c(desc: GemmDesc, c) -> None:
         view[...] = (view.astype("int64") * desc.beta).astype(view.dtype)
     elif desc.prefix in ("h", "b"):
         # scale in float32 and round once, as a float32-accumulating GEMM would
-        view[...] = (view.astype("float32") * desc.beta).astype(view.dtype)
+        wide = view.astype("float32")
+        if desc.xp == "cupy":
+            scale_ieee(wide, desc.beta)
+        else:
+            wide *= desc.beta
+        view[...] = wide.astype(view.dtype)
+    elif desc.xp == "cupy" and view.dtype.char in "fF":
+        scale_ieee(view, desc.beta)      # float32 / complex64: CuPy's own *= flushes subnormals
     else:
         view *= desc.beta
 

@@ -140,3 +140,57 @@ def test_matmul_axes_and_subok_on_the_host():
     assert type(pyblasgemm.matmul(m, m, subok=False)) is np.ndarray
     with pytest.raises(TypeError):
         pyblasgemm.matmul(m, m, no_such_keyword=1)
+
+
+@pytest.mark.parametrize("prefix", ["s", "d", "c", "z", "h"])
+@pytest.mark.parametrize("backend", [None, "cublas"])
+def test_negative_zero_beta_does_not_read_c(xp, prefix, backend):
+    """beta = -0.0 is beta == 0: C is not read (the GPU fuzz found cuBLAS reading it, so NaN
+    in C came back as NaN: cuBLAS tests beta's bits)."""
+    if xp is np and backend == "cublas":
+        pytest.skip("cuBLAS runs CuPy arrays")
+    from _ref import DTYPES
+    dtype = DTYPES[prefix]
+    rng = np.random.default_rng(3)
+    a_h = rng.uniform(-1, 1, 16).astype(dtype)
+    a = xp.asarray(a_h)
+    c = xp.full(16, np.nan, dtype=dtype)
+    beta = complex(-0.0, -0.0) if prefix in "cz" else -0.0
+    getattr(pyblasgemm, prefix + "gemm")("N", "T", 4, 4, 4, 1.0, a, 4, a, 4, beta, c, 4,
+                                          backend=backend)
+    a64 = a_h.astype(np.complex128).reshape(4, 4, order="F")
+    np.testing.assert_allclose(to_host(c).astype(np.complex128).reshape(4, 4, order="F"),
+                               a64 @ a64.T, rtol=2e-3, atol=2e-3)
+
+
+FLT_MIN = float(np.finfo(np.float32).tiny)
+
+
+@pytest.mark.parametrize("prefix", ["s", "b", "h", "c"])
+@pytest.mark.parametrize("backend", [None, "tensorcore", "cublas"])
+@pytest.mark.parametrize("k", [0, 1, 8])
+def test_subnormal_terms_are_kept(xp, prefix, backend, k):
+    """alpha = beta = FLT_MIN: alpha·AB and beta·C are subnormal, their sum is not (the GPU fuzz
+    found our epilogue and the alpha = 0 / k = 0 path flushing them: CuPy compiles with
+    -ftz=true); the result matches the float64 reference like cuBLAS's."""
+    from _ref import DTYPES, check_close, expected
+    if xp is np and backend is not None:
+        pytest.skip("GPU backends run CuPy arrays")
+    if backend == "tensorcore" and prefix in "sc":
+        pytest.skip("our kernels serve float32 through tf32/3xtf32 only, complex not at all")
+    dtype = DTYPES[prefix]
+    rng = np.random.default_rng(5)
+    a_h = rng.uniform(0.5, 1, 4 * max(k, 1)).astype(dtype)
+    c_h = (-rng.uniform(0.5, 1, 16)).astype(dtype)
+    if prefix == "c":
+        c_h = c_h * 1j
+    a, c = xp.asarray(a_h), xp.asarray(c_h)
+    alpha = 0.0 if k == 0 else FLT_MIN
+    beta = complex(0, FLT_MIN) if prefix == "c" else FLT_MIN
+    getattr(pyblasgemm, prefix + "gemm")("N", "T", 4, 4, k, alpha, a, 4, a, 4, beta, c, 4,
+                                          backend=backend)
+    opa = a_h.reshape(max(k, 1), 4).T[:, :k]
+    ref, scale = expected(alpha, opa, opa.T, beta, c_h.reshape(4, 4, order="F"))
+    got = to_host(c).reshape(4, 4, order="F")
+    check_close(got, ref, scale, prefix, {"s": "fp32", "b": "fp32", "h": "fp32", "c": "fp32"}[prefix])
+    assert np.all(np.abs(got.astype(np.complex128)) > 0) or prefix == "h"   # nothing flushed

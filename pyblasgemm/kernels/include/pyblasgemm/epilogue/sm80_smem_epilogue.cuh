@@ -10,8 +10,22 @@ namespace pyblasgemm {
 
 PBG_DEVICE float pick_scale(float*, float f, int) { return f; }
 PBG_DEVICE int pick_scale(int*, float, int i) { return i; }
-PBG_DEVICE float axpby(float a, float x, float b, float c) { return a * x + b * c; }
-PBG_DEVICE float ax(float a, float x) { return a * x; }
+// alpha/beta in IEEE arithmetic, subnormals kept: CuPy compiles every RawModule with
+// -ftz=true, which flushed alpha*acc and beta*c below FLT_MIN (1.18e-38) to zero (the GPU fuzz:
+// bgemm with alpha = beta = FLT_MIN returned -0 for -1.7e-38). Inline PTX is not rewritten by
+// -ftz; the instructions are the FMUL/FFMA that a*x + b*c compiles to, at the same speed.
+PBG_DEVICE float mul_ieee(float a, float b) {
+  float r;
+  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+PBG_DEVICE float fma_ieee(float a, float b, float c) {
+  float r;
+  asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
+  return r;
+}
+PBG_DEVICE float axpby(float a, float x, float b, float c) { return fma_ieee(a, x, mul_ieee(b, c)); }
+PBG_DEVICE float ax(float a, float x) { return mul_ieee(a, x); }
 // Integer epilogue wraps modulo 2^32 (as cuBLAS's int32 path does) without signed-overflow UB.
 PBG_DEVICE int axpby(int a, int x, int b, int c) {
   return static_cast<int>(static_cast<u32>(a) * static_cast<u32>(x) + static_cast<u32>(b) * static_cast<u32>(c));
