@@ -40,14 +40,20 @@ def _environment(gpu: bool) -> dict:
            "pyblasgemm": pyblasgemm.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S UTC",
                                                                        time.gmtime())}
     try:
-        env["git_sha"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
-                                        capture_output=True, text=True).stdout.strip()
+        git = ["git", "-C", str(ROOT)]
+        env["git_sha"] = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True,
+                                        text=True).stdout.strip()
+        # a tree copied to a GPU machine may carry uncommitted changes: say so
+        env["git_dirty"] = bool(subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"],
+                                               capture_output=True, text=True).stdout.strip())
     except OSError:
         env["git_sha"] = None
     if gpu:
         import cupy
         props = cupy.cuda.runtime.getDeviceProperties(0)
-        env.update(device=props["name"].decode(), cupy=cupy.__version__,
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True).stdout.strip()
+        env.update(device=props["name"].decode(), cupy=cupy.__version__, nvidia_driver=smi or None,
                    driver=cupy.cuda.runtime.driverGetVersion(),
                    runtime=cupy.cuda.runtime.runtimeGetVersion())
     return env
