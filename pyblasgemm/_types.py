@@ -107,7 +107,7 @@ def get_default_compute() -> str:
     global _default_compute_fp32
     if _default_compute_fp32 is None:
         from . import settings
-        _default_compute_fp32 = settings.get("PYBLASGEMM_FP32_COMPUTE")
+        _default_compute_fp32 = settings.get("PYBLASGEMM_FP32_COMPUTE", TYPE_ROWS["s"].computes)
     return _default_compute_fp32
 
 

@@ -3,7 +3,10 @@
 Environment variables are untrusted input. Each is read when it is first needed (never at
 ``import pyblasgemm``), and a bad value raises :class:`SettingError`, which names the
 variable, the value and what is allowed. Unset, empty and all-blank mean "the default".
-Booleans accept ``1/0``, ``true/false``, ``yes/no``, ``on/off`` in any case.
+Booleans accept ``1/0``, ``true/false``, ``yes/no``, ``on/off`` in any case. The words a
+choice variable allows come from the table that owns them (the backends, decompositions, arch
+families, float32 compute modes), passed in by the caller: this module imports nothing of the
+package, so it sits at the bottom of the import graph.
 
 Example
 -------
@@ -78,29 +81,6 @@ def _directory(text: str) -> Path:
     return Path(text).expanduser()
 
 
-# The allowed words of the choice variables live in the tables that own them; they are looked
-# up when a value is parsed (importing them here would make this bottom module import the
-# planner and the kernels, which import it).
-def _backends() -> tuple:
-    from .backends import BACKEND_NAMES
-    return BACKEND_NAMES
-
-
-def _decompositions() -> tuple:
-    from .kernels.config import DECOMPOSITIONS
-    return DECOMPOSITIONS
-
-
-def _families() -> tuple:
-    from .planner.arch import FAMILIES
-    return tuple(FAMILIES)
-
-
-def _fp32_computes() -> tuple:
-    from ._types import TYPE_ROWS
-    return TYPE_ROWS["s"].computes
-
-
 #: splits run along gridDim.y/z, whose hardware limit is 65535 (kernels/config.py)
 MAX_SPLITS = 65535
 
@@ -109,20 +89,16 @@ def _bool_var(name: str, doc: str) -> Variable:
     return Variable(name, _boolean, False, lambda: "one of 1/0, true/false, yes/no, on/off", doc)
 
 
-def _choice_var(name: str, options: Callable[[], tuple], default, doc: str) -> Variable:
-    def parse(text: str) -> str:
-        word = text.lower()
-        if word not in options():
-            raise ValueError(text)
-        return word
-    return Variable(name, parse, default,
-                    lambda: "one of " + ", ".join(repr(o) for o in options()) + " (any case)", doc)
+def _choice_var(name: str, owner: str, default, doc: str) -> Variable:
+    # The words a choice variable allows live in the table that owns them (``owner``); the
+    # caller passes them to get(), so this bottom module imports nothing of the package.
+    return Variable(name, str.lower, default, lambda: f"one of {owner} (any case)", doc)
 
 
 VARIABLES = {v.name: v for v in (
-    _choice_var("PYBLASGEMM_BACKEND", _backends, "auto",
+    _choice_var("PYBLASGEMM_BACKEND", "backends.BACKEND_NAMES", "auto",
                 "force a backend for every call without ``backend=``"),
-    _choice_var("PYBLASGEMM_DECOMPOSITION", _decompositions, None,
+    _choice_var("PYBLASGEMM_DECOMPOSITION", "kernels.config.DECOMPOSITIONS", None,
                 "force our kernels' decomposition (other decompositions are not considered)"),
     Variable("PYBLASGEMM_SPLITS", _integer(2, MAX_SPLITS), None,
              lambda: f"an integer from 2 to {MAX_SPLITS}",
@@ -139,28 +115,42 @@ VARIABLES = {v.name: v for v in (
              "sm_90a kernels go under ``kernels/`` there"),
     _bool_var("PYBLASGEMM_NO_KERNEL_CACHE", "compile sm_90a kernels anew in every process"),
     _bool_var("PYBLASGEMM_NO_TUNE_CACHE", "neither read nor write autotuned winners on disk"),
-    _choice_var("PYBLASGEMM_ARCH", _families, None,
+    _choice_var("PYBLASGEMM_ARCH", "planner.arch.FAMILIES", None,
                 "plan with that family's datasheet spec instead of the device's (default "
                 "without a GPU: sm_90, the H100)"),
-    _choice_var("PYBLASGEMM_FP32_COMPUTE", _fp32_computes, "fp32",
+    _choice_var("PYBLASGEMM_FP32_COMPUTE", "the float32 compute modes", "fp32",
                 "default ``compute=`` of float32 problems (see ``set_default_compute``)"),
 )}
 
 
-def get(name: str):
+def get(name: str, options: tuple | None = None):
     """The value of variable ``name`` as the environment holds it now (the default if unset).
 
-    Raises :class:`SettingError` for a value that is not allowed, and KeyError for a name
-    that is not in :data:`VARIABLES` (a typo in the code, not in the environment).
+    A choice variable (backend, decomposition, arch, float32 compute) is checked against
+    ``options``, the words its owner's table allows. Raises :class:`SettingError` for a value
+    that is not allowed, and KeyError for a name that is not in :data:`VARIABLES` (a typo in
+    the code, not in the environment).
+
+    Example
+    -------
+    >>> import os
+    >>> os.environ["PYBLASGEMM_ARCH"] = "SM_80"
+    >>> get("PYBLASGEMM_ARCH", ("sm_80", "sm_90"))
+    'sm_80'
+    >>> del os.environ["PYBLASGEMM_ARCH"]
     """
     var = VARIABLES[name]
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
         return var.default
     try:
-        return var.parse(raw.strip())
+        value = var.parse(raw.strip())
     except ValueError:
         raise SettingError(name, raw, var.allowed()) from None
+    if options is not None and value not in options:
+        raise SettingError(name, raw, "one of " + ", ".join(repr(o) for o in options)
+                           + " (any case)")
+    return value
 
 
 def describe() -> str:
@@ -169,7 +159,7 @@ def describe() -> str:
     Example
     -------
     >>> print(describe().splitlines()[0])
-    PYBLASGEMM_BACKEND: one of 'auto', 'tensorcore', 'cublas', 'host' (any case); default 'auto'
+    PYBLASGEMM_BACKEND: one of backends.BACKEND_NAMES (any case); default 'auto'
     """
     lines = []
     for v in VARIABLES.values():

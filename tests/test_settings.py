@@ -8,7 +8,15 @@ import pytest
 
 import pyblasgemm
 from pyblasgemm import settings
+from pyblasgemm._types import TYPE_ROWS
+from pyblasgemm.backends import BACKEND_NAMES
+from pyblasgemm.kernels.config import DECOMPOSITIONS
+from pyblasgemm.planner.arch import FAMILIES
 from pyblasgemm.settings import SettingError
+
+#: the choice variables' words, from the tables that own them (as the package passes them)
+OPTIONS = {"PYBLASGEMM_BACKEND": BACKEND_NAMES, "PYBLASGEMM_DECOMPOSITION": DECOMPOSITIONS,
+           "PYBLASGEMM_ARCH": tuple(FAMILIES), "PYBLASGEMM_FP32_COMPUTE": TYPE_ROWS["s"].computes}
 
 BAD_VALUES = [
     ("PYBLASGEMM_FP32_COMPUTE", "garbage"), ("PYBLASGEMM_FP32_COMPUTE", "fp64"),
@@ -35,7 +43,7 @@ def clean_environment(monkeypatch):
 def test_bad_value_names_variable_value_and_allowed(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     with pytest.raises(SettingError) as info:
-        settings.get(name)
+        settings.get(name, OPTIONS.get(name))
     message = str(info.value)
     assert message.startswith(f"{name}={value!r} is not allowed: ")
     assert info.value.name == name and info.value.value == value
@@ -91,7 +99,23 @@ def test_fp32_compute_garbage_fails_on_first_use_naming_it(monkeypatch):
 def test_empty_means_default(monkeypatch):
     for name in settings.VARIABLES:
         monkeypatch.setenv(name, "  ")
-    assert all(settings.get(n) == settings.VARIABLES[n].default for n in settings.VARIABLES)
+    assert all(settings.get(n, OPTIONS.get(n)) == settings.VARIABLES[n].default
+               for n in settings.VARIABLES)
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_choice_errors_list_the_owners_words(monkeypatch, name):
+    monkeypatch.setenv(name, "nonsense")
+    with pytest.raises(SettingError, match="one of " + ", ".join(repr(o) for o in OPTIONS[name])):
+        settings.get(name, OPTIONS[name])
+
+
+def test_settings_imports_nothing_of_the_package():
+    """settings.py is the bottom of the house: the owners pass their words in (no cycle)."""
+    import ast
+    tree = ast.parse(open(settings.__file__).read())
+    relative = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level > 0]
+    assert relative == []
 
 
 def test_import_reads_no_variable():

@@ -112,7 +112,7 @@ def family_of(cc: tuple) -> str | None:
 
 def default_arch() -> ArchSpec:
     """The spec used without a GPU: ``PYBLASGEMM_ARCH`` (e.g. 'sm_80') or the H100's."""
-    return FAMILIES[_env.get("PYBLASGEMM_ARCH") or "sm_90"]
+    return FAMILIES[_env.get("PYBLASGEMM_ARCH", tuple(FAMILIES)) or "sm_90"]
 
 
 _lock = threading.Lock()
@@ -133,7 +133,7 @@ def arch_for_device(device: int) -> ArchSpec:
     spec = _by_device.get(device)
     if spec is not None:
         return spec
-    if _env.get("PYBLASGEMM_ARCH") or device < 0:
+    if _env.get("PYBLASGEMM_ARCH", tuple(FAMILIES)) or device < 0:
         spec = default_arch()
     else:
         spec = _read_device(device)

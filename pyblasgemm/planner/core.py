@@ -53,8 +53,9 @@ def _read_settings() -> Settings:
         cfg = M.parse_config_name(name) if name else None
     except ValueError as exc:
         raise _env.SettingError("PYBLASGEMM_CONFIG", name, str(exc)) from None
-    return Settings(_env.get("PYBLASGEMM_BACKEND"), not _env.get("PYBLASGEMM_NO_PLAN_CACHE"),
-                    _env.get("PYBLASGEMM_PRINT_PLANS"), _env.get("PYBLASGEMM_DECOMPOSITION"),
+    return Settings(_env.get("PYBLASGEMM_BACKEND", BACKEND_NAMES),
+                    not _env.get("PYBLASGEMM_NO_PLAN_CACHE"), _env.get("PYBLASGEMM_PRINT_PLANS"),
+                    _env.get("PYBLASGEMM_DECOMPOSITION", DECOMPOSITIONS),
                     _env.get("PYBLASGEMM_SPLITS"), cfg, _env.get("PYBLASGEMM_AUTOTUNE"),
                     not _env.get("PYBLASGEMM_NO_MEASURED_CHOICES"))
 
