@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 import pyblasgemm
+from pyblasgemm import settings
 from pyblasgemm._types import TYPE_ROWS
 
 
@@ -105,6 +106,11 @@ def info() -> int:
     if cupy is not None:
         print(f"CuPy {cupy.__version__}, CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}")
     print(f"default float32 compute: {pyblasgemm.get_default_compute()}")
+    known, unknown = settings.in_environment()
+    print("environment variables (pyblasgemm.settings):"
+          + ("".join(f"\n  {k}={v!r}" for k, v in known.items()) or " none set"))
+    if unknown:        # a misspelt name would otherwise be silently without effect
+        print(f"  not pyblasgemm variables (ignored): {', '.join(unknown)}")
     return 0
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["SettingError", "Variable", "VARIABLES", "get", "describe"]
+__all__ = ["SettingError", "Variable", "VARIABLES", "get", "in_environment", "describe"]
 
 
 class SettingError(ValueError):
@@ -151,6 +151,23 @@ def get(name: str, options: tuple | None = None):
         raise SettingError(name, raw, "one of " + ", ".join(repr(o) for o in options)
                            + " (any case)")
     return value
+
+
+def in_environment() -> tuple[dict, list]:
+    """({name: raw value} of the variables set now, [PYBLASGEMM_* names that are none of
+    ours]): what ``python -m pyblasgemm info`` shows, so a misspelt name is seen.
+
+    Example
+    -------
+    >>> import os
+    >>> os.environ["PYBLASGEMM_PRINT_PLAN"] = "1"          # misspelt: PRINT_PLANS
+    >>> in_environment()[1]
+    ['PYBLASGEMM_PRINT_PLAN']
+    >>> del os.environ["PYBLASGEMM_PRINT_PLAN"]
+    """
+    ours = {k: v for k, v in sorted(os.environ.items()) if k.startswith("PYBLASGEMM_")}
+    return ({k: v for k, v in ours.items() if k in VARIABLES},
+            [k for k in ours if k not in VARIABLES])
 
 
 def describe() -> str:
