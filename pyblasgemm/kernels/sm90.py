@@ -288,7 +288,7 @@ class Sm90Launch:
         return s
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
-        from .launch import _driver, _runtime, set_scales, stream_handle
+        from .driver import _driver, _runtime, set_scales, stream_handle
 
         sptr = stream_handle(stream)
         if (a_ptr | b_ptr) & 15 or c_ptr & (self.c_align - 1):
@@ -416,7 +416,7 @@ class Sm90PrepLaunch:
         return slot
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
-        from .launch import _driver, stream_handle
+        from .driver import _driver, stream_handle
 
         sptr = stream_handle(stream)
         if (a_ptr | b_ptr) & 3:

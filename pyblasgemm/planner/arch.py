@@ -15,7 +15,6 @@ Example::
 """
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass, field, replace
 

@@ -38,6 +38,8 @@ from ..desc import GemmDesc, matrix_span
 from . import model as M
 from ._checks import describe, is_number, why_not_number, why_not_numbers
 from .arch import ArchSpec, arch_for_device, device_identity
+from .candidates import _supports, enumerate_candidates, kernel_problem_for
+from .plan import Candidate, Plan
 
 __all__ = ["TuneCache", "cache_dir", "tune_desc", "lookup", "problem_key", "CacheWarning"]
 
@@ -248,7 +250,6 @@ def lookup(desc: GemmDesc, arch: ArchSpec, cands, allow_cublas: bool = True):
 def _plan_from_winner(desc, arch, cands, win, where, allow_cublas=True):
     """The plan of ``win`` (checked by :func:`_why_invalid_winner` when read from disk), or None
     when its config does not parse or cannot run ``desc`` on ``arch`` (warns)."""
-    from .core import Candidate, Plan, kernel_problem_for
 
     if win.get("backend") == "cublas":
         if not allow_cublas:
@@ -368,7 +369,6 @@ def tune_desc(desc: GemmDesc, *, arch: ArchSpec | None = None, candidates=None, 
     unusable (see :meth:`TuneCache.get`) is ignored with a :class:`CacheWarning` and the problem
     tuned and stored again, and a cache that cannot be written only warns: the plan is returned.
     """
-    from .core import Candidate, enumerate_candidates, _supports
 
     if desc.xp != "cupy":
         raise ValueError("tune: autotuning is for GPU problems (CuPy arrays)")
@@ -385,7 +385,6 @@ def tune_desc(desc: GemmDesc, *, arch: ArchSpec | None = None, candidates=None, 
     cal = M.load_calibration()
     if candidates is None:
         from ..kernels.launch import supports as kernels_support
-        from .core import kernel_problem_for
 
         ok = _supports("tensorcore", desc)[0] and kernels_support(kernel_problem_for(desc))[0]
         candidates = enumerate_candidates(desc, arch, cal) if ok else []

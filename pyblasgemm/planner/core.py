@@ -1,4 +1,7 @@
-"""Plan, the heuristic pipeline and the in-memory plan cache.
+"""The choice among candidates and the in-memory plan cache (the :class:`Plan` and
+:class:`Candidate` types are in :mod:`~pyblasgemm.planner.plan`, the enumeration and scoring in
+:mod:`~pyblasgemm.planner.candidates`, the ``PYBLASGEMM_*`` overrides in
+:mod:`~pyblasgemm.planner.overrides`; autotuning builds on those, and this module on it).
 
 Pipeline for one problem (a ``GemmDesc``): backend support (each backend's ``supports``) ->
 candidate kernel configs x decompositions -> the constraint predicate
@@ -13,168 +16,21 @@ decomposition, split count or config bypasses the table.
 """
 from __future__ import annotations
 
-import os
 import sys
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from .. import settings as _env
-from ..backends import BACKEND_NAMES, get_backend
 from ..desc import GemmDesc
-from ..kernels.config import DECOMPOSITIONS, KernelConfig
 from . import model as M
-from .arch import ArchSpec, arch_for_device
-from .problem import kind_of
+from . import overrides
+from .arch import ArchSpec
+from .autotune import lookup, tune_desc
+from .candidates import (_arch, _supports, best_of, enumerate_candidates,  # noqa: F401
+                         kernel_problem_for)
+from .overrides import current_settings
+from .plan import Candidate, Plan
 
 __all__ = ["Plan", "Candidate", "plan_for", "clear_plan_cache", "current_settings", "kernel_problem_for"]
-
-
-# ---------------------------------------------------------------------------------------------
-# Settings (PYBLASGEMM_* environment variables; re-read by clear_plan_cache)
-# ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Settings:
-    backend: str = "auto"
-    cache: bool = True
-    print_plans: bool = False
-    decomposition: str | None = None
-    splits: int | None = None
-    config: KernelConfig | None = None
-    autotune: bool = False
-    measured_choices: bool = True      # consult the measured-choice table (measured.py)
-
-
-def _read_settings() -> Settings:
-    """The planner's variables, validated by :mod:`pyblasgemm.settings` (a bad value raises
-    ``SettingError`` naming the variable); the config name is checked against the kernels."""
-    name = _env.get("PYBLASGEMM_CONFIG")
-    try:
-        cfg = M.parse_config_name(name) if name else None
-    except ValueError as exc:
-        raise _env.SettingError("PYBLASGEMM_CONFIG", name, str(exc)) from None
-    return Settings(_env.get("PYBLASGEMM_BACKEND", BACKEND_NAMES),
-                    not _env.get("PYBLASGEMM_NO_PLAN_CACHE"), _env.get("PYBLASGEMM_PRINT_PLANS"),
-                    _env.get("PYBLASGEMM_DECOMPOSITION", DECOMPOSITIONS),
-                    _env.get("PYBLASGEMM_SPLITS"), cfg, _env.get("PYBLASGEMM_AUTOTUNE"),
-                    not _env.get("PYBLASGEMM_NO_MEASURED_CHOICES"))
-
-
-_settings: Settings | None = None
-
-
-def current_settings() -> Settings:
-    """The planner's settings, read from the environment on first use (not at import) and
-    kept until :func:`clear_plan_cache`."""
-    global _settings
-    s = _settings
-    if s is None:
-        s = _settings = _read_settings()
-    return s
-
-
-# ---------------------------------------------------------------------------------------------
-# Plan
-# ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Candidate:
-    """One scored (or rejected) option: our kernels with ``config``, or cuBLAS (config None)."""
-
-    backend: str
-    config: KernelConfig | None
-    score: M.Score | None          # None when rejected
-    rejected: str = ""             # the constraint that failed
-    calibrated: bool = True        # the tile's efficiency was measured (else extrapolated)
-
-    @property
-    def label(self) -> str:
-        return self.config.name if self.config is not None else self.backend
-
-    @property
-    def time(self) -> float:
-        return self.score.time if self.score is not None else float("inf")
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The decision for one problem: backend, kernel config, decomposition, grid, workspace,
-    predicted time, and the candidates it was chosen from (``explain()`` prints them).
-
-    Example::
-
-        >>> import pyblasgemm
-        >>> p = pyblasgemm.plan(4096, 4096, 4096, "float16")
-        >>> p.backend
-        'cublas'
-        >>> p2 = pyblasgemm.plan(4096, 4096, 4096, "float32", compute="3xtf32")
-        >>> (p2.backend, p2.decomposition)        # doctest: +SKIP
-        ('tensorcore', 'sliced')
-    """
-
-    backend: str
-    reason: str
-    config: object = None              # our kernels: a KernelConfig; else None
-    decomposition: str | None = None
-    splits: int = 1
-    grid: tuple = ()
-    workspace_bytes: int = 0
-    predicted_s: float | None = None
-    source: str = "heuristic"          # 'heuristic', 'measured', 'autotune', 'forced', 'host'
-    arch: ArchSpec | None = field(default=None, compare=False)
-    problem: GemmDesc | None = field(default=None, compare=False, repr=False)
-    candidates: tuple = field(default=(), compare=False, repr=False)
-
-    def explain(self, limit: int = 12) -> str:
-        """A readable report: the problem, the arch spec, the scored candidates (best first,
-        ``limit`` of them; 0 = all) with waves, last-wave utilisation and predicted time, the
-        rejected ones with their reason, and why the winner won.
-        """
-        lines = []
-        d = self.problem
-        if d is not None:
-            batch = f", batch {d.batch}" if d.batch != 1 else ""
-            types = d.row.ab_dtype.name
-            if d.row.c_dtype != d.row.ab_dtype:
-                types += f" -> {d.row.c_dtype.name}"
-            lines.append(f"problem: {d.routine} {types} compute={d.compute} "
-                         f"{d.transa}{d.transb} m={d.m} n={d.n} k={d.k} lda={d.lda} ldb={d.ldb} "
-                         f"ldc={d.ldc}{batch}, {d.align}-byte aligned, {d.xp} device {d.device}")
-        if self.arch is not None:
-            lines.append(f"arch: {self.arch.short()}")
-        cfg = f" config {self.config.name}" if isinstance(self.config, KernelConfig) else ""
-        pred = f", predicted {self.predicted_s * 1e6:.1f} us" if self.predicted_s else ""
-        lines.append(f"plan: backend {self.backend!r}{cfg}{pred} [{self.source}]")
-        if self.backend == "tensorcore" and self.grid:
-            lines.append(f"      decomposition {self.decomposition}, splits {self.splits}, grid "
-                         f"{self.grid}, workspace {self.workspace_bytes} B")
-        lines.append(f"why: {self.reason}")
-        scored = sorted((c for c in self.candidates if c.score is not None), key=lambda c: c.time)
-        if scored:
-            shown = scored if not limit else scored[:limit]
-            lines.append(f"candidates ({len(scored)} scored, best first; times = host + GPU):")
-            lines.append(f"  {'candidate':44} {'waves':>6} {'last':>5} {'occ':>3} {'compute':>9} "
-                         f"{'fixup':>8} {'memory':>8} {'predicted':>10}")
-            for c in shown:
-                s = c.score
-                mark = "*" if (c.backend == self.backend and c.config == self.config) else " "
-                cal = "" if c.calibrated else "  (tile rate extrapolated)"
-                note = f"  {s.note}" if s.note else ""
-                lines.append(f"{mark} {c.label:44} {s.waves:6.2f} {s.last_wave_util:5.2f} "
-                             f"{s.occupancy:3d} {s.compute * 1e6:8.1f}u {s.fixup * 1e6:7.1f}u "
-                             f"{s.memory * 1e6:7.1f}u {s.time * 1e6:9.1f}u{cal}{note}")
-            if limit and len(scored) > limit:
-                lines.append(f"  ... {len(scored) - limit} more (explain(limit=0) shows all)")
-        rejected = [c for c in self.candidates if c.score is None]
-        if rejected:
-            lines.append(f"rejected ({len(rejected)}):")
-            for c in rejected:
-                lines.append(f"  {c.label:44} {c.rejected}")
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        cfg = f" {self.config.name}" if isinstance(self.config, KernelConfig) else ""
-        return f"Plan({self.backend}{cfg})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,100 +80,11 @@ def clear_plan_cache() -> None:
         >>> import pyblasgemm
         >>> pyblasgemm.clear_plan_cache()
     """
-    global _settings
     with _lock:
         _plan_cache.clear()
-        _settings = None
+        overrides.reset()
     from .arch import _by_device
     _by_device.clear()
-
-
-def kernel_problem_for(desc: GemmDesc):
-    """Our kernels' ``KernelProblem`` for ``desc``; the pointers carry ``desc.align`` so the
-    vectorized-copy and element-alignment rules see the real alignment."""
-    from ..backends.tensorcore import kernel_problem
-
-    p = desc.align
-    # C of an element-aligned array is aligned to its element size at least (int32 C of int8)
-    return kernel_problem(desc, p, p, max(p, desc.row.c_dtype.itemsize))
-
-
-def _supports(name: str, desc: GemmDesc):
-    try:
-        module = get_backend(name)
-    except ImportError as exc:
-        return False, f"backend unavailable ({exc})"
-    return module.supports(desc)
-
-
-def _arch(desc: GemmDesc, arch: ArchSpec | None) -> ArchSpec:
-    return arch if arch is not None else arch_for_device(desc.device)
-
-
-def _split_choices(tiles: int, kt: int, slots: int) -> list[int]:
-    want = {2, 3, 4, 6, 8, 12, 16, -(-slots // max(1, tiles)), -(-2 * slots // max(1, tiles))}
-    return sorted(s for s in want if 2 <= s <= min(64, kt // 2))
-
-
-def enumerate_candidates(desc: GemmDesc, arch: ArchSpec, cal: dict) -> list[Candidate]:
-    """Every candidate config for our kernels on ``desc``, scored or rejected with the reason."""
-    kind = kind_of(desc)
-    prob = kernel_problem_for(desc)
-    out = []
-    settings = current_settings()
-    forced = settings.config
-    tiles_cfgs = [forced] if forced is not None else M.candidate_configs(kind, cal, arch)
-    for base in tiles_cfgs:
-        ok, why = M.check(replace(base, decomposition="sliced", splits=0), prob, arch)
-        if not ok and forced is None:
-            out.append(Candidate("tensorcore", base, None, why))
-            continue
-        if forced is None and base.is_sm90 and base.bm > max(64, 2 * desc.m):
-            # Pruned, not impossible: the model prices a tile by its whole MMA work, but measured
-            # (planner_sm90_h100_2026-11-22_run3.json) 192/256-wide tiles on m <= 128 ran 1.3-1.7x
-            # slower than the best, worse than the model says.
-            out.append(Candidate("tensorcore", base, None, f"tile width bm={base.bm} is more than twice "
-                                 f"m={desc.m}: most of its MMA work would be padding"))
-            continue
-        occ = M.occupancy(base, kind, arch)
-        tiles = -(-desc.m // base.bm) * -(-desc.n // base.bn) * desc.batch
-        kt = -(-desc.k // base.bk)
-        if forced is not None:
-            variants = [forced]
-        elif base.cluster > 1:
-            variants = [base]      # clusters run the data-parallel schedule only
-        else:
-            variants = [base, replace(base, decomposition="hybrid"), replace(base, decomposition="streamk")]
-            forced_splits = settings.splits
-            for s in ([forced_splits] if forced_splits else _split_choices(tiles, kt, arch.sm_count * occ)):
-                # serial chains longer than 8 rarely pay; the Hopper kernel's split-k is parallel
-                if (s <= 8 or forced_splits) and not base.is_sm90:
-                    variants.append(replace(base, decomposition="splitk_serial", splits=s))
-                variants.append(replace(base, decomposition="splitk_parallel", splits=s))
-        for cfg in variants:
-            if settings.decomposition and cfg.decomposition != settings.decomposition:
-                continue
-            if settings.splits and cfg.decomposition.startswith("splitk") and cfg.splits != settings.splits:
-                continue
-            ok, why = M.check(cfg, prob, arch)
-            if not ok:
-                out.append(Candidate("tensorcore", cfg, None, why))
-                continue
-            _, calibrated = M.tile_efficiency(cfg, kind, cal)
-            out.append(Candidate("tensorcore", cfg, M.score_ours(cfg, prob, arch, cal, occ), "",
-                                 calibrated))
-    return out
-
-
-def best_of(cands) -> Candidate | None:
-    """The fastest scored candidate; within 1% the simpler decomposition (sliced first)."""
-    scored = [c for c in cands if c.score is not None]
-    if not scored:
-        return None
-    t0 = min(c.time for c in scored)
-    near = [c for c in scored if c.time <= t0 * (1 + M.TIE)]
-    return min(near, key=lambda c: (M.SIMPLICITY.get(c.config.decomposition, 9)
-                                    if c.config is not None else -1, c.time))
 
 
 def _ours_plan(desc, arch, winner: Candidate, reason, cands, source="heuristic") -> Plan:
@@ -402,8 +169,6 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
     ours_best = best_of(c for c in cands if c.backend == "tensorcore")
     if (requested in ("auto", "tensorcore") and not autotune and ours_ok
             and current_settings().config is None and current_settings().decomposition is None):
-        from .autotune import lookup
-
         cached = lookup(desc, arch, cands, allow_cublas=requested == "auto")
         if cached is not None:
             return cached
@@ -563,6 +328,5 @@ def _measured_reason(entry, desc, ours_best, cublas_cand) -> str:
 
 
 def _autotuned(desc, arch, cands, ours_best, forced: bool) -> Plan:
-    from .autotune import tune_desc
 
     return tune_desc(desc, arch=arch, candidates=cands, include_cublas=not forced)

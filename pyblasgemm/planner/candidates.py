@@ -1,0 +1,104 @@
+"""Candidates: every kernel config x decomposition our kernels could run a problem with, each
+scored by the cost model or rejected with the constraint that failed; and the pick among them.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..backends import get_backend
+from ..desc import GemmDesc
+from . import model as M
+from .arch import ArchSpec, arch_for_device
+from .overrides import current_settings
+from .plan import Candidate
+from .problem import kind_of
+
+__all__ = ["kernel_problem_for", "enumerate_candidates", "best_of"]
+
+
+def kernel_problem_for(desc: GemmDesc):
+    """Our kernels' ``KernelProblem`` for ``desc``; the pointers carry ``desc.align`` so the
+    vectorized-copy and element-alignment rules see the real alignment."""
+    from ..backends.tensorcore import kernel_problem
+
+    p = desc.align
+    # C of an element-aligned array is aligned to its element size at least (int32 C of int8)
+    return kernel_problem(desc, p, p, max(p, desc.row.c_dtype.itemsize))
+
+
+def _supports(name: str, desc: GemmDesc):
+    try:
+        module = get_backend(name)
+    except ImportError as exc:
+        return False, f"backend unavailable ({exc})"
+    return module.supports(desc)
+
+
+def _arch(desc: GemmDesc, arch: ArchSpec | None) -> ArchSpec:
+    return arch if arch is not None else arch_for_device(desc.device)
+
+
+def _split_choices(tiles: int, kt: int, slots: int) -> list[int]:
+    want = {2, 3, 4, 6, 8, 12, 16, -(-slots // max(1, tiles)), -(-2 * slots // max(1, tiles))}
+    return sorted(s for s in want if 2 <= s <= min(64, kt // 2))
+
+
+def enumerate_candidates(desc: GemmDesc, arch: ArchSpec, cal: dict) -> list[Candidate]:
+    """Every candidate config for our kernels on ``desc``, scored or rejected with the reason."""
+    kind = kind_of(desc)
+    prob = kernel_problem_for(desc)
+    out = []
+    settings = current_settings()
+    forced = settings.config
+    tiles_cfgs = [forced] if forced is not None else M.candidate_configs(kind, cal, arch)
+    for base in tiles_cfgs:
+        ok, why = M.check(replace(base, decomposition="sliced", splits=0), prob, arch)
+        if not ok and forced is None:
+            out.append(Candidate("tensorcore", base, None, why))
+            continue
+        if forced is None and base.is_sm90 and base.bm > max(64, 2 * desc.m):
+            # Pruned, not impossible: the model prices a tile by its whole MMA work, but measured
+            # (planner_sm90_h100_2026-11-22_run3.json) 192/256-wide tiles on m <= 128 ran 1.3-1.7x
+            # slower than the best, worse than the model says.
+            out.append(Candidate("tensorcore", base, None, f"tile width bm={base.bm} is more than twice "
+                                 f"m={desc.m}: most of its MMA work would be padding"))
+            continue
+        occ = M.occupancy(base, kind, arch)
+        tiles = -(-desc.m // base.bm) * -(-desc.n // base.bn) * desc.batch
+        kt = -(-desc.k // base.bk)
+        if forced is not None:
+            variants = [forced]
+        elif base.cluster > 1:
+            variants = [base]      # clusters run the data-parallel schedule only
+        else:
+            variants = [base, replace(base, decomposition="hybrid"), replace(base, decomposition="streamk")]
+            forced_splits = settings.splits
+            for s in ([forced_splits] if forced_splits else _split_choices(tiles, kt, arch.sm_count * occ)):
+                # serial chains longer than 8 rarely pay; the Hopper kernel's split-k is parallel
+                if (s <= 8 or forced_splits) and not base.is_sm90:
+                    variants.append(replace(base, decomposition="splitk_serial", splits=s))
+                variants.append(replace(base, decomposition="splitk_parallel", splits=s))
+        for cfg in variants:
+            if settings.decomposition and cfg.decomposition != settings.decomposition:
+                continue
+            if settings.splits and cfg.decomposition.startswith("splitk") and cfg.splits != settings.splits:
+                continue
+            ok, why = M.check(cfg, prob, arch)
+            if not ok:
+                out.append(Candidate("tensorcore", cfg, None, why))
+                continue
+            _, calibrated = M.tile_efficiency(cfg, kind, cal)
+            out.append(Candidate("tensorcore", cfg, M.score_ours(cfg, prob, arch, cal, occ), "",
+                                 calibrated))
+    return out
+
+
+def best_of(cands) -> Candidate | None:
+    """The fastest scored candidate; within 1% the simpler decomposition (sliced first)."""
+    scored = [c for c in cands if c.score is not None]
+    if not scored:
+        return None
+    t0 = min(c.time for c in scored)
+    near = [c for c in scored if c.time <= t0 * (1 + M.TIE)]
+    return min(near, key=lambda c: (M.SIMPLICITY.get(c.config.decomposition, 9)
+                                    if c.config is not None else -1, c.time))

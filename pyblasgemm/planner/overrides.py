@@ -1,0 +1,61 @@
+"""What the user forced through ``PYBLASGEMM_*`` variables: the planner's overrides.
+
+Read from :mod:`pyblasgemm.settings` on first use (never at import) and kept until
+:func:`reset` (which :func:`pyblasgemm.clear_plan_cache` calls).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import settings as _env
+from ..backends import BACKEND_NAMES
+from ..kernels.config import DECOMPOSITIONS, KernelConfig
+from . import model as M
+
+__all__ = ["Settings", "current_settings", "reset"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    backend: str = "auto"
+    cache: bool = True
+    print_plans: bool = False
+    decomposition: str | None = None
+    splits: int | None = None
+    config: KernelConfig | None = None
+    autotune: bool = False
+    measured_choices: bool = True      # consult the measured-choice table (measured.py)
+
+
+def _read_settings() -> Settings:
+    """The planner's variables, validated by :mod:`pyblasgemm.settings` (a bad value raises
+    ``SettingError`` naming the variable); the config name is checked against the kernels."""
+    name = _env.get("PYBLASGEMM_CONFIG")
+    try:
+        cfg = M.parse_config_name(name) if name else None
+    except ValueError as exc:
+        raise _env.SettingError("PYBLASGEMM_CONFIG", name, str(exc)) from None
+    return Settings(_env.get("PYBLASGEMM_BACKEND", BACKEND_NAMES),
+                    not _env.get("PYBLASGEMM_NO_PLAN_CACHE"), _env.get("PYBLASGEMM_PRINT_PLANS"),
+                    _env.get("PYBLASGEMM_DECOMPOSITION", DECOMPOSITIONS),
+                    _env.get("PYBLASGEMM_SPLITS"), cfg, _env.get("PYBLASGEMM_AUTOTUNE"),
+                    not _env.get("PYBLASGEMM_NO_MEASURED_CHOICES"))
+
+
+_settings: Settings | None = None
+
+
+def current_settings() -> Settings:
+    """The planner's settings, read from the environment on first use (not at import) and
+    kept until :func:`clear_plan_cache`."""
+    global _settings
+    s = _settings
+    if s is None:
+        s = _settings = _read_settings()
+    return s
+
+
+def reset() -> None:
+    """Forget the settings read; the next :func:`current_settings` reads the environment."""
+    global _settings
+    _settings = None

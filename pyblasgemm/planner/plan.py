@@ -1,0 +1,111 @@
+"""The planner's verdicts: a :class:`Candidate` per option considered, and the :class:`Plan`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..desc import GemmDesc
+from ..kernels.config import KernelConfig
+from . import model as M
+from .arch import ArchSpec
+
+__all__ = ["Candidate", "Plan"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One scored (or rejected) option: our kernels with ``config``, or cuBLAS (config None)."""
+
+    backend: str
+    config: KernelConfig | None
+    score: M.Score | None          # None when rejected
+    rejected: str = ""             # the constraint that failed
+    calibrated: bool = True        # the tile's efficiency was measured (else extrapolated)
+
+    @property
+    def label(self) -> str:
+        return self.config.name if self.config is not None else self.backend
+
+    @property
+    def time(self) -> float:
+        return self.score.time if self.score is not None else float("inf")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The decision for one problem: backend, kernel config, decomposition, grid, workspace,
+    predicted time, and the candidates it was chosen from (``explain()`` prints them).
+
+    Example::
+
+        >>> import pyblasgemm
+        >>> p = pyblasgemm.plan(4096, 4096, 4096, "float16")
+        >>> p.backend
+        'cublas'
+        >>> p2 = pyblasgemm.plan(4096, 4096, 4096, "float32", compute="3xtf32")
+        >>> (p2.backend, p2.decomposition)        # doctest: +SKIP
+        ('tensorcore', 'sliced')
+    """
+
+    backend: str
+    reason: str
+    config: object = None              # our kernels: a KernelConfig; else None
+    decomposition: str | None = None
+    splits: int = 1
+    grid: tuple = ()
+    workspace_bytes: int = 0
+    predicted_s: float | None = None
+    source: str = "heuristic"          # 'heuristic', 'measured', 'autotune', 'forced', 'host'
+    arch: ArchSpec | None = field(default=None, compare=False)
+    problem: GemmDesc | None = field(default=None, compare=False, repr=False)
+    candidates: tuple = field(default=(), compare=False, repr=False)
+
+    def explain(self, limit: int = 12) -> str:
+        """A readable report: the problem, the arch spec, the scored candidates (best first,
+        ``limit`` of them; 0 = all) with waves, last-wave utilisation and predicted time, the
+        rejected ones with their reason, and why the winner won.
+        """
+        lines = []
+        d = self.problem
+        if d is not None:
+            batch = f", batch {d.batch}" if d.batch != 1 else ""
+            types = d.row.ab_dtype.name
+            if d.row.c_dtype != d.row.ab_dtype:
+                types += f" -> {d.row.c_dtype.name}"
+            lines.append(f"problem: {d.routine} {types} compute={d.compute} "
+                         f"{d.transa}{d.transb} m={d.m} n={d.n} k={d.k} lda={d.lda} ldb={d.ldb} "
+                         f"ldc={d.ldc}{batch}, {d.align}-byte aligned, {d.xp} device {d.device}")
+        if self.arch is not None:
+            lines.append(f"arch: {self.arch.short()}")
+        cfg = f" config {self.config.name}" if isinstance(self.config, KernelConfig) else ""
+        pred = f", predicted {self.predicted_s * 1e6:.1f} us" if self.predicted_s else ""
+        lines.append(f"plan: backend {self.backend!r}{cfg}{pred} [{self.source}]")
+        if self.backend == "tensorcore" and self.grid:
+            lines.append(f"      decomposition {self.decomposition}, splits {self.splits}, grid "
+                         f"{self.grid}, workspace {self.workspace_bytes} B")
+        lines.append(f"why: {self.reason}")
+        scored = sorted((c for c in self.candidates if c.score is not None), key=lambda c: c.time)
+        if scored:
+            shown = scored if not limit else scored[:limit]
+            lines.append(f"candidates ({len(scored)} scored, best first; times = host + GPU):")
+            lines.append(f"  {'candidate':44} {'waves':>6} {'last':>5} {'occ':>3} {'compute':>9} "
+                         f"{'fixup':>8} {'memory':>8} {'predicted':>10}")
+            for c in shown:
+                s = c.score
+                mark = "*" if (c.backend == self.backend and c.config == self.config) else " "
+                cal = "" if c.calibrated else "  (tile rate extrapolated)"
+                note = f"  {s.note}" if s.note else ""
+                lines.append(f"{mark} {c.label:44} {s.waves:6.2f} {s.last_wave_util:5.2f} "
+                             f"{s.occupancy:3d} {s.compute * 1e6:8.1f}u {s.fixup * 1e6:7.1f}u "
+                             f"{s.memory * 1e6:7.1f}u {s.time * 1e6:9.1f}u{cal}{note}")
+            if limit and len(scored) > limit:
+                lines.append(f"  ... {len(scored) - limit} more (explain(limit=0) shows all)")
+        rejected = [c for c in self.candidates if c.score is None]
+        if rejected:
+            lines.append(f"rejected ({len(rejected)}):")
+            for c in rejected:
+                lines.append(f"  {c.label:44} {c.rejected}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        cfg = f" {self.config.name}" if isinstance(self.config, KernelConfig) else ""
+        return f"Plan({self.backend}{cfg})"
