@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from . import _arrays
 from ._layout import blas_layout, blas_layouts, compose_op, may_overlap
-from .desc import GemmDesc, alignment
+from .desc import GemmDesc, alignment, check_backend_place
 from .execute import execute, scale_c
 
 
@@ -38,6 +38,8 @@ def strided_gemm(routine, row, compute, backend, transa, transb, a, b, c, alpha,
     """c[i] = alpha * op(a[i]) @ op(b[i]) + beta * c[i], i < batch, entries ``strides`` bytes
     apart from the first element of a, b, c (whose last two dims are the matrices).
     ``fresh_c``: c was just allocated by the caller, so it cannot overlap a or b."""
+    if backend is not None:     # a forced backend must suit the arrays, empty problems too
+        check_backend_place(routine, backend, _arrays.array_module_name(c))
     m, n = c.shape[-2:]
     k = a.shape[-1] if transa == "N" else a.shape[-2]
     if m == 0 or n == 0 or batch == 0:

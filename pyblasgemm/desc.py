@@ -245,6 +245,19 @@ def check_backend(routine: str, backend) -> str | None:
                      f"{', '.join(repr(b) for b in BACKEND_NAMES)}")
 
 
+def check_backend_place(routine: str, backend: str | None, xp: str) -> None:
+    """A forced backend runs where the arrays are: 'host' on NumPy arrays, the GPU backends on
+    CuPy arrays. Checked for every call, the degenerate ones (k = 0, alpha = 0) included."""
+    if backend is None or backend == "auto":
+        return
+    on_host = xp == "numpy"
+    if on_host != (backend == "host"):
+        wanted = "NumPy" if backend == "host" else "CuPy"
+        got = "NumPy" if on_host else "CuPy"
+        raise ValueError(f"{routine}: backend={backend!r} runs on {wanted} arrays, "
+                         f"but the arrays are {got} arrays")
+
+
 def check_same_place(routine: str, named_arrays) -> tuple:
     """All arrays NumPy, or all CuPy on one device. Returns (xp name, device)."""
     first_name, first = named_arrays[0]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from . import _arrays
 from .backends import get_backend
-from .desc import GemmDesc
+from .desc import GemmDesc, check_backend_place
 from .kernels.scale import scale_ieee
 from .planner import plan_for
 
@@ -37,6 +37,8 @@ def scale_c(desc: GemmDesc, c) -> None:
 
 def execute(desc: GemmDesc, a, b, c, backend: str | None = None, autotune=None) -> None:
     """Run ``desc`` on the arrays: quick return, scaling only, or a planned backend call."""
+    if backend is not None:
+        check_backend_place(desc.routine, backend, desc.xp)   # before the quick returns too
     if desc.is_noop:
         return
     if desc.scales_only:

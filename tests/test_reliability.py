@@ -25,10 +25,13 @@ EMPTY_BATCH_SHAPES = [((0, 3, 2), (0, 2, 4)), ((0, 3, 2), (2, 4)), ((5, 0, 3, 2)
 @pytest.mark.parametrize("shapes", EMPTY_BATCH_SHAPES, ids=str)
 def test_matmul_empty_batch_dimension(xp, shapes, dtype):
     """A zero-size batch dimension gives the library's own empty result (was IndexError)."""
-    if xp is not np and dtype == ml_dtypes.bfloat16:
-        pytest.skip("cupy.matmul has no bfloat16 loop to compare with")
     a, b = xp.ones(shapes[0], dtype=dtype), xp.ones(shapes[1], dtype=dtype)
-    got, want = pyblasgemm.matmul(a, b), (np.matmul if xp is np else xp.matmul)(a, b)
+    got = pyblasgemm.matmul(a, b)
+    if xp is not np and dtype == ml_dtypes.bfloat16:
+        # cupy.matmul has no bfloat16 loop: NumPy's shape, CuPy's promotion (bfloat16)
+        want = xp.empty(np.matmul(np.ones(shapes[0]), np.ones(shapes[1])).shape, dtype=dtype)
+    else:
+        want = (np.matmul if xp is np else xp.matmul)(a, b)
     assert type(got) is type(want) and got.shape == want.shape and got.dtype == want.dtype
     out = xp.empty(want.shape, dtype=want.dtype)
     assert pyblasgemm.matmul(a, b, out=out) is out
@@ -147,8 +150,6 @@ def test_matmul_axes_and_subok_on_the_host():
 def test_negative_zero_beta_does_not_read_c(xp, prefix, backend):
     """beta = -0.0 is beta == 0: C is not read (the GPU fuzz found cuBLAS reading it, so NaN
     in C came back as NaN: cuBLAS tests beta's bits)."""
-    if xp is np and backend == "cublas":
-        pytest.skip("cuBLAS runs CuPy arrays")
     from _ref import DTYPES
     dtype = DTYPES[prefix]
     rng = np.random.default_rng(3)
@@ -156,6 +157,12 @@ def test_negative_zero_beta_does_not_read_c(xp, prefix, backend):
     a = xp.asarray(a_h)
     c = xp.full(16, np.nan, dtype=dtype)
     beta = complex(-0.0, -0.0) if prefix in "cz" else -0.0
+    if xp is np and backend == "cublas":       # refused before any work: C untouched
+        with pytest.raises(ValueError, match="backend='cublas' runs on CuPy arrays"):
+            getattr(pyblasgemm, prefix + "gemm")("N", "T", 4, 4, 4, 1.0, a, 4, a, 4, beta, c,
+                                                  4, backend=backend)
+        assert np.all(np.isnan(c))
+        return
     getattr(pyblasgemm, prefix + "gemm")("N", "T", 4, 4, 4, 1.0, a, 4, a, 4, beta, c, 4,
                                           backend=backend)
     a64 = a_h.astype(np.complex128).reshape(4, 4, order="F")
@@ -174,10 +181,6 @@ def test_subnormal_terms_are_kept(xp, prefix, backend, k):
     found our epilogue and the alpha = 0 / k = 0 path flushing them: CuPy compiles with
     -ftz=true); the result matches the float64 reference like cuBLAS's."""
     from _ref import DTYPES, check_close, expected
-    if xp is np and backend is not None:
-        pytest.skip("GPU backends run CuPy arrays")
-    if backend == "tensorcore" and prefix in "sc":
-        pytest.skip("our kernels serve float32 through tf32/3xtf32 only, complex not at all")
     dtype = DTYPES[prefix]
     rng = np.random.default_rng(5)
     a_h = rng.uniform(0.5, 1, 4 * max(k, 1)).astype(dtype)
@@ -187,10 +190,36 @@ def test_subnormal_terms_are_kept(xp, prefix, backend, k):
     a, c = xp.asarray(a_h), xp.asarray(c_h)
     alpha = 0.0 if k == 0 else FLT_MIN
     beta = complex(0, FLT_MIN) if prefix == "c" else FLT_MIN
-    getattr(pyblasgemm, prefix + "gemm")("N", "T", 4, 4, k, alpha, a, 4, a, 4, beta, c, 4,
-                                          backend=backend)
+    routine = getattr(pyblasgemm, prefix + "gemm")
+    refusal = None
+    if xp is np and backend is not None:
+        refusal = ValueError            # GPU backends run CuPy arrays
+    elif backend == "tensorcore" and prefix in "sc" and k:
+        refusal = NotImplementedError   # float32 through tf32/3xtf32 only, complex not at all
+    if refusal is not None:
+        with pytest.raises(refusal):
+            routine("N", "T", 4, 4, k, alpha, a, 4, a, 4, beta, c, 4, backend=backend)
+        np.testing.assert_array_equal(to_host(c), c_h)      # nothing written
+        return
+    routine("N", "T", 4, 4, k, alpha, a, 4, a, 4, beta, c, 4, backend=backend)
     opa = a_h.reshape(max(k, 1), 4).T[:, :k]
     ref, scale = expected(alpha, opa, opa.T, beta, c_h.reshape(4, 4, order="F"))
     got = to_host(c).reshape(4, 4, order="F")
     check_close(got, ref, scale, prefix, {"s": "fp32", "b": "fp32", "h": "fp32", "c": "fp32"}[prefix])
     assert np.all(np.abs(got.astype(np.complex128)) > 0) or prefix == "h"   # nothing flushed
+
+
+@pytest.mark.parametrize("form", ["raw", "gemm", "matmul"])
+def test_forced_gpu_backend_on_numpy_arrays_is_refused_for_empty_problems_too(form):
+    """k = 0 / empty shapes are answered without planning, but a backend that cannot run the
+    arrays is still an error (it was silently run on the host)."""
+    a = np.ones((3, 0), dtype=np.float32)
+    with pytest.raises(ValueError, match="backend='cublas' runs on CuPy arrays"):
+        if form == "raw":
+            pyblasgemm.sgemm("N", "N", 3, 3, 0, 1.0, np.ones(3, np.float32), 3,
+                             np.ones(3, np.float32), 1, 0.0, np.ones(9, np.float32), 3,
+                             backend="cublas")
+        elif form == "gemm":
+            pyblasgemm.gemm("N", "T", a, a, backend="cublas")
+        else:
+            pyblasgemm.matmul(a, a.T, backend="cublas")

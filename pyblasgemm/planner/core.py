@@ -20,7 +20,7 @@ import sys
 import threading
 from dataclasses import replace
 
-from ..desc import GemmDesc
+from ..desc import GemmDesc, check_backend_place
 from . import model as M
 from . import overrides
 from .arch import ArchSpec
@@ -139,11 +139,7 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
     if requested == "auto" and on_host:
         return Plan("host", "NumPy arrays run on the host (NumPy/SciPy BLAS)", source="host",
                     problem=desc)
-    if requested != "auto" and on_host != (requested == "host"):
-        wanted = "NumPy" if requested == "host" else "CuPy"
-        got = "NumPy" if on_host else "CuPy"
-        raise ValueError(f"{desc.routine}: backend={requested!r} runs on {wanted} arrays, "
-                         f"but the arrays are {got} arrays")
+    check_backend_place(desc.routine, requested, desc.xp)
     if requested == "host":
         return Plan("host", "forced by backend= / PYBLASGEMM_BACKEND", source="forced", problem=desc)
     arch = _arch(desc, arch)
