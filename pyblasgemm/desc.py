@@ -201,6 +201,14 @@ def check_scalar(routine: str, position: int, name: str, value, row: TypeRow):
     pyblasgemm.desc.BlasArgumentError: sgemm: parameter 6 (alpha=1000000000000000000000000000000000000000) is outside the float32 range of sgemm's scalars (|alpha| <= 3.4028234663852886e+38)
     """
     kind = row.scalar_kind
+    t = type(value)
+    if kind == "real" and (t is float or t is int):   # the common case, before the ABC checks
+        try:
+            v = float(value) + 0.0          # + 0.0 turns -0.0 into +0.0 (see the end)
+        except OverflowError:
+            v = math.inf                    # named below
+        if abs(v) <= _SCALAR_LIMITS[row.prefix]:
+            return v
     value = _scalar_value(value)
     if kind == "int":
         if isinstance(value, Integral) and not isinstance(value, bool):
