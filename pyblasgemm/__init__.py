@@ -16,6 +16,8 @@ from .blas import bgemm, cgemm, dgemm, hgemm, igemm, sbgemm, sgemm, shgemm, zgem
 from .desc import BlasArgumentError, GemmDesc
 from .gemm import gemm
 from .matmul import matmul
+from .plancache import get_plan_cache
+from .stateful import Matmul
 from . import desc, planner
 from .planner import Plan, clear_plan_cache, plan, tune
 
@@ -23,7 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "sgemm", "dgemm", "hgemm", "bgemm", "igemm", "cgemm", "zgemm", "shgemm", "sbgemm",
-    "gemm", "matmul",
+    "gemm", "matmul", "Matmul", "get_plan_cache",
     "BlasArgumentError", "GemmDesc", "Plan", "clear_plan_cache", "plan", "tune",
     "set_default_compute", "get_default_compute",
     "__version__",

@@ -11,7 +11,7 @@ The common case (every stride describable, no overlap) is read straight off shap
 """
 from __future__ import annotations
 
-from . import _arrays
+from . import _arrays, streams
 from ._layout import blas_layout, blas_layouts, compose_op, may_overlap
 from .desc import GemmDesc, alignment, check_backend_place
 from .execute import execute, scale_c
@@ -34,27 +34,33 @@ def _extent(ptr, shape2, strides2, itemsize, batch, bstride):
 
 
 def strided_gemm(routine, row, compute, backend, transa, transb, a, b, c, alpha, beta,
-                 batch=1, strides=(0, 0, 0), fresh_c=False, autotune=None):
+                 batch=1, strides=(0, 0, 0), fresh_c=False, autotune=None, stream=None):
     """c[i] = alpha * op(a[i]) @ op(b[i]) + beta * c[i], i < batch, entries ``strides`` bytes
     apart from the first element of a, b, c (whose last two dims are the matrices).
-    ``fresh_c``: c was just allocated by the caller, so it cannot overlap a or b."""
+    ``fresh_c``: c was just allocated by the caller, so it cannot overlap a or b. ``stream``:
+    a raw handle or None (CuPy's current stream).
+
+    Returns ``(launch, swapped)`` when the call ran as one launch on the arrays' own memory
+    (``swapped``: as Cᵀ = op(B)ᵀ op(A)ᵀ, i.e. ``launch(b, a, c)``), else None."""
     if backend is not None:     # a forced backend must suit the arrays, empty problems too
         check_backend_place(routine, backend, _arrays.array_module_name(c))
     m, n = c.shape[-2:]
     k = a.shape[-1] if transa == "N" else a.shape[-2]
     if m == 0 or n == 0 or batch == 0:
-        return
+        return None
     fast = None
     if k != 0 and alpha != 0 and min(strides) >= 0:
         fast = _fast_desc(routine, row, compute, transa, transb, a, b, c, alpha, beta, batch,
                           strides, m, n, k, fresh_c)
     if fast is not None:
-        desc, a, b = fast
-        execute(desc, a, b, c, backend, autotune)
-    else:
+        desc, a, b, swapped = fast
+        launch = execute(desc, a, b, c, backend, autotune, stream)
+        return None if launch is None else (launch, swapped)
+    with streams.on(stream):
         _general(routine, row, compute, backend, transa, transb,
                  *(_as_3d(x, batch, s) for x, s in zip((a, b, c), strides)), alpha, beta,
-                 autotune)
+                 autotune, stream)
+    return None
 
 
 def _fast_desc(routine, row, compute, ta, tb, a, b, c, alpha, beta, batch, strides, m, n, k,
@@ -94,7 +100,7 @@ def _fast_desc(routine, row, compute, ta, tb, a, b, c, alpha, beta, batch, strid
     desc = GemmDesc(routine, row.prefix, compute, fa, fb, m, n, k, lda, ldb, lc[1], batch,
                     sa, sb, sc, _arrays.array_module_name(c), _arrays.device_id(c), align, alpha,
                     beta)
-    return desc, a, b
+    return desc, a, b, pt
 
 
 def _as_3d(x, count, step_bytes):
@@ -153,7 +159,7 @@ def _output_layout(c, inputs):
 
 
 def _general(routine, row, compute, backend, transa, transb, a, b, c, alpha, beta,
-             autotune=None):
+             autotune=None, stream=None):
     """The same product for 3-D views, with copies/temporaries where strides demand them."""
     xp_name = _arrays.array_module_name(c)
     xp = _arrays.xp_of(xp_name)
@@ -184,6 +190,6 @@ def _general(routine, row, compute, backend, transa, transb, a, b, c, alpha, bet
                           lda * isz, ldb * isz, ldc * csz, sa * isz, sb * isz, sc * csz)
         desc = GemmDesc(routine, row.prefix, compute, fa, fb, m, n, k, lda, ldb, ldc, batch,
                         sa, sb, sc, xp_name, _arrays.device_id(c), align, alpha, beta)
-        execute(desc, a, b, target, backend, autotune)
+        execute(desc, a, b, target, backend, autotune, stream)
     if target is not c:
         c[...] = target

@@ -7,8 +7,13 @@ Reference-BLAS semantics on column-major memory, as a Fortran or cuBLAS caller e
 from __future__ import annotations
 
 from ._types import TYPE_ROWS
+from . import _arrays, calls, interop, streams
 from .desc import describe_blas
 from .execute import execute
+from .gemm import _PLAIN, _scalar_limit
+from .matmul import _plain_word
+
+_CUPY = [None]
 
 _DOC = """{title}
 
@@ -131,11 +136,59 @@ def _make(prefix: str):
     row = TYPE_ROWS[prefix]
 
     def xgemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, *,
-              compute=None, backend=None, autotune=None):
+              compute=None, backend=None, autotune=None, stream=None):
+        t = type(a)
+        if (t is _CUPY[0] and type(b) is t and type(c) is t and autotune is None
+                and type(transa) is str
+                and type(transb) is str and type(m) is int and type(n) is int
+                and type(k) is int and type(lda) is int and type(ldb) is int
+                and type(ldc) is int):
+            # a repeated CuPy call: its signature maps straight to the launch that ran it
+            mem_a, mem_b, mem_c = a.data, b.data, c.data
+            pa, pb, pc = mem_a.ptr, mem_b.ptr, mem_c.ptr
+            key = ("call", prefix, compute, backend, transa, transb, m, n, k, lda, ldb, ldc,
+                   type(alpha), type(beta), a.dtype, a.shape, a.strides, b.dtype, b.shape,
+                   b.strides, c.dtype, c.shape, c.strides, mem_a.device_id, mem_b.device_id,
+                   mem_c.device_id, _arrays.current_device(), (pa | pb | pc) & 15)
+            call = calls.get(key)
+            if call is not None and not calls.overlaps(call, pa, pb, pc):
+                lim = call.limit
+                if -lim <= alpha <= lim and -lim <= beta <= lim and alpha != 0:
+                    call.launch(pa, pb, pc, alpha + call.zero, beta + call.zero,
+                                streams.current() if stream is None else streams.handle(stream))
+                    return c
+        elif _CUPY[0] is None and calls.cupy_type() is not None:
+            _CUPY[0] = calls.cupy_type()
+        if interop.is_foreign(a, b, c):
+            # PyTorch / JAX / CUDA-array-interface buffers: run on views; c is written in place
+            conv = interop.convert(row.routine, [("a", a), ("b", b), ("c", c)], writes=("c",))
+            na, nb, nc = conv.arrays
+            xgemm(transa, transb, m, n, k, alpha, na, lda, nb, ldb, beta, nc, ldc,
+                  compute=compute, backend=backend, autotune=autotune,
+                  stream=conv.stream if stream is None else stream)
+            return c
+        stream = streams.handle(stream)
+        given_compute, given_backend = compute, backend
         desc, backend = describe_blas(row, transa, transb, m, n, k, alpha, a, lda, b, ldb,
                                       beta, c, ldc, compute, backend)
-        execute(desc, a, b, c, backend, autotune)
+        launch = execute(desc, a, b, c, backend, autotune, stream)
+        if (launch is not None and autotune is None and _plain_word(given_compute)
+                and _plain_word(given_backend) and type(transa) is str and type(transb) is str
+                and type(alpha) in _PLAIN[row.scalar_kind]
+                and type(beta) in _PLAIN[row.scalar_kind]):
+            # describe_blas proved this signature valid (int dims: checked there)
+            mem_a, mem_b, mem_c = a.data, b.data, c.data
+            key = ("call", prefix, given_compute, given_backend, transa, transb, m, n, k, lda,
+                   ldb, ldc, type(alpha), type(beta), a.dtype, a.shape, a.strides, b.dtype,
+                   b.shape, b.strides, c.dtype, c.shape, c.strides, mem_a.device_id,
+                   mem_b.device_id, mem_c.device_id, _arrays.current_device(),
+                   (mem_a.ptr | mem_b.ptr | mem_c.ptr) & 15)
+            # spans of the buffers as BLAS reads them (the whole buffers: conservative)
+            calls.record(key, launch, False, a, b, c, False, None, zero, limit)
         return c
+
+    zero = 0 if row.scalar_kind == "int" else 0.0
+    limit = _scalar_limit(row)
 
     xgemm.__name__ = xgemm.__qualname__ = row.routine
     xgemm.__module__ = "pyblasgemm"

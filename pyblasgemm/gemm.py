@@ -1,7 +1,8 @@
 """The pythonic GEMM: shapes come from the 2-D arrays, any memory order, no copies of views."""
 from __future__ import annotations
 
-from . import _arrays
+from . import _arrays, calls, interop, streams
+from .matmul import _plain_word
 from ._strided import strided_gemm
 from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, resolve_compute
 from .desc import check_backend, check_gemm_flag, check_same_place, check_scalar
@@ -15,7 +16,7 @@ def _supported_names() -> str:
 
 
 def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backend=None,
-         autotune=None):
+         autotune=None, stream=None):
     """``out = alpha * op(a) @ op(b) + beta * out`` for 2-D NumPy or CuPy arrays.
 
     The semantics of ``cupy.cublas.gemm``, for every dtype pyblasgemm supports (float16,
@@ -64,7 +65,63 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
     >>> pyblasgemm.gemm('N', 'T', h, h, out=np.empty((1, 1), dtype=np.float32))
     array([[160000.]], dtype=float32)
     """
+    t = type(a)
+    if (t is _CUPY[0] and type(b) is t and autotune is None and type(transa) is str
+            and type(transb) is str):
+        # a repeated CuPy call: its signature maps straight to the launch that ran it
+        mem_a, mem_b = a.data, b.data
+        pa, pb = mem_a.ptr, mem_b.ptr
+        if out is None:
+            key = ("call", _ROUTINE, compute, backend, transa, transb, type(alpha), a.dtype,
+                   b.dtype, a.shape, b.shape, a.strides, b.strides, None, mem_a.device_id,
+                   mem_b.device_id, _arrays.current_device(), (pa | pb) & 15)
+            call = calls.get(key)
+            if call is not None:
+                lim = call.limit
+                if -lim <= alpha <= lim and alpha != 0:
+                    c = _empty(call.shape, call.dtype, call.order)
+                    pc = c.data.ptr
+                    if not pc & call.c_mask:
+                        sptr = streams.current() if stream is None else streams.handle(stream)
+                        alpha += call.zero
+                        if call.swap:
+                            call.launch(pb, pa, pc, alpha, call.zero, sptr)
+                        else:
+                            call.launch(pa, pb, pc, alpha, call.zero, sptr)
+                        return c
+        elif type(out) is t:
+            mem_c = out.data
+            pc = mem_c.ptr
+            key = ("call", _ROUTINE, compute, backend, transa, transb, type(alpha), type(beta),
+                   a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides,
+                   (out.dtype, out.shape, out.strides), mem_a.device_id, mem_b.device_id,
+                   mem_c.device_id, _arrays.current_device(), (pa | pb | pc) & 15)
+            call = calls.get(key)
+            if call is not None and not calls.overlaps(call, pa, pb, pc):
+                lim = call.limit
+                if -lim <= alpha <= lim and -lim <= beta <= lim and alpha != 0:
+                    sptr = streams.current() if stream is None else streams.handle(stream)
+                    alpha += call.zero
+                    beta += call.zero
+                    if call.swap:
+                        call.launch(pb, pa, pc, alpha, beta, sptr)
+                    else:
+                        call.launch(pa, pb, pc, alpha, beta, sptr)
+                    return out
+    elif _CUPY[0] is None and calls.cupy_type() is not None:
+        _CUPY[0] = calls.cupy_type()
+    if interop.is_foreign(a, b, out):
+        # PyTorch / JAX / CUDA-array-interface arrays: run on views, answer in their type
+        conv = interop.convert(_ROUTINE, [("a", a), ("b", b), ("out", out)], writes=("out",))
+        na, nb, nout = conv.arrays
+        result = gemm(transa, transb, na, nb, nout, alpha, beta, compute=compute,
+                      backend=backend, autotune=autotune,
+                      stream=conv.stream if stream is None else stream)
+        return out if out is not None else conv.back(result)
+    stream = streams.handle(stream)
     r = _ROUTINE
+    given_alpha, given_beta = alpha, beta
+    given_compute, given_backend = compute, backend
     for name, x in (("a", a), ("b", b)):
         if _arrays.array_module_name(x) is None:
             raise TypeError(f"{r}: {name} must be a NumPy or CuPy array, not {type(x).__name__}")
@@ -116,6 +173,43 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         for name, x in (("a", a), ("b", b)):
             if may_overlap(out, x):
                 raise ValueError(f"{r}: out overlaps {name} in memory; pass a separate output")
-    strided_gemm(r, row, compute, backend, ta, tb, a, b, out, alpha, beta, fresh_c=fresh,
-                 autotune=autotune)
+    with streams.on(stream if xp_name == "cupy" else None):
+        ran = strided_gemm(r, row, compute, backend, ta, tb, a, b, out, alpha, beta,
+                           fresh_c=fresh, autotune=autotune, stream=stream)
+    if (ran is not None and autotune is None and _plain_word(given_compute)
+            and _plain_word(given_backend) and type(transa) is str and type(transb) is str and type(given_alpha) in _PLAIN[row.scalar_kind]
+            and type(given_beta) in _PLAIN[row.scalar_kind]):
+        # one launch on the caller's own arrays: the next call with this signature goes
+        # straight to it (calls.py)
+        mem_a, mem_b, mem_c = a.data, b.data, out.data
+        devs = (mem_a.device_id, mem_b.device_id)
+        align = mem_a.ptr | mem_b.ptr
+        if fresh:
+            key = ("call", r, given_compute, given_backend, transa, transb, type(given_alpha),
+                   a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides, None) + devs + (
+                       _arrays.current_device(), align & 15)
+        else:
+            key = ("call", r, given_compute, given_backend, transa, transb, type(given_alpha),
+                   type(given_beta), a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides,
+                   (out.dtype, out.shape, out.strides)) + devs + (
+                       mem_c.device_id, _arrays.current_device(), (align | mem_c.ptr) & 15)
+        zero = 0 if row.scalar_kind == "int" else 0.0
+        calls.record(key, ran[0], ran[1], a, b, out, fresh, None, zero, _scalar_limit(row))
     return out
+
+
+#: the scalar types the signature fast path takes as they are, per scalar kind
+_PLAIN = {"real": (float, int), "int": (int,), "complex": ()}
+_CUPY = [None]
+
+
+def _scalar_limit(row):
+    from .desc import INT32_MAX, _SCALAR_LIMITS
+
+    return INT32_MAX if row.scalar_kind == "int" else _SCALAR_LIMITS[row.prefix]
+
+
+def _empty(shape, dtype, order):
+    import cupy
+
+    return cupy.empty(shape, dtype, order=order)

@@ -14,13 +14,15 @@ import sys
 
 import numpy as np
 
-from . import _arrays
+from . import _arrays, calls, interop, streams
 from ._strided import strided_gemm
 from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, resolve_compute
 from ._layout import may_overlap
 from .desc import check_backend
 
 _ROUTINE = "matmul"
+#: cupy.ndarray once seen (the signature fast path compares types by identity)
+_CUPY = [None]
 
 
 def _exact_array(x):
@@ -90,7 +92,7 @@ _NUMPY_DEFAULTS = {"casting": "same_kind", "order": "K", "subok": True, "axes": 
                    "axis": None, "signature": None}
 
 
-def _delegate(a, b, out, dtype=None, numpy_kwargs=None):
+def _delegate(a, b, out, dtype=None, numpy_kwargs=None, stream=None):
     kw = dict(numpy_kwargs or {})
     if dtype is not None:
         kw["dtype"] = dtype
@@ -98,7 +100,8 @@ def _delegate(a, b, out, dtype=None, numpy_kwargs=None):
         kw["out"] = out
     if _exact_array(a) == "cupy" or _exact_array(b) == "cupy" or _arrays.is_cupy_array(out):
         import cupy
-        return cupy.matmul(a, b, **kw)
+        with streams.on(stream):
+            return cupy.matmul(a, b, **kw)
     return np.matmul(a, b, **kw)
 
 
@@ -123,7 +126,7 @@ def _with_dtype(xp_name, a, b, dtype):
 
 
 def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=None,
-           **numpy_kwargs):
+           stream=None, **numpy_kwargs):
     """Matrix product with exactly ``numpy.matmul``'s semantics, on NumPy or CuPy arrays.
 
     1-D operands are promoted (a vector on the left is a row, on the right a column) and the
@@ -146,6 +149,10 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
     backend : {'auto', 'tensorcore', 'cublas', 'host'}, optional
     autotune : bool, optional
         Time the planner's best candidates once per problem (see :func:`pyblasgemm.tune`).
+    stream : optional
+        Where the GPU work is enqueued: a CuPy or PyTorch stream, an object with
+        ``__cuda_stream__``, or a raw ``cudaStream_t`` int (see :mod:`pyblasgemm.streams`).
+        Default: the current stream of the arrays' framework.
     casting, order, subok, axes, axis, signature
         ``numpy.matmul``'s other keywords. At their default values they change nothing; a
         call with any other value (``casting='unsafe'`` into a bool ``out``, ``axes=``...) is
@@ -174,6 +181,54 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
     <BLANKLINE>
            [[21., 30.]]], dtype=float32)
     """
+    t = type(a)
+    if t is _CUPY[0] and type(b) is t and dtype is None and autotune is None and not numpy_kwargs:
+        # a repeated CuPy call: its signature maps straight to the launch that ran it
+        mem_a, mem_b = a.data, b.data
+        pa, pb = mem_a.ptr, mem_b.ptr
+        if out is None:
+            key = ("call", _ROUTINE, compute, backend, a.dtype, b.dtype, a.shape, b.shape,
+                   a.strides, b.strides, None, mem_a.device_id, mem_b.device_id, _get_device(),
+                   (pa | pb) & 15)
+            call = calls.get(key)
+            if call is not None:
+                c = _empty(call.shape, call.dtype)
+                pc = c.data.ptr
+                if not pc & call.c_mask:
+                    sptr = streams.current() if stream is None else streams.handle(stream)
+                    if call.swap:
+                        call.launch(pb, pa, pc, call.one, call.zero, sptr)
+                    else:
+                        call.launch(pa, pb, pc, call.one, call.zero, sptr)
+                    return c
+        elif type(out) is t:
+            mem_c = out.data
+            pc = mem_c.ptr
+            key = ("call", _ROUTINE, compute, backend, a.dtype, b.dtype, a.shape, b.shape,
+                   a.strides, b.strides, (out.dtype, out.shape, out.strides), mem_a.device_id,
+                   mem_b.device_id, mem_c.device_id, _get_device(), (pa | pb | pc) & 15)
+            call = calls.get(key)
+            if call is not None and not calls.overlaps(call, pa, pb, pc):
+                sptr = streams.current() if stream is None else streams.handle(stream)
+                if call.swap:
+                    call.launch(pb, pa, pc, call.one, call.zero, sptr)
+                else:
+                    call.launch(pa, pb, pc, call.one, call.zero, sptr)
+                return out
+    elif _CUPY[0] is None and calls.cupy_type() is not None:
+        _CUPY[0] = calls.cupy_type()
+    if ((type(a) not in _arrays.ARRAY_TYPES or type(b) not in _arrays.ARRAY_TYPES
+         or (out is not None and type(out) not in _arrays.ARRAY_TYPES))
+            and interop.is_foreign(a, b, out)):
+        # PyTorch / JAX / CUDA-array-interface arrays: run on views, answer in their type
+        conv = interop.convert(_ROUTINE, [("a", a), ("b", b), ("out", out)], writes=("out",))
+        na, nb, nout = conv.arrays
+        result = matmul(na, nb, nout, dtype=dtype, compute=compute, backend=backend,
+                        autotune=autotune, stream=conv.stream if stream is None else stream,
+                        **numpy_kwargs)
+        return out if out is not None else conv.back(result)
+    stream = streams.handle(stream)
+    given_compute, given_backend = compute, backend
     if (out is None and dtype is None and compute is None and backend is None and autotune is None
             and not numpy_kwargs and type(a) is type(b)
             and type(a) in _arrays.ARRAY_TYPES and a.ndim == 2 and b.ndim == 2):
@@ -184,70 +239,112 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
             # the common call, 2-D @ 2-D into a new array: no broadcasting, promotion or out=
             xp, row, one, zero = fast
             c = xp.empty((a.shape[0], b.shape[1]), dtype=row.c_dtype)
-            strided_gemm(_ROUTINE, row, resolve_compute(row, None, _ROUTINE), None, "N", "N",
-                         a, b, c, one, zero, fresh_c=True)
+            ran = strided_gemm(_ROUTINE, row, resolve_compute(row, None, _ROUTINE), None, "N",
+                               "N", a, b, c, one, zero, fresh_c=True, stream=stream)
+            if ran is not None and xp is not np:
+                calls.record(_signature(a, b, None), ran[0], ran[1], a, b, c, True, one, zero)
             return c
     if isinstance(out, tuple) and len(out) == 1:
         out = out[0]
     numpy_kwargs = {k: v for k, v in numpy_kwargs.items()
                     if k not in _NUMPY_DEFAULTS or not _is_default(v, _NUMPY_DEFAULTS[k])}
     if numpy_kwargs:
-        return _delegate(a, b, out, dtype, numpy_kwargs)
+        return _delegate(a, b, out, dtype, numpy_kwargs, stream=stream)
     xp_name = _exact_array(a)
     if xp_name is None or _exact_array(b) != xp_name or a.ndim == 0 or b.ndim == 0:
-        return _delegate(a, b, out, dtype)
+        return _delegate(a, b, out, dtype, stream=stream)
     if xp_name == "cupy" and a.device.id != b.device.id:
-        return _delegate(a, b, out, dtype)
+        return _delegate(a, b, out, dtype, stream=stream)
     row = None
     if dtype is None:
         dtypes = _loop_dtypes(xp_name, a.dtype, b.dtype)
     else:
         row, dtypes = _with_dtype(xp_name, a, b, dtype) or (None, None)
     if dtypes is None:
-        return _delegate(a, b, out, dtype)
+        return _delegate(a, b, out, dtype, stream=stream)
     result_dtype = dtypes[1]
     a2 = a[None, :] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
     m, k = a2.shape[-2:]
     k2, n = b2.shape[-2:]
     if k != k2:
-        return _delegate(a, b, out, dtype)
+        return _delegate(a, b, out, dtype, stream=stream)
     try:
         batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
     except ValueError:
-        return _delegate(a, b, out, dtype)
+        return _delegate(a, b, out, dtype, stream=stream)
     shape = batch + (m, n)
     final_shape = shape[:-2] + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
     if out is not None:
         if (_exact_array(out) != xp_name or out.shape != final_shape or out.dtype != result_dtype
                 or not _arrays.is_writeable(out)
                 or (xp_name == "cupy" and out.device.id != a.device.id)):
-            return _delegate(a, b, out, dtype)
+            return _delegate(a, b, out, dtype, stream=stream)
     operand_dtype = dtypes[0]
     row = row or ROW_BY_DTYPE[operand_dtype]
     compute = resolve_compute(row, compute, _ROUTINE)
     backend = check_backend(_ROUTINE, backend)
     xp = _arrays.xp_of(xp_name)
 
-    a2 = a2.astype(operand_dtype, copy=False)
-    b2 = b2.astype(operand_dtype, copy=False)
-    if (out is None or row.c_dtype != result_dtype or may_overlap(out, a)
-            or may_overlap(out, b)):
-        # A fresh C-ordered result: no out, an out that overlaps the inputs (NumPy's answer is
-        # then computed as if from copies), or int8 / bfloat16-to-float32, formed in the row's
-        # output type and converted once (int8: wrapping equals NumPy's int8 accumulation).
-        full, in_place = xp.empty(shape, dtype=row.c_dtype), False
-    else:
-        full, in_place = _with_core_dims(out, a.ndim, b.ndim), True
-    _batched(row, compute, backend, a2, b2, full, autotune)
-    if out is not None:
-        if not in_place:
-            out[...] = full.reshape(final_shape).astype(out.dtype, copy=False)
-        return out
-    result = full.reshape(final_shape).astype(result_dtype, copy=False)
-    if xp_name == "numpy" and result.ndim == 0:
-        return result[()]
-    return result
+    with streams.on(stream if xp_name == "cupy" else None):   # CuPy work of this call (casts, copies) on the same stream
+        a2 = a2.astype(operand_dtype, copy=False)
+        b2 = b2.astype(operand_dtype, copy=False)
+        if (out is None or row.c_dtype != result_dtype or may_overlap(out, a)
+                or may_overlap(out, b)):
+            # A fresh C-ordered result: no out, an out that overlaps the inputs (NumPy's answer is
+            # then computed as if from copies), or int8 / bfloat16-to-float32, formed in the row's
+            # output type and converted once (int8: wrapping equals NumPy's int8 accumulation).
+            full, in_place = xp.empty(shape, dtype=row.c_dtype), False
+        else:
+            full, in_place = _with_core_dims(out, a.ndim, b.ndim), True
+        ran = _batched(row, compute, backend, a2, b2, full, autotune, stream)
+        if (ran is not None and xp_name == "cupy" and a2 is a and b2 is b
+                and full.dtype == result_dtype and autotune is None and dtype is None
+                and _plain_word(given_compute) and _plain_word(given_backend)):
+            # one launch on the caller's own arrays: the next call with this signature goes straight
+            # to it (calls.py)
+            one, zero = (1, 0) if row.prefix == "i" else (1.0, 0.0)
+            calls.record(_signature(a, b, out if in_place else None, given_compute,
+                                    given_backend), ran[0], ran[1], a, b, full, not in_place,
+                         one, zero)
+        if out is not None:
+            if not in_place:
+                out[...] = full.reshape(final_shape).astype(out.dtype, copy=False)
+            return out
+        result = full.reshape(final_shape).astype(result_dtype, copy=False)
+        if xp_name == "numpy" and result.ndim == 0:
+            return result[()]
+        return result
+
+
+def _signature(a, b, out, compute=None, backend=None):
+    """The call-signature key of matmul(a, b, out, compute=, backend=) as given (CuPy
+    arrays; see calls.py)."""
+    mem_a, mem_b = a.data, b.data
+    pa, pb = mem_a.ptr, mem_b.ptr
+    if out is None:
+        return ("call", _ROUTINE, compute, backend, a.dtype, b.dtype, a.shape, b.shape,
+                a.strides, b.strides, None, mem_a.device_id, mem_b.device_id, _get_device(),
+                (pa | pb) & 15)
+    mem_c = out.data
+    return ("call", _ROUTINE, compute, backend, a.dtype, b.dtype, a.shape, b.shape, a.strides,
+            b.strides, (out.dtype, out.shape, out.strides), mem_a.device_id, mem_b.device_id,
+            mem_c.device_id, _get_device(), (pa | pb | mem_c.ptr) & 15)
+
+
+def _plain_word(value) -> bool:
+    """None or a str: a keyword value a signature key can hold as given."""
+    return value is None or type(value) is str
+
+
+def _get_device() -> int:
+    return _arrays.current_device()
+
+
+def _empty(shape, dtype):
+    import cupy
+
+    return cupy.empty(shape, dtype)
 
 
 def _is_default(value, default) -> bool:
@@ -285,21 +382,24 @@ def _origin(x, nb, outer_idx):
     return x[idx]
 
 
-def _batched(row, compute, backend, a, b, c, autotune=None):
-    """c[...] = a @ b over the broadcast batch dims: merged strided batches, a loop outside."""
+def _batched(row, compute, backend, a, b, c, autotune=None, stream=None):
+    """c[...] = a @ b over the broadcast batch dims: merged strided batches, a loop outside.
+    Returns strided_gemm's ``(launch, swapped)`` when it all ran as one launch, else None."""
     batch = c.shape[:-2]
     if 0 in batch:
-        return          # an empty batch: nothing to compute (and no matrix to index)
+        return None     # an empty batch: nothing to compute (and no matrix to index)
     nb = len(batch)
     strides = [_batch_strides(x, nb) for x in (a, b, c)]
     p, step_dim = _split_point(batch, strides)
     inner = math.prod(batch[p:])
     steps = tuple(s[step_dim] for s in strides) if step_dim is not None else (0, 0, 0)
     one, zero = (1, 0) if row.prefix == "i" else (1.0, 0.0)
+    ran = None
     for idx in itertools.product(*(range(d) for d in batch[:p])):
-        strided_gemm(_ROUTINE, row, compute, backend, "N", "N", _origin(a, nb, idx),
-                     _origin(b, nb, idx), _origin(c, nb, idx), one, zero, inner, steps,
-                     autotune=autotune)
+        ran = strided_gemm(_ROUTINE, row, compute, backend, "N", "N", _origin(a, nb, idx),
+                           _origin(b, nb, idx), _origin(c, nb, idx), one, zero, inner, steps,
+                           autotune=autotune, stream=stream)
+    return ran if p == 0 else None
 
 
 def _split_point(batch, strides_list):

@@ -81,6 +81,9 @@ def _directory(text: str) -> Path:
     return Path(text).expanduser()
 
 
+#: the plan cache's largest size: an entry costs ~1-10 KiB of host memory, so 10**6 is ~GBs
+MAX_CACHE_ENTRIES = 10**6
+
 #: splits run along gridDim.y/z, whose hardware limit is 65535 (kernels/config.py)
 MAX_SPLITS = 65535
 
@@ -107,6 +110,10 @@ VARIABLES = {v.name: v for v in (
              "force one kernel config by name, e.g. ``hybrid_128x128x32_w2x2_s4_g8``"),
     _bool_var("PYBLASGEMM_PRINT_PLANS", "print ``Plan.explain()`` to stderr for every new plan"),
     _bool_var("PYBLASGEMM_NO_PLAN_CACHE", "do not memoize plans in memory (plan every call)"),
+    Variable("PYBLASGEMM_PLAN_CACHE_SIZE", _integer(0, MAX_CACHE_ENTRIES), 1024,
+             lambda: f"an integer from 0 to {MAX_CACHE_ENTRIES}",
+             "entries the plan cache holds (plans, bound launches with their workspace, call "
+             "signatures) before the least recently used go; 0 keeps none"),
     _bool_var("PYBLASGEMM_AUTOTUNE", "autotune every new problem on the GPU (as ``autotune=True``)"),
     _bool_var("PYBLASGEMM_NO_MEASURED_CHOICES",
               "ignore the measured-choice table: the cost model alone decides"),

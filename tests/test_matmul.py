@@ -176,7 +176,7 @@ def test_matmul_broadcast_batch_does_not_copy_shared_operand(monkeypatch):
     import pyblasgemm.execute as ex
     calls = []
     real = ex.execute
-    def spy(desc, a, b, c, backend=None, autotune=None):
+    def spy(desc, a, b, c, backend=None, autotune=None, stream=None):
         calls.append(desc)
         return real(desc, a, b, c, backend, autotune)
     monkeypatch.setattr("pyblasgemm._strided.execute", spy)

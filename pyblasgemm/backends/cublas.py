@@ -91,6 +91,19 @@ def _cuda_modules():
     return _cuda
 
 
+def bind(desc: GemmDesc, plan=None):
+    """The launch of ``desc``'s class: a :class:`~pyblasgemm.backends.cublaslt.LtLaunch` called
+    with pointers, or None when the problem needs :func:`run` (int8 in a layout cuBLAS's
+    integer kernels refuse, which takes copies; or no cuBLASLt algorithm)."""
+    if desc.prefix == "i" and not (desc.transa == "T" and desc.transb == "N" and desc.k % 4 == 0
+                                   and desc.lda % 4 == 0 and desc.ldb % 4 == 0
+                                   and desc.ldc % 4 == 0 and desc.align >= 4):
+        return None
+    from .cublaslt import make_launch
+
+    return make_launch(desc, _TYPES[(desc.prefix, desc.compute)], desc.device)
+
+
 def run(desc: GemmDesc, a, b, c, plan=None) -> None:
     device, get_current_stream, cublas = _cuda_modules()
     c_final = None

@@ -68,19 +68,23 @@ def choose_config(desc: GemmDesc):
     return default_config(kernel_problem(desc), sm_count(desc.device))
 
 
-_bound: dict = {}
+def bind(desc: GemmDesc, plan):
+    """The kernels' ``BoundLaunch`` for ``desc``'s class with the plan's config: called with
+    pointers of at least ``desc.align`` bytes' alignment (the class is bound for exactly that
+    alignment, so every such pointer is in it)."""
+    from ..kernels.launch import bind as bind_kernels
+
+    # addresses with exactly the alignment every caller's pointers have: the problem's
+    # (pointers, leading dimensions, strides), and at least their element size
+    ab = max(desc.align, desc.row.ab_dtype.itemsize)
+    c = max(desc.align, desc.row.c_dtype.itemsize)
+    config = plan.config if plan is not None else None
+    return bind_kernels(kernel_problem(desc, ab, ab, c), config)
 
 
 def run(desc: GemmDesc, a, b, c, plan=None) -> None:
-    """Launch through a cached ``BoundLaunch``: after the first call of a problem shape, a call
-    only refills the kernel's argument block (about 7 µs of host time on an H100 host)."""
-    pa, pb, pc = a.data.ptr, b.data.ptr, c.data.ptr
-    config = plan.config if plan is not None else None
-    # the bound launch fixes each pointer's alignment class (16-byte vector path or not)
-    key = (desc.key, config, pa & 15 == 0, pb & 15 == 0, pc & 15 == 0)
-    bound = _bound.get(key)
-    if bound is None:
-        from ..kernels.launch import bind
+    """Launch through the bound launch of ``desc``'s class (see :func:`bind`)."""
+    from .. import streams
 
-        bound = _bound[key] = bind(kernel_problem(desc, pa, pb, pc), config)
-    bound(pa, pb, pc, desc.alpha, desc.beta)
+    bind(desc, plan)(a.data.ptr, b.data.ptr, c.data.ptr, desc.alpha, desc.beta,
+                     streams.current())

@@ -14,6 +14,7 @@ from .config import DECOMPOSITIONS, SM90_PREP_KINDS, KernelConfig, default_confi
 from .driver import _driver, _runtime, set_scales, stream_handle
 from .jit import get_kernels, get_prep_kernel
 from .problem import ACCUMULATE, KernelProblem
+from ..plancache import get_plan_cache
 
 __all__ = ["run", "supports", "prepare", "PreparedLaunch", "launch_geometry", "bind", "BoundLaunch",
            "clear_bind_cache"]
@@ -341,6 +342,12 @@ class BoundLaunch:
         self._ws = {}  # stream handle -> (ws array, flags array, flags bytes, gemm pack, reduce pack)
         self._last = None
 
+    @property
+    def workspace_nbytes(self) -> int:
+        """GPU bytes of workspace and flags this launch owns, over all streams it ran on."""
+        return sum((s[0].nbytes if s[0] is not None else 0) + (s[1].nbytes if s[1] is not None else 0)
+                   for s in self._ws.values())
+
     def _slot(self, sptr: int):
         """Per-stream workspace and argument buffers (created on first use of that stream)."""
         import cupy
@@ -388,11 +395,11 @@ class BoundLaunch:
             _driver().launchKernel(self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, slot[7], 0)
 
 
-_bound: dict = {}
+_cache = get_plan_cache()
 
 
 def _bind_key(p: KernelProblem, config, sm_count, dev_id):
-    return (dev_id, p.kind, p.acc, p.transa, p.transb, p.m, p.n, p.k, p.lda, p.ldb, p.ldc, p.batch, p.stride_a,
+    return ("bind", dev_id, p.kind, p.acc, p.transa, p.transb, p.m, p.n, p.k, p.lda, p.ldb, p.ldc, p.batch, p.stride_a,
             p.stride_b, p.stride_c, p.operands_vectorizable(), p.c_vectorizable(), config, sm_count)
 
 
@@ -414,7 +421,7 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
 
     dev_id = runtime.getDevice()
     key = _bind_key(problem, config, sm_count, dev_id)
-    bl = _bound.get(key)
+    bl = _cache.get(key)
     if bl is not None:
         return bl
     ok, why = supports(problem)
@@ -444,15 +451,15 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
             bl = Sm90PrepLaunch(problem, cfg, kern, red, prep, g, smem, dev_id)
         else:
             bl = Sm90Launch(problem, cfg, kern, red, g, smem, dev_id)
-        _bound[key] = bl
+        _cache.put(key, bl)
         return bl
     occ = _occupancy(kern, cfg.threads, smem) if cfg.decomposition in ("streamk", "hybrid") else 1
     g = launch_geometry(problem, cfg, sms, occ)
     bl = BoundLaunch(problem, cfg, kern, red, g, smem, dev_id)
-    _bound[key] = bl
+    _cache.put(key, bl)
     return bl
 
 
 def clear_bind_cache() -> None:
-    """Drop every cached BoundLaunch (and with them their workspace)."""
-    _bound.clear()
+    """Drop every cached BoundLaunch (and with them their workspace) from the plan cache."""
+    _cache.discard_where(lambda k: k[0] == "bind")

@@ -255,6 +255,12 @@ class Sm90Launch:
             self.geometry = dict(geometry, grid=(self._grid, 1, 1))
             self._lcfg, self._lattr = _cluster_config(self._grid, smem, self._cluster, config.threads)
 
+    @property
+    def workspace_nbytes(self) -> int:
+        """GPU bytes of workspace and flags this launch owns, over all streams it ran on."""
+        return sum((s.ws.nbytes if s.ws is not None else 0) + (s.flags.nbytes if s.flags is not None else 0)
+                   for s in self._slots.values())
+
     def _slot(self, sptr: int) -> _Slot:
         import cupy
 
@@ -393,6 +399,11 @@ class Sm90PrepLaunch:
         self._b_spec = (p.n, p.ldb, p.stride_b, p.transb == "N", bat_b, mask_p)
         self._sections, self._kpad = sections, kpad
         self._slots: dict = {}
+
+    @property
+    def workspace_nbytes(self) -> int:
+        """GPU bytes of prepared operands and GEMM workspace owned, over all streams."""
+        return sum(s[0].nbytes + s[4].workspace_nbytes for s in self._slots.values())
 
     def _slot(self, sptr: int):
         import cupy

@@ -44,6 +44,9 @@ value raises ``SettingError`` naming the variable, the value and what is allowed
                                 ``hybrid_128x128x32_w2x2_s4_g8`` (``KernelConfig.name``).
 ``PYBLASGEMM_PRINT_PLANS``      '1': print ``Plan.explain()`` to stderr for every new plan.
 ``PYBLASGEMM_NO_PLAN_CACHE``    '1': do not memoize plans in memory (plan every call).
+``PYBLASGEMM_PLAN_CACHE_SIZE``  entries the plan cache keeps (plans, bound launches with their
+                                workspace, call signatures; default 1024; least recently used
+                                go first; see ``pyblasgemm.get_plan_cache()``).
 ``PYBLASGEMM_AUTOTUNE``         '1': autotune every new problem on the GPU (as ``autotune=True``).
 ``PYBLASGEMM_NO_MEASURED_CHOICES`` '1': ignore the measured-choice table
                                 (``choices_sm90_h100.json``, :mod:`pyblasgemm.planner.measured`):
@@ -142,9 +145,10 @@ def tune(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="N", t
 
 
 def clear_memo_for(desc) -> None:
-    """Drop the memoized plans of one problem (after tuning it)."""
-    from . import core
+    """Drop the memoized plans, launches and call signatures of one problem (after tuning
+    it: its launch may change). Call signatures are keyed by arguments, not problems, so all
+    of them go."""
+    from ..plancache import get_plan_cache
 
-    with core._lock:
-        for key in [k for k in core._plan_cache if k[0] == desc.key]:
-            del core._plan_cache[key]
+    get_plan_cache().discard_where(
+        lambda k: (k[0] in ("plan", "launch") and k[1] == desc.key) or k[0] == "call")

@@ -324,17 +324,20 @@ class GpuTimer:
         self.flush = cupy.empty(max(2 * arch.l2_bytes, 1 << 20), dtype=cupy.uint8)
 
     def runner(self, cand):
-        """A zero-argument callable that enqueues the candidate once."""
-        if cand.backend == "cublas":
-            from ..backends import get_backend
+        """A zero-argument callable that enqueues the candidate once: the very launch
+        ``execute`` would run for it (the backend's ``bind``), else the backend's ``run``."""
+        from types import SimpleNamespace
 
-            run = get_backend("cublas").run
-            return lambda: run(self.desc, self.a, self.b, self.c)
-        from ..backends.tensorcore import kernel_problem
-        from ..kernels.launch import prepare
+        from .. import streams
+        from ..backends import get_backend
 
-        prob = kernel_problem(self.desc, self.a.data.ptr, self.b.data.ptr, self.c.data.ptr)
-        return prepare(prob, cand.config)
+        backend = get_backend(cand.backend)
+        launch = backend.bind(self.desc, SimpleNamespace(config=cand.config))
+        d, a, b, c = self.desc, self.a, self.b, self.c
+        if launch is None:
+            return lambda: backend.run(d, a, b, c)
+        pa, pb, pc = a.data.ptr, b.data.ptr, c.data.ptr
+        return lambda: launch(pa, pb, pc, d.alpha, d.beta, streams.current())
 
     def time(self, fn) -> float:
         cp = self.cupy

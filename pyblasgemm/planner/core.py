@@ -17,10 +17,10 @@ decomposition, split count or config bypasses the table.
 from __future__ import annotations
 
 import sys
-import threading
 from dataclasses import replace
 
 from ..desc import GemmDesc, check_backend_place
+from ..plancache import get_plan_cache
 from . import model as M
 from . import overrides
 from .arch import ArchSpec
@@ -37,8 +37,7 @@ __all__ = ["Plan", "Candidate", "plan_for", "clear_plan_cache", "current_setting
 # Planning
 # ---------------------------------------------------------------------------------------------
 
-_plan_cache: dict = {}
-_lock = threading.Lock()
+_cache = get_plan_cache()
 
 
 def plan_for(desc: GemmDesc, backend: str | None = None, *, autotune: bool | None = None,
@@ -57,8 +56,8 @@ def plan_for(desc: GemmDesc, backend: str | None = None, *, autotune: bool | Non
         >>> plan_for(make_desc(64, 64, 64, "float64", xp="numpy")).backend
         'host'
     """
-    key = (desc.key, backend, autotune, arch if arch is None else arch.key)
-    plan = _plan_cache.get(key)
+    key = ("plan", desc.key, backend, autotune, arch if arch is None else arch.key)
+    plan = _cache.get(key)
     if plan is not None:
         return plan
     s = current_settings()
@@ -67,22 +66,21 @@ def plan_for(desc: GemmDesc, backend: str | None = None, *, autotune: bool | Non
     if s.print_plans:
         print(plan.explain(), file=sys.stderr)
     if s.cache:
-        with _lock:
-            _plan_cache[key] = plan
+        _cache.put(key, plan)
     return plan
 
 
 def clear_plan_cache() -> None:
-    """Forget every memoized plan and re-read the ``PYBLASGEMM_*`` variables.
+    """Forget every memoized plan, bound launch and call signature (the whole plan cache,
+    with the GPU workspace it owns) and re-read the ``PYBLASGEMM_*`` variables.
 
     Example::
 
         >>> import pyblasgemm
         >>> pyblasgemm.clear_plan_cache()
     """
-    with _lock:
-        _plan_cache.clear()
-        overrides.reset()
+    _cache.free()
+    overrides.reset()
     from .arch import _by_device
     _by_device.clear()
 

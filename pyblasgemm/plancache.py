@@ -1,0 +1,143 @@
+"""The plan cache: one bounded LRU store for everything a repeated call reuses.
+
+Plans (the planner's verdict per problem), bound launches (compiled kernel, packed arguments
+and the GPU workspace they own) and call signatures (the public forms' map from argument types,
+shapes and strides straight to a launch) all live here, under keys tagged with what they are.
+When the cache is full, the least recently used entry goes, and with it whatever GPU
+workspace only it referenced (the memory returns to CuPy's pool). ``free()`` empties it.
+
+Modelled on ``cupy.fft.config.get_plan_cache()``: ``get_plan_cache().show_info()``,
+``set_size(n)``, ``free()``. Its size is ``PYBLASGEMM_PLAN_CACHE_SIZE`` (default 1024 entries)
+until ``set_size`` is called. It imports nothing of the package, so every layer may use it.
+
+Example
+-------
+>>> import pyblasgemm
+>>> cache = pyblasgemm.get_plan_cache()
+>>> cache.set_size(2)
+>>> cache.put(("doc", 1), "one"); cache.put(("doc", 2), "two"); cache.put(("doc", 3), "three")
+>>> cache.get(("doc", 1)) is None, cache.get(("doc", 3))       # the oldest went
+(True, 'three')
+>>> cache.set_size(1024); cache.free(); len(cache)
+0
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+__all__ = ["PlanCache", "get_plan_cache"]
+
+
+class PlanCache:
+    """A thread-safe LRU mapping with a size bound and hit/miss counters.
+
+    ``get`` is lock-free (one dict lookup and a move to the end, both atomic under the GIL);
+    insertions and evictions take the lock. A ``size`` of 0 stores nothing.
+    """
+
+    def __init__(self, size: int | None = None):
+        self._entries: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+        self._size = size
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+
+    # -- size --------------------------------------------------------------------------------
+    def get_size(self) -> int:
+        """The most entries kept (``PYBLASGEMM_PLAN_CACHE_SIZE`` until :meth:`set_size`)."""
+        if self._size is None:
+            from . import settings
+
+            self._size = settings.get("PYBLASGEMM_PLAN_CACHE_SIZE")
+        return self._size
+
+    def set_size(self, size: int) -> None:
+        """Keep at most ``size`` entries (0 disables caching); evicts at once if over."""
+        if type(size) is not int or size < 0:
+            raise ValueError(f"plan cache size={size!r} must be an int >= 0")
+        with self._lock:
+            self._size = size
+            self._trim()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # -- entries -----------------------------------------------------------------------------
+    def get(self, key):
+        """The entry for ``key`` (now the most recently used), or None."""
+        entry = self._entries.get(key)
+        if entry is None:
+            self.misses += 1
+            return None
+        try:
+            self._entries.move_to_end(key)
+        except KeyError:          # evicted by another thread between the two lines
+            pass
+        self.hits += 1
+        return entry
+
+    def put(self, key, value) -> None:
+        """Store ``value`` (not None) under ``key``, evicting the least recently used if full."""
+        size = self.get_size()
+        with self._lock:
+            if size == 0:
+                return
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            self._trim()
+
+    def pop(self, key) -> None:
+        """Forget ``key`` (no error if absent)."""
+        with self._lock:
+            self._entries.pop(key, None)
+
+    def discard_where(self, predicate) -> int:
+        """Forget every entry whose key satisfies ``predicate``; returns how many."""
+        with self._lock:
+            doomed = [k for k in self._entries if predicate(k)]
+            for k in doomed:
+                del self._entries[k]
+        return len(doomed)
+
+    def _trim(self) -> None:
+        limit = self._size if self._size is not None else 0
+        while len(self._entries) > limit:
+            self._entries.popitem(last=False)
+            self.evictions += 1
+
+    def free(self) -> None:
+        """Drop every entry (plans, launches, their workspace) and reset the counters."""
+        with self._lock:
+            self._entries.clear()
+            self.hits = self.misses = self.evictions = 0
+
+    def info(self) -> dict:
+        """Counts per kind of entry (the key's first item), size, hits, misses, evictions, and
+        the GPU workspace bytes the cached launches own."""
+        kinds: dict = {}
+        workspace = 0
+        for key, value in list(self._entries.items()):
+            tag = key[0] if isinstance(key, tuple) and key else "?"
+            kinds[tag] = kinds.get(tag, 0) + 1
+            workspace += int(getattr(value, "workspace_nbytes", 0) or 0)
+        return {"entries": len(self._entries), "size": self.get_size(), "by_kind": kinds,
+                "hits": self.hits, "misses": self.misses, "evictions": self.evictions,
+                "workspace_bytes": workspace}
+
+    def show_info(self) -> None:
+        """Print :meth:`info` (as ``cupy.fft.config.show_plan_cache_info``)."""
+        i = self.info()
+        kinds = ", ".join(f"{k}: {v}" for k, v in sorted(i["by_kind"].items())) or "empty"
+        print(f"pyblasgemm plan cache: {i['entries']} / {i['size']} entries ({kinds}); "
+              f"{i['hits']} hits, {i['misses']} misses, {i['evictions']} evicted; "
+              f"{i['workspace_bytes']} B of GPU workspace")
+
+
+_cache = PlanCache()
+
+
+def get_plan_cache() -> PlanCache:
+    """The process-wide plan cache (see the module docstring)."""
+    return _cache

@@ -1,0 +1,458 @@
+"""The call path: the plan cache, streams, call signatures, the stateful Matmul, CUDA-graph
+capture and other frameworks' arrays. Host tests run in CI; ``gpu`` tests on a GPU machine
+(PyTorch and JAX tests need those installed there, as on the device used for the numbers)."""
+import io
+import threading
+from contextlib import redirect_stdout
+
+import numpy as np
+import pytest
+
+import pyblasgemm
+from pyblasgemm import interop, streams
+from pyblasgemm.plancache import PlanCache
+
+gpu = pytest.mark.gpu
+
+
+# ---------------------------------------------------------------------------------------------
+# host: the plan cache, stream handles, interop detection
+# ---------------------------------------------------------------------------------------------
+
+def test_plan_cache_is_lru_and_bounded():
+    cache = PlanCache(size=3)
+    for i in range(3):
+        cache.put(("t", i), i)
+    assert cache.get(("t", 0)) == 0          # 0 is now the most recent
+    cache.put(("t", 3), 3)                   # evicts 1, the least recently used
+    assert cache.get(("t", 1)) is None and cache.get(("t", 0)) == 0 and len(cache) == 3
+    assert cache.evictions == 1
+    cache.set_size(1)
+    assert len(cache) == 1 and cache.get(("t", 3)) is None   # 0 was used after 3
+    cache.set_size(0)
+    cache.put(("t", 9), 9)
+    assert len(cache) == 0
+
+
+def test_plan_cache_info_free_and_bad_size():
+    cache = PlanCache(size=8)
+
+    class Owner:
+        workspace_nbytes = 4096
+
+    cache.put(("launch", 1), Owner())
+    cache.put(("plan", 1), "p")
+    info = cache.info()
+    assert info["by_kind"] == {"launch": 1, "plan": 1} and info["workspace_bytes"] == 4096
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        cache.show_info()
+    assert "2 / 8 entries" in buf.getvalue() and "4096 B" in buf.getvalue()
+    cache.free()
+    assert len(cache) == 0 and cache.info()["hits"] == 0
+    for bad in (-1, 2.0, "3", True):
+        with pytest.raises(ValueError, match="plan cache size"):
+            cache.set_size(bad)
+
+
+def test_plan_cache_size_from_environment(monkeypatch):
+    monkeypatch.setenv("PYBLASGEMM_PLAN_CACHE_SIZE", "7")
+    assert PlanCache().get_size() == 7
+    monkeypatch.setenv("PYBLASGEMM_PLAN_CACHE_SIZE", "-2")
+    with pytest.raises(pyblasgemm.settings.SettingError, match="PLAN_CACHE_SIZE"):
+        PlanCache().get_size()
+
+
+def test_plan_cache_threads_never_exceed_the_bound():
+    cache = PlanCache(size=50)
+
+    def work(t):
+        for i in range(2000):
+            cache.put((t, i), i)
+            cache.get((t, i // 2))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(cache) <= 50
+
+
+def test_clear_plan_cache_empties_the_shared_cache():
+    cache = pyblasgemm.get_plan_cache()
+    cache.put(("doc-test", 1), "x")
+    pyblasgemm.clear_plan_cache()
+    assert cache.get(("doc-test", 1)) is None
+
+
+class _TorchLikeStream:
+    cuda_stream = 1234
+
+
+class _CoreStream:
+    def __cuda_stream__(self):
+        return (0, 77)
+
+
+def test_stream_handles():
+    assert streams.handle(None) is None
+    assert streams.handle(5) == 5
+    assert streams.handle(_TorchLikeStream()) == 1234
+    assert streams.handle(_CoreStream()) == 77
+    with pytest.raises(ValueError, match="stream=-1"):
+        streams.handle(-1)
+    with pytest.raises(TypeError, match="stream="):
+        streams.handle(3.5)
+
+
+def test_stream_is_ignored_only_where_nothing_runs_on_a_gpu():
+    """NumPy arrays run on the host: a stream changes nothing there (no CuPy needed)."""
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(pyblasgemm.matmul(a, a.T, stream=None), a @ a.T)
+
+
+def test_interop_leaves_numpy_lists_and_scalars_alone():
+    assert interop.framework(np.ones(2)) is None
+    assert interop.framework([1, 2]) is None
+    assert interop.framework(3.0) is None
+    assert not interop.is_foreign(np.ones(2), None, [1.0])
+
+
+class _HostDLPack:
+    """A minimal foreign host array: DLPack only (NumPy's own protocol underneath)."""
+
+    def __init__(self, arr):
+        self._arr = arr
+
+    def __dlpack__(self, **kw):
+        return self._arr.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self._arr.__dlpack_device__()
+
+
+def test_dlpack_host_arrays_run_on_the_host():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    got = pyblasgemm.matmul(_HostDLPack(a), _HostDLPack(a.T.copy()))
+    np.testing.assert_array_equal(got, a @ a.T)
+    got = pyblasgemm.gemm("N", "T", _HostDLPack(a), _HostDLPack(a))
+    np.testing.assert_array_equal(got, a @ a.T)
+
+
+def test_matmul_class_wants_gpu_arrays():
+    a = np.ones((4, 4), np.float32)
+    with pytest.raises(TypeError, match="CuPy arrays"):
+        pyblasgemm.Matmul(a, a)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: call signatures
+# ---------------------------------------------------------------------------------------------
+
+def _rand(cp, shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype) == np.int8:
+        return cp.asarray(rng.integers(-8, 8, shape).astype(np.int8))
+    return cp.asarray(rng.uniform(-1, 1, shape).astype(dtype))
+
+
+def _ref(a, b):
+    return np.matmul(a.get().astype(np.float64), b.get().astype(np.float64))
+
+
+_TOL = {np.float16: 2e-2, np.float32: 1e-4, np.float64: 1e-12}
+
+
+def _calls_cached():
+    return pyblasgemm.get_plan_cache().info()["by_kind"].get("call", 0)
+
+
+@gpu
+@pytest.mark.parametrize("backend, dtype", [
+    (backend, dtype) for backend in (None, "tensorcore", "cublas")
+    for dtype in (np.float16, np.float32, np.float64)
+    if not (backend == "tensorcore" and dtype == np.float64)])   # no float64 kernels of ours
+def test_repeated_matmul_hits_its_signature_and_stays_right(backend, dtype):
+    import cupy as cp
+
+    pyblasgemm.clear_plan_cache()
+    compute = "tf32" if backend == "tensorcore" and dtype == np.float32 else None
+    for shape_a, shape_b in (((64, 96), (96, 40)), ((8, 33, 17), (8, 17, 31)),
+                             ((5, 70), (70, 3))):
+        for trial in range(3):       # the first call plans, the next two take the signature
+            a = _rand(cp, shape_a, dtype, trial)
+            b = _rand(cp, shape_b, dtype, trial + 10)
+            out = cp.full(np.broadcast_shapes(shape_a[:-2], shape_b[:-2]) + (shape_a[-2], shape_b[-1]),
+                          np.nan, dtype)
+            got = pyblasgemm.matmul(a, b, backend=backend, compute=compute)
+            pyblasgemm.matmul(a, b, out=out, backend=backend, compute=compute)
+            tol = 2e-3 if compute == "tf32" else _TOL[dtype]
+            np.testing.assert_allclose(got.get(), _ref(a, b), rtol=tol, atol=tol * 8)
+            np.testing.assert_array_equal(out.get(), got.get())
+    if backend is None:
+        assert _calls_cached() >= 2
+
+
+@gpu
+def test_signature_path_rechecks_what_the_key_cannot_prove():
+    import cupy as cp
+
+    pyblasgemm.clear_plan_cache()
+    a = _rand(cp, (64, 64), np.float32)
+    b = _rand(cp, (64, 64), np.float32, 1)
+    c = cp.empty((64, 64), np.float32)
+    pyblasgemm.matmul(a, b, out=c)
+    pyblasgemm.matmul(a, b, out=c)                 # cached now
+    # out= overlapping an input: NumPy's answer is computed as if from copies
+    a2 = a.copy()
+    expect = _ref(a2, b)
+    pyblasgemm.matmul(a2, b, out=a2)
+    np.testing.assert_allclose(a2.get(), expect, rtol=1e-4, atol=1e-4)
+    # the raw form: a cached signature, then C overlapping A is refused before any work
+    buf = _rand(cp, 64 * 64 * 2, np.float32, 2)
+    x, y = buf[: 64 * 64], buf[64 * 64:]
+    cbuf = cp.zeros(64 * 64, np.float32)
+    for _ in range(2):
+        pyblasgemm.sgemm("N", "N", 64, 64, 64, 1.0, x, 64, y, 64, 0.0, cbuf, 64)
+    with pytest.raises(ValueError, match="overlaps"):
+        pyblasgemm.sgemm("N", "N", 64, 64, 64, 1.0, buf[: 64 * 64], 64, y, 64, 0.0,
+                         buf[: 64 * 64], 64)
+    # alpha = 0 and NaN scalars leave the signature path for the full one
+    cbuf[:] = cp.nan
+    pyblasgemm.sgemm("N", "N", 64, 64, 64, 0.0, x, 64, y, 64, 0.0, cbuf, 64)
+    assert not cp.isnan(cbuf).any() and float(abs(cbuf).max()) == 0
+    cbuf[:] = cp.nan
+    pyblasgemm.sgemm("N", "N", 64, 64, 64, 1.0, x, 64, y, 64, -0.0, cbuf, 64)
+    assert not cp.isnan(cbuf).any()
+    # a float size with a cached int signature is still refused
+    with pytest.raises(TypeError, match="integer"):
+        pyblasgemm.sgemm("N", "N", 64.0, 64, 64, 1.0, x, 64, y, 64, 0.0, cbuf, 64)
+    with pytest.raises(pyblasgemm.BlasArgumentError):
+        pyblasgemm.sgemm("N", "N", 64, 64, 64, 1e39, x, 64, y, 64, 0.0, cbuf, 64)
+    # gemm: beta is honoured on the cached path too
+    out = cp.ones((64, 64), np.float32)
+    for _ in range(2):
+        out[:] = 1
+        pyblasgemm.gemm("N", "N", a, b, out=out, alpha=2.0, beta=3.0)
+    np.testing.assert_allclose(out.get(), 2 * _ref(a, b) + 3, rtol=1e-4, atol=1e-3)
+
+
+@gpu
+def test_no_plan_cache_means_no_signatures(monkeypatch):
+    import cupy as cp
+
+    monkeypatch.setenv("PYBLASGEMM_NO_PLAN_CACHE", "1")
+    pyblasgemm.clear_plan_cache()
+    a = _rand(cp, (32, 32), np.float16)
+    for _ in range(2):
+        pyblasgemm.matmul(a, a)
+    assert _calls_cached() == 0
+    monkeypatch.delenv("PYBLASGEMM_NO_PLAN_CACHE")
+    pyblasgemm.clear_plan_cache()
+
+
+@gpu
+def test_a_small_plan_cache_still_computes_right():
+    import cupy as cp
+
+    cache = pyblasgemm.get_plan_cache()
+    old = cache.get_size()
+    cache.set_size(2)
+    try:
+        for n in (16, 24, 40, 16, 24, 40):
+            a = _rand(cp, (n, n), np.float32, n)
+            np.testing.assert_allclose(pyblasgemm.matmul(a, a).get(), _ref(a, a), rtol=1e-4,
+                                       atol=1e-4)
+        assert len(cache) <= 2
+    finally:
+        cache.set_size(old)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: streams
+# ---------------------------------------------------------------------------------------------
+
+@gpu
+@pytest.mark.parametrize("backend", ["tensorcore", "cublas"])
+def test_stream_argument_orders_the_work_on_that_stream(backend):
+    import cupy as cp
+
+    s = cp.cuda.Stream(non_blocking=True)
+    a = _rand(cp, (256, 256), np.float16)
+    b = _rand(cp, (256, 256), np.float16, 1)
+    cp.cuda.Device().synchronize()
+    outs = []
+    for how in (s, s.ptr):
+        c = cp.empty((256, 256), np.float16)
+        for _ in range(2):
+            pyblasgemm.matmul(a, b, out=c, backend=backend, stream=how)
+            r = pyblasgemm.gemm("N", "N", a, b, backend=backend, stream=how)
+        s.synchronize()
+        outs += [c, r]
+    for c in outs:
+        np.testing.assert_allclose(c.get().astype(np.float64), _ref(a, b), rtol=2e-2, atol=5e-2)
+    with s:     # the default is CuPy's current stream
+        d = pyblasgemm.matmul(a, b, backend=backend)
+    s.synchronize()
+    np.testing.assert_array_equal(d.get(), outs[0].get())
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: the stateful form
+# ---------------------------------------------------------------------------------------------
+
+@gpu
+@pytest.mark.parametrize("backend", [None, "tensorcore", "cublas"])
+def test_matmul_object_runs_new_arrays_of_the_same_layout(backend):
+    import cupy as cp
+
+    a = _rand(cp, (4, 96, 64), np.float16)
+    b = _rand(cp, (4, 64, 80), np.float16, 1)
+    c = cp.full((4, 96, 80), np.nan, np.float16)
+    with pyblasgemm.Matmul(a, b, out=c, backend=backend) as mm:
+        assert mm.execute() is c
+        np.testing.assert_allclose(c.get().astype(np.float64), _ref(a, b), rtol=2e-2, atol=5e-2)
+        a2 = _rand(cp, (4, 96, 64), np.float16, 7)
+        c2 = cp.empty_like(c)
+        assert mm.execute(a=a2, c=c2) is c2
+        np.testing.assert_allclose(c2.get().astype(np.float64), _ref(a2, b), rtol=2e-2,
+                                   atol=5e-2)
+        with pytest.raises(ValueError, match="strides"):
+            mm.execute(a=cp.asfortranarray(a2))
+        big = cp.empty(4 * 96 * 80, np.float16)        # a3 and c3 share their first bytes
+        a3, c3 = big[: 4 * 96 * 64].reshape(4, 96, 64), big.reshape(4, 96, 80)
+        with pytest.raises(ValueError, match="overlaps"):
+            mm.execute(a=a3, c=c3)
+    assert mm.a is None
+    with pytest.raises(ValueError, match="dtype"):
+        pyblasgemm.Matmul(a, b, out=cp.empty((4, 96, 80), np.float32))
+
+
+@gpu
+def test_matmul_object_refuses_what_needs_copies():
+    import cupy as cp
+
+    a = _rand(cp, (64, 64), np.float32)[:, ::2]       # columns two apart: no BLAS layout
+    b = _rand(cp, (32, 64), np.float32, 1)
+    with pytest.raises(ValueError, match="one launch"):
+        pyblasgemm.Matmul(a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: CUDA-graph capture
+# ---------------------------------------------------------------------------------------------
+
+@gpu
+@pytest.mark.parametrize("n", [64, 4096])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("backend", [None, "tensorcore", "cublas"])
+def test_cupy_graph_capture_replays_the_eager_bits(n, dtype, backend):
+    import cupy as cp
+
+    compute = "tf32" if backend == "tensorcore" and dtype == np.float32 else None
+    a = _rand(cp, (n, n), dtype)
+    b = _rand(cp, (n, n), dtype, 1)
+    s = cp.cuda.Stream(non_blocking=True)
+    c = cp.empty((n, n), dtype)
+    d = cp.empty((n, n), dtype)
+    with s:
+        eager = pyblasgemm.matmul(a, b, backend=backend, compute=compute)      # warm-up
+        pyblasgemm.gemm("N", "T", a, b, out=d, backend=backend, compute=compute)
+        eager_d = d.copy()
+        s.synchronize()
+        c[:] = cp.nan
+        d[:] = cp.nan
+        s.begin_capture()
+        pyblasgemm.matmul(a, b, out=c, backend=backend, compute=compute)
+        pyblasgemm.gemm("N", "T", a, b, out=d, backend=backend, compute=compute)
+        graph = s.end_capture()
+        assert bool(cp.isnan(c[0, 0]))          # captured, not run
+        graph.launch(s)
+        s.synchronize()
+    np.testing.assert_array_equal(c.get(), eager.get())
+    np.testing.assert_array_equal(d.get(), eager_d.get())
+
+
+@gpu
+def test_torch_graph_capture_of_torch_tensors():
+    torch = pytest.importorskip("torch")
+    a = torch.randn(256, 256, device="cuda", dtype=torch.float16)
+    b = torch.randn(256, 256, device="cuda", dtype=torch.float16)
+    c = torch.empty(256, 256, device="cuda", dtype=torch.float16)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            pyblasgemm.matmul(a, b, out=c)
+    torch.cuda.synchronize()
+    eager = c.clone()
+    c.fill_(float("nan"))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=side):
+        pyblasgemm.matmul(a, b, out=c)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(c, eager)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: other frameworks' arrays
+# ---------------------------------------------------------------------------------------------
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_torch_cuda_tensors_in_torch_out(dtype):
+    torch = pytest.importorskip("torch")
+    td = getattr(torch, dtype)
+    a = torch.randn(4, 48, 32, device="cuda", dtype=td)
+    b = torch.randn(4, 32, 40, device="cuda", dtype=td)
+    ref = torch.matmul(a.double(), b.double())
+    tol = 1e-4 if dtype == "float32" else 5e-2
+    for _ in range(2):
+        got = pyblasgemm.matmul(a, b)
+        assert type(got) is torch.Tensor and got.is_cuda and got.dtype == td
+        torch.testing.assert_close(got.double(), ref, rtol=tol, atol=tol * 4)
+    out = torch.empty(4, 48, 40, device="cuda", dtype=td)
+    assert pyblasgemm.matmul(a, b, out=out) is out
+    torch.testing.assert_close(out.double(), ref, rtol=tol, atol=tol * 4)
+    g = pyblasgemm.gemm("N", "T", a[0], b[0].T.contiguous())
+    assert type(g) is torch.Tensor
+    torch.testing.assert_close(g.double(), ref[0], rtol=tol, atol=tol * 4)
+
+
+@gpu
+def test_torch_raw_form_and_requires_grad_and_cpu():
+    torch = pytest.importorskip("torch")
+    a = torch.randn(16 * 8, device="cuda", dtype=torch.float16, requires_grad=True)
+    b = torch.randn(8 * 12, device="cuda", dtype=torch.float16)
+    c = torch.zeros(16 * 12, device="cuda", dtype=torch.float16)
+    assert pyblasgemm.hgemm("N", "N", 16, 12, 8, 1.0, a, 16, b, 8, 0.0, c, 16) is c
+    ref = a.detach().double().reshape(8, 16).T @ b.double().reshape(12, 8).T
+    torch.testing.assert_close(c.double().reshape(12, 16).T, ref, rtol=5e-2, atol=5e-2)
+    x = torch.randn(5, 7)                                  # CPU tensors run on the host
+    y = pyblasgemm.matmul(x, x.T)
+    assert type(y) is torch.Tensor and not y.is_cuda
+    torch.testing.assert_close(y, x @ x.T, rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="host and on the GPU"):
+        pyblasgemm.matmul(x, x.cuda())
+
+
+@gpu
+def test_jax_gpu_arrays_in_jax_out():
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    if not gpus:
+        pytest.skip("JAX sees no GPU here")
+    a = jax.device_put(jnp.asarray(np.random.default_rng(0).uniform(-1, 1, (64, 48)),
+                                   dtype=jnp.float32), gpus[0])
+    b = jax.device_put(jnp.asarray(np.random.default_rng(1).uniform(-1, 1, (48, 40)),
+                                   dtype=jnp.float32), gpus[0])
+    got = pyblasgemm.matmul(a, b)
+    assert isinstance(got, jax.Array) and list(got.devices())[0].platform == "gpu"
+    np.testing.assert_allclose(np.asarray(got), np.asarray(a, np.float64) @ np.asarray(b, np.float64),
+                               rtol=1e-4, atol=1e-4)
+    with pytest.raises(TypeError, match="immutable"):
+        pyblasgemm.matmul(a, b, out=a)
+    h = pyblasgemm.matmul(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16))
+    assert h.dtype == jnp.bfloat16 and isinstance(h, jax.Array)
