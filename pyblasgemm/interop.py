@@ -146,24 +146,33 @@ class Converted:
         self.arrays, self.kind, self.like, self.stream = arrays, kind, like, stream
 
     def back(self, result):
-        return _from_native(result, self.kind, self.like)
+        from . import streams
+
+        with streams.on(self.stream):
+            return _from_native(result, self.kind, self.like)
 
 
 def convert(routine: str, named, writes=()) -> Converted:
     """Native views of ``named`` ([(name, array or None), ...]); ``writes``: the names the
     routine writes into (they must be mutable: not JAX arrays).
 
+    The views are taken on the stream the call will run on (PyTorch's current stream for
+    tensors), so the DLPack exchange orders nothing across streams: inside a CUDA-graph
+    capture, a wait on another stream would break it.
+
     Raises TypeError for an array on the GPU mixed with one on the host, and for a JAX array
     given to be written (JAX arrays are immutable)."""
+    from . import streams
+
     kind = like = None
-    natives, places = [], set()
+    places = set()
+    kinds = []
     for name, x in named:
+        k = None if x is None else framework(x)
+        kinds.append(k)
         if x is None:
-            natives.append(None)
             continue
-        k = framework(x)
         if k is None:
-            natives.append(x)
             if isinstance(x, np.ndarray):
                 places.add("host")
             elif hasattr(x, "device") and hasattr(x, "data"):
@@ -172,17 +181,18 @@ def convert(routine: str, named, writes=()) -> Converted:
         if k == "jax" and name in writes:
             raise TypeError(f"{routine}: {name} is a JAX array, which is immutable; pass a "
                             f"PyTorch, CuPy or NumPy array to be written, or leave {name} out")
-        gpu = _on_gpu(x, k)
-        places.add("gpu" if gpu else "host")
-        natives.append(_to_native(x, k, gpu))
+        places.add("gpu" if _on_gpu(x, k) else "host")
         if kind is None:
             kind, like = k, x
     if len(places) > 1:
         raise TypeError(f"{routine}: the arrays are on the host and on the GPU; pass them "
                         f"all on one (no array is copied between them)")
-    stream = None
-    if kind == "torch" and "gpu" in places:
-        stream = _torch_stream(like)
+    gpu = "gpu" in places
+    stream = _torch_stream(like) if kind == "torch" and gpu else None
+    natives = []
+    with streams.on(stream):
+        for (name, x), k in zip(named, kinds):
+            natives.append(x if k is None else _to_native(x, k, gpu))
     return Converted(natives, kind, like, stream)
 
 
