@@ -20,6 +20,10 @@ __all__ = ["Matmul"]
 class Matmul:
     """``out = a @ b`` (``numpy.matmul`` semantics on CuPy arrays), planned once.
 
+    The product must run as one launch on the arrays' own memory (what C-contiguous,
+    F-contiguous or transposed operands and mergeable batches give); otherwise ValueError
+    says why and :func:`pyblasgemm.matmul` is the form to use.
+
     Parameters
     ----------
     a, b : cupy.ndarray
@@ -27,20 +31,18 @@ class Matmul:
         float16, bfloat16, float32, float64, complex64, complex128.
     out : cupy.ndarray, optional
         The result array; allocated (C-ordered) when not given, and reused by every execute.
-    compute, backend, stream
+    compute, backend, stream : optional
         As for :func:`pyblasgemm.matmul`; ``stream`` is the default of :meth:`execute`.
 
-    The product must run as one launch on the arrays' own memory (what any C-contiguous,
-    F-contiguous or transposed operands and mergeable batches give); otherwise ValueError
-    says why and :func:`pyblasgemm.matmul` is the form to use.
+    Examples
+    --------
+    On a GPU:
 
-    Example (on a GPU)::
-
-        >>> mm = pyblasgemm.Matmul(a, b, out=c)            # doctest: +SKIP
-        >>> for step in range(1000):                       # doctest: +SKIP
-        ...     mm.execute()                               # c = a @ b, ~5 µs of host time
-        >>> mm.execute(a=a2)                               # doctest: +SKIP
-        >>> mm.free()                                      # doctest: +SKIP
+    >>> mm = pyblasgemm.Matmul(a, b, out=c)            # doctest: +SKIP
+    >>> for step in range(1000):                       # doctest: +SKIP
+    ...     mm.execute()                               # c = a @ b, ~5 µs of host time
+    >>> mm.execute(a=a2)                               # doctest: +SKIP
+    >>> mm.free()                                      # doctest: +SKIP
     """
 
     def __init__(self, a, b, out=None, *, compute=None, backend=None, stream=None):
