@@ -435,3 +435,28 @@ def test_margin_decides_between_close_predictions(monkeypatch):
     pyblasgemm.clear_plan_cache()
     flipped = plan(1000, 1000, 1001, "i8", transa="T", arch="sm_90")
     assert flipped.backend == "tensorcore" and "beyond the model's" in flipped.reason
+
+
+def test_host_bound_calls_go_to_our_kernels_and_large_ones_do_not(monkeypatch):
+    """A 64³ call is decided by host work (our launch 5-9 µs, cuBLAS's 10-15 µs measured in
+    host_cost_*.json): ours even with its GPU time taken 2.6x the prediction. From 256³
+    float16 on the model decides as before; a forced config turns the rule off."""
+    from pyblasgemm.planner.core import CALL_HOST_US, MODEL_MISS
+
+    monkeypatch.setenv("PYBLASGEMM_NO_MEASURED_CHOICES", "1")
+    pyblasgemm.clear_plan_cache()
+    small = plan(64, 64, 64, "f16", arch="sm_90")
+    assert small.backend == "tensorcore" and small.reason.startswith("host-bound")
+    assert not small.config.is_sm90                  # the Hopper launchers cost ~15 µs
+    ours = next(c for c in small.candidates if c.config == small.config)
+    cublas = next(c for c in small.candidates if c.backend == "cublas")
+    latency = 3e-6
+    worst = CALL_HOST_US["tensorcore"] * 1e-6 + latency + MODEL_MISS * (ours.score.gpu - latency)
+    assert worst < CALL_HOST_US["cublas"] * 1e-6 + latency + cublas.score.fixup
+    for big in (plan(256, 256, 256, "f16", arch="sm_90"), plan(4096, 4096, 4096, "f16", arch="sm_90")):
+        assert not big.reason.startswith("host-bound")
+    monkeypatch.setenv("PYBLASGEMM_CONFIG", small.config.name)
+    pyblasgemm.clear_plan_cache()
+    assert not plan(64, 64, 64, "f16", arch="sm_90").reason.startswith("host-bound")
+    monkeypatch.delenv("PYBLASGEMM_CONFIG")
+    pyblasgemm.clear_plan_cache()

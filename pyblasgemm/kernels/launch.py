@@ -308,7 +308,7 @@ class BoundLaunch:
 
     __slots__ = ("problem", "config", "geometry", "smem", "kern", "red", "_fptr", "_rptr", "_grid", "_block",
                  "_rgrid", "_int", "_amask", "_cmask", "_ws", "_fields", "_rfields", "_base", "_rbase",
-                 "_dev", "a_align", "b_align", "c_align", "_last", "__weakref__")
+                 "_dev", "a_align", "b_align", "c_align", "_last", "_launch", "__weakref__")
 
     def __init__(self, problem: KernelProblem, config: KernelConfig, kern, red, geometry: dict, smem: int, dev: int):
         self.problem, self.config, self.geometry, self.smem, self.kern, self.red = (
@@ -341,6 +341,7 @@ class BoundLaunch:
             self._rgrid, self._rfields, self._rbase = 0, None, None
         self._ws = {}  # stream handle -> (ws array, flags array, flags bytes, gemm pack, reduce pack)
         self._last = None
+        self._launch = _driver().launchKernel
 
     @property
     def workspace_nbytes(self) -> int:
@@ -361,13 +362,15 @@ class BoundLaunch:
         rpack = None
         if self._rfields is not None:
             rpack = _ArgPack(self._rfields, dict(self._rbase, ws=vals["ws"]))
+        # [10]: the scales last written into the cells (a NaN pair compares unequal to any)
         slot = (ws, fl, fl.data.ptr if fl is not None else 0, 4 * g["flags"], pack.cells, pack.addr,
-                rpack.cells if rpack else None, rpack.addr if rpack else 0, pack, rpack)
+                rpack.cells if rpack else None, rpack.addr if rpack else 0, pack, rpack,
+                [(float("nan"), float("nan"))])
         self._ws[sptr] = slot
         return slot
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
-        sptr = stream_handle(stream)
+        sptr = stream if type(stream) is int else stream_handle(stream)
         last = self._last
         if last is not None and last[0] == sptr:
             slot = last[1]
@@ -383,16 +386,19 @@ class BoundLaunch:
         cells["a"].value = a_ptr
         cells["b"].value = b_ptr
         cells["c"].value = c_ptr
-        set_scales(cells, self._int, alpha, beta)
+        scales = (alpha, beta)
+        if scales != slot[10][0]:      # the cells keep the last scales: (1, 0) is written once
+            set_scales(cells, self._int, alpha, beta)
+            slot[10][0] = scales
         if slot[2]:
             _runtime().memsetAsync(slot[2], 0, slot[3], sptr)
         gx, gy, gz = self._grid
-        _driver().launchKernel(self._fptr, gx, gy, gz, self._block, 1, 1, self.smem, sptr, slot[5], 0)
+        self._launch(self._fptr, gx, gy, gz, self._block, 1, 1, self.smem, sptr, slot[5], 0)
         if self._rptr:
             rc = slot[6]
             rc["c"].value = c_ptr
             set_scales(rc, self._int, alpha, beta)
-            _driver().launchKernel(self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, slot[7], 0)
+            self._launch(self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, slot[7], 0)
 
 
 _cache = get_plan_cache()

@@ -196,6 +196,20 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
         raise NotImplementedError(f"{desc.routine}: no GPU backend runs compute={desc.compute!r} "
                                   f"for this problem: tensorcore: {why_not_ours}; "
                                   f"cublas: {why_not_theirs}")
+    if not autotune and _nothing_forced() and cublas_cand is not None and ours_best is not None:
+        # a call so small that the host decides it: ours wins even if cuBLAS's kernel took
+        # no more than a launch's latency
+        bound = _host_bound_pick(cands, cal, cublas_cand)
+        if bound is not None:
+            worst, pick = bound
+            return _ours_plan(desc, arch, pick, (
+                f"host-bound: our call ({CALL_HOST_US['tensorcore']:.1f} us host + at most "
+                f"{(worst - CALL_HOST_US['tensorcore'] * 1e-6) * 1e6:.1f} us GPU, the model's "
+                f"prediction x{MODEL_MISS} for its worst measured miss) ends before cuBLAS's "
+                f"host work alone ({CALL_HOST_US['cublas']:.1f} us) plus one kernel latency"
+                + (f" and its int8 copies ({cublas_cand.score.fixup * 1e6:.1f} us)"
+                   if cublas_cand.score.fixup else "") + "; "
+                + _why_ours(pick, cands)), cands)
     if not autotune and _table_allowed():
         # after a stored autotune result (above), before the model: what was measured here
         measured = _measured_plan(desc, arch, cal, cands, ours_best, cublas_cand, ours_ok)
@@ -232,12 +246,49 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
                 cublas_cand.time, "heuristic", arch, desc, tuple(cands))
 
 
+#: Host µs of one call once its signature is cached, by launch route: the mma.sync kernels'
+#: BoundLaunch and the cuBLASLt launch, through the stateful form (launch only), the larger of
+#: the H100 and H200 medians for ours and the smaller for cuBLAS (bench/results/
+#: host_cost_{h100,h200}_2026-11-24.json, 64³ and 256³ fp16/bf16: ours 5.3-8.8 µs, cuBLAS
+#: 10.0-14.6 µs). The Hopper (sm_90a) launchers cost more (~15 µs) and are not used by the
+#: host-bound rule.
+CALL_HOST_US = {"tensorcore": 7.5, "cublas": 10.0}
+#: The model's worst measured under-prediction of our GPU time (16x4096x4096 fp16: 15 µs
+#: predicted, 39 µs measured; see CUBLAS_MARGIN), applied beyond the launch latency
+MODEL_MISS = 2.6
+
+
+def _host_bound_pick(cands, cal, cublas_cand):
+    """(worst-case seconds, candidate) for the mma.sync candidate whose call, with its GPU time
+    taken MODEL_MISS times the prediction, still ends before cuBLAS's host work plus one kernel
+    latency (plus the operand copies cuBLAS's int8 path must make, when it must); None when no
+    candidate is that small."""
+    latency = cal["kernel_latency_us"] * 1e-6
+    floor = CALL_HOST_US["cublas"] * 1e-6 + latency + cublas_cand.score.fixup
+    best = None
+    for c in cands:
+        if c.backend != "tensorcore" or c.score is None or c.config.is_sm90:
+            continue
+        worst = (CALL_HOST_US["tensorcore"] * 1e-6 + latency
+                 + MODEL_MISS * max(0.0, c.score.gpu - latency))
+        if worst < floor and (best is None or worst < best[0]):
+            best = (worst, c)
+    return best
+
+
 #: Our kernels replace cuBLAS only when predicted faster by more than this fraction. The model
 #: is within 25% of the measurement on ~80% of points, and its misses lean one way: on thin and
 #: small float16/bfloat16 problems it under-predicts our time (16x4096x4096: 15 us predicted,
 #: 39 us measured), while cuBLAS there is 1.2-2.4x faster (planner_h100_2026-11-22.json). A
 #: wrong switch away from cuBLAS costs more than a missed one, so ties go to cuBLAS.
 CUBLAS_MARGIN = 0.25
+
+
+def _nothing_forced() -> bool:
+    """No config, decomposition or split count forced (PYBLASGEMM_CONFIG / _DECOMPOSITION /
+    _SPLITS): the planner's own rules may decide."""
+    s = current_settings()
+    return s.config is None and s.decomposition is None and s.splits is None
 
 
 def _table_allowed() -> bool:
