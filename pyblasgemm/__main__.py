@@ -114,29 +114,11 @@ def info() -> int:
     return 0
 
 
-def _bench_module():
-    """bench/suite.py of the source checkout this package is imported from, or None."""
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).resolve().parents[1] / "bench" / "suite.py"
-    if not path.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location("pyblasgemm_bench_suite", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def bench(argv) -> int:
-    """``python -m pyblasgemm bench ...``: the benchmark suite in bench/suite.py."""
-    module = _bench_module()
-    if module is None:
-        print("error: the benchmark suite (bench/suite.py) ships with the source checkout; "
-              "install pyblasgemm from a clone with `pip install -e .[bench]`", file=sys.stderr)
-        return 2
-    return module.main(argv)
+    """``python -m pyblasgemm bench ...``: the benchmark suite (:mod:`pyblasgemm.benchmarks.suite`)."""
+    from pyblasgemm.benchmarks import suite
+
+    return suite.main(argv)
 
 
 def main(argv=None) -> int:

@@ -16,7 +16,6 @@ from numbers import Complex, Integral, Real
 from typing import NamedTuple
 
 from . import _arrays
-from .backends import BACKEND_NAMES
 from ._types import TYPE_ROWS, TypeRow, resolve_compute
 from ._types import resolve_compute as _resolve
 
@@ -25,6 +24,10 @@ def _default_compute(row):
     return _resolve(row, None, row.routine)
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+#: accepted values of ``backend=``; 'auto' lets the planner choose (the backends package
+#: re-exports it: it is a fact about the argument, checked here)
+BACKEND_NAMES = ("auto", "tensorcore", "cublas", "host")
 # cuBLAS and our kernels take 32-bit sizes and leading dimensions.
 MAX_DIM = INT32_MAX
 

@@ -1,10 +1,8 @@
 """The benchmark suite without a GPU: suite definitions, argument parsing, the results schema
 (on a host smoke run of the real machinery), and the plot script on a synthetic JSON."""
 import copy
-import importlib.util
 import json
 import pathlib
-import sys
 
 import pytest
 
@@ -13,16 +11,7 @@ import pyblasgemm.__main__ as cli
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _load(name):
-    spec = importlib.util.spec_from_file_location(f"_bench_{name}", ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-suite = _load("suite")
-plot = _load("plot")
+from pyblasgemm.benchmarks import plot, suite   # noqa: E402  (in the package: wheels run them)
 
 
 # --- suite definitions -------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """Backends: each module runs a validated ``GemmDesc`` on arrays, nothing more.
 
-A backend module exposes ``NAME``, ``supports(desc) -> (ok, reason)`` and
-``run(desc, a, b, c)``, where ``a``, ``b``, ``c`` are arrays whose first element is the origin of
+A backend module exposes ``NAME``, ``supports(desc) -> (ok, reason)``, ``run(desc, a, b, c)``
+and, for the GPU backends, ``bind(desc, plan)``: the launch of the problem's class, called with
+pointers (``execute`` keeps it in the plan cache; None when the arrays themselves are needed).
+In ``run``, ``a``, ``b``, ``c`` are arrays whose first element is the origin of
 the stored (column-major) matrix the description talks about. Modules are imported on first use
 so that ``import pyblasgemm`` never imports CuPy.
 """
@@ -9,8 +11,7 @@ from __future__ import annotations
 
 import importlib
 
-#: accepted values of ``backend=``; 'auto' lets the planner choose
-BACKEND_NAMES = ("auto", "tensorcore", "cublas", "host")
+from ..desc import BACKEND_NAMES  # noqa: F401  (accepted values of ``backend=``)
 
 _MODULES = {
     "host": "pyblasgemm.backends.host",

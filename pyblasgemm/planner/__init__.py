@@ -5,7 +5,7 @@ configs (tile shapes x decompositions: sliced-k, serial/parallel split-k, stream
 rejects the invalid ones with the reason (one predicate: ``KernelConfig.validate`` with the
 device's limits), scores the rest and cuBLAS with an analytic cost model calibrated on the
 H100 measurements in ``bench/results/`` (``calibration_h100.json``; see
-:mod:`pyblasgemm.planner.model` and :mod:`pyblasgemm.planner.calibrate`), and returns a frozen
+:mod:`pyblasgemm.planner.model` and ``tools/calibrate.py``), and returns a frozen
 :class:`Plan`. On the measured device (an H100 SXM), a table of measured choices
 (:mod:`pyblasgemm.planner.measured`) overrides the model at and near the public suite's shapes. Plans are memoized per (device, problem); ``autotune=True`` / :func:`tune` time
 the top candidates on the GPU and persist the winners on disk.

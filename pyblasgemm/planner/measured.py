@@ -7,8 +7,8 @@ consults a table of *measured* choices, ``choices_sm90_h100.json``: for each pro
 public shape suite, the implementation that ran fastest in ``bench/bench_planner.py`` runs on an
 H100 (cuBLAS, or one of our kernel configs by name), with its time, the runner-up and the times
 of every implementation timed there. It is derived by
-``python -m pyblasgemm.planner.calibrate --choices <planner run JSON> [...]``
-(:func:`pyblasgemm.planner.calibrate.derive_choices`).
+``python tools/calibrate.py --choices <planner run JSON> [...]``
+(``derive_choices`` there).
 
 :func:`lookup` is the rule for when an entry applies (a pure function of the table, the
 problem's facts and the :class:`~pyblasgemm.planner.arch.ArchSpec`); the planner

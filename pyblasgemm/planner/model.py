@@ -2,7 +2,7 @@
 
 Every number the model uses comes from an :class:`~pyblasgemm.planner.arch.ArchSpec` (device
 limits, peak rates) or from the calibration (``calibration_h100.json``, derived from the
-measurements in ``bench/results/`` by :mod:`pyblasgemm.planner.calibrate`). Times are seconds.
+measurements in ``bench/results/`` by ``tools/calibrate.py``). Times are seconds.
 
 Our kernels (``score_ours``), for a config with tile ``bm x bn x bk`` on ``S`` SMs:
 

@@ -1,6 +1,6 @@
 """Derive the cost model's calibration from measured JSON (``bench/results/*.json``).
 
-Run ``python -m pyblasgemm.planner.calibrate bench/results`` to regenerate
+Run ``python tools/calibrate.py bench/results`` to regenerate
 ``pyblasgemm/planner/calibration_h100.json``; a test checks the shipped file matches what the
 measurements in the repository give. Each constant is solved from the points that isolate it,
 in this order (sm_90 rates are fractions of the H100 spec's peaks, so other families scale):
@@ -37,11 +37,14 @@ import numpy as np
 
 from dataclasses import replace
 
-from ..kernels.config import KernelConfig
-from ..kernels.problem import KernelProblem
-from .arch import FAMILIES
-from . import model as M
-from .problem import kind_of, make_desc
+if __name__ == "__main__":      # ``python tools/calibrate.py`` from a source checkout
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pyblasgemm.kernels.config import KernelConfig  # noqa: E402
+from pyblasgemm.kernels.problem import KernelProblem  # noqa: E402
+from pyblasgemm.planner.arch import FAMILIES  # noqa: E402
+from pyblasgemm.planner import model as M  # noqa: E402
+from pyblasgemm.planner.problem import kind_of, make_desc  # noqa: E402
 
 REF = FAMILIES["sm_90"]
 
@@ -158,7 +161,7 @@ def _suite_points(suites):
 def _suite_pred(impl, desc, cal):
     if impl == "cublas":
         return M.score_cublas(desc, REF, cal).gpu
-    from .core import kernel_problem_for
+    from pyblasgemm.planner.core import kernel_problem_for
 
     prob = kernel_problem_for(desc)
     return M.score_ours(measured_default_config(prob, REF.sm_count), prob, REF, cal).gpu
@@ -636,7 +639,7 @@ def derive_choices(paths) -> dict:
 
 
 def main(argv=None) -> int:
-    """``python -m pyblasgemm.planner.calibrate [RESULTS_DIR] [OUT] [--sources a.json,b.json]``:
+    """``python tools/calibrate.py [RESULTS_DIR] [OUT] [--sources a.json,b.json]``:
     derive and write the calibration (default: every kernels*/backends*/suite results file in
     bench/results into the shipped calibration_h100.json). After re-measuring new kernels, pass
     ``--sources`` with the new files only: old and new kernels must not be averaged.
@@ -647,7 +650,7 @@ def main(argv=None) -> int:
     of the kernels as they are now)."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m pyblasgemm.planner.calibrate")
+    ap = argparse.ArgumentParser(prog="python tools/calibrate.py")
     ap.add_argument("results", nargs="?", default="bench/results")
     ap.add_argument("out", nargs="?", default=str(M.CALIBRATION_FILE))
     ap.add_argument("--sources", default=None, help="comma-separated file names to use")
@@ -658,7 +661,7 @@ def main(argv=None) -> int:
                          "bench_planner.py runs instead")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     if args.choices:
-        from .measured import CHOICES_FILE
+        from pyblasgemm.planner.measured import CHOICES_FILE
 
         table = derive_choices(args.choices)
         with open(CHOICES_FILE, "w") as f:

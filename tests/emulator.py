@@ -22,7 +22,7 @@ Example::
 
     >>> import numpy as np
     >>> from pyblasgemm.kernels import KernelConfig
-    >>> from pyblasgemm.planner.emulator import emulate
+    >>> from emulator import emulate
     >>> rng = np.random.default_rng(0)
     >>> a, b = rng.standard_normal((1, 70, 90)), rng.standard_normal((1, 90, 50))
     >>> r = emulate(a, b, KernelConfig(bm=64, bn=64, bk=16, decomposition="streamk"), sm_count=3)
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..kernels.config import KernelConfig
+from pyblasgemm.kernels.config import KernelConfig
 
 __all__ = ["geometry", "coord", "sk_begin", "sk_cta_of", "emulate", "Emulation", "WorkItem"]
 
