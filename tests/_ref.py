@@ -7,25 +7,11 @@ multiple of the working precision of that scale, whatever the cancellation in th
 import ml_dtypes
 import numpy as np
 
-#: relative error bound (against the scale above) per (dtype prefix, compute mode).
-#: 16-bit outputs: one final rounding (2^-11 fp16, 2^-8 bf16) plus fp32 accumulation.
-#: fp16 accumulation: k roundings at 2^-11 in the worst case, ~sqrt(k) typically.
-#: tf32: operands rounded to 10 mantissa bits (2^-11 each). int8: exact.
-TOLERANCE = {
-    ("h", "fp32"): 2e-3,
-    ("h", "fp16"): 2e-2,
-    ("b", "fp32"): 1.6e-2,
-    ("s", "fp32"): 2e-5,
-    ("s", "tf32"): 3e-3,
-    ("s", "3xtf32"): 2e-5,
-    ("d", "fp64"): 1e-12,
-    ("c", "fp32"): 2e-5,
-    ("z", "fp64"): 1e-12,
-    ("i", "int32"): 0.0,
-    # 16-bit operands, float32 C: exact products, float32 accumulation and output
-    ("sh", "fp32"): 2e-5,
-    ("sb", "fp32"): 2e-5,
-}
+from pyblasgemm.kinds import ROUTES
+
+#: relative error bound (against the scale above) per (dtype prefix, compute mode): the kinds
+#: table's ``rtol`` (pyblasgemm/kinds.py says why each is what it is)
+TOLERANCE = {key: route.rtol for key, route in ROUTES.items()}
 
 DTYPES = {
     "s": np.float32, "d": np.float64, "h": np.float16, "b": ml_dtypes.bfloat16,

@@ -16,32 +16,19 @@ import threading
 import numpy as np
 
 from .. import _arrays
+from .._types import TYPE_ROWS
 from ..desc import GemmDesc
+from ..kinds import ROUTES
 
 NAME = "cublas"
 
-# cudaDataType_t values (library_types.h)
-CUDA_R_16F, CUDA_R_32F, CUDA_R_64F, CUDA_R_8I = 2, 0, 1, 3
-CUDA_C_32F, CUDA_C_64F, CUDA_R_32I, CUDA_R_16BF = 4, 5, 10, 14
-# cublasComputeType_t values (cublas_api.h)
-COMPUTE_16F, COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F, COMPUTE_32I = 64, 68, 77, 70, 72
-CUBLAS_GEMM_DEFAULT = -1
 _OPS = {"N": 0, "T": 1, "C": 2}
+CUBLAS_GEMM_DEFAULT = -1
 
-# (prefix, compute) -> (A/B type, C type, compute type, scalar dtype)
-_TYPES = {
-    ("s", "fp32"): (CUDA_R_32F, CUDA_R_32F, COMPUTE_32F, np.float32),
-    ("s", "tf32"): (CUDA_R_32F, CUDA_R_32F, COMPUTE_32F_FAST_TF32, np.float32),
-    ("d", "fp64"): (CUDA_R_64F, CUDA_R_64F, COMPUTE_64F, np.float64),
-    ("h", "fp32"): (CUDA_R_16F, CUDA_R_16F, COMPUTE_32F, np.float32),
-    ("h", "fp16"): (CUDA_R_16F, CUDA_R_16F, COMPUTE_16F, np.float16),
-    ("b", "fp32"): (CUDA_R_16BF, CUDA_R_16BF, COMPUTE_32F, np.float32),
-    ("sh", "fp32"): (CUDA_R_16F, CUDA_R_32F, COMPUTE_32F, np.float32),
-    ("sb", "fp32"): (CUDA_R_16BF, CUDA_R_32F, COMPUTE_32F, np.float32),
-    ("i", "int32"): (CUDA_R_8I, CUDA_R_32I, COMPUTE_32I, np.int32),
-    ("c", "fp32"): (CUDA_C_32F, CUDA_C_32F, COMPUTE_32F, np.complex64),
-    ("z", "fp64"): (CUDA_C_64F, CUDA_C_64F, COMPUTE_64F, np.complex128),
-}
+# (prefix, compute) -> (A/B type, C type, compute type, scalar dtype), from the kinds table
+_TYPES = {key: (r.cuda_ab, r.cuda_c, r.cublas_compute,
+                np.dtype(r.scale_dtype) if r.scale_dtype else TYPE_ROWS[r.prefix].scalar_dtype)
+          for key, r in ROUTES.items() if r.cublas_compute is not None}
 
 
 def supports(desc: GemmDesc):

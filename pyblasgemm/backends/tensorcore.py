@@ -9,20 +9,13 @@ and float64 problems are not ours: the planner sends them to cuBLAS.
 from __future__ import annotations
 
 from ..desc import GemmDesc
+from ..kinds import ROUTES
 
 NAME = "tensorcore"
 
-# (prefix, compute) -> (kernel kind, accumulator)
-_KINDS = {
-    ("h", "fp32"): ("f16", "f32"),
-    ("h", "fp16"): ("f16", "f16"),
-    ("b", "fp32"): ("bf16", "f32"),
-    ("sh", "fp32"): ("f16_out32", "f32"),
-    ("sb", "fp32"): ("bf16_out32", "f32"),
-    ("i", "int32"): ("s8", "s32"),
-    ("s", "tf32"): ("tf32", "f32"),
-    ("s", "3xtf32"): ("3xtf32", "f32"),
-}
+# (prefix, compute) -> (kernel kind, accumulator), from the kinds table
+_KINDS = {key: (r.kernel_kind, r.accumulator) for key, r in ROUTES.items()
+          if r.kernel_kind is not None}
 
 _sm_counts: dict = {}
 

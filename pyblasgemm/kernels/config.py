@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..kinds import KERNEL_KINDS
 from .problem import ACCUMULATE, C_BYTES, ELEM_BYTES, KernelProblem
 
 __all__ = ["KernelConfig", "DECOMPOSITIONS", "SHIPPED_CONFIGS", "SM90_CONFIGS", "default_config", "MAX_SMEM_SM90",
@@ -32,14 +33,14 @@ MODE = {"sliced": 0, "splitk_serial": 1, "splitk_parallel": 2, "streamk": 3, "hy
 #: opt-in dynamic shared memory per block: sm_90 227 KB, sm_80 163 KB, sm_86/89 99 KB
 MAX_SMEM_SM90 = 232448
 _GRID_YZ_MAX = 65535
-SM90_KINDS = ("f16", "bf16", "s8", "f16_out32", "bf16_out32", "tf32", "3xtf32")
+SM90_KINDS = tuple(KERNEL_KINDS)      # the Hopper kernel runs every kind
 #: fp32 operands on the Hopper kernel: a prep kernel writes them K-major, rounded to tf32 (3xTF32:
 #: rows of [big | small] halves) into a workspace of at most this many bytes
-SM90_PREP_KINDS = ("tf32", "3xtf32")
+SM90_PREP_KINDS = tuple(k for k, r in KERNEL_KINDS.items() if r.sm90_prep)
 SM90_PREP_MAX_BYTES = 4 << 30
 #: fp32-output kinds: the 16-bit mainloop with a 4-byte epilogue; CI compiles fewer of their
 #: tiles (the mainloop instantiations are the 16-bit kinds', tested in full)
-_OUT32_KINDS = ("f16_out32", "bf16_out32")
+_OUT32_KINDS = tuple(k for k, r in KERNEL_KINDS.items() if r.base_kind != k)
 #: kinds whose wgmma chains go into fresh registers added to the accumulator by a rounding FADD
 #: (3xTF32; a float32 C shows the tensor cores' truncating accumulation): two register sets
 _TWO_ACCUMULATOR_KINDS = ("3xtf32", "f16_out32", "bf16_out32")

@@ -42,21 +42,16 @@ KERNEL_HEADER = "pyblasgemm/impls/sm80_gemm.cuh"
 SM90_HEADER = "pyblasgemm/impls/sm90_gemm.cuh"
 #: the Hopper kernel's target: wgmma and setmaxnreg exist only on the arch-specific sm_90a
 SM90_ARCH = "sm_90a"
+from ..kinds import KERNEL_KINDS  # noqa: E402
+
 PACKAGE_VERSION = "0.1.0"
 #: NVRTC options shared by the online and offline paths (no fast-math: it would flush
 #: denormals and change the rounding of the epilogue).
 BASE_OPTIONS = ("-std=c++17",)
 
-_KIND_STRUCT = {
-    ("f16", "f32"): "KindF16F32",
-    ("f16", "f16"): "KindF16F16",
-    ("bf16", "f32"): "KindBF16F32",
-    ("s8", "s32"): "KindS8S32",
-    ("tf32", "f32"): "KindTF32",
-    ("3xtf32", "f32"): "Kind3xTF32",
-    ("f16_out32", "f32"): "KindF16F32Out32",
-    ("bf16_out32", "f32"): "KindBF16F32Out32",
-}
+#: (kind, accumulator) -> the mma.sync kernel's C++ struct (the kinds table's rows)
+_KIND_STRUCT = {(k, acc): struct for k, r in KERNEL_KINDS.items()
+                for acc, struct in r.mma_struct.items()}
 
 
 class KernelCompileError(RuntimeError):
@@ -116,9 +111,7 @@ def reduce_name(config: KernelConfig, kind: str, accumulate: str | None = None) 
     return f"pyblasgemm::splitk_reduce_kernel<{kind_struct(kind, accumulate)}, {config.bm}, {config.bn}>"
 
 
-_SM90_KIND = {"f16": "Sm90KindF16", "bf16": "Sm90KindBF16", "s8": "Sm90KindS8",
-              "f16_out32": "Sm90KindF16Out32", "bf16_out32": "Sm90KindBF16Out32",
-              "tf32": "Sm90KindTF32", "3xtf32": "Sm90Kind3xTF32"}
+_SM90_KIND = {k: r.sm90_struct for k, r in KERNEL_KINDS.items()}
 #: fp32 operands reach the Hopper kernel through this prep kernel (impls/sm90_tf32_prep.cuh)
 SM90_PREP_NAME = {"tf32": "pyblasgemm::sm90_tf32_prep<1>", "3xtf32": "pyblasgemm::sm90_tf32_prep<2>"}
 SM90_PREP_KINDS = tuple(SM90_PREP_NAME)

@@ -9,32 +9,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..kinds import KERNEL_KINDS
+
 __all__ = ["KernelProblem", "KINDS", "ACCUMULATE", "ELEM_BYTES", "C_BYTES", "OUT_DTYPE", "BASE_KIND"]
 
+# Every table below is read off the kinds table (pyblasgemm/kinds.py: one row per kind).
 #: kind -> allowed accumulate types (first = default)
-ACCUMULATE = {
-    "f16": ("f32", "f16"),
-    "bf16": ("f32",),
-    "s8": ("s32",),
-    "tf32": ("f32",),
-    "3xtf32": ("f32",),
-    # 16-bit operands, fp32 accumulation, fp32 C (shgemm / sbgemm)
-    "f16_out32": ("f32",),
-    "bf16_out32": ("f32",),
-}
+ACCUMULATE = {k: r.accumulators for k, r in KERNEL_KINDS.items()}
 KINDS = tuple(ACCUMULATE)
 #: bytes per A/B element
-ELEM_BYTES = {"f16": 2, "bf16": 2, "s8": 1, "tf32": 4, "3xtf32": 4, "f16_out32": 2, "bf16_out32": 2}
+ELEM_BYTES = {k: r.elem_bytes for k, r in KERNEL_KINDS.items()}
 #: bytes per C element
-C_BYTES = {"f16": 2, "bf16": 2, "s8": 4, "tf32": 4, "3xtf32": 4, "f16_out32": 4, "bf16_out32": 4}
+C_BYTES = {k: r.c_bytes for k, r in KERNEL_KINDS.items()}
 #: NumPy dtype name of A/B and of C
-IN_DTYPE = {"f16": "float16", "bf16": "bfloat16", "s8": "int8", "tf32": "float32", "3xtf32": "float32",
-            "f16_out32": "float16", "bf16_out32": "bfloat16"}
-OUT_DTYPE = {"f16": "float16", "bf16": "bfloat16", "s8": "int32", "tf32": "float32", "3xtf32": "float32",
-             "f16_out32": "float32", "bf16_out32": "float32"}
+IN_DTYPE = {k: r.ab_dtype for k, r in KERNEL_KINDS.items()}
+OUT_DTYPE = {k: r.c_dtype for k, r in KERNEL_KINDS.items()}
 #: the kind whose MMA and operand path a kind shares (calibration, peaks): the fp32-output
 #: kinds run the 16-bit kinds' mainloop and differ only in the epilogue
-BASE_KIND = {k: k for k in ACCUMULATE} | {"f16_out32": "f16", "bf16_out32": "bf16"}
+BASE_KIND = {k: r.base_kind for k, r in KERNEL_KINDS.items()}
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ import ctypes as ct
 
 from dataclasses import replace
 
+from ..kinds import KERNEL_KINDS
 from .config import KernelConfig, sm90_prep_shape
 from .problem import ELEM_BYTES, KernelProblem
 
@@ -38,8 +39,8 @@ __all__ = ["Sm90Launch", "Sm90PrepLaunch", "tma_maps", "encode_tiled", "TMA_DTYP
 #: CUtensorMapDataType of each kind's A/B (s8 moves as raw bytes) and of its C
 #: (CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6, BFLOAT16 = 9, UINT8 = 0, INT32 = 3, FLOAT32 = 7)
 #: fp32 operands move as FLOAT32 words (the prep kernel rounded them to tf32 already)
-TMA_DTYPE = {"f16": 6, "bf16": 9, "s8": 0, "f16_out32": 6, "bf16_out32": 9, "tf32": 7, "3xtf32": 7}
-TMA_C_DTYPE = {"f16": 6, "bf16": 9, "s8": 3, "f16_out32": 7, "bf16_out32": 7, "tf32": 7, "3xtf32": 7}
+TMA_DTYPE = {k: r.tma_ab for k, r in KERNEL_KINDS.items()}       # the kinds table's rows
+TMA_C_DTYPE = {k: r.tma_c for k, r in KERNEL_KINDS.items()}
 _SWIZZLE_128B = 3
 _L2_PROMOTION_256B = 3
 _OOB_FILL_ZEROS = 0

@@ -13,6 +13,7 @@ import numpy as np
 
 from .._types import ROW_BY_DTYPE, TYPE_ROWS, resolve_compute
 from ..desc import GemmDesc, check_dim, check_trans
+from ..kinds import ROUTES
 
 __all__ = ["make_desc", "DTYPE_ALIASES", "kind_of"]
 
@@ -25,9 +26,7 @@ DTYPE_ALIASES = {"f16": "h", "fp16": "h", "half": "h", "float16": "h", "bf16": "
 for _p in TYPE_ROWS:
     DTYPE_ALIASES.setdefault(_p, _p)
 
-_KINDS = {("h", "fp32"): "f16", ("h", "fp16"): "f16", ("b", "fp32"): "bf16", ("i", "int32"): "s8",
-          ("sh", "fp32"): "f16_out32", ("sb", "fp32"): "bf16_out32",
-          ("s", "tf32"): "tf32", ("s", "3xtf32"): "3xtf32"}
+_KINDS = {key: r.kernel_kind for key, r in ROUTES.items() if r.kernel_kind is not None}
 
 
 def kind_of(desc: GemmDesc) -> str | None:

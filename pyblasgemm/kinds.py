@@ -1,0 +1,122 @@
+"""The kinds table: one row per fact about an operand type, everything else derived from it.
+
+Two tables, joined by the kernel kind:
+
+* :data:`KERNEL_KINDS`: one row per kind of our kernels ('f16', 'bf16', 's8', 'tf32', '3xtf32',
+  'f16_out32', 'bf16_out32'): operand and output types and sizes, the accumulators, the C++
+  structs NVRTC instantiates (mma.sync per accumulator, the Hopper kernel's), the TMA element
+  types, the kind whose mainloop it shares (calibration, peaks), whether fp32 operands pass a
+  prep kernel on Hopper.
+* :data:`ROUTES`: one row per (BLAS prefix, compute mode): cuBLAS's data and compute types, the
+  kernel kind and accumulator that run it (None: cuBLAS only), and the relative tolerance the
+  tests hold a result of it to (against a float64 reference; tests/_ref.py).
+
+The backends' tables (cuBLAS types, our kernels' kinds), the kernels' size and struct tables, the
+Hopper TMA types and the planner's kind map are read from here, so a new type is one row in
+each table (and its C++ struct). Imports nothing of the package: every layer may read it.
+
+Example
+-------
+>>> from pyblasgemm.kinds import ROUTES, KERNEL_KINDS
+>>> r = ROUTES[("h", "fp32")]
+>>> r.kernel_kind, r.accumulator, KERNEL_KINDS[r.kernel_kind].mma_struct[r.accumulator]
+('f16', 'f32', 'KindF16F32')
+>>> ROUTES[("d", "fp64")].kernel_kind is None              # cuBLAS only
+True
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["KernelKind", "Route", "KERNEL_KINDS", "ROUTES", "CUDA", "CUBLAS_COMPUTE"]
+
+#: cudaDataType_t values (library_types.h)
+CUDA = {"R_32F": 0, "R_64F": 1, "R_16F": 2, "R_8I": 3, "C_32F": 4, "C_64F": 5, "R_32I": 10,
+        "R_16BF": 14}
+#: cublasComputeType_t values (cublas_api.h)
+CUBLAS_COMPUTE = {"16F": 64, "32F": 68, "64F": 70, "32I": 72, "32F_FAST_TF32": 77}
+#: CUtensorMapDataType values (cuda.h): the Hopper kernel's TMA element types
+_TMA = {"UINT8": 0, "INT32": 3, "FLOAT16": 6, "FLOAT32": 7, "BFLOAT16": 9}
+
+
+@dataclass(frozen=True)
+class KernelKind:
+    """One kind of our kernels."""
+
+    name: str
+    ab_dtype: str           # NumPy name of A and B
+    c_dtype: str            # NumPy name of C
+    elem_bytes: int
+    c_bytes: int
+    accumulators: tuple     # allowed accumulate types, the first the default
+    mma_struct: dict        # accumulator -> C++ struct of the mma.sync kernel (kernels/include)
+    sm90_struct: str        # C++ struct of the Hopper (wgmma/TMA) kernel
+    tma_ab: int             # TMA element type of A and B (as the Hopper kernel reads them)
+    tma_c: int              # ... and of C
+    base_kind: str          # the kind whose mainloop it runs (calibration, peaks)
+    sm90_prep: bool = False  # fp32 operands: a prep kernel writes them K-major for the Hopper kernel
+
+
+@dataclass(frozen=True)
+class Route:
+    """One (BLAS prefix, compute mode): how cuBLAS and our kernels run it."""
+
+    prefix: str
+    compute: str
+    cuda_ab: int            # cuBLAS data type of A and B
+    cuda_c: int             # ... of C
+    cublas_compute: int | None   # cublasComputeType_t; None: cuBLAS has no such mode
+    kernel_kind: str | None      # our kernels' kind; None: ours do not run it
+    accumulator: str | None
+    rtol: float             # tests: |result - float64 reference| <= rtol * the reference's scale
+    scale_dtype: str | None = None   # cuBLAS's alpha/beta type when not the routine's own
+
+
+def _kind(name, ab, c, eb, cb, accs, structs, sm90, tma_ab, tma_c, base=None, prep=False):
+    return KernelKind(name, ab, c, eb, cb, accs, structs, sm90, _TMA[tma_ab], _TMA[tma_c],
+                      base or name, prep)
+
+
+KERNEL_KINDS = {k.name: k for k in (
+    _kind("f16", "float16", "float16", 2, 2, ("f32", "f16"),
+          {"f32": "KindF16F32", "f16": "KindF16F16"}, "Sm90KindF16", "FLOAT16", "FLOAT16"),
+    _kind("bf16", "bfloat16", "bfloat16", 2, 2, ("f32",), {"f32": "KindBF16F32"},
+          "Sm90KindBF16", "BFLOAT16", "BFLOAT16"),
+    _kind("s8", "int8", "int32", 1, 4, ("s32",), {"s32": "KindS8S32"}, "Sm90KindS8",
+          "UINT8", "INT32"),
+    _kind("tf32", "float32", "float32", 4, 4, ("f32",), {"f32": "KindTF32"}, "Sm90KindTF32",
+          "FLOAT32", "FLOAT32", prep=True),
+    _kind("3xtf32", "float32", "float32", 4, 4, ("f32",), {"f32": "Kind3xTF32"},
+          "Sm90Kind3xTF32", "FLOAT32", "FLOAT32", prep=True),
+    # 16-bit operands, fp32 accumulation, fp32 C (shgemm / sbgemm): the 16-bit mainloop
+    _kind("f16_out32", "float16", "float32", 2, 4, ("f32",), {"f32": "KindF16F32Out32"},
+          "Sm90KindF16Out32", "FLOAT16", "FLOAT32", base="f16"),
+    _kind("bf16_out32", "bfloat16", "float32", 2, 4, ("f32",), {"f32": "KindBF16F32Out32"},
+          "Sm90KindBF16Out32", "BFLOAT16", "FLOAT32", base="bf16"),
+)}
+
+
+def _route(prefix, compute, ab, c, cublas, kind=None, acc=None, rtol=1e-5, scale=None):
+    return Route(prefix, compute, CUDA[ab], CUDA[c],
+                 None if cublas is None else CUBLAS_COMPUTE[cublas], kind, acc, rtol, scale)
+
+
+#: rtol: relative error bound against the reference's scale (tests/_ref.py). 16-bit outputs: one
+#: final rounding (2^-11 fp16, 2^-8 bf16) plus fp32 accumulation; fp16 accumulation: k roundings
+#: at 2^-11 in the worst case, ~sqrt(k) typically; tf32: operands rounded to 10 mantissa bits
+#: (2^-11 each); 16-bit operands with a float32 C: exact products, float32 sums; int8: exact.
+ROUTES = {(r.prefix, r.compute): r for r in (
+    _route("s", "fp32", "R_32F", "R_32F", "32F", rtol=2e-5),
+    _route("s", "tf32", "R_32F", "R_32F", "32F_FAST_TF32", "tf32", "f32", rtol=3e-3),
+    _route("s", "3xtf32", "R_32F", "R_32F", None, "3xtf32", "f32", rtol=2e-5),
+    _route("d", "fp64", "R_64F", "R_64F", "64F", rtol=1e-12),
+    _route("h", "fp32", "R_16F", "R_16F", "32F", "f16", "f32", rtol=2e-3),
+    # cuBLAS's 16F compute takes half-precision alpha and beta
+    _route("h", "fp16", "R_16F", "R_16F", "16F", "f16", "f16", rtol=2e-2, scale="float16"),
+    _route("b", "fp32", "R_16BF", "R_16BF", "32F", "bf16", "f32", rtol=1.6e-2),
+    _route("sh", "fp32", "R_16F", "R_32F", "32F", "f16_out32", "f32", rtol=2e-5),
+    _route("sb", "fp32", "R_16BF", "R_32F", "32F", "bf16_out32", "f32", rtol=2e-5),
+    _route("i", "int32", "R_8I", "R_32I", "32I", "s8", "s32", rtol=0.0),
+    _route("c", "fp32", "C_32F", "C_32F", "32F", rtol=2e-5),
+    _route("z", "fp64", "C_64F", "C_64F", "64F", rtol=1e-12),
+)}
