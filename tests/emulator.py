@@ -3,7 +3,7 @@ and in which order partial sums are combined, with NumPy on small problems.
 
 It mirrors the device code's arithmetic line by line:
 
-* :func:`geometry` - ``pyblasgemm.kernels.launch.launch_geometry`` (grid, splits, k-steps per
+* :func:`geometry` - ``pyblasgemm.kernels.geometry.launch_geometry`` (grid, splits, k-steps per
   split, data-parallel and stream-k tile counts), re-derived here so a test can compare the two;
 * :func:`coord` - ``TileScheduler::coord`` (grouped rasterization, ``scheduler/tile_scheduler.cuh``);
 * :func:`sk_begin` / :func:`sk_cta_of` - the stream-k even split of MAC iterations;

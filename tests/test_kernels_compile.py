@@ -258,11 +258,11 @@ def _kernel_params(src: str, name: str):
 
 
 def test_bound_launch_argument_blocks_match_kernel_signatures():
-    """launch.BoundLaunch packs arguments by hand for cuLaunchKernel: their order and widths
+    """mma_sync.BoundLaunch packs arguments by hand for cuLaunchKernel: their order and widths
     must match gemm_kernel's and splitk_reduce_kernel's parameter lists exactly."""
     import ctypes as ct
 
-    from pyblasgemm.kernels import launch
+    from pyblasgemm.kernels import mma_sync as launch
 
     width = {ct.c_uint64: "u64", ct.c_int32: "i32", ct.c_int64: "i64", ct.c_float: "f32"}
     gemm_src = (jit.INCLUDE_DIR / "pyblasgemm/impls/sm80_gemm.cuh").read_text()

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..kernels.config import SHIPPED_CONFIGS, SM90_CONFIGS, SM90_CONFIGS_BY_TILE, SM90_SMALL_CONFIGS, KernelConfig
-from ..kernels.launch import launch_geometry
+from ..kernels.geometry import launch_geometry
 from ..kernels.problem import BASE_KIND, C_BYTES, ELEM_BYTES, KernelProblem
 from ._checks import why_not_dict, why_not_number, why_not_numbers
 from .arch import ArchSpec

@@ -1,0 +1,159 @@
+"""The mma.sync kernels' launcher: a :class:`BoundLaunch` is one compiled, validated problem
+class whose call refills three pointers (and the scales when they change) in a pre-packed
+argument block handed straight to ``cuLaunchKernel``. (The Hopper kernels' launchers are in
+:mod:`~pyblasgemm.kernels.sm90`; :func:`~pyblasgemm.kernels.launch.bind` makes either.)"""
+from __future__ import annotations
+
+from .config import KernelConfig
+from .driver import _driver, _runtime, set_scales, stream_handle
+from .problem import KernelProblem
+
+__all__ = ["BoundLaunch"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Fast per-call path: bind once per (device, shape/layout/alignment class, config), then call
+# with fresh pointers. The call packs the changed arguments into a ctypes buffer that is handed
+# straight to cuLaunchKernel (no per-argument type dispatch).
+
+_ARG_TYPES = None
+
+
+def _arg_ctypes():
+    import ctypes as ct
+
+    # (name, ctype) in the order of gemm_kernel's parameters.
+    return [("a", ct.c_uint64), ("b", ct.c_uint64), ("c", ct.c_uint64), ("ws", ct.c_uint64), ("flags", ct.c_uint64),
+            ("m", ct.c_int32), ("n", ct.c_int32), ("k", ct.c_int32), ("lda", ct.c_int64), ("ldb", ct.c_int64),
+            ("ldc", ct.c_int64), ("sa", ct.c_int64), ("sb", ct.c_int64), ("sc", ct.c_int64), ("batch", ct.c_int32),
+            ("alpha", ct.c_float), ("beta", ct.c_float), ("ialpha", ct.c_int32), ("ibeta", ct.c_int32),
+            ("c_vec", ct.c_int32), ("group_m", ct.c_int32), ("splits", ct.c_int32), ("kt_per_split", ct.c_int32),
+            ("dp_tiles", ct.c_int32), ("sk_tiles", ct.c_int32)]
+
+
+def _red_ctypes():
+    import ctypes as ct
+
+    return [("ws", ct.c_uint64), ("c", ct.c_uint64), ("m", ct.c_int32), ("n", ct.c_int32), ("ldc", ct.c_int64),
+            ("sc", ct.c_int64), ("batch", ct.c_int32), ("splits", ct.c_int32), ("alpha", ct.c_float),
+            ("beta", ct.c_float), ("ialpha", ct.c_int32), ("ibeta", ct.c_int32), ("group_m", ct.c_int32)]
+
+
+class _ArgPack:
+    """Kernel arguments as ctypes storage plus the void* array cuLaunchKernel reads."""
+
+    def __init__(self, fields, values):
+        import ctypes as ct
+
+        self.cells = {}
+        for name, typ in fields:
+            self.cells[name] = typ(values[name])
+        self.ptrs = (ct.c_void_p * len(fields))(*[ct.addressof(self.cells[n]) for n, _ in fields])
+        self.addr = ct.addressof(self.ptrs)
+
+
+class BoundLaunch:
+    """A compiled, validated launch of one problem class; call it with the operand pointers.
+
+    ``bl(a_ptr, b_ptr, c_ptr, alpha=1.0, beta=0.0, stream=None)`` enqueues
+    ``C = alpha * op(A) op(B) + beta * C`` on ``stream`` (a CuPy stream, a raw ``cudaStream_t``
+    int, or None for CuPy's current stream). The pointers must be in the alignment class the
+    launch was bound for (``a_align``/``b_align``/``c_align`` bytes; ValueError otherwise).
+    Workspace and flags (split-k, stream-k) are owned by the BoundLaunch, one set per stream:
+    back-to-back calls on one stream are ordered by the stream; calls on different streams
+    use different workspace. Flags are zeroed with a stream-ordered memset before each launch.
+    """
+
+    __slots__ = ("problem", "config", "geometry", "smem", "kern", "red", "_fptr", "_rptr", "_grid", "_block",
+                 "_rgrid", "_int", "_amask", "_cmask", "_ws", "_fields", "_rfields", "_base", "_rbase",
+                 "_dev", "a_align", "b_align", "c_align", "_last", "_launch", "__weakref__")
+
+    def __init__(self, problem: KernelProblem, config: KernelConfig, kern, red, geometry: dict, smem: int, dev: int):
+        self.problem, self.config, self.geometry, self.smem, self.kern, self.red = (
+            problem, config, geometry, smem, kern, red)
+        self._dev = dev
+        self._fptr = kern.kernel.ptr
+        self._rptr = red.kernel.ptr if red is not None else 0
+        self._grid = tuple(int(x) for x in geometry["grid"])
+        self._block = config.threads
+        p, g = problem, geometry
+        self._int = p.kind == "s8"
+        vec, cvec = p.operands_vectorizable(), p.c_vectorizable()
+        self.a_align = self.b_align = 16 if vec else p.elem_bytes
+        self.c_align = 16 if cvec else p.c_bytes
+        self._amask = self.a_align - 1
+        self._cmask = self.c_align - 1
+        self._fields = _arg_ctypes()
+        self._base = dict(a=0, b=0, c=0, ws=0, flags=0, m=p.m, n=p.n, k=p.k, lda=p.lda, ldb=p.ldb, ldc=p.ldc,
+                          sa=p.stride_a, sb=p.stride_b, sc=p.stride_c, batch=p.batch, alpha=0.0, beta=0.0,
+                          ialpha=0, ibeta=0, c_vec=1 if cvec else 0, group_m=config.group_m,
+                          splits=g["splits"], kt_per_split=g["kt_per_split"], dp_tiles=g["dp_tiles"],
+                          sk_tiles=g["sk_tiles"])
+        if config.decomposition == "splitk_parallel":
+            nvec = g["tiles"] * config.bm * config.bn // 4
+            self._rgrid = -(-nvec // 256)
+            self._rfields = _red_ctypes()
+            self._rbase = dict(ws=0, c=0, m=p.m, n=p.n, ldc=p.ldc, sc=p.stride_c, batch=p.batch,
+                               splits=g["splits"], alpha=0.0, beta=0.0, ialpha=0, ibeta=0, group_m=config.group_m)
+        else:
+            self._rgrid, self._rfields, self._rbase = 0, None, None
+        self._ws = {}  # stream handle -> (ws array, flags array, flags bytes, gemm pack, reduce pack)
+        self._last = None
+        self._launch = _driver().launchKernel
+
+    @property
+    def workspace_nbytes(self) -> int:
+        """GPU bytes of workspace and flags this launch owns, over all streams it ran on."""
+        return sum((s[0].nbytes if s[0] is not None else 0) + (s[1].nbytes if s[1] is not None else 0)
+                   for s in self._ws.values())
+
+    def _slot(self, sptr: int):
+        """Per-stream workspace and argument buffers (created on first use of that stream)."""
+        import cupy
+
+        g, c = self.geometry, self.config
+        with cupy.cuda.Device(self._dev):
+            ws = cupy.empty(g["ws_slots"] * c.bm * c.bn * 4, dtype=cupy.uint8) if g["ws_slots"] else None
+            fl = cupy.zeros(g["flags"], dtype=cupy.int32) if g["flags"] else None
+        vals = dict(self._base, ws=ws.data.ptr if ws is not None else 0, flags=fl.data.ptr if fl is not None else 0)
+        pack = _ArgPack(self._fields, vals)
+        rpack = None
+        if self._rfields is not None:
+            rpack = _ArgPack(self._rfields, dict(self._rbase, ws=vals["ws"]))
+        # [10]: the scales last written into the cells (a NaN pair compares unequal to any)
+        slot = (ws, fl, fl.data.ptr if fl is not None else 0, 4 * g["flags"], pack.cells, pack.addr,
+                rpack.cells if rpack else None, rpack.addr if rpack else 0, pack, rpack,
+                [(float("nan"), float("nan"))])
+        self._ws[sptr] = slot
+        return slot
+
+    def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
+        sptr = stream if type(stream) is int else stream_handle(stream)
+        last = self._last
+        if last is not None and last[0] == sptr:
+            slot = last[1]
+        else:
+            slot = self._ws.get(sptr)
+            if slot is None:
+                slot = self._slot(sptr)
+            self._last = (sptr, slot)
+        if (a_ptr | b_ptr) & self._amask or c_ptr & self._cmask:
+            raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x}, 0x{c_ptr:x} are outside the bound alignment class "
+                             f"(A/B {self.a_align} B, C {self.c_align} B): bind() again for them")
+        cells = slot[4]
+        cells["a"].value = a_ptr
+        cells["b"].value = b_ptr
+        cells["c"].value = c_ptr
+        scales = (alpha, beta)
+        if scales != slot[10][0]:      # the cells keep the last scales: (1, 0) is written once
+            set_scales(cells, self._int, alpha, beta)
+            slot[10][0] = scales
+        if slot[2]:
+            _runtime().memsetAsync(slot[2], 0, slot[3], sptr)
+        gx, gy, gz = self._grid
+        self._launch(self._fptr, gx, gy, gz, self._block, 1, 1, self.smem, sptr, slot[5], 0)
+        if self._rptr:
+            rc = slot[6]
+            rc["c"].value = c_ptr
+            set_scales(rc, self._int, alpha, beta)
+            self._launch(self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, slot[7], 0)
