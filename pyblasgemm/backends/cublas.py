@@ -18,6 +18,7 @@ import numpy as np
 from .. import _arrays
 from .._types import TYPE_ROWS
 from ..desc import GemmDesc
+from ..constraints import backend_supports
 from ..kinds import ROUTES
 
 NAME = "cublas"
@@ -32,11 +33,8 @@ _TYPES = {key: (r.cuda_ab, r.cuda_c, r.cublas_compute,
 
 
 def supports(desc: GemmDesc):
-    if desc.xp != "cupy":
-        return False, "cuBLAS runs on CuPy arrays only"
-    if (desc.prefix, desc.compute) not in _TYPES:
-        return False, f"cuBLAS has no compute={desc.compute!r} mode for {desc.row.ab_dtype.name}"
-    return True, ""
+    """(ok, reason): :func:`pyblasgemm.constraints.backend_supports` for cuBLAS."""
+    return backend_supports(NAME, desc)
 
 
 def choose_config(desc: GemmDesc):

@@ -15,15 +15,15 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _arrays
+from ..constraints import backend_supports
 from ..desc import GemmDesc
 
 NAME = "host"
 
 
 def supports(desc: GemmDesc):
-    if desc.xp != "numpy":
-        return False, "the host backend runs on NumPy arrays only"
-    return True, ""
+    """(ok, reason): :func:`pyblasgemm.constraints.backend_supports` for the host."""
+    return backend_supports(NAME, desc)
 
 
 def choose_config(desc: GemmDesc):

@@ -8,6 +8,7 @@ and float64 problems are not ours: the planner sends them to cuBLAS.
 """
 from __future__ import annotations
 
+from .. import constraints
 from ..desc import GemmDesc
 from ..kinds import ROUTES
 
@@ -20,29 +21,15 @@ _KINDS = {key: (r.kernel_kind, r.accumulator) for key, r in ROUTES.items()
 _sm_counts: dict = {}
 
 
-def kernel_problem(desc: GemmDesc, a_ptr: int = 0, b_ptr: int = 0, c_ptr: int = 0):
-    """The kernels' ``KernelProblem`` for ``desc`` (same column-major convention)."""
-    from ..kernels import KernelProblem
-
-    kind, acc = _KINDS[(desc.prefix, desc.compute)]
-    return KernelProblem(kind, desc.transa, desc.transb, desc.m, desc.n, desc.k, desc.lda,
-                         desc.ldb, desc.ldc, a_ptr, b_ptr, c_ptr, desc.alpha, desc.beta, acc,
-                         desc.batch, desc.stride_a, desc.stride_b, desc.stride_c)
+def kernel_problem(desc: GemmDesc, a_ptr: int | None = None, b_ptr: int | None = None,
+                   c_ptr: int | None = None):
+    """The kernels' ``KernelProblem`` for ``desc`` (:func:`pyblasgemm.constraints.kernel_problem`)."""
+    return constraints.kernel_problem(desc, a_ptr, b_ptr, c_ptr)
 
 
 def supports(desc: GemmDesc):
-    if desc.xp != "cupy":
-        return False, "our kernels run on CuPy arrays only"
-    if (desc.prefix, desc.compute) not in _KINDS:
-        return False, (f"no tensor-core kernel for {desc.row.ab_dtype.name} with "
-                       f"compute={desc.compute!r}")
-    if desc.transa == "C" or desc.transb == "C":
-        return False, "conjugate transposition is for complex data, which our kernels lack"
-    if desc.batch > 65535:
-        return False, f"batch={desc.batch} exceeds the kernels' grid limit of 65535"
-    from ..kernels.launch import supports as kernels_support
-
-    return kernels_support(kernel_problem(desc))
+    """(ok, reason): :func:`pyblasgemm.constraints.backend_supports` for our kernels."""
+    return constraints.backend_supports(NAME, desc)
 
 
 def sm_count(device: int) -> int:
@@ -67,12 +54,9 @@ def bind(desc: GemmDesc, plan):
     alignment, so every such pointer is in it)."""
     from ..kernels.launch import bind as bind_kernels
 
-    # addresses with exactly the alignment every caller's pointers have: the problem's
-    # (pointers, leading dimensions, strides), and at least their element size
-    ab = max(desc.align, desc.row.ab_dtype.itemsize)
-    c = max(desc.align, desc.row.c_dtype.itemsize)
+    # bound for addresses with exactly the alignment every caller's pointers have
     config = plan.config if plan is not None else None
-    return bind_kernels(kernel_problem(desc, ab, ab, c), config)
+    return bind_kernels(kernel_problem(desc), config)
 
 
 def run(desc: GemmDesc, a, b, c, plan=None) -> None:

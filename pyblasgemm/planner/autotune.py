@@ -387,9 +387,7 @@ def tune_desc(desc: GemmDesc, *, arch: ArchSpec | None = None, candidates=None, 
     arch = arch if arch is not None else arch_for_device(desc.device)
     cal = M.load_calibration()
     if candidates is None:
-        from ..kernels.launch import supports as kernels_support
-
-        ok = _supports("tensorcore", desc)[0] and kernels_support(kernel_problem_for(desc))[0]
+        ok = _supports("tensorcore", desc)[0]
         candidates = enumerate_candidates(desc, arch, cal) if ok else []
         if include_cublas and _supports("cublas", desc)[0]:
             candidates.append(Candidate("cublas", None, M.score_cublas(desc, arch, cal)))

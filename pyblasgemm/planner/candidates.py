@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..backends import get_backend
+from ..constraints import backend_supports, kernel_problem
 from ..desc import GemmDesc
 from . import model as M
 from .arch import ArchSpec, arch_for_device
@@ -17,21 +17,14 @@ __all__ = ["kernel_problem_for", "enumerate_candidates", "best_of"]
 
 
 def kernel_problem_for(desc: GemmDesc):
-    """Our kernels' ``KernelProblem`` for ``desc``; the pointers carry ``desc.align`` so the
-    vectorized-copy and element-alignment rules see the real alignment."""
-    from ..backends.tensorcore import kernel_problem
-
-    p = desc.align
-    # C of an element-aligned array is aligned to its element size at least (int32 C of int8)
-    return kernel_problem(desc, p, p, max(p, desc.row.c_dtype.itemsize))
+    """Our kernels' ``KernelProblem`` for ``desc`` with pointers of exactly its alignment
+    (:func:`pyblasgemm.constraints.kernel_problem`)."""
+    return kernel_problem(desc)
 
 
 def _supports(name: str, desc: GemmDesc):
-    try:
-        module = get_backend(name)
-    except ImportError as exc:
-        return False, f"backend unavailable ({exc})"
-    return module.supports(desc)
+    """(ok, reason) of backend ``name`` for ``desc`` (:mod:`pyblasgemm.constraints`)."""
+    return backend_supports(name, desc)
 
 
 def _arch(desc: GemmDesc, arch: ArchSpec | None) -> ArchSpec:

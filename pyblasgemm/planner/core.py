@@ -142,12 +142,7 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
         return Plan("host", "forced by backend= / PYBLASGEMM_BACKEND", source="forced", problem=desc)
     arch = _arch(desc, arch)
     cal = M.load_calibration()
-    ours_ok, why_not_ours = _supports("tensorcore", desc)
-    if ours_ok:
-        # the backend asks without pointers; the kernels' rules with the real alignment
-        from ..kernels.launch import supports as kernels_support
-
-        ours_ok, why_not_ours = kernels_support(kernel_problem_for(desc))
+    ours_ok, why_not_ours = _supports("tensorcore", desc)   # the kernels' rules included
     if ours_ok and arch.cc < (8, 0):
         ours_ok, why_not_ours = False, f"our kernels need sm_80+ (device is sm_{arch.cc[0]}{arch.cc[1]})"
     theirs_ok, why_not_theirs = _supports("cublas", desc)

@@ -253,18 +253,10 @@ def parse_config_name(name: str) -> KernelConfig:
 
 
 def check(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec) -> tuple[bool, str]:
-    """The constraint predicate: may ``cfg`` run ``problem`` on ``arch``? -> (ok, reason).
+    """The constraint predicate for a config: :func:`pyblasgemm.constraints.config_valid`."""
+    from ..constraints import config_valid
 
-    The kernels' own rules (``KernelConfig.validate``, the single source of kernel constraints)
-    with the device's opt-in shared memory, plus what the arch adds: our kernels need sm_80+.
-    The heuristic and the autotuner both call this and nothing else.
-    """
-    if arch.cc < (8, 0):
-        return False, f"our mma.sync kernels need sm_80 or newer (device is sm_{arch.cc[0]}{arch.cc[1]})"
-    if cfg.is_sm90 and tuple(arch.cc) != (9, 0):
-        return False, (f"the wgmma/TMA kernel is built for sm_90a, which runs on compute capability 9.0 "
-                       f"only (device is sm_{arch.cc[0]}{arch.cc[1]})")
-    return cfg.validate(problem, max_smem=arch.smem_per_block_optin)
+    return config_valid(cfg, problem, arch)
 
 
 def _regs_per_thread(cfg: KernelConfig, kind: str) -> int:

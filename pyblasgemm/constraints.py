@@ -1,0 +1,97 @@
+"""The constraints: may a backend, our kernels, a kernel config run a problem? -> (ok, reason).
+
+One module answers for everyone: the backends' ``supports`` are these predicates, and the
+planner and autotune ask them and nothing else. The kernels check the same rules again for
+themselves when they are called directly (``kernels.launch.supports``, ``KernelConfig.validate``,
+the single sources this module reads).
+
+Example
+-------
+>>> from pyblasgemm import constraints
+>>> from pyblasgemm.planner import make_desc
+>>> constraints.backend_supports("tensorcore", make_desc(64, 64, 64, "f64"))
+(False, "no tensor-core kernel for float64 with compute='fp64'")
+>>> constraints.backend_supports("cublas", make_desc(64, 64, 64, "f32", compute="3xtf32"))
+(False, "cuBLAS has no compute='3xtf32' mode for float32")
+"""
+from __future__ import annotations
+
+from .desc import GemmDesc
+from .kinds import ROUTES
+
+__all__ = ["backend_supports", "config_valid", "kernel_problem", "BACKENDS"]
+
+#: our kernels' batch runs along gridDim.z, whose hardware limit is 65535
+MAX_KERNEL_BATCH = 65535
+
+
+def kernel_problem(desc: GemmDesc, a_ptr: int | None = None, b_ptr: int | None = None,
+                   c_ptr: int | None = None):
+    """Our kernels' ``KernelProblem`` for ``desc`` (same column-major convention). Without
+    pointers, addresses with exactly the problem's alignment (``desc.align``; C at least its
+    element size, as any element-aligned int32 C of int8 operands is): the kernels' vector-path
+    and alignment rules then see the alignment every caller's pointers have."""
+    from .kernels.problem import KernelProblem
+
+    route = ROUTES[(desc.prefix, desc.compute)]
+    if a_ptr is None:
+        a_ptr = b_ptr = desc.align
+        c_ptr = max(desc.align, desc.row.c_dtype.itemsize)
+    return KernelProblem(route.kernel_kind, desc.transa, desc.transb, desc.m, desc.n, desc.k,
+                         desc.lda, desc.ldb, desc.ldc, a_ptr, b_ptr, c_ptr, desc.alpha, desc.beta,
+                         route.accumulator, desc.batch, desc.stride_a, desc.stride_b,
+                         desc.stride_c)
+
+
+def _host(desc: GemmDesc):
+    if desc.xp != "numpy":
+        return False, "the host backend runs on NumPy arrays only"
+    return True, ""
+
+
+def _cublas(desc: GemmDesc):
+    if desc.xp != "cupy":
+        return False, "cuBLAS runs on CuPy arrays only"
+    if ROUTES[(desc.prefix, desc.compute)].cublas_compute is None:
+        return False, f"cuBLAS has no compute={desc.compute!r} mode for {desc.row.ab_dtype.name}"
+    return True, ""
+
+
+def _tensorcore(desc: GemmDesc):
+    if desc.xp != "cupy":
+        return False, "our kernels run on CuPy arrays only"
+    if ROUTES[(desc.prefix, desc.compute)].kernel_kind is None:
+        return False, (f"no tensor-core kernel for {desc.row.ab_dtype.name} with "
+                       f"compute={desc.compute!r}")
+    if desc.transa == "C" or desc.transb == "C":
+        return False, "conjugate transposition is for complex data, which our kernels lack"
+    if desc.batch > MAX_KERNEL_BATCH:
+        return False, (f"batch={desc.batch} exceeds the kernels' grid limit of "
+                       f"{MAX_KERNEL_BATCH}")
+    from .kernels.launch import supports as kernel_rules
+
+    return kernel_rules(kernel_problem(desc))
+
+
+#: backend name -> its predicate
+BACKENDS = {"host": _host, "cublas": _cublas, "tensorcore": _tensorcore}
+
+
+def backend_supports(name: str, desc: GemmDesc):
+    """(ok, reason): may backend ``name`` run ``desc``?"""
+    return BACKENDS[name](desc)
+
+
+def config_valid(cfg, problem, arch):
+    """(ok, reason): may kernel config ``cfg`` run ``problem`` (a ``KernelProblem``) on ``arch``?
+
+    The kernels' own rules (``KernelConfig.validate``, the single source of kernel constraints)
+    with the device's opt-in shared memory, plus what the arch adds: our kernels need sm_80+,
+    the wgmma/TMA kernel compute capability 9.0.
+    """
+    if arch.cc < (8, 0):
+        return False, f"our mma.sync kernels need sm_80 or newer (device is sm_{arch.cc[0]}{arch.cc[1]})"
+    if cfg.is_sm90 and tuple(arch.cc) != (9, 0):
+        return False, (f"the wgmma/TMA kernel is built for sm_90a, which runs on compute capability 9.0 "
+                       f"only (device is sm_{arch.cc[0]}{arch.cc[1]})")
+    return cfg.validate(problem, max_smem=arch.smem_per_block_optin)
