@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from . import _arrays, streams
 from ._layout import blas_layout, blas_layouts, compose_op, may_overlap
-from .desc import GemmDesc, alignment, check_backend_place
-from .execute import execute, scale_c
+from .desc import check_backend_place, describe
+from .execute import execute
 
 
 def _describe(shape2, strides2, itemsize, user_op, problem_transposed):
@@ -95,10 +95,8 @@ def _fast_desc(routine, row, compute, ta, tb, a, b, c, alpha, beta, batch, strid
     if pt:  # Cᵀ = op(B)ᵀ op(A)ᵀ
         fa, lda, sa, fb, ldb, sb, m, n, pa, pb = fb, ldb, sb, fa, lda, sa, n, m, pb, pa
         a, b = b, a
-    align = alignment(pa, pb, pc, lda * isz, ldb * isz, lc[1] * csz, sa * isz, sb * isz,
-                      sc * csz)
-    desc = GemmDesc(routine, row.prefix, compute, fa, fb, m, n, k, lda, ldb, lc[1], batch,
-                    sa, sb, sc, _arrays.array_module_name(c), _arrays.device_id(c), align, alpha,
+    desc = describe(routine, row, compute, fa, fb, m, n, k, lda, ldb, lc[1], batch, sa, sb, sc,
+                    _arrays.array_module_name(c), _arrays.device_id(c), (pa, pb, pc), alpha,
                     beta)
     return desc, a, b, pt
 
@@ -176,20 +174,20 @@ def _general(routine, row, compute, backend, transa, transb, a, b, c, alpha, bet
     _, ldc, sc = out
     if k == 0 or alpha == 0:
         # A and B are not read: C = beta * C
-        desc = GemmDesc(routine, row.prefix, compute, "N", "N", m, n, k, max(1, m), max(1, k),
-                        ldc, batch, 0, 0, sc, xp_name, _arrays.device_id(c), 1, alpha, beta)
-        scale_c(desc, target)
+        # A and B are not read: C = beta * C, answered by execute like every degenerate call
+        desc = describe(routine, row, compute, "N", "N", m, n, k, max(1, m), max(1, k), ldc,
+                        batch, 0, 0, sc, xp_name, _arrays.device_id(c), (1,), alpha, beta)
+        execute(desc, None, None, target, backend, autotune, stream)
     else:
         problem_t = out[0] == "T"
         a, fa, lda, sa = _operand(xp, a, transa, problem_t)
         b, fb, ldb, sb = _operand(xp, b, transb, problem_t)
         if problem_t:  # Cᵀ = op(B)ᵀ op(A)ᵀ
             a, fa, lda, sa, b, fb, ldb, sb, m, n = b, fb, ldb, sb, a, fa, lda, sa, n, m
-        isz, csz = a.dtype.itemsize, target.dtype.itemsize
-        align = alignment(_arrays.data_ptr(a), _arrays.data_ptr(b), _arrays.data_ptr(target),
-                          lda * isz, ldb * isz, ldc * csz, sa * isz, sb * isz, sc * csz)
-        desc = GemmDesc(routine, row.prefix, compute, fa, fb, m, n, k, lda, ldb, ldc, batch,
-                        sa, sb, sc, xp_name, _arrays.device_id(c), align, alpha, beta)
+        desc = describe(routine, row, compute, fa, fb, m, n, k, lda, ldb, ldc, batch, sa, sb,
+                        sc, xp_name, _arrays.device_id(c),
+                        (_arrays.data_ptr(a), _arrays.data_ptr(b), _arrays.data_ptr(target)),
+                        alpha, beta)
         execute(desc, a, b, target, backend, autotune, stream)
     if target is not c:
         c[...] = target

@@ -111,6 +111,29 @@ class GemmDesc(NamedTuple):
         return (self.k, self.n) if self.transb == "N" else (self.n, self.k)
 
 
+def describe(routine: str, row: TypeRow, compute: str, transa: str, transb: str, m: int, n: int,
+             k: int, lda: int, ldb: int, ldc: int, batch: int, stride_a: int, stride_b: int,
+             stride_c: int, xp: str, device: int, pointers: tuple, alpha, beta) -> GemmDesc:
+    """The one constructor of a :class:`GemmDesc` from checked values: every form (BLAS, gemm,
+    matmul, the planner's ``make_desc``) ends here. ``pointers``: (a, b, c) addresses, or
+    ``(align,)`` for a description without arrays (the planner's); the alignment folds in the leading
+    dimensions and batch strides (in elements; converted to bytes here).
+
+    Example
+    -------
+    >>> from pyblasgemm._types import TYPE_ROWS
+    >>> d = describe("doc", TYPE_ROWS["h"], "fp32", "N", "N", 4, 4, 4, 4, 4, 4, 1, 0, 0, 0,
+    ...              "numpy", -1, (0x1000, 0x2000, 0x3008), 1.0, 0.0)
+    >>> d.align                                  # C's pointer is 8-byte aligned
+    8
+    """
+    isz, csz = row.ab_dtype.itemsize, row.c_dtype.itemsize
+    values = (lda * isz, ldb * isz, ldc * csz, stride_a * isz, stride_b * isz, stride_c * csz)
+    return GemmDesc(routine, row.prefix, compute, transa, transb, m, n, k, lda, ldb, ldc, batch,
+                    stride_a, stride_b, stride_c, xp, device, alignment(*pointers, *values),
+                    alpha, beta)
+
+
 def matrix_span(rows: int, cols: int, ld: int) -> int:
     """Elements a column-major rows x cols matrix with leading dimension ld reaches, first to last."""
     return 0 if rows == 0 or cols == 0 else ld * (cols - 1) + rows
@@ -394,10 +417,8 @@ def describe_blas(row: TypeRow, transa, transb, m, n, k, alpha, a, lda, b, ldb, 
                                          beta, c, ldc, compute, backend)
         # -0.0 becomes +0.0 (see check_scalar: cuBLAS reads C for beta = -0.0)
         alpha, beta = (sa if sa != 0 else sa * 0 + 0), (sb if sb != 0 else sb * 0 + 0)
-    align = alignment(pa, pb, pc, lda * isz, ldb * isz, ldc * csz)
-    compute = _default_compute(row)
-    return GemmDesc(row.routine, row.prefix, compute, ta, tb, m, n, k, lda, ldb, ldc, 1, 0, 0,
-                    0, _arrays.ARRAY_TYPES[t], dev, align, alpha, beta), None
+    return describe(row.routine, row, _default_compute(row), ta, tb, m, n, k, lda, ldb, ldc, 1,
+                    0, 0, 0, _arrays.ARRAY_TYPES[t], dev, (pa, pb, pc), alpha, beta), None
 
 
 def describe_blas_checked(row: TypeRow, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta,
@@ -439,6 +460,5 @@ def describe_blas_checked(row: TypeRow, transa, transb, m, n, k, alpha, a, lda, 
         if ranges_overlap(pc, span_c * csz, p, span * isz):
             raise ValueError(f"{r}: c overlaps {name} in memory; C must not alias A or B "
                              f"(pass a separate output buffer)")
-    align = alignment(pa, pb, pc, lda * isz, ldb * isz, ldc * csz)
-    return GemmDesc(r, row.prefix, compute, ta, tb, m, n, k, lda, ldb, ldc, 1, 0, 0, 0, xp, dev,
-                    align, alpha, beta), backend
+    return describe(r, row, compute, ta, tb, m, n, k, lda, ldb, ldc, 1, 0, 0, 0, xp, dev,
+                    (pa, pb, pc), alpha, beta), backend

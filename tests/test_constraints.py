@@ -43,3 +43,15 @@ def test_config_valid_adds_the_arch_rules():
     if p.config.is_sm90:
         ok, why = constraints.config_valid(p.config, prob, FAMILIES["sm_80"])
         assert not ok and "9.0" in why
+
+
+def test_one_gemmdesc_constructor():
+    """Every form describes its problem through desc.describe (the only ``GemmDesc(`` call)."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(pyblasgemm.__file__).resolve().parent
+    calls = [(p.relative_to(root).as_posix(), line) for p in root.rglob("*.py")
+             for line in p.read_text().splitlines()
+             if re.search(r"\bGemmDesc\(", line) and not line.lstrip().startswith(("class ", "#"))]
+    assert calls == [("desc.py", calls[0][1])] and "return GemmDesc(" in calls[0][1], calls

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._types import ROW_BY_DTYPE, TYPE_ROWS, resolve_compute
-from ..desc import GemmDesc, check_dim, check_trans
+from ..desc import GemmDesc, check_dim, check_trans, describe
 from ..kinds import ROUTES
 
 __all__ = ["make_desc", "DTYPE_ALIASES", "kind_of"]
@@ -85,12 +85,7 @@ def make_desc(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="
     compute = resolve_compute(row, compute, r)
     if align not in (1, 2, 4, 8, 16):
         raise ValueError(f"plan: align={align!r} must be a power of two <= 16 (bytes)")
-    isz, csz = row.ab_dtype.itemsize, row.c_dtype.itemsize
-    # the description's alignment covers the leading dimensions and strides too, as describe does
-    acc = align
-    for v in (lda * isz, ldb * isz, ldc * csz, sa * isz, sb * isz, sc * csz):
-        acc |= v
-    align = min(16, acc & -acc) if acc else align
     one, zero = (1, 0) if row.scalar_kind == "int" else (1.0, 0.0)
-    return GemmDesc(r, prefix, compute, ta, tb, m, n, k, lda, ldb, ldc, batch, sa, sb, sc, xp,
-                    device if xp == "cupy" else -1, align, one, zero)
+    # the description's alignment covers the leading dimensions and strides too
+    return describe(r, row, compute, ta, tb, m, n, k, lda, ldb, ldc, batch, sa, sb, sc, xp,
+                    device if xp == "cupy" else -1, (align,), one, zero)
