@@ -9,7 +9,7 @@ comparisons. ``free()`` (or leaving a ``with`` block) releases what it holds.
 """
 from __future__ import annotations
 
-from . import _arrays, calls, streams
+from . import calls, streams
 from ._types import ROW_BY_DTYPE, resolve_compute
 from .desc import check_backend
 from .matmul import matmul as _matmul

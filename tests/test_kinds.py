@@ -47,7 +47,7 @@ def test_every_kernel_kind_names_structs_that_exist(name):
 
 
 def test_derived_tables_are_read_off_the_rows():
-    from pyblasgemm.backends import cublas, tensorcore
+    from pyblasgemm.backends import cublas
     from pyblasgemm.kernels import jit, problem, sm90
     from pyblasgemm.planner import problem as planner_problem
 
@@ -57,9 +57,8 @@ def test_derived_tables_are_read_off_the_rows():
         else:
             assert cublas._TYPES[key][:3] == (r.cuda_ab, r.cuda_c, r.cublas_compute)
         if r.kernel_kind is None:
-            assert key not in tensorcore._KINDS and key not in planner_problem._KINDS
+            assert key not in planner_problem._KINDS
         else:
-            assert tensorcore._KINDS[key] == (r.kernel_kind, r.accumulator)
             assert planner_problem._KINDS[key] == r.kernel_kind
     for name, k in KERNEL_KINDS.items():
         assert problem.ELEM_BYTES[name] == k.elem_bytes and problem.C_BYTES[name] == k.c_bytes

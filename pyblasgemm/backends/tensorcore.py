@@ -10,13 +10,8 @@ from __future__ import annotations
 
 from .. import constraints
 from ..desc import GemmDesc
-from ..kinds import ROUTES
 
 NAME = "tensorcore"
-
-# (prefix, compute) -> (kernel kind, accumulator), from the kinds table
-_KINDS = {key: (r.kernel_kind, r.accumulator) for key, r in ROUTES.items()
-          if r.kernel_kind is not None}
 
 _sm_counts: dict = {}
 

@@ -16,9 +16,6 @@ __all__ = ["BoundLaunch"]
 # with fresh pointers. The call packs the changed arguments into a ctypes buffer that is handed
 # straight to cuLaunchKernel (no per-argument type dispatch).
 
-_ARG_TYPES = None
-
-
 def _arg_ctypes():
     import ctypes as ct
 
