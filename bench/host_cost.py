@@ -1,53 +1,47 @@
-"""Host time per call of every public GPU form against PyTorch's, same bytes, same process.
+"""Host time per call of every public GPU form against the faster of PyTorch and CuPy, same bytes.
 
 For each form (matmul, matmul(out=), batched matmul, the raw BLAS form, gemm, the stateful
-Matmul) x dtype (float16, bfloat16, float32, int8) x size (64³, 256³) x route (auto, our kernels
-forced, cuBLAS forced) the loop issues ``calls`` back-to-back calls, synchronizes, and reports
-the median over ``rounds`` of the host µs per call; at these sizes the GPU keeps up, so this is
-what a caller waits for before its next line runs. The yardstick is torch.matmul (fresh result),
-torch.matmul(out=) for the forms that write into given memory, torch._int_mm for int8.
-``speedup`` = torch µs / ours (> 1: we are faster); the issue's bar is ours <= 0.8x torch's
-(speedup >= 1.25), the stateful form's <= 0.6x torch.matmul's (speedup >= 1.667).
+Matmul) x dtype (float16, bfloat16, float32, int8) x shape x route (auto, our kernels forced,
+cuBLAS forced), two timings in one process:
 
-Also: a cProfile of the cached calls, and a breakdown of the 2-D fp16 call into its parts.
+* ``host_us``: ``calls`` back-to-back calls, synchronized after each round, median over rounds:
+  what a caller waits before its next line runs (steady state; at these sizes the GPU keeps up);
+* ``single_us``: one call from issue to completion, synchronized before and after: what a caller
+  that waits for the result sees, host cost and GPU time together.
 
-    python bench/host_cost.py bench/results/host_cost_h100_2026-11-24.json
+The yardstick of each is the faster of torch.matmul and cupy.matmul on the same bytes
+(torch/cupy ``out=`` for the forms that write into given memory; torch._int_mm for int8; CuPy
+has no bfloat16 matmul). ``speedup`` = yardstick µs / ours (> 1: we are faster); the issue's bar
+is ours <= 0.8x (speedup >= 1.25), the stateful form's <= 0.6x (>= 1.667).
+
+Shapes: the issue's own table (64³, 256³), and with ``--heldout`` the committed held-out corpus
+``bench/heldout_shapes_2026-11-24.json`` (random, fixed seed; nothing was calibrated, fitted or
+picked on it). Also: a cProfile of the cached calls and a breakdown of the 2-D fp16 call.
+
+    python bench/host_cost.py bench/results/host_cost_h100_<date>.json [--quick] [--heldout]
 """
 import cProfile
 import datetime
 import io
 import json
 import os
+import pathlib
 import platform
 import pstats
-import statistics
-import subprocess
 import sys
-import time
 
 import cupy as cp
 import ml_dtypes
 import numpy as np
 import torch
 
-import pyblasgemm
-from pyblasgemm import calls, streams
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from timing import host_us_per_call, single_call_us  # noqa: E402
 
+import pyblasgemm  # noqa: E402
+from pyblasgemm import calls, streams  # noqa: E402
 
-def per_call_us(fn, calls_=2000, rounds=5, warm=50):
-    for _ in range(warm):
-        fn()
-    cp.cuda.Device().synchronize()
-    samples = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls_):
-            fn()
-        samples.append((time.perf_counter() - t0) / calls_ * 1e6)
-        cp.cuda.Device().synchronize()
-    return statistics.median(samples)
-
-
+HELDOUT = pathlib.Path(__file__).resolve().parent / "heldout_shapes_2026-11-24.json"
 DTYPES = {"float16": (np.float16, torch.float16), "bfloat16": (ml_dtypes.bfloat16, torch.bfloat16),
           "float32": (np.float32, torch.float32), "int8": (np.int8, torch.int8)}
 ROUTES = {"auto": None, "tensorcore": "tensorcore", "cublas": "cublas"}
@@ -59,75 +53,93 @@ def _torch_view(x):
     return torch.as_tensor(x, device="cuda")
 
 
-def cases(n, dname):
-    npd, td = DTYPES[dname]
-    rng = np.random.default_rng(n)
+def cases(shape, dname, batch=8):
+    """(yardsticks {kind: {name: fn}}, forms(route) -> {form: (fn, kind)}) for one shape."""
+    m, n, k = shape
+    npd, _ = DTYPES[dname]
+    rng = np.random.default_rng(m * 7919 + n * 31 + k)
     if npd == np.int8:
         mk = lambda *s: cp.asarray(rng.integers(-8, 8, s).astype(np.int8))
     else:
         mk = lambda *s: cp.asarray(rng.uniform(-1, 1, s).astype(npd))
-    a, b = mk(n, n), mk(n, n)
-    a8, b8 = mk(8, n, n), mk(8, n, n)
+    a, b = mk(m, k), mk(k, n)
+    a8, b8 = mk(batch, m, k), mk(batch, k, n)
     cdt = np.int32 if npd == np.int8 else npd
-    c = cp.empty((n, n), cdt)
-    ta, tb, ta8, tb8 = (_torch_view(x) for x in (a, b, a8, b8))
-    tc = _torch_view(c)
+    c = cp.empty((m, n), cdt)
+    ta, tb, ta8, tb8, tc = (_torch_view(x) for x in (a, b, a8, b8, c))
     if npd == np.int8:
-        at = cp.ascontiguousarray(a.T)          # torch._int_mm wants B column-major
-        tbt = _torch_view(at).T
-        ref = {"fresh": lambda: torch._int_mm(ta, tbt), "out": lambda: torch._int_mm(ta, tbt),
-               "batched": None}
+        tbt = _torch_view(cp.ascontiguousarray(b.T)).T     # torch._int_mm wants B column-major
+        yard = {"fresh": {"torch._int_mm": lambda: torch._int_mm(ta, tbt)},
+                "out": {"torch._int_mm": lambda: torch._int_mm(ta, tbt)}, "batched": {}}
     else:
-        ref = {"fresh": lambda: torch.matmul(ta, tb), "out": lambda: torch.matmul(ta, tb, out=tc),
-               "batched": lambda: torch.matmul(ta8, tb8)}
+        yard = {"fresh": {"torch.matmul": lambda: torch.matmul(ta, tb)},
+                "out": {"torch.matmul(out=)": lambda: torch.matmul(ta, tb, out=tc)},
+                "batched": {"torch.matmul": lambda: torch.matmul(ta8, tb8)}}
+        if dname != "bfloat16":          # CuPy has no bfloat16 matmul loop
+            yard["fresh"]["cupy.matmul"] = lambda: cp.matmul(a, b)
+            yard["out"]["cupy.matmul(out=)"] = lambda: cp.matmul(a, b, out=c)
+            yard["batched"]["cupy.matmul"] = lambda: cp.matmul(a8, b8)
     raw = {"float16": pyblasgemm.hgemm, "bfloat16": pyblasgemm.bgemm, "float32": pyblasgemm.sgemm,
            "int8": pyblasgemm.igemm}[dname]
     one, zero = (1, 0) if npd == np.int8 else (1.0, 0.0)
-    a1, b1, c1 = a.ravel(), b.ravel(), c.ravel()
+    a1, b1, c1 = a.ravel(), b.ravel(), c.ravel()      # the same bytes as column-major buffers
     compute = "tf32" if dname == "float32" else None
 
     def forms(route):
         kw = dict(backend=route)
         if route == "tensorcore" and compute:
             kw["compute"] = compute
-        f = {
-            "gemm": (lambda: pyblasgemm.gemm("N", "N", a, b, **kw), "fresh"),
-            "raw": (lambda: raw("N", "N", n, n, n, one, a1, n, b1, n, zero, c1, n, **kw), "out"),
-        }
+        f = {"gemm": (lambda: pyblasgemm.gemm("N", "N", a, b, **kw), "fresh"),
+             "raw": (lambda: raw("N", "N", m, n, k, one, a1, m, b1, k, zero, c1, m, **kw), "out")}
         if npd != np.int8:      # matmul of int8 returns int8 (NumPy's rule): not torch's product
             f["matmul"] = (lambda: pyblasgemm.matmul(a, b, **kw), "fresh")
             f["matmul_out"] = (lambda: pyblasgemm.matmul(a, b, out=c, **kw), "out")
-            f["matmul_batched8"] = (lambda: pyblasgemm.matmul(a8, b8, **kw), "batched")
+            f[f"matmul_batched{batch}"] = (lambda: pyblasgemm.matmul(a8, b8, **kw), "batched")
             mm = pyblasgemm.Matmul(a, b, out=c, **kw)
             f["stateful"] = (mm.execute, "fresh")
         return f
-    return ref, forms
+    return yard, forms
 
 
-def run_table(sizes, dtypes, calls_, rounds):
+def _best(timings: dict):
+    """(name, µs) of the fastest yardstick, or (None, None)."""
+    if not timings:
+        return None, None
+    name = min(timings, key=timings.get)
+    return name, timings[name]
+
+
+def run_table(shapes, dtypes, calls_, rounds, routes=ROUTES, tag="issue"):
     rows = []
-    for n in sizes:
+    for shape in shapes:
         for dname in dtypes:
-            ref, forms = cases(n, dname)
-            torch_us = {k: (per_call_us(fn, calls_, rounds) if fn else None) for k, fn in ref.items()}
-            for route, backend in ROUTES.items():
-                for form, (fn, yard) in forms(backend).items():
+            yard, forms = cases(shape, dname)
+            steady = {kind: {name: host_us_per_call(fn, calls_, rounds) for name, fn in fns.items()}
+                      for kind, fns in yard.items()}
+            single = {kind: {name: single_call_us(fn) for name, fn in fns.items()}
+                      for kind, fns in yard.items()}
+            for route in routes:
+                for form, (fn, kind) in forms(ROUTES[route]).items():
                     try:
-                        us = per_call_us(fn, calls_, rounds)
-                        err = None
+                        us, one_us, err = host_us_per_call(fn, calls_, rounds), single_call_us(fn), None
                     except Exception as exc:     # a route that cannot run the case says why
-                        us, err = None, f"{type(exc).__name__}: {exc}"
-                    t = torch_us[yard]
-                    row = dict(n=n, dtype=dname, form=form, route=route, host_us=us,
-                               torch=("torch._int_mm" if dname == "int8" else
-                                      "torch.matmul(out=)" if yard == "out" else "torch.matmul"),
-                               torch_us=t, speedup=(t / us if us and t else None), error=err)
+                        us, one_us, err = None, None, f"{type(exc).__name__}: {exc}"
+                    yname, yus = _best(steady[kind])
+                    sname, sus = _best(single[kind])
+                    row = dict(set=tag, m=shape[0], n=shape[1], k=shape[2], dtype=dname, form=form,
+                               route=route, host_us=us, single_us=one_us, yardstick=yname,
+                               yardstick_us=yus, yardstick_single=sname, yardstick_single_us=sus,
+                               yardsticks_us=steady[kind], yardsticks_single_us=single[kind],
+                               speedup=(yus / us if us and yus else None),
+                               single_speedup=(sus / one_us if one_us and sus else None),
+                               error=err)
                     bar = 1 / 0.6 if form == "stateful" else 1.25
                     row["meets_bar"] = None if row["speedup"] is None else row["speedup"] >= bar
                     rows.append(row)
-                    print(f"{n:5d} {dname:9s} {route:10s} {form:16s} "
-                          f"{us if us else float('nan'):7.2f} us  torch {t or float('nan'):6.2f}"
-                          f"  speedup {row['speedup'] or float('nan'):5.2f}"
+                    print(f"{tag:6s} {shape[0]}x{shape[1]}x{shape[2]:<6d} {dname:9s} {route:10s} "
+                          f"{form:16s} {us or float('nan'):7.2f} us vs {yname} {yus or float('nan'):6.2f}"
+                          f"  speedup {row['speedup'] or float('nan'):5.2f}  single "
+                          f"{row['single_speedup'] or float('nan'):5.2f}"
                           f"{'' if row['meets_bar'] is not False else '  BELOW BAR'}"
                           f"{'  ' + err if err else ''}", flush=True)
     return rows
@@ -153,7 +165,7 @@ def breakdown():
             lambda: call.launch(pa, pb, pc, 1.0, 0.0, sptr),
         "torch.matmul": (lambda t=torch.as_tensor(a, device="cuda"): torch.matmul(t, t)),
     }
-    return {k: per_call_us(fn, 3000, 5) for k, fn in parts.items()}
+    return {k: host_us_per_call(fn, 3000, 5) for k, fn in parts.items()}
 
 
 def profile(fn, n=3000):
@@ -178,10 +190,19 @@ def main():
         pyblasgemm=pyblasgemm.__version__, git_sha=os.environ.get("GIT_SHA", "unknown"),
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         cpu=platform.processor() or platform.machine(),
-        method=("host µs per call: median of rounds of back-to-back calls, synchronized after "
-                "each round; same arrays (torch views of the CuPy memory); same process"))
-    rows = run_table((64, 256), ("float16", "bfloat16", "float32", "int8"),
-                     1000 if quick else 2000, 5)
+        method=("host_us: median of rounds of back-to-back calls, synchronized after each round; "
+                "single_us: one call issue-to-completion, median; yardstick: the faster of "
+                "torch.matmul and cupy.matmul (torch._int_mm for int8); same arrays (torch views "
+                "of the CuPy memory); same process"))
+    calls_ = 1000 if quick else 2000
+    rows = run_table([(n, n, n) for n in (64, 256)], ("float16", "bfloat16", "float32", "int8"),
+                     calls_, 5)
+    if "--heldout" in sys.argv:
+        corpus = json.loads(HELDOUT.read_text())
+        meta["heldout"] = {"file": HELDOUT.name, "seed": corpus["seed"]}
+        for dname in ("float16", "bfloat16"):
+            shapes = [tuple(s) for s in corpus["shapes"][dname]]
+            rows += run_table(shapes, (dname,), calls_ // 2, 3, routes=("auto",), tag="heldout")
     parts = breakdown()
     for k, v in parts.items():
         print(f"{v:7.2f} us  {k}")
@@ -194,10 +215,10 @@ def main():
         print(v[:2500])
     ok = [r for r in rows if r["meets_bar"] is not None]
     summary = dict(cases=len(rows), compared=len(ok), meeting_bar=sum(r["meets_bar"] for r in ok),
-                   below_bar=[f"{r['n']} {r['dtype']} {r['route']} {r['form']} "
-                              f"{r['speedup']:.2f}" for r in ok if not r["meets_bar"]],
-                   errors=[f"{r['n']} {r['dtype']} {r['route']} {r['form']}: {r['error']}"
-                           for r in rows if r["error"]])
+                   below_bar=[f"{r['set']} {r['m']}x{r['n']}x{r['k']} {r['dtype']} {r['route']} "
+                              f"{r['form']} {r['speedup']:.2f}" for r in ok if not r["meets_bar"]],
+                   errors=[f"{r['m']}x{r['n']}x{r['k']} {r['dtype']} {r['route']} {r['form']}: "
+                           f"{r['error']}" for r in rows if r["error"]])
     print(json.dumps(summary, indent=1))
     json.dump(dict(meta=meta, summary=summary, rows=rows, breakdown_us=parts,
                    profiles=profiles), open(out, "w"), indent=1)

@@ -10,7 +10,6 @@ import io
 import json
 import pstats
 import sys
-import time
 
 import cupy as cp
 import numpy as np
@@ -19,19 +18,12 @@ import torch
 import pyblasgemm
 
 
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+from timing import host_us_per_call  # noqa: E402
+
+
 def per_call_us(fn, calls=3000, rounds=7):
-    for _ in range(300):
-        fn()
-    cp.cuda.Device().synchronize()
-    torch.cuda.synchronize()
-    res = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        res.append((time.perf_counter() - t0) / calls * 1e6)
-        cp.cuda.Device().synchronize()
-    return float(np.median(res))
+    return host_us_per_call(fn, calls, rounds, warmup=300)
 
 
 def main(out_path):

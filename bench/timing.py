@@ -29,3 +29,47 @@ def event_median_s(fn, inner=10, samples=30, warmup=5):
         stop.synchronize()
         times.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3 / inner)
     return statistics.median(times)
+
+
+def host_us_per_call(fn, calls=2000, rounds=5, warmup=50):
+    """Median host µs per call of ``fn`` issued back to back (the GPU synchronized after each
+    round, outside the timed region): what a caller waits before its next line runs, when the
+    GPU keeps up. Example (on a GPU machine)::
+
+        us = host_us_per_call(lambda: cupy.matmul(a, b))
+    """
+    import time
+
+    import cupy as cp
+
+    for _ in range(warmup):
+        fn()
+    cp.cuda.Device().synchronize()
+    samples = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+        cp.cuda.Device().synchronize()
+    return statistics.median(samples)
+
+
+def single_call_us(fn, calls=300, warmup=20):
+    """Median µs of one call from issue to completion (synchronized before and after each):
+    what a caller that waits for the result sees, host cost and GPU time together."""
+    import time
+
+    import cupy as cp
+
+    dev = cp.cuda.Device()
+    for _ in range(warmup):
+        fn()
+    dev.synchronize()
+    samples = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        dev.synchronize()
+        samples.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(samples)

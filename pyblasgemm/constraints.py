@@ -78,7 +78,14 @@ BACKENDS = {"host": _host, "cublas": _cublas, "tensorcore": _tensorcore}
 
 
 def backend_supports(name: str, desc: GemmDesc):
-    """(ok, reason): may backend ``name`` run ``desc``?"""
+    """(ok, reason): may backend ``name`` run ``desc``?
+
+    Example
+    -------
+    >>> from pyblasgemm.planner import make_desc
+    >>> backend_supports("host", make_desc(8, 8, 8, "f32", xp="numpy"))
+    (True, '')
+    """
     return BACKENDS[name](desc)
 
 
@@ -88,6 +95,14 @@ def config_valid(cfg, problem, arch):
     The kernels' own rules (``KernelConfig.validate``, the single source of kernel constraints)
     with the device's opt-in shared memory, plus what the arch adds: our kernels need sm_80+,
     the wgmma/TMA kernel compute capability 9.0.
+
+    Example
+    -------
+    >>> import pyblasgemm
+    >>> from pyblasgemm.planner import FAMILIES
+    >>> p = pyblasgemm.plan(4096, 4096, 4096, "f16", backend="tensorcore", arch="sm_90")
+    >>> config_valid(p.config, kernel_problem(p.problem), FAMILIES["sm_90"])
+    (True, '')
     """
     if arch.cc < (8, 0):
         return False, f"our mma.sync kernels need sm_80 or newer (device is sm_{arch.cc[0]}{arch.cc[1]})"

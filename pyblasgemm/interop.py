@@ -40,7 +40,18 @@ def _jax_array_type():
 
 def framework(x) -> str | None:
     """'torch', 'jax', 'cai' (CUDA array interface), 'dlpack', or None (NumPy, CuPy, lists,
-    scalars: not ours to convert)."""
+    scalars: not ours to convert).
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> framework(np.ones(3)), framework([1.0, 2.0])
+    (None, None)
+    >>> class Numba:                      # anything with the CUDA array interface
+    ...     __cuda_array_interface__ = {}
+    >>> framework(Numba())
+    'cai'
+    """
     if isinstance(x, np.ndarray):
         return None
     cupy = sys.modules.get("cupy")
@@ -60,7 +71,14 @@ def framework(x) -> str | None:
 
 
 def is_foreign(*arrays) -> bool:
-    """Whether any of ``arrays`` is a foreign array this module converts."""
+    """Whether any of ``arrays`` is a foreign array this module converts.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> is_foreign(np.ones(2), None)
+    False
+    """
     return any(x is not None and framework(x) is not None for x in arrays)
 
 

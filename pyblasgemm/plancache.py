@@ -34,6 +34,13 @@ class PlanCache:
 
     ``get`` is lock-free (one dict lookup and a move to the end, both atomic under the GIL);
     insertions and evictions take the lock. A ``size`` of 0 stores nothing.
+
+    Example
+    -------
+    >>> c = PlanCache(size=1)
+    >>> c.put(("plan", 1), "p1"); c.put(("plan", 2), "p2")
+    >>> c.get(("plan", 1)), c.get(("plan", 2)), c.evictions
+    (None, 'p2', 1)
     """
 
     def __init__(self, size: int | None = None):
@@ -139,5 +146,14 @@ _cache = PlanCache()
 
 
 def get_plan_cache() -> PlanCache:
-    """The process-wide plan cache (see the module docstring)."""
+    """The process-wide plan cache (see the module docstring).
+
+    Example
+    -------
+    >>> import pyblasgemm
+    >>> pyblasgemm.get_plan_cache() is pyblasgemm.get_plan_cache()
+    True
+    >>> pyblasgemm.get_plan_cache().info()["size"]
+    1024
+    """
     return _cache

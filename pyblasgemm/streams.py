@@ -27,7 +27,15 @@ _get_current_stream = None
 
 
 def handle(stream) -> int | None:
-    """The raw handle of ``stream`` (None stays None: "the current stream")."""
+    """The raw handle of ``stream`` (None stays None: "the current stream").
+
+    Example
+    -------
+    >>> class TorchLike:             # what a torch.cuda.Stream offers
+    ...     cuda_stream = 0x7f00
+    >>> handle(TorchLike()), handle(5), handle(None)
+    (32512, 5, None)
+    """
     if stream is None:
         return None
     if type(stream) is int:

@@ -6,7 +6,8 @@ import pytest
 
 MODULES = ["pyblasgemm.blas", "pyblasgemm.gemm", "pyblasgemm.matmul", "pyblasgemm._types",
            "pyblasgemm.planner.measured", "pyblasgemm.kernels.config", "pyblasgemm.settings",
-           "pyblasgemm.desc"]
+           "pyblasgemm.desc", "pyblasgemm.plancache", "pyblasgemm.streams", "pyblasgemm.interop",
+           "pyblasgemm.constraints", "pyblasgemm.kinds"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,7 +1,11 @@
-"""cuBLAS backend: ``cublasGemmEx`` / ``cublasGemmStridedBatchedEx`` through CuPy's bindings.
+"""cuBLAS backend: the fallback for whatever our kernels do not run, and their yardstick.
 
-Runs on CuPy's current stream with host-side alpha/beta. It is the fallback for whatever our
-kernels do not run and the yardstick they are measured against.
+Two routes. ``bind`` gives a cuBLASLt launch (:mod:`~pyblasgemm.backends.cublaslt`: descriptors
+and algorithm made once, the stream passed per call, capturable in CUDA graphs), which
+``execute`` uses whenever it exists. ``run`` calls ``cublasGemmEx`` /
+``cublasGemmStridedBatchedEx`` through CuPy's bindings on CuPy's current stream, with
+host-side alpha/beta: for int8 problems that need the rearrangement below, and when cuBLASLt
+has no algorithm.
 
 int8: cuBLAS runs int8 (IMMA) only for the "TN" arrangement (A and B both K-contiguous)
 with leading dimensions that are multiples of 4, and answers CUBLAS_STATUS_NOT_SUPPORTED for k
