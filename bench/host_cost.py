@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from timing import host_us_per_call, single_call_us  # noqa: E402
+from timing import host_us_per_call, paired_host_us, paired_single_us  # noqa: E402
 
 import pyblasgemm  # noqa: E402
 from pyblasgemm import calls, streams  # noqa: E402
@@ -114,16 +114,19 @@ def run_table(shapes, dtypes, calls_, rounds, routes=ROUTES, tag="issue"):
     for shape in shapes:
         for dname in dtypes:
             yard, forms = cases(shape, dname)
-            steady = {kind: {name: host_us_per_call(fn, calls_, rounds) for name, fn in fns.items()}
-                      for kind, fns in yard.items()}
-            single = {kind: {name: single_call_us(fn) for name, fn in fns.items()}
-                      for kind, fns in yard.items()}
             for route in routes:
                 for form, (fn, kind) in forms(ROUTES[route]).items():
+                    # ours and the yardsticks timed in interleaved rounds (timing.py)
                     try:
-                        us, one_us, err = host_us_per_call(fn, calls_, rounds), single_call_us(fn), None
+                        fn()
+                        err = None
                     except Exception as exc:     # a route that cannot run the case says why
-                        us, one_us, err = None, None, f"{type(exc).__name__}: {exc}"
+                        err = f"{type(exc).__name__}: {exc}"
+                    both = dict(yard[kind]) if err else dict(yard[kind], ours=fn)
+                    steady_all = paired_host_us(both, calls_, rounds)
+                    single_all = paired_single_us(both)
+                    us, one_us = steady_all.pop("ours", None), single_all.pop("ours", None)
+                    steady, single = {kind: steady_all}, {kind: single_all}
                     yname, yus = _best(steady[kind])
                     sname, sus = _best(single[kind])
                     row = dict(set=tag, m=shape[0], n=shape[1], k=shape[2], dtype=dname, form=form,
@@ -190,7 +193,8 @@ def main():
         pyblasgemm=pyblasgemm.__version__, git_sha=os.environ.get("GIT_SHA", "unknown"),
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         cpu=platform.processor() or platform.machine(),
-        method=("host_us: median of rounds of back-to-back calls, synchronized after each round; "
+        method=("host_us: median of rounds of back-to-back calls, synchronized after each round, "
+                "rounds of ours and of the yardsticks interleaved; "
                 "single_us: one call issue-to-completion, median; yardstick: the faster of "
                 "torch.matmul and cupy.matmul (torch._int_mm for int8); same arrays (torch views "
                 "of the CuPy memory); same process"))

@@ -73,3 +73,48 @@ def single_call_us(fn, calls=300, warmup=20):
         dev.synchronize()
         samples.append((time.perf_counter() - t0) * 1e6)
     return statistics.median(samples)
+
+
+def paired_host_us(fns: dict, calls=1000, rounds=5, warmup=50):
+    """Median host µs per call of each of ``fns`` ({name: fn}), their rounds interleaved (one
+    round of each in turn, ``rounds`` times): a drift of the host's speed during the measurement
+    (clock, another tenant) then falls on all of them alike, so their ratios are fair."""
+    import time
+
+    import cupy as cp
+
+    dev = cp.cuda.Device()
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    dev.synchronize()
+    samples = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / calls * 1e6)
+            dev.synchronize()
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def paired_single_us(fns: dict, calls=200, warmup=20):
+    """Median µs of one call, issue to completion, of each of ``fns``, the calls interleaved."""
+    import time
+
+    import cupy as cp
+
+    dev = cp.cuda.Device()
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    dev.synchronize()
+    samples = {name: [] for name in fns}
+    for _ in range(calls):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            dev.synchronize()
+            samples[name].append((time.perf_counter() - t0) * 1e6)
+    return {name: statistics.median(v) for name, v in samples.items()}

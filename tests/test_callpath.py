@@ -456,3 +456,96 @@ def test_jax_gpu_arrays_in_jax_out():
         pyblasgemm.matmul(a, b, out=a)
     h = pyblasgemm.matmul(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16))
     assert h.dtype == jnp.bfloat16 and isinstance(h, jax.Array)
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan carries its launch (kernels/spec.py)
+# ---------------------------------------------------------------------------------------------
+
+_SPEC_CASES = [  # (m, n, k, dtype, compute, trans, batch, align, arch): every family and decomposition
+    (1000, 1000, 4096, "float16", None, "NN", 1, 16, "sm_80"),
+    (64, 64, 65536, "bfloat16", None, "TN", 1, 16, "sm_80"),        # long K: split or stream
+    (333, 517, 129, "float16", None, "NT", 3, 2, "sm_80"),          # unaligned, batched
+    (8192, 8192, 8192, "float32", "3xtf32", "NN", 1, 16, "sm_90"),  # Hopper prep kind
+    (4096, 4096, 4096, "int8", None, "TN", 1, 16, "sm_90"),
+    (2048, 96, 8192, "float16", None, "NN", 1, 16, "sm_90"),
+]
+
+
+@pytest.mark.parametrize("m, n, k, dtype, compute, trans, batch, align, arch", _SPEC_CASES)
+def test_plan_carries_the_launch_spec_its_numbers_come_from(m, n, k, dtype, compute, trans, batch,
+                                                            align, arch):
+    from pyblasgemm.kernels.geometry import launch_geometry
+    from pyblasgemm.kernels.spec import problem_class
+    from pyblasgemm.planner.candidates import kernel_problem_for
+
+    p = pyblasgemm.plan(m, n, k, dtype, compute=compute, transa=trans[0], transb=trans[1],
+                        batch=batch, align=align, backend="tensorcore", arch=arch)
+    spec = p.launch
+    assert spec is not None and spec.config == p.config
+    assert (p.grid, p.splits, p.workspace_bytes) == (spec.grid, spec.splits, spec.workspace_bytes)
+    prob = kernel_problem_for(p.problem)
+    winner = next(c for c in p.candidates if c.config == p.config and c.score is not None)
+    assert spec.sm_count == p.arch.sm_count
+    assert spec.occupancy == (1 if p.config.is_sm90 else winner.score.occupancy)
+    assert dict(spec.geometry) == launch_geometry(prob, p.config, spec.sm_count, spec.occupancy)
+    assert spec.problem_class == problem_class(prob)
+    assert spec.smem == p.config.smem_bytes(prob.kind) and spec.block == p.config.threads
+    args = spec.args
+    assert args["splits"] == spec.splits and args["sk_tiles"] == spec.geometry["sk_tiles"]
+    assert args["alpha"] == args["beta"] == 0 and args["c"] == 0          # per call, not planned
+    if p.config.is_sm90:                   # the Hopper kernel's tiles run over (n, m)
+        assert (args["mt"], args["nt"], args["batch"]) == (n, m, batch)
+    else:
+        assert (args["m"], args["n"], args["k"], args["lda"]) == (m, n, k, prob.lda)
+    assert (spec.red_args is not None) == (p.config.decomposition == "splitk_parallel")
+    from dataclasses import replace
+    from types import MappingProxyType
+
+    moved = replace(spec, geometry=MappingProxyType(dict(spec.geometry, grid=(1, 1, 1))))
+    assert spec.same_as(spec) and not spec.same_as(moved)
+
+
+def test_cublas_and_host_plans_carry_no_kernel_spec():
+    assert pyblasgemm.plan(64, 64, 64, "float64").launch is None
+    assert pyblasgemm.plan(4096, 4096, 4096, "float16", backend="cublas").launch is None
+
+
+@gpu
+@pytest.mark.parametrize("m, n, k, dtype, compute, trans, batch, align, decomposition", [
+    (1000, 1000, 4096, "float16", None, "NN", 1, 2, None),            # mma.sync split-k
+    (64, 64, 65536, "bfloat16", None, "TN", 1, 2, None),
+    (333, 517, 129, "float16", None, "NT", 3, 2, None),               # mma.sync sliced, batched
+    (1000, 1000, 4096, "float16", None, "NN", 1, 2, "streamk"),       # occupancy from the driver
+    (1000, 1000, 4096, "float16", None, "NN", 1, 16, "streamk"),      # Hopper stream-k
+    (8192, 8192, 8192, "float32", "3xtf32", "NN", 1, 16, None),       # Hopper prep kind
+    (4096, 4096, 4096, "int8", None, "TN", 1, 16, None),
+    (2048, 96, 8192, "float16", None, "NN", 1, 16, None)])
+def test_the_bound_launch_runs_the_plans_spec(monkeypatch, m, n, k, dtype, compute, trans, batch,
+                                              align, decomposition):
+    from pyblasgemm.execute import launch_for
+
+    if decomposition:
+        monkeypatch.setenv("PYBLASGEMM_DECOMPOSITION", decomposition)
+    p = pyblasgemm.plan(m, n, k, dtype, compute=compute, transa=trans[0], transb=trans[1],
+                        batch=batch, align=align, backend="tensorcore")
+    launch = launch_for(p.problem, p)
+    if p.config.decomposition in ("streamk", "hybrid") or p.config.cluster > 1:
+        # only fewer co-resident CTAs than planned may change it (kernels/spec.py)
+        assert launch.spec.config == p.config
+        assert launch.spec.grid[0] <= p.launch.grid[0]
+        assert launch.spec.occupancy <= p.launch.occupancy
+    else:
+        assert launch.spec.same_as(p.launch)
+    assert launch.geometry == dict(launch.spec.geometry)
+
+
+@gpu
+def test_bind_refuses_a_spec_of_another_class():
+    from pyblasgemm.kernels.launch import bind
+    from pyblasgemm.planner.candidates import kernel_problem_for
+
+    p = pyblasgemm.plan(256, 256, 256, "float16", backend="tensorcore")
+    q = pyblasgemm.plan(256, 256, 512, "float16", backend="tensorcore")
+    with pytest.raises(ValueError, match="problem class"):
+        bind(kernel_problem_for(q.problem), spec=p.launch)

@@ -44,14 +44,16 @@ def choose_config(desc: GemmDesc):
 
 
 def bind(desc: GemmDesc, plan):
-    """The kernels' ``BoundLaunch`` for ``desc``'s class with the plan's config: called with
-    pointers of at least ``desc.align`` bytes' alignment (the class is bound for exactly that
-    alignment, so every such pointer is in it)."""
+    """The kernels' ``BoundLaunch`` for ``desc``'s class from the plan's launch spec (its
+    config, geometry and argument values; the config alone for a plan without one): called
+    with pointers of at least ``desc.align`` bytes' alignment (the class is bound for exactly
+    that alignment, so every such pointer is in it)."""
     from ..kernels.launch import bind as bind_kernels
 
     # bound for addresses with exactly the alignment every caller's pointers have
     config = plan.config if plan is not None else None
-    return bind_kernels(kernel_problem(desc), config)
+    spec = getattr(plan, "launch", None)
+    return bind_kernels(kernel_problem(desc), config, spec=spec)
 
 
 def run(desc: GemmDesc, a, b, c, plan=None) -> None:

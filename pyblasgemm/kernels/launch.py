@@ -14,6 +14,7 @@ from .config import DECOMPOSITIONS, SM90_PREP_KINDS, KernelConfig, default_confi
 from .geometry import launch_geometry
 from .jit import get_kernels, get_prep_kernel
 from .mma_sync import BoundLaunch
+from .spec import LaunchSpec, launch_spec, problem_class
 from .problem import ACCUMULATE, KernelProblem
 from ..plancache import get_plan_cache
 
@@ -180,19 +181,18 @@ def run(problem: KernelProblem, config: KernelConfig | None = None, stream=None,
 _cache = get_plan_cache()
 
 
-def _bind_key(p: KernelProblem, config, sm_count, dev_id):
-    return ("bind", dev_id, p.kind, p.acc, p.transa, p.transb, p.m, p.n, p.k, p.lda, p.ldb, p.ldc, p.batch, p.stride_a,
-            p.stride_b, p.stride_c, p.operands_vectorizable(), p.c_vectorizable(), config, sm_count)
-
-
-def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count: int | None = None) -> BoundLaunch:
+def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count: int | None = None,
+         spec: LaunchSpec | None = None) -> BoundLaunch:
     """A cached :class:`BoundLaunch` for ``problem``'s class on the current device.
 
-    Only the problem's shape, layout, leading dimensions, batch strides, kind/accumulate and
-    the *alignment class* of its pointers (16-byte vectorizable or not, for A/B and for C)
-    matter; its pointer values, alpha and beta are ignored (they are passed per call).
-    Cached per (device, that class, config, sm_count); ``config=None`` picks
-    :func:`default_config`. Raises ValueError as :func:`prepare` does.
+    Only the problem's class matters (:func:`~pyblasgemm.kernels.spec.problem_class`: shape,
+    layout, leading dimensions, batch strides, kind/accumulate, the alignment class of its
+    pointers); its pointer values, alpha and beta are passed per call. ``spec``: the plan's
+    :class:`~pyblasgemm.kernels.spec.LaunchSpec`, launched as it is (ValueError when it is for
+    another class, config or SM count), except where the device fits fewer co-resident CTAs
+    than it assumed (see :mod:`~pyblasgemm.kernels.spec`); without one, ``config`` (or
+    :func:`default_config`) is made into a spec here. Cached per (device, class, spec). Raises
+    ValueError as :func:`prepare` does.
 
     Example::
 
@@ -202,7 +202,15 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
     from cupy.cuda import runtime
 
     dev_id = runtime.getDevice()
-    key = _bind_key(problem, config, sm_count, dev_id)
+    cls = problem_class(problem)
+    if spec is not None:
+        if config is not None and config != spec.config:
+            raise ValueError(f"bind: config {config.name} differs from the spec's {spec.config.name}")
+        if spec.problem_class != cls:
+            raise ValueError(f"bind: the spec is for problem class {spec.problem_class}, not {cls}")
+        config = spec.config
+    key = ("bind", dev_id, cls, config, sm_count,
+           None if spec is None else (spec.sm_count, spec.occupancy))
     bl = _cache.get(key)
     if bl is not None:
         return bl
@@ -214,6 +222,8 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
     dev = cupy.cuda.Device(dev_id)
     dev_sms, max_smem = _device_info(dev)
     sms = min(sm_count, dev_sms) if sm_count else dev_sms
+    if spec is not None and spec.sm_count != sms:
+        raise ValueError(f"bind: the spec was planned for {spec.sm_count} SMs, this launch has {sms}")
     cfg = config if config is not None else default_config(problem, sms)
     if cfg.decomposition not in DECOMPOSITIONS:
         raise ValueError(f"unknown decomposition {cfg.decomposition!r}")
@@ -222,22 +232,25 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
         raise ValueError(f"config {cfg.name} is invalid for this problem: {why}")
     kern, red = get_kernels(cfg, problem.kind, problem.transa, problem.transb, problem.acc,
                             problem.operands_vectorizable())
-    smem = cfg.smem_bytes(problem.kind)
     if cfg.is_sm90:
         from .sm90 import Sm90Launch, Sm90PrepLaunch
 
         # one CTA per SM (the ring takes most of shared memory): the persistent grid is <= SMs
-        g = launch_geometry(problem, cfg, sms, 1)
+        spec = spec or launch_spec(problem, cfg, sms, 1)
         if problem.kind in SM90_PREP_KINDS:
             prep = get_prep_kernel(cfg, problem.kind, problem.transa, problem.transb)
-            bl = Sm90PrepLaunch(problem, cfg, kern, red, prep, g, smem, dev_id)
+            bl = Sm90PrepLaunch(problem, spec, kern, red, prep, dev_id)
         else:
-            bl = Sm90Launch(problem, cfg, kern, red, g, smem, dev_id)
+            bl = Sm90Launch(problem, spec, kern, red, dev_id)
         _cache.put(key, bl)
         return bl
-    occ = _occupancy(kern, cfg.threads, smem) if cfg.decomposition in ("streamk", "hybrid") else 1
-    g = launch_geometry(problem, cfg, sms, occ)
-    bl = BoundLaunch(problem, cfg, kern, red, g, smem, dev_id)
+    if cfg.decomposition in ("streamk", "hybrid"):
+        # stream-k CTAs wait on each other: every CTA of the grid must be resident at once
+        occ = _occupancy(kern, cfg.threads, cfg.smem_bytes(problem.kind))
+        if spec is None or spec.occupancy > occ:
+            spec = launch_spec(problem, cfg, sms, occ)
+    spec = spec or launch_spec(problem, cfg, sms, 1)
+    bl = BoundLaunch(problem, spec, kern, red, dev_id)
     _cache.put(key, bl)
     return bl
 

@@ -8,7 +8,7 @@ from .config import KernelConfig
 from .driver import _driver, _runtime, set_scales, stream_handle
 from .problem import KernelProblem
 
-__all__ = ["BoundLaunch"]
+__all__ = ["BoundLaunch", "kernel_args"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -36,6 +36,24 @@ def _red_ctypes():
             ("beta", ct.c_float), ("ialpha", ct.c_int32), ("ibeta", ct.c_int32), ("group_m", ct.c_int32)]
 
 
+def kernel_args(p: KernelProblem, config: KernelConfig, g: dict):
+    """(GEMM kernel argument values, split-k reduce kernel's or None) of ``config`` on ``p``
+    with geometry ``g``: everything but the pointers and the scales (left 0), in the names of
+    :func:`_arg_ctypes` / :func:`_red_ctypes`. Pure; the plan's
+    :class:`~pyblasgemm.kernels.spec.LaunchSpec` holds the result."""
+    args = dict(a=0, b=0, c=0, ws=0, flags=0, m=p.m, n=p.n, k=p.k, lda=p.lda, ldb=p.ldb, ldc=p.ldc,
+                sa=p.stride_a, sb=p.stride_b, sc=p.stride_c, batch=p.batch, alpha=0.0, beta=0.0,
+                ialpha=0, ibeta=0, c_vec=1 if p.c_vectorizable() else 0, group_m=config.group_m,
+                splits=g["splits"], kt_per_split=g["kt_per_split"], dp_tiles=g["dp_tiles"],
+                sk_tiles=g["sk_tiles"])
+    red = None
+    if config.decomposition == "splitk_parallel":
+        red = dict(ws=0, c=0, m=p.m, n=p.n, ldc=p.ldc, sc=p.stride_c, batch=p.batch,
+                   splits=g["splits"], alpha=0.0, beta=0.0, ialpha=0, ibeta=0,
+                   group_m=config.group_m)
+    return args, red
+
+
 class _ArgPack:
     """Kernel arguments as ctypes storage plus the void* array cuLaunchKernel reads."""
 
@@ -61,19 +79,20 @@ class BoundLaunch:
     use different workspace. Flags are zeroed with a stream-ordered memset before each launch.
     """
 
-    __slots__ = ("problem", "config", "geometry", "smem", "kern", "red", "_fptr", "_rptr", "_grid", "_block",
+    __slots__ = ("problem", "spec", "config", "geometry", "smem", "kern", "red", "_fptr", "_rptr", "_grid", "_block",
                  "_rgrid", "_int", "_amask", "_cmask", "_ws", "_fields", "_rfields", "_base", "_rbase",
                  "_dev", "a_align", "b_align", "c_align", "_last", "_launch", "__weakref__")
 
-    def __init__(self, problem: KernelProblem, config: KernelConfig, kern, red, geometry: dict, smem: int, dev: int):
-        self.problem, self.config, self.geometry, self.smem, self.kern, self.red = (
-            problem, config, geometry, smem, kern, red)
+    def __init__(self, problem: KernelProblem, spec, kern, red, dev: int):
+        config, geometry = spec.config, dict(spec.geometry)
+        self.problem, self.spec, self.config, self.geometry, self.smem, self.kern, self.red = (
+            problem, spec, config, geometry, spec.smem, kern, red)
         self._dev = dev
         self._fptr = kern.kernel.ptr
         self._rptr = red.kernel.ptr if red is not None else 0
         self._grid = tuple(int(x) for x in geometry["grid"])
         self._block = config.threads
-        p, g = problem, geometry
+        p = problem
         self._int = p.kind == "s8"
         vec, cvec = p.operands_vectorizable(), p.c_vectorizable()
         self.a_align = self.b_align = 16 if vec else p.elem_bytes
@@ -81,17 +100,12 @@ class BoundLaunch:
         self._amask = self.a_align - 1
         self._cmask = self.c_align - 1
         self._fields = _arg_ctypes()
-        self._base = dict(a=0, b=0, c=0, ws=0, flags=0, m=p.m, n=p.n, k=p.k, lda=p.lda, ldb=p.ldb, ldc=p.ldc,
-                          sa=p.stride_a, sb=p.stride_b, sc=p.stride_c, batch=p.batch, alpha=0.0, beta=0.0,
-                          ialpha=0, ibeta=0, c_vec=1 if cvec else 0, group_m=config.group_m,
-                          splits=g["splits"], kt_per_split=g["kt_per_split"], dp_tiles=g["dp_tiles"],
-                          sk_tiles=g["sk_tiles"])
-        if config.decomposition == "splitk_parallel":
-            nvec = g["tiles"] * config.bm * config.bn // 4
+        self._base = dict(spec.args)          # every value but pointers and scales: the plan's
+        if spec.red_args is not None:
+            nvec = geometry["tiles"] * config.bm * config.bn // 4
             self._rgrid = -(-nvec // 256)
             self._rfields = _red_ctypes()
-            self._rbase = dict(ws=0, c=0, m=p.m, n=p.n, ldc=p.ldc, sc=p.stride_c, batch=p.batch,
-                               splits=g["splits"], alpha=0.0, beta=0.0, ialpha=0, ibeta=0, group_m=config.group_m)
+            self._rbase = dict(spec.red_args)
         else:
             self._rgrid, self._rfields, self._rbase = 0, None, None
         self._ws = {}  # stream handle -> (ws array, flags array, flags bytes, gemm pack, reduce pack)

@@ -34,7 +34,8 @@ from ..kinds import KERNEL_KINDS
 from .config import KernelConfig, sm90_prep_shape
 from .problem import ELEM_BYTES, KernelProblem
 
-__all__ = ["Sm90Launch", "Sm90PrepLaunch", "tma_maps", "encode_tiled", "TMA_DTYPE", "prepared_problem"]
+__all__ = ["Sm90Launch", "Sm90PrepLaunch", "tma_maps", "encode_tiled", "TMA_DTYPE", "prepared_problem",
+           "kernel_args"]
 
 #: CUtensorMapDataType of each kind's A/B (s8 moves as raw bytes) and of its C
 #: (CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6, BFLOAT16 = 9, UINT8 = 0, INT32 = 3, FLOAT32 = 7)
@@ -193,6 +194,24 @@ def c_map(p: KernelProblem):
     return (p.m, p.n, batch), (p.ldc * cb, stride), (128 // cb, 64, 1)
 
 
+def kernel_args(p: KernelProblem, config: KernelConfig, g: dict):
+    """(GEMM kernel argument values, split-k reduce kernel's or None) of ``config`` on ``p``
+    (for the fp32 kinds: the prepared problem) with geometry ``g``: everything but the
+    pointers, TMA maps and scales (left 0), in the names of ``_FIELDS`` / ``_RED_FIELDS``. The
+    kernel's tiles run over (n, m): P comes from B, Q from A. Pure; the plan's
+    :class:`~pyblasgemm.kernels.spec.LaunchSpec` holds the result."""
+    _, _, pbat, qbat = tma_maps(p, config)
+    args = dict(c=0, ws=0, flags=0, mt=p.n, nt=p.m, k=p.k, ldc=p.ldc, sc=p.stride_c, batch=p.batch,
+                p_batched=int(pbat), q_batched=int(qbat), alpha=0.0, beta=0.0, ialpha=0, ibeta=0,
+                c_pair=int(p.c_vectorizable()), group_m=config.group_m, splits=g["splits"],
+                kt_per_split=g["kt_per_split"], dp_tiles=g["dp_tiles"], sk_tiles=g["sk_tiles"])
+    red = None
+    if config.decomposition == "splitk_parallel":
+        red = dict(ws=0, c=0, mt=p.n, nt=p.m, ldc=p.ldc, sc=p.stride_c, batch=p.batch,
+                   splits=g["splits"], alpha=0.0, beta=0.0, ialpha=0, ibeta=0)
+    return args, red
+
+
 _FIELDS = [("c", ct.c_uint64), ("ws", ct.c_uint64), ("flags", ct.c_uint64), ("mt", ct.c_int32), ("nt", ct.c_int32),
            ("k", ct.c_int32), ("ldc", ct.c_int64), ("sc", ct.c_int64), ("batch", ct.c_int32),
            ("p_batched", ct.c_int32), ("q_batched", ct.c_int32), ("alpha", ct.c_float), ("beta", ct.c_float),
@@ -224,25 +243,25 @@ class Sm90Launch:
         launch(a.data.ptr, b.data.ptr, c.data.ptr, 1.0, 0.0)
     """
 
-    def __init__(self, problem: KernelProblem, config: KernelConfig, kern, red, geometry: dict, smem: int, dev: int):
-        p, g = problem, geometry
-        self.problem, self.config, self.geometry, self.smem, self.kern, self.red = (
-            problem, config, geometry, smem, kern, red)
+    def __init__(self, problem: KernelProblem, spec, kern, red, dev: int):
+        from dataclasses import replace as dc_replace
+        from types import MappingProxyType
+
+        p, g, config, smem = problem, dict(spec.geometry), spec.config, spec.smem
+        self.problem, self.spec, self.config, self.geometry, self.smem, self.kern, self.red = (
+            problem, spec, config, g, smem, kern, red)
         self._dev = dev
         self._fptr = kern.ptr
         self._rptr = red.ptr if red is not None else 0
         self._grid = int(g["grid"][0])
         self._int = p.kind == "s8"
-        self._pmap, self._qmap, pbat, qbat = tma_maps(p, config)
+        self._pmap, self._qmap, _, _ = tma_maps(p, config)
         # paired C stores in the same alignment class the mma.sync path uses for 16-byte stores
         # (callers key their bound launches on it); it implies even ldc and 2-element alignment
-        pair = p.c_vectorizable()
-        self.c_align = 16 if pair else p.c_bytes
+        self.c_align = 16 if p.c_vectorizable() else p.c_bytes
         self.a_align = self.b_align = 16
-        self._base = dict(c=0, ws=0, flags=0, mt=p.n, nt=p.m, k=p.k, ldc=p.ldc, sc=p.stride_c, batch=p.batch,
-                          p_batched=int(pbat), q_batched=int(qbat), alpha=0.0, beta=0.0, ialpha=0, ibeta=0,
-                          c_pair=int(pair), group_m=config.group_m, splits=g["splits"],
-                          kt_per_split=g["kt_per_split"], dp_tiles=g["dp_tiles"], sk_tiles=g["sk_tiles"])
+        self._base = dict(spec.args)          # every value but pointers and scales: the plan's
+        self._rbase = None if spec.red_args is None else dict(spec.red_args)
         self._rgrid = -(-(p.batch * p.m * p.n) // 256)
         self._slots: dict = {}
         self._last = None
@@ -253,7 +272,9 @@ class Sm90Launch:
             if fit < 1:
                 raise ValueError(f"{config.name}: no {self._cluster}-CTA cluster fits on this device")
             self._grid = min(self._grid, fit * self._cluster)
-            self.geometry = dict(geometry, grid=(self._grid, 1, 1))
+            self.geometry = dict(g, grid=(self._grid, 1, 1))
+            if self.geometry != g:     # the device placed fewer clusters than the plan's grid
+                self.spec = dc_replace(spec, geometry=MappingProxyType(self.geometry))
             self._lcfg, self._lattr = _cluster_config(self._grid, smem, self._cluster, config.threads)
 
     @property
@@ -286,8 +307,7 @@ class Sm90Launch:
         s.params = (ct.c_void_p * len(ptrs))(*ptrs)
         s.rcells = s.rparams = None
         if self._rptr:
-            rbase = dict(ws=ws_ptr, c=0, mt=p.n, nt=p.m, ldc=p.ldc, sc=p.stride_c, batch=p.batch,
-                         splits=g["splits"], alpha=0.0, beta=0.0, ialpha=0, ibeta=0)
+            rbase = dict(self._rbase, ws=ws_ptr)
             s.rcells = {name: typ(rbase[name]) for name, typ in _RED_FIELDS}
             rp = [ct.addressof(s.rcells[n]) for n, _ in _RED_FIELDS]
             s.rparams = (ct.c_void_p * len(rp))(*rp)
@@ -378,16 +398,20 @@ class Sm90PrepLaunch:
         launch(a.data.ptr, b.data.ptr, c.data.ptr, 1.0, 0.0)
     """
 
-    def __init__(self, problem: KernelProblem, config: KernelConfig, kern, red, prep, geometry: dict, smem: int,
-                 dev: int):
-        p = problem
-        self.problem, self.config, self.geometry, self.smem = problem, config, geometry, smem
+    def __init__(self, problem: KernelProblem, spec, kern, red, prep, dev: int):
+        from types import MappingProxyType
+
+        p, geometry = problem, dict(spec.geometry)
+        self.problem, self.spec, self.config, self.geometry, self.smem = (
+            problem, spec, spec.config, geometry, spec.smem)
         self._dev = dev
         self._prep_ptr = prep.ptr
         self._kern, self._red = kern, red
         sections, kpad, self._ws_bytes = sm90_prep_shape(p)
         self._inner_problem = prepared_problem(p)
-        self._inner_geometry = dict(geometry, ws_bytes=geometry["ws_bytes"] - self._ws_bytes)
+        # the GEMM's own spec: the prepared problem's geometry, without the prep bytes
+        self._inner_spec = replace(spec, geometry=MappingProxyType(
+            dict(geometry, ws_bytes=geometry["ws_bytes"] - self._ws_bytes)))
         self.a_align = self.b_align = 4
         self.c_align = 16 if p.c_vectorizable() else p.c_bytes   # as the GEMM's Sm90Launch
         bat_a = p.batch if p.batch > 1 and p.stride_a else 1
@@ -413,8 +437,8 @@ class Sm90PrepLaunch:
             ws = cupy.empty(self._ws_bytes, dtype=cupy.uint8)
         q_ptr = ws.data.ptr
         p_ptr = q_ptr + self._q_bytes   # 16-byte aligned: kpad is a multiple of 32 elements
-        gemm = Sm90Launch(replace(self._inner_problem, a_ptr=q_ptr, b_ptr=p_ptr), self.config, self._kern,
-                          self._red, self._inner_geometry, self.smem, self._dev)
+        gemm = Sm90Launch(replace(self._inner_problem, a_ptr=q_ptr, b_ptr=p_ptr), self._inner_spec,
+                          self._kern, self._red, self._dev)
         blocks = []
         for (rows, ld, stride, k_major, bat, mask), out in ((self._a_spec, q_ptr), (self._b_spec, p_ptr)):
             vals = dict(x=0, out=out, rows=rows, k=self.problem.k, ldx=ld, sx=stride if bat > 1 else 0,

@@ -38,7 +38,7 @@ from ..desc import GemmDesc, matrix_span
 from . import model as M
 from ._checks import describe, is_number, why_not_number, why_not_numbers
 from .arch import ArchSpec, arch_for_device, device_identity
-from .candidates import _supports, enumerate_candidates, kernel_problem_for
+from .candidates import _supports, enumerate_candidates, kernel_problem_for, spec_for
 from .plan import Candidate, Plan
 
 __all__ = ["TuneCache", "cache_dir", "tune_desc", "lookup", "problem_key", "CacheWarning"]
@@ -270,11 +270,14 @@ def _plan_from_winner(desc, arch, cands, win, where, allow_cublas=True):
         return None
     occ = M.occupancy(cfg, prob.kind, arch)
     s = M.score_ours(cfg, prob, arch, M.load_calibration(), occ)
-    cands = tuple(cands) + tuple([] if any(c.config == cfg for c in cands)
-                                 else [Candidate("tensorcore", cfg, s)])
+    winner = next((c for c in cands if c.config == cfg and c.score is not None), None)
+    if winner is None:
+        winner = Candidate("tensorcore", cfg, s)
+        cands = tuple(cands) + (winner,)
+    spec = spec_for(desc, arch, winner)
     return Plan("tensorcore", f"{where}: {cfg.name} measured fastest ({_fmt(win)})", cfg,
-                cfg.decomposition, s.splits, s.grid, s.workspace_bytes, win.get("time_s"),
-                "autotune", arch, desc, cands)
+                cfg.decomposition, spec.splits, spec.grid, spec.workspace_bytes, win.get("time_s"),
+                "autotune", arch, desc, tuple(cands), spec)
 
 
 def _fmt(win) -> str:
@@ -298,7 +301,7 @@ class GpuTimer:
         import numpy as np
 
         self.cupy = cupy
-        self.desc = desc
+        self.desc, self.arch = desc, arch
         row = desc.row
         rng = np.random.default_rng(0)
 
@@ -332,7 +335,10 @@ class GpuTimer:
         from ..backends import get_backend
 
         backend = get_backend(cand.backend)
-        launch = backend.bind(self.desc, SimpleNamespace(config=cand.config))
+        # the plan this candidate would become carries this spec: time exactly that launch
+        spec = (spec_for(self.desc, self.arch, cand) if cand.backend == "tensorcore"
+                and cand.score is not None else None)
+        launch = backend.bind(self.desc, SimpleNamespace(config=cand.config, launch=spec))
         d, a, b, c = self.desc, self.a, self.b, self.c
         if launch is None:
             return lambda: backend.run(d, a, b, c)

@@ -13,7 +13,7 @@ from .overrides import current_settings
 from .plan import Candidate
 from .problem import kind_of
 
-__all__ = ["kernel_problem_for", "enumerate_candidates", "best_of"]
+__all__ = ["kernel_problem_for", "enumerate_candidates", "best_of", "spec_for"]
 
 
 def kernel_problem_for(desc: GemmDesc):
@@ -95,3 +95,12 @@ def best_of(cands) -> Candidate | None:
     near = [c for c in scored if c.time <= t0 * (1 + M.TIE)]
     return min(near, key=lambda c: (M.SIMPLICITY.get(c.config.decomposition, 9)
                                     if c.config is not None else -1, c.time))
+
+
+def spec_for(desc: GemmDesc, arch, cand):
+    """The :class:`~pyblasgemm.kernels.spec.LaunchSpec` of our candidate ``cand`` on ``desc``:
+    the geometry its score was computed with (same SM count and occupancy) and the kernel
+    argument values, so the plan shows what the launch will run."""
+    from ..kernels.spec import launch_spec
+
+    return launch_spec(kernel_problem_for(desc), cand.config, arch.sm_count, cand.score.occupancy)

@@ -26,7 +26,7 @@ from . import overrides
 from .arch import ArchSpec
 from .autotune import lookup, tune_desc
 from .candidates import (_arch, _supports, best_of, enumerate_candidates,  # noqa: F401
-                         kernel_problem_for)
+                         kernel_problem_for, spec_for)
 from .overrides import current_settings
 from .plan import Candidate, Plan
 
@@ -86,9 +86,10 @@ def clear_plan_cache() -> None:
 
 
 def _ours_plan(desc, arch, winner: Candidate, reason, cands, source="heuristic") -> Plan:
-    s = winner.score
-    return Plan("tensorcore", reason, winner.config, winner.config.decomposition, s.splits,
-                s.grid, s.workspace_bytes, s.time, source, arch, desc, tuple(cands))
+    spec = spec_for(desc, arch, winner)
+    return Plan("tensorcore", reason, winner.config, winner.config.decomposition, spec.splits,
+                spec.grid, spec.workspace_bytes, winner.score.time, source, arch, desc,
+                tuple(cands), spec)
 
 
 def _why_ours(winner: Candidate, cands) -> str:
@@ -197,13 +198,16 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
         bound = _host_bound_pick(cands, cal, cublas_cand)
         if bound is not None:
             worst, pick = bound
+            h_o, h_c = CALL_HOST_US["tensorcore"], CALL_HOST_US["cublas"]
+            g_c = cublas_cand.score.gpu * 1e6
             return _ours_plan(desc, arch, pick, (
-                f"host-bound: our call ({CALL_HOST_US['tensorcore']:.1f} us host + at most "
-                f"{(worst - CALL_HOST_US['tensorcore'] * 1e-6) * 1e6:.1f} us GPU, the model's "
-                f"prediction x{MODEL_MISS} for its worst measured miss) ends before cuBLAS's "
-                f"host work alone ({CALL_HOST_US['cublas']:.1f} us) plus one kernel latency"
-                + (f" and its int8 copies ({cublas_cand.score.fixup * 1e6:.1f} us)"
-                   if cublas_cand.score.fixup else "") + "; "
+                f"host-bound: our call ({h_o:.1f} us host, at most {worst * 1e6:.1f} us GPU: the "
+                f"model's prediction x{MODEL_MISS} for its worst measured miss) is no slower than "
+                f"cuBLAS's ({h_c:.1f} us host, {g_c:.1f} us GPU predicted"
+                + (f", its int8 copies ({cublas_cand.score.fixup * 1e6:.1f} us) included"
+                   if cublas_cand.score.fixup else "")
+                + f") waited for ({h_o + worst * 1e6:.1f} vs {h_c + g_c:.1f} us) or back to back "
+                f"(at most {max(h_o, worst * 1e6):.1f} vs at least {h_c:.1f} us per call); "
                 + _why_ours(pick, cands)), cands)
     if not autotune and _table_allowed():
         # after a stored autotune result (above), before the model: what was measured here
@@ -254,19 +258,21 @@ MODEL_MISS = 2.6
 
 
 def _host_bound_pick(cands, cal, cublas_cand):
-    """(worst-case seconds, candidate) for the mma.sync candidate whose call, with its GPU time
-    taken MODEL_MISS times the prediction, still ends before cuBLAS's host work plus one kernel
-    latency (plus the operand copies cuBLAS's int8 path must make, when it must); None when no
-    candidate is that small."""
+    """(worst-case GPU seconds, candidate) of the mma.sync candidate whose call is host-bound
+    even with its GPU time taken MODEL_MISS times the prediction beyond the launch latency (that
+    worst case fits within cuBLAS's host time, so back to back ours is never slower) and which,
+    waited for, ends before cuBLAS's call (host + its predicted GPU time, int8 copies
+    included). None when no candidate is; the smallest worst case wins."""
     latency = cal["kernel_latency_us"] * 1e-6
-    floor = CALL_HOST_US["cublas"] * 1e-6 + latency + cublas_cand.score.fixup
+    host_ours, host_theirs = CALL_HOST_US["tensorcore"] * 1e-6, CALL_HOST_US["cublas"] * 1e-6
+    single_theirs = host_theirs + cublas_cand.score.gpu
     best = None
     for c in cands:
         if c.backend != "tensorcore" or c.score is None or c.config.is_sm90:
             continue
-        worst = (CALL_HOST_US["tensorcore"] * 1e-6 + latency
-                 + MODEL_MISS * max(0.0, c.score.gpu - latency))
-        if worst < floor and (best is None or worst < best[0]):
+        worst = latency + MODEL_MISS * max(0.0, c.score.gpu - latency)
+        if (worst <= host_theirs and host_ours + worst < single_theirs
+                and (best is None or worst < best[0])):
             best = (worst, c)
     return best
 

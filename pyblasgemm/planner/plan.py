@@ -58,6 +58,10 @@ class Plan:
     arch: ArchSpec | None = field(default=None, compare=False)
     problem: GemmDesc | None = field(default=None, compare=False, repr=False)
     candidates: tuple = field(default=(), compare=False, repr=False)
+    #: our kernels: the LaunchSpec the launch is bound from (grid, block, shared memory,
+    #: workspace, splits, kernel argument values; kernels/spec.py); grid, splits and
+    #: workspace_bytes above are its numbers. None for cuBLAS and the host.
+    launch: object = field(default=None, compare=False, repr=False)
 
     def explain(self, limit: int = 12) -> str:
         """A readable report: the problem, the arch spec, the scored candidates (best first,
