@@ -429,16 +429,27 @@ def test_env_forced_split_count_outside_the_usual_choices(monkeypatch):
 
 
 def test_margin_decides_between_close_predictions(monkeypatch):
-    """Our kernels replace cuBLAS only when predicted faster beyond CUBLAS_MARGIN: a negative
-    margin (accept ours up to 1 - margin times slower) flips this close case to our kernels."""
+    """Our kernels replace cuBLAS only when predicted faster beyond CUBLAS_MARGIN: a case where
+    ours is predicted faster but within the margin stays on cuBLAS, and a margin below that
+    advantage flips it to our kernels."""
     from pyblasgemm.planner import core
-    p = plan(1000, 1000, 1001, "i8", transa="T", arch="sm_90")
-    ours = min(c.time for c in p.candidates if c.backend == "tensorcore" and c.score)
-    theirs = next(c.time for c in p.candidates if c.backend == "cublas")
-    assert p.backend == "cublas" and ours > theirs * (1 - core.CUBLAS_MARGIN)
+
+    monkeypatch.setenv("PYBLASGEMM_NO_MEASURED_CHOICES", "1")
+    close = None
+    for m in (512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192):
+        pyblasgemm.clear_plan_cache()
+        p = plan(m, m, m, "f16", transa="T", arch="sm_90")
+        ours = min(c.time for c in p.candidates if c.backend == "tensorcore" and c.score)
+        theirs = next(c.time for c in p.candidates if c.backend == "cublas")
+        if theirs * (1 - core.CUBLAS_MARGIN) < ours < theirs:
+            close = (m, ours, theirs, p)
+            break
+    assert close is not None, "no square f16 problem predicted within the margin"
+    m, ours, theirs, p = close
+    assert p.backend == "cublas" and "cuBLAS kept" in p.reason
     monkeypatch.setattr(core, "CUBLAS_MARGIN", 1 - 1.01 * ours / theirs)
     pyblasgemm.clear_plan_cache()
-    flipped = plan(1000, 1000, 1001, "i8", transa="T", arch="sm_90")
+    flipped = plan(m, m, m, "f16", transa="T", arch="sm_90")
     assert flipped.backend == "tensorcore" and "beyond the model's" in flipped.reason
 
 
@@ -447,7 +458,9 @@ def test_host_bound_calls_go_to_our_kernels_and_large_ones_do_not(monkeypatch):
     host_cost_*.json): ours even with its GPU time taken 2.6x the prediction, both waited for
     (host + GPU) and back to back (the larger of the two). From 256³
     float16 on the model decides as before; a forced config turns the rule off."""
-    from pyblasgemm.planner.core import CALL_HOST_US, MODEL_MISS
+    from pyblasgemm.planner.core import MODEL_MISS, rule_host_us
+
+    CALL_HOST_US = rule_host_us(model.load_calibration())
 
     monkeypatch.setenv("PYBLASGEMM_NO_MEASURED_CHOICES", "1")
     pyblasgemm.clear_plan_cache()

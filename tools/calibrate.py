@@ -119,7 +119,7 @@ def file_sha256(path) -> str:
 
 
 def _load(results_dir, sources=None):
-    kernels, backends, suites = [], [], []
+    kernels, backends, suites, host_costs = [], [], [], []
     for path in sorted(glob.glob(os.path.join(results_dir, "*.json"))):
         name = os.path.basename(path)
         if sources is not None and name not in sources:
@@ -132,7 +132,36 @@ def _load(results_dir, sources=None):
             backends.append((name, d))
         elif d.get("schema") == "pyblasgemm-bench/1" and d.get("device", {}).get("kind") == "gpu":
             suites.append((name, d))
-    return kernels, backends, suites
+        elif name.startswith("host_cost") and any(r.get("form") == "stateful" and r.get("set")
+                                                   for r in d.get("rows", ())):
+            host_costs.append((name, d))
+    return kernels, backends, suites, host_costs
+
+
+def _call_host_us(host_costs) -> dict | None:
+    """Host µs of one call once planned and bound, per route, from bench/host_cost.py runs: the
+    stateful form's (``Matmul.execute``: the launch and nothing else), 64³ and 256³ float16 and
+    bfloat16, each route forced. ``tensorcore``/``cublas``: the median over every such row
+    (the model's host term); ``tensorcore_high``/``cublas_low``: the largest per-run median of
+    ours and the smallest of cuBLAS's (the host-bound rule's cautious pair). None without runs
+    of the current form (interleaved timing, a ``set`` per row)."""
+    rows = {"tensorcore": [], "cublas": []}
+    per_run = {"tensorcore": [], "cublas": []}
+    for _, d in host_costs:
+        for route in rows:
+            v = [r["host_us"] for r in d["rows"]
+                 if r.get("set") == "issue" and r.get("form") == "stateful"
+                 and r.get("route") == route and r.get("dtype") in ("float16", "bfloat16")
+                 and r.get("host_us")]
+            if v:
+                rows[route] += v
+                per_run[route].append(statistics.median(v))
+    if not rows["tensorcore"] or not rows["cublas"]:
+        return None
+    return {"tensorcore": round(statistics.median(rows["tensorcore"]), 2),
+            "cublas": round(statistics.median(rows["cublas"]), 2),
+            "tensorcore_high": round(max(per_run["tensorcore"]), 2),
+            "cublas_low": round(min(per_run["cublas"]), 2)}
 
 
 _SUITE_DT = {"fp16": "f16", "bf16": "bf16", "int8": "i8", "fp32": "f32", "3xtf32": "f32"}
@@ -186,15 +215,20 @@ def _gpu(cfg, prob, cal, part="gpu"):
 def derive(results_dir: str, sources=None) -> dict:
     """The calibration dict from the JSON files in ``results_dir`` (``kernels*.json`` and
     ``backends*.json``; only the file names in ``sources`` when given)."""
-    kernels, backends, suites = _load(results_dir, sources)
+    kernels, backends, suites, host_costs = _load(results_dir, sources)
     cal = _base()
     lat = cal["kernel_latency_us"] * 1e-6
-    cal["sources"] = [n for n, _ in kernels + backends + suites]
+    cal["sources"] = [n for n, _ in kernels + backends + suites + host_costs]
     cal["source_sha256"] = {n: file_sha256(os.path.join(results_dir, n)) for n in cal["sources"]}
     for _, d in backends:
         for c in d["cases"]:
             if str(c.get("case", "")).startswith("host us"):
                 cal["host_us"] = {"tensorcore": round(c["tensorcore"], 2), "cublas": round(c["cublas"], 2)}
+    # host_us is the call path's cost when the API-call timings above were taken (subtracted
+    # from them below); call_host_us is today's (the model's host term)
+    call_host = _call_host_us(host_costs)
+    if call_host is not None:
+        cal["call_host_us"] = call_host
     kp = _kernel_points(kernels)
     S = REF.sm_count
 
@@ -463,17 +497,20 @@ def _residuals(cal, kp, backends):
                 ta, tb = c["trans"]
                 prob = _problem(kind, ta, tb, c["m"], c["n"], c["k"])
                 s = M.score_ours(measured_default_config(prob, REF.sm_count), prob, REF, cal)
+                # API calls timed with the call path of then: its host cost (host_us), not today's
+                then = s.gpu + cal["host_us"]["tensorcore"] * 1e-6
                 out.append({"source": src, "backend": "tensorcore", "kind": kind, "trans": c["trans"],
                             "shape": [c["m"], c["n"], c["k"]], "measured_s": c["tensorcore_ms"] * 1e-3,
-                            "predicted_s": float(f"{s.time:.6g}"), "timing": "API call"})
+                            "predicted_s": float(f"{then:.6g}"), "timing": "API call"})
             if "dtype" in c and c.get("cublas_ms"):
                 prefix, comp = _cublas_key(c)
                 dd = make_desc(c["m"], c["n"], c["k"], prefix, compute=comp, transa=c["trans"][0],
                                transb=c["trans"][1])
                 s = M.score_cublas(dd, REF, cal)
+                then = s.gpu + cal["host_us"]["cublas"] * 1e-6
                 out.append({"source": src, "backend": "cublas", "kind": f"{prefix}/{comp}",
                             "trans": c["trans"], "shape": [c["m"], c["n"], c["k"]],
-                            "measured_s": c["cublas_ms"] * 1e-3, "predicted_s": float(f"{s.time:.6g}"),
+                            "measured_s": c["cublas_ms"] * 1e-3, "predicted_s": float(f"{then:.6g}"),
                             "timing": "API call"})
     return out
 

@@ -198,7 +198,8 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
         bound = _host_bound_pick(cands, cal, cublas_cand)
         if bound is not None:
             worst, pick = bound
-            h_o, h_c = CALL_HOST_US["tensorcore"], CALL_HOST_US["cublas"]
+            host = rule_host_us(cal)
+            h_o, h_c = host["tensorcore"], host["cublas"]
             g_c = cublas_cand.score.gpu * 1e6
             return _ours_plan(desc, arch, pick, (
                 f"host-bound: our call ({h_o:.1f} us host, at most {worst * 1e6:.1f} us GPU: the "
@@ -245,13 +246,18 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
                 cublas_cand.time, "heuristic", arch, desc, tuple(cands))
 
 
-#: Host µs of one call once its signature is cached, by launch route: the mma.sync kernels'
-#: BoundLaunch and the cuBLASLt launch, through the stateful form (launch only), the larger of
-#: the H100 and H200 medians for ours and the smaller for cuBLAS (bench/results/
-#: host_cost_{h100,h200}_2026-11-24.json, 64³ and 256³ fp16/bf16: ours 5.3-8.8 µs, cuBLAS
-#: 10.0-14.6 µs). The Hopper (sm_90a) launchers cost more (~15 µs) and are not used by the
-#: host-bound rule.
-CALL_HOST_US = {"tensorcore": 7.5, "cublas": 10.0}
+def rule_host_us(cal) -> dict:
+    """Host µs of one planned, bound call per route for the host-bound rule: the cautious pair
+    of the calibration's ``call_host_us`` (the largest per-run median of ours, the smallest of
+    cuBLAS's: tools/calibrate.py, from bench/host_cost.py runs on the H100 and H200), or the
+    model's host terms for a calibration without one."""
+    call = cal.get("call_host_us")
+    if call is not None:
+        return {"tensorcore": call["tensorcore_high"], "cublas": call["cublas_low"]}
+    return {"tensorcore": M.call_host_s(cal, "tensorcore") * 1e6,
+            "cublas": M.call_host_s(cal, "cublas") * 1e6}
+
+
 #: The model's worst measured under-prediction of our GPU time (16x4096x4096 fp16: 15 µs
 #: predicted, 39 µs measured; see CUBLAS_MARGIN), applied beyond the launch latency
 MODEL_MISS = 2.6
@@ -264,7 +270,8 @@ def _host_bound_pick(cands, cal, cublas_cand):
     waited for, ends before cuBLAS's call (host + its predicted GPU time, int8 copies
     included). None when no candidate is; the smallest worst case wins."""
     latency = cal["kernel_latency_us"] * 1e-6
-    host_ours, host_theirs = CALL_HOST_US["tensorcore"] * 1e-6, CALL_HOST_US["cublas"] * 1e-6
+    host = rule_host_us(cal)
+    host_ours, host_theirs = host["tensorcore"] * 1e-6, host["cublas"] * 1e-6
     single_theirs = host_theirs + cublas_cand.score.gpu
     best = None
     for c in cands:

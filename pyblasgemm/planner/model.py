@@ -127,6 +127,12 @@ def _why_invalid_calibration(cal) -> str | None:
     checks.append(why_not_numbers(host, "host_us"))
     if isinstance(host, dict):
         checks += [why_not_number(host.get(k), f"host_us[{k!r}]") for k in ("tensorcore", "cublas")]
+    if "call_host_us" in cal:
+        call = cal["call_host_us"]
+        checks.append(why_not_numbers(call, "call_host_us"))
+        if isinstance(call, dict):
+            checks += [why_not_number(call.get(k), f"call_host_us[{k!r}]", positive=True)
+                       for k in ("tensorcore", "cublas", "tensorcore_high", "cublas_low")]
     checks.append(_why_invalid_ours(cal.get("ours")))
     checks.append(_why_invalid_cublas(cal.get("cublas")))
     if "sm90" in cal:
@@ -340,6 +346,20 @@ def tile_efficiency(cfg: KernelConfig, kind: str, cal: dict) -> tuple[float, boo
     return entry["workhorse_eff"] * min(1.0, density) ** 0.5, False
 
 
+def call_host_s(cal: dict, route: str, sm90: bool = False) -> float:
+    """Host seconds of one call on ``route`` ('tensorcore' or 'cublas'): the current call path's
+    measured cost (``call_host_us``: a planned, bound call, bench/host_cost.py) when the
+    calibration has it, else the cost recorded with the API-call timings (``host_us``; the
+    Hopper launcher's scaled by ``sm90.host_over_cublas``)."""
+    call = cal.get("call_host_us")
+    if call is not None:
+        return call[route] * 1e-6
+    if route == "tensorcore" and sm90 and "host_over_cublas" in cal.get("sm90", {}):
+        # the Hopper launch path's own measured host cost (bench_sm90.py), relative to cuBLAS's
+        return cal["host_us"]["cublas"] * cal["sm90"]["host_over_cublas"] * 1e-6
+    return cal["host_us"][route] * 1e-6
+
+
 def _group_time(load: int, occ: int, lone: float) -> float:
     """Time units for an SM that runs ``load`` equal CTAs, ``occ`` at a time: full groups at
     full rate, the remainder with less latency hiding (``lone`` = rate of a single CTA)."""
@@ -444,10 +464,7 @@ def score_ours(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec, cal: d
     dram = a_b + b_b + p.m * p.n * p.batch * cb
     memory = dram / arch.dram_bw
     gpu = max(compute + fixup, memory) + cal["kernel_latency_us"] * 1e-6
-    host = cal["host_us"]["tensorcore"] * 1e-6
-    if cfg.is_sm90 and "host_over_cublas" in cal.get("sm90", {}):
-        # the Hopper launch path's own measured host cost (bench_sm90.py), relative to cuBLAS's
-        host = cal["host_us"]["cublas"] * cal["sm90"]["host_over_cublas"] * 1e-6
+    host = call_host_s(cal, "tensorcore", cfg.is_sm90)
     slots = S * occ
     waves = ctas / slots
     last = waves - math.floor(waves)
@@ -500,7 +517,7 @@ def score_cublas(desc, arch: ArchSpec, cal: dict) -> Score:
             fixup = cp["fixed_us"] * 1e-6 + copied / cp["bytes_per_s"]
             note = f"int8 operands rearranged for cuBLAS IMMA ({copied / 1e6:.1f} MB copied)"
     gpu = max(compute, memory) + fixup + cal["kernel_latency_us"] * 1e-6
-    host = cal["host_us"]["cublas"] * 1e-6
+    host = call_host_s(cal, "cublas")
     util = waves - math.floor(waves) or 1.0
     return Score(host + gpu, gpu, host, compute, fixup, memory, waves, util, tiles, 1,
                  (), 1, 0, note)
