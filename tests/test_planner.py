@@ -481,3 +481,26 @@ def test_host_bound_calls_go_to_our_kernels_and_large_ones_do_not(monkeypatch):
     assert not plan(64, 64, 64, "f16", arch="sm_90").reason.startswith("host-bound")
     monkeypatch.delenv("PYBLASGEMM_CONFIG")
     pyblasgemm.clear_plan_cache()
+
+
+def test_extra_launches_cost_host_time_only_beyond_the_gpu_time():
+    """A call's prep, reduce and memset launches cost host time (call_host_us.launch, measured
+    by bench/launch_primitives.py) where the GPU has finished the earlier kernels: a 64³ tf32
+    call takes the one-launch mma.sync kernel rather than the Hopper kernel with its two prep
+    launches; at 4096³ the prep launches hide behind the GEMM and the Hopper kernel wins."""
+    from pyblasgemm.kernels.geometry import launch_geometry
+    from pyblasgemm.planner.candidates import kernel_problem_for
+
+    cal = model.load_calibration()
+    assert cal["call_host_us"]["launch"] > 0
+    small = plan(64, 64, 64, "f32", compute="tf32", backend="tensorcore", arch="sm_90")
+    big = plan(4096, 4096, 4096, "f32", compute="tf32", backend="tensorcore", arch="sm_90")
+    assert not small.config.is_sm90 and big.config.is_sm90
+    for p, hidden in ((small, False), (big, True)):
+        prob = kernel_problem_for(p.problem)
+        sm90 = [c for c in p.candidates if c.score and c.config is not None and c.config.is_sm90]
+        c = min(sm90, key=lambda c: c.time)
+        g = launch_geometry(prob, c.config, p.arch.sm_count, 1)
+        assert model.extra_launches(c.config, prob, g) >= 2        # the two prep kernels
+        base = model.call_host_s(cal, "tensorcore", True)
+        assert (c.score.host == base) is hidden

@@ -132,6 +132,8 @@ def _load(results_dir, sources=None):
             backends.append((name, d))
         elif d.get("schema") == "pyblasgemm-bench/1" and d.get("device", {}).get("kind") == "gpu":
             suites.append((name, d))
+        elif name.startswith("launch_primitives") and "cupy launchKernel" in d.get("host_us", {}):
+            host_costs.append((name, d))
         elif name.startswith("host_cost") and any(r.get("form") == "stateful" and r.get("set")
                                                    for r in d.get("rows", ())):
             host_costs.append((name, d))
@@ -143,11 +145,15 @@ def _call_host_us(host_costs) -> dict | None:
     stateful form's (``Matmul.execute``: the launch and nothing else), 64³ and 256³ float16 and
     bfloat16, each route forced. ``tensorcore``/``cublas``: the median over every such row
     (the model's host term); ``tensorcore_high``/``cublas_low``: the largest per-run median of
-    ours and the smallest of cuBLAS's (the host-bound rule's cautious pair). None without runs
+    ours and the smallest of cuBLAS's (the host-bound rule's cautious pair); ``launch``: one
+    more kernel launch, from bench/launch_primitives.py runs. None without runs
     of the current form (interleaved timing, a ``set`` per row)."""
     rows = {"tensorcore": [], "cublas": []}
     per_run = {"tensorcore": [], "cublas": []}
+    launches = [d["host_us"]["cupy launchKernel"] for _, d in host_costs if "rows" not in d]
     for _, d in host_costs:
+        if "rows" not in d:
+            continue
         for route in rows:
             v = [r["host_us"] for r in d["rows"]
                  if r.get("set") == "issue" and r.get("form") == "stateful"
@@ -161,7 +167,10 @@ def _call_host_us(host_costs) -> dict | None:
     return {"tensorcore": round(statistics.median(rows["tensorcore"]), 2),
             "cublas": round(statistics.median(rows["cublas"]), 2),
             "tensorcore_high": round(max(per_run["tensorcore"]), 2),
-            "cublas_low": round(min(per_run["cublas"]), 2)}
+            "cublas_low": round(min(per_run["cublas"]), 2),
+            # one more launch in a call (prep, reduce, memset): a raw CuPy launchKernel
+            # (bench/launch_primitives.py); 0 without such runs
+            "launch": round(statistics.median(launches), 2) if launches else 0.0}
 
 
 _SUITE_DT = {"fp16": "f16", "bf16": "bf16", "int8": "i8", "fp32": "f32", "3xtf32": "f32"}

@@ -25,7 +25,9 @@ Our kernels (``score_ours``), for a config with tile ``bm x bn x bk`` on ``S`` S
   tiles through L2);
 * memory: compulsory DRAM traffic (A, B once, C written, split-k workspace) at the device
   bandwidth; GPU time = max(compute + fixup, memory) + ``kernel_latency_us``;
-* predicted time = host overhead of the backend (measured per call) + GPU time.
+* predicted time = host time of the backend's call (``call_host_us``: measured per planned,
+  bound call; plus ``call_host_us.launch`` per extra launch, where the GPU time before it does
+  not hide it) + GPU time.
 
 cuBLAS (``score_cublas``): calibrated efficiency x the family's best peak per (dtype, compute),
 a partial wave-tail penalty for its 128x256 tiles, a penalty for unaligned leading dimensions, the bandwidth floor, its host overhead, and
@@ -46,7 +48,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from ..kernels.config import SHIPPED_CONFIGS, SM90_CONFIGS, SM90_CONFIGS_BY_TILE, SM90_SMALL_CONFIGS, KernelConfig
+from ..kernels.config import (SHIPPED_CONFIGS, SM90_CONFIGS, SM90_CONFIGS_BY_TILE, SM90_PREP_KINDS,
+                              SM90_SMALL_CONFIGS, KernelConfig)
 from ..kernels.geometry import launch_geometry
 from ..kernels.problem import BASE_KIND, C_BYTES, ELEM_BYTES, KernelProblem
 from ._checks import why_not_dict, why_not_number, why_not_numbers
@@ -133,6 +136,7 @@ def _why_invalid_calibration(cal) -> str | None:
         if isinstance(call, dict):
             checks += [why_not_number(call.get(k), f"call_host_us[{k!r}]", positive=True)
                        for k in ("tensorcore", "cublas", "tensorcore_high", "cublas_low")]
+            checks.append(why_not_number(call.get("launch", 0.0), "call_host_us['launch']"))
     checks.append(_why_invalid_ours(cal.get("ours")))
     checks.append(_why_invalid_cublas(cal.get("cublas")))
     if "sm90" in cal:
@@ -360,6 +364,21 @@ def call_host_s(cal: dict, route: str, sm90: bool = False) -> float:
     return cal["host_us"][route] * 1e-6
 
 
+def extra_launches(cfg: KernelConfig, problem: KernelProblem, geometry: dict) -> int:
+    """Host calls a call of ``cfg`` makes beyond its GEMM launch: the Hopper fp32 kinds' two
+    prep kernels, split-k's reduce kernel, the memset that zeroes split-k/stream-k flags."""
+    n = 2 if cfg.is_sm90 and problem.kind in SM90_PREP_KINDS else 0
+    n += cfg.decomposition == "splitk_parallel"
+    n += geometry["flags"] > 0
+    return n
+
+
+def launch_host_s(cal: dict) -> float:
+    """Host seconds of one more kernel launch or memset in a call (``call_host_us.launch``,
+    bench/launch_primitives.py; 0 for a calibration without it)."""
+    return cal.get("call_host_us", {}).get("launch", 0.0) * 1e-6
+
+
 def _group_time(load: int, occ: int, lone: float) -> float:
     """Time units for an SM that runs ``load`` equal CTAs, ``occ`` at a time: full groups at
     full rate, the remainder with less latency hiding (``lone`` = rate of a single CTA)."""
@@ -464,7 +483,11 @@ def score_ours(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec, cal: d
     dram = a_b + b_b + p.m * p.n * p.batch * cb
     memory = dram / arch.dram_bw
     gpu = max(compute + fixup, memory) + cal["kernel_latency_us"] * 1e-6
-    host = call_host_s(cal, "tensorcore", cfg.is_sm90)
+    # the extra launches are issued while the GPU runs the earlier ones: only the part of their
+    # host time beyond that GPU time shows
+    extra = extra_launches(cfg, p, g) * launch_host_s(cal)
+    busy = gpu - cal["kernel_latency_us"] * 1e-6
+    host = call_host_s(cal, "tensorcore", cfg.is_sm90) + max(0.0, extra - busy)
     slots = S * occ
     waves = ctas / slots
     last = waves - math.floor(waves)
