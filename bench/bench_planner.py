@@ -112,7 +112,7 @@ def main(argv=None) -> int:
 
     import pyblasgemm
     from pyblasgemm.backends import get_backend
-    from pyblasgemm.backends.tensorcore import _KINDS
+    from pyblasgemm.kinds import ROUTES
     from pyblasgemm.kernels import jit
     from pyblasgemm.planner import Plan, make_desc, plan_for
     from pyblasgemm.planner.arch import arch_for_device, device_identity
@@ -134,7 +134,8 @@ def main(argv=None) -> int:
         auto = plan_for(desc)
         forced = plan_for(desc, "tensorcore")
         cands = pick_candidates(forced, desc)
-        kind, acc = _KINDS[(desc.prefix, desc.compute)]
+        route = ROUTES[(desc.prefix, desc.compute)]
+        kind, acc = route.kernel_kind, route.accumulator
         for c in cands + ([auto] if auto.backend == "tensorcore" else []):
             specs.add((c.config, kind, "T", "N", acc, True))
         planned.append((dt, desc, auto, cands))

@@ -136,9 +136,9 @@ def _runs(xp_name, backend, prefix, compute):
     (NotImplementedError naming the mode), never substituting another computation."""
     if xp_name == "numpy":
         return True
-    from pyblasgemm.backends.tensorcore import _KINDS
+    from pyblasgemm.kinds import ROUTES
     refuses = ((backend == "cublas" and compute == "3xtf32")
-               or (backend == "tensorcore" and (prefix, compute) not in _KINDS)
+               or (backend == "tensorcore" and ROUTES[(prefix, compute)].kernel_kind is None)
                or (compute == "3xtf32" and not _tensorcore_available()))
     if refuses:
         import cupy
