@@ -38,41 +38,7 @@ def host_us_per_call(fn, calls=2000, rounds=5, warmup=50):
 
         us = host_us_per_call(lambda: cupy.matmul(a, b))
     """
-    import time
-
-    import cupy as cp
-
-    for _ in range(warmup):
-        fn()
-    cp.cuda.Device().synchronize()
-    samples = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-        cp.cuda.Device().synchronize()
-    return statistics.median(samples)
-
-
-def single_call_us(fn, calls=300, warmup=20):
-    """Median µs of one call from issue to completion (synchronized before and after each):
-    what a caller that waits for the result sees, host cost and GPU time together."""
-    import time
-
-    import cupy as cp
-
-    dev = cp.cuda.Device()
-    for _ in range(warmup):
-        fn()
-    dev.synchronize()
-    samples = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        dev.synchronize()
-        samples.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(samples)
+    return paired_host_us({"fn": fn}, calls, rounds, warmup)["fn"]
 
 
 def paired_host_us(fns: dict, calls=1000, rounds=5, warmup=50):

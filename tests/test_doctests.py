@@ -7,7 +7,8 @@ import pytest
 MODULES = ["pyblasgemm.blas", "pyblasgemm.gemm", "pyblasgemm.matmul", "pyblasgemm._types",
            "pyblasgemm.planner.measured", "pyblasgemm.kernels.config", "pyblasgemm.settings",
            "pyblasgemm.desc", "pyblasgemm.plancache", "pyblasgemm.streams", "pyblasgemm.interop",
-           "pyblasgemm.constraints", "pyblasgemm.kinds", "pyblasgemm.kernels.spec"]
+           "pyblasgemm.constraints", "pyblasgemm.kinds", "pyblasgemm.kernels.spec",
+           "pyblasgemm.planner.candidates"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -100,7 +100,16 @@ def best_of(cands) -> Candidate | None:
 def spec_for(desc: GemmDesc, arch, cand):
     """The :class:`~pyblasgemm.kernels.spec.LaunchSpec` of our candidate ``cand`` on ``desc``:
     the geometry its score was computed with (same SM count and occupancy) and the kernel
-    argument values, so the plan shows what the launch will run."""
+    argument values, so the plan shows what the launch will run.
+
+    Example::
+
+        >>> import pyblasgemm
+        >>> p = pyblasgemm.plan(4096, 4096, 4096, "float16", backend="tensorcore")
+        >>> w = next(c for c in p.candidates if c.config == p.config)
+        >>> spec_for(p.problem, p.arch, w).same_as(p.launch)
+        True
+    """
     from ..kernels.spec import launch_spec
 
     return launch_spec(kernel_problem_for(desc), cand.config, arch.sm_count, cand.score.occupancy)

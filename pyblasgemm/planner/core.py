@@ -250,7 +250,15 @@ def rule_host_us(cal) -> dict:
     """Host µs of one planned, bound call per route for the host-bound rule: the cautious pair
     of the calibration's ``call_host_us`` (the largest per-run median of ours, the smallest of
     cuBLAS's: tools/calibrate.py, from bench/host_cost.py runs on the H100 and H200), or the
-    model's host terms for a calibration without one."""
+    model's host terms for a calibration without one.
+
+    Example::
+
+        >>> from pyblasgemm.planner import model
+        >>> h = rule_host_us(model.load_calibration())
+        >>> h["tensorcore"] < h["cublas"]
+        True
+    """
     call = cal.get("call_host_us")
     if call is not None:
         return {"tensorcore": call["tensorcore_high"], "cublas": call["cublas_low"]}

@@ -354,7 +354,14 @@ def call_host_s(cal: dict, route: str, sm90: bool = False) -> float:
     """Host seconds of one call on ``route`` ('tensorcore' or 'cublas'): the current call path's
     measured cost (``call_host_us``: a planned, bound call, bench/host_cost.py) when the
     calibration has it, else the cost recorded with the API-call timings (``host_us``; the
-    Hopper launcher's scaled by ``sm90.host_over_cublas``)."""
+    Hopper launcher's scaled by ``sm90.host_over_cublas``).
+
+    Example::
+
+        >>> cal = load_calibration()
+        >>> call_host_s(cal, "tensorcore") < call_host_s(cal, "cublas")
+        True
+    """
     call = cal.get("call_host_us")
     if call is not None:
         return call[route] * 1e-6
@@ -366,7 +373,16 @@ def call_host_s(cal: dict, route: str, sm90: bool = False) -> float:
 
 def extra_launches(cfg: KernelConfig, problem: KernelProblem, geometry: dict) -> int:
     """Host calls a call of ``cfg`` makes beyond its GEMM launch: the Hopper fp32 kinds' two
-    prep kernels, split-k's reduce kernel, the memset that zeroes split-k/stream-k flags."""
+    prep kernels, split-k's reduce kernel, the memset that zeroes split-k/stream-k flags.
+
+    Example::
+
+        >>> from pyblasgemm.kernels import KernelProblem, default_config
+        >>> p = KernelProblem("f16", "N", "N", 1000, 1000, 4096, 1000, 4096, 1000, 16, 16, 16)
+        >>> cfg = default_config(p, 132)                      # serial split-k: flags to zero
+        >>> extra_launches(cfg, p, launch_geometry(p, cfg, 132))
+        1
+    """
     n = 2 if cfg.is_sm90 and problem.kind in SM90_PREP_KINDS else 0
     n += cfg.decomposition == "splitk_parallel"
     n += geometry["flags"] > 0
@@ -375,7 +391,13 @@ def extra_launches(cfg: KernelConfig, problem: KernelProblem, geometry: dict) ->
 
 def launch_host_s(cal: dict) -> float:
     """Host seconds of one more kernel launch or memset in a call (``call_host_us.launch``,
-    bench/launch_primitives.py; 0 for a calibration without it)."""
+    bench/launch_primitives.py; 0 for a calibration without it).
+
+    Example::
+
+        >>> round(launch_host_s({"call_host_us": {"launch": 4.9}}) * 1e6, 3)
+        4.9
+    """
     return cal.get("call_host_us", {}).get("launch", 0.0) * 1e-6
 
 
