@@ -16,10 +16,10 @@ Example
 """
 from __future__ import annotations
 
-from .desc import GemmDesc
+from .desc import GemmDesc, alignment
 from .kinds import ROUTES
 
-__all__ = ["backend_supports", "config_valid", "kernel_problem", "BACKENDS"]
+__all__ = ["backend_supports", "config_valid", "kernel_problem", "packable", "packed_desc", "BACKENDS"]
 
 #: our kernels' batch runs along gridDim.z, whose hardware limit is 65535
 MAX_KERNEL_BATCH = 65535
@@ -28,15 +28,19 @@ MAX_KERNEL_BATCH = 65535
 def kernel_problem(desc: GemmDesc, a_ptr: int | None = None, b_ptr: int | None = None,
                    c_ptr: int | None = None):
     """Our kernels' ``KernelProblem`` for ``desc`` (same column-major convention). Without
-    pointers, addresses with exactly the problem's alignment (``desc.align``; C at least its
-    element size, as any element-aligned int32 C of int8 operands is): the kernels' vector-path
-    and alignment rules then see the alignment every caller's pointers have."""
+    pointers, addresses with exactly each operand's alignment (its leading dimension, batch
+    stride and ``desc.ptr_align``; C at least its element size, as any element-aligned int32 C
+    of int8 operands is): the kernels' vector-path and alignment rules then see the alignment
+    every caller's pointers have."""
     from .kernels.problem import KernelProblem
 
     route = ROUTES[(desc.prefix, desc.compute)]
     if a_ptr is None:
-        a_ptr = b_ptr = desc.align
-        c_ptr = max(desc.align, desc.row.c_dtype.itemsize)
+        # each operand's own class: an odd ldc must not take A's and B's 16-byte loads away
+        isz, csz = desc.row.ab_dtype.itemsize, desc.row.c_dtype.itemsize
+        a_ptr = alignment(desc.ptr_align, desc.lda * isz, desc.stride_a * isz)
+        b_ptr = alignment(desc.ptr_align, desc.ldb * isz, desc.stride_b * isz)
+        c_ptr = max(alignment(desc.ptr_align, desc.ldc * csz, desc.stride_c * csz), csz)
     return KernelProblem(route.kernel_kind, desc.transa, desc.transb, desc.m, desc.n, desc.k,
                          desc.lda, desc.ldb, desc.ldc, a_ptr, b_ptr, c_ptr, desc.alpha, desc.beta,
                          route.accumulator, desc.batch, desc.stride_a, desc.stride_b,
@@ -110,3 +114,62 @@ def config_valid(cfg, problem, arch):
         return False, (f"the wgmma/TMA kernel is built for sm_90a, which runs on compute capability 9.0 "
                        f"only (device is sm_{arch.cc[0]}{arch.cc[1]})")
     return cfg.validate(problem, max_smem=arch.smem_per_block_optin)
+
+
+#: 16 bytes: TMA's rule for global strides and base addresses, and cp.async's widest copy
+PACK_ALIGN = 16
+
+
+def packable(desc: GemmDesc) -> tuple:
+    """The operands ('a', 'b') whose leading dimension or batch stride keeps our kernels off
+    TMA and 16-byte cp.async, and that a pitched copy into aligned storage would put back on
+    it; () when there is none, or when packing cannot help (a pointer itself is unaligned; a
+    batch whose entries are not one pitched block, or are broadcast).
+
+    Example
+    -------
+    >>> from pyblasgemm.planner import make_desc
+    >>> packable(make_desc(1024, 1024, 1024, "f16", lda=1025))    # A's pitch: 2050 bytes
+    ('a',)
+    >>> packable(make_desc(4095, 4097, 1023, "f16", transa="T"))  # lda = ldb = k = 1023
+    ('a', 'b')
+    >>> packable(make_desc(1024, 1024, 1024, "f16"))
+    ()
+    """
+    if desc.xp != "cupy" or desc.ptr_align < PACK_ALIGN or desc.align >= PACK_ALIGN:
+        return ()
+    isz = desc.row.ab_dtype.itemsize
+    out = []
+    for name, ld, stride, (rows, cols) in (("a", desc.lda, desc.stride_a, desc.a_shape()),
+                                           ("b", desc.ldb, desc.stride_b, desc.b_shape())):
+        if alignment(ld * isz, stride * isz) >= PACK_ALIGN:
+            continue
+        if desc.batch > 1 and stride != ld * cols:
+            return ()          # not one pitched block: a copy per entry would cost a launch each
+        out.append(name)
+    return tuple(out)
+
+
+def packed_ld(rows: int, itemsize: int) -> int:
+    """The smallest leading dimension >= rows whose pitch is a multiple of PACK_ALIGN bytes."""
+    per = PACK_ALIGN // itemsize
+    return -(-rows // per) * per
+
+
+def packed_desc(desc: GemmDesc, operands: tuple) -> GemmDesc:
+    """``desc`` as our kernels see it after ``operands`` are copied into aligned storage (their
+    leading dimensions rounded up to 16 bytes, batch strides dense, pointers 256-byte aligned).
+    ``operands = ()`` returns ``desc`` itself."""
+    if not operands:
+        return desc
+    isz, csz = desc.row.ab_dtype.itemsize, desc.row.c_dtype.itemsize
+    fields = {}
+    for name in operands:
+        rows, cols = desc.a_shape() if name == "a" else desc.b_shape()
+        ld = packed_ld(rows, isz)
+        fields["ld" + name] = ld
+        fields["stride_" + name] = ld * cols if desc.batch > 1 else 0
+    d = desc._replace(**fields)
+    values = (d.lda * isz, d.ldb * isz, d.ldc * csz, d.stride_a * isz, d.stride_b * isz,
+              d.stride_c * csz)
+    return d._replace(align=alignment(d.ptr_align, *values))

@@ -73,6 +73,7 @@ class GemmDesc(NamedTuple):
     xp: str             # 'numpy' or 'cupy'
     device: int         # CUDA device ordinal, -1 on the host
     align: int          # largest power of two (<= 16) dividing every pointer, ld and stride, in bytes
+    ptr_align: int      # the same over the pointers alone (a packed copy's leading dimension is ours)
     alpha: object       # scalars last: ``key`` drops them, plans do not depend on their values
     beta: object
 
@@ -129,9 +130,10 @@ def describe(routine: str, row: TypeRow, compute: str, transa: str, transb: str,
     """
     isz, csz = row.ab_dtype.itemsize, row.c_dtype.itemsize
     values = (lda * isz, ldb * isz, ldc * csz, stride_a * isz, stride_b * isz, stride_c * csz)
+    ptr_align = alignment(*pointers)
     return GemmDesc(routine, row.prefix, compute, transa, transb, m, n, k, lda, ldb, ldc, batch,
-                    stride_a, stride_b, stride_c, xp, device, alignment(*pointers, *values),
-                    alpha, beta)
+                    stride_a, stride_b, stride_c, xp, device, alignment(ptr_align, *values),
+                    ptr_align, alpha, beta)
 
 
 def matrix_span(rows: int, cols: int, ld: int) -> int:

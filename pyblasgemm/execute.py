@@ -51,7 +51,7 @@ def launch_for(desc: GemmDesc, plan):
 
         launch = launch_for(desc, plan_for(desc)); launch(pa, pb, pc, 1.0, 0.0, 0)
     """
-    key = ("launch", desc.key, plan.backend, plan.config)
+    key = ("launch", desc.key, plan.backend, plan.config, plan.pack)
     launch = _cache.get(key)
     if launch is None:
         launch = None

@@ -47,13 +47,23 @@ def bind(desc: GemmDesc, plan):
     """The kernels' ``BoundLaunch`` for ``desc``'s class from the plan's launch spec (its
     config, geometry and argument values; the config alone for a plan without one): called
     with pointers of at least ``desc.align`` bytes' alignment (the class is bound for exactly
-    that alignment, so every such pointer is in it)."""
+    that alignment, so every such pointer is in it). A plan that packs operands (``plan.pack``)
+    binds its kernel for the packed problem and copies them first
+    (:class:`~pyblasgemm.kernels.pack.PackedLaunch`)."""
     from ..kernels.launch import bind as bind_kernels
 
     # bound for addresses with exactly the alignment every caller's pointers have
     config = plan.config if plan is not None else None
     spec = getattr(plan, "launch", None)
-    return bind_kernels(kernel_problem(desc), config, spec=spec)
+    pack = getattr(plan, "pack", ())
+    if not pack:
+        return bind_kernels(kernel_problem(desc), config, spec=spec)
+    from cupy.cuda import runtime
+
+    from ..kernels.pack import PackedLaunch, pack_steps
+
+    inner = bind_kernels(kernel_problem(constraints.packed_desc(desc, pack)), config, spec=spec)
+    return PackedLaunch(inner, pack_steps(kernel_problem(desc), pack), runtime.getDevice())
 
 
 def run(desc: GemmDesc, a, b, c, plan=None) -> None:

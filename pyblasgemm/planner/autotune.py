@@ -270,7 +270,8 @@ def _plan_from_winner(desc, arch, cands, win, where, allow_cublas=True):
         return None
     occ = M.occupancy(cfg, prob.kind, arch)
     s = M.score_ours(cfg, prob, arch, M.load_calibration(), occ)
-    winner = next((c for c in cands if c.config == cfg and c.score is not None), None)
+    winner = next((c for c in cands if c.config == cfg and c.score is not None and not c.pack),
+                  None)
     if winner is None:
         winner = Candidate("tensorcore", cfg, s)
         cands = tuple(cands) + (winner,)
@@ -409,8 +410,9 @@ def tune_desc(desc: GemmDesc, *, arch: ArchSpec | None = None, candidates=None, 
             plan = _plan_from_winner(desc, arch, candidates, win, "autotune cache", include_cublas)
             if plan is not None:
                 return plan
-    ours = sorted((c for c in candidates if c.backend == "tensorcore" and c.score is not None),
-                  key=lambda c: c.time)
+    # packed candidates are the planner's (their copies are priced by the model, not timed here)
+    ours = sorted((c for c in candidates if c.backend == "tensorcore" and c.score is not None
+                   and not c.pack), key=lambda c: c.time)
     picked = _diverse_top(ours, top)
     if include_cublas:
         picked += [c for c in candidates if c.backend == "cublas" and c.score is not None]

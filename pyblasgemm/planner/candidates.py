@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..constraints import backend_supports, kernel_problem
+from ..constraints import backend_supports, kernel_problem, packable, packed_desc, packed_ld
+from ..kernels.pack import copy_seconds
 from ..desc import GemmDesc
 from . import model as M
 from .arch import ArchSpec, arch_for_device
@@ -13,7 +14,7 @@ from .overrides import current_settings
 from .plan import Candidate
 from .problem import kind_of
 
-__all__ = ["kernel_problem_for", "enumerate_candidates", "best_of", "spec_for"]
+__all__ = ["kernel_problem_for", "enumerate_candidates", "best_of", "spec_for", "pack_seconds"]
 
 
 def kernel_problem_for(desc: GemmDesc):
@@ -37,7 +38,56 @@ def _split_choices(tiles: int, kt: int, slots: int) -> list[int]:
 
 
 def enumerate_candidates(desc: GemmDesc, arch: ArchSpec, cal: dict) -> list[Candidate]:
-    """Every candidate config for our kernels on ``desc``, scored or rejected with the reason."""
+    """Every candidate config for our kernels on ``desc``, scored or rejected with the reason;
+    where an operand's leading dimension keeps the kernels off TMA and 16-byte copies
+    (:func:`~pyblasgemm.constraints.packable`), every config again on the packed problem, its
+    copies' cost added (those candidates carry ``pack``)."""
+    out = _enumerate(desc, arch, cal)
+    ops = packable(desc)
+    if ops:
+        gpu, host = pack_seconds(desc, ops, arch, cal)
+        for c in _enumerate(packed_desc(desc, ops), arch, cal):
+            if c.score is None:
+                out.append(replace(c, pack=ops))
+                continue
+            s = c.score
+            note = f"copies {' and '.join(x.upper() for x in ops)}: {gpu * 1e6:.1f} us" + (
+                f"; {s.note}" if s.note else "")
+            out.append(replace(c, pack=ops, score=s._replace(
+                time=s.time + gpu + host, gpu=s.gpu + gpu, host=s.host + host, note=note,
+                workspace_bytes=s.workspace_bytes + _packed_bytes(desc, ops))))
+    return out
+
+
+def _packed_bytes(desc: GemmDesc, ops: tuple) -> int:
+    isz = desc.row.ab_dtype.itemsize
+    total = 0
+    for name in ops:
+        rows, cols = desc.a_shape() if name == "a" else desc.b_shape()
+        total += packed_ld(rows, isz) * cols * desc.batch * isz
+    return total
+
+
+def pack_seconds(desc: GemmDesc, ops: tuple, arch: ArchSpec, cal: dict) -> tuple:
+    """(GPU, host) seconds of packing ``ops``: each a pitched copy, read and written once at the
+    device's DRAM bandwidth plus a launch's latency, and an extra launch's host cost.
+
+    Example::
+
+        >>> from pyblasgemm.planner import make_desc, model
+        >>> from pyblasgemm.planner.arch import FAMILIES
+        >>> d = make_desc(6453, 738, 9058, "bf16", lda=6455)
+        >>> gpu, host = pack_seconds(d, ("a",), FAMILIES["sm_90"], model.load_calibration())
+        >>> 60e-6 < gpu < 80e-6          # 117 MB read and written at 3.35 TB/s: 70 us
+        True
+    """
+    gpu = 0.0
+    for name in ops:
+        gpu += copy_seconds(_packed_bytes(desc, (name,)), arch.dram_bw) + cal["kernel_latency_us"] * 1e-6
+    return gpu, len(ops) * M.launch_host_s(cal)
+
+
+def _enumerate(desc: GemmDesc, arch: ArchSpec, cal: dict) -> list[Candidate]:
     kind = kind_of(desc)
     prob = kernel_problem_for(desc)
     out = []
@@ -112,4 +162,5 @@ def spec_for(desc: GemmDesc, arch, cand):
     """
     from ..kernels.spec import launch_spec
 
-    return launch_spec(kernel_problem_for(desc), cand.config, arch.sm_count, cand.score.occupancy)
+    return launch_spec(kernel_problem_for(packed_desc(desc, cand.pack)), cand.config,
+                       arch.sm_count, cand.score.occupancy)

@@ -89,7 +89,7 @@ def _ours_plan(desc, arch, winner: Candidate, reason, cands, source="heuristic")
     spec = spec_for(desc, arch, winner)
     return Plan("tensorcore", reason, winner.config, winner.config.decomposition, spec.splits,
                 spec.grid, spec.workspace_bytes, winner.score.time, source, arch, desc,
-                tuple(cands), spec)
+                tuple(cands), spec, winner.pack)
 
 
 def _why_ours(winner: Candidate, cands) -> str:
@@ -130,7 +130,7 @@ def _sliced(winner, cands):
     """The sliced candidate with the winner's tile shape, or None."""
     base = replace(winner.config, decomposition="sliced", splits=0)
     return next((c for c in cands if c.score is not None and c.config is not None
-                 and c.config == base), None)
+                 and c.config == base and c.pack == winner.pack), None)
 
 
 def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: bool) -> Plan:
@@ -283,7 +283,7 @@ def _host_bound_pick(cands, cal, cublas_cand):
     single_theirs = host_theirs + cublas_cand.score.gpu
     best = None
     for c in cands:
-        if c.backend != "tensorcore" or c.score is None or c.config.is_sm90:
+        if c.backend != "tensorcore" or c.score is None or c.config.is_sm90 or c.pack:
             continue
         worst = latency + MODEL_MISS * max(0.0, c.score.gpu - latency)
         if (worst <= host_theirs and host_ours + worst < single_theirs
@@ -338,7 +338,8 @@ def _measured_plan(desc, arch, cal, cands, ours_best, cublas_cand, ours_ok) -> P
     prob = kernel_problem_for(desc)
     if not M.check(cfg, prob, arch)[0]:
         return None                # e.g. a near shape the config cannot run: the model decides
-    winner = next((c for c in cands if c.config == cfg and c.score is not None), None)
+    winner = next((c for c in cands if c.config == cfg and c.score is not None and not c.pack),
+                  None)
     if winner is None:
         # valid but not scored: pruned by a model rule (a tile far wider than m) or a split
         # count the enumeration does not try; the measurement overrides the model, so score it

@@ -20,10 +20,12 @@ class Candidate:
     score: M.Score | None          # None when rejected
     rejected: str = ""             # the constraint that failed
     calibrated: bool = True        # the tile's efficiency was measured (else extrapolated)
+    pack: tuple = ()               # operands copied into aligned storage first ('a', 'b')
 
     @property
     def label(self) -> str:
-        return self.config.name if self.config is not None else self.backend
+        name = self.config.name if self.config is not None else self.backend
+        return name + "+pack_" + "".join(self.pack) if self.pack else name
 
     @property
     def time(self) -> float:
@@ -62,6 +64,9 @@ class Plan:
     #: workspace, splits, kernel argument values; kernels/spec.py); grid, splits and
     #: workspace_bytes above are its numbers. None for cuBLAS and the host.
     launch: object = field(default=None, compare=False, repr=False)
+    #: operands ('a', 'b') our kernels copy into 16-byte pitched storage before the GEMM
+    #: (kernels/pack.py); the launch spec is the packed problem's
+    pack: tuple = ()
 
     def explain(self, limit: int = 12) -> str:
         """A readable report: the problem, the arch spec, the scored candidates (best first,
@@ -86,6 +91,9 @@ class Plan:
         if self.backend == "tensorcore" and self.grid:
             lines.append(f"      decomposition {self.decomposition}, splits {self.splits}, grid "
                          f"{self.grid}, workspace {self.workspace_bytes} B")
+        if self.pack:
+            lines.append(f"      packs {' and '.join(x.upper() for x in self.pack)} into 16-byte "
+                         f"pitched storage first (its leading dimension keeps TMA and cp.async off)")
         lines.append(f"why: {self.reason}")
         scored = sorted((c for c in self.candidates if c.score is not None), key=lambda c: c.time)
         if scored:
