@@ -121,10 +121,12 @@ PACK_ALIGN = 16
 
 
 def packable(desc: GemmDesc) -> tuple:
-    """The operands ('a', 'b') whose leading dimension or batch stride keeps our kernels off
-    TMA and 16-byte cp.async, and that a pitched copy into aligned storage would put back on
-    it; () when there is none, or when packing cannot help (a pointer itself is unaligned; a
-    batch whose entries are not one pitched block, or are broadcast).
+    """The copies that would put our kernels' fast paths back within reach: 'a' / 'b' for an
+    operand whose leading dimension or batch stride keeps it off TMA and 16-byte cp.async (a
+    pitched copy into aligned storage), 'at' / 'bt' for an int8 operand that is not K-major (a
+    transposing copy: the Hopper int8 kernel reads K-major operands only). () when there is
+    none, or when packing cannot help: a pointer itself is unaligned, a batch whose entries are
+    not one pitched block (pitched copies) or are broadcast.
 
     Example
     -------
@@ -133,15 +135,22 @@ def packable(desc: GemmDesc) -> tuple:
     ('a',)
     >>> packable(make_desc(4095, 4097, 1023, "f16", transa="T"))  # lda = ldb = k = 1023
     ('a', 'b')
-    >>> packable(make_desc(1024, 1024, 1024, "f16"))
-    ()
+    >>> packable(make_desc(4096, 4096, 4096, "i8"))               # int8 'N', 'N': A is M-major
+    ('at',)
     """
-    if desc.xp != "cupy" or desc.ptr_align < PACK_ALIGN or desc.align >= PACK_ALIGN:
+    if desc.xp != "cupy" or desc.ptr_align < PACK_ALIGN:
         return ()
     isz = desc.row.ab_dtype.itemsize
+    int8 = isz == 1 and desc.row.c_dtype.itemsize == 4
     out = []
-    for name, ld, stride, (rows, cols) in (("a", desc.lda, desc.stride_a, desc.a_shape()),
-                                           ("b", desc.ldb, desc.stride_b, desc.b_shape())):
+    for name, ld, stride, (rows, cols), k_major in (
+            ("a", desc.lda, desc.stride_a, desc.a_shape(), desc.transa == "T"),
+            ("b", desc.ldb, desc.stride_b, desc.b_shape(), desc.transb == "N")):
+        if int8 and not k_major:
+            if desc.batch > 1 and stride == 0:
+                return ()
+            out.append(name + "t")
+            continue
         if alignment(ld * isz, stride * isz) >= PACK_ALIGN:
             continue
         if desc.batch > 1 and stride != ld * cols:
@@ -157,18 +166,23 @@ def packed_ld(rows: int, itemsize: int) -> int:
 
 
 def packed_desc(desc: GemmDesc, operands: tuple) -> GemmDesc:
-    """``desc`` as our kernels see it after ``operands`` are copied into aligned storage (their
-    leading dimensions rounded up to 16 bytes, batch strides dense, pointers 256-byte aligned).
-    ``operands = ()`` returns ``desc`` itself."""
+    """``desc`` as our kernels see it after ``operands`` (:func:`packable`'s names) are copied
+    into aligned storage: leading dimensions rounded up to 16 bytes, batch strides dense,
+    transposed operands K-major ('at': transa 'T', 'bt': transb 'N'), pointers 256-byte
+    aligned. ``operands = ()`` returns ``desc`` itself."""
     if not operands:
         return desc
     isz, csz = desc.row.ab_dtype.itemsize, desc.row.c_dtype.itemsize
     fields = {}
     for name in operands:
-        rows, cols = desc.a_shape() if name == "a" else desc.b_shape()
+        which = name[0]
+        rows, cols = desc.a_shape() if which == "a" else desc.b_shape()
+        if name.endswith("t"):
+            rows, cols = cols, rows
+            fields["trans" + which] = "T" if which == "a" else "N"
         ld = packed_ld(rows, isz)
-        fields["ld" + name] = ld
-        fields["stride_" + name] = ld * cols if desc.batch > 1 else 0
+        fields["ld" + which] = ld
+        fields["stride_" + which] = ld * cols if desc.batch > 1 else 0
     d = desc._replace(**fields)
     values = (d.lda * isz, d.ldb * isz, d.ldc * csz, d.stride_a * isz, d.stride_b * isz,
               d.stride_c * csz)

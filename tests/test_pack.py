@@ -37,9 +37,27 @@ def test_packable(kw, want):
     assert constraints.packable(make_desc(m, n, k, "f16", **kw)) == want
 
 
-def test_packable_int8_pitch():
+def test_packable_int8_pitch_and_layout():
+    """int8 packs by pitch in the TN layout, and transposes an M-/N-major operand."""
     assert constraints.packable(make_desc(5000, 5000, 5000, "i8", transa="T")) == ("a", "b")
     assert constraints.packable(make_desc(5008, 5008, 5008, "i8", transa="T")) == ()
+    assert constraints.packable(make_desc(64, 64, 64, "i8")) == ("at",)
+    assert constraints.packable(make_desc(64, 64, 64, "i8", transa="T", transb="T")) == ("bt",)
+    assert constraints.packable(make_desc(64, 64, 63, "i8", transb="T")) == ("at", "bt")
+    assert constraints.packable(make_desc(64, 64, 64, "i8", batch=2, stride_a=0)) == ()
+
+
+def test_transposed_desc_and_steps_agree():
+    d = make_desc(300, 200, 1001, "i8", transb="T", batch=2)
+    p = constraints.packed_desc(d, ("at", "bt"))
+    assert (p.transa, p.transb, p.lda, p.ldb) == ("T", "N", 1008, 1008)
+    assert (p.stride_a, p.stride_b, p.align) == (1008 * 300, 1008 * 200, 16)   # C: 1200-byte pitch
+    steps = pack_steps(constraints.kernel_problem(d), ("at", "bt"))
+    assert steps[0] == PackStep("at", 300, 1001, 2, 300, 300 * 1001, 1008, 1008 * 300, 1, True)
+    assert steps[1] == PackStep("bt", 200, 1001, 2, 200, 200 * 1001, 1008, 1008 * 200, 1, True)
+    assert steps[0].nbytes == 1008 * 300 * 2
+    with pytest.raises(ValueError, match="moves bytes"):
+        pack_steps(constraints.kernel_problem(make_desc(64, 64, 64, "f16")), ("at",))
 
 
 def test_packed_desc_and_steps_agree():
@@ -54,7 +72,8 @@ def test_packed_desc_and_steps_agree():
     kp = constraints.kernel_problem(p)
     assert kp.operands_vectorizable() and not kp.c_vectorizable()   # ... A and B do not
     steps = pack_steps(constraints.kernel_problem(d), ops)
-    assert steps == (PackStep("a", 1023, 301 * 3, 1023, 1024, 2), PackStep("b", 1023, 77 * 3, 1023, 1024, 2))
+    assert steps == (PackStep("a", 1023, 301, 3, 1023, 1023 * 301, 1024, 1024 * 301, 2),
+                     PackStep("b", 1023, 77, 3, 1023, 1023 * 77, 1024, 1024 * 77, 2))
     assert steps[0].nbytes == 1024 * 301 * 3 * 2
 
 
@@ -63,7 +82,7 @@ def test_pack_steps_refuse_gapped_batches():
                          stride_a=64 * 63, stride_b=63 * 64 + 5, stride_c=64 * 64)
     with pytest.raises(ValueError, match="not one pitched block"):
         pack_steps(prob, ("b",))
-    with pytest.raises(ValueError, match="'c' is not"):
+    with pytest.raises(ValueError, match="'c' is not 'a', 'b'"):
         pack_steps(prob, ("c",))
 
 
@@ -146,11 +165,13 @@ def _fresh(monkeypatch, config=None):
 @gpu
 @hopper
 @pytest.mark.parametrize("prefix,layout", [("h", "NN"), ("h", "NT"), ("h", "TN"), ("h", "TT"),
-                                           ("b", "NN"), ("b", "TT"), ("i", "TN")])
+                                           ("b", "NN"), ("b", "TT"),
+                                           ("i", "TN"), ("i", "NN"), ("i", "NT"), ("i", "TT")])
 @pytest.mark.parametrize("shape", [(257, 130, 77), (31, 129, 1001), (1, 9, 1)])
 @pytest.mark.parametrize("beta", [None, 0.5])
 def test_packed_raw_form_matches_oracle(prefix, layout, shape, beta, monkeypatch):
-    """A forced wgmma config on odd leading dimensions runs only because the planner packs."""
+    """A forced wgmma config on odd leading dimensions (and int8 not in "TN") runs only because
+    the planner packs (int8: transposes to K-major)."""
     m, n, k = shape
     ta, tb = layout
     if prefix == "i":
@@ -273,3 +294,47 @@ def test_auto_plan_packs_a_large_odd_problem():
     ref = np.einsum("ik,ki->i", a64[rows], b64[:, cols])
     scale = np.einsum("ik,ki->i", np.abs(a64[rows]), np.abs(b64[:, cols]))
     check_close(out[rows, cols], ref, scale, "b", "fp32")
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_int8_batched_layouts_through_matmul(ta, tb, monkeypatch):
+    """int8 batches in every arrangement: the transposing copy runs over all entries (grid z)."""
+    import cupy
+
+    rng = np.random.default_rng(9)
+    z, m, n, k = 3, 200, 136, 300
+    a_h = random_array(rng, "i", (z, k, m) if ta else (z, m, k))
+    b_h = random_array(rng, "i", (z, n, k) if tb else (z, k, n))
+    a = cupy.asarray(a_h)
+    b = cupy.asarray(b_h)
+    if ta:
+        a, a_h = a.transpose(0, 2, 1), a_h.transpose(0, 2, 1)
+    if tb:
+        b, b_h = b.transpose(0, 2, 1), b_h.transpose(0, 2, 1)
+    _fresh(monkeypatch, _SM90_TILE["i"])
+    try:
+        out = pyblasgemm.matmul(a, b, backend="tensorcore").get()
+    finally:
+        _fresh(monkeypatch)
+    want = np.matmul(a_h.astype(np.int64), b_h.astype(np.int64)).astype(np.int32)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_transpose_kernel_compiles_without_spills():
+    """NVRTC compiles the transposing copy on the host (sm_80 and sm_90): no local memory."""
+    pytest.importorskip("cupy")
+    from cupy.cuda import nvrtc
+
+    from pyblasgemm.kernels.pack import TRANSPOSE_SOURCE
+
+    for arch in ("sm_80", "sm_90"):
+        prog = nvrtc.createProgram(TRANSPOSE_SOURCE.read_text(), "pack_transpose.cu", [], [])
+        try:
+            nvrtc.compileProgram(prog, [f"--gpu-architecture={arch}", "--ptxas-options=-v"])
+            log = nvrtc.getProgramLog(prog)
+        finally:
+            nvrtc.destroyProgram(prog)
+        assert "pyb_transpose_b8" in log and "0 bytes spill stores" in log, log
+        assert "0 bytes stack frame" in log, log

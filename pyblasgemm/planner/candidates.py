@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..constraints import backend_supports, kernel_problem, packable, packed_desc, packed_ld
-from ..kernels.pack import copy_seconds
+from ..constraints import backend_supports, kernel_problem, packable, packed_desc
+from ..kernels.pack import copy_seconds, pack_steps
 from ..desc import GemmDesc
 from . import model as M
 from .arch import ArchSpec, arch_for_device
@@ -60,17 +60,13 @@ def enumerate_candidates(desc: GemmDesc, arch: ArchSpec, cal: dict) -> list[Cand
 
 
 def _packed_bytes(desc: GemmDesc, ops: tuple) -> int:
-    isz = desc.row.ab_dtype.itemsize
-    total = 0
-    for name in ops:
-        rows, cols = desc.a_shape() if name == "a" else desc.b_shape()
-        total += packed_ld(rows, isz) * cols * desc.batch * isz
-    return total
+    return sum(s.nbytes for s in pack_steps(kernel_problem_for(desc), ops))
 
 
 def pack_seconds(desc: GemmDesc, ops: tuple, arch: ArchSpec, cal: dict) -> tuple:
-    """(GPU, host) seconds of packing ``ops``: each a pitched copy, read and written once at the
-    device's DRAM bandwidth plus a launch's latency, and an extra launch's host cost.
+    """(GPU, host) seconds of packing ``ops``: each copy read and written once at the device's
+    DRAM bandwidth (:func:`~pyblasgemm.kernels.pack.copy_seconds`) plus a launch's latency, and
+    an extra launch's host cost.
 
     Example::
 
@@ -82,8 +78,8 @@ def pack_seconds(desc: GemmDesc, ops: tuple, arch: ArchSpec, cal: dict) -> tuple
         True
     """
     gpu = 0.0
-    for name in ops:
-        gpu += copy_seconds(_packed_bytes(desc, (name,)), arch.dram_bw) + cal["kernel_latency_us"] * 1e-6
+    for step in pack_steps(kernel_problem_for(desc), ops):
+        gpu += copy_seconds(step.nbytes, arch.dram_bw, step.transpose) + cal["kernel_latency_us"] * 1e-6
     return gpu, len(ops) * M.launch_host_s(cal)
 
 
