@@ -48,7 +48,10 @@ PLANNER_RUN = ROOT / "bench" / "results" / "planner_sm90_h100_2026-11-22_run4.js
 #: suite's shapes on an H100, is off in that test; tests/test_planner_measured.py covers it).
 #: the model sends these to our kernels although cuBLAS measured faster: its cuBLAS estimate has
 #: no split-K for few-tile long-K problems and prices 128 x 14336 too high
-KNOWN_WRONG_OURS = {("f16", 256, 256, 65536), ("bf16", 256, 256, 65536), ("bf16", 128, 14336, 4096)}
+KNOWN_WRONG_OURS = {("f16", 256, 256, 65536), ("bf16", 256, 256, 65536), ("bf16", 128, 14336, 4096),
+                    # the margin covers only the GPU part (core.beyond_margin): ours' 5.6 µs of
+                    # host time less decides it here, which this run (GPU time only) cannot see
+                    ("i8", 256, 256, 65536)}
 #: and keeps cuBLAS on these although one of ours measured >= 1.3x faster (small squares and thin
 #: int8, where the model prices our kernels' pipeline fill and epilogue too high; the datasheet
 #: spec this test plans with is a little slower than the device the run read, which took the
@@ -450,15 +453,17 @@ def test_margin_decides_between_close_predictions(monkeypatch):
     for m in (512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192):
         pyblasgemm.clear_plan_cache()
         p = plan(m, m, m, "f16", transa="T", arch="sm_90")
-        ours = min(c.time for c in p.candidates if c.backend == "tensorcore" and c.score)
-        theirs = next(c.time for c in p.candidates if c.backend == "cublas")
-        if theirs * (1 - core.CUBLAS_MARGIN) < ours < theirs:
-            close = (m, ours, theirs, p)
+        best = min((c for c in p.candidates if c.backend == "tensorcore" and c.score),
+                   key=lambda c: c.time)
+        theirs = next(c for c in p.candidates if c.backend == "cublas")
+        if best.time < theirs.time and not core.beyond_margin(best, theirs):
+            close = (m, best, theirs, p)
             break
     assert close is not None, "no square f16 problem predicted within the margin"
-    m, ours, theirs, p = close
+    m, best, theirs, p = close
     assert p.backend == "cublas" and "cuBLAS kept" in p.reason
-    monkeypatch.setattr(core, "CUBLAS_MARGIN", 1 - 1.01 * ours / theirs)
+    # the margin that just lets ours through: host + gpu / (1 - margin) < cuBLAS's time
+    monkeypatch.setattr(core, "CUBLAS_MARGIN", 1 - 1.01 * best.score.gpu / (theirs.time - best.score.host))
     pyblasgemm.clear_plan_cache()
     flipped = plan(m, m, m, "f16", transa="T", arch="sm_90")
     assert flipped.backend == "tensorcore" and "beyond the model's" in flipped.reason
