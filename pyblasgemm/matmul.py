@@ -182,12 +182,13 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
            [[21., 30.]]], dtype=float32)
     """
     t = type(a)
-    if t is _CUPY[0] and type(b) is t and dtype is None and autotune is None and not numpy_kwargs:
+    if (t is _CUPY[0] and type(b) is t and autotune is None and not numpy_kwargs
+            and (dtype is None or isinstance(dtype, _DTYPE_WORDS))):
         # a repeated CuPy call: its signature maps straight to the launch that ran it
         mem_a, mem_b = a.data, b.data
         pa, pb = mem_a.ptr, mem_b.ptr
         if out is None:
-            key = ("call", _ROUTINE, compute, backend, a.dtype, b.dtype, a.shape, b.shape,
+            key = ("call", _ROUTINE, compute, backend, dtype, a.dtype, b.dtype, a.shape, b.shape,
                    a.strides, b.strides, None, mem_a.device_id, mem_b.device_id, _get_device(),
                    (pa | pb) & 15)
             call = calls.get(key)
@@ -204,7 +205,7 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
         elif type(out) is t:
             mem_c = out.data
             pc = mem_c.ptr
-            key = ("call", _ROUTINE, compute, backend, a.dtype, b.dtype, a.shape, b.shape,
+            key = ("call", _ROUTINE, compute, backend, dtype, a.dtype, b.dtype, a.shape, b.shape,
                    a.strides, b.strides, (out.dtype, out.shape, out.strides), mem_a.device_id,
                    mem_b.device_id, mem_c.device_id, _get_device(), (pa | pb | pc) & 15)
             call = calls.get(key)
@@ -299,14 +300,15 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
             full, in_place = _with_core_dims(out, a.ndim, b.ndim), True
         ran = _batched(row, compute, backend, a2, b2, full, autotune, stream)
         if (ran is not None and xp_name == "cupy" and a2 is a and b2 is b
-                and full.dtype == result_dtype and autotune is None and dtype is None
+                and full.dtype == result_dtype and autotune is None
+                and (dtype is None or isinstance(dtype, _DTYPE_WORDS))
                 and _plain_word(given_compute) and _plain_word(given_backend)):
             # one launch on the caller's own arrays: the next call with this signature goes straight
             # to it (calls.py)
             one, zero = (1, 0) if row.prefix == "i" else (1.0, 0.0)
             calls.record(_signature(a, b, out if in_place else None, given_compute,
-                                    given_backend), ran[0], ran[1], a, b, full, not in_place,
-                         one, zero)
+                                    given_backend, dtype), ran[0], ran[1], a, b, full,
+                         not in_place, one, zero)
         if out is not None:
             if not in_place:
                 out[...] = full.reshape(final_shape).astype(out.dtype, copy=False)
@@ -317,17 +319,22 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
         return result
 
 
-def _signature(a, b, out, compute=None, backend=None):
-    """The call-signature key of matmul(a, b, out, compute=, backend=) as given (CuPy
+#: ``dtype=`` values a signature key holds as given (hashable, and equal only when they name
+#: the same dtype: ``numpy.int32``, ``numpy.dtype('int32')``, ``'int32'``)
+_DTYPE_WORDS = (type, np.dtype, str)
+
+
+def _signature(a, b, out, compute=None, backend=None, dtype=None):
+    """The call-signature key of matmul(a, b, out, compute=, backend=, dtype=) as given (CuPy
     arrays; see calls.py)."""
     mem_a, mem_b = a.data, b.data
     pa, pb = mem_a.ptr, mem_b.ptr
     if out is None:
-        return ("call", _ROUTINE, compute, backend, a.dtype, b.dtype, a.shape, b.shape,
+        return ("call", _ROUTINE, compute, backend, dtype, a.dtype, b.dtype, a.shape, b.shape,
                 a.strides, b.strides, None, mem_a.device_id, mem_b.device_id, _get_device(),
                 (pa | pb) & 15)
     mem_c = out.data
-    return ("call", _ROUTINE, compute, backend, a.dtype, b.dtype, a.shape, b.shape, a.strides,
+    return ("call", _ROUTINE, compute, backend, dtype, a.dtype, b.dtype, a.shape, b.shape, a.strides,
             b.strides, (out.dtype, out.shape, out.strides), mem_a.device_id, mem_b.device_id,
             mem_c.device_id, _get_device(), (pa | pb | mem_c.ptr) & 15)
 

@@ -195,6 +195,35 @@ def test_repeated_matmul_hits_its_signature_and_stays_right(backend, dtype):
 
 
 @gpu
+@pytest.mark.parametrize("word", [np.int32, np.dtype(np.int32), "int32"])
+def test_matmul_dtype_keyword_takes_the_signature_path(word, monkeypatch):
+    """``matmul(int8, int8, dtype=int32)`` (torch._int_mm's contract) is recorded under its
+    dtype word like any call: the next calls go straight to the launch (the planning path is
+    not entered again), and stay right."""
+    import sys
+
+    import cupy as cp
+
+    pyblasgemm.clear_plan_cache()
+    rng = np.random.default_rng(4)
+    a_h = rng.integers(-128, 128, (96, 200)).astype(np.int8)
+    b_h = rng.integers(-128, 128, (200, 40)).astype(np.int8)
+    a, b = cp.asarray(a_h), cp.asarray(b_h)
+    want = (a_h.astype(np.int64) @ b_h.astype(np.int64)).astype(np.int32)
+    got = pyblasgemm.matmul(a, b, dtype=word)
+    assert got.dtype == np.int32 and _calls_cached() == 1
+    np.testing.assert_array_equal(got.get(), want)
+
+    def planned_again(*args, **kwargs):
+        raise AssertionError("the call left its signature")
+
+    monkeypatch.setattr(sys.modules["pyblasgemm.matmul"], "_batched", planned_again)
+    for trial in range(2):
+        got = pyblasgemm.matmul(a, b, dtype=word)
+        np.testing.assert_array_equal(got.get(), want)
+
+
+@gpu
 def test_signature_path_rechecks_what_the_key_cannot_prove():
     import cupy as cp
 
