@@ -18,8 +18,8 @@ on those same bytes, in one process:
 ``auto``              ``pyblasgemm.matmul(A, B)`` (int8: ``dtype=numpy.int32``, the int32
                       result _int_mm returns; 3xtf32: ``compute='3xtf32'``);
 ``tensorcore``        the same with ``backend='tensorcore'``;
-``cublas``            the same with ``backend='cublas'`` (3xtf32: ``compute='fp32'``, cuBLAS
-                      has no 3xTF32 mode).
+``cublas``            the same with ``backend='cublas'`` (3xtf32: cuBLAS runs it as its
+                      float32 SGEMM, as accurate).
 
 Each contender is first run once and checked against a float64 (int64) reference on 64 sampled
 output entries (error relative to |A|@|B|, the suite's tolerance); one that fails is not timed.
@@ -108,7 +108,7 @@ def ours_kwargs(e, name: str, int8_form: str = "matmul") -> dict:
     if e["dtype"] == "int8" and int8_form == "matmul":
         kw["dtype"] = np.int32          # int32 like torch._int_mm (plain matmul: int8, NumPy's)
     if e["dtype"] == "float32_3xtf32":
-        kw["compute"] = "fp32" if name == "cublas" else "3xtf32"
+        kw["compute"] = "3xtf32"        # forced cuBLAS: its SGEMM, 3xTF32's cuBLAS route
     return kw
 
 
@@ -121,8 +121,8 @@ def ours_call(e, name: str, int8_form: str = "matmul") -> str:
 
 
 def planner_candidates(e) -> tuple:
-    """The forced backends auto chooses between (cuBLAS has no 3xTF32 mode: ours only)."""
-    return ("tensorcore",) if e["dtype"] == "float32_3xtf32" else ("tensorcore", "cublas")
+    """The forced backends auto chooses between (3xTF32's cuBLAS route is its SGEMM)."""
+    return ("tensorcore", "cublas")
 
 
 #: rough H100 speeds for the runtime estimate only (dense FLOP/s, HBM bytes/s, host s per call)
@@ -654,7 +654,7 @@ METHOD = {
                  "float32_3xtf32: SGEMM with TF32 off",
     "speedup": "yardstick s / ours s (> 1: pyblasgemm faster)",
     "planner": f"auto within {WITHIN:.2f}x of the faster forced backend it chooses between "
-               "(3xtf32: tensorcore only); plan read from the plan cache after auto's first "
+               "(3xtf32: ours or cuBLAS's SGEMM); plan read from the plan cache after auto's first "
                "call (else pyblasgemm.plan on the same problem)",
 }
 

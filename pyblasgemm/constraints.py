@@ -11,8 +11,8 @@ Example
 >>> from pyblasgemm.planner import make_desc
 >>> constraints.backend_supports("tensorcore", make_desc(64, 64, 64, "f64"))
 (False, "no tensor-core kernel for float64 with compute='fp64'")
->>> constraints.backend_supports("cublas", make_desc(64, 64, 64, "f32", compute="3xtf32"))
-(False, "cuBLAS has no compute='3xtf32' mode for float32")
+>>> constraints.backend_supports("cublas", make_desc(64, 64, 64, "c64"))
+(True, '')
 """
 from __future__ import annotations
 

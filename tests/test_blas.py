@@ -137,9 +137,9 @@ def _runs(xp_name, backend, prefix, compute):
     if xp_name == "numpy":
         return True
     from pyblasgemm.kinds import ROUTES
-    refuses = ((backend == "cublas" and compute == "3xtf32")
-               or (backend == "tensorcore" and ROUTES[(prefix, compute)].kernel_kind is None)
-               or (compute == "3xtf32" and not _tensorcore_available()))
+    # cuBLAS runs compute='3xtf32' as its float32 SGEMM (kinds.ROUTES): no refusal there
+    refuses = ((backend == "tensorcore" and ROUTES[(prefix, compute)].kernel_kind is None)
+               or (compute == "3xtf32" and backend == "tensorcore" and not _tensorcore_available()))
     if refuses:
         import cupy
         dt = {"s": cupy.float32, "d": cupy.float64, "c": cupy.complex64, "z": cupy.complex128}

@@ -143,8 +143,8 @@ def test_yardsticks_and_calls():
     assert "SGEMM" in heldout.yardstick_calls(_entry(6, "odd", "float32_3xtf32", 9, 9, 9))["torch"]
     e3 = _entry(7, "odd", "float32_3xtf32", 9, 9, 9)
     assert heldout.ours_kwargs(e3, "auto") == {"compute": "3xtf32"}
-    assert heldout.ours_kwargs(e3, "cublas") == {"backend": "cublas", "compute": "fp32"}
-    assert heldout.planner_candidates(e3) == ("tensorcore",)
+    assert heldout.ours_kwargs(e3, "cublas") == {"backend": "cublas", "compute": "3xtf32"}
+    assert heldout.planner_candidates(e3) == ("tensorcore", "cublas")   # SGEMM is its route
     assert heldout.ours_kwargs(_entry(8, "general", "int8", 32, 8, 8), "tensorcore") == \
         {"backend": "tensorcore", "dtype": np.int32}
     assert heldout.ours_call(_entry(8, "general", "int8", 32, 8, 8), "auto") == \
@@ -233,10 +233,11 @@ def test_verdicts_planner_within_5pct():
     heldout._verdicts(row, e)
     assert row["planner"]["within_5pct"]["steady"] is False
     assert row["planner"]["best_forced"]["steady"] == "cublas"
-    # 3xtf32: auto chooses among our kernels only (forced cuBLAS is SGEMM, another compute)
+    # 3xtf32: auto chooses between ours and cuBLAS's SGEMM (its cuBLAS route)
     row = {"contenders": res(1.04, 1.0, 0.5), "plan": {}}
     heldout._verdicts(row, _entry(1, "odd", "float32_3xtf32", 9, 9, 9))
-    assert row["planner"]["within_5pct"]["steady"] is True
+    assert row["planner"]["within_5pct"]["steady"] is False
+    assert row["planner"]["best_forced"]["steady"] == "cublas"
     # a failed check marks the row; no yardstick is said why
     c = res(1.0, None, 1.0)
     c["torch"] = {"skipped": "torch._int_mm needs m <= 16"}

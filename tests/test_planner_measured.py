@@ -190,12 +190,14 @@ def test_invalid_config_falls_back_to_the_model(monkeypatch):
     assert plan(1024, 1024, 1024, "f16", transa="T", arch="sm_90").source == "heuristic"
 
 
-def test_cublas_entry_where_cublas_has_no_mode(monkeypatch):
+def test_cublas_entry_for_3xtf32_runs_sgemm(monkeypatch):
+    """cuBLAS's route for 3xTF32 is its float32 SGEMM (as accurate): a measured entry naming
+    cuBLAS applies."""
     t = _fake("f16", (1024, 1024, 1024), "cublas")
     t["entries"][0].update(kind="3xtf32", compute="3xtf32")
     _with_table(monkeypatch, t)
     p = plan(1024, 1024, 1024, "3xtf32", transa="T", arch="sm_90")
-    assert p.backend == "tensorcore" and p.source == "heuristic"
+    assert p.backend == "cublas" and p.source == "measured"
 
 
 def test_a_pruned_but_valid_config_is_taken(monkeypatch):

@@ -525,12 +525,15 @@ _CUBLAS_KIND = {("h", "fp32"): "f16", ("h", "fp16"): "f16", ("b", "fp32"): "bf16
 
 
 _CUBLAS_OPERAND_PREFIX = {"sh": "h", "sb": "b"}
+#: cuBLAS runs 3xTF32 as its plain float32 SGEMM (kinds.ROUTES): that rate
+_CUBLAS_COMPUTE = {"3xtf32": "fp32"}
 
 
 def score_cublas(desc, arch: ArchSpec, cal: dict) -> Score:
     """Predict cuBLAS's time for ``desc`` (a GemmDesc) from the calibrated efficiency table."""
     # fp32 C from 16-bit operands: the 16-bit GEMM's rate (measured per operand type)
-    key = f"{_CUBLAS_OPERAND_PREFIX.get(desc.prefix, desc.prefix)}/{desc.compute}"
+    key = (f"{_CUBLAS_OPERAND_PREFIX.get(desc.prefix, desc.prefix)}/"
+           f"{_CUBLAS_COMPUTE.get(desc.compute, desc.compute)}")
     cb = cal["cublas"]
     eff = cb["eff"].get(key, cb["eff_default"])
     kind = _CUBLAS_KIND.get((desc.prefix, desc.compute), "fp32")
