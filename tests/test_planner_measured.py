@@ -277,12 +277,12 @@ def test_explain_shows_the_measured_reason(monkeypatch):
     assert "[measured]" in text
     assert (f"why: measured fastest on NVIDIA H100 80GB HBM3 at 128x4096x4096 "
             f"({', '.join(_table()['sources'])}): {e['impl']} ") in text
-    # the model alone picks another of our configs there (cuBLAS measured 1.29x slower still)
+    # the model alone keeps cuBLAS there (its prediction for ours, 17 µs of GPU against
+    # cuBLAS's 20, is inside the margin), which measured 1.29x slower: the table corrects it
     alone = _model_pick(monkeypatch, 128, 4096, 4096)
-    assert alone != e["impl"] and alone != "cublas"
+    assert alone == "cublas" != e["impl"]
     ratio = e["times"][alone] / e["time_s"]
-    assert f"{ratio:.2f}x faster than the model's pick ({alone})" in text
-    assert e["times"]["cublas"] / e["time_s"] > ratio
+    assert ratio > 1.2 and f"{ratio:.2f}x faster than the model's pick (cublas)" in text
     # where the model agrees, it says so
     q = plan(4096, 4096, 4096, "f16", transa="T", arch="sm_90")
     assert q.backend == "cublas" and "the model picks it too" in q.reason and "* cublas" in q.explain()

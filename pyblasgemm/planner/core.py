@@ -16,6 +16,7 @@ decomposition, split count or config bypasses the table.
 """
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import replace
 
@@ -229,8 +230,11 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
     if beyond_margin(ours_best, cublas_cand):
         return _ours_plan(desc, arch, ours_best,
                           f"our kernels predicted faster than cuBLAS ({ours_best.time * 1e6:.1f} "
-                          f"vs {cublas_cand.time * 1e6:.1f} us; {_cautious(ours_best) * 1e6:.1f} "
-                          f"us with the GPU part beyond the model's {CUBLAS_MARGIN:.0%} margin); "
+                          f"vs {cublas_cand.time * 1e6:.1f} us waited for; with its GPU part "
+                          f"{1 / (1 - CUBLAS_MARGIN):.2f}x the prediction, the model's margin, "
+                          f"{_margin_cost(ours_best, True) * 1e6:.1f} vs "
+                          f"{_margin_cost(cublas_cand, False) * 1e6:.1f} us waited for and back "
+                          f"to back alike); "
                           + _why_ours(ours_best, cands), cands)
     ratio = ours_best.time / cublas_cand.time
     if ratio < 1:
@@ -300,17 +304,28 @@ def _host_bound_pick(cands, cal, cublas_cand):
 CUBLAS_MARGIN = 0.25
 
 
-def _cautious(ours) -> float:
-    """Our predicted time with its GPU part taken as the margin's worst case: the host part is
-    measured per call (``call_host_us``), the GPU part is the model's, where its misses lie."""
-    return ours.score.host + ours.score.gpu / (1 - CUBLAS_MARGIN)
+def _margin_cost(cand, ours: bool) -> float:
+    """:func:`_waited_and_streamed` of a candidate, ours with its GPU part taken as the margin's
+    worst case (the host part is measured per call, ``call_host_us``; the GPU part is the
+    model's, where its misses lie)."""
+    s = cand.score
+    return _waited_and_streamed(s.host, s.gpu / (1 - CUBLAS_MARGIN) if ours else s.gpu)
+
+
+def _waited_and_streamed(host: float, gpu: float) -> float:
+    """A call's cost to the two callers the planner serves alike, as one number: the geometric
+    mean of the single call waited for (host + GPU) and of back-to-back calls (the larger of
+    the two: the host enqueues the next launch while the GPU runs this one)."""
+    return math.sqrt((host + gpu) * max(host, gpu))
 
 
 def beyond_margin(ours, cublas) -> bool:
     """True when our candidate stays faster than cuBLAS's with its predicted GPU time
     stretched by the margin (CUBLAS_MARGIN: ours' GPU time may be 1/(1-margin) = 1.33x the
-    prediction). On a GPU-bound problem that is ``ours < 0.75 x cuBLAS``; on a host-bound one
-    the measured host difference (7.8 vs 13.4 µs per call) counts in full.
+    prediction), waited for and back to back alike (:func:`_waited_and_streamed`). On a
+    GPU-bound problem that is ``ours < 0.75 x cuBLAS``; on a host-bound one the measured host
+    difference (7.8 vs 13.4 µs per call) counts in full, and back to back only the larger of
+    host and GPU time is paid.
 
     Example::
 
@@ -322,7 +337,7 @@ def beyond_margin(ours, cublas) -> bool:
         >>> beyond_margin(ours, cublas) == (p.backend == "tensorcore")
         True
     """
-    return _cautious(ours) < cublas.time
+    return _margin_cost(ours, True) < _margin_cost(cublas, False)
 
 
 def _nothing_forced() -> bool:
