@@ -623,9 +623,15 @@ def meta(gpu) -> dict:
     full SHA, PyTorch's matmul settings and the environment that steers the contenders)."""
     from pyblasgemm.benchmarks.suite import _Env
     info = _Env("gpu").info()
-    info["git_sha"] = os.environ.get("GIT_SHA") or _git("rev-parse", "HEAD") or None
+    given = os.environ.get("GIT_SHA")
+    info["git_sha"] = given or _git("rev-parse", "HEAD") or None
     status = _git("status", "--porcelain", "--untracked-files=no")
     info["git_dirty"] = None if status is None else bool(status)   # None: no git here
+    if given:
+        # a copied tree (the device runner) can carry another checkout's .git: the caller's
+        # GIT_SHA names the code, and the local git's view of it says nothing
+        info["versions"]["git"] = given
+        info["git_dirty"] = None
     info["python"] = platform.python_version()
     if gpu.torch is not None:
         m = gpu.torch.backends.cuda.matmul
@@ -846,3 +852,33 @@ def main(argv=None, gpu: Gpu | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def readme_table(docs: dict) -> str:
+    """The README's held-out table from result files: ``docs`` maps a GPU label ('H100') to its
+    loaded JSON. Per class and overall, the geometric mean of yardstick / ours for ``auto``
+    (steady / single call) and for our kernels forced (steady), then the planner's share of
+    shapes within 5 % of the faster forced backend (steady / single)."""
+    labels = list(docs)
+    head = ("| class (shapes) | " + " | ".join(f"{g} auto, steady / single" for g in labels)
+            + " | " + " | ".join(f"{g} ours forced" for g in labels) + " |")
+    lines = [head, "|---" * (1 + 2 * len(labels)) + "|"]
+
+    def cell(part, who, how):
+        return f"{part[who][how]['geomean']:.2f}"
+
+    summaries = {g: d["summary"]["all"] for g, d in docs.items()}
+    first = next(iter(summaries.values()))
+    for cls in list(first["by_class"]) + ["overall"]:
+        parts = {g: (s["overall"] if cls == "overall" else s["by_class"][cls])
+                 for g, s in summaries.items()}
+        name = "**all**" if cls == "overall" else cls.replace("_", " ")
+        row = [f"{name} ({parts[labels[0]]['rows']})"]
+        row += [f"{cell(parts[g], 'auto', 'steady')} / {cell(parts[g], 'auto', 'single')}" for g in labels]
+        row += [cell(parts[g], "tensorcore", "steady") for g in labels]
+        lines.append("| " + " | ".join(row) + " |")
+    within = [f"{s['overall']['planner_within_5pct']['steady']['pct']:.0f} % / "
+              f"{s['overall']['planner_within_5pct']['single']['pct']:.0f} %" for s in summaries.values()]
+    lines.append("| planner within 5 % of the best, steady / single | " + " | ".join(within)
+                 + " |" + " |" * len(labels))
+    return "\n".join(lines)

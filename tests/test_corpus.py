@@ -395,3 +395,22 @@ def test_max_seconds_stops_cleanly(tmp_path, fake_gpu, capsys):
     doc = json.loads(out.read_text())
     assert doc["rows"] == [] and "max-seconds" in doc["sessions"][0]["stopped"]
     assert "--resume" in capsys.readouterr().err
+
+
+def test_readme_heldout_table_is_the_named_results_files():
+    """The README's held-out table is computed from the two result files it names (H100 and
+    H200), not typed in; both files ran the committed corpus on the device they name."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Performance", 1)[1].split("\n## ", 1)[0]
+    names = re.findall(r"bench/results/(heldout_(h100|h200)_[\w.-]+\.json)", section)
+    files = {gpu.upper(): name for name, gpu in dict.fromkeys(names)}
+    assert set(files) == {"H100", "H200"}, names
+    docs = {g: json.loads((ROOT / "bench" / "results" / n).read_text()) for g, n in files.items()}
+    assert heldout.readme_table(docs) in section
+    corpus = json.loads((ROOT / "bench" / "heldout_corpus_2026-11-24.json").read_text())
+    for gpu, doc in docs.items():
+        assert gpu in doc["meta"]["device"]["name"] and doc["meta"]["device"]["name"] in section
+        assert len(doc["rows"]) == len(corpus["entries"]) == 168
+        assert doc["meta"]["git_sha"][:7] in section
