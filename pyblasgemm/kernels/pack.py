@@ -3,12 +3,12 @@
 TMA describes a global tensor only when its row pitch is a multiple of 16 bytes, and the
 mma.sync kernel's cp.async takes 16-byte chunks under the same rule; an odd leading dimension
 (``lda = 8959`` in float16) otherwise leaves the scalar-copy path, which ran at 40-60 TFLOP/s
-where cuBLAS ran 100-200 (H100, issue 14). A pitched device-to-device copy
-(``cudaMemcpy2DAsync``) into storage whose pitch is rounded up to 16 bytes costs two passes of
-the operand over DRAM (~70 µs for a 117 MB operand at 3.35 TB/s) and puts the problem back on
-the fast kernels. The Hopper int8 kernel reads K-major operands only (8-bit ``wgmma`` has no
+where cuBLAS ran 100-200 (H100, issue 14). A pitched copy into storage whose
+pitch is rounded up to 16 bytes (our kernel in ``src/pack_copies.cu``: ``cudaMemcpy2DAsync``
+with an odd source pitch reached only 24-42 % of the H100's DRAM bandwidth) costs two passes
+of the operand over DRAM and puts the problem back on the fast kernels. The Hopper int8 kernel reads K-major operands only (8-bit ``wgmma`` has no
 transpose bit): an M- or N-major int8 operand is transposed into K-major storage
-(``src/pack_transpose.cu``, 64 x 64 byte tiles through shared memory). The planner weighs
+(``src/pack_copies.cu``, 64 x 64 byte tiles through shared memory). The planner weighs
 each copy's cost (:func:`copy_seconds`) against what it saves.
 
 Example (on a GPU)::
@@ -26,13 +26,13 @@ from pathlib import Path
 
 from .problem import KernelProblem
 
-__all__ = ["PackStep", "pack_steps", "PackedLaunch", "copy_seconds", "TRANSPOSE_SOURCE"]
+__all__ = ["PackStep", "pack_steps", "PackedLaunch", "copy_seconds", "PACK_SOURCE"]
 
-#: cudaMemcpyDeviceToDevice
-_D2D = 3
-#: the transposing copy's CUDA source (outside include/: the GEMM headers' fingerprint)
-TRANSPOSE_SOURCE = Path(__file__).resolve().parent / "src" / "pack_transpose.cu"
-_TILE = 64              # bytes per side of the transpose's tile (src/pack_transpose.cu)
+#: the copies' CUDA source (outside include/: the GEMM headers' fingerprint)
+PACK_SOURCE = Path(__file__).resolve().parent / "src" / "pack_copies.cu"
+#: the pitched copy's grid-stride grid: 256-thread blocks, at most this many (8 per SM on 132)
+_COPY_BLOCKS = 1056
+_TILE = 64              # bytes per side of the transpose's tile (src/pack_copies.cu)
 
 
 @dataclass(frozen=True)
@@ -99,46 +99,70 @@ def pack_steps(problem: KernelProblem, operands: tuple) -> tuple:
     return tuple(steps)
 
 
-#: the transposing copy's assumed fraction of DRAM bandwidth (byte-wide loads and stores, one
-#: 64 x 64 tile per CTA; the pitched copy is taken at the full bandwidth)
-TRANSPOSE_BW_FRACTION = 0.5
+#: The copies' GPU time, fitted to bench/pack_probe.py on the H100
+#: (bench/results/pack_probe_h100_2026-11-24.json, 4-134 MB, within 10 % of every point):
+#: fixed seconds (launch and ramp), the fraction of DRAM bandwidth reached over the bytes read
+#: and written, and, for the pitched copy, seconds per column (a row of the transfer: the
+#: driver's 2-D copy slows on short rows: 63 bf16 elements ran at 10 % of the bandwidth). A
+#: first guess of the full bandwidth was 2.4-9.7x too cheap: cudaMemcpy2DAsync with an odd
+#: source pitch moves 0.8-1.4 TB/s, our transpose kernel 0.6-1.5 TB/s.
+PITCHED_COPY = {"fixed_s": 9.4e-6, "bw_fraction": 0.45, "per_column_s": 0.50e-9}
+TRANSPOSE_COPY = {"fixed_s": 10.7e-6, "bw_fraction": 0.48, "per_column_s": 0.0}
 
 
-def copy_seconds(nbytes: int, dram_bw: float, transpose: bool = False) -> float:
-    """Predicted GPU time of one packing copy of ``nbytes``: read and written once at DRAM
-    speed (the pitched copy streams whole 32-byte sectors; an odd source pitch costs partial
-    sectors at the row ends only), the transposing copy at ``TRANSPOSE_BW_FRACTION`` of it."""
-    return 2.0 * nbytes / (dram_bw * (TRANSPOSE_BW_FRACTION if transpose else 1.0))
+def copy_seconds(nbytes: int, dram_bw: float, transpose: bool = False, columns: int = 0) -> float:
+    """Predicted GPU time of one packing copy of ``nbytes`` (of packed storage; ``columns``
+    rows of transfer): a fixed cost plus the bytes read and written at the measured fraction
+    of DRAM bandwidth (``PITCHED_COPY`` / ``TRANSPOSE_COPY``).
+
+    Example::
+
+        >>> round(copy_seconds(134_217_728, 3.35e12, columns=8192) * 1e6)   # measured 190.5
+        191
+    """
+    c = TRANSPOSE_COPY if transpose else PITCHED_COPY
+    return c["fixed_s"] + 2.0 * nbytes / (dram_bw * c["bw_fraction"]) + c["per_column_s"] * columns
 
 
-_transpose_fn: dict = {}
+_fns: dict = {}
 _lock = threading.Lock()
 
 
-def _transpose_kernel(dev: int):
-    """The compiled transposing copy for device ``dev`` (NVRTC through CuPy, cached by CuPy)."""
-    fn = _transpose_fn.get(dev)
-    if fn is None:
+def _copy_kernels(dev: int) -> dict:
+    """{name: function pointer} of the packing copies on device ``dev`` (NVRTC through CuPy,
+    compiled once per process and device, cached on disk by CuPy)."""
+    fns = _fns.get(dev)
+    if fns is None:
         import cupy
 
         with _lock, cupy.cuda.Device(dev):
-            mod = cupy.RawModule(code=TRANSPOSE_SOURCE.read_text(), options=("-std=c++17",))
-            fn = _transpose_fn[dev] = mod.get_function("pyb_transpose_b8")
-    return fn
+            mod = cupy.RawModule(code=PACK_SOURCE.read_text(), options=("-std=c++17",))
+            fns = _fns[dev] = {n: mod.get_function(n).kernel.ptr for n in (
+                "pyb_transpose_b8", "pyb_pitch_copy_b1", "pyb_pitch_copy_b2", "pyb_pitch_copy_b4")}
+    return fns
 
 
-class _TransposeArgs:
-    """The transposing copy's arguments as ctypes cells and the void* array cuLaunchKernel reads."""
+class _CopyArgs:
+    """One copy's kernel, grid, block and arguments (ctypes cells and the void* array
+    cuLaunchKernel reads); the source pointer, cell 0, is set per call."""
 
-    _TYPES = (ct.c_uint64, ct.c_int64, ct.c_int64, ct.c_uint64, ct.c_int64, ct.c_int64, ct.c_int32,
-              ct.c_int32)
-
-    def __init__(self, step: PackStep, dst: int):
-        vals = (0, step.ld, step.stride, dst, step.packed_ld, step.packed_stride, step.rows, step.cols)
-        self.cells = [t(v) for t, v in zip(self._TYPES, vals)]
+    def __init__(self, step: PackStep, dst: int, fns: dict):
+        if step.transpose:
+            types = (ct.c_uint64, ct.c_int64, ct.c_int64, ct.c_uint64, ct.c_int64, ct.c_int64,
+                     ct.c_int32, ct.c_int32)
+            vals = (0, step.ld, step.stride, dst, step.packed_ld, step.packed_stride, step.rows, step.cols)
+            self.fn = fns["pyb_transpose_b8"]
+            self.grid, self.block = (-(-step.rows // _TILE), -(-step.cols // _TILE), step.batch), (16, 16, 1)
+        else:
+            # a dense batch is one pitched block: its entries' columns follow one another
+            total = step.rows * step.cols * step.batch
+            types = (ct.c_uint64, ct.c_int64, ct.c_uint64, ct.c_int64, ct.c_int32, ct.c_int64)
+            vals = (0, step.ld, dst, step.packed_ld, step.rows, total)
+            self.fn = fns[f"pyb_pitch_copy_b{step.elem_bytes}"]
+            self.grid, self.block = (min(_COPY_BLOCKS, -(-total // 256)), 1, 1), (256, 1, 1)
+        self.cells = [t(v) for t, v in zip(types, vals)]
         self.ptrs = (ct.c_void_p * len(self.cells))(*[ct.addressof(c) for c in self.cells])
         self.addr = ct.addressof(self.ptrs)
-        self.grid = (-(-step.rows // _TILE), -(-step.cols // _TILE), step.batch)
 
 
 class PackedLaunch:
@@ -146,12 +170,10 @@ class PackedLaunch:
     launch it wraps, with the caller's pointers. The packed storage is owned here, one set per
     stream (calls on one stream are ordered by it), and freed with the launch."""
 
-    __slots__ = ("inner", "steps", "a_align", "b_align", "c_align", "_dev", "_slots", "_copy",
-                 "_launch", "_tfn", "spec", "config", "__weakref__")
+    __slots__ = ("inner", "steps", "a_align", "b_align", "c_align", "_dev", "_slots",
+                 "_launch", "_fns", "spec", "config", "__weakref__")
 
     def __init__(self, inner, steps: tuple, dev: int):
-        from cupy.cuda import runtime
-
         from .driver import _driver
 
         self.inner, self.steps, self._dev = inner, steps, dev
@@ -160,9 +182,8 @@ class PackedLaunch:
         self.a_align = self.b_align = 16
         self.c_align = getattr(inner, "c_align", 16)
         self._slots = {}
-        self._copy = runtime.memcpy2DAsync
         self._launch = _driver().launchKernel
-        self._tfn = _transpose_kernel(dev).kernel.ptr if any(s.transpose for s in steps) else 0
+        self._fns = _copy_kernels(dev)
 
     @property
     def workspace_nbytes(self) -> int:
@@ -175,8 +196,7 @@ class PackedLaunch:
 
         with cupy.cuda.Device(self._dev):
             bufs = tuple(cupy.empty(s.nbytes, dtype=cupy.uint8) for s in self.steps)
-        args = tuple(_TransposeArgs(s, b.data.ptr) if s.transpose else None
-                     for s, b in zip(self.steps, bufs))
+        args = tuple(_CopyArgs(s, b.data.ptr, self._fns) for s, b in zip(self.steps, bufs))
         slot = self._slots[sptr] = (bufs, args)
         return slot
 
@@ -186,14 +206,10 @@ class PackedLaunch:
         sptr = stream if type(stream) is int else stream_handle(stream)
         bufs, args = self._slots.get(sptr) or self._slot(sptr)
         ptrs = {"a": a_ptr, "b": b_ptr}
-        for s, buf, targs in zip(self.steps, bufs, args):
-            src, dst = ptrs[s.operand[0]], buf.data.ptr
-            if targs is not None:
-                targs.cells[0].value = src
-                gx, gy, gz = targs.grid
-                self._launch(self._tfn, gx, gy, gz, 16, 16, 1, 0, sptr, targs.addr, 0)
-            else:
-                eb = s.elem_bytes
-                self._copy(dst, s.packed_ld * eb, src, s.ld * eb, s.rows * eb, s.cols * s.batch, _D2D, sptr)
-            ptrs[s.operand[0]] = dst
+        for s, buf, cargs in zip(self.steps, bufs, args):
+            name = s.operand[0]
+            cargs.cells[0].value = ptrs[name]
+            (gx, gy, gz), (bx, by, bz) = cargs.grid, cargs.block
+            self._launch(cargs.fn, gx, gy, gz, bx, by, bz, 0, sptr, cargs.addr, 0)
+            ptrs[name] = buf.data.ptr
         self.inner(ptrs["a"], ptrs["b"], c_ptr, alpha, beta, sptr)
