@@ -90,9 +90,20 @@ def test_shipped_table_content():
 
 
 def test_every_problem_of_the_source_runs_is_planned_from_the_table():
+    """Every entry decides its own problem, except where an operand's pitch makes packing an
+    option: the runs behind the table did not time packing, so the model decides there."""
+    from pyblasgemm.constraints import packable
+    from pyblasgemm.planner import make_desc
+
+    skipped = 0
     for e in _table()["entries"]:
         p = plan(e["m"], e["n"], e["k"], e["dtype"], transa="T", arch="sm_90")
+        if packable(make_desc(e["m"], e["n"], e["k"], e["dtype"], transa="T")):
+            assert p.source == "heuristic", (e, p.reason)
+            skipped += 1
+            continue
         assert p.source == "measured" and _label(p) == e["impl"], (e, p.reason)
+    assert 0 < skipped < len(_table()["entries"]) // 4
 
 
 def test_module_doctests():

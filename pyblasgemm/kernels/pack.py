@@ -26,12 +26,10 @@ from pathlib import Path
 
 from .problem import KernelProblem
 
-__all__ = ["PackStep", "pack_steps", "PackedLaunch", "copy_seconds", "PACK_SOURCE"]
+__all__ = ["PackStep", "pack_steps", "PackedLaunch", "copy_seconds", "PACK_SOURCE", "COPY_KERNELS"]
 
 #: the copies' CUDA source (outside include/: the GEMM headers' fingerprint)
 PACK_SOURCE = Path(__file__).resolve().parent / "src" / "pack_copies.cu"
-#: the pitched copy's grid-stride grid: 256-thread blocks, at most this many (8 per SM on 132)
-_COPY_BLOCKS = 1056
 _TILE = 64              # bytes per side of the transpose's tile (src/pack_copies.cu)
 
 
@@ -99,29 +97,34 @@ def pack_steps(problem: KernelProblem, operands: tuple) -> tuple:
     return tuple(steps)
 
 
-#: The copies' GPU time, fitted to bench/pack_probe.py on the H100
-#: (bench/results/pack_probe_h100_2026-11-24.json, 4-134 MB, within 10 % of every point):
-#: fixed seconds (launch and ramp), the fraction of DRAM bandwidth reached over the bytes read
-#: and written, and, for the pitched copy, seconds per column (a row of the transfer: the
-#: driver's 2-D copy slows on short rows: 63 bf16 elements ran at 10 % of the bandwidth). A
-#: first guess of the full bandwidth was 2.4-9.7x too cheap: cudaMemcpy2DAsync with an odd
-#: source pitch moves 0.8-1.4 TB/s, our transpose kernel 0.6-1.5 TB/s.
-PITCHED_COPY = {"fixed_s": 9.4e-6, "bw_fraction": 0.45, "per_column_s": 0.50e-9}
-TRANSPOSE_COPY = {"fixed_s": 10.7e-6, "bw_fraction": 0.48, "per_column_s": 0.0}
+#: The copies' GPU time, fitted to bench/pack_probe.py on the H100 (4-134 MB; files
+#: bench/results/pack_probe_h100_2026-11-24_kernel_v{1,2}.json, each point within 10 %): a
+#: fixed cost (launch and ramp) plus the bytes read and written at the measured fraction of
+#: DRAM bandwidth. (A first guess of the full bandwidth was 2.4-9.7x too cheap:
+#: bench/results/pack_probe_h100_2026-11-24.json, cudaMemcpy2DAsync.)
+PITCHED_COPY = {"fixed_s": 9.7e-6, "bw_fraction": 0.69}        # kernel_v2.json, >= 512 rows
+FLAT_COPY = {"fixed_s": 8.0e-6, "bw_fraction": 0.42}           # kernel_v1.json
+TRANSPOSE_COPY = {"fixed_s": 12.9e-6, "bw_fraction": 0.47}     # kernel_v2.json
+#: columns shorter than this take the flat copy (the column copy's blocks cover 1024 rows)
+FLAT_BELOW_ROWS = 512
+_FLAT_BLOCKS = 1056             # the flat copy's grid-stride grid: 8 blocks per SM on 132
+#: the copy kernels of src/pack_copies.cu
+COPY_KERNELS = ("pyb_transpose_b8",) + tuple(
+    f"pyb_pitch_copy{flat}_b{b}" for flat in ("", "_flat") for b in (1, 2, 4))
 
 
-def copy_seconds(nbytes: int, dram_bw: float, transpose: bool = False, columns: int = 0) -> float:
-    """Predicted GPU time of one packing copy of ``nbytes`` (of packed storage; ``columns``
-    rows of transfer): a fixed cost plus the bytes read and written at the measured fraction
-    of DRAM bandwidth (``PITCHED_COPY`` / ``TRANSPOSE_COPY``).
+def copy_seconds(nbytes: int, dram_bw: float, transpose: bool = False, rows: int = 1 << 30) -> float:
+    """Predicted GPU time of one packing copy of ``nbytes`` (of packed storage) whose columns
+    hold ``rows`` elements: a fixed cost plus the bytes read and written at the measured
+    fraction of DRAM bandwidth of the kernel that runs it.
 
     Example::
 
-        >>> round(copy_seconds(134_217_728, 3.35e12, columns=8192) * 1e6)   # measured 190.5
-        191
+        >>> round(copy_seconds(134_217_728, 3.35e12, rows=8191) * 1e6)   # measured 125.2
+        126
     """
-    c = TRANSPOSE_COPY if transpose else PITCHED_COPY
-    return c["fixed_s"] + 2.0 * nbytes / (dram_bw * c["bw_fraction"]) + c["per_column_s"] * columns
+    c = TRANSPOSE_COPY if transpose else (PITCHED_COPY if rows >= FLAT_BELOW_ROWS else FLAT_COPY)
+    return c["fixed_s"] + 2.0 * nbytes / (dram_bw * c["bw_fraction"])
 
 
 _fns: dict = {}
@@ -137,8 +140,7 @@ def _copy_kernels(dev: int) -> dict:
 
         with _lock, cupy.cuda.Device(dev):
             mod = cupy.RawModule(code=PACK_SOURCE.read_text(), options=("-std=c++17",))
-            fns = _fns[dev] = {n: mod.get_function(n).kernel.ptr for n in (
-                "pyb_transpose_b8", "pyb_pitch_copy_b1", "pyb_pitch_copy_b2", "pyb_pitch_copy_b4")}
+            fns = _fns[dev] = {n: mod.get_function(n).kernel.ptr for n in COPY_KERNELS}
     return fns
 
 
@@ -155,11 +157,18 @@ class _CopyArgs:
             self.grid, self.block = (-(-step.rows // _TILE), -(-step.cols // _TILE), step.batch), (16, 16, 1)
         else:
             # a dense batch is one pitched block: its entries' columns follow one another
-            total = step.rows * step.cols * step.batch
+            cols = step.cols * step.batch
             types = (ct.c_uint64, ct.c_int64, ct.c_uint64, ct.c_int64, ct.c_int32, ct.c_int64)
-            vals = (0, step.ld, dst, step.packed_ld, step.rows, total)
-            self.fn = fns[f"pyb_pitch_copy_b{step.elem_bytes}"]
-            self.grid, self.block = (min(_COPY_BLOCKS, -(-total // 256)), 1, 1), (256, 1, 1)
+            vals = (0, step.ld, dst, step.packed_ld, step.rows, cols)
+            if step.rows >= FLAT_BELOW_ROWS:
+                self.fn = fns[f"pyb_pitch_copy_b{step.elem_bytes}"]
+                # 256 threads x 4 elements per block along a column; columns along y
+                # (hardware limit 65535, the kernel strides over the rest)
+                self.grid = (min(64, -(-step.rows // 1024)), min(cols, 65535), 1)
+            else:
+                self.fn = fns[f"pyb_pitch_copy_flat_b{step.elem_bytes}"]
+                self.grid = (min(_FLAT_BLOCKS, -(-step.rows * cols // 256)), 1, 1)
+            self.block = (256, 1, 1)
         self.cells = [t(v) for t, v in zip(types, vals)]
         self.ptrs = (ct.c_void_p * len(self.cells))(*[ct.addressof(c) for c in self.cells])
         self.addr = ct.addressof(self.ptrs)

@@ -359,8 +359,11 @@ def _table_allowed() -> bool:
 def _measured_plan(desc, arch, cal, cands, ours_best, cublas_cand, ours_ok) -> Plan | None:
     """The plan of the measured-choice table's entry for ``desc`` on ``arch``, or None (no entry
     applies, or its implementation is not valid for this exact problem: the model decides)."""
+    from ..constraints import packable
     from .measured import choice_for_desc
 
+    if packable(desc):
+        return None      # the table was measured before packing: it never timed that option
     entry = choice_for_desc(desc, arch)
     if entry is None:
         return None

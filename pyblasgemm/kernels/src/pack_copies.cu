@@ -47,16 +47,64 @@ pyb_transpose_b8(const unsigned char* __restrict__ in, long long ldi, long long 
 
 
 // The pitched copy: in (rows x cols, column-major, pitch ldi elements, any) to out (pitch ldo,
-// a multiple of 16 bytes), element i of the flattened rows x cols range per thread, in a
-// grid-stride loop: consecutive threads touch consecutive elements of a column on both sides,
-// so loads and stores coalesce whatever the pitches (cudaMemcpy2DAsync with an odd source
-// pitch reached 24-42 % of the H100's DRAM bandwidth, 10 % on 126-byte rows).
+// a multiple of 16 bytes). Blocks walk columns (grid y, strided); each thread loads UNROLL
+// elements of a column, blockDim.x apart, before it stores them, so that four loads per thread
+// are in flight and both sides coalesce whatever the pitches. (cudaMemcpy2DAsync with an odd
+// source pitch reached 24-42 % of the H100's DRAM bandwidth, 10 % on 126-byte rows; this one
+// 50-64 % from 32 MB: bench/results/pack_probe_h100_2026-11-24*.json.) Short columns leave
+// most of its threads idle (12 % at 63 rows): those take the flat copy below.
+#define PYB_COPY_UNROLL 4
+
 template <typename T>
 __device__ __forceinline__ void pyb_pitch_copy(const T* __restrict__ in, long long ldi,
                                                T* __restrict__ out, long long ldo, int rows,
-                                               long long total)
+                                               long long cols)
 {
-    const long long stride = (long long)gridDim.x * blockDim.x;
+    const int step = gridDim.x * blockDim.x * PYB_COPY_UNROLL;
+    for (long long c = blockIdx.y; c < cols; c += gridDim.y) {
+        const T* src = in + c * ldi;
+        T* dst = out + c * ldo;
+        for (int r0 = blockIdx.x * blockDim.x * PYB_COPY_UNROLL + threadIdx.x; r0 < rows; r0 += step) {
+            T v[PYB_COPY_UNROLL];
+            #pragma unroll
+            for (int u = 0; u < PYB_COPY_UNROLL; ++u) {
+                const int r = r0 + u * blockDim.x;
+                if (r < rows) v[u] = src[r];
+            }
+            #pragma unroll
+            for (int u = 0; u < PYB_COPY_UNROLL; ++u) {
+                const int r = r0 + u * blockDim.x;
+                if (r < rows) dst[r] = v[u];
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+pyb_pitch_copy_b1(const unsigned char* in, long long ldi, unsigned char* out, long long ldo,
+                  int rows, long long cols)
+{ pyb_pitch_copy(in, ldi, out, ldo, rows, cols); }
+
+extern "C" __global__ void __launch_bounds__(256)
+pyb_pitch_copy_b2(const unsigned short* in, long long ldi, unsigned short* out, long long ldo,
+                  int rows, long long cols)
+{ pyb_pitch_copy(in, ldi, out, ldo, rows, cols); }
+
+extern "C" __global__ void __launch_bounds__(256)
+pyb_pitch_copy_b4(const unsigned int* in, long long ldi, unsigned int* out, long long ldo,
+                  int rows, long long cols)
+{ pyb_pitch_copy(in, ldi, out, ldo, rows, cols); }
+
+
+// The flat pitched copy, for short columns: element i of the flattened rows x cols range per
+// thread, in a grid-stride loop (32 % of the H100's bandwidth at 63 rows, where the column
+// copy above reached 12 %).
+template <typename T>
+__device__ __forceinline__ void pyb_pitch_copy_flat(const T* __restrict__ in, long long ldi,
+                                                    T* __restrict__ out, long long ldo, int rows,
+                                                    long long cols)
+{
+    const long long total = cols * rows, stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         const long long c = i / rows, r = i - c * rows;
         out[r + c * ldo] = in[r + c * ldi];
@@ -64,16 +112,16 @@ __device__ __forceinline__ void pyb_pitch_copy(const T* __restrict__ in, long lo
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-pyb_pitch_copy_b1(const unsigned char* in, long long ldi, unsigned char* out, long long ldo,
-                  int rows, long long total)
-{ pyb_pitch_copy(in, ldi, out, ldo, rows, total); }
+pyb_pitch_copy_flat_b1(const unsigned char* in, long long ldi, unsigned char* out,
+                       long long ldo, int rows, long long cols)
+{ pyb_pitch_copy_flat(in, ldi, out, ldo, rows, cols); }
 
 extern "C" __global__ void __launch_bounds__(256)
-pyb_pitch_copy_b2(const unsigned short* in, long long ldi, unsigned short* out, long long ldo,
-                  int rows, long long total)
-{ pyb_pitch_copy(in, ldi, out, ldo, rows, total); }
+pyb_pitch_copy_flat_b2(const unsigned short* in, long long ldi, unsigned short* out,
+                       long long ldo, int rows, long long cols)
+{ pyb_pitch_copy_flat(in, ldi, out, ldo, rows, cols); }
 
 extern "C" __global__ void __launch_bounds__(256)
-pyb_pitch_copy_b4(const unsigned int* in, long long ldi, unsigned int* out, long long ldo,
-                  int rows, long long total)
-{ pyb_pitch_copy(in, ldi, out, ldo, rows, total); }
+pyb_pitch_copy_flat_b4(const unsigned int* in, long long ldi, unsigned int* out,
+                       long long ldo, int rows, long long cols)
+{ pyb_pitch_copy_flat(in, ldi, out, ldo, rows, cols); }
