@@ -18,7 +18,7 @@ from .gemm import gemm
 from .matmul import matmul
 from .plancache import get_plan_cache
 from .stateful import Matmul
-from . import desc, planner
+from . import desc, planner, scipy
 from .planner import Plan, clear_plan_cache, plan, tune
 
 __version__ = "0.1.0"
