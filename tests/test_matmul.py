@@ -172,7 +172,8 @@ def test_matmul_out_tuple():
 
 
 def test_matmul_broadcast_batch_does_not_copy_shared_operand(monkeypatch):
-    """A (5, 3, 4) @ (4, 2): one strided-batched call with stride 0 for b."""
+    """A (5, 3, 4) @ (4, 2): one strided-batched call with stride 0 for b (float16: float32,
+    float64 and complex NumPy products are numpy.matmul's own, test_host_numpy_types_are_numpys)."""
     import pyblasgemm.execute as ex
     calls = []
     real = ex.execute
@@ -180,7 +181,7 @@ def test_matmul_broadcast_batch_does_not_copy_shared_operand(monkeypatch):
         calls.append(desc)
         return real(desc, a, b, c, backend, autotune)
     monkeypatch.setattr("pyblasgemm._strided.execute", spy)
-    a, b = np.ones((5, 3, 4)), np.ones((4, 2))
+    a, b = np.ones((5, 3, 4), np.float16), np.ones((4, 2), np.float16)
     np.testing.assert_array_equal(pyblasgemm.matmul(a, b), np.matmul(a, b))
     assert len(calls) == 1 and calls[0].batch == 5
     assert 0 in (calls[0].stride_a, calls[0].stride_b)
@@ -188,9 +189,38 @@ def test_matmul_broadcast_batch_does_not_copy_shared_operand(monkeypatch):
 
 def test_matmul_unmergeable_batch_loops():
     rng = np.random.default_rng(4)
-    a = rng.standard_normal((4, 6, 3, 5))[:, ::2]     # batch strides not mergeable
-    b = rng.standard_normal((4, 1, 5, 2))
-    np.testing.assert_allclose(pyblasgemm.matmul(a, b), np.matmul(a, b), rtol=1e-12)
+    a = rng.standard_normal((4, 6, 3, 5)).astype(np.float16)[:, ::2]   # batch strides not mergeable
+    b = rng.standard_normal((4, 1, 5, 2)).astype(np.float16)
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(pyblasgemm.matmul(a, b).astype(np.float64), want, rtol=2e-3, atol=4e-3)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("shapes", [((4, 4), (4, 4)), ((3, 5, 7), (7, 2)), ((9,), (9, 4)), ((6, 9), (9,))])
+def test_host_numpy_types_are_numpys(dtype, shapes, monkeypatch):
+    """float32 (compute 'fp32'), float64 and complex NumPy products are numpy.matmul's, bit for
+    bit, without entering the planned path; float16 still takes it; a float32 default compute
+    of 'tf32' keeps the host's tf32 emulation."""
+    import pyblasgemm._strided as strided
+
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal(shapes[0]).astype(dtype)
+    b = rng.standard_normal(shapes[1]).astype(dtype)
+    calls = []
+    real = strided.execute
+    monkeypatch.setattr("pyblasgemm._strided.execute", lambda *x, **k: calls.append(1) or real(*x, **k))
+    got = pyblasgemm.matmul(a, b)
+    assert got.dtype == np.matmul(a, b).dtype and calls == []
+    np.testing.assert_array_equal(got, np.matmul(a, b))
+    pyblasgemm.matmul(a.astype(np.float16), b.astype(np.float16))
+    assert calls == [1]
+    if dtype is np.float32:
+        pyblasgemm.set_default_compute("tf32")
+        try:
+            pyblasgemm.matmul(a, b)
+        finally:
+            pyblasgemm.set_default_compute("fp32")
+        assert calls == [1, 1]
 
 
 # --- the same semantics on CuPy --------------------------------------------------------------
