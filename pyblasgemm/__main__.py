@@ -125,14 +125,17 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:   # its options live with the suite: bench --help lists them
         return bench(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m pyblasgemm")
+    parser = argparse.ArgumentParser(prog="python -m pyblasgemm",
+                                     description="pyblasgemm: NumPy-compatible GEMM with its own "
+                                                 "tensor-core kernels. Each command has --help.")
+    parser.add_argument("--version", action="version", version=f"pyblasgemm {pyblasgemm.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p_demo = sub.add_parser("demo", help="run a few GEMMs on the best device and report")
-    p_demo.add_argument("--size", type=int, default=None, help="n for n x n x n (default: "
-                        "4096 on a GPU, 512 on the host)")
+    from pyblasgemm.planner import cli as planner_cli
+    p_demo.add_argument("--size", type=planner_cli.count(1), default=None,
+                        help="n for n x n x n (default: 4096 on a GPU, 512 on the host)")
     sub.add_parser("info", help="versions and the device")
     sub.add_parser("bench", help="benchmark suite against cuBLAS (bench --help for options)")
-    from pyblasgemm.planner import cli as planner_cli
     planner_cli.add_parsers(sub)   # plan, tune
     args = parser.parse_args(argv)
     if args.command == "demo":

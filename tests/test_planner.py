@@ -394,6 +394,38 @@ def test_cli_plan(capsys):
     assert main(["plan", "8", "8", "8", "--dtype", "nope"]) == 2
 
 
+def test_cli_speaks_in_its_own_terms(capsys):
+    """--version; bad numbers and choices refused by argparse naming the option; size-0
+    problems explained as quick returns; --backend host says what runs; aligned columns."""
+    from pyblasgemm.__main__ import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"pyblasgemm {pyblasgemm.__version__}"
+    for argv, words in ((["plan", "4", "4", "-3"], "argument k: -3 is below the smallest allowed, 0"),
+                        (["plan", "4", "4", "x"], "argument k: 'x' is not an integer"),
+                        (["plan", "4", "4", "4", "--backend", "gpu"], "argument --backend: invalid choice"),
+                        (["demo", "--size", "0"], "argument --size: 0 is below the smallest allowed, 1")):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2 and words in capsys.readouterr().err
+    assert main(["plan", "0", "4096", "4096"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("quick return (m = 0)") and "C is empty" in out and "Traceback" not in out
+    assert main(["plan", "64", "64", "0"]) == 0
+    assert "C = beta * C" in capsys.readouterr().out
+    assert main(["plan", "64", "64", "64", "--backend", "host"]) == 0
+    assert "NumPy's own BLAS" in capsys.readouterr().out
+    # a packed candidate's long name does not shift the columns
+    assert main(["plan", "6453", "738", "9058", "--dtype", "bf16", "--lda", "6455", "--arch", "sm_90"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    head = next(i for i, ln in enumerate(out) if ln.lstrip().startswith("candidate "))
+    end = out[head].index("predicted") + len("predicted")
+    rows = [ln for ln in out[head + 1:head + 13] if not ln.lstrip().startswith("...")]
+    assert any("+pack_ab" in r for r in rows)
+    assert all(r[end - 1] == "u" and r[end - 2].isdigit() for r in rows), rows
+
+
 def test_cli_tune_needs_gpu(capsys):
     from pyblasgemm.__main__ import main
     from tests.conftest import gpu_available

@@ -98,15 +98,16 @@ class Plan:
         scored = sorted((c for c in self.candidates if c.score is not None), key=lambda c: c.time)
         if scored:
             shown = scored if not limit else scored[:limit]
+            w = max([44] + [len(c.label) for c in shown])      # long names keep the columns
             lines.append(f"candidates ({len(scored)} scored, best first; times = host + GPU):")
-            lines.append(f"  {'candidate':44} {'waves':>6} {'last':>5} {'occ':>3} {'compute':>9} "
+            lines.append(f"  {'candidate':{w}} {'waves':>6} {'last':>5} {'occ':>3} {'compute':>9} "
                          f"{'fixup':>8} {'memory':>8} {'predicted':>10}")
             for c in shown:
                 s = c.score
                 mark = "*" if (c.backend == self.backend and c.config == self.config) else " "
                 cal = "" if c.calibrated else "  (tile rate extrapolated)"
                 note = f"  {s.note}" if s.note else ""
-                lines.append(f"{mark} {c.label:44} {s.waves:6.2f} {s.last_wave_util:5.2f} "
+                lines.append(f"{mark} {c.label:{w}} {s.waves:6.2f} {s.last_wave_util:5.2f} "
                              f"{s.occupancy:3d} {s.compute * 1e6:8.1f}u {s.fixup * 1e6:7.1f}u "
                              f"{s.memory * 1e6:7.1f}u {s.time * 1e6:9.1f}u{cal}{note}")
             if limit and len(scored) > limit:
