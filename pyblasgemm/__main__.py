@@ -21,14 +21,18 @@ from pyblasgemm._types import TYPE_ROWS
 
 
 def _gpu():
-    """The cupy module if a CUDA device is usable, else None."""
+    """(the cupy module, '') if a CUDA device is usable, else (None, why not in one sentence)."""
     try:
         import cupy
+    except ImportError:
+        return None, "CuPy is not installed (install the GPU extra: pip install -e '.[cuda13]')"
+    try:
         if cupy.cuda.runtime.getDeviceCount() > 0:
-            return cupy
-    except Exception:
-        pass
-    return None
+            return cupy, ""
+        return None, "CuPy sees no CUDA device"
+    except Exception as exc:        # e.g. cudaErrorInsufficientDriver, cudaErrorNoDevice
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return None, f"CUDA is not usable here ({text})"
 
 
 def _device_name(cupy) -> str:
@@ -40,17 +44,64 @@ def _device_name(cupy) -> str:
     return f"{name} (sm_{props['major']}{props['minor']}, {props['multiProcessorCount']} SMs)"
 
 
+def _why(plan) -> str:
+    """The plan in one line: backend, kernel, and the first clause of its reason."""
+    what = plan.backend + (f" {plan.config.name}" if plan.config is not None else "")
+    if plan.pack:
+        what += f" (packs {', '.join(plan.pack)})"
+    return f"{what}: {plan.reason.split(';')[0][:110]}"
+
+
+def _error(got, want) -> float:
+    got = np.asarray(got, dtype=np.float64)
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
 def demo(size: int | None = None) -> int:
-    cupy = _gpu()
+    """The three forms on random data, each with its result checked against float64, the
+    backend and kernel the planner chose and why; then a few routines' speed."""
+    cupy, why_host = _gpu()
     xp = cupy or np
     n = size or (4096 if cupy is not None else 512)
-    print(f"device : {_device_name(cupy)}")
-    print(f"problem: C = A @ B, {n} x {n} x {n}, random data, error vs float64 NumPy\n")
-    print(f"{'routine':8} {'compute':8} {'backend':10} {'TFLOP/s':>9} {'rel. error':>11}")
+    host = lambda x: x.get() if cupy is not None else x          # noqa: E731
+    print(f"pyblasgemm {pyblasgemm.__version__} on {_device_name(cupy)}")
+    if cupy is None:
+        print(f"no GPU: {why_host}; everything below runs on the host (NumPy arrays).")
+    where = "cupy" if cupy is not None else "numpy"
     rng = np.random.default_rng(0)
-    a64 = rng.uniform(-1, 1, (n, n))
-    b64 = rng.uniform(-1, 1, (n, n))
+    a64, b64 = rng.uniform(-1, 1, (n, n)), rng.uniform(-1, 1, (n, n))
     ref = a64 @ b64
+    a = xp.asarray(a64.astype(np.float16))
+    b = xp.asarray(b64.astype(np.float16))
+    print(f"\nA, B: {n} x {n} float16 {where} arrays of uniform(-1, 1); error = ||C - C64|| / ||C64||"
+          f" against float64\n")
+
+    print("1. matmul: numpy.matmul's semantics (broadcasting, dtypes, out=)")
+    print("   >>> C = pyblasgemm.matmul(A, B)")
+    c = pyblasgemm.matmul(a, b)
+    plan = pyblasgemm.plan(n, n, n, "float16") if cupy is not None else None   # C^T = B^T A^T
+    print(f"   {type(c).__module__.split('.')[0]} {c.dtype} {c.shape}, error {_error(host(c), ref):.1e}; "
+          + (f"ran {_why(plan)}" if plan else "ran on the host (NumPy's BLAS, float32 accumulation)"))
+
+    print("2. gemm: cupy.cublas.gemm's form, transposes as flags")
+    print("   >>> C = pyblasgemm.gemm('N', 'T', A, B)      # A @ B.T")
+    c = pyblasgemm.gemm("N", "T", a, b)
+    print(f"   {c.dtype} {c.shape}, error {_error(host(c), a64 @ b64.T):.1e}")
+
+    print("3. BLAS raw form: reference BLAS's 13 arguments on column-major memory")
+    print("   >>> pyblasgemm.hgemm('N', 'N', n, n, n, 1.0, A, n, B, n, 0.0, C, n)")
+    af, bf = xp.asfortranarray(a), xp.asfortranarray(b)
+    cf = xp.empty((n, n), dtype=np.float16, order="F")
+    pyblasgemm.hgemm("N", "N", n, n, n, 1.0, af, n, bf, n, 0.0, cf, n)
+    print(f"   C {cf.dtype} {cf.shape}, error {_error(host(cf), ref):.1e}")
+    print("   (the same for sgemm dgemm bgemm igemm cgemm zgemm; pyblasgemm.scipy has SciPy's "
+          "signatures)")
+    if cupy is not None:
+        print(f"\n   explain() in full: pyblasgemm.plan({n}, {n}, {n}, 'float16').explain()")
+
+    print(f"\nSpeed of each routine at {n}³ ({'GPU: CUDA events' if cupy else 'host: wall clock'}, "
+          f"median of 10):")
+    print(f"{'routine':8} {'compute':8} {'backend':10} {'TFLOP/s':>9} {'rel. error':>11}")
     cases = [("h", "fp32"), ("b", "fp32"), ("s", "fp32"), ("s", "tf32"), ("d", "fp64"),
              ("i", "int32")]
     for prefix, compute in cases:
@@ -64,7 +115,7 @@ def demo(size: int | None = None) -> int:
         a, b = xp.asarray(a_h, order="F"), xp.asarray(b_h, order="F")
         c = xp.empty((n, n), dtype=row.c_dtype, order="F")
         routine = getattr(pyblasgemm, row.routine)
-        call = lambda: routine("N", "N", n, n, n, 1, a, n, b, n, 0, c, n, compute=compute)
+        call = lambda: routine("N", "N", n, n, n, 1, a, n, b, n, 0, c, n, compute=compute)  # noqa: E731
         try:
             call()  # warm-up: compilation, handles, plan
         except NotImplementedError as exc:
@@ -74,8 +125,7 @@ def demo(size: int | None = None) -> int:
             pyblasgemm.desc.describe_blas(row, "N", "N", n, n, n, 1, a, n, b, n, 0, c, n,
                                           compute, None)[0])
         seconds = _time(call, cupy)
-        got = (c.get() if cupy is not None else c).astype(np.float64)
-        err = np.linalg.norm(got - want) / np.linalg.norm(want)
+        err = _error(host(c), want)
         print(f"{row.routine:8} {compute:8} {plan.backend:10} {2 * n**3 / seconds / 1e12:9.3f} "
               f"{err:11.2e}")
     return 0
@@ -100,9 +150,9 @@ def _time(call, cupy, repeats: int = 10) -> float:
 
 
 def info() -> int:
-    cupy = _gpu()
+    cupy, why = _gpu()
     print(f"pyblasgemm {pyblasgemm.__version__}, NumPy {np.__version__}")
-    print(f"device: {_device_name(cupy)}")
+    print(f"device: {_device_name(cupy)}" + (f" (no GPU: {why})" if cupy is None else ""))
     if cupy is not None:
         print(f"CuPy {cupy.__version__}, CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}")
     print(f"default float32 compute: {pyblasgemm.get_default_compute()}")
