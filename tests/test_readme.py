@@ -21,3 +21,21 @@ def test_readme_has_exactly_two_commands():
 def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert _quick_start_commands()[1] in ci
+
+
+def test_readme_example_runs_on_the_host(capsys):
+    """The "Three forms" example runs as written on NumPy arrays, with the results it claims."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Three forms", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)\n```", section, flags=re.S)
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    np = scope["np"]
+    assert scope["z"].shape == (8, 3, 5)
+    np.testing.assert_allclose(scope["z"], np.matmul(scope["x"], scope["y"]))
+    np.testing.assert_allclose(scope["out"], scope["a"].T @ scope["b"], rtol=1e-5)
+    m, n, k = scope["m"], scope["n"], scope["k"]
+    want = (scope["A"].reshape(k, m).T.astype(np.float64) @ scope["B"].reshape(k, n).astype(np.float64))
+    np.testing.assert_allclose(scope["C"].reshape(n, m).T, want, rtol=1e-2, atol=1e-2)
+    assert scope["c"].flags.f_contiguous and scope["c"].shape == (32, 16)
+    assert capsys.readouterr().out.startswith("plan: backend")
