@@ -81,8 +81,7 @@ def _make(prefix: str):
         return out
 
     xgemm.__name__ = xgemm.__qualname__ = routine
-    kind = {"s": "float32", "d": "float64", "c": "complex64", "z": "complex128",
-            "h": "float16", "b": "bfloat16", "i": "int8 (int32 result)"}[prefix]
+    kind = row.ab_dtype.name + (f" ({row.c_dtype.name} result)" if row.c_dtype != row.ab_dtype else "")
     xgemm.__doc__ = (f"c = {routine}(alpha, a, b, beta=0.0, c=None, trans_a=0, trans_b=0, "
                      f"overwrite_c=0): ``scipy.linalg.blas``'s GEMM signature for {kind} "
                      f"(see :mod:`pyblasgemm.scipy`).")
