@@ -37,7 +37,7 @@ def main(argv=None) -> int:
 
     import cupy as cp
 
-    from pyblasgemm.kernels.pack import PackedLaunch, PackStep, _ld_for, copy_seconds
+    from pyblasgemm.kernels.pack import PackedLaunch, PackStep, copy_seconds, packed_ld
     from pyblasgemm.planner.arch import arch_for_device
 
     dev = cp.cuda.runtime.getDevice()
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     rows_out = []
     for label, rows, cols, ld, eb, transpose in CASES:
         src = cp.random.randint(0, 255, size=ld * cols * eb, dtype=cp.uint8)
-        pld = _ld_for(cols if transpose else rows, eb)
+        pld = packed_ld(cols if transpose else rows, eb)
         step = PackStep("a" + ("t" if transpose else ""), rows, cols, 1, ld, 0, pld, 0, eb, transpose)
         launch = PackedLaunch(lambda *a: None, (step,), dev)      # the copies only
         stream = cp.cuda.get_current_stream()

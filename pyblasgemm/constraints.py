@@ -17,6 +17,7 @@ Example
 from __future__ import annotations
 
 from .desc import GemmDesc, alignment
+from .kernels.pack import PACK_ALIGN, packed_ld
 from .kinds import ROUTES
 
 __all__ = ["backend_supports", "config_valid", "kernel_problem", "packable", "packed_desc", "BACKENDS"]
@@ -116,10 +117,6 @@ def config_valid(cfg, problem, arch):
     return cfg.validate(problem, max_smem=arch.smem_per_block_optin)
 
 
-#: 16 bytes: TMA's rule for global strides and base addresses, and cp.async's widest copy
-PACK_ALIGN = 16
-
-
 def packable(desc: GemmDesc) -> tuple:
     """The copies that would put our kernels' fast paths back within reach: 'a' / 'b' for an
     operand whose leading dimension or batch stride keeps it off TMA and 16-byte cp.async (a
@@ -157,12 +154,6 @@ def packable(desc: GemmDesc) -> tuple:
             return ()          # not one pitched block: a copy per entry would cost a launch each
         out.append(name)
     return tuple(out)
-
-
-def packed_ld(rows: int, itemsize: int) -> int:
-    """The smallest leading dimension >= rows whose pitch is a multiple of PACK_ALIGN bytes."""
-    per = PACK_ALIGN // itemsize
-    return -(-rows // per) * per
 
 
 def packed_desc(desc: GemmDesc, operands: tuple) -> GemmDesc:

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from .problem import KernelProblem
 
-__all__ = ["PackStep", "pack_steps", "PackedLaunch", "copy_seconds", "PACK_SOURCE", "COPY_KERNELS"]
+__all__ = ["PackStep", "pack_steps", "packed_ld", "PackedLaunch", "copy_seconds", "PACK_ALIGN",
+           "PACK_SOURCE", "COPY_KERNELS"]
 
 #: the copies' CUDA source (outside include/: the GEMM headers' fingerprint)
 PACK_SOURCE = Path(__file__).resolve().parent / "src" / "pack_copies.cu"
@@ -57,8 +58,19 @@ class PackStep:
         return max(self.packed_stride * (self.batch - 1) + per_entry, per_entry) * self.elem_bytes
 
 
-def _ld_for(rows: int, elem_bytes: int) -> int:
-    per = 16 // elem_bytes
+#: 16 bytes: TMA's rule for global strides and base addresses, and cp.async's widest copy
+PACK_ALIGN = 16
+
+
+def packed_ld(rows: int, elem_bytes: int) -> int:
+    """The smallest leading dimension >= ``rows`` whose pitch is a multiple of PACK_ALIGN bytes.
+
+    Example::
+
+        >>> packed_ld(1023, 2), packed_ld(1024, 2), packed_ld(5001, 1)
+        (1024, 1024, 5008)
+    """
+    per = PACK_ALIGN // elem_bytes
     return -(-rows // per) * per
 
 
@@ -85,14 +97,14 @@ def pack_steps(problem: KernelProblem, operands: tuple) -> tuple:
                 raise ValueError(f"pack_steps: the transposing copy moves bytes (int8), not {eb}-byte elements")
             if batch > 1 and stride == 0:
                 raise ValueError(f"pack_steps: operand {name!r} is broadcast over the batch")
-            pld = _ld_for(cols, eb)
+            pld = packed_ld(cols, eb)
             steps.append(PackStep(name, rows, cols, batch, ld, stride, pld, pld * rows if batch > 1 else 0,
                                   eb, True))
             continue
         if batch > 1 and stride != ld * cols:
             raise ValueError(f"pack_steps: operand {name!r}'s batch entries are not one pitched "
                              f"block (stride {stride} != ld {ld} x {cols} columns)")
-        pld = _ld_for(rows, eb)
+        pld = packed_ld(rows, eb)
         steps.append(PackStep(name, rows, cols, batch, ld, stride, pld, pld * cols if batch > 1 else 0, eb))
     return tuple(steps)
 
