@@ -127,6 +127,9 @@ VARIABLES = {v.name: v for v in (
                 "without a GPU: sm_90, the H100)"),
     _choice_var("PYBLASGEMM_FP32_COMPUTE", "the float32 compute modes", "fp32",
                 "default ``compute=`` of float32 problems (see ``set_default_compute``)"),
+    Variable("PYBLASGEMM_RESULTS_DIR", _directory, None, lambda: "a directory path",
+             "where ``bench`` writes its results without ``--out`` (default "
+             "``~/.local/share/pyblasgemm/bench/``)"),
 )}
 
 

@@ -114,6 +114,39 @@ def test_cli_errors(capsys):
         cli.main(["bench", "--bogus"])
 
 
+def test_quick_host_run_is_quick_writes_to_the_user_directory_and_shows_every_column(
+        tmp_path, monkeypatch, capsys):
+    """The first-hour promise: ``bench --quick`` on the host ends in under a minute, writes
+    into the user's data directory (not the source tree) and tables every implementation."""
+    import time
+
+    monkeypatch.setenv("PYBLASGEMM_RESULTS_DIR", str(tmp_path))
+    t0 = time.perf_counter()
+    assert cli.main(["bench", "--device", "host", "--quick", "--no-progress"]) == 0
+    assert time.perf_counter() - t0 < 60
+    (path,) = tmp_path.glob("suite_*.json")
+    doc = json.loads(path.read_text())
+    suite.validate_results(doc)
+    assert doc["suite"] == "host"
+    assert {r["problem"] for r in doc["results"]} == {p.label for p in suite.SUITES["host"]}
+    out = capsys.readouterr().out
+    head = next(line for line in out.splitlines() if line.startswith("dtype"))
+    assert all(i in head for i in suite.HOST_IMPLS) and "auto/best peer" in head
+    rows = [line for line in out.splitlines() if line.startswith(("fp16 ", "int8 "))]
+    assert len(rows) == 2 * len(suite.SUITES["host"])
+    for line in rows:   # a time for auto and numpy, then the ratio
+        assert len([float(x) for x in line.split()[2:]]) == len(suite.HOST_IMPLS) + 1, line
+
+
+def test_results_dir_default_and_override(monkeypatch, tmp_path):
+    monkeypatch.delenv("PYBLASGEMM_RESULTS_DIR", raising=False)
+    assert suite.results_dir() == pathlib.Path.home() / ".local/share/pyblasgemm/bench"
+    monkeypatch.setenv("PYBLASGEMM_RESULTS_DIR", str(tmp_path))
+    assert suite.results_dir() == tmp_path
+    with pytest.raises(ValueError, match="--quick"):
+        suite.resolve(suite.parser().parse_args(["--quick", "--suite", "tiny"]))
+
+
 def test_cli_help_lists_bench(capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])

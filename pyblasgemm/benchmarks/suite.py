@@ -81,7 +81,15 @@ SUITES: dict[str, tuple[Problem, ...]] = {
     "quick": (Problem("square", 2048, 2048, 2048), Problem("long-K", 256, 256, 65536),
               Problem("decode", 16, 4096, 4096), Problem("odd", 1000, 1000, 1000)),
     "tiny": (Problem("tiny", 64, 64, 64), Problem("tiny", 17, 33, 65)),
+    # sized for NumPy on a laptop: every class of the GPU suites, each in well under a second
+    "host": (Problem("square", 256, 256, 256), Problem("long-K", 32, 32, 8192),
+             Problem("decode", 8, 512, 512), Problem("odd", 127, 129, 131),
+             Problem("tiny", 17, 33, 65)),
 }
+#: what ``--quick`` runs on each device
+QUICK_SUITE = {"gpu": "quick", "host": "host"}
+#: what runs when neither --suite, --quick nor --shapes is given
+DEFAULT_SUITE = {"gpu": "public", "host": "host"}
 
 
 class DType(NamedTuple):
@@ -369,10 +377,16 @@ class _Case:
 
 
 def _time_host(env, calls, est):
-    """Median seconds per call on the host (perf_counter), method 'perf_counter'."""
+    """Median seconds per call on the host (perf_counter), method 'perf_counter'.
+
+    ``est`` is a GPU estimate and says nothing of the host (NumPy's float16 matmul runs
+    without BLAS, ~10^4x slower than the GPU at 64^3), so the repetitions come from the
+    warm-up call's own time."""
+    t0 = time.perf_counter()
     for f in calls:
         f()
-    reps = max(len(calls), min(1000, int(SAMPLE_S / max(est, 1e-7))))
+    once = (time.perf_counter() - t0) / len(calls)
+    reps = max(1, min(1000, int(SAMPLE_S / max(once, 1e-7))))
     samples = []
     for _ in range(SAMPLES):
         t0 = time.perf_counter()
@@ -627,7 +641,11 @@ def validate_results(doc: dict) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--suite", default=None, choices=sorted(SUITES),
-                        help="named shape suite (default: public, or none when --shapes is given)")
+                        help="named shape suite (default: public on a GPU, host on the host; "
+                             "none when --shapes is given)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a short run: the {QUICK_SUITE['gpu']!r} suite on a GPU, the "
+                             f"{QUICK_SUITE['host']!r} suite on the host (under a minute)")
     parser.add_argument("--shapes", default=None, metavar="MxNxK,...",
                         help="extra (or, without --suite, the only) problems, e.g. 4096x4096x4096")
     parser.add_argument("--dtype", default=",".join(DEFAULT_DTYPES), metavar="LIST",
@@ -638,7 +656,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--trans", default=None, choices=["NN", "NT", "TN", "TT"],
                         help="force one layout (default: NN, TN for int8)")
     parser.add_argument("--out", default=None, metavar="PATH",
-                        help="results JSON (default: bench/results/suite_<device>_<date>.json)")
+                        help="results JSON (default: suite_<device>_<date>.json in "
+                             "$PYBLASGEMM_RESULTS_DIR or ~/.local/share/pyblasgemm/bench)")
     parser.add_argument("--plots", default=None, metavar="DIR",
                         help="also write the PNG plots (bench/plot.py) into DIR")
     parser.add_argument("--small", default="queue", choices=["queue", "graph"],
@@ -667,9 +686,13 @@ def parser(prog="python -m pyblasgemm bench") -> argparse.ArgumentParser:
 
 def resolve(args) -> tuple:
     """(problems, dtypes, impls) from parsed arguments; ValueError on bad values."""
+    if args.quick and args.suite is not None:
+        raise ValueError(f"--quick picks its own suite; drop it or --suite {args.suite}")
     problems = ()
-    if args.suite is not None or args.shapes is None:
-        problems = SUITES[args.suite or "public"]
+    if args.quick:
+        problems = SUITES[QUICK_SUITE[args.device]]
+    elif args.suite is not None or args.shapes is None:
+        problems = SUITES[args.suite or DEFAULT_SUITE[args.device]]
     if args.shapes:
         problems = problems + parse_shapes(args.shapes)
     dtypes = parse_dtypes(args.dtype)
@@ -681,6 +704,16 @@ def resolve(args) -> tuple:
         raise ValueError(f"--impls {args.impls!r}: choose from {', '.join(known)} "
                          f"for --device {args.device}")
     return problems, dtypes, impls
+
+
+def results_dir() -> pathlib.Path:
+    """Where a run without ``--out`` writes: ``$PYBLASGEMM_RESULTS_DIR``, else
+    ``~/.local/share/pyblasgemm/bench``. Never the source tree: an installed package's folder
+    may be read-only, and a checkout's ``bench/results`` holds only the committed measurements."""
+    from pyblasgemm import settings
+
+    return settings.get("PYBLASGEMM_RESULTS_DIR") or \
+        pathlib.Path.home() / ".local" / "share" / "pyblasgemm" / "bench"
 
 
 def main(argv=None) -> int:
@@ -716,15 +749,15 @@ def main(argv=None) -> int:
             return 2
     doc = run(problems, dtypes, impls, device=args.device, trans=args.trans,
               progress=not args.no_progress, small_method=args.small)
-    doc["suite"] = args.suite or ("public" if args.shapes is None else "user")
+    doc["suite"] = (QUICK_SUITE[args.device] if args.quick else args.suite) or \
+        (DEFAULT_SUITE[args.device] if args.shapes is None else "user")
     if args.note:
         doc["note"] = args.note
     validate_results(doc)
     out = args.out
     if out is None:
         dev = "".join(ch if ch.isalnum() else "_" for ch in doc["device"]["name"]).strip("_")
-        base = pathlib.Path(__file__).resolve().parent / "results" / \
-            f"suite_{dev.lower()}_{doc['date'][:10]}"
+        base = results_dir() / f"suite_{dev.lower()}_{doc['date'][:10]}"
         out, n_run = f"{base}.json", 1
         while pathlib.Path(out).exists():   # never overwrite a measurement (the planner's
             n_run += 1                      # calibration pins its source files by sha256)
@@ -789,18 +822,43 @@ def rst_table(doc) -> str:
     return "\n".join(out)
 
 
-def _summary(doc):
-    by = {}
+#: implementations that are yardsticks (peers), not pyblasgemm
+PEERS = ("cublas", "cupy", "torch", "numpy")
+
+
+def summary_lines(doc) -> list[str]:
+    """The run's table: microseconds per call of every implementation measured (errors as
+    ``err``), and ``auto``'s speed relative to the fastest peer (> 1: pyblasgemm is faster)."""
+    by, impls = {}, []
     for r in doc["results"]:
         by.setdefault((r["dtype"], r["problem"]), {})[r["impl"]] = r
-    print(f"{'dtype':8} {'problem':18} " + " ".join(f"{i:>11}" for i in
-                                                   ("auto", "tensorcore", "cublas")) + "  (TFLOP/s)")
+        if r["impl"] not in impls:
+            impls.append(r["impl"])
+    width = max([18] + [len(prob) for _, prob in by])
+    head = f"{'dtype':8} {'problem':{width}} " + " ".join(f"{i:>10}" for i in impls)
+    lines = [head + "  auto/best peer", f"{'':8} {'':{width}} " +
+             " ".join(f"{'µs':>10}" for _ in impls)]
+    failed = []
     for (d, prob), row in by.items():
         cells = []
-        for i in ("auto", "tensorcore", "cublas"):
+        for i in impls:
             r = row.get(i)
-            cells.append(f"{r['tflops']:11.4g}" if r and r.get("tflops") else f"{'-':>11}")
-        print(f"{d:8} {prob:18} " + " ".join(cells))
+            if r is None:
+                cells.append(f"{'':>10}")
+            elif r.get("seconds"):
+                cells.append(f"{r['seconds'] * 1e6:10.4g}")
+            else:
+                cells.append(f"{'err':>10}")
+                failed.append(f"{d} {prob} {i}: {r.get('error')}")
+        peers = [row[i]["seconds"] for i in PEERS if row.get(i, {}).get("seconds")]
+        auto = row.get("auto", {}).get("seconds")
+        ratio = f"{min(peers) / auto:15.2f}" if peers and auto else f"{'-':>15}"
+        lines.append(f"{d:8} {prob:{width}} " + " ".join(cells) + ratio)
+    return lines + [f"  {f}" for f in failed]
+
+
+def _summary(doc):
+    print("\n".join(summary_lines(doc)))
 
 
 if __name__ == "__main__":

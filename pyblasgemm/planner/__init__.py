@@ -61,6 +61,8 @@ value raises ``SettingError`` naming the variable, the value and what is allowed
                                 sm_90, the H100).
 ``PYBLASGEMM_FP32_COMPUTE``     default ``compute=`` of float32 problems ('fp32', 'tf32',
                                 '3xtf32'; see ``pyblasgemm.set_default_compute``).
+``PYBLASGEMM_RESULTS_DIR``      where ``bench`` writes its results without ``--out`` (default
+                                ``~/.local/share/pyblasgemm/bench/``).
 
 Command line: ``python -m pyblasgemm plan M N K --dtype f16 --trans NT`` prints the explanation
 (without a GPU it plans for the default H100 spec and says so); ``python -m pyblasgemm tune ...``
