@@ -16,6 +16,7 @@ import numpy as np
 
 from . import _arrays, calls, interop, streams
 from ._strided import strided_gemm
+from .backends import host as host_backend
 from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, get_default_compute, resolve_compute
 from ._layout import may_overlap
 from .desc import check_backend
@@ -184,12 +185,12 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
     t = type(a)
     if (t is np.ndarray and type(b) is t and out is None and dtype is None and compute is None
             and backend is None and autotune is None and not numpy_kwargs
-            and a.dtype.char == b.dtype.char and a.dtype.char in _NUMPY_OWN
+            and a.dtype.num == b.dtype.num and a.dtype.num in _HOST_DIRECT
             and (a.dtype.char != "f" or get_default_compute() == "fp32")):
-        # float32 (compute 'fp32'), float64 and complex on the host: NumPy's own matmul is the
-        # BLAS call our host backend would make, so it is called as is — its results bit for
-        # bit, at its cost (4x4 float32: ~1.3 µs, against ~50 µs through the planned path)
-        return np.matmul(a, b)
+        # two NumPy operands, no keywords: the host backend's arithmetic as one NumPy call
+        # (float32/float64/complex/int8: numpy.matmul itself, bit for bit) at NumPy's cost
+        # (4x4: ~1.3 µs, against ~50 µs through describe and plan)
+        return _HOST_DIRECT[a.dtype.num](a, b)
     if (t is _CUPY[0] and type(b) is t and autotune is None and not numpy_kwargs
             and (dtype is None or isinstance(dtype, _DTYPE_WORDS))):
         # a repeated CuPy call: its signature maps straight to the launch that ran it
@@ -327,9 +328,7 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
         return result
 
 
-#: dtype characters whose host product is NumPy's own matmul (float32, float64, complex64,
-#: complex128); float16 / bfloat16 / int8 keep the host backend's float32 / exact accumulation
-_NUMPY_OWN = frozenset("fdFD")
+_HOST_DIRECT = host_backend.DIRECT
 
 #: ``dtype=`` values a signature key holds as given (hashable, and equal only when they name
 #: the same dtype: ``numpy.int32``, ``numpy.dtype('int32')``, ``'int32'``)

@@ -1,4 +1,6 @@
 """matmul has numpy.matmul's semantics exactly: shapes, dtypes, broadcasting, out=, errors."""
+import math
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -81,7 +83,8 @@ def test_matmul_matches_numpy_host(pair, dtype, how_a, how_b, seed):
     rng = np.random.default_rng(seed)
     a = _arrange(rng, _rand(rng, pair[0], dtype), how_a)
     b = _arrange(rng, _rand(rng, pair[1], dtype), how_b)
-    assert_matches_numpy(pyblasgemm.matmul(a, b), a, b)
+    assert_matches_numpy(pyblasgemm.matmul(a, b), a, b)                   # the no-keyword path
+    assert_matches_numpy(pyblasgemm.matmul(a, b, backend="host"), a, b)   # describe, plan, run
 
 
 @settings(max_examples=60, deadline=None)
@@ -118,9 +121,9 @@ def test_matmul_promotion_and_delegation(da, db):
 def test_matmul_int8_wraps_like_numpy():
     a = np.full((2, 8), 100, dtype=np.int8)
     b = np.full((8, 3), 100, dtype=np.int8)
-    got = pyblasgemm.matmul(a, b)
-    assert got.dtype == np.int8
-    np.testing.assert_array_equal(got, np.matmul(a, b))
+    for got in (pyblasgemm.matmul(a, b), pyblasgemm.matmul(a, b, backend="host")):
+        assert got.dtype == np.int8
+        np.testing.assert_array_equal(got, np.matmul(a, b))
 
 
 @pytest.mark.parametrize("a,b,kw", [
@@ -172,8 +175,8 @@ def test_matmul_out_tuple():
 
 
 def test_matmul_broadcast_batch_does_not_copy_shared_operand(monkeypatch):
-    """A (5, 3, 4) @ (4, 2): one strided-batched call with stride 0 for b (float16: float32,
-    float64 and complex NumPy products are numpy.matmul's own, test_host_numpy_types_are_numpys)."""
+    """A (5, 3, 4) @ (4, 2): one strided-batched call with stride 0 for b (backend='host': without
+    keywords NumPy products skip the planned path, test_host_products_without_keywords_...)."""
     import pyblasgemm.execute as ex
     calls = []
     real = ex.execute
@@ -182,7 +185,7 @@ def test_matmul_broadcast_batch_does_not_copy_shared_operand(monkeypatch):
         return real(desc, a, b, c, backend, autotune)
     monkeypatch.setattr("pyblasgemm._strided.execute", spy)
     a, b = np.ones((5, 3, 4), np.float16), np.ones((4, 2), np.float16)
-    np.testing.assert_array_equal(pyblasgemm.matmul(a, b), np.matmul(a, b))
+    np.testing.assert_array_equal(pyblasgemm.matmul(a, b, backend="host"), np.matmul(a, b))
     assert len(calls) == 1 and calls[0].batch == 5
     assert 0 in (calls[0].stride_a, calls[0].stride_b)
 
@@ -192,35 +195,94 @@ def test_matmul_unmergeable_batch_loops():
     a = rng.standard_normal((4, 6, 3, 5)).astype(np.float16)[:, ::2]   # batch strides not mergeable
     b = rng.standard_normal((4, 1, 5, 2)).astype(np.float16)
     want = np.matmul(a.astype(np.float64), b.astype(np.float64))
-    np.testing.assert_allclose(pyblasgemm.matmul(a, b).astype(np.float64), want, rtol=2e-3, atol=4e-3)
+    got = pyblasgemm.matmul(a, b, backend="host")
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3, atol=4e-3)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
-@pytest.mark.parametrize("shapes", [((4, 4), (4, 4)), ((3, 5, 7), (7, 2)), ((9,), (9, 4)), ((6, 9), (9,))])
-def test_host_numpy_types_are_numpys(dtype, shapes, monkeypatch):
-    """float32 (compute 'fp32'), float64 and complex NumPy products are numpy.matmul's, bit for
-    bit, without entering the planned path; float16 still takes it; a float32 default compute
-    of 'tf32' keeps the host's tf32 emulation."""
+_HOST_DIRECT_TYPES = [np.float32, np.float64, np.complex64, np.complex128, np.int8, ml_dtypes.bfloat16,
+                      np.float16]
+
+
+def _host_operands(rng, shapes, dtype):
+    if dtype is np.int8:
+        return [rng.integers(-128, 128, s).astype(np.int8) for s in shapes]
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+@pytest.mark.parametrize("dtype", _HOST_DIRECT_TYPES)
+@pytest.mark.parametrize("shapes", [((4, 4), (4, 4)), ((3, 5, 7), (7, 2)), ((9,), (9, 4)), ((6, 9), (9,)),
+                                    ((40, 33), (33, 17))])
+def test_host_products_without_keywords_skip_the_planned_path(dtype, shapes, monkeypatch):
+    """Two NumPy operands and no keywords: numpy.matmul's result bit for bit (float32 with
+    compute 'fp32', float64, complex, int8, bfloat16; float16 up to 512 multiply-adds), float16
+    above that a float32 sum rounded once; none enters the planned path. A float32 default
+    compute of 'tf32' keeps the host's tf32 emulation."""
     import pyblasgemm._strided as strided
 
     rng = np.random.default_rng(2)
-    a = rng.standard_normal(shapes[0]).astype(dtype)
-    b = rng.standard_normal(shapes[1]).astype(dtype)
+    a, b = _host_operands(rng, shapes, dtype)
     calls = []
     real = strided.execute
     monkeypatch.setattr("pyblasgemm._strided.execute", lambda *x, **k: calls.append(1) or real(*x, **k))
-    got = pyblasgemm.matmul(a, b)
-    assert got.dtype == np.matmul(a, b).dtype and calls == []
-    np.testing.assert_array_equal(got, np.matmul(a, b))
-    pyblasgemm.matmul(a.astype(np.float16), b.astype(np.float16))
-    assert calls == [1]
+    got, want = pyblasgemm.matmul(a, b), np.matmul(a, b)
+    assert got.dtype == want.dtype and np.shape(got) == np.shape(want) and calls == []
+    if dtype is np.float16 and a.size * b.shape[-1] > 512:
+        wide = np.matmul(a.astype(np.float64), b.astype(np.float64))
+        np.testing.assert_allclose(got.astype(np.float64), wide, rtol=2e-3, atol=2e-3)
+        assert np.mean(got != want) < 0.05        # the same rounding, another order
+    else:
+        np.testing.assert_array_equal(got, want)
     if dtype is np.float32:
         pyblasgemm.set_default_compute("tf32")
         try:
             pyblasgemm.matmul(a, b)
         finally:
             pyblasgemm.set_default_compute("fp32")
-        assert calls == [1, 1]
+        assert calls == [1]
+
+
+def test_host_int8_wraps_like_numpy_for_long_sums():
+    """int8 @ int8 -> int8: NumPy wraps each step, the host backend the exact sum; the results
+    agree bit for bit on both paths (the planned one too, through out=)."""
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, (5, 3000)).astype(np.int8)
+    b = rng.integers(-128, 128, (3000, 6)).astype(np.int8)
+    out = np.empty((5, 6), np.int8)
+    np.testing.assert_array_equal(pyblasgemm.matmul(a, b, out=out), np.matmul(a, b))
+    np.testing.assert_array_equal(pyblasgemm.matmul(a, b), np.matmul(a, b))
+
+
+@pytest.mark.parametrize("dtype", _HOST_DIRECT_TYPES)
+def test_small_host_products_cost_at_most_twice_numpys(dtype):
+    """4³ and 32³ products: at most 2x numpy.matmul's time per call (the best of interleaved
+    rounds, so a busy machine slows both alike)."""
+    import time
+
+    rng = np.random.default_rng(4)
+    for n in (4, 32):
+        a, b = _host_operands(rng, ((n, n), (n, n)), dtype)
+        best = {np.matmul: math.inf, pyblasgemm.matmul: math.inf}
+        for _ in range(7):
+            for f in best:
+                t0 = time.perf_counter()
+                for _ in range(200):
+                    f(a, b)
+                best[f] = min(best[f], (time.perf_counter() - t0) / 200)
+        assert best[pyblasgemm.matmul] <= 2 * best[np.matmul], (n, best)
+
+
+def test_host_float16_overflow_warns_as_numpy_at_the_callers_line():
+    big = np.full((4, 40), 300, np.float16)     # 40 * 300² > 65504: inf, above the loop bound
+    for a in (big, big[:, :4]):
+        with pytest.warns(RuntimeWarning, match="^overflow encountered in matmul$") as rec:
+            np.matmul(a, a.T)
+        with pytest.warns(RuntimeWarning, match="^overflow encountered in matmul$") as ours:
+            got = pyblasgemm.matmul(a, a.T)
+        assert len(ours) == len(rec) == 1 and np.isinf(got).all()
+    with pytest.warns(RuntimeWarning, match="^overflow encountered in matmul$") as ours:
+        pyblasgemm.hgemm("N", "T", 4, 4, 40, 1.0, np.asfortranarray(big), 4, np.asfortranarray(big), 4,
+                         0.0, np.zeros(16, np.float16), 4)
+    assert len(ours) == 1 and ours[0].filename == __file__
 
 
 # --- the same semantics on CuPy --------------------------------------------------------------
@@ -321,3 +383,20 @@ def test_matmul_gpu_dtype_float32(dtype, backend):
     got = pyblasgemm.matmul(cupy.asarray(a), cupy.asarray(b), dtype=np.float32, backend=backend)
     assert got.dtype == np.float32
     assert_matches_numpy(got.get(), a.astype(np.float32), b.astype(np.float32), check_type=False)
+
+
+def test_host_floating_point_exceptions_follow_the_callers_errstate():
+    """As numpy.matmul: underflow is ignored by default, np.errstate decides the rest."""
+    import warnings
+
+    tiny = np.full((4, 40), 1e-4, np.float16)       # products of 1e-8 underflow float16
+    big = np.full((4, 40), 300, np.float16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for kw in ({}, {"backend": "host"}):
+            pyblasgemm.matmul(tiny, tiny.T, **kw)
+            with np.errstate(over="ignore"):
+                assert np.isinf(pyblasgemm.matmul(big, big.T, **kw)).all()
+    for kw in ({}, {"backend": "host"}):
+        with np.errstate(over="raise"), pytest.raises(FloatingPointError, match="overflow encountered in matmul"):
+            pyblasgemm.matmul(big, big.T, **kw)

@@ -9,8 +9,17 @@ Precision follows the GPU modes so that host results are a faithful stand-in:
   * int8: exact products in float64 (|sum| < 2^53 for any k < 2^38), then int32 arithmetic
     that wraps like the GPU's;
   * float64 / complex: NumPy's matmul (BLAS) directly.
+
+Floating-point exceptions (a float16 result past 65504, inf - inf) are reported as NumPy's
+matmul reports them for the same product, under the caller's ``np.errstate`` (by default a
+RuntimeWarning "overflow encountered in matmul", at the caller's line; underflow ignored), not
+as warnings from the library's inner casts.
 """
 from __future__ import annotations
+
+import os
+import sys
+import warnings
 
 import numpy as np
 
@@ -63,7 +72,98 @@ def product(desc: GemmDesc, opa: np.ndarray, opb: np.ndarray) -> np.ndarray:
     return np.matmul(opa, opb)
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _user_stacklevel() -> int:
+    """``warnings.warn``'s stacklevel (for a warn call in this function's caller) of the first
+    frame outside the package: the line of the user's call, as NumPy's own warnings point."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+#: NumPy's words for a floating-point exception (its 'call' handler's first argument) ->
+#: the np.geterr() key that says what the caller wants done about it
+_ERR_KEY = {"divide by zero": "divide", "overflow": "over", "underflow": "under",
+            "invalid value": "invalid"}
+
+
+def _report_as_numpy(raised: list[tuple[str, int]]) -> None:
+    """Do for each exception what the caller's ``np.errstate`` asks (by default: warn on
+    overflow, invalid and divide, ignore underflow), in the words ``numpy.matmul`` uses."""
+    if not raised:
+        return
+    mode = np.geterr()
+    for kind, flag in dict.fromkeys(raised):
+        how, message = mode.get(_ERR_KEY.get(kind, "invalid"), "warn"), f"{kind} encountered in matmul"
+        if how == "warn":
+            warnings.warn(message, RuntimeWarning, stacklevel=_user_stacklevel())
+        elif how == "raise":
+            raise FloatingPointError(message)
+        elif how == "call":
+            np.geterrcall()(kind, flag)
+        elif how == "log":
+            np.geterrcall().write(f"Warning: {message}\n")
+        elif how == "print":
+            print(f"Warning: {message}", file=sys.stderr)
+
+
+def _collecting(raised: list):
+    """An error state that records every floating-point exception instead of acting on it."""
+    return np.errstate(all="call", call=lambda kind, flag: raised.append((kind, flag)))
+
+
 def run(desc: GemmDesc, a, b, c, plan=None) -> None:
+    raised: list[tuple[str, int]] = []
+    # the exceptions are collected (not reported where they happen: in a cast, past the
+    # product) and reported once each, in NumPy's words, at the user's line
+    with _collecting(raised):
+        _compute(desc, a, b, c)
+    _report_as_numpy(raised)
+
+
+#: up to this many multiply-adds NumPy's own float16 loop (float32 sum, one rounding: the host
+#: backend's arithmetic, in k order) beats widening to float32 BLAS: the loop costs ~4.5 ns a
+#: multiply-add after ~1.3 µs, the widened product ~4 µs at any small size (2 casts, sgemm, the
+#: error state)
+HALF_LOOP_MACS = 512
+
+
+def _half_matmul(a, b):
+    if a.size * (b.shape[-1] if b.ndim > 1 else 1) <= HALF_LOOP_MACS:
+        return np.matmul(a, b)
+    raised: list[tuple[str, int]] = []
+    with _collecting(raised):
+        out = np.matmul(a, b, dtype=np.float32).astype(np.float16)
+    _report_as_numpy(raised)
+    return out
+
+
+def _direct_table() -> dict:
+    import ml_dtypes
+
+    return {np.dtype(np.float32).num: np.matmul,     # float32 BLAS (compute 'fp32' only)
+            np.dtype(np.float64).num: np.matmul,
+            np.dtype(np.complex64).num: np.matmul,
+            np.dtype(np.complex128).num: np.matmul,
+            # int8 -> int8: NumPy wraps every step, we wrap the exact sum; both are the exact
+            # sum modulo 2^8 (wrapping is a ring homomorphism), so every bit agrees
+            np.dtype(np.int8).num: np.matmul,
+            # ml_dtypes' bfloat16 matmul returns float32 summed in float32 (as sbgemm does)
+            np.dtype(ml_dtypes.bfloat16).num: np.matmul,
+            np.dtype(np.float16).num: _half_matmul}
+
+
+#: dtype number -> ``f(a, b)``: ``matmul`` of two NumPy operands of that dtype as one NumPy
+#: call with the host backend's arithmetic (numpy.matmul's broadcasting, result type and
+#: errors), for the call layer's no-keyword fast path. Keyed by number: ml_dtypes reuses the
+#: characters 'e' and 'E' (int1, uint1)
+DIRECT: dict = _direct_table()
+
+
+def _compute(desc: GemmDesc, a, b, c) -> None:
     a_rows, a_cols = desc.a_shape()
     b_rows, b_cols = desc.b_shape()
     opa = op_view(a, desc.transa, a_rows, a_cols, desc.lda, desc.batch, desc.stride_a)
