@@ -32,6 +32,25 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_collection_finish(session):
+    """Queue the compile checks' NVRTC work (compile_pool.py) now, so that it runs on every core
+    beside the other tests; under pytest-xdist each test compiles on demand instead."""
+    if hasattr(session.config, "workerinput"):
+        return
+    import compile_pool
+
+    modules = dict.fromkeys(m for m in (getattr(i, "module", None) for i in session.items)
+                            if m is not None and hasattr(m, "compile_jobs"))
+    for module in sorted(modules, key=lambda m: m.__name__):   # the order the tests run in
+        compile_pool.start(module.compile_jobs(session.items))
+
+
+def pytest_sessionfinish(session):
+    import compile_pool
+
+    compile_pool.stop()
+
+
 #: the array modules every API test runs on: NumPy always, CuPy on a GPU machine
 XP_PARAMS = [pytest.param("numpy", id="numpy"),
              pytest.param("cupy", id="cupy", marks=pytest.mark.gpu)]

@@ -5,14 +5,15 @@
   compiles with no error, no warning, no register spill, no stack frame and no local memory;
 * its SASS (``cuobjdump -sass``, from the ``nvidia-cuda-cuobjdump`` wheel of the ``test`` extra)
   holds the fast path: HGMMA/IGMMA of the tile's shape, TMA loads (UTMALDG) and the producer /
-  consumer register reallocation (USETMAXREG). cuobjdump takes ~0.3 s a cubin, so CI
-  disassembles one layout per instantiation class (layouts spread over the tiles and
-  decompositions); PYBLASGEMM_COMPILE_ALL=1 disassembles all of them;
+  consumer register reallocation (USETMAXREG). cuobjdump takes ~0.6 s a cubin, so CI
+  disassembles a cover of the features the SASS shows (every tile, consumer, cluster, bk,
+  decomposition and layout of each kind at least once); PYBLASGEMM_COMPILE_ALL=1 disassembles
+  all of them;
 * the generated ``ptx/sm90_wgmma.cuh`` is what ``tools/gen_sm90_wgmma.py`` renders;
 * the sm90 headers compile alone for sm_90a and refuse any other target loudly.
 
-All instantiations compile in one thread pool (NVRTC releases the GIL), once per module, and
-only those whose tests were selected.
+Each instantiation compiles once per run, on every core, beside the other tests, and only those
+whose tests were selected (compile_pool.py).
 """
 from __future__ import annotations
 
@@ -21,15 +22,17 @@ import importlib.util
 import os
 import re
 import subprocess
-from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+import compile_pool
+
 from pyblasgemm.kernels import jit
 from pyblasgemm.kernels.config import SM90_CONFIGS, SM90_KINDS, SM90_MMA_SYNC_CONFIGS
-from pyblasgemm.kernels.problem import BASE_KIND, ELEM_BYTES, KernelProblem
+from pyblasgemm.kernels.problem import BASE_KIND, KernelProblem
 
 REPO = Path(__file__).resolve().parents[1]
 #: PYBLASGEMM_COMPILE_ALL=1: disassemble every instantiation (default: a rotating subset)
@@ -81,29 +84,29 @@ def _specs():
     return out
 
 
+def _sass_features(spec) -> set:
+    """What the disassembly of one instantiation shows of its kind: the MMA instruction's shape
+    (tile bm, consumer, the cluster's multicast loads, bk), the decomposition's kernels (the
+    split-k reduction) and the layout's operand path."""
+    kind, cfg, lay = spec
+    return {(kind, "tile", cfg.bm, cfg.consumer, getattr(cfg, "cluster", 1)), (kind, "bk", cfg.bk),
+            (kind, "decomposition", cfg.decomposition), (kind, "layout", lay)}
+
+
 def _sass_specs(specs):
-    """The specs to disassemble: all with PYBLASGEMM_COMPILE_ALL=1; otherwise one layout per
-    instantiation class (the same kernel but for the operands' majorness), picked greedily so
-    that the layouts spread over the tiles and decompositions of each kind."""
+    """The specs to disassemble: all with PYBLASGEMM_COMPILE_ALL=1; otherwise a greedy cover
+    in which every feature of :func:`_sass_features` appears at least once (about 50 of the
+    ~350: cuobjdump takes ~0.6 s per cubin, 0.3 s of CPU saved per spec left out). Every spec's
+    ptxas report (no spill, no stack, no local memory) is checked regardless."""
     if ALL:
         return list(specs)
-    classes: dict = {}
-    for s in specs:
-        kind, cfg, _ = s
-        classes.setdefault((kind, tuple(jit._names(cfg, kind, "T", "N", None, True))), []).append(s)
-    used: Counter = Counter()
+    need = set().union(*(_sass_features(s) for s in specs))
+    covered: set = set()
     out = []
-    for members in classes.values():
-        kind, cfg, _ = members[0]
-
-        def feats(lay, kind=kind, cfg=cfg):
-            grp = ELEM_BYTES[kind]  # f16 and bf16 share the operand paths: spread over both
-            return [(grp, "decomposition", cfg.decomposition, getattr(cfg, "cluster", 1), lay),
-                    (grp, "tile", cfg.bm, lay), (kind, "layout", lay)]
-
-        pick = min(members, key=lambda s: (sum(used[f] for f in feats(s[2])), LAYOUTS.index(s[2])))
-        used.update(feats(pick[2]))
+    while covered != need:
+        pick = max(specs, key=lambda s: len(_sass_features(s) - covered))   # first of the best
         out.append(pick)
+        covered |= _sass_features(pick)
     return out
 
 
@@ -133,46 +136,44 @@ NO_CUOBJDUMP = ("cuobjdump not found under the 'nvidia' package: install the tes
                 "(pip install -e '.[test]', which brings nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm)")
 
 
-def _build(spec, workdir: Path, sass: bool):
+def _build(spec, sass: bool):
     """Compile one instantiation; disassemble it when asked and cuobjdump is there."""
     kind, cfg, lay = spec
     out = {"names": jit._names(cfg, kind, lay[0], lay[1], None, True)}
     try:
-        out["binary"], out["log"] = jit.compile_offline(cfg, kind, lay[0], lay[1], arch="sm_90a")
+        binary, out["log"] = jit.compile_offline(cfg, kind, lay[0], lay[1], arch="sm_90a")
     except Exception as e:  # KernelCompileError carries the NVRTC log in its message
         out["error"] = e
         return out
+    out["elf_magic"] = binary[:4]
     if sass and CUOBJDUMP is not None:
-        path = workdir / f"{kind}-{lay}-{cfg.name}.cubin"
-        path.write_bytes(out["binary"])
-        # cuobjdump -sass runs nvdisasm (the nvidia-cuda-nvdisasm wheel, same bin folder)
-        env = dict(os.environ, PATH=f"{CUOBJDUMP.parent}{os.pathsep}{os.environ.get('PATH', '')}",
-                   NVDISASM_PATH=str(CUOBJDUMP.parent))
-        r = subprocess.run([str(CUOBJDUMP), "-sass", str(path)], capture_output=True, text=True, env=env)
+        with tempfile.TemporaryDirectory(prefix="pbg_sm90_") as workdir:
+            path = Path(workdir) / "kernel.cubin"
+            path.write_bytes(binary)
+            # cuobjdump -sass runs nvdisasm (the nvidia-cuda-nvdisasm wheel, same bin folder)
+            env = dict(os.environ, PATH=f"{CUOBJDUMP.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+                       NVDISASM_PATH=str(CUOBJDUMP.parent))
+            r = subprocess.run([str(CUOBJDUMP), "-sass", str(path)], capture_output=True, text=True, env=env)
         out["sass"] = r.stdout if r.returncode == 0 else None
         out["sass_error"] = f"cuobjdump exit {r.returncode}:\n{r.stderr}"
     return out
 
 
-@pytest.fixture(scope="module")
-def built(request, tmp_path_factory):
-    """{spec: compile result} for every spec some selected test of this module asks for
-    (disassembled where a selected SASS test asks for it)."""
-    _nvrtc()
+def compile_jobs(items) -> dict:
+    """{spec: job} for every spec a selected test of this module asks for, disassembled where a
+    selected SASS test asks for it (see compile_pool.py)."""
     wanted: dict = {}
-    for item in request.session.items:
+    for item in items:
         cs = getattr(item, "callspec", None)
-        if cs is not None and item.module is request.module and "spec" in cs.params:
+        if cs is not None and getattr(item, "module", None) is sys.modules[__name__] and "spec" in cs.params:
             spec = cs.params["spec"]
             wanted[spec] = wanted.get(spec, False) or item.originalname == "test_sass_has_the_fast_path"
-    workdir = tmp_path_factory.mktemp("sm90_cubins")
-    with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as ex:
-        results = list(ex.map(lambda kv: _build(kv[0], workdir, kv[1]), wanted.items()))
-    return dict(zip(wanted, results))
+    return {("sm_90a", spec): (lambda spec=spec, sass=sass: _build(spec, sass)) for spec, sass in wanted.items()}
 
 
-def _result(built, spec):
-    r = built[spec]
+def _result(spec):
+    _nvrtc()
+    r = compile_pool.result(("sm_90a", spec), lambda: _build(spec, True))
     if "error" in r:
         pytest.fail(f"{spec[1].name} {spec[0]} {spec[2]} failed to compile for sm_90a:\n{r['error']}")
     return r
@@ -204,10 +205,10 @@ _CUM_STACK = re.compile(r"(\d+) bytes cumulative stack size")
 
 
 @pytest.mark.parametrize("spec", [_param(s) for s in SPECS])
-def test_instantiation_compiles_clean(built, spec):
-    r = _result(built, spec)
+def test_instantiation_compiles_clean(spec):
+    r = _result(spec)
     log = r["log"]
-    assert r["binary"][:4] == b"\x7fELF", "not a cubin"
+    assert r["elf_magic"] == b"\x7fELF", "not a cubin"
     bad = [ln for ln in log.splitlines() if _WARN.search(ln)]
     assert not bad, "compiler warnings:\n" + "\n".join(bad) + f"\n--- log ---\n{log}"
     res = jit.ptxas_resources(log)
@@ -239,12 +240,12 @@ def test_cuobjdump_is_installed():
 
 
 @pytest.mark.parametrize("spec", [_param(s) for s in SASS_SPECS])
-def test_sass_has_the_fast_path(built, spec):
+def test_sass_has_the_fast_path(spec):
     """The cubin runs wgmma (HGMMA/IGMMA of the config's tile; mma.sync consumers: HMMA and
     ldmatrix), TMA loads and setmaxnreg."""
     assert CUOBJDUMP is not None, NO_CUOBJDUMP
     kind, cfg, lay = spec
-    r = _result(built, spec)
+    r = _result(spec)
     assert r["sass"] is not None, r["sass_error"]
     assert re.search(r"^\s*\.target\s+sm_90a\s*$", r["sass"], re.M), r["sass"][:500]
     funcs = _sass_functions(r["sass"])
