@@ -20,6 +20,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.doctest",
     "sphinx.ext.mathjax",
+    "myst_parser",   # the root CHANGELOG.md, included by changelog.rst
 ]
 
 # numpydoc-style sections (Parameters, Returns, Raises, Examples) via napoleon
