@@ -16,7 +16,8 @@ def _supported_names() -> str:
 
 
 def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backend=None,
-         autotune=None, stream=None):
+         autotune=None, stream=None, bias=None, activation=None, preactivation_out=None,
+         scale_a=None, scale_b=None):
     """``out = alpha * op(a) @ op(b) + beta * out`` for 2-D NumPy or CuPy arrays.
 
     The semantics of ``cupy.cublas.gemm``, for every dtype pyblasgemm supports (float16,
@@ -45,6 +46,11 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         routine's scalar type (float32 for 16- and 32-bit data) is a ``BlasArgumentError``.
     compute, backend, autotune
         As for the BLAS form (:func:`pyblasgemm.sgemm`).
+    bias, activation, preactivation_out, scale_a, scale_b
+        An epilogue: ``out = activation(alpha·op(a)·op(b) + beta·out + bias)``, the value before
+        the activation into ``preactivation_out``, int8 products dequantized by ``scale_a``
+        (per row) and ``scale_b`` (per column) to a float ``out``; see
+        :mod:`pyblasgemm.epilogue`.
 
     Returns
     -------
@@ -65,6 +71,12 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
     >>> pyblasgemm.gemm('N', 'T', h, h, out=np.empty((1, 1), dtype=np.float32))
     array([[160000.]], dtype=float32)
     """
+    if not (bias is None and activation is None and preactivation_out is None and scale_a is None
+            and scale_b is None):
+        from .epilogue import gemm_with_epilogue
+        return gemm_with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend,
+                                  autotune, stream, bias, activation, preactivation_out, scale_a,
+                                  scale_b)
     t = type(a)
     if (t is _CUPY[0] and type(b) is t and autotune is None and type(transa) is str
             and type(transb) is str):

@@ -127,7 +127,8 @@ def _with_dtype(xp_name, a, b, dtype):
 
 
 def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=None,
-           stream=None, **numpy_kwargs):
+           stream=None, bias=None, activation=None, preactivation_out=None, scale_a=None,
+           scale_b=None, **numpy_kwargs):
     """Matrix product with exactly ``numpy.matmul``'s semantics, on NumPy or CuPy arrays.
 
     1-D operands are promoted (a vector on the left is a row, on the right a column) and the
@@ -154,6 +155,11 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
         Where the GPU work is enqueued: a CuPy or PyTorch stream, an object with
         ``__cuda_stream__``, or a raw ``cudaStream_t`` int (see :mod:`pyblasgemm.streams`).
         Default: the current stream of the arrays' framework.
+    bias, activation, preactivation_out, scale_a, scale_b : optional
+        An epilogue: ``activation(a @ b + bias)``, the value before the activation into
+        ``preactivation_out``, int8 products dequantized by ``scale_a`` (per row of ``a``)
+        and ``scale_b`` (per column of ``b``) to ``dtype`` (float32 by default); see
+        :mod:`pyblasgemm.epilogue`.
     casting, order, subok, axes, axis, signature
         ``numpy.matmul``'s other keywords. At their default values they change nothing; a
         call with any other value (``casting='unsafe'`` into a bool ``out``, ``axes=``...) is
@@ -182,6 +188,14 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
     <BLANKLINE>
            [[21., 30.]]], dtype=float32)
     """
+    if not (bias is None and activation is None and preactivation_out is None and scale_a is None
+            and scale_b is None):
+        if numpy_kwargs:
+            raise TypeError(f"matmul: an epilogue does not combine with numpy.matmul's "
+                            f"{', '.join(numpy_kwargs)}")
+        from .epilogue import matmul_with_epilogue
+        return matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias,
+                                    activation, preactivation_out, scale_a, scale_b)
     t = type(a)
     if (t is np.ndarray and type(b) is t and out is None and dtype is None and compute is None
             and backend is None and autotune is None and not numpy_kwargs

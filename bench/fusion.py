@@ -1,0 +1,184 @@
+"""Epilogue benchmarks (issue: fusion): pyblasgemm's GEMM + epilogue against the same work
+done by PyTorch's unfused sequence, on the same bytes, in one process.
+
+    PYTHONPATH=. python bench/fusion.py --out bench/results/fusion_<gpu>_<date>_<sha>.json
+
+Cases (the issue's targets):
+
+* bias + GELU, float16 and bfloat16, at 4096³, 8192 x 11008 x 4096 and 16 x 11008 x 4096
+  (M x N x K): ``matmul(x, w, bias=b, activation='gelu')`` against the faster of
+  ``gelu(x @ w + b)`` and ``gelu(addmm(b, x, w))``;
+* the epilogue's own cost: ``matmul(x, w)`` against ``matmul(x, w, bias=b, activation='gelu')``
+  at 8192³ (float16);
+* int8: ``matmul(xq, wq, scale_a=, scale_b=, bias=, activation='relu', dtype=float16)`` against
+  ``torch._int_mm`` followed by the same elementwise work.
+
+Each contender's output is compared with the fastest PyTorch sequence's first (max relative
+error over the whole output) before it is timed. Steady: CUDA events around back-to-back
+calls (bench/timing.py); single call: host wall clock of one call plus synchronize, median of
+20. Ratios > 1: pyblasgemm is faster.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.heldout import meta  # noqa: E402
+from bench.timing import event_median_s  # noqa: E402
+
+SHAPES = [(4096, 4096, 4096), (8192, 11008, 4096), (16, 11008, 4096)]
+INT8_SHAPES = [(4096, 4096, 4096), (8192, 11008, 4096), (32, 11008, 4096)]   # _int_mm: M > 16
+
+
+class _Gpu:
+    def __init__(self):
+        import cupy
+        import torch
+
+        import pyblasgemm
+
+        self.cp, self.torch, self.pb = cupy, torch, pyblasgemm
+        self.torch_ok = torch.cuda.is_available()
+
+    def t(self, x):
+        """A torch view of a CuPy array's memory (bfloat16 through a uint16 view)."""
+        torch = self.torch
+        if x.dtype.name == "bfloat16":
+            return torch.as_tensor(x.view(self.cp.uint16), device="cuda").view(torch.bfloat16)
+        return torch.as_tensor(x, device="cuda")
+
+    def sync(self):
+        self.cp.cuda.Device().synchronize()
+        self.torch.cuda.synchronize()
+
+
+def _single_s(gpu, fn, n=20):
+    out = []
+    for _ in range(n):
+        gpu.sync()
+        t0 = time.perf_counter()
+        fn()
+        gpu.sync()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def _rel_err(gpu, ours, ref) -> float:
+    """max |ours - ref| / max |ref| over the whole output (ours: CuPy, ref: torch)."""
+    g, w = gpu.t(ours).float(), ref.float()
+    return float((g - w).abs().max() / w.abs().max().clamp_min(1e-30))
+
+
+def _contend(gpu, ours: dict, theirs: dict, tol: float) -> dict:
+    """{name: {steady_s, single_s, err}} for every contender; ratios of the best of each side."""
+    res = {}
+    ref = None
+    for name, fn in theirs.items():
+        try:
+            out = fn()
+            ref = out if ref is None else ref
+            res[name] = {"steady_s": event_median_s(fn), "single_s": _single_s(gpu, fn), "side": "torch"}
+        except Exception as exc:  # report and go on
+            res[name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}", "side": "torch"}
+    for name, fn in ours.items():
+        try:
+            out = fn()
+            gpu.sync()
+            err = None if ref is None else _rel_err(gpu, out, ref)
+            row = {"side": "ours", "max_rel_err_vs_torch": err}
+            if err is not None and not err <= tol:
+                row["error"] = f"differs from PyTorch's result: {err:.3g} > {tol:.3g}; not timed"
+            else:
+                row.update(steady_s=event_median_s(fn), single_s=_single_s(gpu, fn))
+            res[name] = row
+        except Exception as exc:
+            res[name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}", "side": "ours"}
+    for how in ("steady_s", "single_s"):
+        best = {side: min((r[how] for r in res.values() if r.get("side") == side and how in r), default=None)
+                for side in ("ours", "torch")}
+        if best["ours"] and best["torch"]:
+            res[f"ratio_{how[:-2]}"] = best["torch"] / best["ours"]
+    return res
+
+
+def bias_gelu(gpu, m, n, k, dtype) -> dict:
+    cp, torch, pb = gpu.cp, gpu.torch, gpu.pb
+    x = (cp.random.uniform(-1, 1, (m, k), dtype=cp.float32)).astype(dtype)
+    w = (cp.random.uniform(-1, 1, (k, n), dtype=cp.float32) / 64).astype(dtype)
+    b = cp.random.uniform(-1, 1, (n,), dtype=cp.float32).astype(dtype)
+    tx, tw, tb = gpu.t(x), gpu.t(w), gpu.t(b)
+    gelu = torch.nn.functional.gelu
+    theirs = {"torch gelu(x@w + b)": lambda: gelu(torch.matmul(tx, tw) + tb),
+              "torch gelu(addmm(b, x, w))": lambda: gelu(torch.addmm(tb, tx, tw))}
+    ours = {"pyblasgemm matmul(bias, gelu)": lambda: pb.matmul(x, w, bias=b, activation="gelu")}
+    tol = 2.0**-8 * 4 if dtype == "bfloat16" else 2.0**-11 * 4
+    return _contend(gpu, ours, theirs, tol)
+
+
+def epilogue_cost(gpu, s=8192) -> dict:
+    cp, pb = gpu.cp, gpu.pb
+    x = cp.random.uniform(-1, 1, (s, s), dtype=cp.float32).astype(cp.float16)
+    w = (cp.random.uniform(-1, 1, (s, s), dtype=cp.float32) / 64).astype(cp.float16)
+    b = cp.zeros((s,), cp.float16)
+    plain = event_median_s(lambda: pb.matmul(x, w))
+    fused = event_median_s(lambda: pb.matmul(x, w, bias=b, activation="gelu"))
+    return {"plain_s": plain, "with_epilogue_s": fused, "overhead": fused / plain - 1}
+
+
+def int8_dequant(gpu, m, n, k) -> dict:
+    cp, torch, pb = gpu.cp, gpu.torch, gpu.pb
+    xq = cp.random.randint(-128, 128, (m, k), dtype=cp.int8)
+    wq = cp.random.randint(-128, 128, (k, n), dtype=cp.int8)
+    sa = cp.random.uniform(1e-3, 1e-2, (m,), dtype=cp.float32)
+    sb = cp.random.uniform(1e-3, 1e-2, (n,), dtype=cp.float32)
+    b = cp.random.uniform(-1, 1, (n,), dtype=cp.float32).astype(cp.float16)
+    txq, twq, tsa, tsb, tb = (gpu.t(v) for v in (xq, wq, sa, sb, b))
+    twq_t = twq.t().contiguous().t()     # _int_mm wants the second operand column-major
+
+    def torch_seq():
+        acc = torch._int_mm(txq, twq_t)
+        return torch.relu((acc.float() * tsa[:, None] * tsb) + tb).half()
+
+    ours = {"pyblasgemm matmul(int8, dequant, bias, relu)": lambda: pb.matmul(
+        xq, wq, scale_a=sa, scale_b=sb, bias=b, activation="relu", dtype=cp.float16)}
+    return _contend(gpu, ours, {"torch _int_mm + dequant + bias + relu": torch_seq}, 2.0**-11 * 4)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="results JSON")
+    ap.add_argument("--quick", action="store_true", help="the first shape of each list only")
+    args = ap.parse_args(argv)
+    gpu = _Gpu()
+    doc = {"schema": "pyblasgemm-fusion/1", **meta(gpu), "method": __doc__, "cases": []}
+    shapes = SHAPES[:1] if args.quick else SHAPES
+    for dtype in ("float16", "bfloat16"):
+        for m, n, k in shapes:
+            row = {"case": "bias+gelu", "dtype": dtype, "m": m, "n": n, "k": k,
+                   **bias_gelu(gpu, m, n, k, dtype)}
+            doc["cases"].append(row)
+            print(row["case"], dtype, m, n, k, {key: v for key, v in row.items() if key.startswith("ratio")},
+                  flush=True)
+    doc["cases"].append({"case": "epilogue cost 8192^3 float16", **epilogue_cost(gpu)})
+    print(doc["cases"][-1], flush=True)
+    for m, n, k in (INT8_SHAPES[:1] if args.quick else INT8_SHAPES):
+        row = {"case": "int8 dequant+bias+relu", "dtype": "int8", "m": m, "n": n, "k": k,
+               **int8_dequant(gpu, m, n, k)}
+        doc["cases"].append(row)
+        print(row["case"], m, n, k, {key: v for key, v in row.items() if key.startswith("ratio")}, flush=True)
+    pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    pathlib.Path(args.out).write_text(json.dumps(doc, indent=1, default=str))
+    print("wrote", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

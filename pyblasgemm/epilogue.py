@@ -1,0 +1,352 @@
+"""Epilogues: what happens to the product before it is stored.
+
+``gemm`` and ``matmul`` take five keywords that extend ``alpha·op(a)·op(b) + beta·out``:
+
+``bias``
+    a vector added to every row (shape ``(n,)`` or ``(1, n)``: one value per column, as in
+    ``x @ w + b``) or to every column (shape ``(m, 1)``: one value per row), of the output's
+    dtype (float32 for an int8 product that is dequantized);
+``activation``
+    ``'relu'``, ``'gelu'`` (exact, with erf), ``'gelu_tanh'`` (the tanh approximation) or
+    ``'silu'``, applied last;
+``preactivation_out``
+    an array of the output's shape and dtype that receives the value before the activation
+    (what a backward pass needs);
+``scale_a``, ``scale_b``
+    for int8 operands: float32 scales per row of ``op(a)`` (shape ``(m,)``) and per column of
+    ``op(b)`` (shape ``(n,)``), or one scalar each; the int32 product is dequantized to
+    ``scale_a[i] · scale_b[j] · (op(a) @ op(b))[i, j]`` and the output is float16, bfloat16
+    or float32 (``out``'s dtype, or ``matmul``'s ``dtype=``; float32 when neither says).
+
+The order is cuBLASLt's: ``y = act(alpha·dequant(op(a)·op(b)) + beta·out + bias)``, with the
+pre-activation value ``alpha·… + bias`` written to ``preactivation_out``. Everything between
+the accumulator and the store is computed in the accumulation type (float32 for 16-bit and
+int8 operands, the output's type otherwise) and rounded once, so 16-bit results do not round
+twice. NaN and Inf propagate as in the unfused sequence (``relu(NaN)`` is NaN).
+
+How it runs today: the product is computed in the accumulation type (``matmul(...,
+dtype=float32)`` for 16-bit operands, int32 for int8) by the planned GEMM, then one pass
+applies the epilogue — on the host with NumPy, on a GPU with one elementwise kernel that
+includes ``epilogue/activation.cuh`` (the device definitions the fused kernels will share).
+Fusing it into our kernels' store is the next step; the results will not change.
+
+Example
+-------
+>>> import numpy as np, pyblasgemm
+>>> x = np.array([[1., -2.], [3., 4.]], dtype=np.float32)
+>>> w = np.eye(2, dtype=np.float32)
+>>> pre = np.empty((2, 2), np.float32)
+>>> pyblasgemm.matmul(x, w, bias=np.array([0.5, 0.5], np.float32), activation="relu",
+...                   preactivation_out=pre)
+array([[1.5, 0. ],
+       [3.5, 4.5]], dtype=float32)
+>>> pre
+array([[ 1.5, -1.5],
+       [ 3.5,  4.5]], dtype=float32)
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from . import _arrays
+
+__all__ = ["ACTIVATIONS", "Activation", "Epilogue", "EPILOGUE_KEYWORDS"]
+
+#: the keywords that turn a gemm / matmul call into one with an epilogue
+EPILOGUE_KEYWORDS = ("bias", "activation", "preactivation_out", "scale_a", "scale_b")
+
+_SQRT_HALF = 1 / math.sqrt(2.0)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def _gelu(x):
+    from scipy.special import erf
+
+    return x * x.dtype.type(0.5) * (x.dtype.type(1) + erf(x * x.dtype.type(_SQRT_HALF)))
+
+
+def _gelu_tanh(x):
+    t = x.dtype.type
+    return t(0.5) * x * (t(1) + np.tanh(t(_SQRT_2_OVER_PI) * (x + t(0.044715) * x * x * x)))
+
+
+def _silu(x):
+    with np.errstate(over="ignore"):     # exp(-x) = inf for x < -88 (float32): x / inf = -0
+        return x / (x.dtype.type(1) + np.exp(-x))
+
+
+def _relu(x):
+    # x < 0 is False for NaN: NaN stays NaN, as torch.relu keeps it
+    return np.where(x < 0, x.dtype.type(0), x)
+
+
+class Activation(NamedTuple):
+    """One activation: its name, its code in the device headers (``activation.cuh``), and
+    its host definition on float32 / float64 arrays."""
+
+    name: str
+    code: int
+    host: Callable
+    formula: str
+
+
+#: name -> Activation; the device codes are ``pyblasgemm::Activation`` in activation.cuh
+ACTIVATIONS: dict[str, Activation] = {a.name: a for a in (
+    Activation("relu", 1, _relu, "0 if x < 0 else x (NaN stays NaN)"),
+    Activation("gelu", 2, _gelu, "x/2 · (1 + erf(x/√2))"),
+    Activation("gelu_tanh", 3, _gelu_tanh, "x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))"),
+    Activation("silu", 4, _silu, "x / (1 + exp(-x))"),
+)}
+
+
+class Epilogue(NamedTuple):
+    """The checked epilogue of one call (its arrays are held by the call, not here)."""
+
+    bias_axis: str | None          # 'cols' (one value per column: shape (n,)), 'rows' ((m, 1))
+    activation: Activation | None
+    preactivation: bool
+    dequantize: bool               # int8 operands, float output scaled by scale_a / scale_b
+
+    def describe(self) -> str:
+        """One line for ``explain()`` and messages, e.g. ``'bias per column, gelu'``."""
+        parts = []
+        if self.dequantize:
+            parts.append("dequantize (scale_a per row, scale_b per column)")
+        if self.bias_axis:
+            parts.append(f"bias per {self.bias_axis[:-1]}")
+        if self.activation:
+            parts.append(self.activation.name)
+        if self.preactivation:
+            parts.append("pre-activation out")
+        return ", ".join(parts) or "none"
+
+
+def check_activation(routine: str, value) -> Activation | None:
+    if value is None:
+        return None
+    row = ACTIVATIONS.get(value) if isinstance(value, str) else None
+    if row is None:
+        raise ValueError(f"{routine}: activation={value!r} is not one of "
+                         f"{', '.join(map(repr, ACTIVATIONS))} (or None)")
+    return row
+
+
+def _check_vector(routine, name, x, xp_name, length, what):
+    if _arrays.array_module_name(x) != xp_name:
+        raise TypeError(f"{routine}: {name} must be a {'NumPy' if xp_name == 'numpy' else 'CuPy'} "
+                        f"array like the operands, not {type(x).__name__}")
+    if x.shape not in ((length,), ()):
+        raise ValueError(f"{routine}: {name} must have shape ({length},) ({what}) or be a scalar, "
+                         f"got shape {x.shape}")
+
+
+def check(routine: str, out_shape: tuple, mn: tuple, out_dtype, xp_name: str, bias, activation,
+          preactivation_out, scale_a, scale_b, operand_dtype) -> Epilogue:
+    """The Epilogue of a call, or a ValueError / TypeError naming the argument, its value and
+    the rule, raised before any work. ``out_shape``: the result's shape; ``mn``: (m, n) of
+    the product (1 for a vector operand's missing side, as matmul promotes it)."""
+    act = check_activation(routine, activation)
+    m, n = mn
+    bias_axis = None
+    if bias is not None:
+        if _arrays.array_module_name(bias) != xp_name:
+            raise TypeError(f"{routine}: bias must be a {'NumPy' if xp_name == 'numpy' else 'CuPy'} "
+                            f"array like the operands, not {type(bias).__name__}")
+        if bias.dtype != out_dtype:
+            raise TypeError(f"{routine}: bias has dtype {bias.dtype.name}; it must have the output's "
+                            f"dtype, {np.dtype(out_dtype).name}")
+        if bias.shape in ((n,), (1, n)):
+            bias_axis = "cols"
+        elif bias.shape == (m, 1):
+            bias_axis = "rows"
+        else:
+            raise ValueError(f"{routine}: bias has shape {bias.shape}; it must be ({n},) or (1, {n}) "
+                             f"(one value per column of the {out_shape} output) or ({m}, 1) (one "
+                             f"per row)")
+    if preactivation_out is not None:
+        if _arrays.array_module_name(preactivation_out) != xp_name:
+            raise TypeError(f"{routine}: preactivation_out must be an array of the operands' kind")
+        if preactivation_out.shape != tuple(out_shape) or preactivation_out.dtype != out_dtype:
+            raise ValueError(f"{routine}: preactivation_out has shape {preactivation_out.shape} and "
+                             f"dtype {preactivation_out.dtype.name}; it must have the output's, "
+                             f"{tuple(out_shape)} and {np.dtype(out_dtype).name}")
+    dequant = scale_a is not None or scale_b is not None
+    if dequant:
+        if np.dtype(operand_dtype) != np.int8:
+            raise TypeError(f"{routine}: scale_a / scale_b dequantize int8 products; the operands "
+                            f"are {np.dtype(operand_dtype).name}")
+        if scale_a is None or scale_b is None:
+            raise ValueError(f"{routine}: dequantizing needs both scale_a (per row of op(a)) and "
+                             f"scale_b (per column of op(b)); got only "
+                             f"{'scale_a' if scale_b is None else 'scale_b'}")
+        for name, x, length, what in (("scale_a", scale_a, m, "one per row of op(a)"),
+                                      ("scale_b", scale_b, n, "one per column of op(b)")):
+            _check_vector(routine, name, x, xp_name, length, what)
+            if x.dtype != np.float32:
+                raise TypeError(f"{routine}: {name} must be float32, got {x.dtype.name}")
+        if np.dtype(out_dtype).char not in ("e", "f") and np.dtype(out_dtype).name != "bfloat16":
+            raise TypeError(f"{routine}: a dequantized int8 product is float16, bfloat16 or float32, "
+                            f"not {np.dtype(out_dtype).name}")
+    elif np.dtype(operand_dtype) == np.int8 and (bias is not None or act is not None):
+        raise TypeError(f"{routine}: bias and activation on int8 operands need dequantization "
+                        f"(scale_a= and scale_b=): the int32 product has no float scale")
+    if act is not None and np.dtype(out_dtype).kind == "c":
+        raise TypeError(f"{routine}: activation={act.name!r} is for real outputs, not "
+                        f"{np.dtype(out_dtype).name}")
+    return Epilogue(bias_axis, act, preactivation_out is not None, dequant)
+
+
+def acc_dtype(out_dtype):
+    """The type the epilogue computes in: float32 for 16-bit and dequantized outputs, else the
+    output's own."""
+    d = np.dtype(out_dtype)
+    return np.dtype(np.float32) if d.itemsize == 2 or d.char == "f" else d
+
+
+def apply(epi: Epilogue, t, alpha, beta, c_old, bias, scale_a, scale_b, preactivation_out, out):
+    """``out[...] = act(v)`` (and ``preactivation_out[...] = v``) with ``v = t + bias``, where
+    ``t`` holds ``alpha·op(a)·op(b) + beta·out`` in :func:`acc_dtype`, a (..., m, n) array;
+    when dequantizing, ``t`` is the int32 product and ``v = alpha·scale_a·scale_b·t +
+    beta·c_old + bias`` (``beta`` None: C not read). Runs where ``t`` lives."""
+    if _arrays.array_module_name(t) == "numpy":
+        return _apply_host(epi, t, alpha, beta, c_old, bias, scale_a, scale_b, preactivation_out, out)
+    from .kernels.epilogue_ops import apply_device
+
+    return apply_device(epi, t, alpha, beta, c_old, bias, scale_a, scale_b, preactivation_out, out)
+
+
+def _apply_host(epi, t, alpha, beta, c_old, bias, scale_a, scale_b, preactivation_out, out):
+    wide = np.float64 if t.dtype == np.float64 else (t.dtype.type if t.dtype.kind == "c" else np.float32)
+    v = t
+    if epi.dequantize:
+        v = np.float32(alpha) * (scale_a.reshape(-1, 1) * scale_b.reshape(-1) * t.astype(np.float32))
+    if beta is not None:
+        v = v + wide(beta) * c_old.astype(wide)
+    if bias is not None:
+        b = bias.astype(wide)
+        v = v + (b.reshape(-1, 1) if epi.bias_axis == "rows" else b.reshape(-1))
+    v = np.asarray(v, dtype=wide)
+    if preactivation_out is not None:
+        preactivation_out[...] = v.astype(preactivation_out.dtype)
+    if epi.activation is not None:
+        v = epi.activation.host(v)
+    out[...] = v.astype(out.dtype)
+    return out
+
+
+def _ordered_result(xp, shape, dtype, like_c: bool):
+    return xp.empty(shape, dtype) if like_c else xp.empty(shape[::-1], dtype).T
+
+
+def gemm_with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend, autotune,
+                       stream, bias, activation, preactivation_out, scale_a, scale_b):
+    """:func:`pyblasgemm.gemm` with an epilogue (see the module's docstring)."""
+    from ._types import ROW_BY_DTYPE
+    from .desc import check_gemm_flag, _scalar_value
+    from .gemm import gemm
+
+    r = "gemm"
+    for name, x in (("a", a), ("b", b)):
+        if _arrays.array_module_name(x) is None:
+            raise TypeError(f"{r}: {name} must be a NumPy or CuPy array, not {type(x).__name__}")
+        if x.ndim != 2:
+            raise ValueError(f"{r}: {name} must be 2-D, got {x.ndim}-D with shape {x.shape}")
+    row = ROW_BY_DTYPE.get(a.dtype)
+    if row is None or a.dtype != b.dtype:
+        return gemm(transa, transb, a, b, out, alpha, beta)    # its own error names the dtypes
+    ta = check_gemm_flag(r, 1, "transa", transa, row)
+    tb = check_gemm_flag(r, 2, "transb", transb, row)
+    m = a.shape[0] if ta == "N" else a.shape[1]
+    n = b.shape[1] if tb == "N" else b.shape[0]
+    dequant = scale_a is not None or scale_b is not None
+    if out is not None:
+        out_dtype = out.dtype
+        if getattr(out, "shape", None) != (m, n):
+            raise ValueError(f"{r}: out has shape {getattr(out, 'shape', None)}; op(a) @ op(b) is ({m}, {n})")
+    else:
+        out_dtype = np.dtype(np.float32) if dequant else row.c_dtype
+    xp_name = _arrays.array_module_name(a)
+    epi = check(r, (m, n), (m, n), out_dtype, xp_name, bias, activation, preactivation_out, scale_a,
+                scale_b, a.dtype)
+    alpha, beta = _scalar_value(alpha), _scalar_value(beta)
+    xp = _arrays.xp_of(xp_name)
+    kw = dict(compute=compute, backend=backend, autotune=autotune, stream=stream)
+    read_c = out is not None and beta != 0
+    like_c = a.flags.c_contiguous and b.flags.c_contiguous
+    result = out if out is not None else _ordered_result(xp, (m, n), out_dtype, like_c)
+    if dequant:
+        t = gemm(transa, transb, a, b, **kw)                      # the exact int32 product
+        return apply(epi, t, alpha, beta if read_c else None, out if read_c else None, bias,
+                     scale_a, scale_b, preactivation_out, result)
+    acc = acc_dtype(out_dtype)
+    t = out.astype(acc) if read_c else _ordered_result(xp, (m, n), acc, like_c)
+    gemm(transa, transb, a, b, t, alpha, beta if read_c else 0, **kw)   # alpha·AB + beta·C in acc
+    return apply(epi, t, None, None, None, bias, None, None, preactivation_out, result)
+
+
+def _matmul_shape(routine, a, b) -> tuple:
+    """numpy.matmul's result shape (its errors for shapes it refuses)."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"{routine}: Input operand {0 if a.ndim == 0 else 1} does not have enough "
+                         f"dimensions (matmul needs 1-D or more)")
+    sa = a.shape if a.ndim > 1 else (1,) + a.shape
+    sb = b.shape if b.ndim > 1 else b.shape + (1,)
+    if sa[-1] != sb[-2]:
+        raise ValueError(f"{routine}: a's last dimension ({sa[-1]}) must equal b's "
+                         f"{'only' if b.ndim == 1 else 'second-to-last'} dimension ({sb[-2]})")
+    shape = np.broadcast_shapes(sa[:-2], sb[:-2]) + (sa[-2], sb[-1])
+    if a.ndim == 1:
+        shape = shape[:-2] + shape[-1:]
+    if b.ndim == 1:
+        shape = shape[:-1]
+    return shape
+
+
+def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, activation,
+                         preactivation_out, scale_a, scale_b):
+    """:func:`pyblasgemm.matmul` with an epilogue (see the module's docstring)."""
+    from .matmul import matmul
+
+    r = "matmul"
+    xp_name = _arrays.array_module_name(a)
+    if xp_name is None or _arrays.array_module_name(b) != xp_name:
+        raise TypeError(f"{r}: an epilogue needs a and b to be NumPy arrays or CuPy arrays "
+                        f"(both of one kind), got {type(a).__name__} and {type(b).__name__}")
+    shape = _matmul_shape(r, a, b)
+    dequant = scale_a is not None or scale_b is not None
+    if dtype is not None:
+        out_dtype = np.dtype(dtype)
+    elif out is not None:
+        out_dtype = out.dtype
+    elif dequant:
+        out_dtype = np.dtype(np.float32)
+    else:   # NumPy's result type (bfloat16 @ bfloat16 is float32 with ml_dtypes)
+        out_dtype = np.matmul(np.zeros((1, 1), a.dtype), np.zeros((1, 1), b.dtype)).dtype
+    if out is not None and (out.shape != shape or out.dtype != out_dtype):
+        raise ValueError(f"{r}: out has shape {out.shape} and dtype {out.dtype.name}; the result "
+                         f"is {shape} {np.dtype(out_dtype).name}")
+    mn = (a.shape[-2] if a.ndim > 1 else 1, b.shape[-1] if b.ndim > 1 else 1)
+    epi = check(r, shape, mn, out_dtype, xp_name, bias, activation, preactivation_out, scale_a,
+                scale_b, a.dtype)
+    kw = dict(compute=compute, backend=backend, autotune=autotune, stream=stream)
+    xp = _arrays.xp_of(xp_name)
+    result = out if out is not None else xp.empty(shape, out_dtype)
+    # the epilogue sees (..., m, n): views with matmul's dropped vector axes put back
+    dropped = ([-2] if a.ndim == 1 else []) + ([-1] if b.ndim == 1 else [])
+
+    def full(x):
+        return x if x is None or not dropped else xp.expand_dims(x, tuple(dropped))
+
+    if dequant:
+        t = matmul(a, b, dtype=np.int32, **kw)
+        apply(epi, full(xp.asarray(t)), 1.0, None, None, bias, scale_a, scale_b,
+              full(preactivation_out), full(result))
+    else:
+        acc = acc_dtype(out_dtype)
+        t = matmul(a, b, dtype=acc, **kw) if a.dtype.itemsize == 2 else matmul(a, b, **kw)
+        t = xp.asarray(t, dtype=acc)
+        apply(epi, full(t), None, None, None, bias, None, None, full(preactivation_out), full(result))
+    return result if result.shape else result[()]

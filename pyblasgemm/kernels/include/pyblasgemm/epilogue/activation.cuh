@@ -1,0 +1,29 @@
+// Epilogue activations, one definition for every kernel that applies them (the elementwise
+// epilogue pass today, the fused GEMM stores next). The codes are pyblasgemm.epilogue's
+// ACTIVATIONS table; the host definitions there are the tests' reference.
+#pragma once
+
+namespace pyblasgemm {
+
+enum Activation : int { kActNone = 0, kActRelu = 1, kActGelu = 2, kActGeluTanh = 3, kActSilu = 4 };
+
+// float and double: the CUDA math library's erf / tanh / exp overloads of each type.
+template <class T>
+__device__ __forceinline__ T activate(T x, int code) {
+  switch (code) {
+    case kActRelu:  // x < 0 is false for NaN: NaN stays NaN, as torch.relu keeps it
+      return x < T(0) ? T(0) : x;
+    case kActGelu:  // exact GELU: x/2 (1 + erf(x / sqrt 2))
+      return x * T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
+    case kActGeluTanh: {  // x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+      const T u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
+      return T(0.5) * x * (T(1) + tanh(u));
+    }
+    case kActSilu:  // x / (1 + e^-x): -0 below x = -88 (float), where e^-x is inf
+      return x / (T(1) + exp(-x));
+    default:
+      return x;
+  }
+}
+
+}  // namespace pyblasgemm

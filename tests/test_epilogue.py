@@ -1,0 +1,189 @@
+"""Epilogues (bias, activations, pre-activation output, int8 dequantization) on gemm and matmul:
+float64 references on fresh random data, every activation and bias axis, NaN/Inf like the
+unfused sequence, errors before any work; NumPy everywhere, CuPy on a GPU (the ``xp`` fixture)."""
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from scipy.special import erf
+
+import pyblasgemm
+from pyblasgemm.epilogue import ACTIVATIONS
+from conftest import to_host
+
+#: float64 definitions, written independently of the library's host ones
+REF = {None: lambda v: v,
+       "relu": lambda v: np.where(v < 0, 0.0, v),
+       "gelu": lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2))),
+       "gelu_tanh": lambda v: 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3))),
+       "silu": lambda v: v / (1 + np.exp(-v))}
+#: unit roundoff of the output type (the epilogue rounds once, from the accumulation type)
+UNIT = {np.float16: 2.0**-11, ml_dtypes.bfloat16: 2.0**-8, np.float32: 2.0**-24, np.float64: 2.0**-53}
+
+
+def test_every_activation_has_a_reference_and_a_device_code():
+    assert set(ACTIVATIONS) == set(REF) - {None}
+    codes = [a.code for a in ACTIVATIONS.values()]
+    assert len(set(codes)) == len(codes) and 0 not in codes
+    from pyblasgemm.kernels.jit import INCLUDE_DIR
+
+    header = (INCLUDE_DIR / "pyblasgemm/epilogue/activation.cuh").read_text()
+    enum = {"relu": "kActRelu", "gelu": "kActGelu", "gelu_tanh": "kActGeluTanh", "silu": "kActSilu"}
+    for a in ACTIVATIONS.values():
+        assert f"{enum[a.name]} = {a.code}" in header, a.name
+
+
+def _data(rng, shape, dtype):
+    return rng.uniform(-2, 2, size=shape).astype(dtype)
+
+
+def _check(got, v64, act, dtype, scale, what=""):
+    """got vs act(v64), within the output's rounding plus the accumulation's."""
+    want = REF[act](v64)
+    err = np.abs(np.asarray(to_host(got), dtype=np.float64) - want)
+    tol = 4 * UNIT[dtype] * (np.abs(want) + scale) + 64 * 2.0**-24 * scale
+    assert np.all(err <= tol), (what, float(np.max(err - tol)))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
+@pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("axis", [None, "cols", "rows"])
+@pytest.mark.parametrize("mnk", [(1, 1, 1), (7, 33, 5), (33, 7, 65)])
+def test_matmul_epilogue_matches_float64(xp, dtype, act, axis, mnk):
+    m, n, k = mnk
+    rng = np.random.default_rng(hash((m, n, k, str(act), axis)) % 2**32)
+    x, w = _data(rng, (m, k), dtype), _data(rng, (k, n), dtype)
+    out_dtype = np.float32 if dtype is ml_dtypes.bfloat16 else dtype     # NumPy's result type
+    bias = {None: None, "cols": _data(rng, (n,), out_dtype), "rows": _data(rng, (m, 1), out_dtype)}[axis]
+    pre = xp.full((m, n), np.nan, out_dtype)          # poisoned: every entry must be written
+    got = pyblasgemm.matmul(xp.asarray(x), xp.asarray(w), activation=act, preactivation_out=pre,
+                            bias=None if bias is None else xp.asarray(bias))
+    assert got.dtype == out_dtype and got.shape == (m, n)
+    v64 = x.astype(np.float64) @ w.astype(np.float64) + (0 if bias is None else bias.astype(np.float64))
+    scale = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)) + 1
+    _check(got, v64, act, out_dtype, scale, "y")
+    _check(pre, v64, None, out_dtype, scale, "pre-activation")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("ta,tb", [("N", "N"), ("N", "T"), ("T", "N"), ("T", "T")])
+def test_gemm_epilogue_with_beta_and_every_transpose(xp, dtype, ta, tb):
+    rng = np.random.default_rng(7)
+    m, n, k = 13, 9, 17
+    a = _data(rng, (m, k) if ta == "N" else (k, m), dtype)
+    b = _data(rng, (k, n) if tb == "N" else (n, k), dtype)
+    c0 = _data(rng, (m, n), dtype)
+    bias = _data(rng, (n,), dtype)
+    out = xp.array(c0, copy=True)          # (asarray would alias c0 on the host)
+    res = pyblasgemm.gemm(ta, tb, xp.asarray(a), xp.asarray(b), out, alpha=0.5, beta=-1.5,
+                          bias=xp.asarray(bias), activation="gelu")
+    assert res is out
+    op = (lambda z, t: z.astype(np.float64) if t == "N" else z.astype(np.float64).T)
+    v64 = 0.5 * op(a, ta) @ op(b, tb) - 1.5 * c0.astype(np.float64) + bias.astype(np.float64)
+    scale = 0.5 * np.abs(op(a, ta)) @ np.abs(op(b, tb)) + 1.5 * np.abs(c0) + 1
+    _check(out, v64, "gelu", dtype, scale)
+
+
+def test_gemm_epilogue_beta_zero_never_reads_nan_out(xp):
+    rng = np.random.default_rng(8)
+    a, b = _data(rng, (6, 4), np.float32), _data(rng, (4, 5), np.float32)
+    out = xp.full((6, 5), np.nan, np.float32)
+    pyblasgemm.gemm("N", "N", xp.asarray(a), xp.asarray(b), out, beta=0.0, activation="relu")
+    assert not np.isnan(to_host(out)).any()
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu", "gelu_tanh", "silu"])
+def test_nan_and_inf_propagate_like_the_unfused_sequence(xp, act):
+    x = np.ones((4, 3), np.float32)
+    x[1, 0] = np.nan
+    x[2, :] = np.inf                      # +inf row: inf·1 sums to +inf
+    w = np.ones((3, 2), np.float32)
+    y = to_host(pyblasgemm.matmul(xp.asarray(x), xp.asarray(w), activation=act))
+    want = REF[act](x.astype(np.float64) @ w.astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    np.testing.assert_array_equal(np.isposinf(y), np.isposinf(want))
+
+
+@pytest.mark.parametrize("out_dtype", [np.float16, ml_dtypes.bfloat16, np.float32])
+@pytest.mark.parametrize("act", [None, "relu", "silu"])
+def test_int8_dequantize_bias_activation(xp, out_dtype, act):
+    rng = np.random.default_rng(9)
+    m, n, k = 17, 12, 70
+    a = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    sa = rng.uniform(1e-3, 1e-2, m).astype(np.float32)
+    sb = rng.uniform(1e-3, 1e-2, n).astype(np.float32)
+    bias = _data(rng, (n,), np.float32).astype(out_dtype)
+    got = pyblasgemm.matmul(xp.asarray(a), xp.asarray(b), scale_a=xp.asarray(sa), scale_b=xp.asarray(sb),
+                            bias=xp.asarray(bias), activation=act, dtype=out_dtype)
+    assert got.dtype == out_dtype
+    exact = a.astype(np.float64) @ b.astype(np.float64)          # int32 holds it exactly here
+    v64 = sa[:, None].astype(np.float64) * sb.astype(np.float64) * exact + bias.astype(np.float64)
+    _check(got, v64, act, out_dtype, np.abs(v64) + 1)
+    g = pyblasgemm.gemm("N", "N", xp.asarray(a), xp.asarray(b), scale_a=xp.asarray(sa),
+                        scale_b=xp.asarray(sb), bias=xp.asarray(bias), activation=act,
+                        out=xp.empty((m, n), out_dtype))
+    np.testing.assert_array_equal(np.asarray(to_host(g), np.float64), np.asarray(to_host(got), np.float64))
+
+
+def test_batched_and_vector_operands_broadcast_like_matmul(xp):
+    rng = np.random.default_rng(10)
+    x = _data(rng, (3, 5, 8), np.float32)
+    w = _data(rng, (8, 4), np.float32)
+    bias = _data(rng, (4,), np.float32)
+    got = pyblasgemm.matmul(xp.asarray(x), xp.asarray(w), bias=xp.asarray(bias), activation="relu")
+    want = REF["relu"](x.astype(np.float64) @ w.astype(np.float64) + bias)
+    np.testing.assert_allclose(to_host(got), want, rtol=1e-5, atol=1e-5)
+    v = _data(rng, (8,), np.float32)            # vector @ matrix: one row; bias per column
+    got = pyblasgemm.matmul(xp.asarray(v), xp.asarray(w), bias=xp.asarray(bias), activation="gelu")
+    assert got.shape == (4,)
+    np.testing.assert_allclose(to_host(got), REF["gelu"](v.astype(np.float64) @ w + bias), rtol=1e-5, atol=1e-5)
+    rows = _data(rng, (5, 1), np.float32)       # matrix @ vector: one column; bias per row
+    got = pyblasgemm.matmul(xp.asarray(x[0]), xp.asarray(v), bias=xp.asarray(rows))
+    assert got.shape == (5,)
+    np.testing.assert_allclose(to_host(got), x[0].astype(np.float64) @ v + rows[:, 0], rtol=1e-5, atol=1e-5)
+
+
+def test_epilogue_results_are_reproducible(xp):
+    rng = np.random.default_rng(11)
+    x, w = xp.asarray(_data(rng, (64, 300), np.float16)), xp.asarray(_data(rng, (300, 48), np.float16))
+    bias = xp.asarray(_data(rng, (48,), np.float16))
+    runs = [to_host(pyblasgemm.matmul(x, w, bias=bias, activation="gelu")) for _ in range(3)]
+    for r in runs[1:]:
+        np.testing.assert_array_equal(r.view(np.uint16), runs[0].view(np.uint16))
+
+
+@pytest.mark.parametrize("kw,exc,words", [
+    (dict(activation="tanh"), ValueError, ["activation='tanh'", "'gelu'"]),
+    (dict(bias=np.ones(5, np.float32)), ValueError, ["bias has shape (5,)", "(3,)", "(4, 1)"]),
+    (dict(bias=np.ones(3, np.float64)), TypeError, ["bias has dtype float64", "float32"]),
+    (dict(preactivation_out=np.empty((3, 4), np.float32)), ValueError, ["preactivation_out", "(4, 3)"]),
+    (dict(scale_a=np.ones(4, np.float32), scale_b=np.ones(3, np.float32)), TypeError, ["int8", "float32"]),
+])
+def test_bad_epilogue_arguments_raise_before_any_work(kw, exc, words):
+    a, b = np.ones((4, 2), np.float32), np.ones((2, 3), np.float32)
+    out = np.full((4, 3), 7.0, np.float32)
+    with pytest.raises(exc) as e:
+        pyblasgemm.matmul(a, b, out=out, **kw)
+    for word in words:
+        assert word in str(e.value), (word, str(e.value))
+    assert (out == 7).all()                 # nothing half-written
+
+
+def test_int8_epilogue_rules():
+    a = np.ones((4, 2), np.int8)
+    with pytest.raises(ValueError, match="scale_b"):
+        pyblasgemm.matmul(a, a.T, scale_a=np.ones(4, np.float32))
+    with pytest.raises(TypeError, match="need dequantization"):
+        pyblasgemm.matmul(a, a.T, activation="relu")
+    with pytest.raises(TypeError, match="scale_a must be float32"):
+        pyblasgemm.matmul(a, a.T, scale_a=np.ones(4, np.float64), scale_b=np.ones(4, np.float32))
+    with pytest.raises(TypeError, match="float16, bfloat16 or float32"):
+        pyblasgemm.matmul(a, a.T, scale_a=np.ones(4, np.float32), scale_b=np.ones(4, np.float32),
+                          dtype=np.int32)
+    c = np.ones((2, 2), np.complex64)
+    with pytest.raises(TypeError, match="real outputs"):
+        pyblasgemm.matmul(c, c, activation="relu")
+    np.testing.assert_array_equal(pyblasgemm.matmul(c, c, bias=np.ones(2, np.complex64)),
+                                  np.matmul(c, c) + 1)
