@@ -101,12 +101,13 @@ def _contend(gpu, ours: dict, theirs: dict, tol: float) -> dict:
             res[name] = row
         except Exception as exc:
             res[name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}", "side": "ours"}
+    ratios = {}
     for how in ("steady_s", "single_s"):
         best = {side: min((r[how] for r in res.values() if r.get("side") == side and how in r), default=None)
                 for side in ("ours", "torch")}
         if best["ours"] and best["torch"]:
-            res[f"ratio_{how[:-2]}"] = best["torch"] / best["ours"]
-    return res
+            ratios[f"ratio_{how[:-2]}"] = best["torch"] / best["ours"]
+    return {"contenders": res, **ratios}
 
 
 def bias_gelu(gpu, m, n, k, dtype) -> dict:
