@@ -5,7 +5,7 @@
 ``bias``
     a vector added to every row (shape ``(n,)`` or ``(1, n)``: one value per column, as in
     ``x @ w + b``) or to every column (shape ``(m, 1)``: one value per row), of the output's
-    dtype (float32 for an int8 product that is dequantized);
+    dtype or the operands' (float32 or the output's for a dequantized int8 product);
 ``activation``
     ``'relu'``, ``'gelu'`` (exact, with erf), ``'gelu_tanh'`` (the tanh approximation) or
     ``'silu'``, applied last;
@@ -155,9 +155,13 @@ def check(routine: str, out_shape: tuple, mn: tuple, out_dtype, xp_name: str, bi
         if _arrays.array_module_name(bias) != xp_name:
             raise TypeError(f"{routine}: bias must be a {'NumPy' if xp_name == 'numpy' else 'CuPy'} "
                             f"array like the operands, not {type(bias).__name__}")
-        if bias.dtype != out_dtype:
+        # the output's dtype, or the operands' (bfloat16 @ bfloat16 is float32 in NumPy, and
+        # a bfloat16 bias is what a bfloat16 layer has), or float32 for a dequantized product
+        allowed = {np.dtype(out_dtype)}
+        allowed.add(np.dtype(np.float32) if np.dtype(operand_dtype) == np.int8 else np.dtype(operand_dtype))
+        if bias.dtype not in allowed:
             raise TypeError(f"{routine}: bias has dtype {bias.dtype.name}; it must have the output's "
-                            f"dtype, {np.dtype(out_dtype).name}")
+                            f"dtype or the operands' ({' or '.join(sorted(d.name for d in allowed))})")
         if bias.shape in ((n,), (1, n)):
             bias_axis = "cols"
         elif bias.shape == (m, 1):

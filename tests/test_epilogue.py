@@ -55,7 +55,7 @@ def test_matmul_epilogue_matches_float64(xp, dtype, act, axis, mnk):
     rng = np.random.default_rng(hash((m, n, k, str(act), axis)) % 2**32)
     x, w = _data(rng, (m, k), dtype), _data(rng, (k, n), dtype)
     out_dtype = np.float32 if dtype is ml_dtypes.bfloat16 else dtype     # NumPy's result type
-    bias = {None: None, "cols": _data(rng, (n,), out_dtype), "rows": _data(rng, (m, 1), out_dtype)}[axis]
+    bias = {None: None, "cols": _data(rng, (n,), dtype), "rows": _data(rng, (m, 1), dtype)}[axis]
     pre = xp.full((m, n), np.nan, out_dtype)          # poisoned: every entry must be written
     got = pyblasgemm.matmul(xp.asarray(x), xp.asarray(w), activation=act, preactivation_out=pre,
                             bias=None if bias is None else xp.asarray(bias))
@@ -158,6 +158,7 @@ def test_epilogue_results_are_reproducible(xp):
     (dict(activation="tanh"), ValueError, ["activation='tanh'", "'gelu'"]),
     (dict(bias=np.ones(5, np.float32)), ValueError, ["bias has shape (5,)", "(3,)", "(4, 1)"]),
     (dict(bias=np.ones(3, np.float64)), TypeError, ["bias has dtype float64", "float32"]),
+    (dict(bias=np.ones(3, np.float16)), TypeError, ["bias has dtype float16", "float32"]),
     (dict(preactivation_out=np.empty((3, 4), np.float32)), ValueError, ["preactivation_out", "(4, 3)"]),
     (dict(scale_a=np.ones(4, np.float32), scale_b=np.ones(3, np.float32)), TypeError, ["int8", "float32"]),
 ])
