@@ -11,7 +11,13 @@ Cases (the issue's targets):
 * the epilogue's own cost: ``matmul(x, w)`` against ``matmul(x, w, bias=b, activation='gelu')``
   at 8192³ (float16);
 * int8: ``matmul(xq, wq, scale_a=, scale_b=, bias=, activation='relu', dtype=float16)`` against
-  ``torch._int_mm`` followed by the same elementwise work.
+  ``torch._int_mm`` followed by the same elementwise work;
+* GEMM -> GELU -> GEMM: ``fused_mlp(x, w1, w2, b1, b2)`` against PyTorch's
+  ``gelu(x @ w1 + b1) @ w2 + b2`` (float16), where the intermediate would fit on chip
+  (4096 x 1024 -> 1024 -> 1024) and where it would not (16 x 4096 -> 11008 -> 4096);
+* grouped (mixture of experts, bfloat16, N = K = 4096, M per expert drawn from 0..2048 with a
+  fixed seed): ``grouped_matmul(a, b, offsets=)`` against a loop of ``torch.matmul`` and
+  ``torch._grouped_mm`` where it runs, for 8 and 64 experts.
 
 Each contender's output is compared with the fastest PyTorch sequence's first (max relative
 error over the whole output) before it is timed. Steady: CUDA events around back-to-back
@@ -26,6 +32,9 @@ import pathlib
 import statistics
 import sys
 import time
+
+import ml_dtypes
+import numpy as np
 
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -153,6 +162,49 @@ def int8_dequant(gpu, m, n, k) -> dict:
     return _contend(gpu, ours, {"torch _int_mm + dequant + bias + relu": torch_seq}, 2.0**-11 * 4)
 
 
+def mlp(gpu, t, f, h, o) -> dict:
+    cp, torch, pb = gpu.cp, gpu.torch, gpu.pb
+    x = cp.random.uniform(-1, 1, (t, f), dtype=cp.float32).astype(cp.float16)
+    w1 = (cp.random.uniform(-1, 1, (f, h), dtype=cp.float32) / 32).astype(cp.float16)
+    w2 = (cp.random.uniform(-1, 1, (h, o), dtype=cp.float32) / 32).astype(cp.float16)
+    b1 = cp.random.uniform(-1, 1, (h,), dtype=cp.float32).astype(cp.float16)
+    b2 = cp.random.uniform(-1, 1, (o,), dtype=cp.float32).astype(cp.float16)
+    tx, tw1, tw2, tb1, tb2 = (gpu.t(v) for v in (x, w1, w2, b1, b2))
+    gelu = torch.nn.functional.gelu
+    theirs = {"torch gelu(x@w1 + b1) @ w2 + b2": lambda: torch.addmm(tb2, gelu(torch.addmm(tb1, tx, tw1)), tw2)}
+    ours = {"pyblasgemm fused_mlp": lambda: pb.fused_mlp(x, w1, w2, b1, b2)}
+    row = _contend(gpu, ours, theirs, 2.0**-11 * 8)
+    row["plan"] = pb.mlp_plan(t, f, h, o).explain()
+    return row
+
+
+def grouped(gpu, experts, seed=5) -> dict:
+    cp, torch, pb = gpu.cp, gpu.torch, gpu.pb
+    sizes = np.random.default_rng(seed).integers(0, 2049, experts)
+    ends = np.cumsum(sizes)
+    k = n = 4096
+    a = cp.random.uniform(-1, 1, (int(ends[-1]), k), dtype=cp.float32).astype(ml_dtypes.bfloat16)
+    b = (cp.random.uniform(-1, 1, (experts, k, n), dtype=cp.float32) / 64).astype(ml_dtypes.bfloat16)
+    ta, tb = gpu.t(a), gpu.t(b)
+    offs = torch.as_tensor(ends.astype(np.int32), device="cuda")
+    starts = [0] + ends[:-1].tolist()
+
+    def loop():
+        out = torch.empty((int(ends[-1]), n), dtype=torch.bfloat16, device="cuda")
+        for g, (s, e) in enumerate(zip(starts, ends.tolist())):
+            if e > s:
+                torch.matmul(ta[s:e], tb[g], out=out[s:e])
+        return out
+
+    theirs = {"torch loop of matmul": loop}
+    if hasattr(torch, "_grouped_mm"):
+        theirs["torch._grouped_mm"] = lambda: torch._grouped_mm(ta, tb, offs=offs)
+    ours = {"pyblasgemm grouped_matmul": lambda: pb.grouped_matmul(a, b, offsets=ends)}
+    row = _contend(gpu, ours, theirs, 2.0**-8 * 8)
+    row["tokens"] = int(ends[-1])
+    return row
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="results JSON")
@@ -175,6 +227,15 @@ def main(argv=None) -> int:
                **int8_dequant(gpu, m, n, k)}
         doc["cases"].append(row)
         print(row["case"], m, n, k, {key: v for key, v in row.items() if key.startswith("ratio")}, flush=True)
+    for t, f, h, o in ((4096, 1024, 1024, 1024), (16, 4096, 11008, 4096)):
+        row = {"case": "fused_mlp gelu", "dtype": "float16", "tokens": t, "features": f, "hidden": h,
+               "out": o, **mlp(gpu, t, f, h, o)}
+        doc["cases"].append(row)
+        print(row["case"], t, f, h, o, {key: v for key, v in row.items() if key.startswith("ratio")}, flush=True)
+    for experts in ((8,) if args.quick else (8, 64)):
+        row = {"case": "grouped experts", "dtype": "bfloat16", "experts": experts, **grouped(gpu, experts)}
+        doc["cases"].append(row)
+        print(row["case"], experts, {key: v for key, v in row.items() if key.startswith("ratio")}, flush=True)
     pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     pathlib.Path(args.out).write_text(json.dumps(doc, indent=1, default=str))
     print("wrote", args.out)

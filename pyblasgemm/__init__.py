@@ -15,17 +15,19 @@ from ._types import get_default_compute, set_default_compute
 from .blas import bgemm, cgemm, dgemm, hgemm, igemm, sbgemm, sgemm, shgemm, zgemm
 from .desc import BlasArgumentError, GemmDesc
 from .gemm import gemm
+from .grouped import grouped_matmul
 from .matmul import matmul
+from .mlp import fused_mlp, mlp_plan
 from .plancache import get_plan_cache
 from .stateful import Matmul
-from . import desc, planner, scipy
+from . import desc, epilogue, planner, scipy
 from .planner import Plan, clear_plan_cache, plan, tune
 
 __version__ = "0.1.0"
 
 __all__ = [
     "sgemm", "dgemm", "hgemm", "bgemm", "igemm", "cgemm", "zgemm", "shgemm", "sbgemm",
-    "gemm", "matmul", "Matmul", "get_plan_cache",
+    "gemm", "matmul", "Matmul", "get_plan_cache", "grouped_matmul", "fused_mlp", "mlp_plan",
     "BlasArgumentError", "GemmDesc", "Plan", "clear_plan_cache", "plan", "tune",
     "set_default_compute", "get_default_compute",
     "__version__",

@@ -188,3 +188,22 @@ def test_int8_epilogue_rules():
         pyblasgemm.matmul(c, c, activation="relu")
     np.testing.assert_array_equal(pyblasgemm.matmul(c, c, bias=np.ones(2, np.complex64)),
                                   np.matmul(c, c) + 1)
+
+
+def test_fusion_guide_numbers_are_the_measured_ones():
+    """docs/guide/fusion.rst's table is read off the two committed fusion results files."""
+    import json
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    text = (root / "docs/guide/fusion.rst").read_text()
+    for gpu in ("h100", "h200"):
+        name = f"fusion_{gpu}_2026-11-24_f426768.json"
+        assert name in text
+        doc = json.loads((root / "bench/results" / name).read_text())
+        assert doc["device"]["name"].startswith("NVIDIA " + gpu.upper())
+        for case in doc["cases"]:
+            if "ratio_steady" in case:
+                assert f"{case['ratio_steady']:.2f}" in text, (gpu, case["case"], case.get("m"))
+            if "overhead" in case:
+                assert f"+{case['overhead'] * 100:.0f} %" in text, gpu
