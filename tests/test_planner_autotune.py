@@ -199,7 +199,6 @@ def test_default_cache_dir(monkeypatch):
 
 
 def test_progress_bar_runs(capsys):
-    pytest.importorskip("tqdm")
     _tune(FakeTimer(), top=2, repeats=2, progress=True, cache=False)
 
 

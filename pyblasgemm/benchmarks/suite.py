@@ -539,11 +539,9 @@ def run(problems, dtypes, impls, device="gpu", trans=None, progress=True, seed=0
     work = [(p, d) for p in problems for d in dtypes]
     bar = None
     if progress:
-        try:
-            from tqdm import tqdm
-            bar = tqdm(total=len(work) * len(impls), unit="run", file=sys.stderr)
-        except ImportError:
-            bar = None
+        from tqdm import tqdm      # a dependency (pyproject.toml)
+
+        bar = tqdm(total=len(work) * len(impls), unit="run", file=sys.stderr)
     results = []
     l2 = env.l2_bytes()
     for p, dname in work:

@@ -360,10 +360,8 @@ class GpuTimer:
 def _progress(total: int, enabled: bool, desc: str):
     if not enabled:
         return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return None
+    from tqdm.auto import tqdm     # a dependency (pyproject.toml)
+
     return tqdm(total=total, desc=desc, leave=False)
 
 
