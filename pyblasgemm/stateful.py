@@ -33,6 +33,10 @@ class Matmul:
         The result array; allocated (C-ordered) when not given, and reused by every execute.
     compute, backend, stream : optional
         As for :func:`pyblasgemm.matmul`; ``stream`` is the default of :meth:`execute`.
+    bias, activation, preactivation_out : optional
+        An epilogue, as for :func:`pyblasgemm.matmul` (:mod:`pyblasgemm.epilogue`): the
+        product then goes into an accumulation-type array this object holds, and each
+        execute adds the epilogue pass (the arrays given here are the ones it uses).
 
     Examples
     --------
@@ -45,7 +49,8 @@ class Matmul:
     >>> mm.free()                                      # doctest: +SKIP
     """
 
-    def __init__(self, a, b, out=None, *, compute=None, backend=None, stream=None):
+    def __init__(self, a, b, out=None, *, compute=None, backend=None, stream=None, bias=None,
+                 activation=None, preactivation_out=None):
         cupy_nd = calls.cupy_type()
         if cupy_nd is None or type(a) is not cupy_nd or type(b) is not cupy_nd:
             raise TypeError(f"Matmul: a and b must be CuPy arrays, not {type(a).__name__} and "
@@ -60,13 +65,18 @@ class Matmul:
         resolve_compute(row, compute, "Matmul")
         check_backend("Matmul", backend)
         self._stream = streams.handle(stream)
+        self._epilogue = None
+        if bias is not None or activation is not None or preactivation_out is not None:
+            self._epilogue = _epilogue_state(a, b, out, row, bias, activation, preactivation_out)
         if out is None:
-            out = _matmul(a, b, compute=compute, backend=backend, stream=self._stream)
+            out = cupy_nd(_matmul_shape(a, b), row.c_dtype) if self._epilogue else \
+                _matmul(a, b, compute=compute, backend=backend, stream=self._stream)
         elif type(out) is not cupy_nd:
             raise TypeError(f"Matmul: out must be a CuPy array, not {type(out).__name__}")
         # plan and bind through the ordinary call (its checks and messages), then keep the
         # launch it ran: the one-launch route is what execute() repeats
-        ran = _one_launch(a, b, out, compute, backend, self._stream)
+        target = out if self._epilogue is None else self._epilogue[1]
+        ran = _one_launch(a, b, target, compute, backend, self._stream)
         if ran is None:
             raise ValueError("Matmul: this product does not run as one launch on the arrays' "
                              "own memory (it needs copies, a temporary or a loop over batch "
@@ -74,7 +84,7 @@ class Matmul:
         self._launch, self._swap = ran
         self.a, self.b, self.out = a, b, out
         self._layout = tuple((x.dtype, x.shape, x.strides) for x in (a, b, out))
-        self._ptrs = (a.data.ptr, b.data.ptr, out.data.ptr)
+        self._ptrs = (a.data.ptr, b.data.ptr, target.data.ptr)
         self._mask = _align_mask(self._launch)
 
     def execute(self, a=None, b=None, c=None, *, stream=None):
@@ -83,6 +93,8 @@ class Matmul:
         pa, pb, pc = self._ptrs
         if a is not None or b is not None or c is not None:
             pa, pb, pc, c = self._check_new(a, b, c)
+            if self._epilogue is not None:
+                pc = self._ptrs[2]         # the product still goes into the held array
         else:
             c = self.out
         sptr = (self._stream if stream is None else streams.handle(stream))
@@ -92,6 +104,12 @@ class Matmul:
             self._launch(pb, pa, pc, self._one, self._zero, sptr)
         else:
             self._launch(pa, pb, pc, self._one, self._zero, sptr)
+        if self._epilogue is not None:
+            from .epilogue import apply
+
+            epi, t, bias, pre = self._epilogue
+            with streams.on(sptr):
+                apply(epi, t, None, None, None, bias, None, None, pre, c)
         return c
 
     _one, _zero = 1.0, 0.0
@@ -132,13 +150,34 @@ class Matmul:
         return False
 
 
+def _epilogue_state(a, b, out, row, bias, activation, preactivation_out):
+    """(Epilogue, the held accumulation-type product array, bias, pre-activation array)."""
+    import cupy
+
+    from . import epilogue
+    from ._types import ROW_BY_DTYPES
+
+    shape = _matmul_shape(a, b)
+    out_dtype = row.c_dtype if out is None else out.dtype
+    epi = epilogue.check("Matmul", shape, shape[-2:], out_dtype, "cupy", bias, activation,
+                         preactivation_out, None, None, a.dtype)
+    acc = epilogue.acc_dtype(out_dtype)
+    if acc != row.c_dtype and (a.dtype, acc) not in ROW_BY_DTYPES:
+        raise TypeError(f"Matmul: no {acc} accumulation route for {a.dtype} operands")
+    return epi, cupy.empty(shape, acc), bias, preactivation_out
+
+
 def _one_launch(a, b, out, compute, backend, stream):
     """Run ``matmul(a, b, out=out)`` through the full path and return ``(launch, swapped)`` if
     it ran as one launch on the arrays' memory, else None."""
     from .matmul import _batched
     from ._layout import may_overlap
 
+    from ._types import ROW_BY_DTYPES
+
     row = ROW_BY_DTYPE[a.dtype]
+    if out.dtype != row.c_dtype:      # the float32 product array of an epilogue (shgemm, sbgemm)
+        row = ROW_BY_DTYPES.get((a.dtype, out.dtype), row)
     if out.dtype != row.c_dtype or out.shape != _matmul_shape(a, b):
         raise ValueError(f"Matmul: out must have dtype {row.c_dtype} and shape "
                          f"{_matmul_shape(a, b)}, got {out.dtype} and {out.shape}")

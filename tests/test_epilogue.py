@@ -207,3 +207,29 @@ def test_fusion_guide_numbers_are_the_measured_ones():
                 assert f"{case['ratio_steady']:.2f}" in text, (gpu, case["case"], case.get("m"))
             if "overhead" in case:
                 assert f"+{case['overhead'] * 100:.0f} %" in text, gpu
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32])
+def test_stateful_matmul_with_an_epilogue(dtype):
+    """Matmul(..., bias=, activation=, preactivation_out=): each execute is matmul's epilogue
+    call, also on new operands of the same layout."""
+    import cupy
+
+    rng = np.random.default_rng(12)
+    x, w = _data(rng, (2, 24, 40), dtype), _data(rng, (40, 16), dtype)
+    bias = cupy.asarray(_data(rng, (16,), dtype))
+    out_dtype = x.dtype                                     # the stateful form's C type
+    out = cupy.full((2, 24, 16), np.nan, out_dtype)
+    pre = cupy.full((2, 24, 16), np.nan, out_dtype)
+    mm = pyblasgemm.Matmul(cupy.asarray(x), cupy.asarray(w), out=out, bias=bias, activation="silu",
+                           preactivation_out=pre)
+    for xs in (x, _data(rng, (2, 24, 40), dtype)):
+        res = mm.execute(a=cupy.asarray(xs))
+        assert res is out
+        v64 = xs.astype(np.float64) @ w.astype(np.float64) + to_host(bias).astype(np.float64)
+        scale = np.abs(xs.astype(np.float64)) @ np.abs(w.astype(np.float64)) + 1
+        _check(out, v64, "silu", dtype if dtype is not ml_dtypes.bfloat16 else ml_dtypes.bfloat16, scale)
+        _check(pre, v64, None, dtype, scale)
+    with pytest.raises(ValueError, match="bias has shape"):
+        pyblasgemm.Matmul(cupy.asarray(x), cupy.asarray(w), bias=cupy.ones(5, out_dtype))
