@@ -76,7 +76,8 @@ class Matmul:
         # plan and bind through the ordinary call (its checks and messages), then keep the
         # launch it ran: the one-launch route is what execute() repeats
         target = out if self._epilogue is None else self._epilogue[1]
-        ran = _one_launch(a, b, target, compute, backend, self._stream)
+        ran = _one_launch(a, b, target, compute, backend, self._stream,
+                          accumulate_into=self._epilogue is not None)
         if ran is None:
             raise ValueError("Matmul: this product does not run as one launch on the arrays' "
                              "own memory (it needs copies, a temporary or a loop over batch "
@@ -167,7 +168,7 @@ def _epilogue_state(a, b, out, row, bias, activation, preactivation_out):
     return epi, cupy.empty(shape, acc), bias, preactivation_out
 
 
-def _one_launch(a, b, out, compute, backend, stream):
+def _one_launch(a, b, out, compute, backend, stream, accumulate_into=False):
     """Run ``matmul(a, b, out=out)`` through the full path and return ``(launch, swapped)`` if
     it ran as one launch on the arrays' memory, else None."""
     from .matmul import _batched
@@ -176,7 +177,7 @@ def _one_launch(a, b, out, compute, backend, stream):
     from ._types import ROW_BY_DTYPES
 
     row = ROW_BY_DTYPE[a.dtype]
-    if out.dtype != row.c_dtype:      # the float32 product array of an epilogue (shgemm, sbgemm)
+    if accumulate_into and out.dtype != row.c_dtype:   # an epilogue's float32 product (shgemm, sbgemm)
         row = ROW_BY_DTYPES.get((a.dtype, out.dtype), row)
     if out.dtype != row.c_dtype or out.shape != _matmul_shape(a, b):
         raise ValueError(f"Matmul: out must have dtype {row.c_dtype} and shape "
