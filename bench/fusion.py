@@ -8,6 +8,8 @@ Cases (the issue's targets):
 * bias + GELU, float16 and bfloat16, at 4096³, 8192 x 11008 x 4096 and 16 x 11008 x 4096
   (M x N x K): ``matmul(x, w, bias=b, activation='gelu')`` against the faster of
   ``gelu(x @ w + b)`` and ``gelu(addmm(b, x, w))``;
+* bias + tanh GELU, float16, the same shapes: the epilogue cuBLASLt fuses, against PyTorch's
+  fused ``torch._addmm_activation(b, x, w, use_gelu=True)`` and its unfused sequence;
 * the epilogue's own cost: ``matmul(x, w)`` against ``matmul(x, w, bias=b, activation='gelu')``
   at 8192³ (float16);
 * int8: ``matmul(xq, wq, scale_a=, scale_b=, bias=, activation='relu', dtype=float16)`` against
@@ -133,6 +135,25 @@ def bias_gelu(gpu, m, n, k, dtype) -> dict:
     return _contend(gpu, ours, theirs, tol)
 
 
+def bias_gelu_tanh(gpu, m, n, k) -> dict:
+    """The tanh GELU, which cuBLASLt fuses: against PyTorch's own fused cuBLASLt call
+    (``torch._addmm_activation(..., use_gelu=True)``) and its unfused sequence."""
+    cp, torch, pb = gpu.cp, gpu.torch, gpu.pb
+    x = cp.random.uniform(-1, 1, (m, k), dtype=cp.float32).astype(cp.float16)
+    w = (cp.random.uniform(-1, 1, (k, n), dtype=cp.float32) / 64).astype(cp.float16)
+    b = cp.random.uniform(-1, 1, (n,), dtype=cp.float32).astype(cp.float16)
+    tx, tw, tb = gpu.t(x), gpu.t(w), gpu.t(b)
+    gelu = torch.nn.functional.gelu
+    theirs = {"torch gelu_tanh(addmm(b, x, w))": lambda: gelu(torch.addmm(tb, tx, tw), approximate="tanh")}
+    if hasattr(torch, "_addmm_activation"):
+        theirs["torch._addmm_activation(use_gelu)"] = lambda: torch._addmm_activation(tb, tx, tw, use_gelu=True)
+    ours = {"pyblasgemm matmul(bias, gelu_tanh)": lambda: pb.matmul(x, w, bias=b, activation="gelu_tanh")}
+    row = _contend(gpu, ours, theirs, 2.0**-11 * 8)
+    pb.matmul(x, w, bias=b, activation="gelu_tanh")
+    row["route"] = pb.epilogue.last_route()
+    return row
+
+
 def epilogue_cost(gpu, s=8192) -> dict:
     cp, pb = gpu.cp, gpu.pb
     x = cp.random.uniform(-1, 1, (s, s), dtype=cp.float32).astype(cp.float16)
@@ -220,6 +241,12 @@ def main(argv=None) -> int:
             doc["cases"].append(row)
             print(row["case"], dtype, m, n, k, {key: v for key, v in row.items() if key.startswith("ratio")},
                   flush=True)
+    for m, n, k in shapes:
+        row = {"case": "bias+gelu_tanh", "dtype": "float16", "m": m, "n": n, "k": k,
+               **bias_gelu_tanh(gpu, m, n, k)}
+        doc["cases"].append(row)
+        print(row["case"], m, n, k, row["route"], {key: v for key, v in row.items() if key.startswith("ratio")},
+              flush=True)
     doc["cases"].append({"case": "epilogue cost 8192^3 float16", **epilogue_cost(gpu)})
     print(doc["cases"][-1], flush=True)
     for m, n, k in (INT8_SHAPES[:1] if args.quick else INT8_SHAPES):

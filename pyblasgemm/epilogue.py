@@ -47,6 +47,7 @@ array([[ 1.5, -1.5],
 from __future__ import annotations
 
 import math
+import threading
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -241,6 +242,96 @@ def _apply_host(epi, t, alpha, beta, c_old, bias, scale_a, scale_b, preactivatio
     return out
 
 
+class _Route(threading.local):
+    last = "no call with an epilogue yet"
+
+
+_route = _Route()
+#: how the unfused calls run, by where the arrays live
+_UNFUSED = {"numpy": "host: the product in the accumulation type, then the epilogue in NumPy",
+            "cupy": "GPU: the planned GEMM into the accumulation type, then one elementwise "
+                    "epilogue pass (not fused)"}
+
+
+def last_route() -> str:
+    """How this thread's last call with an epilogue ran, in one line (what ``explain()`` says
+    of a plan, for epilogues), e.g. ``'cuBLASLt epilogue GELU_BIAS (fused in the GEMM)'``.
+
+    >>> import numpy as np, pyblasgemm
+    >>> _ = pyblasgemm.matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), activation="relu")
+    >>> pyblasgemm.epilogue.last_route()
+    'host: the product in the accumulation type, then the epilogue in NumPy'
+    """
+    return _route.last
+
+
+#: cublasLtEpilogue_t codes by name, for the route's description
+_LT_NAMES = {4: "BIAS", 2: "RELU", 6: "RELU_BIAS", 32: "GELU", 36: "GELU_BIAS", 160: "GELU_AUX",
+             164: "GELU_AUX_BIAS"}
+
+
+def _lt_fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pre, fresh_c,
+              backend, stream) -> bool:
+    """Run ``c = act(alpha·op(a)·op(b) + beta·c + bias)`` as one ``cublasLtMatmul`` when
+    cuBLASLt fuses this epilogue (:data:`~pyblasgemm.backends.cublaslt.LT_EPILOGUES`: relu and
+    the tanh GELU, with or without a bias; the GELU's pre-activation too) and the arrays allow
+    it (2-D, no copies, the bias along D's rows, pointers 16-byte aligned). True if it ran.
+
+    Why take it whenever it applies: it is one pass over C where our kernels plus the
+    elementwise pass make three (the float32 product written, read back, the result written),
+    and cuBLAS's GEMM is within a few per cent of ours where ours is faster."""
+    from .backends.cublaslt import EPILOGUE_ALIGN, LT_EPILOGUES
+
+    if row is None or backend not in (None, "auto", "cublas") or epi.dequantize \
+            or a.ndim != 2 or b.ndim != 2:
+        return False
+    if type(alpha) not in (int, float) or type(beta) not in (int, float) or alpha == 0:
+        return False            # the planned path checks and answers these
+    code = LT_EPILOGUES.get((epi.activation.name if epi.activation else None, bias is not None,
+                             pre is not None))
+    if code is None or c.dtype != row.c_dtype:
+        return False
+    m, n = c.shape
+    k = a.shape[1] if ta == "N" else a.shape[0]
+    if m == 0 or n == 0 or k == 0:
+        return False
+    from ._strided import _fast_desc
+    from ._types import resolve_compute
+
+    fast = _fast_desc(routine, row, resolve_compute(row, compute, routine), ta, tb, a, b, c, alpha,
+                      beta, 1, (0, 0, 0), m, n, k, fresh_c)
+    if fast is None:
+        return False
+    desc, first, second, swapped = fast
+    if bias is not None and (epi.bias_axis != ("cols" if swapped else "rows") or bias.dtype != c.dtype
+                             or _arrays.data_ptr(bias) % EPILOGUE_ALIGN):
+        return False            # cuBLASLt adds one bias value per row of D only
+    if pre is not None and (pre.strides != c.strides or _arrays.data_ptr(pre) % EPILOGUE_ALIGN
+                            or desc.ldc % 8):
+        return False            # the pre-activation has D's layout, ld a multiple of 8
+    from . import streams
+    from .backends.cublas import _TYPES
+    from .backends.cublaslt import make_epilogue_launch
+    from .plancache import get_plan_cache
+
+    types = _TYPES.get((desc.prefix, desc.compute))
+    if types is None:
+        return False
+    cache, key = get_plan_cache(), ("lt-epilogue", desc.key, code)
+    launch = cache.get(key)
+    if launch is None:
+        launch = make_epilogue_launch(desc, types, desc.device, code) or False
+        cache.put(key, launch)
+    if launch is False:
+        return False
+    sptr = streams.current() if stream is None else streams.handle(stream)
+    launch(_arrays.data_ptr(first), _arrays.data_ptr(second), _arrays.data_ptr(c), desc.alpha,
+           desc.beta, sptr, 0 if bias is None else _arrays.data_ptr(bias),
+           0 if pre is None else _arrays.data_ptr(pre))
+    _route.last = f"cuBLASLt epilogue {_LT_NAMES[code]} (fused in the GEMM)"
+    return True
+
+
 def _ordered_result(xp, shape, dtype, like_c: bool):
     return xp.empty(shape, dtype) if like_c else xp.empty(shape[::-1], dtype).T
 
@@ -282,13 +373,30 @@ def gemm_with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend,
     like_c = a.flags.c_contiguous and b.flags.c_contiguous
     result = out if out is not None else _ordered_result(xp, (m, n), out_dtype, like_c)
     if dequant:
+        _route.last = _UNFUSED[xp_name]
         t = gemm(transa, transb, a, b, **kw)                      # the exact int32 product
         return apply(epi, t, alpha, beta if read_c else None, out if read_c else None, bias,
                      scale_a, scale_b, preactivation_out, result)
+    if xp_name == "cupy" and _lt_fused(r, _row_for(a.dtype, out_dtype), compute, ta, tb, a, b, result,
+                                       alpha, beta if read_c else 0, epi, bias, preactivation_out,
+                                       out is None, backend, stream):
+        return result
+    _route.last = _UNFUSED[xp_name]
     acc = acc_dtype(out_dtype)
     t = out.astype(acc) if read_c else _ordered_result(xp, (m, n), acc, like_c)
     gemm(transa, transb, a, b, t, alpha, beta if read_c else 0, **kw)   # alpha·AB + beta·C in acc
     return apply(epi, t, None, None, None, bias, None, None, preactivation_out, result)
+
+
+def _row_for(ab_dtype, out_dtype):
+    """The type row computing ``out_dtype`` from ``ab_dtype`` operands (shgemm/sbgemm for a
+    float32 result of 16-bit operands), or None."""
+    from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES
+
+    row = ROW_BY_DTYPE.get(np.dtype(ab_dtype))
+    if row is not None and row.c_dtype == out_dtype:
+        return row
+    return ROW_BY_DTYPES.get((np.dtype(ab_dtype), np.dtype(out_dtype)))
 
 
 def _matmul_shape(routine, a, b) -> tuple:
@@ -345,10 +453,16 @@ def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, b
         return x if x is None or not dropped else xp.expand_dims(x, tuple(dropped))
 
     if dequant:
+        _route.last = _UNFUSED[xp_name]
         t = matmul(a, b, dtype=np.int32, **kw)
         apply(epi, full(xp.asarray(t)), 1.0, None, None, bias, scale_a, scale_b,
               full(preactivation_out), full(result))
+    elif xp_name == "cupy" and a.ndim == 2 and b.ndim == 2 and _lt_fused(
+            r, _row_for(a.dtype, out_dtype), compute, "N", "N", a, b, result, 1.0, 0.0, epi, bias,
+            preactivation_out, out is None, backend, stream):
+        pass
     else:
+        _route.last = _UNFUSED[xp_name]
         acc = acc_dtype(out_dtype)
         t = matmul(a, b, dtype=acc, **kw) if a.dtype.itemsize == 2 else matmul(a, b, **kw)
         t = xp.asarray(t, dtype=acc)

@@ -233,3 +233,37 @@ def test_stateful_matmul_with_an_epilogue(dtype):
         _check(pre, v64, None, dtype, scale)
     with pytest.raises(ValueError, match="bias has shape"):
         pyblasgemm.Matmul(cupy.asarray(x), cupy.asarray(w), bias=cupy.ones(5, out_dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32])
+def test_cublaslt_fuses_relu_and_the_tanh_gelu_and_says_so(dtype):
+    """Where cuBLASLt has the epilogue (relu, the tanh GELU; bias along D's rows; the GELU's
+    pre-activation), the call is one fused cublasLtMatmul; elsewhere the unfused route."""
+    import cupy
+
+    from pyblasgemm.epilogue import last_route
+
+    rng = np.random.default_rng(13)
+    x, w = _data(rng, (64, 96), dtype), _data(rng, (96, 48), dtype)
+    out_dtype = np.float32 if dtype is ml_dtypes.bfloat16 else dtype       # matmul's result type
+    b = _data(rng, (48,), out_dtype)
+    gx, gw, gb = cupy.asarray(x), cupy.asarray(w), cupy.asarray(b)
+    pre = cupy.full((64, 48), np.nan, out_dtype)
+    y = pyblasgemm.matmul(gx, gw, bias=gb, activation="gelu_tanh", preactivation_out=pre)
+    assert last_route() == "cuBLASLt epilogue GELU_AUX_BIAS (fused in the GEMM)"
+    v64 = x.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64)
+    scale = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)) + 1
+    _check(y, v64, "gelu_tanh", out_dtype, scale)
+    _check(pre, v64, None, out_dtype, scale)
+    y = pyblasgemm.matmul(gx, gw, bias=gb, activation="relu")
+    assert last_route() == "cuBLASLt epilogue RELU_BIAS (fused in the GEMM)"
+    _check(y, v64, "relu", out_dtype, scale)
+    c = cupy.asarray(_data(rng, (64, 48), out_dtype))
+    g = pyblasgemm.gemm("N", "N", gx, gw, cupy.array(c, copy=True), alpha=0.5, beta=2.0, bias=gb)
+    assert last_route() == "cuBLASLt epilogue BIAS (fused in the GEMM)"
+    _check(g, 0.5 * (v64 - b) + 2.0 * to_host(c).astype(np.float64) + b, None, out_dtype, scale + 4 * np.abs(to_host(c)))
+    for kw in (dict(activation="gelu"), dict(bias=cupy.asarray(_data(rng, (64, 1), out_dtype))),
+               dict(activation="relu", backend="tensorcore"), dict(activation="relu", preactivation_out=pre)):
+        pyblasgemm.matmul(gx, gw, **kw)
+        assert last_route().startswith("GPU: the planned GEMM"), (kw, last_route())

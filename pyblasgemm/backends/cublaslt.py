@@ -19,10 +19,21 @@ import threading
 
 import numpy as np
 
-__all__ = ["LtLaunch", "make_launch"]
+__all__ = ["LtLaunch", "LtEpilogueLaunch", "make_launch", "LT_EPILOGUES"]
+
+#: (activation, bias, pre-activation out) -> cublasLtEpilogue_t: what cuBLASLt fuses. Its GELU
+#: is the tanh approximation (cuBLAS docs, footnote on GELU), so it serves 'gelu_tanh' only;
+#: RELU_AUX writes a bit mask, not the pre-activation values, so relu has no aux form here.
+LT_EPILOGUES = {(None, True, False): 4, ("relu", False, False): 2, ("relu", True, False): 6,
+                ("gelu_tanh", False, False): 32, ("gelu_tanh", True, False): 36,
+                ("gelu_tanh", False, True): 160, ("gelu_tanh", True, True): 164}
+#: the bias / pre-activation alignment the algorithm is chosen for (bytes): a call with pointers
+#: that are less aligned is refused by LtEpilogueLaunch.fits
+EPILOGUE_ALIGN = 16
 
 # cublasLtMatmulDescAttributes_t, cublasLtMatrixLayoutAttribute_t, preference attributes
 _DESC_TRANSA, _DESC_TRANSB = 3, 4
+_DESC_EPILOGUE, _DESC_BIAS_POINTER, _DESC_AUX_POINTER, _DESC_AUX_LD, _DESC_AUX_BATCH_STRIDE = 7, 8, 11, 12, 13
 _LAYOUT_BATCH_COUNT, _LAYOUT_STRIDED_BATCH_OFFSET = 5, 6
 _PREF_MAX_WORKSPACE_BYTES = 1
 _PREF_MIN_ALIGNMENT = {"A": 5, "B": 6, "C": 7, "D": 8}
@@ -127,7 +138,7 @@ class LtLaunch:
                  "_ws", "_scalar", "_one_zero", "_local", "_dev", "_align", "align",
                  "workspace_nbytes", "__weakref__")
 
-    def __init__(self, desc, types, device: int):
+    def __init__(self, desc, types, device: int, epilogue: int = 0):
         ab_type, c_type, compute_type, scalar = types
         self._desc, self._layouts = None, []
         lib = self._lib = _library()
@@ -146,6 +157,19 @@ class LtLaunch:
         self._layout(ab_type, b_rows, b_cols, desc.ldb, desc.batch, desc.stride_b)
         self._layout(c_type, desc.m, desc.n, desc.ldc, desc.batch, desc.stride_c)
         self._align = desc.align
+        if epilogue:
+            # before the heuristic: the epilogue and the bias/aux pointers' alignment (their
+            # values, here stand-ins with EPILOGUE_ALIGN's alignment) choose the algorithm
+            _set(lib.cublasLtMatmulDescSetAttribute, mdesc, _DESC_EPILOGUE, epilogue, ct.c_uint32)
+            if epilogue & 4:
+                _set(lib.cublasLtMatmulDescSetAttribute, mdesc, _DESC_BIAS_POINTER, EPILOGUE_ALIGN,
+                     ct.c_uint64)
+            if epilogue & 128:
+                _set(lib.cublasLtMatmulDescSetAttribute, mdesc, _DESC_AUX_POINTER, EPILOGUE_ALIGN,
+                     ct.c_uint64)
+                _set(lib.cublasLtMatmulDescSetAttribute, mdesc, _DESC_AUX_LD, desc.ldc, ct.c_int64)
+                _set(lib.cublasLtMatmulDescSetAttribute, mdesc, _DESC_AUX_BATCH_STRIDE, desc.stride_c,
+                     ct.c_int64)
         result = self._heuristic(MAX_WORKSPACE_BYTES)
         if result is None:
             self._destroy()
@@ -255,6 +279,36 @@ class LtLaunch:
             self._destroy()
         except Exception:     # interpreter shutdown: the library may be gone already
             pass
+
+
+class LtEpilogueLaunch(LtLaunch):
+    """An :class:`LtLaunch` whose matmul descriptor carries a cuBLASLt epilogue (a code of
+    :data:`LT_EPILOGUES`): ``launch(a, b, c, alpha, beta, stream, bias_ptr, aux_ptr)``. The
+    bias and pre-activation pointers are descriptor attributes, set before each call: one
+    launch object must not be called from two threads at once."""
+
+    __slots__ = ("epilogue",)
+
+    def __init__(self, desc, types, device: int, epilogue: int):
+        super().__init__(desc, types, device, epilogue)
+        self.epilogue = epilogue
+
+    def __call__(self, a_ptr, b_ptr, c_ptr, alpha=1.0, beta=0.0, stream: int = 0, bias_ptr: int = 0,
+                 aux_ptr: int = 0):
+        set_attr = self._lib.cublasLtMatmulDescSetAttribute
+        if self.epilogue & 4:
+            _set(set_attr, self._desc, _DESC_BIAS_POINTER, bias_ptr, ct.c_uint64)
+        if self.epilogue & 128:
+            _set(set_attr, self._desc, _DESC_AUX_POINTER, aux_ptr, ct.c_uint64)
+        super().__call__(a_ptr, b_ptr, c_ptr, alpha, beta, stream)
+
+
+def make_epilogue_launch(desc, types, device: int, epilogue: int):
+    """An :class:`LtEpilogueLaunch`, or None when cuBLASLt has no algorithm with that epilogue."""
+    try:
+        return LtEpilogueLaunch(desc, types, device, epilogue)
+    except LtUnavailable:
+        return None
 
 
 def _capturing(stream: int) -> bool:
