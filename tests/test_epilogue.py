@@ -198,7 +198,7 @@ def test_fusion_guide_numbers_are_the_measured_ones():
     root = pathlib.Path(__file__).resolve().parents[1]
     text = (root / "docs/guide/fusion.rst").read_text()
     for gpu in ("h100", "h200"):
-        name = f"fusion_{gpu}_2026-11-24_58e9d91.json"
+        name = f"fusion_{gpu}_2026-11-24_4932dd7.json"
         assert name in text
         doc = json.loads((root / "bench/results" / name).read_text())
         assert doc["device"]["name"].startswith("NVIDIA " + gpu.upper())
