@@ -254,21 +254,27 @@ def test_host_int8_wraps_like_numpy_for_long_sums():
 
 @pytest.mark.parametrize("dtype", _HOST_DIRECT_TYPES)
 def test_small_host_products_cost_at_most_twice_numpys(dtype):
-    """4³ and 32³ products: at most 2x numpy.matmul's time per call (the best of interleaved
-    rounds, so a busy machine slows both alike)."""
+    """4³ and 32³ products: at most 2x numpy.matmul's time per call. The best of interleaved
+    rounds, and the best of three such measurements: on a machine shared with 16 test workers
+    one measurement once saw 6.7x (int8 32³, H100 host) where the same code alone measured 1.0x."""
     import time
 
     rng = np.random.default_rng(4)
     for n in (4, 32):
         a, b = _host_operands(rng, ((n, n), (n, n)), dtype)
-        best = {np.matmul: math.inf, pyblasgemm.matmul: math.inf}
-        for _ in range(7):
-            for f in best:
-                t0 = time.perf_counter()
-                for _ in range(200):
-                    f(a, b)
-                best[f] = min(best[f], (time.perf_counter() - t0) / 200)
-        assert best[pyblasgemm.matmul] <= 2 * best[np.matmul], (n, best)
+        ratios = []
+        for _ in range(3):
+            best = {np.matmul: math.inf, pyblasgemm.matmul: math.inf}
+            for _ in range(7):
+                for f in best:
+                    t0 = time.perf_counter()
+                    for _ in range(100):
+                        f(a, b)
+                    best[f] = min(best[f], (time.perf_counter() - t0) / 100)
+            ratios.append(best[pyblasgemm.matmul] / best[np.matmul])
+            if ratios[-1] <= 2:
+                break
+        assert min(ratios) <= 2, (n, ratios)
 
 
 def test_host_float16_overflow_warns_as_numpy_at_the_callers_line():
