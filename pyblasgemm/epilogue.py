@@ -304,8 +304,8 @@ def _lt_fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pr
         return False
     desc, first, second, swapped = fast
     if bias is not None and (epi.bias_axis != ("cols" if swapped else "rows") or bias.dtype != c.dtype
-                             or _arrays.data_ptr(bias) % EPILOGUE_ALIGN):
-        return False            # cuBLASLt adds one bias value per row of D only
+                             or not bias.flags.c_contiguous or _arrays.data_ptr(bias) % EPILOGUE_ALIGN):
+        return False            # cuBLASLt adds one bias value per row of D only, read contiguously
     if pre is not None and (pre.strides != c.strides or _arrays.data_ptr(pre) % EPILOGUE_ALIGN
                             or desc.ldc % 8):
         return False            # the pre-activation has D's layout, ld a multiple of 8

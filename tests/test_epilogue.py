@@ -263,6 +263,10 @@ def test_cublaslt_fuses_relu_and_the_tanh_gelu_and_says_so(dtype):
     g = pyblasgemm.gemm("N", "N", gx, gw, cupy.array(c, copy=True), alpha=0.5, beta=2.0, bias=gb)
     assert last_route() == "cuBLASLt epilogue BIAS (fused in the GEMM)"
     _check(g, 0.5 * (v64 - b) + 2.0 * to_host(c).astype(np.float64) + b, None, out_dtype, scale + 4 * np.abs(to_host(c)))
+    strided = cupy.asarray(_data(rng, (96,), out_dtype))[::2]          # a bias with stride 2
+    y = pyblasgemm.matmul(gx, gw, bias=strided, activation="relu")
+    assert last_route().startswith("GPU: the planned GEMM")
+    _check(y, v64 - b + to_host(strided).astype(np.float64), "relu", out_dtype, scale)
     unfused = [dict(activation="gelu"), dict(bias=cupy.asarray(_data(rng, (64, 1), out_dtype))),
                dict(activation="relu", preactivation_out=pre)]
     if dtype is not np.float32:          # (float32 with compute 'fp32' has no tensor-core kernel)
