@@ -4,8 +4,9 @@
 * the tensor-core headers refuse a too-old arch loudly;
 * every SHIPPED instantiation (kind x accumulate x config x transpose pair x operand path)
   compiles for sm_80 with no register spill and no local memory; sm_90 compiles a
-  representative subset (one layout and operand path per config, all eight across the set),
-  all of it with PYBLASGEMM_COMPILE_ALL=1.
+  representative subset (one config per tile shape, one layout and operand path each, all
+  decompositions and all eight layout/path pairs across the set), all of it with
+  PYBLASGEMM_COMPILE_ALL=1.
   Each distinct compile happens once, on every core, beside the other tests (compile_pool.py).
 """
 from __future__ import annotations
@@ -80,16 +81,29 @@ def compile_jobs(items) -> dict:
             for key, (cfg, names) in groups.items()}
 
 
+def _sm90_subset(kind: str, ki: int, cfgs) -> dict:
+    """{config index: (layout index, vec)} of the sm_90 representative subset: per tile shape
+    one config, its decomposition rotating with the kind, and one (layout, operand path),
+    rotating so that all eight appear across the set (the sm_80 set compiles every one)."""
+    by_tile: dict = {}
+    for ci, cfg in enumerate(cfgs):
+        by_tile.setdefault((cfg.bm, cfg.bn, cfg.bk, cfg.warps_m, cfg.warps_n, cfg.stages), []).append(ci)
+    pick = {}
+    for ti, members in enumerate(by_tile.values()):
+        r = ki + ti
+        pick[members[r % len(members)]] = (r % 4, r // 4 % 2 == 0)
+    return pick
+
+
 def _specs(arch):
     out = []
     for ki, (kind, cfgs) in enumerate(SHIPPED_CONFIGS.items()):
+        subset = _sm90_subset(kind, ki, cfgs)
         for acc in ACCUMULATE[kind]:
             for ci, cfg in enumerate(cfgs):
                 for li, lay in enumerate(LAYOUTS):
                     for vec in (True, False):
-                        # sm_90 subset: one (layout, operand path) per config, rotating with the
-                        # config and the kind so that all eight appear across the set
-                        if arch == "sm_90" and not ALL and (ci + ki) % 8 != li + 4 * (not vec):
+                        if arch == "sm_90" and not ALL and subset.get(ci) != (li, vec):
                             continue
                         spec = Spec(arch, kind, acc, cfg, lay, vec)
                         out.append(pytest.param(spec, id=f"{arch}-{kind}-{acc}-{cfg.name}-{lay}-"
