@@ -30,6 +30,12 @@ def main():
                 pre = cp.empty((m, n), out_dtype)
                 pyblasgemm.matmul(x, w, bias=bias, activation=act, preactivation_out=pre)
                 print(np.dtype(dtype).name, act, bias.shape, last_route())
+    for dtype in (np.float16, np.float32):    # the cuBLASLt-fused forms (ld a multiple of 8)
+        x, w, bias = arr((m, k), dtype), arr((k, 40), dtype), arr((40,), dtype)
+        pyblasgemm.matmul(x, w, bias=bias, activation="gelu_tanh", preactivation_out=cp.empty((m, 40), dtype))
+        print(np.dtype(dtype).name, "gelu_tanh + pre", last_route())
+        pyblasgemm.matmul(x, w, bias=bias, activation="relu")
+        print(np.dtype(dtype).name, "relu", last_route())
     q = cp.asarray(rng.integers(-128, 128, (m, 64)).astype(np.int8))
     r = cp.asarray(rng.integers(-128, 128, (64, n)).astype(np.int8))
     pyblasgemm.matmul(q, r, scale_a=arr((m,), np.float32), scale_b=arr((n,), np.float32),
