@@ -226,11 +226,48 @@ def grouped(gpu, experts, seed=5) -> dict:
     return row
 
 
+def _label(c) -> str:
+    shape = {"grouped experts": lambda: f"{c['experts']} experts",
+             "fused_mlp gelu": lambda: f"{c['tokens']}x{c['features']}->{c['hidden']}"}.get(
+        c["case"], lambda: f"{c['m']}x{c['n']}x{c['k']}")()
+    return f"{c['case']} {c.get('dtype', '')} {shape}"
+
+
+def plot(paths, out) -> None:
+    """A bar chart of the steady-state ratios of result files (one bar per file and case)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    docs = [json.loads(pathlib.Path(p).read_text()) for p in paths]
+    labels = [_label(c) for c in docs[0]["cases"] if "ratio_steady" in c]
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(labels) + 1.2))
+    height = 0.8 / len(docs)
+    for i, doc in enumerate(docs):
+        ratio = {_label(c): c["ratio_steady"] for c in doc["cases"] if "ratio_steady" in c}
+        ys = [j + i * height for j in range(len(labels))]
+        ax.barh(ys, [ratio.get(lb, 0) for lb in labels], height, label=doc["device"]["name"])
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_yticks([j + 0.4 - height / 2 for j in range(len(labels))], labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("speed relative to the faster PyTorch sequence (steady state; > 1: pyblasgemm faster)")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True, help="results JSON")
+    ap.add_argument("--out", required=True, help="results JSON (with --plot: the PNG)")
     ap.add_argument("--quick", action="store_true", help="the first shape of each list only")
+    ap.add_argument("--plot", nargs="+", metavar="JSON", help="plot these result files instead of measuring")
     args = ap.parse_args(argv)
+    if args.plot:
+        plot(args.plot, args.out)
+        print("wrote", args.out)
+        return 0
     gpu = _Gpu()
     doc = {"schema": "pyblasgemm-fusion/1", **meta(gpu), "method": __doc__, "cases": []}
     shapes = SHAPES[:1] if args.quick else SHAPES

@@ -207,6 +207,22 @@ def test_fusion_guide_numbers_are_the_measured_ones():
                 assert f"{case['ratio_steady']:.2f}" in text, (gpu, case["case"], case.get("m"))
             if "overhead" in case:
                 assert f"+{case['overhead'] * 100:.0f} %" in text, gpu
+    assert "_static/perf/fusion_2026-11-24_4932dd7.png" in text
+    assert (root / "docs/_static/perf/fusion_2026-11-24_4932dd7.png").stat().st_size > 10_000
+
+
+def test_fusion_figure_is_drawn_from_the_results(tmp_path):
+    pytest.importorskip("matplotlib")
+    import importlib.util
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("pbg_bench_fusion", root / "bench/fusion.py")
+    fusion = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fusion)
+    out = tmp_path / "fusion.png"
+    fusion.plot([root / f"bench/results/fusion_{g}_2026-11-24_4932dd7.json" for g in ("h100", "h200")], out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.gpu
