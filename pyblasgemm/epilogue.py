@@ -295,6 +295,7 @@ def _lt_fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pr
     k = a.shape[1] if ta == "N" else a.shape[0]
     if m == 0 or n == 0 or k == 0:
         return False
+    from ._layout import may_overlap
     from ._strided import _fast_desc
     from ._types import resolve_compute
 
@@ -307,8 +308,8 @@ def _lt_fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pr
                              or not bias.flags.c_contiguous or _arrays.data_ptr(bias) % EPILOGUE_ALIGN):
         return False            # cuBLASLt adds one bias value per row of D only, read contiguously
     if pre is not None and (pre.strides != c.strides or _arrays.data_ptr(pre) % EPILOGUE_ALIGN
-                            or desc.ldc % 8):
-        return False            # the pre-activation has D's layout, ld a multiple of 8
+                            or desc.ldc % 8 or may_overlap(pre, c)):
+        return False            # the pre-activation has D's layout, ld a multiple of 8, its own memory
     from . import streams
     from .backends.cublas import _TYPES
     from .backends.cublaslt import make_epilogue_launch

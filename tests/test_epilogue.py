@@ -290,3 +290,7 @@ def test_cublaslt_fuses_relu_and_the_tanh_gelu_and_says_so(dtype):
     for kw in unfused:
         pyblasgemm.matmul(gx, gw, **kw)
         assert last_route().startswith("GPU: the planned GEMM"), (kw, last_route())
+    same = cupy.empty((64, 48), out_dtype)       # the pre-activation written into the result itself
+    y = pyblasgemm.matmul(gx, gw, bias=gb, activation="gelu_tanh", preactivation_out=same, out=same)
+    assert last_route().startswith("GPU: the planned GEMM") and y is same
+    _check(same, v64, "gelu_tanh", out_dtype, scale)
