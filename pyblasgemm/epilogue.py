@@ -282,9 +282,13 @@ def _lt_fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pr
     and cuBLAS's GEMM is within a few per cent of ours where ours is faster."""
     from .backends.cublaslt import EPILOGUE_ALIGN, LT_EPILOGUES
 
-    if row is None or backend not in (None, "auto", "cublas") or epi.dequantize \
-            or a.ndim != 2 or b.ndim != 2:
-        return False
+    if backend is None:       # PYBLASGEMM_BACKEND, as the planner reads it
+        from .planner.overrides import current_settings
+
+        backend = current_settings().backend
+    if row is None or backend not in ("auto", "cublas") or epi.dequantize or a.ndim != 2 \
+            or b.ndim != 2 or a.dtype != row.ab_dtype or b.dtype != row.ab_dtype:
+        return False            # (matmul of mixed dtypes: the planned path converts)
     if type(alpha) not in (int, float) or type(beta) not in (int, float) or alpha == 0:
         return False            # the planned path checks and answers these
     code = LT_EPILOGUES.get((epi.activation.name if epi.activation else None, bias is not None,
@@ -341,7 +345,7 @@ def gemm_with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend,
                        stream, bias, activation, preactivation_out, scale_a, scale_b):
     """:func:`pyblasgemm.gemm` with an epilogue (see the module's docstring)."""
     from ._types import ROW_BY_DTYPE
-    from .desc import check_gemm_flag, _scalar_value
+    from .desc import check_gemm_flag, check_scalar, _scalar_value
     from .gemm import gemm
 
     r = "gemm"
@@ -357,6 +361,8 @@ def gemm_with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend,
     tb = check_gemm_flag(r, 2, "transb", transb, row)
     m = a.shape[0] if ta == "N" else a.shape[1]
     n = b.shape[1] if tb == "N" else b.shape[0]
+    if (a.shape[1] if ta == "N" else a.shape[0]) != (b.shape[0] if tb == "N" else b.shape[1]):
+        return gemm(transa, transb, a, b, out, alpha, beta)    # its own error names the sizes
     dequant = scale_a is not None or scale_b is not None
     if out is not None:
         out_dtype = out.dtype
@@ -367,7 +373,9 @@ def gemm_with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend,
     xp_name = _arrays.array_module_name(a)
     epi = check(r, (m, n), (m, n), out_dtype, xp_name, bias, activation, preactivation_out, scale_a,
                 scale_b, a.dtype)
-    alpha, beta = _scalar_value(alpha), _scalar_value(beta)
+    # the scalars as gemm checks them (its positions), before either route runs
+    alpha = check_scalar(r, 6, "alpha", _scalar_value(alpha), row)
+    beta = check_scalar(r, 7, "beta", _scalar_value(beta), row)
     xp = _arrays.xp_of(xp_name)
     kw = dict(compute=compute, backend=backend, autotune=autotune, stream=stream)
     read_c = out is not None and beta != 0
@@ -400,35 +408,33 @@ def _row_for(ab_dtype, out_dtype):
     return ROW_BY_DTYPES.get((np.dtype(ab_dtype), np.dtype(out_dtype)))
 
 
-def _matmul_shape(routine, a, b) -> tuple:
-    """numpy.matmul's result shape (its errors for shapes it refuses)."""
-    if a.ndim == 0 or b.ndim == 0:
-        raise ValueError(f"{routine}: Input operand {0 if a.ndim == 0 else 1} does not have enough "
-                         f"dimensions (matmul needs 1-D or more)")
+def _matmul_shape(a, b) -> tuple:
+    """numpy.matmul's result shape; for shapes it refuses, its own error (raised by NumPy on
+    zero-stride stand-ins: no memory, no work)."""
     sa = a.shape if a.ndim > 1 else (1,) + a.shape
     sb = b.shape if b.ndim > 1 else b.shape + (1,)
-    if sa[-1] != sb[-2]:
-        raise ValueError(f"{routine}: a's last dimension ({sa[-1]}) must equal b's "
-                         f"{'only' if b.ndim == 1 else 'second-to-last'} dimension ({sb[-2]})")
-    shape = np.broadcast_shapes(sa[:-2], sb[:-2]) + (sa[-2], sb[-1])
-    if a.ndim == 1:
-        shape = shape[:-2] + shape[-1:]
-    if b.ndim == 1:
-        shape = shape[:-1]
-    return shape
+    try:
+        if a.ndim == 0 or b.ndim == 0 or sa[-1] != sb[-2]:
+            raise ValueError
+        batch = np.broadcast_shapes(sa[:-2], sb[:-2])
+    except ValueError:
+        cell = np.zeros((), np.int8)
+        np.matmul(np.broadcast_to(cell, a.shape), np.broadcast_to(cell, b.shape))
+        raise      # (not reached: NumPy raised above)
+    return batch + ((sa[-2],) if a.ndim > 1 else ()) + ((sb[-1],) if b.ndim > 1 else ())
 
 
 def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, activation,
                          preactivation_out, scale_a, scale_b):
     """:func:`pyblasgemm.matmul` with an epilogue (see the module's docstring)."""
-    from .matmul import matmul
+    from .matmul import _with_core_dims, matmul
 
     r = "matmul"
     xp_name = _arrays.array_module_name(a)
     if xp_name is None or _arrays.array_module_name(b) != xp_name:
         raise TypeError(f"{r}: an epilogue needs a and b to be NumPy arrays or CuPy arrays "
                         f"(both of one kind), got {type(a).__name__} and {type(b).__name__}")
-    shape = _matmul_shape(r, a, b)
+    shape = _matmul_shape(a, b)
     dequant = scale_a is not None or scale_b is not None
     if dtype is not None:
         out_dtype = np.dtype(dtype)
@@ -448,10 +454,8 @@ def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, b
     xp = _arrays.xp_of(xp_name)
     result = out if out is not None else xp.empty(shape, out_dtype)
     # the epilogue sees (..., m, n): views with matmul's dropped vector axes put back
-    dropped = ([-2] if a.ndim == 1 else []) + ([-1] if b.ndim == 1 else [])
-
     def full(x):
-        return x if x is None or not dropped else xp.expand_dims(x, tuple(dropped))
+        return None if x is None else _with_core_dims(x, a.ndim, b.ndim)
 
     if dequant:
         _route.last = _UNFUSED[xp_name]

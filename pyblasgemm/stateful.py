@@ -159,7 +159,10 @@ def _epilogue_state(a, b, out, row, bias, activation, preactivation_out):
     from ._types import ROW_BY_DTYPES
 
     shape = _matmul_shape(a, b)
-    out_dtype = row.c_dtype if out is None else out.dtype
+    out_dtype = row.c_dtype
+    if out is not None and (getattr(out, "dtype", None) != out_dtype or getattr(out, "shape", None) != shape):
+        raise ValueError(f"Matmul: out must have dtype {out_dtype} and shape {shape}, got "
+                         f"{getattr(out, 'dtype', None)} and {getattr(out, 'shape', None)}")
     epi = epilogue.check("Matmul", shape, shape[-2:], out_dtype, "cupy", bias, activation,
                          preactivation_out, None, None, a.dtype)
     acc = epilogue.acc_dtype(out_dtype)
@@ -173,7 +176,6 @@ def _one_launch(a, b, out, compute, backend, stream, accumulate_into=False):
     it ran as one launch on the arrays' memory, else None."""
     from .matmul import _batched
     from ._layout import may_overlap
-
     from ._types import ROW_BY_DTYPES
 
     row = ROW_BY_DTYPE[a.dtype]

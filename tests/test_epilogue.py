@@ -172,6 +172,14 @@ def test_bad_epilogue_arguments_raise_before_any_work(kw, exc, words):
     assert (out == 7).all()                 # nothing half-written
 
 
+def test_gemm_epilogue_checks_sizes_and_scalars_as_gemm_does():
+    a, b = np.ones((2, 3), np.float32), np.ones((4, 5), np.float32)
+    with pytest.raises(ValueError, match="inner dimensions 3 and 4 must agree"):
+        pyblasgemm.gemm("N", "N", a, b, bias=np.ones(5, np.float32))
+    with pytest.raises(pyblasgemm.BlasArgumentError, match="parameter 6"):
+        pyblasgemm.gemm("N", "N", a, np.ones((3, 5), np.float32), alpha=1e39, bias=np.ones(5, np.float32))
+
+
 def test_int8_epilogue_rules():
     a = np.ones((4, 2), np.int8)
     with pytest.raises(ValueError, match="scale_b"):
@@ -249,6 +257,25 @@ def test_stateful_matmul_with_an_epilogue(dtype):
         _check(pre, v64, None, dtype, scale)
     with pytest.raises(ValueError, match="bias has shape"):
         pyblasgemm.Matmul(cupy.asarray(x), cupy.asarray(w), bias=cupy.ones(5, out_dtype))
+    with pytest.raises(ValueError, match="out must have dtype"):
+        pyblasgemm.Matmul(cupy.asarray(x), cupy.asarray(w), out=cupy.empty((2, 24, 15), out_dtype), bias=bias)
+
+
+@pytest.mark.gpu
+def test_a_forced_backend_keeps_the_cublaslt_route_off(monkeypatch):
+    import cupy
+
+    from pyblasgemm.epilogue import last_route
+
+    x, w = cupy.ones((32, 16), np.float16), cupy.ones((16, 24), np.float16)
+    monkeypatch.setenv("PYBLASGEMM_BACKEND", "tensorcore")
+    pyblasgemm.clear_plan_cache()
+    try:
+        pyblasgemm.matmul(x, w, bias=cupy.ones(24, np.float16), activation="relu")
+        assert last_route().startswith("GPU: the planned GEMM")
+    finally:
+        monkeypatch.delenv("PYBLASGEMM_BACKEND")
+        pyblasgemm.clear_plan_cache()
 
 
 @pytest.mark.gpu
@@ -290,7 +317,22 @@ def test_cublaslt_fuses_relu_and_the_tanh_gelu_and_says_so(dtype):
     for kw in unfused:
         pyblasgemm.matmul(gx, gw, **kw)
         assert last_route().startswith("GPU: the planned GEMM"), (kw, last_route())
+    if dtype is np.float16:                      # mixed operand dtypes: NumPy's promotion, unfused
+        w32 = w.astype(np.float32)
+        y = pyblasgemm.matmul(gx, cupy.asarray(w32), bias=cupy.asarray(b.astype(np.float32)), activation="relu")
+        assert y.dtype == np.float32 and last_route().startswith("GPU: the planned GEMM")
+        _check(y, v64, "relu", np.float32, scale)
     same = cupy.empty((64, 48), out_dtype)       # the pre-activation written into the result itself
     y = pyblasgemm.matmul(gx, gw, bias=gb, activation="gelu_tanh", preactivation_out=same, out=same)
     assert last_route().startswith("GPU: the planned GEMM") and y is same
     _check(same, v64, "gelu_tanh", out_dtype, scale)
+
+
+@pytest.mark.parametrize("sa,sb", [((2, 3), (4, 5)), ((2, 2, 3), (3, 3, 4)), ((), (2, 2))])
+def test_matmul_with_an_epilogue_refuses_shapes_in_numpys_words(sa, sb):
+    a, b = np.ones(sa, np.float32), np.ones(sb, np.float32)
+    with pytest.raises(ValueError) as want:
+        np.matmul(a, b)
+    with pytest.raises(ValueError) as got:
+        pyblasgemm.matmul(a, b, activation="relu")
+    assert str(got.value) == str(want.value)
