@@ -97,6 +97,16 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
     Returns
     -------
     list of arrays (list form) or one (M, n) array (expert form)
+
+    Examples
+    --------
+    >>> import numpy as np, pyblasgemm
+    >>> a = [np.ones((2, 3), np.float32), np.ones((1, 2), np.float32)]
+    >>> b = [np.ones((3, 4), np.float32), np.full((2, 1), 2, np.float32)]
+    >>> [r.shape for r in pyblasgemm.grouped_matmul(a, b)]
+    [(2, 4), (1, 1)]
+    >>> pyblasgemm.grouped_matmul(a, b)[1]
+    array([[4.]], dtype=float32)
     """
     from .gemm import gemm
 

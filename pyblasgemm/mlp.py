@@ -74,7 +74,16 @@ def fused_mlp(x, w1, w2, b1=None, b2=None, activation="gelu", *, compute=None, b
               stream=None):
     """``activation(x @ w1 + b1) @ w2 + b2`` for 2-D ``x`` (tokens x features), ``w1``
     (features x hidden), ``w2`` (hidden x out); biases of shapes ``(hidden,)`` and ``(out,)``
-    in the layer's dtype. Returns ``x``'s dtype; see the module docstring."""
+    in the layer's dtype. Returns ``x``'s dtype; see the module docstring.
+
+    >>> import numpy as np, pyblasgemm
+    >>> x = np.ones((2, 3), np.float16)
+    >>> y = pyblasgemm.fused_mlp(x, np.ones((3, 4), np.float16), np.ones((4, 1), np.float16),
+    ...                          b2=np.array([1], np.float16), activation="relu")
+    >>> y, y.dtype
+    (array([[13.],
+           [13.]], dtype=float16), dtype('float16'))
+    """
     from .gemm import gemm
 
     r = "fused_mlp"

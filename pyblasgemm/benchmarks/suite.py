@@ -708,7 +708,12 @@ def resolve(args) -> tuple:
 def results_dir() -> pathlib.Path:
     """Where a run without ``--out`` writes: ``$PYBLASGEMM_RESULTS_DIR``, else
     ``~/.local/share/pyblasgemm/bench``. Never the source tree: an installed package's folder
-    may be read-only, and a checkout's ``bench/results`` holds only the committed measurements."""
+    may be read-only, and a checkout's ``bench/results`` holds only the committed measurements.
+
+    >>> import os
+    >>> "PYBLASGEMM_RESULTS_DIR" in os.environ or results_dir().parts[-3:] == ("share", "pyblasgemm", "bench")
+    True
+    """
     from pyblasgemm import settings
 
     return settings.get("PYBLASGEMM_RESULTS_DIR") or \
