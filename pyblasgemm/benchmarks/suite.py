@@ -710,8 +710,9 @@ def results_dir() -> pathlib.Path:
     ``~/.local/share/pyblasgemm/bench``. Never the source tree: an installed package's folder
     may be read-only, and a checkout's ``bench/results`` holds only the committed measurements.
 
-    >>> import os
-    >>> "PYBLASGEMM_RESULTS_DIR" in os.environ or results_dir().parts[-3:] == ("share", "pyblasgemm", "bench")
+    >>> from pyblasgemm import settings
+    >>> settings.get("PYBLASGEMM_RESULTS_DIR") is not None or \
+    ...     results_dir().parts[-3:] == ("share", "pyblasgemm", "bench")
     True
     """
     from pyblasgemm import settings
