@@ -711,8 +711,8 @@ def results_dir() -> pathlib.Path:
     may be read-only, and a checkout's ``bench/results`` holds only the committed measurements.
 
     >>> from pyblasgemm import settings
-    >>> settings.get("PYBLASGEMM_RESULTS_DIR") is not None or \
-    ...     results_dir().parts[-3:] == ("share", "pyblasgemm", "bench")
+    >>> default = results_dir().parts[-3:] == ("share", "pyblasgemm", "bench")
+    >>> default or settings.get("PYBLASGEMM_RESULTS_DIR") is not None
     True
     """
     from pyblasgemm import settings
