@@ -1,8 +1,13 @@
 """CPU-only NVRTC tests of the Hopper kernel (impls/sm90_gemm.cuh, sm_90a; no GPU, no CUDA context).
 
-* every SHIPPED sm_90a instantiation (each kind's ``SM90_CONFIGS`` x every layout the config
+* the SHIPPED sm_90a instantiations (each kind's ``SM90_CONFIGS`` x every layout the config
   accepts; configs that share a template instantiation, e.g. hybrid/streamk, compile once)
-  compiles with no error, no warning, no register spill, no stack frame and no local memory;
+  compile with no error, no warning, no register spill, no stack frame and no local memory.
+  By default a cover: every instantiation's config in at least one layout, and every (tile,
+  cluster, consumer) of each kind in every layout it accepts -- about half of the ~350 (each
+  takes ~1.2 s of CPU; the layout only changes wgmma's transpose immediates and the TMA box,
+  not the register budget). ``PYBLASGEMM_COMPILE_ALL=1`` compiles every one (the GPU
+  machine's run sets it);
 * its SASS (``cuobjdump -sass``, from the ``nvidia-cuda-cuobjdump`` wheel of the ``test`` extra)
   holds the fast path: HGMMA/IGMMA of the tile's shape, TMA loads (UTMALDG) and the producer /
   consumer register reallocation (USETMAXREG). cuobjdump takes ~0.6 s a cubin, so CI
@@ -35,7 +40,7 @@ from pyblasgemm.kernels.config import SM90_CONFIGS, SM90_KINDS, SM90_MMA_SYNC_CO
 from pyblasgemm.kernels.problem import BASE_KIND, KernelProblem
 
 REPO = Path(__file__).resolve().parents[1]
-#: PYBLASGEMM_COMPILE_ALL=1: disassemble every instantiation (default: a rotating subset)
+#: PYBLASGEMM_COMPILE_ALL=1: compile and disassemble every instantiation (default: covers)
 ALL = os.environ.get("PYBLASGEMM_COMPILE_ALL", "") not in ("", "0")
 LAYOUTS = ("NN", "NT", "TN", "TT")
 #: what the kernel supports (s8 wgmma has no transpose: both operands K-major = 'TN')
@@ -84,6 +89,28 @@ def _specs():
     return out
 
 
+def _compile_features(spec) -> set:
+    """What compiling one instantiation checks: its config's template instance (the register
+    budget, which the layout does not change), and its layout on its tile shape."""
+    kind, cfg, lay = spec
+    instance = tuple(jit._names(cfg, kind, *_layouts(cfg, kind)[0], None, True))
+    return {(kind, "instance", instance),
+            (kind, "tile-layout", cfg.bm, cfg.bn, cfg.consumer, getattr(cfg, "cluster", 1), lay)}
+
+
+def _cover(specs, features) -> list:
+    """A greedy cover of ``specs``: every feature of any spec appears in at least one pick."""
+    of = {s: features(s) for s in specs}
+    need = set().union(*of.values())
+    covered: set = set()
+    out = []
+    while covered != need:
+        pick = max(specs, key=lambda s: len(of[s] - covered))   # first of the best
+        out.append(pick)
+        covered |= of[pick]
+    return out
+
+
 def _sass_features(spec) -> set:
     """What the disassembly of one instantiation shows of its kind: the MMA instruction's shape
     (tile bm, consumer, the cluster's multicast loads, bk), the decomposition's kernels (the
@@ -94,23 +121,16 @@ def _sass_features(spec) -> set:
 
 
 def _sass_specs(specs):
-    """The specs to disassemble: all with PYBLASGEMM_COMPILE_ALL=1; otherwise a greedy cover
-    in which every feature of :func:`_sass_features` appears at least once (about 50 of the
-    ~350: cuobjdump takes ~0.6 s per cubin, 0.3 s of CPU saved per spec left out). Every spec's
-    ptxas report (no spill, no stack, no local memory) is checked regardless."""
-    if ALL:
-        return list(specs)
-    need = set().union(*(_sass_features(s) for s in specs))
-    covered: set = set()
-    out = []
-    while covered != need:
-        pick = max(specs, key=lambda s: len(_sass_features(s) - covered))   # first of the best
-        out.append(pick)
-        covered |= _sass_features(pick)
-    return out
+    """The specs to disassemble: all with PYBLASGEMM_COMPILE_ALL=1; otherwise a cover in which
+    every feature of :func:`_sass_features` appears at least once (about 50: cuobjdump takes
+    ~0.6 s per cubin, 0.3 s of CPU saved per spec left out)."""
+    return list(specs) if ALL else _cover(specs, _sass_features)
 
 
-SPECS = _specs()
+#: every distinct shipped instantiation
+ALL_SPECS = _specs()
+#: those compiled in this run (all with PYBLASGEMM_COMPILE_ALL=1, else the cover)
+SPECS = ALL_SPECS if ALL else _cover(ALL_SPECS, _compile_features)
 SASS_SPECS = _sass_specs(SPECS)
 
 
@@ -197,6 +217,20 @@ def test_shipped_set_covers_every_kind_and_layout():
             if d == "hybrid" and (bm, st, cl, "streamk") in by:
                 assert jit._names(c, kind, "T", "N", None, True) == jit._names(
                     by[(bm, st, cl, "streamk")], kind, "T", "N", None, True)
+
+
+def test_compiled_set_covers_every_instance_and_tile_layout():
+    """The default run compiles each template instance in some layout and each tile shape in
+    every layout its kind accepts (a spec left out shares both with specs compiled)."""
+    compiled = {(k, c, lay) for k, c, lay in SPECS}
+    assert compiled <= set(ALL_SPECS)
+    covered = set().union(*(_compile_features(s) for s in SPECS))
+    for spec in ALL_SPECS:
+        assert _compile_features(spec) <= covered, spec
+    instances = {f for s in SPECS for f in _compile_features(s) if f[1] == "instance"}
+    assert len(instances) == len({f for s in ALL_SPECS for f in _compile_features(s) if f[1] == "instance"})
+    if not ALL:
+        assert len(SPECS) < 0.6 * len(ALL_SPECS), (len(SPECS), len(ALL_SPECS))
 
 
 _WARN = re.compile(r"warning|Potential Performance Loss", re.I)
