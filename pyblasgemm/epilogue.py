@@ -270,36 +270,38 @@ _LT_NAMES = {4: "BIAS", 2: "RELU", 6: "RELU_BIAS", 32: "GELU", 36: "GELU_BIAS", 
              164: "GELU_AUX_BIAS"}
 
 
-def _lt_fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pre, fresh_c,
-              backend, stream) -> bool:
-    """Run ``c = act(alpha·op(a)·op(b) + beta·c + bias)`` as one ``cublasLtMatmul`` when
-    cuBLASLt fuses this epilogue (:data:`~pyblasgemm.backends.cublaslt.LT_EPILOGUES`: relu and
-    the tanh GELU, with or without a bias; the GELU's pre-activation too) and the arrays allow
-    it (2-D, no copies, the bias along D's rows, pointers 16-byte aligned). True if it ran.
+def _fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pre, fresh_c, backend,
+           autotune, stream) -> bool:
+    """Run ``c = act(alpha·op(a)·op(b) + beta·c + bias)`` (and the pre-activation) as one
+    launch when the arrays allow it (2-D, no copies, the bias contiguous in C's dtype, the
+    pre-activation in C's layout and its own memory). True if it ran.
 
-    Why take it whenever it applies: it is one pass over C where our kernels plus the
-    elementwise pass make three (the float32 product written, read back, the result written),
-    and cuBLAS's GEMM is within a few per cent of ours where ours is faster."""
-    from .backends.cublaslt import EPILOGUE_ALIGN, LT_EPILOGUES
-
+    Which launch: the plan's. When it picks our Hopper kernel (wgmma consumers, 16-bit
+    operands), that kernel with the epilogue in its store (:func:`_kernel_fused`); otherwise
+    cuBLASLt's epilogue where cuBLASLt has this one (:func:`_lt_fused`: relu and the tanh GELU,
+    bias along D's rows). Either is one pass over C where the unfused route makes three (the
+    float32 product written, read back, the result written)."""
     if backend is None:       # PYBLASGEMM_BACKEND, as the planner reads it
         from .planner.overrides import current_settings
 
-        backend = current_settings().backend
-    if row is None or backend not in ("auto", "cublas") or epi.dequantize or a.ndim != 2 \
-            or b.ndim != 2 or a.dtype != row.ab_dtype or b.dtype != row.ab_dtype:
+        route = current_settings().backend
+    else:
+        route = backend
+    if row is None or route not in ("auto", "cublas", "tensorcore") or epi.dequantize or a.ndim != 2 \
+            or b.ndim != 2 or a.dtype != row.ab_dtype or b.dtype != row.ab_dtype or c.dtype != row.c_dtype:
         return False            # (matmul of mixed dtypes: the planned path converts)
     if type(alpha) not in (int, float) or type(beta) not in (int, float) or alpha == 0:
         return False            # the planned path checks and answers these
-    code = LT_EPILOGUES.get((epi.activation.name if epi.activation else None, bias is not None,
-                             pre is not None))
-    if code is None or c.dtype != row.c_dtype:
-        return False
     m, n = c.shape
     k = a.shape[1] if ta == "N" else a.shape[0]
     if m == 0 or n == 0 or k == 0:
         return False
     from ._layout import may_overlap
+
+    if bias is not None and (bias.dtype != c.dtype or not bias.flags.c_contiguous):
+        return False            # both launches read the bias contiguously, in C's type
+    if pre is not None and (pre.strides != c.strides or may_overlap(pre, c)):
+        return False            # the pre-activation is written at C's offsets
     from ._strided import _fast_desc
     from ._types import resolve_compute
 
@@ -308,13 +310,62 @@ def _lt_fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pr
     if fast is None:
         return False
     desc, first, second, swapped = fast
-    if bias is not None and (epi.bias_axis != ("cols" if swapped else "rows") or bias.dtype != c.dtype
-                             or not bias.flags.c_contiguous or _arrays.data_ptr(bias) % EPILOGUE_ALIGN):
-        return False            # cuBLASLt adds one bias value per row of D only, read contiguously
-    if pre is not None and (pre.strides != c.strides or _arrays.data_ptr(pre) % EPILOGUE_ALIGN
-                            or desc.ldc % 8 or may_overlap(pre, c)):
-        return False            # the pre-activation has D's layout, ld a multiple of 8, its own memory
+    # the user's columns are the description's m index when C was described transposed
+    bias_axis = None if bias is None else ("m" if (epi.bias_axis == "cols") == swapped else "n")
     from . import streams
+
+    sptr = streams.current() if stream is None else streams.handle(stream)
+    ptrs = (_arrays.data_ptr(first), _arrays.data_ptr(second), _arrays.data_ptr(c),
+            0 if bias is None else _arrays.data_ptr(bias), 0 if pre is None else _arrays.data_ptr(pre))
+    if route in ("auto", "tensorcore") and _kernel_fused(desc, epi, bias_axis, ptrs, backend, autotune,
+                                                         sptr):
+        return True
+    return route in ("auto", "cublas") and _lt_fused(desc, epi, bias_axis, ptrs, sptr)
+
+
+def _kernel_fused(desc, epi, bias_axis, ptrs, backend, autotune, sptr) -> bool:
+    """The plan's own Hopper kernel with the epilogue in its store, when the plan picks one
+    that takes it (:func:`pyblasgemm.kernels.launch.fusable`)."""
+    from .planner import plan_for
+    from .plancache import get_plan_cache
+
+    plan = plan_for(desc, backend) if autotune is None else plan_for(desc, backend, autotune=autotune)
+    if plan.backend != "tensorcore" or plan.pack or plan.config is None:
+        return False
+    from .kernels.jit import epilogue_code
+
+    cache = get_plan_cache()
+    code = epilogue_code(epi.activation.code if epi.activation else 0)
+    key = ("fused-launch", desc.key, plan.config, code, bias_axis)
+    launch = cache.get(key)
+    if launch is None:
+        from .backends.tensorcore import kernel_problem
+        from .kernels.launch import bind, fusable
+
+        problem = kernel_problem(desc)
+        launch = bind(problem, plan.config, spec=plan.launch, epilogue=(code, bias_axis)) \
+            if fusable(problem, plan.config) else False
+        cache.put(key, launch)
+    if launch is False:
+        return False
+    pa, pb, pc, pbias, ppre = ptrs
+    launch(pa, pb, pc, desc.alpha, desc.beta, sptr, bias=pbias, pre=ppre)
+    _route.last = f"pyblasgemm kernel {plan.config.name}, the epilogue fused in its store"
+    return True
+
+
+def _lt_fused(desc, epi, bias_axis, ptrs, sptr) -> bool:
+    """One ``cublasLtMatmul`` with cuBLASLt's epilogue, when it has this one
+    (:data:`~pyblasgemm.backends.cublaslt.LT_EPILOGUES`: relu and the tanh GELU, with or
+    without a bias; the GELU's pre-activation too) and the arrays meet its rules (the bias
+    along D's rows, pointers 16-byte aligned, the pre-activation's ld a multiple of 8)."""
+    from .backends.cublaslt import EPILOGUE_ALIGN, LT_EPILOGUES
+
+    pa, pb, pc, pbias, ppre = ptrs
+    code = LT_EPILOGUES.get((epi.activation.name if epi.activation else None, bool(pbias), bool(ppre)))
+    if code is None or (pbias and (bias_axis != "m" or pbias % EPILOGUE_ALIGN)) \
+            or (ppre and (ppre % EPILOGUE_ALIGN or desc.ldc % 8)):
+        return False            # cuBLASLt adds one bias value per row of D only
     from .backends.cublas import _TYPES
     from .backends.cublaslt import make_epilogue_launch
     from .plancache import get_plan_cache
@@ -329,10 +380,7 @@ def _lt_fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pr
         cache.put(key, launch)
     if launch is False:
         return False
-    sptr = streams.current() if stream is None else streams.handle(stream)
-    launch(_arrays.data_ptr(first), _arrays.data_ptr(second), _arrays.data_ptr(c), desc.alpha,
-           desc.beta, sptr, 0 if bias is None else _arrays.data_ptr(bias),
-           0 if pre is None else _arrays.data_ptr(pre))
+    launch(pa, pb, pc, desc.alpha, desc.beta, sptr, pbias, ppre)
     _route.last = f"cuBLASLt epilogue {_LT_NAMES[code]} (fused in the GEMM)"
     return True
 
@@ -386,9 +434,9 @@ def gemm_with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend,
         t = gemm(transa, transb, a, b, **kw)                      # the exact int32 product
         return apply(epi, t, alpha, beta if read_c else None, out if read_c else None, bias,
                      scale_a, scale_b, preactivation_out, result)
-    if xp_name == "cupy" and _lt_fused(r, _row_for(a.dtype, out_dtype), compute, ta, tb, a, b, result,
-                                       alpha, beta if read_c else 0, epi, bias, preactivation_out,
-                                       out is None, backend, stream):
+    if xp_name == "cupy" and _fused(r, _row_for(a.dtype, out_dtype), compute, ta, tb, a, b, result,
+                                    alpha, beta if read_c else 0, epi, bias, preactivation_out,
+                                    out is None, backend, autotune, stream):
         return result
     _route.last = _UNFUSED[xp_name]
     acc = acc_dtype(out_dtype)
@@ -462,9 +510,9 @@ def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, b
         t = matmul(a, b, dtype=np.int32, **kw)
         apply(epi, full(xp.asarray(t)), 1.0, None, None, bias, scale_a, scale_b,
               full(preactivation_out), full(result))
-    elif xp_name == "cupy" and a.ndim == 2 and b.ndim == 2 and _lt_fused(
+    elif xp_name == "cupy" and a.ndim == 2 and b.ndim == 2 and _fused(
             r, _row_for(a.dtype, out_dtype), compute, "N", "N", a, b, result, 1.0, 0.0, epi, bias,
-            preactivation_out, out is None, backend, stream):
+            preactivation_out, out is None, backend, autotune, stream):
         pass
     else:
         _route.last = _UNFUSED[xp_name]

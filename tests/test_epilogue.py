@@ -272,10 +272,96 @@ def test_a_forced_backend_keeps_the_cublaslt_route_off(monkeypatch):
     pyblasgemm.clear_plan_cache()
     try:
         pyblasgemm.matmul(x, w, bias=cupy.ones(24, np.float16), activation="relu")
-        assert last_route().startswith("GPU: the planned GEMM")
+        assert not last_route().startswith("cuBLASLt"), last_route()
     finally:
         monkeypatch.delenv("PYBLASGEMM_BACKEND")
         pyblasgemm.clear_plan_cache()
+
+
+def _needs_hopper():
+    import cupy
+
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the fused epilogue runs in the Hopper (sm_90a) kernel")
+
+
+#: (m, n, k) of the user's product: 1, 7, 33, 1000 and sizes that are no multiple of a tile; k
+#: and n multiples of 8 (TMA reads rows of 16-byte multiples: others are planned elsewhere)
+FUSED_SHAPES = [(1, 8, 8), (7, 40, 64), (33, 136, 72), (1000, 264, 520), (257, 392, 4104)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("decomposition", ["sliced", "streamk", "hybrid", "splitk_parallel"])
+@pytest.mark.parametrize("dtype,out_dtype", [(np.float16, np.float16), (ml_dtypes.bfloat16, ml_dtypes.bfloat16),
+                                             (ml_dtypes.bfloat16, np.float32)])
+def test_fused_hopper_kernel_every_decomposition(monkeypatch, decomposition, dtype, out_dtype):
+    """Our Hopper kernel with the epilogue in its store (each decomposition forced; split-k
+    applies it once, after the reduction): every activation, both bias axes, the
+    pre-activation, residual through beta, padded leading dimensions and transposes, against
+    float64; poisoned outputs; bitwise repeatable."""
+    import cupy
+
+    from pyblasgemm.epilogue import last_route
+
+    _needs_hopper()
+    monkeypatch.setenv("PYBLASGEMM_BACKEND", "tensorcore")
+    monkeypatch.setenv("PYBLASGEMM_DECOMPOSITION", decomposition)
+    pyblasgemm.clear_plan_cache()
+    rng = np.random.default_rng(hash((decomposition, str(dtype), str(out_dtype))) % 2**32)
+    fused = 0
+    try:
+        for m, n, k in FUSED_SHAPES:
+            x, w = _data(rng, (m, k), dtype), _data(rng, (k, n), dtype)
+            gx, gw = cupy.asarray(x), cupy.asarray(w)
+            scale = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)) + 1
+            for act, axis in (("gelu", "cols"), ("silu", "rows"), ("relu", None), ("gelu_tanh", "cols"), (None, "rows")):
+                bias = {None: None, "cols": _data(rng, (n,), out_dtype), "rows": _data(rng, (m, 1), out_dtype)}[axis]
+                v64 = x.astype(np.float64) @ w.astype(np.float64) + (0 if bias is None else bias.astype(np.float64))
+                pre = cupy.full((m, n), np.nan, out_dtype)
+                out = cupy.full((m, n), np.nan, out_dtype)
+                kw = dict(activation=act, preactivation_out=pre, bias=None if bias is None else cupy.asarray(bias))
+                y = pyblasgemm.gemm("N", "N", gx, gw, out, **kw)
+                route = last_route()
+                fused += route.startswith("pyblasgemm kernel")
+                _check(y, v64, act, out_dtype, scale, (m, n, k, act, axis, route))
+                _check(pre, v64, None, out_dtype, scale, (m, n, k, "pre", route))
+                again = pyblasgemm.gemm("N", "N", gx, gw, cupy.full((m, n), np.nan, out_dtype), **kw)
+                assert cupy.array_equal(again, y), (m, n, k, act, "not bitwise repeatable")
+            # residual through beta, transposed operands with padded leading dimensions
+            ap = cupy.asarray(_data(rng, (k, m + 8), dtype))[:, :m]          # op(a) = ap.T, ld m + 8
+            bp = cupy.asarray(_data(rng, (n, k + 8), dtype))[:, :k]          # op(b) = bp.T, ld k + 8
+            c0 = _data(rng, (m, n), out_dtype)
+            bias = _data(rng, (n,), out_dtype)
+            out = cupy.array(c0, copy=True)
+            pyblasgemm.gemm("T", "T", ap, bp, out, alpha=0.5, beta=-1.5, bias=cupy.asarray(bias), activation="gelu")
+            a64, b64 = to_host(ap).astype(np.float64).T, to_host(bp).astype(np.float64).T
+            v64 = 0.5 * a64 @ b64 - 1.5 * c0.astype(np.float64) + bias.astype(np.float64)
+            _check(out, v64, "gelu", out_dtype, 0.5 * np.abs(a64) @ np.abs(b64) + 1.5 * np.abs(c0) + 1,
+                   (m, n, k, "beta", last_route()))
+    finally:
+        monkeypatch.delenv("PYBLASGEMM_BACKEND")
+        monkeypatch.delenv("PYBLASGEMM_DECOMPOSITION")
+        pyblasgemm.clear_plan_cache()
+    assert fused >= 3 * 5, f"only {fused} calls took the fused kernel ({decomposition})"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act", ["relu", "gelu", "gelu_tanh", "silu"])
+def test_fused_hopper_kernel_propagates_nan_and_inf(act):
+    import cupy
+
+    from pyblasgemm.epilogue import last_route
+
+    _needs_hopper()
+    x = np.ones((64, 64), np.float16)
+    x[1, 0] = np.nan
+    x[2, :] = np.inf
+    w = np.ones((64, 64), np.float16)
+    y = to_host(pyblasgemm.matmul(cupy.asarray(x), cupy.asarray(w), activation=act, backend="tensorcore"))
+    assert last_route().startswith("pyblasgemm kernel"), last_route()
+    want = REF[act](x.astype(np.float64) @ w.astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    np.testing.assert_array_equal(np.isposinf(y), np.isposinf(want))
 
 
 @pytest.mark.gpu
@@ -293,29 +379,28 @@ def test_cublaslt_fuses_relu_and_the_tanh_gelu_and_says_so(dtype):
     b = _data(rng, (48,), out_dtype)
     gx, gw, gb = cupy.asarray(x), cupy.asarray(w), cupy.asarray(b)
     pre = cupy.full((64, 48), np.nan, out_dtype)
-    y = pyblasgemm.matmul(gx, gw, bias=gb, activation="gelu_tanh", preactivation_out=pre)
+    lt = dict(backend="cublas")      # (auto: our Hopper kernel's fused store where the plan picks it)
+    y = pyblasgemm.matmul(gx, gw, bias=gb, activation="gelu_tanh", preactivation_out=pre, **lt)
     assert last_route() == "cuBLASLt epilogue GELU_AUX_BIAS (fused in the GEMM)"
     v64 = x.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64)
     scale = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)) + 1
     _check(y, v64, "gelu_tanh", out_dtype, scale)
     _check(pre, v64, None, out_dtype, scale)
-    y = pyblasgemm.matmul(gx, gw, bias=gb, activation="relu")
+    y = pyblasgemm.matmul(gx, gw, bias=gb, activation="relu", **lt)
     assert last_route() == "cuBLASLt epilogue RELU_BIAS (fused in the GEMM)"
     _check(y, v64, "relu", out_dtype, scale)
     c = cupy.asarray(_data(rng, (64, 48), out_dtype))
-    g = pyblasgemm.gemm("N", "N", gx, gw, cupy.array(c, copy=True), alpha=0.5, beta=2.0, bias=gb)
+    g = pyblasgemm.gemm("N", "N", gx, gw, cupy.array(c, copy=True), alpha=0.5, beta=2.0, bias=gb, **lt)
     assert last_route() == "cuBLASLt epilogue BIAS (fused in the GEMM)"
     _check(g, 0.5 * (v64 - b) + 2.0 * to_host(c).astype(np.float64) + b, None, out_dtype, scale + 4 * np.abs(to_host(c)))
     strided = cupy.asarray(_data(rng, (96,), out_dtype))[::2]          # a bias with stride 2
-    y = pyblasgemm.matmul(gx, gw, bias=strided, activation="relu")
+    y = pyblasgemm.matmul(gx, gw, bias=strided, activation="relu", **lt)
     assert last_route().startswith("GPU: the planned GEMM")
     _check(y, v64 - b + to_host(strided).astype(np.float64), "relu", out_dtype, scale)
     unfused = [dict(activation="gelu"), dict(bias=cupy.asarray(_data(rng, (64, 1), out_dtype))),
                dict(activation="relu", preactivation_out=pre)]
-    if dtype is not np.float32:          # (float32 with compute 'fp32' has no tensor-core kernel)
-        unfused.append(dict(activation="relu", backend="tensorcore"))
     for kw in unfused:
-        pyblasgemm.matmul(gx, gw, **kw)
+        pyblasgemm.matmul(gx, gw, **kw, **lt)
         assert last_route().startswith("GPU: the planned GEMM"), (kw, last_route())
     if dtype is np.float16:                      # mixed operand dtypes: NumPy's promotion, unfused
         w32 = w.astype(np.float32)
@@ -323,7 +408,7 @@ def test_cublaslt_fuses_relu_and_the_tanh_gelu_and_says_so(dtype):
         assert y.dtype == np.float32 and last_route().startswith("GPU: the planned GEMM")
         _check(y, v64, "relu", np.float32, scale)
     same = cupy.empty((64, 48), out_dtype)       # the pre-activation written into the result itself
-    y = pyblasgemm.matmul(gx, gw, bias=gb, activation="gelu_tanh", preactivation_out=same, out=same)
+    y = pyblasgemm.matmul(gx, gw, bias=gb, activation="gelu_tanh", preactivation_out=same, out=same, **lt)
     assert last_route().startswith("GPU: the planned GEMM") and y is same
     _check(same, v64, "gelu_tanh", out_dtype, scale)
 

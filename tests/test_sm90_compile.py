@@ -127,15 +127,41 @@ def _sass_specs(specs):
     return list(specs) if ALL else _cover(specs, _sass_features)
 
 
+def _fused_specs():
+    """(kind, config, layout, EPI) of the fused-epilogue instantiations compiled: with
+    PYBLASGEMM_COMPILE_ALL=1 every wgmma config of every fused kind with every EPI (one layout
+    each, rotating); otherwise each (kind, decomposition) once, and for f16 also each tile
+    width (bn 64: one consumer warpgroup, 232 registers) and the 2-CTA cluster, the EPI (every
+    activation, and bias / pre-activation alone) and the layout rotating. A fused instance
+    costs 2-7 s of CPU (one inlined activation per accumulator register)."""
+    from pyblasgemm.kernels.launch import FUSED_KINDS
+
+    codes = [jit.epilogue_code(c) for c in range(5)]        # none (bias/pre only), relu, gelu, gelu_tanh, silu
+    out, seen, i = [], set(), 0
+    for kind in FUSED_KINDS:
+        for cfg in SM90_CONFIGS[kind]:
+            key = (kind, cfg.decomposition) + ((cfg.bn, cfg.cluster) if kind == "f16" else ()) if not ALL \
+                else (kind, cfg)
+            if key in seen or (cfg.decomposition == "hybrid" and not ALL):
+                continue
+            seen.add(key)
+            lays = _layouts(cfg, kind)
+            for epi in (codes if ALL else [codes[i % len(codes)]]):
+                out.append((kind, cfg, lays[i % len(lays)], epi))
+                i += 1
+    return out
+
+
 #: every distinct shipped instantiation
 ALL_SPECS = _specs()
 #: those compiled in this run (all with PYBLASGEMM_COMPILE_ALL=1, else the cover)
 SPECS = ALL_SPECS if ALL else _cover(ALL_SPECS, _compile_features)
 SASS_SPECS = _sass_specs(SPECS)
+FUSED_SPECS = _fused_specs()
 
 
 def _param(s):
-    return pytest.param(s, id=f"{s[0]}-{s[2]}-{s[1].name}")
+    return pytest.param(s, id=f"{s[0]}-{s[2]}-{s[1].name}" + (f"-epi{s[3]}" if len(s) > 3 else ""))
 
 
 def find_cuobjdump() -> Path | None:
@@ -157,11 +183,13 @@ NO_CUOBJDUMP = ("cuobjdump not found under the 'nvidia' package: install the tes
 
 
 def _build(spec, sass: bool):
-    """Compile one instantiation; disassemble it when asked and cuobjdump is there."""
-    kind, cfg, lay = spec
-    out = {"names": jit._names(cfg, kind, lay[0], lay[1], None, True)}
+    """Compile one instantiation (``spec``: kind, config, layout[, fused EPI]); disassemble it
+    when asked and cuobjdump is there."""
+    kind, cfg, lay = spec[:3]
+    epi = spec[3] if len(spec) > 3 else 0
+    out = {"names": jit._names(cfg, kind, lay[0], lay[1], None, True, epi)}
     try:
-        binary, out["log"] = jit.compile_offline(cfg, kind, lay[0], lay[1], arch="sm_90a")
+        binary, out["log"] = jit.compile_offline(cfg, kind, lay[0], lay[1], arch="sm_90a", epi=epi)
     except Exception as e:  # KernelCompileError carries the NVRTC log in its message
         out["error"] = e
         return out
@@ -240,7 +268,28 @@ _CUM_STACK = re.compile(r"(\d+) bytes cumulative stack size")
 
 @pytest.mark.parametrize("spec", [_param(s) for s in SPECS])
 def test_instantiation_compiles_clean(spec):
+    _assert_clean(spec, _result(spec))
+
+
+@pytest.mark.parametrize("spec", [_param(s) for s in FUSED_SPECS])
+def test_fused_epilogue_instantiation_compiles_clean(spec):
+    """The fused-epilogue variants (EPI != 0) meet the same bar: no warning, spill, stack or
+    local memory, registers within the block's budget."""
     r = _result(spec)
+    _assert_clean(spec, r)
+    lowered = list(jit.ptxas_resources(r["log"]))
+    assert any(f"ELi{spec[3]}EEEv" in n for n in lowered if "sm90_gemm_kernel" in n), lowered
+
+
+def test_fused_specs_cover_every_kind_decomposition_and_activation():
+    from pyblasgemm.kernels.launch import FUSED_KINDS
+
+    assert {(k, c.decomposition) for k, c, _, _ in FUSED_SPECS} >= {
+        (k, d) for k in FUSED_KINDS for d in ("sliced", "streamk", "splitk_parallel")}
+    assert {e for *_, e in FUSED_SPECS} == {jit.epilogue_code(c) for c in range(5)}
+
+
+def _assert_clean(spec, r):
     log = r["log"]
     assert r["elf_magic"] == b"\x7fELF", "not a cubin"
     bad = [ln for ln in log.splitlines() if _WARN.search(ln)]

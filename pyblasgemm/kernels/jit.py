@@ -104,10 +104,11 @@ def kernel_name(config: KernelConfig, kind: str, transa: str, transb: str, accum
             f"{config.mode}, {_b(vec)}>")
 
 
-def reduce_name(config: KernelConfig, kind: str, accumulate: str | None = None) -> str:
-    """The split-k reduction kernel that goes with ``config`` (same tile shape)."""
+def reduce_name(config: KernelConfig, kind: str, accumulate: str | None = None, epi: int = 0) -> str:
+    """The split-k reduction kernel that goes with ``config`` (same tile shape; ``epi``: the
+    Hopper reduction's fused epilogue, see :func:`sm90_kernel_name`)."""
     if config.is_sm90:
-        return f"pyblasgemm::sm90_splitk_reduce<pyblasgemm::{_SM90_KIND[kind]}>"
+        return f"pyblasgemm::sm90_splitk_reduce<pyblasgemm::{_SM90_KIND[kind]}{f', {epi}' if epi else ''}>"
     return f"pyblasgemm::splitk_reduce_kernel<{kind_struct(kind, accumulate)}, {config.bm}, {config.bn}>"
 
 
@@ -117,10 +118,12 @@ SM90_PREP_NAME = {"tf32": "pyblasgemm::sm90_tf32_prep<1>", "3xtf32": "pyblasgemm
 SM90_PREP_KINDS = tuple(SM90_PREP_NAME)
 
 
-def sm90_kernel_name(config: KernelConfig, kind: str, transa: str, transb: str) -> str:
+def sm90_kernel_name(config: KernelConfig, kind: str, transa: str, transb: str, epi: int = 0) -> str:
     """The Hopper kernel instantiation (impls/sm90_gemm.cuh). Its P operand is op(B)^T
     (K-major when transb = 'N'), its Q operand op(A) (K-major when transa = 'T'); the wgmma N
-    is ``config.bm`` (the tile's extent over m).
+    is ``config.bm`` (the tile's extent over m). ``epi``: the fused epilogue (0: none, else
+    :data:`EPI_ON` | the activation's code in ``epilogue.ACTIVATIONS``; see
+    :func:`epilogue_code`).
 
     Example::
 
@@ -132,16 +135,30 @@ def sm90_kernel_name(config: KernelConfig, kind: str, transa: str, transb: str) 
         pk = qk = True
     return (f"pyblasgemm::sm90_gemm_kernel<pyblasgemm::{_SM90_KIND[kind]}, {_b(pk)}, {_b(qk)}, {config.bm}, "
             f"{config.stages}, {config.mode}, {config.cluster}, {config.warps_m}, "
-            f"{_b(config.consumer == 'mma.sync')}>")
+            f"{_b(config.consumer == 'mma.sync')}{f', {epi}' if epi else ''}>")
 
 
-def _names(config, kind, transa, transb, accumulate, vec) -> list[str]:
+#: impls/sm90_gemm.cuh's kEpiOn: the fused-epilogue flag of the template argument EPI
+EPI_ON = 8
+
+
+def epilogue_code(activation_code: int) -> int:
+    """The Hopper kernel's EPI template argument for a fused epilogue with this activation
+    (0: bias and/or pre-activation only); 0 itself means no fused epilogue."""
+    if not 0 <= activation_code < EPI_ON:
+        raise ValueError(f"activation code {activation_code} is outside 0..{EPI_ON - 1}")
+    return EPI_ON | activation_code
+
+
+def _names(config, kind, transa, transb, accumulate, vec, epi: int = 0) -> list[str]:
+    if epi and not config.is_sm90:
+        raise ValueError(f"fused epilogues run on the Hopper kernel only, not {config.name}")
     if config.is_sm90:
-        names = [sm90_kernel_name(config, kind, transa, transb)]
+        names = [sm90_kernel_name(config, kind, transa, transb, epi)]
     else:
         names = [kernel_name(config, kind, transa, transb, accumulate, vec)]
     if config.decomposition == "splitk_parallel":
-        names.append(reduce_name(config, kind, accumulate))
+        names.append(reduce_name(config, kind, accumulate, epi))
     if config.is_sm90 and kind in SM90_PREP_KINDS:
         names.append(SM90_PREP_NAME[kind])
     return names
@@ -161,13 +178,14 @@ _lock = threading.Lock()
 
 
 def get_kernels(config: KernelConfig, kind: str, transa: str, transb: str, accumulate: str | None = None,
-                vec: bool = True, device_id: int | None = None):
-    """(gemm RawKernel, reduce RawKernel or None) for the current (or given) device.
+                vec: bool = True, device_id: int | None = None, epi: int = 0):
+    """(gemm RawKernel, reduce RawKernel or None) for the current (or given) device; ``epi``:
+    the Hopper kernel's fused epilogue (:func:`epilogue_code`).
 
     Compiles lazily; raises :class:`KernelCompileError` with the NVRTC log on failure.
     :func:`get_prep_kernel` gives the same module's operand-prep kernel (Hopper tf32 kinds).
     """
-    return _get_module_kernels(config, kind, transa, transb, accumulate, vec, device_id)[:2]
+    return _get_module_kernels(config, kind, transa, transb, accumulate, vec, device_id, epi)[:2]
 
 
 def get_prep_kernel(config: KernelConfig, kind: str, transa: str, transb: str, device_id: int | None = None):
@@ -180,12 +198,12 @@ def get_prep_kernel(config: KernelConfig, kind: str, transa: str, transb: str, d
     return _get_module_kernels(config, kind, transa, transb, None, True, device_id)[2]
 
 
-def _get_module_kernels(config, kind, transa, transb, accumulate, vec, device_id):
+def _get_module_kernels(config, kind, transa, transb, accumulate, vec, device_id, epi=0):
     """(gemm, reduce or None, prep or None), compiled once per (device, headers, names)."""
     import cupy
 
     dev = cupy.cuda.Device(device_id)
-    names = _names(config, kind, transa, transb, accumulate, vec)
+    names = _names(config, kind, transa, transb, accumulate, vec, epi)
     key = (dev.id, header_fingerprint(), tuple(names))
     hit = _cache.get(key)
     if hit is not None:
@@ -193,7 +211,7 @@ def _get_module_kernels(config, kind, transa, transb, accumulate, vec, device_id
     with dev:
         if config.is_sm90:
             # CuPy's RawModule compiles for sm_90, not sm_90a: compile (and cache) ourselves.
-            cubin, lowered = _sm90_cubin(config, kind, transa, transb)
+            cubin, lowered = _sm90_cubin(config, kind, transa, transb, epi)
             mod = cupy.cuda.function.Module()
             mod.load(cubin)
             funcs = [mod.get_function(lowered[n]) for n in names]  # each Function holds the Module
@@ -233,9 +251,10 @@ def warm(specs, workers: int | None = None) -> None:
 
 
 def compile_offline(config: KernelConfig, kind: str, transa: str, transb: str, arch: str = "sm_80",
-                    accumulate: str | None = None, vec: bool = True, ptx: bool = False):
+                    accumulate: str | None = None, vec: bool = True, ptx: bool = False, epi: int = 0):
     """Compile without a GPU (no CUDA context). Returns ``(cubin_or_ptx_bytes, log)``; the log
-    includes ptxas's resource report (parse it with :func:`ptxas_resources`).
+    includes ptxas's resource report (parse it with :func:`ptxas_resources`). ``epi``: the
+    Hopper kernel's fused epilogue (:func:`epilogue_code`).
 
     Example::
 
@@ -243,7 +262,7 @@ def compile_offline(config: KernelConfig, kind: str, transa: str, transb: str, a
     """
     from cupy.cuda import nvrtc
 
-    names = _names(config, kind, transa, transb, accumulate, vec)
+    names = _names(config, kind, transa, transb, accumulate, vec, epi)
     binary, log, _ = _nvrtc(names, config, arch, ptx)
     return binary, log
 
@@ -302,7 +321,7 @@ def kernel_cache_dir() -> Path:
     return (_env.get("PYBLASGEMM_CACHE_DIR") or Path.home() / ".cache" / "pyblasgemm") / "kernels"
 
 
-def _sm90_cubin(config: KernelConfig, kind: str, transa: str, transb: str):
+def _sm90_cubin(config: KernelConfig, kind: str, transa: str, transb: str, epi: int = 0):
     """(cubin, lowered names) for a Hopper instantiation, from the disk cache when present.
 
     The key covers the source (which carries the headers' sha256), the options, the arch, the
@@ -313,7 +332,7 @@ def _sm90_cubin(config: KernelConfig, kind: str, transa: str, transb: str):
     """
     from cupy.cuda import nvrtc
 
-    names = _names(config, kind, transa, transb, None, True)
+    names = _names(config, kind, transa, transb, None, True, epi)
     h = hashlib.sha256()
     for part in (_source(SM90_HEADER), " ".join(_options()), SM90_ARCH, str(nvrtc.getVersion()), *names):
         h.update(part.encode() + b"\0")

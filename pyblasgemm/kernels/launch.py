@@ -182,7 +182,7 @@ _cache = get_plan_cache()
 
 
 def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count: int | None = None,
-         spec: LaunchSpec | None = None) -> BoundLaunch:
+         spec: LaunchSpec | None = None, epilogue: tuple = (0, None)) -> BoundLaunch:
     """A cached :class:`BoundLaunch` for ``problem``'s class on the current device.
 
     Only the problem's class matters (:func:`~pyblasgemm.kernels.spec.problem_class`: shape,
@@ -191,8 +191,12 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
     :class:`~pyblasgemm.kernels.spec.LaunchSpec`, launched as it is (ValueError when it is for
     another class, config or SM count), except where the device fits fewer co-resident CTAs
     than it assumed (see :mod:`~pyblasgemm.kernels.spec`); without one, ``config`` (or
-    :func:`default_config`) is made into a spec here. Cached per (device, class, spec). Raises
-    ValueError as :func:`prepare` does.
+    :func:`default_config`) is made into a spec here. Cached per (device, class, spec,
+    epilogue). Raises ValueError as :func:`prepare` does.
+
+    ``epilogue``: (EPI, bias axis) of a fused epilogue (:func:`~pyblasgemm.kernels.jit.epilogue_code`;
+    bias along ``'m'``, ``'n'`` or None): Hopper wgmma configs of the 16-bit and fp32-output
+    16-bit kinds only; the launch then takes ``bias=`` and ``pre=`` pointers per call.
 
     Example::
 
@@ -210,7 +214,7 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
             raise ValueError(f"bind: the spec is for problem class {spec.problem_class}, not {cls}")
         config = spec.config
     key = ("bind", dev_id, cls, config, sm_count,
-           None if spec is None else (spec.sm_count, spec.occupancy))
+           None if spec is None else (spec.sm_count, spec.occupancy), epilogue)
     bl = _cache.get(key)
     if bl is not None:
         return bl
@@ -230,8 +234,11 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
     ok, why = cfg.validate(problem, max_smem=max_smem)
     if not ok:
         raise ValueError(f"config {cfg.name} is invalid for this problem: {why}")
+    if epilogue[0] and not fusable(problem, cfg):
+        raise ValueError(f"bind: fused epilogues run on the Hopper wgmma kernel for the kinds "
+                         f"{', '.join(FUSED_KINDS)}, not {cfg.name} ({problem.kind})")
     kern, red = get_kernels(cfg, problem.kind, problem.transa, problem.transb, problem.acc,
-                            problem.operands_vectorizable())
+                            problem.operands_vectorizable(), epi=epilogue[0])
     if cfg.is_sm90:
         from .sm90 import Sm90Launch, Sm90PrepLaunch
 
@@ -241,7 +248,7 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
             prep = get_prep_kernel(cfg, problem.kind, problem.transa, problem.transb)
             bl = Sm90PrepLaunch(problem, spec, kern, red, prep, dev_id)
         else:
-            bl = Sm90Launch(problem, spec, kern, red, dev_id)
+            bl = Sm90Launch(problem, spec, kern, red, dev_id, epilogue)
         _cache.put(key, bl)
         return bl
     if cfg.decomposition in ("streamk", "hybrid"):
@@ -253,6 +260,16 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
     bl = BoundLaunch(problem, spec, kern, red, dev_id)
     _cache.put(key, bl)
     return bl
+
+
+#: the kinds whose Hopper kernel takes a fused epilogue (float accumulators, no prep kernel)
+FUSED_KINDS = ("f16", "bf16", "f16_out32", "bf16_out32")
+
+
+def fusable(problem: KernelProblem, config: KernelConfig) -> bool:
+    """Whether ``config`` on ``problem`` can run a fused epilogue: a Hopper config with wgmma
+    consumers, on a kind of :data:`FUSED_KINDS`."""
+    return config.is_sm90 and config.consumer == "wgmma" and problem.kind in FUSED_KINDS
 
 
 def clear_bind_cache() -> None:

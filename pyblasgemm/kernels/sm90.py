@@ -204,11 +204,12 @@ def kernel_args(p: KernelProblem, config: KernelConfig, g: dict):
     args = dict(c=0, ws=0, flags=0, mt=p.n, nt=p.m, k=p.k, ldc=p.ldc, sc=p.stride_c, batch=p.batch,
                 p_batched=int(pbat), q_batched=int(qbat), alpha=0.0, beta=0.0, ialpha=0, ibeta=0,
                 c_pair=int(p.c_vectorizable()), group_m=config.group_m, splits=g["splits"],
-                kt_per_split=g["kt_per_split"], dp_tiles=g["dp_tiles"], sk_tiles=g["sk_tiles"])
+                kt_per_split=g["kt_per_split"], dp_tiles=g["dp_tiles"], sk_tiles=g["sk_tiles"],
+                bias=0, pre=0, bias_mode=0)
     red = None
     if config.decomposition == "splitk_parallel":
         red = dict(ws=0, c=0, mt=p.n, nt=p.m, ldc=p.ldc, sc=p.stride_c, batch=p.batch,
-                   splits=g["splits"], alpha=0.0, beta=0.0, ialpha=0, ibeta=0)
+                   splits=g["splits"], alpha=0.0, beta=0.0, ialpha=0, ibeta=0, bias=0, pre=0, bias_mode=0)
     return args, red
 
 
@@ -216,10 +217,15 @@ _FIELDS = [("c", ct.c_uint64), ("ws", ct.c_uint64), ("flags", ct.c_uint64), ("mt
            ("k", ct.c_int32), ("ldc", ct.c_int64), ("sc", ct.c_int64), ("batch", ct.c_int32),
            ("p_batched", ct.c_int32), ("q_batched", ct.c_int32), ("alpha", ct.c_float), ("beta", ct.c_float),
            ("ialpha", ct.c_int32), ("ibeta", ct.c_int32), ("c_pair", ct.c_int32), ("group_m", ct.c_int32),
-           ("splits", ct.c_int32), ("kt_per_split", ct.c_int32), ("dp_tiles", ct.c_int32), ("sk_tiles", ct.c_int32)]
+           ("splits", ct.c_int32), ("kt_per_split", ct.c_int32), ("dp_tiles", ct.c_int32), ("sk_tiles", ct.c_int32),
+           ("bias", ct.c_uint64), ("pre", ct.c_uint64), ("bias_mode", ct.c_int32)]
 _RED_FIELDS = [("ws", ct.c_uint64), ("c", ct.c_uint64), ("mt", ct.c_int32), ("nt", ct.c_int32), ("ldc", ct.c_int64),
                ("sc", ct.c_int64), ("batch", ct.c_int32), ("splits", ct.c_int32), ("alpha", ct.c_float),
-               ("beta", ct.c_float), ("ialpha", ct.c_int32), ("ibeta", ct.c_int32)]
+               ("beta", ct.c_float), ("ialpha", ct.c_int32), ("ibeta", ct.c_int32), ("bias", ct.c_uint64),
+               ("pre", ct.c_uint64), ("bias_mode", ct.c_int32)]
+#: bias_mode of the fused epilogue (impls/sm90_gemm.cuh): one value per D column (C's m index)
+#: or per D row (C's n index)
+BIAS_MODE = {None: 0, "m": 1, "n": 2}
 
 
 class _Slot:
@@ -243,11 +249,15 @@ class Sm90Launch:
         launch(a.data.ptr, b.data.ptr, c.data.ptr, 1.0, 0.0)
     """
 
-    def __init__(self, problem: KernelProblem, spec, kern, red, dev: int):
+    def __init__(self, problem: KernelProblem, spec, kern, red, dev: int, epilogue: tuple = (0, None)):
         from dataclasses import replace as dc_replace
         from types import MappingProxyType
 
         p, g, config, smem = problem, dict(spec.geometry), spec.config, spec.smem
+        #: (EPI template argument, bias along 'm' / 'n' / None): a fused epilogue's launch
+        #: takes ``bias=`` and ``pre=`` pointers per call
+        self.epilogue = epilogue
+        self._fused = bool(epilogue[0])
         self.problem, self.spec, self.config, self.geometry, self.smem, self.kern, self.red = (
             problem, spec, config, g, smem, kern, red)
         self._dev = dev
@@ -260,8 +270,8 @@ class Sm90Launch:
         # (callers key their bound launches on it); it implies even ldc and 2-element alignment
         self.c_align = 16 if p.c_vectorizable() else p.c_bytes
         self.a_align = self.b_align = 16
-        self._base = dict(spec.args)          # every value but pointers and scales: the plan's
-        self._rbase = None if spec.red_args is None else dict(spec.red_args)
+        self._base = dict(spec.args, bias_mode=BIAS_MODE[epilogue[1]])   # all but pointers and scales
+        self._rbase = None if spec.red_args is None else dict(spec.red_args, bias_mode=BIAS_MODE[epilogue[1]])
         self._rgrid = -(-(p.batch * p.m * p.n) // 256)
         self._slots: dict = {}
         self._last = None
@@ -314,10 +324,13 @@ class Sm90Launch:
         self._slots[sptr] = s
         return s
 
-    def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
+    def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None, bias: int = 0,
+                 pre: int = 0) -> None:
         from .driver import _driver, _runtime, set_scales, stream_handle
 
         sptr = stream_handle(stream)
+        if (bias or pre) and not self._fused:
+            raise ValueError("bias= / pre= need a launch bound with a fused epilogue")
         if (a_ptr | b_ptr) & 15 or c_ptr & (self.c_align - 1):
             raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x}, 0x{c_ptr:x} are outside the bound alignment class "
                              f"(A/B 16 B for TMA, C {self.c_align} B): bind() again for them")
@@ -340,6 +353,8 @@ class Sm90Launch:
         cells = s.cells
         cells["c"].value = c_ptr
         set_scales(cells, self._int, alpha, beta)
+        if self._fused:
+            cells["bias"].value, cells["pre"].value = bias, pre
         if s.flags_ptr:
             _runtime().memsetAsync(s.flags_ptr, 0, s.flags_bytes, sptr)
         if self._cluster > 1:
@@ -354,6 +369,8 @@ class Sm90Launch:
             rc = s.rcells
             rc["c"].value = c_ptr
             set_scales(rc, self._int, alpha, beta)
+            if self._fused:
+                rc["bias"].value, rc["pre"].value = bias, pre
             _driver().launchKernel(self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, ct.addressof(s.rparams), 0)
 
 

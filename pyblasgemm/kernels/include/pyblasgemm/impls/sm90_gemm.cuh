@@ -40,6 +40,7 @@
 #include "../ptx/sm75_ldmatrix.cuh"
 #include "../mma/sm80_kinds.cuh"
 #include "../epilogue/sm80_smem_epilogue.cuh"
+#include "../epilogue/activation.cuh"
 #include "sm90_tf32_prep.cuh"
 
 namespace pyblasgemm {
@@ -368,19 +369,58 @@ PBG_DEVICE void sm90_store_pair(char* cp, typename Kind::Scale alpha, typename K
   }
 }
 
+// ---- fused epilogue (template EPI; 0 = none: the plain GEMM's code, unchanged) ---------------
+// EPI = kEpiOn | activation code (activation.cuh; kEpiOn alone: bias and/or pre-activation).
+// The value v = alpha * acc + beta * c of D(r, c) becomes v + bias (one value per D column
+// c = C's m index when bias_mode == 1, per D row r = C's n index when 2); v is written to the
+// pre-activation array (C's layout, pre_off bytes from C) when has_pre; act(v) is the result.
+// The GEMM kernel applies it to its accumulator registers in one pass before the store (one
+// inlined activation per register: the store paths stay as they are, with alpha = 1 and C
+// not read); float Scale kinds only (16-bit and fp32 C).
+constexpr int kEpiOn = 8;
+struct Sm90Epi {
+  const char* bias;
+  long long pre_off;
+  int bias_mode;
+  bool has_pre;
+};
+PBG_DEVICE float add_ieee(float a, float b) {  // as mul_ieee: subnormal sums are not flushed
+  float r;
+  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+template <class Kind>
+PBG_DEVICE void sm90_store_one(char* cp, typename Kind::Scale v) {
+  if constexpr (Kind::kCBytes == 2) *reinterpret_cast<u16*>(cp) = static_cast<u16>(Kind::cvt_c(v));
+  else *reinterpret_cast<u32*>(cp) = Kind::cvt_c(v);
+}
+// v (alpha * acc + beta * c of D(r, c), at cp in C; cp is used only when inside) -> act(v + bias)
+template <class Kind, int EPI>
+PBG_DEVICE typename Kind::Scale sm90_epi(typename Kind::Scale v, const Sm90Epi& e, char* cp, int r, int c,
+                                         bool inside) {
+  static_assert(EPI != 0 && sizeof(typename Kind::Scale) == 4 && static_cast<typename Kind::Scale>(0.5f) != 0,
+                "fused epilogues: float accumulator kinds");
+  if (e.bias_mode && inside)
+    v = add_ieee(v, Kind::load_c(e.bias + static_cast<i64>(e.bias_mode == 1 ? c : r) * Kind::kCBytes));
+  if (e.has_pre && inside) sm90_store_one<Kind>(cp + e.pre_off, v);
+  return activate(v, EPI & 7);
+}
+
 // CLUSTER = 2 (data-parallel only): two CTAs on neighbouring SMs take the tiles (2u, tn) and
 // (2u + 1, tn) of unit u: each loads its own P block and half of the shared Q block, which the
 // TMA multicasts into both CTAs (a third less L2 traffic per CTA); a stage is refilled only
 // after the consumers of both CTAs released it.
-template <class Kind, bool PK, bool QK, int BNT, int STAGES, int MODE, int CLUSTER, int CONSUMERS, bool SYNC>
+template <class Kind, bool PK, bool QK, int BNT, int STAGES, int MODE, int CLUSTER, int CONSUMERS, bool SYNC,
+          int EPI = 0>
 __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
     sm90_gemm_kernel(const __grid_constant__ TmaDesc tma_p, const __grid_constant__ TmaDesc tma_q,
                      const __grid_constant__ TmaDesc tma_c, void* C, void* ws, int* flags, int mt, int nt, int k,
                      long long ldc, long long sc, int batch, int p_batched, int q_batched, float alpha, float beta,
                      int ialpha, int ibeta, int c_pair, int group_m, int splits, int kt_per_split, int dp_tiles,
-                     int sk_tiles) {
+                     int sk_tiles, const void* bias, void* pre, int bias_mode) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   typedef Sm90Tile<Kind, PK, QK, BNT, STAGES, CONSUMERS> T;
+  static_assert(!SYNC || EPI == 0, "fused epilogues: wgmma consumers");
   typedef typename Kind::Acc Acc;
   typedef typename Kind::Scale Scale;
   constexpr int BMT = T::BMT, BKE = T::BKE, CB = Kind::kCBytes;
@@ -480,8 +520,12 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
     const int ct = threadIdx.x - 128;            // 0..255
     const int lane = threadIdx.x & 31, warp4 = (threadIdx.x / 32) & 3;
     const int g = lane >> 2, q = lane & 3;
-    const Scale s_alpha = pick_scale(static_cast<Scale*>(nullptr), alpha, ialpha);
-    const Scale s_beta = pick_scale(static_cast<Scale*>(nullptr), beta, ibeta);
+    // with a fused epilogue the accumulators hold the final values when the store runs:
+    // alpha = 1 (exact) and C is not read there
+    const Scale e_alpha = pick_scale(static_cast<Scale*>(nullptr), alpha, ialpha);
+    const Scale e_beta = pick_scale(static_cast<Scale*>(nullptr), beta, ibeta);
+    const Scale s_alpha = EPI ? Scale(1) : e_alpha;
+    const Scale s_beta = EPI ? Scale(0) : e_beta;
     const bool read_c = s_beta != Scale(0);
     // free a stage: in every CTA of the cluster (their producers multicast into ours)
     auto release = [](u32 bar) {
@@ -678,6 +722,26 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
         continue;
       }
       const bool interior = (tm + 1) * BMT <= mt && (tn + 1) * BNT <= nt;
+      if constexpr (EPI != 0) {
+        // the fused epilogue on the registers: v = alpha * acc + beta * c, + bias, pre-activation out, act
+        const Sm90Epi e{static_cast<const char*>(bias),
+                        pre != nullptr ? static_cast<char*>(pre) - static_cast<char*>(C) : 0, bias_mode, pre != nullptr};
+        char* Ce = static_cast<char*>(C) + static_cast<i64>(b) * sc * CB;
+        const bool read_old = e_beta != Scale(0);
+#pragma unroll
+        for (int j = 0; j < BNT / 8; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+              const int r = row0 + 8 * h, c = col0 + 8 * j + t;
+              const bool inside = r < mt && c < nt;
+              char* cp = Ce + (static_cast<i64>(r) * ldc + c) * CB;
+              Acc& v = acc[4 * j + 2 * h + t];
+              v = read_old && inside ? axpby(e_alpha, v, e_beta, Kind::load_c(cp)) : ax(e_alpha, v);
+              v = sm90_epi<Kind, EPI>(v, e, cp, r, c, inside);
+            }
+      }
       if (tma_epilogue && interior) {
         // Stage 64 rows x 128 bytes at a time (swizzled: conflict-free 4/8-byte writes), then
         // one thread hands the box to the TMA and the warpgroup moves on: the write-out overlaps
@@ -785,12 +849,13 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
 #endif
 }
 
-// Parallel split-k on Hopper: C = alpha * sum_s ws[s] + beta * C, summed in split order.
+// Parallel split-k on Hopper: C = alpha * sum_s ws[s] + beta * C, summed in split order, then
+// the fused epilogue EPI (once, after the sum: deterministic).
 // ws[s] is the partial of split s as [batch][mt][nt] (row-major D = column-major C, ld = nt).
-template <class Kind>
+template <class Kind, int EPI = 0>
 __global__ void __launch_bounds__(256)
     sm90_splitk_reduce(const void* ws_, void* C_, int mt, int nt, long long ldc, long long sc, int batch, int splits,
-                       float alpha, float beta, int ialpha, int ibeta) {
+                       float alpha, float beta, int ialpha, int ibeta, const void* bias, void* pre, int bias_mode) {
   typedef typename Kind::Acc Acc;
   typedef typename Kind::Scale Scale;
   constexpr int CB = Kind::kCBytes;
@@ -806,9 +871,13 @@ __global__ void __launch_bounds__(256)
   char* cp = static_cast<char*>(C_) + (static_cast<i64>(b) * sc + static_cast<i64>(r) * ldc + c) * CB;
   const Scale a = pick_scale(static_cast<Scale*>(nullptr), alpha, ialpha);
   const Scale bt = pick_scale(static_cast<Scale*>(nullptr), beta, ibeta);
-  const Scale v = bt != Scale(0) ? axpby(a, sum, bt, Kind::load_c(cp)) : ax(a, sum);
-  if constexpr (CB == 2) *reinterpret_cast<u16*>(cp) = static_cast<u16>(Kind::cvt_c(v));
-  else *reinterpret_cast<u32*>(cp) = Kind::cvt_c(v);
+  Scale v = bt != Scale(0) ? axpby(a, sum, bt, Kind::load_c(cp)) : ax(a, sum);
+  if constexpr (EPI != 0) {
+    const Sm90Epi e{static_cast<const char*>(bias),
+                    pre != nullptr ? static_cast<char*>(pre) - static_cast<char*>(C_) : 0, bias_mode, pre != nullptr};
+    v = sm90_epi<Kind, EPI>(v, e, cp, r, c, true);
+  }
+  sm90_store_one<Kind>(cp, v);
 }
 
 }  // namespace pyblasgemm
