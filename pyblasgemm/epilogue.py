@@ -317,8 +317,9 @@ def _fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pre, 
     sptr = streams.current() if stream is None else streams.handle(stream)
     ptrs = (_arrays.data_ptr(first), _arrays.data_ptr(second), _arrays.data_ptr(c),
             0 if bias is None else _arrays.data_ptr(bias), 0 if pre is None else _arrays.data_ptr(pre))
-    if route in ("auto", "tensorcore") and _kernel_fused(desc, epi, bias_axis, ptrs, backend, autotune,
-                                                         sptr):
+    # our kernel reads the bias in pairs of elements: a pointer aligned to a pair
+    if route in ("auto", "tensorcore") and ptrs[3] % (2 * c.itemsize) == 0 and _kernel_fused(
+            desc, epi, bias_axis, ptrs, backend, autotune, sptr):
         return True
     return route in ("auto", "cublas") and _lt_fused(desc, epi, bias_axis, ptrs, sptr)
 
@@ -344,7 +345,7 @@ def _kernel_fused(desc, epi, bias_axis, ptrs, backend, autotune, sptr) -> bool:
 
         problem = kernel_problem(desc)
         launch = bind(problem, plan.config, spec=plan.launch, epilogue=(code, bias_axis)) \
-            if fusable(problem, plan.config) else False
+            if fusable(problem.kind, plan.config) else False
         cache.put(key, launch)
     if launch is False:
         return False

@@ -134,12 +134,12 @@ def _fused_specs():
     width (bn 64: one consumer warpgroup, 232 registers) and the 2-CTA cluster, the EPI (every
     activation, and bias / pre-activation alone) and the layout rotating. A fused instance
     costs 2-7 s of CPU (one inlined activation per accumulator register)."""
-    from pyblasgemm.kernels.launch import FUSED_KINDS
+    from pyblasgemm.kernels.launch import FUSED_KINDS, fusable
 
     codes = [jit.epilogue_code(c) for c in range(5)]        # none (bias/pre only), relu, gelu, gelu_tanh, silu
     out, seen, i = [], set(), 0
     for kind in FUSED_KINDS:
-        for cfg in SM90_CONFIGS[kind]:
+        for cfg in [c for c in SM90_CONFIGS[kind] if fusable(kind, c)]:
             key = (kind, cfg.decomposition) + ((cfg.bn, cfg.cluster) if kind == "f16" else ()) if not ALL \
                 else (kind, cfg)
             if key in seen or (cfg.decomposition == "hybrid" and not ALL):

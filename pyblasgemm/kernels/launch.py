@@ -234,9 +234,9 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
     ok, why = cfg.validate(problem, max_smem=max_smem)
     if not ok:
         raise ValueError(f"config {cfg.name} is invalid for this problem: {why}")
-    if epilogue[0] and not fusable(problem, cfg):
-        raise ValueError(f"bind: fused epilogues run on the Hopper wgmma kernel for the kinds "
-                         f"{', '.join(FUSED_KINDS)}, not {cfg.name} ({problem.kind})")
+    if epilogue[0] and not fusable(problem.kind, cfg):
+        raise ValueError(f"bind: {cfg.name} ({problem.kind}) takes no fused epilogue: see "
+                         f"kernels.launch.fusable")
     kern, red = get_kernels(cfg, problem.kind, problem.transa, problem.transb, problem.acc,
                             problem.operands_vectorizable(), epi=epilogue[0])
     if cfg.is_sm90:
@@ -266,10 +266,13 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
 FUSED_KINDS = ("f16", "bf16", "f16_out32", "bf16_out32")
 
 
-def fusable(problem: KernelProblem, config: KernelConfig) -> bool:
-    """Whether ``config`` on ``problem`` can run a fused epilogue: a Hopper config with wgmma
-    consumers, on a kind of :data:`FUSED_KINDS`."""
-    return config.is_sm90 and config.consumer == "wgmma" and problem.kind in FUSED_KINDS
+def fusable(kind: str, config: KernelConfig) -> bool:
+    """Whether ``config`` runs a fused epilogue for ``kind``: a Hopper config with wgmma
+    consumers, on a kind of :data:`FUSED_KINDS`, except stream-k / hybrid on 256-wide tiles
+    (their fused variants spill 12-28 bytes per thread: ptxas, 128 accumulators beside the
+    stream-k walker's state)."""
+    return (config.is_sm90 and config.consumer == "wgmma" and kind in FUSED_KINDS
+            and not (config.decomposition in ("streamk", "hybrid") and config.bm == 256))
 
 
 def clear_bind_cache() -> None:

@@ -374,10 +374,15 @@ PBG_DEVICE void sm90_store_pair(char* cp, typename Kind::Scale alpha, typename K
 // The value v = alpha * acc + beta * c of D(r, c) becomes v + bias (one value per D column
 // c = C's m index when bias_mode == 1, per D row r = C's n index when 2); v is written to the
 // pre-activation array (C's layout, pre_off bytes from C) when has_pre; act(v) is the result.
-// The GEMM kernel applies it to its accumulator registers in one pass before the store (one
-// inlined activation per register: the store paths stay as they are, with alpha = 1 and C
-// not read); float Scale kinds only (16-bit and fp32 C).
+// The GEMM kernel applies it to its accumulator registers before the store (one inlined
+// activation per register: the store paths stay as they are, with alpha = 1 and C not read);
+// the split-k reduction per element (sm90_epi). float Scale kinds only (16-bit and fp32 C).
 constexpr int kEpiOn = 8;
+// the bits of two adjacent C elements (a bias pair)
+template <int CB>
+struct Sm90Pair { typedef u32 type; };
+template <>
+struct Sm90Pair<4> { typedef uint2 type; };
 struct Sm90Epi {
   const char* bias;
   long long pre_off;
@@ -423,6 +428,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
   static_assert(!SYNC || EPI == 0, "fused epilogues: wgmma consumers");
   typedef typename Kind::Acc Acc;
   typedef typename Kind::Scale Scale;
+  static_assert(EPI == 0 || (sizeof(Scale) == 4 && static_cast<Scale>(0.5f) != 0), "fused epilogues: float kinds");
   constexpr int BMT = T::BMT, BKE = T::BKE, CB = Kind::kCBytes;
   extern __shared__ __align__(1024) char smem_raw[];
   // The 128-byte swizzle is a function of the address bits: every tile starts 1024-aligned.
@@ -723,25 +729,75 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
       }
       const bool interior = (tm + 1) * BMT <= mt && (tn + 1) * BNT <= nt;
       if constexpr (EPI != 0) {
-        // the fused epilogue on the registers: v = alpha * acc + beta * c, + bias, pre-activation out, act
-        const Sm90Epi e{static_cast<const char*>(bias),
-                        pre != nullptr ? static_cast<char*>(pre) - static_cast<char*>(C) : 0, bias_mode, pre != nullptr};
-        char* Ce = static_cast<char*>(C) + static_cast<i64>(b) * sc * CB;
+        // The fused epilogue on the registers, in passes: every load (bias; C when beta != 0)
+        // is issued before the first pre-activation store. Interleaved, each load waited for
+        // the store before it (H100, 8192^3, 256 x 128 tiles: bias alone +18 %, bias + GELU
+        // +52 % over the plain kernel).
+        const char* bias_c = static_cast<const char*>(bias);
+        const char* Ce = static_cast<const char*>(C) + static_cast<i64>(b) * sc * CB;
         const bool read_old = e_beta != Scale(0);
-#pragma unroll
-        for (int j = 0; j < BNT / 8; ++j)
+        Scale brow[2] = {Scale(0), Scale(0)};   // bias per D row (bias_mode 2): rows row0, row0 + 8
+        if (bias_mode == 2) {
 #pragma unroll
           for (int h = 0; h < 2; ++h)
+            if (row0 + 8 * h < mt) brow[h] = Kind::load_c(bias_c + static_cast<i64>(row0 + 8 * h) * CB);
+        }
+        // Column chunks of 8 fragments: their bias pairs (8 registers of 16-bit pairs) in
+        // flight at once; all of a 256-wide tile at once spilled (1.3 KB), one fragment at a
+        // time waits out an L2 round trip 32 times per tile. The host passes a bias pointer
+        // aligned to a pair (2 elements).
+        constexpr int JC = 8;
+        static_assert((BNT / 8) % JC == 0, "fragment chunks");
+        typedef typename Sm90Pair<CB>::type Pair;
 #pragma unroll
-            for (int t = 0; t < 2; ++t) {
-              const int r = row0 + 8 * h, c = col0 + 8 * j + t;
-              const bool inside = r < mt && c < nt;
-              char* cp = Ce + (static_cast<i64>(r) * ldc + c) * CB;
-              Acc& v = acc[4 * j + 2 * h + t];
-              v = read_old && inside ? axpby(e_alpha, v, e_beta, Kind::load_c(cp)) : ax(e_alpha, v);
-              v = sm90_epi<Kind, EPI>(v, e, cp, r, c, inside);
-            }
+        for (int j0 = 0; j0 < BNT / 8; j0 += JC) {
+          Pair bcol[JC];   // bias per D column (bias_mode 1): the bits of columns c, c + 1
+#pragma unroll
+          for (int jj = 0; jj < JC; ++jj) {
+            const int c = col0 + 8 * (j0 + jj);
+            const char* bp = bias_c + static_cast<i64>(c) * CB;
+            if (bias_mode != 1 || c >= nt) bcol[jj] = Pair{};
+            else if (c + 1 < nt) bcol[jj] = *reinterpret_cast<const Pair*>(bp);
+            else if constexpr (CB == 2) bcol[jj] = *reinterpret_cast<const u16*>(bp);
+            else bcol[jj] = make_uint2(*reinterpret_cast<const u32*>(bp), 0u);
+          }
+#pragma unroll
+          for (int jj = 0; jj < JC; ++jj)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+              for (int t = 0; t < 2; ++t) {
+                const int r = row0 + 8 * h, c = col0 + 8 * (j0 + jj) + t;
+                Acc& v = acc[4 * (j0 + jj) + 2 * h + t];
+                v = read_old && r < mt && c < nt
+                        ? axpby(e_alpha, v, e_beta, Kind::load_c(Ce + (static_cast<i64>(r) * ldc + c) * CB))
+                        : ax(e_alpha, v);
+                Scale bv;
+                if constexpr (CB == 2) bv = Kind::c_from_bits(t ? bcol[jj] >> 16 : bcol[jj] & 0xffffu);
+                else bv = Kind::c_from_bits(t ? bcol[jj].y : bcol[jj].x);
+                if (bias_mode) v = add_ieee(v, bias_mode == 1 ? bv : brow[h]);
+              }
+          asm volatile("" ::: "memory");   // the next chunk's loads start after this one's
+        }
+        if (pre != nullptr) {   // the pre-activation, at C's offsets in its own array
+          char* Pe = static_cast<char*>(pre) + static_cast<i64>(b) * sc * CB;
+#pragma unroll
+          for (int j = 0; j < BNT / 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+              for (int t = 0; t < 2; ++t) {
+                const int r = row0 + 8 * h, c = col0 + 8 * j + t;
+                if (r < mt && c < nt) sm90_store_one<Kind>(Pe + (static_cast<i64>(r) * ldc + c) * CB, acc[4 * j + 2 * h + t]);
+              }
+        }
       }
+      // the activation, applied as each value is stored: as a pass over all registers before
+      // the store it spilled (1 KB at 256 x 128 tiles: the scheduler overlapped too many)
+      auto fin = [](Acc v) -> Acc {
+        if constexpr (EPI != 0) return activate(v, EPI & 7);
+        else return v;
+      };
       if (tma_epilogue && interior) {
         // Stage 64 rows x 128 bytes at a time (swizzled: conflict-free 4/8-byte writes), then
         // one thread hands the box to the TMA and the warpgroup moves on: the write-out overlaps
@@ -754,9 +810,9 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
           const int byte = col_in_box * CB;
           const u32 addr = buf + row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
           if constexpr (CB == 2) {
-            st_shared_u32(addr, Kind::cvt_c(ax(s_alpha, v0)) | (Kind::cvt_c(ax(s_alpha, v1)) << 16));
+            st_shared_u32(addr, Kind::cvt_c(fin(ax(s_alpha, v0))) | (Kind::cvt_c(fin(ax(s_alpha, v1))) << 16));
           } else {
-            st_shared_v2_u32(addr, Kind::cvt_c(ax(s_alpha, v0)), Kind::cvt_c(ax(s_alpha, v1)));
+            st_shared_v2_u32(addr, Kind::cvt_c(fin(ax(s_alpha, v0))), Kind::cvt_c(fin(ax(s_alpha, v1))));
           }
         };
 #pragma unroll
@@ -802,11 +858,11 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
           char* p0 = Cb + (static_cast<i64>(frow(f)) * ldc + fcol(f)) * CB;
           char* p1 = p0 + 8 * ldc * CB;
           if (read_c) {
-            sm90_store_pair_fast<Kind, true>(p0, s_alpha, s_beta, acc[4 * f], acc[4 * f + 1]);
-            sm90_store_pair_fast<Kind, true>(p1, s_alpha, s_beta, acc[4 * f + 2], acc[4 * f + 3]);
+            sm90_store_pair_fast<Kind, true>(p0, s_alpha, s_beta, fin(acc[4 * f]), fin(acc[4 * f + 1]));
+            sm90_store_pair_fast<Kind, true>(p1, s_alpha, s_beta, fin(acc[4 * f + 2]), fin(acc[4 * f + 3]));
           } else {
-            sm90_store_pair_fast<Kind, false>(p0, s_alpha, s_beta, acc[4 * f], acc[4 * f + 1]);
-            sm90_store_pair_fast<Kind, false>(p1, s_alpha, s_beta, acc[4 * f + 2], acc[4 * f + 3]);
+            sm90_store_pair_fast<Kind, false>(p0, s_alpha, s_beta, fin(acc[4 * f]), fin(acc[4 * f + 1]));
+            sm90_store_pair_fast<Kind, false>(p1, s_alpha, s_beta, fin(acc[4 * f + 2]), fin(acc[4 * f + 3]));
           }
         }
         continue;
@@ -820,14 +876,14 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
         if (read_c) {
 #pragma unroll
           for (int j = 0; j < BNT / 8; ++j) {
-            sm90_store_pair_fast<Kind, true>(p0 + 8 * CB * j, s_alpha, s_beta, acc[4 * j], acc[4 * j + 1]);
-            sm90_store_pair_fast<Kind, true>(p1 + 8 * CB * j, s_alpha, s_beta, acc[4 * j + 2], acc[4 * j + 3]);
+            sm90_store_pair_fast<Kind, true>(p0 + 8 * CB * j, s_alpha, s_beta, fin(acc[4 * j]), fin(acc[4 * j + 1]));
+            sm90_store_pair_fast<Kind, true>(p1 + 8 * CB * j, s_alpha, s_beta, fin(acc[4 * j + 2]), fin(acc[4 * j + 3]));
           }
         } else {
 #pragma unroll
           for (int j = 0; j < BNT / 8; ++j) {
-            sm90_store_pair_fast<Kind, false>(p0 + 8 * CB * j, s_alpha, s_beta, acc[4 * j], acc[4 * j + 1]);
-            sm90_store_pair_fast<Kind, false>(p1 + 8 * CB * j, s_alpha, s_beta, acc[4 * j + 2], acc[4 * j + 3]);
+            sm90_store_pair_fast<Kind, false>(p0 + 8 * CB * j, s_alpha, s_beta, fin(acc[4 * j]), fin(acc[4 * j + 1]));
+            sm90_store_pair_fast<Kind, false>(p1 + 8 * CB * j, s_alpha, s_beta, fin(acc[4 * j + 2]), fin(acc[4 * j + 3]));
           }
         }
         continue;
@@ -839,7 +895,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
           const int r = frow(j) + 8 * h, c = fcol(j);
           if (r < mt && c < nt) {
             char* cp = Cb + (static_cast<i64>(r) * ldc + c) * CB;
-            sm90_store_pair<Kind>(cp, s_alpha, s_beta, read_c, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1],
+            sm90_store_pair<Kind>(cp, s_alpha, s_beta, read_c, fin(acc[4 * j + 2 * h]), fin(acc[4 * j + 2 * h + 1]),
                                   c_pair && c + 1 < nt, c + 1 < nt);
           }
         }
