@@ -318,19 +318,45 @@ def _fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pre, 
     ptrs = (_arrays.data_ptr(first), _arrays.data_ptr(second), _arrays.data_ptr(c),
             0 if bias is None else _arrays.data_ptr(bias), 0 if pre is None else _arrays.data_ptr(pre))
     # our kernel reads the bias in pairs of elements: a pointer aligned to a pair
-    if route in ("auto", "tensorcore") and ptrs[3] % (2 * c.itemsize) == 0 and _kernel_fused(
-            desc, epi, bias_axis, ptrs, backend, autotune, sptr):
+    ours = route in ("auto", "tensorcore") and ptrs[3] % (2 * c.itemsize) == 0
+    if ours and _kernel_fused(desc, epi, bias_axis, ptrs, backend, autotune, sptr):
         return True
-    return route in ("auto", "cublas") and _lt_fused(desc, epi, bias_axis, ptrs, sptr)
+    if route in ("auto", "cublas") and _lt_fused(desc, epi, bias_axis, ptrs, sptr):
+        return True
+    # cuBLAS planned and cuBLASLt has no such epilogue: our fused kernel when the model says
+    # it beats cuBLAS plus the unfused pass
+    return ours and route == "auto" and _kernel_fused(desc, epi, bias_axis, ptrs, backend, autotune, sptr,
+                                                      over_cublas=True)
 
 
-def _kernel_fused(desc, epi, bias_axis, ptrs, backend, autotune, sptr) -> bool:
+def _unfused_pass_s(desc, arch) -> float:
+    """The model's time of the unfused route's extra work: the float32 product written and
+    read back, the result written (bytes at DRAM bandwidth), and one more launch (~5 µs
+    measured between back-to-back launches on an H100)."""
+    return desc.m * desc.n * desc.batch * (4 + 4 + desc.row.c_dtype.itemsize) / arch.dram_bw + 5e-6
+
+
+def _kernel_fused(desc, epi, bias_axis, ptrs, backend, autotune, sptr, over_cublas=False) -> bool:
     """The plan's own Hopper kernel with the epilogue in its store, when the plan picks one
-    that takes it (:func:`pyblasgemm.kernels.launch.fusable`)."""
+    that takes it (:func:`pyblasgemm.kernels.launch.fusable`). ``over_cublas``: the plan
+    picked cuBLAS; take our kernel's best plan when its predicted time is below cuBLAS's plus
+    :func:`_unfused_pass_s` (H100, 4096³ bias + GELU: 0.236 ms fused against 0.284 ms for
+    cuBLAS and the pass)."""
     from .planner import plan_for
     from .plancache import get_plan_cache
 
-    plan = plan_for(desc, backend) if autotune is None else plan_for(desc, backend, autotune=autotune)
+    kw = {} if autotune is None else dict(autotune=autotune)
+    plan = plan_for(desc, backend, **kw)
+    if over_cublas:
+        if plan.backend != "cublas" or plan.predicted_s is None or plan.arch is None:
+            return False
+        try:
+            ours = plan_for(desc, "tensorcore", **kw)
+        except NotImplementedError:
+            return False
+        if ours.predicted_s is None or ours.predicted_s > plan.predicted_s + _unfused_pass_s(desc, plan.arch):
+            return False
+        plan = ours
     if plan.backend != "tensorcore" or plan.pack or plan.config is None:
         return False
     from .kernels.jit import epilogue_code

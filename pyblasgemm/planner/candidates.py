@@ -117,11 +117,13 @@ def _enumerate(desc: GemmDesc, arch: ArchSpec, cal: dict) -> list[Candidate]:
                 if (s <= 8 or forced_splits) and not base.is_sm90:
                     variants.append(replace(base, decomposition="splitk_serial", splits=s))
                 variants.append(replace(base, decomposition="splitk_parallel", splits=s))
+        offered = 0
         for cfg in variants:
             if settings.decomposition and cfg.decomposition != settings.decomposition:
                 continue
             if settings.splits and cfg.decomposition.startswith("splitk") and cfg.splits != settings.splits:
                 continue
+            offered += 1
             ok, why = M.check(cfg, prob, arch)
             if not ok:
                 out.append(Candidate("tensorcore", cfg, None, why))
@@ -129,6 +131,15 @@ def _enumerate(desc: GemmDesc, arch: ArchSpec, cal: dict) -> list[Candidate]:
             _, calibrated = M.tile_efficiency(cfg, kind, cal)
             out.append(Candidate("tensorcore", cfg, M.score_ours(cfg, prob, arch, cal, occ), "",
                                  calibrated))
+        if not offered:     # the forced decomposition / splits left this tile nothing to run
+            why = ("clusters run the data-parallel schedule only" if base.cluster > 1 else
+                   f"{kt} K step(s) of {base.bk} leave no split that fits" if
+                   (settings.decomposition or "").startswith("splitk") or settings.splits else "")
+            wanted = settings.decomposition or "splitk_parallel"
+            label = replace(base, decomposition=wanted,
+                            splits=(settings.splits or 2) if wanted.startswith("splitk") else 0)
+            out.append(Candidate("tensorcore", label, None, f"{base.name}: no {wanted} variant"
+                                 f"{(' (' + why + ')') if why else ''}"))
     return out
 
 
