@@ -24,11 +24,13 @@ the accumulator and the store is computed in the accumulation type (float32 for 
 int8 operands, the output's type otherwise) and rounded once, so 16-bit results do not round
 twice. NaN and Inf propagate as in the unfused sequence (``relu(NaN)`` is NaN).
 
-How it runs today: the product is computed in the accumulation type (``matmul(...,
-dtype=float32)`` for 16-bit operands, int32 for int8) by the planned GEMM, then one pass
-applies the epilogue — on the host with NumPy, on a GPU with one elementwise kernel that
-includes ``epilogue/activation.cuh`` (the device definitions the fused kernels will share).
-Fusing it into our kernels' store is the next step; the results will not change.
+How it runs (:func:`last_route` says which): on a GPU, fused in our Hopper kernel's store
+when the plan runs it (16-bit operands; :func:`_kernel_fused`), else fused in cuBLASLt where it
+has the epilogue (relu, the tanh GELU), else unfused: the product in the accumulation type
+(float32 for 16-bit operands, int32 for int8) by the planned GEMM, then one pass that applies
+the epilogue (NumPy on the host; on a GPU one elementwise kernel that includes
+``epilogue/activation.cuh``, the device definitions the fused kernel shares). Every route
+rounds once from the same float32 values.
 
 Example
 -------

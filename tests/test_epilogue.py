@@ -206,7 +206,7 @@ def test_fusion_guide_numbers_are_the_measured_ones():
     root = pathlib.Path(__file__).resolve().parents[1]
     text = (root / "docs/guide/fusion.rst").read_text()
     for gpu in ("h100", "h200"):
-        name = f"fusion_{gpu}_2026-11-24_4932dd7.json"
+        name = f"fusion_{gpu}_2026-11-24_2e29ae9.json"
         assert name in text
         doc = json.loads((root / "bench/results" / name).read_text())
         assert doc["device"]["name"].startswith("NVIDIA " + gpu.upper())
@@ -215,8 +215,8 @@ def test_fusion_guide_numbers_are_the_measured_ones():
                 assert f"{case['ratio_steady']:.2f}" in text, (gpu, case["case"], case.get("m"))
             if "overhead" in case:
                 assert f"+{case['overhead'] * 100:.0f} %" in text, gpu
-    assert "_static/perf/fusion_2026-11-24_4932dd7.png" in text
-    assert (root / "docs/_static/perf/fusion_2026-11-24_4932dd7.png").stat().st_size > 10_000
+    assert "_static/perf/fusion_2026-11-24_2e29ae9.png" in text
+    assert (root / "docs/_static/perf/fusion_2026-11-24_2e29ae9.png").stat().st_size > 10_000
 
 
 def test_fusion_figure_is_drawn_from_the_results(tmp_path):
@@ -229,7 +229,7 @@ def test_fusion_figure_is_drawn_from_the_results(tmp_path):
     fusion = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fusion)
     out = tmp_path / "fusion.png"
-    fusion.plot([root / f"bench/results/fusion_{g}_2026-11-24_4932dd7.json" for g in ("h100", "h200")], out)
+    fusion.plot([root / f"bench/results/fusion_{g}_2026-11-24_2e29ae9.json" for g in ("h100", "h200")], out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

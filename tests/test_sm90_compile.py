@@ -36,7 +36,7 @@ import pytest
 import compile_pool
 
 from pyblasgemm.kernels import jit
-from pyblasgemm.kernels.config import SM90_CONFIGS, SM90_KINDS, SM90_MMA_SYNC_CONFIGS
+from pyblasgemm.kernels.config import SHIPPED_CONFIGS, SM90_CONFIGS, SM90_KINDS, SM90_MMA_SYNC_CONFIGS
 from pyblasgemm.kernels.problem import BASE_KIND, KernelProblem
 
 REPO = Path(__file__).resolve().parents[1]
@@ -279,6 +279,28 @@ def test_fused_epilogue_instantiation_compiles_clean(spec):
     _assert_clean(spec, r)
     lowered = list(jit.ptxas_resources(r["log"]))
     assert any(f"ELi{spec[3]}EEEv" in n for n in lowered if "sm90_gemm_kernel" in n), lowered
+
+
+def test_fused_epilogue_names_and_rules():
+    """EPI 0 keeps the plain kernels' names (their compiled caches stay valid); a fused
+    variant adds its code; stream-k / hybrid on 256-wide tiles and mma.sync consumers take none."""
+    from pyblasgemm.kernels.config import SM90_CONFIGS_BY_TILE
+    from pyblasgemm.kernels.launch import fusable
+
+    cfg = SM90_CONFIGS_BY_TILE["f16"][256]
+    plain = jit.sm90_kernel_name(cfg, "f16", "N", "N")
+    assert jit.sm90_kernel_name(cfg, "f16", "N", "N", 0) == plain and plain.endswith("false>")
+    assert jit.sm90_kernel_name(cfg, "f16", "N", "N", jit.epilogue_code(2)) == plain[:-1] + ", 10>"
+    assert [jit.epilogue_code(c) for c in range(5)] == [8, 9, 10, 11, 12]
+    with pytest.raises(ValueError, match="activation code"):
+        jit.epilogue_code(8)
+    with pytest.raises(ValueError, match="Hopper kernel only"):
+        jit._names(SHIPPED_CONFIGS["f16"][0], "f16", "N", "N", None, True, 9)
+    assert fusable("f16", cfg) and fusable("bf16_out32", SM90_CONFIGS["bf16_out32"][0])
+    assert not fusable("s8", SM90_CONFIGS_BY_TILE["s8"][256]) and not fusable("tf32", SM90_CONFIGS["tf32"][0])
+    streamk = [c for c in SM90_CONFIGS["f16"] if c.decomposition in ("streamk", "hybrid")]
+    assert {c.bm for c in streamk if not fusable("f16", c)} == {256}
+    assert not any(fusable("f16", c) for c in SM90_MMA_SYNC_CONFIGS["f16"])
 
 
 def test_fused_specs_cover_every_kind_decomposition_and_activation():
