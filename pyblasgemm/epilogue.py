@@ -273,10 +273,11 @@ _LT_NAMES = {4: "BIAS", 2: "RELU", 6: "RELU_BIAS", 32: "GELU", 36: "GELU_BIAS", 
 
 
 def _fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pre, fresh_c, backend,
-           autotune, stream) -> bool:
+           autotune, stream):
     """Run ``c = act(alpha·op(a)·op(b) + beta·c + bias)`` (and the pre-activation) as one
     launch when the arrays allow it (2-D, no copies, the bias contiguous in C's dtype, the
-    pre-activation in C's layout and its own memory). True if it ran.
+    pre-activation in C's layout and its own memory). Returns the :class:`_FusedCall` that ran
+    (for the call-signature fast path), or None: the unfused route is the caller's.
 
     Which launch: the plan's. When it picks our Hopper kernel (wgmma consumers, 16-bit
     operands), that kernel with the epilogue in its store (:func:`_kernel_fused`); otherwise
@@ -291,26 +292,26 @@ def _fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pre, 
         route = backend
     if row is None or route not in ("auto", "cublas", "tensorcore") or epi.dequantize or a.ndim != 2 \
             or b.ndim != 2 or a.dtype != row.ab_dtype or b.dtype != row.ab_dtype or c.dtype != row.c_dtype:
-        return False            # (matmul of mixed dtypes: the planned path converts)
+        return None             # (matmul of mixed dtypes: the planned path converts)
     if type(alpha) not in (int, float) or type(beta) not in (int, float) or alpha == 0:
-        return False            # the planned path checks and answers these
+        return None             # the planned path checks and answers these
     m, n = c.shape
     k = a.shape[1] if ta == "N" else a.shape[0]
     if m == 0 or n == 0 or k == 0:
-        return False
+        return None
     from ._layout import may_overlap
 
     if bias is not None and (bias.dtype != c.dtype or not bias.flags.c_contiguous):
-        return False            # both launches read the bias contiguously, in C's type
+        return None             # both launches read the bias contiguously, in C's type
     if pre is not None and (pre.strides != c.strides or may_overlap(pre, c)):
-        return False            # the pre-activation is written at C's offsets
+        return None             # the pre-activation is written at C's offsets
     from ._strided import _fast_desc
     from ._types import resolve_compute
 
     fast = _fast_desc(routine, row, resolve_compute(row, compute, routine), ta, tb, a, b, c, alpha,
                       beta, 1, (0, 0, 0), m, n, k, fresh_c)
     if fast is None:
-        return False
+        return None
     desc, first, second, swapped = fast
     # the user's columns are the description's m index when C was described transposed
     bias_axis = None if bias is None else ("m" if (epi.bias_axis == "cols") == swapped else "n")
@@ -321,14 +322,36 @@ def _fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pre, 
             0 if bias is None else _arrays.data_ptr(bias), 0 if pre is None else _arrays.data_ptr(pre))
     # our kernel reads the bias in pairs of elements: a pointer aligned to a pair
     ours = route in ("auto", "tensorcore") and ptrs[3] % (2 * c.itemsize) == 0
-    if ours and _kernel_fused(desc, epi, bias_axis, ptrs, backend, autotune, sptr):
-        return True
-    if route in ("auto", "cublas") and _lt_fused(desc, epi, bias_axis, ptrs, sptr):
-        return True
-    # cuBLAS planned and cuBLASLt has no such epilogue: our fused kernel when the model says
-    # it beats cuBLAS plus the unfused pass
-    return ours and route == "auto" and _kernel_fused(desc, epi, bias_axis, ptrs, backend, autotune, sptr,
-                                                      over_cublas=True)
+    ran = _kernel_fused(desc, epi, bias_axis, ptrs, backend, autotune, sptr) if ours else None
+    if ran is None and route in ("auto", "cublas"):
+        ran = _lt_fused(desc, epi, bias_axis, ptrs, sptr)
+    if ran is None and ours and route == "auto":
+        # cuBLAS planned and cuBLASLt has no such epilogue: our fused kernel when the model
+        # says it beats cuBLAS plus the unfused pass
+        ran = _kernel_fused(desc, epi, bias_axis, ptrs, backend, autotune, sptr, over_cublas=True)
+    if ran is None:
+        return None
+    launch, lt = ran
+    return _FusedCall(launch, lt, swapped, desc.alpha, desc.beta, _route.last)
+
+
+class _FusedCall(NamedTuple):
+    """A fused epilogue call as it ran: what a repeated call with the same signature replays."""
+
+    launch: object      # our Sm90Launch (bias=, pre= keywords) or cuBLASLt's (positional)
+    lt: bool
+    swap: bool          # operands in the description's order: (b, a)
+    alpha: object       # the description's typed scalars
+    beta: object
+    route: str          # last_route()'s line
+
+    def __call__(self, pa, pb, pc, pbias, ppre, sptr) -> None:
+        first, second = (pb, pa) if self.swap else (pa, pb)
+        if self.lt:
+            self.launch(first, second, pc, self.alpha, self.beta, sptr, pbias, ppre)
+        else:
+            self.launch(first, second, pc, self.alpha, self.beta, sptr, bias=pbias, pre=ppre)
+        _route.last = self.route
 
 
 def _unfused_pass_s(desc, arch) -> float:
@@ -338,12 +361,12 @@ def _unfused_pass_s(desc, arch) -> float:
     return desc.m * desc.n * desc.batch * (4 + 4 + desc.row.c_dtype.itemsize) / arch.dram_bw + 5e-6
 
 
-def _kernel_fused(desc, epi, bias_axis, ptrs, backend, autotune, sptr, over_cublas=False) -> bool:
+def _kernel_fused(desc, epi, bias_axis, ptrs, backend, autotune, sptr, over_cublas=False):
     """The plan's own Hopper kernel with the epilogue in its store, when the plan picks one
     that takes it (:func:`pyblasgemm.kernels.launch.fusable`). ``over_cublas``: the plan
     picked cuBLAS; take our kernel's best plan when its predicted time is below cuBLAS's plus
     :func:`_unfused_pass_s` (H100, 4096³ bias + GELU: 0.236 ms fused against 0.284 ms for
-    cuBLAS and the pass)."""
+    cuBLAS and the pass). (launch, False) if it ran, else None."""
     from .planner import plan_for
     from .plancache import get_plan_cache
 
@@ -351,16 +374,16 @@ def _kernel_fused(desc, epi, bias_axis, ptrs, backend, autotune, sptr, over_cubl
     plan = plan_for(desc, backend, **kw)
     if over_cublas:
         if plan.backend != "cublas" or plan.predicted_s is None or plan.arch is None:
-            return False
+            return None
         try:
             ours = plan_for(desc, "tensorcore", **kw)
         except NotImplementedError:
-            return False
+            return None
         if ours.predicted_s is None or ours.predicted_s > plan.predicted_s + _unfused_pass_s(desc, plan.arch):
-            return False
+            return None
         plan = ours
     if plan.backend != "tensorcore" or plan.pack or plan.config is None:
-        return False
+        return None
     from .kernels.jit import epilogue_code
 
     cache = get_plan_cache()
@@ -376,42 +399,43 @@ def _kernel_fused(desc, epi, bias_axis, ptrs, backend, autotune, sptr, over_cubl
             if fusable(problem.kind, plan.config) else False
         cache.put(key, launch)
     if launch is False:
-        return False
+        return None
     pa, pb, pc, pbias, ppre = ptrs
     launch(pa, pb, pc, desc.alpha, desc.beta, sptr, bias=pbias, pre=ppre)
     _route.last = f"pyblasgemm kernel {plan.config.name}, the epilogue fused in its store"
-    return True
+    return launch, False
 
 
-def _lt_fused(desc, epi, bias_axis, ptrs, sptr) -> bool:
+def _lt_fused(desc, epi, bias_axis, ptrs, sptr):
     """One ``cublasLtMatmul`` with cuBLASLt's epilogue, when it has this one
     (:data:`~pyblasgemm.backends.cublaslt.LT_EPILOGUES`: relu and the tanh GELU, with or
     without a bias; the GELU's pre-activation too) and the arrays meet its rules (the bias
-    along D's rows, pointers 16-byte aligned, the pre-activation's ld a multiple of 8)."""
+    along D's rows, pointers 16-byte aligned, the pre-activation's ld a multiple of 8).
+    (launch, True) if it ran, else None."""
     from .backends.cublaslt import EPILOGUE_ALIGN, LT_EPILOGUES
 
     pa, pb, pc, pbias, ppre = ptrs
     code = LT_EPILOGUES.get((epi.activation.name if epi.activation else None, bool(pbias), bool(ppre)))
     if code is None or (pbias and (bias_axis != "m" or pbias % EPILOGUE_ALIGN)) \
             or (ppre and (ppre % EPILOGUE_ALIGN or desc.ldc % 8)):
-        return False            # cuBLASLt adds one bias value per row of D only
+        return None             # cuBLASLt adds one bias value per row of D only
     from .backends.cublas import _TYPES
     from .backends.cublaslt import make_epilogue_launch
     from .plancache import get_plan_cache
 
     types = _TYPES.get((desc.prefix, desc.compute))
     if types is None:
-        return False
+        return None
     cache, key = get_plan_cache(), ("lt-epilogue", desc.key, code)
     launch = cache.get(key)
     if launch is None:
         launch = make_epilogue_launch(desc, types, desc.device, code) or False
         cache.put(key, launch)
     if launch is False:
-        return False
+        return None
     launch(pa, pb, pc, desc.alpha, desc.beta, sptr, pbias, ppre)
     _route.last = f"cuBLASLt epilogue {_LT_NAMES[code]} (fused in the GEMM)"
-    return True
+    return launch, True
 
 
 def _ordered_result(xp, shape, dtype, like_c: bool):
@@ -501,9 +525,55 @@ def _matmul_shape(a, b) -> tuple:
     return batch + ((sa[-2],) if a.ndim > 1 else ()) + ((sb[-1],) if b.ndim > 1 else ())
 
 
+class _Replay(NamedTuple):
+    """A matmul call with an epilogue that ran fused, as its call signature replays it."""
+
+    call: _FusedCall
+    shape: tuple
+    dtype: object
+
+
+def _call_signature(a, b, dtype, compute, backend, bias, activation):
+    """The key of a repeated ``matmul(a, b, bias=, activation=, dtype=, compute=, backend=)``
+    with CuPy arrays, a fresh result and no pre-activation, or None (not such a call). It
+    holds everything the full path read off the arguments: dtypes, shapes, strides, devices,
+    the operands' 16-byte alignment class and the bias pointer's."""
+    from . import calls
+
+    nd = calls.cupy_type()
+    if nd is None or type(a) is not nd or type(b) is not nd or (bias is not None and type(bias) is not nd) \
+            or not (activation is None or type(activation) is str) \
+            or not (dtype is None or isinstance(dtype, (type, np.dtype, str))) \
+            or not (compute is None or type(compute) is str) or not (backend is None or type(backend) is str):
+        return None
+    ma, mb = a.data, b.data
+    bias_key = None if bias is None else (bias.dtype, bias.shape, bias.strides, bias.data.device_id,
+                                          bias.data.ptr & 15)
+    return ("epilogue-call", dtype, compute, backend, activation, a.dtype, b.dtype, a.shape, b.shape,
+            a.strides, b.strides, bias_key, ma.device_id, mb.device_id, _arrays.current_device(),
+            (ma.ptr | mb.ptr) & 15)
+
+
 def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, activation,
                          preactivation_out, scale_a, scale_b):
     """:func:`pyblasgemm.matmul` with an epilogue (see the module's docstring)."""
+    from .plancache import get_plan_cache
+
+    key = None
+    if out is None and preactivation_out is None and scale_a is None and scale_b is None and autotune is None:
+        # a repeated fused call goes straight to its launch (16 x 11008 x 4096 on an H100:
+        # the full path's checks, description and plan lookups are most of a ~40 µs call)
+        key = _call_signature(a, b, dtype, compute, backend, bias, activation)
+        replay = None if key is None else get_plan_cache().get(key)
+        if replay is not None:
+            c = type(a)(replay.shape, replay.dtype)
+            pc = c.data.ptr
+            if not pc & 15:
+                from . import streams
+
+                sptr = streams.current() if stream is None else streams.handle(stream)
+                replay.call(a.data.ptr, b.data.ptr, pc, 0 if bias is None else bias.data.ptr, 0, sptr)
+                return c
     from .matmul import _with_core_dims, matmul
 
     r = "matmul"
@@ -539,10 +609,14 @@ def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, b
         t = matmul(a, b, dtype=np.int32, **kw)
         apply(epi, full(xp.asarray(t)), 1.0, None, None, bias, scale_a, scale_b,
               full(preactivation_out), full(result))
-    elif xp_name == "cupy" and a.ndim == 2 and b.ndim == 2 and _fused(
+    elif xp_name == "cupy" and a.ndim == 2 and b.ndim == 2 and (ran := _fused(
             r, _row_for(a.dtype, out_dtype), compute, "N", "N", a, b, result, 1.0, 0.0, epi, bias,
-            preactivation_out, out is None, backend, autotune, stream):
-        pass
+            preactivation_out, out is None, backend, autotune, stream)):
+        from .planner.overrides import current_settings
+
+        if key is not None and current_settings().cache and result.flags.c_contiguous \
+                and not result.data.ptr & 15:
+            get_plan_cache().put(key, _Replay(ran, result.shape, result.dtype))
     else:
         _route.last = _UNFUSED[xp_name]
         acc = acc_dtype(out_dtype)

@@ -351,6 +351,29 @@ def test_fused_hopper_kernel_every_decomposition(monkeypatch, decomposition, dty
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_repeated_fused_calls_take_each_calls_own_arrays(dtype):
+    """A repeated fused matmul (same signature) replays the launch on the new call's operands,
+    bias and result: each result matches its own float64 reference, and says the same route."""
+    import cupy
+
+    from pyblasgemm.epilogue import last_route
+
+    rng = np.random.default_rng(21)
+    out_dtype = np.float32 if dtype is ml_dtypes.bfloat16 else dtype
+    routes = []
+    for act in ("gelu", "gelu", "gelu", "silu"):
+        x, w = _data(rng, (48, 64), dtype), _data(rng, (64, 40), dtype)
+        b = _data(rng, (40,), out_dtype)
+        y = pyblasgemm.matmul(cupy.asarray(x), cupy.asarray(w), bias=cupy.asarray(b), activation=act)
+        routes.append(last_route())
+        v64 = x.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64)
+        _check(y, v64, act, out_dtype, np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)) + 1,
+               (act, routes[-1]))
+    assert routes[0] == routes[1] == routes[2], routes
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("act", ["relu", "gelu", "gelu_tanh", "silu"])
 def test_fused_hopper_kernel_propagates_nan_and_inf(act):
     import cupy
