@@ -46,7 +46,12 @@ def assert_matches_numpy(got, a, b, check_type=True, tol_dtype=None):
     if want.dtype.kind != "c":
         exact = exact.real
     err = np.abs(got.astype(np.complex128) - exact)
-    assert np.all(err <= TOL[np.dtype(tol_dtype or want.dtype)] * scale + 1e-30), float(np.max(err / (scale + 1e-30)))
+    # plus one subnormal spacing per rounding: a subnormal result's relative error is not
+    # bounded (float16 7.49e-6 rounds to 7.5e-6, 0.3 % off: hypothesis found it, seed 4)
+    k = np.shape(a)[-1] if np.ndim(a) else 1
+    tiny = float(ml_dtypes.finfo(want.dtype).smallest_subnormal) * (k + 1)
+    assert np.all(err <= TOL[np.dtype(tol_dtype or want.dtype)] * scale + tiny + 1e-30), \
+        float(np.max(err / (scale + 1e-30)))
 
 
 shapes = st.integers(0, 4)
