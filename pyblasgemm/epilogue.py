@@ -301,6 +301,15 @@ def _fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pre, 
         return None
     from ._layout import may_overlap
 
+    widen = None
+    if bias is not None and bias.dtype != c.dtype and bias.dtype.itemsize == 2 and c.dtype == np.float32:
+        # a 16-bit bias (the operands' type) for a float32 result: widened exactly, n elements
+        # (one small cast beside the fused call instead of the unfused route's passes)
+        from . import streams
+
+        widen = c.dtype
+        with streams.on(None if stream is None else streams.handle(stream)):
+            bias = bias.astype(widen)
     if bias is not None and (bias.dtype != c.dtype or not bias.flags.c_contiguous):
         return None             # both launches read the bias contiguously, in C's type
     if pre is not None and (pre.strides != c.strides or may_overlap(pre, c)):
@@ -332,7 +341,7 @@ def _fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pre, 
     if ran is None:
         return None
     launch, lt = ran
-    return _FusedCall(launch, lt, swapped, desc.alpha, desc.beta, _route.last)
+    return _FusedCall(launch, lt, swapped, desc.alpha, desc.beta, _route.last, widen)
 
 
 class _FusedCall(NamedTuple):
@@ -344,6 +353,7 @@ class _FusedCall(NamedTuple):
     alpha: object       # the description's typed scalars
     beta: object
     route: str          # last_route()'s line
+    widen: object       # the dtype a 16-bit bias is cast to first (float32 results), or None
 
     def __call__(self, pa, pb, pc, pbias, ppre, sptr) -> None:
         first, second = (pb, pa) if self.swap else (pa, pb)
@@ -572,6 +582,10 @@ def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, b
                 from . import streams
 
                 sptr = streams.current() if stream is None else streams.handle(stream)
+                call = replay.call
+                if bias is not None and call.widen is not None:
+                    with streams.on(sptr):              # (freed after the launch: same stream)
+                        bias = bias.astype(call.widen)
                 replay.call(a.data.ptr, b.data.ptr, pc, 0 if bias is None else bias.data.ptr, 0, sptr)
                 return c
     from .matmul import _with_core_dims, matmul

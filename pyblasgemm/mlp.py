@@ -10,8 +10,10 @@ Semantics (whichever way it runs): ``h`` is rounded to the layer's dtype (``x``'
 bfloat16 keep the intermediate in 16 bits, as the on-chip tile would), each product
 accumulates in float32, and ``y`` has ``x``'s dtype.
 
-How it runs today: as two GEMMs with epilogues (:func:`pyblasgemm.gemm` with ``bias=`` and
-``activation=``); :func:`mlp_plan` says so. The on-chip kernel is the next step.
+How it runs today: as two products with epilogues (:func:`pyblasgemm.matmul` with ``bias=``,
+``activation=`` and ``dtype=``; on a GPU each fused in its GEMM where
+:func:`pyblasgemm.epilogue.last_route` says so); :func:`mlp_plan` says so. The on-chip kernel
+is the next step.
 
 Example
 -------
@@ -84,7 +86,7 @@ def fused_mlp(x, w1, w2, b1=None, b2=None, activation="gelu", *, compute=None, b
     (array([[13.],
            [13.]], dtype=float16), dtype('float16'))
     """
-    from .gemm import gemm
+    from .matmul import matmul
 
     r = "fused_mlp"
     for name, v in (("x", x), ("w1", w1), ("w2", w2)):
@@ -94,6 +96,9 @@ def fused_mlp(x, w1, w2, b1=None, b2=None, activation="gelu", *, compute=None, b
             raise TypeError(f"{r}: {name} has dtype {v.dtype.name}; the layer is {x.dtype.name}")
     if x.shape[1] != w1.shape[0] or w1.shape[1] != w2.shape[0]:
         raise ValueError(f"{r}: x {x.shape} @ w1 {w1.shape} @ w2 {w2.shape}: inner sizes differ")
-    kw = dict(compute=compute, backend=backend, stream=stream)
-    h = gemm("N", "N", x, w1, bias=b1, activation=activation, **kw)
-    return gemm("N", "N", h, w2, bias=b2, **kw) if b2 is not None else gemm("N", "N", h, w2, **kw)
+    # matmul, not gemm: a repeated layer replays each product's launch from its call signature
+    # (H100, 4096 x 1024 -> 1024 -> 1024: two gemm calls through their full path took 249 µs,
+    # host-bound, against 63 µs for PyTorch's four launches)
+    kw = dict(compute=compute, backend=backend, stream=stream, dtype=x.dtype)
+    h = matmul(x, w1, bias=b1, activation=activation, **kw)
+    return matmul(h, w2, bias=b2, **kw)

@@ -374,6 +374,27 @@ def test_repeated_fused_calls_take_each_calls_own_arrays(dtype):
 
 
 @pytest.mark.gpu
+def test_a_bfloat16_bias_on_a_float32_result_runs_fused():
+    """bfloat16 operands give a float32 result (NumPy's type); a bias in the operands' type is
+    widened exactly and the call still runs fused (first call and replayed ones)."""
+    import cupy
+
+    from pyblasgemm.epilogue import last_route
+
+    _needs_hopper()
+    rng = np.random.default_rng(22)
+    dtype = ml_dtypes.bfloat16
+    for _ in range(3):
+        x, w = _data(rng, (1000, 520), dtype), _data(rng, (520, 264), dtype)
+        b = _data(rng, (264,), dtype)
+        y = pyblasgemm.matmul(cupy.asarray(x), cupy.asarray(w), bias=cupy.asarray(b), activation="gelu",
+                              backend="tensorcore")
+        assert y.dtype == np.float32 and last_route().startswith("pyblasgemm kernel"), last_route()
+        v64 = x.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64)
+        _check(y, v64, "gelu", np.float32, np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)) + 1)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("act", ["relu", "gelu", "gelu_tanh", "silu"])
 def test_fused_hopper_kernel_propagates_nan_and_inf(act):
     import cupy
