@@ -219,6 +219,23 @@ def test_fusion_guide_numbers_are_the_measured_ones():
     assert (root / "docs/_static/perf/fusion_2026-11-24_2e29ae9.png").stat().st_size > 10_000
 
 
+def test_fusion_guide_follow_up_numbers_are_the_measured_ones():
+    """The H100-only follow-up paragraph quotes bench/results/fusion_h100_2026-11-24_d29ef8e.json."""
+    import json
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    text = (root / "docs/guide/fusion.rst").read_text()
+    para = text[text.index("fusion_h100_2026-11-24_d29ef8e.json"):]
+    para = para[:para.index("The int8 rows")]
+    doc = json.loads((root / "bench/results/fusion_h100_2026-11-24_d29ef8e.json").read_text())
+    quoted = [c for c in doc["cases"] if c["case"] == "fused_mlp gelu"
+              or (c["case"] == "bias+gelu" and c.get("dtype") == "bfloat16")]
+    assert len(quoted) == 5
+    for case in quoted:
+        assert f"{case['ratio_steady']:.2f}" in para, (case["case"], case.get("m"))
+
+
 def test_fusion_figure_is_drawn_from_the_results(tmp_path):
     pytest.importorskip("matplotlib")
     import importlib.util
