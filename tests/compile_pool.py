@@ -46,6 +46,21 @@ def queued() -> int:
         return len(_futures)
 
 
+def greedy_cover(specs: list, features: Callable[[object], set]) -> list:
+    """The specs a run compiles by default: a greedy cover of ``specs`` in which every feature
+    of any spec appears in at least one pick (first of the best each round; in ``specs``'
+    order). The compile-check modules define the features (what a compile checks)."""
+    of = {s: features(s) for s in specs}
+    need = set().union(*of.values())
+    covered: set = set()
+    out = []
+    while covered != need:
+        pick = max(specs, key=lambda s: len(of[s] - covered))
+        out.append(pick)
+        covered |= of[pick]
+    return out
+
+
 def stop() -> None:
     """Drop what has not started (a run stopped early by -x or Ctrl-C need not wait for it)."""
     global _executor

@@ -108,19 +108,6 @@ def _features(spec: Spec) -> set:
              spec.lay, spec.vec)}
 
 
-def _cover(specs: list) -> list:
-    """A greedy cover: every feature of :func:`_features` of any spec in at least one pick."""
-    of = {s: _features(s) for s in specs}
-    need = set().union(*of.values())
-    covered: set = set()
-    out = []
-    while covered != need:
-        pick = max(specs, key=lambda s: len(of[s] - covered))   # first of the best
-        out.append(pick)
-        covered |= of[pick]
-    return sorted(out, key=specs.index)
-
-
 def _all_specs(arch: str) -> list:
     return [Spec(arch, kind, acc, cfg, lay, vec) for kind, cfgs in SHIPPED_CONFIGS.items()
             for acc in ACCUMULATE[kind] for cfg in cfgs for lay in LAYOUTS for vec in (True, False)]
@@ -134,7 +121,7 @@ def _selected(arch: str) -> list:
     if ALL:
         return specs
     if arch == "sm_80":
-        return _cover(specs)
+        return sorted(compile_pool.greedy_cover(specs, _features), key=specs.index)
     out = []
     for ki, (kind, cfgs) in enumerate(SHIPPED_CONFIGS.items()):
         subset = _sm90_subset(kind, ki, cfgs)

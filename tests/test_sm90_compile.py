@@ -98,19 +98,6 @@ def _compile_features(spec) -> set:
             (kind, "tile-layout", cfg.bm, cfg.bn, cfg.consumer, getattr(cfg, "cluster", 1), lay)}
 
 
-def _cover(specs, features) -> list:
-    """A greedy cover of ``specs``: every feature of any spec appears in at least one pick."""
-    of = {s: features(s) for s in specs}
-    need = set().union(*of.values())
-    covered: set = set()
-    out = []
-    while covered != need:
-        pick = max(specs, key=lambda s: len(of[s] - covered))   # first of the best
-        out.append(pick)
-        covered |= of[pick]
-    return out
-
-
 def _sass_features(spec) -> set:
     """What the disassembly of one instantiation shows of its kind: the MMA instruction's shape
     (tile bm, consumer, the cluster's multicast loads, bk), the decomposition's kernels (the
@@ -124,7 +111,7 @@ def _sass_specs(specs):
     """The specs to disassemble: all with PYBLASGEMM_COMPILE_ALL=1; otherwise a cover in which
     every feature of :func:`_sass_features` appears at least once (about 50: cuobjdump takes
     ~0.6 s per cubin, 0.3 s of CPU saved per spec left out)."""
-    return list(specs) if ALL else _cover(specs, _sass_features)
+    return list(specs) if ALL else compile_pool.greedy_cover(specs, _sass_features)
 
 
 def _fused_specs():
@@ -155,7 +142,7 @@ def _fused_specs():
 #: every distinct shipped instantiation
 ALL_SPECS = _specs()
 #: those compiled in this run (all with PYBLASGEMM_COMPILE_ALL=1, else the cover)
-SPECS = ALL_SPECS if ALL else _cover(ALL_SPECS, _compile_features)
+SPECS = ALL_SPECS if ALL else compile_pool.greedy_cover(ALL_SPECS, _compile_features)
 SASS_SPECS = _sass_specs(SPECS)
 FUSED_SPECS = _fused_specs()
 
