@@ -8,7 +8,8 @@ MODULES = ["pyblasgemm.blas", "pyblasgemm.gemm", "pyblasgemm.matmul", "pyblasgem
            "pyblasgemm.planner.measured", "pyblasgemm.kernels.config", "pyblasgemm.settings",
            "pyblasgemm.desc", "pyblasgemm.plancache", "pyblasgemm.streams", "pyblasgemm.interop",
            "pyblasgemm.constraints", "pyblasgemm.kinds", "pyblasgemm.kernels.spec",
-           "pyblasgemm.planner.candidates", "pyblasgemm.kernels.pack", "pyblasgemm.scipy"]
+           "pyblasgemm.planner.candidates", "pyblasgemm.kernels.pack", "pyblasgemm.scipy",
+           "pyblasgemm.ozaki", "pyblasgemm.epilogue", "pyblasgemm.mlp", "pyblasgemm.grouped"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,0 +1,250 @@
+"""FP64 products from exact int8 products: the Ozaki scheme II (Ozaki, Uchino, Imamura 2025).
+
+The algorithm, in the order it runs (each step a function here, so that tests check each):
+
+1. :func:`split` scales each row of ``A`` and each column of ``B`` by a power of two and
+   truncates to integers of at most ``bits`` bits: ``A' = trunc(diag(2^e) A)``,
+   ``B' = trunc(B diag(2^f))``. Scaling by powers of two is exact; the truncation is the
+   method's only rounding of the inputs (elements more than ``bits - 53`` binades below their
+   row's or column's largest lose low bits).
+2. :func:`residues`: ``A' mod p`` and ``B' mod p`` for each modulus ``p`` of :data:`MODULI`
+   (pairwise coprime, at most 256), in the symmetric range, so each fits an int8.
+3. The residue products ``(A' mod p) @ (B' mod p)``: exact integer GEMMs (int8 in, int32
+   out on tensor cores while ``k · 128² < 2³¹``; on the host, float64 BLAS on small integers,
+   exact while ``k · 2¹⁴ < 2⁵³``), reduced mod ``p``.
+4. :func:`reconstruct`: the Chinese remainder theorem gives ``A'B'`` exactly as an integer in
+   ``(-P/2, P/2)``, ``P`` the product of the moduli, as long as ``P > 2 · k · 2^(2·bits)``
+   (:func:`bits_for` picks ``bits`` from the moduli); mixed-radix digits (Garner's algorithm,
+   in int64), then a float64 value (Horner over nonnegative digits in double-double: rounded
+   once), then ``C = 2^-(e+f) · A'B'``.
+
+More moduli, more bits, more accuracy: the precision dial is the moduli count (each one more
+int8 GEMM). Inf and NaN cannot be scaled: :func:`dgemm_ozaki` answers those products with
+native float64 arithmetic (and says so).
+
+Example
+-------
+>>> import numpy as np
+>>> from pyblasgemm import ozaki
+>>> a = np.array([[1.5, -2.0], [0.25, 3.25]]); b = np.array([[4.0, 0.5], [-1.0, 2.0]])
+>>> c, how = ozaki.dgemm_ozaki(a, b)
+>>> c.tolist(), how.count, how.bits
+([[8.0, -3.25], [-2.25, 6.625]], 17, 62)
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["MODULI", "OzakiSetting", "bits_for", "setting", "split", "residues", "reconstruct",
+           "residue_products_host", "dgemm_ozaki"]
+
+#: pairwise coprime moduli of at most 256 (a residue in the symmetric range fits an int8),
+#: largest first: 2^8, then 255 = 3·5·17, 253 = 11·23, 247 = 13·19, then primes that share
+#: no factor with those
+MODULI = (256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 211, 199, 197, 193, 191, 181,
+          179, 173, 167, 163, 157, 151, 149, 139, 137, 131, 127, 113, 109, 107, 103, 101, 97)
+
+#: the most bits a scaled integer may have: A'·2^0 fits int64 with room for the sign
+MAX_BITS = 62
+
+
+class OzakiSetting(NamedTuple):
+    """One precision setting: how many moduli (int8 GEMMs) and how many bits per scaled row /
+    column (what the moduli's product can hold for this k)."""
+
+    count: int
+    bits: int
+    k: int
+
+    def describe(self) -> str:
+        return (f"Ozaki II with {self.count} moduli: rows of A and columns of B as {self.bits}-bit "
+                f"integers, {self.count} exact int8 GEMMs of k = {self.k}")
+
+
+def _product(count: int) -> int:
+    return math.prod(MODULI[:count])
+
+
+def bits_for(count: int, k: int) -> int:
+    """The most bits ``b`` (at most :data:`MAX_BITS`) for which ``count`` moduli recover every
+    entry of ``A'B'`` exactly: ``2 · k · 4^b < P``. ValueError when not even 1 bit fits.
+
+    >>> bits_for(18, 1024), bits_for(8, 1024)
+    (62, 26)
+    """
+    if not 1 <= count <= len(MODULI):
+        raise ValueError(f"count={count} moduli: between 1 and {len(MODULI)}")
+    if k < 1:
+        raise ValueError(f"k={k}: the inner dimension must be at least 1")
+    p = _product(count)
+    bits = min(MAX_BITS, ((p - 1) // (2 * k)).bit_length() // 2)
+    while bits > 0 and 2 * k * 4 ** bits >= p:
+        bits -= 1
+    if bits < 1:
+        raise ValueError(f"{count} moduli cannot hold a product with k={k}: use more")
+    return bits
+
+
+def setting(k: int, count: int | None = None, bits: int | None = None) -> OzakiSetting:
+    """The setting for inner dimension ``k``: the given moduli ``count``, or the fewest moduli
+    that give ``bits`` (default :data:`MAX_BITS`: float64 inputs kept exactly down to 9 binades
+    below their row's largest element).
+
+    >>> setting(1024).count, setting(1024, bits=40).count, setting(1024, count=10).bits
+    (18, 12, 34)
+    """
+    if count is not None:
+        return OzakiSetting(count, bits_for(count, k), k)
+    want = MAX_BITS if bits is None else bits
+    if not 1 <= want <= MAX_BITS:
+        raise ValueError(f"bits={want}: between 1 and {MAX_BITS}")
+    for c in range(1, len(MODULI) + 1):
+        try:
+            if bits_for(c, k) >= want:
+                return OzakiSetting(c, want, k)
+        except ValueError:
+            continue
+    raise ValueError(f"k={k} needs more than {len(MODULI)} moduli for {want} bits")
+
+
+def split(x: np.ndarray, axis: int, bits: int):
+    """(integers, exponents): ``x`` scaled by ``2^exponent`` per row (``axis=1``: the
+    exponent of row i scales x[i, :]) or per column (``axis=0``), truncated toward zero, every
+    integer below ``2^bits`` in magnitude (int64). A zero row has exponent 0.
+
+    >>> ints, e = split(np.array([[3.0, 0.5], [0.0, 0.0]]), axis=1, bits=4)
+    >>> ints.tolist(), e.tolist()
+    ([[12, 2], [0, 0]], [2, 0])
+    """
+    if not 1 <= bits <= MAX_BITS:
+        raise ValueError(f"bits={bits}: between 1 and {MAX_BITS}")
+    biggest = np.max(np.abs(x), axis=axis, keepdims=True)
+    _, top = np.frexp(biggest)                  # biggest < 2^top
+    exps = np.where(biggest > 0, bits - top, 0).astype(np.int64)
+    scaled = np.ldexp(x, exps)                  # exact: a power of two (|scaled| < 2^bits)
+    return np.trunc(scaled).astype(np.int64), exps.reshape(-1)
+
+
+def residues(ints: np.ndarray, p: int) -> np.ndarray:
+    """``ints mod p`` in the symmetric range (``[-128, 127]`` for 256, ``[-(p-1)/2, (p-1)/2]``
+    for odd p), as int8.
+
+    >>> residues(np.array([300, -300, 5]), 256).tolist(), residues(np.array([300]), 251).tolist()
+    ([44, -44, 5], [49])
+    """
+    r = np.mod(ints, p)
+    r = np.where(r > p // 2 - (p % 2 == 0), r - p, r)    # 256: 128..255 -> -128..-1
+    return r.astype(np.int8)
+
+
+def residue_products_host(a_res, b_res, moduli) -> list:
+    """``(a_res[l] @ b_res[l]) mod p_l`` for each modulus, in ``[0, p_l)`` (int64): float64
+    BLAS on small integers, exact while ``k · 2^14 < 2^53``."""
+    k = a_res[0].shape[1]
+    if k * 2**14 >= 2**53:
+        raise ValueError(f"k={k} is too long for exact float64 residue products on the host")
+    out = []
+    for ar, br, p in zip(a_res, b_res, moduli):
+        prod = ar.astype(np.float64) @ br.astype(np.float64)
+        out.append(np.mod(prod.astype(np.int64), p))
+    return out
+
+
+def reconstruct(products, moduli) -> np.ndarray:
+    """The integer ``X`` in ``(-P/2, P/2)`` with ``X ≡ products[l] (mod moduli[l])`` for every
+    l, as float64 (rounded once: the Horner sum runs in double-double).
+
+    Garner's algorithm gives X's mixed-radix digits (``X = d0 + p0·(d1 + p1·(d2 + ...))``,
+    ``0 <= d_l < p_l``) with int64 arithmetic on numbers below 2^16; the sign comes from
+    comparing the digits with those of ``(P - 1) / 2``; the magnitude is a Horner sum of
+    nonnegative terms (no cancellation) in double-double.
+
+    >>> m = MODULI[:3]
+    >>> x = np.array([-123456, 7, 0, 8_000_000])
+    >>> reconstruct([np.mod(x, p) for p in m], m).tolist()
+    [-123456.0, 7.0, 0.0, 8000000.0]
+    """
+    moduli = tuple(int(p) for p in moduli)
+    n = len(moduli)
+    digits = []
+    for j, (c, p) in enumerate(zip(products, moduli)):
+        v = np.asarray(c, dtype=np.int64) % p
+        for i in range(j):       # v = (v - d_i) · p_i^-1 mod p_j, digits in order
+            v = ((v - digits[i]) * pow(moduli[i], -1, p)) % p
+        digits.append(v)
+    # (P - 1) // 2 in mixed radix: the threshold of the symmetric range
+    half, rest = [], (math.prod(moduli) - 1) // 2
+    for p in moduli:
+        half.append(rest % p)
+        rest //= p
+    negative = np.zeros(digits[0].shape, dtype=bool)
+    decided = np.zeros(digits[0].shape, dtype=bool)
+    for d, h in zip(reversed(digits), reversed(half)):     # most significant digit first
+        negative |= ~decided & (d > h)
+        decided |= d != h
+    # |X|: for X >= P/2 the digits of P - X = (P - 1 - X) + 1, i.e. complemented, plus one
+    mags = [np.where(negative, p - 1 - d, d) for d, p in zip(digits, moduli)]
+    carry = negative.astype(np.int64)
+    for l, p in enumerate(moduli):
+        s = mags[l] + carry
+        carry = (s >= p).astype(np.int64)
+        mags[l] = s - carry * p
+    # Horner in double-double: (hi, lo) <- (hi, lo) · p + d with the product's rounding error
+    # recovered exactly (Dekker: hi split into 26 + 27 bits, each times p <= 256 is exact), so
+    # |X| comes out rounded once instead of up to count times (float64 Horner missed -2.25
+    # by an ulp in a test)
+    hi = mags[n - 1].astype(np.float64)
+    lo = np.zeros_like(hi)
+    for l in range(n - 2, -1, -1):
+        p = float(moduli[l])
+        t = hi * 134217729.0                        # 2^27 + 1: Veltkamp's split of hi
+        hi_hi = t - (t - hi)
+        hi_lo = hi - hi_hi
+        prod = hi * p
+        prod_err = (hi_hi * p - prod) + hi_lo * p   # hi · p = prod + prod_err exactly
+        d = mags[l].astype(np.float64)
+        s_ = prod + d                               # TwoSum(prod, d)
+        bp = s_ - prod
+        sum_err = (prod - (s_ - bp)) + (d - bp)
+        tail = prod_err + sum_err + lo * p
+        hi = s_ + tail                              # FastTwoSum(s_, tail): |s_| >= |tail|
+        lo = tail - (hi - s_)
+    value = hi + lo
+    return np.where(negative, -value, value)
+
+
+def dgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int | None = None):
+    """``(a @ b, setting)`` for float64 2-D ``a`` (m x k) and ``b`` (k x n) by the Ozaki
+    scheme II on the host (the same steps our GPU kernels run with int8 GEMMs). ``count``
+    or ``bits`` set the precision (:func:`setting`); the default keeps 62 bits. Operands
+    with Inf or NaN are multiplied natively (the setting is then None), as is ``k == 0``.
+
+    The exact sum of the exact products, rounded once (NumPy's float64 sum of rounded products
+    gives 0.30000000000000004 here):
+
+    >>> import numpy as np
+    >>> c, how = dgemm_ozaki(np.ones((1, 3)), np.full((3, 1), 0.1))
+    >>> c.tolist(), (np.ones((1, 3)) @ np.full((3, 1), 0.1)).tolist(), how.count
+    ([[0.3]], [[0.30000000000000004]], 17)
+    """
+    a, b = np.asarray(a), np.asarray(b)
+    for name, x in (("a", a), ("b", b)):
+        if x.ndim != 2 or x.dtype != np.float64:
+            raise TypeError(f"dgemm_ozaki: {name} must be a 2-D float64 array, got {x.ndim}-D {x.dtype}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"dgemm_ozaki: a {a.shape} @ b {b.shape}: inner sizes differ")
+    m, k = a.shape
+    n = b.shape[1]
+    if k == 0 or not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return a @ b, None
+    how = setting(k, count, bits)
+    ai, ea = split(a, axis=1, bits=how.bits)
+    bi, eb = split(b, axis=0, bits=how.bits)
+    mods = MODULI[:how.count]
+    prods = residue_products_host([residues(ai, p) for p in mods], [residues(bi, p) for p in mods], mods)
+    c = reconstruct(prods, mods)
+    # C = 2^-(e_i + f_j) A'B' (one power-of-two scaling, exact unless C underflows)
+    return np.ldexp(c, -(ea.reshape(m, 1) + eb.reshape(1, n))), how

@@ -1,0 +1,158 @@
+"""The Ozaki scheme II on the host (pyblasgemm/ozaki.py): each step against exact integer or
+rational arithmetic written here independently (Python ints and fractions), then the whole
+product against an exact rational reference and against native float64."""
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from pyblasgemm import ozaki as oz
+
+
+def exact_product(a, b):
+    """a @ b with every product and sum exact (Fractions), rounded once to float64."""
+    m, k = a.shape
+    n = b.shape[1]
+    fa = [[Fraction(float(v)) for v in row] for row in a]
+    fb = [[Fraction(float(v)) for v in row] for row in b]
+    return np.array([[float(sum(fa[i][h] * fb[h][j] for h in range(k))) for j in range(n)] for i in range(m)])
+
+
+def test_moduli_are_pairwise_coprime_and_fit_int8_residues():
+    assert len(oz.MODULI) == len(set(oz.MODULI)) and max(oz.MODULI) == 256
+    for i, p in enumerate(oz.MODULI):
+        for q in oz.MODULI[i + 1:]:
+            assert math.gcd(p, q) == 1, (p, q)
+    x = np.arange(-70000, 70000, 7, dtype=np.int64)
+    for p in oz.MODULI:
+        r = oz.residues(x, p)
+        assert r.dtype == np.int8
+        assert r.min() >= -(p // 2) and r.max() <= (p - 1) // 2, p
+        np.testing.assert_array_equal((x - r.astype(np.int64)) % p, 0)
+
+
+@pytest.mark.parametrize("k", [1, 7, 1024, 8192, 2**17])
+def test_bits_for_is_the_largest_that_the_moduli_hold(k):
+    for count in (4, 8, 12, 16, 18, 20):
+        try:
+            b = oz.bits_for(count, k)
+        except ValueError:
+            assert 2 * k * 4 >= math.prod(oz.MODULI[:count])
+            continue
+        p = math.prod(oz.MODULI[:count])
+        assert 2 * k * 4**b < p
+        assert b == oz.MAX_BITS or 2 * k * 4 ** (b + 1) >= p
+    s = oz.setting(k)
+    assert s.bits == oz.MAX_BITS and oz.bits_for(s.count, k) >= s.bits
+    assert s.count == 1 or oz.bits_for(s.count - 1, k) < s.bits
+
+
+def test_bad_settings_name_the_argument():
+    with pytest.raises(ValueError, match="count=0"):
+        oz.bits_for(0, 10)
+    with pytest.raises(ValueError, match="k=0"):
+        oz.bits_for(4, 0)
+    with pytest.raises(ValueError, match="bits=63"):
+        oz.setting(10, bits=63)
+    with pytest.raises(ValueError, match="cannot hold"):
+        oz.bits_for(1, 2**20)
+    with pytest.raises(TypeError, match="float64"):
+        oz.dgemm_ozaki(np.ones((2, 2), np.float32), np.ones((2, 2)))
+    with pytest.raises(ValueError, match="inner sizes"):
+        oz.dgemm_ozaki(np.ones((2, 3)), np.ones((2, 2)))
+
+
+@pytest.mark.parametrize("count", [1, 3, 10, 18, 34])
+def test_reconstruct_recovers_every_integer_of_the_symmetric_range(count):
+    mods = oz.MODULI[:count]
+    big = math.prod(mods)
+    rng = np.random.default_rng(count)
+    lim = (big - 1) // 2
+    xs = [0, 1, -1, lim, -lim, lim - 1, -(lim - 1)] if big > 2 else [0]
+    xs += [int(v) for v in rng.integers(-2**62, 2**62, size=40)] if big > 2**64 else []
+    xs += [int.from_bytes(rng.bytes(24), "little") % big - lim for _ in range(60)]
+    xs = [x for x in xs if -lim <= x <= lim and (big % 2 or x != lim)] or [0]
+    got = oz.reconstruct([np.array([x % p for x in xs], dtype=np.int64) for p in mods], mods)
+    want = np.array([float(x) for x in xs])           # Python rounds an int to float correctly
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("bits", [4, 24, 53, 62])
+def test_split_truncates_each_row_to_bits(bits):
+    rng = np.random.default_rng(bits)
+    x = rng.standard_normal((5, 9)) * np.logspace(-20, 20, 9)
+    x[2] = 0.0
+    ints, e = oz.split(x, axis=1, bits=bits)
+    assert ints.dtype == np.int64 and e.tolist()[2] == 0 and not ints[2].any()
+    assert np.all(np.abs(ints) < 2**bits)
+    for i in range(5):
+        for j in range(9):
+            exact = Fraction(float(x[i, j])) * Fraction(2) ** int(e[i])
+            assert int(ints[i, j]) == math.trunc(exact), (i, j)
+    cols, f = oz.split(x.T, axis=0, bits=bits)
+    np.testing.assert_array_equal(cols, ints.T)
+    np.testing.assert_array_equal(f, e)
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (7, 33, 5), (3, 130, 4), (16, 17, 2)])
+def test_dgemm_ozaki_is_at_least_as_accurate_as_native_float64(m, k, n):
+    rng = np.random.default_rng(m * 1000 + k)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    ref = exact_product(a, b)
+    c, how = oz.dgemm_ozaki(a, b)
+    assert how.count == oz.setting(k).count and how.bits == oz.MAX_BITS
+    scale = np.abs(a) @ np.abs(b)
+    ours = np.max(np.abs(c - ref) / scale)
+    native = np.max(np.abs(a @ b - ref) / scale)
+    assert ours <= max(native, 2.0**-53), (ours, native)
+    # the inputs are kept exactly where they are within 9 binades of their row's / column's
+    # largest: then the result is the exact product rounded once
+    ai, _ = oz.split(a, 1, how.bits)
+    if np.all(np.abs(a) >= np.max(np.abs(a), axis=1, keepdims=True) * 2.0**-9) and \
+            np.all(np.abs(b) >= np.max(np.abs(b), axis=0, keepdims=True) * 2.0**-9):
+        np.testing.assert_array_equal(c, ref)
+    again, _ = oz.dgemm_ozaki(a, b)
+    np.testing.assert_array_equal(again, c)               # deterministic
+
+
+def test_dgemm_ozaki_on_magnitudes_spread_over_60_decades():
+    """Rows and columns scale independently: a spread between rows (or between columns)
+    costs nothing; within a row, elements far below its largest are truncated (normwise
+    error of the kept bits)."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((6, 12)) * np.logspace(-30, 30, 6)[:, None]      # rows 1e-30..1e30
+    b = rng.standard_normal((12, 5)) * np.logspace(-30, 30, 5)[None, :]
+    ref = exact_product(a, b)
+    c, how = oz.dgemm_ozaki(a, b)
+    scale = np.abs(a) @ np.abs(b)
+    assert np.max(np.abs(c - ref) / scale) <= max(np.max(np.abs(a @ b - ref) / scale), 2.0**-53)
+
+
+def test_the_precision_dial_trades_moduli_for_accuracy():
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((8, 64)), rng.standard_normal((64, 8))
+    ref = exact_product(a, b)
+    scale = np.abs(a) @ np.abs(b)
+    errs = []
+    for count in (6, 8, 10, 12, 14, 17):
+        c, how = oz.dgemm_ozaki(a, b, count=count)
+        err = np.max(np.abs(c - ref) / scale)
+        # truncating both operands to `bits` bits: at most 2 · 2^(1 - bits) of |A||B| per entry,
+        # relative to the row's / column's largest elements (a factor below max/|a|)
+        rowmax = np.max(np.abs(a), axis=1, keepdims=True) @ np.max(np.abs(b), axis=0, keepdims=True)
+        assert np.all(np.abs(c - ref) <= 64 * 2.0 ** (1 - how.bits) * rowmax * 64 + 2.0**-53 * np.abs(ref))
+        errs.append(err)
+    assert errs == sorted(errs, reverse=True) and errs[0] > 1e3 * max(errs[-1], 2.0**-60), errs
+
+
+def test_inf_nan_and_empty_k_are_multiplied_natively():
+    a, b = np.ones((2, 3)), np.ones((3, 2))
+    a[0, 1] = np.inf
+    c, how = oz.dgemm_ozaki(a, b)
+    assert how is None and np.isinf(c[0]).all() and (c[1] == 3).all()
+    b[2, 1] = np.nan
+    c, how = oz.dgemm_ozaki(np.ones((2, 3)), b)
+    assert how is None and np.isnan(c[:, 1]).all()
+    c, how = oz.dgemm_ozaki(np.ones((2, 0)), np.ones((0, 4)))
+    assert how is None and c.shape == (2, 4) and not c.any()
