@@ -156,3 +156,52 @@ def test_inf_nan_and_empty_k_are_multiplied_natively():
     assert how is None and np.isnan(c[:, 1]).all()
     c, how = oz.dgemm_ozaki(np.ones((2, 0)), np.ones((0, 4)))
     assert how is None and c.shape == (2, 4) and not c.any()
+
+
+def exact_complex_product(a, b):
+    """Complex a @ b with exact real and imaginary parts (Fractions), each rounded once."""
+    re = [[Fraction(float(v.real)) for v in row] for row in a]
+    im = [[Fraction(float(v.imag)) for v in row] for row in a]
+    bre = [[Fraction(float(v.real)) for v in row] for row in b]
+    bim = [[Fraction(float(v.imag)) for v in row] for row in b]
+    m, k = a.shape
+    n = b.shape[1]
+    out = np.empty((m, n), np.complex128)
+    for i in range(m):
+        for j in range(n):
+            r = sum(re[i][h] * bre[h][j] - im[i][h] * bim[h][j] for h in range(k))
+            s = sum(re[i][h] * bim[h][j] + im[i][h] * bre[h][j] for h in range(k))
+            out[i, j] = complex(float(r), float(s))
+    return out
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (5, 19, 3), (4, 64, 6)])
+def test_zgemm_ozaki_is_at_least_as_accurate_as_native_complex128(m, k, n):
+    rng = np.random.default_rng(m + 100 * k)
+    a = rng.standard_normal((m, k)) + 1j * rng.standard_normal((m, k))
+    b = rng.standard_normal((k, n)) + 1j * rng.standard_normal((k, n))
+    ref = exact_complex_product(a, b)
+    c, how = oz.zgemm_ozaki(a, b)
+    assert how.k == 2 * k and how.bits == oz.MAX_BITS
+    scale = np.abs(a) @ np.abs(b)
+    for part in (np.real, np.imag):
+        ours = np.max(np.abs(part(c) - part(ref)) / scale)
+        native = np.max(np.abs(part(a @ b) - part(ref)) / scale)
+        assert ours <= max(native, 2.0**-53), (ours, native)
+    np.testing.assert_array_equal(oz.zgemm_ozaki(a, b)[0], c)
+
+
+def test_zgemm_ozaki_rounds_each_part_once():
+    """Re = (1 + 2^-30)² - 1·(1 + 2^-29) is exactly 2^-60. Native complex128 rounds the first
+    product to 1 + 2^-29 and returns 0; the combined integer product keeps it."""
+    a = np.array([[(1 + 2.0**-30) + 1j]])
+    b = np.array([[(1 + 2.0**-30) + (1 + 2.0**-29) * 1j]])
+    c, _ = oz.zgemm_ozaki(a, b)
+    assert (a @ b)[0, 0].real == 0.0
+    assert c[0, 0].real == 2.0**-60
+    assert c[0, 0] == exact_complex_product(a, b)[0, 0]
+    with pytest.raises(TypeError, match="complex128"):
+        oz.zgemm_ozaki(np.ones((1, 1)), b)
+    inf = np.array([[np.inf + 0j]])
+    c, how = oz.zgemm_ozaki(inf, b)
+    assert how is None
