@@ -282,8 +282,9 @@ def _fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pre, 
     Which launch: the plan's. When it picks our Hopper kernel (wgmma consumers, 16-bit
     operands), that kernel with the epilogue in its store (:func:`_kernel_fused`); otherwise
     cuBLASLt's epilogue where cuBLASLt has this one (:func:`_lt_fused`: relu and the tanh GELU,
-    bias along D's rows). Either is one pass over C where the unfused route makes three (the
-    float32 product written, read back, the result written)."""
+    bias along D's rows); where cuBLAS is planned and cuBLASLt lacks the epilogue, our kernel
+    again if the model puts it below cuBLAS plus the unfused pass. Each is one pass over C where
+    the unfused route makes three (the float32 product written, read back, the result written)."""
     if backend is None:       # PYBLASGEMM_BACKEND, as the planner reads it
         from .planner.overrides import current_settings
 
