@@ -534,3 +534,22 @@ def test_valid_calibration_path_loads(tmp_path, fresh_calibration):
     cal = model.load_calibration(str(path))
     assert cal["sm90"] == json.loads(model.CALIBRATION_SM90_FILE.read_text())
     assert copy.deepcopy(model.load_calibration()) == cal
+
+
+def test_a_kernel_cache_read_waits_for_a_writer_of_the_same_entry(tmp_path):
+    """The entry's two files are written under an exclusive lock and read under a shared one,
+    so a reader never pairs one process's cubin with another's metadata."""
+    pytest.importorskip("fcntl")
+    import threading
+
+    cub, meta_path = _entry(tmp_path)
+    got = []
+    with jit._entry_lock(meta_path, exclusive=True):
+        reader = threading.Thread(target=lambda: got.append(jit._read_cached_cubin(cub, meta_path, NAMES)))
+        reader.start()
+        reader.join(0.3)
+        assert reader.is_alive() and not got           # blocked behind the writer
+    reader.join(5)
+    assert got == [(CUBIN, LOWERED)]
+    with jit._entry_lock(meta_path, exclusive=False):  # readers share it
+        assert jit._read_cached_cubin(cub, meta_path, NAMES) == (CUBIN, LOWERED)

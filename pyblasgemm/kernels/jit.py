@@ -19,6 +19,7 @@ cannot be written warns once per directory; the kernel still runs.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -391,9 +392,10 @@ def _read_cached_cubin(cub_path: Path, meta_path: Path, names) -> tuple[bytes, d
     """
     reading = meta_path
     try:
-        meta_bytes = meta_path.read_bytes()
-        reading = cub_path
-        cubin = cub_path.read_bytes()
+        with _entry_lock(meta_path, exclusive=False):
+            meta_bytes = meta_path.read_bytes()
+            reading = cub_path
+            cubin = cub_path.read_bytes()
     except FileNotFoundError:
         return None              # not cached yet (or a writer was interrupted between files)
     except OSError as exc:       # a directory in the file's place, no permission, ...
@@ -410,6 +412,28 @@ def _read_cached_cubin(cub_path: Path, meta_path: Path, names) -> tuple[bytes, d
         _warn_cache(f"ignoring kernel cache file {meta_path if culprit == 'metadata' else cub_path}: {why}")
         return None
     return cubin, meta["lowered"]
+
+
+@contextlib.contextmanager
+def _entry_lock(meta_path: Path, exclusive: bool):
+    """An advisory lock on one cache entry (``<key>.lock`` beside it): writers of the entry's
+    two files exclude each other and its readers. Without it two processes compiling the same
+    kernel at once could leave one's cubin beside the other's metadata (NVRTC's cubins differ
+    byte for byte between processes), and the next reader warned and compiled again: seen
+    under pytest-xdist on the GPU machine. POSIX ``flock``; where there is none, or the lock
+    file cannot be made, no lock (the reader's checks still catch a mixed pair)."""
+    try:
+        import fcntl
+        fd = os.open(meta_path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    except (ImportError, OSError):
+        fd = None
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)         # closing the descriptor releases the lock
 
 
 #: cache directories a write already failed in (warned once per process)
@@ -430,11 +454,12 @@ def _write_cached_cubin(cub_path: Path, meta_path: Path, cubin: bytes, lowered: 
     tmp = None
     try:
         cub_path.parent.mkdir(parents=True, exist_ok=True)
-        for path, data in ((cub_path, cubin), (meta_path, json.dumps(meta).encode())):
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
-            tmp = None
+        with _entry_lock(meta_path, exclusive=True):
+            for path, data in ((cub_path, cubin), (meta_path, json.dumps(meta).encode())):
+                tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
+                tmp = None
     except OSError as exc:
         _remove_quietly(tmp)
         where = cub_path.parent
