@@ -2,7 +2,7 @@
 moment collection ends.
 
 The CPU compile checks (``test_kernels_compile.py``: the mma.sync kernels; ``test_sm90_compile.py``:
-the wgmma kernels) need ~380 compiles of 0.5-1.2 s each, most of the suite's CPU time. Each of
+the wgmma kernels) need ~400 compiles of 0.5-7 s each, most of the suite's CPU time. Each of
 those modules offers ``compile_jobs(items) -> {key: job}`` for its selected tests, keyed by what
 makes an instantiation distinct (arch and NVRTC name expressions: stream-k and hybrid configs
 share one), and ``conftest.py`` queues them all here when collection ends. NVRTC and the
