@@ -20,8 +20,9 @@ The algorithm, in the order it runs (each step a function here, so that tests ch
 
 More moduli, more bits, more accuracy: the precision dial is the moduli count (each one more
 int8 GEMM). Inf and NaN cannot be scaled: :func:`dgemm_ozaki` answers those products with
-native float64 arithmetic (and says so). :func:`zgemm_ozaki` runs complex products through
-the same steps.
+native float64 arithmetic (and says so), and likewise the rows and columns whose range the
+scaling cannot hold (a nonzero element more than ``bits`` binades below its row's largest).
+:func:`zgemm_ozaki` runs complex products through the same steps.
 
 Example
 -------
@@ -59,10 +60,17 @@ class OzakiSetting(NamedTuple):
     count: int
     bits: int
     k: int
+    #: rows of A / columns of B the scaling could not hold (a nonzero element more than
+    #: ``bits`` binades below its row's largest truncates to 0), multiplied natively
+    native_rows: int = 0
+    native_cols: int = 0
 
     def describe(self) -> str:
+        fallback = (f"; {self.native_rows} rows and {self.native_cols} columns natively (a nonzero "
+                    f"element more than {self.bits} binades below its row's or column's largest)"
+                    if self.native_rows or self.native_cols else "")
         return (f"Ozaki II with {self.count} moduli: rows of A and columns of B as {self.bits}-bit "
-                f"integers, {self.count} exact int8 GEMMs of k = {self.k}")
+                f"integers, {self.count} exact int8 GEMMs of k = {self.k}{fallback}")
 
 
 def _product(count: int) -> int:
@@ -240,11 +248,30 @@ def _ozaki_product(a_ints, b_ints_list, how):
     return out
 
 
-def dgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int | None = None):
+def _lost(x, ints, axis: int) -> np.ndarray:
+    """Which rows (``axis=1``) or columns (``axis=0``) hold a nonzero element that truncated
+    to 0: the range the scaling cannot hold."""
+    return np.any((x != 0) & (ints == 0), axis=axis)
+
+
+def _native_where_lost(c, a, b, rows, cols):
+    """C's rows ``rows`` and columns ``cols`` recomputed in native arithmetic (in place)."""
+    if rows.any():
+        c[rows, :] = a[rows] @ b
+    if cols.any():
+        c[:, cols] = a @ b[:, cols]
+    return c
+
+
+def dgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int | None = None,
+                fallback: bool = True):
     """``(a @ b, setting)`` for float64 2-D ``a`` (m x k) and ``b`` (k x n) by the Ozaki
     scheme II on the host (the same steps our GPU kernels run with int8 GEMMs). ``count``
     or ``bits`` set the precision (:func:`setting`); the default keeps 62 bits. Operands
-    with Inf or NaN are multiplied natively (the setting is then None), as is ``k == 0``.
+    with Inf or NaN are multiplied natively (the setting is then None), as is ``k == 0``;
+    with ``fallback`` (default), so are the rows of ``a`` and columns of ``b`` that the
+    scaling cannot hold (:attr:`OzakiSetting.native_rows`), whose products would otherwise
+    lose whole terms (``[1e10, 1e-10] @ [0, 1]`` would be 0).
 
     The exact sum of the exact products, rounded once (NumPy's float64 sum of rounded products
     gives 0.30000000000000004 here):
@@ -264,15 +291,22 @@ def dgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: in
     bi, eb = split(b, axis=0, bits=how.bits)
     (c,) = _ozaki_product(ai, [bi], how)
     # C = 2^-(e_i + f_j) A'B' (one power-of-two scaling, exact unless C underflows)
-    return np.ldexp(c, -(ea.reshape(m, 1) + eb.reshape(1, n))), how
+    c = np.ldexp(c, -(ea.reshape(m, 1) + eb.reshape(1, n)))
+    if fallback:
+        rows, cols = _lost(a, ai, 1), _lost(b, bi, 0)
+        c = _native_where_lost(c, a, b, rows, cols)
+        how = how._replace(native_rows=int(rows.sum()), native_cols=int(cols.sum()))
+    return c, how
 
 
-def zgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int | None = None):
+def zgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int | None = None,
+                fallback: bool = True):
     """``(a @ b, setting)`` for complex128 2-D ``a`` and ``b`` through the same steps (4M, each
     part rounded once): a row of ``a`` shares one scale over its real and imaginary parts (a
     column of ``b`` likewise), and each part of the result is one integer product of length
     2k, ``Re = [A'r, A'i] @ [B'r; -B'i]`` and ``Im = [A'r, A'i] @ [B'i; B'r]``, reconstructed
-    once (no cancellation between separately rounded products). The setting is for 2k.
+    once (no cancellation between separately rounded products). The setting is for 2k;
+    ``fallback`` as in :func:`dgemm_ozaki`.
 
     >>> import numpy as np
     >>> c, how = zgemm_ozaki(np.array([[1 + 2j, 0.5j]]), np.array([[3 - 1j], [2 + 0j]]))
@@ -285,9 +319,15 @@ def zgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: in
     if k == 0 or not (np.isfinite(a).all() and np.isfinite(b).all()):
         return a @ b, None
     how = setting(2 * k, count, bits)
-    ai, ea = split(np.concatenate([a.real, a.imag], axis=1), axis=1, bits=how.bits)
-    bi, eb = split(np.concatenate([b.real, b.imag], axis=0), axis=0, bits=how.bits)
+    a2, b2 = np.concatenate([a.real, a.imag], axis=1), np.concatenate([b.real, b.imag], axis=0)
+    ai, ea = split(a2, axis=1, bits=how.bits)
+    bi, eb = split(b2, axis=0, bits=how.bits)
     br, bim = bi[:k], bi[k:]
     re, im = _ozaki_product(ai, [np.concatenate([br, -bim]), np.concatenate([bim, br])], how)
     shift = -(ea.reshape(m, 1) + eb.reshape(1, n))
-    return np.ldexp(re, shift) + 1j * np.ldexp(im, shift), how
+    c = np.ldexp(re, shift) + 1j * np.ldexp(im, shift)
+    if fallback:
+        rows, cols = _lost(a2, ai, 1), _lost(b2, bi, 0)
+        c = _native_where_lost(c, a, b, rows, cols)
+        how = how._replace(native_rows=int(rows.sum()), native_cols=int(cols.sum()))
+    return c, how

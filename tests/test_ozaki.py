@@ -205,3 +205,39 @@ def test_zgemm_ozaki_rounds_each_part_once():
     inf = np.array([[np.inf + 0j]])
     c, how = oz.zgemm_ozaki(inf, b)
     assert how is None
+
+
+def test_rows_and_columns_the_scaling_cannot_hold_are_multiplied_natively():
+    """[1e10, 1e-10] @ [0, 1] is 1e-10: scaled to 62 bits against 1e10, 1e-10 truncates to 0.
+    Without the fallback that term is lost; with it (the default) the row is native."""
+    a = np.array([[1e10, 1e-10], [1.0, 2.0]])
+    b = np.array([[0.0, 1.0], [1.0, 1.0]])
+    raw, _ = oz.dgemm_ozaki(a, b, fallback=False)
+    assert raw[0, 0] == 0.0
+    c, how = oz.dgemm_ozaki(a, b)
+    assert c[0, 0] == 1e-10 and how.native_rows == 1 and how.native_cols == 0
+    np.testing.assert_array_equal(c, exact_product(a, b))
+    assert "1 rows and 0 columns natively" in how.describe()
+    # a column of b with the same spread; the complex form likewise
+    c, how = oz.dgemm_ozaki(b.T.copy(), a.T.copy())
+    assert how.native_cols == 1 and c[0, 0] == 1e-10
+    z, how = oz.zgemm_ozaki(a.astype(complex) * 1j, b.astype(complex))
+    assert how.native_rows == 1 and z[0, 0] == 1e-10j
+
+
+def test_spread_within_rows_stays_within_native_error_with_the_fallback():
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((6, 20)) * 10.0 ** rng.uniform(-30, 30, (6, 20))
+    b = rng.standard_normal((20, 4)) * 10.0 ** rng.uniform(-30, 30, (20, 4))
+    ref = exact_product(a, b)
+    c, how = oz.dgemm_ozaki(a, b)
+    assert how.native_rows == 6 and how.native_cols == 4      # 60 decades: nothing holds
+    np.testing.assert_array_equal(c, a @ b)
+    a[:3] = rng.standard_normal((3, 20))                       # three rows the scaling holds
+    b = rng.standard_normal((20, 4))                           # and every column
+    c, how = oz.dgemm_ozaki(a, b)
+    assert how.native_rows == 3 and how.native_cols == 0
+    np.testing.assert_array_equal(c[3:], a[3:] @ b)
+    scale = np.abs(a) @ np.abs(b)
+    ref = exact_product(a, b)
+    assert np.max(np.abs(c - ref) / scale) <= max(np.max(np.abs(a @ b - ref) / scale), 2.0**-53)
