@@ -587,7 +587,7 @@ def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, b
                 if bias is not None and call.widen is not None:
                     with streams.on(sptr):              # (freed after the launch: same stream)
                         bias = bias.astype(call.widen)
-                replay.call(a.data.ptr, b.data.ptr, pc, 0 if bias is None else bias.data.ptr, 0, sptr)
+                call(a.data.ptr, b.data.ptr, pc, 0 if bias is None else bias.data.ptr, 0, sptr)
                 return c
     from .matmul import _with_core_dims, matmul
 

@@ -66,6 +66,11 @@ class OzakiSetting(NamedTuple):
     native_cols: int = 0
 
     def describe(self) -> str:
+        """One line for messages and plans.
+
+        >>> setting(1024).describe()
+        'Ozaki II with 18 moduli: rows of A and columns of B as 62-bit integers, 18 exact int8 GEMMs of k = 1024'
+        """
         fallback = (f"; {self.native_rows} rows and {self.native_cols} columns natively (a nonzero "
                     f"element more than {self.bits} binades below its row's or column's largest)"
                     if self.native_rows or self.native_cols else "")
@@ -151,7 +156,12 @@ def residues(ints: np.ndarray, p: int) -> np.ndarray:
 
 def residue_products_host(a_res, b_res, moduli) -> list:
     """``(a_res[l] @ b_res[l]) mod p_l`` for each modulus, in ``[0, p_l)`` (int64): float64
-    BLAS on small integers, exact while ``k · 2^14 < 2^53``."""
+    BLAS on small integers, exact while ``k · 2^14 < 2^53``.
+
+    >>> a, b = np.array([[100, -3]], np.int8), np.array([[2], [1]], np.int8)
+    >>> residue_products_host([a], [b], [251])[0].tolist()          # 197 = 197 mod 251
+    [[197]]
+    """
     k = a_res[0].shape[1]
     if k * 2**14 >= 2**53:
         raise ValueError(f"k={k} is too long for exact float64 residue products on the host")

@@ -9,7 +9,8 @@ MODULES = ["pyblasgemm.blas", "pyblasgemm.gemm", "pyblasgemm.matmul", "pyblasgem
            "pyblasgemm.desc", "pyblasgemm.plancache", "pyblasgemm.streams", "pyblasgemm.interop",
            "pyblasgemm.constraints", "pyblasgemm.kinds", "pyblasgemm.kernels.spec",
            "pyblasgemm.planner.candidates", "pyblasgemm.kernels.pack", "pyblasgemm.scipy",
-           "pyblasgemm.ozaki", "pyblasgemm.epilogue", "pyblasgemm.mlp", "pyblasgemm.grouped"]
+           "pyblasgemm.ozaki", "pyblasgemm.epilogue", "pyblasgemm.mlp", "pyblasgemm.grouped",
+           "pyblasgemm.kernels.jit", "pyblasgemm.kernels.launch"]
 
 
 @pytest.mark.parametrize("name", MODULES)

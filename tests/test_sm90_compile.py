@@ -279,6 +279,8 @@ def test_fused_epilogue_names_and_rules():
     assert jit.sm90_kernel_name(cfg, "f16", "N", "N", 0) == plain and plain.endswith("false>")
     assert jit.sm90_kernel_name(cfg, "f16", "N", "N", jit.epilogue_code(2)) == plain[:-1] + ", 10>"
     assert [jit.epilogue_code(c) for c in range(5)] == [8, 9, 10, 11, 12]
+    header = (jit.INCLUDE_DIR / "pyblasgemm/impls/sm90_gemm.cuh").read_text()
+    assert f"constexpr int kEpiOn = {jit.EPI_ON};" in header      # one flag, two languages
     with pytest.raises(ValueError, match="activation code"):
         jit.epilogue_code(8)
     with pytest.raises(ValueError, match="Hopper kernel only"):

@@ -145,7 +145,11 @@ EPI_ON = 8
 
 def epilogue_code(activation_code: int) -> int:
     """The Hopper kernel's EPI template argument for a fused epilogue with this activation
-    (0: bias and/or pre-activation only); 0 itself means no fused epilogue."""
+    (0: bias and/or pre-activation only); 0 itself means no fused epilogue.
+
+    >>> epilogue_code(0), epilogue_code(2)          # bias/pre only; the erf GELU
+    (8, 10)
+    """
     if not 0 <= activation_code < EPI_ON:
         raise ValueError(f"activation code {activation_code} is outside 0..{EPI_ON - 1}")
     return EPI_ON | activation_code

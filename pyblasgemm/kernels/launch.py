@@ -270,7 +270,12 @@ def fusable(kind: str, config: KernelConfig) -> bool:
     """Whether ``config`` runs a fused epilogue for ``kind``: a Hopper config with wgmma
     consumers, on a kind of :data:`FUSED_KINDS`, except stream-k / hybrid on 256-wide tiles
     (their fused variants spill 12-28 bytes per thread: ptxas, 128 accumulators beside the
-    stream-k walker's state)."""
+    stream-k walker's state).
+
+    >>> from pyblasgemm.kernels.config import SM90_CONFIGS_BY_TILE
+    >>> fusable("f16", SM90_CONFIGS_BY_TILE["f16"][256]), fusable("s8", SM90_CONFIGS_BY_TILE["s8"][256])
+    (True, False)
+    """
     return (config.is_sm90 and config.consumer == "wgmma" and kind in FUSED_KINDS
             and not (config.decomposition in ("streamk", "hybrid") and config.bm == 256))
 
