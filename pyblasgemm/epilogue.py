@@ -417,6 +417,113 @@ def _kernel_fused(desc, epi, bias_axis, ptrs, backend, autotune, sptr, over_cubl
     return launch, False
 
 
+def _int32_shadow(result):
+    """An int32 array object over ``result``'s address with its element strides: what the int8
+    product's description is read off (shape, strides, address). Never read or written as
+    int32: the dequantizing kernel writes ``result``'s own type at those element offsets."""
+    import cupy
+
+    isz = result.dtype.itemsize
+    return cupy.ndarray(result.shape, np.int32, memptr=result.data,
+                        strides=tuple(s // isz * 4 for s in result.strides))
+
+
+def _dequant_fused(a, b, ta, tb, result, alpha, beta, epi, bias, pre, scale_a, scale_b, fresh_c,
+                   backend, autotune, stream) -> bool:
+    """An int8 product dequantized in the store of our mma.sync kernel: ``result =
+    act(alpha·scale_a·scale_b·(op(a)·op(b)) + beta·result + bias)`` in one launch. True if it
+    ran; False: the unfused route is the caller's.
+
+    When: 2-D CuPy operands, contiguous float32 scales of full length, the bias (if any) in the
+    result's type, the result (and pre-activation) 16-byte aligned in whole 16-byte columns;
+    the plan's mma.sync config, or, where the plan picks the Hopper kernel or cuBLAS, the best
+    mma.sync candidate when the model puts it below the plan plus the unfused pass
+    (:func:`_unfused_pass_s`): the int8 Hopper kernel has no fused store."""
+    from .kernels.jit import DEQUANT_OUT, epilogue_code
+
+    route = backend
+    if route is None:
+        from .planner.overrides import current_settings
+
+        route = current_settings().backend
+    out_name = result.dtype.name
+    if route not in ("auto", "tensorcore") or out_name not in DEQUANT_OUT or a.ndim != 2 or b.ndim != 2:
+        return False
+    if type(alpha) not in (int, float) or type(beta) not in (int, float) or alpha == 0:
+        return False
+    m, n = result.shape
+    k = a.shape[1] if ta == "N" else a.shape[0]
+    if 0 in (m, n, k) or scale_a.shape != (m,) or scale_b.shape != (n,) \
+            or not (scale_a.flags.c_contiguous and scale_b.flags.c_contiguous):
+        return False
+    if bias is not None and (bias.dtype != result.dtype or not bias.flags.c_contiguous):
+        return False
+    from ._layout import may_overlap
+
+    if pre is not None and (pre.strides != result.strides or may_overlap(pre, result)
+                            or _arrays.data_ptr(pre) % 16):
+        return False
+    from ._strided import _fast_desc
+    from ._types import ROW_BY_DTYPE, resolve_compute
+
+    row = ROW_BY_DTYPE[np.dtype(np.int8)]
+    fast = _fast_desc("gemm", row, resolve_compute(row, None, "gemm"), ta, tb, a, b,
+                      _int32_shadow(result), 1, 0, 1, (0, 0, 0), m, n, k, fresh_c)
+    if fast is None:
+        return False
+    desc, first, second, swapped = fast
+    if _arrays.data_ptr(result) % 16 or desc.ldc % (16 // result.dtype.itemsize):
+        return False            # the kernel's 16-byte stores in the result's type
+    bias_axis = None if bias is None else ("m" if (epi.bias_axis == "cols") == swapped else "n")
+    code = epilogue_code(epi.activation.code if epi.activation else 0, out_name)
+    launch = _dequant_launch(desc, code, bias_axis, backend, autotune)
+    if launch is None:
+        return False
+    from . import streams
+
+    sm, sn = (scale_b, scale_a) if swapped else (scale_a, scale_b)
+    sptr = streams.current() if stream is None else streams.handle(stream)
+    launch(_arrays.data_ptr(first), _arrays.data_ptr(second), _arrays.data_ptr(result), float(alpha),
+           float(beta), sptr, bias=0 if bias is None else _arrays.data_ptr(bias),
+           pre=0 if pre is None else _arrays.data_ptr(pre), scale_m=_arrays.data_ptr(sm),
+           scale_n=_arrays.data_ptr(sn))
+    _route.last = f"pyblasgemm kernel {launch.config.name}, int8 dequantized in its store"
+    return True
+
+
+def _dequant_launch(desc, code, bias_axis, backend, autotune):
+    """The bound mma.sync launch of the int8 problem ``desc`` with the dequantizing epilogue
+    ``code`` (cached per problem), or None when the model prefers the unfused route."""
+    from .plancache import get_plan_cache
+
+    cache = get_plan_cache()
+    key = ("dequant-launch", desc.key, code, bias_axis, backend, autotune)
+    launch = cache.get(key)
+    if launch is not None:
+        return launch or None
+    from .planner import plan_for
+
+    kw = {} if autotune is None else dict(autotune=autotune)
+    plan = plan_for(desc, backend, **kw)
+    config = None
+    if plan.backend == "tensorcore" and not plan.pack and plan.config is not None and not plan.config.is_sm90:
+        config, spec = plan.config, plan.launch
+    elif plan.predicted_s is not None and plan.arch is not None:
+        ours = [c for c in plan.candidates if c.backend == "tensorcore" and c.config is not None
+                and not c.config.is_sm90 and not c.pack and c.score is not None]
+        best = min(ours, key=lambda c: c.time, default=None)
+        if best is not None and best.time <= plan.predicted_s + _unfused_pass_s(desc, plan.arch):
+            config, spec = best.config, None
+    launch = False
+    if config is not None:
+        from .backends.tensorcore import kernel_problem
+        from .kernels.launch import bind
+
+        launch = bind(kernel_problem(desc), config, spec=spec, epilogue=(code, bias_axis))
+    cache.put(key, launch)
+    return launch or None
+
+
 def _lt_fused(desc, epi, bias_axis, ptrs, sptr):
     """One ``cublasLtMatmul`` with cuBLASLt's epilogue, when it has this one
     (:data:`~pyblasgemm.backends.cublaslt.LT_EPILOGUES`: relu and the tanh GELU, with or
@@ -493,6 +600,10 @@ def gemm_with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend,
     read_c = out is not None and beta != 0
     like_c = a.flags.c_contiguous and b.flags.c_contiguous
     result = out if out is not None else _ordered_result(xp, (m, n), out_dtype, like_c)
+    if dequant and xp_name == "cupy" and _dequant_fused(
+            a, b, ta, tb, result, alpha, beta if read_c else 0, epi, bias, preactivation_out, scale_a,
+            scale_b, out is None, backend, autotune, stream):
+        return result
     if dequant:
         _route.last = _UNFUSED[xp_name]
         t = gemm(transa, transb, a, b, **kw)                      # the exact int32 product
@@ -619,7 +730,11 @@ def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, b
     def full(x):
         return None if x is None else _with_core_dims(x, a.ndim, b.ndim)
 
-    if dequant:
+    if dequant and xp_name == "cupy" and a.ndim == 2 and b.ndim == 2 and _dequant_fused(
+            a, b, "N", "N", result, 1.0, 0.0, epi, bias, preactivation_out, scale_a, scale_b,
+            out is None, backend, autotune, stream):
+        pass
+    elif dequant:
         _route.last = _UNFUSED[xp_name]
         t = matmul(a, b, dtype=np.int32, **kw)
         apply(epi, full(xp.asarray(t)), 1.0, None, None, bias, scale_a, scale_b,

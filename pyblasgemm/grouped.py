@@ -15,9 +15,15 @@ Every problem is :func:`pyblasgemm.gemm`'s product and takes its epilogue keywor
 Types: float16 and bfloat16 (16-bit results, as ``torch._grouped_mm``), float32, float64, and
 int8 (an int32 result, or dequantized with ``scale_a`` / ``scale_b`` to float).
 
-How it runs today: one planned GEMM per non-empty group, in order, on the arrays' device
-(nothing is copied). A single persistent launch walking a device-side problem table is the
-next step; the results will not change.
+How it runs: on a GPU, float16 / bfloat16 / int8 groups of row-major operands (unit stride
+along rows, 16-byte aligned rows or not) run as **one persistent launch** of our mma.sync
+kernel walking a device-side table of the problems (:mod:`pyblasgemm.kernels.grouped`), with
+the epilogue (bias, activation, int8 dequantization) fused in its store;
+:func:`pyblasgemm.epilogue.last_route` says so. Everything else (other types, other
+layouts, ``backend="cublas"``, a ``compute=`` mode, a result type the kernel does not write)
+runs one planned GEMM per non-empty group, in order, on the arrays' device (nothing is
+copied). Both give gemm's results: each product accumulates in float32 (int32) and is
+rounded once.
 
 Example
 -------
@@ -128,11 +134,17 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
                 raise ValueError(f"grouped_matmul: problem {g}: a and b must be 2-D arrays")
             if x.shape[1] != y.shape[0]:
                 raise ValueError(f"grouped_matmul: problem {g}: a is {x.shape} and b is {y.shape}")
-        results = []
+        targets = []
         for g, (x, y) in enumerate(zip(a, b)):
             xp = _arrays.xp_of(_arrays.array_module_name(x))
-            target = out[g] if out is not None else xp.empty((x.shape[0], y.shape[1]),
-                                                              _result_dtype(x.dtype, dtype, dequant))
+            targets.append(out[g] if out is not None else xp.empty((x.shape[0], y.shape[1]),
+                                                                   _result_dtype(x.dtype, dtype, dequant)))
+        if _one_launch(list(zip(a, b)), targets, bias, scale_a, scale_b, activation, compute,
+                       backend, stream):
+            return targets
+        results = []
+        for g, (x, y) in enumerate(zip(a, b)):
+            target = targets[g]
             results.append(gemm("N", "N", x, y, target, **kw,
                                 bias=None if bias is None else bias[g],
                                 scale_a=None if scale_a is None else scale_a[g],
@@ -158,6 +170,14 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
     elif out.shape != (a.shape[0], n) or out.dtype != result_dtype:
         raise ValueError(f"grouped_matmul: out has shape {out.shape} and dtype {out.dtype.name}; the "
                          f"result is {(a.shape[0], n)} {result_dtype.name}")
+    starts = [0] + ends[:-1]
+    if _one_launch([(a[s:e], b[g]) for g, (s, e) in enumerate(zip(starts, ends))],
+                   [out[s:e] for s, e in zip(starts, ends)],
+                   None if bias is None else [bias[g] for g in range(groups)],
+                   None if scale_a is None else [scale_a[s:e] for s, e in zip(starts, ends)],
+                   None if scale_b is None else [scale_b[g] for g in range(groups)],
+                   activation, compute, backend, stream):
+        return out
     start = 0
     for g, end in enumerate(ends):
         if end > start:
@@ -167,3 +187,105 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
                  scale_b=None if scale_b is None else scale_b[g])
         start = end
     return out
+
+
+#: operand dtype -> (kernel kind, the result dtype it writes without dequantization)
+_GROUPED_KINDS = {"float16": ("f16", "float16"), "bfloat16": ("bf16", "bfloat16"), "int8": ("s8", "int32")}
+
+
+def _row_major_ld(x) -> int | None:
+    """Elements between rows of a 2-D array with unit stride along its rows, or None."""
+    isz = x.dtype.itemsize
+    if x.shape[1] > 1 and x.strides[1] != isz:
+        return None
+    ld = x.strides[0] // isz if x.shape[0] > 1 else x.shape[1]
+    return max(ld, x.shape[1], 1) if x.strides[0] % isz == 0 and x.strides[0] >= 0 else None
+
+
+def _one_launch(pairs, outs, biases, scales_a, scales_b, activation, compute, backend, stream) -> bool:
+    """Run every (x, w) -> out of ``pairs`` as one persistent grouped launch when the kernel can
+    (see the module docstring); False leaves them to the caller's loop. Each group's epilogue
+    is checked as gemm checks it before anything is launched. Row-major ``out = x @ w`` is the
+    kernel's column-major ``outᵀ = wᵀ xᵀ``: its m is n, its n the group's rows, the bias is per
+    m index, ``scale_b`` per m, ``scale_a`` per n."""
+    from . import epilogue
+    from ._layout import may_overlap
+    from .planner.overrides import current_settings
+
+    if not pairs or _arrays.array_module_name(pairs[0][0]) != "cupy" or compute is not None:
+        return False
+    route = backend if backend is not None else current_settings().backend
+    x0 = pairs[0][0]
+    row = _GROUPED_KINDS.get(x0.dtype.name)
+    if route not in ("auto", "tensorcore") or row is None:
+        return False
+    kind, plain_out = row
+    dequant = scales_a is not None
+    out_dtype = outs[0].dtype
+    from .kernels.jit import DEQUANT_OUT, epilogue_code
+
+    if dequant and out_dtype.name not in DEQUANT_OUT or not dequant and out_dtype.name != plain_out:
+        return False
+    dev = _arrays.device_id(x0)
+    if dev != _arrays.current_device():
+        return False
+    act = epilogue.check_activation("grouped_matmul", activation)
+    problems, vec = [], True
+    osz, eb = out_dtype.itemsize, x0.dtype.itemsize
+    for g, ((x, w), c) in enumerate(zip(pairs, outs)):
+        bias = None if biases is None else biases[g]
+        sa = None if scales_a is None else scales_a[g]
+        sb = None if scales_b is None else scales_b[g]
+        rows, k, n = x.shape[0], x.shape[1], w.shape[1]
+        # gemm's own checks of this group, before any launch
+        epilogue.check("grouped_matmul", (rows, n), (rows, n), c.dtype, "cupy", bias, activation, None,
+                       sa, sb, x.dtype)
+        if _arrays.array_module_name(x) != "cupy" or _arrays.array_module_name(w) != "cupy" \
+                or _arrays.array_module_name(c) != "cupy" or x.dtype != x0.dtype or w.dtype != x0.dtype \
+                or c.dtype != out_dtype or c.shape != (rows, n):
+            return False
+        if any(_arrays.device_id(v) != dev for v in (x, w, c)):
+            return False
+        if rows == 0 or n == 0:
+            continue
+        lx, lw, lc = _row_major_ld(x), _row_major_ld(w), _row_major_ld(c)
+        if None in (lx, lw, lc) or may_overlap(c, x) or may_overlap(c, w):
+            return False
+        if bias is not None and (bias.shape != (n,) or bias.dtype != out_dtype or not bias.flags.c_contiguous):
+            return False
+        for v, length in ((sa, rows), (sb, n)):
+            if v is not None and (v.shape != (length,) or not v.flags.c_contiguous):
+                return False
+        pa, pb, pc = _arrays.data_ptr(w), _arrays.data_ptr(x), _arrays.data_ptr(c)
+        if dequant and (pc % 16 or lc % (16 // osz)):
+            return False
+        vec = vec and pa % 16 == 0 and pb % 16 == 0 and lw % (16 // eb) == 0 and lx % (16 // eb) == 0
+        from .kernels.grouped import GroupedProblem
+
+        problems.append(GroupedProblem(
+            pa, pb, pc, n, rows, k, lda=lw, ldb=lx, ldc=lc, alpha=1.0 if kind != "s8" or dequant else 1,
+            beta=0.0 if kind != "s8" or dequant else 0,
+            bias_ptr=0 if bias is None else _arrays.data_ptr(bias),
+            scale_m_ptr=0 if sb is None else _arrays.data_ptr(sb),
+            scale_n_ptr=0 if sa is None else _arrays.data_ptr(sa)))
+    epi = 0
+    if dequant or act is not None or biases is not None:
+        epi = epilogue_code(act.code if act else 0, out_dtype.name if dequant else None)
+    bias_axis = "m" if biases is not None else None
+    from .plancache import get_plan_cache
+
+    cache = get_plan_cache()
+    key = ("grouped-launch", dev, kind, vec, epi, bias_axis)
+    launch = cache.get(key)
+    if launch is None:
+        from .kernels.grouped import GroupedLaunch
+
+        launch = GroupedLaunch(kind, "N", "N", vec, (epi, bias_axis))
+        cache.put(key, launch)
+    from . import streams
+
+    with streams.on(None if stream is None else streams.handle(stream)):
+        launch(problems, osz)
+    epilogue._route.last = (f"pyblasgemm grouped kernel {launch.config.name}: {len(problems)} problems in "
+                            f"one persistent launch" + (", the epilogue fused in its store" if epi else ""))
+    return True

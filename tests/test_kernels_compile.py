@@ -42,12 +42,14 @@ class Spec(NamedTuple):
     cfg: KernelConfig
     lay: str
     vec: bool
+    epi: int = 0        # a fused epilogue (jit.epilogue_code), 0: the plain kernel
 
     @property
     def names(self) -> list[str]:
         """Its NVRTC name expressions: configs that differ only in a decomposition the template
         does not see (stream-k and hybrid) have the same ones, and share one compile."""
-        return jit._names(self.cfg, self.kind, self.lay[0], self.lay[1], accumulate=self.acc, vec=self.vec)
+        return jit._names(self.cfg, self.kind, self.lay[0], self.lay[1], accumulate=self.acc, vec=self.vec,
+                          epi=self.epi)
 
 
 def _compile(arch: str, cfg: KernelConfig, names: list[str]) -> dict:
@@ -130,9 +132,46 @@ def _selected(arch: str) -> list:
     return out
 
 
+def _fused_specs() -> list:
+    """The fused-epilogue variants of the mma.sync kernel (sm_80), always compiled: every
+    shipped config of every fused kind once (activation and layout rotating, so every
+    activation and layout appears), every s8 config dequantizing (output type rotating), and
+    the grouped launch's configs plain and fused (~40 compiles, ~35 CPU-s)."""
+    from pyblasgemm.kernels.grouped import GROUPED_CONFIGS
+    from pyblasgemm.kernels.launch import FUSED_KINDS
+
+    out, i = [], 0
+    for kind in FUSED_KINDS:
+        for cfg in SHIPPED_CONFIGS[kind]:
+            out.append(Spec("sm_80", kind, ACCUMULATE[kind][0], cfg, LAYOUTS[i % 4], i % 3 != 2,
+                            jit.epilogue_code(i % 5)))
+            i += 1
+    for j, cfg in enumerate(SHIPPED_CONFIGS["s8"]):
+        out.append(Spec("sm_80", "s8", "s32", cfg, LAYOUTS[j % 4], True,
+                        jit.epilogue_code(j % 5, tuple(jit.DEQUANT_OUT)[j % 3])))
+    for kind, cfg in GROUPED_CONFIGS.items():
+        fused = jit.epilogue_code(2, "float16") if kind == "s8" else jit.epilogue_code(2)
+        out += [Spec("sm_80", kind, ACCUMULATE[kind][0], cfg, "NN", vec, epi)
+                for vec, epi in ((True, 0), (True, fused), (False, fused))]
+    return out
+
+
 def _specs(arch):
-    return [pytest.param(s, id=f"{arch}-{s.kind}-{s.acc}-{s.cfg.name}-{s.lay}-{'vec' if s.vec else 'scalar'}")
-            for s in _selected(arch)]
+    specs = _selected(arch) + (_fused_specs() if arch == "sm_80" else [])
+    return [pytest.param(s, id=f"{arch}-{s.kind}-{s.acc}-{s.cfg.name}-{s.lay}-{'vec' if s.vec else 'scalar'}"
+                         + (f"-epi{s.epi}" if s.epi else ""))
+            for s in specs]
+
+
+def test_fused_specs_cover_kinds_activations_layouts_and_decompositions():
+    from pyblasgemm.kernels.launch import FUSED_KINDS
+
+    specs = _fused_specs()
+    assert {(s.kind, s.cfg) for s in specs if s.cfg.decomposition != "grouped"} == {
+        (k, c) for k in FUSED_KINDS + ("s8",) for c in SHIPPED_CONFIGS[k]}
+    assert {s.epi & 7 for s in specs} == set(range(5)) and {s.lay for s in specs} == set(LAYOUTS)
+    assert {s.epi >> jit.EPI_OUT_SHIFT for s in specs if s.epi & jit.EPI_DEQUANT} == {0, 1, 2}
+    assert {s.kind for s in specs if s.cfg.decomposition == "grouped"} == {"f16", "bf16", "s8"}
 
 
 def test_sm80_cover_compiles_every_instance_and_tile_layout_path():

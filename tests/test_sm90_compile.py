@@ -279,12 +279,19 @@ def test_fused_epilogue_names_and_rules():
     assert jit.sm90_kernel_name(cfg, "f16", "N", "N", 0) == plain and plain.endswith("false>")
     assert jit.sm90_kernel_name(cfg, "f16", "N", "N", jit.epilogue_code(2)) == plain[:-1] + ", 10>"
     assert [jit.epilogue_code(c) for c in range(5)] == [8, 9, 10, 11, 12]
-    header = (jit.INCLUDE_DIR / "pyblasgemm/impls/sm90_gemm.cuh").read_text()
-    assert f"constexpr int kEpiOn = {jit.EPI_ON};" in header      # one flag, two languages
+    header = (jit.INCLUDE_DIR / "pyblasgemm/epilogue/activation.cuh").read_text()
+    for flag, value in (("kEpiOn", jit.EPI_ON), ("kEpiDequant", jit.EPI_DEQUANT),
+                        ("kEpiOutShift", jit.EPI_OUT_SHIFT)):
+        assert f"constexpr int {flag} = {value};" in header      # one flag, two languages
     with pytest.raises(ValueError, match="activation code"):
         jit.epilogue_code(8)
-    with pytest.raises(ValueError, match="Hopper kernel only"):
-        jit._names(SHIPPED_CONFIGS["f16"][0], "f16", "N", "N", None, True, 9)
+    with pytest.raises(ValueError, match="dequantize_to"):
+        jit.epilogue_code(1, "int32")
+    with pytest.raises(ValueError, match="mma.sync kernel's s8 kind only"):
+        jit._names(cfg, "s8", "T", "N", None, True, jit.epilogue_code(0, "float16"))
+    with pytest.raises(ValueError, match="mma.sync kernel's s8 kind only"):
+        jit._names(SHIPPED_CONFIGS["f16"][0], "f16", "N", "N", None, True, jit.epilogue_code(0, "float16"))
+    assert jit._names(SHIPPED_CONFIGS["f16"][0], "f16", "N", "N", None, True, 9)[0].endswith("true, 9>")
     assert fusable("f16", cfg) and fusable("bf16_out32", SM90_CONFIGS["bf16_out32"][0])
     assert not fusable("s8", SM90_CONFIGS_BY_TILE["s8"][256]) and not fusable("tf32", SM90_CONFIGS["tf32"][0])
     streamk = [c for c in SM90_CONFIGS["f16"] if c.decomposition in ("streamk", "hybrid")]

@@ -29,7 +29,10 @@ __all__ = ["KernelConfig", "DECOMPOSITIONS", "SHIPPED_CONFIGS", "SM90_CONFIGS", 
 
 DECOMPOSITIONS = ("sliced", "splitk_serial", "splitk_parallel", "streamk", "hybrid")
 #: template MODE of impls/sm80_gemm.cuh (hybrid and streamk share the kernel)
-MODE = {"sliced": 0, "splitk_serial": 1, "splitk_parallel": 2, "streamk": 3, "hybrid": 3}
+MODE = {"sliced": 0, "splitk_serial": 1, "splitk_parallel": 2, "streamk": 3, "hybrid": 3, "grouped": 4}
+#: the mma.sync kernel's persistent walk over a device-side table of problems
+#: (:mod:`pyblasgemm.kernels.grouped`): a tile config with ``decomposition="grouped"``
+GROUPED = "grouped"
 #: opt-in dynamic shared memory per block: sm_90 227 KB, sm_80 163 KB, sm_86/89 99 KB
 MAX_SMEM_SM90 = 232448
 _GRID_YZ_MAX = 65535
@@ -133,8 +136,8 @@ class KernelConfig:
             return False, f"consumer={self.consumer!r} is the Hopper kernel's (family 'sm90a')"
 
         eb, cb = ELEM_BYTES[kind], C_BYTES[kind]
-        if self.decomposition not in DECOMPOSITIONS:
-            return False, f"decomposition {self.decomposition!r} not in {DECOMPOSITIONS}"
+        if self.decomposition not in DECOMPOSITIONS + (GROUPED,):
+            return False, f"decomposition {self.decomposition!r} not in {DECOMPOSITIONS + (GROUPED,)}"
         if self.bm not in (64, 128, 256) or self.bn not in (64, 128, 256):
             return False, f"bm, bn must be 64, 128 or 256 (got {self.bm}x{self.bn})"
         if self.bk_bytes(kind) not in (64, 128):

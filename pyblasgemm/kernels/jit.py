@@ -97,12 +97,13 @@ def _b(x: bool) -> str:
 
 
 def kernel_name(config: KernelConfig, kind: str, transa: str, transb: str, accumulate: str | None = None,
-                vec: bool = True) -> str:
-    """The C++ name expression of the GEMM kernel instantiation."""
+                vec: bool = True, epi: int = 0) -> str:
+    """The C++ name expression of the GEMM kernel instantiation (``epi``: its fused epilogue,
+    :func:`epilogue_code`; 0 keeps the plain kernel's name)."""
     ak, bk = transa == "T", transb == "N"
     return (f"pyblasgemm::gemm_kernel<{kind_struct(kind, accumulate)}, {_b(ak)}, {_b(bk)}, {config.bm}, "
             f"{config.bn}, {config.bk_bytes(kind)}, {config.warps_m}, {config.warps_n}, {config.stages}, "
-            f"{config.mode}, {_b(vec)}>")
+            f"{config.mode}, {_b(vec)}{f', {epi}' if epi else ''}>")
 
 
 def reduce_name(config: KernelConfig, kind: str, accumulate: str | None = None, epi: int = 0) -> str:
@@ -110,7 +111,8 @@ def reduce_name(config: KernelConfig, kind: str, accumulate: str | None = None, 
     Hopper reduction's fused epilogue, see :func:`sm90_kernel_name`)."""
     if config.is_sm90:
         return f"pyblasgemm::sm90_splitk_reduce<pyblasgemm::{_SM90_KIND[kind]}{f', {epi}' if epi else ''}>"
-    return f"pyblasgemm::splitk_reduce_kernel<{kind_struct(kind, accumulate)}, {config.bm}, {config.bn}>"
+    return (f"pyblasgemm::splitk_reduce_kernel<{kind_struct(kind, accumulate)}, {config.bm}, {config.bn}"
+            f"{f', {epi}' if epi else ''}>")
 
 
 _SM90_KIND = {k: r.sm90_struct for k, r in KERNEL_KINDS.items()}
@@ -139,29 +141,40 @@ def sm90_kernel_name(config: KernelConfig, kind: str, transa: str, transb: str, 
             f"{_b(config.consumer == 'mma.sync')}{f', {epi}' if epi else ''}>")
 
 
-#: impls/sm90_gemm.cuh's kEpiOn: the fused-epilogue flag of the template argument EPI
+#: epilogue/activation.cuh's kEpiOn, kEpiDequant, kEpiOutShift: the bits of the template
+#: argument EPI of a fused epilogue
 EPI_ON = 8
+EPI_DEQUANT = 16
+EPI_OUT_SHIFT = 5
+#: a dequantized int8 product's output type -> its code in EPI (DequantOut in the header)
+DEQUANT_OUT = {"float32": 0, "float16": 1, "bfloat16": 2}
 
 
-def epilogue_code(activation_code: int) -> int:
-    """The Hopper kernel's EPI template argument for a fused epilogue with this activation
-    (0: bias and/or pre-activation only); 0 itself means no fused epilogue.
+def epilogue_code(activation_code: int, dequantize_to: str | None = None) -> int:
+    """The kernels' EPI template argument for a fused epilogue with this activation (0: bias
+    and/or pre-activation only); 0 itself means no fused epilogue. ``dequantize_to``: an int8
+    product scaled to this float type (``DEQUANT_OUT``; the mma.sync kernel only).
 
-    >>> epilogue_code(0), epilogue_code(2)          # bias/pre only; the erf GELU
-    (8, 10)
+    >>> epilogue_code(0), epilogue_code(2), epilogue_code(2, "float16")   # bias only; GELU; int8 -> f16
+    (8, 10, 58)
     """
     if not 0 <= activation_code < EPI_ON:
         raise ValueError(f"activation code {activation_code} is outside 0..{EPI_ON - 1}")
-    return EPI_ON | activation_code
+    if dequantize_to is None:
+        return EPI_ON | activation_code
+    if dequantize_to not in DEQUANT_OUT:
+        raise ValueError(f"dequantize_to={dequantize_to!r} is not one of {tuple(DEQUANT_OUT)}")
+    return EPI_ON | activation_code | EPI_DEQUANT | DEQUANT_OUT[dequantize_to] << EPI_OUT_SHIFT
 
 
 def _names(config, kind, transa, transb, accumulate, vec, epi: int = 0) -> list[str]:
-    if epi and not config.is_sm90:
-        raise ValueError(f"fused epilogues run on the Hopper kernel only, not {config.name}")
+    if epi & EPI_DEQUANT and (config.is_sm90 or kind != "s8"):
+        raise ValueError(f"int8 dequantization is fused in the mma.sync kernel's s8 kind only, not "
+                         f"{config.name} ({kind})")
     if config.is_sm90:
         names = [sm90_kernel_name(config, kind, transa, transb, epi)]
     else:
-        names = [kernel_name(config, kind, transa, transb, accumulate, vec)]
+        names = [kernel_name(config, kind, transa, transb, accumulate, vec, epi)]
     if config.decomposition == "splitk_parallel":
         names.append(reduce_name(config, kind, accumulate, epi))
     if config.is_sm90 and kind in SM90_PREP_KINDS:

@@ -87,13 +87,13 @@ class PreparedLaunch:
                      i64(p.stride_a), i64(p.stride_b), i64(p.stride_c), i32(p.batch),
                      f32(falpha), f32(fbeta), i32(ialpha), i32(ibeta), i32(1 if p.c_vectorizable() else 0),
                      i32(config.group_m), i32(g["splits"]), i32(g["kt_per_split"]), i32(g["dp_tiles"]),
-                     i32(g["sk_tiles"]))
+                     i32(g["sk_tiles"]), u64(0), u64(0), i32(0), u64(0), u64(0))  # no fused epilogue
         if config.decomposition == "splitk_parallel":
             nvec = g["tiles"] * config.bm * config.bn // 4
             self.red_grid = (-(-nvec // 256),)
             self.red_args = (u64(ws_ptr), u64(p.c_ptr), i32(p.m), i32(p.n), i64(p.ldc), i64(p.stride_c),
                              i32(p.batch), i32(g["splits"]), f32(falpha), f32(fbeta), i32(ialpha), i32(ibeta),
-                             i32(config.group_m))
+                             i32(config.group_m), u64(0), u64(0), i32(0), u64(0), u64(0))
 
     def __call__(self, stream=None):
         import cupy
@@ -195,8 +195,9 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
     epilogue). Raises ValueError as :func:`prepare` does.
 
     ``epilogue``: (EPI, bias axis) of a fused epilogue (:func:`~pyblasgemm.kernels.jit.epilogue_code`;
-    bias along ``'m'``, ``'n'`` or None): Hopper wgmma configs of the 16-bit and fp32-output
-    16-bit kinds only; the launch then takes ``bias=`` and ``pre=`` pointers per call.
+    bias along ``'m'``, ``'n'`` or None) where :func:`fusable` allows it; the launch then takes
+    ``bias=`` and ``pre=`` pointers per call (and ``scale_m=`` / ``scale_n=`` when it dequantizes
+    an int8 product: mma.sync configs).
 
     Example::
 
@@ -234,7 +235,9 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
     ok, why = cfg.validate(problem, max_smem=max_smem)
     if not ok:
         raise ValueError(f"config {cfg.name} is invalid for this problem: {why}")
-    if epilogue[0] and not fusable(problem.kind, cfg):
+    from .jit import EPI_DEQUANT
+
+    if epilogue[0] and not fusable(problem.kind, cfg, dequantize=bool(epilogue[0] & EPI_DEQUANT)):
         raise ValueError(f"bind: {cfg.name} ({problem.kind}) takes no fused epilogue: see "
                          f"kernels.launch.fusable")
     kern, red = get_kernels(cfg, problem.kind, problem.transa, problem.transb, problem.acc,
@@ -257,26 +260,34 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
         if spec is None or spec.occupancy > occ:
             spec = launch_spec(problem, cfg, sms, occ)
     spec = spec or launch_spec(problem, cfg, sms, 1)
-    bl = BoundLaunch(problem, spec, kern, red, dev_id)
+    bl = BoundLaunch(problem, spec, kern, red, dev_id, epilogue)
     _cache.put(key, bl)
     return bl
 
 
-#: the kinds whose Hopper kernel takes a fused epilogue (float accumulators, no prep kernel)
+#: the kinds whose kernels take a fused epilogue (float accumulators; the fp32 operand kinds
+#: pass a prep kernel on Hopper and are left out everywhere)
 FUSED_KINDS = ("f16", "bf16", "f16_out32", "bf16_out32")
 
 
-def fusable(kind: str, config: KernelConfig) -> bool:
-    """Whether ``config`` runs a fused epilogue for ``kind``: a Hopper config with wgmma
-    consumers, on a kind of :data:`FUSED_KINDS`, except stream-k / hybrid on 256-wide tiles
+def fusable(kind: str, config: KernelConfig, dequantize: bool = False) -> bool:
+    """Whether ``config`` runs a fused epilogue for ``kind``: every mma.sync config of a kind
+    of :data:`FUSED_KINDS` (the store is staged through shared memory: the epilogue adds no
+    registers to the mainloop's; CI compiles the fused variants spill-free), and with
+    ``dequantize`` its s8 configs (an int8 product scaled to float); a Hopper config with wgmma
+    consumers on a kind of :data:`FUSED_KINDS`, except stream-k / hybrid on 256-wide tiles
     (their fused variants spill 12-28 bytes per thread: ptxas, 128 accumulators beside the
-    stream-k walker's state).
+    stream-k walker's state). Int8 dequantization is not in the Hopper kernel.
 
-    >>> from pyblasgemm.kernels.config import SM90_CONFIGS_BY_TILE
+    >>> from pyblasgemm.kernels.config import SHIPPED_CONFIGS, SM90_CONFIGS_BY_TILE
     >>> fusable("f16", SM90_CONFIGS_BY_TILE["f16"][256]), fusable("s8", SM90_CONFIGS_BY_TILE["s8"][256])
     (True, False)
+    >>> fusable("s8", SHIPPED_CONFIGS["s8"][0], dequantize=True), fusable("bf16", SHIPPED_CONFIGS["bf16"][0])
+    (True, True)
     """
-    return (config.is_sm90 and config.consumer == "wgmma" and kind in FUSED_KINDS
+    if not config.is_sm90:
+        return kind == "s8" if dequantize else kind in FUSED_KINDS
+    return (not dequantize and config.consumer == "wgmma" and kind in FUSED_KINDS
             and not (config.decomposition in ("streamk", "hybrid") and config.bm == 256))
 
 

@@ -25,7 +25,20 @@ def _arg_ctypes():
             ("ldc", ct.c_int64), ("sa", ct.c_int64), ("sb", ct.c_int64), ("sc", ct.c_int64), ("batch", ct.c_int32),
             ("alpha", ct.c_float), ("beta", ct.c_float), ("ialpha", ct.c_int32), ("ibeta", ct.c_int32),
             ("c_vec", ct.c_int32), ("group_m", ct.c_int32), ("splits", ct.c_int32), ("kt_per_split", ct.c_int32),
-            ("dp_tiles", ct.c_int32), ("sk_tiles", ct.c_int32)]
+            ("dp_tiles", ct.c_int32), ("sk_tiles", ct.c_int32)] + _epi_ctypes()
+
+
+def _epi_ctypes():
+    """The fused epilogue's parameters, last in both kernels (0 / null: none)."""
+    import ctypes as ct
+
+    return [("bias", ct.c_uint64), ("pre", ct.c_uint64), ("bias_mode", ct.c_int32), ("scale_m", ct.c_uint64),
+            ("scale_n", ct.c_uint64)]
+
+
+#: bias_mode of the fused epilogue (epilogue/sm80_smem_epilogue.cuh): one value per C row
+#: (the description's m index), or per C column (n)
+BIAS_MODE = {None: 0, "m": 1, "n": 2}
 
 
 def _red_ctypes():
@@ -33,7 +46,7 @@ def _red_ctypes():
 
     return [("ws", ct.c_uint64), ("c", ct.c_uint64), ("m", ct.c_int32), ("n", ct.c_int32), ("ldc", ct.c_int64),
             ("sc", ct.c_int64), ("batch", ct.c_int32), ("splits", ct.c_int32), ("alpha", ct.c_float),
-            ("beta", ct.c_float), ("ialpha", ct.c_int32), ("ibeta", ct.c_int32), ("group_m", ct.c_int32)]
+            ("beta", ct.c_float), ("ialpha", ct.c_int32), ("ibeta", ct.c_int32), ("group_m", ct.c_int32)] + _epi_ctypes()
 
 
 def kernel_args(p: KernelProblem, config: KernelConfig, g: dict):
@@ -45,12 +58,12 @@ def kernel_args(p: KernelProblem, config: KernelConfig, g: dict):
                 sa=p.stride_a, sb=p.stride_b, sc=p.stride_c, batch=p.batch, alpha=0.0, beta=0.0,
                 ialpha=0, ibeta=0, c_vec=1 if p.c_vectorizable() else 0, group_m=config.group_m,
                 splits=g["splits"], kt_per_split=g["kt_per_split"], dp_tiles=g["dp_tiles"],
-                sk_tiles=g["sk_tiles"])
+                sk_tiles=g["sk_tiles"], bias=0, pre=0, bias_mode=0, scale_m=0, scale_n=0)
     red = None
     if config.decomposition == "splitk_parallel":
         red = dict(ws=0, c=0, m=p.m, n=p.n, ldc=p.ldc, sc=p.stride_c, batch=p.batch,
                    splits=g["splits"], alpha=0.0, beta=0.0, ialpha=0, ibeta=0,
-                   group_m=config.group_m)
+                   group_m=config.group_m, bias=0, pre=0, bias_mode=0, scale_m=0, scale_n=0)
     return args, red
 
 
@@ -81,9 +94,10 @@ class BoundLaunch:
 
     __slots__ = ("problem", "spec", "config", "geometry", "smem", "kern", "red", "_fptr", "_rptr", "_grid", "_block",
                  "_rgrid", "_int", "_amask", "_cmask", "_ws", "_fields", "_rfields", "_base", "_rbase",
-                 "_dev", "a_align", "b_align", "c_align", "_last", "_launch", "__weakref__")
+                 "_dev", "a_align", "b_align", "c_align", "_last", "_launch", "epilogue", "_fused", "_dequant",
+                 "__weakref__")
 
-    def __init__(self, problem: KernelProblem, spec, kern, red, dev: int):
+    def __init__(self, problem: KernelProblem, spec, kern, red, dev: int, epilogue: tuple = (0, None)):
         config, geometry = spec.config, dict(spec.geometry)
         self.problem, self.spec, self.config, self.geometry, self.smem, self.kern, self.red = (
             problem, spec, config, geometry, spec.smem, kern, red)
@@ -93,19 +107,26 @@ class BoundLaunch:
         self._grid = tuple(int(x) for x in geometry["grid"])
         self._block = config.threads
         p = problem
-        self._int = p.kind == "s8"
+        from .jit import EPI_DEQUANT
+
+        self.epilogue = epilogue
+        self._fused = bool(epilogue[0])
+        self._dequant = bool(epilogue[0] & EPI_DEQUANT)
+        self._int = p.kind == "s8" and not self._dequant     # a dequantized product takes float scales
         vec, cvec = p.operands_vectorizable(), p.c_vectorizable()
         self.a_align = self.b_align = 16 if vec else p.elem_bytes
         self.c_align = 16 if cvec else p.c_bytes
         self._amask = self.a_align - 1
         self._cmask = self.c_align - 1
         self._fields = _arg_ctypes()
-        self._base = dict(spec.args)          # every value but pointers and scales: the plan's
+        self._base = dict(spec.args, bias_mode=BIAS_MODE[epilogue[1]])   # all but pointers and scales
+        if self._dequant:
+            self.c_align, self._cmask = 16, 15
         if spec.red_args is not None:
             nvec = geometry["tiles"] * config.bm * config.bn // 4
             self._rgrid = -(-nvec // 256)
             self._rfields = _red_ctypes()
-            self._rbase = dict(spec.red_args)
+            self._rbase = dict(spec.red_args, bias_mode=BIAS_MODE[epilogue[1]])
         else:
             self._rgrid, self._rfields, self._rbase = 0, None, None
         self._ws = {}  # stream handle -> (ws array, flags array, flags bytes, gemm pack, reduce pack)
@@ -138,7 +159,12 @@ class BoundLaunch:
         self._ws[sptr] = slot
         return slot
 
-    def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
+    def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None, bias: int = 0,
+                 pre: int = 0, scale_m: int = 0, scale_n: int = 0) -> None:
+        if (bias or pre or scale_m or scale_n) and not self._fused:
+            raise ValueError("bias= / pre= / scale_m= / scale_n= need a launch bound with a fused epilogue")
+        if self._dequant and not (scale_m and scale_n):
+            raise ValueError("a dequantizing launch needs scale_m= and scale_n= pointers")
         sptr = stream if type(stream) is int else stream_handle(stream)
         last = self._last
         if last is not None and last[0] == sptr:
@@ -155,6 +181,9 @@ class BoundLaunch:
         cells["a"].value = a_ptr
         cells["b"].value = b_ptr
         cells["c"].value = c_ptr
+        if self._fused:
+            cells["bias"].value, cells["pre"].value = bias, pre
+            cells["scale_m"].value, cells["scale_n"].value = scale_m, scale_n
         scales = (alpha, beta)
         if scales != slot[10][0]:      # the cells keep the last scales: (1, 0) is written once
             set_scales(cells, self._int, alpha, beta)
@@ -166,5 +195,8 @@ class BoundLaunch:
         if self._rptr:
             rc = slot[6]
             rc["c"].value = c_ptr
+            if self._fused:
+                rc["bias"].value, rc["pre"].value = bias, pre
+                rc["scale_m"].value, rc["scale_n"].value = scale_m, scale_n
             set_scales(rc, self._int, alpha, beta)
             self._launch(self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, slot[7], 0)

@@ -5,6 +5,13 @@
 
 namespace pyblasgemm {
 
+// The fused epilogue's template argument EPI (0: none): kEpiOn | the activation code; for int8
+// operands also kEpiDequant | (output type << kEpiOutShift) (0 float32, 1 float16, 2 bfloat16).
+// The host's twin: pyblasgemm.kernels.jit.epilogue_code.
+constexpr int kEpiOn = 8;
+constexpr int kEpiDequant = 16;
+constexpr int kEpiOutShift = 5;
+
 enum Activation : int { kActNone = 0, kActRelu = 1, kActGelu = 2, kActGeluTanh = 3, kActSilu = 4 };
 
 // float and double: the CUDA math library's erf / tanh / exp overloads of each type.

@@ -5,6 +5,7 @@
 #include "../arch.cuh"
 #include "../params.cuh"
 #include "../mma/sm80_kinds.cuh"
+#include "activation.cuh"
 
 namespace pyblasgemm {
 
@@ -24,6 +25,11 @@ PBG_DEVICE float fma_ieee(float a, float b, float c) {
   asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
   return r;
 }
+PBG_DEVICE float add_ieee(float a, float b) {  // as mul_ieee: subnormal sums are not flushed
+  float r;
+  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
 PBG_DEVICE float axpby(float a, float x, float b, float c) { return fma_ieee(a, x, mul_ieee(b, c)); }
 PBG_DEVICE float ax(float a, float x) { return mul_ieee(a, x); }
 // Integer epilogue wraps modulo 2^32 (as cuBLAS's int32 path does) without signed-overflow UB.
@@ -31,6 +37,49 @@ PBG_DEVICE int axpby(int a, int x, int b, int c) {
   return static_cast<int>(static_cast<u32>(a) * static_cast<u32>(x) + static_cast<u32>(b) * static_cast<u32>(c));
 }
 PBG_DEVICE int ax(int a, int x) { return static_cast<int>(static_cast<u32>(a) * static_cast<u32>(x)); }
+
+// ---- the fused epilogue of the mma.sync kernels (template EPI, activation.cuh) -----------------
+// The output type of a dequantized int8 product (EPI & kEpiDequant): float32, float16, bfloat16.
+template <int CODE>
+struct DequantOut {
+  static_assert(CODE >= 0 && CODE <= 2, "dequantized output: 0 float32, 1 float16, 2 bfloat16");
+  typedef float Scale;
+  static constexpr int kCBytes = CODE ? 2 : 4;
+  static PBG_DEVICE float c_from_bits(u32 h) {
+    return CODE == 0 ? __uint_as_float(h) : CODE == 1 ? f16_to_f32(static_cast<u16>(h)) : bf16_to_f32(static_cast<u16>(h));
+  }
+  static PBG_DEVICE float load_c(const char* p) {
+    if constexpr (CODE == 0) return *reinterpret_cast<const float*>(p);
+    else return c_from_bits(*reinterpret_cast<const u16*>(p));
+  }
+  static PBG_DEVICE u32 cvt_c(float v) {
+    return CODE == 0 ? __float_as_uint(v) : CODE == 1 ? u32(f32_to_f16(v)) : u32(f32_to_bf16(v));
+  }
+};
+// The type the store writes: the kind's C, or the dequantized output.
+template <class Kind, int EPI, bool DQ = (EPI & kEpiDequant) != 0>
+struct EpiOut { typedef Kind type; };
+template <class Kind, int EPI>
+struct EpiOut<Kind, EPI, true> { typedef DequantOut<(EPI >> kEpiOutShift) & 3> type; };
+
+// v = alpha * s + beta * c (float kinds: the plain store's arithmetic), or for a dequantized
+// product alpha * ((scale_m * scale_n) * float(s)) + beta * c (pyblasgemm.epilogue's order);
+// then v + bias (when has_bias: an absent bias leaves -0 as it is). Returns the pre-activation value.
+template <class Kind, int EPI>
+PBG_DEVICE float epi_value(typename Kind::Stage s, float alpha, float beta, bool read_c, float c_old,
+                           float scale, bool has_bias, float bias) {
+  constexpr bool DQ = (EPI & kEpiDequant) != 0;
+  static_assert(DQ || (sizeof(typename Kind::Scale) == 4 && static_cast<typename Kind::Scale>(0.5f) != 0),
+                "fused epilogues: float kinds, or int8 dequantized to float");
+  float v;
+  if constexpr (DQ) {
+    v = mul_ieee(alpha, mul_ieee(scale, static_cast<float>(s)));
+    if (read_c) v = add_ieee(v, mul_ieee(beta, c_old));
+  } else {
+    v = read_c ? axpby(alpha, s, beta, c_old) : ax(alpha, s);
+  }
+  return has_bias ? add_ieee(v, bias) : v;
+}
 
 template <class Kind, int BM, int BN, int WM, int WN>
 struct SmemEpilogue {
@@ -87,8 +136,14 @@ struct SmemEpilogue {
     }
   }
 
-  // C[m0:, n0:] = alpha * s + beta * C (C not read when beta == 0), edges predicated.
+  // C[m0:, n0:] = alpha * s + beta * C (C not read when beta == 0), edges predicated; with a
+  // fused epilogue (EPI != 0) store_fused.
+  template <int EPI = 0>
   static PBG_DEVICE void store_c(const Stage* s, const GemmParams& p, int b, int m0, int n0) {
+    if constexpr (EPI != 0) {
+      store_fused<EPI>(s, p, b, m0, n0);
+      return;
+    }
     const Scale alpha = pick_scale(static_cast<Scale*>(nullptr), p.alpha, p.ialpha);
     const Scale beta = pick_scale(static_cast<Scale*>(nullptr), p.beta, p.ibeta);
     const bool read_c = beta != Scale(0);
@@ -132,6 +187,71 @@ struct SmemEpilogue {
             else *reinterpret_cast<u32*>(ep) = Kind::cvt_c(v);
           }
         }
+      }
+    }
+  }
+
+  // The fused store: out = act(v) with v = epi_value(...), the pre-activation v to p.pre (C's
+  // layout and type, and C's alignment modulo 16 bytes: the host checks) when given; in the output type EpiOut (the kind's C, or the
+  // dequantized float type). Same walk and 16-byte stores as store_c. The bias, the scales and
+  // a column's values are read once per 16-byte chunk (<= 8 values), from L1/L2.
+  template <int EPI>
+  static PBG_DEVICE void store_fused(const Stage* s, const GemmParams& p, int b, int m0, int n0) {
+    typedef typename EpiOut<Kind, EPI>::type Out;
+    constexpr bool DQ = (EPI & kEpiDequant) != 0;
+    constexpr int OCB = Out::kCBytes, OOV = 16 / OCB;
+    static_assert((BM * BN / OOV) % THREADS == 0, "tile / threads");
+    const float alpha = DQ ? p.alpha : static_cast<float>(pick_scale(static_cast<Scale*>(nullptr), p.alpha, p.ialpha));
+    const float beta = DQ ? p.beta : static_cast<float>(pick_scale(static_cast<Scale*>(nullptr), p.beta, p.ibeta));
+    const bool read_c = beta != 0.f;
+    const i64 boff = static_cast<i64>(b) * p.sc * OCB;
+    char* Cb = p.C + boff;
+    char* Pb = p.pre != nullptr ? p.pre + boff : nullptr;
+#pragma unroll 1
+    for (int id = threadIdx.x; id < BM * BN / OOV; id += THREADS) {
+      const int c = id / (BM / OOV), r = (id % (BM / OOV)) * OOV;
+      const int gm = m0 + r, gn = n0 + c;
+      if (gn >= p.n || gm >= p.m) continue;
+      const i64 off = (static_cast<i64>(gn) * p.ldc + gm) * OCB;
+      char* cp = Cb + off;
+      const Stage* sv = s + c * LDS + r;
+      const float sn = DQ ? p.scale_n[gn] : 1.f;
+      const float bn = p.bias_mode == 2 ? Out::load_c(p.bias + static_cast<i64>(gn) * OCB) : 0.f;
+      const int cnt = p.m - gm < OOV ? p.m - gm : OOV;
+      const bool vec = p.c_vec && cnt == OOV;
+      U32x4 old = {0u, 0u, 0u, 0u};
+      if (vec && read_c) old = *reinterpret_cast<const U32x4*>(cp);
+      const u32* ow = reinterpret_cast<const u32*>(&old);
+      u32 out[4] = {0u, 0u, 0u, 0u}, pv[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+      for (int e = 0; e < OOV; ++e) {
+        if (e >= cnt) break;
+        float c_old = 0.f;
+        if (read_c) {
+          if (vec) c_old = Out::c_from_bits(OCB == 2 ? (ow[e / 2] >> (16 * (e & 1))) & 0xffffu : ow[e]);
+          else c_old = Out::load_c(cp + e * OCB);
+        }
+        const float scale = DQ ? mul_ieee(p.scale_m[gm + e], sn) : 1.f;
+        const float bias = p.bias_mode == 1 ? Out::load_c(p.bias + static_cast<i64>(gm + e) * OCB) : bn;
+        const float v = epi_value<Kind, EPI>(sv[e], alpha, beta, read_c, c_old, scale, p.bias_mode != 0, bias);
+        const u32 ov = Out::cvt_c(activate(v, EPI & 7)), pw = Out::cvt_c(v);
+        if (vec) {
+          const int sh = OCB == 2 ? 16 * (e & 1) : 0;
+          out[OCB == 2 ? e / 2 : e] |= ov << sh;
+          pv[OCB == 2 ? e / 2 : e] |= pw << sh;
+        } else {
+          if constexpr (OCB == 2) {
+            *reinterpret_cast<u16*>(cp + e * OCB) = static_cast<u16>(ov);
+            if (Pb) *reinterpret_cast<u16*>(Pb + off + e * OCB) = static_cast<u16>(pw);
+          } else {
+            *reinterpret_cast<u32*>(cp + e * OCB) = ov;
+            if (Pb) *reinterpret_cast<u32*>(Pb + off + e * OCB) = pw;
+          }
+        }
+      }
+      if (vec) {
+        *reinterpret_cast<U32x4*>(cp) = U32x4{out[0], out[1], out[2], out[3]};
+        if (Pb) *reinterpret_cast<U32x4*>(Pb + off) = U32x4{pv[0], pv[1], pv[2], pv[3]};
       }
     }
   }

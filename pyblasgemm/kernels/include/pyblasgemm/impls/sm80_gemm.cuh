@@ -2,9 +2,12 @@
 // Column-major BLAS convention: C(m x n) = alpha * op(A) * op(B) + beta * C.
 //   AK = op(A) is K-contiguous (transa = 'T'), else M-contiguous ('N').
 //   BK = op(B) is K-contiguous (transb = 'N'), else N-contiguous ('T').
-// One template, four decompositions (see params.cuh); determinism of each:
+// One template, four decompositions and the grouped launch (see params.cuh); determinism of each:
 //   sliced, split-k serial/parallel, stream-k: all bitwise reproducible run to run (partials
-//   are summed in a fixed order chosen on the host, never in arrival order).
+//   are summed in a fixed order chosen on the host, never in arrival order); grouped: one CTA
+//   per tile, as sliced.
+// EPI (default 0: none) fuses bias / activation / pre-activation / int8 dequantization into the
+// store (epilogue/sm80_smem_epilogue.cuh), applied once per element after every partial sum.
 #pragma once
 #include "../arch.cuh"
 #include "../params.cuh"
@@ -57,18 +60,42 @@ struct GemmCore {
     Epi::smem_add_ws(reinterpret_cast<Stage*>(smem), slot);
     __syncthreads();
   }
+  template <int EPI>
   static PBG_DEVICE void finish(char* smem, const GemmParams& p, const TileCoord& tc) {
-    Epi::store_c(reinterpret_cast<const Stage*>(smem), p, tc.b, tc.tm * BM, tc.tn * BN);
+    Epi::template store_c<EPI>(reinterpret_cast<const Stage*>(smem), p, tc.b, tc.tm * BM, tc.tn * BN);
     __syncthreads();  // smem is reused by the next tile's mainloop
   }
 };
 
-template <class Kind, bool AK, bool BK, int BM, int BN, int BKB, int WM, int WN, int STAGES, int MODE, bool VEC>
+// The grouped launch's problem g as GemmParams (the launch-wide fields from p).
+PBG_DEVICE GemmParams grouped_params(const GemmParams& p, const GroupedProblem& g) {
+  GemmParams q = p;
+  q.A = g.A; q.B = g.B; q.C = g.C; q.bias = g.bias; q.pre = g.pre; q.scale_m = g.scale_m; q.scale_n = g.scale_n;
+  q.lda = g.lda; q.ldb = g.ldb; q.ldc = g.ldc; q.m = g.m; q.n = g.n; q.k = g.k;
+  q.alpha = g.alpha; q.beta = g.beta; q.ialpha = g.ialpha; q.ibeta = g.ibeta; q.c_vec = g.c_vec;
+  q.bias_mode = g.bias_mode; q.batch = 1; q.sa = q.sb = q.sc = 0;
+  return q;
+}
+// The problem owning `tile`: the last g with tile_begin <= tile (binary search over the table;
+// tile_begin does not decrease; problems without tiles share their successor's tile_begin).
+PBG_DEVICE int grouped_find(const GroupedProblem* table, int count, int tile) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (__ldg(&table[mid].tile_begin) <= tile) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+template <class Kind, bool AK, bool BK, int BM, int BN, int BKB, int WM, int WN, int STAGES, int MODE, bool VEC,
+          int EPI = 0>
 __global__ void __launch_bounds__(WM * WN * 32, 1)
     gemm_kernel(const void* A, const void* B, void* C, void* ws, int* flags, int m, int n, int k, long long lda,
                 long long ldb, long long ldc, long long sa, long long sb, long long sc, int batch, float alpha,
                 float beta, int ialpha, int ibeta, int c_vec, int group_m, int splits, int kt_per_split,
-                int dp_tiles, int sk_tiles) {
+                int dp_tiles, int sk_tiles, const void* bias, void* pre, int bias_mode, const float* scale_m,
+                const float* scale_n) {
   typedef GemmCore<Kind, AK, BK, BM, BN, BKB, WM, WN, STAGES, VEC> Core;
   typedef typename Core::Stage Stage;
   extern __shared__ __align__(128) char smem[];
@@ -79,6 +106,33 @@ __global__ void __launch_bounds__(WM * WN * 32, 1)
   p.batch = batch; p.alpha = alpha; p.beta = beta; p.ialpha = ialpha; p.ibeta = ibeta; p.c_vec = c_vec;
   p.group_m = group_m; p.splits = splits; p.kt_per_split = kt_per_split; p.dp_tiles = dp_tiles;
   p.sk_tiles = sk_tiles;
+  p.bias = static_cast<const char*>(bias); p.pre = static_cast<char*>(pre); p.bias_mode = bias_mode;
+  p.scale_m = scale_m; p.scale_n = scale_n;
+  if constexpr (MODE == kGrouped) {
+    // Persistent grid over the tiles of the problem table (A: the table, m: its row count,
+    // dp_tiles: the tiles of all problems). The grid is <= the tile count, so no CTA idles
+    // while another has two tiles left; a tile's problem is found by binary search (~log2 of
+    // the problem count loads, from L1 after the first tiles).
+    const GroupedProblem* table = static_cast<const GroupedProblem*>(A);
+    const int count = m;
+    // Only t lives across the mainloop: the problem is looked up again for the store (the
+    // mainloop needs nearly all 255 registers; keeping the problem's fields spilled 36 B).
+#pragma unroll 1
+    for (int t = blockIdx.x; t < dp_tiles; t += gridDim.x) {
+      {
+        const int g = grouped_find(table, count, t);
+        const GemmParams q = grouped_params(p, table[g]);
+        const typename Core::Sched gs(q);
+        Core::tile_to_smem(smem, q, gs.coord(t - table[g].tile_begin, q.group_m), 0, gs.kt);
+      }
+      asm volatile("" : "+r"(t));
+      const int g = grouped_find(table, count, t);
+      const GemmParams q = grouped_params(p, table[g]);
+      const typename Core::Sched gs(q);
+      Core::template finish<EPI>(smem, q, gs.coord(t - table[g].tile_begin, q.group_m));
+    }
+    return;
+  }
   const typename Core::Sched sched(p);
   Stage* wsS = reinterpret_cast<Stage*>(p.ws);
   constexpr i64 SLOT = static_cast<i64>(BM) * BN;
@@ -97,7 +151,7 @@ __global__ void __launch_bounds__(WM * WN * 32, 1)
     }
     Core::tile_to_smem(smem, p, tc, kb0, kb1);
     if constexpr (MODE == kSliced) {
-      Core::finish(smem, p, tc);
+      Core::template finish<EPI>(smem, p, tc);
     } else if constexpr (MODE == kSplitKSerial) {
       // Ordered fixup: split s adds the running sum of splits 0..s-1, then passes it on;
       // the last split applies alpha/beta. Fixed order -> reproducible bits.
@@ -107,13 +161,13 @@ __global__ void __launch_bounds__(WM * WN * 32, 1)
         __syncthreads();  // all reads of slot done before anyone overwrites it
         Core::publish(smem, slot, p.flags + tile, s + 1);
       } else {
-        Core::finish(smem, p, tc);
+        Core::template finish<EPI>(smem, p, tc);
       }
     } else {
       const i64 tiles = static_cast<i64>(sched.tiles_per_batch) * p.batch;
       Core::Epi::smem_to_ws(reinterpret_cast<const Stage*>(smem), wsS + (s * tiles + tile) * SLOT);
     }
-  } else {
+  } else if constexpr (MODE == kStreamK) {
     // Stream-k (persistent grid of G CTAs, all co-resident: G <= SMs x occupancy).
     const int G = gridDim.x, cta = blockIdx.x;
     // 1) Data-parallel full waves: dp_tiles is a multiple of G, each CTA takes every G-th.
@@ -141,7 +195,7 @@ __global__ void __launch_bounds__(WM * WN * 32, 1)
       Core::tile_to_smem(smem, p, sched.coord(tile, p.group_m), kb0, kb1);
       asm volatile("" : "+r"(t), "+l"(it));
       if (t < p.dp_tiles) {
-        Core::finish(smem, p, sched.coord(t, p.group_m));
+        Core::template finish<EPI>(smem, p, sched.coord(t, p.group_m));
         t += G;
         continue;
       }
@@ -161,7 +215,7 @@ __global__ void __launch_bounds__(WM * WN * 32, 1)
           const int last = Core::Sched::sk_cta_of(tile_end - 1, total, G);
           for (int q = cta + 1; q <= last; ++q) Core::consume(smem, wsS + q * SLOT, p.flags + q, 1);
         }
-        Core::finish(smem, p, sched.coord(p.dp_tiles + local, p.group_m));
+        Core::template finish<EPI>(smem, p, sched.coord(p.dp_tiles + local, p.group_m));
       }
       it = seg_end;
     }

@@ -377,7 +377,7 @@ PBG_DEVICE void sm90_store_pair(char* cp, typename Kind::Scale alpha, typename K
 // The GEMM kernel applies it to its accumulator registers before the store (one inlined
 // activation per register: the store paths stay as they are, with alpha = 1 and C not read);
 // the split-k reduction per element (sm90_epi). float Scale kinds only (16-bit and fp32 C).
-constexpr int kEpiOn = 8;
+// (kEpiOn: epilogue/activation.cuh; add_ieee: epilogue/sm80_smem_epilogue.cuh)
 // the bits of two adjacent C elements (a bias pair)
 template <int CB>
 struct Sm90Pair { typedef u32 type; };
@@ -389,11 +389,6 @@ struct Sm90Epi {
   int bias_mode;
   bool has_pre;
 };
-PBG_DEVICE float add_ieee(float a, float b) {  // as mul_ieee: subnormal sums are not flushed
-  float r;
-  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
 template <class Kind>
 PBG_DEVICE void sm90_store_one(char* cp, typename Kind::Scale v) {
   if constexpr (Kind::kCBytes == 2) *reinterpret_cast<u16*>(cp) = static_cast<u16>(Kind::cvt_c(v));

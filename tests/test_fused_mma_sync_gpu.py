@@ -1,0 +1,276 @@
+"""The fused epilogue in the mma.sync kernel's store (every shipped config, so every
+decomposition, forced by name), int8 dequantization in that store, and the grouped persistent
+launch: float64 references on fresh random data, poisoned outputs, NaN like the unfused
+sequence, bitwise repeatable. GPU only (sm_80 and newer; the H100 runs these kernels too)."""
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from scipy.special import erf
+
+import pyblasgemm
+from pyblasgemm.kernels.config import SHIPPED_CONFIGS
+from conftest import to_host
+
+pytestmark = pytest.mark.gpu
+
+REF = {None: lambda v: v,
+       "relu": lambda v: np.where(v < 0, 0.0, v),
+       "gelu": lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2))),
+       "gelu_tanh": lambda v: 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3))),
+       "silu": lambda v: v / (1 + np.exp(-v))}
+UNIT = {np.dtype(np.float16): 2.0**-11, np.dtype(ml_dtypes.bfloat16): 2.0**-8, np.dtype(np.float32): 2.0**-24}
+
+
+@pytest.fixture(autouse=True)
+def _gpu():
+    cupy = pytest.importorskip("cupy")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("needs a CUDA device")
+    except cupy.cuda.runtime.CUDARuntimeError:
+        pytest.skip("needs a CUDA device")
+    yield
+    pyblasgemm.clear_plan_cache()
+
+
+def _data(rng, shape, dtype):
+    return rng.standard_normal(shape).astype(np.float32).astype(dtype)
+
+
+def _check(got, v64, act, scale, what):
+    """|got - act(v64)| within two roundings to the output type (the pre-activation value, then
+    the result) plus the float32 arithmetic before them: the accumulation (k <= 1032 terms:
+    <= 2^-14 of ``scale``, the sum of |terms|) and the epilogue's few roundings, carried
+    through the activation (slope <= 1.13)."""
+    host = to_host(got)
+    unit = UNIT[np.dtype(host.dtype)]
+    got = np.asarray(host, np.float64)
+    want = REF[act](v64)
+    tol = 2 * unit * np.abs(want) + 1.13 * 2.0**-14 * scale + 1e-30
+    bad = ~(np.abs(got - want) <= tol)
+    assert not bad.any(), (what, int(bad.sum()), got[bad][:4], want[bad][:4])
+
+
+#: (m, n, k): 1, 7, 33, 1000 and sizes no multiple of a tile
+SHAPES = [(1, 8, 8), (7, 40, 64), (33, 136, 72), (1000, 264, 520), (257, 392, 1032)]
+#: operand dtype, result dtype -> the kernel kind whose shipped configs run it
+KINDS = [(np.float16, np.float16, "f16"), (ml_dtypes.bfloat16, ml_dtypes.bfloat16, "bf16"),
+         (ml_dtypes.bfloat16, np.float32, "bf16_out32"), (np.float16, np.float32, "f16_out32")]
+
+
+@pytest.mark.parametrize("dtype,out_dtype,kind", KINDS, ids=[k for *_, k in KINDS])
+def test_fused_mma_sync_store_every_shipped_config(monkeypatch, dtype, out_dtype, kind):
+    """Each shipped mma.sync config forced by name: every activation, both bias axes, the
+    pre-activation, residual through beta with transposed, padded operands; NaN-poisoned
+    outputs; bitwise repeatable; the route says the kernel fused it."""
+    import cupy
+
+    from pyblasgemm.epilogue import last_route
+
+    rng = np.random.default_rng(abs(hash(kind)) % 2**32)
+    for ci, cfg in enumerate(SHIPPED_CONFIGS[kind]):
+        monkeypatch.setenv("PYBLASGEMM_BACKEND", "tensorcore")
+        monkeypatch.setenv("PYBLASGEMM_CONFIG", cfg.name)
+        pyblasgemm.clear_plan_cache()
+        fused = 0
+        for si, (m, n, k) in enumerate(SHAPES):
+            if (si + ci) % 2 and si not in (0, 3):
+                continue                       # every config: 1, 1000 and one or two more
+            x, w = _data(rng, (m, k), dtype), _data(rng, (k, n), dtype)
+            gx, gw = cupy.asarray(x), cupy.asarray(w)
+            scale = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)) + 1
+            act, axis = [("gelu", "cols"), ("silu", "rows"), ("relu", None), ("gelu_tanh", "cols"),
+                         (None, "rows")][(si + ci) % 5]
+            bias = {None: None, "cols": _data(rng, (n,), out_dtype), "rows": _data(rng, (m, 1), out_dtype)}[axis]
+            v64 = x.astype(np.float64) @ w.astype(np.float64) + (0 if bias is None else bias.astype(np.float64))
+            pre = cupy.full((m, n), np.nan, out_dtype)
+            kw = dict(activation=act, preactivation_out=pre, bias=None if bias is None else cupy.asarray(bias))
+            try:
+                y = pyblasgemm.gemm("N", "N", gx, gw, cupy.full((m, n), np.nan, out_dtype), **kw)
+            except NotImplementedError as e:   # the forced config cannot run this shape
+                assert str(e).split(": ")[-1], e
+                continue
+            route = last_route()
+            fused += route.startswith("pyblasgemm kernel")
+            _check(y, v64, act, scale, (cfg.name, m, n, k, act, axis, route, out_dtype))
+            _check(pre, v64, None, scale, (cfg.name, m, n, k, "pre", route, out_dtype))
+            again = pyblasgemm.gemm("N", "N", gx, gw, cupy.full((m, n), np.nan, out_dtype), **kw)
+            assert cupy.array_equal(again, y), (cfg.name, m, n, k, "not bitwise repeatable")
+            # residual through beta; transposed operands with padded leading dimensions
+            ap = cupy.asarray(_data(rng, (k, m + 8), dtype))[:, :m]
+            bp = cupy.asarray(_data(rng, (n, k + 8), dtype))[:, :k]
+            c0 = _data(rng, (m, n), out_dtype)
+            b = _data(rng, (n,), out_dtype)
+            out = cupy.array(c0, copy=True)
+            pyblasgemm.gemm("T", "T", ap, bp, out, alpha=0.5, beta=-1.5, bias=cupy.asarray(b), activation="gelu")
+            a64, b64 = to_host(ap).astype(np.float64).T, to_host(bp).astype(np.float64).T
+            v = 0.5 * a64 @ b64 - 1.5 * c0.astype(np.float64) + b.astype(np.float64)
+            _check(out, v, "gelu", 0.5 * np.abs(a64) @ np.abs(b64) + 1.5 * np.abs(c0.astype(np.float64)) + 1,
+                   (cfg.name, m, n, k, "beta", last_route(), out_dtype))
+        assert fused >= 2, f"{cfg.name}: only {fused} calls took the fused kernel"
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu", "gelu_tanh", "silu"])
+def test_fused_mma_sync_store_propagates_nan_and_inf(monkeypatch, act):
+    import cupy
+
+    from pyblasgemm.epilogue import last_route
+
+    monkeypatch.setenv("PYBLASGEMM_CONFIG", SHIPPED_CONFIGS["f16"][0].name)
+    pyblasgemm.clear_plan_cache()
+    x = np.ones((64, 64), np.float16)
+    x[1, 0] = np.nan
+    x[2, :] = np.inf
+    w = np.ones((64, 64), np.float16)
+    y = to_host(pyblasgemm.matmul(cupy.asarray(x), cupy.asarray(w), activation=act, backend="tensorcore"))
+    assert last_route().startswith("pyblasgemm kernel sliced"), last_route()
+    want = REF[act](x.astype(np.float64) @ w.astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    np.testing.assert_array_equal(np.isposinf(y), np.isposinf(want))
+
+
+def _int8(rng, shape):
+    return rng.integers(-128, 128, shape).astype(np.int8)
+
+
+@pytest.mark.parametrize("out_dtype", [np.float16, ml_dtypes.bfloat16, np.float32])
+def test_int8_dequantized_in_the_mma_sync_store_every_s8_config(monkeypatch, out_dtype):
+    """scale_a / scale_b, bias on either axis, every activation, the pre-activation and
+    residual through beta, in each shipped s8 config's store: against float64 (the int32
+    product is exact), the route says so, repeatable bit for bit."""
+    import cupy
+
+    from pyblasgemm.epilogue import last_route
+
+    rng = np.random.default_rng(31)
+    acts = [None, "relu", "gelu", "gelu_tanh", "silu"]
+    for ci, cfg in enumerate(SHIPPED_CONFIGS["s8"]):
+        monkeypatch.setenv("PYBLASGEMM_BACKEND", "tensorcore")
+        monkeypatch.setenv("PYBLASGEMM_CONFIG", cfg.name)
+        pyblasgemm.clear_plan_cache()
+        for m, n, k in [(7, 40, 64), (333, 264, 1000), (1, 8, 16)][: 3 if ci % 2 else 2]:
+            a, b = _int8(rng, (m, k)), _int8(rng, (k, n))
+            sa = rng.uniform(1e-3, 1e-2, m).astype(np.float32)
+            sb = rng.uniform(1e-3, 1e-2, n).astype(np.float32)
+            act = acts[(ci + m) % 5]
+            rows = (ci + n) % 2 == 1
+            bias = _data(rng, (m, 1) if rows else (n,), out_dtype)
+            exact = a.astype(np.float64) @ b.astype(np.float64)
+            v64 = sa[:, None].astype(np.float64) * sb.astype(np.float64) * exact + bias.astype(np.float64)
+            pre = cupy.full((m, n), np.nan, out_dtype)
+            kw = dict(scale_a=cupy.asarray(sa), scale_b=cupy.asarray(sb), bias=cupy.asarray(bias),
+                      activation=act, preactivation_out=pre)
+            try:
+                got = pyblasgemm.gemm("N", "N", cupy.asarray(a), cupy.asarray(b),
+                                      cupy.full((m, n), np.nan, out_dtype), **kw)
+            except NotImplementedError as e:
+                assert str(e).split(": ")[-1], e
+                continue
+            route = last_route()
+            assert "int8 dequantized in its store" in route, (cfg.name, m, n, k, route)
+            scale = np.abs(v64) + 1
+            _check(got, v64, act, scale, (cfg.name, m, n, k, act, rows, out_dtype))
+            _check(pre, v64, None, scale, (cfg.name, m, n, k, "pre", out_dtype))
+            again = pyblasgemm.gemm("N", "N", cupy.asarray(a), cupy.asarray(b), cupy.empty((m, n), out_dtype), **kw)
+            assert cupy.array_equal(again, got), (cfg.name, "not repeatable")
+            # residual through beta with alpha, on transposed (K-contiguous) operands
+            at, bt = cupy.asarray(np.ascontiguousarray(a.T)), cupy.asarray(np.ascontiguousarray(b.T))
+            c0 = _data(rng, (m, n), out_dtype)
+            out = cupy.asarray(c0)
+            pyblasgemm.gemm("T", "T", at, bt, out, alpha=2, beta=-1, scale_a=cupy.asarray(sa),
+                            scale_b=cupy.asarray(sb))
+            v = 2 * sa[:, None].astype(np.float64) * sb * exact - c0.astype(np.float64)
+            _check(out, v, None, np.abs(v) + 1, (cfg.name, "beta", last_route(), out_dtype))
+
+
+def _expert_case(rng, dtype, sizes, k, n, out_dtype=None):
+    rows = sum(sizes)
+    if dtype == np.int8:
+        a, b = _int8(rng, (rows, k)), _int8(rng, (len(sizes), k, n))
+    else:
+        a, b = _data(rng, (rows, k), dtype), _data(rng, (len(sizes), k, n), dtype)
+    return a, b, np.cumsum(sizes).tolist()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("act", [None, "gelu", "silu"])
+def test_grouped_expert_form_is_one_persistent_launch(dtype, act):
+    """Ragged experts (0 rows, 1, 7, 200, 1000), bias and activation fused, NaN-poisoned
+    output: every group against float64, one launch (the route), repeatable."""
+    import cupy
+
+    from pyblasgemm.epilogue import last_route
+
+    rng = np.random.default_rng(41)
+    sizes = [0, 1, 7, 200, 0, 1000, 33]
+    k, n = 264, 136
+    a, b, ends = _expert_case(rng, dtype, sizes, k, n)
+    bias = _data(rng, (len(sizes), n), dtype) if act else None
+    out = cupy.full((a.shape[0], n), np.nan, dtype)
+    kw = dict(offsets=ends, out=out, activation=act, bias=None if bias is None else cupy.asarray(bias))
+    y = pyblasgemm.grouped_matmul(cupy.asarray(a), cupy.asarray(b), **kw)
+    assert "grouped kernel" in last_route() and "one persistent launch" in last_route(), last_route()
+    start = 0
+    for g, end in enumerate(ends):
+        x64, w64 = a[start:end].astype(np.float64), b[g].astype(np.float64)
+        v = x64 @ w64 + (0 if bias is None else bias[g].astype(np.float64))
+        _check(to_host(y)[start:end], v, act, np.abs(x64) @ np.abs(w64) + 1, (g, act, dtype))
+        start = end
+    again = pyblasgemm.grouped_matmul(cupy.asarray(a), cupy.asarray(b), **dict(kw, out=None))
+    assert cupy.array_equal(again, y)
+
+
+def test_grouped_list_form_sizes_alignments_and_k_zero():
+    """Problems of different shapes in one launch: 1 x 1, prime sizes, a K whose rows are not
+    16-byte multiples (the scalar operand path for the launch), K = 0 (bias alone), an empty
+    problem; against float64."""
+    import cupy
+
+    from pyblasgemm.epilogue import last_route
+
+    rng = np.random.default_rng(42)
+    shapes = [(1, 1, 1), (13, 36, 17), (129, 100, 257), (0, 5, 8), (31, 0, 8), (300, 520, 72)]
+    xs = [_data(rng, (m, k), np.float16) for m, k, n in shapes]
+    ws = [_data(rng, (k, n), np.float16) for m, k, n in shapes]
+    bs = [_data(rng, (n,), np.float16) for m, k, n in shapes]
+    outs = [cupy.full((m, n), np.nan, np.float16) for m, k, n in shapes]
+    got = pyblasgemm.grouped_matmul([cupy.asarray(x) for x in xs], [cupy.asarray(w) for w in ws],
+                                    bias=[cupy.asarray(v) for v in bs], activation="relu", out=outs)
+    assert "grouped kernel" in last_route(), last_route()
+    for (m, k, n), x, w, bv, y in zip(shapes, xs, ws, bs, got):
+        x64, w64 = x.astype(np.float64), w.astype(np.float64)
+        _check(y, x64 @ w64 + bv.astype(np.float64), "relu", np.abs(x64) @ np.abs(w64) + 1, (m, k, n))
+
+
+def test_grouped_int8_exact_and_dequantized():
+    """int8 experts: the int32 products exactly; and dequantized to bfloat16 with scales and
+    bias fused, against float64."""
+    import cupy
+
+    from pyblasgemm.epilogue import last_route
+
+    rng = np.random.default_rng(43)
+    sizes, k, n = [5, 0, 64, 300], 128, 72
+    a, b, ends = _expert_case(rng, np.int8, sizes, k, n)
+    y = pyblasgemm.grouped_matmul(cupy.asarray(a), cupy.asarray(b), offsets=ends)
+    assert "grouped kernel" in last_route() and y.dtype == np.int32, last_route()
+    start = 0
+    for g, end in enumerate(ends):
+        np.testing.assert_array_equal(to_host(y)[start:end],
+                                      a[start:end].astype(np.int64) @ b[g].astype(np.int64))
+        start = end
+    sa = rng.uniform(1e-3, 1e-2, a.shape[0]).astype(np.float32)
+    sb = rng.uniform(1e-3, 1e-2, (len(sizes), n)).astype(np.float32)
+    bias = _data(rng, (len(sizes), n), ml_dtypes.bfloat16)
+    y = pyblasgemm.grouped_matmul(cupy.asarray(a), cupy.asarray(b), offsets=ends, scale_a=cupy.asarray(sa),
+                                  scale_b=cupy.asarray(sb), bias=cupy.asarray(bias), activation="gelu",
+                                  dtype=ml_dtypes.bfloat16)
+    assert "grouped kernel" in last_route() and "fused" in last_route(), last_route()
+    start = 0
+    for g, end in enumerate(ends):
+        exact = a[start:end].astype(np.float64) @ b[g].astype(np.float64)
+        v = sa[start:end, None].astype(np.float64) * sb[g].astype(np.float64) * exact + bias[g].astype(np.float64)
+        _check(to_host(y)[start:end], v, "gelu", np.abs(v) + 1, (g, "dequant"))
+        start = end
