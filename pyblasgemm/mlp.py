@@ -1,19 +1,21 @@
 """The back-to-back product of a feed-forward layer: ``activation(x @ w1 + b1) @ w2 + b2``.
 
-The seed design fuses it into one kernel: each CTA computes its rows of the intermediate
-``h = activation(x @ w1 + b1)``, keeps them in shared memory as the second product's ``A``
-(only ``w2`` is read from global memory), and writes only ``y``. That is possible while a CTA's
-slice of ``h`` (its rows x the hidden width) fits on chip; wider layers are two GEMMs with
-fused epilogues.
+On a GPU it runs as one kernel (``kernels/include/pyblasgemm/impls/sm80_fused_mlp.cuh``,
+mma.sync, sm_80 and newer): each CTA computes its 64 rows of the intermediate
+``h = activation(x @ w1 + b1)`` into shared memory, keeps them there as the second product's
+``A`` (only ``w2`` is read from global memory) and writes only ``y``. That is possible while a
+CTA's slice of ``h`` (64 rows x the hidden width, plus padding and a 40.5 KB operand ring)
+fits in the device's shared memory (hidden <= 1472 on H100 / H200, <= 960 on A100), the
+operands are float16 or bfloat16 CuPy arrays, C-contiguous and 16-byte aligned, and the
+features, hidden and output widths are multiples of 8. Otherwise it is two GEMMs with fused
+epilogues (:func:`pyblasgemm.matmul` with ``bias=``, ``activation=`` and ``dtype=``), and always
+on the host (NumPy). :func:`mlp_plan` says which and why.
 
-Semantics (whichever way it runs): ``h`` is rounded to the layer's dtype (``x``'s: float16 or
-bfloat16 keep the intermediate in 16 bits, as the on-chip tile would), each product
-accumulates in float32, and ``y`` has ``x``'s dtype.
-
-How it runs today: as two products with epilogues (:func:`pyblasgemm.matmul` with ``bias=``,
-``activation=`` and ``dtype=``; on a GPU each fused in its GEMM where
-:func:`pyblasgemm.epilogue.last_route` says so); :func:`mlp_plan` says so. The on-chip kernel
-is the next step.
+Semantics (whichever way it runs): ``h`` is computed in float32 and rounded once to the
+layer's dtype (``x``'s: float16 or bfloat16 keep the intermediate in 16 bits, as the on-chip
+tile does), each product accumulates in float32, ``y`` is rounded once to ``x``'s dtype. NaN
+and Inf propagate as in the unfused sequence (a NaN in a row of ``x`` reaches only that row of
+``y``).
 
 Example
 -------
@@ -29,54 +31,122 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from . import _arrays
+from .kernels import mlp_kernel as _kernel
 
 __all__ = ["fused_mlp", "mlp_plan", "MlpPlan"]
 
-#: shared memory a CTA can give the intermediate tile on sm_80 / sm_90 (of 227 KB): what is
-#: left after a 3-stage 128 x 64 operand ring for the second product (~48 KB)
-ON_CHIP_BYTES = 160 * 1024
-#: the rows of x one CTA would own in the on-chip kernel
-ROWS_PER_CTA = 64
+#: the rows of x one CTA owns in the on-chip kernel (the kernel's kMlpBM)
+ROWS_PER_CTA = _kernel.BM
+#: shared memory the on-chip kernel can give a CTA's rows of h (padding included) on sm_90
+#: (H100 / H200): the 227 KB a block may opt in to, less the kernel's 40.5 KB operand ring
+ON_CHIP_BYTES = _kernel.SMEM_OPTIN["sm_90"] - _kernel.RING_BYTES
+#: what :func:`mlp_plan` assumes without a device: an H100 SXM (132 SMs, 227 KB per block)
+DEFAULT_SM_COUNT = 132
+
+ON_CHIP = "on-chip back-to-back kernel"
+TWO_GEMMS = "two GEMMs with fused epilogues"
+METHODS = (None, "on_chip", "two_gemms")
 
 
 class MlpPlan(NamedTuple):
     """How :func:`fused_mlp` runs one layer."""
 
-    on_chip_fits: bool      # a CTA's rows of h (ROWS_PER_CTA x hidden) fit in ON_CHIP_BYTES
-    kernel: str             # what runs now
+    on_chip_fits: bool      # the on-chip kernel runs it (every bound of kernels.mlp_kernel.fits)
+    kernel: str             # what runs
     reason: str
+    smem_bytes: int = 0     # the on-chip kernel's dynamic shared memory per CTA (0: not used)
+    n2_splits: int = 0      # CTAs per block of 64 rows (grid dimension y; 0: not used)
 
     def explain(self) -> str:
         return f"{self.kernel}: {self.reason}"
 
 
-def mlp_plan(tokens: int, features: int, hidden: int, out_features: int, dtype="float16") -> MlpPlan:
-    """The plan of a layer (no arrays needed).
+def _dtype_name(dtype) -> str:
+    return _kernel.dtype_name(dtype)
+
+
+def mlp_plan(tokens: int, features: int, hidden: int, out_features: int, dtype="float16", *,
+             max_smem: int | None = None, sm_count: int | None = None) -> MlpPlan:
+    """The plan of a layer on a GPU (no arrays needed): the on-chip kernel when its bounds hold
+    (:func:`pyblasgemm.kernels.mlp_kernel.fits`), with its shared memory and grid; else two
+    GEMMs and the bound that failed. ``max_smem`` (the opt-in shared memory per block) and
+    ``sm_count`` default to an H100's (232448 B, 132 SMs); :func:`fused_mlp` passes the
+    device's own. The arrays' own conditions (CuPy, C-contiguous, 16-byte aligned) are checked
+    by :func:`fused_mlp`.
 
     >>> print(mlp_plan(16, 4096, 11008, 4096).explain())   # doctest: +NORMALIZE_WHITESPACE
     two GEMMs with fused epilogues: a CTA's 64 rows of h are 64 x 11008 x 2 B = 1376 KB, more
-    than the 160 KB of shared memory the on-chip kernel would give them
+    than the 186 KB of shared memory the on-chip kernel can give them (hidden <= 1472 fits)
+    >>> print(mlp_plan(16, 1024, 1024, 1024).explain())    # doctest: +NORMALIZE_WHITESPACE
+    on-chip back-to-back kernel: grid 1 x 8 (64 rows of x per CTA; N2 = 1024 in 8 splits of
+    128 columns, each recomputing its rows of h), 173568 B of shared memory (64 rows x (1024 +
+    8) x 2 B of h + 41472 B operand ring) of the 232448 B available
     """
-    import numpy as np
+    max_smem = _kernel.SMEM_OPTIN["sm_90"] if max_smem is None else int(max_smem)
+    sm_count = DEFAULT_SM_COUNT if sm_count is None else int(sm_count)
+    name = _dtype_name(dtype)
+    ok, why = _kernel.fits(tokens, features, hidden, out_features, name, max_smem)
+    if ok:
+        splits = _kernel.choose_n2_splits(tokens, out_features, sm_count)
+        grid_m = -(-tokens // ROWS_PER_CTA)
+        chunks = -(-out_features // _kernel.CHUNK)
+        per = -(-chunks // splits) * _kernel.CHUNK
+        share = (f"N2 = {out_features} in {splits} splits of {per} columns, each recomputing its rows of h"
+                 if splits > 1 else f"all {out_features} columns of y")
+        return MlpPlan(True, ON_CHIP, f"grid {grid_m} x {splits} ({ROWS_PER_CTA} rows of x per CTA; {share}), {why}",
+                       _kernel.smem_bytes(hidden), splits)
+    if name in _kernel.DTYPES and _kernel.smem_bytes(hidden) > max_smem and hidden % 8 == 0:
+        tile = ROWS_PER_CTA * hidden * 2
+        why = (f"a CTA's {ROWS_PER_CTA} rows of h are {ROWS_PER_CTA} x {hidden} x 2 B = {tile // 1024} KB, more "
+               f"than the {(max_smem - _kernel.RING_BYTES) // 1024} KB of shared memory the on-chip kernel can "
+               f"give them (hidden <= {_kernel.max_hidden(max_smem)} fits)")
+    return MlpPlan(False, TWO_GEMMS, why)
 
-    size = np.dtype(dtype).itemsize if not isinstance(dtype, str) or dtype != "bfloat16" else 2
-    tile = ROWS_PER_CTA * hidden * size
-    fits = tile <= ON_CHIP_BYTES
-    if fits:
-        return MlpPlan(True, "two GEMMs with fused epilogues",
-                       f"a CTA's {ROWS_PER_CTA} rows of h ({tile // 1024} KB) would fit on chip; "
-                       f"the on-chip back-to-back kernel is not built yet")
-    return MlpPlan(False, "two GEMMs with fused epilogues",
-                   f"a CTA's {ROWS_PER_CTA} rows of h are {ROWS_PER_CTA} x {hidden} x {size} B = "
-                   f"{tile // 1024} KB, more than the {ON_CHIP_BYTES // 1024} KB of shared memory "
-                   f"the on-chip kernel would give them")
+
+def _array_blocker(x, w1, w2, b1, b2, compute, backend) -> str | None:
+    """Why the arrays (not the sizes) keep a call off the on-chip kernel, or None."""
+    arrays = [("x", x), ("w1", w1), ("w2", w2)] + [(n, b) for n, b in (("b1", b1), ("b2", b2)) if b is not None]
+    if not all(_arrays.is_cupy_array(v) for _, v in arrays):
+        host = [n for n, v in arrays if not _arrays.is_cupy_array(v)]
+        return f"{', '.join(host)} not CuPy arrays (the on-chip kernel runs on a GPU)"
+    if compute is not None:
+        return f"compute={compute!r} asks for the GEMMs' arithmetic"
+    if backend not in (None, "auto", "tensorcore"):
+        return f"backend={backend!r}"
+    dev = x.device.id
+    for n, v in arrays:
+        if v.device.id != dev:
+            return f"{n} is on device {v.device.id}, x on device {dev}"
+        if not v.flags.c_contiguous:
+            return f"{n} is not C-contiguous"
+    for n, v in arrays[:3]:
+        if v.data.ptr % 16:
+            return f"{n} is not 16-byte aligned"
+    for n, b, width in (("b1", b1, w1.shape[1]), ("b2", b2, w2.shape[1])):
+        if b is None:
+            continue
+        if b.dtype != x.dtype:
+            return f"{n} has dtype {b.dtype.name}, the layer {x.dtype.name}"
+        if b.shape not in ((width,), (1, width)):
+            return f"{n} has shape {b.shape}, not ({width},)"
+    return None
+
+
+def _device_plan(x, w2, w1) -> MlpPlan:
+    dev = x.device.id
+    return mlp_plan(x.shape[0], x.shape[1], w1.shape[1], w2.shape[1], x.dtype,
+                    max_smem=_kernel.max_smem(dev), sm_count=_kernel.sm_count(dev))
 
 
 def fused_mlp(x, w1, w2, b1=None, b2=None, activation="gelu", *, compute=None, backend=None,
-              stream=None):
+              stream=None, method=None):
     """``activation(x @ w1 + b1) @ w2 + b2`` for 2-D ``x`` (tokens x features), ``w1``
     (features x hidden), ``w2`` (hidden x out); biases of shapes ``(hidden,)`` and ``(out,)``
     in the layer's dtype. Returns ``x``'s dtype; see the module docstring.
+
+    ``method``: None (the plan decides: the on-chip kernel where it can run, see
+    :func:`mlp_plan`), ``'on_chip'`` (that kernel, or a ValueError saying why it cannot run)
+    or ``'two_gemms'`` (two :func:`pyblasgemm.matmul` calls with fused epilogues).
 
     >>> import numpy as np, pyblasgemm
     >>> x = np.ones((2, 3), np.float16)
@@ -85,7 +155,13 @@ def fused_mlp(x, w1, w2, b1=None, b2=None, activation="gelu", *, compute=None, b
     >>> y, y.dtype
     (array([[13.],
            [13.]], dtype=float16), dtype('float16'))
+    >>> pyblasgemm.fused_mlp(x, np.ones((3, 4), np.float16), np.ones((4, 1), np.float16),
+    ...                      method="on_chip")
+    Traceback (most recent call last):
+        ...
+    ValueError: fused_mlp: method='on_chip' cannot run: x, w1, w2 not CuPy arrays (the on-chip kernel runs on a GPU)
     """
+    from .epilogue import check_activation
     from .matmul import matmul
 
     r = "fused_mlp"
@@ -96,9 +172,37 @@ def fused_mlp(x, w1, w2, b1=None, b2=None, activation="gelu", *, compute=None, b
             raise TypeError(f"{r}: {name} has dtype {v.dtype.name}; the layer is {x.dtype.name}")
     if x.shape[1] != w1.shape[0] or w1.shape[1] != w2.shape[0]:
         raise ValueError(f"{r}: x {x.shape} @ w1 {w1.shape} @ w2 {w2.shape}: inner sizes differ")
+    if method not in METHODS:
+        raise ValueError(f"{r}: method={method!r} is not one of {', '.join(map(repr, METHODS))}")
+    act = check_activation(r, activation)
+    if method != "two_gemms":
+        why = _array_blocker(x, w1, w2, b1, b2, compute, backend)
+        plan = None
+        if why is None:
+            plan = _device_plan(x, w2, w1)
+            if not plan.on_chip_fits:
+                why = plan.reason
+        if why is not None and method == "on_chip":
+            raise ValueError(f"{r}: method='on_chip' cannot run: {why}")
+        if why is None:
+            return _run_on_chip(x, w1, w2, b1, b2, 0 if act is None else act.code, plan.n2_splits, stream)
     # matmul, not gemm: a repeated layer replays each product's launch from its call signature
     # (H100, 4096 x 1024 -> 1024 -> 1024: two gemm calls through their full path took 249 µs,
     # host-bound, against 63 µs for PyTorch's four launches)
     kw = dict(compute=compute, backend=backend, stream=stream, dtype=x.dtype)
     h = matmul(x, w1, bias=b1, activation=activation, **kw)
     return matmul(h, w2, bias=b2, **kw)
+
+
+def _run_on_chip(x, w1, w2, b1, b2, code: int, n2_splits: int, stream):
+    import cupy
+
+    from . import streams
+
+    handle = streams.handle(stream)
+    with cupy.cuda.Device(x.device.id), streams.on(handle):
+        y = cupy.empty((x.shape[0], w2.shape[1]), x.dtype)   # on the launch's stream (pool order)
+        _kernel.launch(x.data.ptr, w1.data.ptr, 0 if b1 is None else b1.data.ptr, w2.data.ptr,
+                       0 if b2 is None else b2.data.ptr, y.data.ptr, x.shape[0], x.shape[1], w1.shape[1],
+                       w2.shape[1], x.dtype, code, n2_splits, handle, x.device.id)
+    return y
