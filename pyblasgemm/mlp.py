@@ -7,8 +7,9 @@ mma.sync, sm_80 and newer): each CTA computes its 64 rows of the intermediate
 CTA's slice of ``h`` (64 rows x the hidden width, plus padding and a 40.5 KB operand ring)
 fits in the device's shared memory (hidden <= 1472 on H100 / H200, <= 960 on A100), the
 operands are float16 or bfloat16 CuPy arrays, C-contiguous and 16-byte aligned, and the
-features, hidden and output widths are multiples of 8. Otherwise it is two GEMMs with fused
-epilogues (:func:`pyblasgemm.matmul` with ``bias=``, ``activation=`` and ``dtype=``), and always
+features, hidden and output widths are multiples of 8; ``method='on_chip'`` runs it. It is
+not the default: measured slower than two fused GEMMs (:data:`ON_CHIP_MEASURED`). By default,
+and where it cannot run, the layer is two GEMMs with fused epilogues (:func:`pyblasgemm.matmul` with ``bias=``, ``activation=`` and ``dtype=``), and always
 on the host (NumPy). :func:`mlp_plan` says which and why.
 
 Semantics (whichever way it runs): ``h`` is computed in float32 and rounded once to the
@@ -44,6 +45,10 @@ ON_CHIP_BYTES = _kernel.SMEM_OPTIN["sm_90"] - _kernel.RING_BYTES
 DEFAULT_SM_COUNT = 132
 
 ON_CHIP = "on-chip back-to-back kernel"
+#: why the on-chip kernel is not the default (bench/results/fusion_h100_2026-11-24_9ae9d89.json)
+ON_CHIP_MEASURED = ("on an H100 at 4096 x 1024 -> 1024 -> 1024 it ran at 0.19x of PyTorch's "
+                    "sequence, two fused GEMMs at 0.66x (its mma.sync mainloop reaches half the "
+                    "wgmma peak, and each N2 split recomputes its rows of h)")
 TWO_GEMMS = "two GEMMs with fused epilogues"
 METHODS = (None, "on_chip", "two_gemms")
 
@@ -67,9 +72,9 @@ def _dtype_name(dtype) -> str:
 
 def mlp_plan(tokens: int, features: int, hidden: int, out_features: int, dtype="float16", *,
              max_smem: int | None = None, sm_count: int | None = None) -> MlpPlan:
-    """The plan of a layer on a GPU (no arrays needed): the on-chip kernel when its bounds hold
-    (:func:`pyblasgemm.kernels.mlp_kernel.fits`), with its shared memory and grid; else two
-    GEMMs and the bound that failed. ``max_smem`` (the opt-in shared memory per block) and
+    """The plan of a layer on a GPU (no arrays needed): two GEMMs with fused epilogues, and
+    whether the on-chip kernel's bounds hold (:func:`pyblasgemm.kernels.mlp_kernel.fits`: then
+    its shared memory and grid, what ``method='on_chip'`` runs) or which bound failed. ``max_smem`` (the opt-in shared memory per block) and
     ``sm_count`` default to an H100's (232448 B, 132 SMs); :func:`fused_mlp` passes the
     device's own. The arrays' own conditions (CuPy, C-contiguous, 16-byte aligned) are checked
     by :func:`fused_mlp`.
@@ -77,10 +82,8 @@ def mlp_plan(tokens: int, features: int, hidden: int, out_features: int, dtype="
     >>> print(mlp_plan(16, 4096, 11008, 4096).explain())   # doctest: +NORMALIZE_WHITESPACE
     two GEMMs with fused epilogues: a CTA's 64 rows of h are 64 x 11008 x 2 B = 1376 KB, more
     than the 186 KB of shared memory the on-chip kernel can give them (hidden <= 1472 fits)
-    >>> print(mlp_plan(16, 1024, 1024, 1024).explain())    # doctest: +NORMALIZE_WHITESPACE
-    on-chip back-to-back kernel: grid 1 x 8 (64 rows of x per CTA; N2 = 1024 in 8 splits of
-    128 columns, each recomputing its rows of h), 173568 B of shared memory (64 rows x (1024 +
-    8) x 2 B of h + 41472 B operand ring) of the 232448 B available
+    >>> print(mlp_plan(16, 1024, 1024, 1024).explain())    # doctest: +ELLIPSIS
+    two GEMMs with fused epilogues: the on-chip back-to-back kernel fits (grid 1 x 8: ...) but is not the default: ...
     """
     max_smem = _kernel.SMEM_OPTIN["sm_90"] if max_smem is None else int(max_smem)
     sm_count = DEFAULT_SM_COUNT if sm_count is None else int(sm_count)
@@ -93,8 +96,10 @@ def mlp_plan(tokens: int, features: int, hidden: int, out_features: int, dtype="
         per = -(-chunks // splits) * _kernel.CHUNK
         share = (f"N2 = {out_features} in {splits} splits of {per} columns, each recomputing its rows of h"
                  if splits > 1 else f"all {out_features} columns of y")
-        return MlpPlan(True, ON_CHIP, f"grid {grid_m} x {splits} ({ROWS_PER_CTA} rows of x per CTA; {share}), {why}",
-                       _kernel.smem_bytes(hidden), splits)
+        return MlpPlan(True, TWO_GEMMS,
+                       f"the {ON_CHIP} fits (grid {grid_m} x {splits}: {ROWS_PER_CTA} rows of x per CTA; "
+                       f"{share}; {why}) but is not the default: {ON_CHIP_MEASURED}; method='on_chip' "
+                       f"runs it", _kernel.smem_bytes(hidden), splits)
     if name in _kernel.DTYPES and _kernel.smem_bytes(hidden) > max_smem and hidden % 8 == 0:
         tile = ROWS_PER_CTA * hidden * 2
         why = (f"a CTA's {ROWS_PER_CTA} rows of h are {ROWS_PER_CTA} x {hidden} x 2 B = {tile // 1024} KB, more "
@@ -144,9 +149,9 @@ def fused_mlp(x, w1, w2, b1=None, b2=None, activation="gelu", *, compute=None, b
     (features x hidden), ``w2`` (hidden x out); biases of shapes ``(hidden,)`` and ``(out,)``
     in the layer's dtype. Returns ``x``'s dtype; see the module docstring.
 
-    ``method``: None (the plan decides: the on-chip kernel where it can run, see
-    :func:`mlp_plan`), ``'on_chip'`` (that kernel, or a ValueError saying why it cannot run)
-    or ``'two_gemms'`` (two :func:`pyblasgemm.matmul` calls with fused epilogues).
+    ``method``: None (the plan decides: today always two GEMMs, see :func:`mlp_plan`),
+    ``'on_chip'`` (the on-chip kernel, or a ValueError saying why it cannot run) or
+    ``'two_gemms'`` (two :func:`pyblasgemm.matmul` calls with fused epilogues).
 
     >>> import numpy as np, pyblasgemm
     >>> x = np.ones((2, 3), np.float16)
@@ -175,7 +180,7 @@ def fused_mlp(x, w1, w2, b1=None, b2=None, activation="gelu", *, compute=None, b
     if method not in METHODS:
         raise ValueError(f"{r}: method={method!r} is not one of {', '.join(map(repr, METHODS))}")
     act = check_activation(r, activation)
-    if method != "two_gemms":
+    if method == "on_chip" or method is None and _arrays.is_cupy_array(x):
         why = _array_blocker(x, w1, w2, b1, b2, compute, backend)
         plan = None
         if why is None:
@@ -184,7 +189,7 @@ def fused_mlp(x, w1, w2, b1=None, b2=None, activation="gelu", *, compute=None, b
                 why = plan.reason
         if why is not None and method == "on_chip":
             raise ValueError(f"{r}: method='on_chip' cannot run: {why}")
-        if why is None:
+        if why is None and (method == "on_chip" or plan.kernel == ON_CHIP):
             return _run_on_chip(x, w1, w2, b1, b2, 0 if act is None else act.code, plan.n2_splits, stream)
     # matmul, not gemm: a repeated layer replays each product's launch from its call signature
     # (H100, 4096 x 1024 -> 1024 -> 1024: two gemm calls through their full path took 249 µs,
