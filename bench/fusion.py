@@ -19,7 +19,8 @@ Cases (the issue's targets):
   (4096 x 1024 -> 1024 -> 1024) and where it would not (16 x 4096 -> 11008 -> 4096);
 * grouped (mixture of experts, bfloat16, N = K = 4096, M per expert drawn from 0..2048 with a
   fixed seed): ``grouped_matmul(a, b, offsets=)`` against a loop of ``torch.matmul`` and
-  ``torch._grouped_mm`` where it runs, for 8 and 64 experts.
+  ``torch._grouped_mm`` where it runs, for 8 and 64 experts; and 64 small experts (M 0..64,
+  N = K = 1024), where the loop is host-bound.
 
 Each contender's output is compared with the fastest PyTorch sequence's first (max relative
 error over the whole output) before it is timed. Steady: CUDA events around back-to-back
@@ -139,7 +140,9 @@ def bias_gelu(gpu, m, n, k, dtype) -> dict:
     tol = 2.0**-8 * 4 if dtype == "bfloat16" else 2.0**-11 * 4
     row = _contend(gpu, ours, theirs, tol)
     pb.matmul(x, w, bias=b, activation="gelu")
-    row["route"] = pb.epilogue.last_route()
+    from pyblasgemm.epilogue import last_route
+
+    row["route"] = last_route()
     return row
 
 
@@ -158,7 +161,9 @@ def bias_gelu_tanh(gpu, m, n, k) -> dict:
     ours = {"pyblasgemm matmul(bias, gelu_tanh)": lambda: pb.matmul(x, w, bias=b, activation="gelu_tanh")}
     row = _contend(gpu, ours, theirs, 2.0**-11 * 8)
     pb.matmul(x, w, bias=b, activation="gelu_tanh")
-    row["route"] = pb.epilogue.last_route()
+    from pyblasgemm.epilogue import last_route
+
+    row["route"] = last_route()
     return row
 
 
@@ -207,11 +212,11 @@ def mlp(gpu, t, f, h, o) -> dict:
     return row
 
 
-def grouped(gpu, experts, seed=5) -> dict:
+def grouped(gpu, experts, seed=5, max_rows=2048, width=4096) -> dict:
     cp, torch, pb = gpu.cp, gpu.torch, gpu.pb
-    sizes = np.random.default_rng(seed).integers(0, 2049, experts)
+    sizes = np.random.default_rng(seed).integers(0, max_rows + 1, experts)
     ends = np.cumsum(sizes)
-    k = n = 4096
+    k = n = width
     a = cp.random.uniform(-1, 1, (int(ends[-1]), k), dtype=cp.float32).astype(ml_dtypes.bfloat16)
     b = (cp.random.uniform(-1, 1, (experts, k, n), dtype=cp.float32) / 64).astype(ml_dtypes.bfloat16)
     ta, tb = gpu.t(a), gpu.t(b)
@@ -230,12 +235,17 @@ def grouped(gpu, experts, seed=5) -> dict:
         theirs["torch._grouped_mm"] = lambda: torch._grouped_mm(ta, tb, offs=offs)
     ours = {"pyblasgemm grouped_matmul": lambda: pb.grouped_matmul(a, b, offsets=ends)}
     row = _contend(gpu, ours, theirs, 2.0**-8 * 8)
-    row["tokens"] = int(ends[-1])
+    row["tokens"], row["max_rows"], row["width"] = int(ends[-1]), max_rows, width
+    pb.grouped_matmul(a, b, offsets=ends)
+    from pyblasgemm.epilogue import last_route
+
+    row["route"] = last_route()
     return row
 
 
 def _label(c) -> str:
-    shape = {"grouped experts": lambda: f"{c['experts']} experts",
+    shape = {"grouped experts": lambda: f"{c['experts']} experts" + (
+                 f" (M<={c['max_rows']}, {c['width']})" if c.get("max_rows", 2048) != 2048 else ""),
              "fused_mlp gelu": lambda: f"{c['tokens']}x{c['features']}->{c['hidden']}"}.get(
         c["case"], lambda: f"{c['m']}x{c['n']}x{c['k']}")()
     return f"{c['case']} {c.get('dtype', '')} {shape}"
@@ -304,10 +314,13 @@ def main(argv=None) -> int:
                "out": o, **mlp(gpu, t, f, h, o)}
         doc["cases"].append(row)
         print(row["case"], t, f, h, o, {key: v for key, v in row.items() if key.startswith("ratio")}, flush=True)
-    for experts in ((8,) if args.quick else (8, 64)):
-        row = {"case": "grouped experts", "dtype": "bfloat16", "experts": experts, **grouped(gpu, experts)}
+    for experts, max_rows, width in (((8, 2048, 4096),) if args.quick else
+                                     ((8, 2048, 4096), (64, 2048, 4096), (64, 64, 1024))):
+        row = {"case": "grouped experts", "dtype": "bfloat16", "experts": experts,
+               **grouped(gpu, experts, max_rows=max_rows, width=width)}
         doc["cases"].append(row)
-        print(row["case"], experts, {key: v for key, v in row.items() if key.startswith("ratio")}, flush=True)
+        print(row["case"], experts, max_rows, width, row["route"][:60],
+              {key: v for key, v in row.items() if key.startswith("ratio")}, flush=True)
     pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     pathlib.Path(args.out).write_text(json.dumps(doc, indent=1, default=str))
     print("wrote", args.out)

@@ -506,11 +506,13 @@ def _dequant_launch(desc, code, bias_axis, backend, autotune):
     kw = {} if autotune is None else dict(autotune=autotune)
     plan = plan_for(desc, backend, **kw)
     config = None
-    if plan.backend == "tensorcore" and not plan.pack and plan.config is not None and not plan.config.is_sm90:
-        config, spec = plan.config, plan.launch
+    if plan.backend == "tensorcore" and plan.config is not None and not plan.config.is_sm90:
+        # a plan that packs the operands (rows not 16-byte multiples) runs here on the scalar
+        # operand path instead: bound without the packed problem's spec
+        config, spec = plan.config, None if plan.pack else plan.launch
     elif plan.predicted_s is not None and plan.arch is not None:
         ours = [c for c in plan.candidates if c.backend == "tensorcore" and c.config is not None
-                and not c.config.is_sm90 and not c.pack and c.score is not None]
+                and not c.config.is_sm90 and c.score is not None]
         best = min(ours, key=lambda c: c.time, default=None)
         if best is not None and best.time <= plan.predicted_s + _unfused_pass_s(desc, plan.arch):
             config, spec = best.config, None

@@ -218,6 +218,8 @@ _GROUPED_KINDS = {"float16": ("f16", "float16"), "bfloat16": ("bf16", "bfloat16"
 def _row_major_ld(x) -> int | None:
     """Elements between rows of a 2-D array with unit stride along its rows, or None."""
     isz = x.dtype.itemsize
+    if x.size == 0:                 # (CuPy and NumPy give empty arrays zero strides)
+        return max(x.shape[1], 1)
     if x.shape[1] > 1 and x.strides[1] != isz:
         return None
     ld = x.strides[0] // isz if x.shape[0] > 1 else x.shape[1]
