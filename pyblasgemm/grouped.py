@@ -18,9 +18,9 @@ int8 (an int32 result, or dequantized with ``scale_a`` / ``scale_b`` to float).
 How it runs: on a GPU, float16 / bfloat16 / int8 groups of row-major operands (unit stride
 along rows, 16-byte aligned rows or not) can run as **one persistent launch** of our mma.sync
 kernel walking a device-side table of the problems (:mod:`pyblasgemm.kernels.grouped`), with
-the epilogue (bias, activation, int8 dequantization) fused in its store; it is taken where
-the model puts it below the loop (many small groups: the loop's host cost per group is the
-larger) or with ``backend="tensorcore"``; :func:`pyblasgemm.epilogue.last_route` says which. Everything else (other types, other
+the epilogue (bias, activation, int8 dequantization) fused in its store, with
+``backend="tensorcore"``; :func:`pyblasgemm.epilogue.last_route` says which route ran. It is
+not the default: measured far slower than the loop on small experts (see ``_one_launch``). Everything else (other types, other
 layouts, ``backend="cublas"``, a ``compute=`` mode, a result type the kernel does not write)
 runs one planned GEMM per non-empty group, in order, on the arrays' device (nothing is
 copied). Both give gemm's results: each product accumulates in float32 (int32) and is
@@ -190,27 +190,6 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
     return out
 
 
-#: host time of one planned GEMM call in the loop (H100: 16-23 µs measured per call of our
-#: path with an epilogue) and of the grouped launch (its checks, table and launch: ~30 µs)
-LOOP_CALL_S = 20e-6
-ONE_LAUNCH_S = 30e-6
-
-
-def _one_launch_pays(problems, kind: str, device: int) -> bool:
-    """The model's choice between the persistent launch (our mma.sync kernel: its peak) and the
-    loop (one planned call per group: cuBLAS's peak, but host-bound below ~20 µs of work a
-    group): the launch when its time is the smaller. At equal efficiency of both (H100,
-    8-64 experts of up to 2048 x 4096 x 4096: the launch measured 0.43-0.45x of the loop, the
-    mma.sync peak being half the wgmma one) only many small groups pay."""
-    from .planner.arch import arch_for_device
-
-    arch = arch_for_device(device)
-    flops = [2.0 * p.m * p.n * max(p.k, 1) for p in problems]
-    one = sum(flops) / arch.mma_sync_peak(kind) + ONE_LAUNCH_S
-    loop = sum(max(f / arch.best_peak(kind), LOOP_CALL_S) for f in flops)
-    return one < loop
-
-
 #: operand dtype -> (kernel kind, the result dtype it writes without dequantization)
 _GROUPED_KINDS = {"float16": ("f16", "float16"), "bfloat16": ("bf16", "bfloat16"), "int8": ("s8", "int32")}
 
@@ -292,7 +271,11 @@ def _one_launch(pairs, outs, biases, scales_a, scales_b, activation, compute, ba
             bias_ptr=0 if bias is None else _arrays.data_ptr(bias),
             scale_m_ptr=0 if sb is None else _arrays.data_ptr(sb),
             scale_n_ptr=0 if sa is None else _arrays.data_ptr(sa)))
-    if route == "auto" and not _one_launch_pays(problems, kind, dev):
+    if route != "tensorcore":
+        # Not the default yet: 64 experts of M <= 64 (N = K = 1024, bfloat16) ran at 0.018x
+        # of a torch.matmul loop's speed (H200, fusion_h200_2026-11-24_6ba129f.json), where a
+        # peak-rate model predicted a win; not profiled yet (host path: a table row per problem
+        # built field by field, each group's checks; or the kernel)
         return False
     epi = 0
     if dequant or act is not None or biases is not None:

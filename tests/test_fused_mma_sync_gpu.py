@@ -209,7 +209,8 @@ def test_grouped_expert_form_is_one_persistent_launch(dtype, act):
     a, b, ends = _expert_case(rng, dtype, sizes, k, n)
     bias = _data(rng, (len(sizes), n), dtype) if act else None
     out = cupy.full((a.shape[0], n), np.nan, dtype)
-    kw = dict(offsets=ends, out=out, activation=act, bias=None if bias is None else cupy.asarray(bias))
+    kw = dict(offsets=ends, out=out, activation=act, bias=None if bias is None else cupy.asarray(bias),
+              backend="tensorcore")
     y = pyblasgemm.grouped_matmul(cupy.asarray(a), cupy.asarray(b), **kw)
     assert "grouped kernel" in last_route() and "one persistent launch" in last_route(), last_route()
     start = 0
@@ -237,7 +238,8 @@ def test_grouped_list_form_sizes_alignments_and_k_zero():
     bs = [_data(rng, (n,), np.float16) for m, k, n in shapes]
     outs = [cupy.full((m, n), np.nan, np.float16) for m, k, n in shapes]
     got = pyblasgemm.grouped_matmul([cupy.asarray(x) for x in xs], [cupy.asarray(w) for w in ws],
-                                    bias=[cupy.asarray(v) for v in bs], activation="relu", out=outs)
+                                    bias=[cupy.asarray(v) for v in bs], activation="relu", out=outs,
+                                    backend="tensorcore")
     assert "grouped kernel" in last_route(), last_route()
     for (m, k, n), x, w, bv, y in zip(shapes, xs, ws, bs, got):
         x64, w64 = x.astype(np.float64), w.astype(np.float64)
@@ -254,7 +256,7 @@ def test_grouped_int8_exact_and_dequantized():
     rng = np.random.default_rng(43)
     sizes, k, n = [5, 0, 64, 300], 128, 72
     a, b, ends = _expert_case(rng, np.int8, sizes, k, n)
-    y = pyblasgemm.grouped_matmul(cupy.asarray(a), cupy.asarray(b), offsets=ends)
+    y = pyblasgemm.grouped_matmul(cupy.asarray(a), cupy.asarray(b), offsets=ends, backend="tensorcore")
     assert "grouped kernel" in last_route() and y.dtype == np.int32, last_route()
     start = 0
     for g, end in enumerate(ends):
@@ -266,7 +268,7 @@ def test_grouped_int8_exact_and_dequantized():
     bias = _data(rng, (len(sizes), n), ml_dtypes.bfloat16)
     y = pyblasgemm.grouped_matmul(cupy.asarray(a), cupy.asarray(b), offsets=ends, scale_a=cupy.asarray(sa),
                                   scale_b=cupy.asarray(sb), bias=cupy.asarray(bias), activation="gelu",
-                                  dtype=ml_dtypes.bfloat16)
+                                  dtype=ml_dtypes.bfloat16, backend="tensorcore")
     assert "grouped kernel" in last_route() and "fused" in last_route(), last_route()
     start = 0
     for g, end in enumerate(ends):
