@@ -18,9 +18,10 @@ int8 (an int32 result, or dequantized with ``scale_a`` / ``scale_b`` to float).
 How it runs: on a GPU, float16 / bfloat16 / int8 groups of row-major operands (unit stride
 along rows, 16-byte aligned rows or not) can run as **one persistent launch** of our mma.sync
 kernel walking a device-side table of the problems (:mod:`pyblasgemm.kernels.grouped`), with
-the epilogue (bias, activation, int8 dequantization) fused in its store, with
-``backend="tensorcore"``; :func:`pyblasgemm.epilogue.last_route` says which route ran. It is
-not the default: measured far slower than the loop on small experts (see ``_one_launch``). Everything else (other types, other
+the epilogue (bias, activation, int8 dequantization) fused in its store, where the model puts
+it below the loop (many small groups: the loop's host cost per group is the larger; few large
+ones stay a loop of cuBLAS-speed GEMMs) and always with ``backend="tensorcore"``;
+:func:`pyblasgemm.epilogue.last_route` says which route ran. Everything else (other types, other
 layouts, ``backend="cublas"``, a ``compute=`` mode, a result type the kernel does not write)
 runs one planned GEMM per non-empty group, in order, on the arrays' device (nothing is
 copied). Both give gemm's results: each product accumulates in float32 (int32) and is
@@ -140,9 +141,18 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
             xp = _arrays.xp_of(_arrays.array_module_name(x))
             targets.append(out[g] if out is not None else xp.empty((x.shape[0], y.shape[1]),
                                                                    _result_dtype(x.dtype, dtype, dequant)))
-        if _one_launch(list(zip(a, b)), targets, bias, scale_a, scale_b, activation, compute,
-                       backend, stream):
-            return targets
+        if a and _launch_kind(a[0], targets[0].dtype, dequant, compute, backend) is not None:
+            from .epilogue import check
+
+            for g, (x, y) in enumerate(zip(a, b)):         # gemm's checks, before the launch
+                check("grouped_matmul", (x.shape[0], y.shape[1]), (x.shape[0], y.shape[1]), targets[g].dtype,
+                      "cupy", None if bias is None else bias[g], activation, None,
+                      None if scale_a is None else scale_a[g], None if scale_b is None else scale_b[g], x.dtype)
+            if _one_launch(lambda: _list_columns(list(zip(a, b)), targets, bias, scale_a, scale_b,
+                                                 targets[0].dtype),
+                           a[0], targets[0].dtype, bias is not None, dequant, activation, compute, backend,
+                           stream):
+                return targets
         results = []
         for g, (x, y) in enumerate(zip(a, b)):
             target = targets[g]
@@ -171,14 +181,17 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
     elif out.shape != (a.shape[0], n) or out.dtype != result_dtype:
         raise ValueError(f"grouped_matmul: out has shape {out.shape} and dtype {out.dtype.name}; the "
                          f"result is {(a.shape[0], n)} {result_dtype.name}")
-    starts = [0] + ends[:-1]
-    if _one_launch([(a[s:e], b[g]) for g, (s, e) in enumerate(zip(starts, ends))],
-                   [out[s:e] for s, e in zip(starts, ends)],
-                   None if bias is None else [bias[g] for g in range(groups)],
-                   None if scale_a is None else [scale_a[s:e] for s, e in zip(starts, ends)],
-                   None if scale_b is None else [scale_b[g] for g in range(groups)],
-                   activation, compute, backend, stream):
-        return out
+    if groups and a.shape[0] and _launch_kind(a, out.dtype, dequant, compute, backend) is not None:
+        from .epilogue import check
+
+        # gemm's checks of the whole (the per-group vectors share their shapes), before the launch
+        check("grouped_matmul", (a.shape[0], n), (a.shape[0], n), out.dtype, "cupy",
+              None if bias is None else bias[0], activation, None, scale_a,
+              None if scale_b is None else scale_b[0], a.dtype)
+        if _arrays.device_id(b) == _arrays.device_id(out) == _arrays.device_id(a) and b.dtype == a.dtype and \
+                _one_launch(lambda: _expert_columns(a, b, ends, out, bias, scale_a, scale_b), a, out.dtype,
+                            bias is not None, dequant, activation, compute, backend, stream):
+            return out
     start = 0
     for g, end in enumerate(ends):
         if end > start:
@@ -192,6 +205,29 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
 
 #: operand dtype -> (kernel kind, the result dtype it writes without dequantization)
 _GROUPED_KINDS = {"float16": ("f16", "float16"), "bfloat16": ("bf16", "bfloat16"), "int8": ("s8", "int32")}
+#: the model of :func:`_one_launch_pays`. The loop: one planned GEMM per group, at most
+#: LOOP_EFFICIENCY of the chip's best peak (H200: torch.matmul's loop over 8 experts of
+#: ~1000 x 4096 x 4096 reached 0.86), and LOOP_CALL_S of host time per group (H200: our loop
+#: over 62 small experts, 40 µs a group). The launch: GROUPED_EFFICIENCY of the mma.sync peak
+#: (H200, the 8 experts above: 0.55) plus ONE_LAUNCH_S of host time (checks, table, launch).
+LOOP_EFFICIENCY = 0.85
+LOOP_CALL_S = 40e-6
+GROUPED_EFFICIENCY = 0.55
+ONE_LAUNCH_S = 60e-6
+
+
+def _one_launch_pays(cols: dict, kind: str, device: int) -> bool:
+    """Whether the model puts the persistent launch below the loop: many small groups (the
+    loop is host-bound), not a few large ones (cuBLAS's wgmma beats our mma.sync mainloop)."""
+    from .planner.arch import arch_for_device
+
+    arch = arch_for_device(device)
+    m, n, k = (np.asarray(cols[c], np.float64) for c in ("m", "n", "k"))
+    flops = 2.0 * m * n * np.maximum(k, 1.0)
+    live = (m > 0) & (n > 0)
+    one = flops.sum() / (GROUPED_EFFICIENCY * arch.mma_sync_peak(kind)) + ONE_LAUNCH_S
+    loop = np.maximum(flops / (LOOP_EFFICIENCY * arch.best_peak(kind)), LOOP_CALL_S)[live].sum()
+    return one < loop
 
 
 def _row_major_ld(x) -> int | None:
@@ -205,86 +241,134 @@ def _row_major_ld(x) -> int | None:
     return max(ld, x.shape[1], 1) if x.strides[0] % isz == 0 and x.strides[0] >= 0 else None
 
 
-def _one_launch(pairs, outs, biases, scales_a, scales_b, activation, compute, backend, stream) -> bool:
-    """Run every (x, w) -> out of ``pairs`` as one persistent grouped launch when the kernel can
-    (see the module docstring); False leaves them to the caller's loop. Each group's epilogue
-    is checked as gemm checks it before anything is launched. Row-major ``out = x @ w`` is the
-    kernel's column-major ``outᵀ = wᵀ xᵀ``: its m is n, its n the group's rows, the bias is per
-    m index, ``scale_b`` per m, ``scale_a`` per n."""
-    from . import epilogue
-    from ._layout import may_overlap
+def _launch_kind(x0, out_dtype, dequant, compute, backend):
+    """(kernel kind, route) when the grouped kernel can compute these types, else None."""
     from .planner.overrides import current_settings
 
-    if not pairs or _arrays.array_module_name(pairs[0][0]) != "cupy" or compute is not None:
-        return False
+    if _arrays.array_module_name(x0) != "cupy" or compute is not None:
+        return None
     route = backend if backend is not None else current_settings().backend
-    x0 = pairs[0][0]
     row = _GROUPED_KINDS.get(x0.dtype.name)
     if route not in ("auto", "tensorcore") or row is None:
-        return False
-    kind, plain_out = row
-    dequant = scales_a is not None
-    out_dtype = outs[0].dtype
-    from .kernels.jit import DEQUANT_OUT, epilogue_code
+        return None
+    from .kernels.jit import DEQUANT_OUT
 
-    if dequant and out_dtype.name not in DEQUANT_OUT or not dequant and out_dtype.name != plain_out:
-        return False
+    if dequant and out_dtype.name not in DEQUANT_OUT or not dequant and out_dtype.name != row[1]:
+        return None
+    if _arrays.device_id(x0) != _arrays.current_device():
+        return None
+    return row[0], route
+
+
+def _expert_columns(a, b, ends, out, bias, scale_a, scale_b):
+    """The table columns of the expert form, vectorized from the arrays' addresses and strides
+    (no per-expert views: CuPy makes one in ~5 µs), or None when a layout keeps it off the
+    kernel. Row-major ``out[s:e] = a[s:e] @ b[g]`` is the kernel's ``outᵀ = b[g]ᵀ a[s:e]ᵀ``:
+    its m is n, its n the expert's rows."""
+    from ._layout import may_overlap
+
+    isz, osz = a.dtype.itemsize, out.dtype.itemsize
+    groups, k, n = b.shape
+    if (k > 1 and a.strides[1] != isz) or (n > 1 and (b.strides[2] != isz or out.strides[1] != osz)):
+        return None
+    if min(a.strides[0], b.strides[0], b.strides[1], out.strides[0]) < 0 or may_overlap(out, a) \
+            or may_overlap(out, b):
+        return None
+    ends = np.asarray(ends, np.int64)
+    starts = np.concatenate(([0], ends[:-1]))
+    g = np.arange(groups, dtype=np.int64)
+    lda, ldb, ldc = max(b.strides[1] // isz, n, 1), max(a.strides[0] // isz, k, 1), max(out.strides[0] // osz, n, 1)
+
+    def addr(x, step, index):
+        return (np.uint64(_arrays.data_ptr(x)) + (index * step).astype(np.uint64)) if x is not None else \
+            np.zeros(groups, np.uint64)
+
+    if bias is not None and bias.dtype != out.dtype:
+        return None                 # the kernel reads the bias in the result's type
+    for v in (bias, scale_b):
+        if v is not None and (n > 1 and v.strides[1] != v.dtype.itemsize):
+            return None
+    if scale_a is not None and a.shape[0] > 1 and scale_a.strides[0] != 4:
+        return None
+    cols = dict(A=addr(b, b.strides[0], g), B=addr(a, a.strides[0], starts), C=addr(out, out.strides[0], starts),
+                bias=addr(bias, None if bias is None else bias.strides[0], g),
+                scale_m=addr(scale_b, None if scale_b is None else scale_b.strides[0], g),
+                scale_n=addr(scale_a, 4, starts),
+                lda=np.full(groups, lda), ldb=np.full(groups, ldb), ldc=np.full(groups, ldc),
+                m=np.full(groups, n), n=ends - starts, k=np.full(groups, k))
+    return cols
+
+
+def _list_columns(pairs, outs, biases, scales_a, scales_b, out_dtype):
+    """The table columns of the list form (one entry per problem), or None when a problem's
+    types, devices or layout keep the list off the kernel."""
+    from ._layout import may_overlap
+
+    x0 = pairs[0][0]
     dev = _arrays.device_id(x0)
-    if dev != _arrays.current_device():
-        return False
-    act = epilogue.check_activation("grouped_matmul", activation)
-    problems, vec = [], True
-    osz, eb = out_dtype.itemsize, x0.dtype.itemsize
+    cols = {c: [] for c in ("A", "B", "C", "bias", "scale_m", "scale_n", "lda", "ldb", "ldc", "m", "n", "k")}
     for g, ((x, w), c) in enumerate(zip(pairs, outs)):
         bias = None if biases is None else biases[g]
         sa = None if scales_a is None else scales_a[g]
         sb = None if scales_b is None else scales_b[g]
         rows, k, n = x.shape[0], x.shape[1], w.shape[1]
-        # gemm's own checks of this group, before any launch
-        epilogue.check("grouped_matmul", (rows, n), (rows, n), c.dtype, "cupy", bias, activation, None,
-                       sa, sb, x.dtype)
         if _arrays.array_module_name(x) != "cupy" or _arrays.array_module_name(w) != "cupy" \
                 or _arrays.array_module_name(c) != "cupy" or x.dtype != x0.dtype or w.dtype != x0.dtype \
-                or c.dtype != out_dtype or c.shape != (rows, n):
-            return False
-        if any(_arrays.device_id(v) != dev for v in (x, w, c)):
-            return False
-        if rows == 0 or n == 0:
-            continue
+                or c.dtype != out_dtype or c.shape != (rows, n) \
+                or any(_arrays.device_id(v) != dev for v in (x, w, c)):
+            return None
         lx, lw, lc = _row_major_ld(x), _row_major_ld(w), _row_major_ld(c)
         if None in (lx, lw, lc) or may_overlap(c, x) or may_overlap(c, w):
-            return False
-        if bias is not None and (bias.shape != (n,) or bias.dtype != out_dtype or not bias.flags.c_contiguous):
-            return False
-        for v, length in ((sa, rows), (sb, n)):
-            if v is not None and (v.shape != (length,) or not v.flags.c_contiguous):
-                return False
-        pa, pb, pc = _arrays.data_ptr(w), _arrays.data_ptr(x), _arrays.data_ptr(c)
-        if dequant and (pc % 16 or lc % (16 // osz)):
-            return False
-        vec = vec and pa % 16 == 0 and pb % 16 == 0 and lw % (16 // eb) == 0 and lx % (16 // eb) == 0
-        from .kernels.grouped import GroupedProblem
+            return None
+        if bias is not None and bias.dtype != out_dtype:
+            return None             # the kernel reads the bias in the result's type
+        for v, length in ((bias, n), (sa, rows), (sb, n)):
+            if v is not None and (v.shape not in ((length,), (1, length)) or not v.flags.c_contiguous):
+                return None
+        for name, value in (("A", _arrays.data_ptr(w)), ("B", _arrays.data_ptr(x)), ("C", _arrays.data_ptr(c)),
+                            ("bias", 0 if bias is None else _arrays.data_ptr(bias)),
+                            ("scale_m", 0 if sb is None else _arrays.data_ptr(sb)),
+                            ("scale_n", 0 if sa is None else _arrays.data_ptr(sa)),
+                            ("lda", lw), ("ldb", lx), ("ldc", lc), ("m", n), ("n", rows), ("k", k)):
+            cols[name].append(value)
+    return {name: np.asarray(v, np.uint64 if name in ("A", "B", "C", "bias", "scale_m", "scale_n") else np.int64)
+            for name, v in cols.items()}
 
-        problems.append(GroupedProblem(
-            pa, pb, pc, n, rows, k, lda=lw, ldb=lx, ldc=lc, alpha=1.0 if kind != "s8" or dequant else 1,
-            beta=0.0 if kind != "s8" or dequant else 0,
-            bias_ptr=0 if bias is None else _arrays.data_ptr(bias),
-            scale_m_ptr=0 if sb is None else _arrays.data_ptr(sb),
-            scale_n_ptr=0 if sa is None else _arrays.data_ptr(sa)))
-    if route != "tensorcore":
-        # Not the default yet: 64 experts of M <= 64 (N = K = 1024, bfloat16) ran at 0.018x
-        # of a torch.matmul loop's speed (H200, fusion_h200_2026-11-24_6ba129f.json), where a
-        # peak-rate model predicted a win; not profiled yet (host path: a table row per problem
-        # built field by field, each group's checks; or the kernel)
+
+def _one_launch(cols_of, x0, out_dtype, has_bias, dequant, activation, compute, backend, stream) -> bool:
+    """Run the problems as one persistent grouped launch when the kernel can and the model
+    says it pays (always with ``backend="tensorcore"``); False leaves them to the caller's loop.
+    ``cols_of()`` builds the table columns (None: a layout the kernel does not take). The
+    epilogue has been checked as gemm checks it."""
+    from . import epilogue
+
+    picked = _launch_kind(x0, out_dtype, dequant, compute, backend)
+    if picked is None:
         return False
+    kind, route = picked
+    cols = cols_of()
+    if cols is None or len(cols["m"]) == 0:
+        return False
+    eb, osz = x0.dtype.itemsize, out_dtype.itemsize
+    live = (cols["m"] > 0) & (cols["n"] > 0)
+    if dequant and ((cols["C"] % 16 != 0) | (cols["ldc"] % (16 // osz) != 0))[live].any():
+        return False
+    if route == "auto" and not _one_launch_pays(cols, kind, _arrays.device_id(x0)):
+        return False
+    ve = 16 // eb
+    vec = not ((cols["A"] % 16 != 0) | (cols["B"] % 16 != 0) | (cols["lda"] % ve != 0)
+               | (cols["ldb"] % ve != 0))[live].any()
+    from .kernels.jit import epilogue_code
+
+    act = epilogue.check_activation("grouped_matmul", activation)
     epi = 0
-    if dequant or act is not None or biases is not None:
+    if dequant or act is not None or has_bias:
         epi = epilogue_code(act.code if act else 0, out_dtype.name if dequant else None)
-    bias_axis = "m" if biases is not None else None
+    bias_axis = "m" if has_bias else None
     from .plancache import get_plan_cache
 
     cache = get_plan_cache()
-    key = ("grouped-launch", dev, kind, vec, epi, bias_axis)
+    key = ("grouped-launch", _arrays.device_id(x0), kind, vec, epi, bias_axis)
     launch = cache.get(key)
     if launch is None:
         from .kernels.grouped import GroupedLaunch
@@ -293,8 +377,9 @@ def _one_launch(pairs, outs, biases, scales_a, scales_b, activation, compute, ba
         cache.put(key, launch)
     from . import streams
 
+    is_int = kind == "s8" and not dequant
     with streams.on(None if stream is None else streams.handle(stream)):
-        launch(problems, osz)
-    epilogue._route.last = (f"pyblasgemm grouped kernel {launch.config.name}: {len(problems)} problems in "
+        launch(cols, osz, 1 if is_int else 1.0, 0 if is_int else 0.0)
+    epilogue._route.last = (f"pyblasgemm grouped kernel {launch.config.name}: {int(live.sum())} problems in "
                             f"one persistent launch" + (", the epilogue fused in its store" if epi else ""))
     return True

@@ -169,7 +169,11 @@ def test_int8_dequantized_in_the_mma_sync_store_every_s8_config(monkeypatch, out
                 assert str(e).split(": ")[-1], e
                 continue
             route = last_route()
-            assert "int8 dequantized in its store" in route, (cfg.name, m, n, k, route)
+            if "int8 dequantized in its store" not in route:
+                # only where the planner does not run the forced config for this shape (the
+                # int8 product's description is the transposed one: outᵀ = bᵀ aᵀ)
+                planned = pyblasgemm.plan(n, m, k, "int8", backend="tensorcore")
+                assert planned.config != cfg, (cfg.name, m, n, k, route, planned.explain())
             scale = np.abs(v64) + 1
             _check(got, v64, act, scale, (cfg.name, m, n, k, act, rows, out_dtype))
             _check(pre, v64, None, scale, (cfg.name, m, n, k, "pre", out_dtype))

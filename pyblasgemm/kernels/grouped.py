@@ -11,18 +11,18 @@ leading dimensions, alpha and beta are per problem.
 Example::
 
     launch = GroupedLaunch("f16", "N", "N", vec=True)
-    launch([GroupedProblem(a0, b0, c0, 128, 64, 256, lda=128, ldb=256, ldc=128), ...])
+    launch(dict(A=[a0, a1], B=[b0, b1], C=[c0, c1], m=[128, 64], ...), out_bytes=2)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from .config import KernelConfig, SHIPPED_CONFIGS
 from .mma_sync import BIAS_MODE
 
-__all__ = ["GROUPED_CONFIGS", "PROBLEM_ROW", "GroupedProblem", "GroupedLaunch", "pack_table"]
+__all__ = ["GROUPED_CONFIGS", "PROBLEM_ROW", "COLUMNS", "GroupedLaunch", "pack_table"]
 
 #: kind -> the tile the grouped launch runs. 16-bit: 128 x 128 with 128-byte K rows over 8 warps
 #: (the 4-warp workhorse spills 36 B in the grouped walk: its problem fields come from global
@@ -44,58 +44,42 @@ PROBLEM_ROW = np.dtype({
 })
 
 
-@dataclass(frozen=True)
-class GroupedProblem:
-    """One problem of a grouped launch: column-major ``C (m x n) = alpha·op(A)·op(B) + beta·C``
-    (then the launch's epilogue) with the launch's transposes; pointers are device addresses."""
-
-    a_ptr: int
-    b_ptr: int
-    c_ptr: int
-    m: int
-    n: int
-    k: int
-    lda: int
-    ldb: int
-    ldc: int
-    alpha: float | int = 1
-    beta: float | int = 0
-    bias_ptr: int = 0
-    scale_m_ptr: int = 0
-    scale_n_ptr: int = 0
+#: the per-problem columns a table is built from (arrays or sequences of one length)
+COLUMNS = ("A", "B", "C", "bias", "scale_m", "scale_n", "lda", "ldb", "ldc", "m", "n", "k")
 
 
-def pack_table(problems, config: KernelConfig, is_int: bool, out_bytes: int, bias_mode: int):
-    """(the table as a NumPy array of :data:`PROBLEM_ROW`, total tiles): problems without tiles
-    (m or n = 0) are left out; ``tile_begin`` numbers the tiles problem after problem.
+def pack_table(cols: dict, config: KernelConfig, is_int: bool, out_bytes: int, bias_mode: int,
+               alpha=1, beta=0):
+    """(the table as a NumPy array of :data:`PROBLEM_ROW`, total tiles) from per-problem
+    columns (:data:`COLUMNS`; vectorized, no Python loop over problems): problems without
+    tiles (m or n = 0) are left out; ``tile_begin`` numbers the tiles problem after problem.
+    ``alpha``, ``beta``: one pair for every problem.
 
     >>> cfg = GROUPED_CONFIGS["f16"]
-    >>> rows, tiles = pack_table([GroupedProblem(16, 32, 64, 200, 100, 8, 200, 8, 200),
-    ...                           GroupedProblem(16, 32, 64, 0, 100, 8, 1, 8, 1),
-    ...                           GroupedProblem(16, 32, 64, 128, 300, 8, 128, 8, 128)], cfg, False, 2, 0)
+    >>> cols = dict(A=[16, 16, 16], B=[32] * 3, C=[64] * 3, bias=[0] * 3, scale_m=[0] * 3, scale_n=[0] * 3,
+    ...             lda=[200, 1, 128], ldb=[8] * 3, ldc=[200, 1, 128], m=[200, 0, 128], n=[100, 100, 300], k=[8] * 3)
+    >>> rows, tiles = pack_table(cols, cfg, False, 2, 0)
     >>> rows["tile_begin"].tolist(), rows["m"].tolist(), tiles       # 2 x 1, then 1 x 3 tiles
     ([0, 2], [200, 128], 5)
     """
-    kept = [p for p in problems if p.m > 0 and p.n > 0]
-    rows = np.zeros(len(kept), PROBLEM_ROW)
-    begin = 0
+    m, n = np.asarray(cols["m"], np.int64), np.asarray(cols["n"], np.int64)
+    keep = (m > 0) & (n > 0)
+    tiles = np.where(keep, -(-m // config.bm) * -(-n // config.bn), 0)
+    total = int(tiles.sum())
+    if total >= 2**31:
+        raise ValueError(f"grouped launch: {total} tiles exceed 2^31")
+    rows = np.zeros(int(keep.sum()), PROBLEM_ROW)
+    for name in COLUMNS:
+        rows[name] = np.asarray(cols[name], PROBLEM_ROW.fields[name][0])[keep]
+    rows["tile_begin"] = (np.cumsum(tiles) - tiles)[keep]
+    if is_int:
+        rows["ialpha"], rows["ibeta"] = int(alpha), int(beta)
+    else:
+        rows["alpha"], rows["beta"] = float(alpha), float(beta)
     ov = 16 // out_bytes
-    for i, p in enumerate(kept):
-        r = rows[i]
-        r["A"], r["B"], r["C"], r["bias"] = p.a_ptr, p.b_ptr, p.c_ptr, p.bias_ptr
-        r["scale_m"], r["scale_n"] = p.scale_m_ptr, p.scale_n_ptr
-        r["lda"], r["ldb"], r["ldc"], r["m"], r["n"], r["k"] = p.lda, p.ldb, p.ldc, p.m, p.n, p.k
-        r["tile_begin"] = begin
-        if is_int:
-            r["ialpha"], r["ibeta"] = int(p.alpha), int(p.beta)
-        else:
-            r["alpha"], r["beta"] = float(p.alpha), float(p.beta)
-        r["c_vec"] = int(p.c_ptr % 16 == 0 and p.ldc % ov == 0)
-        r["bias_mode"] = bias_mode
-        begin += -(-p.m // config.bm) * -(-p.n // config.bn)
-    if begin >= 2**31:
-        raise ValueError(f"grouped launch: {begin} tiles exceed 2^31")
-    return rows, begin
+    rows["c_vec"] = (rows["C"] % 16 == 0) & (rows["ldc"] % ov == 0)
+    rows["bias_mode"] = bias_mode
+    return rows, total
 
 
 class GroupedLaunch:
@@ -124,19 +108,22 @@ class GroupedLaunch:
 
         self.ctas = dev.attributes["MultiProcessorCount"] * _occupancy(self.kern, self.config.threads, self.smem)
 
-    def __call__(self, problems, out_bytes: int) -> int:
-        """Launch ``problems`` on CuPy's current stream; returns the number of tiles walked
-        (0: nothing launched)."""
+    def __call__(self, cols: dict, out_bytes: int, alpha=1, beta=0) -> int:
+        """Launch the problems of ``cols`` (:data:`COLUMNS`, column-major, the launch's
+        transposes) on CuPy's current stream; returns the number of tiles walked (0: nothing
+        launched)."""
         import cupy
 
         is_int = self.kind == "s8" and not self.dequant
         if self.dequant:
-            ov = 16 // out_bytes
-            for i, p in enumerate(problems):
-                if p.m and p.n and (p.c_ptr % 16 or p.ldc % ov):
-                    raise ValueError(f"grouped launch: problem {i}'s C (0x{p.c_ptr:x}, ldc={p.ldc}) is not "
-                                     f"16-byte aligned in whole 16-byte columns")
-        rows, tiles = pack_table(problems, self.config, is_int, out_bytes, BIAS_MODE[self.epilogue[1]])
+            c, ldc = np.asarray(cols["C"], np.uint64), np.asarray(cols["ldc"], np.int64)
+            live = (np.asarray(cols["m"]) > 0) & (np.asarray(cols["n"]) > 0)
+            bad = live & ((c % 16 != 0) | (ldc % (16 // out_bytes) != 0))
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ValueError(f"grouped launch: problem {i}'s C (0x{int(c[i]):x}, ldc={int(ldc[i])}) is "
+                                 f"not 16-byte aligned in whole 16-byte columns")
+        rows, tiles = pack_table(cols, self.config, is_int, out_bytes, BIAS_MODE[self.epilogue[1]], alpha, beta)
         if tiles == 0:
             return 0
         table = cupy.empty(rows.nbytes, np.uint8)
