@@ -412,3 +412,27 @@ def test_bound_launch_argument_blocks_match_kernel_signatures():
     red_src = (jit.INCLUDE_DIR / "pyblasgemm/epilogue/splitk_reduce.cuh").read_text()
     assert [width[t] for _, t in launch._arg_ctypes()] == _kernel_params(gemm_src, r"gemm_kernel")
     assert [width[t] for _, t in launch._red_ctypes()] == _kernel_params(red_src, r"splitk_reduce_kernel")
+
+
+def test_grouped_problem_row_matches_the_header_struct():
+    """kernels/grouped.py packs params.cuh's GroupedProblem by hand: same fields, same order,
+    naturally aligned offsets, 128 bytes (the header static_asserts its size)."""
+    import re
+
+    from pyblasgemm.kernels.grouped import PROBLEM_ROW
+
+    src = (jit.INCLUDE_DIR / "pyblasgemm/params.cuh").read_text()
+    body = re.search(r"struct alignas\(16\) GroupedProblem \{(.*?)\};", src, re.S).group(1)
+    fields, offset = [], 0
+    for decl in body.split(";"):
+        decl = " ".join(decl.split())
+        if not decl:
+            continue
+        typ, names = re.match(r"((?:const )?\w+\*?)\s+(.*)", decl).groups()
+        size = 8 if typ.endswith("*") or typ == "i64" else 4
+        for name in (x.strip().lstrip("*") for x in names.split(",")):
+            fields.append((name, offset))
+            offset += size
+    assert offset == 128 == PROBLEM_ROW.itemsize
+    assert [(n, o) for n, o in fields if not n.startswith("reserved")] == \
+        [(n, PROBLEM_ROW.fields[n][1]) for n in PROBLEM_ROW.names]
