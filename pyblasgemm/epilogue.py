@@ -463,12 +463,14 @@ def _dequant_fused(a, b, ta, tb, result, alpha, beta, epi, bias, pre, scale_a, s
     if pre is not None and (pre.strides != result.strides or may_overlap(pre, result)
                             or _arrays.data_ptr(pre) % 16):
         return False
+    if not fresh_c and (may_overlap(result, a) or may_overlap(result, b)):
+        return False            # (checked here: the int32 shadow's extent is not the result's)
     from ._strided import _fast_desc
     from ._types import ROW_BY_DTYPE, resolve_compute
 
     row = ROW_BY_DTYPE[np.dtype(np.int8)]
     fast = _fast_desc("gemm", row, resolve_compute(row, None, "gemm"), ta, tb, a, b,
-                      _int32_shadow(result), 1, 0, 1, (0, 0, 0), m, n, k, fresh_c)
+                      _int32_shadow(result), 1, 0, 1, (0, 0, 0), m, n, k, True)
     if fast is None:
         return False
     desc, first, second, swapped = fast
