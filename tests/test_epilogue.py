@@ -219,6 +219,30 @@ def test_fusion_guide_numbers_are_the_measured_ones():
     assert (root / "docs/_static/perf/fusion_2026-11-24_2e29ae9.png").stat().st_size > 10_000
 
 
+def test_fusion_guide_session_11_numbers_are_the_measured_ones():
+    """The second table and its paragraph quote bench/results/fusion_h100_2026-11-24_9c2145f.json."""
+    import json
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    text = (root / "docs/guide/fusion.rst").read_text()
+    name = "fusion_h100_2026-11-24_9c2145f.json"
+    assert name in text
+    doc = json.loads((root / "bench/results" / name).read_text())
+    assert doc["device"]["name"].startswith("NVIDIA H100") and doc["git_sha"] == "9c2145f"
+    section = text[text.index(name):]
+    for case in doc["cases"]:
+        if "ratio_steady" in case:
+            assert f"{case['ratio_steady']:.2f}" in section, (case["case"], case.get("m"))
+        if "overhead" in case:
+            assert f"+{case['overhead'] * 100:.0f} %" in section
+    small = [c for c in doc["cases"] if c["case"] == "grouped experts"][-1]
+    us = {k: round(v["steady_s"] * 1e6) for k, v in small["contenders"].items()}
+    assert small["route"].startswith("pyblasgemm grouped kernel")
+    assert (f"{us['pyblasgemm grouped_matmul']} µs a call against\n{us['torch loop of matmul']} µs" in section
+            and f"{us['torch._grouped_mm']} µs for ``_grouped_mm``" in section)
+
+
 def test_fusion_guide_follow_up_numbers_are_the_measured_ones():
     """The H100-only follow-up paragraph quotes bench/results/fusion_h100_2026-11-24_d29ef8e.json."""
     import json
