@@ -243,6 +243,21 @@ def test_fusion_guide_session_11_numbers_are_the_measured_ones():
             and f"{us['torch._grouped_mm']} µs for ``_grouped_mm``" in section)
 
 
+def test_fusion_guide_pinned_ring_numbers_are_the_measured_ones():
+    """The grouped launch through pinned buffers: bench/results/fusion_h100_2026-11-24_844d8db.json."""
+    import json
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    text = " ".join((root / "docs/guide/fusion.rst").read_text().split())
+    doc = json.loads((root / "bench/results/fusion_h100_2026-11-24_844d8db.json").read_text())
+    small = [c for c in doc["cases"] if c["case"] == "grouped experts"][-1]
+    us = {k: round(v["steady_s"] * 1e6) for k, v in small["contenders"].items()}
+    assert small["route"].startswith("pyblasgemm grouped kernel") and doc["git_sha"] == "844d8db"
+    assert (f"``fusion_h100_2026-11-24_844d8db.json``) the call takes {us['pyblasgemm grouped_matmul']} µs "
+            f"against {us['torch loop of matmul']} µs for PyTorch's loop and {us['torch._grouped_mm']} µs") in text
+
+
 def test_fusion_guide_follow_up_numbers_are_the_measured_ones():
     """The H100-only follow-up paragraph quotes bench/results/fusion_h100_2026-11-24_d29ef8e.json."""
     import json
