@@ -1,25 +1,14 @@
 """Epilogues (bias, activations, pre-activation output, int8 dequantization) on gemm and matmul:
 float64 references on fresh random data, every activation and bias axis, NaN/Inf like the
 unfused sequence, errors before any work; NumPy everywhere, CuPy on a GPU (the ``xp`` fixture)."""
-import math
-
 import ml_dtypes
 import numpy as np
 import pytest
-from scipy.special import erf
 
 import pyblasgemm
 from pyblasgemm.epilogue import ACTIVATIONS
 from conftest import to_host
-
-#: float64 definitions, written independently of the library's host ones
-REF = {None: lambda v: v,
-       "relu": lambda v: np.where(v < 0, 0.0, v),
-       "gelu": lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2))),
-       "gelu_tanh": lambda v: 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3))),
-       "silu": lambda v: v / (1 + np.exp(-v))}
-#: unit roundoff of the output type (the epilogue rounds once, from the accumulation type)
-UNIT = {np.float16: 2.0**-11, ml_dtypes.bfloat16: 2.0**-8, np.float32: 2.0**-24, np.float64: 2.0**-53}
+from epilogue_ref import REF, UNIT, assert_nan_and_inf_like_unfused, residual_case
 
 
 def test_every_activation_has_a_reference_and_a_device_code():
@@ -389,16 +378,8 @@ def test_fused_hopper_kernel_every_decomposition(monkeypatch, decomposition, dty
                 again = pyblasgemm.gemm("N", "N", gx, gw, cupy.full((m, n), np.nan, out_dtype), **kw)
                 assert cupy.array_equal(again, y), (m, n, k, act, "not bitwise repeatable")
             # residual through beta, transposed operands with padded leading dimensions
-            ap = cupy.asarray(_data(rng, (k, m + 8), dtype))[:, :m]          # op(a) = ap.T, ld m + 8
-            bp = cupy.asarray(_data(rng, (n, k + 8), dtype))[:, :k]          # op(b) = bp.T, ld k + 8
-            c0 = _data(rng, (m, n), out_dtype)
-            bias = _data(rng, (n,), out_dtype)
-            out = cupy.array(c0, copy=True)
-            pyblasgemm.gemm("T", "T", ap, bp, out, alpha=0.5, beta=-1.5, bias=cupy.asarray(bias), activation="gelu")
-            a64, b64 = to_host(ap).astype(np.float64).T, to_host(bp).astype(np.float64).T
-            v64 = 0.5 * a64 @ b64 - 1.5 * c0.astype(np.float64) + bias.astype(np.float64)
-            _check(out, v64, "gelu", out_dtype, 0.5 * np.abs(a64) @ np.abs(b64) + 1.5 * np.abs(c0) + 1,
-                   (m, n, k, "beta", last_route()))
+            out, v64, scale = residual_case(rng, dtype, out_dtype, m, n, k)
+            _check(out, v64, "gelu", out_dtype, scale, (m, n, k, "beta", last_route()))
     finally:
         monkeypatch.delenv("PYBLASGEMM_BACKEND")
         monkeypatch.delenv("PYBLASGEMM_DECOMPOSITION")
@@ -453,20 +434,8 @@ def test_a_bfloat16_bias_on_a_float32_result_runs_fused():
 @pytest.mark.gpu
 @pytest.mark.parametrize("act", ["relu", "gelu", "gelu_tanh", "silu"])
 def test_fused_hopper_kernel_propagates_nan_and_inf(act):
-    import cupy
-
-    from pyblasgemm.epilogue import last_route
-
     _needs_hopper()
-    x = np.ones((64, 64), np.float16)
-    x[1, 0] = np.nan
-    x[2, :] = np.inf
-    w = np.ones((64, 64), np.float16)
-    y = to_host(pyblasgemm.matmul(cupy.asarray(x), cupy.asarray(w), activation=act, backend="tensorcore"))
-    assert last_route().startswith("pyblasgemm kernel"), last_route()
-    want = REF[act](x.astype(np.float64) @ w.astype(np.float64))
-    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
-    np.testing.assert_array_equal(np.isposinf(y), np.isposinf(want))
+    assert_nan_and_inf_like_unfused(act, "pyblasgemm kernel")
 
 
 @pytest.mark.gpu

@@ -2,25 +2,19 @@
 decomposition, forced by name), int8 dequantization in that store, and the grouped persistent
 launch: float64 references on fresh random data, poisoned outputs, NaN like the unfused
 sequence, bitwise repeatable. GPU only (sm_80 and newer; the H100 runs these kernels too)."""
-import math
-
 import ml_dtypes
 import numpy as np
 import pytest
-from scipy.special import erf
 
 import pyblasgemm
 from pyblasgemm.kernels.config import SHIPPED_CONFIGS
 from conftest import to_host
+from epilogue_ref import REF, assert_nan_and_inf_like_unfused, residual_case
+from epilogue_ref import UNIT as UNIT_OF_TYPE
 
 pytestmark = pytest.mark.gpu
 
-REF = {None: lambda v: v,
-       "relu": lambda v: np.where(v < 0, 0.0, v),
-       "gelu": lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2))),
-       "gelu_tanh": lambda v: 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3))),
-       "silu": lambda v: v / (1 + np.exp(-v))}
-UNIT = {np.dtype(np.float16): 2.0**-11, np.dtype(ml_dtypes.bfloat16): 2.0**-8, np.dtype(np.float32): 2.0**-24}
+UNIT = {np.dtype(t): u for t, u in UNIT_OF_TYPE.items()}
 
 
 @pytest.fixture(autouse=True)
@@ -99,36 +93,16 @@ def test_fused_mma_sync_store_every_shipped_config(monkeypatch, dtype, out_dtype
             again = pyblasgemm.gemm("N", "N", gx, gw, cupy.full((m, n), np.nan, out_dtype), **kw)
             assert cupy.array_equal(again, y), (cfg.name, m, n, k, "not bitwise repeatable")
             # residual through beta; transposed operands with padded leading dimensions
-            ap = cupy.asarray(_data(rng, (k, m + 8), dtype))[:, :m]
-            bp = cupy.asarray(_data(rng, (n, k + 8), dtype))[:, :k]
-            c0 = _data(rng, (m, n), out_dtype)
-            b = _data(rng, (n,), out_dtype)
-            out = cupy.array(c0, copy=True)
-            pyblasgemm.gemm("T", "T", ap, bp, out, alpha=0.5, beta=-1.5, bias=cupy.asarray(b), activation="gelu")
-            a64, b64 = to_host(ap).astype(np.float64).T, to_host(bp).astype(np.float64).T
-            v = 0.5 * a64 @ b64 - 1.5 * c0.astype(np.float64) + b.astype(np.float64)
-            _check(out, v, "gelu", 0.5 * np.abs(a64) @ np.abs(b64) + 1.5 * np.abs(c0.astype(np.float64)) + 1,
-                   (cfg.name, m, n, k, "beta", last_route(), out_dtype))
+            out, v, scale = residual_case(rng, dtype, out_dtype, m, n, k)
+            _check(out, v, "gelu", scale, (cfg.name, m, n, k, "beta", last_route(), out_dtype))
         assert fused >= 2, f"{cfg.name}: only {fused} calls took the fused kernel"
 
 
 @pytest.mark.parametrize("act", ["relu", "gelu", "gelu_tanh", "silu"])
 def test_fused_mma_sync_store_propagates_nan_and_inf(monkeypatch, act):
-    import cupy
-
-    from pyblasgemm.epilogue import last_route
-
     monkeypatch.setenv("PYBLASGEMM_CONFIG", SHIPPED_CONFIGS["f16"][0].name)
     pyblasgemm.clear_plan_cache()
-    x = np.ones((64, 64), np.float16)
-    x[1, 0] = np.nan
-    x[2, :] = np.inf
-    w = np.ones((64, 64), np.float16)
-    y = to_host(pyblasgemm.matmul(cupy.asarray(x), cupy.asarray(w), activation=act, backend="tensorcore"))
-    assert last_route().startswith("pyblasgemm kernel sliced"), last_route()
-    want = REF[act](x.astype(np.float64) @ w.astype(np.float64))
-    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
-    np.testing.assert_array_equal(np.isposinf(y), np.isposinf(want))
+    assert_nan_and_inf_like_unfused(act, "pyblasgemm kernel sliced")
 
 
 def _int8(rng, shape):

@@ -75,6 +75,16 @@ static_assert(kMlpSlotBytes % 128 == 0 && kMlpATileBytes % 16 == 0, "slots stay 
 // Columns of h the second product reads: N1 rounded up to its K step (the padding is zeros).
 PBG_DEVICE int mlp_h_width(int n1) { return (n1 + kMlpBK - 1) / kMlpBK * kMlpBK; }
 
+// A warp's 32 x 32 fp32 accumulator tile (2 x 4 m16n8 fragments of 4 values), zeroed.
+PBG_DEVICE void mlp_zero(float (&acc)[2][4][4]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
+}
+
 template <bool BF16>
 struct MlpTypes {
   typedef SM80_16x8x16_F32F16F16F32_TN Mma;
@@ -156,12 +166,7 @@ __global__ void __launch_bounds__(kMlpThreads, 1)
   const u32 b_off = kMlpATileBytes + (((lane & 7) + ((lane >> 3) & 1) * 8) * kMlpBStride + wn * 32 + (lane >> 4) * 8) * 2;
 
   float acc[2][4][4];
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
+  mlp_zero(acc);
 
 #pragma unroll
   for (int s = 0; s < kMlpStages - 1; ++s) {
@@ -244,12 +249,7 @@ __global__ void __launch_bounds__(kMlpThreads, 1)
             }
         }
       }
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
+      mlp_zero(acc);
       ++chunk, kb = 0;
     } else {
       ++kb;
