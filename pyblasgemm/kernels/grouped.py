@@ -46,11 +46,13 @@ GROUPED_CONFIGS = {
 #: params.cuh's GroupedProblem, field by field (offsets fixed: the device reads this layout)
 PROBLEM_ROW = np.dtype({
     "names": ["A", "B", "C", "bias", "pre", "scale_m", "scale_n", "lda", "ldb", "ldc", "m", "n", "k",
-              "tile_begin", "alpha", "beta", "ialpha", "ibeta", "c_vec", "bias_mode"],
-    "formats": ["<u8"] * 7 + ["<i8"] * 3 + ["<i4"] * 4 + ["<f4"] * 2 + ["<i4"] * 4,
-    "offsets": [0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 84, 88, 92, 96, 100, 104, 108, 112, 116],
+              "tile_begin", "alpha", "beta", "ialpha", "ibeta", "c_vec", "bias_mode", "reserved0", "reserved1"],
+    "formats": ["<u8"] * 7 + ["<i8"] * 3 + ["<i4"] * 4 + ["<f4"] * 2 + ["<i4"] * 6,
+    "offsets": [0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 84, 88, 92, 96, 100, 104, 108, 112, 116, 120, 124],
     "itemsize": 128,
 })
+# (every byte a field: NumPy copies a structured array field by field, so bytes outside the
+# fields would come out of a copy as whatever the new buffer held)
 
 
 #: the per-problem columns a table is built from (arrays or sequences of one length)
@@ -135,8 +137,6 @@ class GroupedLaunch:
         """Launch the problems of ``cols`` (:data:`COLUMNS`, column-major, the launch's
         transposes) on CuPy's current stream; returns the number of tiles walked (0: nothing
         launched)."""
-        import cupy
-
         is_int = self.kind == "s8" and not self.dequant
         if self.dequant:
             c, ldc = np.asarray(cols["C"], np.uint64), np.asarray(cols["ldc"], np.int64)
@@ -147,8 +147,17 @@ class GroupedLaunch:
                 raise ValueError(f"grouped launch: problem {i}'s C (0x{int(c[i]):x}, ldc={int(ldc[i])}) is "
                                  f"not 16-byte aligned in whole 16-byte columns")
         rows, tiles = pack_table(cols, self.config, is_int, out_bytes, BIAS_MODE[self.epilogue[1]], alpha, beta)
+        self.launch_rows(rows, tiles)
+        return tiles
+
+    def launch_rows(self, rows, tiles: int) -> None:
+        """Launch a table packed by :func:`pack_table` (``tiles``: its total) on CuPy's current
+        stream; a repeated call may pass a packed table with new addresses in its pointer
+        columns (``grouped_matmul``'s call-signature replay)."""
+        import cupy
+
         if tiles == 0:
-            return 0
+            return
         sptr = stream_handle(None)
         slot = self._slots.get(sptr)
         if slot is not None and slot[0].nbytes < rows.nbytes:
@@ -177,4 +186,3 @@ class GroupedLaunch:
         pack.cells["m"].value, pack.cells["dp_tiles"].value = len(rows), tiles
         _driver().launchKernel(self._fptr, min(tiles, self.ctas), 1, 1, self.config.threads, 1, 1, self.smem,
                                sptr, pack.addr, 0)
-        return tiles
