@@ -10,7 +10,8 @@ MODULES = ["pyblasgemm.blas", "pyblasgemm.gemm", "pyblasgemm.matmul", "pyblasgem
            "pyblasgemm.constraints", "pyblasgemm.kinds", "pyblasgemm.kernels.spec",
            "pyblasgemm.planner.candidates", "pyblasgemm.kernels.pack", "pyblasgemm.scipy",
            "pyblasgemm.ozaki", "pyblasgemm.epilogue", "pyblasgemm.mlp", "pyblasgemm.grouped",
-           "pyblasgemm.kernels.jit", "pyblasgemm.kernels.launch"]
+           "pyblasgemm.kernels.jit", "pyblasgemm.kernels.launch", "pyblasgemm.kernels.grouped",
+           "pyblasgemm.kernels.mlp_kernel"]
 
 
 @pytest.mark.parametrize("name", MODULES)
