@@ -141,17 +141,17 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
             xp = _arrays.xp_of(_arrays.array_module_name(x))
             targets.append(out[g] if out is not None else xp.empty((x.shape[0], y.shape[1]),
                                                                    _result_dtype(x.dtype, dtype, dequant)))
-        if a and _launch_kind(a[0], targets[0].dtype, dequant, compute, backend) is not None:
+        picked = _launch_kind(a[0], targets[0].dtype, dequant, compute, backend) if a else None
+        if picked is not None:
             from .epilogue import check
 
             for g, (x, y) in enumerate(zip(a, b)):         # gemm's checks, before the launch
                 check("grouped_matmul", (x.shape[0], y.shape[1]), (x.shape[0], y.shape[1]), targets[g].dtype,
                       "cupy", None if bias is None else bias[g], activation, None,
                       None if scale_a is None else scale_a[g], None if scale_b is None else scale_b[g], x.dtype)
-            if _one_launch(lambda: _list_columns(list(zip(a, b)), targets, bias, scale_a, scale_b,
-                                                 targets[0].dtype),
-                           a[0], targets[0].dtype, bias is not None, dequant, activation, compute, backend,
-                           stream):
+            if _one_launch(picked, lambda: _list_columns(list(zip(a, b)), targets, bias, scale_a, scale_b,
+                                                         targets[0].dtype),
+                           a[0], targets[0].dtype, bias is not None, dequant, activation, stream):
                 return targets
         results = []
         for g, (x, y) in enumerate(zip(a, b)):
@@ -181,7 +181,8 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
     elif out.shape != (a.shape[0], n) or out.dtype != result_dtype:
         raise ValueError(f"grouped_matmul: out has shape {out.shape} and dtype {out.dtype.name}; the "
                          f"result is {(a.shape[0], n)} {result_dtype.name}")
-    if groups and a.shape[0] and _launch_kind(a, out.dtype, dequant, compute, backend) is not None:
+    picked = _launch_kind(a, out.dtype, dequant, compute, backend) if groups and a.shape[0] else None
+    if picked is not None:
         from .epilogue import check
 
         # gemm's checks of the whole (the per-group vectors share their shapes), before the launch
@@ -189,8 +190,8 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
               None if bias is None else bias[0], activation, None, scale_a,
               None if scale_b is None else scale_b[0], a.dtype)
         if _arrays.device_id(b) == _arrays.device_id(out) == _arrays.device_id(a) and b.dtype == a.dtype and \
-                _one_launch(lambda: _expert_columns(a, b, ends, out, bias, scale_a, scale_b), a, out.dtype,
-                            bias is not None, dequant, activation, compute, backend, stream):
+                _one_launch(picked, lambda: _expert_columns(a, b, ends, out, bias, scale_a, scale_b), a,
+                            out.dtype, bias is not None, dequant, activation, stream):
             return out
     start = 0
     for g, end in enumerate(ends):
@@ -335,16 +336,14 @@ def _list_columns(pairs, outs, biases, scales_a, scales_b, out_dtype):
             for name, v in cols.items()}
 
 
-def _one_launch(cols_of, x0, out_dtype, has_bias, dequant, activation, compute, backend, stream) -> bool:
+def _one_launch(picked, cols_of, x0, out_dtype, has_bias, dequant, activation, stream) -> bool:
     """Run the problems as one persistent grouped launch when the kernel can and the model
     says it pays (always with ``backend="tensorcore"``); False leaves them to the caller's loop.
+    ``picked``: :func:`_launch_kind`'s (kind, route), looked up once by the caller;
     ``cols_of()`` builds the table columns (None: a layout the kernel does not take). The
     epilogue has been checked as gemm checks it."""
     from . import epilogue
 
-    picked = _launch_kind(x0, out_dtype, dequant, compute, backend)
-    if picked is None:
-        return False
     kind, route = picked
     cols = cols_of()
     if cols is None or len(cols["m"]) == 0:
