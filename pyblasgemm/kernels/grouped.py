@@ -106,14 +106,20 @@ def pack_table(cols: dict, config: KernelConfig, is_int: bool, out_bytes: int, b
 
 class GroupedLaunch:
     """One compiled grouped kernel: (kind, transa, transb, operand path, epilogue) on the
-    current device. Call it with a list of :class:`GroupedProblem`; it writes the table to the
-    device buffer it keeps per stream (a copy from pageable memory: the host rows are free when
-    it returns) and launches once on CuPy's current stream, through ``cuLaunchKernel`` with a
-    pre-packed argument block.
+    current device. Call it with the problems' columns (:data:`COLUMNS`, one entry per
+    problem); it packs the table (:func:`pack_table`), copies it through a ring of pinned host
+    buffers into a device table it keeps per stream, and launches once on CuPy's current
+    stream, through ``cuLaunchKernel`` with a pre-packed argument block.
 
     ``epilogue``: (EPI, bias axis 'm' / 'n' / None) as for
     :func:`~pyblasgemm.kernels.launch.bind`; a dequantizing EPI gives s8 problems float scales
-    and ``out_bytes``-wide results (16-byte aligned C with whole 16-byte columns: checked)."""
+    and ``out_bytes``-wide results (16-byte aligned C with whole 16-byte columns: checked).
+
+    Example::
+
+        launch = GroupedLaunch("f16", "N", "N", vec=True, epilogue=(epilogue_code(2), "m"))
+        launch(columns, out_bytes=2)         # float16 results, bias per m index, erf GELU
+    """
 
     def __init__(self, kind: str, transa: str, transb: str, vec: bool, epilogue: tuple = (0, None)):
         import cupy

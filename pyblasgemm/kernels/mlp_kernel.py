@@ -54,17 +54,29 @@ _MAX_GRID_Y = 65535
 
 
 def h_width(n1: int) -> int:
-    """Columns of ``h`` the kernel keeps: ``N1`` rounded up to :data:`BK` (zeros past ``N1``)."""
+    """Columns of ``h`` the kernel keeps: ``N1`` rounded up to :data:`BK` (zeros past ``N1``).
+
+    >>> h_width(200), h_width(1024)
+    (224, 1024)
+    """
     return -(-n1 // BK) * BK
 
 
 def smem_bytes(n1: int) -> int:
-    """Dynamic shared memory of one CTA for hidden width ``n1``: ring + padded h buffer."""
+    """Dynamic shared memory of one CTA for hidden width ``n1``: ring + padded h buffer.
+
+    >>> smem_bytes(1024)           # 41472 B of ring + 64 rows x (1024 + 8) x 2 B
+    173568
+    """
     return RING_BYTES + BM * (h_width(n1) + PAD) * 2
 
 
 def max_hidden(max_smem: int) -> int:
-    """The widest hidden size (a multiple of 8) whose CTA fits in ``max_smem`` bytes."""
+    """The widest hidden size (a multiple of 8) whose CTA fits in ``max_smem`` bytes.
+
+    >>> max_hidden(232448), max_hidden(166912)     # H100 / H200, A100 opt-in shared memory
+    (1472, 960)
+    """
     w = ((max_smem - RING_BYTES) // (BM * 2) - PAD) // BK * BK
     return max(w, 0)
 
@@ -189,7 +201,12 @@ _lock = threading.Lock()
 def get_kernel(dtype, activation_code: int, device_id: int | None = None):
     """The compiled kernel (a CuPy ``RawKernel``) for the current (or given) device, compiled
     once per (device, headers' fingerprint, name expression), with its dynamic shared memory
-    opted in up to the device's maximum (blocks get more than 48 KB only after opting in)."""
+    opted in up to the device's maximum (blocks get more than 48 KB only after opting in).
+
+    Example::
+
+        kern = get_kernel("float16", 2)      # the erf GELU variant, compiled on first use
+    """
     import cupy
 
     from . import jit
@@ -243,7 +260,13 @@ def launch(x_ptr: int, w1_ptr: int, b1_ptr: int, w2_ptr: int, b2_ptr: int, y_ptr
     """Launch ``y = act(x @ w1 + b1) @ w2 + b2`` on ``stream_ptr`` (None: CuPy's current stream)
     of the current (or given) device. Pointers are raw device addresses (0 for a missing bias);
     the caller has checked :func:`fits`, the 16-byte alignment of ``x``, ``w1``, ``w2``, ``y``
-    and the contiguity of every array; this only re-checks the cheap bounds."""
+    and the contiguity of every array; this only re-checks the cheap bounds.
+
+    Example::
+
+        launch(x.data.ptr, w1.data.ptr, b1.data.ptr, w2.data.ptr, 0, y.data.ptr,
+               4096, 1024, 1024, 1024, "float16", 2, n2_splits=2, stream_ptr=None)
+    """
     import cupy
 
     from .. import streams
