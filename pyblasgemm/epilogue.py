@@ -508,10 +508,15 @@ def _dequant_launch(desc, code, bias_axis, backend, autotune):
     kw = {} if autotune is None else dict(autotune=autotune)
     plan = plan_for(desc, backend, **kw)
     config = None
+    from .kernels.launch import fusable
+
     if plan.backend == "tensorcore" and plan.config is not None and not plan.config.is_sm90:
         # a plan that packs the operands (rows not 16-byte multiples) runs here on the scalar
         # operand path instead: bound without the packed problem's spec
         config, spec = plan.config, None if plan.pack else plan.launch
+    elif plan.backend == "tensorcore" and plan.config is not None and not plan.pack \
+            and fusable("s8", plan.config, dequantize=True):
+        config, spec = plan.config, plan.launch     # the Hopper int8 kernel's dequantizing store
     elif plan.predicted_s is not None and plan.arch is not None:
         ours = [c for c in plan.candidates if c.backend == "tensorcore" and c.config is not None
                 and not c.config.is_sm90 and c.score is not None]

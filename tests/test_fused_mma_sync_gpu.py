@@ -255,3 +255,49 @@ def test_grouped_int8_exact_and_dequantized():
         v = sa[start:end, None].astype(np.float64) * sb[g].astype(np.float64) * exact + bias[g].astype(np.float64)
         _check(to_host(y)[start:end], v, "gelu", np.abs(v) + 1, (g, "dequant"))
         start = end
+
+
+@pytest.mark.parametrize("out_dtype", [np.float16, ml_dtypes.bfloat16, np.float32])
+def test_int8_dequantized_in_the_hopper_store(monkeypatch, out_dtype):
+    """The Hopper int8 kernel's dequantizing store (K-major operands: op(b) = bt.T), each
+    fusable config forced by name: scales, bias on either axis, every activation, the
+    pre-activation, residual through beta; against float64 (the int32 product is exact)."""
+    import cupy
+
+    from pyblasgemm.epilogue import last_route
+    from pyblasgemm.kernels.config import SM90_CONFIGS
+    from pyblasgemm.kernels.launch import fusable
+
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the Hopper (sm_90a) kernel")
+    rng = np.random.default_rng(45)
+    acts = [None, "relu", "gelu", "gelu_tanh", "silu"]
+    configs = [c for c in SM90_CONFIGS["s8"] if fusable("s8", c, dequantize=True)]
+    for ci, cfg in enumerate(configs):
+        monkeypatch.setenv("PYBLASGEMM_BACKEND", "tensorcore")
+        monkeypatch.setenv("PYBLASGEMM_CONFIG", cfg.name)
+        pyblasgemm.clear_plan_cache()
+        m, n, k = [(7, 40, 128), (333, 264, 1024), (64, 136, 256)][ci % 3]
+        a, bt = _int8(rng, (m, k)), _int8(rng, (n, k))
+        sa = rng.uniform(1e-3, 1e-2, m).astype(np.float32)
+        sb = rng.uniform(1e-3, 1e-2, n).astype(np.float32)
+        act, rows = acts[ci % 5], ci % 2 == 1
+        bias = _data(rng, (m, 1) if rows else (n,), out_dtype)
+        exact = a.astype(np.float64) @ bt.astype(np.float64).T
+        v64 = sa[:, None].astype(np.float64) * sb.astype(np.float64) * exact + bias.astype(np.float64)
+        pre = cupy.full((m, n), np.nan, out_dtype)
+        c0 = _data(rng, (m, n), out_dtype)
+        out = cupy.asarray(c0)
+        try:
+            pyblasgemm.gemm("N", "T", cupy.asarray(a), cupy.asarray(bt), out, alpha=2, beta=-1,
+                            scale_a=cupy.asarray(sa), scale_b=cupy.asarray(sb), bias=cupy.asarray(bias),
+                            activation=act, preactivation_out=pre)
+        except NotImplementedError as e:
+            assert str(e).split(": ")[-1], e
+            continue
+        route = last_route()
+        assert route == f"pyblasgemm kernel {cfg.name}, int8 dequantized in its store", (cfg.name, route)
+        v = 2 * (v64 - bias.astype(np.float64)) - c0.astype(np.float64) + bias.astype(np.float64)
+        scale = np.abs(v) + 1
+        _check(out, v, act, scale, (cfg.name, m, n, k, act, rows, out_dtype))
+        _check(pre, v, None, scale, (cfg.name, "pre", out_dtype))

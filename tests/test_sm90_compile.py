@@ -136,6 +136,16 @@ def _fused_specs():
             for epi in (codes if ALL else [codes[i % len(codes)]]):
                 out.append((kind, cfg, lays[i % len(lays)], epi))
                 i += 1
+    # int8 dequantized in the store: every output type and decomposition, the widest and the
+    # narrowest tiles (~5-16 s of CPU each: 4 by default)
+    picks = [("sliced", 256, 128, "float16", 2), ("splitk_parallel", 128, 128, "bfloat16", 1),
+             ("streamk", 128, 128, "float32", 4), ("sliced", 64, 64, "float16", 0)]
+    for cfg in SM90_CONFIGS["s8"]:
+        if not fusable("s8", cfg, dequantize=True) or cfg.cluster != 1:
+            continue
+        for d, bm, bn, out_type, act in picks:
+            if ALL or (cfg.decomposition, cfg.bm, cfg.bn) == (d, bm, bn):
+                out.append(("s8", cfg, "TN", jit.epilogue_code(act, out_type)))
     return out
 
 
@@ -287,13 +297,15 @@ def test_fused_epilogue_names_and_rules():
         jit.epilogue_code(8)
     with pytest.raises(ValueError, match="dequantize_to"):
         jit.epilogue_code(1, "int32")
-    with pytest.raises(ValueError, match="mma.sync kernel's s8 kind only"):
-        jit._names(cfg, "s8", "T", "N", None, True, jit.epilogue_code(0, "float16"))
-    with pytest.raises(ValueError, match="mma.sync kernel's s8 kind only"):
-        jit._names(SHIPPED_CONFIGS["f16"][0], "f16", "N", "N", None, True, jit.epilogue_code(0, "float16"))
+    dq = jit.epilogue_code(0, "float16")
+    assert jit._names(SM90_CONFIGS_BY_TILE["s8"][256], "s8", "T", "N", None, True, dq)[0].endswith(f", {dq}>")
+    with pytest.raises(ValueError, match="s8 kind only"):
+        jit._names(SHIPPED_CONFIGS["f16"][0], "f16", "N", "N", None, True, dq)
     assert jit._names(SHIPPED_CONFIGS["f16"][0], "f16", "N", "N", None, True, 9)[0].endswith("true, 9>")
     assert fusable("f16", cfg) and fusable("bf16_out32", SM90_CONFIGS["bf16_out32"][0])
     assert not fusable("s8", SM90_CONFIGS_BY_TILE["s8"][256]) and not fusable("tf32", SM90_CONFIGS["tf32"][0])
+    assert fusable("s8", SM90_CONFIGS_BY_TILE["s8"][256], dequantize=True)
+    assert not fusable("f16", cfg, dequantize=True)
     streamk = [c for c in SM90_CONFIGS["f16"] if c.decomposition in ("streamk", "hybrid")]
     assert {c.bm for c in streamk if not fusable("f16", c)} == {256}
     assert not any(fusable("f16", c) for c in SM90_MMA_SYNC_CONFIGS["f16"])
@@ -304,7 +316,9 @@ def test_fused_specs_cover_every_kind_decomposition_and_activation():
 
     assert {(k, c.decomposition) for k, c, _, _ in FUSED_SPECS} >= {
         (k, d) for k in FUSED_KINDS for d in ("sliced", "streamk", "splitk_parallel")}
-    assert {e for *_, e in FUSED_SPECS} == {jit.epilogue_code(c) for c in range(5)}
+    assert {e for k, *_, e in FUSED_SPECS if k != "s8"} == {jit.epilogue_code(c) for c in range(5)}
+    dq = {(c.decomposition, e >> jit.EPI_OUT_SHIFT) for k, c, _, e in FUSED_SPECS if k == "s8"}
+    assert {d for d, _ in dq} >= {"sliced", "streamk", "splitk_parallel"} and {o for _, o in dq} == {0, 1, 2}
 
 
 def _assert_clean(spec, r):
@@ -441,3 +455,28 @@ def test_compile_offline_refuses_non_sm90a(arch):
     cfg = SM90_CONFIGS[kind][0]
     with pytest.raises(ValueError, match="sm_90a"):
         jit.compile_offline(cfg, kind, "N", "N", arch=arch)
+
+
+def test_sm90_argument_blocks_match_kernel_signatures():
+    """sm90.Sm90Launch packs arguments by hand: after the three tensor maps, _FIELDS must match
+    sm90_gemm_kernel's parameters in order and width, and _RED_FIELDS sm90_splitk_reduce's."""
+    import ctypes as ct
+    import re
+
+    from pyblasgemm.kernels import sm90
+
+    src = (jit.INCLUDE_DIR / "pyblasgemm/impls/sm90_gemm.cuh").read_text()
+    width = {ct.c_uint64: "u64", ct.c_int32: "i32", ct.c_int64: "i64", ct.c_float: "f32"}
+
+    def params(name):
+        decls = re.search(r"\b" + name + r"\(([^)]*)\)", src, re.S).group(1).split(",")
+        out = []
+        for decl in (" ".join(d.split()) for d in decls):
+            typ = decl.rsplit(" ", 1)[0].replace("const ", "")
+            if "TmaDesc" in typ:
+                continue
+            out.append("u64" if "*" in typ else {"int": "i32", "long long": "i64", "float": "f32"}[typ])
+        return out
+
+    assert [width[t] for _, t in sm90._FIELDS] == params("sm90_gemm_kernel")
+    assert [width[t] for _, t in sm90._RED_FIELDS] == params("sm90_splitk_reduce")

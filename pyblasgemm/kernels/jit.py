@@ -153,7 +153,7 @@ DEQUANT_OUT = {"float32": 0, "float16": 1, "bfloat16": 2}
 def epilogue_code(activation_code: int, dequantize_to: str | None = None) -> int:
     """The kernels' EPI template argument for a fused epilogue with this activation (0: bias
     and/or pre-activation only); 0 itself means no fused epilogue. ``dequantize_to``: an int8
-    product scaled to this float type (``DEQUANT_OUT``; the mma.sync kernel only).
+    product scaled to this float type (``DEQUANT_OUT``).
 
     >>> epilogue_code(0), epilogue_code(2), epilogue_code(2, "float16")   # bias only; GELU; int8 -> f16
     (8, 10, 58)
@@ -168,9 +168,8 @@ def epilogue_code(activation_code: int, dequantize_to: str | None = None) -> int
 
 
 def _names(config, kind, transa, transb, accumulate, vec, epi: int = 0) -> list[str]:
-    if epi & EPI_DEQUANT and (config.is_sm90 or kind != "s8"):
-        raise ValueError(f"int8 dequantization is fused in the mma.sync kernel's s8 kind only, not "
-                         f"{config.name} ({kind})")
+    if epi & EPI_DEQUANT and kind != "s8":
+        raise ValueError(f"int8 dequantization is fused for the s8 kind only, not {config.name} ({kind})")
     if config.is_sm90:
         names = [sm90_kernel_name(config, kind, transa, transb, epi)]
     else:

@@ -275,19 +275,21 @@ def fusable(kind: str, config: KernelConfig, dequantize: bool = False) -> bool:
     of :data:`FUSED_KINDS` (the store is staged through shared memory: the epilogue adds no
     registers to the mainloop's; CI compiles the fused variants spill-free), and with
     ``dequantize`` its s8 configs (an int8 product scaled to float); a Hopper config with wgmma
-    consumers on a kind of :data:`FUSED_KINDS`, except stream-k / hybrid on 256-wide tiles
-    (their fused variants spill 12-28 bytes per thread: ptxas, 128 accumulators beside the
-    stream-k walker's state). Int8 dequantization is not in the Hopper kernel.
+    consumers on a kind of :data:`FUSED_KINDS`, or with ``dequantize`` on s8, except stream-k /
+    hybrid on 256-wide tiles (their fused variants spill 12-300 bytes per thread: ptxas, 128
+    accumulators beside the stream-k walker's state).
 
     >>> from pyblasgemm.kernels.config import SHIPPED_CONFIGS, SM90_CONFIGS_BY_TILE
     >>> fusable("f16", SM90_CONFIGS_BY_TILE["f16"][256]), fusable("s8", SM90_CONFIGS_BY_TILE["s8"][256])
     (True, False)
+    >>> fusable("s8", SM90_CONFIGS_BY_TILE["s8"][256], dequantize=True)
+    True
     >>> fusable("s8", SHIPPED_CONFIGS["s8"][0], dequantize=True), fusable("bf16", SHIPPED_CONFIGS["bf16"][0])
     (True, True)
     """
     if not config.is_sm90:
         return kind == "s8" if dequantize else kind in FUSED_KINDS
-    return (not dequantize and config.consumer == "wgmma" and kind in FUSED_KINDS
+    return (config.consumer == "wgmma" and (kind == "s8" if dequantize else kind in FUSED_KINDS)
             and not (config.decomposition in ("streamk", "hybrid") and config.bm == 256))
 
 

@@ -182,14 +182,15 @@ def tma_maps(p: KernelProblem, config: KernelConfig):
     return pmap, qmap, pb > 1, qb > 1
 
 
-def c_map(p: KernelProblem):
-    """The TMA-store map of C (m, n, batch) with 64-row x 128-byte boxes (the epilogue's).
+def c_map(p: KernelProblem, c_bytes: int | None = None):
+    """The TMA-store map of C (m, n, batch) with 64-row x 128-byte boxes (the epilogue's);
+    ``c_bytes``: C's element size when it is not the kind's (a dequantized int8 product).
 
     Example::
 
         dims, strides, box = c_map(p)     # ((m, n, 1), (ldc * 2, ...), (64, 64, 1)) for fp16 C
     """
-    cb = p.c_bytes
+    cb = c_bytes or p.c_bytes
     batch, stride = _batch_dim(p.n, p.ldc, p.stride_c, p.batch, cb)
     return (p.m, p.n, batch), (p.ldc * cb, stride), (128 // cb, 64, 1)
 
@@ -205,11 +206,12 @@ def kernel_args(p: KernelProblem, config: KernelConfig, g: dict):
                 p_batched=int(pbat), q_batched=int(qbat), alpha=0.0, beta=0.0, ialpha=0, ibeta=0,
                 c_pair=int(p.c_vectorizable()), group_m=config.group_m, splits=g["splits"],
                 kt_per_split=g["kt_per_split"], dp_tiles=g["dp_tiles"], sk_tiles=g["sk_tiles"],
-                bias=0, pre=0, bias_mode=0)
+                bias=0, pre=0, bias_mode=0, scale_m=0, scale_n=0)
     red = None
     if config.decomposition == "splitk_parallel":
         red = dict(ws=0, c=0, mt=p.n, nt=p.m, ldc=p.ldc, sc=p.stride_c, batch=p.batch,
-                   splits=g["splits"], alpha=0.0, beta=0.0, ialpha=0, ibeta=0, bias=0, pre=0, bias_mode=0)
+                   splits=g["splits"], alpha=0.0, beta=0.0, ialpha=0, ibeta=0, bias=0, pre=0, bias_mode=0,
+                   scale_m=0, scale_n=0)
     return args, red
 
 
@@ -218,11 +220,15 @@ _FIELDS = [("c", ct.c_uint64), ("ws", ct.c_uint64), ("flags", ct.c_uint64), ("mt
            ("p_batched", ct.c_int32), ("q_batched", ct.c_int32), ("alpha", ct.c_float), ("beta", ct.c_float),
            ("ialpha", ct.c_int32), ("ibeta", ct.c_int32), ("c_pair", ct.c_int32), ("group_m", ct.c_int32),
            ("splits", ct.c_int32), ("kt_per_split", ct.c_int32), ("dp_tiles", ct.c_int32), ("sk_tiles", ct.c_int32),
-           ("bias", ct.c_uint64), ("pre", ct.c_uint64), ("bias_mode", ct.c_int32)]
+           ("bias", ct.c_uint64), ("pre", ct.c_uint64), ("bias_mode", ct.c_int32), ("scale_m", ct.c_uint64),
+           ("scale_n", ct.c_uint64)]
 _RED_FIELDS = [("ws", ct.c_uint64), ("c", ct.c_uint64), ("mt", ct.c_int32), ("nt", ct.c_int32), ("ldc", ct.c_int64),
                ("sc", ct.c_int64), ("batch", ct.c_int32), ("splits", ct.c_int32), ("alpha", ct.c_float),
                ("beta", ct.c_float), ("ialpha", ct.c_int32), ("ibeta", ct.c_int32), ("bias", ct.c_uint64),
-               ("pre", ct.c_uint64), ("bias_mode", ct.c_int32)]
+               ("pre", ct.c_uint64), ("bias_mode", ct.c_int32), ("scale_m", ct.c_uint64), ("scale_n", ct.c_uint64)]
+#: a dequantized int8 product's output (jit.DEQUANT_OUT's codes) -> (bytes, TMA element type),
+#: read off the kinds whose C is that type
+DEQUANT_C = {0: (4, TMA_C_DTYPE["tf32"]), 1: (2, TMA_C_DTYPE["f16"]), 2: (2, TMA_C_DTYPE["bf16"])}
 #: bias_mode of the fused epilogue (impls/sm90_gemm.cuh): one value per D column (C's m index)
 #: or per D row (C's n index)
 BIAS_MODE = {None: 0, "m": 1, "n": 2}
@@ -256,19 +262,26 @@ class Sm90Launch:
         p, g, config, smem = problem, dict(spec.geometry), spec.config, spec.smem
         #: (EPI template argument, bias along 'm' / 'n' / None): a fused epilogue's launch
         #: takes ``bias=`` and ``pre=`` pointers per call
+        from .jit import EPI_DEQUANT, EPI_OUT_SHIFT
+
         self.epilogue = epilogue
         self._fused = bool(epilogue[0])
+        #: a dequantized int8 product (float alpha / beta, scale_m= / scale_n= per call) and
+        #: C's element size and TMA type
+        self._dequant = bool(epilogue[0] & EPI_DEQUANT)
+        self._c_bytes, self._c_tma = (DEQUANT_C[epilogue[0] >> EPI_OUT_SHIFT & 3] if self._dequant
+                                      else (problem.c_bytes, TMA_C_DTYPE[problem.kind]))
         self.problem, self.spec, self.config, self.geometry, self.smem, self.kern, self.red = (
             problem, spec, config, g, smem, kern, red)
         self._dev = dev
         self._fptr = kern.ptr
         self._rptr = red.ptr if red is not None else 0
         self._grid = int(g["grid"][0])
-        self._int = p.kind == "s8"
+        self._int = p.kind == "s8" and not self._dequant
         self._pmap, self._qmap, _, _ = tma_maps(p, config)
         # paired C stores in the same alignment class the mma.sync path uses for 16-byte stores
         # (callers key their bound launches on it); it implies even ldc and 2-element alignment
-        self.c_align = 16 if p.c_vectorizable() else p.c_bytes
+        self.c_align = 16 if p.c_vectorizable() or self._dequant else p.c_bytes
         self.a_align = self.b_align = 16
         self._base = dict(spec.args, bias_mode=BIAS_MODE[epilogue[1]])   # all but pointers and scales
         self._rbase = None if spec.red_args is None else dict(spec.red_args, bias_mode=BIAS_MODE[epilogue[1]])
@@ -308,7 +321,7 @@ class Sm90Launch:
         encode_tiled(s.tma_p, p.kind, p.b_ptr, *self._pmap)
         encode_tiled(s.tma_q, p.kind, p.a_ptr, *self._qmap)
         if self._base["c_pair"]:   # else the kernel never reads the C map (direct stores)
-            encode_tiled(s.tma_c, p.kind, p.c_ptr, *c_map(p), dtype=TMA_C_DTYPE[p.kind])
+            encode_tiled(s.tma_c, p.kind, p.c_ptr, *c_map(p, self._c_bytes), dtype=self._c_tma)
         s.last_a, s.last_b, s.last_c = p.a_ptr, p.b_ptr, p.c_ptr
         ws_ptr = s.ws.data.ptr if s.ws is not None else 0
         s.cells = {name: typ(dict(self._base, ws=ws_ptr, flags=s.flags_ptr)[name]) for name, typ in _FIELDS}
@@ -325,12 +338,14 @@ class Sm90Launch:
         return s
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None, bias: int = 0,
-                 pre: int = 0) -> None:
+                 pre: int = 0, scale_m: int = 0, scale_n: int = 0) -> None:
         from .driver import _driver, _runtime, set_scales, stream_handle
 
         sptr = stream_handle(stream)
-        if (bias or pre) and not self._fused:
-            raise ValueError("bias= / pre= need a launch bound with a fused epilogue")
+        if (bias or pre or scale_m or scale_n) and not self._fused:
+            raise ValueError("bias= / pre= / scale_m= / scale_n= need a launch bound with a fused epilogue")
+        if self._dequant and not (scale_m and scale_n):
+            raise ValueError("a dequantizing launch needs scale_m= and scale_n= pointers")
         if (a_ptr | b_ptr) & 15 or c_ptr & (self.c_align - 1):
             raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x}, 0x{c_ptr:x} are outside the bound alignment class "
                              f"(A/B 16 B for TMA, C {self.c_align} B): bind() again for them")
@@ -355,6 +370,7 @@ class Sm90Launch:
         set_scales(cells, self._int, alpha, beta)
         if self._fused:
             cells["bias"].value, cells["pre"].value = bias, pre
+            cells["scale_m"].value, cells["scale_n"].value = scale_m, scale_n
         if s.flags_ptr:
             _runtime().memsetAsync(s.flags_ptr, 0, s.flags_bytes, sptr)
         if self._cluster > 1:
@@ -371,6 +387,7 @@ class Sm90Launch:
             set_scales(rc, self._int, alpha, beta)
             if self._fused:
                 rc["bias"].value, rc["pre"].value = bias, pre
+                rc["scale_m"].value, rc["scale_n"].value = scale_m, scale_n
             _driver().launchKernel(self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, ct.addressof(s.rparams), 0)
 
 

@@ -44,6 +44,7 @@ template <int CODE>
 struct DequantOut {
   static_assert(CODE >= 0 && CODE <= 2, "dequantized output: 0 float32, 1 float16, 2 bfloat16");
   typedef float Scale;
+  typedef float Acc;      // (the Hopper kernel's store helpers take the output's Acc)
   static constexpr int kCBytes = CODE ? 2 : 4;
   static PBG_DEVICE float c_from_bits(u32 h) {
     return CODE == 0 ? __uint_as_float(h) : CODE == 1 ? f16_to_f32(static_cast<u16>(h)) : bf16_to_f32(static_cast<u16>(h));

@@ -417,14 +417,22 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
                      const __grid_constant__ TmaDesc tma_c, void* C, void* ws, int* flags, int mt, int nt, int k,
                      long long ldc, long long sc, int batch, int p_batched, int q_batched, float alpha, float beta,
                      int ialpha, int ibeta, int c_pair, int group_m, int splits, int kt_per_split, int dp_tiles,
-                     int sk_tiles, const void* bias, void* pre, int bias_mode) {
+                     int sk_tiles, const void* bias, void* pre, int bias_mode, const float* scale_m,
+                     const float* scale_n) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   typedef Sm90Tile<Kind, PK, QK, BNT, STAGES, CONSUMERS> T;
   static_assert(!SYNC || EPI == 0, "fused epilogues: wgmma consumers");
   typedef typename Kind::Acc Acc;
   typedef typename Kind::Scale Scale;
-  static_assert(EPI == 0 || (sizeof(Scale) == 4 && static_cast<Scale>(0.5f) != 0), "fused epilogues: float kinds");
-  constexpr int BMT = T::BMT, BKE = T::BKE, CB = Kind::kCBytes;
+  // What the store writes: the kind's C, or (int8 dequantized, EPI & kEpiDequant) a float type;
+  // then the accumulator registers carry the dequantized float's bits from the EPI pass on.
+  constexpr bool DQ = (EPI & kEpiDequant) != 0;
+  typedef typename EpiOut<Kind, EPI>::type OK;
+  typedef typename OK::Scale OScale;
+  typedef typename OK::Acc OAcc;
+  static_assert(EPI == 0 || DQ || (sizeof(Scale) == 4 && static_cast<Scale>(0.5f) != 0),
+                "fused epilogues: float kinds, or int8 dequantized");
+  constexpr int BMT = T::BMT, BKE = T::BKE, CB = OK::kCBytes;
   extern __shared__ __align__(1024) char smem_raw[];
   // The 128-byte swizzle is a function of the address bits: every tile starts 1024-aligned.
   const u32 raw_base = smem_addr(smem_raw);
@@ -525,9 +533,9 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
     // alpha = 1 (exact) and C is not read there
     const Scale e_alpha = pick_scale(static_cast<Scale*>(nullptr), alpha, ialpha);
     const Scale e_beta = pick_scale(static_cast<Scale*>(nullptr), beta, ibeta);
-    const Scale s_alpha = EPI ? Scale(1) : e_alpha;
-    const Scale s_beta = EPI ? Scale(0) : e_beta;
-    const bool read_c = s_beta != Scale(0);
+    const OScale s_alpha = EPI ? OScale(1) : OScale(e_alpha);
+    const OScale s_beta = EPI ? OScale(0) : OScale(e_beta);
+    const bool read_c = s_beta != OScale(0);
     // free a stage: in every CTA of the cluster (their producers multicast into ours)
     auto release = [](u32 bar) {
       if constexpr (CLUSTER == 1) {
@@ -723,6 +731,11 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
         continue;
       }
       const bool interior = (tm + 1) * BMT <= mt && (tn + 1) * BNT <= nt;
+      // an accumulator register's value in the output's arithmetic (dequantized: a float's bits)
+      auto value = [](Acc v) -> OAcc {
+        if constexpr (DQ) return __int_as_float(v);
+        else return v;
+      };
       if constexpr (EPI != 0) {
         // The fused epilogue on the registers, in passes: every load (bias; C when beta != 0)
         // is issued before the first pre-activation store. Interleaved, each load waited for
@@ -730,23 +743,27 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
         // +52 % over the plain kernel).
         const char* bias_c = static_cast<const char*>(bias);
         const char* Ce = static_cast<const char*>(C) + static_cast<i64>(b) * sc * CB;
-        const bool read_old = e_beta != Scale(0);
-        Scale brow[2] = {Scale(0), Scale(0)};   // bias per D row (bias_mode 2): rows row0, row0 + 8
-        if (bias_mode == 2) {
+        const bool read_old = DQ ? beta != 0.f : e_beta != Scale(0);
+        OScale brow[2] = {OScale(0), OScale(0)};   // bias per D row (bias_mode 2): rows row0, row0 + 8
+        float srow[2] = {0.f, 0.f};                // dequantization: scale_n per D row (C's n index)
 #pragma unroll
-          for (int h = 0; h < 2; ++h)
-            if (row0 + 8 * h < mt) brow[h] = Kind::load_c(bias_c + static_cast<i64>(row0 + 8 * h) * CB);
+        for (int h = 0; h < 2; ++h) {
+          if (row0 + 8 * h >= mt) continue;
+          if (bias_mode == 2) brow[h] = OK::load_c(bias_c + static_cast<i64>(row0 + 8 * h) * CB);
+          if constexpr (DQ) srow[h] = scale_n[row0 + 8 * h];
         }
         // Column chunks of 8 fragments: their bias pairs (8 registers of 16-bit pairs) in
         // flight at once; all of a 256-wide tile at once spilled (1.3 KB), one fragment at a
         // time waits out an L2 round trip 32 times per tile. The host passes a bias pointer
         // aligned to a pair (2 elements).
-        constexpr int JC = 8;
+        // (dequantizing: 4, the scale pairs beside the bias pairs spilled 48 B at 256-wide tiles)
+        constexpr int JC = DQ ? 4 : 8;
         static_assert((BNT / 8) % JC == 0, "fragment chunks");
         typedef typename Sm90Pair<CB>::type Pair;
 #pragma unroll
         for (int j0 = 0; j0 < BNT / 8; j0 += JC) {
           Pair bcol[JC];   // bias per D column (bias_mode 1): the bits of columns c, c + 1
+          float scol[DQ ? JC : 1][2];   // dequantization: scale_m of columns c, c + 1 (C's m index)
 #pragma unroll
           for (int jj = 0; jj < JC; ++jj) {
             const int c = col0 + 8 * (j0 + jj);
@@ -755,6 +772,10 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
             else if (c + 1 < nt) bcol[jj] = *reinterpret_cast<const Pair*>(bp);
             else if constexpr (CB == 2) bcol[jj] = *reinterpret_cast<const u16*>(bp);
             else bcol[jj] = make_uint2(*reinterpret_cast<const u32*>(bp), 0u);
+            if constexpr (DQ) {
+              scol[jj][0] = c < nt ? scale_m[c] : 0.f;
+              scol[jj][1] = c + 1 < nt ? scale_m[c + 1] : 0.f;
+            }
           }
 #pragma unroll
           for (int jj = 0; jj < JC; ++jj)
@@ -764,13 +785,22 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
               for (int t = 0; t < 2; ++t) {
                 const int r = row0 + 8 * h, c = col0 + 8 * (j0 + jj) + t;
                 Acc& v = acc[4 * (j0 + jj) + 2 * h + t];
-                v = read_old && r < mt && c < nt
-                        ? axpby(e_alpha, v, e_beta, Kind::load_c(Ce + (static_cast<i64>(r) * ldc + c) * CB))
-                        : ax(e_alpha, v);
-                Scale bv;
-                if constexpr (CB == 2) bv = Kind::c_from_bits(t ? bcol[jj] >> 16 : bcol[jj] & 0xffffu);
-                else bv = Kind::c_from_bits(t ? bcol[jj].y : bcol[jj].x);
-                if (bias_mode) v = add_ieee(v, bias_mode == 1 ? bv : brow[h]);
+                OScale bv;
+                if constexpr (CB == 2) bv = OK::c_from_bits(t ? bcol[jj] >> 16 : bcol[jj] & 0xffffu);
+                else bv = OK::c_from_bits(t ? bcol[jj].y : bcol[jj].x);
+                if constexpr (DQ) {
+                  // pyblasgemm.epilogue's order: alpha * ((scale_m * scale_n) * acc) + beta * c + bias
+                  float x = mul_ieee(alpha, mul_ieee(mul_ieee(scol[jj][t], srow[h]), static_cast<float>(v)));
+                  if (read_old && r < mt && c < nt)
+                    x = add_ieee(x, mul_ieee(beta, OK::load_c(Ce + (static_cast<i64>(r) * ldc + c) * CB)));
+                  if (bias_mode) x = add_ieee(x, bias_mode == 1 ? bv : brow[h]);
+                  v = __float_as_int(x);   // the registers carry the float's bits from here on
+                } else {
+                  v = read_old && r < mt && c < nt
+                          ? axpby(e_alpha, v, e_beta, Kind::load_c(Ce + (static_cast<i64>(r) * ldc + c) * CB))
+                          : ax(e_alpha, v);
+                  if (bias_mode) v = add_ieee(v, bias_mode == 1 ? bv : brow[h]);
+                }
               }
           asm volatile("" ::: "memory");   // the next chunk's loads start after this one's
         }
@@ -783,14 +813,15 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
 #pragma unroll
               for (int t = 0; t < 2; ++t) {
                 const int r = row0 + 8 * h, c = col0 + 8 * j + t;
-                if (r < mt && c < nt) sm90_store_one<Kind>(Pe + (static_cast<i64>(r) * ldc + c) * CB, acc[4 * j + 2 * h + t]);
+                if (r < mt && c < nt) sm90_store_one<OK>(Pe + (static_cast<i64>(r) * ldc + c) * CB, value(acc[4 * j + 2 * h + t]));
               }
         }
       }
       // the activation, applied as each value is stored: as a pass over all registers before
       // the store it spilled (1 KB at 256 x 128 tiles: the scheduler overlapped too many)
-      auto fin = [](Acc v) -> Acc {
-        if constexpr (EPI != 0) return activate(v, EPI & 7);
+      auto fin = [](Acc v) -> OAcc {
+        if constexpr (DQ) return activate(__int_as_float(v), EPI & 7);
+        else if constexpr (EPI != 0) return activate(v, EPI & 7);
         else return v;
       };
       if (tma_epilogue && interior) {
@@ -801,13 +832,14 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
         // edge tiles keep the bounds-checked stores below.
         constexpr int CCOLS = 128 / CB;  // columns of D per box (64 fp16, 32 int32)
         const u32 ebuf = epi + cw * 16384;
+        // (alpha after the activation: either the activation is none or alpha is 1 here)
         auto stage_pair = [&](u32 buf, int row, int col_in_box, Acc v0, Acc v1) {
           const int byte = col_in_box * CB;
           const u32 addr = buf + row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
           if constexpr (CB == 2) {
-            st_shared_u32(addr, Kind::cvt_c(fin(ax(s_alpha, v0))) | (Kind::cvt_c(fin(ax(s_alpha, v1))) << 16));
+            st_shared_u32(addr, OK::cvt_c(ax(s_alpha, fin(v0))) | (OK::cvt_c(ax(s_alpha, fin(v1))) << 16));
           } else {
-            st_shared_v2_u32(addr, Kind::cvt_c(fin(ax(s_alpha, v0))), Kind::cvt_c(fin(ax(s_alpha, v1))));
+            st_shared_v2_u32(addr, OK::cvt_c(ax(s_alpha, fin(v0))), OK::cvt_c(ax(s_alpha, fin(v1))));
           }
         };
 #pragma unroll
@@ -853,11 +885,11 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
           char* p0 = Cb + (static_cast<i64>(frow(f)) * ldc + fcol(f)) * CB;
           char* p1 = p0 + 8 * ldc * CB;
           if (read_c) {
-            sm90_store_pair_fast<Kind, true>(p0, s_alpha, s_beta, fin(acc[4 * f]), fin(acc[4 * f + 1]));
-            sm90_store_pair_fast<Kind, true>(p1, s_alpha, s_beta, fin(acc[4 * f + 2]), fin(acc[4 * f + 3]));
+            sm90_store_pair_fast<OK, true>(p0, s_alpha, s_beta, fin(acc[4 * f]), fin(acc[4 * f + 1]));
+            sm90_store_pair_fast<OK, true>(p1, s_alpha, s_beta, fin(acc[4 * f + 2]), fin(acc[4 * f + 3]));
           } else {
-            sm90_store_pair_fast<Kind, false>(p0, s_alpha, s_beta, fin(acc[4 * f]), fin(acc[4 * f + 1]));
-            sm90_store_pair_fast<Kind, false>(p1, s_alpha, s_beta, fin(acc[4 * f + 2]), fin(acc[4 * f + 3]));
+            sm90_store_pair_fast<OK, false>(p0, s_alpha, s_beta, fin(acc[4 * f]), fin(acc[4 * f + 1]));
+            sm90_store_pair_fast<OK, false>(p1, s_alpha, s_beta, fin(acc[4 * f + 2]), fin(acc[4 * f + 3]));
           }
         }
         continue;
@@ -871,14 +903,14 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
         if (read_c) {
 #pragma unroll
           for (int j = 0; j < BNT / 8; ++j) {
-            sm90_store_pair_fast<Kind, true>(p0 + 8 * CB * j, s_alpha, s_beta, fin(acc[4 * j]), fin(acc[4 * j + 1]));
-            sm90_store_pair_fast<Kind, true>(p1 + 8 * CB * j, s_alpha, s_beta, fin(acc[4 * j + 2]), fin(acc[4 * j + 3]));
+            sm90_store_pair_fast<OK, true>(p0 + 8 * CB * j, s_alpha, s_beta, fin(acc[4 * j]), fin(acc[4 * j + 1]));
+            sm90_store_pair_fast<OK, true>(p1 + 8 * CB * j, s_alpha, s_beta, fin(acc[4 * j + 2]), fin(acc[4 * j + 3]));
           }
         } else {
 #pragma unroll
           for (int j = 0; j < BNT / 8; ++j) {
-            sm90_store_pair_fast<Kind, false>(p0 + 8 * CB * j, s_alpha, s_beta, fin(acc[4 * j]), fin(acc[4 * j + 1]));
-            sm90_store_pair_fast<Kind, false>(p1 + 8 * CB * j, s_alpha, s_beta, fin(acc[4 * j + 2]), fin(acc[4 * j + 3]));
+            sm90_store_pair_fast<OK, false>(p0 + 8 * CB * j, s_alpha, s_beta, fin(acc[4 * j]), fin(acc[4 * j + 1]));
+            sm90_store_pair_fast<OK, false>(p1 + 8 * CB * j, s_alpha, s_beta, fin(acc[4 * j + 2]), fin(acc[4 * j + 3]));
           }
         }
         continue;
@@ -890,7 +922,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
           const int r = frow(j) + 8 * h, c = fcol(j);
           if (r < mt && c < nt) {
             char* cp = Cb + (static_cast<i64>(r) * ldc + c) * CB;
-            sm90_store_pair<Kind>(cp, s_alpha, s_beta, read_c, fin(acc[4 * j + 2 * h]), fin(acc[4 * j + 2 * h + 1]),
+            sm90_store_pair<OK>(cp, s_alpha, s_beta, read_c, fin(acc[4 * j + 2 * h]), fin(acc[4 * j + 2 * h + 1]),
                                   c_pair && c + 1 < nt, c + 1 < nt);
           }
         }
@@ -906,10 +938,12 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
 template <class Kind, int EPI = 0>
 __global__ void __launch_bounds__(256)
     sm90_splitk_reduce(const void* ws_, void* C_, int mt, int nt, long long ldc, long long sc, int batch, int splits,
-                       float alpha, float beta, int ialpha, int ibeta, const void* bias, void* pre, int bias_mode) {
+                       float alpha, float beta, int ialpha, int ibeta, const void* bias, void* pre, int bias_mode,
+                       const float* scale_m, const float* scale_n) {
   typedef typename Kind::Acc Acc;
   typedef typename Kind::Scale Scale;
-  constexpr int CB = Kind::kCBytes;
+  typedef typename EpiOut<Kind, EPI>::type OK;
+  constexpr int CB = OK::kCBytes;
   const i64 per = static_cast<i64>(mt) * nt, all = per * batch;
   const i64 id = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (id >= all) return;
@@ -920,15 +954,24 @@ __global__ void __launch_bounds__(256)
   const i64 rc = id - b * per;
   const int r = static_cast<int>(rc / nt), c = static_cast<int>(rc - static_cast<i64>(r) * nt);
   char* cp = static_cast<char*>(C_) + (static_cast<i64>(b) * sc + static_cast<i64>(r) * ldc + c) * CB;
-  const Scale a = pick_scale(static_cast<Scale*>(nullptr), alpha, ialpha);
-  const Scale bt = pick_scale(static_cast<Scale*>(nullptr), beta, ibeta);
-  Scale v = bt != Scale(0) ? axpby(a, sum, bt, Kind::load_c(cp)) : ax(a, sum);
-  if constexpr (EPI != 0) {
+  if constexpr ((EPI & kEpiDequant) != 0) {
+    // the summed int32 product, dequantized in pyblasgemm.epilogue's order, then the epilogue
+    float x = mul_ieee(alpha, mul_ieee(mul_ieee(scale_m[c], scale_n[r]), static_cast<float>(sum)));
+    if (beta != 0.f) x = add_ieee(x, mul_ieee(beta, OK::load_c(cp)));
     const Sm90Epi e{static_cast<const char*>(bias),
                     pre != nullptr ? static_cast<char*>(pre) - static_cast<char*>(C_) : 0, bias_mode, pre != nullptr};
-    v = sm90_epi<Kind, EPI>(v, e, cp, r, c, true);
+    sm90_store_one<OK>(cp, sm90_epi<OK, EPI>(x, e, cp, r, c, true));
+  } else {
+    const Scale a = pick_scale(static_cast<Scale*>(nullptr), alpha, ialpha);
+    const Scale bt = pick_scale(static_cast<Scale*>(nullptr), beta, ibeta);
+    Scale v = bt != Scale(0) ? axpby(a, sum, bt, Kind::load_c(cp)) : ax(a, sum);
+    if constexpr (EPI != 0) {
+      const Sm90Epi e{static_cast<const char*>(bias),
+                      pre != nullptr ? static_cast<char*>(pre) - static_cast<char*>(C_) : 0, bias_mode, pre != nullptr};
+      v = sm90_epi<Kind, EPI>(v, e, cp, r, c, true);
+    }
+    sm90_store_one<Kind>(cp, v);
   }
-  sm90_store_one<Kind>(cp, v);
 }
 
 }  // namespace pyblasgemm
