@@ -301,3 +301,28 @@ def test_int8_dequantized_in_the_hopper_store(monkeypatch, out_dtype):
         scale = np.abs(v) + 1
         _check(out, v, act, scale, (cfg.name, m, n, k, act, rows, out_dtype))
         _check(pre, v, None, scale, (cfg.name, "pre", out_dtype))
+
+
+def test_repeated_expert_calls_replay_with_each_calls_own_arrays():
+    """A repeated expert-form call (same signature) re-launches its table with the new arrays'
+    addresses: each result matches its own float64 reference, with the same route."""
+    import cupy
+
+    from pyblasgemm.epilogue import last_route
+
+    rng = np.random.default_rng(44)
+    sizes, k, n = [3, 0, 64, 17], 72, 136
+    routes = []
+    for _ in range(3):
+        a, b, ends = _expert_case(rng, np.float16, sizes, k, n)
+        bias = _data(rng, (len(sizes), n), np.float16)
+        y = pyblasgemm.grouped_matmul(cupy.asarray(a), cupy.asarray(b), offsets=ends, bias=cupy.asarray(bias),
+                                      activation="gelu", backend="tensorcore")
+        routes.append(last_route())
+        start = 0
+        for g, end in enumerate(ends):
+            x64, w64 = a[start:end].astype(np.float64), b[g].astype(np.float64)
+            _check(to_host(y)[start:end], x64 @ w64 + bias[g].astype(np.float64), "gelu",
+                   np.abs(x64) @ np.abs(w64) + 1, (g, "replay"))
+            start = end
+    assert routes[0] == routes[1] == routes[2] and "grouped kernel" in routes[0], routes
