@@ -247,6 +247,23 @@ def test_fusion_guide_pinned_ring_numbers_are_the_measured_ones():
             f"against {us['torch loop of matmul']} µs for PyTorch's loop and {us['torch._grouped_mm']} µs") in text
 
 
+def test_fusion_guide_replay_numbers_are_the_measured_ones():
+    """The expert form's call-signature replay: bench/results/fusion_h100_2026-11-24_ae44776.json."""
+    import json
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    text = " ".join((root / "docs/guide/fusion.rst").read_text().split())
+    doc = json.loads((root / "bench/results/fusion_h100_2026-11-24_ae44776.json").read_text())
+    small = [c for c in doc["cases"] if c["case"] == "grouped experts"][-1]
+    us = {k: round(v["steady_s"] * 1e6) for k, v in small["contenders"].items()}
+    ratio = us["torch._grouped_mm"] / us["pyblasgemm grouped_matmul"]
+    assert small["route"].startswith("pyblasgemm grouped kernel") and doc["git_sha"] == "ae44776"
+    assert (f"``fusion_h100_2026-11-24_ae44776.json``): the call takes {us['pyblasgemm grouped_matmul']} µs "
+            f"against {us['torch loop of matmul']} µs for PyTorch's loop and {us['torch._grouped_mm']} µs for "
+            f"``_grouped_mm`` ({ratio:.2f}x of it)") in text
+
+
 def test_fusion_guide_follow_up_numbers_are_the_measured_ones():
     """The H100-only follow-up paragraph quotes bench/results/fusion_h100_2026-11-24_d29ef8e.json."""
     import json
