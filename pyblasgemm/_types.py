@@ -46,12 +46,12 @@ class TypeRow:
 
 TYPE_ROWS = {
     "s": TypeRow("s", float32, float32, float32, ("fp32", "tf32", "3xtf32")),
-    "d": TypeRow("d", float64, float64, float64, ("fp64",)),
+    "d": TypeRow("d", float64, float64, float64, ("fp64", "int8-ozaki")),
     "h": TypeRow("h", float16, float16, float32, ("fp32", "fp16")),
     "b": TypeRow("b", bfloat16, bfloat16, float32, ("fp32",)),
     "i": TypeRow("i", int8, int32, int32, ("int32",)),
-    "c": TypeRow("c", complex64, complex64, complex64, ("fp32",)),
-    "z": TypeRow("z", complex128, complex128, complex128, ("fp64",)),
+    "c": TypeRow("c", complex64, complex64, complex64, ("fp32", "tf32", "3xtf32")),
+    "z": TypeRow("z", complex128, complex128, complex128, ("fp64", "int8-ozaki")),
     # mixed precision, named as OpenBLAS names them: 16-bit A and B, float32 C and scalars,
     # float32 accumulation (the products of 16-bit values are exact in float32)
     "sh": TypeRow("sh", float16, float32, float32, ("fp32",)),
@@ -111,12 +111,33 @@ def get_default_compute() -> str:
     return _default_compute_fp32
 
 
+#: the precision dial's bounds: bits kept per scaled row / column (pyblasgemm.ozaki.MAX_BITS)
+OZAKI_BITS = (1, 62)
+
+
+def _ozaki_dial(row: TypeRow, compute):
+    """'int8-ozaki-<bits>' normalized, for a row with the emulated mode and bits in range;
+    else None."""
+    if not isinstance(compute, str) or "int8-ozaki" not in row.computes:
+        return None
+    word = compute.lower()
+    head, _, bits = word.rpartition("-")
+    if head != "int8-ozaki" or not (bits.isascii() and bits.isdigit()) or not OZAKI_BITS[0] <= int(bits) <= OZAKI_BITS[1]:
+        return None
+    return f"int8-ozaki-{int(bits)}"
+
+
 def resolve_compute(row: TypeRow, compute, routine: str) -> str:
     """Turn the user's ``compute=`` (or None) into one of the row's modes, or raise ValueError."""
     if compute is None:
         return get_default_compute() if row.prefix == "s" else row.computes[0]
     if isinstance(compute, str) and compute.lower() in row.computes:
         return compute.lower()
+    dial = _ozaki_dial(row, compute)
+    if dial is not None:
+        return dial
     raise ValueError(
         f"{routine}: compute={compute!r} is not available for {row.ab_dtype.name}; "
-        f"choose one of {', '.join(repr(c) for c in row.computes)}")
+        f"choose one of {', '.join(repr(c) for c in row.computes)}"
+        + (f" (or 'int8-ozaki-<bits>', bits {OZAKI_BITS[0]}..{OZAKI_BITS[1]})"
+           if "int8-ozaki" in row.computes else ""))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .desc import GemmDesc, alignment
 from .kernels.pack import PACK_ALIGN, packed_ld
-from .kinds import ROUTES
+from .kinds import route_of
 
 __all__ = ["backend_supports", "config_valid", "kernel_problem", "packable", "packed_desc", "BACKENDS"]
 
@@ -35,7 +35,7 @@ def kernel_problem(desc: GemmDesc, a_ptr: int | None = None, b_ptr: int | None =
     every caller's pointers have."""
     from .kernels.problem import KernelProblem
 
-    route = ROUTES[(desc.prefix, desc.compute)]
+    route = route_of(desc.prefix, desc.compute)
     if a_ptr is None:
         # each operand's own class: an odd ldc must not take A's and B's 16-byte loads away
         isz, csz = desc.row.ab_dtype.itemsize, desc.row.c_dtype.itemsize
@@ -57,7 +57,7 @@ def _host(desc: GemmDesc):
 def _cublas(desc: GemmDesc):
     if desc.xp != "cupy":
         return False, "cuBLAS runs on CuPy arrays only"
-    if ROUTES[(desc.prefix, desc.compute)].cublas_compute is None:
+    if route_of(desc.prefix, desc.compute).cublas_compute is None:
         return False, f"cuBLAS has no compute={desc.compute!r} mode for {desc.row.ab_dtype.name}"
     return True, ""
 
@@ -65,7 +65,10 @@ def _cublas(desc: GemmDesc):
 def _tensorcore(desc: GemmDesc):
     if desc.xp != "cupy":
         return False, "our kernels run on CuPy arrays only"
-    if ROUTES[(desc.prefix, desc.compute)].kernel_kind is None:
+    route = route_of(desc.prefix, desc.compute)
+    if route.composite is not None:
+        return _composite(desc, route)
+    if route.kernel_kind is None:
         return False, (f"no tensor-core kernel for {desc.row.ab_dtype.name} with "
                        f"compute={desc.compute!r}")
     if desc.transa == "C" or desc.transb == "C":
@@ -76,6 +79,22 @@ def _tensorcore(desc: GemmDesc):
     from .kernels.launch import supports as kernel_rules
 
     return kernel_rules(kernel_problem(desc))
+
+
+#: int8 residue products stay exact in int32 while K * 128^2 < 2^31 (a residue is at most 128
+#: in magnitude): the emulated float64 modes' inner dimension (2k for complex) is below this
+OZAKI_MAX_K = 2**31 // 128**2
+
+
+def _composite(desc: GemmDesc, route):
+    """Our kernels run a composite route (pyblasgemm.composite) through its real GEMMs."""
+    if route.composite == "ozaki":
+        inner_k = desc.k * (2 if desc.row.is_complex else 1)
+        if inner_k >= OZAKI_MAX_K:
+            return False, (f"k={desc.k}: the int8 residue products ({inner_k} terms"
+                           f"{', the real and imaginary parts stacked' if desc.row.is_complex else ''}) "
+                           f"stay exact in int32 only below {OZAKI_MAX_K} terms")
+    return True, ""
 
 
 #: backend name -> its predicate

@@ -550,7 +550,9 @@ def _lt_fused(desc, epi, bias_axis, ptrs, sptr):
     from .backends.cublaslt import make_epilogue_launch
     from .plancache import get_plan_cache
 
-    types = _TYPES.get((desc.prefix, desc.compute))
+    from .kinds import base_compute
+
+    types = _TYPES.get((desc.prefix, base_compute(desc.compute)))
     if types is None:
         return None
     cache, key = get_plan_cache(), ("lt-epilogue", desc.key, code)

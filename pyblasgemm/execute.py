@@ -7,6 +7,7 @@ from .plancache import get_plan_cache
 from .desc import GemmDesc, check_backend_place
 from .kernels.scale import scale_ieee
 from .planner import plan_for
+from .planner.composite import CompositeSpec
 from .planner.overrides import current_settings
 
 _cache = get_plan_cache()
@@ -80,6 +81,12 @@ def execute(desc: GemmDesc, a, b, c, backend: str | None = None, autotune=None, 
         return None
     plan = plan_for(desc, backend) if autotune is None else plan_for(desc, backend,
                                                                        autotune=autotune)
+    if isinstance(plan.launch, CompositeSpec):
+        from . import composite
+
+        with streams.on(stream):
+            composite.run(desc, a, b, c, plan, execute)
+        return None
     launch = launch_for(desc, plan)
     if launch is not None:
         launch(a.data.ptr, b.data.ptr, c.data.ptr, desc.alpha, desc.beta,

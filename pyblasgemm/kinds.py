@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["KernelKind", "Route", "KERNEL_KINDS", "ROUTES", "CUDA", "CUBLAS_COMPUTE"]
+__all__ = ["KernelKind", "Route", "KERNEL_KINDS", "ROUTES", "CUDA", "CUBLAS_COMPUTE", "OZAKI",
+           "base_compute", "ozaki_bits", "route_of"]
 
 #: cudaDataType_t values (library_types.h)
 CUDA = {"R_32F": 0, "R_64F": 1, "R_16F": 2, "R_8I": 3, "C_32F": 4, "C_64F": 5, "R_32I": 10,
@@ -70,6 +71,11 @@ class Route:
     accumulator: str | None
     rtol: float             # tests: |result - float64 reference| <= rtol * the reference's scale
     scale_dtype: str | None = None   # cuBLAS's alpha/beta type when not the routine's own
+    #: a composition of other routes' GEMMs (pyblasgemm.composite) that runs it on our
+    #: tensor-core kernels: 'ozaki' (float64 from exact int8 products), 'complex' (complex
+    #: products as one real product of the stacked parts); None: one GEMM
+    composite: str | None = None
+    inner: tuple | None = None      # the (prefix, compute) of the composition's real GEMMs
 
 
 def _kind(name, ab, c, eb, cb, accs, structs, sm90, tma_ab, tma_c, base=None, prep=False):
@@ -96,9 +102,16 @@ KERNEL_KINDS = {k.name: k for k in (
 )}
 
 
-def _route(prefix, compute, ab, c, cublas, kind=None, acc=None, rtol=1e-5, scale=None):
+def _route(prefix, compute, ab, c, cublas, kind=None, acc=None, rtol=1e-5, scale=None, composite=None,
+           inner=None):
     return Route(prefix, compute, CUDA[ab], CUDA[c],
-                 None if cublas is None else CUBLAS_COMPUTE[cublas], kind, acc, rtol, scale)
+                 None if cublas is None else CUBLAS_COMPUTE[cublas], kind, acc, rtol, scale, composite,
+                 inner)
+
+
+#: the emulated float64 compute mode; ``OZAKI + "-<bits>"`` (e.g. 'int8-ozaki-40') sets its
+#: precision dial: bits kept per scaled row / column (pyblasgemm.ozaki)
+OZAKI = "int8-ozaki"
 
 
 #: rtol: relative error bound against the reference's scale (tests/_ref.py). 16-bit outputs: one
@@ -112,6 +125,8 @@ ROUTES = {(r.prefix, r.compute): r for r in (
     # accuracy (or better), so the planner weighs it as 3xTF32's cuBLAS route
     _route("s", "3xtf32", "R_32F", "R_32F", "32F", "3xtf32", "f32", rtol=2e-5),
     _route("d", "fp64", "R_64F", "R_64F", "64F", rtol=1e-12),
+    # float64 from exact int8 products (the Ozaki scheme II); cuBLAS's route is native DGEMM
+    _route("d", OZAKI, "R_64F", "R_64F", "64F", rtol=1e-12, composite="ozaki", inner=("i", "int32")),
     _route("h", "fp32", "R_16F", "R_16F", "32F", "f16", "f32", rtol=2e-3),
     # cuBLAS's 16F compute takes half-precision alpha and beta
     _route("h", "fp16", "R_16F", "R_16F", "16F", "f16", "f16", rtol=2e-2, scale="float16"),
@@ -120,5 +135,39 @@ ROUTES = {(r.prefix, r.compute): r for r in (
     _route("sb", "fp32", "R_16BF", "R_32F", "32F", "bf16_out32", "f32", rtol=2e-5),
     _route("i", "int32", "R_8I", "R_32I", "32I", "s8", "s32", rtol=0.0),
     _route("c", "fp32", "C_32F", "C_32F", "32F", rtol=2e-5),
+    # complex on our tf32 / 3xTF32 kernels: one real product of the stacked parts; cuBLAS's
+    # routes are its tf32 CGEMM and (as for float32 3xTF32) its plain CGEMM
+    _route("c", "tf32", "C_32F", "C_32F", "32F_FAST_TF32", rtol=3e-3, composite="complex",
+           inner=("s", "tf32")),
+    _route("c", "3xtf32", "C_32F", "C_32F", "32F", rtol=2e-5, composite="complex", inner=("s", "3xtf32")),
     _route("z", "fp64", "C_64F", "C_64F", "64F", rtol=1e-12),
+    _route("z", OZAKI, "C_64F", "C_64F", "64F", rtol=1e-12, composite="ozaki", inner=("i", "int32")),
 )}
+
+
+def base_compute(compute: str) -> str:
+    """The compute mode without its precision dial: 'int8-ozaki-40' -> 'int8-ozaki'.
+
+    >>> base_compute("int8-ozaki-40"), base_compute("tf32")
+    ('int8-ozaki', 'tf32')
+    """
+    return OZAKI if compute.startswith(OZAKI + "-") else compute
+
+
+def ozaki_bits(compute: str) -> int | None:
+    """The dial of an 'int8-ozaki-<bits>' mode; None for plain 'int8-ozaki' (the default) and
+    for every other mode.
+
+    >>> ozaki_bits("int8-ozaki-40"), ozaki_bits("int8-ozaki")
+    (40, None)
+    """
+    return int(compute[len(OZAKI) + 1:]) if compute.startswith(OZAKI + "-") else None
+
+
+def route_of(prefix: str, compute: str) -> Route:
+    """The route row of a (prefix, compute) pair, the dial dropped.
+
+    >>> route_of("d", "int8-ozaki-40").composite
+    'ozaki'
+    """
+    return ROUTES[(prefix, base_compute(compute))]

@@ -138,7 +138,9 @@ def _runs(xp_name, backend, prefix, compute):
         return True
     from pyblasgemm.kinds import ROUTES
     # cuBLAS runs compute='3xtf32' as its float32 SGEMM (kinds.ROUTES): no refusal there
-    refuses = ((backend == "tensorcore" and ROUTES[(prefix, compute)].kernel_kind is None)
+    route = ROUTES[(prefix, compute)]
+    # composite routes (float64 through int8, complex on tf32 / 3xTF32) run on our kernels
+    refuses = ((backend == "tensorcore" and route.kernel_kind is None and route.composite is None)
                or (compute == "3xtf32" and backend == "tensorcore" and not _tensorcore_available()))
     if refuses:
         import cupy

@@ -23,7 +23,7 @@ from .. import _arrays
 from .._types import TYPE_ROWS
 from ..desc import GemmDesc
 from ..constraints import backend_supports
-from ..kinds import ROUTES
+from ..kinds import ROUTES, base_compute
 
 NAME = "cublas"
 
@@ -90,7 +90,7 @@ def bind(desc: GemmDesc, plan=None):
         return None
     from .cublaslt import make_launch
 
-    return make_launch(desc, _TYPES[(desc.prefix, desc.compute)], desc.device)
+    return make_launch(desc, _TYPES[(desc.prefix, base_compute(desc.compute))], desc.device)
 
 
 def run(desc: GemmDesc, a, b, c, plan=None) -> None:
@@ -98,7 +98,7 @@ def run(desc: GemmDesc, a, b, c, plan=None) -> None:
     c_final = None
     if desc.prefix == "i":
         desc, a, b, c, c_final = _arrange_int8(desc, a, b, c)
-    ab_type, c_type, compute_type, scalar = _TYPES[(desc.prefix, desc.compute)]
+    ab_type, c_type, compute_type, scalar = _TYPES[(desc.prefix, base_compute(desc.compute))]
     alpha, beta = _scalars.pointers(scalar, desc.alpha, desc.beta)
     handle = device.get_cublas_handle()
     cublas.setStream(handle, get_current_stream().ptr)

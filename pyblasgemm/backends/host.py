@@ -26,6 +26,7 @@ import numpy as np
 from .. import _arrays
 from ..constraints import backend_supports
 from ..desc import GemmDesc
+from ..kinds import OZAKI, base_compute, ozaki_bits
 
 NAME = "host"
 
@@ -62,6 +63,17 @@ def product(desc: GemmDesc, opa: np.ndarray, opb: np.ndarray) -> np.ndarray:
     if desc.prefix == "i":
         exact = np.matmul(opa.astype(np.float64), opb.astype(np.float64)).astype(np.int64)
         return exact.astype(np.int32).astype(np.int64)  # wrap to int32 like the GPU's adder
+    base = base_compute(desc.compute)
+    if base == OZAKI:
+        return _ozaki_product(desc, opa, opb)
+    if desc.row.is_complex and base in ("tf32", "3xtf32"):
+        # the GPU's composition: one real product of the stacked parts, then C2's halves
+        a2 = np.concatenate([opa.real, opa.imag], axis=-1)
+        b2 = np.concatenate([np.concatenate([opb.real, opb.imag], axis=-1),
+                             np.concatenate([-opb.imag, opb.real], axis=-1)], axis=-2)
+        c2 = product(desc._replace(prefix="s"), a2, b2)
+        n = opb.shape[-1]
+        return (c2[..., :n] + 1j * c2[..., n:]).astype(np.complex64)
     if desc.compute == "tf32":
         return np.matmul(round_to_tf32(opa), round_to_tf32(opb))
     if desc.compute == "3xtf32":
@@ -70,6 +82,18 @@ def product(desc: GemmDesc, opa: np.ndarray, opb: np.ndarray) -> np.ndarray:
         # small terms first: they are tiny, summing them before the big product loses less
         return (np.matmul(big_a, small_b) + np.matmul(small_a, big_b)) + np.matmul(big_a, big_b)
     return np.matmul(opa, opb)
+
+
+def _ozaki_product(desc: GemmDesc, opa, opb):
+    """The Ozaki scheme II per batch entry (pyblasgemm.ozaki), its dial from the mode."""
+    from ..ozaki import dgemm_ozaki, zgemm_ozaki
+
+    routine = zgemm_ozaki if desc.row.is_complex else dgemm_ozaki
+    bits = ozaki_bits(desc.compute)
+    out = np.empty(opa.shape[:-1] + opb.shape[-1:], desc.row.c_dtype)
+    for i in range(out.shape[0]):
+        out[i], _ = routine(np.ascontiguousarray(opa[i]), np.ascontiguousarray(opb[i]), bits=bits)
+    return out
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -21,6 +21,7 @@ import sys
 from dataclasses import replace
 
 from ..desc import GemmDesc, check_backend_place
+from ..kinds import route_of
 from ..plancache import get_plan_cache
 from . import model as M
 from . import overrides
@@ -143,6 +144,10 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
     if requested == "host":
         return Plan("host", "forced by backend= / PYBLASGEMM_BACKEND", source="forced", problem=desc)
     arch = _arch(desc, arch)
+    if route_of(desc.prefix, desc.compute).composite is not None:
+        from .composite import plan_composite
+
+        return plan_composite(desc, requested, arch, plan_for)
     cal = M.load_calibration()
     ours_ok, why_not_ours = _supports("tensorcore", desc)   # the kernels' rules included
     if ours_ok and arch.cc < (8, 0):

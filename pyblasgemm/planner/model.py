@@ -51,6 +51,7 @@ from typing import NamedTuple
 from ..kernels.config import (SHIPPED_CONFIGS, SM90_CONFIGS, SM90_CONFIGS_BY_TILE, SM90_PREP_KINDS,
                               SM90_SMALL_CONFIGS, KernelConfig)
 from ..kernels.geometry import launch_geometry
+from ..kinds import base_compute
 from ..kernels.problem import BASE_KIND, C_BYTES, ELEM_BYTES, KernelProblem
 from ._checks import why_not_dict, why_not_number, why_not_numbers
 from .arch import ArchSpec
@@ -521,22 +522,24 @@ def score_ours(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec, cal: d
 _CUBLAS_KIND = {("h", "fp32"): "f16", ("h", "fp16"): "f16", ("b", "fp32"): "bf16",
                 ("sh", "fp32"): "f16", ("sb", "fp32"): "bf16",
                 ("i", "int32"): "s8", ("s", "tf32"): "tf32", ("s", "fp32"): "fp32",
-                ("d", "fp64"): "fp64", ("c", "fp32"): "fp32", ("z", "fp64"): "fp64"}
+                ("d", "fp64"): "fp64", ("c", "fp32"): "fp32", ("z", "fp64"): "fp64",
+                ("c", "tf32"): "tf32", ("c", "3xtf32"): "fp32", ("d", "int8-ozaki"): "fp64",
+                ("z", "int8-ozaki"): "fp64"}
 
 
 _CUBLAS_OPERAND_PREFIX = {"sh": "h", "sb": "b"}
 #: cuBLAS runs 3xTF32 as its plain float32 SGEMM (kinds.ROUTES): that rate
-_CUBLAS_COMPUTE = {"3xtf32": "fp32"}
+_CUBLAS_COMPUTE = {"3xtf32": "fp32", "int8-ozaki": "fp64"}
 
 
 def score_cublas(desc, arch: ArchSpec, cal: dict) -> Score:
     """Predict cuBLAS's time for ``desc`` (a GemmDesc) from the calibrated efficiency table."""
     # fp32 C from 16-bit operands: the 16-bit GEMM's rate (measured per operand type)
     key = (f"{_CUBLAS_OPERAND_PREFIX.get(desc.prefix, desc.prefix)}/"
-           f"{_CUBLAS_COMPUTE.get(desc.compute, desc.compute)}")
+           f"{_CUBLAS_COMPUTE.get(base_compute(desc.compute), desc.compute)}")
     cb = cal["cublas"]
     eff = cb["eff"].get(key, cb["eff_default"])
-    kind = _CUBLAS_KIND.get((desc.prefix, desc.compute), "fp32")
+    kind = _CUBLAS_KIND.get((desc.prefix, base_compute(desc.compute)), "fp32")
     peak = arch.best_peak(kind)
     flops = desc.flops
     # cuBLAS's tail: a 128x256 tile grid on S SMs; part of the quantization loss shows

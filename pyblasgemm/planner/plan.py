@@ -95,6 +95,8 @@ class Plan:
             lines.append(f"      packs {' and '.join(x.upper() for x in self.pack)} into 16-byte "
                          f"pitched storage first (its leading dimension keeps TMA and cp.async off)")
         lines.append(f"why: {self.reason}")
+        if hasattr(self.launch, "explain_lines"):        # a composite route's inner GEMM
+            lines.extend(self.launch.explain_lines())
         scored = sorted((c for c in self.candidates if c.score is not None), key=lambda c: c.time)
         if scored:
             shown = scored if not limit else scored[:limit]

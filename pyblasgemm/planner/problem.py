@@ -13,7 +13,7 @@ import numpy as np
 
 from .._types import ROW_BY_DTYPE, TYPE_ROWS, resolve_compute
 from ..desc import GemmDesc, check_dim, check_trans, describe
-from ..kinds import ROUTES
+from ..kinds import ROUTES, base_compute
 
 __all__ = ["make_desc", "DTYPE_ALIASES", "kind_of"]
 
@@ -32,7 +32,7 @@ _KINDS = {key: r.kernel_kind for key, r in ROUTES.items() if r.kernel_kind is no
 def kind_of(desc: GemmDesc) -> str | None:
     """Our kernels' kind for ``desc`` ('f16', 'bf16', 's8', 'tf32', '3xtf32', 'f16_out32',
     'bf16_out32') or None."""
-    return _KINDS.get((desc.prefix, desc.compute))
+    return _KINDS.get((desc.prefix, base_compute(desc.compute)))
 
 
 def _prefix(dtype) -> str:

@@ -1,0 +1,276 @@
+"""Emulated float64 (Ozaki scheme II on int8 tensor cores) and complex on tensor cores, against
+cuBLAS on the same bytes, in one process (issue: FP64 via int8 + complex on tensor cores).
+
+    PYTHONPATH=. python bench/ozaki.py --out bench/results/ozaki_<gpu>_<date>_<sha>.json
+
+Cases:
+
+* dgemm, m = n = k in SIZES, random normal operands: native DGEMM (the faster of
+  ``torch.matmul`` and ``cupy.matmul``), ``matmul(compute='int8-ozaki')`` (its default), the
+  precision dial ``'int8-ozaki-<bits>'`` over BITS (at the largest size: the bits-vs-speed
+  figure), and cuBLAS's own emulation (``CUBLAS_EMULATE_DOUBLE_PRECISION=1``, in a child
+  process on the same bytes: the variable is read when cuBLAS starts);
+* dgemm at 4096 with rows / columns scaled over 1e-30..1e30 and with single elements spread
+  that far (the fallback's case);
+* zgemm (complex128) at ZSIZES: native ZGEMM against the emulated default;
+* cgemm (complex64) at 8192: cuBLAS CGEMM, cuBLAS's TF32 CGEMM, ours with compute='tf32' and
+  '3xtf32'.
+
+Errors: max over sampled entries (16 rows x 256 columns) of |result - reference| / (|A| @ |B|)
+against a long-double product (x86 80-bit) computed on the host from the same bytes; complex64
+against complex128 products of the sampled rows. Steady: CUDA events around back-to-back calls
+(bench/timing.py); single call: wall clock of one call plus synchronize, median of 5. Ratios
+> 1: pyblasgemm is faster.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.heldout import meta  # noqa: E402
+from bench.timing import event_median_s  # noqa: E402
+
+SIZES = [1024, 4096, 8192]
+BITS = [24, 32, 40, 48, 56, 62]
+ZSIZES = [2048, 4096]
+ROWS, COLS = 16, 256
+
+
+def _single_s(cp, fn, n=5):
+    fn()
+    cp.cuda.Device().synchronize()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        cp.cuda.Device().synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _sample(rng, m, n):
+    return np.sort(rng.choice(m, min(ROWS, m), replace=False)), np.sort(rng.choice(n, min(COLS, n), replace=False))
+
+
+def _ld_error(result_rows, a_rows, b_cols) -> float:
+    """Max error of sampled entries vs a long-double product, relative to |A| @ |B|."""
+    ld = np.longdouble
+    if np.iscomplexobj(a_rows):
+        ar, ai, br, bi = (x.astype(ld) for x in (a_rows.real, a_rows.imag, b_cols.real, b_cols.imag))
+        ref_re, ref_im = ar @ br - ai @ bi, ar @ bi + ai @ br
+        scale = np.abs(a_rows).astype(ld) @ np.abs(b_cols).astype(ld)
+        err = np.hypot((result_rows.real.astype(ld) - ref_re).astype(np.float64),
+                       (result_rows.imag.astype(ld) - ref_im).astype(np.float64))
+        return float(np.max(err / scale.astype(np.float64)))
+    ref = a_rows.astype(ld) @ b_cols.astype(ld)
+    scale = np.abs(a_rows).astype(ld) @ np.abs(b_cols).astype(ld)
+    return float(np.max((np.abs(result_rows.astype(ld) - ref) / scale).astype(np.float64)))
+
+
+def _time(cp, fn, big):
+    inner, samples = (1, 5) if big else (5, 10)
+    return {"steady_s": event_median_s(fn, inner=inner, samples=samples, warmup=2),
+            "single_s": _single_s(cp, fn)}
+
+
+def dgemm_case(cp, torch, pb, s, rng, bits_sweep, layout="normal", child=True) -> dict:
+    a = rng.standard_normal((s, s))
+    b = rng.standard_normal((s, s))
+    if layout == "row scales":
+        a *= 10.0 ** rng.uniform(-30, 30, (s, 1))
+        b *= 10.0 ** rng.uniform(-30, 30, (1, s))
+    elif layout == "element spread":
+        a *= 10.0 ** rng.uniform(-30, 30, (s, s))
+        b *= 10.0 ** rng.uniform(-30, 30, (s, s))
+    rows, cols = _sample(rng, s, s)
+    a_rows, b_cols = a[rows], b[:, cols]
+    da, db = cp.asarray(a), cp.asarray(b)
+    ta, tb = torch.as_tensor(da, device="cuda"), torch.as_tensor(db, device="cuda")
+    big = s >= 8192
+    out = {}
+
+    def record(name, fn, side, route=None):
+        res = fn()
+        host = res.cpu().numpy() if hasattr(res, "cpu") else cp.asnumpy(res)
+        row = {"side": side, **_time(cp, fn, big), "max_rel_err_vs_longdouble": _ld_error(host[rows][:, cols], a_rows, b_cols)}
+        if route is not None:
+            row["route"] = route()
+        out[name] = row
+        del res
+        cp.get_default_memory_pool().free_all_blocks()
+
+    from pyblasgemm.composite import last_route
+
+    record("torch.matmul (DGEMM)", lambda: ta @ tb, "native")
+    record("cupy.matmul (DGEMM)", lambda: da @ db, "native")
+    record("pyblasgemm int8-ozaki (default)",
+           lambda: pb.matmul(da, db, compute="int8-ozaki", backend="tensorcore"), "ours", last_route)
+    for bits in bits_sweep:
+        record(f"pyblasgemm int8-ozaki-{bits}",
+               lambda bits=bits: pb.matmul(da, db, compute=f"int8-ozaki-{bits}", backend="tensorcore"),
+               "ours", last_route)
+    if child:
+        out.update(_cublas_emulation(a, b, rows, cols, a_rows, b_cols))
+    native = min(v["steady_s"] for v in out.values() if v["side"] == "native")
+    native_single = min(v["single_s"] for v in out.values() if v["side"] == "native")
+    for v in out.values():
+        v["ratio_steady_vs_native"] = native / v["steady_s"]
+        v["ratio_single_vs_native"] = native_single / v["single_s"]
+    return {"case": "dgemm", "layout": layout, "m": s, "n": s, "k": s, "contenders": out}
+
+
+_CHILD = r"""
+import json, os, sys, time, statistics
+import numpy as np, torch
+a = np.load(sys.argv[1]); b = np.load(sys.argv[2])
+ta, tb = torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda")
+r = ta @ tb; torch.cuda.synchronize()
+ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+times = []
+for _ in range(5):
+    ev[0].record(); r = ta @ tb; ev[1].record(); torch.cuda.synchronize()
+    times.append(ev[0].elapsed_time(ev[1]) / 1e3)
+np.save(sys.argv[3], r.cpu().numpy())
+print(json.dumps({"steady_s": statistics.median(times), "torch": torch.__version__,
+                  "cublas": torch.backends.cuda.preferred_blas_library().name if hasattr(torch.backends.cuda, "preferred_blas_library") else None,
+                  "env": os.environ.get("CUBLAS_EMULATE_DOUBLE_PRECISION")}))
+"""
+
+
+def _cublas_emulation(a, b, rows, cols, a_rows, b_cols) -> dict:
+    """cuBLAS's own FP64 emulation (Ozaki I), in a child process: torch.matmul with the
+    variable set, on the same bytes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pa, pb_, pr = (os.path.join(tmp, f) for f in ("a.npy", "b.npy", "r.npy"))
+        np.save(pa, a)
+        np.save(pb_, b)
+        env = dict(os.environ, CUBLAS_EMULATE_DOUBLE_PRECISION="1")
+        done = subprocess.run([sys.executable, "-c", _CHILD, pa, pb_, pr], env=env, capture_output=True,
+                              text=True, timeout=300)
+        if done.returncode != 0:
+            return {"cuBLAS emulation (CUBLAS_EMULATE_DOUBLE_PRECISION=1)": {
+                "side": "theirs", "error": done.stderr[-2000:]}}
+        info = json.loads(done.stdout.strip().splitlines()[-1])
+        r = np.load(pr)
+    return {"cuBLAS emulation (CUBLAS_EMULATE_DOUBLE_PRECISION=1)": {
+        "side": "theirs", "steady_s": info["steady_s"], "single_s": float("nan"), "child": info,
+        "max_rel_err_vs_longdouble": _ld_error(r[rows][:, cols], a_rows, b_cols)}}
+
+
+def zgemm_case(cp, torch, pb, s, rng) -> dict:
+    a = rng.standard_normal((s, s)) + 1j * rng.standard_normal((s, s))
+    b = rng.standard_normal((s, s)) + 1j * rng.standard_normal((s, s))
+    rows, cols = _sample(rng, s, s)
+    da, db = cp.asarray(a), cp.asarray(b)
+    ta, tb = torch.as_tensor(da, device="cuda"), torch.as_tensor(db, device="cuda")
+    from pyblasgemm.composite import last_route
+
+    out = {}
+    for name, fn, side in (("torch.matmul (ZGEMM)", lambda: ta @ tb, "native"),
+                           ("cupy.matmul (ZGEMM)", lambda: da @ db, "native"),
+                           ("pyblasgemm int8-ozaki (default)",
+                            lambda: pb.matmul(da, db, compute="int8-ozaki", backend="tensorcore"), "ours")):
+        res = fn()
+        host = res.cpu().numpy() if hasattr(res, "cpu") else cp.asnumpy(res)
+        out[name] = {"side": side, **_time(cp, fn, s >= 4096),
+                     "max_rel_err_vs_longdouble": _ld_error(host[rows][:, cols], a[rows], b[:, cols])}
+        if side == "ours":
+            out[name]["route"] = last_route()
+        del res
+        cp.get_default_memory_pool().free_all_blocks()
+    native = min(v["steady_s"] for v in out.values() if v["side"] == "native")
+    for v in out.values():
+        v["ratio_steady_vs_native"] = native / v["steady_s"]
+    return {"case": "zgemm", "m": s, "n": s, "k": s, "contenders": out}
+
+
+def cgemm_case(cp, torch, pb, s, rng) -> dict:
+    a = (rng.standard_normal((s, s)) + 1j * rng.standard_normal((s, s))).astype(np.complex64)
+    b = (rng.standard_normal((s, s)) + 1j * rng.standard_normal((s, s))).astype(np.complex64)
+    rows, cols = _sample(rng, s, s)
+    da, db = cp.asarray(a), cp.asarray(b)
+    ref = (a[rows].astype(np.complex128) @ b[:, cols].astype(np.complex128))
+    scale = np.abs(a[rows]).astype(np.float64) @ np.abs(b[:, cols]).astype(np.float64)
+    ta, tb = torch.as_tensor(da, device="cuda"), torch.as_tensor(db, device="cuda")
+    from pyblasgemm.composite import last_route
+
+    out = {}
+    for name, fn, side in (
+            ("torch.matmul (CGEMM)", lambda: ta @ tb, "native"),
+            ("cupy.matmul (CGEMM)", lambda: da @ db, "native"),
+            ("cuBLAS TF32 CGEMM", lambda: pb.matmul(da, db, compute="tf32", backend="cublas"), "theirs"),
+            ("pyblasgemm tf32", lambda: pb.matmul(da, db, compute="tf32", backend="tensorcore"), "ours"),
+            ("pyblasgemm 3xtf32", lambda: pb.matmul(da, db, compute="3xtf32", backend="tensorcore"), "ours")):
+        res = fn()
+        host = res.cpu().numpy() if hasattr(res, "cpu") else cp.asnumpy(res)
+        out[name] = {"side": side, **_time(cp, fn, True),
+                     "max_rel_err_vs_complex128": float(np.max(np.abs(host[rows][:, cols] - ref) / scale))}
+        if side == "ours":
+            out[name]["route"] = last_route()
+        del res
+        cp.get_default_memory_pool().free_all_blocks()
+    native = min(v["steady_s"] for v in out.values() if v["side"] == "native")
+    for v in out.values():
+        v["ratio_steady_vs_cgemm"] = native / v["steady_s"]
+    return {"case": "cgemm", "m": s, "n": s, "k": s, "contenders": out}
+
+
+def _show(row):
+    for name, v in row["contenders"].items():
+        r = {k: round(x, 3) if isinstance(x, float) else x for k, x in v.items()
+             if k.startswith("ratio") or k.startswith("max_rel")}
+        print(f"  {name}: {v.get('steady_s', float('nan')) * 1e3:.2f} ms {r}", flush=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, no child process")
+    args = ap.parse_args(argv)
+    import cupy as cp
+    import torch
+
+    import pyblasgemm as pb
+
+    doc = {"schema": "pyblasgemm-ozaki/1", **meta(None), "method": __doc__, "cases": []}
+    rng = np.random.default_rng(20261125)
+    sizes = SIZES[:2] if args.quick else SIZES
+    for s in sizes:
+        row = dgemm_case(cp, torch, pb, s, rng, BITS if s == sizes[-1] else [], child=not args.quick and s == sizes[-1])
+        doc["cases"].append(row)
+        print("dgemm", s, flush=True)
+        _show(row)
+    for layout in ("row scales", "element spread"):
+        row = dgemm_case(cp, torch, pb, 4096 if not args.quick else 1024, rng, [], layout, child=False)
+        doc["cases"].append(row)
+        print("dgemm", layout, flush=True)
+        _show(row)
+    for s in (ZSIZES[:1] if args.quick else ZSIZES):
+        row = zgemm_case(cp, torch, pb, s, rng)
+        doc["cases"].append(row)
+        print("zgemm", s, flush=True)
+        _show(row)
+    row = cgemm_case(cp, torch, pb, 2048 if args.quick else 8192, rng)
+    doc["cases"].append(row)
+    print("cgemm", row["m"], flush=True)
+    _show(row)
+    pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    pathlib.Path(args.out).write_text(json.dumps(doc, indent=1, default=str))
+    print("wrote", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

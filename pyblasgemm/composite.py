@@ -1,0 +1,191 @@
+"""Execute a composite plan (:mod:`pyblasgemm.planner.composite`) on CuPy arrays: the passes of
+its own and its inner GEMM, run through ``run_inner`` (execute's own function, handed in: this
+module does not reach back into the call layers).
+
+* Ozaki (float64 / complex128, ``compute='int8-ozaki'``), per batch entry: line statistics and
+  exponents of op(A)'s rows and op(B)'s columns, one counter read (non-finite lines: the whole
+  entry runs natively; lines the scaling cannot hold: those rows / columns run natively after
+  the rest), int8 residues of both, one batched int8 GEMM over the moduli, the reconstruction
+  (with alpha and beta) straight into C. Complex operands are stacked first: ``[Ar Ai]`` and
+  ``[[Br, Bi], [-Bi, Br]]`` (conjugated for 'C'), so each part of C is one integer product.
+* Complex on tf32 / 3xTF32: the same stacking in float32, one real GEMM on our kernels, then
+  ``C = alpha * (C2[:, :n] + i C2[:, n:]) + beta * C``.
+
+The host backend computes the same algorithms (:mod:`pyblasgemm.ozaki`,
+``backends.host.product``); on the GPU the Ozaki result has the host's bits.
+"""
+from __future__ import annotations
+
+from . import _arrays
+from .desc import GemmDesc
+
+__all__ = ["run", "last_route"]
+
+_last = {"route": None}
+
+
+def last_route() -> str | None:
+    """What the last composite call did (for tests and the benchmarks): the composition with
+    its native fix-ups, or the native route it fell back to, and why."""
+    return _last["route"]
+
+
+def run(desc: GemmDesc, a, b, c, plan, run_inner) -> None:
+    """Run ``desc`` by ``plan``'s composition; ``run_inner(desc, a, b, c)`` runs one GEMM
+    (execute's own function)."""
+    spec = plan.launch
+    for entry in range(desc.batch):
+        pa = _at(a, entry * desc.stride_a)
+        pb = _at(b, entry * desc.stride_b)
+        pc = _at(c, entry * desc.stride_c)
+        one = desc._replace(batch=1, stride_a=0, stride_b=0, stride_c=0)
+        if spec.kind == "ozaki":
+            _ozaki(one, pa, pb, pc, spec, run_inner)
+        else:
+            _complex(one, pa, pb, pc, spec, run_inner)
+
+
+def _at(x, offset: int):
+    """A 1-D view of ``x``'s memory from element ``offset`` (``x``'s first element is the
+    stored matrix's origin, as the backends receive it)."""
+    import cupy
+
+    if offset == 0:
+        return x
+    return cupy.ndarray((x.size - offset,), x.dtype, memptr=x.data + offset * x.dtype.itemsize)
+
+
+def _op_view(desc: GemmDesc, x, which: str):
+    """op(A) (m x k) or op(B) (k x n) as a strided view, conjugation not applied."""
+    trans, ld = (desc.transa, desc.lda) if which == "a" else (desc.transb, desc.ldb)
+    rows, cols = (desc.m, desc.k) if which == "a" else (desc.k, desc.n)
+    strides = (1, ld) if trans == "N" else (ld, 1)
+    return _arrays.strided_view(x, (rows, cols), strides)
+
+
+def _stack(desc: GemmDesc, a, b, real_dtype):
+    """``A2 = [Re op(A), Im op(A)]`` (m x 2k) and ``B2 = [[Re, Im], [-Im, Re]]`` of op(B)
+    (2k x 2n), C order, in ``real_dtype``; 'C' conjugates."""
+    import cupy
+
+    m, n, k = desc.m, desc.n, desc.k
+    opa, opb = _op_view(desc, a, "a"), _op_view(desc, b, "b")
+    a2 = cupy.empty((m, 2 * k), real_dtype)
+    a2[:, :k] = opa.real
+    a2[:, k:] = -opa.imag if desc.transa == "C" else opa.imag
+    b2 = cupy.empty((2 * k, 2 * n), real_dtype)
+    re = opb.real
+    im = -opb.imag if desc.transb == "C" else opb.imag
+    b2[:k, :n] = re
+    b2[:k, n:] = im
+    b2[k:, :n] = -im
+    b2[k:, n:] = re
+    return a2, b2
+
+
+def _c_view(desc: GemmDesc, c):
+    return _arrays.strided_view(c, (desc.m, desc.n), (1, desc.ldc))
+
+
+def _finish(desc: GemmDesc, c_view, x) -> None:
+    """``C = alpha * X + beta * C`` in the host backend's order (beta == 0: C not read)."""
+    out = x * x.dtype.type(desc.alpha) if desc.alpha != 1 else x
+    if desc.beta != 0:
+        out = out + c_view.astype(x.dtype) * x.dtype.type(desc.beta)
+    c_view[...] = out.astype(c_view.dtype, copy=False)
+
+
+def _native_product(desc: GemmDesc, a, b, rows=None, cols=None):
+    """op(A)[rows] @ op(B)[:, cols] in native arithmetic (CuPy's matmul: cuBLAS)."""
+    opa, opb = _op_view(desc, a, "a"), _op_view(desc, b, "b")
+    if desc.transa == "C":
+        opa = opa.conj()
+    if desc.transb == "C":
+        opb = opb.conj()
+    if rows is not None:
+        opa = opa[rows]
+    if cols is not None:
+        opb = opb[:, cols]
+    return opa @ opb
+
+
+def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
+    import cupy
+
+    from .kernels.ozaki_kernels import OzakiPasses
+
+    setting = spec.setting
+    m, n, k = desc.m, desc.n, desc.k
+    cplx = desc.row.is_complex
+    passes = OzakiPasses(setting.count, desc.device)
+    if cplx:
+        a2, b2 = _stack(desc, a, b, cupy.float64)
+        kk, nn = 2 * k, 2 * n
+        a_lines, b_lines = (a2, 2 * k, 1), (b2, 1, 2 * n)
+    else:
+        kk, nn = k, n
+        a_lines = (a, 1, desc.lda) if desc.transa == "N" else (a, desc.lda, 1)
+        b_lines = (b, desc.ldb, 1) if desc.transb == "N" else (b, 1, desc.ldb)
+    counts = cupy.zeros(2, cupy.int32)
+    ea, lost_a = passes.scale(a_lines[0], m, kk, a_lines[1], a_lines[2], setting.bits, counts)
+    eb, lost_b = passes.scale(b_lines[0], nn, kk, b_lines[1], b_lines[2], setting.bits, counts)
+    non_finite, lost = (int(v) for v in counts.get())
+    if non_finite:
+        _last["route"] = "native: an operand holds Inf or NaN, which the scaling cannot hold"
+        run_inner(desc._replace(compute="fp64"), a, b, c)
+        return
+    ares = cupy.empty((setting.count, m, kk), cupy.int8)
+    bres = cupy.empty((setting.count, nn, kk), cupy.int8)
+    passes.residues(a_lines[0], m, kk, a_lines[1], a_lines[2], ea, ares)
+    passes.residues(b_lines[0], nn, kk, b_lines[1], b_lines[2], eb, bres)
+    prod = cupy.empty((setting.count, nn, m), cupy.int32)      # planes column-major m x nn
+    run_inner(spec.inner, ares, bres, prod)
+    cv = cupy.ndarray((1,), cupy.float64, memptr=c.data)      # the kernel takes C's address
+    scale = 2 if cplx else 1
+    passes.reconstruct(prod, m, n, ea, eb, lost_a, lost_b[:n], cv, scale, scale * desc.ldc,
+                       desc.alpha, desc.beta, cplx)
+    route = f"pyblasgemm {setting.describe()}"
+    if lost:
+        rows, cols = _lost_lines(desc, lost_a, lost_b[:n])
+        route += _native_fixup(desc, a, b, c, rows, cols, setting.bits)
+    _last["route"] = route
+
+
+def _lost_lines(desc, lost_a, lost_b):
+    import cupy
+
+    return cupy.flatnonzero(lost_a), cupy.flatnonzero(lost_b)
+
+
+def _native_fixup(desc: GemmDesc, a, b, c, rows, cols, bits: int) -> str:
+    """Rows ``rows`` of C (all columns), then columns ``cols`` (the other rows), natively."""
+    import cupy
+
+    view = _c_view(desc, c)
+    if rows.size:
+        part = view[rows]
+        _finish(desc, part, _native_product(desc, a, b, rows=rows))
+        view[rows] = part
+    if cols.size:
+        keep = cupy.ones(desc.m, bool)
+        keep[rows] = False
+        kept = cupy.flatnonzero(keep)
+        if kept.size:
+            index = cupy.ix_(kept, cols)
+            part = view[index]
+            _finish(desc, part, _native_product(desc, a, b, rows=kept, cols=cols))
+            view[index] = part
+    return (f"; {int(rows.size)} rows and {int(cols.size)} columns natively (a nonzero element "
+            f"more than {bits} binades below its line's largest)")
+
+
+def _complex(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
+    import cupy
+
+    m, n = desc.m, desc.n
+    a2, b2 = _stack(desc, a, b, cupy.float32)
+    c2 = cupy.empty((2 * n, m), cupy.float32)                  # column-major m x 2n
+    run_inner(spec.inner, a2, b2, c2)
+    x = c2[:n].T + 1j * c2[n:].T
+    _finish(desc, _c_view(desc, c), x.astype(cupy.complex64))
+    _last["route"] = f"pyblasgemm complex {desc.compute}: one real product of the stacked parts"

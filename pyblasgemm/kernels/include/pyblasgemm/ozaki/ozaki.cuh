@@ -1,0 +1,248 @@
+// The Ozaki scheme II on the GPU: the passes around the int8 residue GEMMs.
+//
+// The host side (pyblasgemm/kernels/ozaki_kernels.py) prepends the tables these kernels read
+// (kOzMod, kOzMagic, kOzOff, kOzInv, kOzHalf in constant memory: generated from pyblasgemm.ozaki.MODULI,
+// the one list of moduli) and launches, for C = alpha * op(A) op(B) + beta * C in float64:
+//
+//   1. ozaki_line_stats: per line (a row of op(A), a column of op(B)) the largest |x| and the
+//      smallest nonzero |x|; a non-finite element makes the largest +Inf;
+//   2. ozaki_line_scale: per line the power-of-two exponent (bits - top, top from frexp of the
+//      largest), whether a nonzero element truncates to 0 there (the range the scaling cannot
+//      hold: that line is multiplied natively afterwards), and counters of both cases;
+//   3. ozaki_residues<COUNT>: trunc(x * 2^e) mod p for each modulus, int8 in the symmetric
+//      range, written K-contiguous (the int8 GEMMs read both operands K-major: "TN");
+//   4. (COUNT int8 GEMMs with int32 results, batched: not here)
+//   5. ozaki_reconstruct<COUNT, CPLX>: per element Garner's mixed-radix digits, the sign, a
+//      double-double Horner sum (rounded once), 2^-(e_i + f_j), alpha and beta; CPLX pairs
+//      column j with column n + j as the real and imaginary parts of a complex result.
+//
+// Every floating-point step is written with _rn intrinsics (no contraction into FMA), in the
+// order pyblasgemm.ozaki runs it on the host: both produce the same bits.
+#pragma once
+
+namespace pyblasgemm {
+namespace ozaki {
+
+// x mod p_l for x < 2^24: Barrett with magic = ceil(2^32 / p) = (2^32 + eps) / p, eps < p
+// <= 256: the quotient's error x * eps / (p * 2^32) stays below 1 / p, so it is exact.
+__device__ __forceinline__ unsigned mod_small(unsigned x, int l) {
+    const unsigned q = __umulhi(x, kOzMagic[l]);
+    return x - q * (unsigned)kOzMod[l];
+}
+
+// x mod p_l for any 32-bit x, 16 bits at a time: r * 2^16 + chunk <= 255 * 2^16 + 65535 < 2^24
+__device__ __forceinline__ unsigned mod_u32(unsigned x, int l) {
+    return mod_small((mod_small(x >> 16, l) << 16) | (x & 0xffffu), l);
+}
+
+// x mod p_l for a 64-bit x (the scaled integers: below 2^62)
+__device__ __forceinline__ unsigned mod_u64(unsigned long long x, int l) {
+    unsigned r = mod_small((unsigned)(x >> 48), l);
+    r = mod_small((r << 16) | (unsigned)((x >> 32) & 0xffffu), l);
+    r = mod_small((r << 16) | (unsigned)((x >> 16) & 0xffffu), l);
+    return mod_small((r << 16) | (unsigned)(x & 0xffffu), l);
+}
+
+}  // namespace ozaki
+}  // namespace pyblasgemm
+
+// Lines of a strided matrix: line i, position t at x[i * s_line + t * s_k]. Block (32, 32):
+// k_contig (s_k == 1): warp y walks line blockIdx.x * 32 + y with its lanes along t;
+// else lane x takes line blockIdx.x * 32 + x and warp y the t = y, y + 32, ... (coalesced
+// across lanes when s_line == 1).
+extern "C" __global__ void __launch_bounds__(1024)
+ozaki_line_stats(const double* __restrict__ x, long long lines, long long len, long long s_line,
+                 long long s_k, int k_contig, double* __restrict__ biggest, double* __restrict__ smallest) {
+    __shared__ double s_big[32][33];
+    __shared__ double s_small[32][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int slot = k_contig ? ty : tx;       // which of the block's 32 lines
+    const int part = k_contig ? tx : ty;       // which of the 32 walkers of that line
+    const long long line = (long long)blockIdx.x * 32 + slot;
+    double big = 0.0, small = __longlong_as_double(0x7ff0000000000000ULL);   // +Inf
+    if (line < lines) {
+        const double* row = x + line * s_line;
+        for (long long t = part; t < len; t += 32) {
+            const double v = fabs(row[t * s_k]);
+            // Inf and NaN both make the largest +Inf (NaN fails the comparison)
+            big = v <= 1.7976931348623157e308 ? fmax(big, v) : __longlong_as_double(0x7ff0000000000000ULL);
+            if (v != 0.0 && v < small) small = v;
+        }
+    }
+    s_big[slot][part] = big;
+    s_small[slot][part] = small;
+    __syncthreads();
+    if (ty == 0) {          // 32 lanes reduce their line's 32 partials
+        const long long mine = (long long)blockIdx.x * 32 + tx;
+        double b = s_big[tx][0], s = s_small[tx][0];
+        for (int i = 1; i < 32; ++i) {
+            b = fmax(b, s_big[tx][i]);
+            s = fmin(s, s_small[tx][i]);
+        }
+        if (mine < lines) {
+            biggest[mine] = b;
+            smallest[mine] = s;
+        }
+    }
+}
+
+// Per line: exponent e = bits - top (biggest < 2^top; 0 for a zero line), lost = a nonzero
+// element below 2^-e (it would truncate to 0); counts[0] += non-finite lines, counts[1] +=
+// lost lines.
+extern "C" __global__ void ozaki_line_scale(const double* __restrict__ biggest,
+                                            const double* __restrict__ smallest, long long lines,
+                                            int bits, int* __restrict__ exps,
+                                            unsigned char* __restrict__ lost, int* __restrict__ counts) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= lines) return;
+    const double b = biggest[i];
+    int e = 0, is_lost = 0;
+    if (!(b <= 1.7976931348623157e308)) {
+        atomicAdd(counts, 1);
+    } else if (b > 0.0) {
+        int top;
+        frexp(b, &top);
+        e = bits - top;
+        is_lost = ldexp(smallest[i], e) < 1.0;
+    }
+    exps[i] = e;
+    lost[i] = (unsigned char)is_lost;
+    if (is_lost) atomicAdd(counts + 1, 1);
+}
+
+// trunc(x * 2^e[line]) mod each modulus, symmetric, int8: out[l][line][t] (plane l holds
+// lines x len bytes). A 32 x 32 tile goes through shared memory, read along whichever of
+// line / t is contiguous. Block (32, 8); grid.y walks the line tiles (its limit is 65535).
+template <int COUNT>
+__global__ void __launch_bounds__(256)
+ozaki_residues(const double* __restrict__ x, long long lines, long long len, long long s_line,
+               long long s_k, int k_contig, const int* __restrict__ exps,
+               signed char* __restrict__ out) {
+    using namespace pyblasgemm::ozaki;
+    __shared__ double tile[32][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const long long t0 = (long long)blockIdx.x * 32;
+    for (long long line0 = (long long)blockIdx.y * 32; line0 < lines; line0 += 32LL * gridDim.y) {
+    __syncthreads();                            // the previous tile's readers are done
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int r = k_contig ? ty + 8 * i : tx, c = k_contig ? tx : ty + 8 * i;
+        const long long line = line0 + r, t = t0 + c;
+        tile[r][c] = (line < lines && t < len) ? x[line * s_line + t * s_k] : 0.0;
+    }
+    __syncthreads();
+    const long long plane = lines * len;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const long long line = line0 + ty + 8 * i, t = t0 + tx;
+        if (line >= lines || t >= len) continue;
+        // |x * 2^e| < 2^bits <= 2^62: exact in double, and its integer part fits an int64
+        const long long q = (long long)trunc(ldexp(tile[ty + 8 * i][tx], exps[line]));
+        const unsigned long long u = q < 0 ? (unsigned long long)(-q) : (unsigned long long)q;
+        signed char* dst = out + line * len + t;
+#pragma unroll
+        for (int l = 0; l < COUNT; ++l) {
+            const int r = (int)mod_u64(u, l);
+            int s = (q < 0 && r != 0) ? kOzMod[l] - r : r;               // q mod p in [0, p)
+            if (s > kOzMod[l] / 2 - (kOzMod[l] % 2 == 0)) s -= kOzMod[l];  // 256: 128.. -> -128..
+            dst[l * plane] = (signed char)s;
+        }
+    }
+    }
+}
+
+// One element of the exact product from its COUNT residue products (int32, any sign): the
+// integer X in (-P/2, P/2), as float64 rounded once (pyblasgemm.ozaki.reconstruct's steps).
+template <int COUNT>
+__device__ __forceinline__ double ozaki_value(const int* __restrict__ prod, long long plane) {
+    using namespace pyblasgemm::ozaki;
+    int d[COUNT];
+#pragma unroll
+    for (int j = 0; j < COUNT; ++j) {
+        const int x = prod[j * plane];
+        int v = (int)mod_u32(x < 0 ? 0u - (unsigned)x : (unsigned)x, j);
+        if (x < 0 && v != 0) v = kOzMod[j] - v;
+#pragma unroll
+        for (int i = 0; i < j; ++i)             // v = (v - d_i) * p_i^-1 mod p_j
+            v = (int)mod_small((unsigned)(v + kOzOff[j] - d[i]) * (unsigned)kOzInv[i][j], j);
+        d[j] = v;
+    }
+    // the sign: X >= P/2 when its digits, most significant first, exceed those of (P - 1) / 2
+    bool negative = false, decided = false;
+#pragma unroll
+    for (int l = COUNT - 1; l >= 0; --l) {
+        const int h = kOzHalf[COUNT - 1][l];
+        negative |= !decided && d[l] > h;
+        decided |= d[l] != h;
+    }
+    // |X|: P - X = complemented digits plus one
+    int carry = negative;
+#pragma unroll
+    for (int l = 0; l < COUNT; ++l) {
+        int s = (negative ? kOzMod[l] - 1 - d[l] : d[l]) + carry;
+        carry = s >= kOzMod[l];
+        d[l] = s - carry * kOzMod[l];
+    }
+    // Horner in double-double (Veltkamp split, TwoSum, FastTwoSum), as on the host
+    double hi = (double)d[COUNT - 1], lo = 0.0;
+#pragma unroll
+    for (int l = COUNT - 2; l >= 0; --l) {
+        const double p = (double)kOzMod[l];
+        const double t = __dmul_rn(hi, 134217729.0);
+        const double hi_hi = __dsub_rn(t, __dsub_rn(t, hi));
+        const double hi_lo = __dsub_rn(hi, hi_hi);
+        const double prod_ = __dmul_rn(hi, p);
+        const double prod_err = __dadd_rn(__dsub_rn(__dmul_rn(hi_hi, p), prod_), __dmul_rn(hi_lo, p));
+        const double dd = (double)d[l];
+        const double s_ = __dadd_rn(prod_, dd);
+        const double bp = __dsub_rn(s_, prod_);
+        const double sum_err = __dadd_rn(__dsub_rn(prod_, __dsub_rn(s_, bp)), __dsub_rn(dd, bp));
+        const double tail = __dadd_rn(__dadd_rn(prod_err, sum_err), __dmul_rn(lo, p));
+        hi = __dadd_rn(s_, tail);
+        lo = __dsub_rn(tail, __dsub_rn(hi, s_));
+    }
+    const double value = __dadd_rn(hi, lo);
+    return negative ? -value : value;
+}
+
+// C = alpha * 2^-(e_i + f_j) X_ij + beta * C (beta == 0: C not read) for the m x n result, the
+// products column-major per plane (element (i, j) at i + j * m, plane = m * n_prod). CPLX: C
+// is complex (interleaved), X's column j its real part and column n + j its imaginary part.
+// Lines lost to the scaling (lost_a[i], lost_b[j]) are skipped: they are computed natively.
+// flags: bit 0 = alpha is not 1, bit 1 = beta is not 0.
+template <int COUNT, bool CPLX>
+__global__ void __launch_bounds__(256)
+ozaki_reconstruct(const int* __restrict__ prod, long long m, long long n, const int* __restrict__ ea,
+                  const int* __restrict__ eb, const unsigned char* __restrict__ lost_a,
+                  const unsigned char* __restrict__ lost_b, double* __restrict__ c, long long cs_i,
+                  long long cs_j, double alpha_re, double alpha_im, double beta_re, double beta_im,
+                  int flags) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= m || lost_a[i]) return;
+    for (long long j = blockIdx.y; j < n; j += gridDim.y) {
+    if (lost_b[j]) continue;
+    const long long n_prod = CPLX ? 2 * n : n, plane = m * n_prod;
+    const int shift = -(ea[i] + eb[j]);
+    const double x_re = ldexp(ozaki_value<COUNT>(prod + i + j * m, plane), shift);
+    double* dst = c + i * cs_i + j * cs_j;
+    if (!CPLX) {
+        double v = (flags & 1) ? __dmul_rn(x_re, alpha_re) : x_re;
+        if (flags & 2) v = __dadd_rn(v, __dmul_rn(dst[0], beta_re));
+        dst[0] = v;
+    } else {
+        const double x_im = ldexp(ozaki_value<COUNT>(prod + i + (j + n) * m, plane), shift);
+        double re = x_re, im = x_im;
+        if (flags & 1) {        // NumPy's complex product: (ac - bd) + (ad + bc) i
+            re = __dsub_rn(__dmul_rn(x_re, alpha_re), __dmul_rn(x_im, alpha_im));
+            im = __dadd_rn(__dmul_rn(x_re, alpha_im), __dmul_rn(x_im, alpha_re));
+        }
+        if (flags & 2) {
+            const double c_re = dst[0], c_im = dst[1];
+            re = __dadd_rn(re, __dsub_rn(__dmul_rn(c_re, beta_re), __dmul_rn(c_im, beta_im)));
+            im = __dadd_rn(im, __dadd_rn(__dmul_rn(c_re, beta_im), __dmul_rn(c_im, beta_re)));
+        }
+        dst[0] = re;
+        dst[1] = im;
+    }
+    }
+}

@@ -1,0 +1,148 @@
+"""Plans of the composite routes (``kinds.Route.composite``): problems our tensor-core kernels
+run as other GEMMs plus passes of their own (:mod:`pyblasgemm.composite` executes them).
+
+* ``'ozaki'`` (``compute='int8-ozaki'``, float64 and complex128): the Ozaki scheme II, one
+  batched int8 GEMM over the moduli (:mod:`pyblasgemm.ozaki`); against native cuBLAS DGEMM /
+  ZGEMM (cuBLAS's route of the mode).
+* ``'complex'`` (``compute='tf32'`` / ``'3xtf32'``, complex64): ``[Cr Ci] = [Ar Ai] @
+  [[Br, Bi], [-Bi, Br]]``, one real product of 2n columns and 2k terms on the float32 kernels
+  of that mode; against cuBLAS's CGEMM of the mode.
+
+The plan carries a :class:`CompositeSpec`: the inner problem with its own plan, the same problem
+run natively, and the model's times. Nothing here runs a GPU.
+
+Example
+-------
+>>> from pyblasgemm.planner import FAMILIES, make_desc, plan_for
+>>> p = plan_for(make_desc(8192, 8192, 8192, "float64", compute="int8-ozaki"), arch=FAMILIES["sm_90"])
+>>> p.backend, p.decomposition, p.launch.setting.count
+('tensorcore', 'ozaki', 18)
+>>> small = plan_for(make_desc(256, 256, 256, "float64", compute="int8-ozaki"), arch=FAMILIES["sm_90"])
+>>> small.backend, small.reason.split(":")[0]
+('cublas', 'native DGEMM predicted faster')
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..desc import GemmDesc
+from ..kinds import base_compute, ozaki_bits, route_of
+from . import model as M
+from .plan import Plan
+
+__all__ = ["CompositeSpec", "plan_composite", "inner_problem", "PASS_HOST_S"]
+
+#: host time of a composite call beyond its inner GEMM's (Python, ~8 launches, one counter
+#: read that waits for the GPU): an estimate, not calibrated yet
+PASS_HOST_S = 80e-6
+
+
+class CompositeSpec(NamedTuple):
+    """How a composite plan runs: its inner GEMM (description and plan), the problem run
+    natively (Inf/NaN, lines the scaling cannot hold), the Ozaki setting (None for complex) and
+    the model's times."""
+
+    kind: str                   # 'ozaki' or 'complex'
+    inner: GemmDesc             # the real GEMM (Ozaki: batch = moduli; per batch entry of the call)
+    inner_plan: Plan
+    native: GemmDesc            # the same problem in the native compute mode (planning only)
+    setting: object             # ozaki.OzakiSetting or None
+    passes_s: float             # the model's time of the passes around the inner GEMM
+    native_s: float             # the model's time of the native route
+
+    def explain_lines(self) -> list:
+        """Lines for :meth:`Plan.explain`."""
+        inner = self.inner_plan
+        cfg = f" config {inner.config.name}" if inner.config is not None else ""
+        what = (f"{self.setting.describe()}" if self.setting is not None else
+                f"one {self.inner.compute} product of the stacked real and imaginary parts")
+        return [f"composite: {what}",
+                f"  inner GEMM: {self.inner.routine} m={self.inner.m} n={self.inner.n} k={self.inner.k} "
+                f"batch={self.inner.batch} on {inner.backend}{cfg}, predicted {inner.predicted_s * 1e6:.1f} us",
+                f"  passes around it: {self.passes_s * 1e6:.1f} us predicted; native route "
+                f"{self.native_s * 1e6:.1f} us predicted"]
+
+
+def inner_problem(desc: GemmDesc, setting=None) -> GemmDesc:
+    """The real GEMM a composite route runs for one batch entry of ``desc``.
+
+    Ozaki: the residue planes, both K-major ("TN"), C column-major m x n (2n for complex),
+    batch = moduli. Complex: A2 = [Ar Ai] (m x 2k, C order), B2 (2k x 2n, C order), C2
+    column-major m x 2n.
+    """
+    from .problem import make_desc
+
+    route = route_of(desc.prefix, desc.compute)
+    two = 2 if desc.row.is_complex else 1
+    m, n, k = desc.m, desc.n * two, desc.k * two
+    if route.composite == "ozaki":
+        return make_desc(m, n, k, "int8", transa="T", transb="N", lda=k, ldb=k, ldc=m,
+                         batch=setting.count, device=desc.device)
+    return make_desc(m, n, k, "float32", compute=route.inner[1], transa="T", transb="T", lda=k, ldb=n,
+                     ldc=m, device=desc.device)
+
+
+def _passes_bytes(desc: GemmDesc, kind: str, count: int) -> float:
+    """DRAM bytes of the passes around the inner GEMM, per batch entry."""
+    m, n, k = desc.m, desc.n, desc.k
+    c_rw = desc.row.c_dtype.itemsize * m * n * (2 if desc.beta != 0 else 1)
+    if kind == "complex":
+        # A2 and B2 written from the complex operands (B2 twice B's size), C2 read once
+        return 2 * 8 * m * k + 8 * k * n + 16 * k * n + 8 * m * n + c_rw
+    two = 2 if desc.row.is_complex else 1
+    mk, kn, mn = m * k * two, k * n * two * two, m * n * two
+    stacked = (16 * (m * k + k * n) + 8 * (mk + kn)) if two == 2 else 0
+    # statistics and residues read each operand twice; residues write count int8 planes; the
+    # reconstruction reads count int32 planes
+    return stacked + 2 * 8 * (mk + kn) + count * (mk + kn) + 4 * count * mn + c_rw
+
+
+def plan_composite(desc: GemmDesc, requested: str, arch, plan_for) -> Plan:
+    """The plan of a composite route on the GPU: the composition, or the native route where
+    the model puts it faster (``requested='auto'``); ``'tensorcore'`` forces the composition,
+    ``'cublas'`` the native route (cuBLAS's route of the mode)."""
+    from .. import constraints
+    from ..ozaki import setting as ozaki_setting
+
+    route = route_of(desc.prefix, desc.compute)
+    native_compute = "fp64" if route.composite == "ozaki" else base_compute(desc.compute)
+    native = desc._replace(compute=native_compute)
+    # cuBLAS's route of the mode, scored directly (planning it would come back here)
+    native_s = M.score_cublas(native, arch, M.load_calibration()).time
+    ok, why_not = constraints.backend_supports("tensorcore", desc)
+    if requested == "cublas" or (requested == "auto" and not ok):
+        why = "forced by backend= / PYBLASGEMM_BACKEND" if requested == "cublas" else \
+            f"native: our composition cannot run it ({why_not})"
+        return Plan("cublas", f"{why}; cuBLAS runs compute={desc.compute!r} as {_native_name(desc)}",
+                    None, None, 1, (), 0, native_s, "forced" if requested == "cublas" else "heuristic",
+                    arch, desc)
+    if not ok:
+        raise NotImplementedError(f"{desc.routine}: backend='tensorcore' cannot run this problem: {why_not}")
+    two = 2 if desc.row.is_complex else 1
+    setting = None
+    if route.composite == "ozaki":
+        setting = ozaki_setting(desc.k * two, bits=ozaki_bits(desc.compute))
+    inner = inner_problem(desc, setting)
+    inner_plan = plan_for(inner, arch=arch)
+    count = setting.count if setting is not None else 0
+    passes = desc.batch * (_passes_bytes(desc, route.composite, count) / arch.dram_bw) + PASS_HOST_S
+    ours = desc.batch * inner_plan.predicted_s + passes
+    spec = CompositeSpec(route.composite, inner, inner_plan, native, setting, passes, native_s)
+    what = (setting.describe() if setting is not None else
+            f"one {inner.compute} product of the stacked parts (m={inner.m}, n={inner.n}, k={inner.k})")
+    times = (f"{ours * 1e6:.1f} us ({desc.batch} x {inner_plan.predicted_s * 1e6:.1f} us inner GEMM + "
+             f"{passes * 1e6:.1f} us of passes) vs {native_s * 1e6:.1f} us for {_native_name(desc)}")
+    if requested == "auto" and native_s <= ours:
+        return Plan("cublas", f"{_native_name(desc)} predicted faster: {times}", None, None, 1, (), 0,
+                    native_s, "heuristic", arch, desc)
+    source = "forced" if requested == "tensorcore" else "heuristic"
+    why = "forced by backend= / PYBLASGEMM_BACKEND; " if requested == "tensorcore" else ""
+    return Plan("tensorcore", f"{why}{what}: predicted {times}", None, route.composite, 1, (), 0, ours,
+                source, arch, desc, (), spec)
+
+
+def _native_name(desc: GemmDesc) -> str:
+    route = route_of(desc.prefix, desc.compute)
+    if route.composite == "ozaki":
+        return "native DGEMM" if desc.prefix == "d" else "native ZGEMM"
+    return "cuBLAS's TF32 CGEMM" if base_compute(desc.compute) == "tf32" else "cuBLAS's CGEMM"
