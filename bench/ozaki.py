@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 
 import numpy as np
 
@@ -244,7 +245,7 @@ def main(argv=None) -> int:
 
     import pyblasgemm as pb
 
-    doc = {"schema": "pyblasgemm-ozaki/1", **meta(None), "method": __doc__, "cases": []}
+    doc = {"schema": "pyblasgemm-ozaki/1", **meta(types.SimpleNamespace(torch=torch)), "method": __doc__, "cases": []}
     rng = np.random.default_rng(20261125)
     sizes = SIZES[:2] if args.quick else SIZES
     for s in sizes:

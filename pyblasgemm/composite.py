@@ -46,13 +46,14 @@ def run(desc: GemmDesc, a, b, c, plan, run_inner) -> None:
 
 
 def _at(x, offset: int):
-    """A 1-D view of ``x``'s memory from element ``offset`` (``x``'s first element is the
-    stored matrix's origin, as the backends receive it)."""
+    """An array whose first element is ``x``'s element ``offset`` (``x``'s first element is
+    the stored matrix's origin, as the backends receive it; the views taken from it are
+    strided views that the call layer has already bounds-checked)."""
     import cupy
 
     if offset == 0:
         return x
-    return cupy.ndarray((x.size - offset,), x.dtype, memptr=x.data + offset * x.dtype.itemsize)
+    return cupy.ndarray((1,), x.dtype, memptr=x.data + offset * x.dtype.itemsize)
 
 
 def _op_view(desc: GemmDesc, x, which: str):
