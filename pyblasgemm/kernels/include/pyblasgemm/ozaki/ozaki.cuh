@@ -1,8 +1,9 @@
 // The Ozaki scheme II on the GPU: the passes around the int8 residue GEMMs.
 //
 // The host side (pyblasgemm/kernels/ozaki_kernels.py) prepends the tables these kernels read
-// (kOzMod, kOzMagic, kOzOff, kOzInv, kOzHalf in constant memory: generated from pyblasgemm.ozaki.MODULI,
-// the one list of moduli) and launches, for C = alpha * op(A) op(B) + beta * C in float64:
+// for one moduli count (kOzMod, kOzMagic, kOzPow16/32/48, and the CRT constants kOzChunks, kOzCrtY, kOzCrtM,
+// kOzCrtP, kOzCrtInvP in constant memory: generated from pyblasgemm.ozaki, the one source) and
+// launches, for C = alpha * op(A) op(B) + beta * C in float64:
 //
 //   1. ozaki_line_stats: per line (a row of op(A), a column of op(B)) the largest |x| and the
 //      smallest nonzero |x|; a non-finite element makes the largest +Inf;
@@ -12,8 +13,8 @@
 //   3. ozaki_residues<COUNT>: trunc(x * 2^e) mod p for each modulus, int8 in the symmetric
 //      range, written K-contiguous (the int8 GEMMs read both operands K-major: "TN");
 //   4. (COUNT int8 GEMMs with int32 results, batched: not here)
-//   5. ozaki_reconstruct<COUNT, CPLX>: per element Garner's mixed-radix digits, the sign, a
-//      double-double Horner sum (rounded once), 2^-(e_i + f_j), alpha and beta; CPLX pairs
+//   5. ozaki_reconstruct<COUNT, CPLX>: per element the CRT sum in 39-bit float64 chunks minus
+//      the nearest multiple of P, 2^-(e_i + f_j), alpha and beta; CPLX pairs
 //      column j with column n + j as the real and imaginary parts of a complex result.
 //
 // Every floating-point step is written with _rn intrinsics (no contraction into FMA), in the
@@ -23,24 +24,25 @@
 namespace pyblasgemm {
 namespace ozaki {
 
-// x mod p_l for x < 2^24: Barrett with magic = ceil(2^32 / p) = (2^32 + eps) / p, eps < p
-// <= 256: the quotient's error x * eps / (p * 2^32) stays below 1 / p, so it is exact.
-__device__ __forceinline__ unsigned mod_small(unsigned x, int l) {
-    const unsigned q = __umulhi(x, kOzMagic[l]);
+// x mod p_l for x < 2^30: Barrett with magic = ceil(2^38 / p) = (2^38 + eps) / p (eps < p <=
+// 256, and magic < 2^32 as every modulus is above 64): the quotient's error x * eps / (p 2^38)
+// stays below 1 / p, so it is exact. One wide multiply, a shift and a multiply-subtract.
+__device__ __forceinline__ unsigned mod_wide(unsigned x, int l) {
+    const unsigned q = (unsigned)(((unsigned long long)x * kOzMagic[l]) >> 38);
     return x - q * (unsigned)kOzMod[l];
 }
 
-// x mod p_l for any 32-bit x, 16 bits at a time: r * 2^16 + chunk <= 255 * 2^16 + 65535 < 2^24
+// x mod p_l for any 32-bit x: (x >> 16) * (2^16 mod p) + (x & 0xffff) < 2^24
 __device__ __forceinline__ unsigned mod_u32(unsigned x, int l) {
-    return mod_small((mod_small(x >> 16, l) << 16) | (x & 0xffffu), l);
+    return mod_wide((x >> 16) * kOzPow16[l] + (x & 0xffffu), l);
 }
 
-// x mod p_l for a 64-bit x (the scaled integers: below 2^62)
-__device__ __forceinline__ unsigned mod_u64(unsigned long long x, int l) {
-    unsigned r = mod_small((unsigned)(x >> 48), l);
-    r = mod_small((r << 16) | (unsigned)((x >> 32) & 0xffffu), l);
-    r = mod_small((r << 16) | (unsigned)((x >> 16) & 0xffffu), l);
-    return mod_small((r << 16) | (unsigned)(x & 0xffffu), l);
+// x mod p_l for x < 2^62 (the scaled integers): its 16-bit digits times 2^(16 i) mod p sum to
+// below 2^14 * 255 + 2 * 2^16 * 255 + 2^16 < 2^26
+__device__ __forceinline__ unsigned mod_u62(unsigned long long x, int l) {
+    const unsigned hi = (unsigned)(x >> 32), lo = (unsigned)x;
+    return mod_wide((hi >> 16) * kOzPow48[l] + (hi & 0xffffu) * kOzPow32[l] + (lo >> 16) * kOzPow16[l]
+                    + (lo & 0xffffu), l);
 }
 
 }  // namespace ozaki
@@ -111,98 +113,105 @@ extern "C" __global__ void ozaki_line_scale(const double* __restrict__ biggest,
 }
 
 // trunc(x * 2^e[line]) mod each modulus, symmetric, int8: out[l][line][t] (plane l holds
-// lines x len bytes). A 32 x 32 tile goes through shared memory, read along whichever of
-// line / t is contiguous. Block (32, 8); grid.y walks the line tiles (its limit is 65535).
+// lines x len bytes). A 32-line x 128-position tile goes through shared memory, read along
+// whichever of line / t is contiguous; each thread then takes 4 consecutive positions of a line
+// and writes them as one 4-byte word per plane (a warp writes 128 contiguous bytes; bytes one
+// by one where len is not a multiple of 4). Block (32, 8); grid.y walks the line tiles (its
+// limit is 65535).
 template <int COUNT>
 __global__ void __launch_bounds__(256)
 ozaki_residues(const double* __restrict__ x, long long lines, long long len, long long s_line,
                long long s_k, int k_contig, const int* __restrict__ exps,
                signed char* __restrict__ out) {
     using namespace pyblasgemm::ozaki;
-    __shared__ double tile[32][33];
+    __shared__ double tile[32][129];
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const long long t0 = (long long)blockIdx.x * 32;
-    for (long long line0 = (long long)blockIdx.y * 32; line0 < lines; line0 += 32LL * gridDim.y) {
-    __syncthreads();                            // the previous tile's readers are done
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int r = k_contig ? ty + 8 * i : tx, c = k_contig ? tx : ty + 8 * i;
-        const long long line = line0 + r, t = t0 + c;
-        tile[r][c] = (line < lines && t < len) ? x[line * s_line + t * s_k] : 0.0;
-    }
-    __syncthreads();
+    const long long t0 = (long long)blockIdx.x * 128;
     const long long plane = lines * len;
+    const bool words = (len & 3) == 0;
+    for (long long line0 = (long long)blockIdx.y * 32; line0 < lines; line0 += 32LL * gridDim.y) {
+        __syncthreads();                        // the previous tile's readers are done
+        if (k_contig) {                         // lanes along t: 32 x 8 B per warp and line
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const long long line = line0 + ty + 8 * i, t = t0 + tx;
-        if (line >= lines || t >= len) continue;
-        // |x * 2^e| < 2^bits <= 2^62: exact in double, and its integer part fits an int64
-        const long long q = (long long)trunc(ldexp(tile[ty + 8 * i][tx], exps[line]));
-        const unsigned long long u = q < 0 ? (unsigned long long)(-q) : (unsigned long long)q;
-        signed char* dst = out + line * len + t;
+            for (int i = 0; i < 16; ++i) {
+                const int r = ty + 8 * (i & 3), c = tx + 32 * (i >> 2);
+                const long long line = line0 + r, t = t0 + c;
+                tile[r][c] = (line < lines && t < len) ? x[line * s_line + t * s_k] : 0.0;
+            }
+        } else {                                // lanes along lines
 #pragma unroll
-        for (int l = 0; l < COUNT; ++l) {
-            const int r = (int)mod_u64(u, l);
-            int s = (q < 0 && r != 0) ? kOzMod[l] - r : r;               // q mod p in [0, p)
-            if (s > kOzMod[l] / 2 - (kOzMod[l] % 2 == 0)) s -= kOzMod[l];  // 256: 128.. -> -128..
-            dst[l * plane] = (signed char)s;
+            for (int i = 0; i < 16; ++i) {
+                const int c = ty + 8 * i;
+                const long long line = line0 + tx, t = t0 + c;
+                tile[tx][c] = (line < lines && t < len) ? x[line * s_line + t * s_k] : 0.0;
+            }
         }
-    }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int r = ty + 8 * i;
+            const long long line = line0 + r, t = t0 + 4 * tx;
+            if (line >= lines || t >= len) continue;
+            const int e = exps[line];
+            long long q[4];
+            unsigned long long u[4];
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+                // |x * 2^e| < 2^bits <= 2^62: exact in double, and its integer part fits an int64
+                q[v] = (long long)trunc(ldexp(tile[r][4 * tx + v], e));
+                u[v] = q[v] < 0 ? (unsigned long long)(-q[v]) : (unsigned long long)q[v];
+            }
+            signed char* dst = out + line * len + t;
+#pragma unroll
+            for (int l = 0; l < COUNT; ++l) {
+                const int p = kOzMod[l];
+                unsigned word = 0;
+                signed char b[4];
+#pragma unroll
+                for (int v = 0; v < 4; ++v) {
+                    const int r_ = (int)mod_u62(u[v], l);
+                    int s = (q[v] < 0 && r_ != 0) ? p - r_ : r_;         // q mod p in [0, p)
+                    if (s > p / 2 - (p % 2 == 0)) s -= p;                // 256: 128.. -> -128..
+                    b[v] = (signed char)s;
+                    word |= (unsigned)(unsigned char)s << (8 * v);
+                }
+                if (words && t + 3 < len) {
+                    *reinterpret_cast<unsigned*>(dst + l * plane) = word;
+                } else {
+                    for (int v = 0; v < 4 && t + v < len; ++v) dst[l * plane + v] = b[v];
+                }
+            }
+        }
     }
 }
 
 // One element of the exact product from its COUNT residue products (int32, any sign): the
-// integer X in (-P/2, P/2), as float64 rounded once (pyblasgemm.ozaki.reconstruct's steps).
+// integer X in (-P/2, P/2) as float64 (pyblasgemm.ozaki.reconstruct's steps, in its order):
+// S_j = sum_l u_l * M_j[l] with u_l = (r_l * y_l) mod p_l (39-bit chunks keep every product and
+// sum exact), q = rint(S_1 / P), X = D_1 + D_2 + ... with D_j = S_j - q P_j (exact).
 template <int COUNT>
 __device__ __forceinline__ double ozaki_value(const int* __restrict__ prod, long long plane) {
     using namespace pyblasgemm::ozaki;
-    int d[COUNT];
+    double s[kOzChunks];
 #pragma unroll
-    for (int j = 0; j < COUNT; ++j) {
-        const int x = prod[j * plane];
-        int v = (int)mod_u32(x < 0 ? 0u - (unsigned)x : (unsigned)x, j);
-        if (x < 0 && v != 0) v = kOzMod[j] - v;
-#pragma unroll
-        for (int i = 0; i < j; ++i)             // v = (v - d_i) * p_i^-1 mod p_j
-            v = (int)mod_small((unsigned)(v + kOzOff[j] - d[i]) * (unsigned)kOzInv[i][j], j);
-        d[j] = v;
-    }
-    // the sign: X >= P/2 when its digits, most significant first, exceed those of (P - 1) / 2
-    bool negative = false, decided = false;
-#pragma unroll
-    for (int l = COUNT - 1; l >= 0; --l) {
-        const int h = kOzHalf[COUNT - 1][l];
-        negative |= !decided && d[l] > h;
-        decided |= d[l] != h;
-    }
-    // |X|: P - X = complemented digits plus one
-    int carry = negative;
+    for (int j = 0; j < kOzChunks; ++j) s[j] = 0.0;
 #pragma unroll
     for (int l = 0; l < COUNT; ++l) {
-        int s = (negative ? kOzMod[l] - 1 - d[l] : d[l]) + carry;
-        carry = s >= kOzMod[l];
-        d[l] = s - carry * kOzMod[l];
-    }
-    // Horner in double-double (Veltkamp split, TwoSum, FastTwoSum), as on the host
-    double hi = (double)d[COUNT - 1], lo = 0.0;
+        const int x = prod[l * plane];
+        int r = (int)mod_u32(x < 0 ? 0u - (unsigned)x : (unsigned)x, l);
+        if (x < 0 && r != 0) r = kOzMod[l] - r;                       // x mod p in [0, p)
+        const double u = (double)mod_wide((unsigned)r * kOzCrtY[l], l);
 #pragma unroll
-    for (int l = COUNT - 2; l >= 0; --l) {
-        const double p = (double)kOzMod[l];
-        const double t = __dmul_rn(hi, 134217729.0);
-        const double hi_hi = __dsub_rn(t, __dsub_rn(t, hi));
-        const double hi_lo = __dsub_rn(hi, hi_hi);
-        const double prod_ = __dmul_rn(hi, p);
-        const double prod_err = __dadd_rn(__dsub_rn(__dmul_rn(hi_hi, p), prod_), __dmul_rn(hi_lo, p));
-        const double dd = (double)d[l];
-        const double s_ = __dadd_rn(prod_, dd);
-        const double bp = __dsub_rn(s_, prod_);
-        const double sum_err = __dadd_rn(__dsub_rn(prod_, __dsub_rn(s_, bp)), __dsub_rn(dd, bp));
-        const double tail = __dadd_rn(__dadd_rn(prod_err, sum_err), __dmul_rn(lo, p));
-        hi = __dadd_rn(s_, tail);
-        lo = __dsub_rn(tail, __dsub_rn(hi, s_));
+        for (int j = 0; j < kOzChunks; ++j) s[j] = __dadd_rn(s[j], __dmul_rn(u, kOzCrtM[l][j]));
     }
-    const double value = __dadd_rn(hi, lo);
-    return negative ? -value : value;
+    double whole = s[0];                        // S to 53 bits: q's quotient needs no more
+#pragma unroll
+    for (int j = 1; j < kOzChunks; ++j) whole = __dadd_rn(whole, s[j]);
+    const double q = rint(__dmul_rn(whole, kOzCrtInvP));
+    double x = __dsub_rn(s[0], __dmul_rn(q, kOzCrtP[0]));
+#pragma unroll
+    for (int j = 1; j < kOzChunks; ++j) x = __dadd_rn(x, __dsub_rn(s[j], __dmul_rn(q, kOzCrtP[j])));
+    return x;
 }
 
 // C = alpha * 2^-(e_i + f_j) X_ij + beta * C (beta == 0: C not read) for the m x n result, the

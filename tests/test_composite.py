@@ -1,0 +1,100 @@
+"""The composite routes on the host: the compute modes they add, their plans (for an H100,
+without a GPU), the host backend's arithmetic for them, and the GPU passes' compile."""
+import numpy as np
+import pytest
+
+import pyblasgemm
+from pyblasgemm.kinds import ROUTES, route_of
+from pyblasgemm.planner import FAMILIES, make_desc, plan_for
+
+H100 = FAMILIES["sm_90"]
+
+
+def test_the_dial_is_part_of_the_mode_and_checked():
+    assert route_of("d", "int8-ozaki-40") is ROUTES[("d", "int8-ozaki")]
+    a = np.ones((2, 3))
+    for bad in ("int8-ozaki-0", "int8-ozaki-63", "int8-ozaki-x", "int8-ozaki-"):
+        with pytest.raises(ValueError, match="int8-ozaki-<bits>"):
+            pyblasgemm.matmul(a, a.T, compute=bad)
+    with pytest.raises(ValueError, match="compute='int8-ozaki'"):
+        pyblasgemm.matmul(a.astype(np.float32), a.T.astype(np.float32), compute="int8-ozaki")
+
+
+@pytest.mark.parametrize("dtype,compute", [("float64", "int8-ozaki"), ("complex128", "int8-ozaki"),
+                                           ("complex64", "3xtf32")])
+def test_large_products_plan_the_composition_and_explain_it(dtype, compute):
+    p = plan_for(make_desc(8192, 8192, 8192, dtype, compute=compute), arch=H100)
+    text = p.explain()
+    assert p.backend == "tensorcore" and p.decomposition in ("ozaki", "complex"), text
+    assert "composite:" in text and "inner GEMM" in text and "predicted" in text
+
+
+def test_small_products_plan_native_and_say_why():
+    p = plan_for(make_desc(64, 64, 64, "float64", compute="int8-ozaki"), arch=H100)
+    assert p.backend == "cublas" and p.reason.startswith("native DGEMM predicted faster")
+    forced = plan_for(make_desc(64, 64, 64, "float64", compute="int8-ozaki"), "tensorcore", arch=H100)
+    assert forced.backend == "tensorcore" and forced.source == "forced"
+    theirs = plan_for(make_desc(8192, 8192, 8192, "float64", compute="int8-ozaki"), "cublas", arch=H100)
+    assert theirs.backend == "cublas" and "native DGEMM" in theirs.reason
+
+
+def test_k_beyond_int32_exactness_runs_natively():
+    long_k = plan_for(make_desc(64, 64, 2**17, "float64", compute="int8-ozaki"), arch=H100)
+    assert long_k.backend == "cublas" and "exact in int32" in long_k.reason
+    with pytest.raises(NotImplementedError, match="exact in int32"):
+        plan_for(make_desc(64, 64, 2**17, "float64", compute="int8-ozaki"), "tensorcore", arch=H100)
+
+
+def test_host_ozaki_is_the_ozaki_module_and_honours_the_dial():
+    from pyblasgemm import ozaki
+
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((9, 70)), rng.standard_normal((70, 5))
+    for compute, bits in (("int8-ozaki", None), ("int8-ozaki-30", 30)):
+        got = pyblasgemm.matmul(a, b, compute=compute)
+        np.testing.assert_array_equal(got, ozaki.dgemm_ozaki(a, b, bits=bits)[0])
+    z = a[:, :35] + 1j * a[:, 35:]
+    w = b[:35] - 2j * b[35:]
+    np.testing.assert_array_equal(pyblasgemm.matmul(z, w, compute="int8-ozaki"), ozaki.zgemm_ozaki(z, w)[0])
+
+
+@pytest.mark.parametrize("compute,rtol", [("tf32", 3e-3), ("3xtf32", 2e-5)])
+def test_host_complex_on_tensor_core_arithmetic(compute, rtol):
+    rng = np.random.default_rng(4)
+    a = (rng.standard_normal((7, 40)) + 1j * rng.standard_normal((7, 40))).astype(np.complex64)
+    b = (rng.standard_normal((40, 6)) + 1j * rng.standard_normal((40, 6))).astype(np.complex64)
+    got = pyblasgemm.matmul(a, b, compute=compute)
+    ref = a.astype(np.complex128) @ b.astype(np.complex128)
+    scale = np.abs(a) @ np.abs(b)
+    assert got.dtype == np.complex64 and np.all(np.abs(got - ref) <= rtol * scale)
+    if compute == "tf32":      # tf32 rounds the operands: measurably worse than float32
+        assert np.max(np.abs(got - ref) / scale) > 1e-5
+
+
+def test_gpu_tables_are_the_ozaki_modules():
+    from pyblasgemm import ozaki
+    from pyblasgemm.kernels.ozaki_kernels import table_values, tables_source
+
+    t = table_values(16)
+    crt = ozaki.crt_tables(16)
+    assert t["kOzMod"] == list(ozaki.MODULI[:16]) and t["kOzCrtY"] == crt["y"]
+    assert t["kOzCrtM"] == [list(c) for c in crt["m"]] and t["kOzCrtP"] == list(crt["p"])
+    for p, magic in zip(t["kOzMod"], t["kOzMagic"]):       # exact quotients below 2^30
+        for x in (0, p - 1, p, 2**30 - 1, 2**30 - 1 - (2**30 - 1) % p):
+            assert (x * magic) >> 38 == x // p
+    src = tables_source(16)
+    assert "constexpr int kOzChunks = 4;" in src and repr(crt["inv_p"]) in src
+
+
+@pytest.mark.parametrize("count", [1, 16, 34])
+def test_ozaki_kernels_compile_spill_free(count):
+    pytest.importorskip("cupy")
+    from pyblasgemm.kernels import jit
+    from pyblasgemm.kernels.ozaki_kernels import compile_offline, kernel_names
+
+    for arch in ("sm_80", "sm_90a"):
+        _, log = compile_offline(count, arch)
+        res = jit.ptxas_resources(log)
+        assert len(res) == len(kernel_names(count)), res
+        for name, r in res.items():
+            assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, (arch, name, r)
