@@ -144,7 +144,22 @@ for _ in range(5):
     ev[0].record(); r = ta @ tb; ev[1].record(); torch.cuda.synchronize()
     times.append(ev[0].elapsed_time(ev[1]) / 1e3)
 np.save(sys.argv[3], r.cpu().numpy())
-print(json.dumps({"steady_s": statistics.median(times), "torch": torch.__version__,
+out = {}
+try:                                    # CuPy's cuBLAS (the toolkit's), same bytes
+    import cupy as cp
+    ca, cb = cp.asarray(a), cp.asarray(b)
+    cr = ca @ cb; cp.cuda.Device().synchronize()
+    s_, e_ = cp.cuda.Event(), cp.cuda.Event()
+    ts = []
+    for _ in range(5):
+        s_.record(); cr = ca @ cb; e_.record(); e_.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(s_, e_) / 1e3)
+    np.save(sys.argv[3] + ".cupy.npy", cp.asnumpy(cr))
+    out = {"cupy_steady_s": statistics.median(ts), "cupy_cublas_version": cp.cuda.cublas.getVersion(cp.cuda.device.get_cublas_handle())}
+except Exception as e:
+    out = {"cupy_error": repr(e)[:300]}
+print(json.dumps({**out, "steady_s": statistics.median(times), "torch": torch.__version__,
+                  "torch_cublas_version": torch._C._cuda_getCompiledVersion() if hasattr(torch._C, "_cuda_getCompiledVersion") else None,
                   "cublas": torch.backends.cuda.preferred_blas_library().name if hasattr(torch.backends.cuda, "preferred_blas_library") else None,
                   "env": os.environ.get("CUBLAS_EMULATE_DOUBLE_PRECISION")}))
 """
@@ -165,9 +180,15 @@ def _cublas_emulation(a, b, rows, cols, a_rows, b_cols) -> dict:
                 "side": "theirs", "error": done.stderr[-2000:]}}
         info = json.loads(done.stdout.strip().splitlines()[-1])
         r = np.load(pr)
-    return {"cuBLAS emulation (CUBLAS_EMULATE_DOUBLE_PRECISION=1)": {
+        rc = np.load(pr + ".cupy.npy") if "cupy_steady_s" in info else None
+    out = {"cuBLAS emulation, torch.matmul (CUBLAS_EMULATE_DOUBLE_PRECISION=1)": {
         "side": "theirs", "steady_s": info["steady_s"], "single_s": float("nan"), "child": info,
         "max_rel_err_vs_longdouble": _ld_error(r[rows][:, cols], a_rows, b_cols)}}
+    if rc is not None:
+        out["cuBLAS emulation, cupy.matmul (CUBLAS_EMULATE_DOUBLE_PRECISION=1)"] = {
+            "side": "theirs", "steady_s": info["cupy_steady_s"], "single_s": float("nan"), "child": info,
+            "max_rel_err_vs_longdouble": _ld_error(rc[rows][:, cols], a_rows, b_cols)}
+    return out
 
 
 def zgemm_case(cp, torch, pb, s, rng) -> dict:
@@ -230,7 +251,7 @@ def cgemm_case(cp, torch, pb, s, rng) -> dict:
 
 def _show(row):
     for name, v in row["contenders"].items():
-        r = {k: round(x, 3) if isinstance(x, float) else x for k, x in v.items()
+        r = {k: (f"{x:.3g}" if isinstance(x, float) else x) for k, x in v.items()
              if k.startswith("ratio") or k.startswith("max_rel")}
         print(f"  {name}: {v.get('steady_s', float('nan')) * 1e3:.2f} ms {r}", flush=True)
 
