@@ -8,8 +8,9 @@ Cases:
 * dgemm, m = n = k in SIZES, random normal operands: native DGEMM (the faster of
   ``torch.matmul`` and ``cupy.matmul``), ``matmul(compute='int8-ozaki')`` (its default), the
   precision dial ``'int8-ozaki-<bits>'`` over BITS (at the largest size: the bits-vs-speed
-  figure), and cuBLAS's own emulation (``CUBLAS_EMULATE_DOUBLE_PRECISION=1``, in a child
-  process on the same bytes: the variable is read when cuBLAS starts);
+  figure), and cuBLAS's own emulation (``CUBLAS_EMULATE_DOUBLE_PRECISION=1`` with
+  ``CUBLAS_EMULATION_STRATEGY=eager``, in a child process on the same bytes: the variables are
+  read when cuBLAS starts);
 * dgemm at 4096 with rows / columns scaled over 1e-30..1e30 and with single elements spread
   that far (the fallback's case);
 * zgemm (complex128) at ZSIZES: native ZGEMM against the emulated default;
@@ -161,7 +162,7 @@ except Exception as e:
 print(json.dumps({**out, "steady_s": statistics.median(times), "torch": torch.__version__,
                   "torch_cublas_version": torch._C._cuda_getCompiledVersion() if hasattr(torch._C, "_cuda_getCompiledVersion") else None,
                   "cublas": torch.backends.cuda.preferred_blas_library().name if hasattr(torch.backends.cuda, "preferred_blas_library") else None,
-                  "env": os.environ.get("CUBLAS_EMULATE_DOUBLE_PRECISION")}))
+                  "env": {k: os.environ.get(k) for k in ("CUBLAS_EMULATE_DOUBLE_PRECISION", "CUBLAS_EMULATION_STRATEGY")}}))
 """
 
 
@@ -172,7 +173,9 @@ def _cublas_emulation(a, b, rows, cols, a_rows, b_cols) -> dict:
         pa, pb_, pr = (os.path.join(tmp, f) for f in ("a.npy", "b.npy", "r.npy"))
         np.save(pa, a)
         np.save(pb_, b)
-        env = dict(os.environ, CUBLAS_EMULATE_DOUBLE_PRECISION="1")
+        # the default strategy ('performant') may keep native DGEMM where it predicts no gain;
+        # 'eager' emulates every eligible call (cuBLAS 13.1's environment variables)
+        env = dict(os.environ, CUBLAS_EMULATE_DOUBLE_PRECISION="1", CUBLAS_EMULATION_STRATEGY="eager")
         done = subprocess.run([sys.executable, "-c", _CHILD, pa, pb_, pr], env=env, capture_output=True,
                               text=True, timeout=300)
         if done.returncode != 0:
@@ -256,11 +259,95 @@ def _show(row):
         print(f"  {name}: {v.get('steady_s', float('nan')) * 1e3:.2f} ms {r}", flush=True)
 
 
+def dial_points(doc) -> list:
+    """(bits, speed vs native DGEMM, max error) of the largest dgemm case's dial, plus
+    native DGEMM's error: what the figure and the precision guide show."""
+    case = [c for c in doc["cases"] if c["case"] == "dgemm" and c.get("layout", "normal") == "normal"][-1]
+    points = []
+    for name, v in case["contenders"].items():
+        if name.startswith("pyblasgemm int8-ozaki-"):
+            points.append((int(name.rsplit("-", 1)[1]), v["ratio_steady_vs_native"],
+                           v["max_rel_err_vs_longdouble"]))
+    native = min(v["max_rel_err_vs_longdouble"] for v in case["contenders"].values() if v["side"] == "native")
+    return sorted(points), native, case["m"]
+
+
+def guide_table(paths) -> str:
+    """The precision guide's measured table (reStructuredText list-table rows) from result
+    files, one column pair (speed, error) per file: tests/test_composite.py checks that the
+    guide quotes exactly this."""
+    docs = [json.loads(pathlib.Path(p).read_text()) for p in paths]
+
+    def cell(doc, case, layout, m, name):
+        c = next(c for c in doc["cases"] if c["case"] == case and c.get("layout") == layout and c["m"] == m)
+        v = c["contenders"][name]
+        r = v.get("ratio_steady_vs_native", v.get("ratio_steady_vs_cgemm"))
+        e = v.get("max_rel_err_vs_longdouble", v.get("max_rel_err_vs_complex128"))
+        return f"{r:.2f}x", f"{e:.1e}"
+
+    def native_err(doc, case, layout, m):
+        c = next(c for c in doc["cases"] if c["case"] == case and c.get("layout") == layout and c["m"] == m)
+        return min(v.get("max_rel_err_vs_longdouble", v.get("max_rel_err_vs_complex128"))
+                   for v in c["contenders"].values() if v["side"] == "native")
+
+    rows = []
+    for case, layout, m, name, label in (
+            ("dgemm", "normal", 1024, "pyblasgemm int8-ozaki (default)", "dgemm 1024³, default"),
+            ("dgemm", "normal", 4096, "pyblasgemm int8-ozaki (default)", "dgemm 4096³, default"),
+            ("dgemm", "normal", 8192, "pyblasgemm int8-ozaki (default)", "dgemm 8192³, default (55 bits)"),
+            *[("dgemm", "normal", 8192, f"pyblasgemm int8-ozaki-{b}", f"dgemm 8192³, ``'int8-ozaki-{b}'``")
+              for b in (48, 40, 32)],
+            ("dgemm", "row scales", 4096, "pyblasgemm int8-ozaki (default)", "dgemm 4096³, row / column scales 1e±30"),
+            ("dgemm", "element spread", 4096, "pyblasgemm int8-ozaki (default)", "dgemm 4096³, elements 1e±30"),
+            ("zgemm", None, 4096, "pyblasgemm int8-ozaki (default)", "zgemm 4096³, default"),
+            ("cgemm", None, 8192, "pyblasgemm tf32", "cgemm 8192³, ``compute='tf32'``"),
+            ("cgemm", None, 8192, "pyblasgemm 3xtf32", "cgemm 8192³, ``compute='3xtf32'``")):
+        cells = [x for doc in docs for x in cell(doc, case, layout, m, name)]
+        rows.append(f"   * - {label}\n" + "".join(f"     - {x}\n" for x in cells)
+                    + f"     - {native_err(docs[0], case, layout, m):.1e}\n")
+    return "".join(rows)
+
+
+def plot(paths, out) -> None:
+    """Bits kept (the dial) against speed relative to native DGEMM and against the error, one
+    line per result file (device)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+    for path in paths:
+        doc = json.loads(pathlib.Path(path).read_text())
+        points, native, size = dial_points(doc)
+        bits = [p[0] for p in points]
+        name = doc["device"]["name"].replace("NVIDIA ", "")
+        left.plot(bits, [p[1] for p in points], "o-", label=name)
+        right.semilogy(bits, [p[2] for p in points], "o-", label=name)
+        right.axhline(native, ls="--", lw=0.8, color=left.lines[-1].get_color(),
+                      label=f"native DGEMM ({name})")
+    left.axhline(1.0, color="k", lw=0.8)
+    left.set_xlabel("bits kept per row / column ('int8-ozaki-<bits>')")
+    left.set_ylabel(f"speed vs native DGEMM ({size}³)")
+    right.set_xlabel("bits kept per row / column")
+    right.set_ylabel("max error / (|A| @ |B|)")
+    left.legend(fontsize=7)
+    right.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", required=True, help="results JSON (with --plot: the PNG)")
     ap.add_argument("--quick", action="store_true", help="smaller sizes, no child process")
+    ap.add_argument("--plot", nargs="+", metavar="JSON", help="plot these result files instead of measuring")
     args = ap.parse_args(argv)
+    if args.plot:
+        plot(args.plot, args.out)
+        print("wrote", args.out)
+        return 0
     import cupy as cp
     import torch
 

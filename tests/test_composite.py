@@ -98,3 +98,19 @@ def test_ozaki_kernels_compile_spill_free(count):
         assert len(res) == len(kernel_names(count)), res
         for name, r in res.items():
             assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, (arch, name, r)
+
+
+def test_precision_guide_quotes_the_measured_table():
+    """The guide's table is bench/ozaki.py's guide_table of the two committed result files."""
+    import pathlib
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root))
+    from bench.ozaki import guide_table
+
+    files = [root / "bench/results/ozaki_h100_2026-11-25_90ba248.json",
+             root / "bench/results/ozaki_h200_2026-11-25_df1b947.json"]
+    text = (root / "docs/guide/precision.rst").read_text()
+    assert guide_table(files) in text
+    assert "ozaki_bits_2026-11-25.png" in text and (root / "docs/_static/perf/ozaki_bits_2026-11-25.png").exists()
