@@ -202,7 +202,9 @@ __device__ __forceinline__ double ozaki_value(const int* __restrict__ prod, long
         if (x < 0 && r != 0) r = kOzMod[l] - r;                       // x mod p in [0, p)
         const double u = (double)mod_wide((unsigned)r * kOzCrtY[l], l);
 #pragma unroll
-        for (int j = 0; j < kOzChunks; ++j) s[j] = __dadd_rn(s[j], __dmul_rn(u, kOzCrtM[l][j]));
+        // one fused multiply-add: the product and the sum are both exact (see CRT_CHUNK_BITS),
+        // so it gives the host's separately rounded multiply and add bit for bit
+        for (int j = 0; j < kOzChunks; ++j) s[j] = __fma_rn(u, kOzCrtM[l][j], s[j]);
     }
     double whole = s[0];                        // S to 53 bits: q's quotient needs no more
 #pragma unroll
