@@ -46,7 +46,7 @@ from bench.timing import event_median_s  # noqa: E402
 
 SIZES = [1024, 4096, 8192]
 BITS = [24, 32, 40, 48, 56, 62]
-ZSIZES = [2048, 4096]
+ZSIZES = [4096, 8192]
 ROWS, COLS = 16, 256
 
 
@@ -299,7 +299,7 @@ def guide_table(paths) -> str:
               for b in (48, 40, 32)],
             ("dgemm", "row scales", 4096, "pyblasgemm int8-ozaki (default)", "dgemm 4096³, row / column scales 1e±30"),
             ("dgemm", "element spread", 4096, "pyblasgemm int8-ozaki (default)", "dgemm 4096³, elements 1e±30"),
-            ("zgemm", None, 4096, "pyblasgemm int8-ozaki (default)", "zgemm 4096³, default"),
+            ("zgemm", None, 8192, "pyblasgemm int8-ozaki (default)", "zgemm 8192³, default"),
             ("cgemm", None, 8192, "pyblasgemm tf32", "cgemm 8192³, ``compute='tf32'``"),
             ("cgemm", None, 8192, "pyblasgemm 3xtf32", "cgemm 8192³, ``compute='3xtf32'``")):
         cells = [x for doc in docs for x in cell(doc, case, layout, m, name)]
