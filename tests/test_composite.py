@@ -109,8 +109,8 @@ def test_precision_guide_quotes_the_measured_table():
     sys.path.insert(0, str(root))
     from bench.ozaki import guide_table
 
-    files = [root / "bench/results/ozaki_h100_2026-11-25_90ba248.json",
-             root / "bench/results/ozaki_h200_2026-11-25_df1b947.json"]
+    files = [root / "bench/results/ozaki_h100_2026-11-25_e859705.json",
+             root / "bench/results/ozaki_h200_2026-11-25_e859705.json"]
     text = (root / "docs/guide/precision.rst").read_text()
     assert guide_table(files) in text
     assert "ozaki_bits_2026-11-25.png" in text and (root / "docs/_static/perf/ozaki_bits_2026-11-25.png").exists()
@@ -122,19 +122,19 @@ def test_readme_numbers_are_the_measured_ones():
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[1]
-    docs = [json.loads((root / f).read_text()) for f in ("bench/results/ozaki_h100_2026-11-25_90ba248.json",
-                                                          "bench/results/ozaki_h200_2026-11-25_df1b947.json")]
+    docs = [json.loads((root / f).read_text()) for f in ("bench/results/ozaki_h100_2026-11-25_e859705.json",
+                                                          "bench/results/ozaki_h200_2026-11-25_e859705.json")]
 
     def ratio(doc, case, m, name, key):
         c = next(c for c in doc["cases"] if c["case"] == case and c["m"] == m and c.get("layout", "normal") in
                  ("normal", None))
         return c["contenders"][name][key]
 
-    default = {f"{ratio(d, 'dgemm', 8192, 'pyblasgemm int8-ozaki (default)', 'ratio_steady_vs_native'):.2f}"
-               for d in docs}
+    default = sorted(ratio(d, "dgemm", 8192, "pyblasgemm int8-ozaki (default)", "ratio_steady_vs_native")
+                     for d in docs)
     at40 = sorted(ratio(d, "dgemm", 8192, "pyblasgemm int8-ozaki-40", "ratio_steady_vs_native") for d in docs)
     tf32 = sorted(ratio(d, "cgemm", 8192, "pyblasgemm tf32", "ratio_steady_vs_cgemm") for d in docs)
     text = " ".join((root / "README.md").read_text().split())
-    assert default == {"0.92"} and "runs 0.92x its speed at 8192³" in text
+    assert f"runs {default[0]:.2f}-{default[1]:.2f}x its speed at 8192³" in text
     assert f"({at40[0]:.1f}-{at40[1]:.1f}x at 40 bits)" in text
     assert f"runs {tf32[0]:.1f}-{tf32[1]:.1f}x cuBLAS's CGEMM" in text
