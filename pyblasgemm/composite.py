@@ -13,6 +13,16 @@ module does not reach back into the call layers).
 
 The host backend computes the same algorithms (:mod:`pyblasgemm.ozaki`,
 ``backends.host.product``); on the GPU the Ozaki result has the host's bits.
+
+The stacking, on one element (what the complex routes' one real product computes):
+
+>>> import numpy as np
+>>> a, b = np.array([[1 + 2j]]), np.array([[3 - 1j]])
+>>> a2 = np.concatenate([a.real, a.imag], axis=1)                 # [Ar Ai]
+>>> b2 = np.block([[b.real, b.imag], [-b.imag, b.real]])          # [[Br, Bi], [-Bi, Br]]
+>>> c2 = a2 @ b2
+>>> complex(c2[0, 0], c2[0, 1]), complex((a @ b)[0, 0])
+((5+5j), (5+5j))
 """
 from __future__ import annotations
 

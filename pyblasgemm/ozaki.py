@@ -41,8 +41,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["MODULI", "MAX_BITS", "DEFAULT_BITS", "OzakiSetting", "bits_for", "setting", "split", "residues", "reconstruct",
-           "crt_tables", "residue_products_host", "dgemm_ozaki", "zgemm_ozaki"]
+__all__ = ["MODULI", "MAX_BITS", "DEFAULT_BITS", "OzakiSetting", "bits_for", "setting", "split", "residues",
+           "reconstruct", "crt_chunks", "crt_tables", "residue_products_host", "dgemm_ozaki", "zgemm_ozaki"]
 
 #: pairwise coprime moduli of at most 256 (a residue in the symmetric range fits an int8),
 #: largest first: 2^8, then 255 = 3·5·17, 253 = 11·23, 247 = 13·19, then primes that share

@@ -11,7 +11,8 @@ MODULES = ["pyblasgemm.blas", "pyblasgemm.gemm", "pyblasgemm.matmul", "pyblasgem
            "pyblasgemm.planner.candidates", "pyblasgemm.kernels.pack", "pyblasgemm.scipy",
            "pyblasgemm.ozaki", "pyblasgemm.epilogue", "pyblasgemm.mlp", "pyblasgemm.grouped",
            "pyblasgemm.kernels.jit", "pyblasgemm.kernels.launch", "pyblasgemm.kernels.grouped",
-           "pyblasgemm.kernels.mlp_kernel"]
+           "pyblasgemm.kernels.mlp_kernel", "pyblasgemm.kernels.ozaki_kernels", "pyblasgemm.planner.composite",
+           "pyblasgemm.composite"]
 
 
 @pytest.mark.parametrize("name", MODULES)
