@@ -1,0 +1,321 @@
+"""pyblasgemm on Dask arrays: block GEMM with wide, deterministic partial sums.
+
+Dask is the engine (its schedulers, its clusters, its chunks); this module brings the block
+products, the accumulation and the order of the sums. For ``x @ y`` with NumPy or CuPy chunks:
+
+* each block product runs through :func:`pyblasgemm.matmul` / :func:`pyblasgemm.gemm` (the
+  planner, our kernels, ``compute=`` and ``backend=`` honoured);
+* products over K are kept in a wide type (:func:`accumulation_dtype`: float32 for float16 /
+  bfloat16 results, int32 for int8, the result's own type otherwise): a group of consecutive K
+  chunks is one chain of GEMMs accumulating into one wide buffer (``C += A_k B_k``), and the
+  groups are added in a fixed pairwise tree, then cast to the result type once (with
+  ``alpha`` and ``beta · C`` for :func:`gemm`);
+* the graph, and so every sum's order, depends only on the chunks and ``k_group``: the result
+  is bitwise the same from the threaded scheduler, a ``distributed.LocalCluster`` or a
+  ``dask_cuda.LocalCUDACluster``;
+* K chunks of the two operands are aligned (rechunked to their common refinement only when
+  they differ, logged at DEBUG on ``logging.getLogger("pyblasgemm.dask")``); batch dimensions
+  broadcast as in ``numpy.matmul``.
+
+``dask.array.matmul`` sums the partial products in the result type (float16 adds for
+float16), in an order its reduction picks; that is the difference in accuracy this module
+exists for (docs: guide/dask).
+
+``out=`` is not a Dask concept: a Dask array is a recipe, and the result is a new one. Keep it
+in memory with ``.persist()``, write it into an existing array (NumPy, CuPy, Zarr, ...) with
+``dask.array.store(result, target)``, or pass the beta term of a GEMM as ``c=``.
+
+Example (NumPy chunks, the threaded scheduler)
+---------------------------------------------
+>>> import numpy as np, dask.array as da
+>>> from pyblasgemm import dask as pbd
+>>> rng = np.random.default_rng(0)
+>>> x = da.from_array(rng.standard_normal((64, 96)).astype(np.float16), chunks=(32, 12))
+>>> y = da.from_array(rng.standard_normal((96, 40)).astype(np.float16), chunks=(12, 20))
+>>> z = pbd.matmul(x, y)                  # K in 8 chunks, summed in float32, rounded once
+>>> z.dtype, z.chunks
+(dtype('float16'), ((32, 32), (20, 20)))
+>>> exact = x.compute().astype(np.float64) @ y.compute().astype(np.float64)
+>>> bool(np.abs(z.compute() - exact).max() <= 2**-11 * np.abs(exact).max())
+True
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+
+import numpy as np
+
+__all__ = ["matmul", "gemm", "accumulation_dtype", "k_group_for", "PARTIAL_TASKS"]
+
+log = logging.getLogger("pyblasgemm.dask")
+
+#: the default grouping of K chunks aims at about this many partial-product tasks for the
+#: whole product (fewer tasks: less scheduler time per block, which dominates a one-GPU run;
+#: more: partial products spread over more workers, what a long K on a cluster needs). A
+#: function of the chunks only, so that the sums' order never depends on the cluster.
+PARTIAL_TASKS = 32
+
+
+def _dask_array():
+    try:
+        import dask.array as da
+    except ImportError as e:        # pragma: no cover - the extra is missing
+        raise ImportError("pyblasgemm.dask needs Dask: pip install 'pyblasgemm[dask]' "
+                          "(dask[array] and distributed)") from e
+    return da
+
+
+def accumulation_dtype(result_dtype) -> np.dtype:
+    """The type the partial products over K are kept and summed in.
+
+    >>> import ml_dtypes
+    >>> [accumulation_dtype(t).name for t in (np.float16, ml_dtypes.bfloat16, np.int8, np.int32,
+    ...                                       np.float32, np.float64, np.complex64)]
+    ['float32', 'float32', 'int32', 'int32', 'float32', 'float64', 'complex64']
+    """
+    dt = np.dtype(result_dtype)
+    if dt.kind == "f" and dt.itemsize < 4 or dt.name == "bfloat16":
+        return np.dtype(np.float32)
+    if dt.kind in "iu" and dt.itemsize < 4:
+        return np.dtype(np.int32)   # int32 adds wrap modulo 2^32: one cast wraps as numpy would
+    return dt
+
+
+def k_group_for(k_chunks: int, output_blocks: int, k_group: int | None = None) -> int:
+    """K chunks per partial-product task: ``k_group`` if given (1..k_chunks), else the fewest
+    that keep about :data:`PARTIAL_TASKS` partial tasks (at least one K chunk per task).
+
+    >>> k_group_for(4, 16), k_group_for(32, 1), k_group_for(8, 1), k_group_for(8, 64)
+    (2, 1, 1, 8)
+    """
+    if k_group is not None:
+        if not isinstance(k_group, (int, np.integer)) or not 1 <= k_group:
+            raise ValueError(f"k_group={k_group!r}: a positive number of K chunks per task")
+        return int(min(k_group, max(k_chunks, 1)))
+    tasks_per_block = max(1, PARTIAL_TASKS // max(output_blocks, 1))
+    return max(1, -(-k_chunks // tasks_per_block))
+
+
+# ---------------------------------------------------------------------------------------------
+# Tasks (run on the workers; pure functions of their inputs)
+# ---------------------------------------------------------------------------------------------
+
+def _product(xs, ys, acc, compute, backend):
+    """sum_k xs[k] @ ys[k] in ``acc``, in order: the first product into a new buffer, each
+    next one accumulated into it (2-D blocks: by the GEMM itself, beta = 1)."""
+    import pyblasgemm
+
+    out = None
+    for a, b in zip(xs, ys):
+        if out is None:
+            out = pyblasgemm.matmul(a, b, dtype=acc, compute=compute, backend=backend)
+        elif a.ndim == 2 and b.ndim == 2:
+            pyblasgemm.gemm("N", "N", a, b, out, 1, 1, compute=compute, backend=backend)
+        else:
+            out += pyblasgemm.matmul(a, b, dtype=acc, compute=compute, backend=backend)
+    return out
+
+
+def _add(p, q):
+    return p + q
+
+
+def _finish(total, out_dtype, alpha, beta, c):
+    """alpha * total + beta * c in the accumulation type (c not read when beta == 0), cast once."""
+    if alpha != 1:
+        total = total * total.dtype.type(alpha)
+    if beta != 0:
+        total = total + c.astype(total.dtype) * total.dtype.type(beta)
+    return total.astype(out_dtype, copy=False)
+
+
+def _product_finish(xs, ys, acc, compute, backend, out_dtype, alpha, beta, c):
+    return _finish(_product(xs, ys, acc, compute, backend), out_dtype, alpha, beta, c)
+
+
+def _sum_finish(p, q, out_dtype, alpha, beta, c):
+    return _finish(p + q, out_dtype, alpha, beta, c)
+
+
+# ---------------------------------------------------------------------------------------------
+# Graph
+# ---------------------------------------------------------------------------------------------
+
+def _result_dtype(x_dtype, y_dtype, dtype, compute):
+    """pyblasgemm.matmul's own result type (and its checks of dtype= and compute=), from a
+    1 x 1 product on the host: raised here, before any graph is built."""
+    import pyblasgemm
+
+    one = pyblasgemm.matmul(np.ones((1, 1), x_dtype), np.ones((1, 1), y_dtype), dtype=dtype, compute=compute)
+    return one.dtype
+
+
+def _refine(a: tuple, b: tuple) -> tuple:
+    """The common refinement of two chunkings of one axis (every boundary of both)."""
+    edges = sorted(set(itertools.accumulate(a)) | set(itertools.accumulate(b)))
+    return tuple(e - s for s, e in zip([0] + edges[:-1], edges))
+
+
+def _align(x, y):
+    """Broadcast the batch dimensions and align the batch and K chunks (rechunking only where
+    they differ, and saying so)."""
+    da = _dask_array()
+    batch = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+    if x.shape[:-2] != batch:
+        x = da.broadcast_to(x, batch + x.shape[-2:])
+    if y.shape[:-2] != batch:
+        y = da.broadcast_to(y, batch + y.shape[-2:])
+    nb = len(batch)
+    xc, yc = list(x.chunks), list(y.chunks)
+    for d in range(nb):
+        if xc[d] != yc[d]:
+            xc[d] = yc[d] = _refine(xc[d], yc[d])
+    if xc[-1] != yc[-2]:
+        common = _refine(xc[-1], yc[-2])
+        log.debug("rechunking K: x has %s, y has %s; both take %s", xc[-1], yc[-2], common)
+        xc[-1] = yc[-2] = common
+    if tuple(xc) != x.chunks:
+        log.debug("rechunking x from %s to %s", x.chunks, tuple(xc))
+        x = x.rechunk(tuple(xc))
+    if tuple(yc) != y.chunks:
+        log.debug("rechunking y from %s to %s", y.chunks, tuple(yc))
+        y = y.rechunk(tuple(yc))
+    return x, y
+
+
+def _contract(x, y, out_dtype, compute, backend, k_group, alpha=1, beta=0, c=None):
+    """The graph of ``alpha * x @ y + beta * c`` over aligned chunks."""
+    da = _dask_array()
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    acc = accumulation_dtype(out_dtype)
+    nb = x.ndim - 2
+    nk = len(x.chunks[-1])
+    batch_blocks = list(itertools.product(*[range(len(ch)) for ch in x.chunks[:nb]]))
+    out_blocks = len(batch_blocks) * len(x.chunks[-2]) * len(y.chunks[-1])
+    group = k_group_for(nk, out_blocks, k_group)
+    token = tokenize(x, y, out_dtype, compute, backend, group, alpha, beta, c)
+    name = "pyblasgemm-matmul-" + token
+    part, tree = "pyblasgemm-partial-" + token, "pyblasgemm-sum-" + token
+    starts = list(range(0, nk, group))
+    dsk = {}
+    for bidx in batch_blocks:
+        for i in range(len(x.chunks[-2])):
+            for j in range(len(y.chunks[-1])):
+                c_key = (c.name, i, j) if c is not None and beta != 0 else None
+                where = (*bidx, i, j)
+                if len(starts) == 1:
+                    dsk[(name, *where)] = (_product_finish, [(x.name, *bidx, i, k) for k in range(nk)],
+                                           [(y.name, *bidx, k, j) for k in range(nk)], acc, compute, backend,
+                                           out_dtype, alpha, beta, c_key)
+                    continue
+                keys = []
+                for g, s in enumerate(starts):
+                    ks = range(s, min(s + group, nk))
+                    key = (part, *where, g)
+                    dsk[key] = (_product, [(x.name, *bidx, i, k) for k in ks], [(y.name, *bidx, k, j) for k in ks],
+                                acc, compute, backend)
+                    keys.append(key)
+                level = 0
+                while len(keys) > 2:            # a fixed pairwise tree: (0+1), (2+3), ...
+                    nxt = []
+                    for t in range(0, len(keys) - 1, 2):
+                        key = (tree, level, *where, t // 2)
+                        dsk[key] = (_add, keys[t], keys[t + 1])
+                        nxt.append(key)
+                    if len(keys) % 2:
+                        nxt.append(keys[-1])
+                    keys, level = nxt, level + 1
+                dsk[(name, *where)] = (_sum_finish, keys[0], keys[1], out_dtype, alpha, beta, c_key)
+    deps = [x, y] + ([c] if c is not None and beta != 0 else [])
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=deps)
+    chunks = x.chunks[:nb] + (x.chunks[-2], y.chunks[-1])
+    meta = da.utils.meta_from_array(x._meta, len(chunks), dtype=out_dtype)
+    return da.Array(graph, name, chunks, meta=meta)
+
+
+def matmul(x, y, *, dtype=None, compute=None, backend=None, k_group=None, out=None):
+    """``x @ y`` for Dask arrays with NumPy or CuPy chunks (any array type pyblasgemm takes), as
+    a Dask array: ``numpy.matmul``'s shapes, broadcasting and result type (``dtype=`` as in
+    :func:`pyblasgemm.matmul`), block products through pyblasgemm, wide and deterministic sums
+    over K (module docstring). ``k_group``: K chunks per partial-product task
+    (:func:`k_group_for`). ``out=`` is refused: see the module docstring for what replaces it.
+
+    >>> import numpy as np, dask.array as da
+    >>> x = da.ones((3, 4, 6), chunks=(2, 4, 2), dtype=np.float32)
+    >>> matmul(x, da.ones((6,), chunks=3, dtype=np.float32)).compute().tolist()[0]
+    [6.0, 6.0, 6.0, 6.0]
+    """
+    da = _dask_array()
+    if out is not None:
+        raise TypeError("pyblasgemm.dask.matmul: out= is not a Dask concept (the result is a new Dask "
+                        "array); use dask.array.store(result, target) or result.persist()")
+    x, y = da.asarray(x), da.asarray(y)
+    if x.ndim == 0 or y.ndim == 0:
+        raise ValueError(f"pyblasgemm.dask.matmul: operands must be at least 1-D, got {x.ndim}-D and {y.ndim}-D")
+    out_dtype = _result_dtype(x.dtype, y.dtype, dtype, compute)
+    squeeze_x, squeeze_y = x.ndim == 1, y.ndim == 1
+    if squeeze_x:
+        x = x[None, :]
+    if squeeze_y:
+        y = y[:, None]
+    if x.shape[-1] != y.shape[-2]:
+        raise ValueError(f"pyblasgemm.dask.matmul: x {x.shape} @ y {y.shape}: the inner sizes "
+                         f"{x.shape[-1]} and {y.shape[-2]} differ")
+    x, y = _align(x, y)
+    if x.shape[-1] == 0:            # no K chunks: the product is zeros
+        z = da.zeros(x.shape[:-1] + y.shape[-1:], dtype=out_dtype, chunks=x.chunks[:-1] + y.chunks[-1:])
+    else:
+        z = _contract(x, y, out_dtype, compute, backend, k_group)
+    if squeeze_y:
+        z = z[..., 0]
+    if squeeze_x:
+        z = z[..., 0, :] if not squeeze_y else z[..., 0]
+    return z
+
+
+def gemm(transa, transb, a, b, c=None, alpha=1, beta=0, *, dtype=None, compute=None, backend=None,
+         k_group=None):
+    """``alpha * op(a) @ op(b) + beta * c`` for 2-D Dask arrays, as a new Dask array (``op``:
+    'N', 'T' or 'C', as :func:`pyblasgemm.gemm`; ``c`` is read only when ``beta != 0`` and is
+    rechunked to the result's blocks if needed). The result type is the product's (``dtype=``
+    as in :func:`pyblasgemm.matmul`); alpha, beta and the sum are applied in the accumulation
+    type and rounded once.
+
+    >>> import numpy as np, dask.array as da
+    >>> a = da.from_array(np.arange(6.0).reshape(3, 2), chunks=(2, 1))
+    >>> gemm("T", "N", a, a, c=da.ones((2, 2), chunks=1), alpha=2, beta=-1).compute().tolist()
+    [[39.0, 51.0], [51.0, 69.0]]
+    """
+    da = _dask_array()
+    ops = {"N": lambda m: m, "T": lambda m: m.T, "C": lambda m: m.conj().T}
+    for pos, flag in ((1, transa), (2, transb)):
+        if not isinstance(flag, str) or flag.upper() not in ops:
+            raise ValueError(f"pyblasgemm.dask.gemm: parameter {pos} (trans{'ab'[pos - 1]}={flag!r}) must be "
+                             f"'N', 'T' or 'C'")
+    a, b = da.asarray(a), da.asarray(b)
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError(f"pyblasgemm.dask.gemm: a and b must be 2-D, got {a.ndim}-D and {b.ndim}-D")
+    x, y = ops[transa.upper()](a), ops[transb.upper()](b)
+    if x.shape[1] != y.shape[0]:
+        raise ValueError(f"pyblasgemm.dask.gemm: op(a) {x.shape} @ op(b) {y.shape}: inner sizes differ")
+    out_dtype = _result_dtype(x.dtype, y.dtype, dtype, compute)
+    if beta != 0:
+        if c is None:
+            raise ValueError("pyblasgemm.dask.gemm: beta != 0 needs c=")
+        c = da.asarray(c)
+        if c.shape != (x.shape[0], y.shape[1]):
+            raise ValueError(f"pyblasgemm.dask.gemm: c has shape {c.shape}; the result is "
+                             f"{(x.shape[0], y.shape[1])}")
+    x, y = _align(x, y)
+    if beta != 0 and c.chunks != (x.chunks[0], y.chunks[1]):
+        log.debug("rechunking c from %s to %s", c.chunks, (x.chunks[0], y.chunks[1]))
+        c = c.rechunk((x.chunks[0], y.chunks[1]))
+    if x.shape[1] == 0:
+        if beta == 0:
+            return da.zeros((x.shape[0], y.shape[1]), dtype=out_dtype, chunks=(x.chunks[0], y.chunks[1]))
+        acc = accumulation_dtype(out_dtype)
+        return (c.astype(acc) * acc.type(beta)).astype(out_dtype)
+    return _contract(x, y, out_dtype, compute, backend, k_group, alpha, beta, c if beta != 0 else None)
