@@ -15,6 +15,8 @@ Example::
 """
 from __future__ import annotations
 
+import threading
+
 from dataclasses import replace
 
 import numpy as np
@@ -138,6 +140,7 @@ class GroupedLaunch:
         self.ctas = dev.attributes["MultiProcessorCount"] * _occupancy(self.kern, self.config.threads, self.smem)
         self._fptr = self.kern.kernel.ptr
         self._slots = {}    # stream handle -> (table buffer, argument pack)
+        self._lock = threading.Lock()   # calls from several threads take turns on the ring and table
 
     def __call__(self, cols: dict, out_bytes: int, alpha=1, beta=0) -> int:
         """Launch the problems of ``cols`` (:data:`COLUMNS`, column-major, the launch's
@@ -160,6 +163,10 @@ class GroupedLaunch:
         """Launch a table packed by :func:`pack_table` (``tiles``: its total) on CuPy's current
         stream; a repeated call may pass a packed table with new addresses in its pointer
         columns (``grouped_matmul``'s call-signature replay)."""
+        with self._lock:
+            self._launch_rows(rows, tiles)
+
+    def _launch_rows(self, rows, tiles: int) -> None:
         import cupy
 
         if tiles == 0:

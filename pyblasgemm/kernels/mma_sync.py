@@ -4,6 +4,8 @@ argument block handed straight to ``cuLaunchKernel``. (The Hopper kernels' launc
 :mod:`~pyblasgemm.kernels.sm90`; :func:`~pyblasgemm.kernels.launch.bind` makes either.)"""
 from __future__ import annotations
 
+import threading
+
 from .config import KernelConfig
 from .driver import _driver, _runtime, set_scales, stream_handle
 from .problem import KernelProblem
@@ -92,12 +94,15 @@ class BoundLaunch:
     use different workspace. Flags are zeroed with a stream-ordered memset before each launch.
     """
 
-    __slots__ = ("problem", "spec", "config", "geometry", "smem", "kern", "red", "_fptr", "_rptr", "_grid", "_block",
+    __slots__ = ("_lock", "problem", "spec", "config", "geometry", "smem", "kern", "red", "_fptr", "_rptr", "_grid", "_block",
                  "_rgrid", "_int", "_amask", "_cmask", "_ws", "_fields", "_rfields", "_base", "_rbase",
                  "_dev", "a_align", "b_align", "c_align", "_last", "_launch", "epilogue", "_fused", "_dequant",
                  "__weakref__")
 
     def __init__(self, problem: KernelProblem, spec, kern, red, dev: int, epilogue: tuple = (0, None)):
+        # calls from several threads take turns: the per-stream argument cells (and prepared
+        # operands) are filled and the kernels launched under it (cuLaunchKernel copies the values)
+        self._lock = threading.Lock()
         config, geometry = spec.config, dict(spec.geometry)
         self.problem, self.spec, self.config, self.geometry, self.smem, self.kern, self.red = (
             problem, spec, config, geometry, spec.smem, kern, red)
@@ -161,6 +166,11 @@ class BoundLaunch:
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None, bias: int = 0,
                  pre: int = 0, scale_m: int = 0, scale_n: int = 0) -> None:
+        with self._lock:
+            return self._call(a_ptr, b_ptr, c_ptr, alpha, beta, stream, bias, pre, scale_m, scale_n)
+
+    def _call(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None, bias: int = 0,
+              pre: int = 0, scale_m: int = 0, scale_n: int = 0) -> None:
         if (bias or pre or scale_m or scale_n) and not self._fused:
             raise ValueError("bias= / pre= / scale_m= / scale_n= need a launch bound with a fused epilogue")
         if self._dequant and not (scale_m and scale_n):

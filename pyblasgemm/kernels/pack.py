@@ -191,10 +191,13 @@ class PackedLaunch:
     launch it wraps, with the caller's pointers. The packed storage is owned here, one set per
     stream (calls on one stream are ordered by it), and freed with the launch."""
 
-    __slots__ = ("inner", "steps", "a_align", "b_align", "c_align", "_dev", "_slots",
+    __slots__ = ("_lock", "inner", "steps", "a_align", "b_align", "c_align", "_dev", "_slots",
                  "_launch", "_fns", "spec", "config", "__weakref__")
 
     def __init__(self, inner, steps: tuple, dev: int):
+        # calls from several threads take turns: the packed copies and the inner launch share
+        # per-stream buffers (a Dask threaded scheduler's tasks raced here: H100, this session)
+        self._lock = threading.Lock()
         from .driver import _driver
 
         self.inner, self.steps, self._dev = inner, steps, dev
@@ -222,6 +225,10 @@ class PackedLaunch:
         return slot
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
+        with self._lock:
+            return self._call(a_ptr, b_ptr, c_ptr, alpha, beta, stream)
+
+    def _call(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
         from .driver import stream_handle
 
         sptr = stream if type(stream) is int else stream_handle(stream)

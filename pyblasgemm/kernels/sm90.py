@@ -25,6 +25,8 @@ reads K-major operands only, so a prep kernel writes op(A) and op(B) K-major, ro
 """
 from __future__ import annotations
 
+import threading
+
 import ctypes as ct
 
 
@@ -256,6 +258,9 @@ class Sm90Launch:
     """
 
     def __init__(self, problem: KernelProblem, spec, kern, red, dev: int, epilogue: tuple = (0, None)):
+        # calls from several threads take turns: the per-stream argument cells (and prepared
+        # operands) are filled and the kernels launched under it (cuLaunchKernel copies the values)
+        self._lock = threading.Lock()
         from dataclasses import replace as dc_replace
         from types import MappingProxyType
 
@@ -339,6 +344,11 @@ class Sm90Launch:
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None, bias: int = 0,
                  pre: int = 0, scale_m: int = 0, scale_n: int = 0) -> None:
+        with self._lock:
+            return self._call(a_ptr, b_ptr, c_ptr, alpha, beta, stream, bias, pre, scale_m, scale_n)
+
+    def _call(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None, bias: int = 0,
+              pre: int = 0, scale_m: int = 0, scale_n: int = 0) -> None:
         from .driver import _driver, _runtime, set_scales, stream_handle
 
         sptr = stream_handle(stream)
@@ -433,6 +443,9 @@ class Sm90PrepLaunch:
     """
 
     def __init__(self, problem: KernelProblem, spec, kern, red, prep, dev: int):
+        # calls from several threads take turns: the per-stream argument cells (and prepared
+        # operands) are filled and the kernels launched under it (cuLaunchKernel copies the values)
+        self._lock = threading.Lock()
         from types import MappingProxyType
 
         p, geometry = problem, dict(spec.geometry)
@@ -486,6 +499,10 @@ class Sm90PrepLaunch:
         return slot
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
+        with self._lock:
+            return self._call(a_ptr, b_ptr, c_ptr, alpha, beta, stream)
+
+    def _call(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
         from .driver import _driver, stream_handle
 
         sptr = stream_handle(stream)
