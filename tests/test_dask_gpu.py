@@ -47,10 +47,13 @@ def _check(got, x, y, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-def test_cupy_chunks_threaded(dtype):
+@pytest.mark.parametrize("k_group", [1, None])
+def test_cupy_chunks_threaded(dtype, k_group):
+    """Block products from many threads at once (k_group=1: 8 partial tasks per block): each
+    result against float64 (the launches' argument cells were once shared between threads)."""
     rng = np.random.default_rng(DTYPES.index(dtype))
     x, y, X, Y = _operands(rng, dtype)
-    z = pbd.matmul(X, Y)
+    z = pbd.matmul(X, Y, k_group=k_group)
     assert isinstance(z._meta, cupy.ndarray)
     got = z.compute(scheduler="threads")
     assert isinstance(got, cupy.ndarray)
