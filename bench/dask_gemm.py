@@ -3,7 +3,7 @@
     PYTHONPATH=. python bench/dask_gemm.py --out bench/results/dask_<gpu>_<date>_<sha>.json
 
 * accuracy: float16 and bfloat16, m = n = 4096, k = 16384 in 8 K chunks (chunks 2048 x 2048),
-  CuPy chunks: the normwise error ||Z - Z64|| / ||Z64|| of pyblasgemm.dask.matmul, of one
+  CuPy chunks, on the LocalCUDACluster: the normwise error ||Z - Z64|| / ||Z64|| of pyblasgemm.dask.matmul, of one
   pyblasgemm.matmul call on the whole problem and of dask.array.matmul, against a float64
   product of the same bytes (CuPy's DGEMM);
 * time: 16384³ float16 in 4096² chunks on one GPU, a dask_cuda.LocalCUDACluster with one
@@ -39,7 +39,7 @@ def _norm_err(z, ref):
     return float(cp.linalg.norm(z - ref) / cp.linalg.norm(ref))
 
 
-def accuracy(dtype, m=4096, k=16384, n=4096, parts=8):
+def accuracy(client, dtype, m=4096, k=16384, n=4096, parts=8):
     import cupy as cp
     import dask.array as da
     import ml_dtypes
@@ -54,9 +54,9 @@ def accuracy(dtype, m=4096, k=16384, n=4096, parts=8):
     ref = x.astype(cp.float64) @ y.astype(cp.float64)
     X = da.from_array(x, chunks=(m // 2, k // parts), asarray=False)
     Y = da.from_array(y, chunks=(k // parts, n // 2), asarray=False)
-    out = {"pyblasgemm.dask.matmul": _norm_err(pbd.matmul(X, Y).compute(scheduler="threads"), ref),
+    out = {"pyblasgemm.dask.matmul": _norm_err(cp.asarray(client.compute(pbd.matmul(X, Y)).result()), ref),
            "pyblasgemm.matmul (one call)": _norm_err(pyblasgemm.matmul(x, y), ref),
-           "dask.array.matmul": _norm_err(da.matmul(X, Y).compute(scheduler="threads"), ref)}
+           "dask.array.matmul": _norm_err(cp.asarray(client.compute(da.matmul(X, Y)).result()), ref)}
     return {"case": "accuracy", "dtype": dtype, "m": m, "k": k, "n": n, "k_chunks": parts, "errors": out,
             "ratio_one_call": out["pyblasgemm.dask.matmul"] / out["pyblasgemm.matmul (one call)"],
             "ratio_dask": out["dask.array.matmul"] / out["pyblasgemm.dask.matmul"]}
@@ -109,14 +109,14 @@ def main(argv=None) -> int:
     import dask
     import distributed
     doc["versions"].update({"dask": dask.__version__, "distributed": distributed.__version__})
-    for dtype in ("float16", "bfloat16"):
-        row = accuracy(dtype)
-        doc["cases"].append(row)
-        print(json.dumps(row), flush=True)
     import dask_cuda
     doc["versions"]["dask_cuda"] = dask_cuda.__version__
     with dask_cuda.LocalCUDACluster(n_workers=1, dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
             distributed.Client(cluster) as client:
+        for dtype in ("float16", "bfloat16"):
+            row = accuracy(client, dtype)
+            doc["cases"].append(row)
+            print(json.dumps(row), flush=True)
         row = timing(client)
         doc["cases"].append(row)
         print(json.dumps(row), flush=True)
