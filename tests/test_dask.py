@@ -179,3 +179,19 @@ def test_local_cluster_gives_the_threaded_schedulers_bits(local_cluster, dtype):
     clustered = local_cluster.compute(z).result()
     np.testing.assert_array_equal(threaded.view(np.uint8), clustered.view(np.uint8))
     _check(clustered, x, y, dtype, "cluster")
+
+
+def test_bfloat16_cast_is_ml_dtypes_rounding_on_any_array_module():
+    """The final cast to bfloat16 is done on the bits (CuPy has no bfloat16 astype): it must be
+    ml_dtypes' round-to-nearest-even for every kind of float32, halfway cases included."""
+    rng = np.random.default_rng(9)
+    bits = np.concatenate([rng.integers(0, 2**32, 200000, dtype=np.uint64).astype(np.uint32),
+                           np.array([0x3F808000, 0x3F818000, 0x7F7FFFFF, 0x00008000, 0x80018000,
+                                     0x7F800000, 0xFF800000, 0x7FC00001, 0x7F800001, 0], np.uint32)])
+    v = bits.view(np.float32)
+    ours = pbd._to_bfloat16(v)
+    assert ours.dtype == ml_dtypes.bfloat16
+    ref = v.astype(ml_dtypes.bfloat16)
+    same = ours.view(np.uint16) == ref.view(np.uint16)
+    both_nan = np.isnan(ours.astype(np.float32)) & np.isnan(ref.astype(np.float32))
+    assert np.all(same | both_nan)
