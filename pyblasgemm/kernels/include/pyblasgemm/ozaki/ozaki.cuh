@@ -21,7 +21,7 @@
 // order pyblasgemm.ozaki runs it on the host: both produce the same bits.
 #pragma once
 
-#ifndef PYBLASGEMM_OZAKI_TABLES
+#ifndef PBG_OZAKI_TABLES
 #error "ozaki.cuh needs one moduli count's tables first: pyblasgemm.kernels.ozaki_kernels.tables_source"
 #endif
 
