@@ -195,3 +195,23 @@ def test_bfloat16_cast_is_ml_dtypes_rounding_on_any_array_module():
     same = ours.view(np.uint16) == ref.view(np.uint16)
     both_nan = np.isnan(ours.astype(np.float32)) & np.isnan(ref.astype(np.float32))
     assert np.all(same | both_nan)
+
+
+def test_dask_guide_quotes_the_measured_run():
+    """docs/guide/dask.rst's table is bench/results/dask_h100_2026-11-25_eee2d20.json's."""
+    import json
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    doc = json.loads((root / "bench/results/dask_h100_2026-11-25_eee2d20.json").read_text())
+    text = " ".join((root / "docs/guide/dask.rst").read_text().split())
+    acc = next(c for c in doc["cases"] if c["case"] == "accuracy" and c["dtype"] == "float16")
+    e = acc["errors"]
+    assert (f"{e['pyblasgemm.dask.matmul']:.2e} (one pyblasgemm call: {e['pyblasgemm.matmul (one call)']:.2e})"
+            in text)
+    assert f"{e['dask.array.matmul']:.2e} ({acc['ratio_dask']:.2f}x ours)" in text
+    t = next(c for c in doc["cases"] if c["case"].startswith("time"))
+    ours, theirs = t["pyblasgemm.dask.matmul"], t["dask.array.matmul"]
+    assert f"{ours['median_s']:.3f} s ({ours['tasks']} tasks)" in text
+    assert f"{theirs['median_s']:.3f} s ({theirs['tasks']} tasks; ours {t['ratio']:.2f}x faster)" in text
+    assert t["bitwise_equal_cluster_vs_threaded"] and "bitwise equal" in text
