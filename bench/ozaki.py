@@ -194,6 +194,28 @@ def _cublas_emulation(a, b, rows, cols, a_rows, b_cols) -> dict:
     return out
 
 
+def _contenders(cp, items, big: bool, error, route) -> dict:
+    """Each (name, fn, side) of ``items`` timed (:func:`_time`), with ``error(host result)``'s
+    fields and, for ours, the route it took; memory returned between contenders."""
+    out = {}
+    for name, fn, side in items:
+        res = fn()
+        host = res.cpu().numpy() if hasattr(res, "cpu") else cp.asnumpy(res)
+        out[name] = {"side": side, **_time(cp, fn, big), **error(host)}
+        if side == "ours":
+            out[name]["route"] = route()
+        del res
+        cp.get_default_memory_pool().free_all_blocks()
+    return out
+
+
+def _ratios(out: dict, key: str) -> None:
+    """Each contender's steady-state speed against the fastest native one, as ``key``."""
+    native = min(v["steady_s"] for v in out.values() if v["side"] == "native")
+    for v in out.values():
+        v[key] = native / v["steady_s"]
+
+
 def zgemm_case(cp, torch, pb, s, rng) -> dict:
     a = rng.standard_normal((s, s)) + 1j * rng.standard_normal((s, s))
     b = rng.standard_normal((s, s)) + 1j * rng.standard_normal((s, s))
@@ -202,22 +224,14 @@ def zgemm_case(cp, torch, pb, s, rng) -> dict:
     ta, tb = torch.as_tensor(da, device="cuda"), torch.as_tensor(db, device="cuda")
     from pyblasgemm.composite import last_route
 
-    out = {}
-    for name, fn, side in (("torch.matmul (ZGEMM)", lambda: ta @ tb, "native"),
+    out = _contenders(cp, (("torch.matmul (ZGEMM)", lambda: ta @ tb, "native"),
                            ("cupy.matmul (ZGEMM)", lambda: da @ db, "native"),
                            ("pyblasgemm int8-ozaki (default)",
-                            lambda: pb.matmul(da, db, compute="int8-ozaki", backend="tensorcore"), "ours")):
-        res = fn()
-        host = res.cpu().numpy() if hasattr(res, "cpu") else cp.asnumpy(res)
-        out[name] = {"side": side, **_time(cp, fn, s >= 4096),
-                     "max_rel_err_vs_longdouble": _ld_error(host[rows][:, cols], a[rows], b[:, cols])}
-        if side == "ours":
-            out[name]["route"] = last_route()
-        del res
-        cp.get_default_memory_pool().free_all_blocks()
-    native = min(v["steady_s"] for v in out.values() if v["side"] == "native")
-    for v in out.values():
-        v["ratio_steady_vs_native"] = native / v["steady_s"]
+                            lambda: pb.matmul(da, db, compute="int8-ozaki", backend="tensorcore"), "ours")),
+                      s >= 4096,
+                      lambda h: {"max_rel_err_vs_longdouble": _ld_error(h[rows][:, cols], a[rows], b[:, cols])},
+                      last_route)
+    _ratios(out, "ratio_steady_vs_native")
     return {"case": "zgemm", "m": s, "n": s, "k": s, "contenders": out}
 
 
@@ -231,24 +245,15 @@ def cgemm_case(cp, torch, pb, s, rng) -> dict:
     ta, tb = torch.as_tensor(da, device="cuda"), torch.as_tensor(db, device="cuda")
     from pyblasgemm.composite import last_route
 
-    out = {}
-    for name, fn, side in (
-            ("torch.matmul (CGEMM)", lambda: ta @ tb, "native"),
-            ("cupy.matmul (CGEMM)", lambda: da @ db, "native"),
-            ("cuBLAS TF32 CGEMM", lambda: pb.matmul(da, db, compute="tf32", backend="cublas"), "theirs"),
-            ("pyblasgemm tf32", lambda: pb.matmul(da, db, compute="tf32", backend="tensorcore"), "ours"),
-            ("pyblasgemm 3xtf32", lambda: pb.matmul(da, db, compute="3xtf32", backend="tensorcore"), "ours")):
-        res = fn()
-        host = res.cpu().numpy() if hasattr(res, "cpu") else cp.asnumpy(res)
-        out[name] = {"side": side, **_time(cp, fn, True),
-                     "max_rel_err_vs_complex128": float(np.max(np.abs(host[rows][:, cols] - ref) / scale))}
-        if side == "ours":
-            out[name]["route"] = last_route()
-        del res
-        cp.get_default_memory_pool().free_all_blocks()
-    native = min(v["steady_s"] for v in out.values() if v["side"] == "native")
-    for v in out.values():
-        v["ratio_steady_vs_cgemm"] = native / v["steady_s"]
+    out = _contenders(cp, (
+        ("torch.matmul (CGEMM)", lambda: ta @ tb, "native"),
+        ("cupy.matmul (CGEMM)", lambda: da @ db, "native"),
+        ("cuBLAS TF32 CGEMM", lambda: pb.matmul(da, db, compute="tf32", backend="cublas"), "theirs"),
+        ("pyblasgemm tf32", lambda: pb.matmul(da, db, compute="tf32", backend="tensorcore"), "ours"),
+        ("pyblasgemm 3xtf32", lambda: pb.matmul(da, db, compute="3xtf32", backend="tensorcore"), "ours")),
+        True, lambda h: {"max_rel_err_vs_complex128": float(np.max(np.abs(h[rows][:, cols] - ref) / scale))},
+        last_route)
+    _ratios(out, "ratio_steady_vs_cgemm")
     return {"case": "cgemm", "m": s, "n": s, "k": s, "contenders": out}
 
 

@@ -15,18 +15,10 @@ except Exception:  # pragma: no cover - no driver
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _HAS_GPU, reason="needs CuPy and a CUDA device")]
 
 from pyblasgemm import dask as pbd  # noqa: E402
+from test_dask import _data  # noqa: E402  (the host tests' operands)
 
 DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.complex64, np.int8]
 RTOL = {np.float16: 1e-3, ml_dtypes.bfloat16: 8e-3, np.float32: 1e-5, np.float64: 1e-13, np.complex64: 1e-5}
-
-
-def _data(rng, shape, dtype):
-    if dtype is np.int8:
-        return rng.integers(-128, 128, shape).astype(np.int8)
-    x = rng.uniform(-1, 1, shape)
-    if np.dtype(dtype).kind == "c":
-        x = x + 1j * rng.uniform(-1, 1, shape)
-    return x.astype(dtype)
 
 
 def _operands(rng, dtype, m=300, k=1000, n=200):
