@@ -147,6 +147,14 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
         _last["route"] = "native: an operand holds Inf or NaN, which the scaling cannot hold"
         run_inner(desc._replace(compute="fp64"), a, b, c)
         return
+    if 2 * lost > m + nn:
+        # most lines would run natively after the composition anyway (H100, 4096³ with every
+        # line lost: 0.42x native DGEMM doing both): the whole call runs natively instead
+        _last["route"] = (f"native: {lost} of the {m + nn} rows and columns hold a nonzero element more "
+                          f"than {setting.bits} binades below their largest, which the scaling cannot hold "
+                          f"(more than half: the whole product runs natively)")
+        run_inner(desc._replace(compute="fp64"), a, b, c)
+        return
     ares = cupy.empty((setting.count, m, kk), cupy.int8)
     bres = cupy.empty((setting.count, nn, kk), cupy.int8)
     passes.residues(a_lines[0], m, kk, a_lines[1], a_lines[2], ea, ares)

@@ -122,6 +122,22 @@ def test_dgemm_ozaki_at_least_as_accurate_as_native(case):
     assert ("natively" in route) == case.startswith("elements"), route
 
 
+def test_dgemm_ozaki_lines_the_scaling_cannot_hold_run_natively():
+    """One row of A and one column of B hold an element 1e-300 next to O(1) ones: those lines
+    run natively after the rest (with alpha and beta as the rest), the others through int8."""
+    rng = np.random.default_rng(12)
+    a, b, c = rng.standard_normal((40, 70)), rng.standard_normal((70, 30)), rng.standard_normal((40, 30))
+    a[3, 5], b[9, 2] = 1e-300, 1e-300
+    out = cupy.asarray(c, order="F")
+    pyblasgemm.gemm("N", "N", cupy.asarray(a), cupy.asarray(b), out, 1.5, -0.5, compute="int8-ozaki",
+                    backend="tensorcore")
+    route = last_route()
+    assert "1 rows and 1 columns natively" in route, route
+    ref = 1.5 * (a @ b) - 0.5 * c
+    scale = 1.5 * np.abs(a) @ np.abs(b) + 0.5 * np.abs(c)
+    assert np.all(np.abs(cupy.asnumpy(out) - ref) <= 1e-15 * scale)
+
+
 def test_dgemm_ozaki_inf_and_nan_fall_back_to_native():
     """Inf or NaN in an operand: the whole product runs natively (IEEE propagation as DGEMM's)."""
     rng = np.random.default_rng(5)
