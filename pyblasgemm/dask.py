@@ -26,7 +26,7 @@ in memory with ``.persist()``, write it into an existing array (NumPy, CuPy, Zar
 ``dask.array.store(result, target)``, or pass the beta term of a GEMM as ``c=``.
 
 Example (NumPy chunks, the threaded scheduler)
----------------------------------------------
+----------------------------------------------
 >>> import numpy as np, dask.array as da
 >>> from pyblasgemm import dask as pbd
 >>> rng = np.random.default_rng(0)
