@@ -30,11 +30,16 @@ from ..kinds import base_compute, ozaki_bits, route_of
 from . import model as M
 from .plan import Plan
 
-__all__ = ["CompositeSpec", "plan_composite", "inner_problem", "PASS_HOST_S"]
+__all__ = ["CompositeSpec", "plan_composite", "inner_problem", "PASS_HOST_S", "PASS_DRAM_EFFICIENCY"]
 
 #: host time of a composite call beyond its inner GEMM's (Python, ~8 launches, one counter
-#: read that waits for the GPU): an estimate, not calibrated yet
-PASS_HOST_S = 80e-6
+#: read that waits for the GPU). H100, dgemm 1024³ at 16 moduli: 257 µs a call, of which the
+#: int8 GEMM and the passes' bytes account for ~55 µs
+PASS_HOST_S = 200e-6
+#: the passes' share of DRAM bandwidth: H100, dgemm 8192³ at 16 moduli, the scaling, residue
+#: and reconstruction passes took 5.3 ms for 9.1 GB (bench/results/ozaki_h100_2026-11-25_e859705.json
+#: and the per-pass CUDA events in kernels/NOTES.md, session 12)
+PASS_DRAM_EFFICIENCY = 0.5
 
 
 class CompositeSpec(NamedTuple):
@@ -125,7 +130,8 @@ def plan_composite(desc: GemmDesc, requested: str, arch, plan_for) -> Plan:
     inner = inner_problem(desc, setting)
     inner_plan = _inner_plan(inner, arch, plan_for)
     count = setting.count if setting is not None else 0
-    passes = desc.batch * (_passes_bytes(desc, route.composite, count) / arch.dram_bw) + PASS_HOST_S
+    passes = (desc.batch * _passes_bytes(desc, route.composite, count) / (arch.dram_bw * PASS_DRAM_EFFICIENCY)
+              + PASS_HOST_S)
     ours = desc.batch * inner_plan.predicted_s + passes
     spec = CompositeSpec(route.composite, inner, inner_plan, native, setting, passes, native_s)
     what = (setting.describe() if setting is not None else
