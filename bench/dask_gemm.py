@@ -29,7 +29,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.heldout import meta  # noqa: E402
+from bench.heldout import meta, write_doc  # noqa: E402
 
 
 def _norm_err(z, ref):
@@ -122,9 +122,7 @@ def main(argv=None) -> int:
         row = timing(client)
         doc["cases"].append(row)
         print(json.dumps(row), flush=True)
-    pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    pathlib.Path(args.out).write_text(json.dumps(doc, indent=1, default=str))
-    print("wrote", args.out)
+    write_doc(doc, args.out)
     return 0
 
 

@@ -43,7 +43,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.heldout import meta  # noqa: E402
+from bench.heldout import meta, write_doc  # noqa: E402
 from bench.timing import event_median_s  # noqa: E402
 
 SHAPES = [(4096, 4096, 4096), (8192, 11008, 4096), (16, 11008, 4096)]
@@ -326,9 +326,7 @@ def main(argv=None) -> int:
         doc["cases"].append(row)
         print(row["case"], experts, max_rows, width, row["route"][:60],
               {key: v for key, v in row.items() if key.startswith("ratio")}, flush=True)
-    pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    pathlib.Path(args.out).write_text(json.dumps(doc, indent=1, default=str))
-    print("wrote", args.out)
+    write_doc(doc, args.out)
     return 0
 
 

@@ -618,6 +618,14 @@ def _git(*args) -> str | None:
         return None
 
 
+def write_doc(doc: dict, out) -> None:
+    """Write a results document (indented JSON) to ``out``, making its folder, and say where."""
+    path = pathlib.Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1, default=str))
+    print("wrote", out)
+
+
 def meta(gpu) -> dict:
     """Device, driver, runtime, versions, date and commit (the suite's own collector, plus the
     full SHA, PyTorch's matmul settings and the environment that steers the contenders)."""

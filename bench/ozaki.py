@@ -41,7 +41,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.heldout import meta  # noqa: E402
+from bench.heldout import meta, write_doc  # noqa: E402
 from bench.timing import event_median_s  # noqa: E402
 
 SIZES = [1024, 4096, 8192]
@@ -380,9 +380,7 @@ def main(argv=None) -> int:
     doc["cases"].append(row)
     print("cgemm", row["m"], flush=True)
     _show(row)
-    pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    pathlib.Path(args.out).write_text(json.dumps(doc, indent=1, default=str))
-    print("wrote", args.out)
+    write_doc(doc, args.out)
     return 0
 
 
