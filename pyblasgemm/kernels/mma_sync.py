@@ -166,47 +166,43 @@ class BoundLaunch:
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None, bias: int = 0,
                  pre: int = 0, scale_m: int = 0, scale_n: int = 0) -> None:
-        with self._lock:
-            return self._call(a_ptr, b_ptr, c_ptr, alpha, beta, stream, bias, pre, scale_m, scale_n)
-
-    def _call(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None, bias: int = 0,
-              pre: int = 0, scale_m: int = 0, scale_n: int = 0) -> None:
-        if (bias or pre or scale_m or scale_n) and not self._fused:
-            raise ValueError("bias= / pre= / scale_m= / scale_n= need a launch bound with a fused epilogue")
-        if self._dequant and not (scale_m and scale_n):
-            raise ValueError("a dequantizing launch needs scale_m= and scale_n= pointers")
-        sptr = stream if type(stream) is int else stream_handle(stream)
-        last = self._last
-        if last is not None and last[0] == sptr:
-            slot = last[1]
-        else:
-            slot = self._ws.get(sptr)
-            if slot is None:
-                slot = self._slot(sptr)
-            self._last = (sptr, slot)
-        if (a_ptr | b_ptr) & self._amask or c_ptr & self._cmask:
-            raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x}, 0x{c_ptr:x} are outside the bound alignment class "
-                             f"(A/B {self.a_align} B, C {self.c_align} B): bind() again for them")
-        cells = slot[4]
-        cells["a"].value = a_ptr
-        cells["b"].value = b_ptr
-        cells["c"].value = c_ptr
-        if self._fused:
-            cells["bias"].value, cells["pre"].value = bias, pre
-            cells["scale_m"].value, cells["scale_n"].value = scale_m, scale_n
-        scales = (alpha, beta)
-        if scales != slot[10][0]:      # the cells keep the last scales: (1, 0) is written once
-            set_scales(cells, self._int, alpha, beta)
-            slot[10][0] = scales
-        if slot[2]:
-            _runtime().memsetAsync(slot[2], 0, slot[3], sptr)
-        gx, gy, gz = self._grid
-        self._launch(self._fptr, gx, gy, gz, self._block, 1, 1, self.smem, sptr, slot[5], 0)
-        if self._rptr:
-            rc = slot[6]
-            rc["c"].value = c_ptr
+        with self._lock:   # one caller at a time: the cells are shared (see __init__)
+            if (bias or pre or scale_m or scale_n) and not self._fused:
+                raise ValueError("bias= / pre= / scale_m= / scale_n= need a launch bound with a fused epilogue")
+            if self._dequant and not (scale_m and scale_n):
+                raise ValueError("a dequantizing launch needs scale_m= and scale_n= pointers")
+            sptr = stream if type(stream) is int else stream_handle(stream)
+            last = self._last
+            if last is not None and last[0] == sptr:
+                slot = last[1]
+            else:
+                slot = self._ws.get(sptr)
+                if slot is None:
+                    slot = self._slot(sptr)
+                self._last = (sptr, slot)
+            if (a_ptr | b_ptr) & self._amask or c_ptr & self._cmask:
+                raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x}, 0x{c_ptr:x} are outside the bound alignment class "
+                                 f"(A/B {self.a_align} B, C {self.c_align} B): bind() again for them")
+            cells = slot[4]
+            cells["a"].value = a_ptr
+            cells["b"].value = b_ptr
+            cells["c"].value = c_ptr
             if self._fused:
-                rc["bias"].value, rc["pre"].value = bias, pre
-                rc["scale_m"].value, rc["scale_n"].value = scale_m, scale_n
-            set_scales(rc, self._int, alpha, beta)
-            self._launch(self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, slot[7], 0)
+                cells["bias"].value, cells["pre"].value = bias, pre
+                cells["scale_m"].value, cells["scale_n"].value = scale_m, scale_n
+            scales = (alpha, beta)
+            if scales != slot[10][0]:      # the cells keep the last scales: (1, 0) is written once
+                set_scales(cells, self._int, alpha, beta)
+                slot[10][0] = scales
+            if slot[2]:
+                _runtime().memsetAsync(slot[2], 0, slot[3], sptr)
+            gx, gy, gz = self._grid
+            self._launch(self._fptr, gx, gy, gz, self._block, 1, 1, self.smem, sptr, slot[5], 0)
+            if self._rptr:
+                rc = slot[6]
+                rc["c"].value = c_ptr
+                if self._fused:
+                    rc["bias"].value, rc["pre"].value = bias, pre
+                    rc["scale_m"].value, rc["scale_n"].value = scale_m, scale_n
+                set_scales(rc, self._int, alpha, beta)
+                self._launch(self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, slot[7], 0)

@@ -225,19 +225,16 @@ class PackedLaunch:
         return slot
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
-        with self._lock:
-            return self._call(a_ptr, b_ptr, c_ptr, alpha, beta, stream)
+        with self._lock:   # one caller at a time: the cells are shared (see __init__)
+            from .driver import stream_handle
 
-    def _call(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
-        from .driver import stream_handle
-
-        sptr = stream if type(stream) is int else stream_handle(stream)
-        bufs, args = self._slots.get(sptr) or self._slot(sptr)
-        ptrs = {"a": a_ptr, "b": b_ptr}
-        for s, buf, cargs in zip(self.steps, bufs, args):
-            name = s.operand[0]
-            cargs.cells[0].value = ptrs[name]
-            (gx, gy, gz), (bx, by, bz) = cargs.grid, cargs.block
-            self._launch(cargs.fn, gx, gy, gz, bx, by, bz, 0, sptr, cargs.addr, 0)
-            ptrs[name] = buf.data.ptr
-        self.inner(ptrs["a"], ptrs["b"], c_ptr, alpha, beta, sptr)
+            sptr = stream if type(stream) is int else stream_handle(stream)
+            bufs, args = self._slots.get(sptr) or self._slot(sptr)
+            ptrs = {"a": a_ptr, "b": b_ptr}
+            for s, buf, cargs in zip(self.steps, bufs, args):
+                name = s.operand[0]
+                cargs.cells[0].value = ptrs[name]
+                (gx, gy, gz), (bx, by, bz) = cargs.grid, cargs.block
+                self._launch(cargs.fn, gx, gy, gz, bx, by, bz, 0, sptr, cargs.addr, 0)
+                ptrs[name] = buf.data.ptr
+            self.inner(ptrs["a"], ptrs["b"], c_ptr, alpha, beta, sptr)

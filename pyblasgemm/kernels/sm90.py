@@ -344,61 +344,57 @@ class Sm90Launch:
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None, bias: int = 0,
                  pre: int = 0, scale_m: int = 0, scale_n: int = 0) -> None:
-        with self._lock:
-            return self._call(a_ptr, b_ptr, c_ptr, alpha, beta, stream, bias, pre, scale_m, scale_n)
+        with self._lock:   # one caller at a time: the cells are shared (see __init__)
+            from .driver import _driver, _runtime, set_scales, stream_handle
 
-    def _call(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None, bias: int = 0,
-              pre: int = 0, scale_m: int = 0, scale_n: int = 0) -> None:
-        from .driver import _driver, _runtime, set_scales, stream_handle
-
-        sptr = stream_handle(stream)
-        if (bias or pre or scale_m or scale_n) and not self._fused:
-            raise ValueError("bias= / pre= / scale_m= / scale_n= need a launch bound with a fused epilogue")
-        if self._dequant and not (scale_m and scale_n):
-            raise ValueError("a dequantizing launch needs scale_m= and scale_n= pointers")
-        if (a_ptr | b_ptr) & 15 or c_ptr & (self.c_align - 1):
-            raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x}, 0x{c_ptr:x} are outside the bound alignment class "
-                             f"(A/B 16 B for TMA, C {self.c_align} B): bind() again for them")
-        last = self._last
-        if last is not None and last[0] == sptr:
-            s = last[1]
-        else:
-            s = self._slots.get(sptr) or self._slot(sptr)
-            self._last = (sptr, s)
-        lib = _CUDA
-        if b_ptr != s.last_b:
-            lib.cuTensorMapReplaceAddress(ct.byref(s.tma_p), ct.c_void_p(b_ptr))
-            s.last_b = b_ptr
-        if a_ptr != s.last_a:
-            lib.cuTensorMapReplaceAddress(ct.byref(s.tma_q), ct.c_void_p(a_ptr))
-            s.last_a = a_ptr
-        if c_ptr != s.last_c and self._base["c_pair"]:
-            lib.cuTensorMapReplaceAddress(ct.byref(s.tma_c), ct.c_void_p(c_ptr))
-            s.last_c = c_ptr
-        cells = s.cells
-        cells["c"].value = c_ptr
-        set_scales(cells, self._int, alpha, beta)
-        if self._fused:
-            cells["bias"].value, cells["pre"].value = bias, pre
-            cells["scale_m"].value, cells["scale_n"].value = scale_m, scale_n
-        if s.flags_ptr:
-            _runtime().memsetAsync(s.flags_ptr, 0, s.flags_bytes, sptr)
-        if self._cluster > 1:
-            self._lcfg.stream = sptr
-            rc = lib.cuLaunchKernelEx(ct.byref(self._lcfg), self._fptr, ct.addressof(s.params), None)
-            if rc != 0:
-                raise RuntimeError(f"cuLaunchKernelEx failed (CUresult {rc}) for {self.config.name}")
-        else:
-            _driver().launchKernel(self._fptr, self._grid, 1, 1, self.config.threads, 1, 1, self.smem, sptr,
-                                   ct.addressof(s.params), 0)
-        if self._rptr:
-            rc = s.rcells
-            rc["c"].value = c_ptr
-            set_scales(rc, self._int, alpha, beta)
+            sptr = stream_handle(stream)
+            if (bias or pre or scale_m or scale_n) and not self._fused:
+                raise ValueError("bias= / pre= / scale_m= / scale_n= need a launch bound with a fused epilogue")
+            if self._dequant and not (scale_m and scale_n):
+                raise ValueError("a dequantizing launch needs scale_m= and scale_n= pointers")
+            if (a_ptr | b_ptr) & 15 or c_ptr & (self.c_align - 1):
+                raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x}, 0x{c_ptr:x} are outside the bound alignment class "
+                                 f"(A/B 16 B for TMA, C {self.c_align} B): bind() again for them")
+            last = self._last
+            if last is not None and last[0] == sptr:
+                s = last[1]
+            else:
+                s = self._slots.get(sptr) or self._slot(sptr)
+                self._last = (sptr, s)
+            lib = _CUDA
+            if b_ptr != s.last_b:
+                lib.cuTensorMapReplaceAddress(ct.byref(s.tma_p), ct.c_void_p(b_ptr))
+                s.last_b = b_ptr
+            if a_ptr != s.last_a:
+                lib.cuTensorMapReplaceAddress(ct.byref(s.tma_q), ct.c_void_p(a_ptr))
+                s.last_a = a_ptr
+            if c_ptr != s.last_c and self._base["c_pair"]:
+                lib.cuTensorMapReplaceAddress(ct.byref(s.tma_c), ct.c_void_p(c_ptr))
+                s.last_c = c_ptr
+            cells = s.cells
+            cells["c"].value = c_ptr
+            set_scales(cells, self._int, alpha, beta)
             if self._fused:
-                rc["bias"].value, rc["pre"].value = bias, pre
-                rc["scale_m"].value, rc["scale_n"].value = scale_m, scale_n
-            _driver().launchKernel(self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, ct.addressof(s.rparams), 0)
+                cells["bias"].value, cells["pre"].value = bias, pre
+                cells["scale_m"].value, cells["scale_n"].value = scale_m, scale_n
+            if s.flags_ptr:
+                _runtime().memsetAsync(s.flags_ptr, 0, s.flags_bytes, sptr)
+            if self._cluster > 1:
+                self._lcfg.stream = sptr
+                rc = lib.cuLaunchKernelEx(ct.byref(self._lcfg), self._fptr, ct.addressof(s.params), None)
+                if rc != 0:
+                    raise RuntimeError(f"cuLaunchKernelEx failed (CUresult {rc}) for {self.config.name}")
+            else:
+                _driver().launchKernel(self._fptr, self._grid, 1, 1, self.config.threads, 1, 1, self.smem, sptr,
+                                       ct.addressof(s.params), 0)
+            if self._rptr:
+                rc = s.rcells
+                rc["c"].value = c_ptr
+                set_scales(rc, self._int, alpha, beta)
+                if self._fused:
+                    rc["bias"].value, rc["pre"].value = bias, pre
+                    rc["scale_m"].value, rc["scale_n"].value = scale_m, scale_n
+                _driver().launchKernel(self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, ct.addressof(s.rparams), 0)
 
 
 # --- fp32 operands: prep kernel + the GEMM on its K-major output -------------------------------
@@ -499,18 +495,15 @@ class Sm90PrepLaunch:
         return slot
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
-        with self._lock:
-            return self._call(a_ptr, b_ptr, c_ptr, alpha, beta, stream)
+        with self._lock:   # one caller at a time: the cells are shared (see __init__)
+            from .driver import _driver, stream_handle
 
-    def _call(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
-        from .driver import _driver, stream_handle
-
-        sptr = stream_handle(stream)
-        if (a_ptr | b_ptr) & 3:
-            raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x} are not 4-byte aligned float32 data")
-        _, q_ptr, p_ptr, blocks, gemm = self._slots.get(sptr) or self._slot(sptr)
-        drv = _driver()
-        for x_ptr, (cells, params, grid) in zip((a_ptr, b_ptr), blocks):
-            cells["x"].value = x_ptr
-            drv.launchKernel(self._prep_ptr, grid[0], grid[1], grid[2], 32, 8, 1, 0, sptr, ct.addressof(params), 0)
-        gemm(q_ptr, p_ptr, c_ptr, alpha, beta, stream)
+            sptr = stream_handle(stream)
+            if (a_ptr | b_ptr) & 3:
+                raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x} are not 4-byte aligned float32 data")
+            _, q_ptr, p_ptr, blocks, gemm = self._slots.get(sptr) or self._slot(sptr)
+            drv = _driver()
+            for x_ptr, (cells, params, grid) in zip((a_ptr, b_ptr), blocks):
+                cells["x"].value = x_ptr
+                drv.launchKernel(self._prep_ptr, grid[0], grid[1], grid[2], 32, 8, 1, 0, sptr, ct.addressof(params), 0)
+            gemm(q_ptr, p_ptr, c_ptr, alpha, beta, stream)
