@@ -36,7 +36,13 @@ _last = {"route": None}
 
 def last_route() -> str | None:
     """What the last composite call did (for tests and the benchmarks): the composition with
-    its native fix-ups, or the native route it fell back to, and why."""
+    its native fix-ups, or the native route it fell back to, and why.
+
+    Example (on a GPU)::
+
+        pyblasgemm.matmul(a, b, compute="int8-ozaki", backend="tensorcore")
+        last_route()   # 'pyblasgemm Ozaki II with 16 moduli: ...; 1 rows and 0 columns natively (...)'
+    """
     return _last["route"]
 
 
@@ -44,7 +50,14 @@ def run(desc: GemmDesc, a, b, c, plan, run_inner) -> None:
     """Run ``desc`` by ``plan``'s composition; ``run_inner(desc, a, b, c, backend)`` runs one
     GEMM (execute's own function), on the backend the inner plan chose (execute plans it again
     from the cache: without the backend it would plan 'auto', which for the batched int8
-    product is cuBLAS at 15.2 ms instead of our kernel's 11.8 ms, H100, 16 moduli at 8192)."""
+    product is cuBLAS at 15.2 ms instead of our kernel's 11.8 ms, H100, 16 moduli at 8192).
+
+    Example (what ``execute`` does with a composite plan)::
+
+        plan = plan_for(desc)
+        if isinstance(plan.launch, CompositeSpec):
+            composite.run(desc, a, b, c, plan, execute)
+    """
     spec = plan.launch
     for entry in range(desc.batch):
         pa = _at(a, entry * desc.stride_a)

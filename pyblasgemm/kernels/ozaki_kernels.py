@@ -125,7 +125,13 @@ _lock = threading.Lock()
 
 def get_kernels(count: int, device_id: int | None = None) -> dict:
     """{name expression: RawKernel} for ``count`` moduli on the current (or given) device,
-    compiled once per (device, headers' fingerprint, count)."""
+    compiled once per (device, headers' fingerprint, count).
+
+    Example (on a GPU)::
+
+        kernels = get_kernels(16)
+        kernels["ozaki_residues<16>"]   # the residue pass for 16 moduli
+    """
     import cupy
 
     from . import jit
@@ -151,7 +157,16 @@ class OzakiPasses:
     """The passes for one moduli count on one device: ``scale`` (stats and exponents of the
     lines of one operand), ``residues`` and ``reconstruct``. Arrays are CuPy arrays; a strided
     operand is given as (array holding its first element, lines, len, line stride, position
-    stride), strides in elements."""
+    stride), strides in elements.
+
+    Example (on a GPU: the rows of a C-ordered m x k float64 array)::
+
+        passes = OzakiPasses(16)
+        counts = cupy.zeros(2, cupy.int32)
+        exps, lost = passes.scale(a, m, k, k, 1, 55, counts)
+        res = cupy.empty((16, m, k), cupy.int8)
+        passes.residues(a, m, k, k, 1, exps, res)
+    """
 
     def __init__(self, count: int, device_id: int | None = None):
         self.count = count

@@ -56,7 +56,13 @@ class CompositeSpec(NamedTuple):
     native_s: float             # the model's time of the native route
 
     def explain_lines(self) -> list:
-        """Lines for :meth:`Plan.explain`."""
+        """Lines for :meth:`Plan.explain`.
+
+        >>> from pyblasgemm.planner import FAMILIES, make_desc, plan_for
+        >>> p = plan_for(make_desc(4096, 4096, 4096, "complex64", compute="3xtf32"), arch=FAMILIES["sm_90"])
+        >>> p.launch.explain_lines()[0]
+        'composite: one 3xtf32 product of the stacked real and imaginary parts'
+        """
         inner = self.inner_plan
         cfg = f" config {inner.config.name}" if inner.config is not None else ""
         what = (f"{self.setting.describe()}" if self.setting is not None else
@@ -74,6 +80,12 @@ def inner_problem(desc: GemmDesc, setting=None) -> GemmDesc:
     Ozaki: the residue planes, both K-major ("TN"), C column-major m x n (2n for complex),
     batch = moduli. Complex: A2 = [Ar Ai] (m x 2k, C order), B2 (2k x 2n, C order), C2
     column-major m x 2n.
+
+    >>> from pyblasgemm.ozaki import setting
+    >>> from pyblasgemm.planner import make_desc
+    >>> d = inner_problem(make_desc(100, 60, 300, "complex128", compute="int8-ozaki"), setting(600))
+    >>> d.prefix, d.transa, d.transb, (d.m, d.n, d.k), d.batch
+    ('i', 'T', 'N', (100, 120, 600), 16)
     """
     from .problem import make_desc
 
@@ -105,7 +117,14 @@ def _passes_bytes(desc: GemmDesc, kind: str, count: int) -> float:
 def plan_composite(desc: GemmDesc, requested: str, arch, plan_for) -> Plan:
     """The plan of a composite route on the GPU: the composition, or the native route where
     the model puts it faster (``requested='auto'``); ``'tensorcore'`` forces the composition,
-    ``'cublas'`` the native route (cuBLAS's route of the mode)."""
+    ``'cublas'`` the native route (cuBLAS's route of the mode). The planner calls it for every
+    composite mode (``planner.core``); ``plan_for`` is handed in to plan the inner GEMM.
+
+    >>> from pyblasgemm.planner import FAMILIES, make_desc, plan_for
+    >>> d = make_desc(64, 64, 64, "float64", compute="int8-ozaki")
+    >>> plan_composite(d, "tensorcore", FAMILIES["sm_90"], plan_for).launch.setting.count
+    15
+    """
     from .. import constraints
     from ..ozaki import setting as ozaki_setting
 
