@@ -578,3 +578,36 @@ def test_bind_refuses_a_spec_of_another_class():
     q = pyblasgemm.plan(256, 256, 512, "float16", backend="tensorcore")
     with pytest.raises(ValueError, match="problem class"):
         bind(kernel_problem_for(q.problem), spec=p.launch)
+
+
+@gpu
+@pytest.mark.parametrize("case", ["float16", "float16 -> float32 on cuBLASLt", "float32", "float16 unaligned"])
+def test_a_fresh_thread_without_a_cuda_context_runs_every_launch(case):
+    """A new thread that has made no CUDA runtime call has no current context, and CuPy serves
+    its output from the pool without making one: our driver-API launches failed there with
+    CUDA_ERROR_INVALID_CONTEXT (H100, Dask's threaded scheduler). Each route, warmed on this
+    thread, then called from a fresh one, gives this thread's bits."""
+    cupy = pytest.importorskip("cupy")
+    rng = cupy.random.RandomState(3)
+    dtype = cupy.float32 if case == "float32" else cupy.float16
+    a = rng.standard_normal((301, 520), dtype=cupy.float32).astype(dtype)
+    b = rng.standard_normal((520, 260), dtype=cupy.float32).astype(dtype)
+    if case.endswith("unaligned"):          # 2-byte offsets: the packed route
+        a, b = a[1:, 1:], b[1:, 1:]
+    kw = {"dtype": cupy.float32, "backend": "cublas"} if "cuBLASLt" in case else {}
+    first = pyblasgemm.matmul(a, b, **kw)
+    want = cupy.asnumpy(first)
+    del first                               # its block returns to the pool for the thread's output
+    got = {}
+
+    def fresh_thread():
+        try:
+            got["z"] = cupy.asnumpy(pyblasgemm.matmul(a, b, **kw))
+        except Exception as e:              # reported below, on the test's thread
+            got["error"] = e
+
+    worker = threading.Thread(target=fresh_thread)
+    worker.start()
+    worker.join()
+    assert "error" not in got, repr(got.get("error"))
+    np.testing.assert_array_equal(got["z"], want)

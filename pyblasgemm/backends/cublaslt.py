@@ -19,6 +19,8 @@ import threading
 
 import numpy as np
 
+from ..kernels.driver import make_context_current
+
 __all__ = ["LtLaunch", "LtEpilogueLaunch", "make_launch", "LT_EPILOGUES"]
 
 #: (activation, bias, pre-activation out) -> cublasLtEpilogue_t: what cuBLASLt fuses. Its GELU
@@ -40,6 +42,8 @@ _PREF_MIN_ALIGNMENT = {"A": 5, "B": 6, "C": 7, "D": 8}
 #: cuBLAS's own recommendation for Hopper's workspace (cuBLAS docs, cublasSetWorkspace)
 MAX_WORKSPACE_BYTES = 32 << 20
 _OPS = {"N": 0, "T": 1, "C": 2}
+#: cublasStatus_t CUBLAS_STATUS_EXECUTION_FAILED: what cuBLASLt answers when its kernel launch fails
+_EXECUTION_FAILED = 13
 _vp, _sz = ct.c_void_p, ct.c_size_t
 
 
@@ -262,6 +266,11 @@ class LtLaunch:
         status = self._lib.cublasLtMatmul(self._handle, self._desc, pal, a_ptr, lay[0], b_ptr,
                                           lay[1], pbe, c_ptr, lay[2], c_ptr, lay[2],
                                           algo, ws, ws_size, stream)
+        if status == _EXECUTION_FAILED and make_context_current(self._dev):
+            # a fresh thread without a current context: cuBLASLt's own launch failed
+            status = self._lib.cublasLtMatmul(self._handle, self._desc, pal, a_ptr, lay[0], b_ptr,
+                                              lay[1], pbe, c_ptr, lay[2], c_ptr, lay[2],
+                                              algo, ws, ws_size, stream)
         if status != 0:
             raise RuntimeError(f"cublasLtMatmul failed with cuBLAS status {status}")
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["set_scales", "stream_handle"]
+__all__ = ["set_scales", "stream_handle", "launch_kernel", "make_context_current"]
+
+#: CUresult CUDA_ERROR_INVALID_CONTEXT (cuda.h)
+INVALID_CONTEXT = 201
 
 _DRIVER = None
 _RUNTIME = None
@@ -70,3 +73,41 @@ def _runtime():
 
         _RUNTIME = runtime
     return _RUNTIME
+
+
+def make_context_current(device: int) -> bool:
+    """Make ``device``'s primary context current if this thread has none; say whether it had none.
+
+    A thread that has made no CUDA runtime call has no current context (a fresh thread of a
+    pool: Dask's threaded scheduler, ``concurrent.futures``; CuPy's allocations there are served
+    from its pool without a runtime call). A driver-API launch then fails with
+    CUDA_ERROR_INVALID_CONTEXT. ``cudaSetDevice`` makes the primary context current at once
+    (CUDA 12+), as the runtime does lazily on a thread's first call. Called only after such a
+    failure, so the hot path pays nothing.
+
+    Example::
+
+        make_context_current(0)     # False on a thread that already has a context
+    """
+    if _driver().ctxGetCurrent() != 0:
+        return False
+    _runtime().setDevice(device)
+    return True
+
+
+def launch_kernel(device: int, fptr: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
+                  smem: int, stream: int, params: int) -> None:
+    """``cuLaunchKernel`` with a ``void**`` of arguments at ``params``; on a thread without a
+    current context (:func:`make_context_current`), makes ``device``'s current and launches again.
+
+    Example::
+
+        launch_kernel(0, fptr, 132, 1, 1, 128, 1, 1, smem, stream, ct.addressof(params))
+    """
+    drv = _driver()
+    try:
+        drv.launchKernel(fptr, gx, gy, gz, bx, by, bz, smem, stream, params, 0)
+    except drv.CUDADriverError as e:
+        if getattr(e, "status", None) != INVALID_CONTEXT or not make_context_current(device):
+            raise
+        drv.launchKernel(fptr, gx, gy, gz, bx, by, bz, smem, stream, params, 0)

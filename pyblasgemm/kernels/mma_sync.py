@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 from .config import KernelConfig
-from .driver import _driver, _runtime, set_scales, stream_handle
+from .driver import _runtime, launch_kernel, set_scales, stream_handle
 from .problem import KernelProblem
 
 __all__ = ["BoundLaunch", "kernel_args"]
@@ -96,7 +96,7 @@ class BoundLaunch:
 
     __slots__ = ("_lock", "problem", "spec", "config", "geometry", "smem", "kern", "red", "_fptr", "_rptr", "_grid", "_block",
                  "_rgrid", "_int", "_amask", "_cmask", "_ws", "_fields", "_rfields", "_base", "_rbase",
-                 "_dev", "a_align", "b_align", "c_align", "_last", "_launch", "epilogue", "_fused", "_dequant",
+                 "_dev", "a_align", "b_align", "c_align", "_last", "epilogue", "_fused", "_dequant",
                  "__weakref__")
 
     def __init__(self, problem: KernelProblem, spec, kern, red, dev: int, epilogue: tuple = (0, None)):
@@ -136,7 +136,6 @@ class BoundLaunch:
             self._rgrid, self._rfields, self._rbase = 0, None, None
         self._ws = {}  # stream handle -> (ws array, flags array, flags bytes, gemm pack, reduce pack)
         self._last = None
-        self._launch = _driver().launchKernel
 
     @property
     def workspace_nbytes(self) -> int:
@@ -197,7 +196,7 @@ class BoundLaunch:
             if slot[2]:
                 _runtime().memsetAsync(slot[2], 0, slot[3], sptr)
             gx, gy, gz = self._grid
-            self._launch(self._fptr, gx, gy, gz, self._block, 1, 1, self.smem, sptr, slot[5], 0)
+            launch_kernel(self._dev, self._fptr, gx, gy, gz, self._block, 1, 1, self.smem, sptr, slot[5])
             if self._rptr:
                 rc = slot[6]
                 rc["c"].value = c_ptr
@@ -205,4 +204,4 @@ class BoundLaunch:
                     rc["bias"].value, rc["pre"].value = bias, pre
                     rc["scale_m"].value, rc["scale_n"].value = scale_m, scale_n
                 set_scales(rc, self._int, alpha, beta)
-                self._launch(self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, slot[7], 0)
+                launch_kernel(self._dev, self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, slot[7])

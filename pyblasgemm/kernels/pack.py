@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from .driver import launch_kernel
 from .problem import KernelProblem
 
 __all__ = ["PackStep", "pack_steps", "packed_ld", "PackedLaunch", "copy_seconds", "PACK_ALIGN",
@@ -192,21 +193,18 @@ class PackedLaunch:
     stream (calls on one stream are ordered by it), and freed with the launch."""
 
     __slots__ = ("_lock", "inner", "steps", "a_align", "b_align", "c_align", "_dev", "_slots",
-                 "_launch", "_fns", "spec", "config", "__weakref__")
+                 "_fns", "spec", "config", "__weakref__")
 
     def __init__(self, inner, steps: tuple, dev: int):
         # calls from several threads take turns: the packed copies and the inner launch share
         # per-stream buffers (a Dask threaded scheduler's tasks raced here: H100, this session)
         self._lock = threading.Lock()
-        from .driver import _driver
-
         self.inner, self.steps, self._dev = inner, steps, dev
         self.spec, self.config = getattr(inner, "spec", None), getattr(inner, "config", None)
         # the plan was made for every pointer 16-byte aligned (the unpacked operand's class)
         self.a_align = self.b_align = 16
         self.c_align = getattr(inner, "c_align", 16)
         self._slots = {}
-        self._launch = _driver().launchKernel
         self._fns = _copy_kernels(dev)
 
     @property
@@ -235,6 +233,6 @@ class PackedLaunch:
                 name = s.operand[0]
                 cargs.cells[0].value = ptrs[name]
                 (gx, gy, gz), (bx, by, bz) = cargs.grid, cargs.block
-                self._launch(cargs.fn, gx, gy, gz, bx, by, bz, 0, sptr, cargs.addr, 0)
+                launch_kernel(self._dev, cargs.fn, gx, gy, gz, bx, by, bz, 0, sptr, cargs.addr)
                 ptrs[name] = buf.data.ptr
             self.inner(ptrs["a"], ptrs["b"], c_ptr, alpha, beta, sptr)

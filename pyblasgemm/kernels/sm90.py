@@ -345,7 +345,7 @@ class Sm90Launch:
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None, bias: int = 0,
                  pre: int = 0, scale_m: int = 0, scale_n: int = 0) -> None:
         with self._lock:   # one caller at a time: the cells are shared (see __init__)
-            from .driver import _driver, _runtime, set_scales, stream_handle
+            from .driver import INVALID_CONTEXT, _runtime, launch_kernel, make_context_current, set_scales, stream_handle
 
             sptr = stream_handle(stream)
             if (bias or pre or scale_m or scale_n) and not self._fused:
@@ -382,11 +382,13 @@ class Sm90Launch:
             if self._cluster > 1:
                 self._lcfg.stream = sptr
                 rc = lib.cuLaunchKernelEx(ct.byref(self._lcfg), self._fptr, ct.addressof(s.params), None)
+                if rc == INVALID_CONTEXT and make_context_current(self._dev):    # a fresh thread
+                    rc = lib.cuLaunchKernelEx(ct.byref(self._lcfg), self._fptr, ct.addressof(s.params), None)
                 if rc != 0:
                     raise RuntimeError(f"cuLaunchKernelEx failed (CUresult {rc}) for {self.config.name}")
             else:
-                _driver().launchKernel(self._fptr, self._grid, 1, 1, self.config.threads, 1, 1, self.smem, sptr,
-                                       ct.addressof(s.params), 0)
+                launch_kernel(self._dev, self._fptr, self._grid, 1, 1, self.config.threads, 1, 1, self.smem, sptr,
+                              ct.addressof(s.params))
             if self._rptr:
                 rc = s.rcells
                 rc["c"].value = c_ptr
@@ -394,7 +396,7 @@ class Sm90Launch:
                 if self._fused:
                     rc["bias"].value, rc["pre"].value = bias, pre
                     rc["scale_m"].value, rc["scale_n"].value = scale_m, scale_n
-                _driver().launchKernel(self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, ct.addressof(s.rparams), 0)
+                launch_kernel(self._dev, self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, ct.addressof(s.rparams))
 
 
 # --- fp32 operands: prep kernel + the GEMM on its K-major output -------------------------------
@@ -496,14 +498,14 @@ class Sm90PrepLaunch:
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
         with self._lock:   # one caller at a time: the cells are shared (see __init__)
-            from .driver import _driver, stream_handle
+            from .driver import launch_kernel, stream_handle
 
             sptr = stream_handle(stream)
             if (a_ptr | b_ptr) & 3:
                 raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x} are not 4-byte aligned float32 data")
             _, q_ptr, p_ptr, blocks, gemm = self._slots.get(sptr) or self._slot(sptr)
-            drv = _driver()
             for x_ptr, (cells, params, grid) in zip((a_ptr, b_ptr), blocks):
                 cells["x"].value = x_ptr
-                drv.launchKernel(self._prep_ptr, grid[0], grid[1], grid[2], 32, 8, 1, 0, sptr, ct.addressof(params), 0)
+                launch_kernel(self._dev, self._prep_ptr, grid[0], grid[1], grid[2], 32, 8, 1, 0, sptr,
+                              ct.addressof(params))
             gemm(q_ptr, p_ptr, c_ptr, alpha, beta, stream)
