@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 
 import numpy as np
 
@@ -102,28 +101,19 @@ def k_group_for(k_chunks: int, output_blocks: int, k_group: int | None = None) -
 # Tasks (run on the workers; pure functions of their inputs)
 # ---------------------------------------------------------------------------------------------
 
-#: one block product at a time per process: concurrent pyblasgemm calls from several threads
-#: are not all safe yet (H100, this session: a cuBLASLt float16 -> float32 product of 2048²
-#: blocks failed with status 13 under the threaded scheduler, after the launches' own argument
-#: cells were locked). The GPU runs one stream's kernels in order anyway; the lock only
-#: serializes the host side of the calls.
-_CALLS = threading.Lock()
-
-
 def _product(xs, ys, acc, compute, backend):
     """sum_k xs[k] @ ys[k] in ``acc``, in order: the first product into a new buffer, each
     next one accumulated into it (2-D blocks: by the GEMM itself, beta = 1)."""
     import pyblasgemm
 
     out = None
-    with _CALLS:
-        for a, b in zip(xs, ys):
-            if out is None:
-                out = pyblasgemm.matmul(a, b, dtype=acc, compute=compute, backend=backend)
-            elif a.ndim == 2 and b.ndim == 2:
-                pyblasgemm.gemm("N", "N", a, b, out, 1, 1, compute=compute, backend=backend)
-            else:
-                out += pyblasgemm.matmul(a, b, dtype=acc, compute=compute, backend=backend)
+    for a, b in zip(xs, ys):
+        if out is None:
+            out = pyblasgemm.matmul(a, b, dtype=acc, compute=compute, backend=backend)
+        elif a.ndim == 2 and b.ndim == 2:
+            pyblasgemm.gemm("N", "N", a, b, out, 1, 1, compute=compute, backend=backend)
+        else:
+            out += pyblasgemm.matmul(a, b, dtype=acc, compute=compute, backend=backend)
     return out
 
 

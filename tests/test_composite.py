@@ -94,6 +94,10 @@ def test_ozaki_kernels_compile_spill_free(count):
 
     for arch in ("sm_80", "sm_90a"):
         _, log = compile_offline(count, arch)
+        if "ptxas" not in log:      # NVRTC 13.0 (the H100 machine's) leaves ptxas's report out
+            from cupy.cuda import nvrtc
+            pytest.skip(f"NVRTC {nvrtc.getVersion()} puts no ptxas report in the program log "
+                        f"(CI's NVRTC 13.5 does)")
         res = jit.ptxas_resources(log)
         assert len(res) == len(kernel_names(count)), res
         for name, r in res.items():

@@ -3,6 +3,7 @@ distributed.LocalCluster (small shapes, uneven chunks, K in 1-7 chunks, every dt
 float64), bitwise determinism across the two, the K alignment, gemm's op / alpha / beta / c,
 and the errors."""
 import logging
+import os
 
 import ml_dtypes
 import numpy as np
@@ -159,10 +160,24 @@ def test_bad_input_is_named_before_any_work():
     assert pbd.matmul(da.ones((3, 0), chunks=1), da.ones((0, 2), chunks=1)).compute().tolist() == [[0.0] * 2] * 3
 
 
+def _blas_threads() -> str:
+    """This process's host-BLAS thread count as OpenBLAS reads it (its variables, then OMP's,
+    else every CPU this process may run on)."""
+    for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
+        if os.environ.get(name, "").strip().isdigit():
+            return os.environ[name].strip()
+    return str(len(os.sched_getaffinity(0)))
+
+
 @pytest.fixture(scope="module")
 def local_cluster():
+    """Two worker processes with this process's BLAS thread count: a Dask nanny gives its
+    workers one BLAS thread (``distributed.nanny.pre-spawn-environ``), and OpenBLAS's float32
+    bits depend on its thread count (16-core host: 121 of 4800 elements differed by an ulp)."""
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    threads = _blas_threads()
+    environ = {name: threads for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as client:
         yield client
 
