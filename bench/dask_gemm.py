@@ -6,8 +6,8 @@
   column chunks 2048), CuPy chunks, on the LocalCUDACluster: the normwise error
   ||Z - Z64|| / ||Z64|| of pyblasgemm.dask.matmul, of one pyblasgemm.matmul call on the whole
   problem and of dask.array.matmul, against a float64 product of the same bytes (CuPy's
-  DGEMM), every result in the operands' type (``dtype=``: NumPy's result type of bfloat16
-  operands is float32); and the rounding floor: the error of Z64 rounded once to the result type, which no
+  DGEMM), every result in the operands' type (NumPy's, and so pyblasgemm's, result type of
+  bfloat16 operands is float32: those results are rounded once to bfloat16); and the rounding floor: the error of Z64 rounded once to the result type, which no
   result in that type can beat;
 * time: 16384³ float16 in 4096² chunks on one GPU, a dask_cuda.LocalCUDACluster with one
   worker: wall time of ``wait(client.persist(z))`` and then a device synchronize on the worker
@@ -86,10 +86,12 @@ def accuracy(client, dtype, parts, m=4096, k=16384, n=4096):
     X = da.from_array(x, chunks=(m // 2, k // parts), asarray=False)
     Y = da.from_array(y, chunks=(k // parts, n // 2), asarray=False)
     # in the operands' type, as dask.array.matmul returns (NumPy's, and so pyblasgemm's, result
-    # type of bfloat16 @ bfloat16 is float32: the one call's float32 result is rounded once)
-    one_call = pyblasgemm.matmul(x, y)        # float16 for float16; float32 for bfloat16
-    results = {"pyblasgemm.dask.matmul": cp.asarray(client.compute(pbd.matmul(X, Y, dtype=x.dtype)).result()),
-               "pyblasgemm.matmul (one call)": one_call if one_call.dtype == x.dtype else _rounded(one_call, dtype)}
+    # type of bfloat16 @ bfloat16 is float32, which is rounded once here)
+    def in_operand_type(z):
+        return z if z.dtype == x.dtype else _rounded(z, dtype)
+
+    results = {"pyblasgemm.dask.matmul": in_operand_type(cp.asarray(client.compute(pbd.matmul(X, Y)).result())),
+               "pyblasgemm.matmul (one call)": in_operand_type(pyblasgemm.matmul(x, y))}
     try:
         results["dask.array.matmul"] = cp.asarray(client.compute(da.matmul(X, Y)).result())
     except Exception as e:                  # recorded, not hidden: the row says what Dask did

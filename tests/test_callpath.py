@@ -611,3 +611,30 @@ def test_a_fresh_thread_without_a_cuda_context_runs_every_launch(case):
     worker.join()
     assert "error" not in got, repr(got.get("error"))
     np.testing.assert_array_equal(got["z"], want)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_concurrent_first_calls_from_many_threads_give_the_serial_bits(dtype):
+    """Eight threads making the first calls of four problem classes at once, with an empty plan
+    cache (so the launches and their per-stream workspace are made under contention): every
+    result is the serial one. cuBLASLt's workspace was once made twice, and the loser's, freed
+    to CuPy's pool before its matmul was queued, became another call's output (wrong float32
+    blocks under Dask's threaded scheduler, H100)."""
+    cupy = pytest.importorskip("cupy")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pyblasgemm.plancache import get_plan_cache
+
+    rng = cupy.random.RandomState(5)
+    shapes = [(100, 125, 64), (200, 125, 136), (100, 125, 136), (200, 125, 64)]
+    pairs = [(rng.standard_normal((m, k), dtype=cupy.float32).astype(dtype),
+              rng.standard_normal((k, n), dtype=cupy.float32).astype(dtype)) for m, k, n in shapes]
+    serial = [cupy.asnumpy(pyblasgemm.matmul(a, b)) for a, b in pairs]
+    get_plan_cache().free()
+    work = [i % len(pairs) for i in range(64)]
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda i: pyblasgemm.matmul(*pairs[i]), work))
+    cupy.cuda.Device().synchronize()
+    for i, z in zip(work, results):
+        np.testing.assert_array_equal(cupy.asnumpy(z), serial[i])

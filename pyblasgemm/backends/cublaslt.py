@@ -139,7 +139,7 @@ class LtLaunch:
     """
 
     __slots__ = ("_lib", "_handle", "_desc", "_layouts", "_algo", "_capture_algo", "_ws_size",
-                 "_ws", "_scalar", "_one_zero", "_local", "_dev", "_align", "align",
+                 "_ws", "_ws_lock", "_scalar", "_one_zero", "_local", "_dev", "_align", "align",
                  "workspace_nbytes", "__weakref__")
 
     def __init__(self, desc, types, device: int, epilogue: int = 0):
@@ -185,6 +185,7 @@ class LtLaunch:
         capture = result if not self._ws_size else self._heuristic(0)
         self._capture_algo = None if capture is None else ct.byref(capture.algo)
         self._ws = {}
+        self._ws_lock = threading.Lock()
         self.workspace_nbytes = 0
         one_zero = np.array([1, 0], dtype=self._scalar)
         self._one_zero = (one_zero, one_zero.ctypes.data, one_zero.ctypes.data + one_zero.itemsize)
@@ -223,16 +224,20 @@ class LtLaunch:
         return layout
 
     def _workspace(self, stream: int) -> int:
-        ptr = self._ws.get(stream)
-        if ptr is None:
-            import cupy
+        """This stream's workspace, made once. Under the lock: two threads making it at once
+        would each store a buffer, and the loser's, freed to CuPy's pool before its matmul was
+        queued, could be handed out as another call's output and overwritten by that matmul
+        (H100: wrong float32 blocks from Dask's threaded scheduler)."""
+        with self._ws_lock:
+            slot = self._ws.get(stream)
+            if slot is None:
+                import cupy
 
-            with cupy.cuda.Device(self._dev):
-                buf = cupy.empty(self._ws_size, dtype=cupy.uint8)
-            self._ws[stream] = (buf, buf.data.ptr)
-            self.workspace_nbytes += self._ws_size
-            return buf.data.ptr
-        return ptr[1]
+                with cupy.cuda.Device(self._dev):
+                    buf = cupy.empty(self._ws_size, dtype=cupy.uint8)
+                slot = self._ws[stream] = (buf, buf.data.ptr)
+                self.workspace_nbytes += self._ws_size
+        return slot[1]
 
     def _scalars(self, alpha, beta):
         """Host pointers to alpha and beta: a constant pair for (1, 0), else this thread's
@@ -293,23 +298,25 @@ class LtLaunch:
 class LtEpilogueLaunch(LtLaunch):
     """An :class:`LtLaunch` whose matmul descriptor carries a cuBLASLt epilogue (a code of
     :data:`LT_EPILOGUES`): ``launch(a, b, c, alpha, beta, stream, bias_ptr, aux_ptr)``. The
-    bias and pre-activation pointers are descriptor attributes, set before each call: one
-    launch object must not be called from two threads at once."""
+    bias and pre-activation pointers are descriptor attributes, set before each call: callers
+    from several threads take turns (cuBLASLt reads the descriptor when the call is queued)."""
 
-    __slots__ = ("epilogue",)
+    __slots__ = ("epilogue", "_call_lock")
 
     def __init__(self, desc, types, device: int, epilogue: int):
         super().__init__(desc, types, device, epilogue)
         self.epilogue = epilogue
+        self._call_lock = threading.Lock()
 
     def __call__(self, a_ptr, b_ptr, c_ptr, alpha=1.0, beta=0.0, stream: int = 0, bias_ptr: int = 0,
                  aux_ptr: int = 0):
         set_attr = self._lib.cublasLtMatmulDescSetAttribute
-        if self.epilogue & 4:
-            _set(set_attr, self._desc, _DESC_BIAS_POINTER, bias_ptr, ct.c_uint64)
-        if self.epilogue & 128:
-            _set(set_attr, self._desc, _DESC_AUX_POINTER, aux_ptr, ct.c_uint64)
-        super().__call__(a_ptr, b_ptr, c_ptr, alpha, beta, stream)
+        with self._call_lock:
+            if self.epilogue & 4:
+                _set(set_attr, self._desc, _DESC_BIAS_POINTER, bias_ptr, ct.c_uint64)
+            if self.epilogue & 128:
+                _set(set_attr, self._desc, _DESC_AUX_POINTER, aux_ptr, ct.c_uint64)
+            super().__call__(a_ptr, b_ptr, c_ptr, alpha, beta, stream)
 
 
 def make_epilogue_launch(desc, types, device: int, epilogue: int):
