@@ -60,6 +60,11 @@ class LtUnavailable(RuntimeError):
 _lib = None
 _lib_lock = threading.Lock()
 _handles: dict = {}
+#: making a launch (the handle, descriptors, layouts, cuBLASLt's heuristic) takes turns: one
+#: handle serves every thread, and concurrent first calls under Dask's threaded scheduler gave
+#: wrong float32 blocks (H100) while the same calls made one at a time did not. Once per
+#: problem class, so the calls themselves never wait on it.
+_make_lock = threading.Lock()
 
 
 def _find_library():
@@ -322,7 +327,8 @@ class LtEpilogueLaunch(LtLaunch):
 def make_epilogue_launch(desc, types, device: int, epilogue: int):
     """An :class:`LtEpilogueLaunch`, or None when cuBLASLt has no algorithm with that epilogue."""
     try:
-        return LtEpilogueLaunch(desc, types, device, epilogue)
+        with _make_lock:
+            return LtEpilogueLaunch(desc, types, device, epilogue)
     except LtUnavailable:
         return None
 
@@ -341,6 +347,7 @@ def make_launch(desc, types, device: int):
     """An :class:`LtLaunch` for ``desc``, or None when cuBLASLt cannot run it (no library, no
     algorithm): the caller then uses the cublasGemmEx path."""
     try:
-        return LtLaunch(desc, types, device)
+        with _make_lock:
+            return LtLaunch(desc, types, device)
     except LtUnavailable:
         return None
