@@ -35,7 +35,12 @@ def _check(got, x, y, dtype):
     wide = np.complex128 if np.dtype(dtype).kind == "c" else np.float64
     ref = x.astype(wide) @ y.astype(wide)
     scale = np.abs(x).astype(np.float64) @ np.abs(y).astype(np.float64)
-    assert np.all(np.abs(got.astype(wide) - ref) <= RTOL[dtype] * scale)
+    rel = np.abs(got.astype(wide) - ref) / scale
+    bad = rel > RTOL[dtype]
+    # which blocks are wrong and by how much (the operands' chunks are rows 100 | 200, columns 64 | 136)
+    assert not bad.any(), (f"{int(bad.sum())} of {bad.size} beyond {RTOL[dtype]:g}: worst {rel.max():.3g} at "
+                           f"{np.unravel_index(rel.argmax(), rel.shape)}; rows {sorted(set(np.nonzero(bad)[0] // 100))[:6]} "
+                           f"x 100, columns {sorted(set(np.nonzero(bad)[1] // 64))[:6]} x 64")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
