@@ -177,9 +177,21 @@ def _sum_finish(p, q, out_dtype, alpha, beta, c):
 
 def _result_dtype(x_dtype, y_dtype, dtype, compute):
     """pyblasgemm.matmul's own result type (and its checks of dtype= and compute=), from a
-    1 x 1 product on the host: raised here, before any graph is built."""
+    1 x 1 product on the host: raised here, before any graph is built. One addition:
+    ``dtype=bfloat16`` for bfloat16 operands (NumPy's type is float32 and NumPy has no
+    bfloat16-out loop; ``bgemm``'s type): the float32 sum is rounded once to bfloat16.
+
+    >>> import ml_dtypes
+    >>> bf16 = np.dtype(ml_dtypes.bfloat16)
+    >>> _result_dtype(bf16, bf16, None, None).name, _result_dtype(bf16, bf16, bf16, None).name
+    ('float32', 'bfloat16')
+    """
     import pyblasgemm
 
+    wanted = None if dtype is None else np.dtype(dtype)
+    if wanted is not None and wanted.name == "bfloat16" and np.dtype(x_dtype) == wanted == np.dtype(y_dtype):
+        pyblasgemm.matmul(np.ones((1, 1), x_dtype), np.ones((1, 1), y_dtype), compute=compute)   # compute= checked
+        return wanted
     one = pyblasgemm.matmul(np.ones((1, 1), x_dtype), np.ones((1, 1), y_dtype), dtype=dtype, compute=compute)
     return one.dtype
 
@@ -272,7 +284,8 @@ def _contract(x, y, out_dtype, compute, backend, k_group, alpha=1, beta=0, c=Non
 def matmul(x, y, *, dtype=None, compute=None, backend=None, k_group=None, out=None):
     """``x @ y`` for Dask arrays with NumPy or CuPy chunks (any array type pyblasgemm takes), as
     a Dask array: ``numpy.matmul``'s shapes, broadcasting and result type (``dtype=`` as in
-    :func:`pyblasgemm.matmul`), block products through pyblasgemm, wide and deterministic sums
+    :func:`pyblasgemm.matmul`, plus ``dtype=ml_dtypes.bfloat16`` for bfloat16 operands, whose
+    NumPy type is float32), block products through pyblasgemm, wide and deterministic sums
     over K (module docstring). ``k_group``: K chunks per partial-product task
     (:func:`k_group_for`). ``out=`` is refused: see the module docstring for what replaces it.
 

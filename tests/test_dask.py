@@ -213,20 +213,43 @@ def test_bfloat16_cast_is_ml_dtypes_rounding_on_any_array_module():
 
 
 def test_dask_guide_quotes_the_measured_run():
-    """docs/guide/dask.rst's table is bench/results/dask_h100_2026-11-25_eee2d20.json's."""
+    """docs/guide/dask.rst's tables are bench/results/dask_{h100,h200}_2026-11-25_f4de6a5.json's."""
     import json
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[1]
-    doc = json.loads((root / "bench/results/dask_h100_2026-11-25_eee2d20.json").read_text())
     text = " ".join((root / "docs/guide/dask.rst").read_text().split())
-    acc = next(c for c in doc["cases"] if c["case"] == "accuracy" and c["dtype"] == "float16")
-    e = acc["errors"]
-    assert (f"{e['pyblasgemm.dask.matmul']:.2e} (one pyblasgemm call: {e['pyblasgemm.matmul (one call)']:.2e})"
-            in text)
-    assert f"{e['dask.array.matmul']:.2e} ({acc['ratio_dask']:.2f}x ours)" in text
-    t = next(c for c in doc["cases"] if c["case"].startswith("time"))
-    ours, theirs = t["pyblasgemm.dask.matmul"], t["dask.array.matmul"]
-    assert f"{ours['median_s']:.3f} s ({ours['tasks']} tasks)" in text
-    assert f"{theirs['median_s']:.3f} s ({theirs['tasks']} tasks; ours {t['ratio']:.2f}x faster)" in text
-    assert t["bitwise_equal_cluster_vs_threaded"] and "bitwise equal" in text
+    for gpu in ("h100", "h200"):
+        doc = json.loads((root / f"bench/results/dask_{gpu}_2026-11-25_f4de6a5.json").read_text())
+        assert doc["device"]["name"].split()[1].lower() == gpu
+        for acc in (c for c in doc["cases"] if c["case"] == "accuracy"):
+            e = acc["errors"]
+            row = (f"{acc['dtype']}, {acc['k_chunks']} - {e['pyblasgemm.dask.matmul']:.3e} - "
+                   f"{e['pyblasgemm.matmul (one call)']:.3e} - "
+                   f"{e['rounding floor (float64 product rounded once)']:.3e} - "
+                   f"{e['dask.array.matmul']:.3e} ({acc['ratio_dask']:.2f}x ours)")
+            assert row in text, row
+            assert acc["ratio_floor"] < 1.0001 and acc["ratio_one_call"] <= 1.5
+        t = next(c for c in doc["cases"] if c["case"].startswith("time"))
+        ours, grouped = t["pyblasgemm.dask.matmul"], t["pyblasgemm.dask.matmul k_group=all"]
+        theirs = t["dask.array.matmul"]
+        row = (f"{gpu.upper()} - {ours['median_s'] * 1e3:.1f} ms, {ours['tasks']} tasks ({t['ratio']:.2f}x) - "
+               f"{grouped['median_s'] * 1e3:.1f} ms, {grouped['tasks']} tasks ({t['ratio_k_group_all']:.2f}x) - "
+               f"{theirs['median_s'] * 1e3:.1f} ms, {theirs['tasks']} tasks")
+        assert row in text, row
+        assert t["bitwise_equal_cluster_vs_threaded"]
+
+
+def test_bfloat16_results_on_request_are_the_float32_sum_rounded_once():
+    """bfloat16 @ bfloat16 is float32 (NumPy's type); dtype=bfloat16 gives bgemm's type: the same
+    float32 sum, rounded once (ml_dtypes' rounding)."""
+    rng = np.random.default_rng(12)
+    x, y = _data(rng, (30, 70), ml_dtypes.bfloat16), _data(rng, (70, 20), ml_dtypes.bfloat16)
+    X, Y = da.from_array(x, chunks=(15, 10)), da.from_array(y, chunks=(10, 7))
+    wide = pbd.matmul(X, Y).compute(scheduler="threads")
+    narrow = pbd.matmul(X, Y, dtype=ml_dtypes.bfloat16)
+    assert wide.dtype == np.float32 and narrow.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(narrow.compute(scheduler="threads").view(np.uint16),
+                                  wide.astype(ml_dtypes.bfloat16).view(np.uint16))
+    with pytest.raises(TypeError):          # what NumPy refuses stays refused
+        pbd.matmul(X.astype(np.float32), Y.astype(np.float32), dtype=ml_dtypes.bfloat16)
