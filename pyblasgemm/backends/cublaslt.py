@@ -141,10 +141,11 @@ class LtLaunch:
     Pointers must have at least the alignment the class was built for (``align`` bytes: the
     algorithm was chosen under that promise). Workspace, when the algorithm needs any, is owned
     here, one buffer per stream (concurrent streams never share it), and freed with the launch.
+    Calls from several threads take turns (a per-launch lock around the call).
     """
 
     __slots__ = ("_lib", "_handle", "_desc", "_layouts", "_algo", "_capture_algo", "_ws_size",
-                 "_ws", "_ws_lock", "_scalar", "_one_zero", "_local", "_dev", "_align", "align",
+                 "_ws", "_lock", "_scalar", "_one_zero", "_local", "_dev", "_align", "align",
                  "workspace_nbytes", "__weakref__")
 
     def __init__(self, desc, types, device: int, epilogue: int = 0):
@@ -190,7 +191,11 @@ class LtLaunch:
         capture = result if not self._ws_size else self._heuristic(0)
         self._capture_algo = None if capture is None else ct.byref(capture.algo)
         self._ws = {}
-        self._ws_lock = threading.Lock()
+        # one caller at a time: calls on one stream share the workspace, and a cuBLASLt call
+        # may queue more than one operation on it (a split-K algorithm's reset and its
+        # kernel): two threads' calls interleaved there (H100, Dask's threaded scheduler:
+        # one float32 block off by a partial product)
+        self._lock = threading.Lock()
         self.workspace_nbytes = 0
         one_zero = np.array([1, 0], dtype=self._scalar)
         self._one_zero = (one_zero, one_zero.ctypes.data, one_zero.ctypes.data + one_zero.itemsize)
@@ -229,20 +234,14 @@ class LtLaunch:
         return layout
 
     def _workspace(self, stream: int) -> int:
-        """This stream's workspace, made once. Under the lock: two threads making it at once
-        would each store a buffer, and the loser's, freed to CuPy's pool before its matmul was
-        queued, could be handed out as another call's output and overwritten by that matmul
-        (H100: wrong float32 blocks from Dask's threaded scheduler)."""
-        with self._ws_lock:
-            slot = self._ws.get(stream)
-            if slot is None:
-                import cupy
+        """This stream's workspace, made on its first call (under the call's lock)."""
+        import cupy
 
-                with cupy.cuda.Device(self._dev):
-                    buf = cupy.empty(self._ws_size, dtype=cupy.uint8)
-                slot = self._ws[stream] = (buf, buf.data.ptr)
-                self.workspace_nbytes += self._ws_size
-        return slot[1]
+        with cupy.cuda.Device(self._dev):
+            buf = cupy.empty(self._ws_size, dtype=cupy.uint8)
+        self._ws[stream] = (buf, buf.data.ptr)
+        self.workspace_nbytes += self._ws_size
+        return buf.data.ptr
 
     def _scalars(self, alpha, beta):
         """Host pointers to alpha and beta: a constant pair for (1, 0), else this thread's
@@ -258,6 +257,11 @@ class LtLaunch:
         return addr, addr + buf.itemsize
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream: int = 0):
+        with self._lock:
+            self._matmul(a_ptr, b_ptr, c_ptr, alpha, beta, stream)
+
+    def _matmul(self, a_ptr, b_ptr, c_ptr, alpha, beta, stream) -> None:
+        """cublasLtMatmul on this class; the caller holds ``self._lock``."""
         pal, pbe = self._scalars(alpha, beta)
         algo, ws, ws_size = self._algo, None, self._ws_size
         if ws_size:
@@ -303,25 +307,24 @@ class LtLaunch:
 class LtEpilogueLaunch(LtLaunch):
     """An :class:`LtLaunch` whose matmul descriptor carries a cuBLASLt epilogue (a code of
     :data:`LT_EPILOGUES`): ``launch(a, b, c, alpha, beta, stream, bias_ptr, aux_ptr)``. The
-    bias and pre-activation pointers are descriptor attributes, set before each call: callers
-    from several threads take turns (cuBLASLt reads the descriptor when the call is queued)."""
+    bias and pre-activation pointers are descriptor attributes, set before each call under the
+    launch's lock (cuBLASLt reads the descriptor when the call is queued)."""
 
-    __slots__ = ("epilogue", "_call_lock")
+    __slots__ = ("epilogue",)
 
     def __init__(self, desc, types, device: int, epilogue: int):
         super().__init__(desc, types, device, epilogue)
         self.epilogue = epilogue
-        self._call_lock = threading.Lock()
 
     def __call__(self, a_ptr, b_ptr, c_ptr, alpha=1.0, beta=0.0, stream: int = 0, bias_ptr: int = 0,
                  aux_ptr: int = 0):
         set_attr = self._lib.cublasLtMatmulDescSetAttribute
-        with self._call_lock:
+        with self._lock:
             if self.epilogue & 4:
                 _set(set_attr, self._desc, _DESC_BIAS_POINTER, bias_ptr, ct.c_uint64)
             if self.epilogue & 128:
                 _set(set_attr, self._desc, _DESC_AUX_POINTER, aux_ptr, ct.c_uint64)
-            super().__call__(a_ptr, b_ptr, c_ptr, alpha, beta, stream)
+            self._matmul(a_ptr, b_ptr, c_ptr, alpha, beta, stream)
 
 
 def make_epilogue_launch(desc, types, device: int, epilogue: int):
