@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 
 import numpy as np
 
@@ -102,29 +101,19 @@ def k_group_for(k_chunks: int, output_blocks: int, k_group: int | None = None) -
 # Tasks (run on the workers; pure functions of their inputs)
 # ---------------------------------------------------------------------------------------------
 
-#: block products take turns within a process. Concurrent first-time float32 products on
-#: CuPy views from Dask's threaded scheduler (100 x 125 @ 125 x 64 blocks, offsets of 4 to 12
-#: bytes) once in a few runs gave one wrong partial product (H100, session 13: one block off by
-#: up to 8% of its scale), after fresh threads' contexts, cuBLASLt's workspace and its launch
-#: making were made safe; not reproduced with the products taking turns. The GPU runs one
-#: stream's kernels in order anyway: this serializes only the host side of the calls.
-_CALLS = threading.Lock()
-
-
 def _product(xs, ys, acc, compute, backend):
     """sum_k xs[k] @ ys[k] in ``acc``, in order: the first product into a new buffer, each
     next one accumulated into it (2-D blocks: by the GEMM itself, beta = 1)."""
     import pyblasgemm
 
     out = None
-    with _CALLS:
-        for a, b in zip(xs, ys):
-            if out is None:
-                out = pyblasgemm.matmul(a, b, dtype=acc, compute=compute, backend=backend)
-            elif a.ndim == 2 and b.ndim == 2:
-                pyblasgemm.gemm("N", "N", a, b, out, 1, 1, compute=compute, backend=backend)
-            else:
-                out += pyblasgemm.matmul(a, b, dtype=acc, compute=compute, backend=backend)
+    for a, b in zip(xs, ys):
+        if out is None:
+            out = pyblasgemm.matmul(a, b, dtype=acc, compute=compute, backend=backend)
+        elif a.ndim == 2 and b.ndim == 2:
+            pyblasgemm.gemm("N", "N", a, b, out, 1, 1, compute=compute, backend=backend)
+        else:
+            out += pyblasgemm.matmul(a, b, dtype=acc, compute=compute, backend=backend)
     return out
 
 
