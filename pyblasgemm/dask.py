@@ -101,13 +101,21 @@ def k_group_for(k_chunks: int, output_blocks: int, k_group: int | None = None) -
 # Tasks (run on the workers; pure functions of their inputs)
 # ---------------------------------------------------------------------------------------------
 
+def _contiguous(x):
+    """``x`` in C order (itself when it is): a block's layout must not depend on where it came
+    from (a view of the whole array on the threaded scheduler, a copy after a transfer between
+    workers), or the product's path may (OpenBLAS's float32 bits differed by layout on the GPU
+    machine's host; our planner picks by leading dimension and alignment)."""
+    return x if x.flags.c_contiguous else x.copy(order="C")
+
+
 def _product(xs, ys, acc, compute, backend):
     """sum_k xs[k] @ ys[k] in ``acc``, in order: the first product into a new buffer, each
     next one accumulated into it (2-D blocks: by the GEMM itself, beta = 1)."""
     import pyblasgemm
 
     out = None
-    for a, b in zip(xs, ys):
+    for a, b in zip(map(_contiguous, xs), map(_contiguous, ys)):
         if out is None:
             out = pyblasgemm.matmul(a, b, dtype=acc, compute=compute, backend=backend)
         elif a.ndim == 2 and b.ndim == 2:
