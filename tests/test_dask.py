@@ -208,14 +208,14 @@ def test_bfloat16_cast_is_ml_dtypes_rounding_on_any_array_module():
 
 
 def test_dask_guide_quotes_the_measured_run():
-    """docs/guide/dask.rst's tables are bench/results/dask_{h100,h200}_2026-11-25_f4de6a5.json's."""
+    """docs/guide/dask.rst's tables are bench/results/dask_{h100,h200}_2026-11-25_8bf323d.json's."""
     import json
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[1]
     text = " ".join((root / "docs/guide/dask.rst").read_text().split())
     for gpu in ("h100", "h200"):
-        doc = json.loads((root / f"bench/results/dask_{gpu}_2026-11-25_f4de6a5.json").read_text())
+        doc = json.loads((root / f"bench/results/dask_{gpu}_2026-11-25_8bf323d.json").read_text())
         assert doc["device"]["name"].split()[1].lower() == gpu
         for acc in (c for c in doc["cases"] if c["case"] == "accuracy"):
             e = acc["errors"]
