@@ -29,7 +29,6 @@ calls (bench/timing.py); single call: host wall clock of one call plus synchroni
 """
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import statistics
@@ -43,7 +42,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.heldout import meta, write_doc  # noqa: E402
+from bench.heldout import meta, plot_or_args, write_doc  # noqa: E402
 from bench.timing import event_median_s  # noqa: E402
 
 SHAPES = [(4096, 4096, 4096), (8192, 11008, 4096), (16, 11008, 4096)]
@@ -282,14 +281,8 @@ def plot(paths, out) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True, help="results JSON (with --plot: the PNG)")
-    ap.add_argument("--quick", action="store_true", help="the first shape of each list only")
-    ap.add_argument("--plot", nargs="+", metavar="JSON", help="plot these result files instead of measuring")
-    args = ap.parse_args(argv)
-    if args.plot:
-        plot(args.plot, args.out)
-        print("wrote", args.out)
+    args = plot_or_args(__doc__.split("\n")[0], "the first shape of each list only", plot, argv)
+    if args is None:
         return 0
     gpu = _Gpu()
     doc = {"schema": "pyblasgemm-fusion/1", **meta(gpu), "method": __doc__, "cases": []}

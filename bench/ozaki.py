@@ -25,7 +25,6 @@ against complex128 products of the sampled rows. Steady: CUDA events around back
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -41,7 +40,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.heldout import meta, write_doc  # noqa: E402
+from bench.heldout import meta, plot_or_args, write_doc  # noqa: E402
 from bench.timing import event_median_s  # noqa: E402
 
 SIZES = [1024, 4096, 8192]
@@ -344,14 +343,8 @@ def plot(paths, out) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True, help="results JSON (with --plot: the PNG)")
-    ap.add_argument("--quick", action="store_true", help="smaller sizes, no child process")
-    ap.add_argument("--plot", nargs="+", metavar="JSON", help="plot these result files instead of measuring")
-    args = ap.parse_args(argv)
-    if args.plot:
-        plot(args.plot, args.out)
-        print("wrote", args.out)
+    args = plot_or_args(__doc__.split("\n")[0], "smaller sizes, no child process", plot, argv)
+    if args is None:
         return 0
     import cupy as cp
     import torch

@@ -232,33 +232,31 @@ def test_fusion_guide_session_11_numbers_are_the_measured_ones():
             and f"{us['torch._grouped_mm']} µs for ``_grouped_mm``" in section)
 
 
-def test_fusion_guide_pinned_ring_numbers_are_the_measured_ones():
-    """The grouped launch through pinned buffers: bench/results/fusion_h100_2026-11-24_844d8db.json."""
+def _grouped_experts_run(sha):
+    """(fusion guide text on one line, µs a call per contender) of the last small grouped-experts
+    case of bench/results/fusion_h100_2026-11-24_<sha>.json, which ran our grouped kernel."""
     import json
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[1]
     text = " ".join((root / "docs/guide/fusion.rst").read_text().split())
-    doc = json.loads((root / "bench/results/fusion_h100_2026-11-24_844d8db.json").read_text())
+    doc = json.loads((root / f"bench/results/fusion_h100_2026-11-24_{sha}.json").read_text())
     small = [c for c in doc["cases"] if c["case"] == "grouped experts"][-1]
-    us = {k: round(v["steady_s"] * 1e6) for k, v in small["contenders"].items()}
-    assert small["route"].startswith("pyblasgemm grouped kernel") and doc["git_sha"] == "844d8db"
+    assert small["route"].startswith("pyblasgemm grouped kernel") and doc["git_sha"] == sha
+    return text, {k: round(v["steady_s"] * 1e6) for k, v in small["contenders"].items()}
+
+
+def test_fusion_guide_pinned_ring_numbers_are_the_measured_ones():
+    """The grouped launch through pinned buffers: bench/results/fusion_h100_2026-11-24_844d8db.json."""
+    text, us = _grouped_experts_run("844d8db")
     assert (f"``fusion_h100_2026-11-24_844d8db.json``) the call takes {us['pyblasgemm grouped_matmul']} µs "
             f"against {us['torch loop of matmul']} µs for PyTorch's loop and {us['torch._grouped_mm']} µs") in text
 
 
 def test_fusion_guide_replay_numbers_are_the_measured_ones():
     """The expert form's call-signature replay: bench/results/fusion_h100_2026-11-24_ae44776.json."""
-    import json
-    import pathlib
-
-    root = pathlib.Path(__file__).resolve().parents[1]
-    text = " ".join((root / "docs/guide/fusion.rst").read_text().split())
-    doc = json.loads((root / "bench/results/fusion_h100_2026-11-24_ae44776.json").read_text())
-    small = [c for c in doc["cases"] if c["case"] == "grouped experts"][-1]
-    us = {k: round(v["steady_s"] * 1e6) for k, v in small["contenders"].items()}
+    text, us = _grouped_experts_run("ae44776")
     ratio = us["torch._grouped_mm"] / us["pyblasgemm grouped_matmul"]
-    assert small["route"].startswith("pyblasgemm grouped kernel") and doc["git_sha"] == "ae44776"
     assert (f"``fusion_h100_2026-11-24_ae44776.json``): the call takes {us['pyblasgemm grouped_matmul']} µs "
             f"against {us['torch loop of matmul']} µs for PyTorch's loop and {us['torch._grouped_mm']} µs for "
             f"``_grouped_mm`` ({ratio:.2f}x of it)") in text
