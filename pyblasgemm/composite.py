@@ -6,7 +6,9 @@ module does not reach back into the call layers).
   exponents of op(A)'s rows and op(B)'s columns, one counter read (non-finite lines: the whole
   entry runs natively; lines the scaling cannot hold: those rows / columns run natively after
   the rest), int8 residues of both, one batched int8 GEMM over the moduli, the reconstruction
-  (with alpha and beta) straight into C. Complex operands are stacked first: ``[Ar Ai]`` and
+  (with alpha and beta) straight into C. With the guard (:mod:`pyblasgemm.ozaki`), one more
+  plane in the batch, and the elements of C whose error bound it cannot prove (a second
+  counter read) are taken from a native product. Complex operands are stacked first: ``[Ar Ai]`` and
   ``[[Br, Bi], [-Bi, Br]]`` (conjugated for 'C'), so each part of C is one integer product.
 * Complex on tf32 / 3xTF32: the same stacking in float32, one real GEMM on our kernels, then
   ``C = alpha * (C2[:, :n] + i C2[:, n:]) + beta * C``.
@@ -168,21 +170,56 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
                           f"(more than half: the whole product runs natively)")
         run_inner(desc._replace(compute="fp64"), a, b, c)
         return
-    ares = cupy.empty((setting.count, m, kk), cupy.int8)
-    bres = cupy.empty((setting.count, nn, kk), cupy.int8)
-    passes.residues(a_lines[0], m, kk, a_lines[1], a_lines[2], ea, ares)
-    passes.residues(b_lines[0], nn, kk, b_lines[1], b_lines[2], eb, bres)
-    prod = cupy.empty((setting.count, nn, m), cupy.int32)      # planes column-major m x nn
+    planes = setting.planes
+    ares = cupy.empty((planes, m, kk), cupy.int8)
+    bres = cupy.empty((planes, nn, kk), cupy.int8)
+    sums = cupy.zeros(m + nn, cupy.uint64) if setting.guard else None
+    sum_a, sum_b = (sums[:m], sums[m:]) if setting.guard else (None, None)
+    passes.residues(a_lines[0], m, kk, a_lines[1], a_lines[2], ea, ares, setting.bits, sum_a)
+    passes.residues(b_lines[0], nn, kk, b_lines[1], b_lines[2], eb, bres, setting.bits, sum_b)
+    prod = cupy.empty((planes, nn, m), cupy.int32)      # planes column-major m x nn
     run_inner(spec.inner, ares, bres, prod, spec.inner_plan.backend)
     cv = cupy.ndarray((1,), cupy.float64, memptr=c.data)      # the kernel takes C's address
     scale = 2 if cplx else 1
+    guard = None
+    if setting.guard:
+        from .ozaki import guard_constants
+
+        counts[0] = 0                                       # reused as the guard's counter
+        guard = (sum_a, sum_b, *guard_constants(setting, k), counts[:1])
     passes.reconstruct(prod, m, n, ea, eb, lost_a, lost_b[:n], cv, scale, scale * desc.ldc,
-                       desc.alpha, desc.beta, cplx)
+                       desc.alpha, desc.beta, cplx, guard)
     route = f"pyblasgemm {setting.describe()}"
     if lost:
         rows, cols = _lost_lines(desc, lost_a, lost_b[:n])
         route += _native_fixup(desc, a, b, c, rows, cols, setting.bits)
+    if setting.guard:
+        failed = int(counts[0].get())
+        if failed:
+            route += _guard_fixup(desc, a, b, c, setting, prod, sum_a, sum_b, lost_a, lost_b[:n], failed)
     _last["route"] = route
+
+
+def _guard_fixup(desc: GemmDesc, a, b, c, setting, prod, sum_a, sum_b, lost_a, lost_b, failed: int) -> str:
+    """The elements the guard could not prove (the reconstruction left them alone), from one
+    native product: the same test as the kernel's (:func:`pyblasgemm.ozaki.guard_failures`)
+    marks them again, outside the lines already run natively."""
+    import cupy
+
+    from .ozaki import guard_failures
+
+    m, n = desc.m, desc.n
+    low = prod[setting.count]                           # column-major m x n (2n): row j, column i
+    bad = guard_failures(sum_a, sum_b[:n], low[:n].T, setting, desc.k)
+    if desc.row.is_complex:
+        bad |= guard_failures(sum_a, sum_b[n:], low[n:].T, setting, desc.k)
+    bad &= (lost_a == 0)[:, None] & (lost_b == 0)[None, :]
+    view = _c_view(desc, c)
+    fixed = view.copy()
+    _finish(desc, fixed, _native_product(desc, a, b))
+    view[...] = cupy.where(bad, fixed, view)
+    return (f"; {failed} elements natively (the guard could not prove native float64's error bound "
+            f"for them)")
 
 
 def _lost_lines(desc, lost_a, lost_b):

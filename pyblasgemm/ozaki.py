@@ -25,6 +25,19 @@ native float64 arithmetic (and says so), and likewise the rows and columns whose
 scaling cannot hold (a nonzero element more than ``bits`` binades below its row's largest).
 :func:`zgemm_ozaki` runs complex products through the same steps.
 
+**The guard** (the default dial and any dial of at least :data:`DEFAULT_BITS`): the result is
+never less accurate than native float64's error bound ``γ_k · Σ_k |a_ik| |b_kj|``, on any
+input. An element kept to few bits (one far below its row's largest) is harmless unless
+its partner in the product is large, so no per-line test can decide it; the guard decides
+per element of C, at the price of one more int8 GEMM (:func:`guard_failures`):
+
+5. an extra plane holds the top :data:`GUARD_HI_BITS` bits of each ``|A'|`` and ``|B'|``; its
+   int8 product ``L`` bounds ``Σ|a||b|`` from below, and integer line sums bound the
+   truncation error (about ``Σ|A'| + Σ|B'|``) from above. Where the bound on the error exceeds
+   ``(k - 4) u · Σ|a||b|`` (``4u``: the reconstruction's two ulps), that element of C is
+   computed natively. Random data passes everywhere from k = 8 on; graded data, a column of
+   A far below the others against a large row of B, does not (:func:`dgemm_ozaki`'s example).
+
 Example
 -------
 >>> import numpy as np
@@ -32,7 +45,7 @@ Example
 >>> a = np.array([[1.5, -2.0], [0.25, 3.25]]); b = np.array([[4.0, 0.5], [-1.0, 2.0]])
 >>> c, how = ozaki.dgemm_ozaki(a, b)
 >>> c.tolist(), how.count, how.bits
-([[8.0, -3.25], [-2.25, 6.625]], 15, 55)
+([[8.0, -3.25], [-2.25, 6.625]], 15, 57)
 """
 from __future__ import annotations
 
@@ -41,8 +54,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["MODULI", "MAX_BITS", "DEFAULT_BITS", "OzakiSetting", "bits_for", "setting", "split", "residues",
-           "reconstruct", "crt_chunks", "crt_tables", "residue_products_host", "dgemm_ozaki", "zgemm_ozaki"]
+__all__ = ["MODULI", "MAX_BITS", "DEFAULT_BITS", "GUARD_HI_BITS", "GUARD_SUM_BITS", "OzakiSetting", "bits_for",
+           "setting", "split", "residues", "reconstruct", "crt_chunks", "crt_tables", "residue_products_host",
+           "guard_constants", "guard_planes", "guard_failures", "dgemm_ozaki", "zgemm_ozaki"]
 
 #: pairwise coprime moduli of at most 256 (a residue in the symmetric range fits an int8),
 #: largest first: 2^8, then 255 = 3·5·17, 253 = 11·23, 247 = 13·19, then primes that share
@@ -58,6 +72,12 @@ MAX_BITS = 62
 #: 1.45e-16); 55 bits are 2-10x below native at every k from 8 to 1024 (2.1e-16 vs 2.8e-16 at
 #: k = 8, 1.5e-17 vs 1.5e-16 at 1024). 16 moduli hold it up to k = 8192.
 DEFAULT_BITS = 55
+#: the guard's lower bound of Σ|a||b| keeps the top 7 bits of each |A'| (an int8 up to 127):
+#: the extra plane is one more int8 GEMM, and 127² · k < 2³¹ holds wherever the others do
+GUARD_HI_BITS = 7
+#: the guard's line sums count |A'| in units of 2^(bits - 16), rounded up: exact integers
+#: (order-independent on the GPU's atomics), at most k · (2^16 + 1) < 2^53
+GUARD_SUM_BITS = 16
 
 
 class OzakiSetting(NamedTuple):
@@ -71,18 +91,31 @@ class OzakiSetting(NamedTuple):
     #: ``bits`` binades below its row's largest truncates to 0), multiplied natively
     native_rows: int = 0
     native_cols: int = 0
+    #: the guard (never less accurate than native float64): one more int8 GEMM, and the
+    #: elements of C whose error bound it could not prove, multiplied natively
+    guard: bool = False
+    native_elements: int = 0
+
+    @property
+    def planes(self) -> int:
+        """The int8 GEMMs of one product: one per modulus, one more for the guard."""
+        return self.count + int(self.guard)
 
     def describe(self) -> str:
         """One line for messages and plans.
 
         >>> setting(1024).describe()
-        'Ozaki II with 16 moduli: rows of A and columns of B as 55-bit integers, 16 exact int8 GEMMs of k = 1024'
+        'Ozaki II with 16 moduli: rows of A and columns of B as 57-bit integers, 17 exact int8 GEMMs of k = 1024 (one for the guard: never less accurate than native float64)'
         """
+        guard = " (one for the guard: never less accurate than native float64)" if self.guard else ""
         fallback = (f"; {self.native_rows} rows and {self.native_cols} columns natively (a nonzero "
                     f"element more than {self.bits} binades below its row's or column's largest)"
                     if self.native_rows or self.native_cols else "")
+        if self.native_elements:
+            fallback += (f"; {self.native_elements} elements natively (the guard could not prove native "
+                         f"float64's error bound for them)")
         return (f"Ozaki II with {self.count} moduli: rows of A and columns of B as {self.bits}-bit "
-                f"integers, {self.count} exact int8 GEMMs of k = {self.k}{fallback}")
+                f"integers, {self.planes} exact int8 GEMMs of k = {self.k}{guard}{fallback}")
 
 
 def _product(count: int) -> int:
@@ -118,23 +151,30 @@ def bits_for(count: int, k: int) -> int:
 
 def setting(k: int, count: int | None = None, bits: int | None = None) -> OzakiSetting:
     """The setting for inner dimension ``k``: the given moduli ``count``, or the fewest moduli
-    that give ``bits`` (default :data:`DEFAULT_BITS`: each input kept to 55 bits relative to
-    its row's / column's largest element).
+    that give ``bits``. The default (neither given) takes the fewest moduli that keep
+    :data:`DEFAULT_BITS` and then every bit those moduli hold at this k (more bits cost
+    nothing once the moduli are paid for). The guard is on wherever at least
+    :data:`DEFAULT_BITS` bits are kept.
 
-    >>> setting(1024).count, setting(1024, bits=40).count, setting(1024, count=10).bits
-    (16, 12, 34)
+    >>> setting(1024).count, setting(1024).bits, setting(1024, bits=40).count, setting(1024, count=10).bits
+    (16, 57, 12, 34)
+    >>> setting(1024).guard, setting(1024, bits=40).guard
+    (True, False)
     """
     if count is not None:
-        return OzakiSetting(count, bits_for(count, k), k)
+        have = bits_for(count, k)
+        return OzakiSetting(count, have, k, guard=have >= DEFAULT_BITS)
     want = DEFAULT_BITS if bits is None else bits
     if not 1 <= want <= MAX_BITS:
         raise ValueError(f"bits={want}: between 1 and {MAX_BITS}")
     for c in range(1, len(MODULI) + 1):
         try:
-            if bits_for(c, k) >= want:
-                return OzakiSetting(c, want, k)
+            have = bits_for(c, k)
         except ValueError:
             continue
+        if have >= want:
+            kept = have if bits is None else want
+            return OzakiSetting(c, kept, k, guard=kept >= DEFAULT_BITS)
     raise ValueError(f"k={k} needs more than {len(MODULI)} moduli for {want} bits")
 
 
@@ -268,6 +308,80 @@ def reconstruct(products, moduli) -> np.ndarray:
     return x
 
 
+def guard_constants(how: OzakiSetting, k_native: int) -> tuple:
+    """``(c_sum, c_hi)``: the guard's test of one element of C fails (that element is
+    computed natively) where ``na_i > 0``, ``nb_j > 0`` and ``(na_i + nb_j) * c_sum > L_ij *
+    c_hi``, in this order of float64 operations on the host and the GPU alike.
+
+    Why it proves the bound: with ``x = 2^e a``, ``A' = trunc(x)`` (likewise ``y``, ``B'``)
+    each truncation error is below 1 and 0 where the element is 0, so
+    ``|Σ xy - Σ A'B'| <= Σ_(b != 0) |A'| + Σ_(a != 0) |y|``, and ``|y| <= |B'| + 1``: the line
+    sums ``na`` (``nb``) count ``|A'| + 1`` over the nonzero elements in units of ``c_sum =
+    2^(bits - 16)``, rounded up (a zero line makes no error). ``L = Σ hi(A') hi(B')`` with
+    ``hi = |A'| >> (bits - 7)`` bounds ``Σ|x||y|`` from below by ``L · 2^(2 (bits - 7))``. The
+    reconstruction adds at most two ulps (4u) of ``|X| <= Σ|x||y|``, so a truncation error
+    within ``(k - 4) u Σ|x||y|`` keeps the whole error within ``k u Σ|a||b| <= γ_k Σ|a||b|``:
+    ``c_hi = (k - 4) 2^(2 (bits - 7) - 53)``, less 2^-40 for the test's own roundings.
+    ``k_native`` is the k of native arithmetic's bound (a complex product's length is 2k,
+    its bound per part still γ_k: the stacked sum is at most ``Σ|a||b|`` with complex
+    moduli). At k <= 4 nothing passes (``c_hi = 0``).
+
+    >>> c_sum, c_hi = guard_constants(setting(1024), 1024)
+    >>> c_sum == 2.0 ** 41, c_hi > 0, guard_constants(setting(4), 4)[1]
+    (True, True, 0.0)
+    """
+    s_sum, s_hi = max(how.bits - GUARD_SUM_BITS, 0), max(how.bits - GUARD_HI_BITS, 0)
+    c_hi = (k_native - 4) * 2.0 ** (2 * s_hi - 53) * (1 - 2.0**-40) if k_native > 4 else 0.0
+    return 2.0**s_sum, c_hi
+
+
+def guard_planes(ints: np.ndarray, axis: int, bits: int):
+    """``(hi, sums)`` of the scaled integers of one operand: ``hi = |ints| >> (bits - 7)``
+    (int8, the guard's extra residue plane) and, per row (``axis=1``) or column (``axis=0``),
+    ``Σ ((|ints| >> (bits - 16)) + 1)`` over its nonzero elements (int64): what the GPU's
+    residue pass also writes. ``ints`` is nonzero wherever the element was (else the line
+    is run natively before the guard looks).
+
+    >>> hi, sums = guard_planes(np.array([[2**20 - 1, -3, 0]]), axis=1, bits=20)
+    >>> hi.tolist(), sums.tolist()                   # (2^20-1 >> 4) + 1 + (3 >> 4) + 1
+    ([[127, 0, 0]], [65537])
+    """
+    mag = np.abs(ints)
+    hi = (mag >> max(bits - GUARD_HI_BITS, 0)).astype(np.int8)
+    sums = np.sum(np.where(mag != 0, (mag >> max(bits - GUARD_SUM_BITS, 0)) + 1, 0), axis=axis, dtype=np.int64)
+    return hi, sums
+
+
+def guard_failures(na, nb, low, how: OzakiSetting, k_native: int):
+    """The elements of C whose error bound the guard cannot prove (bool, m x n): ``na`` and
+    ``nb`` the line sums of :func:`guard_planes`, ``low`` the product of the ``hi`` planes
+    (any array of the integers' values; NumPy or CuPy: the same operations, one at a time).
+
+    >>> a, b = np.array([[1.0, 2.0**-50 * (4 / 3)]]), np.array([[2.0**-50 * (4 / 3)], [1.0]])
+    >>> how = setting(2)
+    >>> ai, _ = split(a, 1, how.bits); bi, _ = split(b, 0, how.bits)
+    >>> (ha, na), (hb, nb) = guard_planes(ai, 1, how.bits), guard_planes(bi, 0, how.bits)
+    >>> guard_failures(na, nb, ha.astype(float) @ hb.astype(float), how, 2).tolist()
+    [[True]]
+    """
+    c_sum, c_hi = guard_constants(how, k_native)
+    na, nb = na[:, None], nb[None, :]
+    lhs = (na + nb).astype(np.float64) * c_sum
+    return (lhs > low.astype(np.float64) * c_hi) & (na > 0) & (nb > 0)
+
+
+def _guarded(how, k_native, ai, bi_parts, fails_keep):
+    """The guard's failures over the products ``ai @ part`` for each of ``bi_parts`` (the
+    complex form has two, sharing line sums), outside the lines already run natively."""
+    hi_a, na = guard_planes(ai, 1, how.bits)
+    bad = None
+    for part in bi_parts:
+        hi_b, nb = guard_planes(part, 0, how.bits)
+        fails = guard_failures(na, nb, hi_a.astype(np.float64) @ hi_b.astype(np.float64), how, k_native)
+        bad = fails if bad is None else bad | fails
+    return bad & fails_keep
+
+
 def _check_operands(routine: str, a, b, dtype):
     a, b = np.asarray(a), np.asarray(b)
     for name, x in (("a", a), ("b", b)):
@@ -310,19 +424,29 @@ def dgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: in
                 fallback: bool = True):
     """``(a @ b, setting)`` for float64 2-D ``a`` (m x k) and ``b`` (k x n) by the Ozaki
     scheme II on the host (the same steps our GPU kernels run with int8 GEMMs). ``count``
-    or ``bits`` set the precision (:func:`setting`); the default keeps 62 bits. Operands
+    or ``bits`` set the precision (:func:`setting`); the default keeps 55-58 bits and the
+    guard (elements whose error bound it cannot prove run natively). Operands
     with Inf or NaN are multiplied natively (the setting is then None), as is ``k == 0``;
     with ``fallback`` (default), so are the rows of ``a`` and columns of ``b`` that the
     scaling cannot hold (:attr:`OzakiSetting.native_rows`), whose products would otherwise
     lose whole terms (``[1e10, 1e-10] @ [0, 1]`` would be 0).
 
     The exact sum of the exact products, rounded once (NumPy's float64 sum of rounded products
-    gives 0.30000000000000004 here):
+    gives 0.9999999999999999 here):
 
     >>> import numpy as np
-    >>> c, how = dgemm_ozaki(np.ones((1, 3)), np.full((3, 1), 0.1))
-    >>> c.tolist(), (np.ones((1, 3)) @ np.full((3, 1), 0.1)).tolist(), how.count
-    ([[0.3]], [[0.30000000000000004]], 15)
+    >>> c, how = dgemm_ozaki(np.ones((1, 10)), np.full((10, 1), 0.1))
+    >>> c.tolist(), (np.ones((1, 10)) @ np.full((10, 1), 0.1)).tolist(), how.count
+    ([[1.0]], [[0.9999999999999999]], 15)
+
+    Graded data: the second column of ``a`` far below the first, against a large row of ``b``
+    (kept to 57 bits of its row's largest, ``x`` loses 6 of its own). The guard computes that
+    element natively, as it can prove nothing better:
+
+    >>> x = 2.0**-50 * (4 / 3)
+    >>> c, how = dgemm_ozaki(np.array([[1.0, x]]), np.array([[x], [1.0]]))
+    >>> bool(c[0, 0] == 2 * x), how.native_elements
+    (True, 1)
     """
     a, b = _check_operands("dgemm_ozaki", a, b, np.float64)
     m, k = a.shape
@@ -339,6 +463,11 @@ def dgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: in
         rows, cols = _lost(a, ai, 1), _lost(b, bi, 0)
         c = _native_where_lost(c, a, b, rows, cols)
         how = how._replace(native_rows=int(rows.sum()), native_cols=int(cols.sum()))
+        if how.guard:
+            bad = _guarded(how, k, ai, [bi], ~rows[:, None] & ~cols[None, :])
+            if bad.any():
+                c[bad] = (a @ b)[bad]
+            how = how._replace(native_elements=int(bad.sum()))
     return c, how
 
 
@@ -373,4 +502,10 @@ def zgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: in
         rows, cols = _lost(a2, ai, 1), _lost(b2, bi, 0)
         c = _native_where_lost(c, a, b, rows, cols)
         how = how._replace(native_rows=int(rows.sum()), native_cols=int(cols.sum()))
+        if how.guard:
+            # Re's product reads [B'r; -B'i], Im's [B'i; B'r]: the same magnitudes per column
+            bad = _guarded(how, k, ai, [bi, np.concatenate([bim, br])], ~rows[:, None] & ~cols[None, :])
+            if bad.any():
+                c[bad] = (a @ b)[bad]
+            how = how._replace(native_elements=int(bad.sum()))
     return c, how

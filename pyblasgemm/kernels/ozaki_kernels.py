@@ -189,24 +189,34 @@ class OzakiPasses:
                                     (big, small, _ll(lines), _i(bits), exps, lost, counts))
         return exps, lost
 
-    def residues(self, x, lines: int, length: int, s_line: int, s_k: int, exps, out):
-        """``out`` (int8, count x lines x length, C order) = the symmetric residues."""
+    def residues(self, x, lines: int, length: int, s_line: int, s_k: int, exps, out, bits: int = 0,
+                 sums=None):
+        """``out`` (int8, planes x lines x length, C order) = the symmetric residues; with the
+        guard (``sums``: uint64[lines], zeroed by the caller) also plane ``count`` and the
+        line sums of :func:`pyblasgemm.ozaki.guard_planes` for ``bits``."""
+        from ..ozaki import GUARD_HI_BITS, GUARD_SUM_BITS
+
         k_contig = int(s_k == 1 and s_line != 1)
         grid = (-(-length // 128), min(-(-lines // 32), _MAX_GRID_Y), 1)
         self._k[f"ozaki_residues<{self.count}>"](grid, BLOCK_RESIDUES, (
-            x, _ll(lines), _ll(length), _ll(s_line), _ll(s_k), _i(k_contig), exps, out))
+            x, _ll(lines), _ll(length), _ll(s_line), _ll(s_k), _i(k_contig), exps, out,
+            _i(max(bits - GUARD_HI_BITS, 0)), _i(max(bits - GUARD_SUM_BITS, 0)), _null(sums)))
 
     def reconstruct(self, prod, m: int, n: int, ea, eb, lost_a, lost_b, c, cs_i: int, cs_j: int,
-                    alpha: complex, beta: complex, is_complex: bool):
+                    alpha: complex, beta: complex, is_complex: bool, guard=None):
         """C (float64 view, strides in doubles) = alpha * 2^-(e+f) X + beta * C from the int32
-        products ``prod`` (count planes, each column-major m x n, 2n for complex)."""
+        products ``prod`` (count planes, each column-major m x n, 2n for complex). ``guard``:
+        ``(sum_a, sum_b, c_sum, c_hi, failed)`` (:func:`pyblasgemm.ozaki.guard_constants`;
+        ``failed`` an int32 counter) with the guard's plane after the moduli's."""
         flags = int(alpha != 1) | (int(beta != 0) << 1)
         grid = (-(-m // BLOCK_RECONSTRUCT), min(n, _MAX_GRID_Y), 1)
         name = f"ozaki_reconstruct<{self.count}, {'true' if is_complex else 'false'}>"
         a, b = complex(alpha), complex(beta)
+        sum_a, sum_b, c_sum, c_hi, failed = guard if guard is not None else (None, None, 0.0, 0.0, None)
         self._k[name](grid, (BLOCK_RECONSTRUCT, 1, 1), (
             prod, _ll(m), _ll(n), ea, eb, lost_a, lost_b, c, _ll(cs_i), _ll(cs_j),
-            _d(a.real), _d(a.imag), _d(b.real), _d(b.imag), _i(flags)))
+            _d(a.real), _d(a.imag), _d(b.real), _d(b.imag), _i(flags), _null(sum_a), _null(sum_b),
+            _d(c_sum), _d(c_hi), _null(failed)))
 
 
 def _ll(v):
@@ -225,3 +235,10 @@ def _d(v):
     import numpy as np
 
     return np.float64(v)
+
+
+def _null(x):
+    """A CuPy array as the kernel's pointer, or a null pointer for None."""
+    import numpy as np
+
+    return np.uintp(0) if x is None else x

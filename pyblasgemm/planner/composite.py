@@ -78,14 +78,14 @@ def inner_problem(desc: GemmDesc, setting=None) -> GemmDesc:
     """The real GEMM a composite route runs for one batch entry of ``desc``.
 
     Ozaki: the residue planes, both K-major ("TN"), C column-major m x n (2n for complex),
-    batch = moduli. Complex: A2 = [Ar Ai] (m x 2k, C order), B2 (2k x 2n, C order), C2
+    batch = moduli (one more with the guard). Complex: A2 = [Ar Ai] (m x 2k, C order), B2 (2k x 2n, C order), C2
     column-major m x 2n.
 
     >>> from pyblasgemm.ozaki import setting
     >>> from pyblasgemm.planner import make_desc
     >>> d = inner_problem(make_desc(100, 60, 300, "complex128", compute="int8-ozaki"), setting(600))
     >>> d.prefix, d.transa, d.transb, (d.m, d.n, d.k), d.batch
-    ('i', 'T', 'N', (100, 120, 600), 16)
+    ('i', 'T', 'N', (100, 120, 600), 17)
     """
     from .problem import make_desc
 
@@ -94,7 +94,7 @@ def inner_problem(desc: GemmDesc, setting=None) -> GemmDesc:
     m, n, k = desc.m, desc.n * two, desc.k * two
     if route.composite == "ozaki":
         return make_desc(m, n, k, "int8", transa="T", transb="N", lda=k, ldb=k, ldc=m,
-                         batch=setting.count, device=desc.device)
+                         batch=setting.planes, device=desc.device)
     return make_desc(m, n, k, "float32", compute=route.inner[1], transa="T", transb="T", lda=k, ldb=n,
                      ldc=m, device=desc.device)
 
@@ -148,7 +148,7 @@ def plan_composite(desc: GemmDesc, requested: str, arch, plan_for) -> Plan:
         setting = ozaki_setting(desc.k * two, bits=ozaki_bits(desc.compute))
     inner = inner_problem(desc, setting)
     inner_plan = _inner_plan(inner, arch, plan_for)
-    count = setting.count if setting is not None else 0
+    count = setting.planes if setting is not None else 0
     passes = (desc.batch * _passes_bytes(desc, route.composite, count) / (arch.dram_bw * PASS_DRAM_EFFICIENCY)
               + PASS_HOST_S)
     ours = desc.batch * inner_plan.predicted_s + passes

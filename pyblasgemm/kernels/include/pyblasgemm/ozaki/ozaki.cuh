@@ -11,11 +11,15 @@
 //      largest), whether a nonzero element truncates to 0 there (the range the scaling cannot
 //      hold: that line is multiplied natively afterwards), and counters of both cases;
 //   3. ozaki_residues<COUNT>: trunc(x * 2^e) mod p for each modulus, int8 in the symmetric
-//      range, written K-contiguous (the int8 GEMMs read both operands K-major: "TN");
-//   4. (COUNT int8 GEMMs with int32 results, batched: not here)
+//      range, written K-contiguous (the int8 GEMMs read both operands K-major: "TN"); with
+//      the guard, one more plane of |trunc(x * 2^e)| >> (bits - 7) and per line the sum of
+//      (|trunc| >> (bits - 16)) + 1 over its nonzero elements (pyblasgemm.ozaki.guard_planes);
+//   4. (COUNT int8 GEMMs with int32 results, batched, one more for the guard: not here)
 //   5. ozaki_reconstruct<COUNT, CPLX>: per element the CRT sum in 39-bit float64 chunks minus
 //      the nearest multiple of P, 2^-(e_i + f_j), alpha and beta; CPLX pairs
-//      column j with column n + j as the real and imaginary parts of a complex result.
+//      column j with column n + j as the real and imaginary parts of a complex result. With
+//      the guard, an element whose error bound the guard plane cannot prove is left alone and
+//      counted (pyblasgemm.ozaki.guard_failures): the host computes it natively.
 //
 // Every floating-point step is written with _rn intrinsics (no contraction into FMA), in the
 // order pyblasgemm.ozaki runs it on the host: both produce the same bits.
@@ -122,11 +126,15 @@ extern "C" __global__ void ozaki_line_scale(const double* __restrict__ biggest,
 // and writes them as one 4-byte word per plane (a warp writes 128 contiguous bytes; bytes one
 // by one where len is not a multiple of 4). Block (32, 8); grid.y walks the line tiles (its
 // limit is 65535).
+// guard (sums != nullptr): plane COUNT gets |q| >> shift_hi, and sums[line] gains the sum of
+// (|q| >> shift_sum) + 1 over the nonzero elements (one 64-bit atomic per warp and tile row:
+// integer sums, so their order cannot change the bits).
 template <int COUNT>
 __global__ void __launch_bounds__(256)
 ozaki_residues(const double* __restrict__ x, long long lines, long long len, long long s_line,
                long long s_k, int k_contig, const int* __restrict__ exps,
-               signed char* __restrict__ out) {
+               signed char* __restrict__ out, int shift_hi, int shift_sum,
+               unsigned long long* __restrict__ sums) {
     using namespace pyblasgemm::ozaki;
     __shared__ double tile[32][129];
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -155,6 +163,21 @@ ozaki_residues(const double* __restrict__ x, long long lines, long long len, lon
         for (int i = 0; i < 4; ++i) {
             const int r = ty + 8 * i;
             const long long line = line0 + r, t = t0 + 4 * tx;
+            if (sums != nullptr) {              // the whole warp takes part in the reduction
+                unsigned long long part = 0;
+                if (line < lines && t < len) {
+                    const int e = exps[line];
+                    for (int v = 0; v < 4 && t + v < len; ++v) {
+                        const double xv = tile[r][4 * tx + v];
+                        const long long qv = (long long)trunc(ldexp(xv, e));
+                        const unsigned long long uv = qv < 0 ? (unsigned long long)(-qv) : (unsigned long long)qv;
+                        if (xv != 0.0) part += (uv >> shift_sum) + 1;
+                    }
+                }
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+                if (tx == 0 && line < lines && part != 0) atomicAdd(sums + line, part);
+            }
             if (line >= lines || t >= len) continue;
             const int e = exps[line];
             long long q[4];
@@ -166,6 +189,16 @@ ozaki_residues(const double* __restrict__ x, long long lines, long long len, lon
                 u[v] = q[v] < 0 ? (unsigned long long)(-q[v]) : (unsigned long long)q[v];
             }
             signed char* dst = out + line * len + t;
+            if (sums != nullptr) {              // the guard's plane: the top 7 bits, 0..127
+                unsigned word = 0;
+#pragma unroll
+                for (int v = 0; v < 4; ++v) word |= (unsigned)(u[v] >> shift_hi) << (8 * v);
+                if (words && t + 3 < len) {
+                    *reinterpret_cast<unsigned*>(dst + COUNT * plane) = word;
+                } else {
+                    for (int v = 0; v < 4 && t + v < len; ++v) dst[COUNT * plane + v] = (signed char)(u[v] >> shift_hi);
+                }
+            }
 #pragma unroll
             for (int l = 0; l < COUNT; ++l) {
                 const int p = kOzMod[l];
@@ -225,18 +258,38 @@ __device__ __forceinline__ double ozaki_value(const int* __restrict__ prod, long
 // is complex (interleaved), X's column j its real part and column n + j its imaginary part.
 // Lines lost to the scaling (lost_a[i], lost_b[j]) are skipped: they are computed natively.
 // flags: bit 0 = alpha is not 1, bit 1 = beta is not 0.
+// The guard (sum_a != nullptr): plane COUNT holds L = sum hi(A') hi(B'); where sum_a[i] and
+// sum_b[j] are nonzero and (sum_a[i] + sum_b[j]) * c_sum > L * c_hi (for either part of a
+// complex element) the element is left alone and counted in *failed.
+__device__ __forceinline__ bool ozaki_guard_fails(unsigned long long sa, unsigned long long sb, int low,
+                                                  double c_sum, double c_hi) {
+    if (sa == 0 || sb == 0) return false;       // a zero line: no truncation error at all
+    return __dmul_rn((double)(sa + sb), c_sum) > __dmul_rn((double)low, c_hi);
+}
+
 template <int COUNT, bool CPLX>
 __global__ void __launch_bounds__(256)
 ozaki_reconstruct(const int* __restrict__ prod, long long m, long long n, const int* __restrict__ ea,
                   const int* __restrict__ eb, const unsigned char* __restrict__ lost_a,
                   const unsigned char* __restrict__ lost_b, double* __restrict__ c, long long cs_i,
                   long long cs_j, double alpha_re, double alpha_im, double beta_re, double beta_im,
-                  int flags) {
+                  int flags, const unsigned long long* __restrict__ sum_a,
+                  const unsigned long long* __restrict__ sum_b, double c_sum, double c_hi,
+                  int* __restrict__ failed) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= m || lost_a[i]) return;
     for (long long j = blockIdx.y; j < n; j += gridDim.y) {
     if (lost_b[j]) continue;
     const long long n_prod = CPLX ? 2 * n : n, plane = m * n_prod;
+    if (sum_a != nullptr) {
+        bool fails = ozaki_guard_fails(sum_a[i], sum_b[j], prod[COUNT * plane + i + j * m], c_sum, c_hi);
+        if (CPLX) fails = fails || ozaki_guard_fails(sum_a[i], sum_b[n + j], prod[COUNT * plane + i + (n + j) * m],
+                                                     c_sum, c_hi);
+        if (fails) {
+            atomicAdd(failed, 1);
+            continue;
+        }
+    }
     const int shift = -(ea[i] + eb[j]);
     const double x_re = ldexp(ozaki_value<COUNT>(prod + i + j * m, plane), shift);
     double* dst = c + i * cs_i + j * cs_j;
