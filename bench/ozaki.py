@@ -12,7 +12,8 @@ Cases:
   ``CUBLAS_EMULATION_STRATEGY=eager``, in a child process on the same bytes: the variables are
   read when cuBLAS starts);
 * dgemm at 4096 with rows / columns scaled over 1e-30..1e30 and with single elements spread
-  that far (the fallback's case);
+  that far (the fallback's case); at 8192 graded data (entries of magnitude 0.5-1, columns of A
+  alternately x1 and x2^-30 (x2^-20), rows of B the reverse: the guard's case, issue 30);
 * zgemm (complex128) at ZSIZES: native ZGEMM against the emulated default;
 * cgemm (complex64) at 8192: cuBLAS CGEMM, cuBLAS's TF32 CGEMM, ours with compute='tf32' and
   '3xtf32'.
@@ -95,6 +96,12 @@ def dgemm_case(cp, torch, pb, s, rng, bits_sweep, layout="normal", child=True) -
     elif layout == "element spread":
         a *= 10.0 ** rng.uniform(-30, 30, (s, s))
         b *= 10.0 ** rng.uniform(-30, 30, (s, s))
+    elif layout.startswith("graded"):                     # 'graded 2^-30': every term large x small
+        small = 2.0 ** -int(layout.split("^")[1])
+        a = rng.uniform(0.5, 1.0, (s, s)) * rng.choice([-1.0, 1.0], (s, s))
+        b = rng.uniform(0.5, 1.0, (s, s)) * rng.choice([-1.0, 1.0], (s, s))
+        a *= np.where(np.arange(s) % 2 == 0, 1.0, small)[None, :]
+        b *= np.where(np.arange(s) % 2 == 0, small, 1.0)[:, None]
     rows, cols = _sample(rng, s, s)
     a_rows, b_cols = a[rows], b[:, cols]
     da, db = cp.asarray(a), cp.asarray(b)
@@ -359,8 +366,9 @@ def main(argv=None) -> int:
         doc["cases"].append(row)
         print("dgemm", s, flush=True)
         _show(row)
-    for layout in ("row scales", "element spread"):
-        row = dgemm_case(cp, torch, pb, 4096 if not args.quick else 1024, rng, [], layout, child=False)
+    for layout in ("row scales", "element spread", "graded 2^-30", "graded 2^-20"):
+        size = 8192 if layout.startswith("graded") else 4096
+        row = dgemm_case(cp, torch, pb, size if not args.quick else 1024, rng, [], layout, child=False)
         doc["cases"].append(row)
         print("dgemm", layout, flush=True)
         _show(row)
