@@ -4,12 +4,17 @@ Dask is the engine (its schedulers, its clusters, its chunks); this module bring
 products, the accumulation and the order of the sums. For ``x @ y`` with NumPy or CuPy chunks:
 
 * each block product runs through :func:`pyblasgemm.matmul` / :func:`pyblasgemm.gemm` (the
-  planner, our kernels, ``compute=`` and ``backend=`` honoured);
+  planner, our kernels, ``compute=`` and ``backend=`` honoured); the types pyblasgemm does not
+  accelerate (mixed pairs such as float32 @ float64, int16, bool, float16 with
+  ``dtype=float64``) go on to ``numpy.matmul`` / ``cupy.matmul`` from there, so every pair
+  ``numpy.matmul`` takes gives its result type and values (operands rounded first where NumPy
+  rounds them: ``dtype=float16`` on float32 data);
 * products over K are kept in a wide type (:func:`accumulation_dtype`: float32 for float16 /
   bfloat16 results, int32 for int8, the result's own type otherwise): a group of consecutive K
   chunks is one chain of GEMMs accumulating into one wide buffer (``C += A_k B_k``), and the
   groups are added in a fixed pairwise tree, then cast to the result type once (with
-  ``alpha`` and ``beta · C`` for :func:`gemm`);
+  ``alpha`` and ``beta · C`` for :func:`gemm`, whose ``alpha`` and ``beta`` are checked as
+  :func:`pyblasgemm.gemm` checks them);
 * the graph, and so every sum's order, depends only on the chunks and ``k_group``: the result
   is bitwise the same from the threaded scheduler, a ``distributed.LocalCluster`` or a
   ``dask_cuda.LocalCUDACluster``;
@@ -109,16 +114,28 @@ def _contiguous(x):
     return x if x.flags.c_contiguous else x.copy(order="C")
 
 
+def _gemm_accumulates(a, b, out) -> bool:
+    """Whether :func:`pyblasgemm.gemm` takes ``out += a @ b`` for these blocks: 2-D, one type it
+    accelerates, ``out`` in that type's output type or float32 for 16-bit floats (shgemm /
+    sbgemm). Everything else (mixed pairs, int16, bool, float16 into float64 sums) is
+    ``out += matmul(a, b)``: pyblasgemm.matmul hands those to numpy / cupy.matmul."""
+    from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES
+
+    row = ROW_BY_DTYPE.get(a.dtype)
+    return (a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype and row is not None
+            and (out.dtype == row.c_dtype or (a.dtype, out.dtype) in ROW_BY_DTYPES))
+
+
 def _product(xs, ys, acc, compute, backend):
     """sum_k xs[k] @ ys[k] in ``acc``, in order: the first product into a new buffer, each
-    next one accumulated into it (2-D blocks: by the GEMM itself, beta = 1)."""
+    next one accumulated into it (by the GEMM itself, beta = 1, where it takes the blocks)."""
     import pyblasgemm
 
     out = None
     for a, b in zip(map(_contiguous, xs), map(_contiguous, ys)):
         if out is None:
             out = pyblasgemm.matmul(a, b, dtype=acc, compute=compute, backend=backend)
-        elif a.ndim == 2 and b.ndim == 2:
+        elif _gemm_accumulates(a, b, out):
             pyblasgemm.gemm("N", "N", a, b, out, 1, 1, compute=compute, backend=backend)
         else:
             out += pyblasgemm.matmul(a, b, dtype=acc, compute=compute, backend=backend)
@@ -191,6 +208,54 @@ def _result_dtype(x_dtype, y_dtype, dtype, compute):
         return wanted
     one = pyblasgemm.matmul(np.ones((1, 1), x_dtype), np.ones((1, 1), y_dtype), dtype=dtype, compute=compute)
     return one.dtype
+
+
+def _as_loop_operands(x, y, dtype):
+    """x and y cast to the type NumPy's matmul multiplies them in, where that cast is not exact:
+    ``dtype=float16`` on float32 operands makes NumPy round the operands to float16 first, and
+    our sums, wider than the result, would otherwise see the unrounded values. Exact casts
+    (float16 into float32 sums, int8 into int32) are left to the block products: no copies.
+
+    >>> import dask.array as da
+    >>> x = da.ones((2, 2), chunks=1, dtype=np.float32)
+    >>> [t.dtype.name for t in _as_loop_operands(x, x.astype(np.int8), np.float16)]
+    ['float16', 'int8']
+    """
+    try:
+        loop = np.matmul.resolve_dtypes((x.dtype, y.dtype, None), signature=(None, None, dtype))
+    except (TypeError, ValueError):
+        return x, y                 # no NumPy loop (dtype=bfloat16): the operands as they are
+    return tuple(v if np.can_cast(v.dtype, t, "safe") else v.astype(t) for v, t in zip((x, y), loop))
+
+
+def _scalars(x_dtype, y_dtype, out_dtype, alpha, beta):
+    """alpha and beta checked as :func:`pyblasgemm.gemm` checks them for the row of these types
+    (float32 scalars for 16- and 32-bit floats, int32 for int8, ...; 0-d arrays read); for
+    results without a row, integers in the accumulation type's range (0 or 1 for bool)."""
+    from numbers import Integral
+
+    from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES
+    from .desc import BlasArgumentError, _scalar_value, check_scalar
+
+    routine = "pyblasgemm.dask.gemm"
+    row = ROW_BY_DTYPES.get((x_dtype, out_dtype)) if x_dtype == y_dtype else None
+    row = row or ROW_BY_DTYPE.get(out_dtype)
+    checked = []
+    for position, name, value in ((6, "alpha", alpha), (7, "beta", beta)):
+        if row is not None:
+            checked.append(check_scalar(routine, position, name, value, row))
+            continue
+        value = _scalar_value(value)
+        acc = accumulation_dtype(out_dtype)
+        if not isinstance(value, Integral) or (isinstance(value, bool) and acc.kind != "b"):
+            raise TypeError(f"{routine}: parameter {position} ({name}={value!r}) must be an integer for "
+                            f"{out_dtype.name} results, not {type(value).__name__}")
+        lo, hi = (0, 1) if acc.kind == "b" else (int(np.iinfo(acc).min), int(np.iinfo(acc).max))
+        if not lo <= int(value) <= hi:
+            bound = "0 or 1 (bool results)" if acc.kind == "b" else f"in the {acc.name} range [{lo}, {hi}]"
+            raise BlasArgumentError(routine, position, name, value, f"must be {bound}")
+        checked.append(int(value))
+    return checked
 
 
 def _refine(a: tuple, b: tuple) -> tuple:
@@ -299,6 +364,7 @@ def matmul(x, y, *, dtype=None, compute=None, backend=None, k_group=None, out=No
     if x.ndim == 0 or y.ndim == 0:
         raise ValueError(f"pyblasgemm.dask.matmul: operands must be at least 1-D, got {x.ndim}-D and {y.ndim}-D")
     out_dtype = _result_dtype(x.dtype, y.dtype, dtype, compute)
+    x, y = _as_loop_operands(x, y, dtype)
     squeeze_x, squeeze_y = x.ndim == 1, y.ndim == 1
     if squeeze_x:
         x = x[None, :]
@@ -324,13 +390,20 @@ def gemm(transa, transb, a, b, c=None, alpha=1, beta=0, *, dtype=None, compute=N
     """``alpha * op(a) @ op(b) + beta * c`` for 2-D Dask arrays, as a new Dask array (``op``:
     'N', 'T' or 'C', as :func:`pyblasgemm.gemm`; ``c`` is read only when ``beta != 0`` and is
     rechunked to the result's blocks if needed). The result type is the product's (``dtype=``
-    as in :func:`pyblasgemm.matmul`); alpha, beta and the sum are applied in the accumulation
-    type and rounded once.
+    as in :func:`pyblasgemm.matmul`; ``c`` must cast to it under ``same_kind``); alpha, beta and
+    the sum are applied in the accumulation type and rounded once. alpha and beta are checked
+    before any graph, as :func:`pyblasgemm.gemm` checks them (int8: integers in the int32
+    range; 16- and 32-bit floats: real, within float32; types pyblasgemm does not accelerate:
+    their row's, or integers in the accumulation type's range).
 
     >>> import numpy as np, dask.array as da
     >>> a = da.from_array(np.arange(6.0).reshape(3, 2), chunks=(2, 1))
     >>> gemm("T", "N", a, a, c=da.ones((2, 2), chunks=1), alpha=2, beta=-1).compute().tolist()
     [[39.0, 51.0], [51.0, 69.0]]
+    >>> gemm("N", "N", a.astype(np.int8), a.T.astype(np.int8), alpha=1.5)
+    Traceback (most recent call last):
+        ...
+    TypeError: pyblasgemm.dask.gemm: parameter 6 (alpha=1.5) must be an integer (int32 scalars for int8 GEMM), not float
     """
     da = _dask_array()
     ops = {"N": lambda m: m, "T": lambda m: m.T, "C": lambda m: m.conj().T}
@@ -345,6 +418,8 @@ def gemm(transa, transb, a, b, c=None, alpha=1, beta=0, *, dtype=None, compute=N
     if x.shape[1] != y.shape[0]:
         raise ValueError(f"pyblasgemm.dask.gemm: op(a) {x.shape} @ op(b) {y.shape}: inner sizes differ")
     out_dtype = _result_dtype(x.dtype, y.dtype, dtype, compute)
+    x, y = _as_loop_operands(x, y, dtype)
+    alpha, beta = _scalars(x.dtype, y.dtype, out_dtype, alpha, beta)
     if beta != 0:
         if c is None:
             raise ValueError("pyblasgemm.dask.gemm: beta != 0 needs c=")
@@ -352,6 +427,11 @@ def gemm(transa, transb, a, b, c=None, alpha=1, beta=0, *, dtype=None, compute=N
         if c.shape != (x.shape[0], y.shape[1]):
             raise ValueError(f"pyblasgemm.dask.gemm: c has shape {c.shape}; the result is "
                              f"{(x.shape[0], y.shape[1])}")
+        if not np.can_cast(c.dtype, out_dtype, "same_kind"):
+            # c is added in the result's type: a complex c on a real product would lose its
+            # imaginary part, a float c on an integer one its fractions
+            raise TypeError(f"pyblasgemm.dask.gemm: c has dtype {c.dtype.name}, which the result type "
+                            f"{out_dtype.name} cannot hold (same_kind casting)")
     x, y = _align(x, y)
     if beta != 0 and c.chunks != (x.chunks[0], y.chunks[1]):
         log.debug("rechunking c from %s to %s", c.chunks, (x.chunks[0], y.chunks[1]))

@@ -248,3 +248,228 @@ def test_bfloat16_results_on_request_are_the_float32_sum_rounded_once():
                                   wide.astype(ml_dtypes.bfloat16).view(np.uint16))
     with pytest.raises(TypeError):          # what NumPy refuses stays refused
         pbd.matmul(X.astype(np.float32), Y.astype(np.float32), dtype=ml_dtypes.bfloat16)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every dtype pair NumPy's matmul accepts (issue #30, item 2): numpy.matmul's type and values
+# ---------------------------------------------------------------------------------------------
+
+#: the operand types of the pairs: NumPy's matmul (with ml_dtypes' bfloat16) accepts all 144
+PAIR_DTYPES = [np.bool_, np.int8, np.uint8, np.int16, np.int32, np.int64, np.float16, ml_dtypes.bfloat16,
+               np.float32, np.float64, np.complex64, np.complex128]
+
+
+def _sample(rng, shape, dtype, limit=None):
+    """Integers over their whole range (sums wrap, as NumPy's do) or within +-limit, floats in
+    [-1, 1]."""
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        lo, hi = (info.min, info.max) if limit is None else (max(info.min, -limit), min(info.max, limit))
+        return rng.integers(lo, hi, shape, dtype=dt, endpoint=True)
+    return _data(rng, shape, dtype)
+
+
+def _assert_numpy_result(got, x, y, dtype=None, what=""):
+    """``got`` is numpy.matmul(x, y, dtype=dtype): its type and shape, its values exactly for
+    integers and bool; for floats, within one rounding to the result type (plus the wide sums'
+    error) of the exact product of the operands as NumPy's loop casts them, and so within that
+    plus NumPy's own sums' error of NumPy's result."""
+    want = np.matmul(x, y, dtype=dtype)
+    assert (got.dtype, got.shape) == (want.dtype, want.shape), (what, got.dtype, want.dtype)
+    if want.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, want, str(what))
+        return
+    loop = np.matmul.resolve_dtypes((x.dtype, y.dtype, None), signature=(None, None, dtype))[0]
+    wide = np.complex128 if "c" in (loop.kind, want.dtype.kind) else np.float64
+    xs, ys = x.astype(loop).astype(wide), y.astype(loop).astype(wide)
+    exact, scale = xs @ ys, np.abs(xs) @ np.abs(ys)
+    k = x.shape[-1]
+    u_out = float(ml_dtypes.finfo(want.dtype).eps) / 2
+    u_acc = float(ml_dtypes.finfo(pbd.accumulation_dtype(want.dtype)).eps) / 2
+    ours = 2 * u_out + 4 * k * u_acc              # one rounding, sums in the accumulation type
+    err = np.abs(got.astype(wide) - exact)
+    assert np.all(err <= ours * scale + 1e-300), (what, float(np.max(err / (scale + 1e-300))), ours)
+    theirs = ours + 4 * k * u_out                 # NumPy may sum in the result type
+    err = np.abs(got.astype(wide) - want.astype(wide))
+    assert np.all(err <= theirs * scale + 1e-300), (what, "against numpy", float(np.max(err / (scale + 1e-300))))
+
+
+@pytest.mark.parametrize("x_dtype", PAIR_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_every_dtype_pair_gives_numpys_result_with_one_and_several_k_chunks_per_task(x_dtype):
+    """x of one type @ y of each type, K in 4 uneven chunks, with 1 K chunk per task (a tree of
+    sums), 2 (chains of two, then a sum) and all 4 (one chain): each is numpy.matmul's result.
+    Today's mixed pairs and the types pyblasgemm does not accelerate (int16, bool, ...) failed
+    at .compute() as soon as a task chained two K chunks."""
+    rng = np.random.default_rng(PAIR_DTYPES.index(x_dtype))
+    m, k, n = 11, 23, 9
+    kc = (7, 3, 8, 5)
+    failures = []
+    for y_dtype in PAIR_DTYPES:
+        x, y = _sample(rng, (m, k), x_dtype), _sample(rng, (k, n), y_dtype)
+        X, Y = da.from_array(x, chunks=((6, 5), kc)), da.from_array(y, chunks=(kc, (4, 5)))
+        for group in (1, 2, 4):
+            what = (np.dtype(x_dtype).name, np.dtype(y_dtype).name, group)
+            try:
+                z = pbd.matmul(X, Y, k_group=group)
+                assert z.dtype == np.matmul(x, y).dtype, (what, z.dtype)
+                _assert_numpy_result(z.compute(scheduler="threads"), x, y, None, what)
+            except Exception as e:          # every pair is reported, not only the first
+                failures.append(f"{what}: {type(e).__name__}: {str(e)[:160]}")
+    assert not failures, "\n".join(failures)
+
+
+def test_the_issues_example_float32_at_float64():
+    """#30's reproducer (dtype= by keyword: Dask's ``ones`` takes no positional dtype, so the
+    issue's own line multiplies two float64 arrays): 64 output blocks, so the default chains
+    the 3 K chunks in one task."""
+    x = da.ones((40, 12), dtype=np.float32, chunks=(5, 4))
+    y = da.ones((12, 40), dtype=np.float64, chunks=(4, 5))
+    got = pbd.matmul(x, y)
+    assert got.dtype == np.float64 == da.matmul(x, y).dtype
+    np.testing.assert_array_equal(got.compute(), np.full((40, 40), 12.0))
+
+
+#: (x, y, dtype=) requests NumPy serves and today's module failed at .compute() or rounded
+DTYPE_REQUESTS = [
+    (np.float16, np.float16, np.float64),        # #30: float16 operands, float64 sums
+    (ml_dtypes.bfloat16, ml_dtypes.bfloat16, np.float64),
+    (np.float32, np.float32, np.float64),
+    (np.float32, np.float64, np.complex128),
+    (np.float64, np.float64, np.float16),        # NumPy rounds the operands to float16 first
+    (np.int16, np.bool_, np.float16),            # ... and int16 values above 2048 too
+    (np.int8, np.int8, np.float32),
+    (np.int16, np.int16, np.int8),               # the operands wrap to int8 first
+    (np.uint8, np.int8, np.int64),
+    (np.bool_, np.bool_, np.int32),              # counts, not "any"
+    (np.bool_, np.float32, np.float16),
+]
+
+
+@pytest.mark.parametrize("x_dtype,y_dtype,dtype", DTYPE_REQUESTS, ids=lambda d: np.dtype(d).name)
+def test_dtype_keyword_is_numpys(x_dtype, y_dtype, dtype):
+    rng = np.random.default_rng(20)
+    limit = 2500 if dtype is np.float16 else None          # 26 x 2500 < 65504: no overflow
+    x, y = _sample(rng, (10, 26), x_dtype, limit), _sample(rng, (26, 7), y_dtype, limit)
+    X, Y = da.from_array(x, chunks=(5, (9, 4, 6, 7))), da.from_array(y, chunks=((9, 4, 6, 7), 7))
+    for group in (1, 2, 4):
+        z = pbd.matmul(X, Y, dtype=dtype, k_group=group)
+        assert z.dtype == np.dtype(dtype)
+        _assert_numpy_result(z.compute(scheduler="threads"), x, y, dtype, group)
+
+
+def test_a_narrower_dtype_rounds_the_operands_first_as_numpy_does():
+    """dtype=float16 on float32 operands: NumPy casts the operands to float16 (1 + 2^-11 and
+    1 - 2^-12 are ties, both rounded to 1) and multiplies those: 0 in every row. The float32
+    operands' own sum, 2 (2^-11 - 2^-12) = 2^-11, rounded once to float16 is not NumPy's answer."""
+    x = np.tile(np.array([1 + 2**-11, -1, 1 - 2**-12, -1, 0.5, -0.5], np.float32), (4, 2))
+    y = np.ones((12, 3), np.float32)
+    want = np.matmul(x, y, dtype=np.float16)
+    assert not want.any()
+    for group in (1, 3):
+        got = pbd.matmul(da.from_array(x, chunks=(2, 3)), da.from_array(y, chunks=(3, 3)), dtype=np.float16,
+                         k_group=group).compute(scheduler="threads")
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+# ---------------------------------------------------------------------------------------------
+# gemm's alpha / beta: checked as pyblasgemm.gemm checks them, before any graph
+# ---------------------------------------------------------------------------------------------
+
+def _gemm_error(dtype, alpha, beta, out_dtype=None):
+    """What pyblasgemm.gemm raises for these scalars on 1 x 1 operands of ``dtype``."""
+    a = np.ones((1, 1), dtype)
+    out = np.zeros((1, 1), out_dtype or pyblasgemm.matmul(a, a, dtype=out_dtype).dtype)
+    if out.dtype == np.int8:
+        out = np.zeros((1, 1), np.int32)            # gemm's int8 row writes int32
+    with pytest.raises(Exception) as info:
+        pyblasgemm.gemm("N", "N", a, a, out, alpha, beta)
+    return info.value
+
+
+@pytest.mark.parametrize("dtype,alpha,beta,out_dtype", [
+    (np.int8, 1.5, 0, None),                     # #30: truncated to 1 silently
+    (np.int8, 1, 2.0, None),
+    (np.int8, 2**31, 0, None),
+    (np.int8, True, 0, None),
+    (np.float32, 0.5 - 1j, 0, None),             # #30: a bare float() error at .compute()
+    (np.float32, 1, 1e39, None),
+    (np.float16, 1e39, 0, None),
+    (np.float16, 1j, 0, np.float32),             # shgemm's row
+    (ml_dtypes.bfloat16, 1, 1j, None),
+    (np.float64, "2", 0, None),
+    (np.complex64, 1e39j, 0, None),
+], ids=str)
+def test_gemm_refuses_the_scalars_pyblasgemm_gemm_refuses(dtype, alpha, beta, out_dtype):
+    expected = _gemm_error(dtype, alpha, beta, out_dtype)
+    A = da.ones((6, 8), dtype=dtype, chunks=(3, 2))
+    C = da.zeros((6, 6), dtype=out_dtype or np.matmul(np.ones((1, 1), dtype), np.ones((1, 1), dtype)).dtype,
+                 chunks=3)
+    with pytest.raises(type(expected)) as info:
+        pbd.gemm("N", "T", A, A, c=C, alpha=alpha, beta=beta, dtype=out_dtype)
+    assert str(info.value).startswith("pyblasgemm.dask.gemm: ")
+    assert str(info.value).split(": ", 1)[1] == str(expected).split(": ", 1)[1]
+
+
+@pytest.mark.parametrize("x_dtype,y_dtype,alpha,beta,error,match", [
+    (np.int16, np.int16, 1.5, 0, TypeError, r"parameter 6 \(alpha=1.5\) must be an integer"),
+    (np.int32, np.int64, 1, 2**63, ValueError, r"parameter 7 \(beta=9223372036854775808\).*int64 range"),
+    (np.uint8, np.uint8, 2**31, 0, ValueError, r"alpha=2147483648.*int32 range"),
+    (np.bool_, np.bool_, 2, 0, ValueError, r"alpha=2.*0 or 1"),
+    (np.float32, np.float64, 1j, 0, TypeError, r"alpha=1j.*real number"),
+    (np.int8, np.float32, 1, 1e39, ValueError, r"beta=1e\+39.*float32 range"),
+], ids=str)
+def test_gemm_scalars_for_types_pyblasgemm_does_not_accelerate(x_dtype, y_dtype, alpha, beta, error, match):
+    A = da.ones((6, 8), dtype=x_dtype, chunks=(3, 2))
+    B = da.ones((6, 8), dtype=y_dtype, chunks=(3, 2))
+    C = da.zeros((6, 6), dtype=np.matmul(np.ones((1, 1), x_dtype), np.ones((1, 1), y_dtype)).dtype, chunks=3)
+    with pytest.raises(error, match=match):
+        pbd.gemm("N", "T", A, B, c=C, alpha=alpha, beta=beta)
+
+
+@pytest.mark.parametrize("x_dtype,y_dtype,alpha,beta", [
+    (np.int16, np.int16, 3, -2),
+    (np.uint8, np.uint8, -1, 5),
+    (np.int8, np.uint8, 2, 1),
+    (np.bool_, np.bool_, 1, 1),
+    (np.float32, np.float64, 0.5, 2.0),
+    (np.int8, np.float32, np.float32(-1.5), np.array(0.25)),     # NumPy scalars and 0-d arrays
+    (np.float32, np.complex64, 0.5 - 1j, 2),
+    (np.float16, np.float32, 3, -1),
+], ids=str)
+def test_gemm_on_every_kind_of_pair_is_alpha_numpys_product_plus_beta_c(x_dtype, y_dtype, alpha, beta):
+    """alpha * op(a) @ op(b) + beta * c, K in 5 chunks, two per task: integer types exactly
+    (wrapping as their sums do), floats within the result's rounding."""
+    rng = np.random.default_rng(21)
+    a, b = _sample(rng, (24, 10), x_dtype), _sample(rng, (9, 24), y_dtype)
+    out_dtype = np.matmul(a.T, b.T).dtype
+    c = _sample(rng, (10, 9), out_dtype)
+    A, B = da.from_array(a, chunks=((5, 4, 6, 3, 6), 5)), da.from_array(b, chunks=(3, (5, 4, 6, 3, 6)))
+    got = pbd.gemm("T", "T", A, B, c=da.from_array(c, chunks=4), alpha=alpha, beta=beta, k_group=2)
+    assert got.dtype == out_dtype
+    got = got.compute(scheduler="threads")
+    alpha, beta = np.asarray(alpha).item(), np.asarray(beta).item()
+    if out_dtype.kind == "b":
+        want = (bool(alpha) & np.matmul(a.T, b.T)) | (bool(beta) & c)
+        np.testing.assert_array_equal(got, want)
+    elif out_dtype.kind in "iu":
+        wide = alpha * (a.T.astype(np.int64) @ b.T.astype(np.int64)) + beta * c.astype(np.int64)
+        np.testing.assert_array_equal(got, wide.astype(out_dtype))
+    else:
+        wide = np.complex128 if out_dtype.kind == "c" else np.float64
+        exact = alpha * (a.T.astype(wide) @ b.T.astype(wide)) + beta * c.astype(wide)
+        scale = abs(alpha) * (np.abs(a.T).astype(np.float64) @ np.abs(b.T)) + abs(beta) * np.abs(c)
+        u = float(np.finfo(out_dtype).eps)
+        assert np.all(np.abs(got.astype(wide) - exact) <= 4 * u * scale)
+
+
+def test_gemm_refuses_a_c_that_the_result_type_cannot_hold():
+    """c is added in the result's type: a complex c on a real product would lose its imaginary
+    part (NumPy warns; a Dask worker's warning is easily lost)."""
+    A = da.ones((6, 8), dtype=np.float32, chunks=(3, 2))
+    with pytest.raises(TypeError, match=r"c has dtype complex64.*float32"):
+        pbd.gemm("N", "T", A, A, c=da.ones((6, 6), dtype=np.complex64, chunks=3), beta=1)
+    with pytest.raises(TypeError, match=r"c has dtype float64.*int8"):
+        pbd.gemm("N", "T", A.astype(np.int8), A.astype(np.int8), c=da.ones((6, 6), chunks=3), beta=1)
