@@ -70,12 +70,13 @@ def tables_source(count: int) -> str:
 
 
 def kernel_names(count: int) -> list[str]:
-    """The name expressions one moduli count needs: stats, scale, residues, both reconstructions.
+    """The name expressions one moduli count needs: stats, scale, the guard's count, residues,
+    both reconstructions.
 
-    >>> kernel_names(16)[2:]
+    >>> kernel_names(16)[3:]
     ['ozaki_residues<16>', 'ozaki_reconstruct<16, false>', 'ozaki_reconstruct<16, true>']
     """
-    return ["ozaki_line_stats", "ozaki_line_scale", f"ozaki_residues<{count}>",
+    return ["ozaki_line_stats", "ozaki_line_scale", "ozaki_guard_count", f"ozaki_residues<{count}>",
             f"ozaki_reconstruct<{count}, false>", f"ozaki_reconstruct<{count}, true>"]
 
 
@@ -201,6 +202,16 @@ class OzakiPasses:
         self._k[f"ozaki_residues<{self.count}>"](grid, BLOCK_RESIDUES, (
             x, _ll(lines), _ll(length), _ll(s_line), _ll(s_k), _i(k_contig), exps, out,
             _i(max(bits - GUARD_HI_BITS, 0)), _i(max(bits - GUARD_SUM_BITS, 0)), _null(sums)))
+
+    def guard_count(self, low, m: int, n: int, is_complex: bool, lost_a, lost_b, guard) -> None:
+        """Add to ``guard``'s counter the elements outside the lost lines whose error bound the
+        guard cannot prove, from the guard plane's product ``low`` (column-major m x n, 2n
+        for complex); ``guard`` as for :meth:`reconstruct`."""
+        sum_a, sum_b, c_sum, c_hi, failed = guard
+        grid = (-(-m // BLOCK_RECONSTRUCT), min(n, _MAX_GRID_Y), 1)
+        self._k["ozaki_guard_count"](grid, (BLOCK_RECONSTRUCT, 1, 1), (
+            low, _ll(m), _ll(n), _i(int(is_complex)), lost_a, lost_b, sum_a, sum_b, _d(c_sum), _d(c_hi),
+            failed))
 
     def reconstruct(self, prod, m: int, n: int, ea, eb, lost_a, lost_b, c, cs_i: int, cs_j: int,
                     alpha: complex, beta: complex, is_complex: bool, guard=None):

@@ -267,6 +267,30 @@ __device__ __forceinline__ bool ozaki_guard_fails(unsigned long long sa, unsigne
     return __dmul_rn((double)(sa + sb), c_sum) > __dmul_rn((double)low, c_hi);
 }
 
+// The guard's verdict before the moduli's GEMMs run: how many elements of C outside the lost
+// lines fail (low: the guard plane's product, column-major m x n_prod; CPLX: both parts of
+// element (i, j) at columns j and n + j). One atomic per warp. The host runs the whole
+// product natively when most fail, instead of paying for the emulation first.
+extern "C" __global__ void __launch_bounds__(256)
+ozaki_guard_count(const int* __restrict__ low, long long m, long long n, int cplx,
+                  const unsigned char* __restrict__ lost_a, const unsigned char* __restrict__ lost_b,
+                  const unsigned long long* __restrict__ sum_a, const unsigned long long* __restrict__ sum_b,
+                  double c_sum, double c_hi, int* __restrict__ failed) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    int fails = 0;
+    if (i < m && !lost_a[i]) {
+        for (long long j = blockIdx.y; j < n; j += gridDim.y) {
+            if (lost_b[j]) continue;
+            bool f = ozaki_guard_fails(sum_a[i], sum_b[j], low[i + j * m], c_sum, c_hi);
+            if (cplx) f = f || ozaki_guard_fails(sum_a[i], sum_b[n + j], low[i + (n + j) * m], c_sum, c_hi);
+            fails += f;
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) fails += __shfl_xor_sync(0xffffffffu, fails, o);
+    if ((threadIdx.x & 31) == 0 && fails) atomicAdd(failed, fails);
+}
+
 template <int COUNT, bool CPLX>
 __global__ void __launch_bounds__(256)
 ozaki_reconstruct(const int* __restrict__ prod, long long m, long long n, const int* __restrict__ ea,
