@@ -1,17 +1,59 @@
-"""``scipy.linalg.blas``'s GEMM signatures, so that SciPy code ports by changing the import.
+"""``scipy.linalg.blas``'s GEMM routines, argument for argument, so that SciPy code ports by
+changing the import.
 
 ``sgemm(alpha, a, b, beta=0.0, c=None, trans_a=0, trans_b=0, overwrite_c=0)`` and its ``d``,
-``c``, ``z`` siblings behave as SciPy's: ``a`` and ``b`` are converted to the routine's type
-(any 2-D array-like, any memory order), ``trans_*`` is 0 (``op(x) = x``), 1 (``xᵀ``) or 2 (``xᴴ``),
-``c`` (shape m x n) is read only when ``beta != 0``, and the result is a new Fortran-ordered
-array unless ``overwrite_c`` is true and ``c`` is already a Fortran-ordered array of the
-routine's type, which is then updated in place and returned. Without ``c`` the result is
-``alpha * op(a) @ op(b)`` (SciPy ignores ``beta`` then, and so does this).
+``c``, ``z`` siblings take every argument SciPy's take, read it as SciPy's f2py wrappers read
+it, and answer what SciPy answers: ``alpha·op(a)·op(b) + beta·c`` as a new Fortran-ordered
+array of the routine's type, or in ``c`` itself where SciPy updates ``c`` in place. The rules
+(the ones SciPy's wrappers follow, checked against SciPy by ``tests/test_scipy_compat.py``):
+
+* ``alpha``, ``beta``: for ``s`` / ``d``, anything ``float()`` reads (so ``'2.5'``, ``b'3'``,
+  ``Decimal``, ``Fraction``), the real part of a complex number; for ``c`` / ``z``, Python and
+  NumPy numbers, 0-d arrays and NumPy strings (not Python strings); for all, a sequence stands
+  for its first item (``[2, 3]`` is 2). Then rounded to the routine's precision (``1e300`` is
+  ``inf`` for ``sgemm``). ``beta=None`` is the default, 0.
+* ``trans_a``, ``trans_b``: what ``int()`` reads, truncated (``1.9`` is 1, ``'2'`` is 2, ``True``
+  is 1), the real part of a complex number, a sequence's first item; ``None`` is 0. Then 0
+  (``op(x) = x``), 1 (``xᵀ``) or 2 (``xᴴ``).
+* ``overwrite_c``: an integer (what ``operator.index`` takes); nonzero lets ``c`` be written.
+* ``a``, ``b``: any array-like NumPy converts to the routine's type (strings of numbers too; a
+  complex one for a real routine loses its imaginary part, with NumPy's ComplexWarning). A 1-D
+  operand is a column (n x 1; an empty one 1 x 0), a 0-d one 1 x 1, and one with more axes
+  loses its length-1 axes, the axes past the first being folded into the columns in Fortran
+  order (so ``(1, m, k)`` is m x k).
+* ``c``: read the same way for the m x n shape it must have (length-1 axes anywhere, 1-D when n
+  is 1, 0-d when m = n = 1), and never for an empty product; the result has ``c``'s own shape.
+  Without ``c``, ``c`` is a zero matrix that ``beta`` still scales: a NaN or infinite ``beta``
+  gives NaN. ``beta = 0`` never reads ``c``.
+* The result is ``c`` itself exactly when ``overwrite_c`` is nonzero and ``c`` is a
+  Fortran-contiguous, aligned, native-order array of the routine's type (any shape SciPy reads),
+  as SciPy's; otherwise ``c`` is left as it was.
+* Refusals have SciPy's exception types and say which argument, by SciPy's name, first
+  (``"dgemm: trans_a=3 must be ..."``): ``pyblasgemm.scipy.error`` where SciPy's argument checks fail
+  (``trans_*`` out of range, shapes that do not fit), the ``TypeError``, ``ValueError``,
+  ``OverflowError`` or ``IndexError`` SciPy's conversions raise otherwise; and they come in
+  SciPy's order (``overwrite_c``, ``trans_a``, ``trans_b``, ``alpha``, ``beta``, ``a``, ``b``,
+  ``c``).
+
+Where SciPy's answer is not the product, this module differs, on purpose:
+
+* a read-only ``c`` with ``overwrite_c``: SciPy writes into it anyway (its wrapper checks only
+  the layout); this returns a new array and leaves ``c`` alone;
+* a ``c`` sharing memory with ``a`` or ``b``, with ``overwrite_c``: SciPy hands BLAS aliased
+  arguments and returns wrong sums; this computes into a temporary and copies the product into
+  ``c``, which it returns as SciPy does;
+* ``beta = ±0 + NaN·i``: NaN, as reference BLAS (SciPy's bundled OpenBLAS takes it for 0).
 
 Beyond SciPy: the same calls on CuPy arrays (on the GPU, where the planner picks our kernels or
 cuBLAS), keyword-only ``backend=`` and ``compute=`` as in :func:`pyblasgemm.sgemm`, and the
-types SciPy lacks: ``hgemm`` (float16), ``bgemm`` (bfloat16) and ``igemm`` (int8 operands, an
-int32 result).
+types SciPy lacks: ``hgemm`` (float16) and ``bgemm`` (bfloat16), which read every argument as
+``sgemm`` does, and ``igemm``: int8 operands, an int32 result. SciPy having no ``igemm``, its
+rule is this module's: nothing is wrapped. ``a`` and ``b`` may be any array-like of booleans,
+integers or floats whose values are integers in [-128, 127], ``c`` one whose values are
+integers in the int32 range, ``alpha`` and ``beta`` integers (what ``operator.index`` takes) in
+the int32 range; any other value is refused, named with the bound (a ``ValueError``; a
+``TypeError`` for other kinds). The int32 sums themselves wrap modulo 2**32, as cuBLAS's int32
+accumulator does.
 
 Example
 -------
@@ -24,67 +66,383 @@ array([[ 5., 11.],
 >>> c = np.ones((2, 2), dtype=np.float32, order="F")
 >>> blas.sgemm(2.0, a, a, beta=1.0, c=c, overwrite_c=1) is c
 True
+>>> blas.dgemm("0.5", [1, 2], [[3, 4]])              # as SciPy: a 1-D a is a column
+array([[1.5, 2. ],
+       [3. , 4. ]])
+>>> blas.dgemm(1.0, a, a, beta=float("nan"))         # no c: a zero c, which beta scales
+array([[nan, nan],
+       [nan, nan]])
+>>> blas.dgemm(1.0, a, a, trans_a=3)
+Traceback (most recent call last):
+    ...
+pyblasgemm.scipy.error: dgemm: trans_a=3 must be 0 (op(x) = x), 1 (transpose) or 2 (conjugate transpose)
+>>> blas.igemm(1, [[300, 1]], [[1], [1]])
+Traceback (most recent call last):
+    ...
+ValueError: igemm: a has the value 300, not an integer in int8's range [-128, 127] (igemm wraps nothing)
 """
 from __future__ import annotations
+
+import math
+import operator
 
 import numpy as np
 
 from . import _arrays
+from ._layout import may_overlap
 from ._types import TYPE_ROWS
 from .gemm import gemm as _gemm
 
 __all__ = ["sgemm", "dgemm", "cgemm", "zgemm", "hgemm", "bgemm", "igemm"]
 
+#: f2py reads SciPy's integer arguments (trans_*, overwrite_c) into C ints
+_C_INT = (-2**31, 2**31 - 1)
+
 #: trans_* values SciPy takes: 0 'N', 1 'T', 2 'C' (cuBLAS's operation values too)
-_TRANS = {0: "N", 1: "T", 2: "C"}
+_TRANS = ("N", "T", "C")
+
+#: the scalar types SciPy's wrappers round alpha and beta to with a C cast
+_SINGLE = (np.dtype(np.float32), np.dtype(np.complex64))
+
+_ERROR: list = []
+
+
+def _error_class() -> type:
+    """``error``: what SciPy raises as its f2py module's error class. A ValueError, and, where
+    SciPy is installed, a subclass of SciPy's class too, so that ``except`` clauses written for
+    either catch it. Made on first use: importing ``scipy.linalg`` costs ~0.4 s, which
+    ``import pyblasgemm`` should not pay."""
+    if not _ERROR:
+        bases: tuple = (ValueError,)
+        try:
+            from scipy.linalg import _fblas
+            scipy_error = getattr(_fblas, "__fblas_error", None)   # f2py's name for it
+        except Exception:               # no SciPy (or a broken one): a refusal must not fail
+            scipy_error = None
+        if isinstance(scipy_error, type) and issubclass(scipy_error, Exception):
+            bases = (ValueError, scipy_error)
+        doc = ("A refusal SciPy raises as its f2py error: trans_* out of range, operand or c "
+               "shapes that do not fit. A ValueError (and SciPy's own class, where SciPy is "
+               "installed).")
+        try:
+            cls = type("error", bases, {"__module__": __name__, "__doc__": doc})
+        except TypeError:               # a SciPy whose class cannot be combined: ValueError only
+            cls = type("error", (ValueError,), {"__module__": __name__, "__doc__": doc})
+        _ERROR.append(cls)
+    return _ERROR[0]
+
+
+def __getattr__(name):
+    if name == "error":
+        return _error_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _like(exc: BaseException, message: str) -> Exception:
+    """An exception of ``exc``'s type with our message (SciPy's type, our words)."""
+    try:
+        return type(exc)(message)
+    except Exception:                   # a type that wants other arguments
+        return TypeError(message)
+
+
+# --- scalars, read as f2py reads them (numpy/f2py/cfuncs.py: *_from_pyobj) ---------------
+
+def _is_sequence(x) -> bool:
+    # CPython's PySequence_Check: item access, and not a dict
+    return not isinstance(x, dict) and hasattr(type(x), "__getitem__")
+
+
+def _f2py_double(value) -> float:
+    """f2py's ``double_from_pyobj``: ``float()``, else a complex number's real part or a
+    sequence's first item; raises the innermost failure (its type is what SciPy raises)."""
+    try:
+        return float(value)
+    except Exception:
+        if isinstance(value, complex):
+            return _f2py_double(value.real)
+        if isinstance(value, (str, bytes)) or not _is_sequence(value):
+            raise
+    return _f2py_double(value[0])
+
+
+def _f2py_complex(value) -> complex:
+    """f2py's ``complex_double_from_pyobj``: complex numbers, NumPy scalars and 0-d arrays (cast
+    to complex128), floats and ints, else a sequence's first item (not a string's)."""
+    if isinstance(value, complex):
+        return complex(value.real, value.imag)
+    if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.ndim == 0):
+        return complex(np.asarray(value).astype(np.complex128)[()])
+    if isinstance(value, float):
+        return complex(value, 0.0)
+    if isinstance(value, int):
+        return complex(float(value), 0.0)         # OverflowError past a double, as SciPy's
+    if _is_sequence(value) and not isinstance(value, (str, bytes)):
+        return _f2py_complex(value[0])
+    raise TypeError(f"{type(value).__name__} is not a number")
+
+
+def _f2py_int(value) -> int:
+    """f2py's ``int_from_pyobj``: ``int()`` (truncating), else a complex number's real part or a
+    sequence's first item; then a C int."""
+    if not isinstance(value, int):
+        try:
+            value = int(value)
+        except Exception:
+            if isinstance(value, complex):
+                return _f2py_int(value.real)
+            if isinstance(value, (str, bytes)) or not _is_sequence(value):
+                raise
+            return _f2py_int(value[0])
+    v = int(value)
+    if not _C_INT[0] <= v <= _C_INT[1]:
+        raise OverflowError("Python int too large to convert to C int")
+    return v
+
+
+def _scalar(routine: str, name: str, value, row):
+    """alpha / beta by SciPy's rules, rounded to the routine's scalar type (a C cast: past
+    float32's range is inf); igemm's by its own (integers in int32 range)."""
+    kind = row.scalar_kind
+    if kind == "int":
+        try:
+            v = operator.index(value)
+        except TypeError:
+            raise TypeError(f"{routine}: {name}={_short(value)} must be an integer (igemm's "
+                            f"scalars are int32), not {type(value).__name__}") from None
+        if not -2**31 <= v <= 2**31 - 1:
+            raise ValueError(f"{routine}: {name}={v} is outside the int32 range "
+                             f"[{-2**31}, {2**31 - 1}] of igemm's scalars")
+        return v
+    if type(value) is float:              # the common case, before the general rules
+        v = value
+    else:
+        try:
+            v = _f2py_complex(value) if kind == "complex" else _f2py_double(value)
+        except Exception as exc:          # re-raised with SciPy's type, naming the argument
+            raise _like(exc, f"{routine}: {name}={_short(value)} can't be converted to "
+                             f"{row.scalar_dtype.name} ({exc})") from None
+    if row.scalar_dtype in _SINGLE:
+        with np.errstate(over="ignore"):
+            v = row.scalar_dtype.type(v)
+        v = complex(v) if kind == "complex" else float(v)
+    return v
+
+
+def _finite(x) -> bool:
+    return math.isfinite(x.real) and math.isfinite(x.imag) if isinstance(x, complex) \
+        else math.isfinite(x)
 
 
 def _trans(routine: str, name: str, value) -> str:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
-            or int(value) not in _TRANS:
-        raise ValueError(f"{routine}: {name}={value!r} must be 0 (op(x) = x), 1 (transpose) or "
-                         f"2 (conjugate transpose)")
-    return _TRANS[int(value)]
+    if value is None:                     # f2py: an optional argument given as None is absent
+        return "N"
+    try:
+        v = _f2py_int(value)
+    except Exception as exc:
+        raise _like(exc, f"{routine}: {name}={_short(value)} can't be converted to int "
+                         f"({exc})") from None
+    if not 0 <= v <= 2:
+        read = "" if type(value) is int else f" (read as {v})"
+        raise _error_class()(f"{routine}: {name}={_short(value)} must be 0 (op(x) = x), 1 "
+                             f"(transpose) or 2 (conjugate transpose){read}")
+    return _TRANS[v]
 
 
-def _matrix(routine: str, name: str, x, xp, dtype):
-    x = xp.asarray(x, dtype=dtype)
-    if x.ndim != 2:
-        raise ValueError(f"{routine}: {name} must be 2-D (got {x.ndim}-D, shape {x.shape})")
-    return x
+def _overwrite(routine: str, value) -> bool:
+    # parsed as a C int ("i"): __index__ only, in range
+    try:
+        v = operator.index(value)
+    except TypeError as exc:
+        raise TypeError(f"{routine}: overwrite_c={_short(value)} must be an integer "
+                        f"({exc})") from None
+    if not _C_INT[0] <= v <= _C_INT[1]:
+        raise OverflowError(f"{routine}: overwrite_c={v} does not fit a C int "
+                            f"[{_C_INT[0]}, {_C_INT[1]}]")
+    return v != 0
+
+
+# --- arrays, shaped as f2py shapes them (numpy/f2py/src/fortranobject.c) ------------------
+
+def _operand_shape(routine: str, name: str, shape: tuple) -> tuple:
+    """The matrix f2py reads an operand of this shape as (both dimensions free): 1-D is a
+    column (an empty one 1 x 0), 0-d 1 x 1; more axes lose their length-1 axes, those past the
+    first being folded into the columns."""
+    size = math.prod(shape)
+    if len(shape) == 0:
+        return 1, 1
+    if len(shape) == 1:
+        rows = shape[0] or 1
+        return rows, size // rows
+    if len(shape) == 2:
+        return shape
+    long_axes = [d for d in shape if d > 1]
+    rows, cols = (long_axes[0] if long_axes else 1), math.prod(long_axes[1:])
+    if rows * cols != size:
+        raise ValueError(f"{routine}: {name} has shape {shape}, which SciPy's rule cannot read as "
+                         f"a matrix (length-1 axes dropped, the axes past the first folded into "
+                         f"the columns: an empty array of more than 2 axes has no such matrix)")
+    return rows, cols
+
+
+def _check_c_shape(routine: str, shape: tuple, m: int, n: int) -> None:
+    """f2py's reading of c for the m x n it must be (its check_and_fix_dimensions with known
+    dimensions, then SciPy's ``shape(c) == (m, n)`` check): length-1 axes may be anywhere, a
+    missing trailing axis stands for 1, and a 0 in m x n is taken as 1 (so an empty product
+    has no c)."""
+    size = math.prod(shape)
+    dims = [m, n]
+    where = f"{routine}: c has shape {shape}"
+    if len(shape) < 2:
+        for i, d in enumerate(shape):
+            if d > 1 and d != dims[i]:
+                raise ValueError(f"{where}: its axis {i} must be {dims[i]} for the {m} x {n} "
+                                 f"product")
+            dims[i] = dims[i] or 1
+        for i in range(len(shape), 2):
+            if dims[i] > 1:
+                raise ValueError(f"{where}: it has no axis {i}, which must be {dims[i]} for "
+                                 f"the {m} x {n} product")
+        # the first missing axis takes what is left, a second one is 1
+        dims = [1, 1] if len(shape) == 0 else [dims[0], size // dims[0]]
+    else:
+        long_axes = [d for d in shape if d > 1]
+        if len(shape) > 2 and len(long_axes) > 2:
+            raise ValueError(f"{where}: {len(long_axes)} axes longer than 1, the product is "
+                             f"{m} x {n}")
+        given = shape if len(shape) == 2 else long_axes + [1] * (2 - len(long_axes))
+        for i, d in enumerate(given):
+            if d > 1 and d != dims[i]:
+                raise ValueError(f"{where}: its axis {i} must be {dims[i]} for the {m} x {n} "
+                                 f"product")
+            dims[i] = dims[i] or 1
+    if dims[0] * dims[1] != size:
+        raise ValueError(f"{where} ({size} elements), the product is {m} x {n}")
+    if dims != [m, n]:
+        raise _error_class()(f"{where}, the product is {m} x {n}")
+
+
+def _int_values(routine: str, name: str, x, xp, dtype: np.dtype):
+    """igemm's operands (int8) and c (int32): booleans, integers or floats whose values are
+    integers in the dtype's range, converted without wrapping; anything else is refused."""
+    info = np.iinfo(dtype)
+    arr = xp.asarray(x)                   # its own type first: nothing is cast before the check
+    if arr.dtype == dtype:
+        return arr
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{routine}: {name} has dtype {arr.dtype.name}; igemm takes booleans, "
+                        f"integers or floats whose values are integers in {dtype.name}'s range "
+                        f"[{info.min}, {info.max}]")
+    if arr.size and arr.dtype.kind != "b":
+        fits = (arr >= info.min) & (arr <= info.max)
+        if arr.dtype.kind == "f":
+            fits &= arr == xp.floor(arr)                    # NaN fails every comparison
+        if not bool(fits.all()):
+            bad = arr[~fits].ravel()[0].item()
+            raise ValueError(f"{routine}: {name} has the value {bad!r}, not an integer in "
+                             f"{dtype.name}'s range [{info.min}, {info.max}] (igemm wraps "
+                             f"nothing)")
+    return arr.astype(dtype)
+
+
+def _operand(routine: str, name: str, x, xp, row):
+    """a or b as the matrix SciPy's wrapper reads: converted to the operand type (any memory
+    order is kept: gemm takes it as it is), then shaped by f2py's rule."""
+    if row.prefix == "i":
+        arr = _int_values(routine, name, x, xp, row.ab_dtype)
+    else:
+        try:
+            arr = xp.asarray(x, dtype=row.ab_dtype)
+        except Exception as exc:          # SciPy's type (NumPy's conversion error), our words
+            raise _like(exc, f"{routine}: {name} can't be converted to {row.ab_dtype.name} "
+                             f"({exc})") from None
+    if arr.ndim != 2:
+        arr = arr.reshape(_operand_shape(routine, name, arr.shape), order="F")
+    return arr
+
+
+def _output(routine: str, c, m: int, n: int, xp, row, overwrite: bool, operands):
+    """(the array returned, its m x n Fortran view that gemm writes, the array to copy the
+    product into afterwards or None) for a given c."""
+    shape = getattr(c, "shape", None)
+    if isinstance(shape, tuple):          # f2py checks an array's shape before converting it
+        _check_c_shape(routine, shape, m, n)
+    same_module = _arrays.array_module_name(c) == _arrays.array_module_name(operands[0])
+    in_place = (overwrite and same_module and c.dtype == row.c_dtype and c.flags.f_contiguous
+                and getattr(c.flags, "aligned", True)
+                and _arrays.is_writeable(c))      # SciPy writes a read-only c; we copy it
+    if in_place:
+        result = c
+    elif row.prefix == "i":
+        result = _int_values(routine, "c", c, xp, row.c_dtype).copy(order="F")
+    else:
+        try:
+            result = xp.array(c, dtype=row.c_dtype, order="F", copy=True)
+        except Exception as exc:
+            raise _like(exc, f"{routine}: c can't be converted to {row.c_dtype.name} "
+                             f"({exc})") from None
+    if not isinstance(shape, tuple):
+        _check_c_shape(routine, result.shape, m, n)
+    view = xp.asarray(result)             # a NumPy subclass (matrix, masked) as a plain array
+    if view.shape != (m, n):
+        view = view.reshape((m, n), order="F")       # Fortran-contiguous: a view
+    if in_place and any(may_overlap(view, x) for x in operands):
+        # c is (part of) a or b: gemm would read what it writes, so the product goes through
+        # a temporary (SciPy gives BLAS the aliased arrays, and gets wrong sums)
+        return result, xp.array(view, order="F", copy=True), view
+    return result, view, None
 
 
 def _make(prefix: str):
     row = TYPE_ROWS[prefix]
     routine = prefix + "gemm"
+    zero = 0 if row.scalar_kind == "int" else 0.0
 
-    def xgemm(alpha, a, b, beta=0.0, c=None, trans_a=0, trans_b=0, overwrite_c=0, *,
+    def xgemm(alpha, a, b, beta=zero, c=None, trans_a=0, trans_b=0, overwrite_c=0, *,
               backend=None, compute=None):
-        ta, tb = _trans(routine, "trans_a", trans_a), _trans(routine, "trans_b", trans_b)
+        # SciPy's order (its wrapper's): which refusal comes first when several apply
+        overwrite = _overwrite(routine, overwrite_c)
+        ta = _trans(routine, "trans_a", trans_a)
+        tb = _trans(routine, "trans_b", trans_b)
+        alpha = _scalar(routine, "alpha", alpha, row)
+        beta = zero if beta is None else _scalar(routine, "beta", beta, row)
         xp = _arrays.xp_of("cupy" if _arrays.is_cupy_array(a) else "numpy")
-        a = _matrix(routine, "a", a, xp, row.ab_dtype)
-        b = _matrix(routine, "b", b, xp, row.ab_dtype)
+        a = _operand(routine, "a", a, xp, row)
+        b = _operand(routine, "b", b, xp, row)
         m, k = a.shape if ta == "N" else a.shape[::-1]
         kb, n = b.shape if tb == "N" else b.shape[::-1]
         if kb != k:
-            raise ValueError(f"{routine}: op(a) is {m} x {k} but op(b) is {kb} x {n}: their inner "
-                             f"dimensions differ (trans_a={trans_a}, trans_b={trans_b})")
+            side = "rows" if tb == "N" else "columns"
+            raise _error_class()(f"{routine}: b has {kb} {side} (op(b) is {kb} x {n}), but "
+                                 f"op(a) is {m} x {k}: the inner dimensions must agree "
+                                 f"(trans_a={_short(trans_a)}, trans_b={_short(trans_b)})")
+        copy_to = None
         if c is None:
-            out, beta = xp.zeros((m, n), dtype=row.c_dtype, order="F"), 0
+            if row.scalar_kind != "int" and not _finite(beta):
+                # SciPy's c is then a zero matrix, which a NaN or infinite beta makes NaN
+                result = out = xp.zeros((m, n), dtype=row.c_dtype, order="F")
+            else:                         # beta * 0 adds nothing: c need not exist
+                result = out = xp.empty((m, n), dtype=row.c_dtype, order="F")
+                beta = zero
         else:
-            in_place = (bool(overwrite_c) and isinstance(c, type(a)) and c.dtype == row.c_dtype
-                        and c.flags.f_contiguous)
-            out = c if in_place else xp.array(c, dtype=row.c_dtype, order="F", copy=True)
-            if out.shape != (m, n):
-                raise ValueError(f"{routine}: c has shape {out.shape}, the product is {m} x {n}")
+            result, out, copy_to = _output(routine, c, m, n, xp, row, overwrite, (a, b))
         _gemm(ta, tb, a, b, out=out, alpha=alpha, beta=beta, backend=backend, compute=compute)
-        return out
+        if copy_to is not None:
+            copy_to[...] = out
+        return result
 
     xgemm.__name__ = xgemm.__qualname__ = routine
     kind = row.ab_dtype.name + (f" ({row.c_dtype.name} result)" if row.c_dtype != row.ab_dtype else "")
+    rules = ("SciPy's argument rules" if prefix in "sdcz" else
+             "sgemm's argument rules" if prefix in "hb" else "its own rule for integers")
     xgemm.__doc__ = (f"c = {routine}(alpha, a, b, beta=0.0, c=None, trans_a=0, trans_b=0, "
-                     f"overwrite_c=0): ``scipy.linalg.blas``'s GEMM signature for {kind} "
-                     f"(see :mod:`pyblasgemm.scipy`).")
+                     f"overwrite_c=0): ``scipy.linalg.blas``'s GEMM signature for {kind}, "
+                     f"with {rules} (see :mod:`pyblasgemm.scipy`).")
     return xgemm
 
 
