@@ -14,8 +14,11 @@ The Hopper (sm_90a) kernels, which CuPy cannot build, are compiled here and kept
 and sha256). The cache is untrusted input: an entry whose metadata has the wrong shape or names
 other instantiations, whose cubin's size or sha256 differs from the metadata, or which is not
 an ELF file, is never handed to the module loader: one :class:`KernelCacheWarning` names the
-file and the reason, and the kernel is compiled again and the entry overwritten. A cache that
-cannot be written warns once per directory; the kernel still runs.
+file and the reason, and the kernel is compiled again and the entry overwritten. Both files
+are opened only if they are regular files, and read up to a bound
+(:func:`pyblasgemm._files.read_regular`): a FIFO or a link to a device in their place is
+unreadable, never a hang. A cache that cannot be written warns once per directory; the kernel
+still runs.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .. import settings as _env
+from .._files import CACHE_ENTRY_BYTES, CUBIN_BYTES, read_regular
 from .config import KernelConfig
 from .problem import ACCUMULATE
 
@@ -409,12 +413,13 @@ def _read_cached_cubin(cub_path: Path, meta_path: Path, names) -> tuple[bytes, d
     reading = meta_path
     try:
         with _entry_lock(meta_path, exclusive=False):
-            meta_bytes = meta_path.read_bytes()
+            meta_bytes = read_regular(meta_path, CACHE_ENTRY_BYTES)
             reading = cub_path
-            cubin = cub_path.read_bytes()
+            cubin = read_regular(cub_path, CUBIN_BYTES)
     except FileNotFoundError:
         return None              # not cached yet (or a writer was interrupted between files)
-    except OSError as exc:       # a directory in the file's place, no permission, ...
+    except OSError as exc:       # a directory, FIFO or device in the file's place (RefusedFile),
+        # a file over the bound, no permission, ...
         _warn_cache(f"ignoring unreadable kernel cache file {reading}: {exc.strerror or exc}")
         return None
     try:

@@ -17,9 +17,11 @@ The cache is untrusted input: every read is checked (:func:`_why_invalid_winner`
 backend, a config name for our kernels, finite non-negative times). A file that cannot be read
 or parsed, whose stored key differs (stale), whose winner has the wrong shape, or whose config
 is no longer valid, is ignored with one :class:`CacheWarning` naming the file and the reason,
-and the problem is tuned again (the entry is overwritten). A cache that cannot be written (the
-directory is a file, no permission, a full disk) costs only the warning: the tuned plan is
-still returned.
+and the problem is tuned again (the entry is overwritten). An entry is opened only if it is a
+regular file, and read up to :data:`~pyblasgemm._files.CACHE_ENTRY_BYTES`: a FIFO, a link to
+a device or an oversized file in its place is unreadable (the same warning), never a hang. A
+cache that cannot be written (the directory is a file, no permission, a full disk) costs only
+the warning: the tuned plan is still returned.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ import warnings
 from pathlib import Path
 
 from .. import settings as _env
+from .._files import CACHE_ENTRY_BYTES, read_regular
 from ..desc import GemmDesc, matrix_span
 from . import model as M
 from ._checks import describe, is_number, why_not_number, why_not_numbers
@@ -140,11 +143,11 @@ class TuneCache:
         the wrong shape (one :class:`CacheWarning` naming the file and the reason)."""
         path = self.path(identity, fingerprint, key)
         try:
-            with open(path, "rb") as f:
-                data = json.load(f)
+            data = json.loads(read_regular(path, CACHE_ENTRY_BYTES))
         except FileNotFoundError:
             return None
-        except OSError as exc:     # the directory is a file, the entry a directory, no permission
+        except OSError as exc:     # the directory is a file, the entry a directory, a FIFO or
+            # a device (RefusedFile: never opened for a blocking read), too large, no permission
             self._warned_unusable = True
             warnings.warn(f"pyblasgemm: ignoring unreadable autotune cache file {path}: {exc}",
                           CacheWarning, stacklevel=2)

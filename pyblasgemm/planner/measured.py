@@ -16,7 +16,8 @@ problem's facts and the :class:`~pyblasgemm.planner.arch.ArchSpec`); the planner
 exact problem. ``PYBLASGEMM_NO_MEASURED_CHOICES=1`` turns the table off.
 
 The table file is untrusted input (it may be edited, or passed by path): :func:`load_choices`
-checks the shape and types of everything :func:`lookup` reads, and a file that is unreadable,
+checks the shape and types of everything :func:`lookup` reads, and a file that is unreadable
+(a FIFO, a device, a directory, over :data:`~pyblasgemm._files.DOCUMENT_BYTES`: never read),
 not JSON or of the wrong shape is ignored with one :class:`ChoicesWarning` naming the file and
 the reason; the cost model then decides.
 """
@@ -30,6 +31,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._files import DOCUMENT_BYTES, read_regular
 from ._checks import describe, is_int, why_not_dict, why_not_number, why_not_numbers
 from .arch import ArchSpec
 
@@ -160,11 +162,10 @@ def _read(path: str) -> dict | None:
     """The checked table at ``path``; None when there is none (silently) or it is unusable
     (one :class:`ChoicesWarning`; cached, so once per file and process)."""
     try:
-        with open(path, "rb") as f:
-            table = json.load(f)
+        table = json.loads(read_regular(path, DOCUMENT_BYTES))
     except FileNotFoundError:
         return None
-    except OSError as exc:
+    except OSError as exc:     # also RefusedFile: a FIFO, a device, a directory, too large
         why = f"cannot read it ({exc.strerror or exc})"
     except (ValueError, RecursionError) as exc:
         why = f"not JSON ({str(exc)[:120]})"

@@ -48,6 +48,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
+from .._files import DOCUMENT_BYTES, read_regular
 from ..kernels.config import (SHIPPED_CONFIGS, SM90_CONFIGS, SM90_CONFIGS_BY_TILE, SM90_PREP_KINDS,
                               SM90_SMALL_CONFIGS, KernelConfig)
 from ..kernels.geometry import launch_geometry
@@ -100,9 +101,8 @@ def load_calibration(path: str | None = None) -> dict:
 
 def _read_calibration_file(path: Path):
     try:
-        with open(path, "rb") as f:
-            return json.load(f)
-    except OSError as exc:
+        return json.loads(read_regular(path, DOCUMENT_BYTES))
+    except OSError as exc:     # also RefusedFile: a FIFO, a device, a directory, too large
         raise ValueError(f"pyblasgemm: cannot read calibration file {path}: {exc.strerror or exc}") from exc
     except (ValueError, RecursionError) as exc:
         raise ValueError(f"pyblasgemm: malformed calibration file {path}: not JSON "
