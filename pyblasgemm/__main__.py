@@ -57,6 +57,34 @@ def _error(got, want) -> float:
     return float(np.linalg.norm(got - want) / np.linalg.norm(want))
 
 
+#: memory the demo takes per element of one n x n matrix, an upper bound used to refuse a
+#: --size that cannot fit before anything runs. Host: at its peak about a dozen n x n arrays,
+#: most float64 (A and B, the reference, float64 operands and result, error temporaries);
+#: GPU: the routines' operands and results, at most 8 bytes an element, a few at a time.
+DEMO_BYTES_PER_ELEMENT = {"host": 128, "gpu": 64}
+
+
+def check_demo_size(n: int, have_host: int | None, have_gpu: int | None = None) -> str | None:
+    """Why ``demo --size n`` cannot fit in memory (``have_host`` / ``have_gpu`` bytes; None:
+    unknown or no GPU), or None.
+
+    >>> check_demo_size(512, have_host=1 << 30) is None
+    True
+    >>> print(check_demo_size(10**6, have_host=1 << 30))
+    demo --size 1000000 needs about 116 TiB of host memory (128 bytes per element of an
+    n x n matrix), more than the 1 GiB there is
+    """
+    from pyblasgemm.benchmarks.suite import format_bytes
+
+    for where, have in (("host", have_host), ("gpu", have_gpu)):
+        need = DEMO_BYTES_PER_ELEMENT[where] * n * n
+        if have is not None and need > have:
+            return (f"demo --size {n} needs about {format_bytes(need)} of "
+                    f"{where.replace('gpu', 'GPU')} memory ({DEMO_BYTES_PER_ELEMENT[where]} bytes "
+                    f"per element of an n x n matrix), more than the {format_bytes(have)} there is")
+    return None
+
+
 def demo(size: int | None = None) -> int:
     """The three forms on random data, each with its result checked against float64, the
     backend and kernel the planner chose and why; then a few routines' speed."""
@@ -189,6 +217,15 @@ def main(argv=None) -> int:
     planner_cli.add_parsers(sub)   # plan, tune
     args = parser.parse_args(argv)
     if args.command == "demo":
+        if args.size is not None:        # checked before anything runs (issue #30)
+            from pyblasgemm.benchmarks.suite import total_memory
+
+            cupy, _ = _gpu()
+            why = check_demo_size(args.size, total_memory("host"),
+                                  total_memory("gpu") if cupy is not None else None)
+            if why:
+                print(f"error: {why}", file=sys.stderr)
+                return 2
         return demo(args.size)
     if args.command == "plan":
         return planner_cli.run_plan(args)

@@ -12,7 +12,8 @@ MODULES = ["pyblasgemm.blas", "pyblasgemm.gemm", "pyblasgemm.matmul", "pyblasgem
            "pyblasgemm.ozaki", "pyblasgemm.epilogue", "pyblasgemm.mlp", "pyblasgemm.grouped",
            "pyblasgemm.kernels.jit", "pyblasgemm.kernels.launch", "pyblasgemm.kernels.grouped",
            "pyblasgemm.kernels.mlp_kernel", "pyblasgemm.kernels.ozaki_kernels", "pyblasgemm.planner.composite",
-           "pyblasgemm.composite"]
+           "pyblasgemm.composite", "pyblasgemm._files", "pyblasgemm.benchmarks.suite",
+           "pyblasgemm.benchmarks.plot", "pyblasgemm.__main__"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -24,6 +24,8 @@ import pathlib
 import sys
 from typing import NamedTuple
 
+from .._files import DOCUMENT_BYTES, read_regular
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "docs" / "_static" / "perf"
 
@@ -60,9 +62,15 @@ def _old_dtype(dtype: str, compute: str) -> str:
     return _OLD_DTYPE.get(dtype, dtype)
 
 
+def read_json(path):
+    """The JSON document at ``path``: a regular file of at most
+    :data:`~pyblasgemm._files.DOCUMENT_BYTES` (a FIFO or a device is refused, never read)."""
+    return json.loads(read_regular(path, DOCUMENT_BYTES))
+
+
 def load(path) -> Results:
     """Any results JSON of this repository, as records."""
-    doc = json.loads(pathlib.Path(path).read_text())
+    doc = read_json(path)
     dev = doc.get("device")
     dev_name = dev.get("name", "?") if isinstance(dev, dict) else str(dev)
     title = f"{dev_name}, {str(doc.get('date', '?'))[:10]}"
@@ -317,7 +325,7 @@ def make_plots(json_path, out_dir=DEFAULT_OUT) -> list:
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = pathlib.Path(json_path).stem
-    doc = json.loads(pathlib.Path(json_path).read_text())
+    doc = read_json(json_path)
     if is_mma_sync_file(doc):
         p = out_dir / f"{stem}_mma_sync.png"
         plot_mma_sync(doc, p)
@@ -344,11 +352,52 @@ def make_plots(json_path, out_dir=DEFAULT_OUT) -> list:
     return paths
 
 
+def check(results, out) -> str | None:
+    """Why plotting ``results`` into ``out`` would fail, or None: every file is read and
+    recognised, and ``out`` is checked, before the first plot is drawn.
+
+    >>> check(["no/such/file.json"], ".")
+    "'no/such/file.json': no such file"
+    """
+    from .suite import _why_not_directory
+
+    why = _why_not_directory(out) if out.strip() else "empty"
+    if why:
+        return f"--out {out!r}: {why}"
+    try:
+        import matplotlib  # noqa: F401  (an optional dependency: the [bench] extra)
+    except ImportError:
+        return "the plots need matplotlib, which is not installed (pip install 'pyblasgemm[bench]')"
+    for path in results:
+        try:
+            doc = read_json(path)
+        except FileNotFoundError:
+            return f"{path!r}: no such file"
+        except OSError as exc:      # a directory, FIFO or device (RefusedFile), too large, ...
+            return f"{path!r}: cannot read it ({exc.strerror or exc})"
+        except (ValueError, RecursionError) as exc:
+            return f"{path!r}: not JSON ({str(exc)[:120]})"
+        if isinstance(doc, dict) and is_mma_sync_file(doc):
+            continue
+        try:
+            load(path)
+        except ValueError:
+            return f"{path!r}: not a results file this script knows"
+        except (KeyError, TypeError, AttributeError) as exc:     # a known format, but broken
+            return (f"{path!r}: not a results file this script can read "
+                    f"({type(exc).__name__}: {str(exc)[:120]})")
+    return None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python bench/plot.py", description=__doc__.split("\n")[0])
     ap.add_argument("results", nargs="+", help="results JSON files")
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (default: %(default)s)")
     args = ap.parse_args(argv)
+    why = check(args.results, args.out)
+    if why:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     for path in args.results:
         for p in make_plots(path, args.out):
             print(p)

@@ -43,6 +43,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._files import DOCUMENT_BYTES, read_regular
+from ..desc import MAX_DIM          # the largest m, n or k: BLAS's 32-bit integers
+
 SCHEMA = "pyblasgemm-bench/1"
 #: the source checkout's root when run from one (for ``git describe`` in the results' metadata)
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -126,6 +129,11 @@ HOST_IMPLS = ("auto", "numpy")
 SMALL_S = 1e-3
 #: the target length of one timing sample, and how many samples the median is over
 SAMPLE_S, SAMPLES = 2e-3, 9
+#: memory a problem takes per element of A, B and C together, an upper bound used to refuse
+#: a problem that cannot fit before anything runs. Host: the typed buffers (<= 4 bytes), the
+#: float64 / int64 values they are drawn from (8) and NumPy's widened int8 / bfloat16
+#: products (4). GPU: the buffers (<= 4) and CuPy's float32 / int32 draws (4).
+BYTES_PER_ELEMENT = {"host": 16, "gpu": 8}
 
 
 def parse_shapes(text: str) -> tuple[Problem, ...]:
@@ -142,6 +150,9 @@ def parse_shapes(text: str) -> tuple[Problem, ...]:
                              f"e.g. 4096x4096x4096") from None
         if min(m, n, k) < 1:
             raise ValueError(f"shape {item!r}: m, n and k must be >= 1")
+        if max(m, n, k) > MAX_DIM:
+            raise ValueError(f"shape {item!r}: m, n and k must be <= {MAX_DIM} (BLAS's 32-bit "
+                             f"integers)")
         problems.append(Problem("user", m, n, k))
     if not problems:
         raise ValueError("--shapes is empty; give MxNxK[,MxNxK...]")
@@ -721,6 +732,158 @@ def results_dir() -> pathlib.Path:
         pathlib.Path.home() / ".local" / "share" / "pyblasgemm" / "bench"
 
 
+# ---------------------------------------------------------------------------------------------
+# The command line's paths and sizes, checked before any work: a run must not end, after
+# minutes of measuring, in a file it cannot write (issue #30)
+# ---------------------------------------------------------------------------------------------
+
+def _why_not_creatable(path) -> str | None:
+    """Why the missing ``path`` cannot be created (its nearest existing ancestor is not a
+    directory we may write in), or None."""
+    for up in pathlib.Path(os.path.abspath(path)).parents:
+        if os.path.exists(up):
+            if not os.path.isdir(up):
+                return f"{str(up)!r} is not a directory"
+            if not os.access(up, os.W_OK | os.X_OK):
+                return f"no permission to create anything in {str(up)!r}"
+            return None
+    return None
+
+
+def _why_not_directory(path) -> str | None:
+    """Why files cannot be written into the directory ``path`` (made if missing), or None."""
+    if os.path.isdir(path):
+        return None if os.access(path, os.W_OK | os.X_OK) else "no permission to write in it"
+    if os.path.lexists(path):
+        return "it is a file, not a directory"
+    return _why_not_creatable(path)
+
+
+def check_out(text: str | None) -> str | None:
+    """Why the results cannot be written to ``--out text`` (None: a new file in
+    :func:`results_dir`), or None when they can. Creates nothing.
+
+    >>> check_out("")
+    "--out '' is empty: give a file name, e.g. results.json"
+    >>> check_out("/")
+    "--out '/' is a directory: give a file in it, e.g. '/results.json'"
+    """
+    if text is None:
+        where = results_dir()
+        why = _why_not_directory(where)
+        return (f"the results directory {str(where)!r} (PYBLASGEMM_RESULTS_DIR, or the default): "
+                f"{why}; give --out FILE" if why else None)
+    if not text.strip():
+        return f"--out {text!r} is empty: give a file name, e.g. results.json"
+    if os.path.isdir(text) or text.endswith(("/", os.sep)):
+        return (f"--out {text!r} is a directory: give a file in it, e.g. "
+                f"{os.path.join(text, 'results.json')!r}")
+    if os.path.lexists(text):      # overwritten (or a device, /dev/stdout, written to)
+        return None if os.access(text, os.W_OK) else f"--out {text!r}: no permission to write it"
+    why = _why_not_creatable(text)
+    return f"--out {text!r} cannot be created: {why}" if why else None
+
+
+def check_plots(text: str | None) -> str | None:
+    """Why the plots cannot be written into ``--plots text`` (None: no plots), or None.
+
+    >>> check_plots("")
+    "--plots '' is empty: give a directory, e.g. plots"
+    """
+    if text is None:
+        return None
+    if not text.strip():
+        return f"--plots {text!r} is empty: give a directory, e.g. plots"
+    why = _why_not_directory(text)
+    if why:
+        return f"--plots {text!r}: {why}"
+    try:
+        import matplotlib  # noqa: F401  (the plots need it; it is an optional dependency)
+    except ImportError:
+        return "--plots needs matplotlib, which is not installed (pip install 'pyblasgemm[bench]')"
+    return None
+
+
+def format_bytes(nbytes: float) -> str:
+    """Bytes in the largest binary unit that keeps the number >= 1.
+
+    >>> format_bytes(512), format_bytes(3 << 29), format_bytes(48 * 10**12)
+    ('512 B', '1.5 GiB', '43.7 TiB')
+    """
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    i = 0
+    while nbytes >= 1024 and i < len(units) - 1:
+        nbytes /= 1024
+        i += 1
+    return f"{nbytes:.3g} {units[i]}"
+
+
+def total_memory(device: str) -> int | None:
+    """Bytes of memory of the host (physical) or of the current GPU; None when unknown."""
+    if device == "gpu":
+        try:
+            import cupy
+            return int(cupy.cuda.runtime.memGetInfo()[1])
+        except Exception:
+            return None
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):   # no sysconf (Windows) or no such name
+        return None
+
+
+def check_memory(problems, device: str, have: int | None = None) -> str | None:
+    """Why the largest of ``problems`` cannot fit in ``device``'s memory (``have`` bytes,
+    default :func:`total_memory`), or None. Bound: :data:`BYTES_PER_ELEMENT`.
+
+    >>> check_memory([Problem("user", 1000, 1000, 1000)], "host", have=1 << 30) is None
+    True
+    >>> print(check_memory([Problem("user", 10**6, 10**6, 10**6)], "host", have=1 << 30))
+    problem 1000000x1000000x1000000 needs about 43.7 TiB of host memory (16 bytes per element
+    of A, B and C), more than the 1 GiB there is
+    """
+    if not problems:
+        return None
+    p = max(problems, key=lambda p: p.m * p.k + p.k * p.n + p.m * p.n)
+    need = BYTES_PER_ELEMENT[device] * (p.m * p.k + p.k * p.n + p.m * p.n)
+    have = total_memory(device) if have is None else have
+    if have is None or need <= have:
+        return None
+    where = "GPU" if device == "gpu" else "host"
+    return (f"problem {p.label} needs about {format_bytes(need)} of {where} memory "
+            f"({BYTES_PER_ELEMENT[device]} bytes per element of A, B and C), more than the "
+            f"{format_bytes(have)} there is")
+
+
+def load_results(path: str) -> dict:
+    """The results document at ``path`` (``--table``), checked by :func:`validate_results`.
+    Raises ValueError naming the file and what is wrong with it: missing, not a regular file,
+    over :data:`~pyblasgemm._files.DOCUMENT_BYTES`, not JSON, not of the schema, no results.
+
+    >>> load_results("no/such/file.json")
+    Traceback (most recent call last):
+        ...
+    ValueError: --table 'no/such/file.json': no such file
+    """
+    if not path.strip():
+        raise ValueError(f"--table {path!r} is empty: give a results file")
+    try:
+        doc = json.loads(read_regular(path, DOCUMENT_BYTES))
+    except FileNotFoundError:
+        raise ValueError(f"--table {path!r}: no such file") from None
+    except OSError as exc:       # a directory, FIFO or device (RefusedFile), too large, ...
+        raise ValueError(f"--table {path!r}: cannot read it ({exc.strerror or exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"--table {path!r}: not JSON ({str(exc)[:120]})") from None
+    try:
+        validate_results(doc)
+    except ValueError as exc:
+        raise ValueError(f"--table {path!r}: not a {SCHEMA} results file ({exc})") from None
+    if not doc["results"]:
+        raise ValueError(f"--table {path!r}: it holds no results")
+    return doc
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     if args.list:
@@ -729,12 +892,15 @@ def main(argv=None) -> int:
         print("dtypes: " + ", ".join(f"{d.name} ({d.routine}, compute={d.compute or 'default'}, "
                                      f"{d.trans})" for d in DTYPES.values()))
         return 0
-    if args.table:
-        doc = json.loads(pathlib.Path(args.table).read_text())
-        print(rst_table(doc) if args.rst else readme_table(doc))
-        return 0
     try:
+        if args.table is not None:
+            doc = load_results(args.table)
+            print(rst_table(doc) if args.rst else readme_table(doc))
+            return 0
         problems, dtypes, impls = resolve(args)
+        for why in (check_out(args.out), check_plots(args.plots)):
+            if why:
+                raise ValueError(why)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -752,6 +918,10 @@ def main(argv=None) -> int:
             print(f"error: the GPU benchmark needs CuPy and a CUDA device ({exc}); "
                   f"use --device host for a smoke run", file=sys.stderr)
             return 2
+    why = check_memory(problems, args.device)
+    if why:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     doc = run(problems, dtypes, impls, device=args.device, trans=args.trans,
               progress=not args.no_progress, small_method=args.small)
     doc["suite"] = (QUICK_SUITE[args.device] if args.quick else args.suite) or \
@@ -767,7 +937,7 @@ def main(argv=None) -> int:
         while pathlib.Path(out).exists():   # never overwrite a measurement (the planner's
             n_run += 1                      # calibration pins its source files by sha256)
             out = f"{base}_run{n_run}.json"
-    pathlib.Path(out).parent.mkdir(parents=True, exist_ok=True)
+    pathlib.Path(out).parent.mkdir(parents=True, exist_ok=True)   # checked by check_out
     with open(out, "w") as f:
         json.dump(doc, f, indent=1)
     print(f"wrote {out}")
@@ -784,17 +954,22 @@ def ratio_summary(doc) -> dict:
     problems of a results document, for ``auto`` and ``tensorcore``."""
     out = {}
     for r in doc["results"]:
-        if r["impl"] in ("auto", "tensorcore") and r.get("ratio_to_cublas"):
+        if r["impl"] in ("auto", "tensorcore") and _positive(r.get("ratio_to_cublas")):
             out.setdefault(r["dtype"], {}).setdefault(r["impl"], []).append(r["ratio_to_cublas"])
     return {d: {i: (math.exp(sum(map(math.log, v)) / len(v)), min(v), max(v))
                 for i, v in per.items()} for d, per in out.items()}
 
 
+def _positive(x) -> bool:
+    """A number > 0 (not a bool): what the tables take from a results file's optional fields."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+
+
 def _table_rows(doc):
     summ = ratio_summary(doc)
     largest = max((r["m"] * r["n"] * r["k"], r["problem"]) for r in doc["results"])[1]
-    speed = {(r["dtype"], r["impl"]): r["tflops"] for r in doc["results"]
-             if r["problem"] == largest}
+    speed = {(r["dtype"], r["impl"]): r.get("tflops") for r in doc["results"]
+             if r["problem"] == largest and _positive(r.get("tflops"))}
     rows = []
     for d, per in summ.items():
         cells = [f"{g:.2f} ({lo:.2f}–{hi:.2f})" for g, lo, hi in

@@ -76,8 +76,8 @@ def _gpu_count() -> int:
 
 def _kw(args) -> dict:
     trans = args.trans.upper()
-    if len(trans) != 2:
-        raise SystemExit(f"--trans {args.trans!r}: give two letters, e.g. NT")
+    if len(trans) != 2:     # ValueError: reported as 'error: ...', exit code 2
+        raise ValueError(f"--trans {args.trans!r}: give two letters, e.g. NT")
     return dict(compute=args.compute, transa=trans[0], transb=trans[1], lda=args.lda,
                 ldb=args.ldb, ldc=args.ldc, batch=args.batch, align=args.align, device=args.device)
 
@@ -85,6 +85,11 @@ def _kw(args) -> dict:
 def run_plan(args) -> int:
     from . import FAMILIES, plan
 
+    try:
+        kw = _kw(args)          # before anything is printed
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     empty = [f"{name} = 0" for name in ("m", "n", "k", "batch") if getattr(args, name) == 0]
     if empty:
         if args.m and args.n and args.batch:       # k = 0: reference BLAS's quick return
@@ -105,7 +110,7 @@ def run_plan(args) -> int:
               "132 SMs); use --arch or PYBLASGEMM_ARCH for another family")
         arch = FAMILIES["sm_90"]
     try:
-        p = plan(args.m, args.n, args.k, args.dtype, backend=args.backend, arch=arch, **_kw(args))
+        p = plan(args.m, args.n, args.k, args.dtype, backend=args.backend, arch=arch, **kw)
     except (ValueError, TypeError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -116,13 +121,18 @@ def run_plan(args) -> int:
 def run_tune(args) -> int:
     from . import tune
 
+    try:
+        kw = _kw(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if _gpu_count() == 0:
         print("error: 'tune' times kernels on a GPU, and CuPy finds no CUDA device here; "
               "'python -m pyblasgemm plan ...' shows the model's choice without one", file=sys.stderr)
         return 2
     try:
         p = tune(args.m, args.n, args.k, args.dtype, top=args.top, repeats=args.repeats,
-                 cache=not args.no_cache, **_kw(args))
+                 cache=not args.no_cache, **kw)
     except (ValueError, TypeError, NotImplementedError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
