@@ -58,6 +58,21 @@ TYPE_ROWS = {
     "sb": TypeRow("sb", bfloat16, float32, float32, ("fp32",)),
 }
 
+def dtype_text(dtype) -> str:
+    """A dtype as messages name it: its name, and for a byte-swapped dtype its code and byte
+    order too (``'>f4'`` and ``'<f4'`` are both named float32, and only one is supported: a
+    message saying "float32 ... expected float32" would not say what is wrong).
+
+    >>> import numpy as np
+    >>> dtype_text(np.float32), dtype_text(np.dtype(">f4"))
+    ('float32', "float32 in non-native byte order ('>f4')")
+    """
+    d = np.dtype(dtype)
+    if d.isnative:
+        return d.name
+    return f"{d.name} in non-native byte order ({d.str!r})"
+
+
 #: operand dtype -> the type row of that operand type with its own output type (gemm, matmul)
 ROW_BY_DTYPE = {row.ab_dtype: row for row in TYPE_ROWS.values() if row.ab_dtype == row.c_dtype
                 or row.prefix == "i"}

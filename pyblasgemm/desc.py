@@ -16,7 +16,7 @@ from numbers import Complex, Integral, Real
 from typing import NamedTuple
 
 from . import _arrays
-from ._types import TYPE_ROWS, TypeRow, resolve_compute
+from ._types import TYPE_ROWS, TypeRow, dtype_text, resolve_compute
 from ._types import resolve_compute as _resolve
 
 
@@ -281,17 +281,37 @@ def check_backend(routine: str, backend) -> str | None:
                      f"{', '.join(repr(b) for b in BACKEND_NAMES)}")
 
 
-def check_backend_place(routine: str, backend: str | None, xp: str) -> None:
+def check_backend_place(routine: str, backend: str | None, xp: str, name: str = "backend") -> None:
     """A forced backend runs where the arrays are: 'host' on NumPy arrays, the GPU backends on
-    CuPy arrays. Checked for every call, the degenerate ones (k = 0, alpha = 0) included."""
+    CuPy arrays. Checked for every call, the degenerate ones (k = 0, alpha = 0) included.
+    ``name``: what forced it, for the message (``'PYBLASGEMM_BACKEND'`` when the environment
+    did: the user who set it passed no ``backend=``).
+
+    >>> check_backend_place("gemm", "cublas", "numpy", name="PYBLASGEMM_BACKEND")
+    Traceback (most recent call last):
+        ...
+    ValueError: gemm: PYBLASGEMM_BACKEND='cublas' runs on CuPy arrays, but the arrays are NumPy arrays
+    """
     if backend is None or backend == "auto":
         return
     on_host = xp == "numpy"
     if on_host != (backend == "host"):
         wanted = "NumPy" if backend == "host" else "CuPy"
         got = "NumPy" if on_host else "CuPy"
-        raise ValueError(f"{routine}: backend={backend!r} runs on {wanted} arrays, "
+        raise ValueError(f"{routine}: {name}={backend!r} runs on {wanted} arrays, "
                          f"but the arrays are {got} arrays")
+
+
+def check_forced_backend(routine: str, backend: str | None, xp: str) -> None:
+    """:func:`check_backend_place` for the backend a call runs under: ``backend=`` (checked by
+    :func:`check_backend`) or, without it, ``PYBLASGEMM_BACKEND`` (named as such). For routes
+    that do not reach the planner, which checks the same."""
+    if backend is not None:
+        check_backend_place(routine, backend, xp)
+        return
+    from .planner.overrides import current_settings
+
+    check_backend_place(routine, current_settings().backend, xp, name="PYBLASGEMM_BACKEND")
 
 
 def check_same_place(routine: str, named_arrays) -> tuple:
@@ -329,7 +349,7 @@ def _check_buffer(routine, name, x, row_dtype, rows, cols, ld, ld_name, writable
         raise TypeError(f"{routine}: parameter {pos} ({name}) must be a NumPy or CuPy array, "
                         f"not {type(x).__name__}")
     if x.dtype != row_dtype:
-        raise TypeError(f"{routine}: parameter {pos} ({name}) has dtype {x.dtype.name}; "
+        raise TypeError(f"{routine}: parameter {pos} ({name}) has dtype {dtype_text(x.dtype)}; "
                         f"expected {row_dtype.name}")
     layout_ok = ((x.ndim == 1 and (x.size <= 1 or x.strides[0] == x.dtype.itemsize))
                  or (x.ndim == 2 and x.flags.f_contiguous))

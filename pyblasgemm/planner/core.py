@@ -64,6 +64,8 @@ def plan_for(desc: GemmDesc, backend: str | None = None, *, autotune: bool | Non
         return plan
     s = current_settings()
     tune = s.autotune if autotune is None else autotune
+    if backend is None:     # the environment forced it: its message names the variable
+        check_backend_place(desc.routine, s.backend, desc.xp, name="PYBLASGEMM_BACKEND")
     plan = _choose(desc, backend or s.backend, arch, tune)
     if s.print_plans:
         print(plan.explain(), file=sys.stderr)
