@@ -7,6 +7,8 @@ dimensions) has no BLAS description and is copied by the caller.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from . import _arrays
 
 
@@ -66,10 +68,31 @@ def byte_extent(x):
     return lo, hi + x.dtype.itemsize
 
 
+#: the work bound of NumPy's exact overlap solver (``numpy.shares_memory``'s ``max_work``):
+#: strided 2-D and 3-D views are decided in a few steps; past it, overlap is assumed
+OVERLAP_MAX_WORK = 10_000
+
+
 def may_overlap(x, y) -> bool:
-    """Conservative: True when the byte extents of x and y intersect."""
+    """Whether x and y may share an element: False when their byte extents are disjoint; when
+    the extents intersect, NumPy arrays are decided exactly (two column blocks of one matrix
+    interleave without sharing a byte: NumPy and CuPy compute such an ``out``, and so do we,
+    in place); other arrays, and problems past :data:`OVERLAP_MAX_WORK`, count as overlapping.
+
+    >>> import numpy as np
+    >>> buf = np.zeros((4, 4))
+    >>> may_overlap(buf[:, :2], buf[:, 2:]), may_overlap(buf[:, :3], buf[:, 2:])
+    (False, True)
+    """
     if x.size == 0 or y.size == 0:
         return False
     x0, x1 = byte_extent(x)
     y0, y1 = byte_extent(y)
-    return x0 < y1 and y0 < x1
+    if not (x0 < y1 and y0 < x1):
+        return False
+    if type(x) is np.ndarray and type(y) is np.ndarray:
+        try:
+            return bool(np.shares_memory(x, y, max_work=OVERLAP_MAX_WORK))
+        except np.exceptions.TooHardError:
+            return True
+    return True

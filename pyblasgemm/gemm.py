@@ -4,9 +4,8 @@ from __future__ import annotations
 from . import _arrays, calls, interop, streams
 from .matmul import _plain_word
 from ._strided import strided_gemm
-from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, resolve_compute
+from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, dtype_text, resolve_compute
 from .desc import check_backend, check_gemm_flag, check_same_place, check_scalar
-from ._layout import may_overlap
 
 _ROUTINE = "gemm"
 
@@ -36,8 +35,9 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
     out : array, optional
         m x n output of the result dtype (int32 for int8 inputs; float16 and bfloat16 inputs
         may also write a float32 ``out``, as :func:`shgemm` / :func:`sbgemm`: float32
-        accumulation, one rounding to float32), updated in place. When
-        omitted, a new array is returned and ``beta`` is ignored (as in CuPy); it is F-ordered
+        accumulation, one rounding to float32), updated in place; an ``out`` that shares
+        memory with ``a`` or ``b`` gets the answer computed from their values before the call
+        (as NumPy's ``out=``: into a temporary, then copied). When omitted, a new array is returned and ``beta`` is ignored (as in CuPy); it is F-ordered
         like CuPy's unless ``a`` and ``b`` are both C-ordered (then C-ordered, the faster
         arrangement for the backends).
     alpha, beta : scalars or 0-d arrays
@@ -134,19 +134,7 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
     r = _ROUTINE
     given_alpha, given_beta = alpha, beta
     given_compute, given_backend = compute, backend
-    for name, x in (("a", a), ("b", b)):
-        if _arrays.array_module_name(x) is None:
-            raise TypeError(f"{r}: {name} must be a NumPy or CuPy array, not {type(x).__name__}")
-        if x.ndim != 2:
-            raise ValueError(f"{r}: {name} must be 2-D, got {x.ndim}-D with shape {x.shape}")
-    xp_name, _ = check_same_place(r, [("a", a), ("b", b)])
-    if a.dtype != b.dtype:
-        raise TypeError(f"{r}: a has dtype {a.dtype.name} but b has dtype {b.dtype.name}; "
-                        f"both must have one dtype")
-    row = ROW_BY_DTYPE.get(a.dtype)
-    if row is None:
-        raise TypeError(f"{r}: dtype {a.dtype.name} is not supported; use one of "
-                        f"{_supported_names()}")
+    xp_name, row = check_operands(r, a, b)
     if out is not None and getattr(out, "dtype", None) is not None and out.dtype != row.c_dtype:
         # a float32 out for 16-bit operands selects the mixed-precision routine (shgemm/sbgemm)
         row = ROW_BY_DTYPES.get((a.dtype, out.dtype), row)
@@ -171,20 +159,10 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         out = xp.empty((m, n), dtype=row.c_dtype, order=order)
         beta = 0 if row.scalar_kind == "int" else 0.0   # as cupy.cublas.gemm: not read
     else:
-        if _arrays.array_module_name(out) is None:
-            raise TypeError(f"{r}: out must be a NumPy or CuPy array, not {type(out).__name__}")
-        check_same_place(r, [("a", a), ("out", out)])
-        if out.shape != (m, n):
-            raise ValueError(f"{r}: out has shape {out.shape}; expected ({m}, {n})")
-        if out.dtype != row.c_dtype:
-            raise TypeError(f"{r}: out has dtype {out.dtype.name}; expected "
-                            f"{row.c_dtype.name}"
-                            + (" or float32" if row.ab_dtype.itemsize == 2 else ""))
-        if not _arrays.is_writeable(out):
-            raise ValueError(f"{r}: out is read-only")
-        for name, x in (("a", a), ("b", b)):
-            if may_overlap(out, x):
-                raise ValueError(f"{r}: out overlaps {name} in memory; pass a separate output")
+        # an out sharing memory with a or b is computed as NumPy computes it: into a temporary,
+        # copied into out at the end (strided_gemm sees the overlap; a disjoint out whose
+        # bytes interleave with a's is written in place)
+        check_out(r, out, a, (m, n), row)
     with streams.on(stream if xp_name == "cupy" else None):
         ran = strided_gemm(r, row, compute, backend, ta, tb, a, b, out, alpha, beta,
                            fresh_c=fresh, autotune=autotune, stream=stream)
@@ -208,6 +186,59 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         zero = 0 if row.scalar_kind == "int" else 0.0
         calls.record(key, ran[0], ran[1], a, b, out, fresh, None, zero, _scalar_limit(row))
     return out
+
+
+def check_operands(r, a, b, names=("a", "b")):
+    """gemm's checks of the operands, raised before any work: NumPy or CuPy arrays, 2-D, of one
+    library and device, of one supported dtype in native byte order. Returns (xp name, type
+    row). ``names``: the arguments as the caller's user gave them (``grouped_matmul`` checks
+    every problem's ``a[g]``, ``b[g]`` with it before running any).
+
+    >>> import numpy as np
+    >>> check_operands("gemm", np.ones((2, 2), ">f4"), np.ones((2, 2), ">f4"))
+    Traceback (most recent call last):
+        ...
+    TypeError: gemm: a has dtype float32 in non-native byte order ('>f4'); pyblasgemm computes in native byte order: pass a.astype(a.dtype.newbyteorder('='))
+    """
+    for name, x in zip(names, (a, b)):
+        if _arrays.array_module_name(x) is None:
+            raise TypeError(f"{r}: {name} must be a NumPy or CuPy array, not {type(x).__name__}")
+        if x.ndim != 2:
+            raise ValueError(f"{r}: {name} must be 2-D, got {x.ndim}-D with shape {x.shape}")
+    xp_name, _ = check_same_place(r, list(zip(names, (a, b))))
+    for name, x in zip(names, (a, b)):
+        _check_native(r, name, x)
+    if a.dtype != b.dtype:
+        raise TypeError(f"{r}: {names[0]} has dtype {a.dtype.name} but {names[1]} has dtype "
+                        f"{b.dtype.name}; both must have one dtype")
+    row = ROW_BY_DTYPE.get(a.dtype)
+    if row is None:
+        raise TypeError(f"{r}: dtype {a.dtype.name} is not supported; use one of "
+                        f"{_supported_names()}")
+    return xp_name, row
+
+
+def _check_native(r, name, x):
+    if not x.dtype.isnative:
+        # '>f4' is named float32 too: say which float32, and how to get the one we compute
+        raise TypeError(f"{r}: {name} has dtype {dtype_text(x.dtype)}; pyblasgemm computes in "
+                        f"native byte order: pass {name}.astype({name}.dtype.newbyteorder('='))")
+
+
+def check_out(r, out, a, shape, row, name="out"):
+    """gemm's checks of ``out`` (without an epilogue): an array beside ``a``, of the result's
+    shape and dtype (``row``'s, or float32 for 16-bit operands), native and writable."""
+    if _arrays.array_module_name(out) is None:
+        raise TypeError(f"{r}: {name} must be a NumPy or CuPy array, not {type(out).__name__}")
+    check_same_place(r, [("a", a), (name, out)])
+    if out.shape != shape:
+        raise ValueError(f"{r}: {name} has shape {out.shape}; expected {shape}")
+    if out.dtype != row.c_dtype:
+        raise TypeError(f"{r}: {name} has dtype {dtype_text(out.dtype)}; expected "
+                        f"{row.c_dtype.name}"
+                        + (" or float32" if row.ab_dtype.itemsize == 2 else ""))
+    if not _arrays.is_writeable(out):
+        raise ValueError(f"{r}: {name} is read-only")
 
 
 #: the scalar types the signature fast path takes as they are, per scalar kind
