@@ -19,7 +19,7 @@ from ._strided import strided_gemm
 from .backends import host as host_backend
 from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, get_default_compute, resolve_compute
 from ._layout import may_overlap
-from .desc import check_backend
+from .desc import check_backend, check_forced_backend
 
 _ROUTINE = "matmul"
 #: cupy.ndarray once seen (the signature fast path compares types by identity)
@@ -309,6 +309,8 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
     compute = resolve_compute(row, compute, _ROUTINE)
     backend = check_backend(_ROUTINE, backend)
     xp = _arrays.xp_of(xp_name)
+    if xp_name == "numpy" and row.prefix == "i" and result_dtype != row.c_dtype:
+        return _host_int8(a, b, a2, b2, out, shape, final_shape, backend)
 
     with streams.on(stream if xp_name == "cupy" else None):   # CuPy work of this call (casts, copies) on the same stream
         a2 = a2.astype(operand_dtype, copy=False)
@@ -343,6 +345,23 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
 
 
 _HOST_DIRECT = host_backend.DIRECT
+
+
+def _host_int8(a, b, a2, b2, out, shape, final_shape, backend):
+    """An int8 result of int8 NumPy operands: the host's int8 route writes it directly (no
+    int32 array the size of the result beside it: NumPy's own call needs only the int8 one;
+    a 2^31 x 1 column ran out of memory through the int32 route)."""
+    check_forced_backend(_ROUTINE, backend, "numpy")
+    if out is not None and not (may_overlap(out, a) or may_overlap(out, b)):
+        host_backend.int8_matmul(a2, b2, _with_core_dims(out, a.ndim, b.ndim))
+        return out
+    full = np.empty(shape, np.int8)     # (an out sharing memory with a or b: as if from copies)
+    host_backend.int8_matmul(a2, b2, full)
+    result = full.reshape(final_shape)
+    if out is not None:
+        out[...] = result
+        return out
+    return result[()] if result.ndim == 0 else result
 
 #: ``dtype=`` values a signature key holds as given (hashable, and equal only when they name
 #: the same dtype: ``numpy.int32``, ``numpy.dtype('int32')``, ``'int32'``)

@@ -6,8 +6,10 @@ Precision follows the GPU modes so that host results are a faithful stand-in:
     accurate, documented);
   * float32 'fp32': float32 BLAS; 'tf32': operands rounded to tf32 first (round to nearest,
     ties away, as ``cvt.rna.tf32.f32``); '3xtf32': the three-product tf32 split;
-  * int8: exact products in float64 (|sum| < 2^53 for any k < 2^38), then int32 arithmetic
-    that wraps like the GPU's;
+  * int8: exact float32 BLAS products of blocks of at most 1024 terms (|sum| <= 2^24), summed
+    in int32 arithmetic that wraps like the GPU's adder (the exact sum modulo 2^32); the blocks
+    bound the route's temporaries (a few MiB, less for a small result), so its peak memory
+    stays within NumPy's for the same product (:func:`int8_product`);
   * float64 / complex: NumPy's matmul (BLAS) directly.
 
 Floating-point exceptions (a float16 result past 65504, inf - inf) are reported as NumPy's
@@ -61,8 +63,9 @@ def product(desc: GemmDesc, opa: np.ndarray, opb: np.ndarray) -> np.ndarray:
     if desc.row.ab_dtype.itemsize == 2:      # float16 / bfloat16 operands, any output type
         return np.matmul(opa.astype(np.float32), opb.astype(np.float32))
     if desc.prefix == "i":
-        exact = np.matmul(opa.astype(np.float64), opb.astype(np.float64)).astype(np.int64)
-        return exact.astype(np.int32).astype(np.int64)  # wrap to int32 like the GPU's adder
+        out = np.empty(opa.shape[:-1] + opb.shape[-1:], np.int32)
+        int8_product(opa, opb, out)
+        return out.astype(np.int64)     # wrapped to int32 like the GPU's adder
     base = base_compute(desc.compute)
     if base == OZAKI:
         return _ozaki_product(desc, opa, opb)
@@ -82,6 +85,110 @@ def product(desc: GemmDesc, opa: np.ndarray, opb: np.ndarray) -> np.ndarray:
         # small terms first: they are tiny, summing them before the big product loses less
         return (np.matmul(big_a, small_b) + np.matmul(small_a, big_b)) + np.matmul(big_a, big_b)
     return np.matmul(opa, opb)
+
+
+#: terms of one float32 block product of the int8 route: |x·y| <= 2^14 for int8 x, y, so any
+#: partial sum of 1024 of them is an integer of magnitude <= 2^24, exact in float32 (whatever
+#: the BLAS's order and FMA use)
+INT8_K_BLOCK = 1024
+#: elements of each 4-byte temporary of the int8 route (a block of op(a), of op(b), a partial
+#: product, a sum): at most 2^20 (4 MiB) ...
+INT8_BLOCK_ELEMS = 1 << 20
+#: ... and at most 1/32 of the bytes NumPy's own call allocates (:func:`_numpy_bytes`: the four
+#: temporaries then add at most half of it), but never below 2^18 (1 MiB): smaller blocks cost
+#: more than they save (a small sgemm is ~1 ms of OpenBLAS thread start-up on a loaded host:
+#: 256 blocks made an int8 1024^3 product 16 s on 2 busy cores)
+INT8_MIN_BLOCK_ELEMS = 1 << 18
+
+
+def _stored(x) -> int:
+    """Elements a view holds in memory (a broadcast dimension, stride 0, counts once)."""
+    count = 1
+    for dim, stride in zip(x.shape, x.strides):
+        if stride != 0:
+            count *= dim
+    return count
+
+
+def _numpy_bytes(opa, opb, dest) -> int:
+    """What ``numpy.matmul`` allocates for this product: the result, and for an int32 result
+    (``dtype=numpy.int32``) the operands' int32 copies too."""
+    if dest.itemsize == 1:
+        return dest.nbytes
+    return dest.nbytes + 4 * (_stored(opa) + _stored(opb))
+
+
+def int8_product(opa, opb, dest, alpha=1, beta=0) -> None:
+    """``dest[...] = alpha·(opa @ opb) + beta·dest`` for int8 ``opa`` (batch, m, k) and ``opb``
+    (batch, k, n) (views of any strides; a zero batch stride broadcasts), wrapped to
+    ``dest``'s integer type: the exact sum modulo 2^32, then modulo ``dest``'s size (int32:
+    the GPU's wrapping adder; int8: NumPy's int8 matmul, which wraps every step: the same
+    bits, wrapping being a ring homomorphism). ``alpha`` and ``beta``: int32-range ints.
+
+    Blocks of ``k`` (:data:`INT8_K_BLOCK`), rows and columns go through float32 BLAS exactly;
+    the partial products are summed in int32. Only blocks are ever widened: the float64 copies
+    of whole operands this replaced needed 8x op(a) (a 2^31 x 1 int8 column ran out of memory
+    where ``numpy.matmul`` needs its 2 GiB result).
+
+    >>> import numpy as np
+    >>> a = np.full((1, 1, 3000), 127, np.int8)
+    >>> out = np.empty((1, 1, 1), np.int32)
+    >>> int8_product(a, a.transpose(0, 2, 1), out)
+    >>> int(out[0, 0, 0]) == 3000 * 127 * 127
+    True
+    """
+    batch, m, k = opa.shape
+    n = opb.shape[-1]
+    if dest.size == 0:
+        return
+    direct = alpha == 1 and beta == 0 and dest.dtype == np.int32 and k > 0
+    budget = min(INT8_BLOCK_ELEMS, max(INT8_MIN_BLOCK_ELEMS, _numpy_bytes(opa, opb, dest) // 32))
+    kb = max(1, min(k, INT8_K_BLOCK))
+    nb = min(n, max(1, budget // kb))
+    mb = min(m, max(1, budget // max(kb, nb)))
+    bb = min(batch, max(1, budget // max(mb * kb, kb * nb, mb * nb)))
+    for b0 in range(0, batch, bb):
+        bs = slice(b0, b0 + bb)
+        for i0 in range(0, m, mb):
+            rows = slice(i0, i0 + mb)
+            for j0 in range(0, n, nb):
+                cols = slice(j0, j0 + nb)
+                target = dest[bs, rows, cols]
+                # the sum lands in dest itself when nothing else is to be done with it
+                acc = target if direct else np.zeros(target.shape, np.int32)
+                for p0 in range(0, k, kb):
+                    inner = slice(p0, p0 + kb)
+                    part = np.matmul(opa[bs, rows, inner].astype(np.float32),
+                                     opb[bs, inner, cols].astype(np.float32))
+                    if p0 == 0:
+                        acc[...] = part      # exact integers: the cast is exact
+                    else:                    # int32 addition: wraps as the GPU's adder
+                        np.add(acc, part, out=acc, dtype=np.int32, casting="unsafe")
+                    del part                 # (freed before the next block's are made)
+                if not direct:
+                    if alpha != 1:
+                        np.multiply(acc, np.int32(alpha), out=acc)
+                    if beta != 0:
+                        old = target.astype(np.int32)
+                        np.multiply(old, np.int32(beta), out=old)
+                        np.add(acc, old, out=acc)
+                        del old
+                    target[...] = acc        # int32 -> dest's type wraps (unsafe cast)
+                del acc, target
+
+
+def int8_matmul(a, b, dest) -> None:
+    """``dest[...] = a @ b`` for int8 NumPy arrays with ``numpy.matmul``'s batch broadcasting
+    (``a`` (..., m, k), ``b`` (..., k, n), ``dest`` (..., m, n) of any integer type), by
+    :func:`int8_product`: the exact sum wrapped to ``dest``'s type (for an int8 ``dest``,
+    ``numpy.matmul``'s own bits, with no temporaries the size of the result)."""
+    batch = dest.shape[:-2]
+    a = np.broadcast_to(a, batch + a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:])
+    if not batch:
+        a, b, dest = a[None], b[None], dest[None]
+    for idx in np.ndindex(*dest.shape[:-3]):    # the batch dims past the first, looped
+        int8_product(a[idx], b[idx], dest[idx])
 
 
 def _ozaki_product(desc: GemmDesc, opa, opb):
@@ -193,13 +300,10 @@ def _compute(desc: GemmDesc, a, b, c) -> None:
     opa = op_view(a, desc.transa, a_rows, a_cols, desc.lda, desc.batch, desc.stride_a)
     opb = op_view(b, desc.transb, b_rows, b_cols, desc.ldb, desc.batch, desc.stride_b)
     cv = _arrays.strided_view(c, (desc.batch, desc.m, desc.n), (desc.stride_c, 1, desc.ldc))
-    acc = product(desc, opa, opb)
     if desc.prefix == "i":
-        out = acc * desc.alpha
-        if desc.beta != 0:
-            out += cv.astype(np.int64) * desc.beta
-        cv[...] = out.astype(np.int32)  # int64 -> int32 wraps modulo 2^32
+        int8_product(opa, opb, cv, desc.alpha, desc.beta)   # in blocks, into C (int32, wrapping)
         return
+    acc = product(desc, opa, opb)
     out = acc * acc.dtype.type(desc.alpha) if desc.alpha != 1 else acc
     if desc.beta != 0:  # beta == 0: C is not read, so NaN/Inf in it never propagate
         out = out + cv.astype(acc.dtype) * acc.dtype.type(desc.beta)
