@@ -147,63 +147,118 @@ def _check_vector(routine, name, x, xp_name, length, what):
 
 
 def check(routine: str, out_shape: tuple, mn: tuple, out_dtype, xp_name: str, bias, activation,
-          preactivation_out, scale_a, scale_b, operand_dtype) -> Epilogue:
+          preactivation_out, scale_a, scale_b, operand_dtype, names=None) -> Epilogue:
     """The Epilogue of a call, or a ValueError / TypeError naming the argument, its value and
     the rule, raised before any work. ``out_shape``: the result's shape; ``mn``: (m, n) of
-    the product (1 for a vector operand's missing side, as matmul promotes it)."""
+    the product (1 for a vector operand's missing side, as matmul promotes it). ``names``:
+    how the caller's user named the arguments where that is not ``bias``, ``scale_a``...
+    (``{'bias': 'b1'}`` for :func:`pyblasgemm.fused_mlp`, ``'bias[2]'`` for a group).
+
+    >>> import numpy as np
+    >>> check("fused_mlp", (2, 4), (2, 4), np.float32, "numpy", np.ones(3, np.float32), None,
+    ...       None, None, None, np.float32, names={"bias": "b1"})
+    Traceback (most recent call last):
+        ...
+    ValueError: fused_mlp: b1 has shape (3,); it must be (4,) or (1, 4) (one value per column of the (2, 4) output) or (2, 1) (one per row)
+    """
+    from ._types import dtype_text
+
+    names = {"bias": "bias", "preactivation_out": "preactivation_out", "scale_a": "scale_a",
+             "scale_b": "scale_b", **(names or {})}
     act = check_activation(routine, activation)
     m, n = mn
     bias_axis = None
     if bias is not None:
+        name = names["bias"]
         if _arrays.array_module_name(bias) != xp_name:
-            raise TypeError(f"{routine}: bias must be a {'NumPy' if xp_name == 'numpy' else 'CuPy'} "
+            raise TypeError(f"{routine}: {name} must be a {'NumPy' if xp_name == 'numpy' else 'CuPy'} "
                             f"array like the operands, not {type(bias).__name__}")
         # the output's dtype, or the operands' (bfloat16 @ bfloat16 is float32 in NumPy, and
         # a bfloat16 bias is what a bfloat16 layer has), or float32 for a dequantized product
         allowed = {np.dtype(out_dtype)}
         allowed.add(np.dtype(np.float32) if np.dtype(operand_dtype) == np.int8 else np.dtype(operand_dtype))
         if bias.dtype not in allowed:
-            raise TypeError(f"{routine}: bias has dtype {bias.dtype.name}; it must have the output's "
-                            f"dtype or the operands' ({' or '.join(sorted(d.name for d in allowed))})")
+            raise TypeError(f"{routine}: {name} has dtype {dtype_text(bias.dtype)}; it must have the "
+                            f"output's dtype or the operands' "
+                            f"({' or '.join(sorted(d.name for d in allowed))})")
         if bias.shape in ((n,), (1, n)):
             bias_axis = "cols"
         elif bias.shape == (m, 1):
             bias_axis = "rows"
         else:
-            raise ValueError(f"{routine}: bias has shape {bias.shape}; it must be ({n},) or (1, {n}) "
+            raise ValueError(f"{routine}: {name} has shape {bias.shape}; it must be ({n},) or (1, {n}) "
                              f"(one value per column of the {out_shape} output) or ({m}, 1) (one "
                              f"per row)")
     if preactivation_out is not None:
+        name = names["preactivation_out"]
         if _arrays.array_module_name(preactivation_out) != xp_name:
-            raise TypeError(f"{routine}: preactivation_out must be an array of the operands' kind")
+            raise TypeError(f"{routine}: {name} must be an array of the operands' kind")
         if preactivation_out.shape != tuple(out_shape) or preactivation_out.dtype != out_dtype:
-            raise ValueError(f"{routine}: preactivation_out has shape {preactivation_out.shape} and "
-                             f"dtype {preactivation_out.dtype.name}; it must have the output's, "
-                             f"{tuple(out_shape)} and {np.dtype(out_dtype).name}")
+            raise ValueError(f"{routine}: {name} has shape {preactivation_out.shape} and "
+                             f"dtype {dtype_text(preactivation_out.dtype)}; it must have the "
+                             f"output's, {tuple(out_shape)} and {np.dtype(out_dtype).name}")
+        if not _arrays.is_writeable(preactivation_out):
+            raise ValueError(f"{routine}: {name} is read-only")
     dequant = scale_a is not None or scale_b is not None
     if dequant:
         if np.dtype(operand_dtype) != np.int8:
-            raise TypeError(f"{routine}: scale_a / scale_b dequantize int8 products; the operands "
-                            f"are {np.dtype(operand_dtype).name}")
+            raise TypeError(f"{routine}: {names['scale_a']} / {names['scale_b']} dequantize int8 "
+                            f"products; the operands are {np.dtype(operand_dtype).name}")
         if scale_a is None or scale_b is None:
-            raise ValueError(f"{routine}: dequantizing needs both scale_a (per row of op(a)) and "
-                             f"scale_b (per column of op(b)); got only "
-                             f"{'scale_a' if scale_b is None else 'scale_b'}")
-        for name, x, length, what in (("scale_a", scale_a, m, "one per row of op(a)"),
-                                      ("scale_b", scale_b, n, "one per column of op(b)")):
-            _check_vector(routine, name, x, xp_name, length, what)
+            raise ValueError(f"{routine}: dequantizing needs both {names['scale_a']} (per row of "
+                             f"op(a)) and {names['scale_b']} (per column of op(b)); got only "
+                             f"{names['scale_a'] if scale_b is None else names['scale_b']}")
+        for key, x, length, what in (("scale_a", scale_a, m, "one per row of op(a)"),
+                                     ("scale_b", scale_b, n, "one per column of op(b)")):
+            _check_vector(routine, names[key], x, xp_name, length, what)
             if x.dtype != np.float32:
-                raise TypeError(f"{routine}: {name} must be float32, got {x.dtype.name}")
+                raise TypeError(f"{routine}: {names[key]} must be float32, got {dtype_text(x.dtype)}")
         if np.dtype(out_dtype).char not in ("e", "f") and np.dtype(out_dtype).name != "bfloat16":
             raise TypeError(f"{routine}: a dequantized int8 product is float16, bfloat16 or float32, "
                             f"not {np.dtype(out_dtype).name}")
     elif np.dtype(operand_dtype) == np.int8 and (bias is not None or act is not None):
-        raise TypeError(f"{routine}: bias and activation on int8 operands need dequantization "
-                        f"(scale_a= and scale_b=): the int32 product has no float scale")
+        raise TypeError(f"{routine}: {names['bias']} and activation on int8 operands need "
+                        f"dequantization ({names['scale_a']}= and {names['scale_b']}=): the int32 "
+                        f"product has no float scale")
     if act is not None and np.dtype(out_dtype).kind == "c":
         raise TypeError(f"{routine}: activation={act.name!r} is for real outputs, not "
                         f"{np.dtype(out_dtype).name}")
     return Epilogue(bias_axis, act, preactivation_out is not None, dequant)
+
+
+def numpy_result(routine: str, a_dtype, b_dtype, dtype=None, out=None) -> tuple:
+    """``(loop dtype, result dtype)`` of ``numpy.matmul(a, b, dtype=dtype, out=out)`` for
+    operands of these dtypes, by NumPy's own rule (asked on empty stand-ins: no work); where
+    NumPy refuses ``dtype=`` or ``out``, a TypeError naming it, with NumPy's reason (a float
+    product is not cast to an integer or bool type). ``dtype=bfloat16`` has no NumPy loop at
+    all (ml_dtypes' bfloat16 products are float32): it is taken as an ``out`` of that type is,
+    NumPy's product cast to it (refused from complex operands).
+
+    >>> import numpy as np
+    >>> numpy_result("matmul", np.dtype(np.int16), np.dtype(np.int16), dtype=np.int64)
+    (dtype('int64'), dtype('int64'))
+    >>> numpy_result("matmul", np.dtype(np.float32), np.dtype(np.float32), dtype=np.uint8)
+    Traceback (most recent call last):
+        ...
+    TypeError: matmul: dtype=uint8 is refused for float32 @ float32, as numpy.matmul refuses it (Cannot cast ufunc 'matmul' input 0 from dtype('float32') to dtype('uint8') with casting rule 'same_kind')
+    """
+    cell_a, cell_b = np.empty((1, 0), a_dtype), np.empty((0, 1), b_dtype)
+    loop = np.matmul(cell_a, cell_b).dtype     # (dtypes NumPy cannot multiply raise here)
+    if dtype is None and out is None:
+        return loop, loop
+    try:
+        want = np.dtype(dtype) if dtype is not None else out.dtype
+    except TypeError as exc:
+        raise TypeError(f"{routine}: dtype={dtype!r} is not a dtype ({exc})") from None
+    try:
+        if dtype is not None and want.name != "bfloat16":
+            return np.matmul(cell_a, cell_b, dtype=want).dtype, want
+        np.matmul(cell_a, cell_b, out=np.empty((1, 1), want))
+        return loop, want
+    except TypeError as exc:        # numpy's UFuncTypeError (a TypeError): casting refused
+        what = f"dtype={want.name} is" if dtype is not None else f"out has dtype {want.name},"
+        raise TypeError(f"{routine}: {what} refused for {np.dtype(a_dtype).name} @ "
+                        f"{np.dtype(b_dtype).name}, as numpy.matmul refuses it ({exc})") from None
 
 
 def acc_dtype(out_dtype):
@@ -217,7 +272,11 @@ def apply(epi: Epilogue, t, alpha, beta, c_old, bias, scale_a, scale_b, preactiv
     """``out[...] = act(v)`` (and ``preactivation_out[...] = v``) with ``v = t + bias``, where
     ``t`` holds ``alpha·op(a)·op(b) + beta·out`` in :func:`acc_dtype`, a (..., m, n) array;
     when dequantizing, ``t`` is the int32 product and ``v = alpha·scale_a·scale_b·t +
-    beta·c_old + bias`` (``beta`` None: C not read). Runs where ``t`` lives."""
+    beta·c_old + bias`` (``beta`` None: C not read). Runs where ``t`` lives. An integer or
+    bool ``t`` (an integer result: NumPy's product, wrapped as its loop wraps) is summed and
+    activated exactly (:func:`_apply_integer`) and cast to ``out``'s type last."""
+    if t.dtype.kind in "iub" and not epi.dequantize:
+        return _apply_integer(epi, t, bias, preactivation_out, out)
     if _arrays.array_module_name(t) == "numpy":
         return _apply_host(epi, t, alpha, beta, c_old, bias, scale_a, scale_b, preactivation_out, out)
     from .kernels.epilogue_ops import apply_device
@@ -240,6 +299,30 @@ def _apply_host(epi, t, alpha, beta, c_old, bias, scale_a, scale_b, preactivatio
         preactivation_out[...] = v.astype(preactivation_out.dtype)
     if epi.activation is not None:
         v = epi.activation.host(v)
+    out[...] = v.astype(out.dtype)
+    return out
+
+
+def _apply_integer(epi, t, bias, preactivation_out, out):
+    """The epilogue of an integer or bool result, before its cast (a cast first turned a
+    product of -23 into 233 for a uint8 result, and relu kept it): ``v = t + bias`` in 64-bit
+    integers (uint64 for a uint64 product), relu on them exactly, the other activations in
+    float64 (truncated back to integers as ``astype`` truncates), then one cast to ``out``'s
+    type, wrapping as NumPy's ``astype`` does."""
+    xp = _arrays.xp_of(_arrays.array_module_name(t))
+    wide = np.uint64 if t.dtype == np.uint64 else np.int64
+    v = t.astype(wide)
+    if bias is not None:
+        b = bias.astype(wide)
+        v += b.reshape(-1, 1) if epi.bias_axis == "rows" else b.reshape(-1)
+    if preactivation_out is not None:
+        preactivation_out[...] = v.astype(preactivation_out.dtype)
+    if epi.activation is not None and epi.activation.name == "relu":
+        v = xp.where(v < 0, v.dtype.type(0), v)
+    elif epi.activation is not None:
+        f = v.astype(np.float64)
+        only = Epilogue(None, epi.activation, False, False)
+        v = apply(only, f, None, None, None, None, None, None, None, xp.empty_like(f)).astype(wide)
     out[...] = v.astype(out.dtype)
     return out
 
@@ -598,6 +681,8 @@ def gemm_with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend,
         out_dtype = out.dtype
         if getattr(out, "shape", None) != (m, n):
             raise ValueError(f"{r}: out has shape {getattr(out, 'shape', None)}; op(a) @ op(b) is ({m}, {n})")
+        if not _arrays.is_writeable(out):
+            raise ValueError(f"{r}: out is read-only")
     else:
         out_dtype = np.dtype(np.float32) if dequant else row.c_dtype
     xp_name = _arrays.array_module_name(a)
@@ -720,17 +805,17 @@ def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, b
                         f"(both of one kind), got {type(a).__name__} and {type(b).__name__}")
     shape = _matmul_shape(a, b)
     dequant = scale_a is not None or scale_b is not None
-    if dtype is not None:
-        out_dtype = np.dtype(dtype)
-    elif out is not None:
-        out_dtype = out.dtype
-    elif dequant:
+    # NumPy's result type (bfloat16 @ bfloat16 is float32 with ml_dtypes), and NumPy's rule
+    # for dtype= and out: what numpy.matmul refuses (a float product into uint8 or bool) is
+    # refused here too, before any work
+    loop, out_dtype = numpy_result(r, a.dtype, b.dtype, dtype, out if dtype is None else None)
+    if dequant and dtype is None and out is None:
         out_dtype = np.dtype(np.float32)
-    else:   # NumPy's result type (bfloat16 @ bfloat16 is float32 with ml_dtypes)
-        out_dtype = np.matmul(np.zeros((1, 1), a.dtype), np.zeros((1, 1), b.dtype)).dtype
     if out is not None and (out.shape != shape or out.dtype != out_dtype):
         raise ValueError(f"{r}: out has shape {out.shape} and dtype {out.dtype.name}; the result "
                          f"is {shape} {np.dtype(out_dtype).name}")
+    if out is not None and not _arrays.is_writeable(out):
+        raise ValueError(f"{r}: out is read-only")
     mn = (a.shape[-2] if a.ndim > 1 else 1, b.shape[-1] if b.ndim > 1 else 1)
     epi = check(r, shape, mn, out_dtype, xp_name, bias, activation, preactivation_out, scale_a,
                 scale_b, a.dtype)
@@ -760,8 +845,15 @@ def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, b
             get_plan_cache().put(key, _Replay(ran, result.shape, result.dtype))
     else:
         _route.last = _UNFUSED[xp_name]
-        acc = acc_dtype(out_dtype)
-        t = matmul(a, b, dtype=acc, **kw) if a.dtype.itemsize == 2 else matmul(a, b, **kw)
-        t = xp.asarray(t, dtype=acc)
+        if a.dtype.kind in "iub":
+            # integer or bool operands: NumPy's own product (its loop type, wrapping as it
+            # wraps); an integer result is summed and activated exactly, then cast (apply)
+            t = xp.asarray(matmul(a, b, dtype=loop, **kw))
+            if out_dtype.kind not in "iub":
+                t = t.astype(acc_dtype(out_dtype), copy=False)
+        else:
+            acc = acc_dtype(out_dtype)
+            t = matmul(a, b, dtype=acc, **kw) if a.dtype.itemsize == 2 else matmul(a, b, **kw)
+            t = xp.asarray(t, dtype=acc)
         apply(epi, full(t), None, None, None, bias, None, None, full(preactivation_out), full(result))
     return result if result.shape else result[()]
