@@ -71,17 +71,56 @@ def _check_offsets(offsets, rows: int, groups: int) -> list[int]:
 
 def _result_dtype(a_dtype, dtype, dequant: bool):
     """gemm's result type for these operands (16-bit stay 16-bit, int8 gives int32), float32
-    for a dequantized int8 product, or ``dtype`` when given."""
+    for a dequantized int8 product, or ``dtype`` when given: for a product that is not
+    dequantized, one gemm writes (the operands' own result type, or float32 for 16-bit
+    operands); a dequantized one's is checked with the epilogue."""
     from ._types import ROW_BY_DTYPE
 
-    if dtype is not None:
-        return np.dtype(dtype)
-    if dequant:
-        return np.dtype(np.float32)
     row = ROW_BY_DTYPE.get(np.dtype(a_dtype))
     if row is None:
         raise TypeError(f"grouped_matmul: dtype {np.dtype(a_dtype).name} is not supported")
+    if dtype is not None:
+        try:
+            want = np.dtype(dtype)
+        except TypeError as exc:
+            raise TypeError(f"grouped_matmul: dtype={dtype!r} is not a dtype ({exc})") from None
+        if not dequant and want != row.c_dtype and not (row.ab_dtype.itemsize == 2 and want == np.float32):
+            raise TypeError(f"grouped_matmul: dtype={want.name} is not a result type of "
+                            f"{row.ab_dtype.name} operands ({row.c_dtype.name}"
+                            + (" or float32)" if row.ab_dtype.itemsize == 2 else ")"))
+        return want
+    if dequant:
+        return np.dtype(np.float32)
     return row.c_dtype
+
+
+def _check_target(at, x, n, row, target, given, bias, scale_a, scale_b, activation):
+    """gemm's checks of a problem's output and epilogue (the whole of the expert form: ``at``
+    empty; problem ``g`` of the list form: ``at`` ``'[g]'``), raised before any product runs
+    and naming the arguments as the caller gave them (``out[1]``, ``bias[1]``: each problem's
+    gemm would name its own ``out``, ``bias``)."""
+    from . import epilogue as _epilogue
+    from ._types import dtype_text
+    from .desc import check_same_place
+
+    r, name, m = "grouped_matmul", f"out{at}", x.shape[0]
+    dequant = scale_a is not None or scale_b is not None
+    if given:
+        if _arrays.array_module_name(target) is None:
+            raise TypeError(f"{r}: {name} must be a NumPy or CuPy array, not {type(target).__name__}")
+        check_same_place(r, [(f"a{at}", x), (name, target)])
+        if target.shape != (m, n):
+            raise ValueError(f"{r}: {name} has shape {target.shape}; expected {(m, n)}")
+        gemm_types = (row.c_dtype,) + ((np.dtype(np.float32),) if row.ab_dtype.itemsize == 2 else ())
+        if not target.dtype.isnative or (not dequant and target.dtype not in gemm_types):
+            raise TypeError(f"{r}: {name} has dtype {dtype_text(target.dtype)}; expected "
+                            f"{' or '.join(d.name for d in gemm_types)}")
+        if not _arrays.is_writeable(target):
+            raise ValueError(f"{r}: {name} is read-only")
+    if bias is not None or activation is not None or dequant:
+        _epilogue.check(r, (m, n), (m, n), target.dtype, _arrays.array_module_name(x), bias,
+                        activation, None, scale_a, scale_b, x.dtype,
+                        names={"bias": f"bias{at}", "scale_a": f"scale_a{at}", "scale_b": f"scale_b{at}"})
 
 
 def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activation=None,
@@ -118,7 +157,7 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
     >>> pyblasgemm.grouped_matmul(a, b)[1]
     array([[4.]], dtype=float32)
     """
-    from .gemm import gemm
+    from .gemm import check_operands, gemm
 
     kw = dict(activation=activation, compute=compute, backend=backend, stream=stream)
     dequant = scale_a is not None or scale_b is not None
@@ -140,9 +179,15 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
                 raise ValueError(f"grouped_matmul: problem {g}: a is {x.shape} and b is {y.shape}")
         targets = []
         for g, (x, y) in enumerate(zip(a, b)):
-            xp = _arrays.xp_of(_arrays.array_module_name(x))
-            targets.append(out[g] if out is not None else xp.empty((x.shape[0], y.shape[1]),
-                                                                   _result_dtype(x.dtype, dtype, dequant)))
+            # every problem checked before any runs (gemm's checks, named as given here)
+            xp_name, row = check_operands("grouped_matmul", x, y, names=(f"a[{g}]", f"b[{g}]"))
+            targets.append(out[g] if out is not None else _arrays.xp_of(xp_name).empty(
+                (x.shape[0], y.shape[1]), _result_dtype(x.dtype, dtype, dequant)))
+            _check_target(f"[{g}]", x, y.shape[1], row, targets[g], out is not None,
+                          None if bias is None else bias[g], None if scale_a is None else scale_a[g],
+                          None if scale_b is None else scale_b[g], activation)
+            if g == 0:
+                _check_modes(row, compute, backend)
         picked = _launch_kind(a[0], targets[0].dtype, dequant, compute, backend) if a else None
         if picked is not None:
             from .epilogue import check
@@ -174,6 +219,10 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
     ends = _check_offsets(offsets, a.shape[0], groups)
     for name, v, shape in (("bias", bias, (groups, n)), ("scale_b", scale_b, (groups, n)),
                            ("scale_a", scale_a, (a.shape[0],))):
+        if v is not None and _arrays.array_module_name(v) is None:
+            # (a list of per-group vectors is the list form's; .shape was an AttributeError)
+            raise TypeError(f"grouped_matmul: {name} must be one {xp_name} array of shape {shape} "
+                            f"in the expert form, not {type(v).__name__}")
         if v is not None and v.shape != shape:
             raise ValueError(f"grouped_matmul: {name} has shape {v.shape}; the expert form needs {shape}")
     result_dtype = _result_dtype(a.dtype, dtype, dequant)
@@ -184,6 +233,13 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
     elif out.shape != (a.shape[0], n) or out.dtype != result_dtype:
         raise ValueError(f"grouped_matmul: out has shape {out.shape} and dtype {out.dtype.name}; the "
                          f"result is {(a.shape[0], n)} {result_dtype.name}")
+    if groups:
+        # gemm's checks of the whole, named as given, before any group runs (each group's
+        # vectors are rows of bias / scale_b: the first stands for all)
+        _, row = check_operands("grouped_matmul", a, b[0], names=("a", "b"))
+        _check_target("", a, n, row, out, out_given, None if bias is None else bias[0], scale_a,
+                      None if scale_b is None else scale_b[0], activation)
+        _check_modes(row, compute, backend)
     key = _expert_signature(a, b, ends, out, out_given, bias, scale_a, scale_b, activation, dtype, compute,
                             backend)
     if key is not None:
@@ -217,6 +273,15 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
                  scale_b=None if scale_b is None else scale_b[g])
         start = end
     return out
+
+
+def _check_modes(row, compute, backend):
+    """compute= and backend= as gemm checks them, named for grouped_matmul."""
+    from ._types import resolve_compute
+    from .desc import check_backend
+
+    resolve_compute(row, compute, "grouped_matmul")
+    check_backend("grouped_matmul", backend)
 
 
 #: operand dtype -> (kernel kind, the result dtype it writes without dequantization)

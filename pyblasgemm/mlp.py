@@ -180,6 +180,7 @@ def fused_mlp(x, w1, w2, b1=None, b2=None, activation="gelu", *, compute=None, b
     if method not in METHODS:
         raise ValueError(f"{r}: method={method!r} is not one of {', '.join(map(repr, METHODS))}")
     act = check_activation(r, activation)
+    _check_layer(r, x, w1, w2, b1, b2, activation, compute, backend)
     if method == "on_chip":
         # (planned only here while two GEMMs are the default: at be72d7f the plan's checks and
         # device queries ran on every call, and the host-bound 4096 x 1024 -> 1024 -> 1024 layer
@@ -199,6 +200,25 @@ def fused_mlp(x, w1, w2, b1=None, b2=None, activation="gelu", *, compute=None, b
     kw = dict(compute=compute, backend=backend, stream=stream, dtype=x.dtype)
     h = matmul(x, w1, bias=b1, activation=activation, **kw)
     return matmul(h, w2, bias=b2, **kw)
+
+
+def _check_layer(r, x, w1, w2, b1, b2, activation, compute, backend) -> None:
+    """The two products' checks, before either runs, naming fused_mlp's own arguments (``b1``,
+    ``b2``, ``compute=``): the matmul calls would name theirs (``bias``) and themselves."""
+    from .desc import check_backend, check_same_place
+    from .epilogue import check
+    from ._types import ROW_BY_DTYPE, resolve_compute
+
+    xp_name, _ = check_same_place(r, [("x", x), ("w1", w1), ("w2", w2)])
+    tokens, hidden, width = x.shape[0], w1.shape[1], w2.shape[1]
+    check(r, (tokens, hidden), (tokens, hidden), x.dtype, xp_name, b1, activation, None, None,
+          None, x.dtype, names={"bias": "b1"})
+    check(r, (tokens, width), (tokens, width), x.dtype, xp_name, b2, None, None, None, None,
+          x.dtype, names={"bias": "b2"})
+    row = ROW_BY_DTYPE.get(x.dtype)
+    if row is not None:
+        resolve_compute(row, compute, r)
+    check_backend(r, backend)
 
 
 def _run_on_chip(x, w1, w2, b1, b2, code: int, n2_splits: int, stream):
