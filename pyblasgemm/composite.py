@@ -196,8 +196,7 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
         passes.guard_count(prod[g], m, n, cplx, lost_a, lost_b[:n], guard)
         failed = int(counts[0].get())
         if 2 * failed > m * n:
-            _last["route"] = (f"native: the guard could not prove native float64's error bound for {failed} of "
-                              f"the {m * n} elements (more than half: the whole product runs natively)")
+            _last["route"] = setting._replace(native_elements=failed, whole_native=True).describe()
             run_inner(desc._replace(compute="fp64"), a, b, c)
             return
         guard = (sum_a, sum_b, *guard[2:4], counts[1:])  # the reconstruction counts them again

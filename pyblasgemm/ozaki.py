@@ -95,6 +95,9 @@ class OzakiSetting(NamedTuple):
     #: elements of C whose error bound it could not prove, multiplied natively
     guard: bool = False
     native_elements: int = 0
+    #: the guard failed for more than half of C's elements: the whole product ran natively
+    #: (the GPU then skips the moduli's GEMMs)
+    whole_native: bool = False
 
     @property
     def planes(self) -> int:
@@ -111,6 +114,9 @@ class OzakiSetting(NamedTuple):
         fallback = (f"; {self.native_rows} rows and {self.native_cols} columns natively (a nonzero "
                     f"element more than {self.bits} binades below its row's or column's largest)"
                     if self.native_rows or self.native_cols else "")
+        if self.whole_native:
+            return (f"native: the guard could not prove native float64's error bound for {self.native_elements} "
+                    f"elements (more than half: the whole product runs natively)")
         if self.native_elements:
             fallback += (f"; {self.native_elements} elements natively (the guard could not prove native "
                          f"float64's error bound for them)")
@@ -370,16 +376,23 @@ def guard_failures(na, nb, low, how: OzakiSetting, k_native: int):
     return (lhs > low.astype(np.float64) * c_hi) & (na > 0) & (nb > 0)
 
 
-def _guarded(how, k_native, ai, bi_parts, fails_keep):
-    """The guard's failures over the products ``ai @ part`` for each of ``bi_parts`` (the
-    complex form has two, sharing line sums), outside the lines already run natively."""
+def _guard(how, k_native, ai, bi_parts, rows, cols, elements):
+    """``(setting, bad)``: the lost lines recorded, and the guard's failures over the products
+    ``ai @ part`` for each of ``bi_parts`` (the complex form has two, sharing line sums)
+    outside those lines; more than half of the ``elements`` failing makes the whole product
+    native (``whole_native``), as on the GPU. ``bad`` is None without the guard."""
+    how = how._replace(native_rows=int(rows.sum()), native_cols=int(cols.sum()))
+    if not how.guard:
+        return how, None
     hi_a, na = guard_planes(ai, 1, how.bits)
     bad = None
     for part in bi_parts:
         hi_b, nb = guard_planes(part, 0, how.bits)
         fails = guard_failures(na, nb, hi_a.astype(np.float64) @ hi_b.astype(np.float64), how, k_native)
         bad = fails if bad is None else bad | fails
-    return bad & fails_keep
+    bad &= ~rows[:, None] & ~cols[None, :]
+    failed = int(bad.sum())
+    return how._replace(native_elements=failed, whole_native=2 * failed > elements), bad
 
 
 def _check_operands(routine: str, a, b, dtype):
@@ -456,18 +469,18 @@ def dgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: in
     how = setting(k, count, bits)
     ai, ea = split(a, axis=1, bits=how.bits)
     bi, eb = split(b, axis=0, bits=how.bits)
+    if fallback:
+        rows, cols = _lost(a, ai, 1), _lost(b, bi, 0)
+        how, bad = _guard(how, k, ai, [bi], rows, cols, m * n)
+        if how.whole_native:
+            return a @ b, how
     (c,) = _ozaki_product(ai, [bi], how)
     # C = 2^-(e_i + f_j) A'B' (one power-of-two scaling, exact unless C underflows)
     c = np.ldexp(c, -(ea.reshape(m, 1) + eb.reshape(1, n)))
     if fallback:
-        rows, cols = _lost(a, ai, 1), _lost(b, bi, 0)
         c = _native_where_lost(c, a, b, rows, cols)
-        how = how._replace(native_rows=int(rows.sum()), native_cols=int(cols.sum()))
-        if how.guard:
-            bad = _guarded(how, k, ai, [bi], ~rows[:, None] & ~cols[None, :])
-            if bad.any():
-                c[bad] = (a @ b)[bad]
-            how = how._replace(native_elements=int(bad.sum()))
+        if bad is not None and bad.any():
+            c[bad] = (a @ b)[bad]
     return c, how
 
 
@@ -495,17 +508,17 @@ def zgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: in
     ai, ea = split(a2, axis=1, bits=how.bits)
     bi, eb = split(b2, axis=0, bits=how.bits)
     br, bim = bi[:k], bi[k:]
+    if fallback:
+        rows, cols = _lost(a2, ai, 1), _lost(b2, bi, 0)
+        # Re's product reads [B'r; -B'i], Im's [B'i; B'r]: the same magnitudes per column
+        how, bad = _guard(how, k, ai, [bi, np.concatenate([bim, br])], rows, cols, m * n)
+        if how.whole_native:
+            return a @ b, how
     re, im = _ozaki_product(ai, [np.concatenate([br, -bim]), np.concatenate([bim, br])], how)
     shift = -(ea.reshape(m, 1) + eb.reshape(1, n))
     c = np.ldexp(re, shift) + 1j * np.ldexp(im, shift)
     if fallback:
-        rows, cols = _lost(a2, ai, 1), _lost(b2, bi, 0)
         c = _native_where_lost(c, a, b, rows, cols)
-        how = how._replace(native_rows=int(rows.sum()), native_cols=int(cols.sum()))
-        if how.guard:
-            # Re's product reads [B'r; -B'i], Im's [B'i; B'r]: the same magnitudes per column
-            bad = _guarded(how, k, ai, [bi, np.concatenate([bim, br])], ~rows[:, None] & ~cols[None, :])
-            if bad.any():
-                c[bad] = (a @ b)[bad]
-            how = how._replace(native_elements=int(bad.sum()))
+        if bad is not None and bad.any():
+            c[bad] = (a @ b)[bad]
     return c, how

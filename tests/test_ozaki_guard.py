@@ -139,7 +139,12 @@ def test_graded_data_is_taken_natively_and_said():
     raw, _ = oz.dgemm_ozaki(a, b, fallback=False)
     assert violations(raw, a, b) > 0                      # what the issue saw
     c, how = oz.dgemm_ozaki(a, b)
-    assert how.native_elements == 30 and "30 elements natively" in how.describe()
+    assert how.native_elements == 30 and how.whole_native and "the whole product runs natively" in how.describe()
+    np.testing.assert_array_equal(c, a @ b)
+    a[:3, 1::2] = a[:3, 0::2]                             # three rows the bits hold: the others native
+    c, how = oz.dgemm_ozaki(a, b)
+    assert how.native_elements == 15 and not how.whole_native and "15 elements natively" in how.describe()
+    assert violations(c, a, b) == 0
     a, b = issue_example()
     raw, _ = oz.dgemm_ozaki(a, b, fallback=False)
     assert abs(raw[0, 0] - (a @ b)[0, 0]) > 1e-18         # 0.4% off at 57 bits (1.6% at 55)
@@ -230,7 +235,8 @@ def test_gpu_default_is_within_native_bound(case, transa, transb):
     host = np.full((m, n), np.nan, order="F")
     pyblasgemm.gemm(transa, transb, sa, sb, host, 1.0, 0.0, compute="int8-ozaki")
     _, how = oz.dgemm_ozaki(a, b)
-    assert ("elements natively" in route) == (how.native_elements > 0), (route, how)
+    assert ("natively" in route) == (how.native_elements > 0), (route, how)
+    assert route.startswith("native: the guard") == how.whole_native, (route, how)
     if how.native_elements == 0 and how.native_rows == 0 and how.native_cols == 0:
         np.testing.assert_array_equal(got, host)
     else:   # the native elements come from cuBLAS, the host's from the host BLAS: only they differ
@@ -253,7 +259,7 @@ def test_gpu_graded_8192_like_issue_with_alpha_beta():
     out = cupy.asarray(c, order="F")
     pyblasgemm.gemm("N", "N", cupy.asarray(a, order="F"), cupy.asarray(b, order="F"), out, 1.5, -0.5,
                     compute="int8-ozaki", backend="tensorcore")
-    assert "elements natively" in last_route()
+    assert "natively" in last_route()
     native = 1.5 * cupy.asnumpy(cupy.asarray(a) @ cupy.asarray(b)) - 0.5 * c
     err = float(np.linalg.norm((cupy.asnumpy(out) - ref).astype(np.float64)) / np.linalg.norm(ref.astype(np.float64)))
     err_native = float(np.linalg.norm((native - ref).astype(np.float64)) / np.linalg.norm(ref.astype(np.float64)))
