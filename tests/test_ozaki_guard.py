@@ -235,11 +235,12 @@ def test_gpu_default_is_within_native_bound(case, transa, transb):
     host = np.full((m, n), np.nan, order="F")
     pyblasgemm.gemm(transa, transb, sa, sb, host, 1.0, 0.0, compute="int8-ozaki")
     _, how = oz.dgemm_ozaki(a, b)
-    assert ("natively" in route) == (how.native_elements > 0), (route, how)
+    native_lines = how.native_rows + how.native_cols
+    assert ("natively" in route) == (how.native_elements > 0 or native_lines > 0), (route, how)
     assert route.startswith("native: the guard") == how.whole_native, (route, how)
-    if how.native_elements == 0 and how.native_rows == 0 and how.native_cols == 0:
+    if how.native_elements == 0 and native_lines == 0:
         np.testing.assert_array_equal(got, host)
-    else:   # the native elements come from cuBLAS, the host's from the host BLAS: only they differ
+    elif route.startswith("pyblasgemm"):   # cuBLAS's elements and lines may differ from the host BLAS's
         native = how.native_elements + how.native_rows * n + how.native_cols * m
         assert np.count_nonzero(got != host) <= native, (route, how)
 
