@@ -292,10 +292,20 @@ def _align(x, y):
 
 
 def _contract(x, y, out_dtype, compute, backend, k_group, alpha=1, beta=0, c=None):
-    """The graph of ``alpha * x @ y + beta * c`` over aligned chunks."""
+    """The graph of ``alpha * x @ y + beta * c`` over aligned chunks, as a plain task dict: the
+    operands' graphs merged as dicts, then our tasks (:mod:`dask.task_spec` tasks, not the
+    deprecated tuples) for each output block: one task per group of K chunks, a fixed pairwise
+    tree of adds, a root that finishes.
+
+    Not ``HighLevelGraph.from_collections`` (discouraged by Dask for new code) and not
+    ``da.blockwise``: the tree over K groups is no blockwise pattern, and a dict states every
+    task and every sum's order itself. What Dask's array optimization does to it (cull, fuse
+    linear chains) keeps those tasks: every add has two inputs, and every partial task is a
+    task of its own, for any worker."""
     da = _dask_array()
     from dask.base import tokenize
-    from dask.highlevelgraph import HighLevelGraph
+    from dask.task_spec import List, Task, TaskRef
+    from dask.utils import ensure_dict
 
     acc = accumulation_dtype(out_dtype)
     nb = x.ndim - 2
@@ -307,40 +317,46 @@ def _contract(x, y, out_dtype, compute, backend, k_group, alpha=1, beta=0, c=Non
     name = "pyblasgemm-matmul-" + token
     part, tree = "pyblasgemm-partial-" + token, "pyblasgemm-sum-" + token
     starts = list(range(0, nk, group))
+    deps = [x, y] + ([c] if c is not None and beta != 0 else [])
     dsk = {}
+    for operand in deps:
+        dsk.update(ensure_dict(operand.__dask_graph__()))
+
+    def blocks(bidx, i, j, ks):
+        return (List(*[TaskRef((x.name, *bidx, i, k)) for k in ks]),
+                List(*[TaskRef((y.name, *bidx, k, j)) for k in ks]))
+
     for bidx in batch_blocks:
         for i in range(len(x.chunks[-2])):
             for j in range(len(y.chunks[-1])):
-                c_key = (c.name, i, j) if c is not None and beta != 0 else None
+                c_ref = TaskRef((c.name, i, j)) if c is not None and beta != 0 else None
                 where = (*bidx, i, j)
+                root = (name, *where)
                 if len(starts) == 1:
-                    dsk[(name, *where)] = (_product_finish, [(x.name, *bidx, i, k) for k in range(nk)],
-                                           [(y.name, *bidx, k, j) for k in range(nk)], acc, compute, backend,
-                                           out_dtype, alpha, beta, c_key)
+                    dsk[root] = Task(root, _product_finish, *blocks(bidx, i, j, range(nk)), acc, compute,
+                                     backend, out_dtype, alpha, beta, c_ref)
                     continue
                 keys = []
                 for g, s in enumerate(starts):
-                    ks = range(s, min(s + group, nk))
                     key = (part, *where, g)
-                    dsk[key] = (_product, [(x.name, *bidx, i, k) for k in ks], [(y.name, *bidx, k, j) for k in ks],
-                                acc, compute, backend)
+                    dsk[key] = Task(key, _product, *blocks(bidx, i, j, range(s, min(s + group, nk))), acc,
+                                    compute, backend)
                     keys.append(key)
                 level = 0
                 while len(keys) > 2:            # a fixed pairwise tree: (0+1), (2+3), ...
                     nxt = []
                     for t in range(0, len(keys) - 1, 2):
                         key = (tree, level, *where, t // 2)
-                        dsk[key] = (_add, keys[t], keys[t + 1])
+                        dsk[key] = Task(key, _add, TaskRef(keys[t]), TaskRef(keys[t + 1]))
                         nxt.append(key)
                     if len(keys) % 2:
                         nxt.append(keys[-1])
                     keys, level = nxt, level + 1
-                dsk[(name, *where)] = (_sum_finish, keys[0], keys[1], out_dtype, alpha, beta, c_key)
-    deps = [x, y] + ([c] if c is not None and beta != 0 else [])
-    graph = HighLevelGraph.from_collections(name, dsk, dependencies=deps)
+                dsk[root] = Task(root, _sum_finish, TaskRef(keys[0]), TaskRef(keys[1]), out_dtype, alpha, beta,
+                                 c_ref)
     chunks = x.chunks[:nb] + (x.chunks[-2], y.chunks[-1])
     meta = da.utils.meta_from_array(x._meta, len(chunks), dtype=out_dtype)
-    return da.Array(graph, name, chunks, meta=meta)
+    return da.Array(dsk, name, chunks, meta=meta)
 
 
 def matmul(x, y, *, dtype=None, compute=None, backend=None, k_group=None, out=None):

@@ -473,3 +473,38 @@ def test_gemm_refuses_a_c_that_the_result_type_cannot_hold():
         pbd.gemm("N", "T", A, A, c=da.ones((6, 6), dtype=np.complex64, chunks=3), beta=1)
     with pytest.raises(TypeError, match=r"c has dtype float64.*int8"):
         pbd.gemm("N", "T", A.astype(np.int8), A.astype(np.int8), c=da.ones((6, 6), chunks=3), beta=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The graph: a plain task dict, not HighLevelGraph.from_collections (issue #32, item 1)
+# ---------------------------------------------------------------------------------------------
+
+def test_the_graph_is_built_without_highlevelgraph_from_collections(monkeypatch):
+    """Dask discourages HighLevelGraph.from_collections for new code: the module merges the
+    operands' graphs as plain dicts and hands its own dict to dask.array.Array (which wraps any
+    dict itself: only calls made from pyblasgemm.dask are refused here). A K tree with batch
+    dimensions, a gemm with c, and one task per block all build and compute as before."""
+    import inspect
+    import sys
+
+    from dask.highlevelgraph import HighLevelGraph
+
+    original = HighLevelGraph.from_collections.__func__
+
+    def refusing(cls, *args, **kwargs):
+        if sys._getframe(1).f_globals.get("__name__") == "pyblasgemm.dask":
+            raise AssertionError("pyblasgemm.dask called HighLevelGraph.from_collections")
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(HighLevelGraph, "from_collections", classmethod(refusing))
+    rng = np.random.default_rng(30)
+    x, y = _data(rng, (2, 9, 20), np.float32), _data(rng, (20, 7), np.float32)
+    X, Y = da.from_array(x, chunks=(1, 5, (6, 3, 7, 4))), da.from_array(y, chunks=((6, 3, 7, 4), 4))
+    for group in (1, 2, 4):                          # a tree of 4, a tree of 2, one chain
+        got = pbd.matmul(X, Y, k_group=group).compute(scheduler="threads")
+        np.testing.assert_allclose(got, x.astype(np.float64) @ y, rtol=1e-5, atol=1e-5)
+    c = _data(rng, (9, 7), np.float32)
+    got = pbd.gemm("N", "N", X[1], Y, c=da.from_array(c, chunks=3), alpha=2, beta=-1, k_group=3)
+    np.testing.assert_allclose(got.compute(scheduler="threads"), 2 * (x[1].astype(np.float64) @ y) - c,
+                               rtol=1e-5, atol=1e-5)
+    assert "dask.highlevelgraph" not in inspect.getsource(pbd)        # nor imports it
