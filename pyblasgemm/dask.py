@@ -14,7 +14,9 @@ products, the accumulation and the order of the sums. For ``x @ y`` with NumPy o
   chunks is one chain of GEMMs accumulating into one wide buffer (``C += A_k B_k``), and the
   groups are added in a fixed pairwise tree, then cast to the result type once (with
   ``alpha`` and ``beta · C`` for :func:`gemm`, whose ``alpha`` and ``beta`` are checked as
-  :func:`pyblasgemm.gemm` checks them);
+  :func:`pyblasgemm.gemm` checks them); by default all of K is one group (one task per output
+  block) when the product has at least :data:`MIN_TASKS` output blocks, and K is split into
+  about :data:`MIN_TASKS` tasks in all when it has fewer (:func:`k_group_for`);
 * the graph, and so every sum's order, depends only on the chunks and ``k_group``: the result
   is bitwise the same from the threaded scheduler, a ``distributed.LocalCluster`` or a
   ``dask_cuda.LocalCUDACluster``;
@@ -37,7 +39,7 @@ Example (NumPy chunks, the threaded scheduler)
 >>> rng = np.random.default_rng(0)
 >>> x = da.from_array(rng.standard_normal((64, 96)).astype(np.float16), chunks=(32, 12))
 >>> y = da.from_array(rng.standard_normal((96, 40)).astype(np.float16), chunks=(12, 20))
->>> z = pbd.matmul(x, y)                  # K in 8 chunks, summed in float32, rounded once
+>>> z = pbd.matmul(x, y)    # 4 output blocks: K's 8 chunks in 2 tasks of 4 a block, float32 sums
 >>> z.dtype, z.chunks
 (dtype('float16'), ((32, 32), (20, 20)))
 >>> exact = x.compute().astype(np.float64) @ y.compute().astype(np.float64)
@@ -51,15 +53,19 @@ import logging
 
 import numpy as np
 
-__all__ = ["matmul", "gemm", "accumulation_dtype", "k_group_for", "PARTIAL_TASKS"]
+__all__ = ["matmul", "gemm", "accumulation_dtype", "k_group_for", "MIN_TASKS"]
 
 log = logging.getLogger("pyblasgemm.dask")
 
-#: the default grouping of K chunks aims at about this many partial-product tasks for the
-#: whole product (fewer tasks: less scheduler time per block, which dominates a one-GPU run;
-#: more: partial products spread over more workers, what a long K on a cluster needs). A
-#: function of the chunks only, so that the sums' order never depends on the cluster.
-PARTIAL_TASKS = 32
+#: the default grouping of K chunks: one task per output block (all of K chained into one wide
+#: buffer) when the product has at least this many output blocks; with fewer, K split into
+#: groups until there are about this many partial tasks in all, so that a long K with a single
+#: output block still spreads over 4-8 GPUs. Why not more tasks: Dask spends 0.5-1 ms on each
+#: (scheduler and worker), and the old aim of ~32 partial tasks took 71.8 ms where one task per
+#: block took 41.3 ms (16384^3 float16 in 4096^2 chunks, one H100; 71.9 / 40.0 ms on an H200:
+#: docs/guide/dask.rst); on several GPUs every split of K adds transfers of partial products
+#: besides. A function of the chunks only, so that the sums' order never depends on the cluster.
+MIN_TASKS = 8
 
 
 def _dask_array():
@@ -87,19 +93,50 @@ def accumulation_dtype(result_dtype) -> np.dtype:
     return dt
 
 
-def k_group_for(k_chunks: int, output_blocks: int, k_group: int | None = None) -> int:
-    """K chunks per partial-product task: ``k_group`` if given (1..k_chunks), else the fewest
-    that keep about :data:`PARTIAL_TASKS` partial tasks (at least one K chunk per task).
+def _check_k_group(routine: str, k_group) -> None:
+    """``k_group`` is None or an integer >= 1 (not a bool), named in the error."""
+    if k_group is None:
+        return
+    if isinstance(k_group, (bool, np.bool_)) or not isinstance(k_group, (int, np.integer)):
+        raise TypeError(f"{routine}: k_group={k_group!r} must be an integer number of K chunks per task "
+                        f"(or None), not {type(k_group).__name__}")
+    if k_group < 1:
+        raise ValueError(f"{routine}: k_group={k_group!r} must be at least 1 K chunk per task")
 
-    >>> k_group_for(4, 16), k_group_for(32, 1), k_group_for(8, 1), k_group_for(8, 64)
-    (2, 1, 1, 8)
+
+def k_group_for(k_chunks: int, output_blocks: int, k_group: int | None = None) -> int:
+    """K chunks per partial-product task: ``k_group`` if given (an integer >= 1; more than
+    ``k_chunks`` means all of them), else the default, from the chunks alone:
+
+    * at least :data:`MIN_TASKS` output blocks: all ``k_chunks`` in one task per block (one
+      chain of GEMMs into one wide buffer, no tree of sums);
+    * fewer: K split so that there are about :data:`MIN_TASKS` partial tasks in all. With
+      ``n = ceil(MIN_TASKS / output_blocks)`` groups per block (at most ``k_chunks``), a task
+      takes ``ceil(k_chunks / n)`` K chunks: the longest task ``n`` groups would have, in the
+      fewest groups that give it (9 K chunks on one block: 5 tasks of at most 2, not 9 of 1).
+
+    >>> k_group_for(4, 16)          # 16 output blocks: all of K in one task per block
+    4
+    >>> k_group_for(32, 1)          # one output block, long K: 8 tasks of 4 K chunks
+    4
+    >>> k_group_for(16, 2), k_group_for(7, 4), k_group_for(3, 1), k_group_for(9, 1)
+    (4, 4, 1, 2)
+    >>> k_group_for(8, 1, k_group=3), k_group_for(8, 1, k_group=100)
+    (3, 8)
     """
+    _check_k_group("pyblasgemm.dask.k_group_for", k_group)
+    for name, value in (("k_chunks", k_chunks), ("output_blocks", output_blocks)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"pyblasgemm.dask.k_group_for: {name}={value!r} must be an integer, "
+                            f"not {type(value).__name__}")
+        if value < 1:
+            raise ValueError(f"pyblasgemm.dask.k_group_for: {name}={value!r} must be at least 1")
     if k_group is not None:
-        if not isinstance(k_group, (int, np.integer)) or not 1 <= k_group:
-            raise ValueError(f"k_group={k_group!r}: a positive number of K chunks per task")
-        return int(min(k_group, max(k_chunks, 1)))
-    tasks_per_block = max(1, PARTIAL_TASKS // max(output_blocks, 1))
-    return max(1, -(-k_chunks // tasks_per_block))
+        return int(min(k_group, k_chunks))
+    if output_blocks >= MIN_TASKS:
+        return int(k_chunks)
+    groups = min(k_chunks, -(-MIN_TASKS // output_blocks))
+    return int(-(-k_chunks // groups))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,8 +401,9 @@ def matmul(x, y, *, dtype=None, compute=None, backend=None, k_group=None, out=No
     a Dask array: ``numpy.matmul``'s shapes, broadcasting and result type (``dtype=`` as in
     :func:`pyblasgemm.matmul`, plus ``dtype=ml_dtypes.bfloat16`` for bfloat16 operands, whose
     NumPy type is float32), block products through pyblasgemm, wide and deterministic sums
-    over K (module docstring). ``k_group``: K chunks per partial-product task
-    (:func:`k_group_for`). ``out=`` is refused: see the module docstring for what replaces it.
+    over K (module docstring). ``k_group``: K chunks per partial-product task (default
+    :func:`k_group_for`: all of K in one task per output block from :data:`MIN_TASKS` output
+    blocks up). ``out=`` is refused: see the module docstring for what replaces it.
 
     >>> import numpy as np, dask.array as da
     >>> x = da.ones((3, 4, 6), chunks=(2, 4, 2), dtype=np.float32)
@@ -373,6 +411,7 @@ def matmul(x, y, *, dtype=None, compute=None, backend=None, k_group=None, out=No
     [6.0, 6.0, 6.0, 6.0]
     """
     da = _dask_array()
+    _check_k_group("pyblasgemm.dask.matmul", k_group)
     if out is not None:
         raise TypeError("pyblasgemm.dask.matmul: out= is not a Dask concept (the result is a new Dask "
                         "array); use dask.array.store(result, target) or result.persist()")
@@ -422,6 +461,7 @@ def gemm(transa, transb, a, b, c=None, alpha=1, beta=0, *, dtype=None, compute=N
     TypeError: pyblasgemm.dask.gemm: parameter 6 (alpha=1.5) must be an integer (int32 scalars for int8 GEMM), not float
     """
     da = _dask_array()
+    _check_k_group("pyblasgemm.dask.gemm", k_group)
     ops = {"N": lambda m: m, "T": lambda m: m.T, "C": lambda m: m.conj().T}
     for pos, flag in ((1, transa), (2, transb)):
         if not isinstance(flag, str) or flag.upper() not in ops:

@@ -123,7 +123,7 @@ def test_k_group_changes_the_tree_not_the_accuracy_and_each_is_deterministic():
         np.testing.assert_array_equal(first.view(np.uint16), second.view(np.uint16))
         _check(first, x, y, np.float16, g)
         results[g] = first
-    assert pbd.k_group_for(7, 4) == 1 and pbd.k_group_for(7, 64) == 7
+    assert pbd.k_group_for(7, 4) == 4 and pbd.k_group_for(7, 64) == 7     # 2 tasks x 4 blocks; one a block
 
 
 def test_accuracy_against_one_call_and_dask_matmul_float16():
@@ -167,15 +167,16 @@ def local_cluster():
         yield client
 
 
-def _threaded_here(x, y, x_chunks, y_chunks):
+def _threaded_here(x, y, x_chunks, y_chunks, k_group=1):
     """The same graph on the threaded scheduler, in the process this runs in."""
     return pbd.matmul(da.from_array(x, chunks=x_chunks), da.from_array(y, chunks=y_chunks),
-                      k_group=1).compute(scheduler="threads")
+                      k_group=k_group).compute(scheduler="threads")
 
 
+@pytest.mark.parametrize("k_group", [1, None], ids=["k_group=1", "default"])
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.complex128, np.int8],
                          ids=lambda d: np.dtype(d).name)
-def test_local_cluster_gives_the_threaded_schedulers_bits(local_cluster, dtype):
+def test_local_cluster_gives_the_threaded_schedulers_bits(local_cluster, dtype, k_group):
     """The graph fixes every sum's order and every block's layout (C order: OpenBLAS's float32
     bits differed between views and copies on the GPU machine's host): the cluster's bits
     are the threaded scheduler's, here and inside a worker (whose BLAS has one thread)."""
@@ -183,9 +184,10 @@ def test_local_cluster_gives_the_threaded_schedulers_bits(local_cluster, dtype):
     x, y = _data(rng, (40, 90), dtype), _data(rng, (90, 30), dtype)
     x_chunks, y_chunks = ((13, 27), (20, 5, 30, 35)), ((20, 5, 30, 35), (11, 19))
     clustered = local_cluster.compute(pbd.matmul(da.from_array(x, chunks=x_chunks),
-                                                 da.from_array(y, chunks=y_chunks), k_group=1)).result()
-    in_worker = local_cluster.submit(_threaded_here, x, y, x_chunks, y_chunks, pure=False).result()
-    here = _threaded_here(x, y, x_chunks, y_chunks)          # 4 partials and 3 adds a block
+                                                 da.from_array(y, chunks=y_chunks), k_group=k_group)).result()
+    in_worker = local_cluster.submit(_threaded_here, x, y, x_chunks, y_chunks, k_group, pure=False).result()
+    # k_group=1: 4 partials and 3 adds a block; the default (4 blocks): 2 chains of 2, one add
+    here = _threaded_here(x, y, x_chunks, y_chunks, k_group)
     np.testing.assert_array_equal(in_worker.view(np.uint8), clustered.view(np.uint8))
     np.testing.assert_array_equal(here.view(np.uint8), clustered.view(np.uint8))
     _check(clustered, x, y, dtype, "cluster")
@@ -508,3 +510,84 @@ def test_the_graph_is_built_without_highlevelgraph_from_collections(monkeypatch)
     np.testing.assert_allclose(got.compute(scheduler="threads"), 2 * (x[1].astype(np.float64) @ y) - c,
                                rtol=1e-5, atol=1e-5)
     assert "dask.highlevelgraph" not in inspect.getsource(pbd)        # nor imports it
+
+
+# ---------------------------------------------------------------------------------------------
+# The default grouping of K chunks (issue #32, item 2): one task per output block from
+# MIN_TASKS blocks up, about MIN_TASKS partial tasks in all below
+# ---------------------------------------------------------------------------------------------
+
+def _task_counts(z):
+    """(partial-product tasks, tree adds, roots) in z's graph as Dask's array optimization
+    leaves it (culled, linear chains fused): what the scheduler gets."""
+    graph = z.__dask_optimize__(z.__dask_graph__(), z.__dask_keys__())
+    names = [k[0] if isinstance(k, tuple) else k for k in dict(graph)]
+    return tuple(sum(n.startswith(p) for n in names)
+                 for p in ("pyblasgemm-partial-", "pyblasgemm-sum-", "pyblasgemm-matmul-"))
+
+
+def test_default_is_one_task_per_output_block_from_min_tasks_blocks_up():
+    assert pbd.MIN_TASKS == 8
+    assert pbd.k_group_for(4, 16) == 4 and pbd.k_group_for(50, 8) == 50 and pbd.k_group_for(1, 1) == 1
+    rng = np.random.default_rng(31)
+    x, y = _data(rng, (24, 40), np.float16), _data(rng, (40, 16), np.float16)
+    # 4 x 2 = 8 output blocks, K in 5 chunks: 8 tasks, each chaining all 5 (no partials, no adds)
+    X, Y = da.from_array(x, chunks=(6, (8, 8, 8, 8, 8))), da.from_array(y, chunks=(8, 8))
+    z = pbd.matmul(X, Y)
+    assert _task_counts(z) == (0, 0, 8)
+    np.testing.assert_array_equal(z.compute(scheduler="threads").view(np.uint16),
+                                  pbd.matmul(X, Y, k_group=5).compute(scheduler="sync").view(np.uint16))
+    _check(z.compute(scheduler="threads"), x, y, np.float16, "one task a block")
+
+
+@pytest.mark.parametrize("k_chunks,blocks,partials_per_block", [
+    (32, 1, 8),             # a long K, one output block: 8 tasks of 4 K chunks, for 4-8 GPUs
+    (16, 2, 4),             # 2 blocks: 4 tasks of 4 each
+    (7, 4, 2),              # 4 blocks: 2 tasks (4 + 3 K chunks) each
+    (9, 1, 5),              # 8 tasks would be 2 K chunks long at most: 5 tasks of at most 2
+    (3, 1, 3),              # never less than one K chunk a task
+])
+def test_few_output_blocks_split_k_into_about_min_tasks(k_chunks, blocks, partials_per_block):
+    """The split survives Dask's optimization (every partial task stays a task of its own, for
+    any worker), and the sum is as accurate and as deterministic as one chain."""
+    rng = np.random.default_rng(k_chunks)
+    k = 3 * k_chunks
+    x, y = _data(rng, (8, k), np.float16), _data(rng, (k, 4 * blocks), np.float16)
+    X, Y = da.from_array(x, chunks=(8, 3)), da.from_array(y, chunks=(3, 4))
+    z = pbd.matmul(X, Y)
+    assert len(X.chunks[1]) == k_chunks and z.numblocks == (1, blocks)
+    partials, adds, roots = _task_counts(z)
+    assert (partials, roots) == (blocks * partials_per_block, blocks), (partials, roots)
+    assert adds == blocks * max(partials_per_block - 2, 0)      # a pairwise tree, the root adds the last 2
+    first, second = z.compute(scheduler="threads"), z.compute(scheduler="sync")
+    np.testing.assert_array_equal(first.view(np.uint16), second.view(np.uint16))
+    _check(first, x, y, np.float16, (k_chunks, blocks))
+
+
+@pytest.mark.parametrize("k_group,error", [(0, ValueError), (-2, ValueError), (2.0, TypeError),
+                                           (True, TypeError), ("4", TypeError)],
+                         ids=lambda v: v.__name__ if isinstance(v, type) else repr(v))
+def test_k_group_is_checked_before_any_graph(k_group, error):
+    """A k_group that is no positive integer is named with its routine, in matmul, gemm and
+    k_group_for alike (True was one K chunk a task, 2.0 a ValueError without the routine)."""
+    X = da.ones((4, 6), chunks=2)
+    for call, routine in ((lambda: pbd.matmul(X, X.T, k_group=k_group), "matmul"),
+                          (lambda: pbd.gemm("N", "T", X, X, k_group=k_group), "gemm"),
+                          (lambda: pbd.k_group_for(3, 4, k_group), "k_group_for")):
+        with pytest.raises(error, match=rf"pyblasgemm\.dask\.{routine}: k_group={k_group!r}"):
+            call()
+    with pytest.raises(ValueError, match=r"k_group_for: output_blocks=0 must be at least 1"):
+        pbd.k_group_for(3, 0)
+
+
+def test_module_docstring_examples():
+    """pyblasgemm.dask's examples run and print what they say (tests/test_doctests.py does
+    not list the module: it needs the dask extra)."""
+    import doctest
+
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    ran = 0
+    for test in doctest.DocTestFinder().find(pbd):
+        runner.run(test)
+        ran += len(test.examples)
+    assert ran >= 25 and runner.failures == 0, (ran, runner.failures)
