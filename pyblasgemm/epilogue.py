@@ -846,9 +846,11 @@ def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, b
     else:
         _route.last = _UNFUSED[xp_name]
         if a.dtype.kind in "iub":
-            # integer or bool operands: NumPy's own product (its loop type, wrapping as it
-            # wraps); an integer result is summed and activated exactly, then cast (apply)
-            t = xp.asarray(matmul(a, b, dtype=loop, **kw))
+            # integer or bool operands: NumPy's own product, the operands cast to its loop type
+            # and multiplied in it, wrapping as it wraps (cupy.matmul's dtype=int64 casts the
+            # int32 product instead); an integer result is summed and activated exactly, then
+            # cast (apply)
+            t = xp.asarray(matmul(a.astype(loop, copy=False), b.astype(loop, copy=False), **kw))
             if out_dtype.kind not in "iub":
                 t = t.astype(acc_dtype(out_dtype), copy=False)
         else:

@@ -47,33 +47,32 @@ def _gelu64(v):
     return v * 0.5 * (1 + erf(v / np.sqrt(2.0)))
 
 
-def test_epilogue_integer_result_is_numpys_product_activated_before_the_cast():
+def test_epilogue_integer_result_is_numpys_product_activated_before_the_cast(xp):
     """An integer result NumPy computes: its product (in dtype=, as NumPy's matmul forms it),
     plus the bias, activated exactly, then cast. The int32 product was formed in int32 (2^20 x
-    2^12 wrapped to 0 before the int64 cast) and the activation in float32 (2^40 + 8 rounded
-    to 2^40)."""
+    2^12 wrapped to 0 before the int64 cast; cupy.matmul's dtype= does so too) and the
+    activation in float32 (2^40 + 8 rounded to 2^40)."""
     a = np.array([[2**20, -300], [-200, 7]], np.int32)
     b = np.array([[2**12, 3], [1, -5]], np.int32)
     want = np.maximum(np.matmul(a, b, dtype=np.int64), 0)            # [[2^32 - 300, ...]]
-    got = pyblasgemm.matmul(a, b, dtype=np.int64, activation="relu")
+    got = pyblasgemm.matmul(xp.asarray(a), xp.asarray(b), dtype=np.int64, activation="relu")
     assert got.dtype == np.int64
-    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(to_host(got), want)
+    x = xp.asarray(np.array([[2**30 + 3, -5]], np.int64))
+    got = pyblasgemm.matmul(x, xp.asarray(np.array([[1], [0]], np.int64)), activation="gelu")
+    np.testing.assert_array_equal(to_host(got), _gelu64(np.array([[2.0**30 + 3]])).astype(np.int64))
     a, b = np.array([[200, -300], [-200, 7]], np.int16), np.array([[20, 3], [1, -5]], np.int16)
     bias = np.array([7, -2100], np.int32)
-    pre = np.empty((2, 2), np.int32)
-    got = pyblasgemm.matmul(a, b, dtype=np.int32, bias=bias, activation="relu",
-                            preactivation_out=pre)
-    np.testing.assert_array_equal(pre, np.matmul(a, b, dtype=np.int32) + bias)
-    np.testing.assert_array_equal(got, np.maximum(pre, 0))
+    pre = xp.empty((2, 2), np.int32)
+    got = pyblasgemm.matmul(xp.asarray(a), xp.asarray(b), dtype=np.int32, bias=xp.asarray(bias),
+                            activation="relu", preactivation_out=pre)
+    np.testing.assert_array_equal(to_host(pre), np.matmul(a, b, dtype=np.int32) + bias)
+    np.testing.assert_array_equal(to_host(got), np.maximum(to_host(pre), 0))
     # int64 values past float32's 24 bits stay exact through relu and a bias
-    x = np.array([[2**40 + 1, 5], [-(2**41), 3]], np.int64)
-    w = np.array([[1], [1]], np.int64)
-    got = pyblasgemm.matmul(x, w, bias=np.array([2], np.int64), activation="relu")
-    np.testing.assert_array_equal(got, [[2**40 + 8], [0]])
-    # the other activations: in float64 on the exact sum, truncated as astype truncates
-    big = np.array([[2**30 + 3, -5]], np.int64)
-    got = pyblasgemm.matmul(big, np.array([[1], [0]], np.int64), activation="gelu")
-    np.testing.assert_array_equal(got, _gelu64(np.array([[2.0**30 + 3]])).astype(np.int64))
+    x = xp.asarray(np.array([[2**40 + 1, 5], [-(2**41), 3]], np.int64))
+    w = xp.asarray(np.array([[1], [1]], np.int64))
+    got = pyblasgemm.matmul(x, w, bias=xp.asarray(np.array([2], np.int64)), activation="relu")
+    np.testing.assert_array_equal(to_host(got), [[2**40 + 8], [0]])
 
 
 def test_epilogue_bfloat16_dtype_kept_where_numpy_has_no_loop():
