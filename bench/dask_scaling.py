@@ -6,9 +6,11 @@
 Method:
 
 * a ``dask_cuda.LocalCUDACluster`` with one worker per GPU (``CUDA_VISIBLE_DEVICES`` the first
-  n GPUs), CuPy chunks, the operands generated on the workers (``dask.array.random`` with
-  CuPy's generator: the same bytes on any cluster and in this process) and persisted there
-  before any timing;
+  n GPUs), CuPy chunks, the operands generated on the workers before any timing, each block
+  from its own seed (the same bytes on any cluster and in this process), A's row panel i on
+  worker i mod n and B's column panel j on worker j mod n (left to itself, Dask put every
+  generated block on one worker, and then ran every product there: a smoke run on 2 GPUs
+  received 0 bytes);
 * time: ``wait(client.persist(z))`` on fresh keys (``dask.graph_manipulation.clone``: a key a
   previous persist still holds would be answered from memory), then every worker's device
   synchronized (a task ends when its kernels are queued), inside the timing; median of
@@ -19,7 +21,7 @@ Method:
 * the same arrays and cluster through ``dask.array.matmul``;
 * error: the normwise relative error of sampled rows and columns (8 x 256) of the result against
   a float64 product of the same bytes (long double for float64 operands), on the host;
-* bits: a digest of every output block (blake2b of its bytes, on the workers) from two runs, and
+* bits: a digest of every output block (on the workers) from two runs, and
   for --threaded-check cases from the threaded scheduler in this process on the same recipe;
 * where the time goes: bytes received by the workers over the timed runs (their transfer
   logs) and Dask's task stream of one run, summed per action (compute, transfer, ...).
@@ -30,7 +32,6 @@ what it measured; a failure is recorded in its row, never hidden.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import pathlib
@@ -66,19 +67,59 @@ def _dtype(name):
     return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
 
 
-def operands(m, n, k, dtype, chunk, seed=20261127):
-    """X (m x k) and Y (k x n) as Dask arrays of CuPy chunks, generated where they are computed."""
+SEED = 20261127
+
+
+def _block(seed, shape, dtype):
+    """One operand block: standard normal from its own seed, in ``dtype``."""
+    import cupy as cp
+
+    gen = cp.float64 if dtype == "float64" else cp.float32
+    x = cp.random.RandomState(seed).standard_normal(shape, dtype=gen)
+    return x if np.dtype(gen) == _dtype(dtype) else x.astype(_dtype(dtype))
+
+
+def _seed(tag, i, j):
+    return SEED + (1 if tag == "y" else 0) * 1_000_003 + i * 1009 + j
+
+
+def operands(client, m, n, k, dtype, chunk):
+    """X (m x k) and Y (k x n) as Dask arrays of CuPy chunks, generated on the workers: X's row
+    panel i on worker i mod n, Y's column panel j on worker j mod n."""
+    import cupy as cp
+    import dask
+    import dask.array as da
+
+    workers = sorted(client.scheduler_info()["workers"])
+    want = _dtype(dtype)
+
+    def make(tag, rows, cols, owner):
+        out = []
+        for i in range(rows // chunk):
+            row = []
+            for j in range(cols // chunk):
+                f = client.submit(_block, _seed(tag, i, j), (chunk, chunk), dtype, pure=False,
+                                  workers=[workers[owner(i, j) % len(workers)]], allow_other_workers=False)
+                row.append(da.from_delayed(dask.delayed(f), (chunk, chunk), dtype=want,
+                                           meta=cp.empty((0, 0), want)))
+            out.append(row)
+        return da.block(out)
+
+    return make("x", m, k, lambda i, j: i), make("y", k, n, lambda i, j: j)
+
+
+def local_operands(m, n, k, dtype, chunk):
+    """The same blocks in this process (GPU 0), as Dask arrays for the threaded scheduler."""
     import cupy as cp
     import dask.array as da
 
-    rs = da.random.RandomState(seed, RandomState=cp.random.RandomState)
-    gen = np.float64 if dtype == "float64" else np.float32
-    x = rs.standard_normal((m, k), chunks=chunk, dtype=gen)
-    y = rs.standard_normal((k, n), chunks=chunk, dtype=gen)
-    want = _dtype(dtype)
-    if want != np.dtype(gen):
-        x, y = x.astype(want), y.astype(want)
-    return x, y
+    def make(tag, rows, cols):
+        whole = cp.concatenate([cp.concatenate([_block(_seed(tag, i, j), (chunk, chunk), dtype)
+                                                for j in range(cols // chunk)], axis=1)
+                                for i in range(rows // chunk)], axis=0)
+        return da.from_array(whole, chunks=chunk, asarray=False)
+
+    return make("x", m, k), make("y", k, n)
 
 
 def _synchronize():
@@ -96,10 +137,14 @@ def _received_bytes(dask_worker=None):
 
 
 def _digest(block):
+    """A 64-bit digest of a block's bits, on its GPU: sum of bits x odd weights mod 2^64 (any
+    one changed element changes it; integer sums do not depend on their order)."""
     import cupy as cp
 
-    data = cp.asnumpy(block).tobytes()
-    return np.frombuffer(hashlib.blake2b(data, digest_size=8).digest(), np.uint64).reshape(1, 1)
+    bits = cp.ascontiguousarray(block).view({2: cp.uint16, 4: cp.uint32, 8: cp.uint64}[block.dtype.itemsize])
+    bits = bits.ravel().astype(cp.uint64)
+    weights = cp.arange(bits.size, dtype=cp.uint64) * cp.uint64(0x9E3779B97F4A7C15) | cp.uint64(1)
+    return np.array([[int((bits * weights).sum())]], np.uint64)
 
 
 def digests(z, **compute_kw):
@@ -194,7 +239,7 @@ def run_case(client, name, n_gpus, protocol, reps, base_s, digests_seen, with_da
 
     m, n, k, dtype, chunk, kw = CASES[name]
     flops = 2.0 * m * n * k
-    x, y = operands(m, n, k, dtype, chunk)
+    x, y = operands(client, m, n, k, dtype, chunk)
     x, y = client.persist(x), client.persist(y)
     wait([x, y])
     row = {"case": name, "gpus": n_gpus, "protocol": protocol, "m": m, "n": n, "k": k, "dtype": dtype,
@@ -254,7 +299,7 @@ def threaded_digest(name):
     from pyblasgemm import dask as pbd
 
     m, n, k, dtype, chunk, kw = CASES[name]
-    x, y = operands(m, n, k, dtype, chunk)
+    x, y = local_operands(m, n, k, dtype, chunk)
     return digests(pbd.matmul(x, y, **kw)).compute(scheduler="threads")
 
 
