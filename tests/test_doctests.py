@@ -1,6 +1,7 @@
 """The examples in the public docstrings run (on the host backend) and print what they say."""
 import doctest
 import importlib
+import importlib.util
 
 import pytest
 
@@ -13,7 +14,10 @@ MODULES = ["pyblasgemm.blas", "pyblasgemm.gemm", "pyblasgemm.matmul", "pyblasgem
            "pyblasgemm.kernels.jit", "pyblasgemm.kernels.launch", "pyblasgemm.kernels.grouped",
            "pyblasgemm.kernels.mlp_kernel", "pyblasgemm.kernels.ozaki_kernels", "pyblasgemm.planner.composite",
            "pyblasgemm.composite", "pyblasgemm._files", "pyblasgemm.benchmarks.suite",
-           "pyblasgemm.benchmarks.plot", "pyblasgemm.__main__"]
+           "pyblasgemm.benchmarks.plot", "pyblasgemm.__main__",
+           # PyTorch is optional (not in the `test` extra): its module's examples need it
+           pytest.param("pyblasgemm.torch", marks=pytest.mark.skipif(
+               importlib.util.find_spec("torch") is None, reason="needs PyTorch"))]
 
 
 @pytest.mark.parametrize("name", MODULES)
