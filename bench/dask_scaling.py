@@ -11,10 +11,11 @@ Method:
   worker i mod n and B's column panel j on worker j mod n (left to itself, Dask put every
   generated block on one worker, and then ran every product there: a smoke run on 2 GPUs
   received 0 bytes);
-* time: ``wait(client.persist(z))`` on fresh keys (``dask.graph_manipulation.clone``: a key a
-  previous persist still holds would be answered from memory), then every worker's device
-  synchronized (a task ends when its kernels are queued), inside the timing; median of
-  ``--reps`` after one warm-up; TFLOP/s = 2mnk / time;
+* time: ``wait(client.persist(z))``, then every worker's device synchronized (a task ends when
+  its kernels are queued), inside the timing, each run on freshly generated operands (new
+  keys; no worker holds another's blocks from an earlier run: with the same operands every
+  run after the warm-up received 0 bytes), generated and waited for outside the timing;
+  median of ``--reps`` after one warm-up; TFLOP/s = 2mnk / time;
 * the baseline: one ``pyblasgemm.matmul`` call on one GPU in this process (CUDA events, median
   of 5 after a warm-up), on operands of the same shape and type; efficiency on n GPUs =
   speed / (n x the baseline's speed);
@@ -100,8 +101,9 @@ def operands(client, m, n, k, dtype, chunk):
             for j in range(cols // chunk):
                 f = client.submit(_block, _seed(tag, i, j), (chunk, chunk), dtype, pure=False,
                                   workers=[workers[owner(i, j) % len(workers)]], allow_other_workers=False)
-                row.append(da.from_delayed(dask.delayed(f), (chunk, chunk), dtype=want,
-                                           meta=cp.empty((0, 0), want)))
+                # bfloat16: a NumPy meta (a CuPy one reached Dask as '|V2': 'no common DType')
+                meta = np.empty((0, 0), want) if want.name == "bfloat16" else cp.empty((0, 0), want)
+                row.append(da.from_delayed(dask.delayed(f), (chunk, chunk), dtype=want, meta=meta))
             out.append(row)
         return da.block(out)
 
@@ -164,47 +166,56 @@ def _wide_host(x):
 
 def sampled_error(client, x, y, z, rng):
     m, n = z.shape
-    rows = np.sort(rng.choice(m, SAMPLE_ROWS, replace=False))
-    cols = np.sort(rng.choice(n, SAMPLE_COLS, replace=False))
+    rows = np.sort(rng.choice(m, min(SAMPLE_ROWS, m), replace=False))
+    cols = np.sort(rng.choice(n, min(SAMPLE_COLS, n), replace=False))
     xr, yc, zs = client.compute([x[rows], y[:, cols], z[rows][:, cols]], sync=True)
     ref = _wide_host(xr) @ _wide_host(yc)
     got = _wide_host(zs)
     return float(np.linalg.norm((got - ref).astype(np.float64)) / np.linalg.norm(ref.astype(np.float64)))
 
 
-def time_persist(client, z, keep, reps, stream=False):
-    """(median s, times, received bytes per run, task-stream summary or None)."""
-    from dask.graph_manipulation import clone
+def time_persist(client, make, reps, flops_label=""):
+    """(median s, times, received bytes per run, task-stream summary) of ``make()``'s product:
+    each run on freshly generated operands (generated and waited for outside the timing), so
+    its keys are new and no worker holds a copy of another's blocks from an earlier run
+    (after one warm-up on the same operands, every later run received 0 bytes)."""
     from distributed import get_task_stream, wait
 
-    wait(client.persist(clone(z, omit=keep, seed=-1)))       # warm-up: kernels, plans, pools
+    x, y, z = make()
+    wait(client.persist(z))                                  # warm-up: kernels, plans, pools
     client.run(_synchronize)
-    before = sum(client.run(_received_bytes).values())
-    times = []
-    for rep in range(reps):
-        fresh = clone(z, omit=keep, seed=rep)
+    del x, y, z
+    times, received = [], []
+    summary = None
+    for rep in range(reps + 1):
+        x, y, z = make()
+        wait([x, y])
+        client.run(_synchronize)
+        before = sum(client.run(_received_bytes).values())
+        last = rep == reps
+        stream = get_task_stream(client) if last else None
+        if stream is not None:
+            stream.__enter__()
         t0 = time.perf_counter()
-        done = client.persist(fresh)
+        done = client.persist(z)
         wait(done)
         client.run(_synchronize)
-        times.append(time.perf_counter() - t0)
-        del done
-    received = (sum(client.run(_received_bytes).values()) - before) / max(reps, 1)
-    summary = None
-    if stream:
-        with get_task_stream(client) as ts:
-            done = client.persist(clone(z, omit=keep, seed=reps + 1))
-            wait(done)
-            client.run(_synchronize)
-            del done
-        summary = {}
-        for task in ts.data:
-            for ss in task.get("startstops", ()):
-                act = ss.get("action", "?")
-                summary[act] = summary.get(act, 0.0) + float(ss["stop"] - ss["start"])
-        summary = {k: round(v, 4) for k, v in summary.items()}
-        summary["tasks"] = len(ts.data)
-    return statistics.median(times), times, received, summary
+        elapsed = time.perf_counter() - t0
+        if stream is not None:
+            stream.__exit__(None, None, None)
+            summary = {}
+            for task in stream.data:
+                for ss in task.get("startstops", ()):
+                    act = ss.get("action", "?")
+                    summary[act] = summary.get(act, 0.0) + float(ss["stop"] - ss["start"])
+            summary = {k: round(v, 4) for k, v in summary.items()}
+            summary["tasks"] = len(stream.data)
+            summary["run_s"] = round(elapsed, 4)
+        else:
+            times.append(elapsed)
+            received.append(sum(client.run(_received_bytes).values()) - before)
+        del done, x, y, z
+    return statistics.median(times), times, statistics.median(received), summary
 
 
 def baseline(m, n, k, dtype, kw):
@@ -239,38 +250,37 @@ def run_case(client, name, n_gpus, protocol, reps, base_s, digests_seen, with_da
 
     m, n, k, dtype, chunk, kw = CASES[name]
     flops = 2.0 * m * n * k
-    x, y = operands(client, m, n, k, dtype, chunk)
-    x, y = client.persist(x), client.persist(y)
-    wait([x, y])
     row = {"case": name, "gpus": n_gpus, "protocol": protocol, "m": m, "n": n, "k": k, "dtype": dtype,
            "chunk": chunk, "matmul_kw": kw, "baseline_one_call_s": base_s}
-    contenders = {"pyblasgemm.dask.matmul": pbd.matmul(x, y, **kw)}
+    products = {"pyblasgemm.dask.matmul": lambda x, y: pbd.matmul(x, y, **kw)}
     if with_dask and not kw:
-        contenders["dask.array.matmul"] = da.matmul(x, y)
-    for label, z in contenders.items():
+        products["dask.array.matmul"] = da.matmul
+    for label, product in products.items():
+        def make():
+            x, y = operands(client, m, n, k, dtype, chunk)
+            return x, y, product(x, y)
         try:
-            med, times, received, stream = time_persist(client, z, (x, y), reps, stream=True)
+            med, times, received, stream = time_persist(client, make, reps)
             res = {"median_s": med, "times_s": times, "tflops": flops / med / 1e12,
-                   "tasks": len(z.__dask_graph__()) - len(x.__dask_graph__()) - len(y.__dask_graph__()),
                    "received_bytes_per_run": received, "task_stream": stream}
             if base_s:
                 res["efficiency"] = (flops / med) / (n_gpus * flops / base_s)
                 res["speedup_vs_one_call"] = base_s / med
+            x, y, z = make()
+            res["tasks"] = len(z.__dask_graph__()) - len(x.__dask_graph__()) - len(y.__dask_graph__())
+            zz = client.persist(z)
+            wait(zz)
+            res["error_sampled"] = sampled_error(client, x, y, zz, np.random.default_rng(7))
             if label == "pyblasgemm.dask.matmul":
-                zz = client.persist(z)
-                wait(zz)
-                res["error_sampled"] = sampled_error(client, x, y, zz, np.random.default_rng(7))
                 d1 = client.compute(digests(zz), sync=True)
-                zz2 = client.persist(__import__("dask.graph_manipulation", fromlist=["clone"]).clone(z, omit=(x, y), seed=99))
+                del zz
+                zz2 = client.persist(product(x, y))           # the same operands, a second run
+                wait(zz2)
                 d2 = client.compute(digests(zz2), sync=True)
                 res["bitwise_two_runs"] = bool(np.array_equal(d1, d2))
                 digests_seen.setdefault(name, []).append({"gpus": n_gpus, "protocol": protocol, "digest": d1})
-                del zz, zz2
-            else:
-                zz = client.persist(z)
-                wait(zz)
-                res["error_sampled"] = sampled_error(client, x, y, zz, np.random.default_rng(7))
-                del zz
+                del zz2
+            del x, y, z
         except Exception as e:              # recorded, not hidden
             res = {"failure": f"{type(e).__name__}: {e}"[:400]}
         row[label] = res
@@ -280,7 +290,6 @@ def run_case(client, name, n_gpus, protocol, reps, base_s, digests_seen, with_da
                  if "median_s" in res else res["failure"]), flush=True)
     if "dask.array.matmul" in row and "median_s" in row["dask.array.matmul"] and "median_s" in row["pyblasgemm.dask.matmul"]:
         row["ratio_vs_dask_array"] = row["dask.array.matmul"]["median_s"] / row["pyblasgemm.dask.matmul"]["median_s"]
-    client.cancel([x, y])
     return row
 
 
