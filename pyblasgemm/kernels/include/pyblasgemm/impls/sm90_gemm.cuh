@@ -406,6 +406,27 @@ PBG_DEVICE typename Kind::Scale sm90_epi(typename Kind::Scale v, const Sm90Epi& 
   return activate(v, EPI & 7);
 }
 
+// The persistent grid as both roles walk it. Each role computes it after its setmaxnreg: NVRTC
+// 13.0's ptxas (the one PyTorch pins) spills values live across setmaxnreg to local memory
+// (8-20 bytes at stream-k 256 x 128 mma.sync, cluster-2 256 x 128 mma.sync and the int8
+// dequantizing stream-k 192 x 128); 13.5's kept them in registers.
+struct Sm90Grid {
+  int units_m, tiles_n, units, kt, rank, workers, worker;
+};
+template <int BMT, int BNT, int BKE, int CLUSTER>
+PBG_DEVICE Sm90Grid sm90_grid(int mt, int nt, int k, int batch) {
+  Sm90Grid g;
+  const int tiles_m = (mt + BMT - 1) / BMT;
+  g.tiles_n = (nt + BNT - 1) / BNT;
+  g.units_m = (tiles_m + CLUSTER - 1) / CLUSTER;  // a unit = CLUSTER tile rows
+  g.units = g.units_m * g.tiles_n * batch;
+  g.kt = (k + BKE - 1) / BKE;
+  g.rank = CLUSTER > 1 ? static_cast<int>(cluster_ctarank()) : 0;
+  g.workers = gridDim.x / CLUSTER;
+  g.worker = blockIdx.x / CLUSTER;
+  return g;
+}
+
 // CLUSTER = 2 (data-parallel only): two CTAs on neighbouring SMs take the tiles (2u, tn) and
 // (2u + 1, tn) of unit u: each loads its own P block and half of the shared Q block, which the
 // TMA multicasts into both CTAs (a third less L2 traffic per CTA); a stage is refilled only
@@ -441,12 +462,6 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
   const u32 bars = epi + T::EPI_BYTES;    // full[s] at bars + 8s, empty[s] at bars + 8(STAGES + s)
 
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && MODE == kSliced), "clusters: data-parallel only");
-  const int tiles_m = (mt + BMT - 1) / BMT, tiles_n = (nt + BNT - 1) / BNT;
-  const int units_m = (tiles_m + CLUSTER - 1) / CLUSTER;  // a unit = CLUSTER tile rows
-  const int units = units_m * tiles_n * batch;
-  const int kt = (k + BKE - 1) / BKE;
-  const int rank = CLUSTER > 1 ? static_cast<int>(cluster_ctarank()) : 0;
-  const int workers = gridDim.x / CLUSTER, worker = blockIdx.x / CLUSTER;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -462,6 +477,9 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
   if (wg == 0) {
     // ---------------- producer warpgroup: one thread drives the TMA ----------------
     setmaxnreg_dec<40>();
+    const Sm90Grid grid = sm90_grid<BMT, BNT, BKE, CLUSTER>(mt, nt, k, batch);
+    const int units_m = grid.units_m, tiles_n = grid.tiles_n, units = grid.units, kt = grid.kt;
+    const int rank = grid.rank, workers = grid.workers, worker = grid.worker;
     if (threadIdx.x == 0) {
       prefetch_tma_desc(&tma_p);
       prefetch_tma_desc(&tma_q);
@@ -525,6 +543,9 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
   } else {
     // ---------------- consumer warpgroups: wgmma + epilogue ----------------
     setmaxnreg_inc<232>();
+    const Sm90Grid grid = sm90_grid<BMT, BNT, BKE, CLUSTER>(mt, nt, k, batch);
+    const int units_m = grid.units_m, tiles_n = grid.tiles_n, units = grid.units, kt = grid.kt;
+    const int rank = grid.rank, workers = grid.workers, worker = grid.worker;
     const int cw = wg - 1;                       // consumer warpgroup 0/1: D rows 64*cw ..
     const int ct = threadIdx.x - 128;            // 0..255
     const int lane = threadIdx.x & 31, warp4 = (threadIdx.x / 32) & 3;
