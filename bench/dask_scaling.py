@@ -322,6 +322,7 @@ def threaded_digest(name):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--plot", metavar="RESULTS", help="draw --out (a PNG) from a results file; no run")
     ap.add_argument("--gpus", default="1,2,4")
     ap.add_argument("--protocols", default="ucx,tcp")
     ap.add_argument("--cases", default=",".join(c for c in CASES if not c.startswith("smoke")))
@@ -330,6 +331,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threaded-check", default="32768^3 float16")
     ap.add_argument("--no-dask-array", action="store_true")
     args = ap.parse_args(argv)
+    if args.plot:
+        plot(args.plot, args.out)
+        return 0
     gpus = [int(g) for g in args.gpus.split(",")]
     cases = [c for c in args.cases.split(",") if c]
     for c in cases + [c for c in args.tcp_cases.split(",") if c]:
@@ -404,6 +408,72 @@ def main(argv=None) -> int:
     print("bitwise:", json.dumps(bits), flush=True)
     write_doc(doc, args.out)
     return 0
+
+
+
+def guide_rows(path) -> list:
+    """(case, gpus, protocol, ours ms, speedup over one call, efficiency, GiB received,
+    dask.array.matmul ms or None, ratio or None) per measured row of one results file."""
+    doc = json.loads(pathlib.Path(path).read_text())
+    rows = []
+    for c in doc["cases"]:
+        ours = c.get("pyblasgemm.dask.matmul", {})
+        if "median_s" not in ours:
+            continue
+        theirs = c.get("dask.array.matmul", {})
+        rows.append((c["case"], c["gpus"], c["protocol"], ours["median_s"] * 1e3, ours.get("speedup_vs_one_call"),
+                     ours.get("efficiency"), ours["received_bytes_per_run"] / 2**30,
+                     theirs["median_s"] * 1e3 if "median_s" in theirs else None, c.get("ratio_vs_dask_array")))
+    return rows
+
+
+def guide_table(path, protocol="ucx") -> str:
+    """The guide's scaling table (reStructuredText list-table) of one results file.
+
+    >>> print(guide_table(ROOT / "bench/results/dask_scaling_h200x4_2026-11-27_0a13fa0.json").splitlines()[0])
+    .. list-table:: Scaling on 4 NVIDIA H200 (NVLink NV18), UCX, one worker per GPU (median of 3)
+    """
+    doc = json.loads(pathlib.Path(path).read_text())
+    lines = [f".. list-table:: Scaling on {doc['gpu_count']} {doc['device']['name']} (NVLink NV18), "
+             f"{protocol.upper()}, one worker per GPU (median of 3)",
+             "   :header-rows: 1", "",
+             "   * - product", "     - GPUs", "     - pyblasgemm.dask", "     - x one call (efficiency)",
+             "     - received", "     - dask.array.matmul (ours faster by)"]
+    for case, gpus, proto, ms, speed, eff, gib, theirs, ratio in guide_rows(path):
+        if proto != protocol:
+            continue
+        lines += [f"   * - {case}", f"     - {gpus}", f"     - {ms:.1f} ms", f"     - {speed:.2f}x ({eff:.2f})",
+                  f"     - {gib:.2f} GiB",
+                  f"     - {theirs:.1f} ms ({ratio:.2f}x)" if theirs is not None else "     - (not run)"]
+    return "\n".join(lines)
+
+
+def plot(path, out) -> None:
+    """Speed over one pyblasgemm call against GPUs, per product: ours and dask.array.matmul."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in guide_rows(path) if r[2] == "ucx"]
+    doc = json.loads(pathlib.Path(path).read_text())
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for case in dict.fromkeys(r[0] for r in rows):
+        mine = [r for r in rows if r[0] == case]
+        gpus = [r[1] for r in mine]
+        line, = ax.plot(gpus, [r[4] for r in mine], marker="o", label=f"{case}: pyblasgemm.dask")
+        theirs = [(r[1], doc["baselines_s"][case] * 1e3 / r[7]) for r in mine if r[7]]
+        if theirs:
+            ax.plot(*zip(*theirs), marker="x", linestyle=":", color=line.get_color(),
+                    label=f"{case}: dask.array.matmul")
+    ax.plot([1, 4], [1, 4], color="grey", linewidth=0.8, label="ideal")
+    ax.set_xticks([1, 2, 4])
+    ax.set_xlabel("GPUs (one Dask worker each, UCX)")
+    ax.set_ylabel("speed / one pyblasgemm call on one GPU")
+    ax.set_title(f"pyblasgemm.dask scaling, {doc['device']['name']}, git {doc['git_sha']}", fontsize=9)
+    ax.legend(fontsize=6, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(out, dpi=130)
 
 
 if __name__ == "__main__":

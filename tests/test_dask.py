@@ -591,3 +591,27 @@ def test_module_docstring_examples():
         runner.run(test)
         ran += len(test.examples)
     assert ran >= 25 and runner.failures == 0, (ran, runner.failures)
+
+
+def test_dask_guide_quotes_the_scaling_run():
+    """docs/guide/dask.rst's scaling tables are bench/dask_scaling.py's guide_table of the committed
+    4-GPU results (UCX, and the TCP run), and the claims the text makes hold in them."""
+    import json
+    import pathlib
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root))
+    from bench.dask_scaling import guide_rows, guide_table
+
+    text = (root / "docs/guide/dask.rst").read_text()
+    ucx = root / "bench/results/dask_scaling_h200x4_2026-11-27_0a13fa0.json"
+    tcp = root / "bench/results/dask_scaling_h200x4_2026-11-27_bbf852d.json"
+    assert guide_table(ucx) in text and guide_table(tcp, "tcp") in text
+    doc = json.loads(ucx.read_text())
+    assert doc["gpu_count"] == 4 and doc["git_sha"] == "0a13fa0"
+    assert all(b["all_runs_equal"] for b in doc["bitwise"].values())
+    assert doc["bitwise"]["32768^3 float16"]["threaded_equal"] is True
+    rows = {(r[0], r[1]): r for r in guide_rows(ucx)}
+    assert f"{rows[('32768^3 float16', 4)][4]:.2f}x one call on 4 GPUs" in " ".join(text.split())
+    assert [f"{rows[('32768^3 float16', g)][8]:.2f}x" for g in (1, 2, 4)] == ["1.30x", "1.44x", "1.78x"]
