@@ -10,6 +10,9 @@
   decompositions and all eight layout/path pairs across the set), all of it with
   PYBLASGEMM_COMPILE_ALL=1.
   Each distinct compile happens once, on every core, beside the other tests (compile_pool.py).
+
+The instantiation tests' ids start with the NVRTC they ran under (``nvrtc13.5-sm_80-...``);
+``PYBLASGEMM_TEST_NVRTC`` runs them under another one (nvrtc_under_test.py).
 """
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ import numpy as np
 import pytest
 
 import compile_pool
+import nvrtc_under_test
 
+nvrtc_under_test.choose()   # PYBLASGEMM_TEST_NVRTC: before anything loads an NVRTC
 pytest.importorskip("cupy")
 from cupy.cuda import nvrtc  # noqa: E402
 
@@ -31,6 +36,8 @@ from pyblasgemm.kernels.launch import launch_geometry  # noqa: E402
 from pyblasgemm.kernels.problem import ACCUMULATE, KernelProblem  # noqa: E402
 
 ALL = os.environ.get("PYBLASGEMM_COMPILE_ALL", "") not in ("", "0")
+#: the NVRTC of this run, as the test ids show it (``nvrtc13.5``)
+NVRTC = nvrtc_under_test.label()
 LAYOUTS = ("NN", "NT", "TN", "TT")
 
 
@@ -159,8 +166,8 @@ def _fused_specs() -> list:
 
 def _specs(arch):
     specs = _selected(arch) + (_fused_specs() if arch == "sm_80" else [])
-    return [pytest.param(s, id=f"{arch}-{s.kind}-{s.acc}-{s.cfg.name}-{s.lay}-{'vec' if s.vec else 'scalar'}"
-                         + (f"-epi{s.epi}" if s.epi else ""))
+    return [pytest.param(s, id=f"{NVRTC}-{arch}-{s.kind}-{s.acc}-{s.cfg.name}-{s.lay}-"
+                         f"{'vec' if s.vec else 'scalar'}" + (f"-epi{s.epi}" if s.epi else ""))
             for s in specs]
 
 

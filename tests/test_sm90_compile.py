@@ -19,6 +19,10 @@
 
 Each instantiation compiles once per run, on every core, beside the other tests, and only those
 whose tests were selected (compile_pool.py).
+
+Every compile test's id starts with the NVRTC it ran under (``nvrtc13.5-f16-NN-...``): ptxas is
+NVRTC's, and releases differ (:data:`NVRTC_13_0_SPILLS`). ``PYBLASGEMM_TEST_NVRTC`` runs the
+module under another NVRTC, e.g. 13.0 as PyTorch pins it (nvrtc_under_test.py).
 """
 from __future__ import annotations
 
@@ -34,10 +38,13 @@ from pathlib import Path
 import pytest
 
 import compile_pool
+import nvrtc_under_test
 
-from pyblasgemm.kernels import jit
-from pyblasgemm.kernels.config import SHIPPED_CONFIGS, SM90_CONFIGS, SM90_KINDS, SM90_MMA_SYNC_CONFIGS
-from pyblasgemm.kernels.problem import BASE_KIND, KernelProblem
+nvrtc_under_test.choose()   # PYBLASGEMM_TEST_NVRTC: before anything loads an NVRTC
+
+from pyblasgemm.kernels import jit  # noqa: E402
+from pyblasgemm.kernels.config import SHIPPED_CONFIGS, SM90_CONFIGS, SM90_KINDS, SM90_MMA_SYNC_CONFIGS  # noqa: E402
+from pyblasgemm.kernels.problem import BASE_KIND, KernelProblem  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 #: PYBLASGEMM_COMPILE_ALL=1: compile and disassemble every instantiation (default: covers)
@@ -149,16 +156,50 @@ def _fused_specs():
     return out
 
 
+#: (kind, config name, layout, EPI) of instantiations that spilled 8-20 bytes (and took a stack
+#: frame) under NVRTC 13.0.88, the one PyTorch pins, while 13.5 compiled them clean: values
+#: computed before the roles' setmaxnreg and live across it (issue #30; sm90_gemm.cuh's
+#: sm90_grid). Every run compiles them, whatever the cover picks. Stream-k 256 x 128 spilled in
+#: every layout, the cluster pair in NT only; hybrid shares the stream-k kernels.
+NVRTC_13_0_SPILLS = (
+    ("f16", "sm90a_streamk_256x128x64_w2x1_s4_mmasync_g8", "NN", 0),
+    ("bf16", "sm90a_streamk_256x128x64_w2x1_s4_mmasync_g8", "TT", 0),
+    ("f16", "sm90a_sliced_256x128x64_w2x1_s4_c2_mmasync_g8", "NT", 0),
+    ("bf16", "sm90a_sliced_256x128x64_w2x1_s4_c2_mmasync_g8", "NT", 0),
+    # int8 dequantized to float16 + GELU, bfloat16 + ReLU, float32 + SiLU, float16 alone
+    ("s8", "sm90a_streamk_192x128x128_w2x1_s4_g8", "TN", 58),
+    ("s8", "sm90a_streamk_192x128x128_w2x1_s4_g8", "TN", 89),
+    ("s8", "sm90a_streamk_192x128x128_w2x1_s4_g8", "TN", 28),
+    ("s8", "sm90a_streamk_192x128x128_w2x1_s4_g8", "TN", 56),
+)
+
+
+def _spec_named(kind: str, name: str, lay: str, epi: int) -> tuple:
+    cfgs = [c for c in SM90_CONFIGS[kind] + SM90_MMA_SYNC_CONFIGS.get(kind, ()) if c.name == name]
+    if not cfgs:
+        raise LookupError(f"NVRTC_13_0_SPILLS names {name} ({kind}), which is not shipped: update the list")
+    return (kind, cfgs[0], lay) + ((epi,) if epi else ())
+
+
+def _with(specs: list, extra) -> list:
+    return specs + [s for s in extra if s not in specs]
+
+
+_KNOWN = [_spec_named(*s) for s in NVRTC_13_0_SPILLS]
 #: every distinct shipped instantiation
 ALL_SPECS = _specs()
-#: those compiled in this run (all with PYBLASGEMM_COMPILE_ALL=1, else the cover)
-SPECS = ALL_SPECS if ALL else compile_pool.greedy_cover(ALL_SPECS, _compile_features)
+#: those compiled in this run (all with PYBLASGEMM_COMPILE_ALL=1, else the cover, and always
+#: the known NVRTC 13.0 spills)
+SPECS = ALL_SPECS if ALL else _with(compile_pool.greedy_cover(ALL_SPECS, _compile_features),
+                                    [s for s in _KNOWN if len(s) == 3])
 SASS_SPECS = _sass_specs(SPECS)
-FUSED_SPECS = _fused_specs()
+FUSED_SPECS = _with(_fused_specs(), [s for s in _KNOWN if len(s) == 4])
+#: the NVRTC CuPy compiles with in this run, as test ids show it (``nvrtc13.5``)
+NVRTC = nvrtc_under_test.label()
 
 
 def _param(s):
-    return pytest.param(s, id=f"{s[0]}-{s[2]}-{s[1].name}" + (f"-epi{s[3]}" if len(s) > 3 else ""))
+    return pytest.param(s, id=f"{NVRTC}-{s[0]}-{s[2]}-{s[1].name}" + (f"-epi{s[3]}" if len(s) > 3 else ""))
 
 
 def find_cuobjdump() -> Path | None:
@@ -256,6 +297,33 @@ def test_compiled_set_covers_every_instance_and_tile_layout():
     assert len(instances) == len({f for s in ALL_SPECS for f in _compile_features(s) if f[1] == "instance"})
     if not ALL:
         assert len(SPECS) < 0.6 * len(ALL_SPECS), (len(SPECS), len(ALL_SPECS))
+
+
+def test_known_nvrtc_13_0_spills_are_compiled_in_every_run():
+    """The instantiations NVRTC 13.0 spilled are shipped, valid in their layout, and compiled
+    by the clean-compile tests whatever the cover picks."""
+    from pyblasgemm.kernels.launch import fusable
+
+    for kind, cfg, lay, *epi in _KNOWN:
+        assert lay in _layouts(cfg, kind), (kind, cfg.name, lay)
+        if epi:
+            assert fusable(kind, cfg, dequantize=bool(epi[0] & jit.EPI_DEQUANT)), (kind, cfg.name)
+            assert (kind, cfg, lay, epi[0]) in FUSED_SPECS
+        else:
+            assert (kind, cfg, lay) in SPECS and (kind, cfg, lay) in ALL_SPECS
+    assert {k for k, *_ in _KNOWN} == {"f16", "bf16", "s8"}
+
+
+@pytest.mark.parametrize("nvrtc", [NVRTC])
+def test_runs_under_the_chosen_nvrtc(nvrtc):
+    """The id names the NVRTC that compiled this run; with PYBLASGEMM_TEST_NVRTC, it is the one
+    named there and no other is loaded."""
+    _nvrtc()
+    lib = nvrtc_under_test.choose()
+    maj, mnr = nvrtc_under_test.version()
+    assert nvrtc == f"nvrtc{maj}.{mnr}"
+    if lib is not None:
+        assert nvrtc_under_test.loaded() == [lib], (lib, nvrtc_under_test.loaded())
 
 
 _WARN = re.compile(r"warning|Potential Performance Loss", re.I)
