@@ -15,13 +15,27 @@ against 4.5 µs for a raw kernel launch and ~50 µs for the path it replaces.
 from __future__ import annotations
 
 import sys
+import threading
 from typing import NamedTuple
 
 from .plancache import get_plan_cache
 
-__all__ = ["Call", "cupy_type", "record", "span_bytes"]
+__all__ = ["Call", "cupy_type", "record", "span_bytes", "last_recorded", "forget_last"]
 
 cache = get_plan_cache()
+#: the Call this thread recorded last (the converting path of foreign arrays records it under
+#: their own key too: pyblasgemm.arrays.torch_record)
+_last = threading.local()
+
+
+def last_recorded():
+    """The :class:`Call` this thread's last :func:`record` stored, or None (also after
+    :func:`forget_last`)."""
+    return getattr(_last, "call", None)
+
+
+def forget_last() -> None:
+    _last.call = None
 
 
 class Call(NamedTuple):
@@ -82,17 +96,22 @@ def record(key, launch, swap: bool, a, b, c, fresh: bool, one=None, zero=None,
     c_mask = 15 if fresh else 0
     if fresh and c.data.ptr & 15:
         return                  # a custom allocator's odd alignment: keep the full path
-    cache.put(key, Call(launch, swap, spans[0], spans[1], spans[2], c_mask,
-                        c.shape if fresh else None, c.dtype, order, one, zero, limit))
+    call = Call(launch, swap, spans[0], spans[1], spans[2], c_mask, c.shape if fresh else None, c.dtype,
+                order, one, zero, limit)
+    cache.put(key, call)
+    _last.call = call
 
 
 def get(key):
     """The :class:`Call` of ``key``, or None (also for a key that cannot be hashed: a list
     given as a flag, say, which the full path then names in its error)."""
     try:
-        return cache.get(key)
+        hit = cache.get(key)
     except TypeError:
         return None
+    if hit is not None:
+        _last.call = hit        # a replayed call counts as recorded (arrays.torch_record)
+    return hit
 
 
 def overlaps(call: Call, pa: int, pb: int, pc: int) -> bool:

@@ -1,7 +1,7 @@
 """The pythonic GEMM: shapes come from the 2-D arrays, any memory order, no copies of views."""
 from __future__ import annotations
 
-from . import _arrays, calls, interop, streams
+from . import _arrays, arrays, calls, streams
 from .matmul import _plain_word
 from ._strided import strided_gemm
 from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, dtype_text, resolve_compute
@@ -12,6 +12,12 @@ _ROUTINE = "gemm"
 
 def _supported_names() -> str:
     return ", ".join(d.name for d in ROW_BY_DTYPE)
+
+
+def _torch_words(transa, transb, alpha, beta, out, compute, backend) -> tuple:
+    """The form's part of a PyTorch call's key (as the CuPy key holds it: the scalars' types,
+    beta's only with out=)."""
+    return (_ROUTINE, compute, backend, transa, transb, type(alpha), None if out is None else type(beta))
 
 
 def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backend=None,
@@ -120,16 +126,36 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
                     else:
                         call.launch(pa, pb, pc, alpha, beta, sptr)
                     return out
+    elif (t is _TORCH[0] and autotune is None and type(transa) is str and type(transb) is str):
+        # a repeated PyTorch call: the tensors' own attributes make the key (arrays.py)
+        tkey, ptrs = arrays.torch_signature(_torch_words(transa, transb, alpha, beta, out, compute, backend),
+                                            (a, b, out))
+        if tkey is not None:
+            c = arrays.torch_replay(tkey, ptrs, a, out, stream, alpha, 0 if out is None else beta)
+            if c is not None:
+                return c
     elif _CUPY[0] is None and calls.cupy_type() is not None:
         _CUPY[0] = calls.cupy_type()
-    if interop.is_foreign(a, b, out):
+    if arrays.is_foreign(a, b, out):
         # PyTorch / JAX / CUDA-array-interface arrays: run on views, answer in their type
-        conv = interop.convert(_ROUTINE, [("a", a), ("b", b), ("out", out)], writes=("out",))
+        if _TORCH[0] is None:
+            _TORCH[0] = arrays.torch_type()
+        if arrays.needs_grad(a, b):
+            raise TypeError(f"{_ROUTINE}: a or b requires grad, and gemm is not differentiable: use "
+                            f"pyblasgemm.torch.matmul / linear, or detach the tensors")
+        conv = arrays.convert(_ROUTINE, [("a", a), ("b", b), ("out", out)], writes=("out",))
         na, nb, nout = conv.arrays
-        result = gemm(transa, transb, na, nb, nout, alpha, beta, compute=compute,
-                      backend=backend, autotune=autotune,
-                      stream=conv.stream if stream is None else stream)
-        return out if out is not None else conv.back(result)
+        calls.forget_last()
+        with conv.allocating():
+            result = gemm(transa, transb, na, nb, nout, alpha, beta, compute=compute,
+                          backend=backend, autotune=autotune,
+                          stream=conv.stream if stream is None else stream)
+        back = out if out is not None else conv.back(result)
+        if (conv.kind == "torch" and conv.gpu and autotune is None and type(transa) is str
+                and type(transb) is str and _plain_word(compute) and _plain_word(backend)):
+            words = _torch_words(transa, transb, alpha, beta, out, compute, backend)
+            arrays.torch_record(arrays.torch_signature(words, (a, b, out))[0], back, out is None)
+        return back
     stream = streams.handle(stream)
     r = _ROUTINE
     given_alpha, given_beta = alpha, beta
@@ -244,6 +270,7 @@ def check_out(r, out, a, shape, row, name="out"):
 #: the scalar types the signature fast path takes as they are, per scalar kind
 _PLAIN = {"real": (float, int), "int": (int,), "complex": ()}
 _CUPY = [None]
+_TORCH = [None]
 
 
 def _scalar_limit(row):

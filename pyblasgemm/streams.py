@@ -4,7 +4,7 @@
 (``.cuda_stream``), any object with the ``__cuda_stream__`` protocol (cuda.core: returns
 ``(version, handle)``), or a raw ``cudaStream_t`` as an int. ``None`` means the current stream
 of the arrays' own framework: CuPy's current stream for CuPy arrays, PyTorch's for tensors
-(the interop layer passes it on). Work the library does with CuPy itself (scaling C, copies of
+(the array door, pyblasgemm.arrays, passes it on). Work the library does with CuPy itself (scaling C, copies of
 operands) runs on the same stream, inside :func:`on`.
 
 Example

@@ -1,8 +1,8 @@
 """PyTorch integration: pyblasgemm's products as ``torch.library`` custom operators.
 
 :func:`pyblasgemm.matmul` takes PyTorch tensors (CPU tensors run on the host backend, CUDA
-tensors on the GPU) but detaches them: it is not differentiable, and ``torch.compile`` cannot
-trace into it. This module registers the products as custom operators, each with a fake
+tensors on the GPU); given one that requires grad while autograd records, it calls
+:func:`matmul` here. ``torch.compile`` cannot trace into a plain function. This module registers the products as custom operators, each with a fake
 (meta) implementation and a backward, so that they run
 
 * under autograd: :func:`matmul`, :func:`linear` and :class:`Linear` differentiate through
@@ -453,7 +453,8 @@ _linear_pre_op.register_autograd(_linear_pre_backward, setup_context=_linear_pre
 def matmul(a, b):
     """``torch.matmul(a, b)`` through pyblasgemm, differentiable and traceable.
 
-    The autograd-aware counterpart of :func:`pyblasgemm.matmul` (which detaches tensors):
+    The autograd-aware counterpart of :func:`pyblasgemm.matmul` (which calls it for tensors
+    that require grad):
     1-D operands are promoted, batch dimensions broadcast, and the backward's two products run
     through pyblasgemm too. ``a`` and ``b``: float16, bfloat16, float32 or float64 tensors of
     one dtype, on one device (CPU: the host backend; CUDA: the GPU). The result is contiguous,

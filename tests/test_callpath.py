@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 import pyblasgemm
-from pyblasgemm import interop, streams
+from pyblasgemm import arrays, streams
 from pyblasgemm.plancache import PlanCache
 
 gpu = pytest.mark.gpu
 
 
 # ---------------------------------------------------------------------------------------------
-# host: the plan cache, stream handles, interop detection
+# host: the plan cache, stream handles, the array door
 # ---------------------------------------------------------------------------------------------
 
 def test_plan_cache_is_lru_and_bounded():
@@ -112,11 +112,11 @@ def test_stream_is_ignored_only_where_nothing_runs_on_a_gpu():
     np.testing.assert_array_equal(pyblasgemm.matmul(a, a.T, stream=None), a @ a.T)
 
 
-def test_interop_leaves_numpy_lists_and_scalars_alone():
-    assert interop.framework(np.ones(2)) is None
-    assert interop.framework([1, 2]) is None
-    assert interop.framework(3.0) is None
-    assert not interop.is_foreign(np.ones(2), None, [1.0])
+def test_the_array_door_leaves_numpy_lists_and_scalars_alone():
+    assert arrays.framework(np.ones(2)) is None
+    assert arrays.framework([1, 2]) is None
+    assert arrays.framework(3.0) is None
+    assert not arrays.is_foreign(np.ones(2), None, [1.0])
 
 
 class _HostDLPack:

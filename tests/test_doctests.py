@@ -7,7 +7,7 @@ import pytest
 
 MODULES = ["pyblasgemm.blas", "pyblasgemm.gemm", "pyblasgemm.matmul", "pyblasgemm._types",
            "pyblasgemm.planner.measured", "pyblasgemm.kernels.config", "pyblasgemm.settings",
-           "pyblasgemm.desc", "pyblasgemm.plancache", "pyblasgemm.streams", "pyblasgemm.interop",
+           "pyblasgemm.desc", "pyblasgemm.plancache", "pyblasgemm.streams", "pyblasgemm.arrays",
            "pyblasgemm.constraints", "pyblasgemm.kinds", "pyblasgemm.kernels.spec",
            "pyblasgemm.planner.candidates", "pyblasgemm.kernels.pack", "pyblasgemm.scipy",
            "pyblasgemm.ozaki", "pyblasgemm.epilogue", "pyblasgemm.mlp", "pyblasgemm.grouped",

@@ -206,12 +206,23 @@ def test_activation_table_has_one_row_per_name():
     assert set(pbt.ACTIVATIONS) - {"none"} == set(pyblasgemm.epilogue.ACTIVATIONS)
 
 
-def test_plain_matmul_is_not_differentiable():
-    """What the docs say: pyblasgemm.matmul detaches; pyblasgemm.torch.matmul does not."""
+def test_plain_matmul_takes_the_differentiable_route():
+    """What the docs say: pyblasgemm.matmul with a tensor that requires grad is
+    pyblasgemm.torch.matmul (issue 31: it detached silently); keywords the differentiable
+    product does not take are refused, gemm says it is not differentiable; under no_grad the
+    plain product runs."""
     a = torch.ones(2, 3, requires_grad=True)
     b = torch.ones(3, 2)
-    assert pyblasgemm.matmul(a, b).grad_fn is None
-    assert pbt.matmul(a, b).grad_fn is not None
+    y = pyblasgemm.matmul(a, b)
+    assert y.grad_fn is not None and pbt.matmul(a, b).grad_fn is not None
+    y.sum().backward()
+    torch.testing.assert_close(a.grad, torch.full((2, 3), 2.0))
+    with pytest.raises(TypeError, match="compute='fp32' with tensors that require grad"):
+        pyblasgemm.matmul(a, b, compute="fp32")
+    with pytest.raises(TypeError, match="gemm: a or b requires grad"):
+        pyblasgemm.gemm("N", "N", a, b)
+    with torch.no_grad():
+        assert pyblasgemm.matmul(a, b).grad_fn is None
 
 
 # --- the fused epilogue route ----------------------------------------------------------------

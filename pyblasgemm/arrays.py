@@ -1,0 +1,425 @@
+"""The one door: any array in, the same framework out. NumPy and CuPy arrays are the engine's
+own; PyTorch tensors, JAX arrays, and any object with ``__cuda_array_interface__`` or
+``__dlpack__`` come through here.
+
+Two ways through:
+
+* **A repeated PyTorch call** (:func:`torch_signature`, :func:`torch_replay`): the tensors' own
+  attributes (``data_ptr()``, ``shape``, ``stride()``, ``dtype``, device) make the call's key, and
+  a hit launches the recorded launch on the raw pointers, on PyTorch's current stream, into a
+  result from ``torch.empty_strided`` (PyTorch's caching allocator: its memory statistics, CUDA
+  graph pools and ``record_stream`` hold). No DLPack exchange, no CuPy array.
+* **Every other call** (:func:`convert`): the arrays are viewed as NumPy / CuPy arrays, the call
+  runs on the views, and the result goes back in the caller's framework. For PyTorch on the
+  GPU every CuPy allocation of the call (the result, temporaries) is made by PyTorch's
+  allocator (:meth:`Converted.allocating`); the call's launch, if it ran as one, is recorded
+  for the replay (:func:`torch_record`).
+
+Foreign arrays are viewed, never copied: a GPU array becomes a CuPy array on the same memory
+(DLPack, or the CUDA array interface), a CPU tensor a NumPy array (so it runs on the host
+backend); the product's result goes back as the caller's type (torch in, torch out; JAX in,
+JAX out). Device arrays never travel to the host. PyTorch's work is enqueued on PyTorch's
+current stream unless ``stream=`` says otherwise; JAX has no user-visible stream, so its
+arrays use CuPy's current stream.
+
+bfloat16 crosses as int16 bits (the frameworks disagree on DLPack's bfloat16 code across
+versions; the bits are the same) and is viewed back as ``ml_dtypes.bfloat16``.
+
+Example (on a GPU with PyTorch)::
+
+    >>> t = torch.randn(64, 64, device="cuda", dtype=torch.float16)     # doctest: +SKIP
+    >>> type(pyblasgemm.matmul(t, t))                                    # doctest: +SKIP
+    <class 'torch.Tensor'>
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import NamedTuple
+
+import numpy as np
+
+from . import calls
+
+__all__ = ["framework", "is_foreign", "Converted", "convert", "torch_type", "torch_signature", "torch_replay",
+           "torch_record", "TorchCall"]
+
+_KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
+
+
+def _torch_tensor_type():
+    torch = sys.modules.get("torch")
+    return getattr(torch, "Tensor", None)
+
+
+def _jax_array_type():
+    jax = sys.modules.get("jax")
+    return getattr(jax, "Array", None)
+
+
+def framework(x) -> str | None:
+    """'torch', 'jax', 'cai' (CUDA array interface), 'dlpack', or None (NumPy, CuPy, lists,
+    scalars: not ours to convert).
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> framework(np.ones(3)), framework([1.0, 2.0])
+    (None, None)
+    >>> class Numba:                      # anything with the CUDA array interface
+    ...     __cuda_array_interface__ = {}
+    >>> framework(Numba())
+    'cai'
+    """
+    if isinstance(x, np.ndarray):
+        return None
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        return None
+    tt = _torch_tensor_type()
+    if tt is not None and isinstance(x, tt):
+        return "torch"
+    jt = _jax_array_type()
+    if jt is not None and isinstance(x, jt):
+        return "jax"
+    if hasattr(x, "__cuda_array_interface__"):
+        return "cai"
+    if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+        return "dlpack"
+    return None
+
+
+def is_foreign(*arrays) -> bool:
+    """Whether any of ``arrays`` is a foreign array this module converts.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> is_foreign(np.ones(2), None)
+    False
+    """
+    return any(x is not None and framework(x) is not None for x in arrays)
+
+
+def _on_gpu(x, kind: str) -> bool:
+    if kind == "torch":
+        return x.is_cuda
+    if kind == "cai":
+        return True
+    dev = x.__dlpack_device__()[0]
+    return int(dev) in (_KDL_CUDA, _KDL_CUDA_MANAGED)
+
+
+def _to_native(x, kind: str, gpu: bool):
+    """A NumPy / CuPy view of ``x``'s memory."""
+    if kind == "torch":
+        import torch
+
+        x = x.detach()
+        bf16 = x.dtype == torch.bfloat16
+        if bf16:
+            x = x.view(torch.int16)
+        if gpu:
+            import cupy
+
+            with cupy.cuda.Device(x.device.index):
+                native = cupy.from_dlpack(x)
+        else:
+            native = x.numpy()
+        if bf16:
+            import ml_dtypes
+
+            native = native.view(ml_dtypes.bfloat16)
+        return native
+    if kind == "cai":
+        import cupy
+
+        return cupy.asarray(x)
+    if gpu:
+        import cupy
+
+        if kind == "jax" and str(x.dtype) == "bfloat16":
+            import jax
+            import ml_dtypes
+
+            return cupy.from_dlpack(jax.lax.bitcast_convert_type(x, "int16")).view(
+                ml_dtypes.bfloat16)
+        return cupy.from_dlpack(x)
+    return np.from_dlpack(x)
+
+
+def _from_native(result, kind: str, like):
+    """``result`` (NumPy / CuPy) as the framework of ``like``."""
+    if isinstance(result, np.generic):
+        result = np.asarray(result)         # 1-D @ 1-D on the host gives a NumPy scalar
+    if kind == "torch":
+        import torch
+
+        bf16 = result.dtype.name == "bfloat16"
+        if bf16:
+            result = result.view(np.int16)
+        if isinstance(result, np.ndarray):
+            # a 0-d result (1-D @ 1-D) stays 0-d: np.ascontiguousarray would make it 1-D
+            out = torch.from_numpy(np.array(result) if result.ndim == 0 else result)
+        else:
+            out = torch.from_dlpack(result)
+        return out.view(torch.bfloat16) if bf16 else out
+    if kind == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        if result.dtype.name == "bfloat16":
+            bits = _from_native(result.view(np.int16), "jax", like)
+            return jax.lax.bitcast_convert_type(bits, jnp.bfloat16)
+        if isinstance(result, np.ndarray):
+            return jnp.asarray(result)
+        return jnp.from_dlpack(result)
+    return result       # 'cai' / 'dlpack': a CuPy (or NumPy) array on the same memory
+
+
+class Converted:
+    """The native views of a call's arrays, and how to give the result back."""
+
+    def __init__(self, arrays, kind, like, stream, gpu=False):
+        self.arrays, self.kind, self.like, self.stream, self.gpu = arrays, kind, like, stream, gpu
+
+    def allocating(self):
+        """A context in which CuPy allocates from the caller's framework: PyTorch's caching
+        allocator for tensors on the GPU (the result a torch caller gets is torch's memory),
+        else nothing changes."""
+        if self.kind == "torch" and self.gpu:
+            import cupy
+
+            return cupy.cuda.using_allocator(_torch_allocator(self.like.device))
+        return contextlib.nullcontext()
+
+    def back(self, result):
+        from . import streams
+
+        if (self.kind in ("torch", "jax") and getattr(result, "dtype", None) == np.float32
+                and len(self.arrays) >= 2 and all(getattr(x, "dtype", None) is not None
+                                                  and x.dtype.name == "bfloat16" for x in self.arrays[:2])):
+            # NumPy's bfloat16 @ bfloat16 is float32; PyTorch's and JAX's is bfloat16: the
+            # float32 sum rounded once, as their own CPU kernels (and our GPU kernels) do
+            import ml_dtypes
+
+            result = result.astype(ml_dtypes.bfloat16)
+        with streams.on(self.stream):
+            return _from_native(result, self.kind, self.like)
+
+
+def convert(routine: str, named, writes=()) -> Converted:
+    """Native views of ``named`` ([(name, array or None), ...]); ``writes``: the names the
+    routine writes into (they must be mutable: not JAX arrays).
+
+    The views are taken on the stream the call will run on (PyTorch's current stream for
+    tensors), so the DLPack exchange orders nothing across streams: inside a CUDA-graph
+    capture, a wait on another stream would break it.
+
+    Raises TypeError for an array on the GPU mixed with one on the host, and for a JAX array
+    given to be written (JAX arrays are immutable)."""
+    from . import streams
+
+    kind = like = None
+    places = set()
+    kinds = []
+    for name, x in named:
+        k = None if x is None else framework(x)
+        kinds.append(k)
+        if x is None:
+            continue
+        if k is None:
+            if isinstance(x, np.ndarray):
+                places.add("host")
+            elif hasattr(x, "device") and hasattr(x, "data"):
+                places.add("gpu")
+            continue
+        if k == "jax" and name in writes:
+            raise TypeError(f"{routine}: {name} is a JAX array, which is immutable; pass a "
+                            f"PyTorch, CuPy or NumPy array to be written, or leave {name} out")
+        places.add("gpu" if _on_gpu(x, k) else "host")
+        if kind is None:
+            kind, like = k, x
+    if len(places) > 1:
+        raise TypeError(f"{routine}: the arrays are on the host and on the GPU; pass them "
+                        f"all on one (no array is copied between them)")
+    gpu = "gpu" in places
+    stream = _torch_stream(like) if kind == "torch" and gpu else None
+    natives = []
+    with streams.on(stream):
+        for (name, x), k in zip(named, kinds):
+            natives.append(x if k is None else _to_native(x, k, gpu))
+    return Converted(natives, kind, like, stream, gpu)
+
+
+def _torch_stream(t) -> int:
+    """PyTorch's current raw stream on the tensor's device (its cheap accessor when it has one:
+    ``torch.cuda.current_stream()`` costs ~6.7 µs on an H100 host)."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(t.device.index)
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
+def _torch_allocator(device):
+    """A CuPy allocator whose memory is PyTorch's (a uint8 tensor owns each block; CuPy's
+    pointer keeps it alive)."""
+    import cupy
+    import torch
+
+    def allocate(size: int):
+        block = torch.empty(size, dtype=torch.uint8, device=device)
+        mem = cupy.cuda.UnownedMemory(block.data_ptr(), size, block, device.index)
+        return cupy.cuda.MemoryPointer(mem, 0)
+
+    return allocate
+
+
+# ------------------------------------------------------------------------------------------
+# The repeated PyTorch call
+# ------------------------------------------------------------------------------------------
+
+_torch_tensor = []
+
+
+def torch_type():
+    """``torch.Tensor`` once PyTorch has been imported by anyone, else None (never imports it)."""
+    if _torch_tensor:
+        return _torch_tensor[0]
+    tt = _torch_tensor_type()
+    if tt is not None:
+        _torch_tensor.append(tt)
+    return tt
+
+
+class TorchCall(NamedTuple):
+    """A recorded call for PyTorch tensors: the launch (a :class:`pyblasgemm.calls.Call`) and,
+    for a fresh result, its torch dtype, shape and strides (None when the form writes into a
+    given tensor)."""
+
+    call: object
+    dtype: object
+    shape: tuple
+    strides: tuple
+
+
+def torch_signature(words: tuple, tensors: tuple):
+    """``(key, pointers)`` of a call on CUDA tensors (None for a CPU tensor or anything that is
+    not a ``torch.Tensor``: those take the converting path). ``words``: the form's own part of
+    the key (its name, keywords and scalar types, as the CuPy key of the form holds them);
+    ``tensors``: the operands, then the output or None. Each tensor contributes its dtype,
+    shape, strides and device; the pointers' alignment class closes the key.
+    ``requires_grad`` is part of it too (such a call must not replay into a detached launch)."""
+    tt = _torch_tensor[0] if _torch_tensor else torch_type()
+    parts = ["torch", *words]
+    ptrs = []
+    align = 0
+    for t in tensors:
+        if t is None:
+            parts.append(None)
+            continue
+        if type(t) is not tt:
+            return None, None
+        dev = t.get_device()
+        if dev < 0:
+            return None, None
+        p = t.data_ptr()
+        ptrs.append(p)
+        align |= p
+        parts += (t.dtype, t.shape, t.stride(), dev, t.requires_grad)
+    parts.append(align & 15)
+    return tuple(parts), ptrs
+
+
+_raw_stream = []
+
+
+def _torch_raw_stream(device: int) -> int:
+    if not _raw_stream:
+        import torch
+
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _raw_stream.append(raw if raw is not None else
+                           (lambda d: torch.cuda.current_stream(d).cuda_stream))
+    return _raw_stream[0](device)
+
+
+def torch_replay(key, ptrs, a, out, stream, alpha=None, beta=None):
+    """The recorded launch of ``key`` on the tensors' pointers, or None (no record, or what the
+    key cannot prove fails: a fresh result's alignment, C meeting A or B, a scalar out of the
+    routine's range; the caller then takes the full path). ``alpha`` / ``beta`` None: the
+    form's fixed ones (matmul). Returns the result tensor (``out`` when given)."""
+    hit = calls.get(key)
+    if hit is None:
+        return None
+    call = hit.call
+    pa, pb = ptrs[0], ptrs[1]
+    if out is None:
+        import torch
+
+        c = torch.empty_strided(hit.shape, hit.strides, dtype=hit.dtype, device=a.device)
+        pc = c.data_ptr()
+        if pc & call.c_mask:
+            return None
+    else:
+        c, pc = out, ptrs[2]
+        if calls.overlaps(call, pa, pb, pc):
+            return None
+    if alpha is None:
+        alpha, beta = call.one, call.zero
+    else:
+        lim = call.limit
+        if not (-lim <= alpha <= lim and -lim <= beta <= lim and alpha != 0):
+            return None
+        alpha, beta = alpha + call.zero, beta + call.zero
+    from . import streams
+
+    sptr = _torch_raw_stream(a.get_device()) if stream is None else streams.handle(stream)
+    if call.swap:
+        call.launch(pb, pa, pc, alpha, beta, sptr)
+    else:
+        call.launch(pa, pb, pc, alpha, beta, sptr)
+    return c
+
+
+def torch_record(key, result, fresh: bool) -> None:
+    """After a converting call: if the call on the views was recorded as one launch
+    (:func:`pyblasgemm.calls.last_recorded`), record it under ``key`` for the tensors."""
+    call = calls.last_recorded()
+    if key is None or call is None:
+        return
+    if fresh:
+        calls.cache.put(key, TorchCall(call, result.dtype, tuple(result.shape), tuple(result.stride())))
+    else:
+        calls.cache.put(key, TorchCall(call, None, None, None))
+
+
+def needs_grad(*xs) -> bool:
+    """Whether a PyTorch tensor among ``xs`` requires a gradient while autograd records (then
+    the call goes to :mod:`pyblasgemm.torch`'s differentiable operators instead of a detached
+    product).
+
+    >>> import numpy as np
+    >>> needs_grad(np.ones(2), None)
+    False
+    """
+    tt = torch_type()
+    if tt is None or not any(type(x) is tt and x.requires_grad for x in xs):
+        return False
+    import torch
+
+    return torch.is_grad_enabled()
+
+
+def check_differentiable(routine: str, **given) -> None:
+    """TypeError naming the first keyword given (not None) that the differentiable product
+    does not take: ``out=`` and ``dtype=`` as ``torch.matmul``'s ``out=`` (no automatic
+    differentiation), ``compute=`` / ``backend=`` / ``stream=`` / ``autotune=`` because the
+    autograd operators plan their products themselves."""
+    for name, value in given.items():
+        if value is not None and not (name == "numpy_kwargs" and not value):
+            raise TypeError(f"{routine}: {name}={value!r} with tensors that require grad: the "
+                            f"differentiable product (pyblasgemm.torch.matmul / linear) takes no "
+                            f"{name}=; detach the tensors, or call it under torch.no_grad()")
