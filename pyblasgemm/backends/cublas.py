@@ -41,10 +41,6 @@ def supports(desc: GemmDesc):
     return backend_supports(NAME, desc)
 
 
-def choose_config(desc: GemmDesc):
-    return None
-
-
 class _Scalars(threading.local):
     """Per-thread host buffers for alpha and beta, one pair per scalar dtype.
 

@@ -38,10 +38,6 @@ def supports(desc: GemmDesc):
     return backend_supports(NAME, desc)
 
 
-def choose_config(desc: GemmDesc):
-    return None
-
-
 def op_view(x, trans: str, rows: int, cols: int, ld: int, batch: int, stride: int):
     """op(X) as a (batch, ...) view of column-major storage: X, Xᵀ or Xᴴ."""
     stored = _arrays.strided_view(x, (batch, rows, cols), (stride, 1, ld))

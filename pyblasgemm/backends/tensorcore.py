@@ -13,8 +13,6 @@ from ..desc import GemmDesc
 
 NAME = "tensorcore"
 
-_sm_counts: dict = {}
-
 
 def kernel_problem(desc: GemmDesc, a_ptr: int | None = None, b_ptr: int | None = None,
                    c_ptr: int | None = None):
@@ -25,22 +23,6 @@ def kernel_problem(desc: GemmDesc, a_ptr: int | None = None, b_ptr: int | None =
 def supports(desc: GemmDesc):
     """(ok, reason): :func:`pyblasgemm.constraints.backend_supports` for our kernels."""
     return constraints.backend_supports(NAME, desc)
-
-
-def sm_count(device: int) -> int:
-    count = _sm_counts.get(device)
-    if count is None:
-        import cupy
-
-        count = _sm_counts[device] = cupy.cuda.Device(device).attributes["MultiProcessorCount"]
-    return count
-
-
-def choose_config(desc: GemmDesc):
-    """The kernels' documented default rule (tile shape and decomposition) for this problem."""
-    from ..kernels import default_config
-
-    return default_config(kernel_problem(desc), sm_count(desc.device))
 
 
 def bind(desc: GemmDesc, plan):
