@@ -27,14 +27,6 @@ class _ArrayTypes(dict):
 ARRAY_TYPES = _ArrayTypes({np.ndarray: "numpy"})
 
 
-def ptr_and_device(x):
-    """(address of the first element, device ordinal or -1) in one attribute walk."""
-    if type(x) is np.ndarray:
-        return x.__array_interface__["data"][0], -1
-    mem = x.data
-    return mem.ptr, mem.device_id
-
-
 def is_cupy_array(x) -> bool:
     """True for a ``cupy.ndarray`` (checked by type, without importing CuPy)."""
     cupy = sys.modules.get("cupy")

@@ -21,8 +21,7 @@ KINDS = tuple(ACCUMULATE)
 ELEM_BYTES = {k: r.elem_bytes for k, r in KERNEL_KINDS.items()}
 #: bytes per C element
 C_BYTES = {k: r.c_bytes for k, r in KERNEL_KINDS.items()}
-#: NumPy dtype name of A/B and of C
-IN_DTYPE = {k: r.ab_dtype for k, r in KERNEL_KINDS.items()}
+#: NumPy dtype name of C
 OUT_DTYPE = {k: r.c_dtype for k, r in KERNEL_KINDS.items()}
 #: the kind whose MMA and operand path a kind shares (calibration, peaks): the fp32-output
 #: kinds run the 16-bit kinds' mainloop and differ only in the epilogue
