@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .driver import launch_kernel
+from .driver import launch_kernel, stream_handle
 from .problem import KernelProblem
 
 __all__ = ["PackStep", "pack_steps", "packed_ld", "PackedLaunch", "copy_seconds", "PACK_ALIGN",
@@ -224,8 +224,6 @@ class PackedLaunch:
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
         with self._lock:   # one caller at a time: the cells are shared (see __init__)
-            from .driver import stream_handle
-
             sptr = stream if type(stream) is int else stream_handle(stream)
             bufs, args = self._slots.get(sptr) or self._slot(sptr)
             ptrs = {"a": a_ptr, "b": b_ptr}

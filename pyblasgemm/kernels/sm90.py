@@ -34,6 +34,8 @@ from dataclasses import replace
 
 from ..kinds import KERNEL_KINDS
 from .config import KernelConfig, sm90_prep_shape
+# at module level: an import inside __call__ ran on every launch (hot path)
+from .driver import INVALID_CONTEXT, _runtime, launch_kernel, make_context_current, set_scales, stream_handle
 from .problem import ELEM_BYTES, KernelProblem
 
 __all__ = ["Sm90Launch", "Sm90PrepLaunch", "tma_maps", "encode_tiled", "TMA_DTYPE", "prepared_problem",
@@ -345,8 +347,6 @@ class Sm90Launch:
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None, bias: int = 0,
                  pre: int = 0, scale_m: int = 0, scale_n: int = 0) -> None:
         with self._lock:   # one caller at a time: the cells are shared (see __init__)
-            from .driver import INVALID_CONTEXT, _runtime, launch_kernel, make_context_current, set_scales, stream_handle
-
             sptr = stream_handle(stream)
             if (bias or pre or scale_m or scale_n) and not self._fused:
                 raise ValueError("bias= / pre= / scale_m= / scale_n= need a launch bound with a fused epilogue")
@@ -498,8 +498,6 @@ class Sm90PrepLaunch:
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
         with self._lock:   # one caller at a time: the cells are shared (see __init__)
-            from .driver import launch_kernel, stream_handle
-
             sptr = stream_handle(stream)
             if (a_ptr | b_ptr) & 3:
                 raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x} are not 4-byte aligned float32 data")
