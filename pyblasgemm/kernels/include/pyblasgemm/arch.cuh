@@ -8,12 +8,6 @@
 #error "pyblasgemm kernels need compute capability 8.0 or newer (compile with -arch=sm_80 or above)"
 #endif
 
-// 1: tf32 / 3xTF32 use the software-pipelined mainloop with 64-bit fragment loads;
-// 0: the plain per-stage mainloop with 32-bit loads (the previous path).
-#ifndef PBG_TF32_PIPELINED
-#define PBG_TF32_PIPELINED 1
-#endif
-
 #ifndef PBG_DEVICE
 #define PBG_DEVICE __device__ __forceinline__
 #endif

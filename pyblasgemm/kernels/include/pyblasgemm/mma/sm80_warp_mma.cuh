@@ -133,7 +133,7 @@ struct WarpMma {
   // the mainloop double-buffers fragments, loading step s+1's while step s's MMAs issue.
   // tf32/3xTF32 take the pipelined path too (plain 32/64-bit LDS fragments, see load_frag).
   static constexpr bool kPipelined =
-      ((P == 1 && (EB == 2 || (EB == 1 && AK && BK))) || (EB == 4 && PBG_TF32_PIPELINED)) && (KSTEPS % 2 == 0);
+      ((P == 1 && (EB == 2 || (EB == 1 && AK && BK))) || EB == 4) && (KSTEPS % 2 == 0);
 
   // tf32 fragments: hardware k index t + 4h (lane t = lane%4, h = 0/1) is read from tile column
   // tf32_k(ks, t, h). Any bijection works as long as A and B use the same one (the MMA sums
