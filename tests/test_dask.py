@@ -580,19 +580,6 @@ def test_k_group_is_checked_before_any_graph(k_group, error):
         pbd.k_group_for(3, 0)
 
 
-def test_module_docstring_examples():
-    """pyblasgemm.dask's examples run and print what they say (tests/test_doctests.py does
-    not list the module: it needs the dask extra)."""
-    import doctest
-
-    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
-    ran = 0
-    for test in doctest.DocTestFinder().find(pbd):
-        runner.run(test)
-        ran += len(test.examples)
-    assert ran >= 25 and runner.failures == 0, (ran, runner.failures)
-
-
 def test_dask_guide_quotes_the_scaling_run():
     """docs/guide/dask.rst's scaling tables are bench/dask_scaling.py's guide_table of the committed
     4-GPU results (UCX, and the TCP run), and the claims the text makes hold in them."""

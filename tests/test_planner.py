@@ -436,17 +436,6 @@ def test_cli_tune_needs_gpu(capsys):
     assert "GPU" in capsys.readouterr().err
 
 
-def test_doctests_of_the_planner():
-    import doctest
-    import importlib
-
-    for name in ("pyblasgemm.planner", "pyblasgemm.planner.arch", "pyblasgemm.planner.problem",
-                 "pyblasgemm.planner.model", "pyblasgemm.planner.core",
-                 "pyblasgemm.planner.autotune"):
-        res = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
-        assert res.failed == 0, name
-
-
 def test_bench_planner_plans_its_suite_on_the_cpu():
     """bench/bench_planner.py's planning half (no GPU): every problem gets a plan and a
     subsample of forced candidates that includes every decomposition the model scored."""

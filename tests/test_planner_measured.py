@@ -8,7 +8,6 @@ run measured after the table's source runs.
 """
 import copy
 import dataclasses
-import doctest
 import json
 from pathlib import Path
 
@@ -104,11 +103,6 @@ def test_every_problem_of_the_source_runs_is_planned_from_the_table():
             continue
         assert p.source == "measured" and _label(p) == e["impl"], (e, p.reason)
     assert 0 < skipped < len(_table()["entries"]) // 4
-
-
-def test_module_doctests():
-    res = doctest.testmod(measured, optionflags=doctest.ELLIPSIS)
-    assert res.failed == 0 and res.attempted > 0
 
 
 # --- when an entry applies -------------------------------------------------------------------
