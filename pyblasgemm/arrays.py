@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import calls
+from . import calls, streams
 
 __all__ = ["framework", "is_foreign", "Converted", "convert", "torch_type", "torch_signature", "torch_replay",
            "torch_record", "TorchCall"]
@@ -145,6 +145,12 @@ def _to_native(x, kind: str, gpu: bool):
             return cupy.from_dlpack(jax.lax.bitcast_convert_type(x, "int16")).view(
                 ml_dtypes.bfloat16)
         return cupy.from_dlpack(x)
+    if kind == "jax" and str(x.dtype) == "bfloat16":
+        # NumPy's DLPack import has no bfloat16 ("Unsupported dtype in DLTensor"): the bits
+        import jax
+        import ml_dtypes
+
+        return np.from_dlpack(jax.lax.bitcast_convert_type(x, "uint16")).view(ml_dtypes.bfloat16)
     return np.from_dlpack(x)
 
 
@@ -193,10 +199,14 @@ class Converted:
             return cupy.cuda.using_allocator(_torch_allocator(self.like.device))
         return contextlib.nullcontext()
 
-    def back(self, result):
+    def back(self, result, framework_type=True):
+        """``result`` (computed on the views) in the caller's framework. ``framework_type``:
+        the result has NumPy's type for the product and takes the framework's (bfloat16 @
+        bfloat16 is bfloat16); False when the call asked for its type (``dtype=``, an epilogue's
+        result) and it stays as it is."""
         from . import streams
 
-        if (self.kind in ("torch", "jax") and getattr(result, "dtype", None) == np.float32
+        if (framework_type and self.kind in ("torch", "jax") and getattr(result, "dtype", None) == np.float32
                 and len(self.arrays) >= 2 and all(getattr(x, "dtype", None) is not None
                                                   and x.dtype.name == "bfloat16" for x in self.arrays[:2])):
             # NumPy's bfloat16 @ bfloat16 is float32; PyTorch's and JAX's is bfloat16: the
@@ -216,7 +226,8 @@ def convert(routine: str, named, writes=()) -> Converted:
     tensors), so the DLPack exchange orders nothing across streams: inside a CUDA-graph
     capture, a wait on another stream would break it.
 
-    Raises TypeError for an array on the GPU mixed with one on the host, and for a JAX array
+    Raises TypeError for an array on the GPU mixed with one on the host, for a JAX tracer
+    (inside ``jax.jit`` / ``jax.grad`` / ``jax.vmap``: no memory to view), and for a JAX array
     given to be written (JAX arrays are immutable)."""
     from . import streams
 
@@ -234,6 +245,10 @@ def convert(routine: str, named, writes=()) -> Converted:
             elif hasattr(x, "device") and hasattr(x, "data"):
                 places.add("gpu")
             continue
+        if k == "jax" and _is_tracer(x):
+            raise TypeError(f"{routine}: {name} is a JAX tracer ({type(x).__name__}): pyblasgemm is "
+                            f"not a JAX primitive and cannot be traced by jax.jit, jax.grad or "
+                            f"jax.vmap; call it outside them, on eager (concrete) JAX arrays")
         if k == "jax" and name in writes:
             raise TypeError(f"{routine}: {name} is a JAX array, which is immutable; pass a "
                             f"PyTorch, CuPy or NumPy array to be written, or leave {name} out")
@@ -250,6 +265,14 @@ def convert(routine: str, named, writes=()) -> Converted:
         for (name, x), k in zip(named, kinds):
             natives.append(x if k is None else _to_native(x, k, gpu))
     return Converted(natives, kind, like, stream, gpu)
+
+
+def _is_tracer(x) -> bool:
+    """Whether ``x`` is an abstract JAX value (a ``jax.core.Tracer``: inside jit, grad, vmap),
+    which has no memory to view."""
+    core = getattr(sys.modules.get("jax"), "core", None)
+    tracer = getattr(core, "Tracer", None)
+    return tracer is not None and isinstance(x, tracer)
 
 
 def _torch_stream(t) -> int:
@@ -357,9 +380,7 @@ def torch_replay(key, ptrs, a, out, stream, alpha=None, beta=None):
     call = hit.call
     pa, pb = ptrs[0], ptrs[1]
     if out is None:
-        import torch
-
-        c = torch.empty_strided(hit.shape, hit.strides, dtype=hit.dtype, device=a.device)
+        c = sys.modules["torch"].empty_strided(hit.shape, hit.strides, dtype=hit.dtype, device=a.device)
         pc = c.data_ptr()
         if pc & call.c_mask:
             return None
@@ -374,8 +395,6 @@ def torch_replay(key, ptrs, a, out, stream, alpha=None, beta=None):
         if not (-lim <= alpha <= lim and -lim <= beta <= lim and alpha != 0):
             return None
         alpha, beta = alpha + call.zero, beta + call.zero
-    from . import streams
-
     sptr = _torch_raw_stream(a.get_device()) if stream is None else streams.handle(stream)
     if call.swap:
         call.launch(pb, pa, pc, alpha, beta, sptr)
@@ -406,7 +425,8 @@ def needs_grad(*xs) -> bool:
     False
     """
     tt = torch_type()
-    if tt is None or not any(type(x) is tt and x.requires_grad for x in xs):
+    # isinstance: a torch.nn.Parameter (a subclass) requires grad too (it was detached)
+    if tt is None or not any(isinstance(x, tt) and x.requires_grad for x in xs):
         return False
     import torch
 
