@@ -660,8 +660,12 @@ def gemm_with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend,
     from ._types import ROW_BY_DTYPE
     from .desc import check_gemm_flag, check_scalar, _scalar_value
     from .gemm import gemm
+    from . import arrays
 
     r = "gemm"
+    if arrays.is_foreign(a, b, out, bias, preactivation_out, scale_a, scale_b):
+        return _foreign_gemm(transa, transb, a, b, out, alpha, beta, compute, backend, autotune,
+                             stream, bias, activation, preactivation_out, scale_a, scale_b)
     for name, x in (("a", a), ("b", b)):
         if _arrays.array_module_name(x) is None:
             raise TypeError(f"{r}: {name} must be a NumPy or CuPy array, not {type(x).__name__}")
@@ -797,8 +801,13 @@ def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, b
                 call(a.data.ptr, b.data.ptr, pc, 0 if bias is None else bias.data.ptr, 0, sptr)
                 return c
     from .matmul import _with_core_dims, matmul
+    from . import arrays
 
     r = "matmul"
+    if arrays.is_foreign(a, b, out, bias, preactivation_out, scale_a, scale_b):
+        # (after the CuPy replay: its key refuses every other type)
+        return _foreign_matmul(a, b, out, dtype, compute, backend, autotune, stream, bias,
+                               activation, preactivation_out, scale_a, scale_b)
     xp_name = _arrays.array_module_name(a)
     if xp_name is None or _arrays.array_module_name(b) != xp_name:
         raise TypeError(f"{r}: an epilogue needs a and b to be NumPy arrays or CuPy arrays "
@@ -859,3 +868,97 @@ def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, b
             t = xp.asarray(t, dtype=acc)
         apply(epi, full(t), None, None, None, bias, None, None, full(preactivation_out), full(result))
     return result if result.shape else result[()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Foreign arrays (PyTorch tensors, JAX arrays, CUDA-array-interface and DLPack objects): the
+# call runs on their NumPy / CuPy views (pyblasgemm.arrays) and answers in their framework
+
+
+def _epilogue_named(a, b, out, bias, pre, scale_a, scale_b):
+    return [("a", a), ("b", b), ("out", out), ("bias", bias), ("preactivation_out", pre),
+            ("scale_a", scale_a), ("scale_b", scale_b)]
+
+
+def _framework_dtype(conv, dtype, out, dequant: bool):
+    """``dtype=`` for a call on the views: bfloat16 for bfloat16 @ bfloat16 from PyTorch or JAX
+    (their rule; NumPy's, which the views would follow, is float32), so that ``bias``,
+    ``preactivation_out`` and the result are bfloat16 as the caller's framework makes them;
+    otherwise ``dtype`` as given."""
+    if dtype is None and out is None and not dequant and conv.kind in ("torch", "jax"):
+        na, nb = conv.arrays[:2]
+        if getattr(na, "dtype", None) is not None and na.dtype.name == "bfloat16" \
+                and getattr(nb, "dtype", None) == na.dtype:
+            return na.dtype
+    return dtype
+
+
+def _foreign_matmul(a, b, out, dtype, compute, backend, autotune, stream, bias, activation, pre,
+                    scale_a, scale_b):
+    from . import arrays
+
+    if arrays.needs_grad(a, b, out, bias, pre, scale_a, scale_b):
+        return _differentiable_linear(a, b, out, dtype, compute, backend, autotune, stream, bias,
+                                      activation, pre, scale_a, scale_b)
+    conv = arrays.convert("matmul", _epilogue_named(a, b, out, bias, pre, scale_a, scale_b),
+                          writes=("out", "preactivation_out"))
+    na, nb, nout, nbias, npre, nsa, nsb = conv.arrays
+    dtype = _framework_dtype(conv, dtype, out, scale_a is not None or scale_b is not None)
+    with conv.allocating():
+        result = matmul_with_epilogue(na, nb, nout, dtype, compute, backend, autotune,
+                                      conv.stream if stream is None else stream, nbias, activation,
+                                      npre, nsa, nsb)
+    return out if out is not None else conv.back(result, framework_type=False)
+
+
+def _foreign_gemm(transa, transb, a, b, out, alpha, beta, compute, backend, autotune, stream, bias,
+                  activation, pre, scale_a, scale_b):
+    from . import arrays
+
+    if arrays.needs_grad(a, b, out, bias, pre, scale_a, scale_b):
+        raise TypeError("gemm: a tensor requires grad, and gemm is not differentiable: "
+                        "pyblasgemm.matmul(x, w, bias=, activation=) is (it runs "
+                        "pyblasgemm.torch.linear), or detach the tensors / call under "
+                        "torch.no_grad()")
+    conv = arrays.convert("gemm", _epilogue_named(a, b, out, bias, pre, scale_a, scale_b),
+                          writes=("out", "preactivation_out"))
+    na, nb, nout, nbias, npre, nsa, nsb = conv.arrays
+    with conv.allocating():
+        result = gemm_with_epilogue(transa, transb, na, nb, nout, alpha, beta, compute, backend,
+                                    autotune, conv.stream if stream is None else stream, nbias,
+                                    activation, npre, nsa, nsb)
+    # (gemm's result type is the operands' own: bfloat16 stays bfloat16)
+    return out if out is not None else conv.back(result, framework_type=False)
+
+
+def _differentiable_linear(x, w, out, dtype, compute, backend, autotune, stream, bias, activation,
+                           pre, scale_a, scale_b):
+    """``matmul(x, w, bias=, activation=)`` with a tensor that requires grad: exactly
+    ``pyblasgemm.torch.linear(x, w.T, bias, activation)`` when it is that call (``w`` 2-D,
+    ``bias`` of shape (n,) or None, no other keyword), else a TypeError saying what is
+    differentiable (never a silent detach)."""
+    r = "matmul"
+    check_activation(r, activation)
+    import torch
+
+    given = dict(out=out, dtype=dtype, compute=compute, backend=backend, autotune=autotune,
+                 stream=stream, preactivation_out=pre, scale_a=scale_a, scale_b=scale_b)
+    extra = [f"{k}=" for k, v in given.items() if v is not None]
+    tensors = all(isinstance(v, torch.Tensor) for v in (x, w) + ((bias,) if bias is not None else ()))
+    shaped = tensors and x.dim() >= 1 and w.dim() == 2 and (
+        bias is None or tuple(bias.shape) == (w.shape[1],))
+    if extra or not shaped:
+        what = (", ".join(extra) if extra else
+                "operands that are not all tensors" if not tensors else
+                f"a of shape {tuple(x.shape)}, b of shape {tuple(w.shape)}"
+                + ("" if bias is None else f" and bias of shape {tuple(bias.shape)}"))
+        raise TypeError(f"{r}: an epilogue with {what} on tensors that require grad: the "
+                        f"differentiable epilogue is pyblasgemm.torch.linear's, "
+                        f"activation(x @ w + bias) for tensors x (..., k), w (k, n) and bias (n,) "
+                        f"or None, with no out=, preactivation_out=, scale_a=, scale_b=, dtype=, "
+                        f"compute=, backend=, autotune= or stream=; detach the tensors, or call "
+                        f"under torch.no_grad()")
+    from .torch import linear
+
+    # nn.Linear's weight is (n, k): w.T, a view the gradient flows through
+    return linear(x, w.T, bias, activation)
