@@ -159,6 +159,10 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
     """
     from .gemm import check_operands, gemm
 
+    door = _foreign(a, b, offsets, out, dtype, bias, activation, scale_a, scale_b, compute,
+                    backend, stream)
+    if door is not None:
+        return door[0]
     kw = dict(activation=activation, compute=compute, backend=backend, stream=stream)
     dequant = scale_a is not None or scale_b is not None
     if offsets is None:
@@ -273,6 +277,59 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
                  scale_b=None if scale_b is None else scale_b[g])
         start = end
     return out
+
+
+def _foreign(a, b, offsets, out, dtype, bias, activation, scale_a, scale_b, compute, backend,
+             stream):
+    """PyTorch tensors, JAX arrays, CUDA-array-interface or DLPack objects among the arrays:
+    ``(result,)`` of the call on their NumPy / CuPy views (:mod:`pyblasgemm.arrays`), in the
+    caller's framework (``out`` given: the caller's own, written in place); None when every
+    array is NumPy's or CuPy's. The list form's lists are converted member by member (what is
+    not a list there is passed on for the call's own error)."""
+    from . import arrays
+
+    listed = offsets is None
+    fields = (("a", a), ("b", b), ("out", out), ("bias", bias), ("scale_a", scale_a),
+              ("scale_b", scale_b))
+    named, shape = [], []
+    for name, v in fields:
+        if listed and isinstance(v, (list, tuple)):
+            named += [(f"{name}[{g}]", x) for g, x in enumerate(v)]
+            shape.append(len(v))
+        elif listed and name not in ("a", "b") and v is not None:
+            shape.append(-1)            # not a list: the call refuses it, named
+        else:
+            named.append((name, v))
+            shape.append(None)
+    if not arrays.is_foreign(*(x for _, x in named)):
+        return None
+    if arrays.needs_grad(*(x for _, x in named)):
+        raise TypeError("grouped_matmul: a tensor requires grad, and grouped_matmul is not "
+                        "differentiable (pyblasgemm.torch differentiates matmul and linear): "
+                        "detach the tensors, or call it under torch.no_grad()")
+    writes = tuple(n for n, _ in named if n == "out" or n.startswith("out["))
+    conv = arrays.convert("grouped_matmul", named, writes=writes)
+    natives, at = [], 0
+    for (name, v), count in zip(fields, shape):
+        if count is None:
+            natives.append(conv.arrays[at])
+            at += 1
+        elif count == -1:
+            natives.append(v)
+        else:
+            natives.append(list(conv.arrays[at:at + count]))
+            at += count
+    na, nb, nout, nbias, nsa, nsb = natives
+    with conv.allocating():
+        result = grouped_matmul(na, nb, offsets=offsets, out=nout, dtype=dtype, bias=nbias,
+                                activation=activation, scale_a=nsa, scale_b=nsb, compute=compute,
+                                backend=backend, stream=conv.stream if stream is None else stream)
+    if out is not None:
+        return (list(out) if listed else out),
+    # (the results have the types the call asked for: bfloat16 stays bfloat16, dtype= holds)
+    if listed:
+        return [conv.back(r, framework_type=False) for r in result],
+    return conv.back(result, framework_type=False),
 
 
 def _check_modes(row, compute, backend):
