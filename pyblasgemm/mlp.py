@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
 from . import _arrays
 from .kernels import mlp_kernel as _kernel
 
@@ -166,21 +168,13 @@ def fused_mlp(x, w1, w2, b1=None, b2=None, activation="gelu", *, compute=None, b
         ...
     ValueError: fused_mlp: method='on_chip' cannot run: x, w1, w2 not CuPy arrays (the on-chip kernel runs on a GPU)
     """
-    from .epilogue import check_activation
     from .matmul import matmul
+    from . import arrays
 
     r = "fused_mlp"
-    for name, v in (("x", x), ("w1", w1), ("w2", w2)):
-        if _arrays.array_module_name(v) is None or v.ndim != 2:
-            raise ValueError(f"{r}: {name} must be a 2-D NumPy or CuPy array")
-        if v.dtype != x.dtype:
-            raise TypeError(f"{r}: {name} has dtype {v.dtype.name}; the layer is {x.dtype.name}")
-    if x.shape[1] != w1.shape[0] or w1.shape[1] != w2.shape[0]:
-        raise ValueError(f"{r}: x {x.shape} @ w1 {w1.shape} @ w2 {w2.shape}: inner sizes differ")
-    if method not in METHODS:
-        raise ValueError(f"{r}: method={method!r} is not one of {', '.join(map(repr, METHODS))}")
-    act = check_activation(r, activation)
-    _check_layer(r, x, w1, w2, b1, b2, activation, compute, backend)
+    if arrays.is_foreign(x, w1, w2, b1, b2):
+        return _foreign(x, w1, w2, b1, b2, activation, compute, backend, stream, method)
+    act = _check_call(r, x, w1, w2, b1, b2, activation, compute, backend, method)
     if method == "on_chip":
         # (planned only here while two GEMMs are the default: at be72d7f the plan's checks and
         # device queries ran on every call, and the host-bound 4096 x 1024 -> 1024 -> 1024 layer
@@ -199,7 +193,66 @@ def fused_mlp(x, w1, w2, b1=None, b2=None, activation="gelu", *, compute=None, b
     # host-bound, against 63 µs for PyTorch's four launches)
     kw = dict(compute=compute, backend=backend, stream=stream, dtype=x.dtype)
     h = matmul(x, w1, bias=b1, activation=activation, **kw)
+    if b2 is None and x.dtype.name == "bfloat16" and _arrays.array_module_name(x) == "numpy":
+        # NumPy has no bfloat16 loop for matmul's dtype= (its TypeError): the float32 product,
+        # rounded to bfloat16 once, as the epilogue's route rounds it
+        return matmul(h, w2, **{**kw, "dtype": np.float32}).astype(x.dtype)
     return matmul(h, w2, bias=b2, **kw)
+
+
+def _check_call(r, x, w1, w2, b1, b2, activation, compute, backend, method):
+    """fused_mlp's checks of its arguments, before any work; returns the Activation."""
+    from .epilogue import check_activation
+
+    for name, v in (("x", x), ("w1", w1), ("w2", w2)):
+        if _arrays.array_module_name(v) is None or v.ndim != 2:
+            raise ValueError(f"{r}: {name} must be a 2-D NumPy or CuPy array (or a PyTorch "
+                             f"tensor, JAX array, DLPack object)")
+        if v.dtype != x.dtype:
+            raise TypeError(f"{r}: {name} has dtype {v.dtype.name}; the layer is {x.dtype.name}")
+    if x.shape[1] != w1.shape[0] or w1.shape[1] != w2.shape[0]:
+        raise ValueError(f"{r}: x {x.shape} @ w1 {w1.shape} @ w2 {w2.shape}: inner sizes differ")
+    if method not in METHODS:
+        raise ValueError(f"{r}: method={method!r} is not one of {', '.join(map(repr, METHODS))}")
+    act = check_activation(r, activation)
+    _check_layer(r, x, w1, w2, b1, b2, activation, compute, backend)
+    return act
+
+
+def _foreign(x, w1, w2, b1, b2, activation, compute, backend, stream, method):
+    """fused_mlp on PyTorch tensors, JAX arrays, CUDA-array-interface or DLPack objects: the
+    layer on their NumPy / CuPy views (:mod:`pyblasgemm.arrays`), the result in the caller's
+    framework and ``x``'s dtype. A tensor that requires grad: the same layer as two
+    differentiable :func:`pyblasgemm.torch.linear` calls (each rounds to the layer's dtype
+    once, as here), or a TypeError where the call asks for more than they do."""
+    from . import arrays
+
+    r = "fused_mlp"
+    conv = arrays.convert(r, [("x", x), ("w1", w1), ("w2", w2), ("b1", b1), ("b2", b2)])
+    nx, nw1, nw2, nb1, nb2 = conv.arrays
+    # every check first, named as given, on the views (no work: they read shapes and dtypes)
+    _check_call(r, nx, nw1, nw2, nb1, nb2, activation, compute, backend, method)
+    if arrays.needs_grad(x, w1, w2, b1, b2):
+        import torch
+
+        extra = [f"{k}={v!r}" for k, v in (("method", method), ("compute", compute),
+                                           ("backend", backend), ("stream", stream))
+                 if v is not None and not (k == "method" and v == "two_gemms")]
+        if extra or not all(isinstance(v, torch.Tensor) for v in (x, w1, w2, b1, b2) if v is not None):
+            raise TypeError(f"{r}: {', '.join(extra) or 'arrays that are not all tensors'} with "
+                            f"tensors that require grad: the differentiable layer is two "
+                            f"pyblasgemm.torch.linear calls on tensors, without method='on_chip', "
+                            f"compute=, backend= or stream=; detach the tensors, or call under "
+                            f"torch.no_grad()")
+        from .torch import linear
+
+        # (a (1, n) bias is the (n,) vector linear takes; w.T: nn.Linear's (out, in) layout)
+        h = linear(x, w1.T, None if b1 is None else b1.reshape(-1), activation)
+        return linear(h, w2.T, None if b2 is None else b2.reshape(-1))
+    with conv.allocating():
+        y = fused_mlp(nx, nw1, nw2, nb1, nb2, activation, compute=compute, backend=backend,
+                      stream=conv.stream if stream is None else stream, method=method)
+    return conv.back(y, framework_type=False)       # x's dtype (bfloat16 stays bfloat16)
 
 
 def _check_layer(r, x, w1, w2, b1, b2, activation, compute, backend) -> None:
