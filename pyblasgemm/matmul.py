@@ -270,7 +270,7 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
             result = matmul(na, nb, nout, dtype=dtype, compute=compute, backend=backend,
                             autotune=autotune, stream=conv.stream if stream is None else stream,
                             **numpy_kwargs)
-        back = out if out is not None else conv.back(result)
+        back = out if out is not None else conv.back(result, framework_type=dtype is None)
         if (conv.kind == "torch" and conv.gpu and dtype is None and autotune is None and not numpy_kwargs
                 and _plain_word(compute) and _plain_word(backend)):
             arrays.torch_record(arrays.torch_signature((_ROUTINE, compute, backend), (a, b, out))[0], back,

@@ -463,3 +463,14 @@ def test_cuda_tensors_on_torch_stream():
     torch.testing.assert_close(y.float(), torch.relu(x.float() @ x.float() + bias.float()),
                                rtol=2e-2, atol=2e-1)
     torch.testing.assert_close(z.float(), x.float() @ x.float(), rtol=2e-2, atol=2e-1)
+
+
+def test_torch_bfloat16_with_dtype_float32_keeps_float32():
+    """dtype= is the caller's type: bfloat16 tensors with dtype=float32 give float32 (the
+    framework's bfloat16 rule applies only when no type was asked for)."""
+    torch = pytest.importorskip("torch")
+    a, b = torch.randn(4, 3).bfloat16(), torch.randn(3, 5).bfloat16()
+    got = pyblasgemm.matmul(a, b, dtype=np.float32)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, a.float() @ b.float(), rtol=1e-6, atol=1e-6)
+    assert pyblasgemm.matmul(a, b).dtype == torch.bfloat16
