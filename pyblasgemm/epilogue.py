@@ -8,7 +8,7 @@
     dtype or the operands' (float32 or the output's for a dequantized int8 product);
 ``activation``
     ``'relu'``, ``'gelu'`` (exact, with erf), ``'gelu_tanh'`` (the tanh approximation) or
-    ``'silu'``, applied last;
+    ``'silu'`` or ``'sigmoid'``, applied last;
 ``preactivation_out``
     an array of the output's shape and dtype that receives the value before the activation
     (what a backward pass needs);
@@ -81,6 +81,11 @@ def _silu(x):
         return x / (x.dtype.type(1) + np.exp(-x))
 
 
+def _sigmoid(x):
+    with np.errstate(over="ignore"):     # exp(-x) = inf for x < -88 (float32): 1 / inf = 0
+        return x.dtype.type(1) / (x.dtype.type(1) + np.exp(-x))
+
+
 def _relu(x):
     # x < 0 is False for NaN: NaN stays NaN, as torch.relu keeps it
     return np.where(x < 0, x.dtype.type(0), x)
@@ -102,6 +107,7 @@ ACTIVATIONS: dict[str, Activation] = {a.name: a for a in (
     Activation("gelu", 2, _gelu, "x/2 · (1 + erf(x/√2))"),
     Activation("gelu_tanh", 3, _gelu_tanh, "x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))"),
     Activation("silu", 4, _silu, "x / (1 + exp(-x))"),
+    Activation("sigmoid", 5, _sigmoid, "1 / (1 + exp(-x))"),
 )}
 
 

@@ -92,6 +92,7 @@ _ACTIVATION_TABLE = {
     "gelu": (lambda p: torch.nn.functional.gelu(p), _d_gelu),
     "gelu_tanh": (lambda p: torch.nn.functional.gelu(p, approximate="tanh"), _d_gelu_tanh),
     "silu": (torch.nn.functional.silu, _d_silu),
+    "sigmoid": (torch.sigmoid, lambda p: torch.sigmoid(p) * (1.0 - torch.sigmoid(p))),
 }
 
 #: the ``activation=`` names (``None`` means ``'none'``); the epilogue's of :mod:`pyblasgemm.epilogue`
@@ -501,7 +502,7 @@ def linear(x, weight, bias=None, activation=None):
         (out_features, in_features), as ``torch.nn.Linear`` stores it.
     bias : Tensor, optional
         (out_features,).
-    activation : {None, 'none', 'relu', 'gelu', 'gelu_tanh', 'silu'}
+    activation : {None, 'none', 'relu', 'gelu', 'gelu_tanh', 'silu', 'sigmoid'}
         Applied to the sum in the GEMM's epilogue: 'gelu' is the exact (erf) form,
         'gelu_tanh' the tanh approximation (``torch.nn.functional.gelu``'s two forms).
 
@@ -528,7 +529,7 @@ def linear(x, weight, bias=None, activation=None):
     >>> pbt.linear(x, w, activation="tanh")
     Traceback (most recent call last):
     ...
-    ValueError: pyblasgemm.torch.linear: activation='tanh' is not one of 'none', 'relu', 'gelu', 'gelu_tanh', 'silu' (or None)
+    ValueError: pyblasgemm.torch.linear: activation='tanh' is not one of 'none', 'relu', 'gelu', 'gelu_tanh', 'silu', 'sigmoid' (or None)
     """
     routine = "pyblasgemm.torch.linear"
     name = _check_linear(routine, x, weight, bias, activation)

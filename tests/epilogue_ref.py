@@ -14,7 +14,8 @@ REF = {None: lambda v: v,
        "relu": lambda v: np.where(v < 0, 0.0, v),
        "gelu": lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2))),
        "gelu_tanh": lambda v: 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3))),
-       "silu": lambda v: v / (1 + np.exp(-v))}
+       "silu": lambda v: v / (1 + np.exp(-v)),
+       "sigmoid": lambda v: 1 / (1 + np.exp(-v))}
 #: unit roundoff of the output type (the epilogue rounds once, from the accumulation type)
 UNIT = {np.float16: 2.0**-11, ml_dtypes.bfloat16: 2.0**-8, np.float32: 2.0**-24, np.float64: 2.0**-53}
 

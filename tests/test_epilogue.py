@@ -18,9 +18,10 @@ def test_every_activation_has_a_reference_and_a_device_code():
     from pyblasgemm.kernels.jit import INCLUDE_DIR
 
     header = (INCLUDE_DIR / "pyblasgemm/epilogue/activation.cuh").read_text()
-    enum = {"relu": "kActRelu", "gelu": "kActGelu", "gelu_tanh": "kActGeluTanh", "silu": "kActSilu"}
-    for a in ACTIVATIONS.values():
-        assert f"{enum[a.name]} = {a.code}" in header, a.name
+    for a in ACTIVATIONS.values():       # 'gelu_tanh' -> kActGeluTanh
+        enum = "kAct" + "".join(part.capitalize() for part in a.name.split("_"))
+        assert f"{enum} = {a.code}" in header, a.name
+        assert f"case {enum}:" in header, a.name
 
 
 def _data(rng, shape, dtype):
@@ -36,7 +37,7 @@ def _check(got, v64, act, dtype, scale, what=""):
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
-@pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("act", [None, *ACTIVATIONS])
 @pytest.mark.parametrize("axis", [None, "cols", "rows"])
 @pytest.mark.parametrize("mnk", [(1, 1, 1), (7, 33, 5), (33, 7, 65)])
 def test_matmul_epilogue_matches_float64(xp, dtype, act, axis, mnk):
@@ -82,7 +83,7 @@ def test_gemm_epilogue_beta_zero_never_reads_nan_out(xp):
     assert not np.isnan(to_host(out)).any()
 
 
-@pytest.mark.parametrize("act", ["relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("act", list(ACTIVATIONS))
 def test_nan_and_inf_propagate_like_the_unfused_sequence(xp, act):
     x = np.ones((4, 3), np.float32)
     x[1, 0] = np.nan
@@ -447,7 +448,7 @@ def test_a_bfloat16_bias_on_a_float32_result_runs_fused():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("act", ["relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("act", list(ACTIVATIONS))
 def test_fused_hopper_kernel_propagates_nan_and_inf(act):
     _needs_hopper()
     assert_nan_and_inf_like_unfused(act, "pyblasgemm kernel")

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import pyblasgemm
+from pyblasgemm.epilogue import ACTIVATIONS
 from epilogue_ref import REF, UNIT
 
 torch = pytest.importorskip("torch")
@@ -320,7 +321,7 @@ def test_jax_tracers_are_refused_by_the_door(transform):
 # tensors that require grad
 
 
-@pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("act", [None, *ACTIVATIONS])
 def test_requires_grad_epilogue_is_linear(act):
     """matmul(x, w, bias=, activation=) with tensors that require grad is
     pyblasgemm.torch.linear(x, w.T, bias, activation): its gradients, not a detached product."""
@@ -332,7 +333,7 @@ def test_requires_grad_epilogue_is_linear(act):
     assert "pyblasgemm_linear" in type(y.grad_fn).__name__
     want_fn = {None: lambda v: v, "relu": torch.relu, "gelu": torch.nn.functional.gelu,
                "gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh"),
-               "silu": torch.nn.functional.silu}[act]
+               "silu": torch.nn.functional.silu, "sigmoid": torch.sigmoid}[act]
     xr, wr, br = (t.detach().clone().requires_grad_() for t in (x, w, bias))
     want = want_fn(xr @ wr + br)
     torch.testing.assert_close(y, want, rtol=1e-12, atol=1e-12)

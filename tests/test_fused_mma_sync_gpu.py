@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import pyblasgemm
+from pyblasgemm.epilogue import ACTIVATIONS
 from pyblasgemm.kernels.config import SHIPPED_CONFIGS
 from conftest import to_host
 from epilogue_ref import REF, assert_nan_and_inf_like_unfused, residual_case
@@ -98,7 +99,7 @@ def test_fused_mma_sync_store_every_shipped_config(monkeypatch, dtype, out_dtype
         assert fused >= 2, f"{cfg.name}: only {fused} calls took the fused kernel"
 
 
-@pytest.mark.parametrize("act", ["relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("act", list(ACTIVATIONS))
 def test_fused_mma_sync_store_propagates_nan_and_inf(monkeypatch, act):
     monkeypatch.setenv("PYBLASGEMM_CONFIG", SHIPPED_CONFIGS["f16"][0].name)
     pyblasgemm.clear_plan_cache()
@@ -119,7 +120,7 @@ def test_int8_dequantized_in_the_mma_sync_store_every_s8_config(monkeypatch, out
     from pyblasgemm.epilogue import last_route
 
     rng = np.random.default_rng(31)
-    acts = [None, "relu", "gelu", "gelu_tanh", "silu"]
+    acts = [None, *ACTIVATIONS]
     for ci, cfg in enumerate(SHIPPED_CONFIGS["s8"]):
         monkeypatch.setenv("PYBLASGEMM_BACKEND", "tensorcore")
         monkeypatch.setenv("PYBLASGEMM_CONFIG", cfg.name)
@@ -271,7 +272,7 @@ def test_int8_dequantized_in_the_hopper_store(monkeypatch, out_dtype):
     if cupy.cuda.Device().compute_capability != "90":
         pytest.skip("the Hopper (sm_90a) kernel")
     rng = np.random.default_rng(45)
-    acts = [None, "relu", "gelu", "gelu_tanh", "silu"]
+    acts = [None, *ACTIVATIONS]
     configs = [c for c in SM90_CONFIGS["s8"] if fusable("s8", c, dequantize=True)]
     for ci, cfg in enumerate(configs):
         monkeypatch.setenv("PYBLASGEMM_BACKEND", "tensorcore")

@@ -18,13 +18,14 @@ import pyblasgemm  # noqa: E402
 import pyblasgemm.torch as pbt  # noqa: E402
 
 OPS = torch.ops.pyblasgemm
-ACTS = ["none", "relu", "gelu", "gelu_tanh", "silu"]
+ACTS = ["none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid"]
 REFERENCE = {        # PyTorch's own activations, what each name means
     "none": lambda p: p,
     "relu": F.relu,
     "gelu": F.gelu,
     "gelu_tanh": lambda p: F.gelu(p, approximate="tanh"),
     "silu": F.silu,
+    "sigmoid": torch.sigmoid,
 }
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ constexpr int kEpiOn = 8;
 constexpr int kEpiDequant = 16;
 constexpr int kEpiOutShift = 5;
 
-enum Activation : int { kActNone = 0, kActRelu = 1, kActGelu = 2, kActGeluTanh = 3, kActSilu = 4 };
+enum Activation : int { kActNone = 0, kActRelu = 1, kActGelu = 2, kActGeluTanh = 3, kActSilu = 4, kActSigmoid = 5 };
 
 // float and double: the CUDA math library's erf / tanh / exp overloads of each type.
 template <class T>
@@ -28,6 +28,8 @@ __device__ __forceinline__ T activate(T x, int code) {
     }
     case kActSilu:  // x / (1 + e^-x): -0 below x = -88 (float), where e^-x is inf
       return x / (T(1) + exp(-x));
+    case kActSigmoid:  // 1 / (1 + e^-x): 0 below x = -88 (float), where e^-x is inf
+      return T(1) / (T(1) + exp(-x));
     default:
       return x;
   }
