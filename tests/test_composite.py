@@ -142,3 +142,30 @@ def test_readme_numbers_are_the_measured_ones():
     assert f"runs {default[0]:.2f}-{default[1]:.2f}x its speed at 8192³" in text
     assert f"({at40[0]:.1f}-{at40[1]:.1f}x at 40 bits)" in text
     assert f"runs {tf32[0]:.1f}-{tf32[1]:.1f}x cuBLAS's CGEMM" in text
+
+
+def test_guide_quotes_the_guarded_run():
+    """docs/guide/precision.rst's and the README's numbers with the guard are
+    bench/results/ozaki_h200_2026-11-27_a8ba380.json's."""
+    import json
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    doc = json.loads((root / "bench/results/ozaki_h200_2026-11-27_a8ba380.json").read_text())
+    assert doc["device"]["name"] == "NVIDIA H200" and doc["code_sha"] == "a8ba380"
+    rows = {(c["case"], c.get("layout"), c["m"]): c["contenders"] for c in doc["cases"]}
+    dflt = rows[("dgemm", "normal", 8192)]["pyblasgemm int8-ozaki (default)"]
+    assert "one for the guard" in dflt["route"]
+    guide = " ".join((root / "docs/guide/precision.rst").read_text().split())
+    readme = " ".join((root / "README.md").read_text().split())
+    said = (f"the default runs {dflt['ratio_steady_vs_native']:.2f}x native DGEMM steady "
+            f"({dflt['ratio_single_vs_native']:.2f}x single call")
+    assert said in guide, said
+    assert f"({dflt['ratio_steady_vs_native']:.2f}x, H200" in readme
+    forty = rows[("dgemm", "normal", 8192)]["pyblasgemm int8-ozaki-40"]
+    assert f"40 bits {forty['ratio_steady_vs_native']:.2f}x" in guide
+    graded = rows[("dgemm", "graded 2^-30", 8192)]
+    ours = graded["pyblasgemm int8-ozaki (default)"]
+    native = min(v["max_rel_err_vs_longdouble"] for v in graded.values() if v["side"] == "native")
+    assert ours["max_rel_err_vs_longdouble"] <= native        # the guarantee, on the GPU
+    assert f"{ours['ratio_steady_vs_native']:.2f}x native DGEMM's time" in guide
