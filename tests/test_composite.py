@@ -169,3 +169,22 @@ def test_guide_quotes_the_guarded_run():
     native = min(v["max_rel_err_vs_longdouble"] for v in graded.values() if v["side"] == "native")
     assert ours["max_rel_err_vs_longdouble"] <= native        # the guarantee, on the GPU
     assert f"{ours['ratio_steady_vs_native']:.2f}x native DGEMM's time" in guide
+
+
+def test_readme_quotes_complex_tf32_against_both_cublas_yardsticks():
+    """The README's complex64 tf32 ranges are the e859705 runs' ratios against cuBLAS's full
+    CGEMM and against its own TF32 CGEMM (issue 34: say both)."""
+    import json
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    full, tf32 = [], []
+    for gpu in ("h100", "h200"):
+        doc = json.loads((root / f"bench/results/ozaki_{gpu}_2026-11-25_e859705.json").read_text())
+        ct = next(c for c in doc["cases"] if c["case"] == "cgemm")["contenders"]
+        ours = ct["pyblasgemm tf32"]
+        full.append(ours["ratio_steady_vs_cgemm"])
+        tf32.append(ct["cuBLAS TF32 CGEMM"]["steady_s"] / ours["steady_s"])
+    readme = " ".join((root / "README.md").read_text().split())
+    assert f"runs {min(full):.1f}-{max(full):.1f}x cuBLAS's full-precision CGEMM" in readme
+    assert f"{min(tf32):.1f}-{max(tf32):.1f}x its TF32 CGEMM" in readme
