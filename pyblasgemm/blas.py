@@ -6,15 +6,73 @@ Reference-BLAS semantics on column-major memory, as a Fortran or cuBLAS caller e
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import numpy as np
+
 from ._types import TYPE_ROWS
 from . import _arrays, arrays, calls, streams
+from .backends import host as _host
 from .desc import describe_blas
 from .execute import execute
 from .gemm import _PLAIN, _scalar_limit
 from .matmul import _plain_word
+from .planner import plan_for
+from .planner.composite import CompositeSpec
+from .planner.overrides import current_settings
 
 _CUPY = [None]
 _TORCH = [None]
+_ND = np.ndarray
+_may_share = np.may_share_memory
+
+
+class _HostCall(NamedTuple):
+    """A repeated NumPy call of the BLAS form (the host's :class:`pyblasgemm.calls.Call`): the
+    described problem and op(A), op(B), C as (shape, byte strides) views of the buffers, so a
+    hit makes three ndarray headers instead of describing, planning and ``as_strided``."""
+
+    desc: object
+    a_view: tuple           # (shape, strides) of op(A) (transposed already for 'T' / 'C')
+    b_view: tuple
+    c_view: tuple
+    conj_a: bool            # 'C' on complex data: op(A) is the view's conjugate
+    conj_b: bool
+    zero: object            # added to the scalars (int -> float, -0.0 -> +0.0), as describe does
+    limit: object           # |alpha|, |beta| bound of the routine's scalar type
+
+    def run(self, a, b, c, alpha, beta):
+        d = self.desc
+        opa = _ND(self.a_view[0], a.dtype, a, 0, self.a_view[1])
+        opb = _ND(self.b_view[0], b.dtype, b, 0, self.b_view[1])
+        cv = _ND(self.c_view[0], c.dtype, c, 0, self.c_view[1])
+        if self.conj_a:
+            opa = opa.conj()
+        if self.conj_b:
+            opb = opb.conj()
+        raised: list = []
+        # as host.run: floating-point exceptions reported once, in numpy.matmul's words
+        with _host._collecting(raised):
+            _host.compute_views(d, opa, opb, cv, alpha, beta)
+        _host._report_as_numpy(raised)
+
+
+def _host_call(desc, row, zero, limit):
+    """The :class:`_HostCall` of a described one-batch NumPy problem."""
+    isz, csz = row.ab_dtype.itemsize, row.c_dtype.itemsize
+
+    def view(trans, rows, cols, ld, itemsize):
+        if trans == "N":
+            return (1, rows, cols), (0, itemsize, ld * itemsize)
+        return (1, cols, rows), (0, ld * itemsize, itemsize)      # the stored matrix, transposed
+
+    a_rows, a_cols = desc.a_shape()
+    b_rows, b_cols = desc.b_shape()
+    return _HostCall(desc, view(desc.transa, a_rows, a_cols, desc.lda, isz),
+                     view(desc.transb, b_rows, b_cols, desc.ldb, isz),
+                     view("N", desc.m, desc.n, desc.ldc, csz),
+                     desc.transa == "C" and row.is_complex, desc.transb == "C" and row.is_complex,
+                     zero, limit)
 
 _DOC = """{title}
 
@@ -165,6 +223,21 @@ def _make(prefix: str):
                 (a, b, c))
             if tkey is not None and arrays.torch_replay(tkey, ptrs, a, c, stream, alpha, beta) is not None:
                 return c
+        elif (t is _ND and type(b) is t and type(c) is t and autotune is None and stream is None
+              and type(transa) is str and type(transb) is str and type(m) is int
+              and type(n) is int and type(k) is int and type(lda) is int and type(ldb) is int
+              and type(ldc) is int):
+            # a repeated NumPy call: the key proves flags, sizes, dtypes and that the buffers
+            # hold their spans; pointers (overlap), writability and scalar values it cannot
+            host_call = calls.get(("host", prefix, compute, backend, transa, transb, m, n, k, lda,
+                                   ldb, ldc, type(alpha), type(beta), a.dtype, a.shape, a.strides,
+                                   b.dtype, b.shape, b.strides, c.dtype, c.shape, c.strides))
+            if (host_call is not None and c.flags.writeable and not _may_share(c, a)
+                    and not _may_share(c, b)):
+                lim = host_call.limit
+                if -lim <= alpha <= lim and -lim <= beta <= lim and alpha != 0:
+                    host_call.run(a, b, c, alpha + host_call.zero, beta + host_call.zero)
+                    return c
         elif _CUPY[0] is None and calls.cupy_type() is not None:
             _CUPY[0] = calls.cupy_type()
         if arrays.is_foreign(a, b, c):
@@ -184,6 +257,7 @@ def _make(prefix: str):
                 words = (prefix, compute, backend, transa, transb, m, n, k, lda, ldb, ldc, type(alpha), type(beta))
                 arrays.torch_record(arrays.torch_signature(words, (a, b, c))[0], c, False)
             return c
+        given_stream = stream
         stream = streams.handle(stream)
         given_compute, given_backend = compute, backend
         desc, backend = describe_blas(row, transa, transb, m, n, k, alpha, a, lda, b, ldb,
@@ -202,6 +276,19 @@ def _make(prefix: str):
                    (mem_a.ptr | mem_b.ptr | mem_c.ptr) & 15)
             # spans of the buffers as BLAS reads them (the whole buffers: conservative)
             calls.record(key, launch, False, a, b, c, False, None, zero, limit)
+        elif (launch is None and type(a) is _ND and type(b) is _ND and type(c) is _ND
+              and autotune is None and given_stream is None and _plain_word(given_compute)
+              and _plain_word(given_backend) and type(transa) is str and type(transb) is str
+              and type(alpha) in _PLAIN[row.scalar_kind] and type(beta) in _PLAIN[row.scalar_kind]
+              and desc.batch == 1 and not desc.is_noop and not desc.scales_only
+              and current_settings().cache):
+            plan = plan_for(desc, backend)        # cached: the plan that just ran
+            if plan.backend == "host" and not isinstance(plan.launch, CompositeSpec):
+                # describe_blas proved this signature valid; the host ran it on views
+                calls.cache.put(("host", prefix, given_compute, given_backend, transa, transb, m,
+                                 n, k, lda, ldb, ldc, type(alpha), type(beta), a.dtype, a.shape,
+                                 a.strides, b.dtype, b.shape, b.strides, c.dtype, c.shape,
+                                 c.strides), _host_call(desc, row, zero, limit))
         return c
 
     zero = 0 if row.scalar_kind == "int" else 0.0

@@ -296,11 +296,17 @@ def _compute(desc: GemmDesc, a, b, c) -> None:
     opa = op_view(a, desc.transa, a_rows, a_cols, desc.lda, desc.batch, desc.stride_a)
     opb = op_view(b, desc.transb, b_rows, b_cols, desc.ldb, desc.batch, desc.stride_b)
     cv = _arrays.strided_view(c, (desc.batch, desc.m, desc.n), (desc.stride_c, 1, desc.ldc))
+    compute_views(desc, opa, opb, cv, desc.alpha, desc.beta)
+
+
+def compute_views(desc: GemmDesc, opa, opb, cv, alpha, beta) -> None:
+    """``cv = alpha·opa @ opb + beta·cv`` on views already made (the BLAS form's repeated
+    NumPy call makes them itself: pyblasgemm.blas)."""
     if desc.prefix == "i":
-        int8_product(opa, opb, cv, desc.alpha, desc.beta)   # in blocks, into C (int32, wrapping)
+        int8_product(opa, opb, cv, alpha, beta)   # in blocks, into C (int32, wrapping)
         return
     acc = product(desc, opa, opb)
-    out = acc * acc.dtype.type(desc.alpha) if desc.alpha != 1 else acc
-    if desc.beta != 0:  # beta == 0: C is not read, so NaN/Inf in it never propagate
-        out = out + cv.astype(acc.dtype) * acc.dtype.type(desc.beta)
+    out = acc * acc.dtype.type(alpha) if alpha != 1 else acc
+    if beta != 0:  # beta == 0: C is not read, so NaN/Inf in it never propagate
+        out = out + cv.astype(acc.dtype) * acc.dtype.type(beta)
     cv[...] = out.astype(cv.dtype, copy=False)
