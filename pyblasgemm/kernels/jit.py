@@ -28,12 +28,14 @@ import json
 import os
 import re
 import threading
+import time
 import warnings
 from functools import lru_cache
 from pathlib import Path
 
 from .. import settings as _env
 from .._files import CACHE_ENTRY_BYTES, CUBIN_BYTES, read_regular
+from .._warnings import PyblasgemmWarning, log
 from .config import KernelConfig
 from .problem import ACCUMULATE
 
@@ -68,7 +70,7 @@ class KernelCompileError(RuntimeError):
         self.instantiation = instantiation
 
 
-class KernelCacheWarning(UserWarning):
+class KernelCacheWarning(PyblasgemmWarning):
     """A compiled-kernel cache entry (sm_90a cubin + metadata) was unusable and is recompiled,
     or the cache could not be written (the kernel is compiled again next time)."""
 
@@ -237,9 +239,12 @@ def _get_module_kernels(config, kind, transa, transb, accumulate, vec, device_id
             mod.load(cubin)
             funcs = [mod.get_function(lowered[n]) for n in names]  # each Function holds the Module
         else:
+            log.info("compiling %s (NVRTC, CuPy's cache)", names[0])
+            t0 = time.perf_counter()
             mod = cupy.RawModule(code=_source(), options=_options(), name_expressions=names)
             try:
                 funcs = [mod.get_function(n) for n in names]
+                log.info("compiled %s in %.2f s", names[0], time.perf_counter() - t0)
             except cupy.cuda.compiler.CompileException as e:
                 raise KernelCompileError(f"NVRTC failed to compile {names[0]}", str(e), names[0]) from e
     smem = config.smem_bytes(kind)
@@ -365,7 +370,11 @@ def _sm90_cubin(config: KernelConfig, kind: str, transa: str, transb: str, epi: 
         hit = _read_cached_cubin(cub_path, meta_path, names)
         if hit is not None:
             return hit
+    log.info("compiling %s for %s (kernel cache %s)", names[0], SM90_ARCH,
+             "miss" if use_disk else "off")
+    t0 = time.perf_counter()
     cubin, _, lowered = _nvrtc(names, config, SM90_ARCH, verbose=False)
+    log.info("compiled %s in %.2f s", names[0], time.perf_counter() - t0)
     if use_disk:
         _write_cached_cubin(cub_path, meta_path, cubin, lowered)
     return cubin, lowered
@@ -505,6 +514,7 @@ def _remove_quietly(path: Path | None) -> None:
 
 def _warn_cache(message: str) -> None:
     # stacklevel: past this helper and the reader/writer, at _sm90_cubin's caller's line
+    log.info("kernel cache: %s", message)
     warnings.warn(f"pyblasgemm: {message}", KernelCacheWarning, stacklevel=4)
 
 

@@ -36,6 +36,7 @@ import warnings
 from pathlib import Path
 
 from .. import settings as _env
+from .._warnings import PyblasgemmWarning
 from .._files import CACHE_ENTRY_BYTES, read_regular
 from ..desc import GemmDesc, matrix_span
 from . import model as M
@@ -49,7 +50,7 @@ __all__ = ["TuneCache", "cache_dir", "tune_desc", "lookup", "problem_key", "Cach
 FORMAT = 1
 
 
-class CacheWarning(UserWarning):
+class CacheWarning(PyblasgemmWarning):
     """An autotune cache file was unreadable, corrupt, stale or of the wrong shape and is
     ignored, or could not be written (the result is used, just not stored)."""
 

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from ..desc import GemmDesc, check_backend_place
 from ..kinds import route_of
+from .._warnings import log
 from ..plancache import get_plan_cache
 from . import model as M
 from . import overrides
@@ -67,6 +68,9 @@ def plan_for(desc: GemmDesc, backend: str | None = None, *, autotune: bool | Non
     if backend is None:     # the environment forced it: its message names the variable
         check_backend_place(desc.routine, s.backend, desc.xp, name="PYBLASGEMM_BACKEND")
     plan = _choose(desc, backend or s.backend, arch, tune)
+    # a new plan only (a memoized one returned above): the cold path's one log line
+    log.debug("plan %s for %s %s%s m=%d n=%d k=%d batch=%d (%s): %s", plan, desc.routine,
+              desc.transa, desc.transb, desc.m, desc.n, desc.k, desc.batch, desc.xp, plan.reason)
     if s.print_plans:
         print(plan.explain(), file=sys.stderr)
     if s.cache:

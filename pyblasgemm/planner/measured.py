@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._files import DOCUMENT_BYTES, read_regular
+from .._warnings import PyblasgemmWarning
 from ._checks import describe, is_int, why_not_dict, why_not_number, why_not_numbers
 from .arch import ArchSpec
 
@@ -84,7 +85,7 @@ class MeasuredChoice:
         return self.times.get(impl)
 
 
-class ChoicesWarning(UserWarning):
+class ChoicesWarning(PyblasgemmWarning):
     """A measured-choice table could not be read or has the wrong shape; it is ignored (the
     cost model decides)."""
 

@@ -124,3 +124,26 @@ class Plan:
     def __str__(self) -> str:
         cfg = f" {self.config.name}" if isinstance(self.config, KernelConfig) else ""
         return f"Plan({self.backend}{cfg})"
+
+    def __repr__(self) -> str:
+        """One line: the backend, our kernel's config and decomposition (splits when > 1), the
+        source and the predicted time; ``explain()`` has the rest (the dataclass's repr was a
+        many-line dump of every candidate's config).
+
+        >>> import pyblasgemm
+        >>> pyblasgemm.plan(64, 64, 64, "f64", backend="cublas")       # doctest: +ELLIPSIS
+        Plan(backend='cublas', source='forced'...)
+        """
+        parts = [f"backend={self.backend!r}"]
+        if isinstance(self.config, KernelConfig):
+            parts.append(f"config={self.config.name!r}")
+        if self.decomposition is not None:
+            parts.append(f"decomposition={self.decomposition!r}")
+        if self.splits != 1:
+            parts.append(f"splits={self.splits}")
+        if self.pack:
+            parts.append(f"pack={self.pack!r}")
+        parts.append(f"source={self.source!r}")
+        if self.predicted_s:
+            parts.append(f"predicted_us={self.predicted_s * 1e6:.1f}")
+        return f"Plan({', '.join(parts)})"

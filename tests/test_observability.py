@@ -1,0 +1,101 @@
+"""Issue 35 item 5: the logger on cold paths only, one warning base, a short repr(Plan),
+pyblasgemm.explain(a, b) (host-only: no GPU needed)."""
+import logging
+import warnings
+
+import numpy as np
+import pytest
+
+import pyblasgemm
+from pyblasgemm.kernels.jit import KernelCacheWarning
+from pyblasgemm.planner.autotune import CacheWarning
+from pyblasgemm.planner.measured import ChoicesWarning
+
+
+def _records(caplog):
+    return [r for r in caplog.records if r.name.startswith("pyblasgemm")]
+
+
+def test_first_call_logs_its_plan_and_a_repeated_call_logs_nothing(caplog):
+    pyblasgemm.clear_plan_cache()
+    a = np.ones((24, 40), np.float64)
+    b = np.ones((40, 8), np.float64)
+    with caplog.at_level(logging.DEBUG, logger="pyblasgemm"):
+        pyblasgemm.matmul(a, b, backend="host")
+        first = _records(caplog)
+        caplog.clear()
+        for _ in range(3):
+            pyblasgemm.matmul(a, b, backend="host")
+        repeated = _records(caplog)
+    assert len(first) == 1 and first[0].levelno == logging.DEBUG
+    assert "plan Plan(host)" in first[0].getMessage()
+    assert "m=8 n=24 k=40" in first[0].getMessage()     # the column-major problem
+    assert repeated == []
+
+
+def test_the_logger_is_silent_by_default(capsys):
+    # DEBUG/INFO records never reach logging's last-resort handler (WARNING and up)
+    pyblasgemm.clear_plan_cache()
+    pyblasgemm.matmul(np.ones((5, 6)), np.ones((6, 7)), backend="host")
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("cls", [CacheWarning, ChoicesWarning, KernelCacheWarning])
+def test_every_warning_class_derives_from_the_one_base(cls):
+    assert issubclass(cls, pyblasgemm.PyblasgemmWarning)
+    assert issubclass(pyblasgemm.PyblasgemmWarning, UserWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pyblasgemm.PyblasgemmWarning)
+        with pytest.raises(cls):
+            warnings.warn("x", cls)
+
+
+def test_plan_repr_is_one_short_line():
+    p = pyblasgemm.plan(8192, 8192, 8192, "f32", compute="3xtf32")
+    r = repr(p)
+    assert r.startswith("Plan(backend='tensorcore', config=") and "\n" not in r
+    assert len(r) < 160 and "arch=" not in r and "reason=" not in r
+    assert f"source={p.source!r}" in r
+    assert str(pyblasgemm.plan(64, 64, 64, "f64", backend="cublas")) == "Plan(cublas)"
+
+
+def test_explain_describes_the_row_major_call_with_m_and_n_swapped():
+    a = np.ones((300, 40), np.float32)
+    b = np.ones((40, 100), np.float32)
+    text = pyblasgemm.explain(a, b, compute="tf32")
+    assert text.splitlines()[0] == ("matmul: a (300, 40) float32 @ b (40, 100) float32 -> "
+                                    "(300, 100) float32")
+    assert "m=100 n=300 k=40" in text
+    assert "plan: backend 'host'" in text
+    # the plain NumPy call takes matmul's direct branch: no plan at all
+    assert "no plan" in pyblasgemm.explain(a, b)
+
+
+def test_explain_batched_and_transposed_views():
+    a = np.ones((3, 40, 64), np.float16).swapaxes(1, 2)     # (3, 64, 40), column-major slices
+    b = np.ones((40, 16), np.float16)
+    text = pyblasgemm.explain(a, b, backend="host")
+    assert "(3, 64, 16) float16" in text and "batch 3" in text
+    assert "NT m=16 n=64 k=40 lda=16 ldb=64 ldc=16" in text     # A read transposed in place
+
+
+def test_explain_runs_nothing(monkeypatch):
+    from pyblasgemm import execute
+
+    def boom(*a, **k):
+        raise AssertionError("explain ran the product")
+    monkeypatch.setattr(execute, "execute", boom)
+    pyblasgemm.explain(np.ones((8, 8)), np.ones((8, 8)), backend="host")
+
+
+@pytest.mark.parametrize("args, kw, exc, words", [
+    (([[1.0]], np.ones((1, 1))), {}, TypeError, "NumPy or both CuPy"),
+    ((np.ones((2, 3)), np.ones((4, 2))), {}, ValueError, "inner dimensions 3 and 4"),
+    ((np.ones((2, 2, 3)), np.ones((3, 3, 2))), {}, ValueError, "do not broadcast"),
+    ((np.ones(()), np.ones(3)), {}, ValueError, "a.ndim=0"),
+    ((np.ones((2, 2)), np.ones((2, 2))), {"limit": -1}, ValueError, "limit=-1"),
+    ((np.ones((2, 2)), np.ones((2, 2))), {"backend": "gpu"}, ValueError, "gpu"),
+])
+def test_explain_refusals(args, kw, exc, words):
+    with pytest.raises(exc, match=words):
+        pyblasgemm.explain(*args, **kw)
