@@ -191,11 +191,53 @@ _TITLES = {
 }
 
 
+class _Missing:
+    def __repr__(self):
+        return "<missing>"
+
+
+_MISSING = _Missing()
+_PARAMS = ("transa", "transb", "m", "n", "k", "alpha", "a", "lda", "b", "ldb", "beta", "c", "ldc")
+#: the routines pyblasgemm.scipy has with SciPy's signature
+_SCIPY_FORMS = ("s", "d", "c", "z", "h", "b", "i")
+
+
+def _signature():
+    import inspect
+
+    P = inspect.Parameter
+    return inspect.Signature(
+        [P(name, P.POSITIONAL_OR_KEYWORD) for name in _PARAMS]
+        + [P(name, P.KEYWORD_ONLY, default=None)
+           for name in ("compute", "backend", "autotune", "stream")])
+
+
+_SIGNATURE = _signature()
+
+
+def _missing_message(routine: str, values: tuple) -> str:
+    """What a call short of the 13 BLAS arguments is told (SciPy's ``sgemm(alpha, a, b)``
+    lands here: its form is pyblasgemm.scipy's)."""
+    missing = [name for name, v in zip(_PARAMS, values) if v is _MISSING]
+    text = (f"{routine}() missing {len(missing)} required argument"
+            f"{'s' if len(missing) > 1 else ''}: {', '.join(repr(x) for x in missing)}; "
+            f"pyblasgemm.{routine} is the reference-BLAS form (transa, transb, m, n, k, alpha, "
+            f"a, lda, b, ldb, beta, c, ldc)")
+    prefix = routine[:-4]
+    if prefix in _SCIPY_FORMS:
+        text += (f". For SciPy's signature ({routine}(alpha, a, b, beta=0, c=None, trans_a=0, "
+                 f"...)) use pyblasgemm.scipy.{routine}")
+    return text
+
+
 def _make(prefix: str):
     row = TYPE_ROWS[prefix]
 
-    def xgemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, *,
-              compute=None, backend=None, autotune=None, stream=None):
+    # every argument has a default so that a short call (SciPy's ``sgemm(alpha, a, b)``) reaches
+    # the body and is told where that signature lives; help() shows the real signature
+    def xgemm(transa=_MISSING, transb=_MISSING, m=_MISSING, n=_MISSING, k=_MISSING,
+              alpha=_MISSING, a=_MISSING, lda=_MISSING, b=_MISSING, ldb=_MISSING, beta=_MISSING,
+              c=_MISSING, ldc=_MISSING, *, compute=None, backend=None, autotune=None, stream=None):
         t = type(a)
         if (t is _CUPY[0] and type(b) is t and type(c) is t and autotune is None
                 and type(transa) is str
@@ -240,6 +282,12 @@ def _make(prefix: str):
                     return c
         elif _CUPY[0] is None and calls.cupy_type() is not None:
             _CUPY[0] = calls.cupy_type()
+        if (ldc is _MISSING or c is _MISSING or beta is _MISSING or ldb is _MISSING
+                or b is _MISSING or lda is _MISSING or a is _MISSING or alpha is _MISSING
+                or k is _MISSING or n is _MISSING or m is _MISSING or transb is _MISSING
+                or transa is _MISSING):
+            raise TypeError(_missing_message(row.routine, (transa, transb, m, n, k, alpha, a, lda,
+                                                           b, ldb, beta, c, ldc)))
         if arrays.is_foreign(a, b, c):
             # PyTorch / JAX / CUDA-array-interface buffers: run on views; c is written in place
             if _TORCH[0] is None:
@@ -294,6 +342,7 @@ def _make(prefix: str):
     zero = 0 if row.scalar_kind == "int" else 0.0
     limit = _scalar_limit(row)
 
+    xgemm.__signature__ = _SIGNATURE
     xgemm.__name__ = xgemm.__qualname__ = row.routine
     xgemm.__module__ = "pyblasgemm"
     xgemm.__doc__ = _DOC.format(

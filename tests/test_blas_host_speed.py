@@ -112,3 +112,24 @@ def test_repeated_call_is_fast():
         np.matmul(a.reshape(4, 4), a.reshape(4, 4))
     floor = (time.perf_counter() - t0) / 200
     assert best < max(20e-6, 15 * floor), (best, floor)
+
+
+# --- SciPy's signature given to the raw form (issue 35, item 7): pointed to pyblasgemm.scipy --
+
+
+def test_scipy_signature_points_to_pyblasgemm_scipy():
+    a = np.ones((2, 2), np.float32, order="F")
+    with pytest.raises(TypeError, match=r"missing 10 required arguments.*pyblasgemm\.scipy\.sgemm"):
+        pyblasgemm.sgemm(1.0, a, a)
+    with pytest.raises(TypeError, match=r"missing 1 required argument: 'ldc'") as info:
+        pyblasgemm.shgemm("N", "N", 1, 1, 1, 1.0, a, 1, a, 1, 0.0, a)
+    assert "pyblasgemm.scipy" not in str(info.value)      # no SciPy form of shgemm
+
+
+def test_help_shows_the_blas_signature():
+    import inspect
+
+    params = list(inspect.signature(pyblasgemm.dgemm).parameters.values())
+    assert [p.name for p in params[:13]] == ["transa", "transb", "m", "n", "k", "alpha", "a",
+                                              "lda", "b", "ldb", "beta", "c", "ldc"]
+    assert all(p.default is inspect.Parameter.empty for p in params[:13])
