@@ -142,12 +142,37 @@ def _ozaki_dial(row: TypeRow, compute):
     return f"int8-ozaki-{int(bits)}"
 
 
+#: the ecosystem's words for our compute modes, one row per alias: alias -> {prefix: mode} (a
+#: prefix absent from a row does not take that alias). Resolved by :func:`resolve_compute`, the
+#: one place compute names are checked.
+_IEEE = {"s": "fp32", "c": "fp32", "d": "fp64", "z": "fp64", "h": "fp32", "b": "fp32",
+         "sh": "fp32", "sb": "fp32"}
+COMPUTE_ALIASES = {
+    "tf32x3": {"s": "3xtf32", "c": "3xtf32"},   # Triton's input_precision spelling
+    "ieee": _IEEE,                              # Triton: full IEEE products in the data's type
+    "highest": _IEEE,                           # JAX's Precision.HIGHEST, torch's 'highest'
+    # JAX's Precision.HIGH (a 3-pass split) and torch's 'high' (TF32 or a split): our split
+    "high": {"s": "3xtf32", "c": "3xtf32"},
+}
+
+
 def resolve_compute(row: TypeRow, compute, routine: str) -> str:
-    """Turn the user's ``compute=`` (or None) into one of the row's modes, or raise ValueError."""
+    """Turn the user's ``compute=`` (or None) into one of the row's modes, or raise ValueError.
+
+    Any case; the aliases of :data:`COMPUTE_ALIASES` name the row's modes too.
+
+    >>> resolve_compute(TYPE_ROWS["s"], "TF32x3", "sgemm"), resolve_compute(TYPE_ROWS["z"], "highest", "zgemm")
+    ('3xtf32', 'fp64')
+    """
     if compute is None:
         return get_default_compute() if row.prefix == "s" else row.computes[0]
-    if isinstance(compute, str) and compute.lower() in row.computes:
-        return compute.lower()
+    if isinstance(compute, str):
+        word = compute.lower()
+        if word in row.computes:
+            return word
+        alias = COMPUTE_ALIASES.get(word)
+        if alias is not None and row.prefix in alias:
+            return alias[row.prefix]
     dial = _ozaki_dial(row, compute)
     if dial is not None:
         return dial

@@ -28,6 +28,9 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 #: accepted values of ``backend=``; 'auto' lets the planner choose (the backends package
 #: re-exports it: it is a fact about the argument, checked here)
 BACKEND_NAMES = ("auto", "tensorcore", "cublas", "host")
+#: other words for a backend, one row per alias (resolved by check_backend): 'pyblasgemm' is
+#: how other libraries name "this package's own kernels" (our 'tensorcore')
+BACKEND_ALIASES = {"pyblasgemm": "tensorcore"}
 # cuBLAS and our kernels take 32-bit sizes and leading dimensions.
 MAX_DIM = INT32_MAX
 
@@ -275,8 +278,12 @@ def check_scalar(routine: str, position: int, name: str, value, row: TypeRow):
 def check_backend(routine: str, backend) -> str | None:
     if backend is None:
         return None
-    if isinstance(backend, str) and backend.lower() in BACKEND_NAMES:
-        return backend.lower()
+    if isinstance(backend, str):
+        word = backend.lower()
+        if word in BACKEND_NAMES:
+            return word
+        if word in BACKEND_ALIASES:
+            return BACKEND_ALIASES[word]
     raise ValueError(f"{routine}: backend={backend!r} must be one of "
                      f"{', '.join(repr(b) for b in BACKEND_NAMES)}")
 
