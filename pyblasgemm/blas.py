@@ -87,21 +87,32 @@ m, n, k : int
 alpha, beta : {scalar}
     Scalars. ``beta == 0`` writes C without reading it (NaN or Inf in C do not propagate);
     ``alpha == 0`` or ``k == 0`` leaves A and B unread.
-a, b, c : numpy.ndarray or cupy.ndarray
+a, b, c : numpy.ndarray, cupy.ndarray, or a foreign array
     Buffers holding the matrices column-major from their first element, as a BLAS pointer
     would: 1-D contiguous arrays or F-contiguous 2-D arrays. A and B are {ab}, C is {c}.
-    ``c`` is updated in place and must not overlap ``a`` or ``b``.
+    ``c`` is updated in place and must not overlap ``a`` or ``b``. PyTorch tensors, JAX
+    arrays and objects with ``__cuda_array_interface__`` or DLPack are run on as views of
+    their memory (a CUDA tensor on the GPU, a CPU tensor on the host), ``c`` written in place
+    (so a JAX ``c``, immutable, is refused); the BLAS form is not differentiable (for
+    gradients use :mod:`pyblasgemm.torch`).
 lda, ldb, ldc : int
     Leading dimensions (elements between columns): ``lda >= max(1, m)`` when transa is 'N'
     (else ``>= max(1, k)``), ``ldb >= max(1, k)`` when transb is 'N' (else ``>= max(1, n)``),
     ``ldc >= max(1, m)``.
 compute : str, optional
-    Accumulation mode: {computes} (default {default}).
+    Accumulation mode: {computes} (default {default}); any case. The ecosystem's words are
+    aliases where they mean one of these: 'ieee' / 'highest' (the type's IEEE mode),
+    'tf32x3' and 'high' (float32 and complex64: '3xtf32').
 backend : {{'auto', 'tensorcore', 'cublas', 'host'}}, optional
-    Force a backend; by default NumPy arrays run on the host, CuPy arrays on the GPU.
+    Force a backend ('pyblasgemm' is an alias of 'tensorcore', our kernels); by default
+    NumPy arrays run on the host, CuPy arrays on the GPU.
 autotune : bool, optional
     ``True``: time the planner's best candidates once for this problem and keep the winner
     (in memory and on disk; see :func:`pyblasgemm.tune`). Default: ``PYBLASGEMM_AUTOTUNE``.
+stream : optional
+    Where the GPU work is enqueued: a CuPy or PyTorch stream, an object with
+    ``__cuda_stream__``, or a raw ``cudaStream_t`` int (see :mod:`pyblasgemm.streams`).
+    Default: the current stream of the arrays' framework (PyTorch's for CUDA tensors).
 
 Returns
 -------
