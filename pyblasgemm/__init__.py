@@ -11,6 +11,10 @@ Three forms, one engine:
 CuPy arrays run on the GPU (our tensor-core kernels, or cuBLAS), NumPy arrays on the host.
 Importing the package imports neither CuPy nor creates a CUDA context.
 """
+# the version's one source (pyproject reads it statically; the kernel-cache key imports it):
+# first, so that it is set while the submodules below import
+__version__ = "0.1.0"
+
 from ._types import get_default_compute, set_default_compute
 from .blas import bgemm, cgemm, dgemm, hgemm, igemm, sbgemm, sgemm, shgemm, zgemm
 from .desc import BlasArgumentError, GemmDesc
@@ -24,7 +28,6 @@ from . import desc, epilogue, planner, scipy
 from .planner import Plan, clear_plan_cache, explain, plan, tune
 from ._warnings import PyblasgemmWarning
 
-__version__ = "0.1.0"
 
 __all__ = [
     "sgemm", "dgemm", "hgemm", "bgemm", "igemm", "cgemm", "zgemm", "shgemm", "sbgemm",
