@@ -10,6 +10,7 @@ error against a float64 reference.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -177,7 +178,70 @@ def _time(call, cupy, repeats: int = 10) -> float:
     return float(np.median(times))
 
 
-def info() -> int:
+def info_dict() -> dict:
+    """Everything ``info --json`` prints: versions (pyblasgemm, Python, NumPy, CuPy, the CUDA
+    runtime and driver, cuBLAS, NVRTC; None where absent), the device, the default compute, the
+    ``PYBLASGEMM_*`` settings, the cache locations and sizes. Works without a GPU.
+
+    >>> d = info_dict()
+    >>> sorted(d)
+    ['caches', 'compute', 'device', 'environment', 'results_dir', 'versions']
+    """
+    import platform
+
+    from pyblasgemm import _files
+    from pyblasgemm.benchmarks.suite import results_dir
+
+    cupy, why = _gpu()
+    versions = {"pyblasgemm": pyblasgemm.__version__, "python": platform.python_version(),
+                "numpy": np.__version__, "cupy": None, "cuda_runtime": None, "cuda_driver": None,
+                "cublas": None, "nvrtc": None}
+    try:
+        import cupy as cp           # installed, even where no device is
+        versions["cupy"] = cp.__version__
+    except Exception:               # not installed, or its import fails without CUDA
+        cp = None
+    for key, get in (("cuda_runtime", lambda: cp.cuda.runtime.runtimeGetVersion()),
+                     ("cuda_driver", lambda: cp.cuda.runtime.driverGetVersion()),
+                     ("nvrtc", lambda: ".".join(map(str, cp.cuda.nvrtc.getVersion()))),
+                     ("cublas", lambda: cp.cuda.cublas.getVersion(cp.cuda.device.get_cublas_handle()))):
+        if cp is not None:
+            try:
+                versions[key] = get() or None       # driverGetVersion is 0 without a driver
+            except Exception:       # no driver / no device: that version stays None
+                pass
+    known, unknown = settings.in_environment()
+    return {"versions": versions,
+            "device": {"name": _device_name(cupy), "gpu": cupy is not None,
+                       "why_not": None if cupy is not None else why},
+            "compute": pyblasgemm.get_default_compute(),
+            "environment": {"set": {k: str(v) for k, v in known.items()}, "unknown": list(unknown)},
+            "caches": _files.cache_info(), "results_dir": str(results_dir())}
+
+
+def cache_command(args) -> int:
+    """``python -m pyblasgemm cache info [--json]`` / ``cache clear [--only tune|kernels]``."""
+    from pyblasgemm import _files
+
+    if args.action == "clear":
+        names = (args.only,) if args.only else tuple(_files.CACHES)
+        print(f"removed {_files.clear_cache(names)} files from the {' and '.join(names)} cache")
+        return 0
+    info = _files.cache_info()
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    for name in _files.CACHES:
+        c = info[name]
+        print(f"{name:8} {c['path']}: {c['files']} files, {c['bytes'] / 2**20:.1f} MiB")
+    print(f"cap: {info['max_bytes'] / 2**20:.0f} MiB per cache (PYBLASGEMM_CACHE_MAX_MB)")
+    return 0
+
+
+def info(as_json: bool = False) -> int:
+    if as_json:
+        print(json.dumps(info_dict(), indent=1, default=str))
+        return 0
     cupy, why = _gpu()
     print(f"pyblasgemm {pyblasgemm.__version__}, NumPy {np.__version__}")
     print(f"device: {_device_name(cupy)}" + (f" (no GPU: {why})" if cupy is None else ""))
@@ -189,6 +253,12 @@ def info() -> int:
           + ("".join(f"\n  {k}={v!r}" for k, v in known.items()) or " none set"))
     if unknown:        # a misspelt name would otherwise be silently without effect
         print(f"  not pyblasgemm variables (ignored): {', '.join(unknown)}")
+    from pyblasgemm import _files
+
+    caches = _files.cache_info()
+    for name in _files.CACHES:
+        c = caches[name]
+        print(f"{name} cache: {c['path']} ({c['files']} files, {c['bytes'] / 2**20:.1f} MiB)")
     return 0
 
 
@@ -212,7 +282,13 @@ def main(argv=None) -> int:
     from pyblasgemm.planner import cli as planner_cli
     p_demo.add_argument("--size", type=planner_cli.count(1), default=None,
                         help="n for n x n x n (default: 4096 on a GPU, 512 on the host)")
-    sub.add_parser("info", help="versions and the device")
+    p_info = sub.add_parser("info", help="versions, the device, the settings and the caches")
+    p_info.add_argument("--json", action="store_true", help="one JSON document")
+    p_cache = sub.add_parser("cache", help="the disk caches: info (locations, sizes) or clear")
+    p_cache.add_argument("action", choices=["info", "clear"])
+    p_cache.add_argument("--json", action="store_true", help="info as JSON")
+    p_cache.add_argument("--only", choices=["tune", "kernels"], default=None,
+                         help="clear one cache (default: both)")
     sub.add_parser("bench", help="benchmark suite against cuBLAS (bench --help for options)")
     planner_cli.add_parsers(sub)   # plan, tune
     args = parser.parse_args(argv)
@@ -231,7 +307,9 @@ def main(argv=None) -> int:
         return planner_cli.run_plan(args)
     if args.command == "tune":
         return planner_cli.run_tune(args)
-    return info()
+    if args.command == "cache":
+        return cache_command(args)
+    return info(args.json)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ import errno
 import os
 import stat
 
-__all__ = ["RefusedFile", "read_regular", "CACHE_ENTRY_BYTES", "CUBIN_BYTES", "DOCUMENT_BYTES"]
+__all__ = ["RefusedFile", "read_regular", "CACHE_ENTRY_BYTES", "CUBIN_BYTES", "DOCUMENT_BYTES",
+           "cache_home", "data_home", "cache_info", "clear_cache", "trim_cache"]
 
 #: an autotune winner or a kernel cache entry's metadata: a few kilobytes of JSON (a winner
 #: names ~10 timings and failures cut to 200 characters each); 1 MiB is hundreds of times that
@@ -95,3 +96,136 @@ def read_regular(path, limit: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the caches and results live (XDG base directories), their sizes, the size cap, clearing
+# ---------------------------------------------------------------------------------------------
+
+def _xdg(variable: str, *default: str):
+    from . import settings
+
+    return settings.xdg_home(variable, *default)
+
+
+def cache_home():
+    """The caches' root: ``$PYBLASGEMM_CACHE_DIR``, else ``$XDG_CACHE_HOME/pyblasgemm``, else
+    ``~/.cache/pyblasgemm``. Autotuned winners are its ``tune-*.json`` files, compiled sm_90a
+    kernels live in ``kernels/``.
+
+    >>> cache_home().name == "pyblasgemm" or settings_dir_is_set()
+    True
+    """
+    from . import settings
+
+    return settings.get("PYBLASGEMM_CACHE_DIR") or _xdg("XDG_CACHE_HOME", ".cache") / "pyblasgemm"
+
+
+def settings_dir_is_set() -> bool:
+    from . import settings
+
+    return settings.get("PYBLASGEMM_CACHE_DIR") is not None
+
+
+def data_home():
+    """Where results go by default: ``$XDG_DATA_HOME/pyblasgemm``, else
+    ``~/.local/share/pyblasgemm`` (never the package's own folder)."""
+    return _xdg("XDG_DATA_HOME", ".local", "share") / "pyblasgemm"
+
+
+#: cache name -> (its directory below cache_home(), the glob of its files)
+CACHES = {"tune": ("", "tune-*.json"), "kernels": ("kernels", "*")}
+
+
+def _cache_files(name: str):
+    sub, pattern = CACHES[name]
+    d = cache_home() / sub if sub else cache_home()
+    try:
+        return d, [p for p in d.glob(pattern) if p.is_file() and not p.is_symlink()]
+    except OSError:
+        return d, []
+
+
+def cache_info() -> dict:
+    """``{cache name: {"path", "files", "bytes"}}`` plus ``"max_bytes"``, the cap
+    (``PYBLASGEMM_CACHE_MAX_MB``) each cache is trimmed to after a write.
+
+    >>> sorted(cache_info())
+    ['kernels', 'max_bytes', 'tune']
+    """
+    out: dict = {}
+    for name in CACHES:
+        d, files = _cache_files(name)
+        size = 0
+        for p in files:
+            try:
+                size += p.stat().st_size
+            except OSError:
+                pass
+        out[name] = {"path": str(d), "files": len(files), "bytes": size}
+    out["max_bytes"] = max_cache_bytes()
+    return out
+
+
+def max_cache_bytes() -> int:
+    from . import settings
+
+    return settings.get("PYBLASGEMM_CACHE_MAX_MB") << 20
+
+
+def clear_cache(names=tuple(CACHES)) -> int:
+    """Delete the files of the named caches (``'tune'``, ``'kernels'``); returns how many went.
+    Other files in the directories are left alone.
+
+    >>> clear_cache(("nope",))
+    Traceback (most recent call last):
+        ...
+    ValueError: clear_cache: names=('nope',) must name caches among ('tune', 'kernels')
+    """
+    if isinstance(names, str) or any(n not in CACHES for n in names):
+        raise ValueError(f"clear_cache: names={names!r} must name caches among {tuple(CACHES)}")
+    removed = 0
+    for name in names:
+        for p in _cache_files(name)[1]:
+            try:
+                p.unlink()
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+def trim_cache(name: str, max_bytes: int | None = None) -> int:
+    """Delete the least recently written entries of cache ``name`` until it holds at most
+    ``max_bytes`` (default: the ``PYBLASGEMM_CACHE_MAX_MB`` cap); an entry's files (a kernel's
+    ``.cubin``, ``.json`` and ``.lock``) go together. Called after a write (a cold path: a
+    compile or a tuning just ran). Returns the bytes freed; never raises for the file system.
+    """
+    if max_bytes is None:
+        max_bytes = max_cache_bytes()
+    entries: dict = {}
+    for p in _cache_files(name)[1]:
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        e = entries.setdefault(p.name.split(".", 1)[0], [0.0, 0, []])
+        e[0], e[1] = max(e[0], st.st_mtime), e[1] + st.st_size
+        e[2].append(p)
+    total = sum(e[1] for e in entries.values())
+    freed = 0
+    for mtime, size, paths in sorted(entries.values(), key=lambda e: e[0]):
+        if total - freed <= max_bytes:
+            break
+        for p in paths:
+            try:
+                p.unlink()
+            except OSError:
+                pass
+        freed += size
+    if freed:
+        from ._warnings import log
+
+        log.info("%s cache over %d bytes: removed %d bytes of its oldest entries",
+                 name, max_bytes, freed)
+    return freed

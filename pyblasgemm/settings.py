@@ -84,6 +84,9 @@ def _directory(text: str) -> Path:
 #: the plan cache's largest size: an entry costs ~1-10 KiB of host memory, so 10**6 is ~GBs
 MAX_CACHE_ENTRIES = 10**6
 
+#: a disk cache's largest cap in MiB (1 TiB)
+MAX_CACHE_MB = 1 << 20
+
 #: splits run along gridDim.y/z, whose hardware limit is 65535 (kernels/config.py)
 MAX_SPLITS = 65535
 
@@ -118,8 +121,12 @@ VARIABLES = {v.name: v for v in (
     _bool_var("PYBLASGEMM_NO_MEASURED_CHOICES",
               "ignore the measured-choice table: the cost model alone decides"),
     Variable("PYBLASGEMM_CACHE_DIR", _directory, None, lambda: "a directory path",
-             "directory of the autotune cache (default ``~/.cache/pyblasgemm/``); compiled "
-             "sm_90a kernels go under ``kernels/`` there"),
+             "directory of the autotune cache (default ``$XDG_CACHE_HOME/pyblasgemm/``, "
+             "else ``~/.cache/pyblasgemm/``); compiled sm_90a kernels go under ``kernels/`` there"),
+    Variable("PYBLASGEMM_CACHE_MAX_MB", _integer(0, MAX_CACHE_MB), 1024,
+             lambda: f"an integer from 0 to {MAX_CACHE_MB}",
+             "MiB each disk cache (autotune winners, compiled kernels) keeps; after a write the "
+             "oldest entries go (``python -m pyblasgemm cache info`` shows the sizes)"),
     _bool_var("PYBLASGEMM_NO_KERNEL_CACHE", "compile sm_90a kernels anew in every process"),
     _bool_var("PYBLASGEMM_NO_TUNE_CACHE", "neither read nor write autotuned winners on disk"),
     _choice_var("PYBLASGEMM_ARCH", "planner.arch.FAMILIES", None,
@@ -129,7 +136,7 @@ VARIABLES = {v.name: v for v in (
                 "default ``compute=`` of float32 problems (see ``set_default_compute``)"),
     Variable("PYBLASGEMM_RESULTS_DIR", _directory, None, lambda: "a directory path",
              "where ``bench`` writes its results without ``--out`` (default "
-             "``~/.local/share/pyblasgemm/bench/``)"),
+             "``$XDG_DATA_HOME/pyblasgemm/bench/``, else ``~/.local/share/pyblasgemm/bench/``)"),
 )}
 
 
@@ -193,3 +200,14 @@ def describe() -> str:
         lines.append(f"{v.name}: {v.allowed()}; default {v.default!r}")
         lines.append(f"    {v.doc}")
     return "\n".join(lines)
+
+
+def xdg_home(variable: str, *default: str) -> Path:
+    """An XDG base directory: ``$XDG_CACHE_HOME`` / ``$XDG_DATA_HOME`` (``variable``) when it is
+    an absolute path (the spec ignores a relative one), else ``~`` joined with ``default``.
+
+    >>> xdg_home("XDG_NOT_SET_ANYWHERE", ".cache") == Path.home() / ".cache"
+    True
+    """
+    value = os.environ.get(variable, "")
+    return Path(value) if os.path.isabs(value) else Path.home().joinpath(*default)

@@ -99,3 +99,104 @@ def test_explain_runs_nothing(monkeypatch):
 def test_explain_refusals(args, kw, exc, words):
     with pytest.raises(exc, match=words):
         pyblasgemm.explain(*args, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# The disk caches: XDG locations, sizes, the cap, `cache info|clear`, `info --json`
+# ---------------------------------------------------------------------------------------------
+
+import json
+import os
+
+from pyblasgemm import _files
+from pyblasgemm.__main__ import main
+
+
+@pytest.fixture
+def xdg(tmp_path, monkeypatch):
+    monkeypatch.delenv("PYBLASGEMM_CACHE_DIR", raising=False)
+    monkeypatch.delenv("PYBLASGEMM_RESULTS_DIR", raising=False)
+    monkeypatch.delenv("PYBLASGEMM_CACHE_MAX_MB", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    return tmp_path
+
+
+def _fill(d, name, size, age):
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / name
+    p.write_bytes(b"x" * size)
+    t = 1_700_000_000 + age
+    os.utime(p, (t, t))
+    return p
+
+
+def test_caches_and_results_follow_xdg(xdg, monkeypatch):
+    from pyblasgemm.benchmarks.suite import results_dir
+    from pyblasgemm.kernels.jit import kernel_cache_dir
+    from pyblasgemm.planner.autotune import cache_dir
+
+    assert cache_dir() == xdg / "cache" / "pyblasgemm"
+    assert kernel_cache_dir() == xdg / "cache" / "pyblasgemm" / "kernels"
+    assert results_dir() == xdg / "data" / "pyblasgemm" / "bench"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/dir")      # invalid per the spec: ignored
+    assert cache_dir().parts[-2:] == (".cache", "pyblasgemm")
+    monkeypatch.setenv("PYBLASGEMM_CACHE_DIR", str(xdg / "mine"))
+    assert cache_dir() == xdg / "mine"
+
+
+def test_trim_cache_drops_the_oldest_entries_whole(xdg):
+    k = xdg / "cache" / "pyblasgemm" / "kernels"
+    for i, age in enumerate((10, 30, 20)):
+        _fill(k, f"key{i}.cubin", 1000, age)
+        _fill(k, f"key{i}.json", 100, age)
+    assert _files.trim_cache("kernels", 2500) == 1100            # key0, the oldest, went
+    assert sorted(p.name for p in k.iterdir()) == ["key1.cubin", "key1.json", "key2.cubin",
+                                                   "key2.json"]
+    assert _files.trim_cache("kernels", 2200) == 0
+
+
+def test_a_tune_write_enforces_the_cap(xdg, monkeypatch):
+    from pyblasgemm.planner.autotune import TuneCache
+
+    d = xdg / "cache" / "pyblasgemm"
+    old = _fill(d, "tune-old.json", 1 << 20, 0)
+    monkeypatch.setenv("PYBLASGEMM_CACHE_MAX_MB", "1")
+    path = TuneCache().put({"device": "X"}, "fp", ["h"], {"backend": "cublas", "time_s": 1e-4})
+    assert path.exists() and not old.exists()
+
+
+def test_cache_info_and_clear_commands(xdg, capsys):
+    d = xdg / "cache" / "pyblasgemm"
+    _fill(d, "tune-a.json", 10, 0)
+    _fill(d, "unrelated.txt", 10, 0)
+    _fill(d / "kernels", "k.cubin", 30, 0)
+    assert main(["cache", "info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["tune"] == {"path": str(d), "files": 1, "bytes": 10}
+    assert info["kernels"] == {"path": str(d / "kernels"), "files": 1, "bytes": 30}
+    assert info["max_bytes"] == 1024 << 20
+    assert main(["cache", "clear", "--only", "tune"]) == 0
+    assert not (d / "tune-a.json").exists() and (d / "kernels" / "k.cubin").exists()
+    assert main(["cache", "clear"]) == 0
+    assert not (d / "kernels" / "k.cubin").exists() and (d / "unrelated.txt").exists()
+    assert "removed 1 files" in capsys.readouterr().out
+
+
+def test_info_json_without_a_gpu(xdg, capsys):
+    assert main(["info", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["versions"]) >= {"pyblasgemm", "python", "numpy", "cupy", "cuda_runtime",
+                                    "cuda_driver", "cublas", "nvrtc"}
+    assert doc["versions"]["pyblasgemm"] == pyblasgemm.__version__
+    assert doc["caches"]["tune"]["path"] == str(xdg / "cache" / "pyblasgemm")
+    assert doc["results_dir"] == str(xdg / "data" / "pyblasgemm" / "bench")
+    assert isinstance(doc["device"]["gpu"], bool) and doc["device"]["name"]
+
+
+def test_cache_cap_setting_is_checked(monkeypatch):
+    from pyblasgemm import settings
+
+    monkeypatch.setenv("PYBLASGEMM_CACHE_MAX_MB", "-1")
+    with pytest.raises(settings.SettingError, match="PYBLASGEMM_CACHE_MAX_MB"):
+        _files.max_cache_bytes()

@@ -667,7 +667,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="force one layout (default: NN, TN for int8)")
     parser.add_argument("--out", default=None, metavar="PATH",
                         help="results JSON (default: suite_<device>_<date>.json in "
-                             "$PYBLASGEMM_RESULTS_DIR or ~/.local/share/pyblasgemm/bench)")
+                             "$PYBLASGEMM_RESULTS_DIR, $XDG_DATA_HOME/pyblasgemm/bench or "
+                             "~/.local/share/pyblasgemm/bench)")
     parser.add_argument("--plots", default=None, metavar="DIR",
                         help="also write the PNG plots (bench/plot.py) into DIR")
     parser.add_argument("--small", default="queue", choices=["queue", "graph"],
@@ -718,7 +719,8 @@ def resolve(args) -> tuple:
 
 def results_dir() -> pathlib.Path:
     """Where a run without ``--out`` writes: ``$PYBLASGEMM_RESULTS_DIR``, else
-    ``~/.local/share/pyblasgemm/bench``. Never the source tree: an installed package's folder
+    ``$XDG_DATA_HOME/pyblasgemm/bench``, else ``~/.local/share/pyblasgemm/bench``. Never the
+    source tree: an installed package's folder
     may be read-only, and a checkout's ``bench/results`` holds only the committed measurements.
 
     >>> from pyblasgemm import settings
@@ -728,8 +730,9 @@ def results_dir() -> pathlib.Path:
     """
     from pyblasgemm import settings
 
-    return settings.get("PYBLASGEMM_RESULTS_DIR") or \
-        pathlib.Path.home() / ".local" / "share" / "pyblasgemm" / "bench"
+    from pyblasgemm._files import data_home
+
+    return settings.get("PYBLASGEMM_RESULTS_DIR") or data_home() / "bench"
 
 
 # ---------------------------------------------------------------------------------------------

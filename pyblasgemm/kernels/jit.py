@@ -34,7 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .. import settings as _env
-from .._files import CACHE_ENTRY_BYTES, CUBIN_BYTES, read_regular
+from .._files import CACHE_ENTRY_BYTES, CUBIN_BYTES, cache_home, read_regular, trim_cache
 from .._warnings import PyblasgemmWarning, log
 from .config import KernelConfig
 from .problem import ACCUMULATE
@@ -338,13 +338,13 @@ def _get_cubin(prog: int) -> bytes:
 
 def kernel_cache_dir() -> Path:
     """Where compiled sm_90a kernels are kept: ``$PYBLASGEMM_CACHE_DIR/kernels`` (default
-    ``~/.cache/pyblasgemm/kernels``).
+    ``$XDG_CACHE_HOME/pyblasgemm/kernels``, else ``~/.cache/pyblasgemm/kernels``).
 
     Example::
 
         kernel_cache_dir()       # PosixPath('/home/me/.cache/pyblasgemm/kernels')
     """
-    return (_env.get("PYBLASGEMM_CACHE_DIR") or Path.home() / ".cache" / "pyblasgemm") / "kernels"
+    return cache_home() / "kernels"
 
 
 def _sm90_cubin(config: KernelConfig, kind: str, transa: str, transb: str, epi: int = 0):
@@ -375,8 +375,9 @@ def _sm90_cubin(config: KernelConfig, kind: str, transa: str, transb: str, epi: 
     t0 = time.perf_counter()
     cubin, _, lowered = _nvrtc(names, config, SM90_ARCH, verbose=False)
     log.info("compiled %s in %.2f s", names[0], time.perf_counter() - t0)
-    if use_disk:
-        _write_cached_cubin(cub_path, meta_path, cubin, lowered)
+    if use_disk and _write_cached_cubin(cub_path, meta_path, cubin, lowered):
+        if d == cache_home() / "kernels":
+            trim_cache("kernels")      # the size cap (cold: a compile just ran)
     return cubin, lowered
 
 

@@ -52,8 +52,10 @@ value raises ``SettingError`` naming the variable, the value and what is allowed
                                 (``choices_sm90_h100.json``, :mod:`pyblasgemm.planner.measured`):
                                 the cost model alone decides.
 ``PYBLASGEMM_CACHE_DIR``        directory of the autotune cache (default
-                                ``~/.cache/pyblasgemm/``); compiled sm_90a kernels go under
-                                ``kernels/`` there.
+                                ``$XDG_CACHE_HOME/pyblasgemm/``, else ``~/.cache/pyblasgemm/``);
+                                compiled sm_90a kernels go under ``kernels/`` there.
+``PYBLASGEMM_CACHE_MAX_MB``     MiB each disk cache keeps (default 1024); the oldest entries go
+                                after a write (``python -m pyblasgemm cache info|clear``).
 ``PYBLASGEMM_NO_KERNEL_CACHE``  '1': compile sm_90a kernels anew in every process.
 ``PYBLASGEMM_NO_TUNE_CACHE``    '1': neither read nor write autotuned winners on disk.
 ``PYBLASGEMM_ARCH``             'sm_80', 'sm_86', 'sm_89' or 'sm_90': plan with that family's

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from .. import settings as _env
 from .._warnings import PyblasgemmWarning
-from .._files import CACHE_ENTRY_BYTES, read_regular
+from .._files import CACHE_ENTRY_BYTES, cache_home, read_regular, trim_cache
 from ..desc import GemmDesc, matrix_span
 from . import model as M
 from ._checks import describe, is_number, why_not_number, why_not_numbers
@@ -93,8 +93,9 @@ def _why_invalid_winner(win) -> str | None:
 
 
 def cache_dir() -> Path:
-    """``PYBLASGEMM_CACHE_DIR`` or ``~/.cache/pyblasgemm``."""
-    return _env.get("PYBLASGEMM_CACHE_DIR") or Path.home() / ".cache" / "pyblasgemm"
+    """``PYBLASGEMM_CACHE_DIR``, else ``$XDG_CACHE_HOME/pyblasgemm``, else ``~/.cache/pyblasgemm``
+    (:func:`pyblasgemm._files.cache_home`)."""
+    return cache_home()
 
 
 def disk_cache_enabled() -> bool:
@@ -190,6 +191,8 @@ class TuneCache:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
+            if self.dir == cache_home():
+                trim_cache("tune")     # the size cap (cold: a tuning just ran)
         except OSError as exc:
             _remove_quietly(tmp)
             if self._warned_unusable:
