@@ -200,3 +200,49 @@ def test_cache_cap_setting_is_checked(monkeypatch):
     monkeypatch.setenv("PYBLASGEMM_CACHE_MAX_MB", "-1")
     with pytest.raises(settings.SettingError, match="PYBLASGEMM_CACHE_MAX_MB"):
         _files.max_cache_bytes()
+
+
+# ---------------------------------------------------------------------------------------------
+# Benchmarks: plots outside the package, results that say how they were made
+# ---------------------------------------------------------------------------------------------
+
+def test_plots_default_outside_the_package(xdg):
+    from pathlib import Path
+
+    from pyblasgemm.benchmarks import plot
+
+    package = Path(pyblasgemm.__file__).resolve().parent
+    assert plot.default_out() == xdg / "data" / "pyblasgemm" / "plots"
+    assert package not in plot.default_out().resolve().parents
+    assert plot.IMPL_LABELS["cublas"] == "cuBLAS (cuBLASLt)"
+
+
+def test_route_of_names_the_plan_of_pyblasgemm_rows():
+    from pyblasgemm.benchmarks import suite
+
+    p = suite.Problem("square", 4096, 4096, 4096)
+    forced = suite.route_of(p, suite.DTYPES["fp16"], "NN", "tensorcore", "gpu")
+    want = pyblasgemm.plan(4096, 4096, 4096, "f16", backend="tensorcore")
+    assert forced == f"tensorcore {want.config.name} {want.decomposition}"
+    assert suite.route_of(p, suite.DTYPES["fp16"], "NN", "cublas", "gpu") == "cublas"
+    auto = suite.route_of(p, suite.DTYPES["3xtf32"], "NN", "auto", "gpu")
+    assert auto.startswith("tensorcore ")        # cuBLAS has no 3xTF32 mode
+    assert suite.route_of(p, suite.DTYPES["fp16"], "NN", "torch", "gpu") is None
+    assert suite.route_of(p, suite.DTYPES["fp16"], "NN", "auto", "host") == "host"
+
+
+def test_bench_json_records_route_settings_seed_and_nvrtc(tmp_path, monkeypatch):
+    from pyblasgemm.benchmarks import suite
+
+    monkeypatch.setenv("PYBLASGEMM_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setenv("PYBLASGEMM_PLAN_CACHE_SIZE", "512")
+    assert main(["bench", "--device", "host", "--quick", "--no-progress"]) == 0
+    (path,) = tmp_path.glob("suite_*.json")
+    doc = json.loads(path.read_text())
+    suite.validate_results(doc)
+    assert doc["seed"] == 0
+    assert doc["settings"]["PYBLASGEMM_PLAN_CACHE_SIZE"] == "512"
+    assert "nvrtc" in doc["versions"]
+    assert "cuBLASLt" in doc["method"]["cublas_yardstick"]
+    routes = {(r["impl"], r["route"]) for r in doc["results"]}
+    assert routes == {("auto", "host"), ("numpy", None)}

@@ -4,7 +4,9 @@
 
 Reads the suite's own format (``bench/suite.py``, schema ``pyblasgemm-bench/1``) and the older
 one-off files in bench/results/ (``backends_*``, ``kernels_*``, ``foundation_*``). For each file
-it writes, into DIR (default: docs/_static/perf):
+it writes, into DIR (default: ``$XDG_DATA_HOME/pyblasgemm/plots``, else
+``~/.local/share/pyblasgemm/plots``; never the package's own folder: the docs' figures are made
+with ``--out docs/_static/perf`` from a checkout):
 
 ``<stem>_tflops.png``    TFLOP/s (TOP/s for int8) per problem and implementation;
 ``<stem>_ratio.png``     our speed over cuBLAS's in the same run (1.0 = parity);
@@ -26,13 +28,24 @@ from typing import NamedTuple
 
 from .._files import DOCUMENT_BYTES, read_regular
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-DEFAULT_OUT = ROOT / "docs" / "_static" / "perf"
+
+
+def default_out() -> pathlib.Path:
+    """Where plots go without ``--out``: the user's data directory, not the package (which is
+    read-only site-packages once installed).
+
+    >>> default_out().parts[-2:]
+    ('pyblasgemm', 'plots')
+    """
+    from .._files import data_home
+
+    return data_home() / "plots"
+
 
 IMPL_COLORS = {"auto": "#1f77b4", "tensorcore": "#2ca02c", "cublas": "#d62728",
                "cupy": "#ff7f0e", "torch": "#9467bd", "numpy": "#8c564b"}
 IMPL_LABELS = {"auto": "pyblasgemm (auto)", "tensorcore": "pyblasgemm (our kernels)",
-               "cublas": "cuBLAS (GemmEx)", "cupy": "cupy.matmul", "torch": "torch",
+               "cublas": "cuBLAS (cuBLASLt)", "cupy": "cupy.matmul", "torch": "torch",
                "numpy": "numpy.matmul"}
 
 
@@ -318,11 +331,12 @@ def plot_mma_sync(doc: dict, path):
     plt.close(fig)
 
 
-def make_plots(json_path, out_dir=DEFAULT_OUT) -> list:
-    """Write every plot that applies to ``json_path`` into ``out_dir``; returns the paths."""
+def make_plots(json_path, out_dir=None) -> list:
+    """Write every plot that applies to ``json_path`` into ``out_dir`` (default
+    :func:`default_out`); returns the paths."""
     import matplotlib
     matplotlib.use("Agg")
-    out_dir = pathlib.Path(out_dir)
+    out_dir = pathlib.Path(default_out() if out_dir is None else out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = pathlib.Path(json_path).stem
     doc = read_json(json_path)
@@ -392,7 +406,8 @@ def check(results, out) -> str | None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python bench/plot.py", description=__doc__.split("\n")[0])
     ap.add_argument("results", nargs="+", help="results JSON files")
-    ap.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (default: %(default)s)")
+    ap.add_argument("--out", default=str(default_out()),
+                    help="output folder (default: %(default)s)")
     args = ap.parse_args(argv)
     why = check(args.results, args.out)
     if why:

@@ -8,8 +8,9 @@ this one process on the same input buffers:
 
 ``auto``        pyblasgemm, ``backend`` left to the planner;
 ``tensorcore``  pyblasgemm forced onto our mma.sync kernels;
-``cublas``      ``cublasGemmEx`` (pyblasgemm's cuBLAS backend: the same call a C program makes;
-                for 3xtf32 the yardstick is cuBLAS SGEMM, the other way to get fp32 accuracy);
+``cublas``      pyblasgemm's cuBLAS backend: ``cublasLtMatmul`` (``cublasGemmEx`` where cuBLASLt
+                has no algorithm); for 3xtf32 the yardstick is cuBLAS SGEMM, the other way to
+                get fp32 accuracy;
 ``cupy``        ``cupy.matmul`` on views of the same memory (not for int8: CuPy has no
                 tensor-core int8 path);
 ``torch``       ``torch.matmul`` / ``torch._int_mm`` when PyTorch is installed.
@@ -43,6 +44,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .. import settings as _settings
 from .._files import DOCUMENT_BYTES, read_regular
 from ..desc import MAX_DIM          # the largest m, n or k: BLAS's 32-bit integers
 
@@ -520,6 +522,48 @@ def measure_ceilings(env) -> dict:
     return out
 
 
+#: the BLAS routine -> the planner's dtype word
+_PLAN_DTYPE = {"hgemm": "f16", "bgemm": "bf16", "igemm": "i8", "sgemm": "f32", "dgemm": "f64",
+               "cgemm": "c64", "zgemm": "c128"}
+
+
+def route_of(p, dt, trans, name, device) -> str | None:
+    """The route pyblasgemm's row ``name`` takes ('auto', 'tensorcore', 'cublas'): the plan's
+    backend, config and decomposition, as the planner decides it for this column-major call;
+    'host' on the host; None for the other libraries' rows (or a plan that fails: the row's
+    error says why).
+
+    >>> suite_problem = Problem("square", 256, 256, 256)
+    >>> route_of(suite_problem, DTYPES["fp16"], "NN", "numpy", "gpu") is None
+    True
+    >>> route_of(suite_problem, DTYPES["fp16"], "NN", "auto", "host")
+    'host'
+    """
+    if name not in ("auto", "tensorcore", "cublas"):
+        return None
+    if device != "gpu":
+        return "host"
+    import pyblasgemm
+
+    compute = dt.cublas_compute if (name == "cublas" and dt.cublas_compute) else dt.compute
+    try:
+        plan = pyblasgemm.plan(p.m, p.n, p.k, _PLAN_DTYPE[dt.routine], compute=compute,
+                               transa=trans[0], transb=trans[1],
+                               backend=None if name == "auto" else name)
+    except Exception:            # the call's own error is recorded with the row
+        return None
+    cfg = getattr(plan.config, "name", None)
+    return " ".join(x for x in (plan.backend, cfg, plan.decomposition if cfg else None) if x)
+
+
+def _nvrtc_version() -> str | None:
+    try:
+        from cupy.cuda import nvrtc
+        return ".".join(map(str, nvrtc.getVersion()))
+    except Exception:            # no CuPy or no NVRTC library: unknown
+        return None
+
+
 def plan(suite: tuple, dtypes: tuple, impls: tuple) -> list:
     """The (problem, dtype, impl) triples a run measures, in order."""
     return [(p, d, i) for p in suite for d in dtypes for i in impls]
@@ -541,7 +585,12 @@ def run(problems, dtypes, impls, device="gpu", trans=None, progress=True, seed=0
                  f"a kernel that holds the stream until all are queued ('queue'), or with "
                  f"--small graph a CUDA graph of them where capture is allowed ('graph'; CuPy "
                  f"refuses cuBLAS calls during capture)",
-        "cublas_yardstick": "cublasGemmEx via pyblasgemm backend='cublas' (3xtf32: SGEMM fp32)"})
+        "cublas_yardstick": "cuBLASLt (cublasLtMatmul; cublasGemmEx where it has no algorithm) "
+                            "via pyblasgemm backend='cublas' (3xtf32: SGEMM fp32)"})
+    # what decides the numbers besides the code: the seed, the PYBLASGEMM_* settings, NVRTC
+    doc["seed"] = seed
+    doc["settings"] = {k: str(v) for k, v in _settings.in_environment()[0].items()}
+    doc["versions"].setdefault("nvrtc", _nvrtc_version() if device == "gpu" else None)
     log(f"device: {doc['device']['name']}")
     doc["ceilings"] = measure_ceilings(env)
     if doc["ceilings"]:
@@ -572,6 +621,7 @@ def run(problems, dtypes, impls, device="gpu", trans=None, progress=True, seed=0
             if bar is not None:
                 bar.set_description(f"{dname} {p.label} {name}")
             fn = case.impl(name)
+            rec["route"] = route_of(p, dt, tr, name, device)
             if isinstance(fn, str):
                 rec["error"] = fn
             else:
