@@ -25,7 +25,7 @@ from .mlp import fused_mlp, mlp_plan
 from .plancache import get_plan_cache
 from .stateful import Matmul
 from . import desc, epilogue, planner, scipy
-from .planner import Plan, clear_plan_cache, explain, plan, tune
+from .planner import Plan, clear_plan_cache, explain, plan, precompile, tune
 from ._warnings import PyblasgemmWarning
 
 
@@ -33,7 +33,7 @@ __all__ = [
     "sgemm", "dgemm", "hgemm", "bgemm", "igemm", "cgemm", "zgemm", "shgemm", "sbgemm",
     "gemm", "matmul", "Matmul", "get_plan_cache", "grouped_matmul", "fused_mlp", "mlp_plan",
     "BlasArgumentError", "GemmDesc", "Plan", "clear_plan_cache", "plan", "tune", "explain",
-    "PyblasgemmWarning",
+    "precompile", "PyblasgemmWarning",
     "set_default_compute", "get_default_compute",
     "__version__",
 ]

@@ -246,3 +246,40 @@ def test_bench_json_records_route_settings_seed_and_nvrtc(tmp_path, monkeypatch)
     assert "cuBLASLt" in doc["method"]["cublas_yardstick"]
     routes = {(r["impl"], r["route"]) for r in doc["results"]}
     assert routes == {("auto", "host"), ("numpy", None)}
+
+
+# ---------------------------------------------------------------------------------------------
+# precompile()
+# ---------------------------------------------------------------------------------------------
+
+def test_precompile_compiles_each_kernel_of_our_plans_once(capsys):
+    seen = []
+    plans = pyblasgemm.precompile(
+        [(8192, 8192, 8192, "3xtf32"), {"m": 8192, "n": 8192, "k": 8192, "dtype": "3xtf32"},
+         {"m": 64, "n": 64, "k": 64, "dtype": "f16", "backend": "cublas"}],
+        compiler=seen.append, workers=1)
+    assert [p.backend for p in plans] == ["tensorcore", "tensorcore", "cublas"]
+    assert len(seen) == 1 and seen[0][0] == plans[0].config     # deduplicated, cuBLAS: none
+    assert "compiling kernels" in capsys.readouterr().err        # the progress bar
+    pyblasgemm.precompile([(8192, 8192, 8192, "3xtf32")], compiler=seen.append, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_precompile_without_a_gpu_or_with_bad_arguments_refuses_before_work():
+    try:
+        import cupy
+        cupy.cuda.runtime.getDeviceCount()
+        has_gpu = True
+    except Exception:
+        has_gpu = False
+    if not has_gpu:
+        with pytest.raises(RuntimeError, match="needs CuPy and a GPU"):
+            pyblasgemm.precompile([(64, 64, 64, "f16")])
+    seen = []
+    with pytest.raises(TypeError, match="problems="):
+        pyblasgemm.precompile("f16", compiler=seen.append)
+    with pytest.raises(TypeError, match=r"problems\[1\]"):
+        pyblasgemm.precompile([(8192, 8192, 8192, "3xtf32"), (1, 2)], compiler=seen.append)
+    with pytest.raises(ValueError, match="workers=0"):
+        pyblasgemm.precompile([], workers=0, compiler=seen.append)
+    assert seen == []                   # every problem is planned before the first compile
