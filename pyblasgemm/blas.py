@@ -6,7 +6,10 @@ Reference-BLAS semantics on column-major memory, as a Fortran or cuBLAS caller e
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from ._typing import BlasRoutine
 
 import numpy as np
 
@@ -367,12 +370,13 @@ def _make(prefix: str):
     return xgemm
 
 
-sgemm = _make("s")
-dgemm = _make("d")
-hgemm = _make("h")
-bgemm = _make("b")
-igemm = _make("i")
-cgemm = _make("c")
-zgemm = _make("z")
-shgemm = _make("sh")
-sbgemm = _make("sb")
+# typed by one Protocol: c's type in gives it out (pyblasgemm._typing.BlasRoutine)
+sgemm: BlasRoutine = _make("s")
+dgemm: BlasRoutine = _make("d")
+hgemm: BlasRoutine = _make("h")
+bgemm: BlasRoutine = _make("b")
+igemm: BlasRoutine = _make("i")
+cgemm: BlasRoutine = _make("c")
+zgemm: BlasRoutine = _make("z")
+shgemm: BlasRoutine = _make("sh")
+sbgemm: BlasRoutine = _make("sb")

@@ -1,6 +1,15 @@
 """The pythonic GEMM: shapes come from the 2-D arrays, any memory order, no copies of views."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, overload
+
+if TYPE_CHECKING:     # types only: importing pyblasgemm imports none of these
+    import cupy  # type: ignore[import-not-found, import-untyped, unused-ignore]
+    import jax
+    import torch
+
+    from ._typing import Backend, Compute, GemmTrans, NDArray
+
 from . import _arrays, arrays, calls, streams
 from .matmul import _plain_word
 from ._strided import strided_gemm
@@ -18,6 +27,52 @@ def _torch_words(transa, transb, alpha, beta, out, compute, backend) -> tuple:
     """The form's part of a PyTorch call's key (as the CuPy key holds it: the scalars' types,
     beta's only with out=)."""
     return (_ROUTINE, compute, backend, transa, transb, type(alpha), None if out is None else type(beta))
+
+
+# NumPy in gives NumPy out, CuPy CuPy, PyTorch PyTorch, JAX JAX (pyblasgemm._typing)
+@overload
+def gemm(transa: GemmTrans, transb: GemmTrans, a: NDArray, b: NDArray, out: NDArray | None = None,
+        alpha: Any = 1, beta: Any = 0, *,
+        compute: Compute | None = None, backend: Backend | None = None,
+        autotune: bool | None = None, stream: Any = None, bias: Any = None,
+        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        scale_b: Any = None) -> NDArray: ...
+
+
+@overload
+def gemm(transa: GemmTrans, transb: GemmTrans, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None,
+        alpha: Any = 1, beta: Any = 0, *,
+        compute: Compute | None = None, backend: Backend | None = None,
+        autotune: bool | None = None, stream: Any = None, bias: Any = None,
+        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        scale_b: Any = None) -> torch.Tensor: ...
+
+
+@overload
+def gemm(transa: GemmTrans, transb: GemmTrans, a: jax.Array, b: jax.Array, out: jax.Array | None = None,
+        alpha: Any = 1, beta: Any = 0, *,
+        compute: Compute | None = None, backend: Backend | None = None,
+        autotune: bool | None = None, stream: Any = None, bias: Any = None,
+        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        scale_b: Any = None) -> jax.Array: ...
+
+
+@overload
+def gemm(transa: GemmTrans, transb: GemmTrans, a: cupy.ndarray, b: cupy.ndarray, out: cupy.ndarray | None = None,
+        alpha: Any = 1, beta: Any = 0, *,
+        compute: Compute | None = None, backend: Backend | None = None,
+        autotune: bool | None = None, stream: Any = None, bias: Any = None,
+        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        scale_b: Any = None) -> cupy.ndarray: ...
+
+
+@overload
+def gemm(transa: GemmTrans, transb: GemmTrans, a: Any, b: Any, out: Any | None = None,
+        alpha: Any = 1, beta: Any = 0, *,
+        compute: Compute | None = None, backend: Backend | None = None,
+        autotune: bool | None = None, stream: Any = None, bias: Any = None,
+        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        scale_b: Any = None) -> Any: ...
 
 
 def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backend=None,

@@ -8,6 +8,15 @@ the dimensions that cannot be merged are looped over in Python.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, overload
+
+if TYPE_CHECKING:     # types only: importing pyblasgemm imports none of these
+    import cupy  # type: ignore[import-not-found, import-untyped, unused-ignore]
+    import jax
+    import torch
+
+    from ._typing import Backend, Compute, GemmTrans, NDArray
+
 import itertools
 import math
 import sys
@@ -125,6 +134,47 @@ def _with_dtype(xp_name, a, b, dtype):
     if dtypes is not None and dtypes == (want, want):
         return ROW_BY_DTYPE[want], dtypes
     return None
+
+
+# NumPy in gives NumPy out, CuPy CuPy, PyTorch PyTorch, JAX JAX (pyblasgemm._typing)
+@overload
+def matmul(a: NDArray, b: NDArray, out: NDArray | None = None, *,
+        dtype: Any = None, compute: Compute | None = None, backend: Backend | None = None,
+        autotune: bool | None = None, stream: Any = None, bias: Any = None,
+        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        scale_b: Any = None, **numpy_kwargs: Any) -> NDArray: ...
+
+
+@overload
+def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
+        dtype: Any = None, compute: Compute | None = None, backend: Backend | None = None,
+        autotune: bool | None = None, stream: Any = None, bias: Any = None,
+        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        scale_b: Any = None, **numpy_kwargs: Any) -> torch.Tensor: ...
+
+
+@overload
+def matmul(a: jax.Array, b: jax.Array, out: jax.Array | None = None, *,
+        dtype: Any = None, compute: Compute | None = None, backend: Backend | None = None,
+        autotune: bool | None = None, stream: Any = None, bias: Any = None,
+        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        scale_b: Any = None, **numpy_kwargs: Any) -> jax.Array: ...
+
+
+@overload
+def matmul(a: cupy.ndarray, b: cupy.ndarray, out: cupy.ndarray | None = None, *,
+        dtype: Any = None, compute: Compute | None = None, backend: Backend | None = None,
+        autotune: bool | None = None, stream: Any = None, bias: Any = None,
+        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        scale_b: Any = None, **numpy_kwargs: Any) -> cupy.ndarray: ...
+
+
+@overload
+def matmul(a: Any, b: Any, out: Any | None = None, *,
+        dtype: Any = None, compute: Compute | None = None, backend: Backend | None = None,
+        autotune: bool | None = None, stream: Any = None, bias: Any = None,
+        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        scale_b: Any = None, **numpy_kwargs: Any) -> Any: ...
 
 
 def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=None,

@@ -52,3 +52,65 @@ def test_backend_alias_pyblasgemm_is_our_kernels():
     # our kernels run on CuPy arrays: the alias is refused on NumPy arrays as 'tensorcore' is
     with pytest.raises(ValueError, match="'tensorcore' runs on CuPy arrays"):
         pyblasgemm.gemm("N", "N", a, a, backend="pyblasgemm")
+
+
+# --- types (item 4): mypy on a user's file -----------------------------------------------------
+
+_USER = '''\
+import numpy as np
+import pyblasgemm
+
+x = np.ones((2, 2), np.float32)
+reveal_type(pyblasgemm.matmul(x, x))  # R: numpy.ndarray
+reveal_type(pyblasgemm.gemm("N", "T", x, x))  # R: numpy.ndarray
+reveal_type(pyblasgemm.sgemm("N", "N", 2, 2, 2, 1.0, x, 2, x, 2, 0.0, x, 2))  # R: numpy.ndarray
+pyblasgemm.matmul(x, x, compute="int8-ozaki-40", backend="pyblasgemm")
+pyblasgemm.gemm(1, "n", x, x, compute="tf32x3")
+pyblasgemm.matmul(x, x, compute=3)  # E: compute
+pyblasgemm.gemm("X", "N", x, x)  # E: transa
+pyblasgemm.sgemm("X", "N", 2, 2, 2, 1.0, x, 2, x, 2, 0.0, x, 2)  # E: transa
+pyblasgemm.matmul(x, x, backend="gpu")  # E: backend
+'''
+
+_CONFIG = '''\
+[mypy]
+follow_imports = silent
+mypy_path = {stubs}
+'''
+
+
+def test_mypy_on_a_user_file(tmp_path):
+    """NumPy in gives numpy.ndarray out (not Any: what mypy revealed before the overloads); compute=3, transa='X', backend='gpu' are
+    errors; the dial, the aliases and cuBLAS's int flags are not."""
+    api = pytest.importorskip("mypy.api")
+    import os
+
+    user = tmp_path / "user.py"
+    user.write_text(_USER)
+    # the frameworks as one-class stubs: their own types are not what is checked here (and
+    # analysing torch takes ~30 s); a skipped import would make them Any, and Any overloads
+    # blur NumPy's answer to Any too
+    stubs = tmp_path / "stubs"
+    for name, cls in (("torch", "Tensor"), ("jax", "Array")):
+        (stubs / name).mkdir(parents=True)
+        (stubs / name / "__init__.pyi").write_text(f"class {cls}: ...\n")
+    config = tmp_path / "mypy.ini"
+    config.write_text(_CONFIG.format(stubs=stubs))
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cwd = os.getcwd()
+    os.chdir(repo)           # the package as the checkout has it
+    try:
+        out, err, _ = api.run(["--config-file", str(config), "--cache-dir", str(tmp_path / "cache"),
+                               "--no-error-summary", "--hide-error-context", str(user)])
+    finally:
+        os.chdir(cwd)
+    errors = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
+    expected = {i + 1 for i, line in enumerate(_USER.splitlines()) if "# E:" in line}
+    assert errors == expected, out + err
+    revealed = {int(line.split(":")[1]): line.split('Revealed type is "')[1]
+                for line in out.splitlines() if "Revealed type is" in line}
+    wanted = {i + 1: line.split("# R: ")[1] for i, line in enumerate(_USER.splitlines())
+              if "# R: " in line}
+    assert set(revealed) == set(wanted), out
+    for line, text in wanted.items():
+        assert revealed[line].startswith(text), (line, revealed[line])   # not "Any"

@@ -1,0 +1,61 @@
+"""Types of the public interface, for type checkers (mypy, pyright): nothing here runs at
+call time, and CuPy, PyTorch and JAX are imported only under ``TYPE_CHECKING`` (``import
+pyblasgemm`` imports none of them).
+
+The forms are typed by overloads: NumPy in gives ``numpy.ndarray`` out, CuPy gives CuPy,
+PyTorch gives ``torch.Tensor``, JAX gives ``jax.Array``. The words are ``Literal`` types, in
+the lower case the documentation uses (the run-time check takes any case).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, Union
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    import cupy  # type: ignore[import-not-found, import-untyped, unused-ignore]
+    import jax
+    import torch
+
+__all__ = ["Trans", "GemmTrans", "Compute", "Backend", "NDArray", "HostScalar", "BlasRoutine"]
+
+#: op(X) of the BLAS form: X, Xᵀ, Xᴴ
+Trans = Literal["N", "T", "C", "n", "t", "c"]
+#: gemm's op(X): also CuPy's 'H' and cuBLAS's operation values 0, 1, 2
+GemmTrans = Literal["N", "T", "C", "H", "n", "t", "c", "h", 0, 1, 2]
+#: compute= names: the modes (pyblasgemm._types.TYPE_ROWS), the emulated float64's dial
+#: 'int8-ozaki-<bits>' and the ecosystem's aliases (pyblasgemm._types.COMPUTE_ALIASES)
+Compute = Literal[
+    "fp32", "tf32", "3xtf32", "fp64", "fp16", "int32", "int8-ozaki",
+    "tf32x3", "ieee", "highest", "high",
+    "int8-ozaki-1", "int8-ozaki-2", "int8-ozaki-3", "int8-ozaki-4", "int8-ozaki-5",
+    "int8-ozaki-6", "int8-ozaki-7", "int8-ozaki-8", "int8-ozaki-9", "int8-ozaki-10",
+    "int8-ozaki-11", "int8-ozaki-12", "int8-ozaki-13", "int8-ozaki-14", "int8-ozaki-15",
+    "int8-ozaki-16", "int8-ozaki-17", "int8-ozaki-18", "int8-ozaki-19", "int8-ozaki-20",
+    "int8-ozaki-21", "int8-ozaki-22", "int8-ozaki-23", "int8-ozaki-24", "int8-ozaki-25",
+    "int8-ozaki-26", "int8-ozaki-27", "int8-ozaki-28", "int8-ozaki-29", "int8-ozaki-30",
+    "int8-ozaki-31", "int8-ozaki-32", "int8-ozaki-33", "int8-ozaki-34", "int8-ozaki-35",
+    "int8-ozaki-36", "int8-ozaki-37", "int8-ozaki-38", "int8-ozaki-39", "int8-ozaki-40",
+    "int8-ozaki-41", "int8-ozaki-42", "int8-ozaki-43", "int8-ozaki-44", "int8-ozaki-45",
+    "int8-ozaki-46", "int8-ozaki-47", "int8-ozaki-48", "int8-ozaki-49", "int8-ozaki-50",
+    "int8-ozaki-51", "int8-ozaki-52", "int8-ozaki-53", "int8-ozaki-54", "int8-ozaki-55",
+    "int8-ozaki-56", "int8-ozaki-57", "int8-ozaki-58", "int8-ozaki-59", "int8-ozaki-60",
+    "int8-ozaki-61", "int8-ozaki-62"]
+#: backend= names (pyblasgemm.desc.BACKEND_NAMES and BACKEND_ALIASES)
+Backend = Literal["auto", "tensorcore", "cublas", "host", "pyblasgemm"]
+NDArray = npt.NDArray[Any]
+#: alpha / beta: Python numbers or NumPy scalars (0-d arrays too, for gemm)
+HostScalar = Union[int, float, complex, np.number[Any], np.bool_]
+#: any array a form takes and answers in kind
+ArrayT = TypeVar("ArrayT", bound=Any)
+
+
+class BlasRoutine(Protocol):
+    """The BLAS form's signature (``sgemm``, ``dgemm``, ...): ``c`` returned, updated."""
+
+    def __call__(self, transa: Trans, transb: Trans, m: int, n: int, k: int,
+                 alpha: HostScalar, a: ArrayT, lda: int, b: Any, ldb: int, beta: HostScalar,
+                 c: ArrayT, ldc: int, *, compute: Compute | None = None,
+                 backend: Backend | None = None, autotune: bool | None = None,
+                 stream: Any = None) -> ArrayT: ...
