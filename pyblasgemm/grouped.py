@@ -123,8 +123,33 @@ def _check_target(at, x, n, row, target, given, bias, scale_a, scale_b, activati
                         names={"bias": f"bias{at}", "scale_a": f"scale_a{at}", "scale_b": f"scale_b{at}"})
 
 
+def _offsets_of_sizes(group_sizes, a, b) -> list[int]:
+    """JAX's ``group_sizes`` (rows per group) as end offsets, or the error naming it."""
+    try:
+        sizes = [int(v) for v in (group_sizes.tolist() if hasattr(group_sizes, "tolist")
+                                  else group_sizes)]
+    except (TypeError, ValueError):
+        raise TypeError(f"grouped_matmul: group_sizes must be a sequence of ints, got "
+                        f"{group_sizes!r}") from None
+    groups = b.shape[0] if getattr(b, "ndim", None) == 3 else None
+    if groups is not None and len(sizes) != groups:
+        raise ValueError(f"grouped_matmul: group_sizes has {len(sizes)} entries; b holds {groups} groups")
+    ends, total = [], 0
+    for g, size in enumerate(sizes):
+        if size < 0:
+            raise ValueError(f"grouped_matmul: group_sizes[{g}]={size} must be >= 0")
+        total += size
+        ends.append(total)
+    rows = a.shape[0] if getattr(a, "ndim", None) == 2 else None
+    if rows is not None and total != rows:
+        raise ValueError(f"grouped_matmul: group_sizes sums to {total}; it must equal a's row "
+                         f"count {rows}")
+    return ends
+
+
 def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activation=None,
-                   scale_a=None, scale_b=None, compute=None, backend=None, stream=None):
+                   scale_a=None, scale_b=None, compute=None, backend=None, stream=None,
+                   group_sizes=None):
     """The products of many independent problems (see the module docstring for both forms).
 
     Each product is :func:`pyblasgemm.gemm`'s ``'N', 'N'`` product with its epilogue: the
@@ -136,6 +161,9 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
     a, b : lists of 2-D arrays, or ``a`` (M, k) and ``b`` (groups, k, n) with ``offsets``
     offsets : sequence of int, optional
         Each group's end row in ``a`` (the expert form).
+    group_sizes : sequence of int, optional
+        Instead of ``offsets``: each group's row count (JAX's ``ragged_dot`` word; must sum
+        to ``a``'s rows). ``group_sizes=[1, 3]`` is ``offsets=[1, 4]``.
     out : list of arrays, or an (M, n) array in the expert form, optional
     dtype : the result type of a dequantized int8 product (float16, bfloat16, float32)
     bias, activation, scale_a, scale_b, compute, backend, stream
@@ -156,9 +184,16 @@ def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activ
     [(2, 4), (1, 1)]
     >>> pyblasgemm.grouped_matmul(a, b)[1]
     array([[4.]], dtype=float32)
+    >>> x = np.ones((4, 2), np.float32); w = np.stack([np.eye(2, dtype=np.float32)] * 2)
+    >>> pyblasgemm.grouped_matmul(x, w, group_sizes=[1, 3]).shape     # JAX's ragged_dot word
+    (4, 2)
     """
     from .gemm import check_operands, gemm
 
+    if group_sizes is not None:
+        if offsets is not None:
+            raise TypeError("grouped_matmul: give offsets= or group_sizes=, not both")
+        offsets = _offsets_of_sizes(group_sizes, a, b)
     door = _foreign(a, b, offsets, out, dtype, bias, activation, scale_a, scale_b, compute,
                     backend, stream)
     if door is not None:

@@ -114,3 +114,28 @@ def test_mypy_on_a_user_file(tmp_path):
     assert set(revealed) == set(wanted), out
     for line, text in wanted.items():
         assert revealed[line].startswith(text), (line, revealed[line])   # not "Any"
+
+
+# --- group_sizes= (item 7: JAX's ragged_dot word for the expert form) -------------------------
+
+def test_group_sizes_is_offsets_by_counts():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((5, 3)).astype(np.float32)
+    b = rng.standard_normal((3, 3, 2)).astype(np.float32)
+    want = pyblasgemm.grouped_matmul(a, b, offsets=[2, 2, 5])
+    np.testing.assert_array_equal(pyblasgemm.grouped_matmul(a, b, group_sizes=[2, 0, 3]), want)
+    np.testing.assert_array_equal(pyblasgemm.grouped_matmul(a, b, group_sizes=np.array([2, 0, 3])),
+                                  want)
+
+
+@pytest.mark.parametrize("kw,err,match", [
+    (dict(group_sizes=[2, 0, 3], offsets=[2, 2, 5]), TypeError, "not both"),
+    (dict(group_sizes=[2, 3]), ValueError, "group_sizes has 2 entries; b holds 3 groups"),
+    (dict(group_sizes=[2, -1, 4]), ValueError, r"group_sizes\[1\]=-1 must be >= 0"),
+    (dict(group_sizes=[2, 0, 2]), ValueError, "group_sizes sums to 4; it must equal a's row count 5"),
+    (dict(group_sizes="abc"), TypeError, "group_sizes must be a sequence of ints")])
+def test_group_sizes_refusals(kw, err, match):
+    a = np.ones((5, 3), np.float32)
+    b = np.ones((3, 3, 2), np.float32)
+    with pytest.raises(err, match=match):
+        pyblasgemm.grouped_matmul(a, b, **kw)
