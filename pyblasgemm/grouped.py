@@ -42,7 +42,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from ._typing import Backend, Compute
 
 from . import _arrays
 
@@ -147,9 +150,11 @@ def _offsets_of_sizes(group_sizes, a, b) -> list[int]:
     return ends
 
 
-def grouped_matmul(a, b, *, offsets=None, out=None, dtype=None, bias=None, activation=None,
-                   scale_a=None, scale_b=None, compute=None, backend=None, stream=None,
-                   group_sizes=None):
+def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtype: Any = None,
+                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   scale_b: Any = None, compute: Compute | None = None,
+                   backend: Backend | None = None, stream: Any = None,
+                   group_sizes: Any = None) -> Any:
     """The products of many independent problems (see the module docstring for both forms).
 
     Each product is :func:`pyblasgemm.gemm`'s ``'N', 'N'`` product with its epilogue: the

@@ -29,7 +29,14 @@ array([[2.]], dtype=float32)
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
+
+if TYPE_CHECKING:     # types only: importing pyblasgemm imports none of these
+    import cupy  # type: ignore[import-not-found, import-untyped, unused-ignore]
+    import jax
+    import torch
+
+    from ._typing import Backend, Compute, NDArray
 
 import numpy as np
 
@@ -143,6 +150,42 @@ def _device_plan(x, w2, w1) -> MlpPlan:
     dev = x.device.id
     return mlp_plan(x.shape[0], x.shape[1], w1.shape[1], w2.shape[1], x.dtype,
                     max_smem=_kernel.max_smem(dev), sm_count=_kernel.sm_count(dev))
+
+
+# x's framework in gives it out (pyblasgemm._typing)
+@overload
+def fused_mlp(x: NDArray, w1: NDArray, w2: NDArray, b1: NDArray | None = None, b2: NDArray | None = None,
+              activation: str = "gelu", *, compute: Compute | None = None,
+              backend: Backend | None = None, stream: Any = None,
+              method: str | None = None) -> NDArray: ...
+
+
+@overload
+def fused_mlp(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, b1: torch.Tensor | None = None, b2: torch.Tensor | None = None,
+              activation: str = "gelu", *, compute: Compute | None = None,
+              backend: Backend | None = None, stream: Any = None,
+              method: str | None = None) -> torch.Tensor: ...
+
+
+@overload
+def fused_mlp(x: jax.Array, w1: jax.Array, w2: jax.Array, b1: jax.Array | None = None, b2: jax.Array | None = None,
+              activation: str = "gelu", *, compute: Compute | None = None,
+              backend: Backend | None = None, stream: Any = None,
+              method: str | None = None) -> jax.Array: ...
+
+
+@overload
+def fused_mlp(x: cupy.ndarray, w1: cupy.ndarray, w2: cupy.ndarray, b1: cupy.ndarray | None = None, b2: cupy.ndarray | None = None,
+              activation: str = "gelu", *, compute: Compute | None = None,
+              backend: Backend | None = None, stream: Any = None,
+              method: str | None = None) -> cupy.ndarray: ...
+
+
+@overload
+def fused_mlp(x: Any, w1: Any, w2: Any, b1: Any | None = None, b2: Any | None = None,
+              activation: str = "gelu", *, compute: Compute | None = None,
+              backend: Backend | None = None, stream: Any = None,
+              method: str | None = None) -> Any: ...
 
 
 def fused_mlp(x, w1, w2, b1=None, b2=None, activation="gelu", *, compute=None, backend=None,

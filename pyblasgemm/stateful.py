@@ -9,6 +9,11 @@ comparisons. ``free()`` (or leaving a ``with`` block) releases what it holds.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._typing import Backend, Compute
+
 import numpy as np
 
 from . import calls, streams
@@ -75,8 +80,9 @@ class Matmul:
     _conv = None
     _host = False
 
-    def __init__(self, a, b, out=None, *, compute=None, backend=None, stream=None, bias=None,
-                 activation=None, preactivation_out=None):
+    def __init__(self, a: Any, b: Any, out: Any = None, *, compute: Compute | None = None,
+                 backend: Backend | None = None, stream: Any = None, bias: Any = None,
+                 activation: str | None = None, preactivation_out: Any = None) -> None:
         from . import arrays
 
         if arrays.is_foreign(a, b, out, bias, preactivation_out):
@@ -168,7 +174,7 @@ class Matmul:
         self._ptrs = (a.data.ptr, b.data.ptr, target.data.ptr)
         self._mask = _align_mask(self._launch)
 
-    def execute(self, a=None, b=None, c=None, *, stream=None):
+    def execute(self, a: Any = None, b: Any = None, c: Any = None, *, stream: Any = None) -> Any:
         """Enqueue ``c = a @ b`` (the arrays given at construction unless others are passed;
         they must have the same dtype, shape and strides). Returns the result array (in the
         framework of the arrays given at construction)."""

@@ -70,6 +70,12 @@ pyblasgemm.matmul(x, x, compute=3)  # E: compute
 pyblasgemm.gemm("X", "N", x, x)  # E: transa
 pyblasgemm.sgemm("X", "N", 2, 2, 2, 1.0, x, 2, x, 2, 0.0, x, 2)  # E: transa
 pyblasgemm.matmul(x, x, backend="gpu")  # E: backend
+reveal_type(pyblasgemm.fused_mlp(x, x, x))  # R: numpy.ndarray
+pyblasgemm.fused_mlp(x, x, x, compute=3)  # E: compute
+pyblasgemm.grouped_matmul([x], [x], compute="fp32", group_sizes=None)
+pyblasgemm.grouped_matmul([x], [x], compute=3)  # E: compute
+pyblasgemm.Matmul(x, x, backend="gpu")  # E: backend
+pyblasgemm.Matmul(x, x, compute="ieee", backend="auto")
 '''
 
 _CONFIG = '''\
