@@ -91,8 +91,11 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         ``op(x) = x``, ``xᵀ`` or ``xᴴ`` (any case; 'H' is CuPy's name for 'C', and 0, 1, 2
         are cuBLAS's operation values as ``cupy.cublas.gemm`` takes them; 'C' / 'H' is 'T' for
         real data).
-    a, b : numpy.ndarray or cupy.ndarray
-        2-D arrays of one dtype; ``op(a)`` is m x k and ``op(b)`` is k x n.
+    a, b : numpy.ndarray, cupy.ndarray, or a foreign array
+        2-D arrays of one dtype; ``op(a)`` is m x k and ``op(b)`` is k x n. PyTorch tensors,
+        JAX arrays and CUDA-array-interface or DLPack objects are run on as views of their
+        memory, the result in their framework (a tensor that requires grad is refused: use
+        :mod:`pyblasgemm.torch`).
     out : array, optional
         m x n output of the result dtype (int32 for int8 inputs; float16 and bfloat16 inputs
         may also write a float32 ``out``, as :func:`shgemm` / :func:`sbgemm`: float32
@@ -106,7 +109,11 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         ``cupy.cublas.gemm`` (a CuPy one is read to the host once). A value outside the
         routine's scalar type (float32 for 16- and 32-bit data) is a ``BlasArgumentError``.
     compute, backend, autotune
-        As for the BLAS form (:func:`pyblasgemm.sgemm`).
+        As for the BLAS form (:func:`pyblasgemm.sgemm`), aliases included.
+    stream : optional
+        Where the GPU work is enqueued: a CuPy or PyTorch stream, an object with
+        ``__cuda_stream__``, or a raw ``cudaStream_t`` int (see :mod:`pyblasgemm.streams`).
+        Default: the current stream of the arrays' framework.
     bias, activation, preactivation_out, scale_a, scale_b
         An epilogue: ``out = activation(alpha·op(a)·op(b) + beta·out + bias)``, the value before
         the activation into ``preactivation_out``, int8 products dequantized by ``scale_a``

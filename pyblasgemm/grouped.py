@@ -164,6 +164,8 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
     Parameters
     ----------
     a, b : lists of 2-D arrays, or ``a`` (M, k) and ``b`` (groups, k, n) with ``offsets``
+        NumPy or CuPy arrays, or PyTorch tensors, JAX arrays and DLPack objects (the results
+        in their framework).
     offsets : sequence of int, optional
         Each group's end row in ``a`` (the expert form).
     group_sizes : sequence of int, optional
@@ -172,7 +174,8 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
     out : list of arrays, or an (M, n) array in the expert form, optional
     dtype : the result type of a dequantized int8 product (float16, bfloat16, float32)
     bias, activation, scale_a, scale_b, compute, backend, stream
-        As for :func:`pyblasgemm.gemm`, per group: ``bias``, ``scale_a``, ``scale_b`` are
+        As for :func:`pyblasgemm.gemm` (``stream``: where the GPU work is enqueued, default
+        the current stream of the arrays' framework), per group: ``bias``, ``scale_a``, ``scale_b`` are
         lists in the list form; in the expert form ``bias`` and ``scale_b`` are
         ``(groups, n)`` arrays and ``scale_a`` an ``(M,)`` array (one scale per token).
 

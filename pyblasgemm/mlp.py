@@ -198,6 +198,13 @@ def fused_mlp(x, w1, w2, b1=None, b2=None, activation="gelu", *, compute=None, b
     ``'on_chip'`` (the on-chip kernel, or a ValueError saying why it cannot run) or
     ``'two_gemms'`` (two :func:`pyblasgemm.matmul` calls with fused epilogues).
 
+    ``compute``, ``backend``: as for :func:`pyblasgemm.matmul` (aliases included). ``stream``:
+    where the GPU work is enqueued (a CuPy or PyTorch stream, ``__cuda_stream__``, or a raw
+    ``cudaStream_t`` int; default: the current stream of the arrays' framework). NumPy, CuPy,
+    PyTorch tensors, JAX arrays and DLPack objects are taken; the result is in ``x``'s
+    framework (a tensor that requires grad runs two differentiable
+    ``pyblasgemm.torch.linear`` calls).
+
     >>> import numpy as np, pyblasgemm
     >>> x = np.ones((2, 3), np.float16)
     >>> y = pyblasgemm.fused_mlp(x, np.ones((3, 4), np.float16), np.ones((4, 1), np.float16),
