@@ -283,3 +283,17 @@ def test_precompile_without_a_gpu_or_with_bad_arguments_refuses_before_work():
     with pytest.raises(ValueError, match="workers=0"):
         pyblasgemm.precompile([], workers=0, compiler=seen.append)
     assert seen == []                   # every problem is planned before the first compile
+
+
+def test_the_first_compile_of_a_process_says_so_once(monkeypatch, capsys, caplog):
+    from pyblasgemm.kernels import jit
+
+    monkeypatch.setattr(jit, "_noticed", [])
+    jit._first_compile_notice()
+    jit._first_compile_notice()
+    assert capsys.readouterr().err.count("compiling GPU kernels on first use") == 1
+    monkeypatch.setattr(jit, "_noticed", [])
+    with caplog.at_level(logging.INFO, logger="pyblasgemm"):
+        jit._first_compile_notice()
+    assert capsys.readouterr().err == ""
+    assert any("precompile()" in r.getMessage() for r in caplog.records)

@@ -239,6 +239,7 @@ def _get_module_kernels(config, kind, transa, transb, accumulate, vec, device_id
             mod.load(cubin)
             funcs = [mod.get_function(lowered[n]) for n in names]  # each Function holds the Module
         else:
+            _first_compile_notice()
             log.info("compiling %s (NVRTC, CuPy's cache)", names[0])
             t0 = time.perf_counter()
             mod = cupy.RawModule(code=_source(), options=_options(), name_expressions=names)
@@ -264,6 +265,26 @@ def _get_module_kernels(config, kind, transa, transb, accumulate, vec, device_id
     with _lock:
         _cache[key] = result
     return result
+
+
+_noticed = []
+
+
+def _first_compile_notice() -> None:
+    """Say once per process that kernels compile on first use (seconds each, never again for
+    sm_90a: the kernel cache): to the ``pyblasgemm`` logger where INFO is enabled, else one
+    line on stderr (logging is rarely configured, and a silent multi-second first call looks
+    like a hang)."""
+    if _noticed:
+        return
+    _noticed.append(True)
+    msg = ("pyblasgemm: compiling GPU kernels on first use (seconds each; "
+           "pyblasgemm.precompile() does it ahead of time)")
+    if log.isEnabledFor(20):        # logging.INFO
+        log.info(msg)
+    else:
+        import sys
+        print(msg, file=sys.stderr)
 
 
 def warm(specs, workers: int | None = None) -> None:
@@ -370,6 +391,7 @@ def _sm90_cubin(config: KernelConfig, kind: str, transa: str, transb: str, epi: 
         hit = _read_cached_cubin(cub_path, meta_path, names)
         if hit is not None:
             return hit
+    _first_compile_notice()
     log.info("compiling %s for %s (kernel cache %s)", names[0], SM90_ARCH,
              "miss" if use_disk else "off")
     t0 = time.perf_counter()
