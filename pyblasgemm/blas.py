@@ -28,6 +28,7 @@ _CUPY = [None]
 _TORCH = [None]
 _ND = np.ndarray
 _may_share = np.may_share_memory
+_matmul = np.matmul
 
 
 class _HostCall(NamedTuple):
@@ -43,9 +44,9 @@ class _HostCall(NamedTuple):
     conj_b: bool
     zero: object            # added to the scalars (int -> float, -0.0 -> +0.0), as describe does
     limit: object           # |alpha|, |beta| bound of the routine's scalar type
+    direct: bool            # sgemm 'fp32' / dgemm 'fp64': the host's product is numpy.matmul
 
     def run(self, a, b, c, alpha, beta):
-        d = self.desc
         opa = _ND(self.a_view[0], a.dtype, a, 0, self.a_view[1])
         opb = _ND(self.b_view[0], b.dtype, b, 0, self.b_view[1])
         cv = _ND(self.c_view[0], c.dtype, c, 0, self.c_view[1])
@@ -56,8 +57,12 @@ class _HostCall(NamedTuple):
         raised: list = []
         # as host.run: floating-point exceptions reported once, in numpy.matmul's words
         with _host._collecting(raised):
-            _host.compute_views(d, opa, opb, cv, alpha, beta)
-        _host._report_as_numpy(raised)
+            if self.direct and alpha == 1 and beta == 0:
+                _matmul(opa, opb, out=cv)      # what compute_views does, less a temporary
+            else:
+                _host.compute_views(self.desc, opa, opb, cv, alpha, beta)
+        if raised:
+            _host._report_as_numpy(raised)
 
 
 def _host_call(desc, row, zero, limit):
@@ -71,11 +76,17 @@ def _host_call(desc, row, zero, limit):
 
     a_rows, a_cols = desc.a_shape()
     b_rows, b_cols = desc.b_shape()
+    direct = (row.prefix, desc.compute) in (("s", "fp32"), ("d", "fp64"))
+    if direct:
+        # 2-D views: numpy.matmul's own loop, no batch axis
+        def view(trans, rows, cols, ld, itemsize, view3=view):
+            shape, strides = view3(trans, rows, cols, ld, itemsize)
+            return shape[1:], strides[1:]
     return _HostCall(desc, view(desc.transa, a_rows, a_cols, desc.lda, isz),
                      view(desc.transb, b_rows, b_cols, desc.ldb, isz),
                      view("N", desc.m, desc.n, desc.ldc, csz),
                      desc.transa == "C" and row.is_complex, desc.transb == "C" and row.is_complex,
-                     zero, limit)
+                     zero, limit, direct)
 
 _DOC = """{title}
 

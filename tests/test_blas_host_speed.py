@@ -133,3 +133,33 @@ def test_help_shows_the_blas_signature():
     assert [p.name for p in params[:13]] == ["transa", "transb", "m", "n", "k", "alpha", "a",
                                               "lda", "b", "ldb", "beta", "c", "ldc"]
     assert all(p.default is inspect.Parameter.empty for p in params[:13])
+
+
+@pytest.mark.parametrize("routine,dtype", [("sgemm", np.float32), ("dgemm", np.float64)])
+@pytest.mark.parametrize("ta", TRANS)
+@pytest.mark.parametrize("tb", TRANS)
+def test_plain_product_on_a_hit(routine, dtype, ta, tb, described):
+    """alpha 1, beta 0 (numpy.matmul straight into C on a hit), new data each call."""
+    pyblasgemm.clear_plan_cache()
+    rng = np.random.default_rng(11)
+    f = getattr(pyblasgemm, routine)
+    for _ in range(3):
+        a, b, c = _buffers(dtype, ta, tb, 3, 5, 4, rng)
+        c[:] = np.nan                                   # beta 0: never read
+        f(ta, tb, 3, 5, 4, 1.0, a, a.shape[0], b, b.shape[0], 0.0, c, 3)
+        np.testing.assert_allclose(c, _op(a, ta) @ _op(b, tb), rtol=1e-5)
+    assert described[0] == 1
+
+
+def test_overflow_on_a_hit_is_reported_as_numpy_reports_it():
+    pyblasgemm.clear_plan_cache()
+    a = np.ones(4, np.float32)
+    c = np.zeros(4, np.float32)
+    pyblasgemm.sgemm("N", "N", 2, 2, 2, 1.0, a, 2, a, 2, 0.0, c, 2)
+    big = np.full(4, 3e38, np.float32)
+    with pytest.warns(RuntimeWarning, match="overflow encountered in matmul") as rec:
+        pyblasgemm.sgemm("N", "N", 2, 2, 2, 1.0, big, 2, big, 2, 0.0, c, 2)
+    assert rec[0].filename == __file__                  # at the caller's line
+    assert np.isinf(c).all()
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError):
+        pyblasgemm.sgemm("N", "N", 2, 2, 2, 1.0, big, 2, big, 2, 0.0, c, 2)
