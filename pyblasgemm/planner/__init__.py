@@ -66,6 +66,11 @@ value raises ``SettingError`` naming the variable, the value and what is allowed
 ``PYBLASGEMM_RESULTS_DIR``      where ``bench`` writes its results without ``--out`` (default
                                 ``~/.local/share/pyblasgemm/bench/``).
 
+Logging: every new plan (never a memoized one) is logged at DEBUG on the ``pyblasgemm`` logger
+with its problem and reason, kernel compiles at INFO with their duration, an unusable
+kernel-cache entry at INFO beside its warning; ``pyblasgemm.explain(a, b)`` gives the plan of a
+call from its arrays. Warnings derive from ``pyblasgemm.PyblasgemmWarning``.
+
 Command line: ``python -m pyblasgemm plan M N K --dtype f16 --trans NT`` prints the explanation
 (without a GPU it plans for the default H100 spec and says so); ``python -m pyblasgemm tune ...``
 tunes on the GPU and stores the winner.
