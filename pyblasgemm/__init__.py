@@ -25,7 +25,8 @@ from .mlp import fused_mlp, mlp_plan
 from .plancache import get_plan_cache
 from .stateful import Matmul
 from . import desc, epilogue, planner, scipy
-from .planner import Plan, clear_plan_cache, explain, plan, precompile, tune
+from .describe_call import explain
+from .planner import Plan, clear_plan_cache, plan, precompile, tune
 from ._warnings import PyblasgemmWarning
 
 

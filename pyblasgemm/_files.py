@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pathlib
 import stat
 
 __all__ = ["RefusedFile", "read_regular", "CACHE_ENTRY_BYTES", "CUBIN_BYTES", "DOCUMENT_BYTES",
@@ -229,3 +230,27 @@ def trim_cache(name: str, max_bytes: int | None = None) -> int:
         log.info("%s cache over %d bytes: removed %d bytes of its oldest entries",
                  name, max_bytes, freed)
     return freed
+
+
+# Paths to be written: why not, before any work (the CLI's checks; issue #30)
+
+def why_not_creatable(path) -> str | None:
+    """Why the missing ``path`` cannot be created (its nearest existing ancestor is not a
+    directory we may write in), or None."""
+    for up in pathlib.Path(os.path.abspath(path)).parents:
+        if os.path.exists(up):
+            if not os.path.isdir(up):
+                return f"{str(up)!r} is not a directory"
+            if not os.access(up, os.W_OK | os.X_OK):
+                return f"no permission to create anything in {str(up)!r}"
+            return None
+    return None
+
+
+def why_not_directory(path) -> str | None:
+    """Why files cannot be written into the directory ``path`` (made if missing), or None."""
+    if os.path.isdir(path):
+        return None if os.access(path, os.W_OK | os.X_OK) else "no permission to write in it"
+    if os.path.lexists(path):
+        return "it is a file, not a directory"
+    return why_not_creatable(path)

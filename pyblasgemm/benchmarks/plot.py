@@ -26,7 +26,7 @@ import pathlib
 import sys
 from typing import NamedTuple
 
-from .._files import DOCUMENT_BYTES, read_regular
+from .._files import DOCUMENT_BYTES, read_regular, why_not_directory
 
 
 
@@ -373,9 +373,8 @@ def check(results, out) -> str | None:
     >>> check(["no/such/file.json"], ".")
     "'no/such/file.json': no such file"
     """
-    from .suite import _why_not_directory
 
-    why = _why_not_directory(out) if out.strip() else "empty"
+    why = why_not_directory(out) if out.strip() else "empty"
     if why:
         return f"--out {out!r}: {why}"
     try:

@@ -45,7 +45,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import settings as _settings
-from .._files import DOCUMENT_BYTES, read_regular
+from .._files import DOCUMENT_BYTES, read_regular, why_not_creatable, why_not_directory
 from ..desc import MAX_DIM          # the largest m, n or k: BLAS's 32-bit integers
 
 SCHEMA = "pyblasgemm-bench/1"
@@ -790,28 +790,6 @@ def results_dir() -> pathlib.Path:
 # minutes of measuring, in a file it cannot write (issue #30)
 # ---------------------------------------------------------------------------------------------
 
-def _why_not_creatable(path) -> str | None:
-    """Why the missing ``path`` cannot be created (its nearest existing ancestor is not a
-    directory we may write in), or None."""
-    for up in pathlib.Path(os.path.abspath(path)).parents:
-        if os.path.exists(up):
-            if not os.path.isdir(up):
-                return f"{str(up)!r} is not a directory"
-            if not os.access(up, os.W_OK | os.X_OK):
-                return f"no permission to create anything in {str(up)!r}"
-            return None
-    return None
-
-
-def _why_not_directory(path) -> str | None:
-    """Why files cannot be written into the directory ``path`` (made if missing), or None."""
-    if os.path.isdir(path):
-        return None if os.access(path, os.W_OK | os.X_OK) else "no permission to write in it"
-    if os.path.lexists(path):
-        return "it is a file, not a directory"
-    return _why_not_creatable(path)
-
-
 def check_out(text: str | None) -> str | None:
     """Why the results cannot be written to ``--out text`` (None: a new file in
     :func:`results_dir`), or None when they can. Creates nothing.
@@ -823,7 +801,7 @@ def check_out(text: str | None) -> str | None:
     """
     if text is None:
         where = results_dir()
-        why = _why_not_directory(where)
+        why = why_not_directory(where)
         return (f"the results directory {str(where)!r} (PYBLASGEMM_RESULTS_DIR, or the default): "
                 f"{why}; give --out FILE" if why else None)
     if not text.strip():
@@ -833,7 +811,7 @@ def check_out(text: str | None) -> str | None:
                 f"{os.path.join(text, 'results.json')!r}")
     if os.path.lexists(text):      # overwritten (or a device, /dev/stdout, written to)
         return None if os.access(text, os.W_OK) else f"--out {text!r}: no permission to write it"
-    why = _why_not_creatable(text)
+    why = why_not_creatable(text)
     return f"--out {text!r} cannot be created: {why}" if why else None
 
 
@@ -847,7 +825,7 @@ def check_plots(text: str | None) -> str | None:
         return None
     if not text.strip():
         return f"--plots {text!r} is empty: give a directory, e.g. plots"
-    why = _why_not_directory(text)
+    why = why_not_directory(text)
     if why:
         return f"--plots {text!r}: {why}"
     try:

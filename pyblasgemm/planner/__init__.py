@@ -80,11 +80,10 @@ from __future__ import annotations
 from .core import Candidate, Plan, clear_plan_cache, plan_for
 from .arch import ArchSpec, FAMILIES
 from .problem import make_desc
-from .describe_call import explain
 from .precompile import precompile
 
 __all__ = ["Plan", "Candidate", "ArchSpec", "FAMILIES", "plan", "tune", "plan_for",
-           "clear_plan_cache", "make_desc", "explain", "precompile"]
+           "clear_plan_cache", "make_desc", "precompile"]
 
 
 def _arch_arg(arch):

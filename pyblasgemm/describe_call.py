@@ -32,11 +32,11 @@ def explain(a, b, *, dtype=None, compute=None, backend=None, limit: int = 12) ->
     import importlib
 
     mm = importlib.import_module("pyblasgemm.matmul")     # the module (the package's name is the function)
-    from .._types import ROW_BY_DTYPE, get_default_compute, resolve_compute
-    from ..desc import check_backend
-    from .._strided import _fast_desc
-    from .core import plan_for
-    from .problem import make_desc
+    from ._types import ROW_BY_DTYPE, get_default_compute, resolve_compute
+    from ._strided import _fast_desc
+    from .desc import check_backend
+    from .planner.core import plan_for
+    from .planner.problem import make_desc
 
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         raise ValueError(f"explain: limit={limit!r} must be an int >= 0")
