@@ -145,3 +145,21 @@ def test_group_sizes_refusals(kw, err, match):
     b = np.ones((3, 3, 2), np.float32)
     with pytest.raises(err, match=match):
         pyblasgemm.grouped_matmul(a, b, **kw)
+
+
+def test_the_literal_types_name_exactly_what_the_tables_accept():
+    """_typing's Compute and Backend are a second spelling of the tables' names (typing needs
+    the words written out): a mode, alias, dial or backend added to the tables without the
+    Literal (or the reverse) fails here."""
+    from typing import get_args
+
+    from pyblasgemm import _typing
+    from pyblasgemm._types import COMPUTE_ALIASES
+    from pyblasgemm.desc import BACKEND_ALIASES, BACKEND_NAMES
+    from pyblasgemm.kinds import OZAKI, ROUTES
+    from pyblasgemm.ozaki import MAX_BITS
+
+    modes = {compute for _, compute in ROUTES} | set(COMPUTE_ALIASES)
+    dials = {f"{OZAKI}-{bits}" for bits in range(1, MAX_BITS + 1)}
+    assert set(get_args(_typing.Compute)) == modes | dials
+    assert set(get_args(_typing.Backend)) == set(BACKEND_NAMES) | set(BACKEND_ALIASES)
