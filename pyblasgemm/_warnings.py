@@ -24,4 +24,18 @@ log = logging.getLogger("pyblasgemm")
 
 
 class PyblasgemmWarning(UserWarning):
-    """Base of every warning pyblasgemm issues (cache, choice-table and kernel-cache warnings)."""
+    """Base of every warning pyblasgemm issues (cache, choice-table and kernel-cache warnings):
+    one filter silences or raises them all.
+
+    >>> import warnings, pyblasgemm
+    >>> from pyblasgemm.planner.autotune import CacheWarning
+    >>> issubclass(CacheWarning, pyblasgemm.PyblasgemmWarning)
+    True
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("error", pyblasgemm.PyblasgemmWarning)
+    ...     try:
+    ...         warnings.warn("stale entry", CacheWarning)
+    ...     except pyblasgemm.PyblasgemmWarning as w:
+    ...         print(type(w).__name__, w)
+    CacheWarning stale entry
+    """
