@@ -4,9 +4,14 @@ Tests marked ``gpu`` (or parametrized with a ``gpu``-marked param) run only wher
 CUDA device; everywhere else they are skipped with the reason, never silently passed.
 """
 import functools
+import os
 
 import numpy as np
 import pytest
+
+# JAX takes 75% of the GPU at its first device use; with pytest-xdist workers, CuPy and torch on
+# the same card that starves every other process (seen: 105 GiB held by one worker on an H200)
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 # CuPy's test files fetched into peer/_upstream/ are loaded by peer/test_cupy_peer.py, not
