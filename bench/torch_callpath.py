@@ -6,8 +6,13 @@ tensors against CuPy arrays of the same bytes and against torch.matmul, same pro
 * host: 64³ (float16, bfloat16, float32): ``matmul`` plain and ``out=``, 2-D and batched 8,
   ``gemm``, the raw form (``hgemm``/``sgemm`` on 1-D torch buffers); ``host_us`` = median µs
   per call of back-to-back calls (bench/timing.py's paired rounds: every contender's rounds
-  interleaved); yardsticks ``torch.matmul`` (``out=`` where the form writes into given
-  memory) and the same pyblasgemm call on CuPy views of the same memory;
+  interleaved; 200 calls a round, below the launch queue's depth, so the GPU's time never
+  throttles the host's); yardsticks ``torch.matmul`` (``out=`` where the form writes into given
+  memory) and the same pyblasgemm call on CuPy views of the same memory; the fused
+  ``bias=`` + ``activation='gelu'`` call against ``torch.addmm`` + ``torch.nn.functional.gelu``;
+  ``Matmul.execute()`` against ``torch.matmul(out=)`` (target <= 0.6x its host time);
+* jax: the same 64³ ``matmul`` on JAX GPU arrays against ``jnp.matmul`` (eager dispatch) and
+  against the same call on CuPy arrays;
 * layers: x @ W.T as ``torch.nn.Linear`` holds W, bfloat16, projections of public model
   configurations (Llama-3-8B: 4096 -> 6144 qkv, 4096 -> 4096 o, 4096 -> 14336 gate/up,
   14336 -> 4096 down; Qwen2-7B: 3584 -> 4608 qkv, 3584 -> 18944 up, 18944 -> 3584 down;
@@ -76,17 +81,26 @@ def host_rows(cp, torch, pb):
                          lambda: raw("N", "N", 64, 64, 64, 1.0, cfa, 64, cfb, 64, 0.0, cfc, 64),
                          lambda: torch.matmul(a, b, out=out)),
         }
+        bias = torch.randn(64, device="cuda", dtype=td)
+        cbias = cupy_view(cp, bias)
+        gelu = torch.nn.functional.gelu
+        forms["fused bias+gelu"] = (lambda: pb.matmul(a, b, bias=bias, activation="gelu"),
+                                    lambda: pb.matmul(ca, cb, bias=cbias, activation="gelu"),
+                                    lambda: gelu(torch.addmm(bias, a, b)))
+        mm_t, mm_c = pb.Matmul(a, b, out=out), pb.Matmul(ca, cb, out=cout)
+        forms["Matmul.execute()"] = (mm_t.execute, mm_c.execute, lambda: torch.matmul(a, b, out=out))
         for form, (ours_t, ours_c, theirs) in forms.items():
             row = {"dtype": name, "form": form}
             try:
                 got = ours_t()
-                if form != "raw form":
+                if form not in ("raw form", "Matmul.execute()"):
                     want = theirs() if "out=" not in form else None
                     if want is not None:
                         tol = {"float16": 2e-2, "bfloat16": 1e-1, "float32": 1e-3}[name]
                         torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
                     assert type(got) is torch.Tensor and got.dtype == td
-                us = paired_host_us({"torch tensors": ours_t, "cupy arrays": ours_c, "torch.matmul": theirs})
+                us = paired_host_us({"torch tensors": ours_t, "cupy arrays": ours_c, "torch.matmul": theirs},
+                                    calls=200, rounds=15)
                 row.update({k + "_us": v for k, v in us.items()})
                 row["torch_vs_cupy"] = us["torch tensors"] / us["cupy arrays"]
                 row["speedup_vs_torch"] = us["torch.matmul"] / us["torch tensors"]
@@ -97,18 +111,81 @@ def host_rows(cp, torch, pb):
     return rows
 
 
+def jax_rows(cp, pb):
+    """64³ matmul on JAX GPU arrays: ours, the same call on CuPy arrays, ``jnp.matmul``."""
+    import jax
+    import jax.numpy as jnp
+
+    rows = []
+    gpu = [d for d in jax.devices() if d.platform == "gpu"]
+    if not gpu:
+        return [{"failure": "JAX sees no GPU"}]
+    for name in ("float16", "bfloat16", "float32"):
+        row = {"dtype": name, "form": "matmul"}
+        try:
+            key = jax.random.PRNGKey(0)
+            a = jax.device_put(jax.random.normal(key, (64, 64), dtype=name), gpu[0])
+            b = jax.device_put(jax.random.normal(jax.random.PRNGKey(1), (64, 64), dtype=name), gpu[0])
+            ca = cp.asarray(np.asarray(a.astype("float32"))).astype(name if name != "bfloat16" else "float32")
+            cb = cp.asarray(np.asarray(b.astype("float32"))).astype(ca.dtype)
+            got = pb.matmul(a, b)
+            assert isinstance(got, jax.Array) and str(got.dtype) == name, (type(got), got.dtype)
+            np.testing.assert_allclose(np.asarray(got.astype("float32")),
+                                       np.asarray(jnp.matmul(a, b).astype("float32")), rtol=0.1, atol=0.1)
+            us = paired_host_us({"jax arrays": lambda: pb.matmul(a, b), "cupy arrays": lambda: pb.matmul(ca, cb),
+                                 "jnp.matmul": lambda: jnp.matmul(a, b)}, calls=200, rounds=9)
+            row.update({k + "_us": v for k, v in us.items()})
+            row["speedup_vs_jnp"] = us["jnp.matmul"] / us["jax arrays"]
+            row["jax_vs_cupy"] = us["jax arrays"] / us["cupy arrays"]
+        except Exception as e:
+            row["failure"] = f"{type(e).__name__}: {e}"[:300]
+        rows.append(row)
+        print(row, flush=True)
+    rows.append(_jax_primitives(cp, gpu[0]))
+    return rows
+
+
+def _jax_primitives(cp, device):
+    """Host µs of what a JAX door could be built from (the options the issue asks to measure)."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jax.device_put(jnp.ones((64, 64), jnp.float16), device)
+    c = cp.ones((64, 64), cp.float16)
+    fns = {"a.__cuda_array_interface__": lambda: a.__cuda_array_interface__,
+           "a.unsafe_buffer_pointer()": a.unsafe_buffer_pointer,
+           "a.block_until_ready()": a.block_until_ready,
+           "a.__dlpack__()": a.__dlpack__,
+           "cupy.from_dlpack(a)": lambda: cp.from_dlpack(a),
+           "jax.dlpack.from_dlpack(cupy)": lambda: jax.dlpack.from_dlpack(c),
+           "jnp.empty((64,64))": lambda: jnp.empty((64, 64), jnp.float16, device=device),
+           "jnp.matmul(a, a)": lambda: jnp.matmul(a, a)}
+    row = {"form": "primitives"}
+    for name, fn in fns.items():
+        try:
+            row[name + "_us"] = paired_host_us({name: fn}, calls=200, rounds=5)[name]
+        except Exception as e:
+            row[name + "_failure"] = f"{type(e).__name__}: {e}"[:200]
+    print(row, flush=True)
+    return row
+
+
 def _steady_s(cp, fn, calls=20, samples=5):
+    """Seconds per call of ``calls`` back-to-back calls, CUDA events on torch's current stream
+    (where every contender's work is queued), median of ``samples``."""
+    import torch
+
     fn()
-    cp.cuda.Device().synchronize()
+    torch.cuda.synchronize()
     out = []
     for _ in range(samples):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record(cp.cuda.ExternalStream(__import__("torch").cuda.current_stream().cuda_stream))
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
         for _ in range(calls):
             fn()
-        stop.record(cp.cuda.ExternalStream(__import__("torch").cuda.current_stream().cuda_stream))
+        stop.record()
         stop.synchronize()
-        out.append(cp.cuda.get_elapsed_time(start, stop) / 1e3 / calls)
+        out.append(start.elapsed_time(stop) / 1e3 / calls)
     return statistics.median(out)
 
 
@@ -169,6 +246,7 @@ def main(argv=None) -> int:
 
     doc = {"schema": "pyblasgemm-torch-callpath/1", **meta(types.SimpleNamespace(torch=torch)), "method": __doc__}
     doc["host"] = host_rows(cp, torch, pb)
+    doc["jax"] = jax_rows(cp, pb)
     if not args.quick:
         doc["layers"] = layer_rows(cp, torch, pb)
         ok = [r for r in doc["layers"] if "failure" not in r]
