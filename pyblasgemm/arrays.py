@@ -334,7 +334,8 @@ def torch_signature(words: tuple, tensors: tuple):
     the key (its name, keywords and scalar types, as the CuPy key of the form holds them);
     ``tensors``: the operands, then the output or None. Each tensor contributes its dtype,
     shape, strides and device; the pointers' alignment class closes the key.
-    ``requires_grad`` is part of it too (such a call must not replay into a detached launch)."""
+    A tensor that requires grad while autograd records gives None (such a call must not replay
+    into a detached launch, even one recorded under ``torch.no_grad()``)."""
     tt = _torch_tensor[0] if _torch_tensor else torch_type()
     parts = ["torch", *words]
     ptrs = []
@@ -348,10 +349,13 @@ def torch_signature(words: tuple, tensors: tuple):
         dev = t.get_device()
         if dev < 0:
             return None, None
+        grad = t.requires_grad
+        if grad and sys.modules["torch"].is_grad_enabled():
+            return None, None       # autograd records it: the differentiable path, never a replay
         p = t.data_ptr()
         ptrs.append(p)
         align |= p
-        parts += (t.dtype, t.shape, t.stride(), dev, t.requires_grad)
+        parts += (t.dtype, t.shape, t.stride(), dev, grad)
     parts.append(align & 15)
     return tuple(parts), ptrs
 
@@ -359,7 +363,7 @@ def torch_signature(words: tuple, tensors: tuple):
 _raw_stream = []
 
 
-def _torch_raw_stream(device: int) -> int:
+def torch_raw_stream(device: int) -> int:
     if not _raw_stream:
         import torch
 
@@ -395,7 +399,7 @@ def torch_replay(key, ptrs, a, out, stream, alpha=None, beta=None):
         if not (-lim <= alpha <= lim and -lim <= beta <= lim and alpha != 0):
             return None
         alpha, beta = alpha + call.zero, beta + call.zero
-    sptr = _torch_raw_stream(a.get_device()) if stream is None else streams.handle(stream)
+    sptr = torch_raw_stream(a.get_device()) if stream is None else streams.handle(stream)
     if call.swap:
         call.launch(pb, pa, pc, alpha, beta, sptr)
     else:

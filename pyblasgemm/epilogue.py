@@ -49,12 +49,13 @@ array([[ 1.5, -1.5],
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from typing import Callable, NamedTuple
 
 import numpy as np
 
-from . import _arrays
+from . import _arrays, streams
 
 __all__ = ["ACTIVATIONS", "Activation", "Epilogue", "EPILOGUE_KEYWORDS"]
 
@@ -503,7 +504,6 @@ def _fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pre, 
     if bias is not None and bias.dtype != c.dtype and bias.dtype.itemsize == 2 and c.dtype == np.float32:
         # a 16-bit bias (the operands' type) for a float32 result: widened exactly, n elements
         # (one small cast beside the fused call instead of the unfused route's passes)
-        from . import streams
 
         widen = c.dtype
         with streams.on(None if stream is None else streams.handle(stream)):
@@ -522,7 +522,6 @@ def _fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pre, 
     desc, first, second, swapped = fast
     # the user's columns are the description's m index when C was described transposed
     bias_axis = None if bias is None else ("m" if (epi.bias_axis == "cols") == swapped else "n")
-    from . import streams
 
     sptr = streams.current() if stream is None else streams.handle(stream)
     ptrs = (_arrays.data_ptr(first), _arrays.data_ptr(second), _arrays.data_ptr(c),
@@ -678,7 +677,6 @@ def _dequant_fused(a, b, ta, tb, result, alpha, beta, epi, bias, pre, scale_a, s
     launch = _dequant_launch(desc, code, bias_axis, backend, autotune)
     if launch is None:
         return False
-    from . import streams
 
     sm, sn = (scale_b, scale_a) if swapped else (scale_a, scale_b)
     sptr = streams.current() if stream is None else streams.handle(stream)
@@ -820,18 +818,20 @@ def gemm_with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend,
         return result
     if dequant:
         _route.last = _UNFUSED[xp_name]
-        t = gemm(transa, transb, a, b, **kw)                      # the exact int32 product
-        return apply(epi, t, alpha, beta if read_c else None, out if read_c else None, bias,
-                     scale_a, scale_b, preactivation_out, result)
+        with streams.on(streams.handle(stream)):    # the pass on the call's stream, as the product
+            t = gemm(transa, transb, a, b, **kw)                      # the exact int32 product
+            return apply(epi, t, alpha, beta if read_c else None, out if read_c else None, bias,
+                         scale_a, scale_b, preactivation_out, result)
     if xp_name == "cupy" and _fused(r, _row_for(a.dtype, out_dtype), compute, ta, tb, a, b, result,
                                     alpha, beta if read_c else 0, epi, bias, preactivation_out,
                                     out is None, backend, autotune, stream):
         return result
     _route.last = _UNFUSED[xp_name]
     acc = acc_dtype(out_dtype)
-    t = out.astype(acc) if read_c else _ordered_result(xp, (m, n), acc, like_c)
-    gemm(transa, transb, a, b, t, alpha, beta if read_c else 0, **kw)   # alpha·AB + beta·C in acc
-    return apply(epi, t, None, None, None, bias, None, None, preactivation_out, result)
+    with streams.on(streams.handle(stream)):        # the pass on the call's stream, as the product
+        t = out.astype(acc) if read_c else _ordered_result(xp, (m, n), acc, like_c)
+        gemm(transa, transb, a, b, t, alpha, beta if read_c else 0, **kw)   # alpha·AB + beta·C in acc
+        return apply(epi, t, None, None, None, bias, None, None, preactivation_out, result)
 
 
 def _row_for(ab_dtype, out_dtype):
@@ -905,8 +905,6 @@ def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, b
             c = type(a)(replay.shape, replay.dtype)
             pc = c.data.ptr
             if not pc & 15:
-                from . import streams
-
                 sptr = streams.current() if stream is None else streams.handle(stream)
                 call = replay.call
                 if bias is not None and call.widen is not None:
@@ -955,9 +953,10 @@ def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, b
         pass
     elif dequant:
         _route.last = _UNFUSED[xp_name]
-        t = matmul(a, b, dtype=np.int32, **kw)
-        apply(epi, full(xp.asarray(t)), 1.0, None, None, bias, scale_a, scale_b,
-              full(preactivation_out), full(result))
+        with streams.on(streams.handle(stream)):    # the pass on the call's stream, as the product
+            t = matmul(a, b, dtype=np.int32, **kw)
+            apply(epi, full(xp.asarray(t)), 1.0, None, None, bias, scale_a, scale_b,
+                  full(preactivation_out), full(result))
     elif xp_name == "cupy" and a.ndim == 2 and b.ndim == 2 and (ran := _fused(
             r, _row_for(a.dtype, out_dtype), compute, "N", "N", a, b, result, 1.0, 0.0, epi, bias,
             preactivation_out, out is None, backend, autotune, stream)):
@@ -966,22 +965,31 @@ def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, b
         if key is not None and current_settings().cache and result.flags.c_contiguous \
                 and not result.data.ptr & 15:
             get_plan_cache().put(key, _Replay(ran, result.shape, result.dtype))
+            _last_replay.value = _Replay(ran, result.shape, result.dtype)
     else:
         _route.last = _UNFUSED[xp_name]
-        if a.dtype.kind in "iub":
-            # integer or bool operands: NumPy's own product, the operands cast to its loop type
-            # and multiplied in it, wrapping as it wraps (cupy.matmul's dtype=int64 casts the
-            # int32 product instead); an integer result is summed and activated exactly, then
-            # cast (apply)
-            t = xp.asarray(matmul(a.astype(loop, copy=False), b.astype(loop, copy=False), **kw))
-            if out_dtype.kind not in "iub":
-                t = t.astype(acc_dtype(out_dtype), copy=False)
-        else:
-            acc = acc_dtype(out_dtype)
-            t = matmul(a, b, dtype=acc, **kw) if a.dtype.itemsize == 2 else matmul(a, b, **kw)
-            t = xp.asarray(t, dtype=acc)
-        apply(epi, full(t), None, None, None, bias, None, None, full(preactivation_out), full(result))
+        with streams.on(streams.handle(stream)):    # the pass on the call's stream, as the product
+            _unfused_matmul(a, b, kw, xp, loop, out_dtype, epi, bias, full, preactivation_out, result)
     return result if result.shape else result[()]
+
+
+def _unfused_matmul(a, b, kw, xp, loop, out_dtype, epi, bias, full, preactivation_out, result):
+    """The product in the accumulation type, then the epilogue's one elementwise pass."""
+    from .matmul import matmul
+
+    if a.dtype.kind in "iub":
+        # integer or bool operands: NumPy's own product, the operands cast to its loop type
+        # and multiplied in it, wrapping as it wraps (cupy.matmul's dtype=int64 casts the
+        # int32 product instead); an integer result is summed and activated exactly, then
+        # cast (apply)
+        t = xp.asarray(matmul(a.astype(loop, copy=False), b.astype(loop, copy=False), **kw))
+        if out_dtype.kind not in "iub":
+            t = t.astype(acc_dtype(out_dtype), copy=False)
+    else:
+        acc = acc_dtype(out_dtype)
+        t = matmul(a, b, dtype=acc, **kw) if a.dtype.itemsize == 2 else matmul(a, b, **kw)
+        t = xp.asarray(t, dtype=acc)
+    apply(epi, full(t), None, None, None, bias, None, None, full(preactivation_out), full(result))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1007,10 +1015,54 @@ def _framework_dtype(conv, dtype, out, dequant: bool):
     return dtype
 
 
+class _LastReplay(threading.local):
+    value = None
+
+
+#: the fused call a CuPy-view call just recorded (read by the torch door to record it too)
+_last_replay = _LastReplay()
+
+
+class _TorchReplay(NamedTuple):
+    """A fused call recorded for torch tensors: the launch and the result tensor's layout."""
+
+    call: _FusedCall
+    shape: tuple
+    strides: tuple
+    dtype: object           # the torch dtype
+
+
+def _torch_fused_key(a, b, dtype, compute, backend, bias, activation):
+    """(key, pointers) of a repeatable fused call on CUDA tensors, or (None, None)."""
+    from . import arrays
+
+    if not (activation is None or type(activation) is str) or not (
+            dtype is None or isinstance(dtype, (type, np.dtype, str))) or not (
+            compute is None or type(compute) is str) or not (backend is None or type(backend) is str):
+        return None, None
+    key, ptrs = arrays.torch_signature(("epilogue-call", dtype, compute, backend, activation), (a, b, bias))
+    # the launch is bound on the current device (CUDA tensors only: a CPU one gave no key)
+    return (None, None) if key is None else ((*key, _arrays.current_device()), ptrs)
+
+
 def _foreign_matmul(a, b, out, dtype, compute, backend, autotune, stream, bias, activation, pre,
                     scale_a, scale_b):
     from . import arrays
+    from .plancache import get_plan_cache
 
+    key = None
+    if out is None and pre is None and scale_a is None and scale_b is None and autotune is None:
+        # a repeated fused call on CUDA tensors: its launch on their pointers, the result from
+        # torch's allocator (the converting path below costs ~200 µs a call; H200, 64³ fp16)
+        key, ptrs = _torch_fused_key(a, b, dtype, compute, backend, bias, activation)
+        hit = None if key is None else get_plan_cache().get(key)
+        if hit is not None:
+            c = sys.modules["torch"].empty_strided(hit.shape, hit.strides, dtype=hit.dtype, device=a.device)
+            pc = c.data_ptr()
+            if not pc & 15:
+                sptr = arrays.torch_raw_stream(a.get_device()) if stream is None else streams.handle(stream)
+                hit.call(ptrs[0], ptrs[1], pc, 0 if bias is None else ptrs[2], 0, sptr)
+                return c
     if arrays.needs_grad(a, b, out, bias, pre, scale_a, scale_b):
         return _differentiable_linear(a, b, out, dtype, compute, backend, autotune, stream, bias,
                                       activation, pre, scale_a, scale_b)
@@ -1018,11 +1070,16 @@ def _foreign_matmul(a, b, out, dtype, compute, backend, autotune, stream, bias, 
                           writes=("out", "preactivation_out"))
     na, nb, nout, nbias, npre, nsa, nsb = conv.arrays
     dtype = _framework_dtype(conv, dtype, out, scale_a is not None or scale_b is not None)
+    _last_replay.value = None
     with conv.allocating():
         result = matmul_with_epilogue(na, nb, nout, dtype, compute, backend, autotune,
                                       conv.stream if stream is None else stream, nbias, activation,
                                       npre, nsa, nsb)
-    return out if out is not None else conv.back(result, framework_type=False)
+    back = out if out is not None else conv.back(result, framework_type=False)
+    ran, _last_replay.value = _last_replay.value, None
+    if key is not None and ran is not None and ran.call.widen is None and back.is_contiguous():
+        get_plan_cache().put(key, _TorchReplay(ran.call, tuple(back.shape), back.stride(), back.dtype))
+    return back
 
 
 def _foreign_gemm(transa, transb, a, b, out, alpha, beta, compute, backend, autotune, stream, bias,

@@ -467,6 +467,80 @@ def test_torch_raw_form_and_requires_grad_and_cpu():
 
 
 @gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_torch_fused_call_replays_its_launch_on_torch_memory(dtype, monkeypatch):
+    """A repeated bias+activation call on CUDA tensors skips the array door (its launch on the
+    tensors' pointers, the result from torch's allocator) and gives the first call's bits."""
+    torch = pytest.importorskip("torch")
+    td = getattr(torch, dtype)
+    x = torch.randn(33, 64, device="cuda", dtype=td)
+    w = torch.randn(40, 64, device="cuda", dtype=td)
+    bias = torch.randn(40, device="cuda", dtype=td)
+    first = pyblasgemm.matmul(x, w.T, bias=bias, activation="gelu")
+    ref = torch.nn.functional.gelu(x.double() @ w.double().T + bias.double())
+    torch.testing.assert_close(first.double(), ref, rtol=3e-2, atol=3e-2)
+    assert "not fused" not in pyblasgemm.epilogue.last_route()     # fp16/bf16 fuse on sm_80+
+
+    def no_door(*args, **kwargs):
+        raise AssertionError("the repeated fused call went through the array door")
+
+    monkeypatch.setattr(arrays, "convert", no_door)
+    before = torch.cuda.memory_allocated()
+    again = pyblasgemm.matmul(x, w.T, bias=bias, activation="gelu")
+    assert type(again) is torch.Tensor and again.dtype == td and again.shape == first.shape
+    assert torch.cuda.memory_allocated() > before        # torch's allocator made the result
+    assert torch.equal(again, first)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):                         # on torch's current stream
+        on_side = pyblasgemm.matmul(x, w.T, bias=bias, activation="gelu")
+    side.synchronize()
+    assert torch.equal(on_side, first)
+
+
+@gpu
+def test_matmul_object_on_tensors_launches_on_torchs_current_stream(monkeypatch):
+    torch = pytest.importorskip("torch")
+    a = torch.randn(48, 64, device="cuda", dtype=torch.float16)
+    b = torch.randn(64, 40, device="cuda", dtype=torch.float16)
+    mm = pyblasgemm.Matmul(a, b)
+    out = mm.execute()
+    torch.cuda.synchronize()
+    first = out.clone()
+    torch.testing.assert_close(first.double(), a.double() @ b.double(), rtol=2e-2, atol=5e-2)
+
+    def no_door(*args, **kwargs):
+        raise AssertionError("execute() went through the array door")
+
+    monkeypatch.setattr(arrays, "convert", no_door)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out.zero_()
+        assert mm.execute() is out            # queued behind the zeroing, on the same stream
+    side.synchronize()
+    assert torch.equal(out, first)
+
+
+@gpu
+def test_a_replay_recorded_under_no_grad_never_detaches_a_later_grad_call():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(8, 16, device="cuda", dtype=torch.float32)
+    w = torch.randn(16, 16, device="cuda", dtype=torch.float32, requires_grad=True)
+    b = torch.randn(16, device="cuda", dtype=torch.float32)
+    with torch.no_grad():
+        for _ in range(2):                               # recorded, and replayed
+            pyblasgemm.matmul(x, w)
+            pyblasgemm.matmul(x, w, bias=b, activation="relu")
+    y = pyblasgemm.matmul(x, w)
+    z = pyblasgemm.matmul(x, w, bias=b, activation="relu")
+    assert y.grad_fn is not None and z.grad_fn is not None
+    (y.sum() + z.sum()).backward()
+    want = x.T @ torch.ones(8, 16, device="cuda")       # d(sum(x @ w))/dw
+    relu_part = x.T @ (x @ w.detach() + b > 0).float()
+    torch.testing.assert_close(w.grad, want + relu_part, rtol=1e-4, atol=1e-3)
+
+
+@gpu
 def test_jax_gpu_arrays_in_jax_out():
     jax = pytest.importorskip("jax")
     jnp = jax.numpy
