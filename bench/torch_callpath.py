@@ -158,6 +158,10 @@ def _jax_primitives(cp, device):
            "a.__dlpack__()": a.__dlpack__,
            "cupy.from_dlpack(a)": lambda: cp.from_dlpack(a),
            "jax.dlpack.from_dlpack(cupy)": lambda: jax.dlpack.from_dlpack(c),
+           "jax.dlpack.from_dlpack(cupy, copy=False)": lambda: jax.dlpack.from_dlpack(c, copy=False),
+           "jax.dlpack.from_dlpack(cupy, device=)": lambda: jax.dlpack.from_dlpack(c, device=device),
+           "jnp.asarray(cupy)": lambda: jnp.asarray(c),
+           "cupy.ndarray.__dlpack__()": c.__dlpack__,
            "jnp.empty((64,64))": lambda: jnp.empty((64, 64), jnp.float16, device=device),
            "jnp.matmul(a, a)": lambda: jnp.matmul(a, a)}
     row = {"form": "primitives"}

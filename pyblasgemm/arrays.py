@@ -138,12 +138,8 @@ def _to_native(x, kind: str, gpu: bool):
     if gpu:
         import cupy
 
-        if kind == "jax" and str(x.dtype) == "bfloat16":
-            import jax
-            import ml_dtypes
-
-            return cupy.from_dlpack(jax.lax.bitcast_convert_type(x, "int16")).view(
-                ml_dtypes.bfloat16)
+        if kind == "jax":
+            return _jax_gpu_view(cupy, x)
         return cupy.from_dlpack(x)
     if kind == "jax" and str(x.dtype) == "bfloat16":
         # NumPy's DLPack import has no bfloat16 ("Unsupported dtype in DLTensor"): the bits
@@ -152,6 +148,26 @@ def _to_native(x, kind: str, gpu: bool):
 
         return np.from_dlpack(jax.lax.bitcast_convert_type(x, "uint16")).view(ml_dtypes.bfloat16)
     return np.from_dlpack(x)
+
+
+def _jax_gpu_view(cupy, x):
+    """A CuPy view of a JAX GPU array's buffer. Its ``__cuda_array_interface__`` waits until the
+    array is computed and gives the pointer (0.8 µs on an H200, where DLPack took 9 µs and a
+    bfloat16 array a bitcast through JAX's dispatch, ~40 µs); JAX buffers are dense row-major,
+    and ``x.dtype`` is NumPy's (ml_dtypes' bfloat16 included). The view keeps ``x`` alive."""
+    ptr = x.__cuda_array_interface__["data"][0]
+    dtype = np.dtype(x.dtype)
+    mem = cupy.cuda.UnownedMemory(ptr, x.size * dtype.itemsize, x, _jax_device_id(x))
+    if dtype.name == "bfloat16":            # made as its bits, then viewed (as torch's are)
+        return cupy.ndarray(x.shape, np.int16, cupy.cuda.MemoryPointer(mem, 0)).view(dtype)
+    return cupy.ndarray(x.shape, dtype, cupy.cuda.MemoryPointer(mem, 0))
+
+
+def _jax_device_id(x) -> int:
+    """The CUDA ordinal of a single-device JAX array (its device's local id)."""
+    (device,) = x.devices()
+    local = getattr(device, "local_hardware_id", None)
+    return device.id if local is None else local
 
 
 def _from_native(result, kind: str, like):
