@@ -151,11 +151,13 @@ def _to_native(x, kind: str, gpu: bool):
 
 
 def _jax_gpu_view(cupy, x):
-    """A CuPy view of a JAX GPU array's buffer. Its ``__cuda_array_interface__`` waits until the
-    array is computed and gives the pointer (0.8 µs on an H200, where DLPack took 9 µs and a
-    bfloat16 array a bitcast through JAX's dispatch, ~40 µs); JAX buffers are dense row-major,
-    and ``x.dtype`` is NumPy's (ml_dtypes' bfloat16 included). The view keeps ``x`` alive."""
-    ptr = x.__cuda_array_interface__["data"][0]
+    """A CuPy view of a JAX GPU array's buffer: wait until the array is computed, then take its
+    pointer (0.6 µs on an H200, where DLPack took 8 µs and a bfloat16 array a bitcast through
+    JAX's dispatch, ~40 µs; ``__cuda_array_interface__`` refuses bfloat16 buffers). JAX buffers
+    are dense row-major and ``x.dtype`` is NumPy's (ml_dtypes' bfloat16 included). The view
+    keeps ``x`` alive."""
+    x.block_until_ready()
+    ptr = x.unsafe_buffer_pointer()
     dtype = np.dtype(x.dtype)
     mem = cupy.cuda.UnownedMemory(ptr, x.size * dtype.itemsize, x, _jax_device_id(x))
     if dtype.name == "bfloat16":            # made as its bits, then viewed (as torch's are)
