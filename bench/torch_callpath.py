@@ -111,6 +111,29 @@ def host_rows(cp, torch, pb):
     return rows
 
 
+def door_row(torch):
+    """Host µs of the torch door's pieces on a repeated 64³ float16 call (where its cost over the
+    CuPy call goes)."""
+    from pyblasgemm import arrays, calls
+
+    a = torch.randn(64, 64, device="cuda", dtype=torch.float16)
+    out = torch.empty_like(a)
+    words = ("matmul", None, None)
+    key, _ = arrays.torch_signature(words, (a, a, out))
+    dev = a.device
+    fns = {"torch_signature(a, b, out)": lambda: arrays.torch_signature(words, (a, a, out)),
+           "calls.get(key)": lambda: calls.get(key),
+           "torch.empty_strided": lambda: torch.empty_strided((64, 64), (64, 1), dtype=torch.float16, device=dev),
+           "torch_raw_stream": lambda: arrays.torch_raw_stream(0),
+           "tensor attributes (dtype, shape, stride(), get_device(), data_ptr(), requires_grad)":
+               lambda: (a.dtype, a.shape, a.stride(), a.get_device(), a.data_ptr(), a.requires_grad)}
+    row = {"form": "torch door pieces"}
+    for name, fn in fns.items():
+        row[name + "_us"] = paired_host_us({name: fn}, calls=200, rounds=5)[name]
+    print(row, flush=True)
+    return row
+
+
 def jax_rows(cp, pb):
     """64³ matmul on JAX GPU arrays: ours, the same call on CuPy arrays, ``jnp.matmul``."""
     import jax
@@ -249,7 +272,7 @@ def main(argv=None) -> int:
     import pyblasgemm as pb
 
     doc = {"schema": "pyblasgemm-torch-callpath/1", **meta(types.SimpleNamespace(torch=torch)), "method": __doc__}
-    doc["host"] = host_rows(cp, torch, pb)
+    doc["host"] = host_rows(cp, torch, pb) + [door_row(torch)]
     doc["jax"] = jax_rows(cp, pb)
     if not args.quick:
         doc["layers"] = layer_rows(cp, torch, pb)
