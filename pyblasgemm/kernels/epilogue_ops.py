@@ -62,9 +62,9 @@ def apply_device(epi, t, alpha, beta, c_old, bias, scale_a, scale_b, preactivati
     if epi.dequantize:
         args += [scale_a.reshape(-1, 1), scale_b.reshape(-1), cupy.float32(alpha)]
     if beta is not None:
-        args += [c_old.astype(wide), wide(beta)]
+        args += [c_old.astype(wide, copy=False), wide(beta)]
     if bias is not None:
-        b = bias.astype(wide)
+        b = bias.astype(wide, copy=False)      # (astype copies by default: one more kernel)
         args.append(b.reshape(-1, 1) if epi.bias_axis == "rows" else b.reshape(-1))
     y = out if out.dtype.char in direct else cupy.empty(t.shape, wide)
     outs = [y]
