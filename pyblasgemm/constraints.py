@@ -17,6 +17,7 @@ Example
 from __future__ import annotations
 
 from .desc import GemmDesc, alignment
+from .kernels.config import KERNEL_FAMILIES
 from .kernels.pack import PACK_ALIGN, packed_ld
 from .kinds import route_of
 
@@ -118,7 +119,8 @@ def config_valid(cfg, problem, arch):
 
     The kernels' own rules (``KernelConfig.validate``, the single source of kernel constraints)
     with the device's opt-in shared memory, plus what the arch adds: our kernels need sm_80+,
-    the wgmma/TMA kernel compute capability 9.0.
+    and each family runs on its own archs (``KernelFamily.why_not_on``: the wgmma/TMA kernel on
+    compute capability 9.0 only).
 
     Example
     -------
@@ -130,9 +132,10 @@ def config_valid(cfg, problem, arch):
     """
     if arch.cc < (8, 0):
         return False, f"our mma.sync kernels need sm_80 or newer (device is sm_{arch.cc[0]}{arch.cc[1]})"
-    if cfg.is_sm90 and tuple(arch.cc) != (9, 0):
-        return False, (f"the wgmma/TMA kernel is built for sm_90a, which runs on compute capability 9.0 "
-                       f"only (device is sm_{arch.cc[0]}{arch.cc[1]})")
+    family = KERNEL_FAMILIES.get(cfg.family)        # an unknown family: validate() says so
+    why = family.why_not_on(arch.cc) if family is not None else ""
+    if why:
+        return False, why
     return cfg.validate(problem, max_smem=arch.smem_per_block_optin)
 
 

@@ -705,7 +705,7 @@ def _dequant_launch(desc, code, bias_axis, backend, autotune):
     config = None
     from .kernels.launch import fusable
 
-    if plan.backend == "tensorcore" and plan.config is not None and not plan.config.is_sm90:
+    if plan.backend == "tensorcore" and plan.config is not None and plan.config.kernel_family.any_alignment:
         # a plan that packs the operands (rows not 16-byte multiples) runs here on the scalar
         # operand path instead: bound without the packed problem's spec
         config, spec = plan.config, None if plan.pack else plan.launch
@@ -714,7 +714,7 @@ def _dequant_launch(desc, code, bias_axis, backend, autotune):
         config, spec = plan.config, plan.launch     # the Hopper int8 kernel's dequantizing store
     elif plan.predicted_s is not None and plan.arch is not None:
         ours = [c for c in plan.candidates if c.backend == "tensorcore" and c.config is not None
-                and not c.config.is_sm90 and c.score is not None]
+                and c.config.kernel_family.any_alignment and c.score is not None]
         best = min(ours, key=lambda c: c.time, default=None)
         if best is not None and best.time <= plan.predicted_s + _unfused_pass_s(desc, plan.arch):
             config, spec = best.config, None

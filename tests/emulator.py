@@ -51,7 +51,7 @@ def geometry(m: int, n: int, k: int, batch: int, cfg: KernelConfig, sm_count: in
     tpb = tiles_m * tiles_n
     tiles = tpb * batch
     kt = _cdiv(k, cfg.bk)
-    if cfg.is_sm90:
+    if cfg.family == "sm90a":
         occupancy = 1
     g = dict(grid=(tpb, 1, batch), splits=1, kt_per_split=kt, dp_tiles=0, sk_tiles=0,
              ws_slots=0, flags=0, tiles=tiles, kt=kt)
@@ -80,7 +80,7 @@ def geometry(m: int, n: int, k: int, batch: int, cfg: KernelConfig, sm_count: in
             sk, dp = tiles, 0
             ctas = min(G, sk * kt)
         g.update(grid=(ctas, 1, 1), dp_tiles=dp, sk_tiles=sk, ws_slots=ctas, flags=ctas)
-    if cfg.is_sm90:
+    if cfg.family == "sm90a":
         # the Hopper kernel: a persistent grid of at most sm_count CTAs in every decomposition
         # (one CTA per SM: its TMA ring fills shared memory); split-k partials are whole matrices
         if d == "sliced" and cfg.cluster > 1:
@@ -153,7 +153,7 @@ def emulate(a: np.ndarray, b: np.ndarray, cfg: KernelConfig, sm_count: int = 4,
     """
     a = np.asarray(a, dtype=dtype)
     b = np.asarray(b, dtype=dtype)
-    if cfg.is_sm90:
+    if cfg.family == "sm90a":
         return _emulate_sm90(a, b, cfg, sm_count, alpha, beta, c, dtype)
     batch, m, k = a.shape
     n = b.shape[2]

@@ -13,7 +13,7 @@ checked for shape and type. Covers:
 * kernel cache: garbage, empty, truncated and altered cubins, and metadata that is a list,
   null, not JSON, of the old format, for other names or mistyped are never returned
   (``_read_cached_cubin``: None and one ``KernelCacheWarning``); a written entry reads back;
-  a cache that cannot be written does not raise; ``_sm90_cubin`` recompiles and overwrites a
+  a cache that cannot be written does not raise; ``_cached_cubin`` recompiles and overwrites a
   bad entry;
 * tables: a measured-choice table that is unreadable, not JSON or of the wrong shape is ignored
   with one ``ChoicesWarning`` and planning still works; a malformed calibration raises a
@@ -340,21 +340,21 @@ def test_sm90_cubin_recompiles_and_overwrites_a_bad_entry(monkeypatch):
     fake = FakeNvrtc()
     monkeypatch.setattr(jit, "_nvrtc", fake)
     cfg = _sm90_config()
-    cubin, lowered = jit._sm90_cubin(cfg, "f16", "T", "N")
+    cubin, lowered = jit._cached_cubin(cfg, "f16", "T", "N")
     (cub,) = jit.kernel_cache_dir().glob("*.cubin")
     meta_path = cub.with_suffix(".json")
     assert fake.compiles == 1
     assert json.loads(meta_path.read_text())["sha256"] == hashlib.sha256(cubin).hexdigest()
-    assert jit._sm90_cubin(cfg, "f16", "T", "N") == (cubin, lowered) and fake.compiles == 1
+    assert jit._cached_cubin(cfg, "f16", "T", "N") == (cubin, lowered) and fake.compiles == 1
     for damage in (lambda: cub.write_bytes(b"garbage"), lambda: cub.write_bytes(cubin[:100]),
                    lambda: meta_path.write_text(json.dumps({"lowered": lowered})),   # old format
                    lambda: meta_path.write_text("[]")):
         damage()
         with pytest.warns(jit.KernelCacheWarning, match="ignoring kernel cache file"):
-            assert jit._sm90_cubin(cfg, "f16", "T", "N") == (cubin, lowered)
+            assert jit._cached_cubin(cfg, "f16", "T", "N") == (cubin, lowered)
         with warnings.catch_warnings():
             warnings.simplefilter("error")            # overwritten: served again, silently
-            assert jit._sm90_cubin(cfg, "f16", "T", "N") == (cubin, lowered)
+            assert jit._cached_cubin(cfg, "f16", "T", "N") == (cubin, lowered)
     assert fake.compiles == 5
 
 
@@ -362,14 +362,14 @@ def test_sm90_cubin_real_compile_round_trip(monkeypatch):
     pytest.importorskip("cupy")
     cfg = _sm90_config()
     try:
-        cubin, lowered = jit._sm90_cubin(cfg, "f16", "T", "N")     # NVRTC, no GPU needed (~0.5 s)
+        cubin, lowered = jit._cached_cubin(cfg, "f16", "T", "N")     # NVRTC, no GPU needed (~0.5 s)
     except (ImportError, OSError, RuntimeError) as exc:
         pytest.skip(f"NVRTC unavailable: {exc}")
     assert cubin.startswith(jit.ELF_MAGIC)
     (cub,) = jit.kernel_cache_dir().glob("*.cubin")
     assert json.loads(cub.with_suffix(".json").read_text())["size"] == len(cubin)
     monkeypatch.setattr(jit, "_nvrtc", None)        # served from disk: no compile
-    assert jit._sm90_cubin(cfg, "f16", "T", "N") == (cubin, lowered)
+    assert jit._cached_cubin(cfg, "f16", "T", "N") == (cubin, lowered)
 
 
 # --- the measured-choice table -------------------------------------------------------------------

@@ -590,14 +590,14 @@ def test_plan_carries_the_launch_spec_its_numbers_come_from(m, n, k, dtype, comp
     prob = kernel_problem_for(p.problem)
     winner = next(c for c in p.candidates if c.config == p.config and c.score is not None)
     assert spec.sm_count == p.arch.sm_count
-    assert spec.occupancy == (1 if p.config.is_sm90 else winner.score.occupancy)
+    assert spec.occupancy == (1 if p.config.family == "sm90a" else winner.score.occupancy)
     assert dict(spec.geometry) == launch_geometry(prob, p.config, spec.sm_count, spec.occupancy)
     assert spec.problem_class == problem_class(prob)
     assert spec.smem == p.config.smem_bytes(prob.kind) and spec.block == p.config.threads
     args = spec.args
     assert args["splits"] == spec.splits and args["sk_tiles"] == spec.geometry["sk_tiles"]
     assert args["alpha"] == args["beta"] == 0 and args["c"] == 0          # per call, not planned
-    if p.config.is_sm90:                   # the Hopper kernel's tiles run over (n, m)
+    if p.config.family == "sm90a":         # the Hopper kernel's tiles run over (n, m)
         assert (args["mt"], args["nt"], args["batch"]) == (n, m, batch)
     else:
         assert (args["m"], args["n"], args["k"], args["lda"]) == (m, n, k, prob.lda)

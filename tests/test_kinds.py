@@ -63,5 +63,5 @@ def test_derived_tables_are_read_off_the_rows():
     for name, k in KERNEL_KINDS.items():
         assert problem.ELEM_BYTES[name] == k.elem_bytes and problem.C_BYTES[name] == k.c_bytes
         assert sm90.TMA_DTYPE[name] == k.tma_ab and sm90.TMA_C_DTYPE[name] == k.tma_c
-        assert jit._SM90_KIND[name] == k.sm90_struct
+        assert jit.SM90_KIND[name] == k.sm90_struct
     assert cublas._TYPES[("h", "fp16")][3] == np.float16     # 16F compute: half scalars

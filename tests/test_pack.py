@@ -96,14 +96,14 @@ def test_planner_packs_a_large_odd_problem():
     """6453 x 738 x 9058 bf16 (issue 14: our scalar path 54 TFLOP/s, cuBLAS 196): the copies
     (~84 µs) buy the wgmma kernel; the plan's launch spec is the packed problem's."""
     p = pyblasgemm.plan(6453, 738, 9058, "bfloat16", lda=6455, arch="sm_90")
-    assert p.backend == "tensorcore" and p.config.is_sm90 and p.pack == ("a", "b")
+    assert p.backend == "tensorcore" and p.config.family == "sm90a" and p.pack == ("a", "b")
     cls = p.launch.problem_class
     assert cls[7:9] == (6456, 9064)                  # lda, ldb rounded up to 8 halves
     assert "packs A and B" in p.explain()
     best = min((c for c in p.candidates if c.score is not None), key=lambda c: c.time)
     assert best.pack == ("a", "b") and "copies A and B" in best.score.note
     unpacked = [c for c in p.candidates if c.score is not None and not c.pack and c.backend == "tensorcore"]
-    assert unpacked and all(not c.config.is_sm90 for c in unpacked)
+    assert unpacked and all(c.config.family != "sm90a" for c in unpacked)
 
 
 def test_planner_does_not_pack_when_the_copy_costs_more():
@@ -182,7 +182,7 @@ def test_packed_raw_form_matches_oracle(prefix, layout, shape, beta, monkeypatch
         fn = getattr(pyblasgemm, _RAW[prefix])
         p = pyblasgemm.plan(m, n, k, {"h": "f16", "b": "bf16", "i": "i8"}[prefix], transa=ta,
                             transb=tb, lda=lda, ldb=ldb, ldc=ldc, backend="tensorcore")
-        assert p.pack and p.config.is_sm90, p.explain()
+        assert p.pack and p.config.family == "sm90a", p.explain()
         fn(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, backend="tensorcore")
         got = col_major(c.get(), m, n, ldc)
         check_close(got, ref, scale, prefix, "int32" if prefix == "i" else "fp32", f"{layout} {shape}")

@@ -149,7 +149,7 @@ def test_fp32_on_hopper_reads_any_alignment_through_the_prep_kernel():
     """On sm_90 3xTF32 runs the wgmma kernel on prepared K-major copies: an odd lda costs nothing."""
     fast = plan(2560, 2560, 2560, "3xtf32", arch="sm_90")       # (no measured entry near: the model)
     odd = plan(2560, 2560, 2560, "3xtf32", lda=2561, arch="sm_90")
-    assert fast.config.is_sm90 and odd.config.is_sm90 and fast.source == odd.source == "heuristic"
+    assert fast.config.family == odd.config.family == "sm90a" and fast.source == odd.source == "heuristic"
     assert odd.predicted_s == pytest.approx(fast.predicted_s, rel=1e-6)
     assert fast.workspace_bytes >= 2 * 2560 * 2 * 2560 * 4     # the prepared [big | small] operands
 
@@ -506,7 +506,7 @@ def test_host_bound_calls_go_to_our_kernels_and_large_ones_do_not(monkeypatch):
     pyblasgemm.clear_plan_cache()
     small = plan(64, 64, 64, "f16", arch="sm_90")
     assert small.backend == "tensorcore" and small.reason.startswith("host-bound")
-    assert not small.config.is_sm90                  # the Hopper launchers cost ~15 µs
+    assert small.config.family != "sm90a"            # the Hopper launchers cost ~15 µs
     ours = next(c for c in small.candidates if c.config == small.config)
     cublas = next(c for c in small.candidates if c.backend == "cublas")
     latency = 3e-6
@@ -535,12 +535,12 @@ def test_extra_launches_cost_host_time_only_beyond_the_gpu_time():
     assert cal["call_host_us"]["launch"] > 0
     small = plan(64, 64, 64, "f32", compute="tf32", backend="tensorcore", arch="sm_90")
     big = plan(4096, 4096, 4096, "f32", compute="tf32", backend="tensorcore", arch="sm_90")
-    assert not small.config.is_sm90 and big.config.is_sm90
+    assert small.config.family != "sm90a" and big.config.family == "sm90a"
     for p, hidden in ((small, False), (big, True)):
         prob = kernel_problem_for(p.problem)
-        sm90 = [c for c in p.candidates if c.score and c.config is not None and c.config.is_sm90]
+        sm90 = [c for c in p.candidates if c.score and c.config is not None and c.config.family == "sm90a"]
         c = min(sm90, key=lambda c: c.time)
         g = launch_geometry(prob, c.config, p.arch.sm_count, 1)
         assert model.extra_launches(c.config, prob, g) >= 2        # the two prep kernels
-        base = model.call_host_s(cal, "tensorcore", True)
+        base = model.call_host_s(cal, "tensorcore", "sm90")
         assert (c.score.host == base) is hidden

@@ -1,6 +1,6 @@
 """Pure-Python tests of the Hopper kernel's host rules (no GPU, no CuPy, no CUDA driver).
 
-* ``KernelConfig.validate`` for ``family='sm90a'`` (config._validate_sm90): what TMA and s8
+* ``KernelConfig.validate`` for ``family='sm90a'`` (families.HopperFamily.validate): what TMA and s8
   wgmma need of the operands, the tile / pipeline / shared-memory bounds, the decompositions;
 * ``sm90.tma_maps``: the (dims, strides, box) of the P = op(B)^T and Q = op(A) tensor maps for
   every layout, batched and broadcast (batch stride 0);
@@ -104,7 +104,7 @@ def test_shipped_configs_cover_tiles_and_decompositions():
         one_wg = [c for c in SM90_CONFIGS[kind] if c.bn == 64]   # one consumer warpgroup
         assert {(c.bm, c.decomposition) for c in one_wg} == {(bm, d) for bm in narrow for d in SM90_DECOMPOSITIONS}
         for c in SM90_CONFIGS[kind]:
-            assert c.is_sm90 and c.bn == 64 * c.warps_m and c.bk * ELEM_BYTES[kind] == 128
+            assert c.family == "sm90a" and c.bn == 64 * c.warps_m and c.bk * ELEM_BYTES[kind] == 128
             assert c.threads == 128 * (1 + c.warps_m)
             assert c.smem_bytes(kind) <= MAX_SMEM_SM90, c.name
 

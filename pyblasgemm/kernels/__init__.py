@@ -9,6 +9,8 @@ Importing this package imports neither CuPy nor creates a CUDA context.
 from .config import (DECOMPOSITIONS, SHIPPED_CONFIGS, SM90_CONFIGS, SM90_CONFIGS_BY_TILE, KernelConfig,
                      default_config)
 from .problem import KernelProblem
+# fills the kernel-family registry (config.KERNEL_FAMILIES) that every layer looks families up in
+from . import families  # noqa: E402,F401
 
 
 def run(problem, config=None, stream=None, **kw):

@@ -1,7 +1,8 @@
 """Kernel configurations: tile shape, warp layout, pipeline depth, decomposition.
 
-Every constraint on a (config, problem) pair lives in :meth:`KernelConfig.validate`; the
-launcher, the tests and (later) the planner all ask it, nothing else re-derives the rules.
+Every constraint on a (config, problem) pair is asked through :meth:`KernelConfig.validate`,
+which applies its kernel family's rules (:mod:`~pyblasgemm.kernels.families`); the launcher,
+the tests and the planner all ask it, nothing else re-derives the rules.
 
 Decompositions (all bitwise reproducible run to run; partials are summed in a fixed order):
 
@@ -21,11 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..kinds import KERNEL_KINDS
-from .problem import ACCUMULATE, C_BYTES, ELEM_BYTES, KernelProblem
+from .problem import ELEM_BYTES, KernelProblem
 
 __all__ = ["KernelConfig", "DECOMPOSITIONS", "SHIPPED_CONFIGS", "SM90_CONFIGS", "default_config", "MAX_SMEM_SM90",
            "SM90_KINDS", "SM90_DECOMPOSITIONS", "SM90_CONFIGS_BY_TILE", "SM90_MMA_SYNC_CONFIGS",
-           "SM90_SMALL_CONFIGS", "SM90_PREP_KINDS", "sm90_prep_shape"]
+           "SM90_SMALL_CONFIGS", "SM90_PREP_KINDS", "sm90_prep_shape", "KERNEL_FAMILIES", "families_on"]
 
 DECOMPOSITIONS = ("sliced", "splitk_serial", "splitk_parallel", "streamk", "hybrid")
 #: template MODE of impls/sm80_gemm.cuh (hybrid and streamk share the kernel)
@@ -35,20 +36,34 @@ MODE = {"sliced": 0, "splitk_serial": 1, "splitk_parallel": 2, "streamk": 3, "hy
 GROUPED = "grouped"
 #: opt-in dynamic shared memory per block: sm_90 227 KB, sm_80 163 KB, sm_86/89 99 KB
 MAX_SMEM_SM90 = 232448
-_GRID_YZ_MAX = 65535
 SM90_KINDS = tuple(KERNEL_KINDS)      # the Hopper kernel runs every kind
 #: fp32 operands on the Hopper kernel: a prep kernel writes them K-major, rounded to tf32 (3xTF32:
-#: rows of [big | small] halves) into a workspace of at most this many bytes
+#: rows of [big | small] halves) into a workspace (at most ``families.SM90_PREP_MAX_BYTES``)
 SM90_PREP_KINDS = tuple(k for k, r in KERNEL_KINDS.items() if r.sm90_prep)
-SM90_PREP_MAX_BYTES = 4 << 30
 #: fp32-output kinds: the 16-bit mainloop with a 4-byte epilogue; CI compiles fewer of their
 #: tiles (the mainloop instantiations are the 16-bit kinds', tested in full)
 _OUT32_KINDS = tuple(k for k, r in KERNEL_KINDS.items() if r.base_kind != k)
-#: kinds whose wgmma chains go into fresh registers added to the accumulator by a rounding FADD
-#: (3xTF32; a float32 C shows the tensor cores' truncating accumulation): two register sets
-_TWO_ACCUMULATOR_KINDS = ("3xtf32", "f16_out32", "bf16_out32")
 #: decompositions of the Hopper kernel's persistent scheduler (its split-k is the parallel one)
 SM90_DECOMPOSITIONS = ("sliced", "splitk_parallel", "streamk", "hybrid")
+#: the kinds whose kernels take a fused epilogue (float accumulators; the fp32 operand kinds
+#: pass a prep kernel on Hopper and are left out everywhere)
+FUSED_KINDS = ("f16", "bf16", "f16_out32", "bf16_out32")
+
+#: The kernel-family registry: ``KernelConfig.family`` -> its entry (a
+#: :class:`~pyblasgemm.kernels.families.KernelFamily`), in the order the planner offers their
+#: tiles. :mod:`pyblasgemm.kernels.families` fills it when ``pyblasgemm.kernels`` is imported;
+#: it lives here so that every layer below that module looks families up without importing it.
+KERNEL_FAMILIES: dict = {}
+
+
+def families_on(cc: tuple) -> list:
+    """The registered kernel families that run on compute capability ``cc``, in the
+    planner's order.
+
+    >>> [f.name for f in families_on((8, 6))], [f.name for f in families_on((9, 0))]
+    (['sm80'], ['sm90a', 'sm80'])
+    """
+    return [f for f in KERNEL_FAMILIES.values() if not f.why_not_on(cc)]
 
 
 @dataclass(frozen=True)
@@ -81,8 +96,24 @@ class KernelConfig:
     consumer: str = "wgmma"
 
     @property
+    def kernel_family(self):
+        """The registry entry of this config's family (:mod:`~pyblasgemm.kernels.families`):
+        everything that differs between the mma.sync and the Hopper kernel. ValueError for a
+        family that is not registered.
+
+        >>> KernelConfig().kernel_family.title
+        'the mma.sync kernel'
+        """
+        fam = KERNEL_FAMILIES.get(self.family)
+        if fam is None:
+            raise ValueError(f"family={self.family!r} is not a kernel family; "
+                             f"registered: {tuple(KERNEL_FAMILIES)}")
+        return fam
+
+    @property
     def name(self) -> str:
-        s = "sm90a_" if self.family == "sm90a" else ""
+        fam = KERNEL_FAMILIES.get(self.family)
+        s = fam.name_prefix if fam is not None else f"{self.family}_"
         s += f"{self.decomposition}_{self.bm}x{self.bn}x{self.bk}_w{self.warps_m}x{self.warps_n}_s{self.stages}"
         if self.splits:
             s += f"_k{self.splits}"
@@ -93,14 +124,8 @@ class KernelConfig:
         return s + f"_g{self.group_m}"
 
     @property
-    def is_sm90(self) -> bool:
-        return self.family == "sm90a"
-
-    @property
     def threads(self) -> int:
-        if self.is_sm90:
-            return 128 * (1 + self.warps_m)   # producer warpgroup + warps_m consumer warpgroups
-        return 32 * self.warps_m * self.warps_n
+        return self.kernel_family.threads(self)
 
     @property
     def mode(self) -> int:
@@ -110,155 +135,21 @@ class KernelConfig:
         return self.bk * ELEM_BYTES[kind]
 
     def smem_bytes(self, kind: str) -> int:
-        """Dynamic shared memory: max(cp.async ring, fp32 epilogue staging tile); sm90a: the
-        TMA ring (128 bytes of K per row of both tiles per stage) + the epilogue's TMA-store
-        staging (2 x 8 KB per consumer warpgroup) + mbarriers + 1 KB alignment."""
-        if self.is_sm90:
-            parts = 2 if kind == "3xtf32" else 1     # a 3xTF32 stage holds big and small halves
-            return self.stages * (self.bm + self.bn) * 128 * parts + 16384 * self.warps_m + 16 * self.stages + 1024
-        ring = self.stages * (self.bm + self.bn) * self.bk_bytes(kind)
-        stage = self.bn * (self.bm + 4) * 4
-        return max(ring, stage)
+        """Dynamic shared memory per CTA (the family's formula: the mma.sync kernel's
+        cp.async ring or epilogue staging tile, the Hopper kernel's TMA ring and store staging)."""
+        return self.kernel_family.smem_bytes(self, kind)
 
     def validate(self, problem: KernelProblem | None = None, *, kind: str | None = None,
                  max_smem: int = MAX_SMEM_SM90) -> tuple[bool, str]:
-        """(ok, reason): may this config run ``problem`` (or compile for ``kind``)?"""
+        """(ok, reason): may this config run ``problem`` (or compile for ``kind``)? The rules
+        are its family's (``KernelFamily.validate``)."""
         kind = problem.kind if problem is not None else kind
         if kind not in ELEM_BYTES:
             return False, f"unknown kind {kind!r}; expected one of {tuple(ELEM_BYTES)}"
-        if self.family == "sm90a":
-            return _validate_sm90(self, problem, kind, max_smem)
-        if self.family != "sm80":
-            return False, f"family {self.family!r} must be 'sm80' or 'sm90a'"
-        if self.cluster != 1:
-            return False, f"clusters are the Hopper kernel's (cluster={self.cluster} with family 'sm80')"
-        if self.consumer != "wgmma":
-            return False, f"consumer={self.consumer!r} is the Hopper kernel's (family 'sm90a')"
-
-        eb, cb = ELEM_BYTES[kind], C_BYTES[kind]
-        if self.decomposition not in DECOMPOSITIONS + (GROUPED,):
-            return False, f"decomposition {self.decomposition!r} not in {DECOMPOSITIONS + (GROUPED,)}"
-        if self.bm not in (64, 128, 256) or self.bn not in (64, 128, 256):
-            return False, f"bm, bn must be 64, 128 or 256 (got {self.bm}x{self.bn})"
-        if self.bk_bytes(kind) not in (64, 128):
-            return False, f"bk*sizeof(elem) must be 64 or 128 bytes (bk={self.bk}, {eb}-byte {kind})"
-        if self.warps_m * self.warps_n not in (4, 8):
-            return False, f"warps_m*warps_n must be 4 or 8 (got {self.warps_m}x{self.warps_n})"
-        wtm, wtn = self.bm // self.warps_m, self.bn // self.warps_n
-        if self.bm % self.warps_m or self.bn % self.warps_n or wtm % 16 or wtn % 16:
-            return False, f"warp tile {self.bm}/{self.warps_m} x {self.bn}/{self.warps_n} must be multiples of 16"
-        if wtm * wtn > 64 * 64:
-            return False, f"warp tile {wtm}x{wtn} exceeds 64x64 (accumulators would spill)"
-        if not 3 <= self.stages <= 5:
-            return False, f"stages must be 3..5 (got {self.stages})"
-        t = self.threads
-        for rows, cols_b, what in ((self.bm, self.bk_bytes(kind), "A"), (self.bn, self.bk_bytes(kind), "B")):
-            if (rows * cols_b // 16) % t:
-                return False, f"{what} tile of {rows * cols_b // 16} 16-byte chunks does not divide over {t} threads"
-        for mn in (self.bm, self.bn):
-            if mn * eb // 16 not in (2, 4, 8, 16, 32):
-                return False, f"an M/N-contiguous smem row of {mn} {eb}-byte elements is not 2..32 chunks"
-        if (self.bm * self.bn // (16 // cb)) % t or (self.bm * self.bn // 4) % t:
-            return False, "epilogue vectors do not divide over the threads"
-        if self.smem_bytes(kind) > max_smem:
-            return False, f"needs {self.smem_bytes(kind)} B shared memory > {max_smem} B available"
-        if self.decomposition.startswith("splitk") and not (self.splits == 0 or 2 <= self.splits <= _GRID_YZ_MAX):
-            return False, f"split-k needs splits = 0 (auto) or >= 2 (got {self.splits})"
-        if self.decomposition in ("sliced", "streamk", "hybrid") and self.splits not in (0, 1):
-            return False, f"{self.decomposition} takes no splits (got {self.splits})"
-        if self.group_m < 1:
-            return False, "group_m must be >= 1"
-        if problem is None:
-            return True, ""
-        if problem.acc not in ACCUMULATE[kind]:
-            return False, f"accumulate {problem.acc!r} not available for {kind} (choose from {ACCUMULATE[kind]})"
-        if problem.transa not in "NT" or problem.transb not in "NT" or len(problem.transa + problem.transb) != 2:
-            return False, f"transa/transb must be 'N' or 'T' (got {problem.transa!r}, {problem.transb!r})"
-        tiles = -(-problem.m // self.bm) * -(-problem.n // self.bn)
-        if tiles * problem.batch >= 2**31:
-            return False, f"{tiles * problem.batch} tiles exceed the 2^31 grid limit"
-        if self.decomposition in ("sliced", "splitk_serial", "splitk_parallel") and problem.batch > _GRID_YZ_MAX:
-            return False, f"batch {problem.batch} > {_GRID_YZ_MAX} (grid.z); use streamk/hybrid"
-        if max(problem.m, problem.n, problem.k) >= 2**31:
-            return False, "m, n, k must be < 2^31"
-        return True, ""
-
-
-def _validate_sm90(c: KernelConfig, problem: KernelProblem | None, kind: str, max_smem: int) -> tuple[bool, str]:
-    """The Hopper kernel's rules (impls/sm90_gemm.cuh): tile, pipeline, and what TMA and s8
-    wgmma need of the operands. Anything refused here runs on the mma.sync kernel or cuBLAS."""
-    if kind not in SM90_KINDS:
-        return False, f"the Hopper kernel runs {SM90_KINDS} (not {kind}: that is the mma.sync kernel's)"
-    if c.decomposition not in SM90_DECOMPOSITIONS:
-        return False, (f"the Hopper kernel's persistent scheduler runs {SM90_DECOMPOSITIONS} "
-                       f"(not {c.decomposition!r}; its split-k is the parallel one)")
-    if (c.warps_m, c.warps_n) not in ((1, 1), (2, 1)):
-        return False, (f"Hopper kernel: warps_m x warps_n names the 1 x 1 or 2 x 1 consumer warpgroups "
-                       f"(got {c.warps_m}x{c.warps_n})")
-    if c.bn != 64 * c.warps_m or c.bm not in (64, 128, 192, 256):
-        return False, (f"Hopper tile: bn must be 64 per consumer warpgroup ({64 * c.warps_m}) and bm "
-                       f"64/128/192/256 (got {c.bm}x{c.bn})")
-    if c.bk * ELEM_BYTES[kind] != 128:
-        return False, f"Hopper tile: bk must be 128 bytes of K (got bk={c.bk} {kind})"
-    if not 2 <= c.stages <= 16:
-        return False, f"stages must be 2..16 (got {c.stages})"
-    if c.smem_bytes(kind) > max_smem:
-        return False, f"needs {c.smem_bytes(kind)} B shared memory > {max_smem} B available"
-    if c.decomposition == "splitk_parallel" and not (c.splits == 0 or c.splits >= 2):
-        return False, f"split-k needs splits = 0 (auto) or >= 2 (got {c.splits})"
-    if c.decomposition != "splitk_parallel" and c.splits not in (0, 1):
-        return False, f"{c.decomposition} takes no splits (got {c.splits})"
-    if c.group_m < 1:
-        return False, "group_m must be >= 1"
-    if c.cluster not in (1, 2):
-        return False, f"cluster must be 1 or 2 (got {c.cluster})"
-    if c.cluster == 2 and c.decomposition != "sliced":
-        return False, f"2-CTA clusters run the data-parallel schedule only (not {c.decomposition!r})"
-    if c.consumer not in ("wgmma", "mma.sync"):
-        return False, f"consumer must be 'wgmma' or 'mma.sync' (got {c.consumer!r})"
-    if c.consumer == "mma.sync" and (kind not in ("f16", "bf16") or c.bm not in (128, 256) or c.warps_m != 2):
-        return False, (f"mma.sync consumers run f16/bf16 with two consumer warpgroups and bm 128 or 256 "
-                       f"(a 64 x bm/4 warp tile; got {kind}, bm={c.bm}, warps_m={c.warps_m})")
-    if kind in _TWO_ACCUMULATOR_KINDS and c.bm > 128:
-        return False, (f"{kind} keeps a second set of accumulators (rounded adds): wgmma N = bm <= 128 "
-                       f"(got bm={c.bm})")
-    if problem is None:
-        return True, ""
-    p = problem
-    if kind in SM90_PREP_KINDS:
-        return _validate_sm90_prep(c, p, kind)
-    if p.acc not in ("f32", "s32"):
-        return False, f"the Hopper kernel accumulates in fp32/s32 (accumulate={p.acc!r} is mma.sync's)"
-    if p.transa not in ("N", "T") or p.transb not in ("N", "T"):
-        return False, f"transa/transb must be 'N' or 'T' (got {p.transa!r}, {p.transb!r})"
-    if kind == "s8" and (p.transa, p.transb) != ("T", "N"):
-        return False, (f"s8 wgmma reads K-major operands only: needs transa='T', transb='N' "
-                       f"(got {p.transa!r}, {p.transb!r})")
-    eb = ELEM_BYTES[kind]
-    for name, ld in (("lda", p.lda), ("ldb", p.ldb)):
-        if (ld * eb) % 16:
-            return False, f"TMA needs {name}*{eb} bytes to be a multiple of 16 ({name}={ld})"
-    if p.a_ptr % 16 or p.b_ptr % 16:
-        return False, "TMA needs 16-byte aligned A and B pointers"
-    if p.batch > 1:
-        for name, st in (("stride_a", p.stride_a), ("stride_b", p.stride_b)):
-            if st and (st * eb) % 16:
-                return False, f"TMA needs {name}*{eb} bytes to be a multiple of 16 ({name}={st})"
-    if p.batch > 1:
-        # each batch's matrix is a box-aligned slab of a 3-D tensor map: no overlapping batches
-        cols_a = p.k if p.transa == "N" else p.m
-        cols_b = p.n if p.transb == "N" else p.k
-        for name, st, need in (("stride_a", p.stride_a, p.lda * cols_a), ("stride_b", p.stride_b, p.ldb * cols_b)):
-            if st and st < need:
-                return False, f"TMA needs non-overlapping batches: {name}={st} < {need}"
-    if max(p.lda, p.ldb, p.stride_a, p.stride_b) * eb >= 2**40:
-        return False, "TMA strides must be < 2^40 bytes"
-    if max(p.m, p.n, p.k) >= 2**31:
-        return False, "m, n, k must be < 2^31"
-    tiles = -(-p.m // c.bm) * -(-p.n // c.bn) * p.batch
-    if tiles * max(1, c.splits) >= 2**31:
-        return False, f"{tiles} tiles x {c.splits} splits exceed 2^31 work units"
-    return True, ""
+        fam = KERNEL_FAMILIES.get(self.family)
+        if fam is None:
+            return False, f"family {self.family!r} must be {' or '.join(repr(f) for f in sorted(KERNEL_FAMILIES))}"
+        return fam.validate(self, problem, kind, max_smem)
 
 
 def sm90_prep_shape(p: KernelProblem) -> tuple[int, int, int]:
@@ -277,23 +168,6 @@ def sm90_prep_shape(p: KernelProblem) -> tuple[int, int, int]:
     bat_a = p.batch if p.batch > 1 and p.stride_a else 1
     bat_b = p.batch if p.batch > 1 and p.stride_b else 1
     return sections, kpad, (bat_a * p.m + bat_b * p.n) * sections * kpad * 4
-
-
-def _validate_sm90_prep(c: KernelConfig, p: KernelProblem, kind: str) -> tuple[bool, str]:
-    """The fp32 paths: the prep kernel reads any layout, leading dimension and alignment, so
-    only the size of its workspace and of the tripled K are bounded."""
-    if p.transa not in ("N", "T") or p.transb not in ("N", "T"):
-        return False, f"transa/transb must be 'N' or 'T' (got {p.transa!r}, {p.transb!r})"
-    sections, kpad, ws = sm90_prep_shape(p)
-    if ws > SM90_PREP_MAX_BYTES:
-        return False, (f"the prepared tf32 operands would take {ws / 2**30:.1f} GiB "
-                       f"(> {SM90_PREP_MAX_BYTES >> 30} GiB)")
-    if sections * kpad >= 2**31 or max(p.m, p.n) >= 2**31:
-        return False, "m, n and the prepared K must be < 2^31"
-    tiles = -(-p.m // c.bm) * -(-p.n // c.bn) * p.batch
-    if tiles * max(1, c.splits) >= 2**31:
-        return False, f"{tiles} tiles x {c.splits} splits exceed 2^31 work units"
-    return True, ""
 
 
 def _cfg(**kw) -> KernelConfig:

@@ -3,14 +3,15 @@ a problem (pure arithmetic, no GPU). The planner scores with it, the launchers l
 the emulator (tests/emulator.py) checks it."""
 from __future__ import annotations
 
-from .config import SM90_PREP_KINDS, KernelConfig, sm90_prep_shape
+from .config import KernelConfig
 from .problem import KernelProblem
 
-__all__ = ["launch_geometry"]
+__all__ = ["launch_geometry", "tile_geometry"]
 
 
 def launch_geometry(problem: KernelProblem, config: KernelConfig, sm_count: int, occupancy: int = 1) -> dict:
-    """Grid and runtime parameters for ``config`` on ``problem`` (pure arithmetic, no GPU).
+    """Grid and runtime parameters for ``config`` on ``problem`` (pure arithmetic, no GPU): its
+    family's (``KernelFamily.geometry``), on :func:`tile_geometry`.
 
     ``ws_bytes`` is the workspace the launch needs. The Hopper kernel (``config.family ==
     'sm90a'``) runs a persistent grid of at most ``sm_count`` CTAs for every decomposition; its
@@ -18,36 +19,13 @@ def launch_geometry(problem: KernelProblem, config: KernelConfig, sm_count: int,
     prepared "TN" problem (K tripled for 3xTF32): geometry of that, ``prep_bytes`` of prepared
     operands added to ``ws_bytes``.
     """
-    if config.is_sm90 and problem.kind in SM90_PREP_KINDS:
-        from .sm90 import prepared_problem
-
-        g = _launch_geometry(prepared_problem(problem), config, sm_count, occupancy)
-        g["prep_bytes"] = sm90_prep_shape(problem)[2]
-        g["ws_bytes"] += g["prep_bytes"]
-        return g
-    return _launch_geometry(problem, config, sm_count, occupancy)
+    return config.kernel_family.geometry(problem, config, sm_count, occupancy)
 
 
-def _launch_geometry(problem: KernelProblem, config: KernelConfig, sm_count: int, occupancy: int) -> dict:
-    g = _geometry(problem, config, sm_count, 1 if config.is_sm90 else occupancy)
-    p, c = problem, config
-    if c.is_sm90:
-        if c.decomposition == "sliced" and c.cluster > 1:
-            # units of `cluster` tile rows along n (the pair shares its m-side operand)
-            units = -(-(-(-p.n // c.bn)) // c.cluster) * -(-p.m // c.bm) * p.batch
-            # at least one cluster, even when a test's sm_count override is below its size
-            g.update(grid=(c.cluster * max(1, min(units, sm_count // c.cluster)), 1, 1))
-        elif c.decomposition == "sliced":
-            g.update(grid=(min(g["tiles"], sm_count), 1, 1))
-        elif c.decomposition == "splitk_parallel":
-            g.update(grid=(min(g["tiles"] * g["splits"], sm_count), 1, 1), ws_slots=0)
-            g["ws_bytes"] = g["splits"] * p.batch * p.m * p.n * 4
-            return g
-    g["ws_bytes"] = g["ws_slots"] * c.bm * c.bn * 4
-    return g
-
-
-def _geometry(problem: KernelProblem, config: KernelConfig, sm_count: int, occupancy: int) -> dict:
+def tile_geometry(problem: KernelProblem, config: KernelConfig, sm_count: int, occupancy: int) -> dict:
+    """The tile arithmetic every family starts from: output tiles, K steps, and per
+    decomposition the splits, the stream-k / hybrid split of tiles over a grid of ``sm_count x
+    occupancy`` CTAs, workspace slots and flags (no ``ws_bytes``: the family's)."""
     p, c = problem, config
     tiles_m, tiles_n = -(-p.m // c.bm), -(-p.n // c.bn)
     tpb = tiles_m * tiles_n

@@ -113,15 +113,12 @@ def kernel_name(config: KernelConfig, kind: str, transa: str, transb: str, accum
 
 
 def reduce_name(config: KernelConfig, kind: str, accumulate: str | None = None, epi: int = 0) -> str:
-    """The split-k reduction kernel that goes with ``config`` (same tile shape; ``epi``: the
-    Hopper reduction's fused epilogue, see :func:`sm90_kernel_name`)."""
-    if config.is_sm90:
-        return f"pyblasgemm::sm90_splitk_reduce<pyblasgemm::{_SM90_KIND[kind]}{f', {epi}' if epi else ''}>"
-    return (f"pyblasgemm::splitk_reduce_kernel<{kind_struct(kind, accumulate)}, {config.bm}, {config.bn}"
-            f"{f', {epi}' if epi else ''}>")
+    """The split-k reduction kernel that goes with ``config`` (its family's: same tile shape;
+    ``epi``: the Hopper reduction's fused epilogue, see :func:`sm90_kernel_name`)."""
+    return config.kernel_family.reduce_name(config, kind, accumulate, epi)
 
 
-_SM90_KIND = {k: r.sm90_struct for k, r in KERNEL_KINDS.items()}
+SM90_KIND = {k: r.sm90_struct for k, r in KERNEL_KINDS.items()}
 #: fp32 operands reach the Hopper kernel through this prep kernel (impls/sm90_tf32_prep.cuh)
 SM90_PREP_NAME = {"tf32": "pyblasgemm::sm90_tf32_prep<1>", "3xtf32": "pyblasgemm::sm90_tf32_prep<2>"}
 SM90_PREP_KINDS = tuple(SM90_PREP_NAME)
@@ -142,7 +139,7 @@ def sm90_kernel_name(config: KernelConfig, kind: str, transa: str, transb: str, 
     pk, qk = transb == "N", transa == "T"
     if kind in SM90_PREP_KINDS:   # the prep kernel hands over K-major operands in every layout
         pk = qk = True
-    return (f"pyblasgemm::sm90_gemm_kernel<pyblasgemm::{_SM90_KIND[kind]}, {_b(pk)}, {_b(qk)}, {config.bm}, "
+    return (f"pyblasgemm::sm90_gemm_kernel<pyblasgemm::{SM90_KIND[kind]}, {_b(pk)}, {_b(qk)}, {config.bm}, "
             f"{config.stages}, {config.mode}, {config.cluster}, {config.warps_m}, "
             f"{_b(config.consumer == 'mma.sync')}{f', {epi}' if epi else ''}>")
 
@@ -174,16 +171,17 @@ def epilogue_code(activation_code: int, dequantize_to: str | None = None) -> int
 
 
 def _names(config, kind, transa, transb, accumulate, vec, epi: int = 0) -> list[str]:
+    """The name expressions one module of ``config`` compiles: its family's GEMM kernel, the
+    split-k reduction with ``splitk_parallel``, the operand-prep kernel where the kind has one."""
     if epi & EPI_DEQUANT and kind != "s8":
         raise ValueError(f"int8 dequantization is fused for the s8 kind only, not {config.name} ({kind})")
-    if config.is_sm90:
-        names = [sm90_kernel_name(config, kind, transa, transb, epi)]
-    else:
-        names = [kernel_name(config, kind, transa, transb, accumulate, vec, epi)]
+    family = config.kernel_family
+    names = [family.kernel_name(config, kind, transa, transb, accumulate, vec, epi)]
     if config.decomposition == "splitk_parallel":
-        names.append(reduce_name(config, kind, accumulate, epi))
-    if config.is_sm90 and kind in SM90_PREP_KINDS:
-        names.append(SM90_PREP_NAME[kind])
+        names.append(family.reduce_name(config, kind, accumulate, epi))
+    prep = family.prep_name(kind)
+    if prep is not None:
+        names.append(prep)
     return names
 
 
@@ -231,10 +229,12 @@ def _get_module_kernels(config, kind, transa, transb, accumulate, vec, device_id
     hit = _cache.get(key)
     if hit is not None:
         return hit
+    family = config.kernel_family
     with dev:
-        if config.is_sm90:
-            # CuPy's RawModule compiles for sm_90, not sm_90a: compile (and cache) ourselves.
-            cubin, lowered = _sm90_cubin(config, kind, transa, transb, epi)
+        if family.compile_target is not None:
+            # CuPy's RawModule compiles for the device's arch (sm_90), not an arch-specific
+            # target (sm_90a): compile (and cache) ourselves
+            cubin, lowered = _cached_cubin(config, kind, transa, transb, epi)
             mod = cupy.cuda.function.Module()
             mod.load(cubin)
             funcs = [mod.get_function(lowered[n]) for n in names]  # each Function holds the Module
@@ -242,7 +242,7 @@ def _get_module_kernels(config, kind, transa, transb, accumulate, vec, device_id
             _first_compile_notice()
             log.info("compiling %s (NVRTC, CuPy's cache)", names[0])
             t0 = time.perf_counter()
-            mod = cupy.RawModule(code=_source(), options=_options(), name_expressions=names)
+            mod = cupy.RawModule(code=_source(family.header), options=_options(), name_expressions=names)
             try:
                 funcs = [mod.get_function(n) for n in names]
                 log.info("compiled %s in %.2f s", names[0], time.perf_counter() - t0)
@@ -251,7 +251,7 @@ def _get_module_kernels(config, kind, transa, transb, accumulate, vec, device_id
     smem = config.smem_bytes(kind)
     if smem > 48 * 1024:
         # Blocks get more than 48 KB of dynamic shared memory only after opting in.
-        if config.is_sm90:
+        if family.compile_target is not None:    # a driver Function of our own module
             from cupy_backends.cuda.api import driver
 
             with dev:  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
@@ -259,7 +259,7 @@ def _get_module_kernels(config, kind, transa, transb, accumulate, vec, device_id
         else:
             funcs[0].max_dynamic_shared_size_bytes = smem
     by_name = dict(zip(names, funcs))
-    prep = by_name.pop(SM90_PREP_NAME.get(kind, ""), None)
+    prep = by_name.pop(family.prep_name(kind), None)
     red = [f for n, f in by_name.items() if n != names[0]]
     result = (funcs[0], red[0] if red else None, prep)
     with _lock:
@@ -318,10 +318,11 @@ def _nvrtc(names: list[str], config: KernelConfig, arch: str, ptx: bool = False,
     """(cubin or PTX bytes, log, {name expression: lowered name}) from one NVRTC compile."""
     from cupy.cuda import nvrtc
 
-    if config.is_sm90 and arch not in (SM90_ARCH, "sm_90a"):
-        raise ValueError(f"the Hopper kernel ({config.name}) compiles for {SM90_ARCH} only (got arch={arch!r})")
-    prog = nvrtc.createProgram(_source(SM90_HEADER if config.is_sm90 else KERNEL_HEADER), "pyblasgemm_kernel.cu",
-                               [], [])
+    family = config.kernel_family
+    if family.compile_target is not None and arch != family.compile_target:
+        raise ValueError(f"{family.title} ({config.name}) compiles for {family.compile_target} only "
+                         f"(got arch={arch!r})")
+    prog = nvrtc.createProgram(_source(family.header), "pyblasgemm_kernel.cu", [], [])
     try:
         for n in names:
             nvrtc.addNameExpression(prog, n)
@@ -368,8 +369,9 @@ def kernel_cache_dir() -> Path:
     return cache_home() / "kernels"
 
 
-def _sm90_cubin(config: KernelConfig, kind: str, transa: str, transb: str, epi: int = 0):
-    """(cubin, lowered names) for a Hopper instantiation, from the disk cache when present.
+def _cached_cubin(config: KernelConfig, kind: str, transa: str, transb: str, epi: int = 0):
+    """(cubin, lowered names) for an instantiation of a family with its own arch-specific
+    ``compile_target`` (the Hopper kernel's sm_90a), from the disk cache when present.
 
     The key covers the source (which carries the headers' sha256), the options, the arch, the
     NVRTC version and the name expressions; files are written atomically (rename), so
@@ -380,8 +382,10 @@ def _sm90_cubin(config: KernelConfig, kind: str, transa: str, transb: str, epi: 
     from cupy.cuda import nvrtc
 
     names = _names(config, kind, transa, transb, None, True, epi)
+    family = config.kernel_family
+    target = family.compile_target
     h = hashlib.sha256()
-    for part in (_source(SM90_HEADER), " ".join(_options()), SM90_ARCH, str(nvrtc.getVersion()), *names):
+    for part in (_source(family.header), " ".join(_options()), target, str(nvrtc.getVersion()), *names):
         h.update(part.encode() + b"\0")
     key = h.hexdigest()[:40]
     use_disk = not _env.get("PYBLASGEMM_NO_KERNEL_CACHE")
@@ -392,10 +396,10 @@ def _sm90_cubin(config: KernelConfig, kind: str, transa: str, transb: str, epi: 
         if hit is not None:
             return hit
     _first_compile_notice()
-    log.info("compiling %s for %s (kernel cache %s)", names[0], SM90_ARCH,
+    log.info("compiling %s for %s (kernel cache %s)", names[0], target,
              "miss" if use_disk else "off")
     t0 = time.perf_counter()
-    cubin, _, lowered = _nvrtc(names, config, SM90_ARCH, verbose=False)
+    cubin, _, lowered = _nvrtc(names, config, target, verbose=False)
     log.info("compiled %s in %.2f s", names[0], time.perf_counter() - t0)
     if use_disk and _write_cached_cubin(cub_path, meta_path, cubin, lowered):
         if d == cache_home() / "kernels":
@@ -536,7 +540,7 @@ def _remove_quietly(path: Path | None) -> None:
 
 
 def _warn_cache(message: str) -> None:
-    # stacklevel: past this helper and the reader/writer, at _sm90_cubin's caller's line
+    # stacklevel: past this helper and the reader/writer, at _cached_cubin's caller's line
     log.info("kernel cache: %s", message)
     warnings.warn(f"pyblasgemm: {message}", KernelCacheWarning, stacklevel=4)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .config import DECOMPOSITIONS, SM90_PREP_KINDS, KernelConfig, default_config
+from .config import DECOMPOSITIONS, FUSED_KINDS, KernelConfig, default_config  # noqa: F401 (FUSED_KINDS: re-exported)
 from .geometry import launch_geometry
-from .jit import get_kernels, get_prep_kernel
+from .jit import get_kernels
 from .mma_sync import BoundLaunch
 from .spec import LaunchSpec, launch_spec, problem_class
 from .problem import ACCUMULATE, KernelProblem
@@ -140,7 +140,7 @@ def prepare(problem: KernelProblem, config: KernelConfig | None = None, stream=N
     sm_count = min(sm_count, dev_sms) if sm_count else dev_sms  # never more CTAs than fit
     if config is None:
         config = default_config(p, sm_count)
-    if config.is_sm90:
+    if not config.kernel_family.prepared_launch:
         return _PreparedBound(bind(p, config, sm_count=sm_count), p)
     if config.decomposition not in DECOMPOSITIONS:
         raise ValueError(f"unknown decomposition {config.decomposition!r}")
@@ -242,36 +242,23 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
                          f"kernels.launch.fusable")
     kern, red = get_kernels(cfg, problem.kind, problem.transa, problem.transb, problem.acc,
                             problem.operands_vectorizable(), epi=epilogue[0])
-    if cfg.is_sm90:
-        from .sm90 import Sm90Launch, Sm90PrepLaunch
-
-        # one CTA per SM (the ring takes most of shared memory): the persistent grid is <= SMs
-        spec = spec or launch_spec(problem, cfg, sms, 1)
-        if problem.kind in SM90_PREP_KINDS:
-            prep = get_prep_kernel(cfg, problem.kind, problem.transa, problem.transb)
-            bl = Sm90PrepLaunch(problem, spec, kern, red, prep, dev_id)
-        else:
-            bl = Sm90Launch(problem, spec, kern, red, dev_id, epilogue)
-        _cache.put(key, bl)
-        return bl
-    if cfg.decomposition in ("streamk", "hybrid"):
+    family = cfg.kernel_family
+    if family.ctas_per_sm is None and cfg.decomposition in ("streamk", "hybrid"):
         # stream-k CTAs wait on each other: every CTA of the grid must be resident at once
         occ = _occupancy(kern, cfg.threads, cfg.smem_bytes(problem.kind))
         if spec is None or spec.occupancy > occ:
             spec = launch_spec(problem, cfg, sms, occ)
+    # a family with a fixed ctas_per_sm (the Hopper kernel: one; its ring takes most of shared
+    # memory) runs a persistent grid of at most that many CTAs per SM whatever is passed here
     spec = spec or launch_spec(problem, cfg, sms, 1)
-    bl = BoundLaunch(problem, spec, kern, red, dev_id, epilogue)
+    bl = family.bound_launch(problem, spec, kern, red, dev_id, epilogue)
     _cache.put(key, bl)
     return bl
 
 
-#: the kinds whose kernels take a fused epilogue (float accumulators; the fp32 operand kinds
-#: pass a prep kernel on Hopper and are left out everywhere)
-FUSED_KINDS = ("f16", "bf16", "f16_out32", "bf16_out32")
-
-
 def fusable(kind: str, config: KernelConfig, dequantize: bool = False) -> bool:
-    """Whether ``config`` runs a fused epilogue for ``kind``: every mma.sync config of a kind
+    """Whether ``config`` runs a fused epilogue for ``kind`` (its family's rule,
+    ``KernelFamily.fusable``): every mma.sync config of a kind
     of :data:`FUSED_KINDS` (the store is staged through shared memory: the epilogue adds no
     registers to the mainloop's; CI compiles the fused variants spill-free), and with
     ``dequantize`` its s8 configs (an int8 product scaled to float); a Hopper config with wgmma
@@ -287,10 +274,7 @@ def fusable(kind: str, config: KernelConfig, dequantize: bool = False) -> bool:
     >>> fusable("s8", SHIPPED_CONFIGS["s8"][0], dequantize=True), fusable("bf16", SHIPPED_CONFIGS["bf16"][0])
     (True, True)
     """
-    if not config.is_sm90:
-        return kind == "s8" if dequantize else kind in FUSED_KINDS
-    return (config.consumer == "wgmma" and (kind == "s8" if dequantize else kind in FUSED_KINDS)
-            and not (config.decomposition in ("streamk", "hybrid") and config.bm == 256))
+    return config.kernel_family.fusable(kind, config, dequantize)
 
 
 def clear_bind_cache() -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from .config import KernelConfig, SM90_PREP_KINDS
+from .config import KernelConfig
 from .geometry import launch_geometry
 from .problem import KernelProblem
 
@@ -92,24 +92,12 @@ def launch_spec(problem: KernelProblem, config: KernelConfig, sm_count: int,
                 occupancy: int = 1) -> LaunchSpec:
     """The :class:`LaunchSpec` of ``config`` on ``problem``'s class (pure arithmetic).
 
-    ``occupancy`` (CTAs per SM) matters to stream-k and hybrid grids only; the Hopper kernels
-    run one CTA per SM whatever is given."""
-    occ = 1 if config.is_sm90 else max(1, int(occupancy))
+    ``occupancy`` (CTAs per SM) matters to stream-k and hybrid grids only; a family with a
+    fixed ``ctas_per_sm`` (the Hopper kernel: one) runs that whatever is given."""
+    family = config.kernel_family
+    occ = family.ctas_per_sm or max(1, int(occupancy))
     g = launch_geometry(problem, config, sm_count, occ)
-    if config.is_sm90:
-        from .sm90 import kernel_args, prepared_problem
-
-        inner = problem
-        inner_g = g
-        if problem.kind in SM90_PREP_KINDS:
-            # the GEMM runs the prepared "TN" problem; its geometry holds no prep bytes
-            inner = prepared_problem(problem)
-            inner_g = dict(g, ws_bytes=g["ws_bytes"] - g["prep_bytes"])
-        args, red = kernel_args(inner, config, inner_g)
-    else:
-        from .mma_sync import kernel_args
-
-        args, red = kernel_args(problem, config, g)
+    args, red = family.kernel_args(problem, config, g)
     return LaunchSpec(config, problem_class(problem), sm_count, occ, MappingProxyType(dict(g)),
                       config.smem_bytes(problem.kind), MappingProxyType(args),
                       None if red is None else MappingProxyType(red))

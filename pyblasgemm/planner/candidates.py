@@ -95,7 +95,7 @@ def _enumerate(desc: GemmDesc, arch: ArchSpec, cal: dict) -> list[Candidate]:
         if not ok and forced is None:
             out.append(Candidate("tensorcore", base, None, why))
             continue
-        if forced is None and base.is_sm90 and base.bm > max(64, 2 * desc.m):
+        if forced is None and base.kernel_family.wide_tile_pruning and base.bm > max(64, 2 * desc.m):
             # Pruned, not impossible: the model prices a tile by its whole MMA work, but measured
             # (planner_sm90_h100_2026-11-22_run3.json) 192/256-wide tiles on m <= 128 ran 1.3-1.7x
             # slower than the best, worse than the model says.
@@ -113,10 +113,11 @@ def _enumerate(desc: GemmDesc, arch: ArchSpec, cal: dict) -> list[Candidate]:
             variants = [base, replace(base, decomposition="hybrid"), replace(base, decomposition="streamk")]
             forced_splits = settings.splits
             for s in ([forced_splits] if forced_splits else _split_choices(tiles, kt, arch.sm_count * occ)):
-                # serial chains longer than 8 rarely pay; the Hopper kernel's split-k is parallel
-                if (s <= 8 or forced_splits) and not base.is_sm90:
+                if s <= 8 or forced_splits:      # serial chains longer than 8 rarely pay
                     variants.append(replace(base, decomposition="splitk_serial", splits=s))
                 variants.append(replace(base, decomposition="splitk_parallel", splits=s))
+            # the decompositions its family runs (the Hopper kernel's split-k is the parallel one)
+            variants = [v for v in variants if v.decomposition in base.kernel_family.decompositions]
         offered = 0
         for cfg in variants:
             if settings.decomposition and cfg.decomposition != settings.decomposition:

@@ -298,7 +298,8 @@ def _host_bound_pick(cands, cal, cublas_cand):
     single_theirs = host_theirs + cublas_cand.score.gpu
     best = None
     for c in cands:
-        if c.backend != "tensorcore" or c.score is None or c.config.is_sm90 or c.pack:
+        if (c.backend != "tensorcore" or c.score is None or not c.config.kernel_family.host_bound_rule
+                or c.pack):
             continue
         worst = latency + MODEL_MISS * max(0.0, c.score.gpu - latency)
         if (worst <= host_theirs and host_ours + worst < single_theirs

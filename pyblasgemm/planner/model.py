@@ -49,8 +49,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .._files import DOCUMENT_BYTES, read_regular
-from ..kernels.config import (SHIPPED_CONFIGS, SM90_CONFIGS, SM90_CONFIGS_BY_TILE, SM90_PREP_KINDS,
-                              SM90_SMALL_CONFIGS, KernelConfig)
+from ..kernels.config import KERNEL_FAMILIES, KernelConfig, families_on
 from ..kernels.geometry import launch_geometry
 from ..kinds import base_compute
 from ..kernels.problem import BASE_KIND, C_BYTES, ELEM_BYTES, KernelProblem
@@ -92,7 +91,7 @@ def load_calibration(path: str | None = None) -> dict:
         raise ValueError(f"pyblasgemm: malformed calibration file {main}: {why}")
     if "sm90" not in cal and CALIBRATION_SM90_FILE.exists():
         sm90 = _read_calibration_file(CALIBRATION_SM90_FILE)
-        why = _why_invalid_sm90(sm90, "the file")
+        why = _why_invalid_section(sm90, "the file")
         if why:
             raise ValueError(f"pyblasgemm: malformed calibration file {CALIBRATION_SM90_FILE}: {why}")
         cal["sm90"] = sm90
@@ -140,8 +139,9 @@ def _why_invalid_calibration(cal) -> str | None:
             checks.append(why_not_number(call.get("launch", 0.0), "call_host_us['launch']"))
     checks.append(_why_invalid_ours(cal.get("ours")))
     checks.append(_why_invalid_cublas(cal.get("cublas")))
-    if "sm90" in cal:
-        checks.append(_why_invalid_sm90(cal["sm90"], "sm90"))
+    for family in KERNEL_FAMILIES.values():       # a family's own section (the Hopper kernel's)
+        if family.calibration is not None and family.calibration in cal:
+            checks.append(_why_invalid_section(cal[family.calibration], family.calibration))
     return next((w for w in checks if w), None)
 
 
@@ -183,21 +183,22 @@ def _why_invalid_cublas(cb) -> str | None:
     return next((w for w in checks if w), None)
 
 
-def _why_invalid_sm90(sm90, where: str) -> str | None:
-    """The Hopper part: per kind {'tiles': {tile key: efficiency}}, and two optional numbers."""
-    why = why_not_dict(sm90, where)
+def _why_invalid_section(section, where: str) -> str | None:
+    """A kernel family's section (the Hopper kernel's, ``sm90``): per kind {'tiles': {tile key:
+    efficiency}}, and two optional numbers."""
+    why = why_not_dict(section, where)
     if why:
         return why
     for kind in BASE_KIND:
-        if kind in sm90:
+        if kind in section:
             at = f"{where}[{kind!r}]"
-            why = (why_not_dict(sm90[kind], at)
-                   or why_not_numbers(sm90[kind].get("tiles"), f"{at}['tiles']", positive=True))
+            why = (why_not_dict(section[kind], at)
+                   or why_not_numbers(section[kind].get("tiles"), f"{at}['tiles']", positive=True))
             if why:
                 return why
     for key in ("host_over_cublas", "streamk_spread_penalty"):
-        if key in sm90:
-            why = why_not_number(sm90[key], f"{where}[{key!r}]", positive=key == "host_over_cublas")
+        if key in section:
+            why = why_not_number(section[key], f"{where}[{key!r}]", positive=key == "host_over_cublas")
             if why:
                 return why
     return None
@@ -224,8 +225,8 @@ class Score(NamedTuple):
 
 def tile_key(cfg: KernelConfig, kind: str) -> str:
     """Calibration key of a tile shape: '128x128x64B_w2x2_s4' (bk in bytes, as the kernels);
-    the Hopper kernel's carry the prefix 'sm90a_'."""
-    pre = "sm90a_" if cfg.is_sm90 else ""
+    a family's keys carry its name prefix (the Hopper kernel's: 'sm90a_')."""
+    pre = cfg.kernel_family.name_prefix
     post = f"_c{cfg.cluster}" if cfg.cluster != 1 else ""
     post += "_mmasync" if cfg.consumer == "mma.sync" else ""
     return f"{pre}{cfg.bm}x{cfg.bn}x{cfg.bk_bytes(kind)}B_w{cfg.warps_m}x{cfg.warps_n}_s{cfg.stages}{post}"
@@ -237,8 +238,13 @@ def tile_key(cfg: KernelConfig, kind: str) -> str:
 MMA_SYNC_CONSUMER_FACTOR = 0.70
 
 
-_NAME = re.compile(r"^(sm90a_)?(sliced|splitk_serial|splitk_parallel|streamk|hybrid)_(\d+)x(\d+)x(\d+)"
-                   r"_w(\d+)x(\d+)_s(\d+)(?:_k(\d+))?(?:_c(\d+))?(_mmasync)?(?:_g(\d+))?$")
+@lru_cache(maxsize=4)
+def _name_pattern(prefixes: tuple) -> re.Pattern:
+    """A config name: a family's prefix ('' for one family), decomposition, tile, pipeline,
+    splits, cluster, consumer, group (built for the registered families' prefixes)."""
+    alternatives = "|".join(re.escape(p) for p in sorted(prefixes, key=len, reverse=True))
+    return re.compile(r"^(" + alternatives + r")(sliced|splitk_serial|splitk_parallel|streamk|hybrid)"
+                      r"_(\d+)x(\d+)x(\d+)_w(\d+)x(\d+)_s(\d+)(?:_k(\d+))?(?:_c(\d+))?(_mmasync)?(?:_g(\d+))?$")
 
 
 def parse_config_name(name: str) -> KernelConfig:
@@ -251,7 +257,8 @@ def parse_config_name(name: str) -> KernelConfig:
     >>> parse_config_name("sm90a_sliced_256x128x64_w2x1_s4_c2_mmasync_g8").consumer
     'mma.sync'
     """
-    m = _NAME.match(name.strip())
+    family_by_prefix = {f.name_prefix: f.name for f in KERNEL_FAMILIES.values()}
+    m = _name_pattern(tuple(family_by_prefix)).match(name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a kernel config name such as "
                          f"'sliced_128x128x32_w2x2_s4_g8', 'splitk_parallel_128x128x32_w2x2_s4_k8_g8' "
@@ -259,7 +266,7 @@ def parse_config_name(name: str) -> KernelConfig:
     fam, d, bm, bn, bk, wm, wn, st, k, c, sync, g = m.groups()
     return KernelConfig(bm=int(bm), bn=int(bn), bk=int(bk), warps_m=int(wm), warps_n=int(wn),
                         stages=int(st), decomposition=d, splits=int(k or 0), group_m=int(g or 8),
-                        family="sm90a" if fam else "sm80", cluster=int(c or 1),
+                        family=family_by_prefix[fam], cluster=int(c or 1),
                         consumer="mma.sync" if sync else "wgmma")
 
 
@@ -284,10 +291,10 @@ def occupancy(cfg: KernelConfig, kind: str, arch: ArchSpec) -> int:
 
     The launcher asks the driver for the real value for stream-k grids; this estimate is what
     the planner has before anything is compiled. The Hopper kernel: one (its ring takes most
-    of shared memory, and its grid is persistent).
+    of shared memory, and its grid is persistent): a family's fixed ``ctas_per_sm``.
     """
-    if cfg.is_sm90:
-        return 1
+    if cfg.kernel_family.ctas_per_sm:
+        return cfg.kernel_family.ctas_per_sm
     smem = cfg.smem_bytes(kind) + 1024              # 1 KB per CTA reserved by the driver
     by_smem = arch.smem_per_sm // smem
     per_warp = -(-_regs_per_thread(cfg, kind) * 32 // 256) * 256   # allocation unit: 256 regs
@@ -297,16 +304,15 @@ def occupancy(cfg: KernelConfig, kind: str, arch: ArchSpec) -> int:
 
 
 def candidate_configs(kind: str, cal: dict, arch: ArchSpec | None = None) -> list[KernelConfig]:
-    """Tile shapes worth scoring for ``kind`` (as sliced configs): on a compute capability 9.0
-    device the Hopper kernel's tiles first, then the shipped mma.sync ones, then the ones the
-    calibration measured; the decompositions are added by the planner."""
+    """Tile shapes worth scoring for ``kind`` (as sliced configs): those of every kernel family
+    that runs on ``arch`` in the registry's order (on a compute capability 9.0 device the Hopper
+    kernel's tiles first, then the shipped mma.sync ones; without an arch, the sm_80 baseline's),
+    then the mma.sync tiles the calibration measured; the decompositions are added by the
+    planner."""
     seen, out = set(), []
     tiles = []
-    if arch is not None and tuple(arch.cc) == (9, 0):
-        tiles += list(SM90_CONFIGS_BY_TILE.get(kind, {}).values())
-        tiles += [c for c in SM90_CONFIGS.get(kind, ()) if c.cluster > 1]
-        tiles += list(SM90_SMALL_CONFIGS.get(kind, {}).values())
-    tiles += [replace(c, decomposition="sliced", splits=0) for c in SHIPPED_CONFIGS.get(kind, ())]
+    for family in families_on(tuple(arch.cc) if arch is not None else (8, 0)):
+        tiles += family.candidate_tiles(kind)
     for key in cal["ours"].get(kind, {}).get("tiles", {}):
         tiles.append(_config_from_key(key, kind))
     for c in tiles:
@@ -324,16 +330,18 @@ def _config_from_key(key: str, kind: str) -> KernelConfig:
 
 
 def tile_efficiency(cfg: KernelConfig, kind: str, cal: dict) -> tuple[float, bool]:
-    """(fraction of the mma.sync peak at full occupancy, calibrated?) for this tile shape.
+    """(fraction of the family's peak at full occupancy, calibrated?) for this tile shape.
 
     Uncalibrated shapes: the kind's workhorse efficiency scaled by the warp tile's MMA density
     (a 32x32 warp tile re-reads its fragments four times as often per MAC as 64x64)."""
     # a kind's own calibration, else its mainloop's (fp32-C kinds share the 16-bit ones)
     base = BASE_KIND[kind]
-    if cfg.is_sm90:
-        # the Hopper kernel: a fraction of the wgmma peak per tile (calibration_sm90_h100.json);
-        # an unmeasured tile gets the kind's smallest measured efficiency
-        sm = cal.get("sm90", {})
+    section = cfg.kernel_family.calibration
+    if section is not None:
+        # a family with its own section (the Hopper kernel: a fraction of the wgmma peak per
+        # tile, calibration_sm90_h100.json); an unmeasured tile gets the kind's smallest
+        # measured efficiency
+        sm = cal.get(section, {})
         entry = sm.get(kind) or sm.get(base) or sm.get("f16") or {"tiles": {}}
         eff = entry["tiles"].get(tile_key(cfg, kind))
         if eff is not None:
@@ -351,11 +359,12 @@ def tile_efficiency(cfg: KernelConfig, kind: str, cal: dict) -> tuple[float, boo
     return entry["workhorse_eff"] * min(1.0, density) ** 0.5, False
 
 
-def call_host_s(cal: dict, route: str, sm90: bool = False) -> float:
+def call_host_s(cal: dict, route: str, section: str | None = None) -> float:
     """Host seconds of one call on ``route`` ('tensorcore' or 'cublas'): the current call path's
     measured cost (``call_host_us``: a planned, bound call, bench/host_cost.py) when the
-    calibration has it, else the cost recorded with the API-call timings (``host_us``; the
-    Hopper launcher's scaled by ``sm90.host_over_cublas``).
+    calibration has it, else the cost recorded with the API-call timings (``host_us``; a kernel
+    family's with its own calibration ``section`` scaled by that section's ``host_over_cublas``:
+    the Hopper launcher's, ``sm90``).
 
     Example::
 
@@ -366,15 +375,16 @@ def call_host_s(cal: dict, route: str, sm90: bool = False) -> float:
     call = cal.get("call_host_us")
     if call is not None:
         return call[route] * 1e-6
-    if route == "tensorcore" and sm90 and "host_over_cublas" in cal.get("sm90", {}):
-        # the Hopper launch path's own measured host cost (bench_sm90.py), relative to cuBLAS's
-        return cal["host_us"]["cublas"] * cal["sm90"]["host_over_cublas"] * 1e-6
+    if route == "tensorcore" and section and "host_over_cublas" in cal.get(section, {}):
+        # the family's launch path's own measured host cost (bench_sm90.py), relative to cuBLAS's
+        return cal["host_us"]["cublas"] * cal[section]["host_over_cublas"] * 1e-6
     return cal["host_us"][route] * 1e-6
 
 
 def extra_launches(cfg: KernelConfig, problem: KernelProblem, geometry: dict) -> int:
-    """Host calls a call of ``cfg`` makes beyond its GEMM launch: the Hopper fp32 kinds' two
-    prep kernels, split-k's reduce kernel, the memset that zeroes split-k/stream-k flags.
+    """Host calls a call of ``cfg`` makes beyond its GEMM launch: a prep kernel per operand for
+    its family's ``prep_kinds`` (the Hopper fp32 kinds), split-k's reduce kernel, the memset
+    that zeroes split-k/stream-k flags.
 
     Example::
 
@@ -384,7 +394,7 @@ def extra_launches(cfg: KernelConfig, problem: KernelProblem, geometry: dict) ->
         >>> extra_launches(cfg, p, launch_geometry(p, cfg, 132))
         1
     """
-    n = 2 if cfg.is_sm90 and problem.kind in SM90_PREP_KINDS else 0
+    n = 2 if problem.kind in cfg.kernel_family.prep_kinds else 0    # one per operand, A and B
     n += cfg.decomposition == "splitk_parallel"
     n += geometry["flags"] > 0
     return n
@@ -443,14 +453,13 @@ def score_ours(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec, cal: d
     # fp32 on wgmma: the geometry is the prepared problem's (a 3xTF32 stage issues the three
     # products: the 3xtf32 rate, a third of tf32's); the prep kernel's traffic is added below
     prep_bytes = g.get("prep_bytes", 0)
-    if cfg.is_sm90:
-        # wgmma reads K- and MN-major operands from shared memory alike: no layout factor
-        rate = eff * arch.best_peak(mma_kind)
-    else:
+    family = cfg.kernel_family
+    rate = eff * family.peak(arch, mma_kind)
+    if family.layout_sensitive:
         ours = cal["ours"].get(mma_kind) or cal["ours"]["f16"]
-        rate = eff * arch.mma_sync_peak(mma_kind) * ours["layout"].get(_layout(p.transa, p.transb), 1.0)
-        if not p.operands_vectorizable():
-            rate *= cal["scalar_path_factor"]
+        rate = rate * ours["layout"].get(_layout(p.transa, p.transb), 1.0)
+    if family.any_alignment and not p.operands_vectorizable():
+        rate *= cal["scalar_path_factor"]       # the scalar operand path
     t_it = 2.0 * cfg.bm * cfg.bn * cfg.bk / (rate / S)    # one MAC iteration on one SM
     lone = cal["lone_cta_eff"]
     ovh = cal["cta_overhead_it"]          # pipeline fill + epilogue of one tile, in iterations
@@ -471,8 +480,9 @@ def score_ours(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec, cal: d
             fixup = ((splits - 1) * cal["splitk_link_us"] * 1e-6
                      + tiles * (splits - 1) * 2 * tile_bytes / arch.l2_bw)
         else:
-            # partial tiles (mma.sync) or whole partial matrices (Hopper), written then reduced
-            ws = g["ws_bytes"] - prep_bytes if cfg.is_sm90 else tiles * splits * tile_bytes
+            # partial tiles (mma.sync) or whole partial matrices (Hopper), written then reduced:
+            # the geometry's workspace less the prepared operands
+            ws = g["ws_bytes"] - prep_bytes
             fixup = cal["reduce_launch_us"] * 1e-6 + 2 * ws / arch.dram_bw
     else:
         G = g["grid"][0]
@@ -481,10 +491,12 @@ def score_ours(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec, cal: d
         dp_per_cta = g["dp_tiles"] // G if G else 0
         total = g["sk_tiles"] * kt
         it_cta = -(-total // G) if total else 0
-        if cfg.is_sm90 and total:
-            # many stream-k tiles per CTA: concurrently running tiles are far apart (no L2 reuse)
+        if family.calibration is not None and total:
+            # many stream-k tiles per CTA: concurrently running tiles are far apart (no L2 reuse;
+            # measured on the Hopper kernel, its section's penalty)
             spread = max(0.0, g["sk_tiles"] / G - 2)
-            it_cta = int(it_cta * (1 + cal.get("sm90", {}).get("streamk_spread_penalty", 0.0) * spread))
+            penalty = cal.get(family.calibration, {}).get("streamk_spread_penalty", 0.0)
+            it_cta = int(it_cta * (1 + penalty * spread))
         segs = (math.ceil(it_cta / kt) + (1 if it_cta % kt else 0)) if total else 0
         units = dp_per_cta * (kt + ovh) + it_cta + segs * ovh
         compute = units * _group_time(cps, min(occ, cps), lone) * t_it
@@ -510,7 +522,7 @@ def score_ours(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec, cal: d
     # host time beyond that GPU time shows
     extra = extra_launches(cfg, p, g) * launch_host_s(cal)
     busy = gpu - cal["kernel_latency_us"] * 1e-6
-    host = call_host_s(cal, "tensorcore", cfg.is_sm90) + max(0.0, extra - busy)
+    host = call_host_s(cal, "tensorcore", family.calibration) + max(0.0, extra - busy)
     slots = S * occ
     waves = ctas / slots
     last = waves - math.floor(waves)
