@@ -38,7 +38,8 @@ doctest_default_flags = (__import__("doctest").NORMALIZE_WHITESPACE
                          | __import__("doctest").ELLIPSIS)
 
 templates_path = []
-exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
+# design/: developer notes in Markdown (how the code is built), read in the repository
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "design"]
 html_theme = "furo"
 html_title = f"pyblasgemm {release}"
 html_static_path = ["_static"]
