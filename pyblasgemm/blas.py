@@ -3,6 +3,12 @@ and the mixed-precision ``shgemm`` / ``sbgemm`` (16-bit A and B, float32 C; Open
 
 Reference-BLAS semantics on column-major memory, as a Fortran or cuBLAS caller expects:
 ``C = alpha * op(A) @ op(B) + beta * C``, ``op(X)`` one of X, Xᵀ ('T'), Xᴴ ('C').
+
+The buffers may be NumPy arrays (the host), CuPy arrays (the GPU), or PyTorch tensors, JAX
+arrays and objects with ``__cuda_array_interface__`` or DLPack (run on as views of their
+memory, ``c`` written in place); ``stream=`` says where the GPU work is enqueued (default:
+the current stream of the arrays' framework). SciPy's signature, ``sgemm(alpha, a, b)``, is
+:mod:`pyblasgemm.scipy`'s.
 """
 from __future__ import annotations
 
@@ -114,9 +120,10 @@ lda, ldb, ldc : int
     (else ``>= max(1, k)``), ``ldb >= max(1, k)`` when transb is 'N' (else ``>= max(1, n)``),
     ``ldc >= max(1, m)``.
 compute : str, optional
-    Accumulation mode: {computes} (default {default}); any case. The ecosystem's words are
-    aliases where they mean one of these: 'ieee' / 'highest' (the type's IEEE mode),
-    'tf32x3' and 'high' (float32 and complex64: '3xtf32').
+    Accumulation mode: {computes}; any case. The ecosystem's words are aliases where they
+    mean one of these: 'ieee' / 'highest' (the type's IEEE mode), 'tf32x3' and 'high'
+    (float32 and complex64: '3xtf32').
+    Default: {default}.
 backend : {{'auto', 'tensorcore', 'cublas', 'host'}}, optional
     Force a backend ('pyblasgemm' is an alias of 'tensorcore', our kernels); by default
     NumPy arrays run on the host, CuPy arrays on the GPU.
@@ -127,6 +134,7 @@ stream : optional
     Where the GPU work is enqueued: a CuPy or PyTorch stream, an object with
     ``__cuda_stream__``, or a raw ``cudaStream_t`` int (see :mod:`pyblasgemm.streams`).
     Default: the current stream of the arrays' framework (PyTorch's for CUDA tensors).
+    NumPy arrays and CPU tensors run on the host, where it changes nothing.
 
 Returns
 -------
@@ -157,7 +165,11 @@ _EXAMPLES = {
 >>> c = np.zeros((2, 2), dtype=np.float32, order='F')
 >>> pyblasgemm.sgemm('N', 'N', 2, 2, 2, 1.0, a, 2, b, 2, 0.0, c, 2)
 array([[1., 2.],
-       [3., 4.]], dtype=float32)""",
+       [3., 4.]], dtype=float32)
+>>> import torch                                  # a framework's arrays: c written in place
+>>> t = torch.tensor([1., 2., 3., 4.]); tc = torch.zeros(4)
+>>> pyblasgemm.sgemm('N', 'N', 2, 2, 2, 1.0, t, 2, t, 2, 0.0, tc, 2) is tc, tc
+(True, tensor([ 7., 10., 15., 22.]))""",
     "d": """>>> import numpy as np, pyblasgemm
 >>> a = np.arange(6, dtype=np.float64)          # a 3 x 2 matrix, column-major, lda = 3
 >>> c = np.full(4, np.nan)                       # beta = 0: the NaN are never read
@@ -376,7 +388,9 @@ def _make(prefix: str):
         conj=" (conjugate transpose)" if row.is_complex else " ('C' means 'T' for real data)",
         scalar={"real": "float", "complex": "complex", "int": "int (int32 range)"}[row.scalar_kind],
         ab=row.ab_dtype.name, c=row.c_dtype.name,
-        computes=", ".join(repr(x) for x in row.computes), default=repr(row.computes[0]),
+        computes=", ".join(repr(x) for x in row.computes),
+        default=repr(row.computes[0]) + (", or what :func:`pyblasgemm.set_default_compute` (or\n"
+                                        "    ``PYBLASGEMM_FP32_COMPUTE``) chose" if prefix == "s" else ""),
         example=_EXAMPLES[prefix])
     return xgemm
 

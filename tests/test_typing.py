@@ -54,6 +54,27 @@ def test_backend_alias_pyblasgemm_is_our_kernels():
         pyblasgemm.gemm("N", "N", a, a, backend="pyblasgemm")
 
 
+def test_every_public_form_documents_stream_and_foreign_arrays():
+    """Item 7: every public form with a stream= says where it enqueues and that it takes the
+    frameworks' arrays (matmul's said neither PyTorch's route nor JAX's)."""
+    import inspect
+
+    def takes_stream(f):
+        try:
+            return "stream" in inspect.signature(f).parameters
+        except (TypeError, ValueError):      # classes without a Python signature (warnings)
+            return False
+
+    public = [getattr(pyblasgemm, name) for name in pyblasgemm.__all__]
+    forms = [f for f in public if callable(f) and takes_stream(f)]
+    assert {"sgemm", "zgemm", "shgemm", "gemm", "matmul", "grouped_matmul", "fused_mlp",
+            "Matmul"} <= {f.__name__ for f in forms}
+    for f in forms:
+        doc = " ".join(f.__doc__.split())
+        for word in ("stream", "PyTorch", "JAX", "DLPack"):
+            assert word in doc, (f.__name__, word)
+
+
 # --- types (item 4): mypy on a user's file -----------------------------------------------------
 
 _USER = '''\
