@@ -264,3 +264,22 @@ def test_overflow_on_a_hit_is_reported_as_numpy_reports_it():
     assert np.isinf(c).all()
     with np.errstate(over="raise"), pytest.raises(FloatingPointError):
         pyblasgemm.sgemm("N", "N", 2, 2, 2, 1.0, big, 2, big, 2, 0.0, c, 2)
+
+
+@pytest.mark.parametrize("name", ["matmul_raising", "_matmul_raising_per_call"])
+def test_the_raising_product_raises_and_leaves_the_error_state_alone(name):
+    """Both forms (the decorator made once on NumPy 2, a with block per call on NumPy 1)."""
+    from pyblasgemm.backends import host
+
+    f = getattr(host, name)
+    a = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    out = np.full((2, 2), np.nan, np.float32)
+    f(a, a, out)
+    np.testing.assert_array_equal(out, a @ a)
+    before = np.geterr()
+    with pytest.raises(FloatingPointError, match="overflow"):
+        f(np.full((2, 2), 3e38, np.float32), a, out)
+    with np.errstate(all="ignore"), pytest.raises(FloatingPointError, match="invalid"):
+        f(np.array([[np.inf, 0.0]], np.float32), np.array([[0.0], [1.0]], np.float32),
+          np.empty((1, 1), np.float32))
+    assert np.geterr() == before

@@ -242,15 +242,27 @@ def _collecting(raised: list):
     return np.errstate(all="call", call=lambda kind, flag: raised.append((kind, flag)))
 
 
-@np.errstate(all="raise")
-def matmul_raising(opa, opb, out) -> None:
+def _matmul_raising_per_call(opa, opb, out) -> None:
     """``numpy.matmul(opa, opb, out)`` with every floating-point exception raised (a
     FloatingPointError) instead of reported: the caller (the BLAS form's repeated call, which
     reads nothing of ``out``) then redoes the product under :func:`_collecting`, which reports
     each exception once, in NumPy's words, at the user's line, as the caller's error state
-    asks. The error state is made once, as a decorator: entering ``_collecting`` costs ~1 µs
-    more a call (a new ``np.errstate`` and callback each time; 2-core dev host, NumPy 2.4)."""
+    asks."""
+    with np.errstate(all="raise"):
+        np.matmul(opa, opb, out)
+
+
+def _matmul_into(opa, opb, out) -> None:
     np.matmul(opa, opb, out)
+
+
+_matmul_into.__doc__ = _matmul_raising_per_call.__doc__
+#: :func:`_matmul_raising_per_call`. On NumPy 2 its error state is made once, as a decorator
+#: (NumPy 2 keeps each call's state in a context variable, so threads do not share it):
+#: entering a new np.errstate each call costs ~1 µs more (2-core dev host, NumPy 2.4). NumPy 1's
+#: decorator re-enters one instance, whose saved state two threads would overwrite.
+matmul_raising = (np.errstate(all="raise")(_matmul_into)
+                  if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else _matmul_raising_per_call)
 
 
 def run(desc: GemmDesc, a, b, c, plan=None) -> None:
