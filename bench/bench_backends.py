@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 
 import pyblasgemm
+from pyblasgemm.benchmarks.suite import provenance
 from bench_foundation import gpu_ms, host_us
 
 DT = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "i8": np.int8, "f32": np.float32}
@@ -40,7 +41,7 @@ def operands(rng, dt, ta, tb, m, n, k):
 
 def main(path):
     rng = np.random.default_rng(0)
-    out = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+    out = {**provenance(0), "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
            "date": datetime.date.today().isoformat(), "cupy": cp.__version__,
            "method": "CUDA events around 10 back-to-back calls, median of 30 samples after 5 warm-ups, same inputs", "cases": []}
     for dt, compute, ta, tb, m, n, k in CASES:

@@ -17,6 +17,7 @@ import cupy as cp
 import numpy as np
 
 import pyblasgemm
+from pyblasgemm.benchmarks.suite import provenance
 from timing import event_median_s
 
 
@@ -42,7 +43,8 @@ def host_us(fn, calls=300, rounds=15):
 def main(path):
     props = cp.cuda.runtime.getDeviceProperties(0)
     rng = np.random.default_rng(0)
-    results = {"device": props["name"].decode(), "date": datetime.date.today().isoformat(),
+    results = {**provenance(0), "device": props["name"].decode(),
+               "date": datetime.date.today().isoformat(),
                "cupy": cp.__version__, "numpy": np.__version__,
                "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
                "driver": cp.cuda.runtime.driverGetVersion(), "python": platform.python_version(),

@@ -35,6 +35,7 @@ import cupy as cp
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import event_median_s  # noqa: E402
 
+from pyblasgemm.benchmarks.suite import provenance  # noqa: E402
 from pyblasgemm.kernels import SM90_CONFIGS_BY_TILE, KernelConfig, KernelProblem  # noqa: E402
 from pyblasgemm.kernels.launch import prepare  # noqa: E402
 
@@ -93,7 +94,9 @@ def main():
     args = ap.parse_args()
     dev = cp.cuda.Device()
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
-    res = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "device": props["name"].decode(),
+    cp.random.seed(0)                 # the operands: CuPy's global generator, in order
+    res = {**provenance("CuPy's global RNG seeded 0"),
+           "date": datetime.datetime.now().isoformat(timespec="seconds"), "device": props["name"].decode(),
            "sm_count": dev.attributes["MultiProcessorCount"], "cupy": cp.__version__,
            "reference": "cupy.matmul float16 (cuBLAS)", "burst": [], "sustained": []}
     smi_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "pyblasgemm_smi.csv")

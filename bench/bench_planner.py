@@ -89,6 +89,8 @@ def operands(cp, desc, rng):
 
 #: timing rounds per problem (each times every implementation once, shuffled)
 ROUNDS = 3
+#: the operands' and the round order's seeds
+SEEDS = "operands: numpy default_rng(0); round order: random.Random(0)"
 
 
 def timer(cp, fn, predicted_s):
@@ -112,6 +114,7 @@ def main(argv=None) -> int:
 
     import pyblasgemm
     from pyblasgemm.backends import get_backend
+    from pyblasgemm.benchmarks.suite import provenance
     from pyblasgemm.kinds import ROUTES
     from pyblasgemm.kernels import jit
     from pyblasgemm.planner import Plan, make_desc, plan_for
@@ -151,7 +154,8 @@ def main(argv=None) -> int:
     print(f"compiled in {compile_s:.0f} s", flush=True)
 
     ident = device_identity(dev.id)
-    out = {"schema": "pyblasgemm-bench-planner/1", "date": datetime.datetime.now().isoformat(timespec="seconds"),
+    out = {"schema": "pyblasgemm-bench-planner/1", **provenance(SEEDS),
+           "date": datetime.datetime.now().isoformat(timespec="seconds"),
            **ident, "sm_count": arch.sm_count, "cupy": cp.__version__, "numpy": np.__version__,
            "python": platform.python_version(), "pyblasgemm": pyblasgemm.__version__,
            "layout": "TN (column-major; both operands K-contiguous)",

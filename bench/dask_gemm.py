@@ -174,7 +174,10 @@ def main(argv=None) -> int:
     import types
 
     import torch
-    doc = {"schema": "pyblasgemm-dask/1", **meta(types.SimpleNamespace(torch=torch)), "method": __doc__,
+    doc = {"schema": "pyblasgemm-dask/1",
+           **meta(types.SimpleNamespace(torch=torch),
+                  seed="operands: CuPy RandomState(11), RandomState(12); clones: the repetition"),
+           "method": __doc__,
            "cases": []}
     import dask
     import distributed

@@ -348,7 +348,11 @@ def main(argv=None) -> int:
         import torch
     except ImportError:
         torch = None
-    doc = {"schema": "pyblasgemm-dask-scaling/1", **meta(types.SimpleNamespace(torch=torch)), "method": __doc__,
+    doc = {"schema": "pyblasgemm-dask-scaling/1",
+           **meta(types.SimpleNamespace(torch=torch),
+                  seed="blocks: CuPy RandomState(_seed(tag, i, j)); one-GPU operands RandomState(1); "
+                       "sampled check numpy default_rng(7)"),
+           "method": __doc__,
            "gpu_count": cp.cuda.runtime.getDeviceCount(), "cases": [], "failures": []}
     doc["versions"].update({"dask": dask.__version__, "distributed": distributed.__version__,
                             "dask_cuda": dask_cuda.__version__})

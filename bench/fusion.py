@@ -280,12 +280,19 @@ def plot(paths, out) -> None:
     plt.close(fig)
 
 
+#: the seed of CuPy's random generator the cases draw their operands from, in order
+SEED = 20261201
+
+
 def main(argv=None) -> int:
     args = plot_or_args(__doc__.split("\n")[0], "the first shape of each list only", plot, argv)
     if args is None:
         return 0
     gpu = _Gpu()
-    doc = {"schema": "pyblasgemm-fusion/1", **meta(gpu), "method": __doc__, "cases": []}
+    gpu.cp.random.seed(SEED)          # every case's operands, drawn in order from CuPy's RNG
+    doc = {"schema": "pyblasgemm-fusion/1",
+           **meta(gpu, seed=f"CuPy's global RNG seeded {SEED}; expert sizes numpy default_rng(5)"),
+           "method": __doc__, "cases": []}
     shapes = SHAPES[:1] if args.quick else SHAPES
     for dtype in ("float16", "bfloat16"):
         for m, n, k in shapes:

@@ -485,6 +485,27 @@ def _err(exc) -> str:
     return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
+#: how each row's operands are seeded (the row records its seed)
+ROW_SEED = "per row: the first 4 bytes (little-endian) of sha256 of the entry id"
+
+
+def route_of_plan(plan: dict | None, forced: str | None = None) -> str | None:
+    """A row's route as the suite writes it ('backend config decomposition'), from a
+    :func:`describe_plan` record; ``forced`` where no plan was seen (a forced backend).
+
+    >>> route_of_plan({"backend": "tensorcore", "config": "sliced_64x64x32_w2x2_s4_g8",
+    ...                "decomposition": "sliced"})
+    'tensorcore sliced_64x64x32_w2x2_s4_g8 sliced'
+    >>> route_of_plan(None, "cublas"), route_of_plan({"error": "..."})
+    ('cublas', None)
+    """
+    if not plan or not plan.get("backend"):
+        return forced
+    cfg = plan.get("config")
+    return " ".join(x for x in (plan["backend"], cfg, plan.get("decomposition") if cfg else None)
+                    if x)
+
+
 def run_entry(gpu: Gpu, e, rounds=3, int8_form="matmul") -> dict:
     """One row: every contender checked, then timed; speedups, plan, planner verdict."""
     seed = int.from_bytes(hashlib.sha256(e["id"].encode()).digest()[:4], "little")
@@ -556,6 +577,10 @@ def run_entry(gpu: Gpu, e, rounds=3, int8_form="matmul") -> dict:
                 results[name]["error"] = _err(exc)
     for name, us in single.items():
         results[name]["single_s"] = us * 1e-6
+    for name in OURS:          # the route each of ours ran (cuBLAS: forced, no plan kept)
+        if name in results:
+            results[name]["route"] = route_of_plan(plans.get(name),
+                                                   "cublas" if name == "cublas" else None)
     row["contenders"] = results
     row["plan"] = plans
     _verdicts(row, e)
@@ -647,11 +672,16 @@ def write_doc(doc: dict, out) -> None:
     print("wrote", out)
 
 
-def meta(gpu) -> dict:
+def meta(gpu, seed=ROW_SEED) -> dict:
     """Device, driver, runtime, versions, date and commit (the suite's own collector, plus the
-    full SHA, PyTorch's matmul settings and the environment that steers the contenders)."""
-    from pyblasgemm.benchmarks.suite import _Env
+    full SHA, PyTorch's matmul settings and the environment that steers the contenders), and
+    the provenance every results JSON carries (``suite.provenance``: ``seed``, the
+    ``PYBLASGEMM_*`` ``settings``, the ``nvrtc`` version, also in ``versions``). ``seed``: the
+    operands' seed of the script that writes the file (this one's: a rule per row)."""
+    from pyblasgemm.benchmarks.suite import _Env, provenance
     info = _Env("gpu").info()
+    info.update(provenance(seed))
+    info["versions"]["nvrtc"] = info["nvrtc"]
     given = os.environ.get("GIT_SHA")
     info["git_sha"] = given or _git("rev-parse", "HEAD") or None
     status = _git("status", "--porcelain", "--untracked-files=no")

@@ -39,6 +39,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from timing import host_us_per_call, paired_host_us, paired_single_us  # noqa: E402
 
 import pyblasgemm  # noqa: E402
+from pyblasgemm.benchmarks.suite import provenance  # noqa: E402
 from pyblasgemm import calls, streams  # noqa: E402
 
 HELDOUT = pathlib.Path(__file__).resolve().parent / "heldout_shapes_2026-11-24.json"
@@ -187,6 +188,7 @@ def main():
     quick = "--quick" in sys.argv
     props = cp.cuda.runtime.getDeviceProperties(0)
     meta = dict(
+        **provenance("per row: numpy default_rng(m * 7919 + n * 31 + k)"),
         device=props["name"].decode(), driver=cp.cuda.runtime.driverGetVersion(),
         cuda_runtime=cp.cuda.runtime.runtimeGetVersion(), cupy=cp.__version__,
         torch=torch.__version__, numpy=np.__version__, python=platform.python_version(),

@@ -20,6 +20,7 @@ import numpy as np
 sys.path.insert(0, __import__('os').path.dirname(__import__('os').path.abspath(__file__)))
 from timing import event_median_s  # noqa: E402
 
+from pyblasgemm.benchmarks.suite import provenance
 from pyblasgemm.kernels import KernelConfig, KernelProblem
 from pyblasgemm.kernels.config import SHIPPED_CONFIGS, default_config
 from pyblasgemm.kernels.launch import prepare
@@ -103,8 +104,8 @@ def main():
     dev = cp.cuda.Device()
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
     sms = dev.attributes["MultiProcessorCount"]
-    res = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "device": props["name"].decode(),
-           "sm_count": sms, "cupy": cp.__version__, "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
+    res = {**provenance(0), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+           "device": props["name"].decode(), "sm_count": sms, "cupy": cp.__version__, "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
            "driver": cp.cuda.runtime.driverGetVersion(), "nvrtc": list(cp.cuda.nvrtc.getVersion()),
            "torch": getattr(torch, "__version__", None), "python": sys.version.split()[0], "results": []}
 

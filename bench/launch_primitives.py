@@ -23,6 +23,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from timing import host_us_per_call  # noqa: E402
 
 import pyblasgemm  # noqa: E402
+from pyblasgemm.benchmarks.suite import provenance  # noqa: E402
 from pyblasgemm import calls  # noqa: E402
 
 
@@ -35,6 +36,8 @@ def _lib_path(fragment):
 
 def main(out_path):
     n = 64
+    np.random.seed(0)                 # the operands: NumPy's global generator, in order
+    record = provenance("NumPy's global RNG seeded 0")
     a = cp.asarray(np.random.rand(n, n).astype(np.float16))
     b = cp.asarray(np.random.rand(n, n).astype(np.float16))
     c = cp.empty((n, n), np.float16)
@@ -137,7 +140,8 @@ def main(out_path):
         res[name] = host_us_per_call(fn, 3000, 7, warmup=300)
         print(f"{res[name]:8.3f}  {name}", flush=True)
     props = cp.cuda.runtime.getDeviceProperties(0)
-    json.dump({"meta": {"device": props["name"].decode(), "driver": cp.cuda.runtime.driverGetVersion(),
+    json.dump({"meta": {**record, "device": props["name"].decode(),
+                        "driver": cp.cuda.runtime.driverGetVersion(),
                         "cupy": cp.__version__, "torch": torch.__version__,
                         "method": "median of 7 rounds of 3000 back-to-back calls"},
                "host_us": res}, open(out_path, "w"), indent=1)

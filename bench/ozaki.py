@@ -358,7 +358,8 @@ def main(argv=None) -> int:
 
     import pyblasgemm as pb
 
-    doc = {"schema": "pyblasgemm-ozaki/1", **meta(types.SimpleNamespace(torch=torch)), "method": __doc__, "cases": []}
+    doc = {"schema": "pyblasgemm-ozaki/1", **meta(types.SimpleNamespace(torch=torch), seed=20261125),
+           "method": __doc__, "cases": []}
     rng = np.random.default_rng(20261125)
     sizes = SIZES[:2] if args.quick else SIZES
     for s in sizes:

@@ -43,6 +43,7 @@ def main(argv=None) -> int:
     import ml_dtypes
 
     import pyblasgemm
+    from pyblasgemm.benchmarks.suite import provenance
     from pyblasgemm.kernels import DECOMPOSITIONS, KernelConfig, KernelProblem, run
 
     ap = argparse.ArgumentParser()
@@ -50,7 +51,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     props = cp.cuda.runtime.getDeviceProperties(0)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-    doc = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    doc = {**provenance(0),
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "device": {"name": name}, "driver": cp.cuda.runtime.driverGetVersion(),
            "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
            "versions": {"pyblasgemm": pyblasgemm.__version__, "cupy": cp.__version__,

@@ -117,4 +117,6 @@ for (mi, ni, ks, mode), nm in zip(cases, names):
 if args.out:
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     with open(args.out, "w") as f:
-        json.dump({"device": props["name"].decode(), "sm_count": sms, "results": res}, f, indent=1)
+        from pyblasgemm.benchmarks.suite import provenance   # (no operands: registers only)
+        json.dump({**provenance(None), "device": props["name"].decode(), "sm_count": sms,
+                   "results": res}, f, indent=1)

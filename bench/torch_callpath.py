@@ -271,7 +271,11 @@ def main(argv=None) -> int:
 
     import pyblasgemm as pb
 
-    doc = {"schema": "pyblasgemm-torch-callpath/1", **meta(types.SimpleNamespace(torch=torch)), "method": __doc__}
+    torch.manual_seed(0)              # the tensors' torch.randn draws
+    doc = {"schema": "pyblasgemm-torch-callpath/1",
+           **meta(types.SimpleNamespace(torch=torch),
+                  seed="torch.manual_seed(0); JAX operands PRNGKey(0), PRNGKey(1)"),
+           "method": __doc__}
     doc["host"] = host_rows(cp, torch, pb) + [door_row(torch)]
     doc["jax"] = jax_rows(cp, pb)
     if not args.quick:

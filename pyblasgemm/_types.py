@@ -90,9 +90,13 @@ _default_compute_fp32: str | None = None
 def set_default_compute(mode: str) -> None:
     """Set the package-wide default ``compute=`` for float32 problems.
 
-    ``'fp32'`` (the default: IEEE float32 accuracy), ``'tf32'`` or ``'3xtf32'``, in any case.
-    The environment variable ``PYBLASGEMM_FP32_COMPUTE`` sets it until this is called. Other dtypes have one sensible
-    default each (fp32 accumulation for 16-bit floats, int32 for int8) and are not affected.
+    ``'fp32'`` (the default: IEEE float32 accuracy), ``'tf32'`` or ``'3xtf32'``, in any case,
+    or the ecosystem's words for them (:data:`COMPUTE_ALIASES`: ``'ieee'`` and ``'highest'``
+    are ``'fp32'``, ``'tf32x3'`` and ``'high'`` are ``'3xtf32'``). The environment variable
+    ``PYBLASGEMM_FP32_COMPUTE`` (the same words) sets it until this is called. Other dtypes
+    have one sensible default each (fp32 accumulation for 16-bit floats, int32 for int8) and
+    are not affected. Repeated calls remembered with no ``compute=`` are forgotten when the
+    default changes (the plan cache's call signatures), so the next one runs the new mode.
 
     Example
     -------
@@ -100,13 +104,25 @@ def set_default_compute(mode: str) -> None:
     >>> pyblasgemm.set_default_compute('tf32')
     >>> pyblasgemm.get_default_compute()
     'tf32'
+    >>> pyblasgemm.set_default_compute('HIGH')            # JAX's and torch's word for 3xtf32
+    >>> pyblasgemm.get_default_compute()
+    '3xtf32'
     >>> pyblasgemm.set_default_compute('fp32')
     """
     global _default_compute_fp32
+    row = TYPE_ROWS["s"]
     word = mode.lower() if isinstance(mode, str) else None
-    if word not in TYPE_ROWS["s"].computes:
+    word = compute_aliases("s").get(word, word)
+    if word not in row.computes:
         raise ValueError(
-            f"set_default_compute: mode={mode!r} must be one of {TYPE_ROWS['s'].computes}")
+            f"set_default_compute: mode={mode!r} must be one of "
+            f"{', '.join(repr(c) for c in row.computes)} or an alias of one "
+            f"({', '.join(f'{a!r}: {w!r}' for a, w in compute_aliases('s').items())}), any case")
+    if word != _default_compute_fp32:
+        # a call signature remembered without compute= (pyblasgemm.calls) ran the old default
+        from .plancache import get_plan_cache
+
+        get_plan_cache().free()
     _default_compute_fp32 = word
 
 
@@ -122,7 +138,8 @@ def get_default_compute() -> str:
     global _default_compute_fp32
     if _default_compute_fp32 is None:
         from . import settings
-        _default_compute_fp32 = settings.get("PYBLASGEMM_FP32_COMPUTE", TYPE_ROWS["s"].computes)
+        _default_compute_fp32 = settings.get("PYBLASGEMM_FP32_COMPUTE", TYPE_ROWS["s"].computes,
+                                             compute_aliases("s"))
     return _default_compute_fp32
 
 
@@ -154,6 +171,16 @@ COMPUTE_ALIASES = {
     # JAX's Precision.HIGH (a 3-pass split) and torch's 'high' (TF32 or a split): our split
     "high": {"s": "3xtf32", "c": "3xtf32"},
 }
+
+
+def compute_aliases(prefix: str) -> dict:
+    """``{alias: mode}`` of the type row ``prefix``: :data:`COMPUTE_ALIASES` read for one type
+    (``PYBLASGEMM_FP32_COMPUTE`` and :func:`set_default_compute` take float32's).
+
+    >>> compute_aliases("d")
+    {'ieee': 'fp64', 'highest': 'fp64'}
+    """
+    return {alias: modes[prefix] for alias, modes in COMPUTE_ALIASES.items() if prefix in modes}
 
 
 def resolve_compute(row: TypeRow, compute, routine: str) -> str:

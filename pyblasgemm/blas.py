@@ -3,6 +3,12 @@ and the mixed-precision ``shgemm`` / ``sbgemm`` (16-bit A and B, float32 C; Open
 
 Reference-BLAS semantics on column-major memory, as a Fortran or cuBLAS caller expects:
 ``C = alpha * op(A) @ op(B) + beta * C``, ``op(X)`` one of X, Xᵀ ('T'), Xᴴ ('C').
+
+The buffers may be NumPy arrays (the host), CuPy arrays (the GPU), or PyTorch tensors, JAX
+arrays and objects with ``__cuda_array_interface__`` or DLPack (run on as views of their
+memory, ``c`` written in place); ``stream=`` says where the GPU work is enqueued (default:
+the current stream of the arrays' framework). SciPy's signature, ``sgemm(alpha, a, b)``, is
+:mod:`pyblasgemm.scipy`'s.
 """
 from __future__ import annotations
 
@@ -28,45 +34,50 @@ _CUPY = [None]
 _TORCH = [None]
 _ND = np.ndarray
 _may_share = np.may_share_memory
-_matmul = np.matmul
+_peek = calls.cache.peek
+_matmul_raising = _host.matmul_raising
 
 
 class _HostCall(NamedTuple):
     """A repeated NumPy call of the BLAS form (the host's :class:`pyblasgemm.calls.Call`): the
-    described problem and op(A), op(B), C as (shape, byte strides) views of the buffers, so a
-    hit makes three ndarray headers instead of describing, planning and ``as_strided``."""
+    described problem and op(A), op(B), C as shapes and byte strides of views of the buffers,
+    so a hit makes at most three ndarray headers instead of describing, planning and
+    ``as_strided``, and computes what the full path computes."""
 
     desc: object
-    a_view: tuple           # (shape, strides) of op(A) (transposed already for 'T' / 'C')
-    b_view: tuple
-    c_view: tuple
+    views: tuple            # (shape, strides) of op(A), op(B) (transposed already for 'T' /
+                            # 'C') and C with a batch axis of 1, the full path's views, flat:
+                            # (a_shape, a_strides, b_shape, b_strides, c_shape, c_strides)
     conj_a: bool            # 'C' on complex data: op(A) is the view's conjugate
     conj_b: bool
     zero: object            # added to the scalars (int -> float, -0.0 -> +0.0), as describe does
     limit: object           # |alpha|, |beta| bound of the routine's scalar type
-    direct: bool            # sgemm 'fp32' / dgemm 'fp64': the host's product is numpy.matmul
+    plain: tuple | None     # a host.MATMUL_PRODUCTS row, no conjugate: with alpha 1, beta 0 the
+                            # product is numpy.matmul on 2-D views into C's (the same bits as
+                            # the batch-1 views: one loop of the same strides); per operand its
+                            # (shape, strides), or None where the array itself is that view
 
     def run(self, a, b, c, alpha, beta):
-        opa = _ND(self.a_view[0], a.dtype, a, 0, self.a_view[1])
-        opb = _ND(self.b_view[0], b.dtype, b, 0, self.b_view[1])
-        cv = _ND(self.c_view[0], c.dtype, c, 0, self.c_view[1])
+        """The product on the views, its floating-point exceptions reported as host.run
+        reports them (once each, in numpy.matmul's words, at the caller's line)."""
+        a_shape, a_strides, b_shape, b_strides, c_shape, c_strides = self.views
+        opa = _ND(a_shape, a.dtype, a, 0, a_strides)
+        opb = _ND(b_shape, b.dtype, b, 0, b_strides)
+        cv = _ND(c_shape, c.dtype, c, 0, c_strides)
         if self.conj_a:
             opa = opa.conj()
         if self.conj_b:
             opb = opb.conj()
         raised: list = []
-        # as host.run: floating-point exceptions reported once, in numpy.matmul's words
         with _host._collecting(raised):
-            if self.direct and alpha == 1 and beta == 0:
-                _matmul(opa, opb, out=cv)      # what compute_views does, less a temporary
-            else:
-                _host.compute_views(self.desc, opa, opb, cv, alpha, beta)
+            _host.compute_views(self.desc, opa, opb, cv, alpha, beta)
         if raised:
             _host._report_as_numpy(raised)
 
 
-def _host_call(desc, row, zero, limit):
-    """The :class:`_HostCall` of a described one-batch NumPy problem."""
+def _host_call(desc, row, zero, limit, a, b, c):
+    """The :class:`_HostCall` of a described one-batch NumPy problem on (a, b, c) (a hit's
+    arrays have their shapes and strides: the key holds them)."""
     isz, csz = row.ab_dtype.itemsize, row.c_dtype.itemsize
 
     def view(trans, rows, cols, ld, itemsize):
@@ -74,19 +85,21 @@ def _host_call(desc, row, zero, limit):
             return (1, rows, cols), (0, itemsize, ld * itemsize)
         return (1, cols, rows), (0, ld * itemsize, itemsize)      # the stored matrix, transposed
 
+    def plain_view(x, shape, strides):
+        return None if (x.shape, x.strides) == (shape[1:], strides[1:]) else (shape[1:], strides[1:])
+
     a_rows, a_cols = desc.a_shape()
     b_rows, b_cols = desc.b_shape()
-    direct = (row.prefix, desc.compute) in (("s", "fp32"), ("d", "fp64"))
-    if direct:
-        # 2-D views: numpy.matmul's own loop, no batch axis
-        def view(trans, rows, cols, ld, itemsize, view3=view):
-            shape, strides = view3(trans, rows, cols, ld, itemsize)
-            return shape[1:], strides[1:]
-    return _HostCall(desc, view(desc.transa, a_rows, a_cols, desc.lda, isz),
-                     view(desc.transb, b_rows, b_cols, desc.ldb, isz),
-                     view("N", desc.m, desc.n, desc.ldc, csz),
-                     desc.transa == "C" and row.is_complex, desc.transb == "C" and row.is_complex,
-                     zero, limit, direct)
+    conj_a = desc.transa == "C" and row.is_complex
+    conj_b = desc.transb == "C" and row.is_complex
+    views = (view(desc.transa, a_rows, a_cols, desc.lda, isz)
+             + view(desc.transb, b_rows, b_cols, desc.ldb, isz)
+             + view("N", desc.m, desc.n, desc.ldc, csz))
+    plain = None
+    if (row.prefix, desc.compute) in _host.MATMUL_PRODUCTS and not conj_a and not conj_b:
+        plain = (plain_view(a, *views[0:2]), plain_view(b, *views[2:4]),
+                 plain_view(c, *views[4:6]))
+    return _HostCall(desc, views, conj_a, conj_b, zero, limit, plain)
 
 _DOC = """{title}
 
@@ -114,9 +127,10 @@ lda, ldb, ldc : int
     (else ``>= max(1, k)``), ``ldb >= max(1, k)`` when transb is 'N' (else ``>= max(1, n)``),
     ``ldc >= max(1, m)``.
 compute : str, optional
-    Accumulation mode: {computes} (default {default}); any case. The ecosystem's words are
-    aliases where they mean one of these: 'ieee' / 'highest' (the type's IEEE mode),
-    'tf32x3' and 'high' (float32 and complex64: '3xtf32').
+    Accumulation mode: {computes}; any case. The ecosystem's words are aliases where they
+    mean one of these: 'ieee' / 'highest' (the type's IEEE mode), 'tf32x3' and 'high'
+    (float32 and complex64: '3xtf32').
+    Default: {default}.
 backend : {{'auto', 'tensorcore', 'cublas', 'host'}}, optional
     Force a backend ('pyblasgemm' is an alias of 'tensorcore', our kernels); by default
     NumPy arrays run on the host, CuPy arrays on the GPU.
@@ -127,6 +141,7 @@ stream : optional
     Where the GPU work is enqueued: a CuPy or PyTorch stream, an object with
     ``__cuda_stream__``, or a raw ``cudaStream_t`` int (see :mod:`pyblasgemm.streams`).
     Default: the current stream of the arrays' framework (PyTorch's for CUDA tensors).
+    NumPy arrays and CPU tensors run on the host, where it changes nothing.
 
 Returns
 -------
@@ -157,7 +172,11 @@ _EXAMPLES = {
 >>> c = np.zeros((2, 2), dtype=np.float32, order='F')
 >>> pyblasgemm.sgemm('N', 'N', 2, 2, 2, 1.0, a, 2, b, 2, 0.0, c, 2)
 array([[1., 2.],
-       [3., 4.]], dtype=float32)""",
+       [3., 4.]], dtype=float32)
+>>> import torch                                  # a framework's arrays: c written in place
+>>> t = torch.tensor([1., 2., 3., 4.]); tc = torch.zeros(4)
+>>> pyblasgemm.sgemm('N', 'N', 2, 2, 2, 1.0, t, 2, t, 2, 0.0, tc, 2) is tc, tc
+(True, tensor([ 7., 10., 15., 22.]))""",
     "d": """>>> import numpy as np, pyblasgemm
 >>> a = np.arange(6, dtype=np.float64)          # a 3 x 2 matrix, column-major, lda = 3
 >>> c = np.full(4, np.nan)                       # beta = 0: the NaN are never read
@@ -296,11 +315,33 @@ def _make(prefix: str):
               and type(ldc) is int):
             # a repeated NumPy call: the key proves flags, sizes, dtypes and that the buffers
             # hold their spans; pointers (overlap), writability and scalar values it cannot
-            host_call = calls.get(("host", prefix, compute, backend, transa, transb, m, n, k, lda,
-                                   ldb, ldc, type(alpha), type(beta), a.dtype, a.shape, a.strides,
-                                   b.dtype, b.shape, b.strides, c.dtype, c.shape, c.strides))
-            if (host_call is not None and c.flags.writeable and not _may_share(c, a)
-                    and not _may_share(c, b)):
+            a_dtype, b_dtype, c_dtype = a.dtype, b.dtype, c.dtype
+            try:
+                host_call = _peek(("host", prefix, compute, backend, transa, transb, m, n, k,
+                                   lda, ldb, ldc, type(alpha), type(beta), a_dtype, a.shape,
+                                   a.strides, b_dtype, b.shape, b.strides, c_dtype, c.shape,
+                                   c.strides))
+            except TypeError:       # an unhashable word (compute=[...]): the full path names it
+                host_call = None
+            c_flags = None if host_call is None else c.flags
+            # arrays that own their memory are apart unless one is another (three flags reads
+            # cost ~0.3 µs, two numpy.may_share_memory calls ~0.7 µs on the 2-core dev host)
+            if (c_flags is not None and c_flags.writeable
+                    and ((c_flags.owndata and c is not a and c is not b and a.flags.owndata
+                          and b.flags.owndata)
+                         or (not _may_share(c, a) and not _may_share(c, b)))):
+                plain = host_call.plain
+                if plain is not None and alpha == 1 and beta == 0:
+                    # the plain product: numpy.matmul into C's view, C unread (a floating-point
+                    # exception: the product again, below, reported as the full path does)
+                    va, vb, vc = plain
+                    try:
+                        _matmul_raising(a if va is None else _ND(va[0], a_dtype, a, 0, va[1]),
+                                        b if vb is None else _ND(vb[0], b_dtype, b, 0, vb[1]),
+                                        c if vc is None else _ND(vc[0], c_dtype, c, 0, vc[1]))
+                        return c
+                    except FloatingPointError:
+                        pass
                 lim = host_call.limit
                 if -lim <= alpha <= lim and -lim <= beta <= lim and alpha != 0:
                     host_call.run(a, b, c, alpha + host_call.zero, beta + host_call.zero)
@@ -361,7 +402,7 @@ def _make(prefix: str):
                 calls.cache.put(("host", prefix, given_compute, given_backend, transa, transb, m,
                                  n, k, lda, ldb, ldc, type(alpha), type(beta), a.dtype, a.shape,
                                  a.strides, b.dtype, b.shape, b.strides, c.dtype, c.shape,
-                                 c.strides), _host_call(desc, row, zero, limit))
+                                 c.strides), _host_call(desc, row, zero, limit, a, b, c))
         return c
 
     zero = 0 if row.scalar_kind == "int" else 0.0
@@ -376,7 +417,9 @@ def _make(prefix: str):
         conj=" (conjugate transpose)" if row.is_complex else " ('C' means 'T' for real data)",
         scalar={"real": "float", "complex": "complex", "int": "int (int32 range)"}[row.scalar_kind],
         ab=row.ab_dtype.name, c=row.c_dtype.name,
-        computes=", ".join(repr(x) for x in row.computes), default=repr(row.computes[0]),
+        computes=", ".join(repr(x) for x in row.computes),
+        default=repr(row.computes[0]) + (", or what :func:`pyblasgemm.set_default_compute` (or\n"
+                                        "    ``PYBLASGEMM_FP32_COMPUTE``) chose" if prefix == "s" else ""),
         example=_EXAMPLES[prefix])
     return xgemm
 

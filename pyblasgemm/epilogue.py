@@ -818,7 +818,7 @@ def gemm_with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend,
         return result
     if dequant:
         _route.last = _UNFUSED[xp_name]
-        with streams.on(streams.handle(stream)):    # the pass on the call's stream, as the product
+        with _pass_stream(xp_name, stream):    # the pass on the call's stream, as the product
             t = gemm(transa, transb, a, b, **kw)                      # the exact int32 product
             return apply(epi, t, alpha, beta if read_c else None, out if read_c else None, bias,
                          scale_a, scale_b, preactivation_out, result)
@@ -828,7 +828,7 @@ def gemm_with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend,
         return result
     _route.last = _UNFUSED[xp_name]
     acc = acc_dtype(out_dtype)
-    with streams.on(streams.handle(stream)):        # the pass on the call's stream, as the product
+    with _pass_stream(xp_name, stream):        # the pass on the call's stream, as the product
         t = out.astype(acc) if read_c else _ordered_result(xp, (m, n), acc, like_c)
         gemm(transa, transb, a, b, t, alpha, beta if read_c else 0, **kw)   # alpha·AB + beta·C in acc
         return apply(epi, t, None, None, None, bias, None, None, preactivation_out, result)
@@ -953,7 +953,7 @@ def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, b
         pass
     elif dequant:
         _route.last = _UNFUSED[xp_name]
-        with streams.on(streams.handle(stream)):    # the pass on the call's stream, as the product
+        with _pass_stream(xp_name, stream):    # the pass on the call's stream, as the product
             t = matmul(a, b, dtype=np.int32, **kw)
             apply(epi, full(xp.asarray(t)), 1.0, None, None, bias, scale_a, scale_b,
                   full(preactivation_out), full(result))
@@ -968,9 +968,17 @@ def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, b
             _last_replay.value = _Replay(ran, result.shape, result.dtype)
     else:
         _route.last = _UNFUSED[xp_name]
-        with streams.on(streams.handle(stream)):    # the pass on the call's stream, as the product
+        with _pass_stream(xp_name, stream):    # the pass on the call's stream, as the product
             _unfused_matmul(a, b, kw, xp, loop, out_dtype, epi, bias, full, preactivation_out, result)
     return result if result.shape else result[()]
+
+
+def _pass_stream(xp_name: str, stream):
+    """Where the unfused epilogue pass runs: the call's stream on the GPU; on the host nothing
+    (the stream, checked, changes nothing there, and asking CuPy for its current stream needs a
+    GPU driver)."""
+    handle = streams.handle(stream)
+    return streams.on(handle if xp_name == "cupy" else None)
 
 
 def _unfused_matmul(a, b, kw, xp, loop, out_dtype, epi, bias, full, preactivation_out, result):

@@ -73,6 +73,8 @@ def execute(desc: GemmDesc, a, b, c, backend: str | None = None, autotune=None, 
     None when the call took another route (degenerate, host, copies)."""
     if backend is not None:
         check_backend_place(desc.routine, backend, desc.xp)   # before the quick returns too
+    if desc.xp == "numpy":
+        stream = None      # host work enqueues nothing (a stream= asked CuPy, GPU or none)
     if desc.is_noop:
         return None
     if desc.scales_only:

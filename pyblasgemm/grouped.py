@@ -42,10 +42,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
-if TYPE_CHECKING:
-    from ._typing import Backend, Compute
+if TYPE_CHECKING:     # types only: importing pyblasgemm imports none of these
+    from collections.abc import Sequence
+
+    import cupy  # type: ignore[import-not-found, import-untyped, unused-ignore]
+    import jax
+    import torch
+
+    from ._typing import Backend, Compute, NDArray
 
 from . import _arrays
 
@@ -148,6 +154,88 @@ def _offsets_of_sizes(group_sizes, a, b) -> list[int]:
         raise ValueError(f"grouped_matmul: group_sizes sums to {total}; it must equal a's row "
                          f"count {rows}")
     return ends
+
+
+# the arrays' framework in gives it out (pyblasgemm._typing): lists of problems give a list,
+# the expert form one array
+@overload
+def grouped_matmul(a: Sequence[NDArray], b: Sequence[NDArray], *, offsets: None = None,
+                   out: Sequence[NDArray] | None = None, dtype: Any = None,
+                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   scale_b: Any = None, compute: Compute | None = None,
+                   backend: Backend | None = None, stream: Any = None,
+                   group_sizes: None = None) -> list[NDArray]: ...
+
+
+@overload
+def grouped_matmul(a: NDArray, b: NDArray, *, offsets: Any = None,
+                   out: NDArray | None = None, dtype: Any = None,
+                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   scale_b: Any = None, compute: Compute | None = None,
+                   backend: Backend | None = None, stream: Any = None,
+                   group_sizes: Any = None) -> NDArray: ...
+
+
+@overload
+def grouped_matmul(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], *, offsets: None = None,
+                   out: Sequence[torch.Tensor] | None = None, dtype: Any = None,
+                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   scale_b: Any = None, compute: Compute | None = None,
+                   backend: Backend | None = None, stream: Any = None,
+                   group_sizes: None = None) -> list[torch.Tensor]: ...
+
+
+@overload
+def grouped_matmul(a: torch.Tensor, b: torch.Tensor, *, offsets: Any = None,
+                   out: torch.Tensor | None = None, dtype: Any = None,
+                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   scale_b: Any = None, compute: Compute | None = None,
+                   backend: Backend | None = None, stream: Any = None,
+                   group_sizes: Any = None) -> torch.Tensor: ...
+
+
+@overload
+def grouped_matmul(a: Sequence[jax.Array], b: Sequence[jax.Array], *, offsets: None = None,
+                   out: Sequence[jax.Array] | None = None, dtype: Any = None,
+                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   scale_b: Any = None, compute: Compute | None = None,
+                   backend: Backend | None = None, stream: Any = None,
+                   group_sizes: None = None) -> list[jax.Array]: ...
+
+
+@overload
+def grouped_matmul(a: jax.Array, b: jax.Array, *, offsets: Any = None,
+                   out: jax.Array | None = None, dtype: Any = None,
+                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   scale_b: Any = None, compute: Compute | None = None,
+                   backend: Backend | None = None, stream: Any = None,
+                   group_sizes: Any = None) -> jax.Array: ...
+
+
+@overload
+def grouped_matmul(a: Sequence[cupy.ndarray], b: Sequence[cupy.ndarray], *, offsets: None = None,
+                   out: Sequence[cupy.ndarray] | None = None, dtype: Any = None,
+                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   scale_b: Any = None, compute: Compute | None = None,
+                   backend: Backend | None = None, stream: Any = None,
+                   group_sizes: None = None) -> list[cupy.ndarray]: ...
+
+
+@overload
+def grouped_matmul(a: cupy.ndarray, b: cupy.ndarray, *, offsets: Any = None,
+                   out: cupy.ndarray | None = None, dtype: Any = None,
+                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   scale_b: Any = None, compute: Compute | None = None,
+                   backend: Backend | None = None, stream: Any = None,
+                   group_sizes: Any = None) -> cupy.ndarray: ...
+
+
+@overload
+def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtype: Any = None,
+                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   scale_b: Any = None, compute: Compute | None = None,
+                   backend: Backend | None = None, stream: Any = None,
+                   group_sizes: Any = None) -> Any: ...
 
 
 def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtype: Any = None,

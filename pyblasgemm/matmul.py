@@ -189,9 +189,15 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
     complex128 and int8 (int8 result, wrapping like NumPy's) run through pyblasgemm; every other
     dtype or combination is passed to ``numpy.matmul`` / ``cupy.matmul``.
 
+    PyTorch tensors, JAX arrays and objects with ``__cuda_array_interface__`` or DLPack are
+    taken too (:mod:`pyblasgemm.arrays`): computed on views of their memory (CUDA tensors on
+    the GPU, CPU tensors and JAX CPU arrays on the host), the result in the caller's framework
+    and an ``out=`` tensor written in place; a tensor that requires grad takes the
+    differentiable route of :mod:`pyblasgemm.torch`.
+
     Parameters
     ----------
-    a, b : array_like
+    a, b : array_like, or a framework's arrays (see above)
     out : array, optional
     dtype : dtype, optional
         As ``numpy.matmul``'s: compute and return in this type. float16 / bfloat16 operands
@@ -205,7 +211,8 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
     stream : optional
         Where the GPU work is enqueued: a CuPy or PyTorch stream, an object with
         ``__cuda_stream__``, or a raw ``cudaStream_t`` int (see :mod:`pyblasgemm.streams`).
-        Default: the current stream of the arrays' framework.
+        Default: the current stream of the arrays' framework. NumPy arrays run on the host,
+        where it changes nothing.
     bias, activation, preactivation_out, scale_a, scale_b : optional
         An epilogue: ``activation(a @ b + bias)``, the value before the activation into
         ``preactivation_out``, int8 products dequantized by ``scale_a`` (per row of ``a``)

@@ -102,7 +102,7 @@ def _choice_var(name: str, owner: str, default, doc: str) -> Variable:
 
 
 VARIABLES = {v.name: v for v in (
-    _choice_var("PYBLASGEMM_BACKEND", "backends.BACKEND_NAMES", "auto",
+    _choice_var("PYBLASGEMM_BACKEND", "backends.BACKEND_NAMES or desc.BACKEND_ALIASES", "auto",
                 "force a backend for every call without ``backend=``"),
     _choice_var("PYBLASGEMM_DECOMPOSITION", "kernels.config.DECOMPOSITIONS", None,
                 "force our kernels' decomposition (other decompositions are not considered)"),
@@ -132,7 +132,7 @@ VARIABLES = {v.name: v for v in (
     _choice_var("PYBLASGEMM_ARCH", "planner.arch.FAMILIES", None,
                 "plan with that family's datasheet spec instead of the device's (default "
                 "without a GPU: sm_90, the H100)"),
-    _choice_var("PYBLASGEMM_FP32_COMPUTE", "the float32 compute modes", "fp32",
+    _choice_var("PYBLASGEMM_FP32_COMPUTE", "the float32 compute modes or their aliases", "fp32",
                 "default ``compute=`` of float32 problems (see ``set_default_compute``)"),
     Variable("PYBLASGEMM_RESULTS_DIR", _directory, None, lambda: "a directory path",
              "where ``bench`` writes its results without ``--out`` (default "
@@ -140,13 +140,15 @@ VARIABLES = {v.name: v for v in (
 )}
 
 
-def get(name: str, options: tuple | None = None):
+def get(name: str, options: tuple | None = None, aliases: dict | None = None):
     """The value of variable ``name`` as the environment holds it now (the default if unset).
 
     A choice variable (backend, decomposition, arch, float32 compute) is checked against
-    ``options``, the words its owner's table allows. Raises :class:`SettingError` for a value
-    that is not allowed, and KeyError for a name that is not in :data:`VARIABLES` (a typo in
-    the code, not in the environment).
+    ``options``, the words its owner's table allows; ``aliases`` (the owner's table of other
+    words, ``{alias: word}``: the same one its ``backend=`` / ``compute=`` argument reads)
+    maps an alias to its word. Raises :class:`SettingError` for a value that is not allowed,
+    and KeyError for a name that is not in :data:`VARIABLES` (a typo in the code, not in the
+    environment).
 
     Example
     -------
@@ -154,7 +156,10 @@ def get(name: str, options: tuple | None = None):
     >>> os.environ["PYBLASGEMM_ARCH"] = "SM_80"
     >>> get("PYBLASGEMM_ARCH", ("sm_80", "sm_90"))
     'sm_80'
-    >>> del os.environ["PYBLASGEMM_ARCH"]
+    >>> os.environ["PYBLASGEMM_BACKEND"] = "PyBlasGemm"
+    >>> get("PYBLASGEMM_BACKEND", ("auto", "tensorcore"), {"pyblasgemm": "tensorcore"})
+    'tensorcore'
+    >>> del os.environ["PYBLASGEMM_ARCH"], os.environ["PYBLASGEMM_BACKEND"]
     """
     var = VARIABLES[name]
     raw = os.environ.get(name)
@@ -164,9 +169,13 @@ def get(name: str, options: tuple | None = None):
         value = var.parse(raw.strip())
     except ValueError:
         raise SettingError(name, raw, var.allowed()) from None
+    if aliases:
+        value = aliases.get(value, value)
     if options is not None and value not in options:
-        raise SettingError(name, raw, "one of " + ", ".join(repr(o) for o in options)
-                           + " (any case)")
+        allowed = "one of " + ", ".join(repr(o) for o in options)
+        if aliases:
+            allowed += ", or " + ", ".join(f"{a!r} ({w!r})" for a, w in aliases.items())
+        raise SettingError(name, raw, allowed + " (any case)")
     return value
 
 
@@ -193,7 +202,7 @@ def describe() -> str:
     Example
     -------
     >>> print(describe().splitlines()[0])
-    PYBLASGEMM_BACKEND: one of backends.BACKEND_NAMES (any case); default 'auto'
+    PYBLASGEMM_BACKEND: one of backends.BACKEND_NAMES or desc.BACKEND_ALIASES (any case); default 'auto'
     """
     lines = []
     for v in VARIABLES.values():

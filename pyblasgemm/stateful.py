@@ -9,9 +9,13 @@ comparisons. ``free()`` (or leaving a ``with`` block) releases what it holds.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:     # types only: importing pyblasgemm imports none of these
+    import cupy  # type: ignore[import-not-found, import-untyped, unused-ignore]
+    import jax
+    import torch
+
     from ._typing import Backend, Compute
 
 import numpy as np
@@ -23,8 +27,11 @@ from .matmul import matmul as _matmul
 
 __all__ = ["Matmul"]
 
+#: the framework's array type a Matmul was made from, which execute() answers in
+_Array = TypeVar("_Array")
 
-class Matmul:
+
+class Matmul(Generic[_Array]):
     """``out = a @ b`` (``numpy.matmul`` semantics on CuPy arrays), planned once.
 
     The product must run as one launch on the arrays' own memory (what C-contiguous,
@@ -81,6 +88,31 @@ class Matmul:
     #: CUDA tensors with no epilogue and no fixed stream: their device (execute()'s fast path)
     _torch_device = None
     _host = False
+
+    # the arrays' framework in gives it out of execute() (pyblasgemm._typing)
+    @overload
+    def __init__(self: Matmul[torch.Tensor], a: torch.Tensor, b: torch.Tensor,
+                 out: torch.Tensor | None = None, *, compute: Compute | None = None,
+                 backend: Backend | None = None, stream: Any = None, bias: Any = None,
+                 activation: str | None = None, preactivation_out: Any = None) -> None: ...
+
+    @overload
+    def __init__(self: Matmul[jax.Array], a: jax.Array, b: jax.Array,
+                 out: jax.Array | None = None, *, compute: Compute | None = None,
+                 backend: Backend | None = None, stream: Any = None, bias: Any = None,
+                 activation: str | None = None, preactivation_out: Any = None) -> None: ...
+
+    @overload
+    def __init__(self: Matmul[cupy.ndarray], a: cupy.ndarray, b: cupy.ndarray,
+                 out: cupy.ndarray | None = None, *, compute: Compute | None = None,
+                 backend: Backend | None = None, stream: Any = None, bias: Any = None,
+                 activation: str | None = None, preactivation_out: Any = None) -> None: ...
+
+    @overload
+    def __init__(self: Matmul[Any], a: Any, b: Any, out: Any = None, *,
+                 compute: Compute | None = None, backend: Backend | None = None,
+                 stream: Any = None, bias: Any = None, activation: str | None = None,
+                 preactivation_out: Any = None) -> None: ...
 
     def __init__(self, a: Any, b: Any, out: Any = None, *, compute: Compute | None = None,
                  backend: Backend | None = None, stream: Any = None, bias: Any = None,
@@ -175,7 +207,8 @@ class Matmul:
         self._ptrs = (a.data.ptr, b.data.ptr, target.data.ptr)
         self._mask = _align_mask(self._launch)
 
-    def execute(self, a: Any = None, b: Any = None, c: Any = None, *, stream: Any = None) -> Any:
+    def execute(self, a: _Array | None = None, b: _Array | None = None,
+                c: _Array | None = None, *, stream: Any = None) -> _Array:
         """Enqueue ``c = a @ b`` (the arrays given at construction unless others are passed;
         they must have the same dtype, shape and strides). Returns the result array (in the
         framework of the arrays given at construction)."""
@@ -304,7 +337,7 @@ class Matmul:
         self.a = self.b = self.out = None
         self._conv = self._out_foreign = None
 
-    def __enter__(self):
+    def __enter__(self) -> Matmul[_Array]:
         return self
 
     def __exit__(self, *exc):

@@ -1,6 +1,8 @@
 """The BLAS form's host fast path (issue 35, item 6): a repeated NumPy raw-form call reuses the
 problem it described the first time (pyblasgemm.blas._HostCall) and keeps every check its key
 cannot prove: overlap of C with A or B, C's writability, the scalars' values."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -92,26 +94,125 @@ def test_hit_keeps_the_checks_the_key_cannot_prove():
     np.testing.assert_array_equal(c, before)
 
 
-def test_repeated_call_is_fast():
-    """Generous: the full path cost 22-70 µs at 4x4 on the dev hosts, the hit ~5-12 µs."""
-    import time
+def _median_us(fns: dict, rounds=31, calls=100, repeat=5) -> dict:
+    """µs per call of each function: rounds with the functions interleaved (a load that comes
+    and goes falls on all of them), each round the best of ``repeat`` runs of ``calls`` calls
+    (short runs: a slice of CPU between preemptions on a loaded 2-core host), the median over
+    rounds."""
+    import statistics
+    import timeit
 
+    times: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(min(timeit.repeat(fn, number=calls, repeat=repeat)) / calls * 1e6)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def test_repeated_call_within_10x_scipy():
+    """Issue 35 item 6: at 4x4, a repeated sgemm on NumPy arrays costs less than 10 times
+    SciPy's sgemm(1.0, a, b) on the same arrays (measured 4.7 µs against 0.58 µs, 8.1x, on
+    the 2-core dev host under a load of 10; 16x before the hit's plain product). The 1-D
+    buffers of the reference-BLAS style make three views more: within 15x (10.5x measured)."""
+    sblas = pytest.importorskip("scipy.linalg.blas")
     pyblasgemm.clear_plan_cache()
-    a = np.ones(16, np.float32)
-    c = np.zeros(16, np.float32)
+    rng = np.random.default_rng(5)
+    a = np.asfortranarray(rng.standard_normal((4, 4)).astype(np.float32))
+    b = np.asfortranarray(rng.standard_normal((4, 4)).astype(np.float32))
+    c = np.full((4, 4), np.nan, np.float32, order="F")          # beta 0: never read
+    a1, b1, c1 = a.ravel("F"), b.ravel("F"), np.full(16, np.nan, np.float32)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    for _ in range(2):                                            # described, then a hit
+        assert pyblasgemm.sgemm("N", "N", 4, 4, 4, 1.0, a, 4, b, 4, 0.0, c, 4) is c
+        np.testing.assert_allclose(c, want, rtol=1e-6)
+        pyblasgemm.sgemm("N", "N", 4, 4, 4, 1.0, a1, 4, b1, 4, 0.0, c1, 4)
+        np.testing.assert_allclose(c1.reshape(4, 4, order="F"), want, rtol=1e-6)
+        c[:] = np.nan
+        c1[:] = np.nan
+    np.testing.assert_allclose(sblas.sgemm(1.0, a, b), want, rtol=1e-6)
     f = pyblasgemm.sgemm
-    f("N", "N", 4, 4, 4, 1.0, a, 4, a, 4, 0.0, c, 4)
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(200):
-            f("N", "N", 4, 4, 4, 1.0, a, 4, a, 4, 0.0, c, 4)
-        best = min(best, (time.perf_counter() - t0) / 200)
-    t0 = time.perf_counter()
-    for _ in range(200):
-        np.matmul(a.reshape(4, 4), a.reshape(4, 4))
-    floor = (time.perf_counter() - t0) / 200
-    assert best < max(20e-6, 15 * floor), (best, floor)
+    us = _median_us({"ours": lambda: f("N", "N", 4, 4, 4, 1.0, a, 4, b, 4, 0.0, c, 4),
+                     "ours 1-D": lambda: f("N", "N", 4, 4, 4, 1.0, a1, 4, b1, 4, 0.0, c1, 4),
+                     "scipy": lambda: sblas.sgemm(1.0, a, b)})
+    assert us["ours"] < 10 * us["scipy"], us
+    assert us["ours 1-D"] < 15 * us["scipy"], us
+    np.testing.assert_allclose(c, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("ta", ["N", "T"])
+@pytest.mark.parametrize("tb", ["N", "T"])
+@pytest.mark.parametrize("extra", [0, 3])
+def test_a_hit_gives_the_first_calls_bits(dtype, ta, tb, extra):
+    """The hit's plain product and the full path's are one numpy.matmul into C's view: the
+    same bits where summation order shows (k = 1000). Before, the full path multiplied into
+    a C-ordered temporary (another BLAS call) and the hit into C: the first call and the
+    repeats of one call differed in the last bits (48 of 112 layouts)."""
+    rng = np.random.default_rng(9)
+    m, n, k = 33, 17, 1000
+    ar, ac = (m, k) if ta == "N" else (k, m)
+    br, bc = (k, n) if tb == "N" else (n, k)
+    lda, ldb, ldc = ar + extra, br + extra, m + extra
+    a = rng.standard_normal(lda * ac).astype(dtype)
+    b = rng.standard_normal(ldb * bc).astype(dtype)
+    f = pyblasgemm.sgemm if dtype == np.float32 else pyblasgemm.dgemm
+    pyblasgemm.clear_plan_cache()
+    results = []
+    for _ in range(3):
+        c = np.full(ldc * n, np.nan, dtype)
+        f(ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc)
+        results.append(c)
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_array_equal(results[0], results[2])
+    opa = a.reshape(ac, lda).T[:ar]
+    opb = b.reshape(bc, ldb).T[:br]
+    want = _op(opa.astype(np.float64), ta) @ _op(opb.astype(np.float64), tb)
+    got = results[0].reshape(n, ldc).T[:m]
+    np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == np.float32 else 1e-12,
+                               atol=1e-3 if dtype == np.float32 else 1e-10)
+    assert np.isnan(results[0].reshape(n, ldc).T[m:]).all()      # C's padding untouched
+
+
+@pytest.mark.parametrize("ta", TRANS)
+@pytest.mark.parametrize("tb", TRANS)
+def test_two_d_arrays_on_a_hit(ta, tb, described):
+    """F-ordered 2-D arrays (SciPy's kind): an array that is its own op view goes to
+    numpy.matmul as it is; new data each call, C poisoned."""
+    pyblasgemm.clear_plan_cache()
+    rng = np.random.default_rng(13)
+    for _ in range(3):
+        a, b, c = _buffers(np.float64, ta, tb, 3, 5, 4, rng)
+        c[:] = np.nan
+        assert pyblasgemm.dgemm(ta, tb, 3, 5, 4, 1.0, a, a.shape[0], b, b.shape[0], 0.0, c, 3) is c
+        np.testing.assert_allclose(c, _op(a, ta) @ _op(b, tb), rtol=1e-12)
+    assert described[0] == 1
+
+
+@pytest.mark.parametrize("shape", [(16,), (4, 4)])
+def test_floating_point_exceptions_on_a_hit_follow_the_callers_error_state(shape):
+    """The hit's product raises inside (one error state made once), and is redone on the
+    reporting path: the caller's np.errstate decides, as for numpy.matmul."""
+    pyblasgemm.clear_plan_cache()
+    a = np.ones(shape, np.float32, order="F")
+    c = np.zeros(shape, np.float32, order="F")
+    pyblasgemm.sgemm("N", "N", 4, 4, 4, 1.0, a, 4, a, 4, 0.0, c, 4)
+    big = np.full(shape, 3e38, np.float32, order="F")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(all="ignore"):
+            pyblasgemm.sgemm("N", "N", 4, 4, 4, 1.0, big, 4, big, 4, 0.0, c, 4)
+    assert np.isinf(c).all()
+    seen = []
+    with np.errstate(all="call", call=lambda kind, flag: seen.append(kind)):
+        pyblasgemm.sgemm("N", "N", 4, 4, 4, 1.0, big, 4, big, 4, 0.0, c, 4)
+    assert seen == ["overflow"]
+    with pytest.warns(RuntimeWarning, match="overflow encountered in matmul") as rec:
+        pyblasgemm.sgemm("N", "N", 4, 4, 4, 1.0, big, 4, big, 4, 0.0, c, 4)
+    assert len(rec) == 1 and rec[0].filename == __file__
+    c[:] = 0
+    pyblasgemm.sgemm("N", "N", 4, 4, 4, 1.0, a, 4, a, 4, 0.0, c, 4)   # and on, without error
+    np.testing.assert_array_equal(c, np.full(shape, 4, np.float32))
+    assert np.geterr()["over"] == "warn"                                 # the state restored
 
 
 # --- SciPy's signature given to the raw form (issue 35, item 7): pointed to pyblasgemm.scipy --
@@ -163,3 +264,22 @@ def test_overflow_on_a_hit_is_reported_as_numpy_reports_it():
     assert np.isinf(c).all()
     with np.errstate(over="raise"), pytest.raises(FloatingPointError):
         pyblasgemm.sgemm("N", "N", 2, 2, 2, 1.0, big, 2, big, 2, 0.0, c, 2)
+
+
+@pytest.mark.parametrize("name", ["matmul_raising", "_matmul_raising_per_call"])
+def test_the_raising_product_raises_and_leaves_the_error_state_alone(name):
+    """Both forms (the decorator made once on NumPy 2, a with block per call on NumPy 1)."""
+    from pyblasgemm.backends import host
+
+    f = getattr(host, name)
+    a = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    out = np.full((2, 2), np.nan, np.float32)
+    f(a, a, out)
+    np.testing.assert_array_equal(out, a @ a)
+    before = np.geterr()
+    with pytest.raises(FloatingPointError, match="overflow"):
+        f(np.full((2, 2), 3e38, np.float32), a, out)
+    with np.errstate(all="ignore"), pytest.raises(FloatingPointError, match="invalid"):
+        f(np.array([[np.inf, 0.0]], np.float32), np.array([[0.0], [1.0]], np.float32),
+          np.empty((1, 1), np.float32))
+    assert np.geterr() == before

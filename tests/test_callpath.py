@@ -106,10 +106,22 @@ def test_stream_handles():
         streams.handle(3.5)
 
 
-def test_stream_is_ignored_only_where_nothing_runs_on_a_gpu():
-    """NumPy arrays run on the host: a stream changes nothing there (no CuPy needed)."""
+@pytest.mark.parametrize("stream", [None, 0, 7, _CoreStream()])
+def test_stream_is_ignored_only_where_nothing_runs_on_a_gpu(stream):
+    """NumPy arrays run on the host: a stream changes nothing there, and needs no GPU (a
+    stream given with NumPy arrays asked CuPy for its current stream: a CUDARuntimeError on
+    a machine without a GPU driver)."""
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
-    np.testing.assert_array_equal(pyblasgemm.matmul(a, a.T, stream=None), a @ a.T)
+    want = a @ a.T
+    np.testing.assert_array_equal(pyblasgemm.matmul(a, a.T, stream=stream), want)
+    np.testing.assert_array_equal(pyblasgemm.matmul(a, a.T, bias=np.zeros(2, np.float32),
+                                                    stream=stream), want)
+    np.testing.assert_array_equal(pyblasgemm.gemm("N", "T", a, a, stream=stream), want)
+    c = np.full(4, np.nan, np.float32)
+    pyblasgemm.sgemm("T", "N", 2, 2, 3, 1.0, a.ravel(), 3, a.ravel(), 3, 0.0, c, 2, stream=stream)
+    np.testing.assert_allclose(c.reshape(2, 2, order="F"), want)
+    got = pyblasgemm.grouped_matmul([a], [a.T.copy()], stream=stream)[0]
+    np.testing.assert_array_equal(got, want)
 
 
 def test_the_array_door_leaves_numpy_lists_and_scalars_alone():

@@ -355,6 +355,11 @@ def test_harness_runs_end_to_end_on_stand_ins(tmp_path, fake_gpu, capsys):
         c = fp16["contenders"][name]
         assert c["check"]["ok"] and c["steady_s"] > 0 and c["single_s"] > 0
         assert fp16["speedup"][name]["steady"] > 0
+    # the route each of ours ran, as the suite writes it (cuBLAS forced: no plan kept)
+    assert fp16["contenders"]["auto"]["route"] == heldout.route_of_plan(fp16["plan"]["auto"])
+    assert fp16["contenders"]["tensorcore"]["route"].startswith("tensorcore ")
+    assert fp16["contenders"]["cublas"]["route"] == "cublas"
+    assert "route" not in fp16["contenders"]["cupy"]
     # the plan of matmul's problem Cᵀ = Bᵀ Aᵀ: m and n swapped, transa/transb swapped
     plan = fp16["plan"]["auto"]
     assert plan["how_found"] == "pyblasgemm.plan()" and plan["backend"] in ("tensorcore", "cublas")
@@ -384,6 +389,33 @@ def test_harness_runs_end_to_end_on_stand_ins(tmp_path, fake_gpu, capsys):
     assert math.isfinite(s["3xtf32"]["overall"]["auto"]["steady"]["geomean"])
     assert heldout.main(["--summary", str(out)]) == 0
     assert "== all" in capsys.readouterr().out
+
+
+def test_meta_records_the_seed_the_settings_and_nvrtc(monkeypatch):
+    """Issue 35 item 5: what decides the numbers besides the code, in every held-out file (and
+    in those of the scripts that take heldout.meta); it lacked the settings and NVRTC."""
+    from pyblasgemm.benchmarks import suite
+
+    monkeypatch.setattr(suite, "_Env", lambda device: types.SimpleNamespace(
+        info=lambda: {"device": {"name": "stand-in"}, "versions": {}}))
+    monkeypatch.setattr(suite, "_nvrtc_version", lambda: "13.5")
+    monkeypatch.setenv("PYBLASGEMM_PLAN_CACHE_SIZE", "77")
+    got = heldout.meta(types.SimpleNamespace(torch=None))
+    assert got["seed"] == heldout.ROW_SEED
+    assert got["settings"] == {"PYBLASGEMM_PLAN_CACHE_SIZE": "77"}
+    assert got["nvrtc"] == got["versions"]["nvrtc"] == "13.5"
+    assert heldout.meta(types.SimpleNamespace(torch=None), seed=7)["seed"] == 7
+
+
+def test_every_bench_results_json_records_its_provenance():
+    """Every script that writes a results JSON takes suite.provenance (the seed, the
+    PYBLASGEMM_* settings, NVRTC): itself or through heldout.meta."""
+    scripts = [p for p in sorted((ROOT / "bench").glob("*.py"))
+               if "json.dump" in p.read_text() and p.name != "corpus.py"]   # (the corpus: input)
+    assert len(scripts) >= 15
+    lacking = [p.name for p in scripts
+               if "provenance(" not in p.read_text() and "**meta(" not in p.read_text()]
+    assert lacking == []
 
 
 def test_max_seconds_stops_cleanly(tmp_path, fake_gpu, capsys):

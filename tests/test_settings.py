@@ -152,3 +152,83 @@ def test_every_variable_is_documented():
     for name in settings.VARIABLES:
         assert name in pyblasgemm.planner.__doc__, name
         assert name in docs, name
+
+
+# --- the ecosystem's words (issue 35 item 7): the variables read the tables backend= and
+# compute= read, and set_default_compute too ----------------------------------------------------
+
+def test_backend_variable_takes_the_backend_aliases(monkeypatch):
+    from pyblasgemm.desc import BACKEND_ALIASES
+    from pyblasgemm.planner.overrides import current_settings
+
+    for alias, word in BACKEND_ALIASES.items():
+        monkeypatch.setenv("PYBLASGEMM_BACKEND", alias.upper())
+        pyblasgemm.clear_plan_cache()
+        assert current_settings().backend == word
+    a = np.ones(4, np.float32)
+    # the alias forces our kernels, which run on CuPy arrays: named as the variable's word
+    with pytest.raises(ValueError, match="PYBLASGEMM_BACKEND='tensorcore' runs on CuPy arrays"):
+        pyblasgemm.sgemm("N", "N", 2, 2, 2, 1.0, a, 2, a, 2, 0.0, np.zeros(4, np.float32), 2)
+
+
+def test_backend_variable_refusal_lists_the_aliases(monkeypatch):
+    from pyblasgemm.planner.overrides import current_settings
+
+    monkeypatch.setenv("PYBLASGEMM_BACKEND", "gpu")
+    pyblasgemm.clear_plan_cache()
+    with pytest.raises(SettingError, match=r"'host', or 'pyblasgemm' \('tensorcore'\)"):
+        current_settings()
+
+
+@pytest.mark.parametrize("alias", ["tf32x3", "IEEE", "highest", "High"])
+def test_fp32_compute_variable_takes_the_compute_aliases(monkeypatch, alias):
+    from pyblasgemm._types import COMPUTE_ALIASES
+
+    monkeypatch.setenv("PYBLASGEMM_FP32_COMPUTE", alias)
+    monkeypatch.setattr("pyblasgemm._types._default_compute_fp32", None)
+    assert pyblasgemm.get_default_compute() == COMPUTE_ALIASES[alias.lower()]["s"]
+
+
+def test_fp32_compute_variable_refusal_lists_the_aliases(monkeypatch):
+    monkeypatch.setenv("PYBLASGEMM_FP32_COMPUTE", "fp64")      # not a float32 mode
+    monkeypatch.setattr("pyblasgemm._types._default_compute_fp32", None)
+    with pytest.raises(SettingError, match=r"'3xtf32', or 'tf32x3' \('3xtf32'\), 'ieee' \('fp32'\)"):
+        pyblasgemm.get_default_compute()
+
+
+def test_every_reader_of_compute_words_reads_one_table(monkeypatch):
+    """compute=, PYBLASGEMM_FP32_COMPUTE and set_default_compute accept the same words."""
+    from pyblasgemm._types import COMPUTE_ALIASES, resolve_compute
+
+    words = set(TYPE_ROWS["s"].computes) | {a for a, modes in COMPUTE_ALIASES.items() if "s" in modes}
+    for word in sorted(words):
+        mode = resolve_compute(TYPE_ROWS["s"], word, "sgemm")
+        pyblasgemm.set_default_compute(word.upper())
+        assert pyblasgemm.get_default_compute() == mode
+        monkeypatch.setenv("PYBLASGEMM_FP32_COMPUTE", word)
+        monkeypatch.setattr("pyblasgemm._types._default_compute_fp32", None)
+        assert pyblasgemm.get_default_compute() == mode
+    for bad in ("fp64", "int8-ozaki", "fp16", 3, None):
+        with pytest.raises(ValueError, match=f"set_default_compute: mode={bad!r} must be one of "
+                                             r"'fp32', 'tf32', '3xtf32' or an alias"):
+            pyblasgemm.set_default_compute(bad)
+
+
+def test_a_repeated_call_runs_the_new_default():
+    """A call signature remembered with no compute= ran the old default: changing the default
+    forgets it (a repeated sgemm kept computing fp32 after set_default_compute('tf32'))."""
+    a = np.full(4, 1 + 2**-15, dtype=np.float32)   # 1 + 2^-15 rounds to 1 in tf32
+    c = np.zeros(1, dtype=np.float32)
+    for _ in range(2):                               # the second call is a remembered one
+        pyblasgemm.sgemm("T", "N", 1, 1, 4, 1.0, a, 4, a, 4, 0.0, c, 1)
+        assert c[0] > 4.0
+    pyblasgemm.set_default_compute("tf32")
+    pyblasgemm.sgemm("T", "N", 1, 1, 4, 1.0, a, 4, a, 4, 0.0, c, 1)
+    assert c[0] == 4.0
+    pyblasgemm.set_default_compute("ieee")           # fp32 again, by its alias
+    pyblasgemm.sgemm("T", "N", 1, 1, 4, 1.0, a, 4, a, 4, 0.0, c, 1)
+    assert c[0] > 4.0
+    x = a.reshape(2, 2)
+    want = pyblasgemm.matmul(x, x)                   # matmul's remembered signatures too
+    pyblasgemm.set_default_compute("tf32")
+    assert not np.array_equal(pyblasgemm.matmul(x, x), want)

@@ -54,10 +54,34 @@ def test_backend_alias_pyblasgemm_is_our_kernels():
         pyblasgemm.gemm("N", "N", a, a, backend="pyblasgemm")
 
 
+def test_every_public_form_documents_stream_and_foreign_arrays():
+    """Item 7: every public form with a stream= says where it enqueues and that it takes the
+    frameworks' arrays (matmul's said neither PyTorch's route nor JAX's)."""
+    import inspect
+
+    def takes_stream(f):
+        try:
+            return "stream" in inspect.signature(f).parameters
+        except (TypeError, ValueError):      # classes without a Python signature (warnings)
+            return False
+
+    public = [getattr(pyblasgemm, name) for name in pyblasgemm.__all__]
+    forms = [f for f in public if callable(f) and takes_stream(f)]
+    assert {"sgemm", "zgemm", "shgemm", "gemm", "matmul", "grouped_matmul", "fused_mlp",
+            "Matmul"} <= {f.__name__ for f in forms}
+    for f in forms:
+        doc = " ".join(f.__doc__.split())
+        for word in ("stream", "PyTorch", "JAX", "DLPack"):
+            assert word in doc, (f.__name__, word)
+
+
 # --- types (item 4): mypy on a user's file -----------------------------------------------------
 
 _USER = '''\
+import jax
 import numpy as np
+import torch
+
 import pyblasgemm
 
 x = np.ones((2, 2), np.float32)
@@ -76,6 +100,25 @@ pyblasgemm.grouped_matmul([x], [x], compute="fp32", group_sizes=None)
 pyblasgemm.grouped_matmul([x], [x], compute=3)  # E: compute
 pyblasgemm.Matmul(x, x, backend="gpu")  # E: backend
 pyblasgemm.Matmul(x, x, compute="ieee", backend="auto")
+reveal_type(pyblasgemm.grouped_matmul([x, x], [x, x]))  # R: list[numpy.ndarray
+reveal_type(pyblasgemm.grouped_matmul(x, x, offsets=[2]))  # R: numpy.ndarray
+reveal_type(pyblasgemm.grouped_matmul(x, x, group_sizes=[2], compute="tf32x3"))  # R: numpy.ndarray
+pyblasgemm.grouped_matmul(x, x, offsets=[2], backend="gpu")  # E: backend
+
+
+def frameworks(t: torch.Tensor, j: jax.Array) -> None:
+    reveal_type(pyblasgemm.grouped_matmul([t], [t]))  # R: list[torch.Tensor]
+    reveal_type(pyblasgemm.grouped_matmul(t, t, offsets=[2]))  # R: torch.Tensor
+    reveal_type(pyblasgemm.grouped_matmul([j], [j], compute="high"))  # R: list[jax.Array]
+    reveal_type(pyblasgemm.grouped_matmul(j, j, group_sizes=[2]))  # R: jax.Array
+    reveal_type(pyblasgemm.Matmul(t, t))  # R: pyblasgemm.stateful.Matmul[torch.Tensor]
+    reveal_type(pyblasgemm.Matmul(t, t, out=t).execute())  # R: torch.Tensor
+    reveal_type(pyblasgemm.Matmul(j, j, compute="highest").execute())  # R: jax.Array
+    reveal_type(pyblasgemm.Matmul(t, t).execute(a=t, c=t))  # R: torch.Tensor
+    pyblasgemm.Matmul(t, t).execute(a=j)  # E: a JAX array into a torch Matmul
+    pyblasgemm.Matmul(j, j, compute=3)  # E: compute
+    with pyblasgemm.Matmul(t, t) as mm:
+        reveal_type(mm.execute())  # R: torch.Tensor
 '''
 
 _CONFIG = '''\

@@ -242,6 +242,29 @@ def _collecting(raised: list):
     return np.errstate(all="call", call=lambda kind, flag: raised.append((kind, flag)))
 
 
+def _matmul_raising_per_call(opa, opb, out) -> None:
+    """``numpy.matmul(opa, opb, out)`` with every floating-point exception raised (a
+    FloatingPointError) instead of reported: the caller (the BLAS form's repeated call, which
+    reads nothing of ``out``) then redoes the product under :func:`_collecting`, which reports
+    each exception once, in NumPy's words, at the user's line, as the caller's error state
+    asks."""
+    with np.errstate(all="raise"):
+        np.matmul(opa, opb, out)
+
+
+def _matmul_into(opa, opb, out) -> None:
+    np.matmul(opa, opb, out)
+
+
+_matmul_into.__doc__ = _matmul_raising_per_call.__doc__
+#: :func:`_matmul_raising_per_call`. On NumPy 2 its error state is made once, as a decorator
+#: (NumPy 2 keeps each call's state in a context variable, so threads do not share it):
+#: entering a new np.errstate each call costs ~1 µs more (2-core dev host, NumPy 2.4). NumPy 1's
+#: decorator re-enters one instance, whose saved state two threads would overwrite.
+matmul_raising = (np.errstate(all="raise")(_matmul_into)
+                  if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else _matmul_raising_per_call)
+
+
 def run(desc: GemmDesc, a, b, c, plan=None) -> None:
     raised: list[tuple[str, int]] = []
     # the exceptions are collected (not reported where they happen: in a cast, past the
@@ -299,11 +322,20 @@ def _compute(desc: GemmDesc, a, b, c) -> None:
     compute_views(desc, opa, opb, cv, desc.alpha, desc.beta)
 
 
+#: (type prefix, compute) whose product is one ``numpy.matmul`` in the operands' own type:
+#: with alpha 1 and beta 0 it goes straight into C's view (no temporary; the BLAS form's
+#: repeated call does the same, so both give numpy.matmul's bits for that view)
+MATMUL_PRODUCTS = frozenset({("s", "fp32"), ("d", "fp64"), ("c", "fp32"), ("z", "fp64")})
+
+
 def compute_views(desc: GemmDesc, opa, opb, cv, alpha, beta) -> None:
     """``cv = alpha·opa @ opb + beta·cv`` on views already made (the BLAS form's repeated
     NumPy call makes them itself: pyblasgemm.blas)."""
     if desc.prefix == "i":
         int8_product(opa, opb, cv, alpha, beta)   # in blocks, into C (int32, wrapping)
+        return
+    if alpha == 1 and beta == 0 and (desc.prefix, desc.compute) in MATMUL_PRODUCTS:
+        np.matmul(opa, opb, out=cv)
         return
     acc = product(desc, opa, opb)
     out = acc * acc.dtype.type(alpha) if alpha != 1 else acc

@@ -564,6 +564,20 @@ def _nvrtc_version() -> str | None:
         return None
 
 
+def provenance(seed) -> dict:
+    """What decides a benchmark's numbers besides the code, for every results JSON (the suite,
+    ``bench/heldout.py`` and the scripts beside it): the seed of its operands (an int, the rule
+    that derives one per row as text, or None where it draws none), the ``PYBLASGEMM_*``
+    variables set and the NVRTC version that compiled the kernels (None without CuPy).
+
+    >>> sorted(provenance(0))
+    ['nvrtc', 'seed', 'settings']
+    """
+    return {"seed": seed,
+            "settings": {k: str(v) for k, v in _settings.in_environment()[0].items()},
+            "nvrtc": _nvrtc_version()}
+
+
 def plan(suite: tuple, dtypes: tuple, impls: tuple) -> list:
     """The (problem, dtype, impl) triples a run measures, in order."""
     return [(p, d, i) for p in suite for d in dtypes for i in impls]
@@ -588,9 +602,9 @@ def run(problems, dtypes, impls, device="gpu", trans=None, progress=True, seed=0
         "cublas_yardstick": "cuBLASLt (cublasLtMatmul; cublasGemmEx where it has no algorithm) "
                             "via pyblasgemm backend='cublas' (3xtf32: SGEMM fp32)"})
     # what decides the numbers besides the code: the seed, the PYBLASGEMM_* settings, NVRTC
-    doc["seed"] = seed
-    doc["settings"] = {k: str(v) for k, v in _settings.in_environment()[0].items()}
-    doc["versions"].setdefault("nvrtc", _nvrtc_version() if device == "gpu" else None)
+    record = provenance(seed)
+    doc["seed"], doc["settings"] = record["seed"], record["settings"]
+    doc["versions"].setdefault("nvrtc", record["nvrtc"] if device == "gpu" else None)
     log(f"device: {doc['device']['name']}")
     doc["ceilings"] = measure_ceilings(env)
     if doc["ceilings"]:

@@ -34,8 +34,9 @@ Environment variables (all ``PYBLASGEMM_*``; parsed and validated by
 value raises ``SettingError`` naming the variable, the value and what is allowed; booleans take
 1/0, true/false, yes/no, on/off):
 
-``PYBLASGEMM_BACKEND``          'auto' (default), 'tensorcore', 'cublas' or 'host': force a
-                                backend for every call without ``backend=``.
+``PYBLASGEMM_BACKEND``          'auto' (default), 'tensorcore', 'cublas' or 'host' (or
+                                'pyblasgemm', the alias ``backend=`` takes for 'tensorcore'):
+                                force a backend for every call without ``backend=``.
 ``PYBLASGEMM_DECOMPOSITION``    force our kernels' decomposition: 'sliced', 'splitk_serial',
                                 'splitk_parallel', 'streamk' or 'hybrid' (candidates of other
                                 decompositions are not considered).
@@ -62,7 +63,8 @@ value raises ``SettingError`` naming the variable, the value and what is allowed
                                 datasheet spec instead of the device's (default without a GPU:
                                 sm_90, the H100).
 ``PYBLASGEMM_FP32_COMPUTE``     default ``compute=`` of float32 problems ('fp32', 'tf32',
-                                '3xtf32'; see ``pyblasgemm.set_default_compute``).
+                                '3xtf32', or the aliases ``compute=`` takes: 'ieee', 'highest',
+                                'tf32x3', 'high'; see ``pyblasgemm.set_default_compute``).
 ``PYBLASGEMM_RESULTS_DIR``      where ``bench`` writes its results without ``--out`` (default
                                 ``~/.local/share/pyblasgemm/bench/``).
 

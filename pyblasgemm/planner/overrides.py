@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from .. import settings as _env
 from ..backends import BACKEND_NAMES
+from ..desc import BACKEND_ALIASES
 from ..kernels.config import DECOMPOSITIONS, KernelConfig
 from . import model as M
 
@@ -35,7 +36,7 @@ def _read_settings() -> Settings:
         cfg = M.parse_config_name(name) if name else None
     except ValueError as exc:
         raise _env.SettingError("PYBLASGEMM_CONFIG", name, str(exc)) from None
-    return Settings(_env.get("PYBLASGEMM_BACKEND", BACKEND_NAMES),
+    return Settings(_env.get("PYBLASGEMM_BACKEND", BACKEND_NAMES, BACKEND_ALIASES),
                     not _env.get("PYBLASGEMM_NO_PLAN_CACHE"), _env.get("PYBLASGEMM_PRINT_PLANS"),
                     _env.get("PYBLASGEMM_DECOMPOSITION", DECOMPOSITIONS),
                     _env.get("PYBLASGEMM_SPLITS"), cfg, _env.get("PYBLASGEMM_AUTOTUNE"),
