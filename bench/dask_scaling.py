@@ -14,15 +14,15 @@ Method:
   before UCX starts (dask-cuda's ``create-cuda-context``); and the 2026-11-27 run's UCX
   settings (no pool). Each transport runs in a process of its own (UCX is set up once a
   process), under a deadline (``--budget-s``): a transport that hangs costs its share only;
-* the probe (``--probe``): on each cluster of 2 or more workers, a 128 MiB CuPy block
-  generated on worker 0 and read by a task on worker 1 (median of 5, after a warm-up: the
-  wall time and the worker's own transfer log), 8 such blocks at once, and every worker
-  reading one block from every other at once (GB/s = 1e9 bytes/s); what UCX reports it has
-  (``ucxx.get_active_transports()``, its ``TLS``) and the allocators on each worker; and the
-  protocols UCX chose (the probe's processes run with ``UCX_PROTO_INFO=y``: the lines of its
-  report that name a transport, ``cuda_ipc`` for NVLink, are kept; the whole output is in
-  ``<out>.probe-<transport>.log``); ``--transport best`` runs the cases on the probed
-  transport with the most GB/s between workers;
+* the probe (``--probe``: on the largest cluster; with the cases, on each of 2 workers or
+  more): a 128 MiB CuPy block generated on worker 0 and read by a task on worker 1 (median of
+  5, after a warm-up: the wall time and the worker's own transfer log), 8 such blocks at once,
+  and every worker reading one block from every other at once (GB/s = 1e9 bytes/s); what UCX
+  reports it has (``ucxx.get_active_transports()``, its ``TLS``) and the allocators on each
+  worker; and the protocols UCX chose: the probe's processes run with ``UCX_PROTO_INFO=y``,
+  the lines of its report that name a transport (``cuda_ipc``: NVLink) are kept, the whole
+  output is in ``<out>.probe-<transport>.log``. ``--transport best`` runs the cases on the
+  probed transport with the most GB/s between workers;
 * a ``dask_cuda.LocalCUDACluster`` with one worker per GPU (``CUDA_VISIBLE_DEVICES`` the first
   n GPUs), CuPy chunks, each operand block generated on a worker from its own seed (the same
   bytes on any cluster and in this process) and kept there: an operand with at least n row
@@ -103,19 +103,18 @@ PROBE_BYTES = 128 * 2**20
 RMM_POOL = "16GB"
 NVLINK_TLS = "tcp,cuda_copy,cuda_ipc"
 
-#: name -> LocalCUDACluster keywords, the UCX_TLS UCX's own benchmark gets (None: not UCX;
-#: "": UCX's default, all), and what it is
+#: name -> (LocalCUDACluster keywords, what it is)
 TRANSPORTS = {
-    "tcp": ({"protocol": "tcp"}, None,
+    "tcp": ({"protocol": "tcp"},
             "TCP, Dask's default: each GPU block copied to host memory, sent over a socket, copied back"),
-    "ucx": ({"protocol": "ucx", "rmm_pool_size": RMM_POOL, "rmm_allocator_external_lib_list": ["cupy"]}, "",
+    "ucx": ({"protocol": "ucx", "rmm_pool_size": RMM_POOL, "rmm_allocator_external_lib_list": ["cupy"]},
             "UCX choosing its own transports (UCX_TLS unset: all), an RMM pool shared with CuPy"),
     "ucx-nvlink": ({"protocol": "ucx", "enable_tcp_over_ucx": True, "enable_nvlink": True, "enable_infiniband": False,
-                    "rmm_pool_size": RMM_POOL, "rmm_allocator_external_lib_list": ["cupy"]}, NVLINK_TLS,
+                    "rmm_pool_size": RMM_POOL, "rmm_allocator_external_lib_list": ["cupy"]},
                    f"UCX over NVLink (enable_nvlink: UCX_TLS={NVLINK_TLS}), an RMM pool shared with CuPy"),
-    "ucx-nvlink-nopool": ({"protocol": "ucx", "enable_tcp_over_ucx": True, "enable_nvlink": True}, NVLINK_TLS,
+    "ucx-nvlink-nopool": ({"protocol": "ucx", "enable_tcp_over_ucx": True, "enable_nvlink": True},
                           f"UCX over NVLink (UCX_TLS={NVLINK_TLS}) without an RMM pool: the 2026-11-27 run's "
-                          "settings (CuPy's own pool, one CUDA IPC handle per block)"),
+                          "settings (CuPy's own pool: a CUDA IPC handle per block)"),
 }
 
 
@@ -579,12 +578,13 @@ def child(args, cases) -> int:
     device = not args.smoke
     transport = args.child
     bases = json.loads(pathlib.Path(args.baselines).read_text()) if args.baselines else {}
-    doc = {"transport": transport, "config": {"cluster": TRANSPORTS[transport][0], "doc": TRANSPORTS[transport][2]},
+    doc = {"transport": transport, "config": {"cluster": TRANSPORTS[transport][0], "doc": TRANSPORTS[transport][1]},
            "probes": {}, "cases": [], "failures": []}
     write_doc(doc, args.out)
-    for n_gpus in [int(g) for g in args.gpus.split(",")]:
-        if args.probe_only and n_gpus < 2:
-            continue
+    counts = [int(g) for g in args.gpus.split(",")]
+    for n_gpus in counts:
+        if args.probe_only and n_gpus != max(counts):
+            continue                    # the probe alone: on the largest cluster
         t0 = time.perf_counter()
         try:
             with cluster(transport, n_gpus, device) as cl, distributed.Client(cl) as client:
@@ -787,7 +787,7 @@ def main(argv=None) -> int:
                               left(), log=log)
         ours, ucx = _read_probe_log(log)
         print("\n".join(ours), flush=True)
-        doc["transports"][t] = {"config": TRANSPORTS[t][0], "doc": TRANSPORTS[t][2], "probes": (got or {}).get("probes"),
+        doc["transports"][t] = {"config": TRANSPORTS[t][0], "doc": TRANSPORTS[t][1], "probes": (got or {}).get("probes"),
                                 "ucx_protocols": ucx, "log": log.name}
         doc["failures"] += [{"transport": t, **f} for f in (got or {}).get("failures", [])]
         if why:
@@ -813,7 +813,7 @@ def main(argv=None) -> int:
         got = got or {}
         doc["cases"] += got.get("cases", [])
         doc["failures"] += [{"transport": t, **f} for f in got.get("failures", [])]
-        entry = doc["transports"].setdefault(t, {"config": TRANSPORTS[t][0], "doc": TRANSPORTS[t][2]})
+        entry = doc["transports"].setdefault(t, {"config": TRANSPORTS[t][0], "doc": TRANSPORTS[t][1]})
         if got.get("probes"):
             entry["probes"] = got["probes"]
         if why:
