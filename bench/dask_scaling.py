@@ -24,7 +24,9 @@ Method:
   output is in ``<out>.probe-<transport>.log``. ``--transport best`` runs the cases on the
   probed transport with the most GB/s between workers;
 * a ``dask_cuda.LocalCUDACluster`` with one worker per GPU (``CUDA_VISIBLE_DEVICES`` the first
-  n GPUs), CuPy chunks, each operand block generated on a worker from its own seed (the same
+  n GPUs), a worker fetching up to ``--message-bytes-limit`` (1 GiB) from another in one
+  message (Dask's 50 MB is one block a message, and distributed-ucxx synchronizes both devices
+  around every message that carries GPU memory), CuPy chunks, each operand block generated on a worker from its own seed (the same
   bytes on any cluster and in this process) and kept there: an operand with at least n row
   (column) panels is spread by them, A's row panel i (B's column panel j) on worker
   ``i * n // panels``, as a loader of row panels would; one with fewer (the long-K case's one
@@ -196,7 +198,8 @@ def _worker_info(dask_worker=None):
     up in it), CuPy's allocator, RMM's memory resource, dask-cuda's UCX configuration."""
     import dask
 
-    info = {"ucx_config": dask.config.get("distributed.comm.ucx", None)}
+    info = {"ucx_config": dask.config.get("distributed.comm.ucx", None),
+            "message_bytes_limit": dask_worker.state.transfer_message_bytes_limit if dask_worker else None}
     ucxx = sys.modules.get("ucxx")
     if ucxx is not None:
         try:
@@ -293,22 +296,32 @@ def local_operands(case, device):
     return make("x", m // chunk, k // chunk), make("y", k // chunk, n // chunk)
 
 
-def cluster(transport, n, device):
+def cluster(transport, n, device, message_bytes):
+    """The cluster of n workers (GPUs) for ``transport``; a worker fetches up to
+    ``message_bytes`` from another in one message (Dask's default: 50 MB, one 128 MiB block a
+    message): distributed-ucxx synchronizes the whole device before it sends CUDA frames and
+    after it receives them, so every message waits for both GPUs' queued kernels, and a
+    panel in one message waits once instead of once a block. The workers take this process's
+    Dask configuration (the Nanny passes it on)."""
+    import dask
+
+    settings = {"distributed.worker.transfer.message-bytes-limit": message_bytes}
     if not device:
-        import dask
         import distributed
 
         if transport != "tcp":
             raise ValueError(f"--smoke runs over tcp only, not {transport!r}")
         # work stealing off: the smoke's blocks are a few KB, which Dask may move at will (it
         # leaves alone tasks whose inputs take longer to move than to compute)
-        with dask.config.set({"distributed.scheduler.work-stealing": False}):
+        with dask.config.set({**settings, "distributed.scheduler.work-stealing": False}):
             return distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                             dashboard_address=None, silence_logs=logging.CRITICAL)
     import dask_cuda
 
-    return dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(str(i) for i in range(n)), n_workers=n,
-                                      dashboard_address=None, silence_logs=logging.CRITICAL, **TRANSPORTS[transport][0])
+    with dask.config.set(settings):
+        return dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(str(i) for i in range(n)), n_workers=n,
+                                          dashboard_address=None, silence_logs=logging.CRITICAL,
+                                          **TRANSPORTS[transport][0])
 
 
 def _size(nbytes):
@@ -578,7 +591,8 @@ def child(args, cases) -> int:
     device = not args.smoke
     transport = args.child
     bases = json.loads(pathlib.Path(args.baselines).read_text()) if args.baselines else {}
-    doc = {"transport": transport, "config": {"cluster": TRANSPORTS[transport][0], "doc": TRANSPORTS[transport][1]},
+    doc = {"transport": transport, "config": {"cluster": TRANSPORTS[transport][0], "doc": TRANSPORTS[transport][1],
+                                              "message_bytes_limit": args.message_bytes_limit},
            "probes": {}, "cases": [], "failures": []}
     write_doc(doc, args.out)
     counts = [int(g) for g in args.gpus.split(",")]
@@ -587,7 +601,7 @@ def child(args, cases) -> int:
             continue                    # the probe alone: on the largest cluster
         t0 = time.perf_counter()
         try:
-            with cluster(transport, n_gpus, device) as cl, distributed.Client(cl) as client:
+            with cluster(transport, n_gpus, device, args.message_bytes_limit) as cl, distributed.Client(cl) as client:
                 print(f"cluster: {n_gpus} {'GPU' if device else 'worker'}, {transport}, up in "
                       f"{time.perf_counter() - t0:.1f} s", flush=True)
                 if n_gpus >= 2 and (args.probe_only or args.probe_here):
@@ -707,6 +721,8 @@ def main(argv=None) -> int:
                     help="cases whose bits are compared with the threaded scheduler (default 32768^3 float16; "
                          "--smoke all)")
     ap.add_argument("--no-dask-array", action="store_true", help="skip dask.array.matmul")
+    ap.add_argument("--message-bytes-limit", default="1GiB",
+                    help="distributed.worker.transfer.message-bytes-limit of the clusters (Dask's default: 50MB)")
     ap.add_argument("--budget-s", type=float, default=560.0, help="stop every transport's process by then")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--probe-only", action="store_true", help=argparse.SUPPRESS)
@@ -739,7 +755,8 @@ def main(argv=None) -> int:
         [c for c in (args.threaded_check or "32768^3 float16").split(",") if c in cases]
     out = pathlib.Path(args.out)
     doc = {"schema": "pyblasgemm-dask-scaling/2", **_metadata(device), "method": __doc__, "smoke": not device,
-           "cases": [], "failures": [], "transports": {}, "argv": sys.argv[1:] if argv is None else list(argv)}
+           "cases": [], "failures": [], "transports": {}, "argv": sys.argv[1:] if argv is None else list(argv),
+           "message_bytes_limit": args.message_bytes_limit}
     import dask
     import distributed
 
@@ -775,7 +792,8 @@ def main(argv=None) -> int:
     base_file.parent.mkdir(parents=True, exist_ok=True)
     base_file.write_text(json.dumps(bases))
     write_doc(doc, out)
-    common = ["--gpus", args.gpus, "--reps", str(args.reps), "--baselines", str(base_file)] + \
+    common = ["--gpus", args.gpus, "--reps", str(args.reps), "--baselines", str(base_file),
+              "--message-bytes-limit", args.message_bytes_limit] + \
         (["--smoke"] if args.smoke else []) + (["--no-dask-array"] if args.no_dask_array else [])
 
     def left():

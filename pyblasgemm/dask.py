@@ -20,6 +20,14 @@ products, the accumulation and the order of the sums. For ``x @ y`` with NumPy o
 * the graph, and so every sum's order, depends only on the chunks and ``k_group``: the result
   is bitwise the same from the threaded scheduler, a ``distributed.LocalCluster`` or a
   ``dask_cuda.LocalCUDACluster``;
+* on a ``distributed`` cluster whose memory holds the operands' blocks when the product is
+  built (persisted and waited for), each task is placed where its data is (:func:`_placement`:
+  ``C[i, j]`` with A's row panel, a long K's partial products with their K chunks, adds with
+  their left input, within a fair share of the work a worker; local work first), so each
+  worker fetches a block it lacks once and partial sums stay where they are; the placement
+  travels as Dask annotations (``workers``, ``allow_other_workers``, ``priority``) on a
+  ``dask.array.Array`` subclass optimized without low-level fusion, which would drop them
+  (an array derived from the result is Dask's own again, and Dask places its tasks);
 * K chunks of the two operands are aligned (rechunked to their common refinement only when
   they differ, logged at DEBUG on ``logging.getLogger("pyblasgemm.dask")``); batch dimensions
   broadcast as in ``numpy.matmul``.
@@ -581,10 +589,12 @@ def _placed_array_type():
 
 
 def _placed_array(dsk, name, chunks, meta, where, priority):
-    """A Dask array of ``dsk`` whose tasks carry their placement as annotations (``workers``,
-    ``allow_other_workers``: a task goes elsewhere only if its worker has left; ``priority``),
-    optimized without low-level fusion so that the annotations reach the scheduler; Dask's own
-    ``Array`` in every other respect (a subclass: an array made from it is a plain one)."""
+    """A Dask array of ``dsk`` whose tasks carry their placement as annotations (``workers``;
+    ``allow_other_workers``, so that a task still runs if its worker leaves the cluster, and
+    Dask's work stealing may move it: it leaves alone tasks whose inputs take longer to move
+    than to compute; ``priority``), optimized without low-level fusion so that the annotations
+    reach the scheduler; Dask's own ``Array`` in every other respect (a subclass: an array made
+    from it is a plain one)."""
     import dask
 
     with dask.annotate(workers=_ByKey({k: [w] for k, w in where.items()}),
