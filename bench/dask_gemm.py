@@ -14,9 +14,11 @@
   device synchronize on the worker
   (a task ends when its launches are queued, not when the GPU is done), the operands persisted
   there first, median of 3 after a warm-up; the same for dask.array.matmul, and for
-  pyblasgemm.dask.matmul with all of K in one task per block (``k_group=4``). (Runs up to
-  eee2d20 timed ``client.compute(z).result()``, which also gathers the 512 MB result into the
-  client process);
+  pyblasgemm.dask.matmul with K in 2 tasks of 2 chunks a block (``k_group=2``). The default is
+  all of K in one task per block (16 output blocks, at least ``MIN_TASKS``): the rows up to
+  8bf323d called it ``k_group=all``, and their ``pyblasgemm.dask.matmul`` row was the old
+  default, ``k_group=2``. (Runs up to eee2d20 timed ``client.compute(z).result()``, which also
+  gathers the 512 MB result into the client process);
 * determinism: the LocalCUDACluster's and the threaded scheduler's results, bitwise.
 
 Ratios > 1: pyblasgemm faster.
@@ -133,8 +135,8 @@ def timing(client, s=16384, chunk=4096, reps=3):
     from distributed import wait
     wait([X, Y])
     res = {}
-    contenders = (("pyblasgemm.dask.matmul", pbd.matmul(X, Y)),
-                  ("pyblasgemm.dask.matmul k_group=all", pbd.matmul(X, Y, k_group=s // chunk)),
+    contenders = (("pyblasgemm.dask.matmul", pbd.matmul(X, Y)),      # all of K in one task a block
+                  ("pyblasgemm.dask.matmul k_group=2", pbd.matmul(X, Y, k_group=2)),   # the old default
                   ("dask.array.matmul", da.matmul(X, Y)))
     for name, z in contenders:
         # the product stays on the worker (persist + wait): gathering 512 MB of result into this
@@ -156,8 +158,8 @@ def timing(client, s=16384, chunk=4096, reps=3):
                      "tflops": 2 * s**3 / statistics.median(times) / 1e12,
                      "tasks": len(z.__dask_graph__())}
     res["ratio"] = res["dask.array.matmul"]["median_s"] / res["pyblasgemm.dask.matmul"]["median_s"]
-    res["ratio_k_group_all"] = (res["dask.array.matmul"]["median_s"]
-                                / res["pyblasgemm.dask.matmul k_group=all"]["median_s"])
+    res["ratio_k_group_2"] = (res["dask.array.matmul"]["median_s"]
+                              / res["pyblasgemm.dask.matmul k_group=2"]["median_s"])
     # determinism: the cluster's bits and the threaded scheduler's
     z = pbd.matmul(X, Y)
     on_cluster = client.compute(z).result()

@@ -1,54 +1,85 @@
-"""pyblasgemm.dask on 1, 2 and 4 GPUs of one machine, TCP and UCX side by side (issue 32).
+"""pyblasgemm.dask on 1, 2 and 4 GPUs of one machine, over TCP and UCX (issue 32).
 
-    GIT_SHA=<sha> PYTHONPATH=. python bench/dask_scaling.py --gpus 1,2,4 --protocols ucx,tcp \\
+    GIT_SHA=<sha> PYTHONPATH=/tmp/site:. python bench/dask_scaling.py --gpus 1,2,4 \
+        --probe tcp,ucx,ucx-nvlink,ucx-nvlink-nopool --transport best,tcp \
         --out bench/results/dask_scaling_<gpu>x<n>_<date>_<sha>.json
+    PYTHONPATH=. python bench/dask_scaling.py --smoke --out /tmp/smoke.json   # CPU, NumPy chunks
 
 Method:
 
+* transports (``TRANSPORTS``): Dask's default TCP; UCX (dask-cuda ``protocol="ucx"``,
+  distributed-ucxx) choosing its own transports; UCX told to use NVLink (``enable_nvlink``:
+  ``UCX_TLS=tcp,cuda_copy,cuda_ipc``), each UCX cluster with an RMM pool that CuPy allocates
+  from too (one CUDA IPC handle for the pool, not one a block) and the CUDA context created
+  before UCX starts (dask-cuda's ``create-cuda-context``); and the 2026-11-27 run's UCX
+  settings (no pool). Each transport runs in a process of its own (UCX is set up once a
+  process), under a deadline (``--budget-s``): a transport that hangs costs its share only;
+* the probe (``--probe``: on the largest cluster; with the cases, on each of 2 workers or
+  more): a 128 MiB CuPy block generated on worker 0 and read by a task on worker 1 (median of
+  5, after a warm-up: the wall time and the worker's own transfer log), 8 such blocks at once,
+  and every worker reading one block from every other at once (GB/s = 1e9 bytes/s); what UCX
+  reports it has (``ucxx.get_active_transports()``, its ``TLS``) and the allocators on each
+  worker; and the protocols UCX chose: the probe's processes run with ``UCX_PROTO_INFO=y``,
+  the lines of its report that name a transport (``cuda_ipc``: NVLink) are kept, the whole
+  output is in ``<out>.probe-<transport>.log``. ``--transport best`` runs the cases on the
+  probed transport with the most GB/s between workers;
 * a ``dask_cuda.LocalCUDACluster`` with one worker per GPU (``CUDA_VISIBLE_DEVICES`` the first
-  n GPUs), CuPy chunks, the operands generated on the workers before any timing, each block
-  from its own seed (the same bytes on any cluster and in this process), A's row panel i on
-  worker i mod n and B's column panel j on worker j mod n (left to itself, Dask put every
-  generated block on one worker, and then ran every product there: a smoke run on 2 GPUs
-  received 0 bytes);
-* time: ``wait(client.persist(z))``, then every worker's device synchronized (a task ends when
-  its kernels are queued), inside the timing, each run on freshly generated operands (new
-  keys; no worker holds another's blocks from an earlier run: with the same operands every
-  run after the warm-up received 0 bytes), generated and waited for outside the timing;
-  median of ``--reps`` after one warm-up; TFLOP/s = 2mnk / time;
+  n GPUs), a worker fetching up to ``--message-bytes-limit`` (1 GiB) from another in one
+  message (Dask's 50 MB is one block a message, and distributed-ucxx synchronizes both devices
+  around every message that carries GPU memory), CuPy chunks, each operand block generated on a worker from its own seed (the same
+  bytes on any cluster and in this process) and kept there: an operand with at least n row
+  (column) panels is spread by them, A's row panel i (B's column panel j) on worker
+  ``i * n // panels``, as a loader of row panels would; one with fewer (the long-K case's one
+  row panel) is spread by its K chunks, chunk k on worker ``k * n // K chunks``;
+* each timed run on fresh operands (new keys, the same bytes), generated and waited for
+  outside the timing, the product's graph built on them (its time reported apart: for
+  pyblasgemm.dask it includes asking the scheduler where the blocks are), then timed:
+  ``wait(client.persist(z))`` and every worker's device synchronized (a task ends when its
+  kernels are queued); median of ``--reps`` after one warm-up; TFLOP/s = 2mnk / time;
 * the baseline: one ``pyblasgemm.matmul`` call on one GPU in this process (CUDA events, median
   of 5 after a warm-up), on operands of the same shape and type; efficiency on n GPUs =
-  speed / (n x the baseline's speed);
-* the same arrays and cluster through ``dask.array.matmul``;
+  speed / (n x the baseline's speed); the same arrays and cluster through ``dask.array.matmul``;
 * error: the normwise relative error of sampled rows and columns (8 x 256) of the result against
   a float64 product of the same bytes (long double for float64 operands), on the host;
-* bits: a digest of every output block (on the workers) from two runs, and
-  for --threaded-check cases from the threaded scheduler in this process on the same recipe;
-* where the time goes: bytes received by the workers over the timed runs (their transfer
-  logs) and Dask's task stream of one run, summed per action (compute, transfer, ...).
+* bits: a digest of every output block (on the workers) in every timed run, compared across
+  runs, GPU counts and transports, and for --threaded-check cases with the threaded
+  scheduler in this process on the same bytes;
+* where the time goes, per timed run: bytes each worker received (its transfer log, cleared
+  before the run), how many (worker, block) pairs were received more than once, where the
+  output blocks ended up, tasks stolen by Dask's work stealing; and Dask's task stream of the
+  last run summed per action (compute, transfer, ...) and per worker.
 
-Every case's row is written as it finishes (``--out`` is rewritten), so a run cut short keeps
-what it measured; a failure is recorded in its row, never hidden.
+``--smoke`` runs all of it on the host: NumPy chunks, a ``distributed.LocalCluster`` of 1 and
+2 single-thread worker processes (work stealing off: its blocks are a few KB), TCP, small cases
+(``SMOKE_CASES``), about a minute.
+
+Every row is written as it finishes (each transport's process writes its own file next to
+``--out``, merged into ``--out`` as each ends), so a run cut short keeps what it measured; a
+failure is recorded in its row, never hidden.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
 import pathlib
+import signal
 import statistics
+import subprocess
 import sys
 import time
 import types
+import uuid
 
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.heldout import meta, write_doc  # noqa: E402
+from bench.heldout import _git, meta, write_doc  # noqa: E402
 
-#: (name, m, n, k, dtype, chunk, matmul keywords): the issue's cases
+#: name -> (m, n, k, dtype, chunk, matmul keywords): the issue's cases
 CASES = {
     "32768^3 float16": (32768, 32768, 32768, "float16", 8192, {}),
     "32768^3 bfloat16": (32768, 32768, 32768, "bfloat16", 8192, {}),
@@ -56,10 +87,37 @@ CASES = {
     "8192x8192x262144 float16": (8192, 8192, 262144, "float16", 8192, {}),
     "16384^3 float64": (16384, 16384, 16384, "float64", 4096, {}),
     "16384^3 float64 int8-ozaki": (16384, 16384, 16384, "float64", 4096, {"compute": "int8-ozaki"}),
-    # the pipeline check (--smoke): seconds, not minutes
-    "smoke 4096^3 float16": (4096, 4096, 4096, "float16", 1024, {}),
+}
+#: --smoke: the same kinds of case (square, bfloat16, wide, long K, float64 and Ozaki) in
+#: NumPy chunks on the host, small enough for a test
+SMOKE_CASES = {
+    "smoke 128^3 float16": (128, 128, 128, "float16", 32, {}),
+    "smoke 128^3 bfloat16": (128, 128, 128, "bfloat16", 32, {}),
+    "smoke 128x128x32 float16": (128, 128, 32, "float16", 32, {}),
+    "smoke 32x32x512 float16": (32, 32, 512, "float16", 32, {}),
+    "smoke 64^3 float64 int8-ozaki": (64, 64, 64, "float64", 32, {"compute": "int8-ozaki"}),
 }
 SAMPLE_ROWS, SAMPLE_COLS = 8, 256
+SEED = 20261127
+PROBE_BYTES = 128 * 2**20
+#: each UCX worker's RMM pool to start with (it grows on demand): the largest case holds ~12 GB
+#: a worker (65536 x 65536 x 8192 on one GPU: 2 GB of operands, 8 GB of product, float32 sums)
+RMM_POOL = "16GB"
+NVLINK_TLS = "tcp,cuda_copy,cuda_ipc"
+
+#: name -> (LocalCUDACluster keywords, what it is)
+TRANSPORTS = {
+    "tcp": ({"protocol": "tcp"},
+            "TCP, Dask's default: each GPU block copied to host memory, sent over a socket, copied back"),
+    "ucx": ({"protocol": "ucx", "rmm_pool_size": RMM_POOL, "rmm_allocator_external_lib_list": ["cupy"]},
+            "UCX choosing its own transports (UCX_TLS unset: all), an RMM pool shared with CuPy"),
+    "ucx-nvlink": ({"protocol": "ucx", "enable_tcp_over_ucx": True, "enable_nvlink": True, "enable_infiniband": False,
+                    "rmm_pool_size": RMM_POOL, "rmm_allocator_external_lib_list": ["cupy"]},
+                   f"UCX over NVLink (enable_nvlink: UCX_TLS={NVLINK_TLS}), an RMM pool shared with CuPy"),
+    "ucx-nvlink-nopool": ({"protocol": "ucx", "enable_tcp_over_ucx": True, "enable_nvlink": True},
+                          f"UCX over NVLink (UCX_TLS={NVLINK_TLS}) without an RMM pool: the 2026-11-27 run's "
+                          "settings (CuPy's own pool: a CUDA IPC handle per block)"),
+}
 
 
 def _dtype(name):
@@ -68,170 +126,452 @@ def _dtype(name):
     return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
 
 
-SEED = 20261127
-
-
-def _block(seed, shape, dtype):
-    """One operand block: standard normal from its own seed, in ``dtype``."""
-    import cupy as cp
-
-    gen = cp.float64 if dtype == "float64" else cp.float32
-    x = cp.random.RandomState(seed).standard_normal(shape, dtype=gen)
-    if dtype == "bfloat16":             # on the bits (CuPy's astype gave '|V2' blocks Dask refused)
-        from pyblasgemm.dask import _to_bfloat16
-
-        return _to_bfloat16(x)
-    return x if np.dtype(gen) == _dtype(dtype) else x.astype(_dtype(dtype))
-
-
 def _seed(tag, i, j):
     return SEED + (1 if tag == "y" else 0) * 1_000_003 + i * 1009 + j
 
 
-def operands(client, m, n, k, dtype, chunk):
-    """X (m x k) and Y (k x n) as Dask arrays of CuPy chunks, generated on the workers: X's row
-    panel i on worker i mod n, Y's column panel j on worker j mod n."""
-    import cupy as cp
-    import dask
-    import dask.array as da
+# ---------------------------------------------------------------------------------------------
+# Run on the workers (module level: pickled by reference or, run as a script, by value)
+# ---------------------------------------------------------------------------------------------
 
-    workers = sorted(client.scheduler_info()["workers"])
-    want = _dtype(dtype)
+def _block(seed, shape, dtype, device):
+    """One operand block: standard normal from its own seed, in ``dtype`` (bfloat16 rounded on
+    the bits: CuPy has no bfloat16 cast)."""
+    from pyblasgemm.dask import _to_bfloat16
 
-    def make(tag, rows, cols, owner):
-        out = []
-        for i in range(rows // chunk):
-            row = []
-            for j in range(cols // chunk):
-                f = client.submit(_block, _seed(tag, i, j), (chunk, chunk), dtype, pure=False,
-                                  workers=[workers[owner(i, j) % len(workers)]], allow_other_workers=False)
-                # bfloat16: a NumPy meta (a CuPy one reached Dask as '|V2': 'no common DType')
-                meta = np.empty((0, 0), want) if want.name == "bfloat16" else cp.empty((0, 0), want)
-                row.append(da.from_delayed(dask.delayed(f), (chunk, chunk), dtype=want, meta=meta))
-            out.append(row)
-        return da.block(out)
+    wide = np.float64 if dtype == "float64" else np.float32
+    if device:
+        import cupy as cp
 
-    return make("x", m, k, lambda i, j: i), make("y", k, n, lambda i, j: j)
+        x = cp.random.RandomState(seed).standard_normal(shape, dtype=wide)
+    else:
+        x = np.random.default_rng(seed).standard_normal(shape, dtype=wide)
+    if dtype == "bfloat16":
+        return _to_bfloat16(x)
+    return x if x.dtype == _dtype(dtype) else x.astype(_dtype(dtype))
 
 
-def local_operands(m, n, k, dtype, chunk):
-    """The same blocks in this process (GPU 0), as Dask arrays for the threaded scheduler."""
-    import cupy as cp
-    import dask.array as da
+def _filled(nbytes, seed, device):
+    """A block of ``nbytes`` bytes for the transfer probe."""
+    if device:
+        import cupy as cp
 
-    def make(tag, rows, cols):
-        whole = cp.concatenate([cp.concatenate([_block(_seed(tag, i, j), (chunk, chunk), dtype)
-                                                for j in range(cols // chunk)], axis=1)
-                                for i in range(rows // chunk)], axis=0)
-        return da.from_array(whole, chunks=chunk, asarray=False)
-
-    return make("x", m, k), make("y", k, n)
+        return cp.full(nbytes, seed % 251, dtype=cp.uint8)
+    return np.full(nbytes, seed % 251, dtype=np.uint8)
 
 
-def _synchronize():
-    import cupy as cp
-
-    cp.cuda.Device().synchronize()
+def _nbytes(*blocks):
+    return int(sum(b.nbytes for b in blocks))
 
 
-def _received_bytes(dask_worker=None):
-    """Bytes this worker has received from other workers (its transfer log)."""
-    log = getattr(dask_worker, "transfer_incoming_log", None)
-    if log is None:
-        log = getattr(getattr(dask_worker, "state", None), "transfer_incoming_log", None) or []
-    return int(sum(e.get("total", 0) for e in log))
+def _synchronize(device):
+    if device:
+        import cupy as cp
+
+        cp.cuda.Device().synchronize()
+
+
+def _clear_transfer_log(dask_worker=None):
+    dask_worker.transfer_incoming_log.clear()
+
+
+def _transfer_log(dask_worker=None):
+    """This worker's received transfers since the log was cleared: (keys, bytes, seconds, from)."""
+    return [([k for k in e["keys"]], int(e["total"]), float(e["duration"]), e["who"])
+            for e in dask_worker.transfer_incoming_log]
 
 
 def _digest(block):
-    """A 64-bit digest of a block's bits, on its GPU: sum of bits x odd weights mod 2^64 (any
-    one changed element changes it; integer sums do not depend on their order)."""
-    import cupy as cp
-
-    bits = cp.ascontiguousarray(block).view({2: cp.uint16, 4: cp.uint32, 8: cp.uint64}[block.dtype.itemsize])
-    bits = bits.ravel().astype(cp.uint64)
-    weights = cp.arange(bits.size, dtype=cp.uint64) * cp.uint64(0x9E3779B97F4A7C15) | cp.uint64(1)
+    """A 64-bit digest of a block's bits, where the block is: sum of bits x odd weights mod 2^64
+    (any one changed element changes it; integer sums do not depend on their order)."""
+    xp = np
+    if hasattr(block, "__cuda_array_interface__"):
+        import cupy as xp
+    bits = xp.ascontiguousarray(block).view({2: xp.uint16, 4: xp.uint32, 8: xp.uint64}[block.dtype.itemsize])
+    bits = bits.ravel().astype(xp.uint64)
+    weights = xp.arange(bits.size, dtype=xp.uint64) * xp.uint64(0x9E3779B97F4A7C15) | xp.uint64(1)
     return np.array([[int((bits * weights).sum())]], np.uint64)
 
 
-def digests(z, **compute_kw):
-    """One 64-bit digest per output block (computed where the block is)."""
-    d = z.map_blocks(_digest, dtype=np.uint64, chunks=((1,) * len(z.chunks[0]), (1,) * len(z.chunks[1])),
-                     meta=np.empty((0, 0), np.uint64))
-    return d
+def _worker_info(dask_worker=None):
+    """What this worker's comms and allocators are: UCX's active transports and TLS (if UCX is
+    up in it), CuPy's allocator, RMM's memory resource, dask-cuda's UCX configuration."""
+    import dask
+
+    info = {"ucx_config": dask.config.get("distributed.comm.ucx", None),
+            "message_bytes_limit": dask_worker.state.transfer_message_bytes_limit if dask_worker else None}
+    ucxx = sys.modules.get("ucxx")
+    if ucxx is not None:
+        try:
+            info["ucx_active_transports"] = sorted(ucxx.get_active_transports())
+            info["ucx_tls"] = ucxx.get_config().get("TLS")
+        except Exception as e:              # UCX imported but not started in this process
+            info["ucx"] = f"{type(e).__name__}: {e}"[:200]
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        info["cupy_allocator"] = repr(cupy.cuda.get_allocator())[:120]
+    rmm = sys.modules.get("rmm")
+    if rmm is not None:
+        try:
+            info["rmm_resource"] = type(rmm.mr.get_current_device_resource()).__name__
+        except Exception as e:
+            info["rmm_resource"] = f"{type(e).__name__}: {e}"[:200]
+    return info
 
 
-def _wide_host(x):
-    """A NumPy array of any of the cases' types as float64 (long double for float64)."""
+# ---------------------------------------------------------------------------------------------
+# Operands, cluster, probe
+# ---------------------------------------------------------------------------------------------
+
+def _meta(dtype, device):
+    """A 0 x 0 block of the chunks' type (bfloat16 CuPy through a uint16 view, the path that
+    keeps ml_dtypes' type)."""
+    want = _dtype(dtype)
+    if not device:
+        return np.empty((0, 0), want)
     import cupy as cp
 
-    x = cp.asnumpy(x) if not isinstance(x, np.ndarray) else x
+    meta = cp.empty((0, 0), cp.uint16).view(want) if want.itemsize == 2 and want.kind == "V" else cp.empty((0, 0), want)
+    return meta if meta.dtype == want else np.empty((0, 0), want)
+
+
+def owners(rows, cols, n, by_rows):
+    """The worker index of block (i, j) of an operand of rows x cols blocks on n workers: by
+    its panels along the first axis (``by_rows``) or the second, in contiguous ranges."""
+    if by_rows:
+        return lambda i, j: i * n // rows
+    return lambda i, j: j * n // cols
+
+
+def operand_layout(m, n, k, chunk, workers):
+    """(owner of A's block (i, k), owner of B's block (k, j), description): operands with at
+    least one panel a worker spread by their panels (A by rows, B by columns), others by K."""
+    mb, nb, kb = m // chunk, n // chunk, k // chunk
+    a_rows, b_cols = mb >= workers, nb >= workers
+    return (owners(mb, kb, workers, a_rows), owners(kb, nb, workers, not b_cols),
+            f"A by {'row panels' if a_rows else 'K chunks'}, B by {'column panels' if b_cols else 'K chunks'}")
+
+
+def operands(client, case, device):
+    """X (m x k) and Y (k x n) as Dask arrays whose blocks are generated on, and kept by, the
+    workers of ``operand_layout``; fresh keys, the same bytes every time."""
+    import dask.array as da
+
+    m, n, k, dtype, chunk, _ = case
+    workers = sorted(client.nthreads())
+    own_x, own_y, _ = operand_layout(m, n, k, chunk, len(workers))
+    token = uuid.uuid4().hex[:12]
+
+    def make(tag, rows, cols, owner):
+        name = f"operand-{tag}-{token}"
+        futures = {}
+        for i in range(rows):
+            for j in range(cols):
+                key = (name, i, j)
+                futures[key] = client.submit(_block, _seed(tag, i, j), (chunk, chunk), dtype, device, key=key,
+                                             workers=[workers[owner(i, j)]], allow_other_workers=False, pure=False)
+        return da.Array(futures, name, ((chunk,) * rows, (chunk,) * cols), meta=_meta(dtype, device))
+
+    return make("x", m // chunk, k // chunk, own_x), make("y", k // chunk, n // chunk, own_y)
+
+
+def local_operands(case, device):
+    """The same blocks in this process (GPU 0, or the host), as Dask arrays for the threaded
+    scheduler (assembled on uint16 views: CuPy's concatenate has no bfloat16 kernel)."""
+    import dask.array as da
+
+    m, n, k, dtype, chunk, _ = case
+    xp = np
+    if device:
+        import cupy as xp
+
+    def make(tag, rows, cols):
+        def bits(b):
+            return b.view(np.uint16) if b.dtype.itemsize == 2 else b
+
+        whole = xp.concatenate([xp.concatenate([bits(_block(_seed(tag, i, j), (chunk, chunk), dtype, device))
+                                                for j in range(cols)], axis=1) for i in range(rows)], axis=0)
+        return da.from_array(whole.view(_dtype(dtype)), chunks=chunk, asarray=False)
+
+    return make("x", m // chunk, k // chunk), make("y", k // chunk, n // chunk)
+
+
+def cluster(transport, n, device, message_bytes):
+    """The cluster of n workers (GPUs) for ``transport``; a worker fetches up to
+    ``message_bytes`` from another in one message (Dask's default: 50 MB, one 128 MiB block a
+    message): distributed-ucxx synchronizes the whole device before it sends CUDA frames and
+    after it receives them, so every message waits for both GPUs' queued kernels, and a
+    panel in one message waits once instead of once a block. The workers take this process's
+    Dask configuration (the Nanny passes it on)."""
+    import dask
+
+    settings = {"distributed.worker.transfer.message-bytes-limit": message_bytes}
+    if not device:
+        import distributed
+
+        if transport != "tcp":
+            raise ValueError(f"--smoke runs over tcp only, not {transport!r}")
+        # work stealing off: the smoke's blocks are a few KB, which Dask may move at will (it
+        # leaves alone tasks whose inputs take longer to move than to compute)
+        with dask.config.set({**settings, "distributed.scheduler.work-stealing": False}):
+            return distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                            dashboard_address=None, silence_logs=logging.CRITICAL)
+    import dask_cuda
+
+    with dask.config.set(settings):
+        return dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(str(i) for i in range(n)), n_workers=n,
+                                          dashboard_address=None, silence_logs=logging.CRITICAL,
+                                          **TRANSPORTS[transport][0])
+
+
+def _size(nbytes):
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**28 else f"{nbytes / 2**20:.2f} MiB"
+
+
+def _gbps(nbytes, seconds):
+    return round(nbytes / seconds / 1e9, 3) if seconds > 0 else None
+
+
+def probe(client, device, nbytes, reps=5):
+    """Worker-to-worker transfer speed of blocks of ``nbytes`` (see the module docstring)."""
+    from distributed import wait
+
+    workers = sorted(client.nthreads())
+    a, b = workers[0], workers[1]
+    out = {"block_bytes": nbytes, "workers": len(workers)}
+    walls, logged = [], []
+    for rep in range(reps + 1):
+        src = client.submit(_filled, nbytes, rep, device, workers=[a], allow_other_workers=False, pure=False)
+        wait(src)
+        client.run(_synchronize, device)
+        client.run(_clear_transfer_log)
+        t0 = time.perf_counter()
+        client.submit(_nbytes, src, workers=[b], allow_other_workers=False, pure=False).result()
+        wall = time.perf_counter() - t0
+        log = client.run(_transfer_log, workers=[b])[b]
+        if rep:                         # the first: connections, handles, pools
+            walls.append(wall)
+            logged.append(sum(e[2] for e in log))
+        del src
+    out["one_block"] = {"wall_s": walls, "transfer_s": logged,
+                        "GBps_wall": _gbps(nbytes, statistics.median(walls)),
+                        "GBps_transfer_log": _gbps(nbytes, statistics.median(logged))}
+    many = 8
+    srcs = [client.submit(_filled, nbytes, 100 + r, device, workers=[a], allow_other_workers=False, pure=False)
+            for r in range(many)]
+    wait(srcs)
+    client.run(_clear_transfer_log)
+    t0 = time.perf_counter()
+    client.submit(_nbytes, *srcs, workers=[b], allow_other_workers=False, pure=False).result()
+    wall = time.perf_counter() - t0
+    log = client.run(_transfer_log, workers=[b])[b]
+    out["eight_blocks"] = {"wall_s": wall, "transfers": len(log), "GBps_wall": _gbps(many * nbytes, wall),
+                           "GBps_transfer_log_each": [_gbps(e[1], e[2]) for e in log]}
+    del srcs
+    held = {w: client.submit(_filled, nbytes, 200 + n, device, workers=[w], allow_other_workers=False, pure=False)
+            for n, w in enumerate(workers)}
+    wait(list(held.values()))
+    client.run(_clear_transfer_log)
+    t0 = time.perf_counter()
+    reads = [client.submit(_nbytes, *[f for v, f in held.items() if v != w], workers=[w], allow_other_workers=False,
+                           pure=False) for w in workers]
+    wait(reads)
+    wall = time.perf_counter() - t0
+    moved = len(workers) * (len(workers) - 1) * nbytes
+    out["all_to_all"] = {"wall_s": wall, "bytes": moved, "GBps_wall": _gbps(moved, wall)}
+    out["workers_info"] = client.run(_worker_info)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# A case on a cluster
+# ---------------------------------------------------------------------------------------------
+
+def digests(z):
+    """One 64-bit digest per output block (computed where the block is)."""
+    return z.map_blocks(_digest, dtype=np.uint64, chunks=((1,) * len(z.chunks[0]), (1,) * len(z.chunks[1])),
+                        meta=np.empty((0, 0), np.uint64))
+
+
+def _as_uint16(block):
+    return block.view(np.uint16)
+
+
+def _bits(a):
+    """A bfloat16 Dask array as its uint16 bits (CuPy has no bfloat16 kernels to index with);
+    any other as it is."""
+    if a.dtype.itemsize == 2 and a.dtype.kind == "V":
+        return a.map_blocks(_as_uint16, dtype=np.uint16, meta=np.empty((0, 0), np.uint16))
+    return a
+
+
+def _wide_host(x, dtype):
+    """A NumPy array of any of the cases' types as float64 (long double for float64); bits of
+    a bfloat16 (uint16, or '|V2' as Dask's CuPy serializer delivers it) read as ``dtype``."""
+    if not isinstance(x, np.ndarray):
+        import cupy as cp
+
+        x = cp.asnumpy(x)
+    if x.dtype != _dtype(dtype) and x.dtype.itemsize == _dtype(dtype).itemsize and x.dtype.kind in "uV":
+        x = x.view(_dtype(dtype))
     return x.astype(np.longdouble if x.dtype == np.float64 else np.float64)
 
 
-def sampled_error(client, x, y, z, rng):
+def sampled_error(client, x, y, z, rng, dtype, out_dtype):
     m, n = z.shape
     rows = np.sort(rng.choice(m, min(SAMPLE_ROWS, m), replace=False))
     cols = np.sort(rng.choice(n, min(SAMPLE_COLS, n), replace=False))
-    xr, yc, zs = client.compute([x[rows], y[:, cols], z[rows][:, cols]], sync=True)
-    ref = _wide_host(xr) @ _wide_host(yc)
-    got = _wide_host(zs)
+    xr, yc, zs = client.compute([_bits(x)[rows], _bits(y)[:, cols], _bits(z)[rows][:, cols]], sync=True)
+    ref = _wide_host(xr, dtype) @ _wide_host(yc, dtype)
+    got = _wide_host(zs, out_dtype)
     return float(np.linalg.norm((got - ref).astype(np.float64)) / np.linalg.norm(ref.astype(np.float64)))
 
 
-def time_persist(client, make, reps, flops_label=""):
-    """(median s, times, received bytes per run, task-stream summary) of ``make()``'s product:
-    each run on freshly generated operands (generated and waited for outside the timing), so
-    its keys are new and no worker holds a copy of another's blocks from an earlier run
-    (after one warm-up on the same operands, every later run received 0 bytes)."""
+def _steals(client, since):
+    try:
+        return sum(1 for t, msg in client.get_events("stealing") if t >= since and msg and msg[0] == "confirm")
+    except Exception:                   # no stealing extension: nothing was stolen
+        return 0
+
+
+def timed_runs(client, case, product, reps, device, with_bits):
+    """Warm-up, ``reps`` timed runs and one more under Dask's task stream, each on fresh
+    operands (module docstring); per run: seconds, bytes received, repeated (worker, block)
+    receipts, output blocks per worker, tasks stolen; the last run's product kept for the
+    error."""
     from distributed import get_task_stream, wait
 
-    x, y, z = make()
-    wait(client.persist(z))                                  # warm-up: kernels, plans, pools
-    client.run(_synchronize)
-    del x, y, z
-    times, received = [], []
-    summary = None
-    for rep in range(reps + 1):
-        x, y, z = make()
+    runs = []
+    stream_summary = None
+    keep = None
+    for rep in range(reps + 2):
+        x, y = operands(client, case, device)
         wait([x, y])
-        client.run(_synchronize)
-        before = sum(client.run(_received_bytes).values())
-        last = rep == reps
+        client.run(_synchronize, device)
+        t0 = time.perf_counter()
+        z = product(x, y)
+        graph_s = time.perf_counter() - t0
+        tasks = len(dict(z.__dask_graph__())) - len(dict(x.__dask_graph__())) - len(dict(y.__dask_graph__()))
+        client.run(_clear_transfer_log)
+        last = rep == reps + 1
         stream = get_task_stream(client) if last else None
         if stream is not None:
             stream.__enter__()
+        since = time.time()
         t0 = time.perf_counter()
         done = client.persist(z)
         wait(done)
-        client.run(_synchronize)
+        client.run(_synchronize, device)
         elapsed = time.perf_counter() - t0
         if stream is not None:
             stream.__exit__(None, None, None)
-            summary = {}
+            stream_summary = {"run_s": round(elapsed, 4), "tasks": len(stream.data), "per_worker": {}}
             for task in stream.data:
+                per = stream_summary["per_worker"].setdefault(task.get("worker", "?"), {})
                 for ss in task.get("startstops", ()):
                     act = ss.get("action", "?")
-                    summary[act] = summary.get(act, 0.0) + float(ss["stop"] - ss["start"])
-            summary = {k: round(v, 4) for k, v in summary.items()}
-            summary["tasks"] = len(stream.data)
-            summary["run_s"] = round(elapsed, 4)
-        else:
-            times.append(elapsed)
-            received.append(sum(client.run(_received_bytes).values()) - before)
-        del done, x, y, z
-    return statistics.median(times), times, statistics.median(received), summary
+                    span = float(ss["stop"] - ss["start"])
+                    stream_summary[act] = round(stream_summary.get(act, 0.0) + span, 4)
+                    per[act] = round(per.get(act, 0.0) + span, 4)
+        logs = client.run(_transfer_log)
+        got = [(w, tuple(key) if isinstance(key, list) else key) for w, log in logs.items() for e in log for key in e[0]]
+        who = client.who_has(done)
+        out_blocks = {}
+        for holders in who.values():
+            for w in holders:
+                out_blocks[w] = out_blocks.get(w, 0) + 1
+        run = {"s": elapsed, "graph_s": graph_s, "tasks": tasks, "placed": type(z).__name__ == "PlacedArray",
+               "received_bytes": sum(e[1] for log in logs.values() for e in log),
+               "received_by_worker": {w: sum(e[1] for e in log) for w, log in logs.items()},
+               "transfers": sum(len(log) for log in logs.values()),
+               "repeated_receipts": len(got) - len(set(got)), "output_blocks_by_worker": out_blocks,
+               "stolen": _steals(client, since)}
+        if with_bits:
+            run["digest"] = client.compute(digests(done), sync=True).tolist()
+        if rep:
+            runs.append(run)
+        if last:
+            keep = (x, y, done)
+        del x, y, z, done
+    return runs, stream_summary, keep
 
 
-def baseline(m, n, k, dtype, kw):
-    """One pyblasgemm.matmul call on one GPU, this process: (median s of 5 by CUDA events)."""
-    import cupy as cp
+def run_case(client, name, case, n_gpus, transport, reps, base_s, device, with_dask=True):
+    import dask.array as da
 
+    from pyblasgemm import dask as pbd
+
+    m, n, k, dtype, chunk, kw = case
+    flops = 2.0 * m * n * k
+    row = {"case": name, "gpus": n_gpus, "protocol": transport, "transport": transport, "m": m, "n": n, "k": k,
+           "dtype": dtype, "chunk": chunk, "matmul_kw": kw, "baseline_one_call_s": base_s,
+           "layout": operand_layout(m, n, k, chunk, n_gpus)[2]}
+    products = {"pyblasgemm.dask.matmul": lambda x, y: pbd.matmul(x, y, **kw)}
+    if with_dask and not kw:
+        products["dask.array.matmul"] = da.matmul
+    for label, product in products.items():
+        ours = label == "pyblasgemm.dask.matmul"
+        try:
+            runs, stream, (x, y, z) = timed_runs(client, case, product, reps, device, with_bits=ours)
+            timed = runs[:-1]
+            med = statistics.median(r["s"] for r in timed)
+            res = {"median_s": med, "times_s": [r["s"] for r in timed], "tflops": flops / med / 1e12,
+                   "graph_s": statistics.median(r["graph_s"] for r in runs),
+                   "received_bytes_per_run": statistics.median(r["received_bytes"] for r in timed),
+                   "received_by_worker": timed[-1]["received_by_worker"],
+                   "transfers_per_run": statistics.median(r["transfers"] for r in timed),
+                   "repeated_receipts": max(r["repeated_receipts"] for r in runs),
+                   "output_blocks_by_worker": runs[-1]["output_blocks_by_worker"],
+                   "stolen": sum(r["stolen"] for r in runs), "task_stream": stream, "tasks": runs[0]["tasks"],
+                   "placed": all(r["placed"] for r in runs)}
+            if base_s:
+                res["efficiency"] = (flops / med) / (n_gpus * flops / base_s)
+                res["speedup_vs_one_call"] = base_s / med
+            try:                            # a failure here keeps the timing
+                res["error_sampled"] = sampled_error(client, x, y, z, np.random.default_rng(7), dtype, str(z.dtype))
+            except Exception as e:
+                res["error_sampled"] = float("nan")
+                res["error_failure"] = f"{type(e).__name__}: {e}"[:300]
+            if ours:
+                res["digest"] = runs[0]["digest"]
+                res["bitwise_all_runs"] = all(r["digest"] == runs[0]["digest"] for r in runs)
+            del x, y, z
+        except Exception as e:              # recorded, not hidden
+            res = {"failure": f"{type(e).__name__}: {e}"[:400]}
+        row[label] = res
+        print(f"  {name} {n_gpus} {'GPU' if device else 'worker'} {transport} {label}: "
+              + (f"{res['median_s'] * 1e3:.1f} ms, {res['tflops']:.1f} TF/s, eff {res.get('efficiency', float('nan')):.2f}, "
+                 f"recv {_size(res['received_bytes_per_run'])}/run ({res['transfers_per_run']:.0f} transfers, "
+                 f"{res['repeated_receipts']} repeated), graph {res['graph_s'] * 1e3:.0f} ms, "
+                 f"err {res['error_sampled']:.2e}" + (f", bits same {res['bitwise_all_runs']}" if ours else "")
+                 if "median_s" in res else res["failure"]), flush=True)
+    theirs, ours = row.get("dask.array.matmul", {}), row["pyblasgemm.dask.matmul"]
+    if "median_s" in theirs and "median_s" in ours:
+        row["ratio_vs_dask_array"] = theirs["median_s"] / ours["median_s"]
+    return row
+
+
+# ---------------------------------------------------------------------------------------------
+# This process: baselines and the threaded scheduler's bits; one process per transport
+# ---------------------------------------------------------------------------------------------
+
+def baseline(case, device):
+    """One pyblasgemm.matmul call on one GPU (or the host), this process: median s of 5."""
     import pyblasgemm
 
-    rs = cp.random.RandomState(1)
-    gen = cp.float64 if dtype == "float64" else cp.float32
-    x = rs.standard_normal((m, k), dtype=gen).astype(_dtype(dtype))
-    y = rs.standard_normal((k, n), dtype=gen).astype(_dtype(dtype))
+    m, n, k, dtype, _, kw = case
+    if not device:
+        x, y = (_block(s, shape, dtype, False) for s, shape in ((1, (m, k)), (2, (k, n))))
+        out = pyblasgemm.matmul(x, y, **kw)
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            pyblasgemm.matmul(x, y, out=out, **kw)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+    import cupy as cp
+
+    x, y = (_block(s, shape, dtype, True) for s, shape in ((1, (m, k)), (2, (k, n))))
     out = pyblasgemm.matmul(x, y, **kw)
     times = []
     for _ in range(5):
@@ -246,173 +586,315 @@ def baseline(m, n, k, dtype, kw):
     return statistics.median(times)
 
 
-def run_case(client, name, n_gpus, protocol, reps, base_s, digests_seen, with_dask=True):
-    import dask.array as da
-    from distributed import wait
-
+def threaded_digest(case, device):
+    """The product's block digests from the threaded scheduler in this process."""
     from pyblasgemm import dask as pbd
 
-    m, n, k, dtype, chunk, kw = CASES[name]
-    flops = 2.0 * m * n * k
-    row = {"case": name, "gpus": n_gpus, "protocol": protocol, "m": m, "n": n, "k": k, "dtype": dtype,
-           "chunk": chunk, "matmul_kw": kw, "baseline_one_call_s": base_s}
-    products = {"pyblasgemm.dask.matmul": lambda x, y: pbd.matmul(x, y, **kw)}
-    if with_dask and not kw:
-        products["dask.array.matmul"] = da.matmul
-    for label, product in products.items():
-        def make():
-            # persisted: the block assembly (da.block's tasks) runs before the timing, as
-            # operands a user multiplies are in memory (un-persisted, it doubled 1 GPU's time)
-            x, y = operands(client, m, n, k, dtype, chunk)
-            x, y = client.persist(x), client.persist(y)
-            return x, y, product(x, y)
+    x, y = local_operands(case, device)
+    got = digests(pbd.matmul(x, y, **case[5])).compute(scheduler="threads").tolist()
+    if device:
+        import cupy as cp
+
+        cp.get_default_memory_pool().free_all_blocks()
+    return got
+
+
+def child(args, cases) -> int:
+    """One transport, in this process: a cluster per GPU count, the probe and/or the cases;
+    rows written to ``--out`` as they finish."""
+    import distributed
+
+    device = not args.smoke
+    transport = args.child
+    bases = json.loads(pathlib.Path(args.baselines).read_text()) if args.baselines else {}
+    doc = {"transport": transport, "config": {"cluster": TRANSPORTS[transport][0], "doc": TRANSPORTS[transport][1],
+                                              "message_bytes_limit": args.message_bytes_limit},
+           "probes": {}, "cases": [], "failures": []}
+    write_doc(doc, args.out)
+    counts = [int(g) for g in args.gpus.split(",")]
+    for n_gpus in counts:
+        if args.probe_only and n_gpus != max(counts):
+            continue                    # the probe alone: on the largest cluster
+        t0 = time.perf_counter()
         try:
-            med, times, received, stream = time_persist(client, make, reps)
-            res = {"median_s": med, "times_s": times, "tflops": flops / med / 1e12,
-                   "received_bytes_per_run": received, "task_stream": stream}
-            if base_s:
-                res["efficiency"] = (flops / med) / (n_gpus * flops / base_s)
-                res["speedup_vs_one_call"] = base_s / med
-            x, y, z = make()
-            res["tasks"] = len(z.__dask_graph__()) - len(x.__dask_graph__()) - len(y.__dask_graph__())
-            zz = client.persist(z)
-            wait(zz)
-            res["error_sampled"] = sampled_error(client, x, y, zz, np.random.default_rng(7))
-            if label == "pyblasgemm.dask.matmul":
-                d1 = client.compute(digests(zz), sync=True)
-                del zz
-                zz2 = client.persist(product(x, y))           # the same operands, a second run
-                wait(zz2)
-                d2 = client.compute(digests(zz2), sync=True)
-                res["bitwise_two_runs"] = bool(np.array_equal(d1, d2))
-                digests_seen.setdefault(name, []).append({"gpus": n_gpus, "protocol": protocol, "digest": d1})
-                del zz2
-            del x, y, z
-        except Exception as e:              # recorded, not hidden
-            res = {"failure": f"{type(e).__name__}: {e}"[:400]}
-        row[label] = res
-        print(f"  {name} {n_gpus} GPU {protocol} {label}: "
-              + (f"{res['median_s'] * 1e3:.1f} ms, {res['tflops']:.0f} TF/s, eff {res.get('efficiency', float('nan')):.2f}, "
-                 f"recv {res['received_bytes_per_run'] / 2**30:.2f} GiB/run, err {res['error_sampled']:.2e}"
-                 if "median_s" in res else res["failure"]), flush=True)
-    if "dask.array.matmul" in row and "median_s" in row["dask.array.matmul"] and "median_s" in row["pyblasgemm.dask.matmul"]:
-        row["ratio_vs_dask_array"] = row["dask.array.matmul"]["median_s"] / row["pyblasgemm.dask.matmul"]["median_s"]
-    return row
+            with cluster(transport, n_gpus, device, args.message_bytes_limit) as cl, distributed.Client(cl) as client:
+                print(f"cluster: {n_gpus} {'GPU' if device else 'worker'}, {transport}, up in "
+                      f"{time.perf_counter() - t0:.1f} s", flush=True)
+                if n_gpus >= 2 and (args.probe_only or args.probe_here):
+                    try:
+                        p = probe(client, device, PROBE_BYTES if device else 2**20, reps=5 if device else 2)
+                        doc["probes"][str(n_gpus)] = p
+                        print(f"  probe {transport} {n_gpus}: one block {p['one_block']['GBps_wall']} GB/s "
+                              f"(log {p['one_block']['GBps_transfer_log']}), 8 blocks {p['eight_blocks']['GBps_wall']}"
+                              f" GB/s, all-to-all {p['all_to_all']['GBps_wall']} GB/s", flush=True)
+                    except Exception as e:
+                        doc["failures"].append({"probe": n_gpus, "failure": f"{type(e).__name__}: {e}"[:400]})
+                    write_doc(doc, args.out)
+                if args.probe_only:
+                    continue
+                for name in cases:
+                    try:
+                        row = run_case(client, name, ALL_CASES[name], n_gpus, transport, args.reps, bases.get(name),
+                                       device, with_dask=not args.no_dask_array)
+                    except Exception as e:
+                        row = {"case": name, "gpus": n_gpus, "protocol": transport, "transport": transport,
+                               "failure": f"{type(e).__name__}: {e}"[:400]}
+                        print("  FAILED", row, flush=True)
+                    doc["cases"].append(row)
+                    write_doc(doc, args.out)
+        except Exception as e:
+            doc["failures"].append({"cluster": f"{n_gpus} {transport}", "failure": f"{type(e).__name__}: {e}"[:400]})
+            print("cluster FAILED", doc["failures"][-1], flush=True)
+            write_doc(doc, args.out)
+    return 0
 
 
-def cluster(n_gpus, protocol):
-    import dask_cuda
-
-    kw = dict(CUDA_VISIBLE_DEVICES=",".join(str(i) for i in range(n_gpus)), n_workers=n_gpus,
-              dashboard_address=None, silence_logs=logging.ERROR)
-    if protocol != "tcp":
-        kw.update(protocol=protocol, enable_nvlink=True, enable_tcp_over_ucx=True)
-    return dask_cuda.LocalCUDACluster(**kw)
+ALL_CASES = {**CASES, **SMOKE_CASES}
 
 
-def threaded_digest(name):
-    """The product's block digests from the threaded scheduler in this process (GPU 0)."""
-    from pyblasgemm import dask as pbd
+def _run_child(argv, out, seconds, log=None):
+    """This script for one transport in a process of its own (and its own process group, with
+    the cluster it starts), stopped at ``seconds``; what it wrote to ``out``, or None. With
+    ``log``: its output and its workers' (UCX's protocol report among it: UCX_PROTO_INFO=y) go
+    to that file."""
+    if seconds < 20:
+        return None, f"skipped: {seconds:.0f} s of the budget left"
+    env = dict(os.environ, UCX_PROTO_INFO="y") if log else None
+    sink = open(log, "w") if log else None
+    try:
+        proc = subprocess.Popen([sys.executable, str(pathlib.Path(__file__).resolve()), *argv, "--out", str(out)],
+                                start_new_session=True, env=env, stdout=sink, stderr=subprocess.STDOUT if sink else None)
+    finally:
+        if sink:
+            sink.close()
+    try:
+        proc.wait(timeout=seconds)
+        why = None if proc.returncode == 0 else f"exit status {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        why = f"stopped after {seconds:.0f} s (--budget-s)"
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(timeout=10)
+                break
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                continue
+    try:
+        return json.loads(pathlib.Path(out).read_text()), why
+    except (OSError, ValueError):
+        return None, why or "wrote nothing"
 
-    m, n, k, dtype, chunk, kw = CASES[name]
-    x, y = local_operands(m, n, k, dtype, chunk)
-    return digests(pbd.matmul(x, y, **kw)).compute(scheduler="threads")
+
+def _read_probe_log(path, keep=60):
+    """(this script's own lines, UCX's protocol lines that name a transport) of a probe's log,
+    each at most ``keep``, UCX's without repeats."""
+    try:
+        lines = pathlib.Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return [], []
+    ours = [ln for ln in lines if ln.startswith(("cluster", "  probe", "wrote", "Traceback")) or "Error" in ln]
+    ucx = []
+    for ln in lines:
+        text = " ".join(ln[ln.find("|"):].split())[:220]       # without UCX's time and host prefix
+        if "|" in ln and any(w in ln for w in ("cuda", "tcp", "sysv", "posix", "cma", "rndv", "rendezvous",
+                                                "zero-copy", "copy", "pipeline")) and text not in ucx:
+            ucx.append(text)
+    return ours[-keep:], ucx[:keep]
+
+
+def _metadata(device) -> dict:
+    if device:
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        return meta(types.SimpleNamespace(torch=torch))
+    from pyblasgemm.benchmarks.suite import _Env
+
+    info = _Env("host").info()
+    info["git_sha"] = os.environ.get("GIT_SHA") or _git("rev-parse", "HEAD") or None
+    info["python"] = sys.version.split()[0]
+    return info
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", required=True, help="the results file (JSON), or the figure (PNG) with --plot")
     ap.add_argument("--plot", metavar="RESULTS", help="draw --out (a PNG) from a results file; no run")
-    ap.add_argument("--gpus", default="1,2,4")
-    ap.add_argument("--protocols", default="ucx,tcp")
-    ap.add_argument("--cases", default=",".join(c for c in CASES if not c.startswith("smoke")))
-    ap.add_argument("--tcp-cases", default="32768^3 float16", help="the cases also run over TCP")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--threaded-check", default="32768^3 float16")
-    ap.add_argument("--no-dask-array", action="store_true")
+    ap.add_argument("--plot-transport", default="ucx", help="the transport whose rows --plot draws")
+    ap.add_argument("--smoke", action="store_true", help="on the host: NumPy chunks, LocalCluster, SMOKE_CASES")
+    ap.add_argument("--gpus", default=None, help="GPU (worker) counts, e.g. 1,2,4 (default 1,2,4; --smoke 1,2)")
+    ap.add_argument("--probe", default=None,
+                    help=f"transports to probe first, comma-separated: {', '.join(TRANSPORTS)} (default: none)")
+    ap.add_argument("--transport", default=None,
+                    help="transports to run the cases on; 'best': the probed one with the most GB/s "
+                         "(default: best with --probe, else ucx-nvlink; --smoke: tcp)")
+    ap.add_argument("--cases", default=None, help="comma-separated case names, or 'all' (default all)")
+    ap.add_argument("--tcp-cases", default="32768^3 float16", help="the cases run over tcp ('all': every case)")
+    ap.add_argument("--reps", type=int, default=None, help="timed runs a product (default 3; --smoke 1)")
+    ap.add_argument("--threaded-check", default=None,
+                    help="cases whose bits are compared with the threaded scheduler (default 32768^3 float16; "
+                         "--smoke all)")
+    ap.add_argument("--no-dask-array", action="store_true", help="skip dask.array.matmul")
+    ap.add_argument("--message-bytes-limit", default="1GiB",
+                    help="distributed.worker.transfer.message-bytes-limit of the clusters (Dask's default: 50MB)")
+    ap.add_argument("--budget-s", type=float, default=560.0, help="stop every transport's process by then")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--probe-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--probe-here", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--baselines", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.plot:
-        plot(args.plot, args.out)
+        plot(args.plot, args.out, args.plot_transport)
         return 0
-    gpus = [int(g) for g in args.gpus.split(",")]
-    cases = [c for c in args.cases.split(",") if c]
-    for c in cases + [c for c in args.tcp_cases.split(",") if c]:
-        if c not in CASES:
-            ap.error(f"--cases: unknown case {c!r}; known: {', '.join(CASES)}")
-    import cupy as cp
+    device = not args.smoke
+    table = CASES if device else SMOKE_CASES
+    args.gpus = args.gpus or ("1,2,4" if device else "1,2")
+    args.reps = args.reps or (3 if device else 1)
+    cases = list(table) if args.cases in (None, "all") else [c for c in args.cases.split(",") if c]
+    for c in cases:
+        if c not in table:
+            ap.error(f"--cases: unknown case {c!r}; known: {', '.join(table)}")
+    if args.child:
+        return child(args, cases)
+    started = time.perf_counter()
+    probes = [t for t in (args.probe or "").split(",") if t]
+    transports = [t for t in (args.transport or ("best" if probes else "ucx-nvlink" if device else "tcp")).split(",")]
+    for t in probes + transports:
+        if t not in TRANSPORTS and t != "best":
+            ap.error(f"unknown transport {t!r}; known: {', '.join(TRANSPORTS)}, best")
+    if "best" in transports and not probes:
+        ap.error("--transport best needs --probe")
+    tcp_cases = cases if args.tcp_cases == "all" else [c for c in args.tcp_cases.split(",") if c in cases]
+    checked = list(table) if args.threaded_check is None and not device else \
+        [c for c in (args.threaded_check or "32768^3 float16").split(",") if c in cases]
+    out = pathlib.Path(args.out)
+    doc = {"schema": "pyblasgemm-dask-scaling/2", **_metadata(device), "method": __doc__, "smoke": not device,
+           "cases": [], "failures": [], "transports": {}, "argv": sys.argv[1:] if argv is None else list(argv),
+           "message_bytes_limit": args.message_bytes_limit}
     import dask
-    import dask_cuda
     import distributed
 
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    doc = {"schema": "pyblasgemm-dask-scaling/1",
-           **meta(types.SimpleNamespace(torch=torch),
-                  seed="blocks: CuPy RandomState(_seed(tag, i, j)); one-GPU operands RandomState(1); "
-                       "sampled check numpy default_rng(7)"),
-           "method": __doc__,
-           "gpu_count": cp.cuda.runtime.getDeviceCount(), "cases": [], "failures": []}
-    doc["versions"].update({"dask": dask.__version__, "distributed": distributed.__version__,
-                            "dask_cuda": dask_cuda.__version__})
-    for mod in ("distributed_ucxx", "ucxx"):
+    doc["versions"].update({"dask": dask.__version__, "distributed": distributed.__version__})
+    for mod in ("dask_cuda", "distributed_ucxx", "ucxx", "rmm", "cupy"):
         try:
             doc["versions"][mod] = __import__(mod).__version__
         except Exception as e:
             doc["versions"][mod] = f"unavailable: {type(e).__name__}"
+    doc["gpu_count"] = 0
+    if device:
+        import cupy as cp
+
+        doc["gpu_count"] = cp.cuda.runtime.getDeviceCount()
     bases = {}
-    for name in dict.fromkeys(cases + args.tcp_cases.split(",")):
-        if not name:
-            continue
-        m, n, k, dtype, chunk, kw = CASES[name]
+    for name in cases:
         try:
-            bases[name] = baseline(m, n, k, dtype, kw)
-            print(f"baseline {name}: {bases[name] * 1e3:.1f} ms, {2 * m * n * k / bases[name] / 1e12:.0f} TF/s", flush=True)
+            bases[name] = baseline(table[name], device)
+            m, n, k = table[name][:3]
+            print(f"baseline {name}: {bases[name] * 1e3:.2f} ms, {2 * m * n * k / bases[name] / 1e12:.1f} TF/s",
+                  flush=True)
         except Exception as e:
             bases[name] = None
             doc["failures"].append({"baseline": name, "failure": f"{type(e).__name__}: {e}"[:400]})
     doc["baselines_s"] = bases
-    seen = {}
-    for protocol in args.protocols.split(","):
-        todo = cases if protocol != "tcp" else [c for c in args.tcp_cases.split(",") if c]
-        for n_gpus in gpus:
-            if n_gpus > doc["gpu_count"]:
-                continue
-            t0 = time.perf_counter()
-            try:
-                with cluster(n_gpus, protocol) as cl, distributed.Client(cl) as client:
-                    print(f"cluster: {n_gpus} GPU, {protocol}, up in {time.perf_counter() - t0:.1f} s", flush=True)
-                    for name in todo:
-                        try:
-                            row = run_case(client, name, n_gpus, protocol, args.reps, bases.get(name), seen,
-                                           with_dask=not args.no_dask_array)
-                        except Exception as e:
-                            row = {"case": name, "gpus": n_gpus, "protocol": protocol,
-                                   "failure": f"{type(e).__name__}: {e}"[:400]}
-                            print("  FAILED", row, flush=True)
-                        doc["cases"].append(row)
-                        write_doc(doc, args.out)
-            except Exception as e:
-                doc["failures"].append({"cluster": f"{n_gpus} GPU {protocol}", "failure": f"{type(e).__name__}: {e}"[:400]})
-                print("cluster FAILED", doc["failures"][-1], flush=True)
-                write_doc(doc, args.out)
-    # bits: every run of a case against the first, and the threaded scheduler in this process
+    threaded = {}
+    for name in checked:
+        try:
+            threaded[name] = threaded_digest(table[name], device)
+        except Exception as e:
+            threaded[name] = f"failed: {type(e).__name__}: {e}"[:300]
+    base_file = out.with_name(out.stem + ".baselines.json")
+    base_file.parent.mkdir(parents=True, exist_ok=True)
+    base_file.write_text(json.dumps(bases))
+    write_doc(doc, out)
+    common = ["--gpus", args.gpus, "--reps", str(args.reps), "--baselines", str(base_file),
+              "--message-bytes-limit", args.message_bytes_limit] + \
+        (["--smoke"] if args.smoke else []) + (["--no-dask-array"] if args.no_dask_array else [])
+
+    def left():
+        return args.budget_s - (time.perf_counter() - started) - 10
+
+    for t in probes:
+        log = out.with_name(f"{out.stem}.probe-{t}.log")
+        got, why = _run_child(["--child", t, "--probe-only", *common], out.with_name(f"{out.stem}.probe-{t}.json"),
+                              left(), log=log)
+        ours, ucx = _read_probe_log(log)
+        print("\n".join(ours), flush=True)
+        doc["transports"][t] = {"config": TRANSPORTS[t][0], "doc": TRANSPORTS[t][1], "probes": (got or {}).get("probes"),
+                                "ucx_protocols": ucx, "log": log.name}
+        doc["failures"] += [{"transport": t, **f} for f in (got or {}).get("failures", [])]
+        if why:
+            doc["failures"].append({"transport": t, "probe": why})
+        write_doc(doc, out)
+
+    def speed(t):
+        ps = (doc["transports"].get(t) or {}).get("probes") or {}
+        return max([p["one_block"]["GBps_wall"] or 0 for p in ps.values()] or [0])
+
+    if "best" in transports:
+        best = max(probes, key=speed)
+        doc["best_transport"] = {"name": best, "GBps_one_block": speed(best)}
+        print(f"best transport: {best} ({speed(best)} GB/s a block)", flush=True)
+        transports = list(dict.fromkeys(best if t == "best" else t for t in transports))
+    for t in transports:
+        todo = tcp_cases if t == "tcp" and device else cases
+        if not todo:
+            continue
+        got, why = _run_child(["--child", t, "--cases", ",".join(todo),
+                               *(["--probe-here"] if t not in probes else []), *common],
+                              out.with_name(f"{out.stem}.cases-{t}.json"), left())
+        got = got or {}
+        doc["cases"] += got.get("cases", [])
+        doc["failures"] += [{"transport": t, **f} for f in got.get("failures", [])]
+        entry = doc["transports"].setdefault(t, {"config": TRANSPORTS[t][0], "doc": TRANSPORTS[t][1]})
+        if got.get("probes"):
+            entry["probes"] = got["probes"]
+        if why:
+            doc["failures"].append({"transport": t, "cases": why})
+        write_doc(doc, out)
+    # bits: every run of a product against the first, and the threaded scheduler in this process
     bits = {}
-    for name, runs in seen.items():
-        first = runs[0]["digest"]
-        bits[name] = {"runs": [f"{r['gpus']} GPU {r['protocol']}" for r in runs],
-                      "all_runs_equal": all(np.array_equal(first, r["digest"]) for r in runs)}
-        if name in args.threaded_check.split(","):
-            try:
-                bits[name]["threaded_equal"] = bool(np.array_equal(first, threaded_digest(name)))
-            except Exception as e:
-                bits[name]["threaded_equal"] = f"failed: {type(e).__name__}: {e}"[:300]
+    for row in doc["cases"]:
+        ours = row.get("pyblasgemm.dask.matmul") or {}
+        if "digest" not in ours:
+            continue
+        entry = bits.setdefault(row["case"], {"runs": [], "first": ours["digest"], "all_runs_equal": True})
+        entry["runs"].append(f"{row['gpus']} GPU {row['transport']}")
+        entry["all_runs_equal"] &= ours["digest"] == entry["first"] and bool(ours["bitwise_all_runs"])
+    for name, entry in bits.items():
+        if name in threaded:
+            got = threaded[name]
+            entry["threaded_equal"] = got == entry["first"] if isinstance(got, list) else got
+        del entry["first"]
     doc["bitwise"] = bits
     print("bitwise:", json.dumps(bits), flush=True)
-    write_doc(doc, args.out)
+    doc["wall_s"] = round(time.perf_counter() - started, 1)
+    write_doc(doc, out)
+    summary(doc)
     return 0
 
+
+def summary(doc) -> None:
+    """A few lines a person reads first: the probe's GB/s and each product's time and efficiency."""
+    for t, entry in doc["transports"].items():
+        for n, p in sorted((entry.get("probes") or {}).items()):
+            print(f"probe {t:18s} {n} workers: {p['one_block']['GBps_wall']} GB/s a block, "
+                  f"{p['all_to_all']['GBps_wall']} GB/s all-to-all")
+        lines = entry.get("ucx_protocols") or []
+        used = sorted({w for ln in lines for w in ("cuda_ipc", "cuda_copy", "tcp") if w in ln})
+        if lines:
+            print(f"UCX protocols {t}: {len(lines)} lines naming {', '.join(used) or 'no transport'} (JSON: ucx_protocols)")
+    for row in doc["cases"]:
+        ours, theirs = row.get("pyblasgemm.dask.matmul") or {}, row.get("dask.array.matmul") or {}
+        if "median_s" in ours:
+            print(f"{row['case']:30s} {row['gpus']} {row['transport']:18s} {ours['median_s'] * 1e3:8.1f} ms "
+                  f"eff {ours.get('efficiency') or float('nan'):.2f}  recv {_size(ours['received_bytes_per_run'])}"
+                  + (f"  dask.array {theirs['median_s'] * 1e3:.1f} ms" if "median_s" in theirs else ""))
+        else:
+            print(f"{row['case']:30s} {row['gpus']} {row.get('transport')}: "
+                  f"{ours.get('failure') or row.get('failure')}")
+    for f in doc["failures"]:
+        print("failure:", json.dumps(f)[:300])
 
 
 def guide_rows(path) -> list:
@@ -452,14 +934,15 @@ def guide_table(path, protocol="ucx") -> str:
     return "\n".join(lines)
 
 
-def plot(path, out) -> None:
-    """Speed over one pyblasgemm call against GPUs, per product: ours and dask.array.matmul."""
+def plot(path, out, protocol="ucx") -> None:
+    """Speed over one pyblasgemm call against GPUs, per product: ours and dask.array.matmul,
+    the rows of one transport."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in guide_rows(path) if r[2] == "ucx"]
+    rows = [r for r in guide_rows(path) if r[2] == protocol]
     doc = json.loads(pathlib.Path(path).read_text())
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for case in dict.fromkeys(r[0] for r in rows):
@@ -472,7 +955,7 @@ def plot(path, out) -> None:
                     label=f"{case}: dask.array.matmul")
     ax.plot([1, 4], [1, 4], color="grey", linewidth=0.8, label="ideal")
     ax.set_xticks([1, 2, 4])
-    ax.set_xlabel("GPUs (one Dask worker each, UCX)")
+    ax.set_xlabel(f"GPUs (one Dask worker each, {protocol})")
     ax.set_ylabel("speed / one pyblasgemm call on one GPU")
     ax.set_title(f"pyblasgemm.dask scaling, {doc['device']['name']}, git {doc['git_sha']}", fontsize=9)
     ax.legend(fontsize=6, loc="upper left")

@@ -20,6 +20,14 @@ products, the accumulation and the order of the sums. For ``x @ y`` with NumPy o
 * the graph, and so every sum's order, depends only on the chunks and ``k_group``: the result
   is bitwise the same from the threaded scheduler, a ``distributed.LocalCluster`` or a
   ``dask_cuda.LocalCUDACluster``;
+* on a ``distributed`` cluster whose memory holds the operands' blocks when the product is
+  built (persisted and waited for), each task is placed where its data is (:func:`_placement`:
+  ``C[i, j]`` with A's row panel, a long K's partial products with their K chunks, adds with
+  their left input, within a fair share of the work a worker; local work first), so each
+  worker fetches a block it lacks once and partial sums stay where they are; the placement
+  travels as Dask annotations (``workers``, ``allow_other_workers``, ``priority``) on a
+  ``dask.array.Array`` subclass optimized without low-level fusion, which would drop them
+  (an array derived from the result is Dask's own again, and Dask places its tasks);
 * K chunks of the two operands are aligned (rechunked to their common refinement only when
   they differ, logged at DEBUG on ``logging.getLogger("pyblasgemm.dask")``); batch dimensions
   broadcast as in ``numpy.matmul``.
@@ -48,8 +56,10 @@ True
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
+import sys
 
 import numpy as np
 
@@ -163,13 +173,33 @@ def _gemm_accumulates(a, b, out) -> bool:
             and (out.dtype == row.c_dtype or (a.dtype, out.dtype) in ROW_BY_DTYPES))
 
 
-def _product(xs, ys, acc, compute, backend):
+def _typed(block, dtype):
+    """``block`` as the graph's ``dtype``: a bfloat16 CuPy block that crossed between workers
+    arrives as ``|V2`` (Dask's CuPy serializer sends ``__cuda_array_interface__['typestr']``,
+    which is ``'<V2'`` for ml_dtypes' bfloat16: a 2-GPU run failed on it), so a void block of
+    the expected width is viewed as that type again; anything else is returned as it is.
+
+    >>> import ml_dtypes
+    >>> bf16 = np.dtype(ml_dtypes.bfloat16)
+    >>> _typed(np.ones(3, bf16).view("V2"), bf16).dtype.name, _typed(np.ones(3, np.float16), bf16).dtype.name
+    ('bfloat16', 'float16')
+    """
+    if (block.dtype != dtype and block.dtype.kind == "V" and block.dtype.fields is None
+            and block.dtype.itemsize == dtype.itemsize):
+        return block.view(dtype)
+    return block
+
+
+def _product(xs, ys, types, acc, compute, backend):
     """sum_k xs[k] @ ys[k] in ``acc``, in order: the first product into a new buffer, each
-    next one accumulated into it (by the GEMM itself, beta = 1, where it takes the blocks)."""
+    next one accumulated into it (by the GEMM itself, beta = 1, where it takes the blocks).
+    ``types``: the operands' dtypes in the graph (:func:`_typed`)."""
     import pyblasgemm
 
+    x_type, y_type = types
     out = None
-    for a, b in zip(map(_contiguous, xs), map(_contiguous, ys)):
+    for a, b in zip(xs, ys):
+        a, b = _contiguous(_typed(a, x_type)), _contiguous(_typed(b, y_type))
         if out is None:
             out = pyblasgemm.matmul(a, b, dtype=acc, compute=compute, backend=backend)
         elif _gemm_accumulates(a, b, out):
@@ -203,23 +233,23 @@ def _to_bfloat16(x):
     return out.view(ml_dtypes.bfloat16)
 
 
-def _finish(total, out_dtype, alpha, beta, c):
+def _finish(total, out_dtype, alpha, beta, c, c_type):
     """alpha * total + beta * c in the accumulation type (c not read when beta == 0), cast once."""
     if alpha != 1:
         total = total * total.dtype.type(alpha)
     if beta != 0:
-        total = total + c.astype(total.dtype) * total.dtype.type(beta)
+        total = total + _typed(c, c_type).astype(total.dtype) * total.dtype.type(beta)
     if np.dtype(out_dtype).name == "bfloat16":
         return _to_bfloat16(total)
     return total.astype(out_dtype, copy=False)
 
 
-def _product_finish(xs, ys, acc, compute, backend, out_dtype, alpha, beta, c):
-    return _finish(_product(xs, ys, acc, compute, backend), out_dtype, alpha, beta, c)
+def _product_finish(xs, ys, types, acc, compute, backend, out_dtype, alpha, beta, c, c_type):
+    return _finish(_product(xs, ys, types, acc, compute, backend), out_dtype, alpha, beta, c, c_type)
 
 
-def _sum_finish(p, q, out_dtype, alpha, beta, c):
-    return _finish(p + q, out_dtype, alpha, beta, c)
+def _sum_finish(p, q, out_dtype, alpha, beta, c, c_type):
+    return _finish(p + q, out_dtype, alpha, beta, c, c_type)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,7 +362,8 @@ def _contract(x, y, out_dtype, compute, backend, k_group, alpha=1, beta=0, c=Non
     """The graph of ``alpha * x @ y + beta * c`` over aligned chunks, as a plain task dict: the
     operands' graphs merged as dicts, then our tasks (:mod:`dask.task_spec` tasks, not the
     deprecated tuples) for each output block: one task per group of K chunks, a fixed pairwise
-    tree of adds, a root that finishes.
+    tree of adds, a root that finishes. On a distributed cluster holding the operands' blocks,
+    each task is placed too (:func:`_placement`); the graph, and so the bits, are the same.
 
     Not ``HighLevelGraph.from_collections`` (discouraged by Dask for new code) and not
     ``da.blockwise``: the tree over K groups is no blockwise pattern, and a dict states every
@@ -354,30 +385,44 @@ def _contract(x, y, out_dtype, compute, backend, k_group, alpha=1, beta=0, c=Non
     name = "pyblasgemm-matmul-" + token
     part, tree = "pyblasgemm-partial-" + token, "pyblasgemm-sum-" + token
     starts = list(range(0, nk, group))
-    deps = [x, y] + ([c] if c is not None and beta != 0 else [])
+    with_c = c is not None and beta != 0
+    deps = [x, y] + ([c] if with_c else [])
     dsk = {}
     for operand in deps:
         dsk.update(ensure_dict(operand.__dask_graph__()))
+    types = (x.dtype, y.dtype)
+    c_type = c.dtype if with_c else None
+    rows, cols, depth = x.chunks[-2], y.chunks[-1], x.chunks[-1]
+    # for the placement: each chain of K chunks (a task of products) with its input blocks and
+    # their bytes, and each add with its left input, which it joins
+    products, joins = [], []
+
+    def inputs(bidx, i, j, ks):
+        return ([((x.name, *bidx, i, k), rows[i] * depth[k] * x.dtype.itemsize, "x") for k in ks]
+                + [((y.name, *bidx, k, j), depth[k] * cols[j] * y.dtype.itemsize, "y") for k in ks])
 
     def blocks(bidx, i, j, ks):
         return (List(*[TaskRef((x.name, *bidx, i, k)) for k in ks]),
                 List(*[TaskRef((y.name, *bidx, k, j)) for k in ks]))
 
     for bidx in batch_blocks:
-        for i in range(len(x.chunks[-2])):
-            for j in range(len(y.chunks[-1])):
-                c_ref = TaskRef((c.name, i, j)) if c is not None and beta != 0 else None
+        for i in range(len(rows)):
+            for j in range(len(cols)):
+                c_ref = TaskRef((c.name, i, j)) if with_c else None
+                c_in = [((c.name, i, j), rows[i] * cols[j] * c.dtype.itemsize, "c")] if with_c else []
                 where = (*bidx, i, j)
                 root = (name, *where)
                 if len(starts) == 1:
-                    dsk[root] = Task(root, _product_finish, *blocks(bidx, i, j, range(nk)), acc, compute,
-                                     backend, out_dtype, alpha, beta, c_ref)
+                    dsk[root] = Task(root, _product_finish, *blocks(bidx, i, j, range(nk)), types, acc, compute,
+                                     backend, out_dtype, alpha, beta, c_ref, c_type)
+                    products.append((root, rows[i] * cols[j] * sum(depth), inputs(bidx, i, j, range(nk)) + c_in))
                     continue
                 keys = []
                 for g, s in enumerate(starts):
                     key = (part, *where, g)
-                    dsk[key] = Task(key, _product, *blocks(bidx, i, j, range(s, min(s + group, nk))), acc,
-                                    compute, backend)
+                    ks = range(s, min(s + group, nk))
+                    dsk[key] = Task(key, _product, *blocks(bidx, i, j, ks), types, acc, compute, backend)
+                    products.append((key, rows[i] * cols[j] * sum(depth[k] for k in ks), inputs(bidx, i, j, ks)))
                     keys.append(key)
                 level = 0
                 while len(keys) > 2:            # a fixed pairwise tree: (0+1), (2+3), ...
@@ -385,15 +430,176 @@ def _contract(x, y, out_dtype, compute, backend, k_group, alpha=1, beta=0, c=Non
                     for t in range(0, len(keys) - 1, 2):
                         key = (tree, level, *where, t // 2)
                         dsk[key] = Task(key, _add, TaskRef(keys[t]), TaskRef(keys[t + 1]))
+                        joins.append((key, keys[t]))
                         nxt.append(key)
                     if len(keys) % 2:
                         nxt.append(keys[-1])
                     keys, level = nxt, level + 1
                 dsk[root] = Task(root, _sum_finish, TaskRef(keys[0]), TaskRef(keys[1]), out_dtype, alpha, beta,
-                                 c_ref)
-    chunks = x.chunks[:nb] + (x.chunks[-2], y.chunks[-1])
+                                 c_ref, c_type)
+                joins.append((root, keys[0]))
+    chunks = x.chunks[:nb] + (rows, cols)
     meta = da.utils.meta_from_array(x._meta, len(chunks), dtype=out_dtype)
-    return da.Array(dsk, name, chunks, meta=meta)
+    held = _cluster_holders(deps, dsk)
+    if held is None:
+        return da.Array(dsk, name, chunks, meta=meta)
+    workers, holders = held
+    where, priority = _placement(products, joins, workers, holders)
+    if not where:
+        return da.Array(dsk, name, chunks, meta=meta)
+    return _placed_array(dsk, name, chunks, meta, where, priority)
+
+
+# ---------------------------------------------------------------------------------------------
+# Placement on a distributed cluster
+# ---------------------------------------------------------------------------------------------
+
+#: how far past its fair share of the work (total / workers) a worker may be given a task
+#: whose data it holds, in tasks: half a task keeps even shares exact (16 output blocks on 4
+#: workers: 4 each) and leaves uneven ones one task apart at most
+SHARE_SLACK = 0.5
+
+#: how many tasks deep a block that is not itself in cluster memory (a transpose, a
+#: rechunked piece, a broadcast of a persisted block) is traced back to the blocks it is made of
+_TRACE_DEPTH = 4
+
+
+def _cluster_holders(operands, dsk):
+    """``(workers, holders)`` when the default ``distributed`` client's cluster holds blocks of
+    the operands: the workers' addresses, sorted, and a function from a block's key to the
+    workers that hold it (or the blocks it is computed from); None otherwise (no client, an
+    asynchronous one, operands not persisted: Dask places the tasks itself). One scheduler
+    round trip (``Client.who_has``)."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:             # no client can exist without the package imported
+        return None
+    import dask
+    from dask.core import get_dependencies
+
+    try:
+        client = distributed.default_client()
+    except ValueError:
+        return None
+    if client.asynchronous or client.status != "running" or "workers" in dask.get_annotations():
+        return None                     # a placement of the caller's own is kept
+    futures = distributed.futures_of(operands)
+    if not futures:
+        return None
+    held = {k: frozenset(v) for k, v in client.who_has(futures).items()}
+    workers = sorted(client.nthreads())
+    memo = {}
+
+    def holders(key, depth=_TRACE_DEPTH):
+        if key in held:
+            return held[key]
+        if key in memo:
+            return memo[key]
+        found = frozenset()
+        if depth and key in dsk:
+            for dep in get_dependencies(dsk, key) - {key}:
+                found |= holders(dep, depth - 1)
+        memo[key] = found
+        return found
+
+    return workers, holders
+
+
+def _placement(products, joins, workers, holders):
+    """(worker of each task, priority of each chain of products): a function of the chunks and
+    of where their blocks are, never of timing, so that every run of a product on the same
+    data is laid out alike.
+
+    * each chain of K chunks goes to the worker holding the most bytes of its inputs (ties: the
+      most of x's, then the first address): ``C[i, j]`` where A's row panel ``i`` is, a long K's
+      partial products where their K chunks are; unless that worker already has its fair share
+      of the work (flops; :data:`SHARE_SLACK`), then to the next holder, else to the least
+      loaded worker; a chain none of whose blocks is in memory is left to Dask;
+    * each add goes where its left input is (one transfer of a partial sum per add);
+    * priority 0 for chains whose inputs all sit on their worker, -1 for those that wait for a
+      transfer: a worker computes what it holds while the rest arrives.
+
+    Each worker fetches a block it lacks once, however many of its tasks read it (Dask's
+    worker keeps it while they wait).
+
+    >>> blk = lambda *k: (k, 8, k[0])
+    >>> products = [(("c", i, j), 1, [blk("x", i), blk("y", j)]) for i in range(2) for j in range(2)]
+    >>> on = {("x", 0): {"w0"}, ("x", 1): {"w1"}, ("y", 0): {"w0"}, ("y", 1): {"w1"}}
+    >>> where, priority = _placement(products, [], ["w0", "w1"], lambda k: on.get(k, set()))
+    >>> [where["c", i, j] for i in range(2) for j in range(2)], [priority["c", 0, j] for j in range(2)]
+    (['w0', 'w0', 'w1', 'w1'], [0, -1])
+    """
+    index = {w: n for n, w in enumerate(workers)}
+    share = sum(weight for _, weight, _ in products) / len(workers)
+    load = dict.fromkeys(workers, 0)
+    where, priority = {}, {}
+    for key, weight, inputs in products:
+        held = {}                       # worker -> [bytes held, bytes of x held]
+        for block, nbytes, side in inputs:
+            for w in holders(block):
+                if w in load:
+                    h = held.setdefault(w, [0, 0])
+                    h[0] += nbytes
+                    h[1] += nbytes if side == "x" else 0
+        if not held:
+            continue
+        ranked = sorted(held, key=lambda w: (-held[w][0], -held[w][1], index[w]))
+        fits = [w for w in ranked if load[w] + weight <= share + SHARE_SLACK * weight]
+        chosen = fits[0] if fits else min(workers, key=lambda w: (load[w], -held.get(w, (0,))[0], index[w]))
+        load[chosen] += weight
+        where[key] = chosen
+        priority[key] = 0 if all(chosen in holders(block) for block, _, _ in inputs) else -1
+    for key, left in joins:
+        if left in where:
+            where[key] = where[left]
+    return where, priority
+
+
+class _ByKey:
+    """An annotation of some tasks: the value for a key, None (no annotation) for the others.
+    A class, not a closure: annotations travel to the scheduler pickled."""
+
+    def __init__(self, values: dict):
+        self.values = values
+
+    def __call__(self, key):
+        return self.values.get(key)
+
+
+def _optimize_unfused(dsk, keys, **kwargs):
+    """Dask's array optimization (cull, blockwise fusion) without the low-level fusion of linear
+    chains, which turns the graph into a plain dict and drops every layer's annotations (Dask
+    issue 7036), our placement with them. The operands of a placed product are in memory:
+    there is nothing of theirs to fuse."""
+    import dask
+
+    da = _dask_array()
+    with dask.config.set({"optimization.fuse.active": False}):
+        return da.optimization.optimize(dsk, keys, **kwargs)
+
+
+@functools.lru_cache(maxsize=1)
+def _placed_array_type():
+    """``dask.array.Array`` optimized by :func:`_optimize_unfused` (made on first use: Dask is
+    an optional dependency of this module)."""
+    da = _dask_array()
+    return type("PlacedArray", (da.Array,), {
+        "__slots__": (), "__module__": __name__,
+        "__doc__": "A dask.array.Array whose tasks carry their placement (pyblasgemm.dask).",
+        "__dask_optimize__": staticmethod(_optimize_unfused)})
+
+
+def _placed_array(dsk, name, chunks, meta, where, priority):
+    """A Dask array of ``dsk`` whose tasks carry their placement as annotations (``workers``;
+    ``allow_other_workers``, so that a task still runs if its worker leaves the cluster, and
+    Dask's work stealing may move it: it leaves alone tasks whose inputs take longer to move
+    than to compute; ``priority``), optimized without low-level fusion so that the annotations
+    reach the scheduler; Dask's own ``Array`` in every other respect (a subclass: an array made
+    from it is a plain one)."""
+    import dask
+
+    with dask.annotate(workers=_ByKey({k: [w] for k, w in where.items()}),
+                       allow_other_workers=_ByKey(dict.fromkeys(where, True)), priority=_ByKey(priority)):
+        return _placed_array_type()(dsk, name, chunks, meta=meta)
 
 
 def matmul(x, y, *, dtype=None, compute=None, backend=None, k_group=None, out=None):

@@ -161,9 +161,13 @@ def test_bad_input_is_named_before_any_work():
 
 @pytest.fixture(scope="module")
 def local_cluster():
+    """4 single-thread worker processes, work stealing off: the placement tests' blocks are a few
+    KB, which Dask's stealing heuristic may move at will (it leaves alone tasks whose inputs take
+    longer to move than to compute: 128 MB GPU blocks), and the placement is what they check."""
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as client:
+    with dask.config.set({"distributed.scheduler.work-stealing": False}), \
+            distributed.LocalCluster(n_workers=4, threads_per_worker=1, processes=True, dashboard_address=None,
+                                     silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as client:
         yield client
 
 
@@ -602,3 +606,237 @@ def test_dask_guide_quotes_the_scaling_run():
     rows = {(r[0], r[1]): r for r in guide_rows(ucx)}
     assert f"{rows[('32768^3 float16', 4)][4]:.2f}x one call on 4 GPUs" in " ".join(text.split())
     assert [f"{rows[('32768^3 float16', g)][8]:.2f}x" for g in (1, 2, 4)] == ["1.30x", "1.44x", "1.78x"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Placement on a distributed cluster (issue #32, item 4): each chain of products where most of
+# its data is (C[i, j] with A's row panel i, a long K's partials with their K chunks), adds
+# with their left input, each operand block fetched at most once by each worker
+# ---------------------------------------------------------------------------------------------
+
+def _identity(block):
+    return block
+
+
+def _fetched(dask_worker):
+    """The keys this worker has received from other workers, one entry per transfer."""
+    return [tuple(k) if isinstance(k, list) else k for e in dask_worker.transfer_incoming_log for k in e["keys"]]
+
+
+def _on_workers(client, data, chunks, owner, prefix):
+    """A Dask array of ``data`` in ``chunks`` whose block (i, j) is in the memory of worker
+    ``owner(i, j)`` (an index into the sorted addresses), as a loader would have spread it."""
+    import uuid
+
+    import distributed
+
+    workers = sorted(client.nthreads())
+    name = f"{prefix}-{uuid.uuid4().hex}"
+    edges = [np.cumsum((0,) + c) for c in chunks]
+    futures = {}
+    for i in range(len(chunks[0])):
+        for j in range(len(chunks[1])):
+            block = data[edges[0][i]:edges[0][i + 1], edges[1][j]:edges[1][j + 1]]
+            futures[(name, i, j)] = client.submit(_identity, block, key=(name, i, j), workers=[workers[owner(i, j)]],
+                                                  allow_other_workers=False, pure=False)
+    arr = da.Array(futures, name, chunks, meta=data[:0, :0])
+    distributed.wait(arr)
+    return arr
+
+
+def test_each_output_block_is_computed_where_its_row_panel_is_and_each_block_moves_once(local_cluster):
+    """A's row panel i and B's column panel j on worker i and j of 4: C[i, j] runs on worker i,
+    which fetches each of B's blocks it lacks exactly once (4 of its tasks read each) and none
+    of A's; the bits are the threaded scheduler's."""
+    from distributed import wait
+
+    client = local_cluster
+    workers = sorted(client.nthreads())
+    rng = np.random.default_rng(40)
+    x, y = _data(rng, (64, 48), np.float32), _data(rng, (48, 40), np.float32)
+    xc, yc = ((16,) * 4, (12,) * 4), ((12,) * 4, (10,) * 4)
+    X = _on_workers(client, x, xc, lambda i, k: i, "a")
+    Y = _on_workers(client, y, yc, lambda k, j: j, "b")
+    z = pbd.matmul(X, Y)
+    assert type(z).__name__ == "PlacedArray" and isinstance(z, da.Array)
+    before = client.run(_fetched)
+    done = client.persist(z)
+    wait(done)
+    who = client.who_has(done)
+    assert {key: tuple(w) for key, w in who.items()} == {(z.name, i, j): (workers[i],) for i in range(4) for j in range(4)}
+    after = client.run(_fetched)
+    for n, w in enumerate(workers):
+        got = after[w][len(before[w]):]
+        assert len(got) == len(set(got)), (w, got)                                  # once each
+        assert set(got) == {(Y.name, k, j) for k in range(4) for j in range(4) if j != n}, (w, sorted(got))
+    threaded = pbd.matmul(da.from_array(x, chunks=xc), da.from_array(y, chunks=yc)).compute(scheduler="threads")
+    np.testing.assert_array_equal(done.compute().view(np.uint8), threaded.view(np.uint8))
+
+
+def test_a_long_k_is_computed_where_its_k_chunks_are_and_only_partial_sums_move(local_cluster):
+    """One output block, K in 8 chunks, chunk k of A and of B on worker k // 2 of 4: the
+    default's 8 partial products run where their data is (2 a worker), the fixed pairwise tree
+    adds each pair where its left input is, so the only transfers are 3 partial sums; the bits
+    are the threaded scheduler's."""
+    from distributed import get_task_stream, wait
+
+    client = local_cluster
+    workers = sorted(client.nthreads())
+    rng = np.random.default_rng(41)
+    x, y = _data(rng, (16, 64), np.float16), _data(rng, (64, 12), np.float16)
+    xc, yc = ((16,), (8,) * 8), ((8,) * 8, (12,))
+    X = _on_workers(client, x, xc, lambda i, k: k // 2, "a")
+    Y = _on_workers(client, y, yc, lambda k, j: k // 2, "b")
+    z = pbd.matmul(X, Y)
+    assert _task_counts(z) == (8, 6, 1)
+    before = client.run(_fetched)
+    with get_task_stream(client) as stream:
+        done = client.persist(z)
+        wait(done)
+    ran = {t["key"]: t["worker"] for t in stream.data}
+    partials = sorted(k for k in ran if k[0].startswith("pyblasgemm-partial-"))
+    assert [ran[k] for k in partials] == [workers[g // 2] for g in range(8)]
+    sums = {k: w for k, w in ran.items() if k[0].startswith("pyblasgemm-sum-")}
+    assert sorted((k[1], k[-1], w) for k, w in sums.items()) == [
+        (0, 0, workers[0]), (0, 1, workers[1]), (0, 2, workers[2]), (0, 3, workers[3]),
+        (1, 0, workers[0]), (1, 1, workers[2])]
+    assert ran[(z.name, 0, 0)] == workers[0]
+    after = client.run(_fetched)
+    moved = sorted(k for w in workers for k in after[w][len(before[w]):])
+    assert len(moved) == 3 and all(k[0].startswith("pyblasgemm-sum-") for k in moved), moved
+    threaded = pbd.matmul(da.from_array(x, chunks=xc), da.from_array(y, chunks=yc)).compute(scheduler="threads")
+    np.testing.assert_array_equal(done.compute().view(np.uint16), threaded.view(np.uint16))
+
+
+def test_placement_shares_the_work_when_one_worker_holds_everything():
+    """All blocks on one worker of 4: it keeps its fair share (the first 4 chains, priority 0:
+    their data is local), the others take 4 each and wait for their data (priority -1); the
+    adds of a tree follow their left input."""
+    products = [(("c", i, j), 10, [(("x", i), 80, "x"), (("y", j), 80, "y")]) for i in range(4) for j in range(4)]
+    where, priority = pbd._placement(products, [(("sum", 0), ("c", 0, 1)), (("sum", 1), ("c", 3, 3))],
+                                     ["w0", "w1", "w2", "w3"], lambda key: {"w0"})
+    counts = {w: sum(v == w for k, v in where.items() if k[0] == "c") for w in ("w0", "w1", "w2", "w3")}
+    assert counts == {"w0": 4, "w1": 4, "w2": 4, "w3": 4}
+    assert [where["c", 0, j] for j in range(4)] == ["w0"] * 4
+    assert {k: p for k, p in priority.items() if p == 0} == {("c", 0, j): 0 for j in range(4)}
+    assert where["sum", 0] == where["c", 0, 1] and where["sum", 1] == where["c", 3, 3]
+    # a chain none of whose blocks is in memory is left to Dask; an uneven share differs by one task
+    # x's blocks on w1, y's nowhere, 6 chains (a share of 1.5 each): w1 takes 2, the least
+    # loaded of the others the rest in turn
+    where, priority = pbd._placement(products[:6], [], ["w0", "w1", "w2", "w3"],
+                                     lambda key: {"w1"} if key[0] == "x" else set())
+    assert [where["c", i, j] for i, j in ((0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1))] == \
+        ["w1", "w1", "w0", "w2", "w3", "w0"]
+    assert set(priority.values()) == {-1}                      # y's blocks are nowhere yet
+    # a chain none of whose blocks is in memory is left to Dask
+    assert pbd._placement(products[:2], [], ["w0", "w1"], lambda key: set()) == ({}, {})
+
+
+def test_placement_is_dasks_without_a_cluster_or_data_in_its_memory(local_cluster):
+    """Operands not in cluster memory (a NumPy array's blocks, computed when the product is),
+    or a placement of the caller's own (``dask.annotate(workers=...)``): a plain dask Array,
+    whose tasks Dask places."""
+    X = da.ones((8, 8), chunks=4)
+    assert type(pbd.matmul(X, X)) is da.Array                                  # a client, no data
+    persisted = local_cluster.persist(X)
+    from distributed import wait
+
+    wait(persisted)
+    assert type(pbd.matmul(persisted, persisted)).__name__ == "PlacedArray"
+    workers = sorted(local_cluster.nthreads())
+    with dask.annotate(workers=workers[:1]):
+        assert type(pbd.matmul(persisted, persisted)) is da.Array
+    np.testing.assert_array_equal(local_cluster.compute(pbd.matmul(persisted, persisted)).result(), np.full((8, 8), 8.0))
+
+
+def _as_void(block):
+    """What a bfloat16 CuPy block is after Dask moved it between workers: the same bytes, '|V2'."""
+    return block.view("V2")
+
+
+def test_bfloat16_blocks_that_arrive_as_void_are_read_as_bfloat16():
+    """Dask's CuPy serializer sends a block's ``typestr``, '<V2' for ml_dtypes' bfloat16: a
+    4-GPU run's bfloat16 products failed on blocks that had crossed between workers. The tasks
+    read a void block of the operand's width as the graph's type: the same bits as from
+    bfloat16 blocks, for matmul and for gemm's c."""
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    rng = np.random.default_rng(42)
+    x, y, c = _data(rng, (24, 40), bf16.type), _data(rng, (40, 18), bf16.type), _data(rng, (24, 18), bf16.type)
+    X, Y, C = (da.from_array(v, chunks=ch) for v, ch in ((x, (12, 10)), (y, (10, 9)), (c, (12, 9))))
+
+    def void(a):
+        return a.map_blocks(_as_void, dtype=bf16, meta=np.empty((0, 0), bf16))
+
+    assert void(X).compute(scheduler="sync").dtype.kind == "V"              # the blocks are void indeed
+    for group in (1, None):
+        want = pbd.matmul(X, Y, k_group=group).compute(scheduler="threads")
+        got = pbd.matmul(void(X), void(Y), k_group=group).compute(scheduler="threads")
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+        want = pbd.gemm("N", "N", X, Y, c=C, beta=-1, dtype=bf16, k_group=group).compute(scheduler="threads")
+        got = pbd.gemm("N", "N", void(X), void(Y), c=void(C), beta=-1, dtype=bf16, k_group=group)
+        np.testing.assert_array_equal(got.compute(scheduler="threads").view(np.uint16), want.view(np.uint16))
+
+
+def test_the_scaling_benchmarks_operand_layout():
+    """Operands with a panel a worker are spread by panels (A by rows, B by columns), others by
+    K chunks in contiguous ranges, so that a long K's groups of chunks each sit on one worker."""
+    from bench.dask_scaling import CASES, operand_layout
+
+    def layout(case, workers):
+        m, n, k, _, chunk, _ = CASES[case]
+        own_x, own_y, what = operand_layout(m, n, k, chunk, workers)
+        x = [[own_x(i, kk) for kk in range(k // chunk)] for i in range(m // chunk)]
+        y = [[own_y(kk, j) for j in range(n // chunk)] for kk in range(k // chunk)]
+        return x, y, what
+
+    x, y, what = layout("32768^3 float16", 4)
+    assert what == "A by row panels, B by column panels"
+    assert x == [[i] * 4 for i in range(4)] and y == [[0, 1, 2, 3]] * 4
+    x, y, what = layout("65536x65536x8192 float16", 4)
+    assert [r[0] for r in x] == [0, 0, 1, 1, 2, 2, 3, 3] and y == [[0, 0, 1, 1, 2, 2, 3, 3]]
+    x, y, what = layout("8192x8192x262144 float16", 4)
+    assert what == "A by K chunks, B by K chunks"
+    assert x == [[k // 8 for k in range(32)]] and y == [[k // 8] for k in range(32)]
+    assert layout("8192x8192x262144 float16", 1)[0] == [[0] * 32]
+
+
+def test_the_scaling_benchmark_runs_end_to_end_on_the_host(tmp_path):
+    """bench/dask_scaling.py --smoke: the GPU run's code paths with NumPy chunks on a 1- and a
+    2-worker LocalCluster (a transport's own process, the probe, fresh operands each run, the
+    placement, transfer logs, digests, the threaded scheduler's bits), and the JSON it writes
+    (dask.array.matmul left out for time: the same timing code with another product)."""
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    out = tmp_path / "smoke.json"
+    cases = ["smoke 128^3 bfloat16", "smoke 32x32x512 float16"]
+    done = subprocess.run([sys.executable, str(root / "bench/dask_scaling.py"), "--smoke", "--cases", ",".join(cases),
+                           "--no-dask-array", "--out", str(out)], cwd=root, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PYTHONPATH=str(root)))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "pyblasgemm-dask-scaling/2" and doc["smoke"] and doc["failures"] == []
+    probe = doc["transports"]["tcp"]["probes"]["2"]
+    assert probe["one_block"]["GBps_wall"] > 0 and probe["all_to_all"]["bytes"] == 2 * 2**20
+    rows = {(r["case"], r["gpus"]): r for r in doc["cases"]}
+    assert set(rows) == {(c, g) for c in cases for g in (1, 2)}
+    for key, row in rows.items():
+        ours = row["pyblasgemm.dask.matmul"]
+        assert ours["placed"] and ours["repeated_receipts"] == 0 and ours["bitwise_all_runs"], key
+        assert 0 < ours["error_sampled"] < 1e-3 and ours["efficiency"] > 0 and ours["tasks"] > 0, key
+    # 4 x 4 blocks on 2 workers, A by rows, B by columns: each worker fetches the 8 of B's
+    # 32 x 32 bfloat16 blocks it lacks, once
+    square = rows["smoke 128^3 bfloat16", 2]["pyblasgemm.dask.matmul"]
+    assert square["received_bytes_per_run"] == 16 * 32 * 32 * 2
+    assert sorted(square["output_blocks_by_worker"].values()) == [8, 8]
+    # the long K spread by K chunks: only one float32 partial sum moves
+    long_k = rows["smoke 32x32x512 float16", 2]
+    assert long_k["layout"] == "A by K chunks, B by K chunks"
+    assert long_k["pyblasgemm.dask.matmul"]["received_bytes_per_run"] == 32 * 32 * 4
+    assert doc["bitwise"] == {c: {"runs": ["1 GPU tcp", "2 GPU tcp"], "all_runs_equal": True, "threaded_equal": True}
+                              for c in cases}

@@ -91,3 +91,103 @@ def test_gemm_on_the_gpu_with_c(cuda_cluster):
     got = cupy.asnumpy(cuda_cluster.compute(z).result())
     ref = 2 * (x.astype(np.float64) @ y) - c
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def _gpu_count():
+    try:
+        return cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # pragma: no cover - no driver
+        return 0
+
+
+def _fetched(dask_worker):
+    return [tuple(k) if isinstance(k, list) else k for e in dask_worker.transfer_incoming_log for k in e["keys"]]
+
+
+def _on_gpus(client, data, chunk, owner, prefix):
+    """A Dask array of CuPy blocks of ``data`` (chunk x chunk), block (i, j) put on worker
+    ``owner(i, j)`` (an index into the sorted addresses)."""
+    import uuid
+
+    import distributed
+
+    workers = sorted(client.nthreads())
+    name = f"{prefix}-{uuid.uuid4().hex}"
+    rows, cols = data.shape[0] // chunk, data.shape[1] // chunk
+    futures = {(name, i, j): client.submit(cupy.asarray, data[i * chunk:(i + 1) * chunk, j * chunk:(j + 1) * chunk],
+                                           key=(name, i, j), workers=[workers[owner(i, j)]],
+                                           allow_other_workers=False, pure=False)
+               for i in range(rows) for j in range(cols)}
+    meta = cupy.empty((0, 0), cupy.uint16).view(data.dtype) if data.dtype.itemsize == 2 else \
+        cupy.empty((0, 0), data.dtype)
+    arr = da.Array(futures, name, ((chunk,) * rows, (chunk,) * cols), meta=meta)
+    distributed.wait(arr)
+    return arr
+
+
+@pytest.fixture(scope="module")
+def two_gpu_cluster():
+    if _gpu_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    dask_cuda = pytest.importorskip("dask_cuda")
+    distributed = pytest.importorskip("distributed")
+    with dask_cuda.LocalCUDACluster(n_workers=2, CUDA_VISIBLE_DEVICES="0,1", dashboard_address=None,
+                                    silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as client:
+        yield client
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
+def test_two_gpus_compute_each_block_where_its_row_panel_is_with_the_threaded_bits(two_gpu_cluster, dtype):
+    """A's row panels and B's column panels split over 2 GPUs (TCP, Dask's default): C[i, j]
+    runs on A's row panel's GPU, which fetches the half of B it lacks once; bfloat16 blocks
+    arrive as '|V2' (Dask's CuPy serializer) and are read as bfloat16; the bits are the
+    threaded scheduler's on one GPU."""
+    from distributed import wait
+
+    client = two_gpu_cluster
+    workers = sorted(client.nthreads())
+    rng = np.random.default_rng(50)
+    x, y = _data(rng, (512, 384), dtype), _data(rng, (384, 256), dtype)
+    X = _on_gpus(client, x, 128, lambda i, k: i // 2, "a")
+    Y = _on_gpus(client, y, 128, lambda k, j: j, "b")
+    z = pbd.matmul(X, Y)
+    assert type(z).__name__ == "PlacedArray"
+    before = client.run(_fetched)
+    done = client.persist(z)
+    wait(done)
+    assert {k: tuple(w) for k, w in client.who_has(done).items()} == \
+        {(z.name, i, j): (workers[i // 2],) for i in range(4) for j in range(2)}
+    after = client.run(_fetched)
+    for n, w in enumerate(workers):
+        got = after[w][len(before[w]):]
+        assert sorted(got) == sorted((Y.name, k, j) for k in range(3) for j in range(2) if j != n), (w, got)
+    got = cupy.asnumpy(done.compute())
+    threaded = pbd.matmul(da.from_array(cupy.asarray(x), chunks=128, asarray=False),
+                          da.from_array(cupy.asarray(y), chunks=128, asarray=False)).compute(scheduler="threads")
+    np.testing.assert_array_equal(got.view(np.uint8), cupy.asnumpy(threaded).view(np.uint8))
+    _check(got, x, y, dtype)
+
+
+def test_two_gpus_split_a_long_k_where_its_chunks_are(two_gpu_cluster):
+    """One output block, K in 16 chunks, chunks 0-7 on GPU 0 and 8-15 on GPU 1: the default's 8
+    partial products run where their chunks are, and the only transfer is one float32 partial
+    sum; the bits are the threaded scheduler's."""
+    from distributed import wait
+
+    client = two_gpu_cluster
+    rng = np.random.default_rng(51)
+    x, y = _data(rng, (128, 2048), np.float16), _data(rng, (2048, 128), np.float16)
+    X = _on_gpus(client, x, 128, lambda i, k: k // 8, "a")
+    Y = _on_gpus(client, y, 128, lambda k, j: k // 8, "b")
+    z = pbd.matmul(X, Y)
+    before = client.run(_fetched)
+    done = client.persist(z)
+    wait(done)
+    after = client.run(_fetched)
+    moved = [k for w in after for k in after[w][len(before[w]):]]
+    assert len(moved) == 1 and moved[0][0].startswith("pyblasgemm-sum-"), moved
+    got = cupy.asnumpy(done.compute())
+    threaded = pbd.matmul(da.from_array(cupy.asarray(x), chunks=128, asarray=False),
+                          da.from_array(cupy.asarray(y), chunks=128, asarray=False)).compute(scheduler="threads")
+    np.testing.assert_array_equal(got.view(np.uint16), cupy.asnumpy(threaded).view(np.uint16))
+    _check(got, x, y, np.float16)
