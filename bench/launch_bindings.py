@@ -105,7 +105,8 @@ def primitives(gpu, calls: int, rounds: int) -> dict:
     groups = {}
     launch = {"new: cuLaunchKernel (cuda.bindings, handles made once)":
               lambda: cu.cuLaunchKernel(fn, 1, 1, 1, 128, 1, 1, 0, cs, argp, 0),
-              "new: kernels.driver.launch_kernel": lambda: driver.launch_kernel(dev, fn, 1, 1, 1, 128, 1, 1, 0, cs, argp)}
+              "new: kernels.driver.launch_kernel":
+              lambda: driver.launch_kernel(dev, fn, 1, 1, 1, 128, 1, 1, 0, cs, argp)}
     memset = {"new: kernels.driver.memset_words_async": lambda: driver.memset_words_async(dev, fl_dptr, 132, cs)}
     try:
         from cupy_backends.cuda.api import driver as old_driver

@@ -644,3 +644,56 @@ def test_info_reports_the_bindings_and_the_cublaslt_route(fresh_binding):
     doc = info_dict()
     assert doc["versions"]["cuda_bindings"] and doc["versions"]["cuda_pathfinder"]
     assert doc["cublas_route"]["route"] == "cublasLt" and doc["cublas_route"]["binding"] in ("nvmath", "ctypes")
+
+
+def _launcher_cases(hopper: bool):
+    """(id, kind, accumulate, config, sm_count, ld multiple) of the bound launches whose driver
+    calls differ: mma.sync with stream-k flags (a memset per call) and with a split-k reduce
+    launch; on Hopper the TMA maps (re-pointed per call), a 2-CTA cluster launch
+    (cuLaunchKernelEx), stream-k flags, and the fp32 prep kernel before the GEMM."""
+    from dataclasses import replace
+
+    from pyblasgemm.kernels.config import SHIPPED_CONFIGS, SM90_CONFIGS_BY_TILE
+
+    base = SHIPPED_CONFIGS["f16"][0]
+    cases = [("mma.sync-streamk", "f16", "f32", replace(base, decomposition="streamk"), 3, 1),
+             ("mma.sync-splitk_parallel", "f16", "f32", replace(base, decomposition="splitk_parallel", splits=3),
+              None, 1)]
+    if hopper:
+        h = SM90_CONFIGS_BY_TILE["f16"][128]
+        cases += [("sm90-cluster2", "f16", "f32", replace(h, cluster=2), 4, 8),
+                  ("sm90-streamk", "f16", "f32", replace(h, decomposition="streamk"), 3, 8),
+                  ("sm90-tf32-prep", "tf32", "f32", SM90_CONFIGS_BY_TILE["tf32"][128], None, 1)]
+    return cases
+
+
+@gpu
+def test_every_bound_launcher_runs_through_the_bindings_on_two_streams_and_two_outputs():
+    """Each launcher kind, bound once, called on a stream of its own with one C buffer and then
+    another (new cells, a re-pointed TMA map), then on a second stream (a second slot): every
+    result within the kernel tests' bound of the float64 reference, the padding untouched."""
+    import cupy
+
+    from kernel_cases import Case
+    from pyblasgemm.kernels import jit
+    from pyblasgemm.kernels.launch import bind
+
+    hopper = int(cupy.cuda.Device().compute_capability) == 90
+    cases = _launcher_cases(hopper)
+    rng = np.random.default_rng(11)
+    built = []
+    for name, kind, acc, cfg, sms, ldm in cases:
+        case = Case(kind, acc, "T", "N", 257, 130, 77, pad=8, alpha=0.5, beta=-1.5, rng=rng, ld_multiple=ldm)
+        built.append((name, case, cfg, sms))
+    jit.warm([(cfg, case.kind, "T", "N", case.acc, case.problem().operands_vectorizable())
+              for _, case, cfg, _ in built])                # the compiles in parallel
+    for name, case, cfg, sms in built:
+        launch = bind(case.problem(), cfg, sm_count=sms)
+        ref, cub = case.reference(), case.cublas_out()
+        for stream in (cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)):
+            for _ in range(2):
+                c = cupy.asarray(case.c_h)                  # a new C buffer each call
+                launch(case.a_d.data.ptr, case.b_d.data.ptr, c.data.ptr, case.alpha, case.beta, stream)
+                stream.synchronize()
+                case.check(c.get(), ref, cub)
+        print(name, "ok")

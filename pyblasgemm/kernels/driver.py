@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["set_scales", "stream_handle", "launch_kernel", "make_context_current", "bindings", "function",
-           "stream", "device_pointer", "memset_words_async", "copy_to_device_async", "call_in_context", "recover", "record_event", "occupancy", "set_max_dynamic_shared_memory",
-           "is_capturing", "check", "CudaDriverError", "BindingsMissing", "INVALID_CONTEXT"]
+__all__ = ["bindings", "function", "stream", "device_pointer", "launch_kernel", "memset_words_async",
+           "copy_to_device_async", "record_event", "occupancy", "set_max_dynamic_shared_memory", "is_capturing",
+           "make_context_current", "call_in_context", "recover", "check", "set_scales", "stream_handle",
+           "CudaDriverError", "BindingsMissing", "INVALID_CONTEXT"]
 
 #: CUresult CUDA_ERROR_INVALID_CONTEXT (cuda.h): a launch on a thread with no current context
 INVALID_CONTEXT = 201

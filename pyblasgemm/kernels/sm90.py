@@ -33,8 +33,8 @@ from dataclasses import replace
 from ..kinds import KERNEL_KINDS
 from .config import KernelConfig, sm90_prep_shape
 # at module level: an import inside __call__ ran on every launch (hot path)
-from .driver import (CudaDriverError, bindings, call_in_context, check, device_pointer, function, launch_kernel,
-                     memset_words_async, set_scales, stream, stream_handle)
+from .driver import (bindings, call_in_context, check, device_pointer, function, launch_kernel, memset_words_async,
+                     recover, set_scales, stream, stream_handle)
 from .problem import ELEM_BYTES, KernelProblem
 
 __all__ = ["Sm90Launch", "Sm90PrepLaunch", "tma_maps", "encode_tiled", "TMA_DTYPE", "prepared_problem",
@@ -355,9 +355,11 @@ class Sm90Launch:
                 launch_kernel(self._dev, self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, s.stream, s.rparams_addr)
 
     def _readdress(self, tmap, ptr: int) -> None:
+        """Point a slot's tensor map at ``ptr``; a failure raises (a launch with the map unchanged
+        would read the previous call's operand)."""
         err, = self._replace_address(tmap, ptr)
         if err:
-            raise CudaDriverError("cuTensorMapReplaceAddress", int(err), err.name)
+            recover(err, self._dev, "cuTensorMapReplaceAddress", self._replace_address, tmap, ptr)
 
     def _launch_cluster(self, s: _Slot) -> None:
         """``cuLaunchKernelEx`` with the slot's cluster config (its stream set once); a fresh
