@@ -265,7 +265,9 @@ def main(argv=None) -> int:
 
     from pyblasgemm.backends import cublaslt
 
-    doc = {"schema": "pyblasgemm-launch-bindings/1", **meta(gpu), "method": __doc__,
+    doc = {"schema": "pyblasgemm-launch-bindings/1",
+           **meta(gpu, seed="operands: numpy default_rng(1) (cuBLASLt) and default_rng(7) (end to end)"),
+           "method": __doc__,
            "calls_per_round": calls, "rounds": rounds}
     for dist in ("cuda-bindings", "cuda-pathfinder", "nvmath-python", "cuda-core"):
         try:
