@@ -180,22 +180,32 @@ def _time(call, cupy, repeats: int = 10) -> float:
 
 def info_dict() -> dict:
     """Everything ``info --json`` prints: versions (pyblasgemm, Python, NumPy, CuPy, the CUDA
-    runtime and driver, cuBLAS, NVRTC; None where absent), the device, the default compute, the
+    runtime and driver, cuBLAS, NVRTC, and the CUDA bindings: cuda-bindings, cuda-pathfinder,
+    nvmath-python; None where absent), the device, the cuBLAS route (which cuBLASLt binding, or
+    why none: :func:`pyblasgemm.backends.cublaslt.status`), the default compute, the
     ``PYBLASGEMM_*`` settings, the cache locations and sizes. Works without a GPU.
 
     >>> d = info_dict()
     >>> sorted(d)
-    ['caches', 'compute', 'device', 'environment', 'results_dir', 'versions']
+    ['caches', 'compute', 'cublas_route', 'device', 'environment', 'results_dir', 'versions']
     """
     import platform
+    from importlib import metadata
 
     from pyblasgemm import _files
+    from pyblasgemm.backends import cublaslt
     from pyblasgemm.benchmarks.suite import results_dir
+    from pyblasgemm.kernels import nvrtc
 
     cupy, why = _gpu()
     versions = {"pyblasgemm": pyblasgemm.__version__, "python": platform.python_version(),
                 "numpy": np.__version__, "cupy": None, "cuda_runtime": None, "cuda_driver": None,
                 "cublas": None, "nvrtc": None}
+    for dist in ("cuda-bindings", "cuda-pathfinder", "nvmath-python"):
+        try:
+            versions[dist.replace("-", "_")] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist.replace("-", "_")] = None
     try:
         import cupy as cp           # installed, even where no device is
         versions["cupy"] = cp.__version__
@@ -203,8 +213,8 @@ def info_dict() -> dict:
         cp = None
     for key, get in (("cuda_runtime", lambda: cp.cuda.runtime.runtimeGetVersion()),
                      ("cuda_driver", lambda: cp.cuda.runtime.driverGetVersion()),
-                     ("nvrtc", lambda: ".".join(map(str, cp.cuda.nvrtc.getVersion()))),
-                     ("cublas", lambda: cp.cuda.cublas.getVersion(cp.cuda.device.get_cublas_handle()))):
+                     ("nvrtc", lambda: ".".join(map(str, nvrtc.getVersion()))),
+                     ("cublas", lambda: cublaslt.version())):
         if cp is not None:
             try:
                 versions[key] = get() or None       # driverGetVersion is 0 without a driver
@@ -214,6 +224,7 @@ def info_dict() -> dict:
     return {"versions": versions,
             "device": {"name": _device_name(cupy), "gpu": cupy is not None,
                        "why_not": None if cupy is not None else why},
+            "cublas_route": cublaslt.status() if cp is not None else None,
             "compute": pyblasgemm.get_default_compute(),
             "environment": {"set": {k: str(v) for k, v in known.items()}, "unknown": list(unknown)},
             "caches": _files.cache_info(), "results_dir": str(results_dir())}

@@ -466,10 +466,6 @@ def last_route() -> str:
 
 
 #: cublasLtEpilogue_t codes by name, for the route's description
-_LT_NAMES = {4: "BIAS", 2: "RELU", 6: "RELU_BIAS", 32: "GELU", 36: "GELU_BIAS", 160: "GELU_AUX",
-             164: "GELU_AUX_BIAS"}
-
-
 def _fused(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pre, fresh_c, backend,
            autotune, stream):
     """Run ``c = act(alpha·op(a)·op(b) + beta·c + bias)`` (and the pre-activation) as one
@@ -734,7 +730,7 @@ def _lt_fused(desc, epi, bias_axis, ptrs, sptr):
     without a bias; the GELU's pre-activation too) and the arrays meet its rules (the bias
     along D's rows, pointers 16-byte aligned, the pre-activation's ld a multiple of 8).
     (launch, True) if it ran, else None."""
-    from .backends.cublaslt import EPILOGUE_ALIGN, LT_EPILOGUES
+    from .backends.cublaslt import EPILOGUE_ALIGN, LT_EPILOGUE_NAMES, LT_EPILOGUES
 
     pa, pb, pc, pbias, ppre = ptrs
     code = LT_EPILOGUES.get((epi.activation.name if epi.activation else None, bool(pbias), bool(ppre)))
@@ -758,7 +754,7 @@ def _lt_fused(desc, epi, bias_axis, ptrs, sptr):
     if launch is False:
         return None
     launch(pa, pb, pc, desc.alpha, desc.beta, sptr, pbias, ppre)
-    _route.last = f"cuBLASLt epilogue {_LT_NAMES[code]} (fused in the GEMM)"
+    _route.last = f"cuBLASLt epilogue {LT_EPILOGUE_NAMES[code]} (fused in the GEMM)"
     return launch, True
 
 

@@ -3,9 +3,15 @@
 Two routes. ``bind`` gives a cuBLASLt launch (:mod:`~pyblasgemm.backends.cublaslt`: descriptors
 and algorithm made once, the stream passed per call, capturable in CUDA graphs), which
 ``execute`` uses whenever it exists. ``run`` calls ``cublasGemmEx`` /
-``cublasGemmStridedBatchedEx`` through CuPy's bindings on CuPy's current stream, with
-host-side alpha/beta: for int8 problems that need the rearrangement below, and when cuBLASLt
-has no algorithm.
+``cublasGemmStridedBatchedEx`` on CuPy's current stream, with host-side alpha/beta: for int8
+problems that need the rearrangement below, and when cuBLASLt has no algorithm (or cannot be
+loaded: warned, see :func:`~pyblasgemm.backends.cublaslt.status`).
+
+cuBLAS itself has no binding in cuda.bindings: ``run`` calls it through nvmath-python's public
+``nvmath.bindings.cublas`` where nvmath-python is installed, else through a ctypes binding of
+the five functions it needs over the libcublas that cuda-pathfinder loads (CuPy's copy when it
+loaded one, else the ``nvidia-cublas`` wheel's). One cuBLAS handle per device, its stream set
+under a lock per call (this is the slow route; the handle is pyblasgemm's, not CuPy's).
 
 int8: cuBLAS runs int8 (IMMA) only for the "TN" arrangement (A and B both K-contiguous)
 with leading dimensions that are multiples of 4, and answers CUBLAS_STATUS_NOT_SUPPORTED for k
@@ -15,6 +21,7 @@ the user never meets the restriction.
 """
 from __future__ import annotations
 
+import ctypes as ct
 import threading
 
 import numpy as np
@@ -28,7 +35,9 @@ from ..kinds import ROUTES, base_compute
 NAME = "cublas"
 
 _OPS = {"N": 0, "T": 1, "C": 2}
+#: cublasGemmAlgo_t CUBLAS_GEMM_DEFAULT; cublasPointerMode_t CUBLAS_POINTER_MODE_HOST
 CUBLAS_GEMM_DEFAULT = -1
+_POINTER_MODE_HOST = 0
 
 # (prefix, compute) -> (A/B type, C type, compute type, scalar dtype), from the kinds table
 _TYPES = {key: (r.cuda_ab, r.cuda_c, r.cublas_compute,
@@ -63,17 +72,92 @@ class _Scalars(threading.local):
 
 
 _scalars = _Scalars()
-_cuda = None
 
 
-def _cuda_modules():
-    """(cupy.cuda.device, get_current_stream, cublas bindings), imported once."""
-    global _cuda
-    if _cuda is None:
-        from cupy.cuda import device, get_current_stream
-        from cupy_backends.cuda.libs import cublas
-        _cuda = (device, get_current_stream, cublas)
-    return _cuda
+class _NvmathBlas:
+    """cuBLAS through nvmath-python's public bindings (they raise on a failed status)."""
+
+    name = "nvmath"
+
+    def __init__(self, cb):
+        self.create, self.set_stream, self.set_pointer_mode = cb.create, cb.set_stream, cb.set_pointer_mode
+        self.gemm_ex, self.gemm_strided_batched_ex = cb.gemm_ex, cb.gemm_strided_batched_ex
+
+
+class _CtypesBlas:
+    """cuBLAS through ctypes over the library cuda-pathfinder loads; a failed status raises."""
+
+    name = "ctypes"
+
+    def __init__(self, path: str):
+        lib = ct.CDLL(path)
+        i32, i64, vp = ct.c_int, ct.c_longlong, ct.c_void_p
+        for name, args in {
+            "cublasCreate_v2": [ct.POINTER(vp)],
+            "cublasSetStream_v2": [vp, vp],
+            "cublasSetPointerMode_v2": [vp, i32],
+            "cublasGemmEx": [vp, i32, i32, i32, i32, i32, vp, vp, i32, i32, vp, i32, i32, vp, vp, i32, i32, i32, i32],
+            "cublasGemmStridedBatchedEx": [vp, i32, i32, i32, i32, i32, vp, vp, i32, i32, i64, vp, i32, i32, i64, vp,
+                                           vp, i32, i32, i64, i32, i32, i32],
+        }.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, i32
+        self._lib = lib
+
+    def _check(self, status: int, call: str) -> None:
+        if status:
+            raise RuntimeError(f"{call} failed with cuBLAS status {status}")
+
+    def create(self) -> int:
+        h = ct.c_void_p()
+        self._check(self._lib.cublasCreate_v2(ct.byref(h)), "cublasCreate")
+        return h.value
+
+    def set_stream(self, handle: int, stream: int) -> None:
+        self._check(self._lib.cublasSetStream_v2(handle, stream), "cublasSetStream")
+
+    def set_pointer_mode(self, handle: int, mode: int) -> None:
+        self._check(self._lib.cublasSetPointerMode_v2(handle, mode), "cublasSetPointerMode")
+
+    def gemm_ex(self, *args) -> None:
+        self._check(self._lib.cublasGemmEx(*args), "cublasGemmEx")
+
+    def gemm_strided_batched_ex(self, *args) -> None:
+        self._check(self._lib.cublasGemmStridedBatchedEx(*args), "cublasGemmStridedBatchedEx")
+
+
+_blas = None
+_blas_lock = threading.Lock()
+_blas_handles: dict = {}
+
+
+def _blas_binding():
+    """cuBLAS's binding (nvmath-python's where installed, else ctypes), made once."""
+    global _blas
+    if _blas is None:
+        try:
+            import nvmath.bindings.cublas as cb
+            binding = _NvmathBlas(cb)
+        except ImportError:
+            from cuda.pathfinder import load_nvidia_dynamic_lib
+
+            binding = _CtypesBlas(load_nvidia_dynamic_lib("cublas").abs_path)
+        _blas = binding
+    return _blas
+
+
+def _blas_handle(blas, device: int) -> int:
+    """pyblasgemm's cuBLAS handle on ``device`` (host pointer mode), made on first use; the
+    caller holds ``_blas_lock``."""
+    h = _blas_handles.get(device)
+    if h is None:
+        import cupy
+
+        with cupy.cuda.Device(device):
+            h = blas.create()
+        blas.set_pointer_mode(h, _POINTER_MODE_HOST)
+        _blas_handles[device] = h
+    return h
 
 
 def bind(desc: GemmDesc, plan=None):
@@ -90,26 +174,30 @@ def bind(desc: GemmDesc, plan=None):
 
 
 def run(desc: GemmDesc, a, b, c, plan=None) -> None:
-    device, get_current_stream, cublas = _cuda_modules()
+    """``cublasGemmEx`` / ``cublasGemmStridedBatchedEx`` on CuPy's current stream (the route
+    for what :func:`bind` leaves: see the module's docstring)."""
+    from cupy.cuda import get_current_stream
+
+    blas = _blas_binding()
     c_final = None
     if desc.prefix == "i":
         desc, a, b, c, c_final = _arrange_int8(desc, a, b, c)
     ab_type, c_type, compute_type, scalar = _TYPES[(desc.prefix, base_compute(desc.compute))]
     alpha, beta = _scalars.pointers(scalar, desc.alpha, desc.beta)
-    handle = device.get_cublas_handle()
-    cublas.setStream(handle, get_current_stream().ptr)
-    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
     ta, tb = _OPS[desc.transa], _OPS[desc.transb]
-    if desc.batch == 1:
-        cublas.gemmEx(handle, ta, tb, desc.m, desc.n, desc.k, alpha,
-                      a.data.ptr, ab_type, desc.lda, b.data.ptr, ab_type, desc.ldb,
-                      beta, c.data.ptr, c_type, desc.ldc, compute_type, CUBLAS_GEMM_DEFAULT)
-    else:
-        cublas.gemmStridedBatchedEx(
-            handle, ta, tb, desc.m, desc.n, desc.k, alpha,
-            a.data.ptr, ab_type, desc.lda, desc.stride_a, b.data.ptr, ab_type, desc.ldb,
-            desc.stride_b, beta, c.data.ptr, c_type, desc.ldc, desc.stride_c,
-            desc.batch, compute_type, CUBLAS_GEMM_DEFAULT)
+    with _blas_lock:     # one handle per device: its stream is set for this call only
+        handle = _blas_handle(blas, desc.device)
+        blas.set_stream(handle, get_current_stream().ptr)
+        if desc.batch == 1:
+            blas.gemm_ex(handle, ta, tb, desc.m, desc.n, desc.k, alpha,
+                         a.data.ptr, ab_type, desc.lda, b.data.ptr, ab_type, desc.ldb,
+                         beta, c.data.ptr, c_type, desc.ldc, compute_type, CUBLAS_GEMM_DEFAULT)
+        else:
+            blas.gemm_strided_batched_ex(
+                handle, ta, tb, desc.m, desc.n, desc.k, alpha,
+                a.data.ptr, ab_type, desc.lda, desc.stride_a, b.data.ptr, ab_type, desc.ldb,
+                desc.stride_b, beta, c.data.ptr, c_type, desc.ldc, desc.stride_c,
+                desc.batch, compute_type, CUBLAS_GEMM_DEFAULT)
     if c_final is not None:
         dst, view = c_final
         dst[...] = view

@@ -1,49 +1,74 @@
 """The cuBLAS route's launch: ``cublasLtMatmul`` with everything but pointers built once.
 
-Why cuBLASLt and not ``cublasGemmEx``: on an H100 host a bare ``cublasGemmEx`` through CuPy's
-binding costs 13.6 µs per call (its algorithm heuristic runs every call) against 17.3 µs for
-the whole of ``torch.matmul(out=)`` (bench/results/host_primitives_h100_2026-11-24.json), so no
-form built on it could be 0.8x torch's. cuBLASLt splits the heuristic from the call: the
-matmul descriptor, the four matrix layouts and the chosen algorithm are made once per problem
-class (a :class:`LtLaunch`, held by the plan cache) and a call is one ``cublasLtMatmul``.
-It is also the route that CUDA-graph capture can record: CuPy's cuBLAS bindings refuse to run
-while a stream captures, this call does not ask.
+Why cuBLASLt and not ``cublasGemmEx``: on an H100 host a bare ``cublasGemmEx`` costs 13.6 µs
+per call (its algorithm heuristic runs every call) against 17.3 µs for the whole of
+``torch.matmul(out=)`` (bench/results/host_primitives_h100_2026-11-24.json), so no form built on
+it could be 0.8x torch's. cuBLASLt splits the heuristic from the call: the matmul descriptor,
+the four matrix layouts and the chosen algorithm are made once per problem class (a
+:class:`LtLaunch`, held by the plan cache) and a call is one ``cublasLtMatmul``. It is also the
+route that CUDA-graph capture can record: cuBLAS's own handle-level calls refuse to run while a
+stream captures, this call does not ask.
 
-The library is the one CuPy already loaded (found in ``/proc/self/maps``), called through
-ctypes; the enum values are cublasLt.h's.
+The binding (:func:`status` says which one this process uses):
+
+* ``nvmath``: nvmath-python's public cuBLASLt bindings (``nvmath.bindings.cublasLt``), where
+  nvmath-python is installed; the enum values and the heuristic-result struct are its own;
+* ``ctypes``: otherwise, the eleven functions used here prototyped over the libcublasLt that
+  cuda-pathfinder loads (the copy already in the process, CuPy's, when there is one; else the
+  ``nvidia-cublas`` wheel's; else the system's), with the values of ``cublasLt.h`` below
+  (:data:`DESC_ATTR` and its neighbours; tests/test_bindings.py checks them against nvmath's).
+
+If cuBLASLt cannot be loaded at all, one :class:`CublasLtWarning` and a ``pyblasgemm`` log
+record at WARNING say why and what it costs: the cuBLAS route then runs ``cublasGemmEx``
+(13.6 µs more host time a call on an H100, and not capturable in CUDA graphs), never silently.
 """
 from __future__ import annotations
 
 import ctypes as ct
 import threading
+import warnings
 
 import numpy as np
 
-from ..kernels.driver import make_context_current
+from .._warnings import PyblasgemmWarning, log
+from ..kernels.driver import is_capturing, make_context_current
 
-__all__ = ["LtLaunch", "LtEpilogueLaunch", "make_launch", "LT_EPILOGUES"]
+__all__ = ["LtLaunch", "LtEpilogueLaunch", "make_launch", "LT_EPILOGUES", "LT_EPILOGUE_NAMES", "status",
+           "version", "CublasLtWarning", "LtUnavailable"]
+
+# cublasLt.h's values, by the names nvmath.bindings.cublasLt gives them (one table per enum)
+#: cublasLtMatmulDescAttributes_t
+DESC_ATTR = {"TRANSA": 3, "TRANSB": 4, "EPILOGUE": 7, "BIAS_POINTER": 8, "EPILOGUE_AUX_POINTER": 11,
+             "EPILOGUE_AUX_LD": 12, "EPILOGUE_AUX_BATCH_STRIDE": 13}
+#: cublasLtMatrixLayoutAttribute_t
+LAYOUT_ATTR = {"BATCH_COUNT": 5, "STRIDED_BATCH_OFFSET": 6}
+#: cublasLtMatmulPreferenceAttributes_t
+PREF_ATTR = {"MAX_WORKSPACE_BYTES": 1, "MIN_ALIGNMENT_A_BYTES": 5, "MIN_ALIGNMENT_B_BYTES": 6,
+             "MIN_ALIGNMENT_C_BYTES": 7, "MIN_ALIGNMENT_D_BYTES": 8}
+#: cublasLtEpilogue_t: the epilogues used here
+EPILOGUE = {"RELU": 2, "BIAS": 4, "RELU_BIAS": 6, "GELU": 32, "GELU_BIAS": 36, "GELU_AUX": 160,
+            "GELU_AUX_BIAS": 164}
+#: the bits of an epilogue code that ask for a bias vector and for the aux (pre-activation) output
+_BIAS_BIT, _AUX_BIT = 4, 128
+#: cublasOperation_t
+_OPS = {"N": 0, "T": 1, "C": 2}
+#: cublasStatus_t CUBLAS_STATUS_EXECUTION_FAILED: what cuBLASLt answers when its kernel launch fails
+_EXECUTION_FAILED = 13
 
 #: (activation, bias, pre-activation out) -> cublasLtEpilogue_t: what cuBLASLt fuses. Its GELU
 #: is the tanh approximation (cuBLAS docs, footnote on GELU), so it serves 'gelu_tanh' only;
 #: RELU_AUX writes a bit mask, not the pre-activation values, so relu has no aux form here.
-LT_EPILOGUES = {(None, True, False): 4, ("relu", False, False): 2, ("relu", True, False): 6,
-                ("gelu_tanh", False, False): 32, ("gelu_tanh", True, False): 36,
-                ("gelu_tanh", False, True): 160, ("gelu_tanh", True, True): 164}
+LT_EPILOGUES = {(None, True, False): EPILOGUE["BIAS"], ("relu", False, False): EPILOGUE["RELU"],
+                ("relu", True, False): EPILOGUE["RELU_BIAS"], ("gelu_tanh", False, False): EPILOGUE["GELU"],
+                ("gelu_tanh", True, False): EPILOGUE["GELU_BIAS"], ("gelu_tanh", False, True): EPILOGUE["GELU_AUX"],
+                ("gelu_tanh", True, True): EPILOGUE["GELU_AUX_BIAS"]}
+#: cublasLtEpilogue_t -> its name (what a route report says)
+LT_EPILOGUE_NAMES = {code: name for name, code in EPILOGUE.items()}
 #: the bias / pre-activation alignment the algorithm is chosen for (bytes): a call with pointers
 #: that are less aligned is refused by LtEpilogueLaunch.fits
 EPILOGUE_ALIGN = 16
-
-# cublasLtMatmulDescAttributes_t, cublasLtMatrixLayoutAttribute_t, preference attributes
-_DESC_TRANSA, _DESC_TRANSB = 3, 4
-_DESC_EPILOGUE, _DESC_BIAS_POINTER, _DESC_AUX_POINTER, _DESC_AUX_LD, _DESC_AUX_BATCH_STRIDE = 7, 8, 11, 12, 13
-_LAYOUT_BATCH_COUNT, _LAYOUT_STRIDED_BATCH_OFFSET = 5, 6
-_PREF_MAX_WORKSPACE_BYTES = 1
-_PREF_MIN_ALIGNMENT = {"A": 5, "B": 6, "C": 7, "D": 8}
 #: cuBLAS's own recommendation for Hopper's workspace (cuBLAS docs, cublasSetWorkspace)
 MAX_WORKSPACE_BYTES = 32 << 20
-_OPS = {"N": 0, "T": 1, "C": 2}
-#: cublasStatus_t CUBLAS_STATUS_EXECUTION_FAILED: what cuBLASLt answers when its kernel launch fails
-_EXECUTION_FAILED = 13
 _vp, _sz = ct.c_void_p, ct.c_size_t
 
 
@@ -57,7 +82,192 @@ class LtUnavailable(RuntimeError):
     """cuBLASLt cannot be loaded, or has no algorithm for a problem (the caller falls back)."""
 
 
+class CublasLtWarning(PyblasgemmWarning):
+    """cuBLASLt could not be loaded: the cuBLAS route runs ``cublasGemmEx`` (slower per call,
+    not capturable in CUDA graphs)."""
+
+
+class _NeverRaised(Exception):
+    """The ctypes binding reports failures by status: nothing raises this."""
+
+
+class _Binding:
+    """The cuBLASLt calls the launches make, in one form for either binding: ints in, ints out
+    (handles and descriptors as addresses); ``matmul`` is the raw call (it returns the status,
+    or raises ``error`` carrying it in ``.status``)."""
+
+    name = ""
+    library: str | None = None
+    error: type = _NeverRaised
+    #: how a handle, descriptor or layout is passed to ``matmul`` (made once per launch)
+    arg = staticmethod(int)
+
+    def __init__(self, desc_attr: dict, layout_attr: dict, pref_attr: dict):
+        self.desc_attr, self.layout_attr, self.pref_attr = desc_attr, layout_attr, pref_attr
+
+    def set_cell(self, setter, obj: int, attr: int, cell) -> None:
+        """``setter(obj, attr, &cell, sizeof cell)`` for a ctypes value ``cell``."""
+        self._status(setter(obj, attr, ct.addressof(cell), ct.sizeof(cell)), setter)
+
+    def _status(self, status, fn) -> None:
+        if status:
+            raise LtUnavailable(f"{getattr(fn, '__name__', fn)} returned cuBLAS status {status}")
+
+
+class _NvmathBinding(_Binding):
+    name = "nvmath"
+
+    def __init__(self, lt):
+        super().__init__({k: int(getattr(lt.MatmulDescAttribute, k)) for k in DESC_ATTR},
+                         {k: int(getattr(lt.MatrixLayoutAttribute, k)) for k in LAYOUT_ATTR},
+                         {k: int(getattr(lt.MatmulPreferenceAttribute, k)) for k in PREF_ATTR})
+        self._lt, self.error, self.matmul = lt, lt.cuBLASLtError, lt.matmul
+        self.version = self._guard(lt.get_version)()       # loads the library (raises if absent)
+        try:
+            from cuda.pathfinder import load_nvidia_dynamic_lib
+
+            self.library = load_nvidia_dynamic_lib("cublasLt").abs_path   # the copy nvmath loaded
+        except Exception:     # the path is only reported
+            self.library = None
+        for name in ("create", "matmul_desc_create", "matmul_desc_set_attribute", "matmul_desc_destroy",
+                     "matrix_layout_create", "matrix_layout_set_attribute", "matrix_layout_destroy",
+                     "matmul_preference_create", "matmul_preference_set_attribute",
+                     "matmul_preference_destroy"):
+            setattr(self, name, self._guard(getattr(lt, name)))
+
+    def _guard(self, fn):
+        """``fn`` with nvmath's exception turned into :class:`LtUnavailable` (set-up calls)."""
+        error = self.error
+
+        def call(*args):
+            try:
+                return fn(*args)
+            except error as e:
+                raise LtUnavailable(f"{fn.__name__} returned cuBLAS status {e.status}") from e
+        call.__name__ = fn.__name__
+        return call
+
+    def set_cell(self, setter, obj: int, attr: int, cell) -> None:
+        setter(obj, attr, ct.addressof(cell), ct.sizeof(cell))   # raises LtUnavailable itself
+
+    def heuristic(self, handle: int, desc: int, layouts, pref: int):
+        """(result, algo address, workspace bytes) of cuBLASLt's first choice, or None."""
+        result, count = self._lt.MatmulHeuristicResult(), np.zeros(1, np.int32)
+        try:
+            self._lt.matmul_algo_get_heuristic(handle, desc, layouts[0], layouts[1], layouts[2], layouts[2], pref,
+                                               1, result.ptr, count.ctypes.data)
+        except self.error:
+            return None
+        return (result, result.ptr, int(result.workspace_size)) if count[0] >= 1 else None
+
+
+class _CtypesBinding(_Binding):
+    name = "ctypes"
+    # a c_void_p passes as it is; an int is converted on every call (0.2-0.7 µs over the six
+    # handle arguments of cublasLtMatmul, measured on this package's host)
+    arg = staticmethod(_vp)
+
+    def __init__(self, path: str):
+        super().__init__(dict(DESC_ATTR), dict(LAYOUT_ATTR), dict(PREF_ATTR))
+        lib = ct.CDLL(path)
+        for name, args in {
+            "cublasLtGetVersion": [],
+            "cublasLtCreate": [ct.POINTER(_vp)],
+            "cublasLtMatmulDescCreate": [ct.POINTER(_vp), ct.c_int, ct.c_int],
+            "cublasLtMatmulDescSetAttribute": [_vp, ct.c_int, _vp, _sz],
+            "cublasLtMatmulDescDestroy": [_vp],
+            "cublasLtMatrixLayoutCreate": [ct.POINTER(_vp), ct.c_int, ct.c_uint64, ct.c_uint64, ct.c_int64],
+            "cublasLtMatrixLayoutSetAttribute": [_vp, ct.c_int, _vp, _sz],
+            "cublasLtMatrixLayoutDestroy": [_vp],
+            "cublasLtMatmulPreferenceCreate": [ct.POINTER(_vp)],
+            "cublasLtMatmulPreferenceSetAttribute": [_vp, ct.c_int, _vp, _sz],
+            "cublasLtMatmulPreferenceDestroy": [_vp],
+            "cublasLtMatmulAlgoGetHeuristic": [_vp, _vp, _vp, _vp, _vp, _vp, _vp, ct.c_int, _vp, _vp],
+            "cublasLtMatmul": [_vp] * 14 + [_sz, _vp],
+        }.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, ct.c_int
+        lib.cublasLtGetVersion.restype = ct.c_size_t
+        self._lib, self.library = lib, path
+        self.version = int(lib.cublasLtGetVersion())
+        self.matmul = lib.cublasLtMatmul
+        self.matmul_desc_set_attribute = lib.cublasLtMatmulDescSetAttribute
+        self.matrix_layout_set_attribute = lib.cublasLtMatrixLayoutSetAttribute
+        self.matmul_preference_set_attribute = lib.cublasLtMatmulPreferenceSetAttribute
+
+    def _create(self, fn, *args) -> int:
+        out = _vp()
+        self._status(fn(ct.byref(out), *args), fn)
+        return out.value or 0
+
+    def create(self) -> int:
+        return self._create(self._lib.cublasLtCreate)
+
+    def matmul_desc_create(self, compute_type: int, scale_type: int) -> int:
+        return self._create(self._lib.cublasLtMatmulDescCreate, compute_type, scale_type)
+
+    def matrix_layout_create(self, dtype: int, rows: int, cols: int, ld: int) -> int:
+        return self._create(self._lib.cublasLtMatrixLayoutCreate, dtype, rows, cols, ld)
+
+    def matmul_preference_create(self) -> int:
+        return self._create(self._lib.cublasLtMatmulPreferenceCreate)
+
+    def matmul_desc_destroy(self, obj: int) -> None:
+        self._lib.cublasLtMatmulDescDestroy(obj)
+
+    def matrix_layout_destroy(self, obj: int) -> None:
+        self._lib.cublasLtMatrixLayoutDestroy(obj)
+
+    def matmul_preference_destroy(self, obj: int) -> None:
+        self._lib.cublasLtMatmulPreferenceDestroy(obj)
+
+    def heuristic(self, handle: int, desc: int, layouts, pref: int):
+        result, count = _HeuristicResult(), ct.c_int(0)
+        status = self._lib.cublasLtMatmulAlgoGetHeuristic(handle, desc, layouts[0], layouts[1], layouts[2],
+                                                          layouts[2], pref, 1, ct.addressof(result),
+                                                          ct.addressof(count))
+        if status or count.value < 1:
+            return None
+        return result, ct.addressof(result), int(result.workspace_size)
+
+
+def _load_nvmath():
+    """The nvmath binding, or None when nvmath-python is not installed."""
+    try:
+        import nvmath.bindings.cublasLt as lt
+    except ImportError:
+        return None
+    try:
+        return _NvmathBinding(lt)
+    except LtUnavailable:
+        raise
+    except Exception as e:     # its loader's own errors (no CUDA driver, no library): the message says
+        raise LtUnavailable(f"{type(e).__name__}: {e}") from e
+
+
+def _load_ctypes():
+    """The ctypes binding over the libcublasLt cuda-pathfinder finds."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+    except ImportError as e:
+        raise LtUnavailable(f"cuda-pathfinder is not installed ({e})") from e
+    try:
+        path = load_nvidia_dynamic_lib("cublasLt").abs_path
+    except Exception as e:        # DynamicLibNotFoundError and its kin: the reason is the message
+        raise LtUnavailable(f"cuda-pathfinder found no libcublasLt: {e}") from e
+    try:
+        return _CtypesBinding(path)
+    except (OSError, AttributeError) as e:
+        raise LtUnavailable(f"{path} could not be used: {e}") from e
+
+
+#: the binding's loaders, in the order they are tried ("auto"); use_binding() picks one
+_LOADERS = {"nvmath": _load_nvmath, "ctypes": _load_ctypes}
+
 _lib = None
+#: why cuBLASLt could not be loaded (the binding is then None and make_launch answers None)
+_load_error: str | None = None
+_prefer = "auto"
 _lib_lock = threading.Lock()
 _handles: dict = {}
 #: making a launch (the handle, descriptors, layouts, cuBLASLt's heuristic) takes turns: one
@@ -67,71 +277,95 @@ _handles: dict = {}
 _make_lock = threading.Lock()
 
 
-def _find_library():
-    """The libcublasLt CuPy's cuBLAS loaded (same copy, same version), else by soname."""
-    import cupy_backends.cuda.libs.cublas  # noqa: F401  (loads libcublas and its libcublasLt)
-
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "libcublasLt.so" in line}
-    except OSError:
-        paths = set()
-    for path in sorted(paths) + ["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"]:
+def _load():
+    """The first binding that loads, in :data:`_LOADERS`' order (or the one asked for)."""
+    names = list(_LOADERS) if _prefer == "auto" else [_prefer]
+    reasons = []
+    for name in names:
         try:
-            return ct.CDLL(path)
-        except OSError:
+            binding = _LOADERS[name]()
+        except LtUnavailable as e:
+            reasons.append(f"{name}: {e}")
             continue
-    raise LtUnavailable("libcublasLt could not be loaded")
+        if binding is None:
+            reasons.append(f"{name}: not installed")
+            continue
+        return binding
+    raise LtUnavailable("; ".join(reasons))
 
 
 def _library():
-    global _lib
+    """The cuBLASLt binding; :class:`LtUnavailable` once it failed to load (warned once)."""
+    global _lib, _load_error
     if _lib is None:
         with _lib_lock:
-            if _lib is None:
-                lib = _find_library()
-                for name, args in {
-                    "cublasLtCreate": [ct.POINTER(_vp)],
-                    "cublasLtMatmulDescCreate": [ct.POINTER(_vp), ct.c_int, ct.c_int],
-                    "cublasLtMatmulDescSetAttribute": [_vp, ct.c_int, _vp, _sz],
-                    "cublasLtMatmulDescDestroy": [_vp],
-                    "cublasLtMatrixLayoutCreate": [ct.POINTER(_vp), ct.c_int, ct.c_uint64,
-                                                   ct.c_uint64, ct.c_int64],
-                    "cublasLtMatrixLayoutSetAttribute": [_vp, ct.c_int, _vp, _sz],
-                    "cublasLtMatrixLayoutDestroy": [_vp],
-                    "cublasLtMatmulPreferenceCreate": [ct.POINTER(_vp)],
-                    "cublasLtMatmulPreferenceSetAttribute": [_vp, ct.c_int, _vp, _sz],
-                    "cublasLtMatmulPreferenceDestroy": [_vp],
-                    "cublasLtMatmulAlgoGetHeuristic": [_vp, _vp, _vp, _vp, _vp, _vp, _vp, ct.c_int,
-                                                       ct.POINTER(_HeuristicResult),
-                                                       ct.POINTER(ct.c_int)],
-                    "cublasLtMatmul": [_vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp,
-                                       _vp, _vp, _sz, _vp],
-                }.items():
-                    fn = getattr(lib, name)
-                    fn.argtypes, fn.restype = args, ct.c_int
-                _lib = lib
+            if _lib is None and _load_error is None:
+                try:
+                    _lib = _load()
+                    log.info("cuBLASLt %s through %s (%s)", _lib.version, _lib.name, _lib.library)
+                except LtUnavailable as e:
+                    _load_error = str(e)
+                    _warn_unavailable(_load_error)
+    if _lib is None:
+        raise LtUnavailable(f"cuBLASLt could not be loaded: {_load_error}")
     return _lib
 
 
-def _check(status: int, what: str) -> None:
-    if status != 0:
-        raise LtUnavailable(f"{what} returned cuBLAS status {status}")
+def _warn_unavailable(reason: str) -> None:
+    message = (f"pyblasgemm: cuBLASLt could not be loaded ({reason}); the cuBLAS route runs "
+               f"cublasGemmEx instead: about 14 µs more host time per call (H100) and no CUDA-graph "
+               f"capture. Install nvmath-python, or the nvidia-cublas wheel (pyblasgemm[cuda13]).")
+    log.warning("%s", message)
+    warnings.warn(message, CublasLtWarning, stacklevel=4)
+
+
+def use_binding(name: str = "auto") -> None:
+    """Load cuBLASLt through ``name`` ('nvmath', 'ctypes', or 'auto': the first that loads) from
+    the next launch made on; launches already made keep theirs. For tests and benchmarks.
+
+    Example::
+
+        use_binding("ctypes"); status()["binding"]       # 'ctypes'
+    """
+    global _lib, _load_error, _prefer
+    if name != "auto" and name not in _LOADERS:
+        raise ValueError(f"use_binding: name={name!r} is not 'auto' or one of {tuple(_LOADERS)}")
+    with _lib_lock:
+        _lib, _load_error, _prefer = None, None, name
+        _handles.clear()
+
+
+def status() -> dict:
+    """Which cuBLASLt this process uses and so which route the cuBLAS backend takes:
+    ``binding`` ('nvmath', 'ctypes' or None), ``library`` (its file), ``version``, ``route``
+    ('cublasLt', or 'cublasGemmEx' when it cannot be loaded) and ``error`` (why not). Loads
+    the library (once), never a CUDA context.
+
+    Example::
+
+        status()   # {'binding': 'ctypes', 'library': '.../libcublasLt.so.13', 'version': 131000,
+                   #  'route': 'cublasLt', 'error': None}
+    """
+    try:
+        lib = _library()
+    except LtUnavailable:
+        return {"binding": None, "library": None, "version": None, "route": "cublasGemmEx",
+                "error": _load_error}
+    return {"binding": lib.name, "library": lib.library, "version": lib.version, "route": "cublasLt",
+            "error": None}
+
+
+def version() -> int | None:
+    """cuBLASLt's version (cuBLAS's: ``13.1.0`` is 131000), or None when it cannot be loaded."""
+    return status()["version"]
 
 
 def _handle(device: int):
     """One cuBLASLt handle per device (it holds no stream: the stream is passed per call)."""
     h = _handles.get(device)
     if h is None:
-        h = _vp()
-        _check(_library().cublasLtCreate(ct.byref(h)), "cublasLtCreate")
-        _handles[device] = h
+        h = _handles[device] = _library().create()
     return h
-
-
-def _set(fn, obj, attr: int, value, ctype) -> None:
-    cell = ctype(value)
-    _check(fn(obj, attr, ct.byref(cell), ct.sizeof(cell)), fn.__name__)
 
 
 class LtLaunch:
@@ -144,23 +378,21 @@ class LtLaunch:
     Calls from several threads take turns (a per-launch lock around the call).
     """
 
-    __slots__ = ("_lib", "_handle", "_desc", "_layouts", "_algo", "_capture_algo", "_ws_size",
-                 "_ws", "_lock", "_scalar", "_one_zero", "_local", "_dev", "_align", "align",
-                 "workspace_nbytes", "__weakref__")
+    __slots__ = ("_lib", "_mm", "_err", "_handle", "_desc", "_layouts", "_results", "_algo", "_capture_algo",
+                 "_ws_size", "_ws", "_lock", "_scalar", "_one_zero", "_local", "_dev", "_align", "align",
+                 "workspace_nbytes", "_args", "__weakref__")
 
     def __init__(self, desc, types, device: int, epilogue: int = 0):
         ab_type, c_type, compute_type, scalar = types
-        self._desc, self._layouts = None, []
+        self._desc, self._layouts, self._results = None, [], []
         lib = self._lib = _library()
+        self._mm, self._err = lib.matmul, lib.error      # the call, as the binding gives it
         self._dev, self.align = device, desc.align
         self._scalar = np.dtype(scalar)
         self._handle = _handle(device)
-        mdesc = _vp()
-        _check(lib.cublasLtMatmulDescCreate(ct.byref(mdesc), compute_type,
-                                            _SCALE_TYPE[self._scalar.char]), "MatmulDescCreate")
-        self._desc = mdesc
-        _set(lib.cublasLtMatmulDescSetAttribute, mdesc, _DESC_TRANSA, _OPS[desc.transa], ct.c_int32)
-        _set(lib.cublasLtMatmulDescSetAttribute, mdesc, _DESC_TRANSB, _OPS[desc.transb], ct.c_int32)
+        self._desc = lib.matmul_desc_create(compute_type, _SCALE_TYPE[self._scalar.char])
+        self._set_desc("TRANSA", ct.c_int32(_OPS[desc.transa]))
+        self._set_desc("TRANSB", ct.c_int32(_OPS[desc.transb]))
         a_rows, a_cols = desc.a_shape()
         b_rows, b_cols = desc.b_shape()
         self._layout(ab_type, a_rows, a_cols, desc.lda, desc.batch, desc.stride_a)
@@ -170,26 +402,24 @@ class LtLaunch:
         if epilogue:
             # before the heuristic: the epilogue and the bias/aux pointers' alignment (their
             # values, here stand-ins with EPILOGUE_ALIGN's alignment) choose the algorithm
-            _set(lib.cublasLtMatmulDescSetAttribute, mdesc, _DESC_EPILOGUE, epilogue, ct.c_uint32)
-            if epilogue & 4:
-                _set(lib.cublasLtMatmulDescSetAttribute, mdesc, _DESC_BIAS_POINTER, EPILOGUE_ALIGN,
-                     ct.c_uint64)
-            if epilogue & 128:
-                _set(lib.cublasLtMatmulDescSetAttribute, mdesc, _DESC_AUX_POINTER, EPILOGUE_ALIGN,
-                     ct.c_uint64)
-                _set(lib.cublasLtMatmulDescSetAttribute, mdesc, _DESC_AUX_LD, desc.ldc, ct.c_int64)
-                _set(lib.cublasLtMatmulDescSetAttribute, mdesc, _DESC_AUX_BATCH_STRIDE, desc.stride_c,
-                     ct.c_int64)
+            self._set_desc("EPILOGUE", ct.c_uint32(epilogue))
+            if epilogue & _BIAS_BIT:
+                self._set_desc("BIAS_POINTER", ct.c_uint64(EPILOGUE_ALIGN))
+            if epilogue & _AUX_BIT:
+                self._set_desc("EPILOGUE_AUX_POINTER", ct.c_uint64(EPILOGUE_ALIGN))
+                self._set_desc("EPILOGUE_AUX_LD", ct.c_int64(desc.ldc))
+                self._set_desc("EPILOGUE_AUX_BATCH_STRIDE", ct.c_int64(desc.stride_c))
         result = self._heuristic(MAX_WORKSPACE_BYTES)
         if result is None:
             self._destroy()
             raise LtUnavailable("cuBLASLt has no algorithm for this problem")
-        self._algo = ct.byref(result.algo)     # made once: a call passes it as is
-        self._ws_size = int(result.workspace_size)
+        self._algo, self._ws_size = result[1], result[2]     # made once: a call passes them as is
+        # (handle, descriptor, A, B and C layouts) in the form the binding's call takes fastest
+        self._args = tuple(lib.arg(x) for x in (self._handle, self._desc, *self._layouts))
         # for a stream first met while it captures a CUDA graph (no allocation is allowed
         # there): the best algorithm that needs no workspace
         capture = result if not self._ws_size else self._heuristic(0)
-        self._capture_algo = None if capture is None else ct.byref(capture.algo)
+        self._capture_algo = None if capture is None else capture[1]
         self._ws = {}
         # one caller at a time: calls on one stream share the workspace, and a cuBLASLt call
         # may queue more than one operation on it (a split-K algorithm's reset and its
@@ -201,36 +431,38 @@ class LtLaunch:
         self._one_zero = (one_zero, one_zero.ctypes.data, one_zero.ctypes.data + one_zero.itemsize)
         self._local = threading.local()
 
-    def _heuristic(self, max_workspace: int):
-        """cuBLASLt's first choice within ``max_workspace`` bytes, or None."""
+    def _set_desc(self, name: str, cell) -> None:
         lib = self._lib
-        pref = _vp()
-        _check(lib.cublasLtMatmulPreferenceCreate(ct.byref(pref)), "PreferenceCreate")
-        try:
-            set_pref = lib.cublasLtMatmulPreferenceSetAttribute
-            _set(set_pref, pref, _PREF_MAX_WORKSPACE_BYTES, max_workspace, ct.c_uint64)
-            for attr in _PREF_MIN_ALIGNMENT.values():
-                # the heuristic otherwise assumes 256-byte aligned pointers
-                _set(set_pref, pref, attr, self._align, ct.c_uint32)
-            result, count = _HeuristicResult(), ct.c_int(0)
-            lay = self._layouts
-            status = lib.cublasLtMatmulAlgoGetHeuristic(self._handle, self._desc, lay[0],
-                                                        lay[1], lay[2], lay[2], pref, 1,
-                                                        ct.byref(result), ct.byref(count))
-        finally:
-            lib.cublasLtMatmulPreferenceDestroy(pref)
-        return result if status == 0 and count.value >= 1 else None
+        lib.set_cell(lib.matmul_desc_set_attribute, self._desc, lib.desc_attr[name], cell)
 
-    def _layout(self, dtype: int, rows: int, cols: int, ld: int, batch: int, stride: int):
+    def _heuristic(self, max_workspace: int):
+        """cuBLASLt's first choice within ``max_workspace`` bytes: (result, algo address,
+        workspace bytes), the result kept alive with the launch; or None."""
         lib = self._lib
-        layout = _vp()
-        _check(lib.cublasLtMatrixLayoutCreate(ct.byref(layout), dtype, rows, cols, ld),
-               "MatrixLayoutCreate")
+        pref = lib.matmul_preference_create()
+        try:
+            attr = lib.pref_attr
+            lib.set_cell(lib.matmul_preference_set_attribute, pref, attr["MAX_WORKSPACE_BYTES"],
+                         ct.c_uint64(max_workspace))
+            for side in "ABCD":
+                # the heuristic otherwise assumes 256-byte aligned pointers
+                lib.set_cell(lib.matmul_preference_set_attribute, pref, attr[f"MIN_ALIGNMENT_{side}_BYTES"],
+                             ct.c_uint32(self._align))
+            found = lib.heuristic(self._handle, self._desc, self._layouts, pref)
+        finally:
+            lib.matmul_preference_destroy(pref)
+        if found is not None:
+            self._results.append(found[0])
+        return found
+
+    def _layout(self, dtype: int, rows: int, cols: int, ld: int, batch: int, stride: int) -> int:
+        lib = self._lib
+        layout = lib.matrix_layout_create(dtype, rows, cols, ld)
         self._layouts.append(layout)
         if batch > 1:
-            set_attr = lib.cublasLtMatrixLayoutSetAttribute
-            _set(set_attr, layout, _LAYOUT_BATCH_COUNT, batch, ct.c_int32)
-            _set(set_attr, layout, _LAYOUT_STRIDED_BATCH_OFFSET, stride, ct.c_int64)
+            set_attr = lib.matrix_layout_set_attribute
+            lib.set_cell(set_attr, layout, lib.layout_attr["BATCH_COUNT"], ct.c_int32(batch))
+            lib.set_cell(set_attr, layout, lib.layout_attr["STRIDED_BATCH_OFFSET"], ct.c_int64(stride))
         return layout
 
     def _workspace(self, stream: int) -> int:
@@ -263,12 +495,12 @@ class LtLaunch:
     def _matmul(self, a_ptr, b_ptr, c_ptr, alpha, beta, stream) -> None:
         """cublasLtMatmul on this class; the caller holds ``self._lock``."""
         pal, pbe = self._scalars(alpha, beta)
-        algo, ws, ws_size = self._algo, None, self._ws_size
+        algo, ws, ws_size = self._algo, 0, self._ws_size
         if ws_size:
             slot = self._ws.get(stream)
             if slot is not None:
                 ws = slot[1]
-            elif _capturing(stream):
+            elif is_capturing(self._dev, stream):
                 if self._capture_algo is None:
                     raise RuntimeError("cuBLASLt needs workspace for this problem and the stream "
                                        "is capturing a CUDA graph: call once on this stream "
@@ -276,25 +508,35 @@ class LtLaunch:
                 algo, ws_size = self._capture_algo, 0
             else:
                 ws = self._workspace(stream)
-        lay = self._layouts
-        status = self._lib.cublasLtMatmul(self._handle, self._desc, pal, a_ptr, lay[0], b_ptr,
-                                          lay[1], pbe, c_ptr, lay[2], c_ptr, lay[2],
-                                          algo, ws, ws_size, stream)
+        h, d, la, lb, lc = self._args
+        try:
+            # ctypes returns the status; nvmath's binding returns None, or raises it
+            status = self._mm(h, d, pal, a_ptr, la, b_ptr, lb, pbe, c_ptr, lc, c_ptr, lc, algo, ws, ws_size, stream)
+        except self._err as e:
+            status = e.status
+        if status:
+            self._failed(status, pal, a_ptr, b_ptr, pbe, c_ptr, algo, ws, ws_size, stream)
+
+    def _failed(self, status, *args) -> None:
+        """A call that failed: once more on a fresh thread given a context, else RuntimeError."""
+        pal, a_ptr, b_ptr, pbe, c_ptr, algo, ws, ws_size, stream = args
         if status == _EXECUTION_FAILED and make_context_current(self._dev):
             # a fresh thread without a current context: cuBLASLt's own launch failed
-            status = self._lib.cublasLtMatmul(self._handle, self._desc, pal, a_ptr, lay[0], b_ptr,
-                                              lay[1], pbe, c_ptr, lay[2], c_ptr, lay[2],
-                                              algo, ws, ws_size, stream)
-        if status != 0:
+            h, d, la, lb, lc = self._args
+            try:
+                status = self._mm(h, d, pal, a_ptr, la, b_ptr, lb, pbe, c_ptr, lc, c_ptr, lc, algo, ws, ws_size, stream)
+            except self._err as e:
+                status = e.status
+        if status:
             raise RuntimeError(f"cublasLtMatmul failed with cuBLAS status {status}")
 
     def _destroy(self) -> None:
         lib = self._lib
         for layout in self._layouts:
-            lib.cublasLtMatrixLayoutDestroy(layout)
+            lib.matrix_layout_destroy(layout)
         self._layouts = []
         if self._desc:
-            lib.cublasLtMatmulDescDestroy(self._desc)
+            lib.matmul_desc_destroy(self._desc)
             self._desc = None
 
     def __del__(self):
@@ -310,36 +552,34 @@ class LtEpilogueLaunch(LtLaunch):
     bias and pre-activation pointers are descriptor attributes, set before each call under the
     launch's lock (cuBLASLt reads the descriptor when the call is queued)."""
 
-    __slots__ = ("epilogue",)
+    __slots__ = ("epilogue", "_bias_cell", "_aux_cell")
 
     def __init__(self, desc, types, device: int, epilogue: int):
         super().__init__(desc, types, device, epilogue)
         self.epilogue = epilogue
+        self._bias_cell, self._aux_cell = ct.c_uint64(0), ct.c_uint64(0)
 
     def __call__(self, a_ptr, b_ptr, c_ptr, alpha=1.0, beta=0.0, stream: int = 0, bias_ptr: int = 0,
                  aux_ptr: int = 0):
-        set_attr = self._lib.cublasLtMatmulDescSetAttribute
         with self._lock:
-            if self.epilogue & 4:
-                _set(set_attr, self._desc, _DESC_BIAS_POINTER, bias_ptr, ct.c_uint64)
-            if self.epilogue & 128:
-                _set(set_attr, self._desc, _DESC_AUX_POINTER, aux_ptr, ct.c_uint64)
+            if self.epilogue & _BIAS_BIT:
+                self._bias_cell.value = bias_ptr
+                self._set_desc("BIAS_POINTER", self._bias_cell)
+            if self.epilogue & _AUX_BIT:
+                self._aux_cell.value = aux_ptr
+                self._set_desc("EPILOGUE_AUX_POINTER", self._aux_cell)
             self._matmul(a_ptr, b_ptr, c_ptr, alpha, beta, stream)
 
 
 def make_epilogue_launch(desc, types, device: int, epilogue: int):
-    """An :class:`LtEpilogueLaunch`, or None when cuBLASLt has no algorithm with that epilogue."""
+    """An :class:`LtEpilogueLaunch`, or None when cuBLASLt has no algorithm with that epilogue
+    (or cannot be loaded: warned once, see :func:`status`)."""
     try:
         with _make_lock:
             return LtEpilogueLaunch(desc, types, device, epilogue)
-    except LtUnavailable:
+    except LtUnavailable as e:
+        log.info("cuBLASLt epilogue %s: %s", LT_EPILOGUE_NAMES.get(epilogue, epilogue), e)
         return None
-
-
-def _capturing(stream: int) -> bool:
-    from cupy_backends.cuda.api import runtime
-
-    return bool(runtime.streamIsCapturing(stream))
 
 
 #: cudaDataType_t of the scale (alpha/beta) type, by NumPy type character
@@ -347,10 +587,12 @@ _SCALE_TYPE = {"e": 2, "f": 0, "d": 1, "i": 10, "F": 4, "D": 5}
 
 
 def make_launch(desc, types, device: int):
-    """An :class:`LtLaunch` for ``desc``, or None when cuBLASLt cannot run it (no library, no
-    algorithm): the caller then uses the cublasGemmEx path."""
+    """An :class:`LtLaunch` for ``desc``, or None when cuBLASLt cannot run it (no algorithm for
+    the problem: logged; or no library: warned once, see :func:`status`): the caller then uses
+    the cublasGemmEx path."""
     try:
         with _make_lock:
             return LtLaunch(desc, types, device)
-    except LtUnavailable:
+    except LtUnavailable as e:
+        log.info("cuBLAS route: cublasGemmEx for m=%d n=%d k=%d (%s)", desc.m, desc.n, desc.k, e)
         return None

@@ -250,11 +250,9 @@ class _Env:
             out["driver"] = cp.cuda.runtime.driverGetVersion()
             out["cuda_runtime"] = cp.cuda.runtime.runtimeGetVersion()
             versions["cupy"] = cp.__version__
-            try:
-                from cupy_backends.cuda.libs import cublas
-                versions["cublas"] = cublas.getVersion(dev.cublas_handle)
-            except Exception:
-                pass
+            from pyblasgemm.backends import cublaslt
+
+            versions["cublas"] = cublaslt.version()      # None when cuBLASLt cannot be loaded
             if self.torch is not None:
                 versions["torch"] = self.torch.__version__
         else:
@@ -558,9 +556,9 @@ def route_of(p, dt, trans, name, device) -> str | None:
 
 def _nvrtc_version() -> str | None:
     try:
-        from cupy.cuda import nvrtc
+        from pyblasgemm.kernels import nvrtc
         return ".".join(map(str, nvrtc.getVersion()))
-    except Exception:            # no CuPy or no NVRTC library: unknown
+    except Exception:            # no cuda-bindings or no NVRTC library: unknown
         return None
 
 

@@ -22,7 +22,7 @@ from dataclasses import replace
 import numpy as np
 
 from .config import KernelConfig, SHIPPED_CONFIGS
-from .driver import _driver, _runtime, stream_handle
+from .driver import copy_to_device_async, device_pointer, function, launch_kernel, record_event, stream, stream_handle
 from .mma_sync import BIAS_MODE, _arg_ctypes, _ArgPack
 
 #: pinned host buffers per stream the tables go through (a call waits only for the copy made
@@ -138,8 +138,10 @@ class GroupedLaunch:
         from .launch import _occupancy
 
         self.ctas = dev.attributes["MultiProcessorCount"] * _occupancy(self.kern, self.config.threads, self.smem)
-        self._fptr = self.kern.kernel.ptr
-        self._slots = {}    # stream handle -> (table buffer, argument pack)
+        self._dev = dev.id
+        self._fptr = function(self.kern.kernel.ptr)
+        # stream handle -> (table buffer, argument pack, pinned ring, turn, table CUdeviceptr, CUstream)
+        self._slots = {}
         self._lock = threading.Lock()   # calls from several threads take turns on the ring and table
 
     def __call__(self, cols: dict, out_bytes: int, alpha=1, beta=0) -> int:
@@ -187,15 +189,15 @@ class GroupedLaunch:
             pack = _ArgPack(_arg_ctypes(), dict(_BLANK, a=table.data.ptr, group_m=self.config.group_m))
             ring = [(cupy.cuda.alloc_pinned_memory(nbytes), cupy.cuda.Event(block=False, disable_timing=True))
                     for _ in range(PINNED_RING)]
-            slot = self._slots[sptr] = (table, pack, ring, [0])
-        table, pack, ring, turn = slot
+            slot = self._slots[sptr] = (table, pack, ring, [0], device_pointer(table.data.ptr), stream(sptr))
+        table, pack, ring, turn, table_dptr, cs = slot
         host, done = ring[turn[0]]
         turn[0] = (turn[0] + 1) % PINNED_RING
         done.synchronize()          # this buffer's copy, PINNED_RING calls ago, has been made
         np.frombuffer(host, np.uint8, rows.nbytes)[:] = rows.view(np.uint8)
-        _runtime().memcpyAsync(table.data.ptr, host.ptr, rows.nbytes, 1, sptr)
-        _runtime().eventRecord(done.ptr, sptr)
+        copy_to_device_async(self._dev, table_dptr, host.ptr, rows.nbytes, cs)
+        record_event(self._dev, done.ptr, cs)
         # A: the table, m: its row count, dp_tiles: the tiles (impls/sm80_gemm.cuh, kGrouped)
         pack.cells["m"].value, pack.cells["dp_tiles"].value = len(rows), tiles
-        _driver().launchKernel(self._fptr, min(tiles, self.ctas), 1, 1, self.config.threads, 1, 1, self.smem,
-                               sptr, pack.addr, 0)
+        launch_kernel(self._dev, self._fptr, min(tiles, self.ctas), 1, 1, self.config.threads, 1, 1, self.smem,
+                      cs, pack.addr)

@@ -6,8 +6,9 @@ header; the instantiation is named through ``name_expressions``. CuPy's on-disk 
 cannot see headers pulled in with ``-I``; the fingerprint comment (sha256 of every shipped
 header + package version) puts them into the key. In front of it, a dict per device.
 
-``compile_offline`` compiles with ``cupy.cuda.nvrtc`` directly and needs no GPU and no CUDA
-context: CI uses it to check every shipped instantiation for errors, spills and local memory.
+``compile_offline`` compiles with NVRTC directly (:mod:`~pyblasgemm.kernels.nvrtc`: the public
+cuda.bindings) and needs no GPU and no CUDA context: CI uses it to check every shipped
+instantiation for errors, spills and local memory.
 
 The Hopper (sm_90a) kernels, which CuPy cannot build, are compiled here and kept under
 :func:`kernel_cache_dir` as ``<key>.cubin`` + ``<key>.json`` (lowered names, the cubin's size
@@ -252,10 +253,10 @@ def _get_module_kernels(config, kind, transa, transb, accumulate, vec, device_id
     if smem > 48 * 1024:
         # Blocks get more than 48 KB of dynamic shared memory only after opting in.
         if family.compile_target is not None:    # a driver Function of our own module
-            from cupy_backends.cuda.api import driver
+            from .driver import set_max_dynamic_shared_memory
 
-            with dev:  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-                driver.funcSetAttribute(funcs[0].ptr, 8, smem)
+            with dev:
+                set_max_dynamic_shared_memory(funcs[0].ptr, smem)
         else:
             funcs[0].max_dynamic_shared_size_bytes = smem
     by_name = dict(zip(names, funcs))
@@ -307,8 +308,6 @@ def compile_offline(config: KernelConfig, kind: str, transa: str, transb: str, a
 
         binary, log = compile_offline(SHIPPED_CONFIGS["f16"][0], "f16", "N", "T", "sm_90")
     """
-    from cupy.cuda import nvrtc
-
     names = _names(config, kind, transa, transb, accumulate, vec, epi)
     binary, log, _ = _nvrtc(names, config, arch, ptx)
     return binary, log
@@ -316,7 +315,7 @@ def compile_offline(config: KernelConfig, kind: str, transa: str, transb: str, a
 
 def _nvrtc(names: list[str], config: KernelConfig, arch: str, ptx: bool = False, verbose: bool = True):
     """(cubin or PTX bytes, log, {name expression: lowered name}) from one NVRTC compile."""
-    from cupy.cuda import nvrtc
+    from . import nvrtc
 
     family = config.kernel_family
     if family.compile_target is not None and arch != family.compile_target:
@@ -341,21 +340,11 @@ def _nvrtc(names: list[str], config: KernelConfig, arch: str, ptx: bool = False,
         nvrtc.destroyProgram(prog)
 
 
-def _get_cubin(prog: int) -> bytes:
-    """The program's cubin, read through the NVRTC C API (CuPy 14.2's ``getCUBIN`` drops the
-    last byte, which truncates the ELF's program headers)."""
-    import ctypes
+def _get_cubin(prog) -> bytes:
+    """The program's cubin, every byte (:func:`pyblasgemm.kernels.nvrtc.getCUBIN`)."""
+    from . import nvrtc
 
-    from cupy.cuda import nvrtc
-
-    lib = ctypes.CDLL(f"libnvrtc.so.{nvrtc.getVersion()[0]}")  # already loaded by CuPy
-    size = ctypes.c_size_t()
-    if lib.nvrtcGetCUBINSize(ctypes.c_void_p(prog), ctypes.byref(size)) != 0:
-        raise KernelCompileError("nvrtcGetCUBINSize failed")
-    buf = ctypes.create_string_buffer(size.value)
-    if lib.nvrtcGetCUBIN(ctypes.c_void_p(prog), buf) != 0:
-        raise KernelCompileError("nvrtcGetCUBIN failed")
-    return buf.raw
+    return nvrtc.getCUBIN(prog)
 
 
 def kernel_cache_dir() -> Path:
@@ -379,7 +368,7 @@ def _cached_cubin(config: KernelConfig, kind: str, transa: str, transb: str, epi
     :func:`_read_cached_cubin`; otherwise (one :class:`KernelCacheWarning`) the kernel is
     compiled and the entry overwritten. ``PYBLASGEMM_NO_KERNEL_CACHE=1`` skips the disk.
     """
-    from cupy.cuda import nvrtc
+    from . import nvrtc
 
     names = _names(config, kind, transa, transb, None, True, epi)
     family = config.kernel_family

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .config import DECOMPOSITIONS, FUSED_KINDS, KernelConfig, default_config  # noqa: F401 (FUSED_KINDS: re-exported)
+from .driver import occupancy
 from .geometry import launch_geometry
 from .jit import get_kernels
 from .mma_sync import BoundLaunch
@@ -53,12 +54,7 @@ def _device_info(dev):
 
 
 def _occupancy(kern, threads: int, smem: int) -> int:
-    try:
-        from cupy_backends.cuda.api import driver
-
-        return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(kern.kernel.ptr, threads, smem))
-    except Exception:  # pragma: no cover - older CuPy: one CTA per SM is always co-resident
-        return 1
+    return occupancy(kern.kernel.ptr, threads, smem)
 
 
 class PreparedLaunch:

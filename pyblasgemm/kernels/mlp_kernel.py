@@ -172,8 +172,7 @@ def compile_offline(dtype, activation_code: int, arch: str = "sm_80", ptx: bool 
 
         binary, log = compile_offline("float16", 2, "sm_90a")
     """
-    from cupy.cuda import nvrtc
-
+    from . import nvrtc
     from .jit import KernelCompileError, _get_cubin
 
     name = kernel_name(dtype, activation_code)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 from .config import KernelConfig
-from .driver import _runtime, launch_kernel, set_scales, stream_handle
+from .driver import device_pointer, function, launch_kernel, memset_words_async, set_scales, stream, stream_handle
 from .problem import KernelProblem
 
 __all__ = ["BoundLaunch", "kernel_args"]
@@ -107,8 +107,9 @@ class BoundLaunch:
         self.problem, self.spec, self.config, self.geometry, self.smem, self.kern, self.red = (
             problem, spec, config, geometry, spec.smem, kern, red)
         self._dev = dev
-        self._fptr = kern.kernel.ptr
-        self._rptr = red.kernel.ptr if red is not None else 0
+        # driver handles made once: cuda.bindings converts a bare int on every call
+        self._fptr = function(kern.kernel.ptr)
+        self._rptr = function(red.kernel.ptr) if red is not None else None
         self._grid = tuple(int(x) for x in geometry["grid"])
         self._block = config.threads
         p = problem
@@ -156,10 +157,11 @@ class BoundLaunch:
         rpack = None
         if self._rfields is not None:
             rpack = _ArgPack(self._rfields, dict(self._rbase, ws=vals["ws"]))
-        # [10]: the scales last written into the cells (a NaN pair compares unequal to any)
-        slot = (ws, fl, fl.data.ptr if fl is not None else 0, 4 * g["flags"], pack.cells, pack.addr,
-                rpack.cells if rpack else None, rpack.addr if rpack else 0, pack, rpack,
-                [(float("nan"), float("nan"))])
+        # [2], [3]: the flags' CUdeviceptr (None: no flags) and 32-bit words; [10]: the scales
+        # last written into the cells (a NaN pair compares unequal to any); [11]: the CUstream
+        slot = (ws, fl, device_pointer(fl.data.ptr) if fl is not None else None, g["flags"], pack.cells,
+                pack.addr, rpack.cells if rpack else None, rpack.addr if rpack else 0, pack, rpack,
+                [(float("nan"), float("nan"))], stream(sptr))
         self._ws[sptr] = slot
         return slot
 
@@ -193,15 +195,16 @@ class BoundLaunch:
             if scales != slot[10][0]:      # the cells keep the last scales: (1, 0) is written once
                 set_scales(cells, self._int, alpha, beta)
                 slot[10][0] = scales
-            if slot[2]:
-                _runtime().memsetAsync(slot[2], 0, slot[3], sptr)
+            cs = slot[11]
+            if slot[2] is not None:
+                memset_words_async(self._dev, slot[2], slot[3], cs)
             gx, gy, gz = self._grid
-            launch_kernel(self._dev, self._fptr, gx, gy, gz, self._block, 1, 1, self.smem, sptr, slot[5])
-            if self._rptr:
+            launch_kernel(self._dev, self._fptr, gx, gy, gz, self._block, 1, 1, self.smem, cs, slot[5])
+            if self._rptr is not None:
                 rc = slot[6]
                 rc["c"].value = c_ptr
                 if self._fused:
                     rc["bias"].value, rc["pre"].value = bias, pre
                     rc["scale_m"].value, rc["scale_n"].value = scale_m, scale_n
                 set_scales(rc, self._int, alpha, beta)
-                launch_kernel(self._dev, self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, slot[7])
+                launch_kernel(self._dev, self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, cs, slot[7])

@@ -101,8 +101,7 @@ def compile_offline(count: int, arch: str = "sm_80"):
 
         cubin, log = compile_offline(16, "sm_90a")
     """
-    from cupy.cuda import nvrtc
-
+    from . import nvrtc
     from .jit import KernelCompileError, _get_cubin
 
     names = kernel_names(count)

@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .driver import launch_kernel, stream_handle
+from .driver import function, launch_kernel, stream, stream_handle
 from .problem import KernelProblem
 
 __all__ = ["PackStep", "pack_steps", "packed_ld", "PackedLaunch", "copy_seconds", "PACK_ALIGN",
@@ -145,7 +145,7 @@ _lock = threading.Lock()
 
 
 def _copy_kernels(dev: int) -> dict:
-    """{name: function pointer} of the packing copies on device ``dev`` (NVRTC through CuPy,
+    """{name: CUfunction} of the packing copies on device ``dev`` (NVRTC through CuPy,
     compiled once per process and device, cached on disk by CuPy)."""
     fns = _fns.get(dev)
     if fns is None:
@@ -153,7 +153,7 @@ def _copy_kernels(dev: int) -> dict:
 
         with _lock, cupy.cuda.Device(dev):
             mod = cupy.RawModule(code=PACK_SOURCE.read_text(), options=("-std=c++17",))
-            fns = _fns[dev] = {n: mod.get_function(n).kernel.ptr for n in COPY_KERNELS}
+            fns = _fns[dev] = {n: function(mod.get_function(n).kernel.ptr) for n in COPY_KERNELS}
     return fns
 
 
@@ -210,7 +210,7 @@ class PackedLaunch:
     @property
     def workspace_nbytes(self) -> int:
         """GPU bytes owned: the packed storage over all streams, plus the inner launch's."""
-        own = sum(b.nbytes for bufs, _ in self._slots.values() for b in bufs)
+        own = sum(b.nbytes for bufs, *_ in self._slots.values() for b in bufs)
         return own + int(getattr(self.inner, "workspace_nbytes", 0) or 0)
 
     def _slot(self, sptr: int) -> tuple:
@@ -219,18 +219,18 @@ class PackedLaunch:
         with cupy.cuda.Device(self._dev):
             bufs = tuple(cupy.empty(s.nbytes, dtype=cupy.uint8) for s in self.steps)
         args = tuple(_CopyArgs(s, b.data.ptr, self._fns) for s, b in zip(self.steps, bufs))
-        slot = self._slots[sptr] = (bufs, args)
+        slot = self._slots[sptr] = (bufs, args, stream(sptr))
         return slot
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
         with self._lock:   # one caller at a time: the cells are shared (see __init__)
             sptr = stream if type(stream) is int else stream_handle(stream)
-            bufs, args = self._slots.get(sptr) or self._slot(sptr)
+            bufs, args, cs = self._slots.get(sptr) or self._slot(sptr)
             ptrs = {"a": a_ptr, "b": b_ptr}
             for s, buf, cargs in zip(self.steps, bufs, args):
                 name = s.operand[0]
                 cargs.cells[0].value = ptrs[name]
                 (gx, gy, gz), (bx, by, bz) = cargs.grid, cargs.block
-                launch_kernel(self._dev, cargs.fn, gx, gy, gz, bx, by, bz, 0, sptr, cargs.addr)
+                launch_kernel(self._dev, cargs.fn, gx, gy, gz, bx, by, bz, 0, cs, cargs.addr)
                 ptrs[name] = buf.data.ptr
             self.inner(ptrs["a"], ptrs["b"], c_ptr, alpha, beta, sptr)

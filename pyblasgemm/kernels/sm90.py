@@ -2,9 +2,10 @@
 
 The kernel reads A and B through two TMA tensor maps (``CUtensorMap``, 128 bytes) passed by
 value as ``__grid_constant__`` parameters. They are encoded once per bound problem class with the
-driver's ``cuTensorMapEncodeTiled`` (through ctypes: CuPy does not wrap it); a call with new
-pointers patches only the address with ``cuTensorMapReplaceAddress``. ``cuLaunchKernel`` copies
-parameter values at launch time, so one buffer per stream slot is reused call after call.
+driver's ``cuTensorMapEncodeTiled`` (through cuda.bindings, as every driver call:
+:mod:`~pyblasgemm.kernels.driver`); a call with new pointers patches only the address with
+``cuTensorMapReplaceAddress``. ``cuLaunchKernel`` copies parameter values at launch time, so one
+buffer per stream slot is reused call after call.
 
 Operand maps (3-D: the third dimension walks the batch; a batch stride of 0 broadcasts by
 keeping that dimension at size 1 and passing a zero batch coordinate):
@@ -25,17 +26,15 @@ reads K-major operands only, so a prep kernel writes op(A) and op(B) K-major, ro
 """
 from __future__ import annotations
 
-import threading
-
 import ctypes as ct
-
-
+import threading
 from dataclasses import replace
 
 from ..kinds import KERNEL_KINDS
 from .config import KernelConfig, sm90_prep_shape
 # at module level: an import inside __call__ ran on every launch (hot path)
-from .driver import INVALID_CONTEXT, _runtime, launch_kernel, make_context_current, set_scales, stream_handle
+from .driver import (bindings, call_in_context, check, device_pointer, function, launch_kernel, memset_words_async,
+                     recover, set_scales, stream, stream_handle)
 from .problem import ELEM_BYTES, KernelProblem
 
 __all__ = ["Sm90Launch", "Sm90PrepLaunch", "tma_maps", "encode_tiled", "TMA_DTYPE", "prepared_problem",
@@ -46,69 +45,25 @@ __all__ = ["Sm90Launch", "Sm90PrepLaunch", "tma_maps", "encode_tiled", "TMA_DTYP
 #: fp32 operands move as FLOAT32 words (the prep kernel rounded them to tf32 already)
 TMA_DTYPE = {k: r.tma_ab for k, r in KERNEL_KINDS.items()}       # the kinds table's rows
 TMA_C_DTYPE = {k: r.tma_c for k, r in KERNEL_KINDS.items()}
-_SWIZZLE_128B = 3
-_L2_PROMOTION_256B = 3
-_OOB_FILL_ZEROS = 0
-_INTERLEAVE_NONE = 0
-
-_CUDA = None
 
 
-def _libcuda():
-    global _CUDA
-    if _CUDA is None:
-        lib = ct.CDLL("libcuda.so.1")
-        enc = lib.cuTensorMapEncodeTiled
-        enc.argtypes = [ct.c_void_p, ct.c_int, ct.c_uint32, ct.c_void_p, ct.POINTER(ct.c_uint64),
-                        ct.POINTER(ct.c_uint64), ct.POINTER(ct.c_uint32), ct.POINTER(ct.c_uint32),
-                        ct.c_int, ct.c_int, ct.c_int, ct.c_int]
-        enc.restype = ct.c_int
-        rep = lib.cuTensorMapReplaceAddress
-        rep.argtypes = [ct.c_void_p, ct.c_void_p]
-        rep.restype = ct.c_int
-        lx = lib.cuLaunchKernelEx
-        lx.argtypes = [ct.c_void_p, ct.c_void_p, ct.c_void_p, ct.c_void_p]
-        lx.restype = ct.c_int
-        occ = lib.cuOccupancyMaxActiveClusters
-        occ.argtypes = [ct.POINTER(ct.c_int), ct.c_void_p, ct.c_void_p]
-        occ.restype = ct.c_int
-        _CUDA = lib
-    return _CUDA
-
-
-class TensorMap(ct.Structure):
-    """A CUtensorMap: 128 opaque bytes, 64-byte aligned (ctypes cannot align beyond 16: the
-    driver copies the parameter bytes at launch, so the host copy's alignment does not matter)."""
-
-    _fields_ = [("raw", ct.c_uint64 * 16)]
-
-
-class _LaunchAttribute(ct.Structure):
-    """CUlaunchAttribute: a 4-byte id, 4 bytes of padding, a 64-byte value union."""
-
-    _fields_ = [("id", ct.c_uint32), ("pad", ct.c_uint32), ("value", ct.c_uint32 * 16)]
-
-
-class _LaunchConfig(ct.Structure):
-    """CUlaunchConfig (cuLaunchKernelEx)."""
-
-    _fields_ = [("grid", ct.c_uint32 * 3), ("block", ct.c_uint32 * 3), ("smem", ct.c_uint32),
-                ("stream", ct.c_void_p), ("attrs", ct.POINTER(_LaunchAttribute)), ("num_attrs", ct.c_uint32)]
-
-
-_CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-
-
-def _cluster_config(grid: int, smem: int, cluster: int, threads: int = 384):
-    attr = _LaunchAttribute(_CLUSTER_DIMENSION, 0)
-    attr.value[0], attr.value[1], attr.value[2] = cluster, 1, 1
-    cfg = _LaunchConfig()
-    cfg.grid[:] = (grid, 1, 1)
-    cfg.block[:] = (threads, 1, 1)
-    cfg.smem = smem
-    cfg.attrs = ct.pointer(attr)
-    cfg.num_attrs = 1
-    return cfg, attr
+def _cluster_config(grid: int, smem: int, cluster: int, threads: int = 384, on_stream=None):
+    """A ``CUlaunchConfig`` (cuLaunchKernelEx) of ``grid`` CTAs in clusters of ``cluster``;
+    ``on_stream``: its CUstream (a launcher keeps one config per stream)."""
+    cu = bindings()
+    attr = cu.CUlaunchAttribute()
+    attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    dim = attr.value.clusterDim
+    dim.x, dim.y, dim.z = cluster, 1, 1
+    cfg = cu.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1
+    cfg.sharedMemBytes = smem
+    cfg.attrs = [attr]
+    cfg.numAttrs = 1
+    if on_stream is not None:
+        cfg.hStream = on_stream
+    return cfg
 
 
 def max_active_clusters(func_ptr: int, smem: int, cluster: int, threads: int = 384) -> int:
@@ -119,34 +74,33 @@ def max_active_clusters(func_ptr: int, smem: int, cluster: int, threads: int = 3
 
         fit = max_active_clusters(kern.ptr, config.smem_bytes("f16"), 2)   # e.g. 66 on an H100
     """
-    cfg, _attr = _cluster_config(cluster, smem, cluster, threads)
-    n = ct.c_int(0)
-    rc = _libcuda().cuOccupancyMaxActiveClusters(ct.byref(n), ct.c_void_p(func_ptr), ct.byref(cfg))
-    if rc != 0:
-        raise RuntimeError(f"cuOccupancyMaxActiveClusters failed (CUresult {rc})")
-    return n.value
+    cu = bindings()
+    cfg = _cluster_config(cluster, smem, cluster, threads)
+    return int(check(cu.cuOccupancyMaxActiveClusters(cu.CUfunction(func_ptr), cfg), "cuOccupancyMaxActiveClusters"))
 
 
-def encode_tiled(out: TensorMap, kind: str, ptr: int, dims, strides_bytes, box, dtype: int | None = None) -> None:
-    """Fill ``out`` for a 3-D tiled map: ``dims`` innermost first, ``strides_bytes`` of dims 1
-    and 2, ``box`` the copied tile; ``dtype`` a CUtensorMapDataType (default: the kind's A/B
-    type). Raises ValueError with the driver's error code.
+def encode_tiled(kind: str, ptr: int, dims, strides_bytes, box, dtype: int | None = None):
+    """A 3-D tiled ``CUtensorMap``: ``dims`` innermost first, ``strides_bytes`` of dims 1 and 2,
+    ``box`` the copied tile, 128-byte swizzle, out-of-range elements read as zeros; ``dtype`` a
+    CUtensorMapDataType (default: the kind's A/B type). Raises ValueError with the driver's
+    error. Its 128 bytes are at ``.getPtr()`` (what a kernel parameter array points to).
 
     Example::
 
-        m = TensorMap()
-        encode_tiled(m, "f16", a.data.ptr, (k, m_rows, 1), (lda * 2, lda * 2 * m_rows), (64, 256, 1))
+        m = encode_tiled("f16", a.data.ptr, (k, m_rows, 1), (lda * 2, lda * 2 * m_rows), (64, 256, 1))
     """
-    lib = _libcuda()
-    gdim = (ct.c_uint64 * 3)(*dims)
-    gstr = (ct.c_uint64 * 2)(*strides_bytes)
-    bdim = (ct.c_uint32 * 3)(*box)
-    estr = (ct.c_uint32 * 3)(1, 1, 1)
-    rc = lib.cuTensorMapEncodeTiled(ct.byref(out), TMA_DTYPE[kind] if dtype is None else dtype, 3, ct.c_void_p(ptr), gdim, gstr, bdim, estr,
-                                    _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_PROMOTION_256B, _OOB_FILL_ZEROS)
-    if rc != 0:
-        raise ValueError(f"cuTensorMapEncodeTiled failed (CUresult {rc}) for dims={tuple(dims)} "
-                         f"strides={tuple(strides_bytes)} box={tuple(box)} ptr=0x{ptr:x}")
+    cu = bindings()
+    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
+    err, tmap = cu.cuTensorMapEncodeTiled(
+        TMA_DTYPE[kind] if dtype is None else dtype, 3, ptr, [u64(d) for d in dims],
+        [u64(x) for x in strides_bytes], [u32(b) for b in box], [u32(1)] * 3,
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)   # FILL_NONE: zeros
+    if err:
+        raise ValueError(f"cuTensorMapEncodeTiled failed ({getattr(err, 'name', 'CUresult')} {int(err)}) for "
+                         f"dims={tuple(dims)} strides={tuple(strides_bytes)} box={tuple(box)} ptr=0x{ptr:x}")
+    return tmap
 
 
 def _batch_dim(rows: int, ld: int, stride: int, batch: int, eb: int):
@@ -241,8 +195,8 @@ BIAS_MODE = {None: 0, "m": 1, "n": 2}
 class _Slot:
     """One stream's workspace, flags and kernel-parameter buffers."""
 
-    __slots__ = ("ws", "flags", "flags_ptr", "flags_bytes", "tma_p", "tma_q", "tma_c", "cells", "params", "rcells",
-                 "rparams", "last_a", "last_b", "last_c")
+    __slots__ = ("ws", "flags", "flags_ptr", "flags_dptr", "flags_words", "tma_p", "tma_q", "tma_c", "cells", "params",
+                 "params_addr", "rcells", "rparams", "rparams_addr", "last_a", "last_b", "last_c", "stream", "lcfg")
 
 
 class Sm90Launch:
@@ -281,8 +235,10 @@ class Sm90Launch:
         self.problem, self.spec, self.config, self.geometry, self.smem, self.kern, self.red = (
             problem, spec, config, g, smem, kern, red)
         self._dev = dev
-        self._fptr = kern.ptr
-        self._rptr = red.ptr if red is not None else 0
+        # driver handles made once: cuda.bindings converts a bare int on every call
+        self._fptr = function(kern.ptr)
+        self._rptr = function(red.ptr) if red is not None else None
+        self._replace_address = bindings().cuTensorMapReplaceAddress
         self._grid = int(g["grid"][0])
         self._int = p.kind == "s8" and not self._dequant
         self._pmap, self._qmap, _, _ = tma_maps(p, config)
@@ -298,14 +254,13 @@ class Sm90Launch:
         self._cluster = config.cluster
         if self._cluster > 1:
             # a persistent grid must be co-resident: no more clusters than the driver can place
-            fit = max_active_clusters(self._fptr, smem, self._cluster, config.threads)
+            fit = max_active_clusters(kern.ptr, smem, self._cluster, config.threads)
             if fit < 1:
                 raise ValueError(f"{config.name}: no {self._cluster}-CTA cluster fits on this device")
             self._grid = min(self._grid, fit * self._cluster)
             self.geometry = dict(g, grid=(self._grid, 1, 1))
             if self.geometry != g:     # the device placed fewer clusters than the plan's grid
                 self.spec = dc_replace(spec, geometry=MappingProxyType(self.geometry))
-            self._lcfg, self._lattr = _cluster_config(self._grid, smem, self._cluster, config.threads)
 
     @property
     def workspace_nbytes(self) -> int:
@@ -322,25 +277,32 @@ class Sm90Launch:
             s.ws = cupy.empty(g["ws_bytes"], dtype=cupy.uint8) if g["ws_bytes"] else None
             s.flags = cupy.zeros(g["flags"], dtype=cupy.int32) if g["flags"] else None
         s.flags_ptr = s.flags.data.ptr if s.flags is not None else 0
-        s.flags_bytes = 4 * g["flags"]
-        s.tma_p, s.tma_q, s.tma_c = TensorMap(), TensorMap(), TensorMap()
+        s.flags_dptr = device_pointer(s.flags_ptr) if s.flags is not None else None
+        s.flags_words = g["flags"]
+        s.stream = stream(sptr)
         # encoded with the bound problem's (aligned) pointers; each call replaces the address
-        encode_tiled(s.tma_p, p.kind, p.b_ptr, *self._pmap)
-        encode_tiled(s.tma_q, p.kind, p.a_ptr, *self._qmap)
-        if self._base["c_pair"]:   # else the kernel never reads the C map (direct stores)
-            encode_tiled(s.tma_c, p.kind, p.c_ptr, *c_map(p, self._c_bytes), dtype=self._c_tma)
+        s.tma_p = encode_tiled(p.kind, p.b_ptr, *self._pmap)
+        s.tma_q = encode_tiled(p.kind, p.a_ptr, *self._qmap)
+        # else the kernel never reads the C map (direct stores): 128 bytes it is passed unread
+        s.tma_c = (encode_tiled(p.kind, p.c_ptr, *c_map(p, self._c_bytes), dtype=self._c_tma)
+                   if self._base["c_pair"] else bindings().CUtensorMap())
         s.last_a, s.last_b, s.last_c = p.a_ptr, p.b_ptr, p.c_ptr
         ws_ptr = s.ws.data.ptr if s.ws is not None else 0
         s.cells = {name: typ(dict(self._base, ws=ws_ptr, flags=s.flags_ptr)[name]) for name, typ in _FIELDS}
-        ptrs = [ct.addressof(s.tma_p), ct.addressof(s.tma_q), ct.addressof(s.tma_c)]
+        ptrs = [s.tma_p.getPtr(), s.tma_q.getPtr(), s.tma_c.getPtr()]
         ptrs += [ct.addressof(s.cells[n]) for n, _ in _FIELDS]
         s.params = (ct.c_void_p * len(ptrs))(*ptrs)
+        s.params_addr = ct.addressof(s.params)
         s.rcells = s.rparams = None
-        if self._rptr:
+        s.rparams_addr = 0
+        if self._rptr is not None:
             rbase = dict(self._rbase, ws=ws_ptr)
             s.rcells = {name: typ(rbase[name]) for name, typ in _RED_FIELDS}
             rp = [ct.addressof(s.rcells[n]) for n, _ in _RED_FIELDS]
             s.rparams = (ct.c_void_p * len(rp))(*rp)
+            s.rparams_addr = ct.addressof(s.rparams)
+        s.lcfg = (_cluster_config(self._grid, self.smem, self._cluster, self.config.threads, s.stream)
+                  if self._cluster > 1 else None)
         self._slots[sptr] = s
         return s
 
@@ -361,15 +323,14 @@ class Sm90Launch:
             else:
                 s = self._slots.get(sptr) or self._slot(sptr)
                 self._last = (sptr, s)
-            lib = _CUDA
             if b_ptr != s.last_b:
-                lib.cuTensorMapReplaceAddress(ct.byref(s.tma_p), ct.c_void_p(b_ptr))
+                self._readdress(s.tma_p, b_ptr)
                 s.last_b = b_ptr
             if a_ptr != s.last_a:
-                lib.cuTensorMapReplaceAddress(ct.byref(s.tma_q), ct.c_void_p(a_ptr))
+                self._readdress(s.tma_q, a_ptr)
                 s.last_a = a_ptr
             if c_ptr != s.last_c and self._base["c_pair"]:
-                lib.cuTensorMapReplaceAddress(ct.byref(s.tma_c), ct.c_void_p(c_ptr))
+                self._readdress(s.tma_c, c_ptr)
                 s.last_c = c_ptr
             cells = s.cells
             cells["c"].value = c_ptr
@@ -377,26 +338,34 @@ class Sm90Launch:
             if self._fused:
                 cells["bias"].value, cells["pre"].value = bias, pre
                 cells["scale_m"].value, cells["scale_n"].value = scale_m, scale_n
-            if s.flags_ptr:
-                _runtime().memsetAsync(s.flags_ptr, 0, s.flags_bytes, sptr)
-            if self._cluster > 1:
-                self._lcfg.stream = sptr
-                rc = lib.cuLaunchKernelEx(ct.byref(self._lcfg), self._fptr, ct.addressof(s.params), None)
-                if rc == INVALID_CONTEXT and make_context_current(self._dev):    # a fresh thread
-                    rc = lib.cuLaunchKernelEx(ct.byref(self._lcfg), self._fptr, ct.addressof(s.params), None)
-                if rc != 0:
-                    raise RuntimeError(f"cuLaunchKernelEx failed (CUresult {rc}) for {self.config.name}")
+            if s.flags_dptr is not None:
+                memset_words_async(self._dev, s.flags_dptr, s.flags_words, s.stream)
+            if s.lcfg is not None:
+                self._launch_cluster(s)
             else:
-                launch_kernel(self._dev, self._fptr, self._grid, 1, 1, self.config.threads, 1, 1, self.smem, sptr,
-                              ct.addressof(s.params))
-            if self._rptr:
+                launch_kernel(self._dev, self._fptr, self._grid, 1, 1, self.config.threads, 1, 1, self.smem, s.stream,
+                              s.params_addr)
+            if self._rptr is not None:
                 rc = s.rcells
                 rc["c"].value = c_ptr
                 set_scales(rc, self._int, alpha, beta)
                 if self._fused:
                     rc["bias"].value, rc["pre"].value = bias, pre
                     rc["scale_m"].value, rc["scale_n"].value = scale_m, scale_n
-                launch_kernel(self._dev, self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, sptr, ct.addressof(s.rparams))
+                launch_kernel(self._dev, self._rptr, self._rgrid, 1, 1, 256, 1, 1, 0, s.stream, s.rparams_addr)
+
+    def _readdress(self, tmap, ptr: int) -> None:
+        """Point a slot's tensor map at ``ptr``; a failure raises (a launch with the map unchanged
+        would read the previous call's operand)."""
+        err, = self._replace_address(tmap, ptr)
+        if err:
+            recover(err, self._dev, "cuTensorMapReplaceAddress", self._replace_address, tmap, ptr)
+
+    def _launch_cluster(self, s: _Slot) -> None:
+        """``cuLaunchKernelEx`` with the slot's cluster config (its stream set once); a fresh
+        thread as :func:`~pyblasgemm.kernels.driver.launch_kernel`."""
+        call_in_context(self._dev, f"cuLaunchKernelEx ({self.config.name})", bindings().cuLaunchKernelEx, s.lcfg,
+                        self._fptr, s.params_addr, 0)
 
 
 # --- fp32 operands: prep kernel + the GEMM on its K-major output -------------------------------
@@ -450,7 +419,7 @@ class Sm90PrepLaunch:
         self.problem, self.spec, self.config, self.geometry, self.smem = (
             problem, spec, spec.config, geometry, spec.smem)
         self._dev = dev
-        self._prep_ptr = prep.ptr
+        self._prep_ptr = function(prep.ptr)
         self._kern, self._red = kern, red
         sections, kpad, self._ws_bytes = sm90_prep_shape(p)
         self._inner_problem = prepared_problem(p)
@@ -491,8 +460,8 @@ class Sm90PrepLaunch:
             cells = {name: typ(vals[name]) for name, typ in _PREP_FIELDS}
             params = (ct.c_void_p * len(_PREP_FIELDS))(*[ct.addressof(cells[n]) for n, _ in _PREP_FIELDS])
             grid = (self._kpad // 32, -(-rows // 32), bat)
-            blocks.append((cells, params, grid))
-        slot = (ws, q_ptr, p_ptr, blocks, gemm)
+            blocks.append((cells, params, grid, ct.addressof(params)))
+        slot = (ws, q_ptr, p_ptr, blocks, gemm, stream(sptr))
         self._slots[sptr] = slot
         return slot
 
@@ -501,9 +470,8 @@ class Sm90PrepLaunch:
             sptr = stream_handle(stream)
             if (a_ptr | b_ptr) & 3:
                 raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x} are not 4-byte aligned float32 data")
-            _, q_ptr, p_ptr, blocks, gemm = self._slots.get(sptr) or self._slot(sptr)
-            for x_ptr, (cells, params, grid) in zip((a_ptr, b_ptr), blocks):
+            _, q_ptr, p_ptr, blocks, gemm, cs = self._slots.get(sptr) or self._slot(sptr)
+            for x_ptr, (cells, _params, grid, params_addr) in zip((a_ptr, b_ptr), blocks):
                 cells["x"].value = x_ptr
-                launch_kernel(self._dev, self._prep_ptr, grid[0], grid[1], grid[2], 32, 8, 1, 0, sptr,
-                              ct.addressof(params))
+                launch_kernel(self._dev, self._prep_ptr, grid[0], grid[1], grid[2], 32, 8, 1, 0, cs, params_addr)
             gemm(q_ptr, p_ptr, c_ptr, alpha, beta, stream)

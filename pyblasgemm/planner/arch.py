@@ -177,8 +177,10 @@ def device_identity(device: int) -> dict:
     NVRTC versions (needs CuPy and a GPU)."""
     import cupy
 
+    from ..kernels import nvrtc
+
     props = cupy.cuda.runtime.getDeviceProperties(device)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     return {"device": name, "cc": f"{props['major']}.{props['minor']}",
             "driver": int(cupy.cuda.runtime.driverGetVersion()),
-            "nvrtc": ".".join(str(v) for v in cupy.cuda.nvrtc.getVersion())}
+            "nvrtc": ".".join(str(v) for v in nvrtc.getVersion())}
