@@ -871,23 +871,18 @@ class _Replay(NamedTuple):
 
 def _call_signature(a, b, dtype, compute, backend, bias, activation):
     """The key of a repeated ``matmul(a, b, bias=, activation=, dtype=, compute=, backend=)``
-    with CuPy arrays, a fresh result and no pre-activation, or None (not such a call). It
-    holds everything the full path read off the arguments: dtypes, shapes, strides, devices,
-    the operands' 16-byte alignment class and the bias pointer's."""
+    with CuPy arrays, a fresh result and no pre-activation, or None (not such a call): the
+    :func:`pyblasgemm.calls.key` of the operands, with the bias (its own alignment class)."""
     from . import calls
 
     nd = calls.cupy_type()
-    if nd is None or type(a) is not nd or type(b) is not nd or (bias is not None and type(bias) is not nd) \
+    if nd is None or type(a) is not nd or (bias is not None and type(bias) is not nd) \
             or not (activation is None or type(activation) is str) \
             or not (dtype is None or isinstance(dtype, (type, np.dtype, str))) \
             or not (compute is None or type(compute) is str) or not (backend is None or type(backend) is str):
         return None
-    ma, mb = a.data, b.data
-    bias_key = None if bias is None else (bias.dtype, bias.shape, bias.strides, bias.data.device_id,
-                                          bias.data.ptr & 15)
-    return ("epilogue-call", dtype, compute, backend, activation, a.dtype, b.dtype, a.shape, b.shape,
-            a.strides, b.strides, bias_key, ma.device_id, mb.device_id, _arrays.current_device(),
-            (ma.ptr | mb.ptr) & 15)
+    sig = calls.key(("matmul-epilogue", dtype, compute, backend, activation), a, b, None, (bias,))
+    return None if sig is None else sig[0]
 
 
 def matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, activation,

@@ -23,9 +23,9 @@ def _supported_names() -> str:
     return ", ".join(d.name for d in ROW_BY_DTYPE)
 
 
-def _torch_words(transa, transb, alpha, beta, out, compute, backend) -> tuple:
-    """The form's part of a PyTorch call's key (as the CuPy key holds it: the scalars' types,
-    beta's only with out=)."""
+def _words(transa, transb, alpha, beta, out, compute, backend) -> tuple:
+    """The form's part of a call's signature key (:func:`pyblasgemm.calls.key`): the flags and
+    keywords as given, the scalars' types (beta's only with out=)."""
     return (_ROUTINE, compute, backend, transa, transb, type(alpha), None if out is None else type(beta))
 
 
@@ -146,18 +146,14 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
                                   autotune, stream, bias, activation, preactivation_out, scale_a,
                                   scale_b)
     t = type(a)
-    if (t is _CUPY[0] and type(b) is t and autotune is None and type(transa) is str
-            and type(transb) is str):
+    if t is _CUPY[0] and autotune is None and type(transa) is str and type(transb) is str:
         # a repeated CuPy call: its signature maps straight to the launch that ran it
-        mem_a, mem_b = a.data, b.data
-        pa, pb = mem_a.ptr, mem_b.ptr
-        if out is None:
-            key = ("call", _ROUTINE, compute, backend, transa, transb, type(alpha), a.dtype,
-                   b.dtype, a.shape, b.shape, a.strides, b.strides, None, mem_a.device_id,
-                   mem_b.device_id, _arrays.current_device(), (pa | pb) & 15)
-            call = calls.get(key)
-            if call is not None:
-                lim = call.limit
+        sig = calls.key(_words(transa, transb, alpha, beta, out, compute, backend), a, b, out)
+        call = None if sig is None else calls.get(sig[0])
+        if call is not None:
+            _, pa, pb, pc = sig
+            lim = call.limit
+            if out is None:
                 if -lim <= alpha <= lim and alpha != 0:
                     c = _empty(call.shape, call.dtype, call.order)
                     pc = c.data.ptr
@@ -169,33 +165,22 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
                         else:
                             call.launch(pa, pb, pc, alpha, call.zero, sptr)
                         return c
-        elif type(out) is t:
-            mem_c = out.data
-            pc = mem_c.ptr
-            key = ("call", _ROUTINE, compute, backend, transa, transb, type(alpha), type(beta),
-                   a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides,
-                   (out.dtype, out.shape, out.strides), mem_a.device_id, mem_b.device_id,
-                   mem_c.device_id, _arrays.current_device(), (pa | pb | pc) & 15)
-            call = calls.get(key)
-            if call is not None and not calls.overlaps(call, pa, pb, pc):
-                lim = call.limit
-                if -lim <= alpha <= lim and -lim <= beta <= lim and alpha != 0:
-                    sptr = streams.current() if stream is None else streams.handle(stream)
-                    alpha += call.zero
-                    beta += call.zero
-                    if call.swap:
-                        call.launch(pb, pa, pc, alpha, beta, sptr)
-                    else:
-                        call.launch(pa, pb, pc, alpha, beta, sptr)
-                    return out
+            elif (not calls.overlaps(call, pa, pb, pc) and -lim <= alpha <= lim
+                  and -lim <= beta <= lim and alpha != 0):
+                sptr = streams.current() if stream is None else streams.handle(stream)
+                alpha += call.zero
+                beta += call.zero
+                if call.swap:
+                    call.launch(pb, pa, pc, alpha, beta, sptr)
+                else:
+                    call.launch(pa, pb, pc, alpha, beta, sptr)
+                return out
     elif (t is _TORCH[0] and autotune is None and type(transa) is str and type(transb) is str):
-        # a repeated PyTorch call: the tensors' own attributes make the key (arrays.py)
-        tkey, ptrs = arrays.torch_signature(_torch_words(transa, transb, alpha, beta, out, compute, backend),
-                                            (a, b, out))
-        if tkey is not None:
-            c = arrays.torch_replay(tkey, ptrs, a, out, stream, alpha, 0 if out is None else beta)
-            if c is not None:
-                return c
+        # a repeated PyTorch call: the tensors' own attributes make the key (calls.key)
+        c = arrays.torch_replay(_words(transa, transb, alpha, beta, out, compute, backend), a, b, out,
+                                stream, alpha, 0 if out is None else beta)
+        if c is not None:
+            return c
     elif _CUPY[0] is None and calls.cupy_type() is not None:
         _CUPY[0] = calls.cupy_type()
     if arrays.is_foreign(a, b, out):
@@ -215,8 +200,8 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         back = out if out is not None else conv.back(result)
         if (conv.kind == "torch" and conv.gpu and autotune is None and type(transa) is str
                 and type(transb) is str and _plain_word(compute) and _plain_word(backend)):
-            words = _torch_words(transa, transb, alpha, beta, out, compute, backend)
-            arrays.torch_record(arrays.torch_signature(words, (a, b, out))[0], back, out is None)
+            arrays.torch_record(_words(transa, transb, alpha, beta, out, compute, backend), a, b, out,
+                                back)
         return back
     stream = streams.handle(stream)
     r = _ROUTINE
@@ -259,18 +244,9 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
             and type(given_beta) in _PLAIN[row.scalar_kind]):
         # one launch on the caller's own arrays: the next call with this signature goes
         # straight to it (calls.py)
-        mem_a, mem_b, mem_c = a.data, b.data, out.data
-        devs = (mem_a.device_id, mem_b.device_id)
-        align = mem_a.ptr | mem_b.ptr
-        if fresh:
-            key = ("call", r, given_compute, given_backend, transa, transb, type(given_alpha),
-                   a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides, None) + devs + (
-                       _arrays.current_device(), align & 15)
-        else:
-            key = ("call", r, given_compute, given_backend, transa, transb, type(given_alpha),
-                   type(given_beta), a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides,
-                   (out.dtype, out.shape, out.strides)) + devs + (
-                       mem_c.device_id, _arrays.current_device(), (align | mem_c.ptr) & 15)
+        sig = calls.key(_words(transa, transb, given_alpha, given_beta, None if fresh else out,
+                               given_compute, given_backend), a, b, None if fresh else out)
+        key = None if sig is None else sig[0]
         zero = 0 if row.scalar_kind == "int" else 0.0
         calls.record(key, ran[0], ran[1], a, b, out, fresh, None, zero, _scalar_limit(row))
     return out

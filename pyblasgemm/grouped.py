@@ -683,17 +683,16 @@ def _overlaps(x, y) -> bool:
     return may_overlap(x, y)
 
 
-def _vector_key(v):
-    return None if v is None else (v.dtype, v.shape, v.strides, v.data.ptr & 15)
-
-
 def _expert_signature(a, b, ends, out, out_given, bias, scale_a, scale_b, activation, dtype, compute,
                       backend):
-    """The key of a repeatable expert-form call on CuPy arrays, or None."""
+    """The key of a repeatable expert-form call on CuPy arrays, or None: the
+    :func:`pyblasgemm.calls.key` of ``a`` and ``b``, with ``out`` (when given), the bias and
+    scales as extra arrays, each with its own alignment class (the table's vector loads need
+    A and B aligned, a dequantizing store C: one class for all would mix them)."""
     from . import calls
 
     nd = calls.cupy_type()
-    if nd is None or type(a) is not nd or type(b) is not nd or type(out) is not nd or \
+    if nd is None or type(a) is not nd or type(out) is not nd or \
             not (activation is None or type(activation) is str) or \
             not (compute is None or type(compute) is str) or not (backend is None or type(backend) is str):
         return None
@@ -701,10 +700,10 @@ def _expert_signature(a, b, ends, out, out_given, bias, scale_a, scale_b, activa
 
     if not current_settings().cache:
         return None
-    return ("grouped-expert-call", _arrays.current_device(), a.device.id, b.device.id, out.device.id,
-            _vector_key(a), _vector_key(b), _vector_key(out) if out_given else (out.dtype, out.shape, None),
-            tuple(ends), _vector_key(bias), _vector_key(scale_a), _vector_key(scale_b), activation,
-            None if dtype is None else str(dtype), compute, backend)
+    words = ("grouped_matmul", tuple(ends), activation, None if dtype is None else str(dtype), compute,
+             backend, None if out_given else (out.dtype, out.shape))
+    sig = calls.key(words, a, b, None, (out if out_given else None, bias, scale_a, scale_b))
+    return None if sig is None else sig[0]
 
 
 def _bases(a, b, out, bias, scale_a, scale_b):

@@ -263,47 +263,35 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
         # (float32/float64/complex/int8: numpy.matmul itself, bit for bit) at NumPy's cost
         # (4x4: ~1.3 µs, against ~50 µs through describe and plan)
         return _HOST_DIRECT[a.dtype.num](a, b)
-    if (t is _CUPY[0] and type(b) is t and autotune is None and not numpy_kwargs
+    if (t is _CUPY[0] and autotune is None and not numpy_kwargs
             and (dtype is None or isinstance(dtype, _DTYPE_WORDS))):
         # a repeated CuPy call: its signature maps straight to the launch that ran it
-        mem_a, mem_b = a.data, b.data
-        pa, pb = mem_a.ptr, mem_b.ptr
-        if out is None:
-            key = ("call", _ROUTINE, compute, backend, dtype, a.dtype, b.dtype, a.shape, b.shape,
-                   a.strides, b.strides, None, mem_a.device_id, mem_b.device_id, _get_device(),
-                   (pa | pb) & 15)
-            call = calls.get(key)
+        sig = calls.key((_ROUTINE, compute, backend, dtype), a, b, out)
+        if sig is not None:
+            k, pa, pb, pc = sig
+            call = calls.get(k)
             if call is not None:
-                c = _empty(call.shape, call.dtype)
-                pc = c.data.ptr
-                if not pc & call.c_mask:
+                if out is None:
+                    c = _empty(call.shape, call.dtype)
+                    pc = c.data.ptr
+                    if pc & call.c_mask:
+                        call = None
+                elif calls.overlaps(call, pa, pb, pc):
+                    call = None
+                else:
+                    c = out
+                if call is not None:
                     sptr = streams.current() if stream is None else streams.handle(stream)
                     if call.swap:
                         call.launch(pb, pa, pc, call.one, call.zero, sptr)
                     else:
                         call.launch(pa, pb, pc, call.one, call.zero, sptr)
                     return c
-        elif type(out) is t:
-            mem_c = out.data
-            pc = mem_c.ptr
-            key = ("call", _ROUTINE, compute, backend, dtype, a.dtype, b.dtype, a.shape, b.shape,
-                   a.strides, b.strides, (out.dtype, out.shape, out.strides), mem_a.device_id,
-                   mem_b.device_id, mem_c.device_id, _get_device(), (pa | pb | pc) & 15)
-            call = calls.get(key)
-            if call is not None and not calls.overlaps(call, pa, pb, pc):
-                sptr = streams.current() if stream is None else streams.handle(stream)
-                if call.swap:
-                    call.launch(pb, pa, pc, call.one, call.zero, sptr)
-                else:
-                    call.launch(pa, pb, pc, call.one, call.zero, sptr)
-                return out
     elif t is _TORCH[0] and autotune is None and dtype is None and not numpy_kwargs:
-        # a repeated PyTorch call: the tensors' own attributes make the key (arrays.py)
-        tkey, ptrs = arrays.torch_signature((_ROUTINE, compute, backend), (a, b, out))
-        if tkey is not None:
-            c = arrays.torch_replay(tkey, ptrs, a, out, stream)
-            if c is not None:
-                return c
+        # a repeated PyTorch call: the tensors' own attributes make the key (calls.key)
+        c = arrays.torch_replay((_ROUTINE, compute, backend, None), a, b, out, stream)
+        if c is not None:
+            return c
     elif _CUPY[0] is None and calls.cupy_type() is not None:
         _CUPY[0] = calls.cupy_type()
     if ((type(a) not in _arrays.ARRAY_TYPES or type(b) not in _arrays.ARRAY_TYPES
@@ -330,8 +318,7 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
         back = out if out is not None else conv.back(result, framework_type=dtype is None)
         if (conv.kind == "torch" and conv.gpu and dtype is None and autotune is None and not numpy_kwargs
                 and _plain_word(compute) and _plain_word(backend)):
-            arrays.torch_record(arrays.torch_signature((_ROUTINE, compute, backend), (a, b, out))[0], back,
-                                out is None)
+            arrays.torch_record((_ROUTINE, compute, backend, None), a, b, out, back)
         return back
     stream = streams.handle(stream)
     given_compute, given_backend = compute, backend
@@ -451,18 +438,10 @@ _DTYPE_WORDS = (type, np.dtype, str)
 
 
 def _signature(a, b, out, compute=None, backend=None, dtype=None):
-    """The call-signature key of matmul(a, b, out, compute=, backend=, dtype=) as given (CuPy
-    arrays; see calls.py)."""
-    mem_a, mem_b = a.data, b.data
-    pa, pb = mem_a.ptr, mem_b.ptr
-    if out is None:
-        return ("call", _ROUTINE, compute, backend, dtype, a.dtype, b.dtype, a.shape, b.shape,
-                a.strides, b.strides, None, mem_a.device_id, mem_b.device_id, _get_device(),
-                (pa | pb) & 15)
-    mem_c = out.data
-    return ("call", _ROUTINE, compute, backend, dtype, a.dtype, b.dtype, a.shape, b.shape, a.strides,
-            b.strides, (out.dtype, out.shape, out.strides), mem_a.device_id, mem_b.device_id,
-            mem_c.device_id, _get_device(), (pa | pb | mem_c.ptr) & 15)
+    """The call-signature key of matmul(a, b, out, compute=, backend=, dtype=) as given
+    (:func:`pyblasgemm.calls.key`; None for arrays it does not key)."""
+    sig = calls.key((_ROUTINE, compute, backend, dtype), a, b, out)
+    return None if sig is None else sig[0]
 
 
 def _plain_word(value) -> bool:
