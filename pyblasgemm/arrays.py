@@ -423,9 +423,10 @@ def torch_record(words, a, b, out, result) -> None:
     if sig is None or call is None:
         return
     if out is None:
-        calls.put(sig[0], TorchCall(call, result.dtype, tuple(result.shape), tuple(result.stride())))
+        calls.put(sig[0], TorchCall(call, result.dtype, tuple(result.shape), tuple(result.stride())),
+                  refers_to=call.launch)
     else:
-        calls.put(sig[0], TorchCall(call, None, None, None))
+        calls.put(sig[0], TorchCall(call, None, None, None), refers_to=call.launch)
 
 
 def needs_grad(*xs) -> bool:

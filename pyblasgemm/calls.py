@@ -188,16 +188,17 @@ def record(key, launch, swap: bool, a, b, c, fresh: bool, one=None, zero=None,
         return                  # a custom allocator's odd alignment: keep the full path
     call = Call(launch, swap, spans[0], spans[1], spans[2], c_mask, c.shape if fresh else None, c.dtype,
                 order, one, zero, limit)
-    cache.put(key, call)
+    cache.put(key, call, refers_to=launch)     # the launch's own entry (execute's) owns it
     _last.call = call
 
 
-def put(key, value) -> None:
-    """Store ``value`` under a key of :func:`key` (nothing under ``PYBLASGEMM_NO_PLAN_CACHE=1``)."""
+def put(key, value, refers_to=None) -> None:
+    """Store ``value`` under a key of :func:`key` (nothing under ``PYBLASGEMM_NO_PLAN_CACHE=1``);
+    ``refers_to``: the launch it replays (see :meth:`pyblasgemm.plancache.PlanCache.put`)."""
     from .planner.overrides import current_settings
 
     if current_settings().cache:
-        cache.put(key, value)
+        cache.put(key, value, refers_to=refers_to)
 
 
 def get(key):
