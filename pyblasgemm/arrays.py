@@ -34,6 +34,7 @@ Example (on a GPU with PyTorch)::
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 from typing import NamedTuple
 
@@ -445,6 +446,22 @@ def needs_grad(*xs) -> bool:
     import torch
 
     return torch.is_grad_enabled()
+
+
+def differentiable(name: str):
+    """:mod:`pyblasgemm.torch`'s differentiable operator ``name`` (``'matmul'``, ``'linear'``):
+    where the forms send tensors that require grad. The integration is a plug-in above the
+    forms (it imports them): loaded by name on first use, as :mod:`pyblasgemm.backends` loads
+    the backends, so that no form imports it.
+
+    >>> import pyblasgemm.torch    # doctest: +SKIP
+    >>> differentiable("linear") is pyblasgemm.torch.linear    # doctest: +SKIP
+    True
+    """
+    module = sys.modules.get("pyblasgemm.torch")
+    if module is None:
+        module = importlib.import_module("pyblasgemm.torch")
+    return getattr(module, name)
 
 
 def check_differentiable(routine: str, **given) -> None:

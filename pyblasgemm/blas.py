@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 import numpy as np
 
 from ._types import TYPE_ROWS
-from . import _arrays, arrays, calls, streams
+from . import arrays, calls, streams
 from .backends import host as _host
 from .desc import describe_blas
 from .execute import execute

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..kernels.driver import make_context_current
 
-__all__ = ["LtLaunch", "LtEpilogueLaunch", "make_launch", "LT_EPILOGUES"]
+__all__ = ["LtLaunch", "LtEpilogueLaunch", "make_launch", "LT_EPILOGUES", "LT_EPILOGUE_NAMES"]
 
 #: (activation, bias, pre-activation out) -> cublasLtEpilogue_t: what cuBLASLt fuses. Its GELU
 #: is the tanh approximation (cuBLAS docs, footnote on GELU), so it serves 'gelu_tanh' only;
@@ -29,6 +29,9 @@ __all__ = ["LtLaunch", "LtEpilogueLaunch", "make_launch", "LT_EPILOGUES"]
 LT_EPILOGUES = {(None, True, False): 4, ("relu", False, False): 2, ("relu", True, False): 6,
                 ("gelu_tanh", False, False): 32, ("gelu_tanh", True, False): 36,
                 ("gelu_tanh", False, True): 160, ("gelu_tanh", True, True): 164}
+#: cublasLtEpilogue_t codes by name (CUBLASLT_EPILOGUE_<name>), for the route's description
+LT_EPILOGUE_NAMES = {4: "BIAS", 2: "RELU", 6: "RELU_BIAS", 32: "GELU", 36: "GELU_BIAS", 160: "GELU_AUX",
+                     164: "GELU_AUX_BIAS"}
 #: the bias / pre-activation alignment the algorithm is chosen for (bytes): a call with pointers
 #: that are less aligned is refused by LtEpilogueLaunch.fits
 EPILOGUE_ALIGN = 16
@@ -306,9 +309,10 @@ class LtLaunch:
 
 class LtEpilogueLaunch(LtLaunch):
     """An :class:`LtLaunch` whose matmul descriptor carries a cuBLASLt epilogue (a code of
-    :data:`LT_EPILOGUES`): ``launch(a, b, c, alpha, beta, stream, bias_ptr, aux_ptr)``. The
-    bias and pre-activation pointers are descriptor attributes, set before each call under the
-    launch's lock (cuBLASLt reads the descriptor when the call is queued)."""
+    :data:`LT_EPILOGUES`): ``launch(a, b, c, alpha, beta, stream, bias=, pre=)``, the calling
+    convention of our kernels' fused launches (``scale_m`` / ``scale_n`` are not cuBLASLt's:
+    refused). The bias and pre-activation pointers are descriptor attributes, set before each
+    call under the launch's lock (cuBLASLt reads the descriptor when the call is queued)."""
 
     __slots__ = ("epilogue",)
 
@@ -316,14 +320,16 @@ class LtEpilogueLaunch(LtLaunch):
         super().__init__(desc, types, device, epilogue)
         self.epilogue = epilogue
 
-    def __call__(self, a_ptr, b_ptr, c_ptr, alpha=1.0, beta=0.0, stream: int = 0, bias_ptr: int = 0,
-                 aux_ptr: int = 0):
+    def __call__(self, a_ptr, b_ptr, c_ptr, alpha=1.0, beta=0.0, stream: int = 0, bias: int = 0,
+                 pre: int = 0, scale_m: int = 0, scale_n: int = 0):
+        if scale_m or scale_n:
+            raise ValueError("cuBLASLt's epilogue launch takes no dequantizing scales")
         set_attr = self._lib.cublasLtMatmulDescSetAttribute
         with self._lock:
             if self.epilogue & 4:
-                _set(set_attr, self._desc, _DESC_BIAS_POINTER, bias_ptr, ct.c_uint64)
+                _set(set_attr, self._desc, _DESC_BIAS_POINTER, bias, ct.c_uint64)
             if self.epilogue & 128:
-                _set(set_attr, self._desc, _DESC_AUX_POINTER, aux_ptr, ct.c_uint64)
+                _set(set_attr, self._desc, _DESC_AUX_POINTER, pre, ct.c_uint64)
             self._matmul(a_ptr, b_ptr, c_ptr, alpha, beta, stream)
 
 

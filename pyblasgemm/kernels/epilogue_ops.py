@@ -42,7 +42,7 @@ def _kernel(acc: str, dequant: bool, bias: bool, beta: bool, act: int, preact: b
 
 def apply_device(epi, t, alpha, beta, c_old, bias, scale_a, scale_b, preactivation_out, out):
     """``out[...] = act(v)`` and ``preactivation_out[...] = v`` on the GPU, v as
-    :func:`pyblasgemm.epilogue.apply` defines it; float32 results are rounded once into 16-bit
+    :func:`pyblasgemm.epilogue_pass.apply` defines it; float32 results are rounded once into 16-bit
     outputs."""
     import cupy
 
