@@ -344,18 +344,6 @@ def check_backend_place(routine: str, backend: str | None, xp: str, name: str = 
                          f"but the arrays are {got} arrays")
 
 
-def check_forced_backend(routine: str, backend: str | None, xp: str) -> None:
-    """:func:`check_backend_place` for the backend a call runs under: ``backend=`` (checked by
-    :func:`check_backend`) or, without it, ``PYBLASGEMM_BACKEND`` (named as such). For routes
-    that do not reach the planner, which checks the same."""
-    if backend is not None:
-        check_backend_place(routine, backend, xp)
-        return
-    from .planner.overrides import current_settings
-
-    check_backend_place(routine, current_settings().backend, xp, name="PYBLASGEMM_BACKEND")
-
-
 def check_same_place(routine: str, named_arrays) -> tuple:
     """All arrays NumPy, or all CuPy on one device. Returns (xp name, device)."""
     first_name, first = named_arrays[0]

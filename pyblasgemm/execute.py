@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from . import _arrays, streams
+from . import _arrays, composite, streams
 from .backends import get_backend
 from .epilogue import note_route
 from .epilogue_pass import UNFUSED
@@ -98,8 +98,6 @@ def execute(desc: GemmDesc, a, b, c, backend: str | None = None, autotune=None, 
     plan = plan_for(desc, backend) if autotune is None else plan_for(desc, backend,
                                                                        autotune=autotune)
     if isinstance(plan.launch, CompositeSpec):
-        from . import composite
-
         with streams.on(stream):
             composite.run(desc, a, b, c, plan, execute)
         return None

@@ -31,9 +31,10 @@ from ._strided import FusedRun, dequant_gemm, epilogue_gemm, row_for, strided_ge
 from .backends import host as host_backend
 from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, get_default_compute, resolve_compute
 from ._layout import may_overlap
-from .desc import check_backend, check_forced_backend
+from .desc import check_backend
 from .epilogue import acc_dtype, check as check_epilogue, check_activation, note_route, numpy_result
 from .epilogue_pass import run_unfused
+from .planner.overrides import check_forced_backend
 
 _ROUTINE = "matmul"
 #: cupy.ndarray / torch.Tensor once seen (the signature fast paths compare types by identity)

@@ -8,7 +8,7 @@ and float64 problems are not ours: the planner sends them to cuBLAS.
 """
 from __future__ import annotations
 
-from .. import constraints
+from .. import constraints, streams
 from ..desc import GemmDesc
 
 NAME = "tensorcore"
@@ -72,7 +72,5 @@ def bind(desc: GemmDesc, plan):
 
 def run(desc: GemmDesc, a, b, c, plan=None) -> None:
     """Launch through the bound launch of ``desc``'s class (see :func:`bind`)."""
-    from .. import streams
-
     bind(desc, plan)(a.data.ptr, b.data.ptr, c.data.ptr, desc.alpha, desc.beta,
                      streams.current())
