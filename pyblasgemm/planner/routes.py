@@ -32,6 +32,7 @@ from ..backends.cublaslt import EPILOGUE_ALIGN, LT_EPILOGUE_NAMES, LT_EPILOGUES
 from ..epilogue_pass import UNFUSED
 from ..kernels.grouped import GROUPED_CONFIGS
 from ..kernels.jit import epilogue_code
+from ..kinds import KERNEL_KINDS
 from ..kernels.launch import fusable
 from . import model as M
 from .arch import ArchSpec
@@ -89,7 +90,7 @@ def _fused_plan(desc, base: Plan, option: RouteOption, arch, options, why) -> Pl
             return replace(base, problem=desc, epilogue=route)
         cublas = next(c for c in base.candidates if c.backend == "cublas")
         return Plan("cublas", "cuBLASLt: its epilogue fuses this one (our planned kernel's store "
-                    "cannot)", None, None, 1, (), 0, cublas.time, base.source, base.arch, desc,
+                    "cannot)", None, None, 1, (), 0, cublas.time, "heuristic", base.arch, desc,
                     base.candidates, epilogue=route)
     what = "int8 dequantized in its store" if epi.dequantize else "the epilogue fused in its store"
     cand = option.candidate
@@ -102,7 +103,7 @@ def _fused_plan(desc, base: Plan, option: RouteOption, arch, options, why) -> Pl
     spec = spec_for(desc.product, arch, cand)
     return Plan("tensorcore", f"our kernel {cand.config.name} takes the epilogue in its store",
                 cand.config, cand.config.decomposition, spec.splits, spec.grid, spec.workspace_bytes,
-                cand.time, base.source, arch, desc, base.candidates, spec, (), epilogue=route)
+                cand.time, "heuristic", arch, desc, base.candidates, spec, (), epilogue=route)
 
 
 def _ours_options(desc, base: Plan, requested: str):
@@ -176,9 +177,9 @@ def _cublaslt_option(desc, base: Plan, requested: str):
 # ---------------------------------------------------------------------------------------------
 # The group
 
-#: operand dtype name -> (kernel kind, the result dtype it writes without dequantization)
-GROUPED_KINDS = {"float16": ("f16", "float16"), "bfloat16": ("bf16", "bfloat16"),
-                 "int8": ("s8", "int32")}
+#: operand dtype name -> (kernel kind, the result dtype it writes without dequantization), for
+#: the kinds the grouped kernel has a config for (read off the kinds table)
+GROUPED_KINDS = {KERNEL_KINDS[k].ab_dtype: (k, KERNEL_KINDS[k].c_dtype) for k in GROUPED_CONFIGS}
 
 
 def group_plan(desc, requested: str, arch: ArchSpec) -> Plan:
