@@ -1,6 +1,7 @@
 """Sphinx configuration of pyblasgemm's documentation (furo theme, numpydoc-style docstrings
 through napoleon, autodoc/autosummary API reference, doctest-able guides)."""
 import os
+import re
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -45,3 +46,18 @@ html_title = f"pyblasgemm {release}"
 html_static_path = ["_static"]
 pygments_style = "sphinx"
 pygments_dark_style = "monokai"
+
+
+# Tables made from the code's own tables (never written by hand): ``.. activation-table:: kind``
+# becomes pyblasgemm.epilogue.activation_table(kind) before the page is parsed.
+_ACTIVATION_TABLE = re.compile(r"^\.\. activation-table:: (\w+)[ \t]*$", re.M)
+
+
+def expand_tables(app, docname, source):
+    from pyblasgemm.epilogue import activation_table
+
+    source[0] = _ACTIVATION_TABLE.sub(lambda m: activation_table(m.group(1)), source[0])
+
+
+def setup(app):
+    app.connect("source-read", expand_tables)

@@ -11,9 +11,7 @@ Three forms, one engine:
 CuPy arrays run on the GPU (our tensor-core kernels, or cuBLAS), NumPy arrays on the host.
 Importing the package imports neither CuPy nor creates a CUDA context.
 """
-# the version's one source (pyproject reads it statically; the kernel-cache key imports it):
-# first, so that it is set while the submodules below import
-__version__ = "0.1.0"
+from ._version import __version__     # (the one source: pyproject reads it statically)
 
 from ._types import get_default_compute, set_default_compute
 from .blas import bgemm, cgemm, dgemm, hgemm, igemm, sbgemm, sgemm, shgemm, zgemm

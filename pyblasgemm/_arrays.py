@@ -5,6 +5,7 @@ CuPy unless the caller already holds a CuPy array (which means CuPy is imported 
 """
 from __future__ import annotations
 
+import importlib
 import sys
 
 import numpy as np
@@ -42,12 +43,14 @@ def array_module_name(x) -> str | None:
     return None
 
 
+def _cupy():
+    """CuPy (already imported wherever a CuPy array exists: a dictionary lookup)."""
+    return sys.modules.get("cupy") or importlib.import_module("cupy")
+
+
 def xp_of(name: str):
     """The module for an array-module name."""
-    if name == "cupy":
-        import cupy
-        return cupy
-    return np
+    return _cupy() if name == "cupy" else np
 
 
 def data_ptr(x) -> int:
@@ -71,8 +74,7 @@ def as_strided_bytes(x, shape, byte_strides):
     """A view of x's memory from its first element with the given shape and byte strides."""
     if isinstance(x, np.ndarray):
         return np.lib.stride_tricks.as_strided(x, shape=shape, strides=byte_strides)
-    import cupy
-    return cupy.lib.stride_tricks.as_strided(x, shape=shape, strides=byte_strides)
+    return _cupy().lib.stride_tricks.as_strided(x, shape=shape, strides=byte_strides)
 
 
 def strided_view(x, shape, strides_elems):
@@ -85,8 +87,7 @@ def strided_view(x, shape, strides_elems):
     byte_strides = tuple(s * itemsize for s in strides_elems)
     if isinstance(x, np.ndarray):
         return np.lib.stride_tricks.as_strided(x, shape=shape, strides=byte_strides)
-    import cupy
-    return cupy.lib.stride_tricks.as_strided(x, shape=shape, strides=byte_strides)
+    return _cupy().lib.stride_tricks.as_strided(x, shape=shape, strides=byte_strides)
 
 
 _get_device = []

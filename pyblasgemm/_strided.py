@@ -11,10 +11,18 @@ The common case (every stride describable, no overlap) is read straight off shap
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import numpy as np
+
 from . import _arrays, streams
 from ._layout import blas_layout, blas_layouts, compose_op, may_overlap
-from .desc import check_backend_place, describe
-from .execute import execute
+from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, resolve_compute
+from .desc import alignment, check_backend_place, describe
+from .epilogue import EpilogueSpec
+from .execute import execute, execute_epilogue
+from .kernels.jit import DEQUANT_OUT
+from .planner.overrides import current_settings
 
 
 def _describe(shape2, strides2, itemsize, user_op, problem_transposed):
@@ -191,3 +199,138 @@ def _general(routine, row, compute, backend, transa, transb, a, b, c, alpha, bet
         execute(desc, a, b, target, backend, autotune, stream)
     if target is not c:
         c[...] = target
+
+
+# ---------------------------------------------------------------------------------------------
+# Epilogues: one description with its EpilogueSpec, run by the plan's route
+# ---------------------------------------------------------------------------------------------
+
+class FusedRun(NamedTuple):
+    """An epilogue call that ran fused, as its call signature replays it: ``run(pa, pb, pc,
+    pbias, sptr)`` with the operands in the caller's order."""
+
+    launch: object      # the bound launch (execute's; the signature refers to it)
+    swap: bool          # operands in the description's order: (b, a)
+    alpha: object       # the description's typed scalars
+    beta: object
+    route: object       # the plan's Route (pyblasgemm.epilogue.last_route reads it)
+    widen: object       # the dtype a 16-bit bias is cast to first (float32 results), or None
+
+
+def row_for(ab_dtype, out_dtype):
+    """The type row computing ``out_dtype`` from ``ab_dtype`` operands (shgemm/sbgemm for a
+    float32 result of 16-bit operands), or None."""
+    row = ROW_BY_DTYPE.get(np.dtype(ab_dtype))
+    if row is not None and row.c_dtype == out_dtype:
+        return row
+    return ROW_BY_DTYPES.get((np.dtype(ab_dtype), np.dtype(out_dtype)))
+
+
+def _bias_axis(epi, swapped: bool):
+    """The user's bias axis ('cols': one per column of the result) in the description's terms."""
+    return None if epi.bias_axis is None else ("m" if (epi.bias_axis == "cols") == swapped else "n")
+
+
+def _ptr(x) -> int:
+    return 0 if x is None else _arrays.data_ptr(x)
+
+
+def _routable(backend, a, b, alpha, beta, m, n, k) -> bool:
+    """A 2-D call on the GPU that one planned launch may run: Python scalars, alpha != 0,
+    nothing empty, a GPU backend (a forced 'host' is the unfused route's error to raise)."""
+    route = backend if backend is not None else current_settings().backend
+    return (route in ("auto", "cublas", "tensorcore") and a.ndim == 2 and b.ndim == 2
+            and type(alpha) in (int, float) and type(beta) in (int, float) and alpha != 0
+            and m > 0 and n > 0 and k > 0)
+
+
+def epilogue_gemm(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pre, fresh_c,
+                  backend, autotune, stream):
+    """``c = act(alpha·op(a)·op(b) + beta·c + bias)`` (and the pre-activation) on CuPy arrays,
+    described as one problem with its epilogue and run by the plan's route
+    (:func:`pyblasgemm.execute.execute_epilogue`). Returns the :class:`FusedRun` when a fused
+    route ran; else the caller computes the product and the pass, recording the unfused route
+    returned (the plan's), or None when the arrays are not one description (other dtypes,
+    batches, a copy needed)."""
+    m, n = c.shape[-2:]
+    k = a.shape[-1] if ta == "N" else a.shape[-2]
+    if row is None or not _routable(backend, a, b, alpha, beta, m, n, k) or a.dtype != row.ab_dtype \
+            or b.dtype != row.ab_dtype or c.dtype != row.c_dtype:
+        return None
+    widen = None
+    if bias is not None and bias.dtype != c.dtype and bias.dtype.itemsize == 2 and c.dtype == np.float32:
+        # a 16-bit bias (the operands' type) for a float32 result: widened exactly, n elements
+        # (one small cast beside the fused call instead of the unfused route's passes)
+        widen = c.dtype
+        with streams.on(stream):
+            bias = bias.astype(widen)
+    blocker = ""
+    if bias is not None and (bias.dtype != c.dtype or not bias.flags.c_contiguous):
+        blocker = "the bias is not contiguous in the result's dtype (the fused stores read it so)"
+    elif pre is not None and (pre.strides != c.strides or may_overlap(pre, c)):
+        blocker = "the pre-activation is not laid out as the result, or shares its memory"
+    fast = _fast_desc(routine, row, resolve_compute(row, compute, routine), ta, tb, a, b, c, alpha,
+                      beta, 1, (0, 0, 0), m, n, k, fresh_c)
+    if fast is None:
+        return None
+    desc, first, second, swapped = fast
+    pbias, ppre = _ptr(bias), _ptr(pre)
+    spec = EpilogueSpec(None if epi.activation is None else epi.activation.name, _bias_axis(epi, swapped),
+                        alignment(pbias) if bias is not None else 0, pre is not None,
+                        alignment(ppre) if pre is not None else 0, None, blocker)
+    desc = desc._replace(epilogue=spec)
+    sptr = streams.current() if stream is None else stream
+    launch, route = execute_epilogue(desc, first, second, c, backend, autotune, sptr, pbias, ppre)
+    return route if launch is None else FusedRun(launch, swapped, desc.alpha, desc.beta, route, widen)
+
+
+def _int32_shadow(result):
+    """An int32 array object over ``result``'s address with its element strides: what the int8
+    product's description is read off (shape, strides, address). Never read or written as
+    int32: the dequantizing kernel writes ``result``'s own type at those element offsets."""
+    isz = result.dtype.itemsize
+    return type(result)(result.shape, np.int32, memptr=result.data,
+                        strides=tuple(s // isz * 4 for s in result.strides))
+
+
+def dequant_gemm(a, b, ta, tb, result, alpha, beta, epi, bias, pre, scale_a, scale_b, fresh_c,
+                 backend, autotune, stream):
+    """An int8 product dequantized in the store (``result = act(alpha·scale_a·scale_b·(op(a)·
+    op(b)) + beta·result + bias)``) as the plan's route runs it: a :class:`FusedRun` when a
+    fused route ran; else, as :func:`epilogue_gemm`, the unfused route or None (the caller's:
+    the exact int32 product, then the pass)."""
+    out_name = result.dtype.name
+    m, n = result.shape
+    k = a.shape[1] if ta == "N" else a.shape[0]
+    if out_name not in DEQUANT_OUT or not _routable(backend, a, b, alpha, beta, m, n, k):
+        return None
+    if not fresh_c and (may_overlap(result, a) or may_overlap(result, b)):
+        return None             # (checked here: the int32 shadow's extent is not the result's)
+    row = ROW_BY_DTYPE[np.dtype(np.int8)]
+    fast = _fast_desc("gemm", row, resolve_compute(row, None, "gemm"), ta, tb, a, b,
+                      _int32_shadow(result), 1, 0, 1, (0, 0, 0), m, n, k, True)
+    if fast is None:
+        return None
+    desc, first, second, swapped = fast
+    blocker = ""
+    if scale_a.shape != (m,) or scale_b.shape != (n,) or not (scale_a.flags.c_contiguous
+                                                             and scale_b.flags.c_contiguous):
+        blocker = "the scales are not contiguous vectors of full length (the fused store reads one per row / column)"
+    elif bias is not None and (bias.dtype != result.dtype or not bias.flags.c_contiguous):
+        blocker = "the bias is not contiguous in the result's dtype"
+    elif pre is not None and (pre.strides != result.strides or may_overlap(pre, result)
+                              or _arrays.data_ptr(pre) % 16):
+        blocker = "the pre-activation is not laid out as the result, 16-byte aligned"
+    elif _arrays.data_ptr(result) % 16 or desc.ldc % (16 // result.dtype.itemsize):
+        blocker = "the result is not 16-byte aligned in whole 16-byte columns (the store's 16-byte writes)"
+    pbias, ppre = _ptr(bias), _ptr(pre)
+    spec = EpilogueSpec(None if epi.activation is None else epi.activation.name, _bias_axis(epi, swapped),
+                        alignment(pbias) if bias is not None else 0, pre is not None,
+                        alignment(ppre) if pre is not None else 0, out_name, blocker)
+    desc = desc._replace(epilogue=spec)
+    sm, sn = (scale_b, scale_a) if swapped else (scale_a, scale_b)
+    sptr = streams.current() if stream is None else stream
+    launch, route = execute_epilogue(desc, first, second, result, backend, autotune, sptr, pbias,
+                                     ppre, _arrays.data_ptr(sm), _arrays.data_ptr(sn), float(alpha),
+                                     float(beta))
+    return route if launch is None else FusedRun(launch, swapped, float(alpha), float(beta), route, None)

@@ -4,8 +4,8 @@ own; PyTorch tensors, JAX arrays, and any object with ``__cuda_array_interface__
 
 Two ways through:
 
-* **A repeated PyTorch call** (:func:`torch_signature`, :func:`torch_replay`): the tensors' own
-  attributes (``data_ptr()``, ``shape``, ``stride()``, ``dtype``, device) make the call's key, and
+* **A repeated PyTorch call** (:func:`torch_replay`): the tensors' own attributes
+  (``data_ptr()``, ``shape``, ``stride()``, ``dtype``, device; :func:`pyblasgemm.calls.key`) make the call's key, and
   a hit launches the recorded launch on the raw pointers, on PyTorch's current stream, into a
   result from ``torch.empty_strided`` (PyTorch's caching allocator: its memory statistics, CUDA
   graph pools and ``record_stream`` hold). No DLPack exchange, no CuPy array.
@@ -34,6 +34,7 @@ Example (on a GPU with PyTorch)::
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 from typing import NamedTuple
 
@@ -322,7 +323,7 @@ def _torch_allocator(device):
 # The repeated PyTorch call
 # ------------------------------------------------------------------------------------------
 
-_torch_tensor = []
+_torch_tensor = calls.torch_tensor      # one list: the key builder compares types by identity
 
 
 def torch_type():
@@ -347,35 +348,20 @@ class TorchCall(NamedTuple):
 
 
 def torch_signature(words: tuple, tensors: tuple):
-    """``(key, pointers)`` of a call on CUDA tensors (None for a CPU tensor or anything that is
-    not a ``torch.Tensor``: those take the converting path). ``words``: the form's own part of
-    the key (its name, keywords and scalar types, as the CuPy key of the form holds them);
-    ``tensors``: the operands, then the output or None. Each tensor contributes its dtype,
-    shape, strides and device; the pointers' alignment class closes the key.
-    A tensor that requires grad while autograd records gives None (such a call must not replay
-    into a detached launch, even one recorded under ``torch.no_grad()``)."""
-    tt = _torch_tensor[0] if _torch_tensor else torch_type()
-    parts = ["torch", *words]
-    ptrs = []
-    align = 0
-    for t in tensors:
-        if t is None:
-            parts.append(None)
-            continue
-        if type(t) is not tt:
-            return None, None
-        dev = t.get_device()
-        if dev < 0:
-            return None, None
-        grad = t.requires_grad
-        if grad and sys.modules["torch"].is_grad_enabled():
-            return None, None       # autograd records it: the differentiable path, never a replay
-        p = t.data_ptr()
-        ptrs.append(p)
-        align |= p
-        parts += (t.dtype, t.shape, t.stride(), dev, grad)
-    parts.append(align & 15)
-    return tuple(parts), ptrs
+    """``(key, pointers)`` of a call on CUDA tensors, or ``(None, None)`` for a CPU tensor or
+    anything that is not a ``torch.Tensor`` (those take the converting path). ``words``: the
+    form's own part of the key (its name, keywords and scalar types, as the CuPy key of the
+    form holds them); ``tensors``: the two operands, then the output or None. The key is
+    :func:`pyblasgemm.calls.key`'s (each tensor's dtype, shape, strides, device and
+    ``requires_grad``, the pointers' alignment class); a tensor that requires grad while
+    autograd records gives none (such a call must not replay into a detached launch, even one
+    recorded under ``torch.no_grad()``)."""
+    if not _torch_tensor:
+        torch_type()
+    sig = calls.key(words, *tensors)
+    if sig is None:
+        return None, None
+    return sig[0], sig[1:]
 
 
 _raw_stream = []
@@ -391,23 +377,27 @@ def torch_raw_stream(device: int) -> int:
     return _raw_stream[0](device)
 
 
-def torch_replay(key, ptrs, a, out, stream, alpha=None, beta=None):
-    """The recorded launch of ``key`` on the tensors' pointers, or None (no record, or what the
-    key cannot prove fails: a fresh result's alignment, C meeting A or B, a scalar out of the
-    routine's range; the caller then takes the full path). ``alpha`` / ``beta`` None: the
-    form's fixed ones (matmul). Returns the result tensor (``out`` when given)."""
-    hit = calls.get(key)
+def torch_replay(words, a, b, out, stream, alpha=None, beta=None):
+    """The recorded launch of the call ``words`` on tensors (a, b, out) through their raw
+    pointers, or None (not CUDA tensors, no record, or what the key cannot prove fails: a
+    fresh result's alignment, C meeting A or B, a scalar out of the routine's range; the
+    caller then takes the full path). ``alpha`` / ``beta`` None: the form's fixed ones
+    (matmul). Returns the result tensor (``out`` when given)."""
+    sig = calls.key(words, a, b, out)
+    if sig is None:
+        return None
+    k, pa, pb, pc = sig
+    hit = calls.get(k)
     if hit is None:
         return None
     call = hit.call
-    pa, pb = ptrs[0], ptrs[1]
     if out is None:
         c = sys.modules["torch"].empty_strided(hit.shape, hit.strides, dtype=hit.dtype, device=a.device)
         pc = c.data_ptr()
         if pc & call.c_mask:
             return None
     else:
-        c, pc = out, ptrs[2]
+        c = out
         if calls.overlaps(call, pa, pb, pc):
             return None
     if alpha is None:
@@ -425,16 +415,19 @@ def torch_replay(key, ptrs, a, out, stream, alpha=None, beta=None):
     return c
 
 
-def torch_record(key, result, fresh: bool) -> None:
-    """After a converting call: if the call on the views was recorded as one launch
-    (:func:`pyblasgemm.calls.last_recorded`), record it under ``key`` for the tensors."""
+def torch_record(words, a, b, out, result) -> None:
+    """After a converting call on tensors (a, b, out): if the call on the views was recorded
+    as one launch (:func:`pyblasgemm.calls.last_recorded`), record it under the tensors' own
+    key (``out`` None: ``result`` is the fresh tensor the call returned)."""
     call = calls.last_recorded()
-    if key is None or call is None:
+    sig = calls.key(words, a, b, out)
+    if sig is None or call is None:
         return
-    if fresh:
-        calls.cache.put(key, TorchCall(call, result.dtype, tuple(result.shape), tuple(result.stride())))
+    if out is None:
+        calls.put(sig[0], TorchCall(call, result.dtype, tuple(result.shape), tuple(result.stride())),
+                  refers_to=call.launch)
     else:
-        calls.cache.put(key, TorchCall(call, None, None, None))
+        calls.put(sig[0], TorchCall(call, None, None, None), refers_to=call.launch)
 
 
 def needs_grad(*xs) -> bool:
@@ -453,6 +446,22 @@ def needs_grad(*xs) -> bool:
     import torch
 
     return torch.is_grad_enabled()
+
+
+def differentiable(name: str):
+    """:mod:`pyblasgemm.torch`'s differentiable operator ``name`` (``'matmul'``, ``'linear'``):
+    where the forms send tensors that require grad. The integration is a plug-in above the
+    forms (it imports them): loaded by name on first use, as :mod:`pyblasgemm.backends` loads
+    the backends, so that no form imports it.
+
+    >>> import pyblasgemm.torch    # doctest: +SKIP
+    >>> differentiable("linear") is pyblasgemm.torch.linear    # doctest: +SKIP
+    True
+    """
+    module = sys.modules.get("pyblasgemm.torch")
+    if module is None:
+        module = importlib.import_module("pyblasgemm.torch")
+    return getattr(module, name)
 
 
 def check_differentiable(routine: str, **given) -> None:

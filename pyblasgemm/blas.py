@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 import numpy as np
 
 from ._types import TYPE_ROWS
-from . import _arrays, arrays, calls, streams
+from . import arrays, calls, streams
 from .backends import host as _host
 from .desc import describe_blas
 from .execute import execute
@@ -283,44 +283,36 @@ def _make(prefix: str):
               alpha=_MISSING, a=_MISSING, lda=_MISSING, b=_MISSING, ldb=_MISSING, beta=_MISSING,
               c=_MISSING, ldc=_MISSING, *, compute=None, backend=None, autotune=None, stream=None):
         t = type(a)
-        if (t is _CUPY[0] and type(b) is t and type(c) is t and autotune is None
-                and type(transa) is str
+        if (t is _CUPY[0] and autotune is None and type(transa) is str
                 and type(transb) is str and type(m) is int and type(n) is int
                 and type(k) is int and type(lda) is int and type(ldb) is int
                 and type(ldc) is int):
             # a repeated CuPy call: its signature maps straight to the launch that ran it
-            mem_a, mem_b, mem_c = a.data, b.data, c.data
-            pa, pb, pc = mem_a.ptr, mem_b.ptr, mem_c.ptr
-            key = ("call", prefix, compute, backend, transa, transb, m, n, k, lda, ldb, ldc,
-                   type(alpha), type(beta), a.dtype, a.shape, a.strides, b.dtype, b.shape,
-                   b.strides, c.dtype, c.shape, c.strides, mem_a.device_id, mem_b.device_id,
-                   mem_c.device_id, _arrays.current_device(), (pa | pb | pc) & 15)
-            call = calls.get(key)
-            if call is not None and not calls.overlaps(call, pa, pb, pc):
+            sig = calls.key((prefix, compute, backend, transa, transb, m, n, k, lda, ldb, ldc,
+                             type(alpha), type(beta)), a, b, c)
+            call = None if sig is None else calls.get(sig[0])
+            if call is not None and not calls.overlaps(call, *sig[1:]):
                 lim = call.limit
                 if -lim <= alpha <= lim and -lim <= beta <= lim and alpha != 0:
-                    call.launch(pa, pb, pc, alpha + call.zero, beta + call.zero,
+                    call.launch(sig[1], sig[2], sig[3], alpha + call.zero, beta + call.zero,
                                 streams.current() if stream is None else streams.handle(stream))
                     return c
         elif t is _TORCH[0] and autotune is None and type(transa) is str and type(transb) is str:
-            # a repeated PyTorch call: the tensors' own attributes make the key (arrays.py)
-            tkey, ptrs = arrays.torch_signature(
-                (prefix, compute, backend, transa, transb, m, n, k, lda, ldb, ldc, type(alpha), type(beta)),
-                (a, b, c))
-            if tkey is not None and arrays.torch_replay(tkey, ptrs, a, c, stream, alpha, beta) is not None:
+            # a repeated PyTorch call: the tensors' own attributes make the key (calls.key)
+            if arrays.torch_replay((prefix, compute, backend, transa, transb, m, n, k, lda, ldb, ldc,
+                                    type(alpha), type(beta)), a, b, c, stream, alpha, beta) is not None:
                 return c
-        elif (t is _ND and type(b) is t and type(c) is t and autotune is None and stream is None
+        elif (t is _ND and autotune is None and stream is None
               and type(transa) is str and type(transb) is str and type(m) is int
               and type(n) is int and type(k) is int and type(lda) is int and type(ldb) is int
               and type(ldc) is int):
             # a repeated NumPy call: the key proves flags, sizes, dtypes and that the buffers
             # hold their spans; pointers (overlap), writability and scalar values it cannot
             a_dtype, b_dtype, c_dtype = a.dtype, b.dtype, c.dtype
+            sig = calls.key((prefix, compute, backend, transa, transb, m, n, k, lda, ldb, ldc,
+                             type(alpha), type(beta)), a, b, c)
             try:
-                host_call = _peek(("host", prefix, compute, backend, transa, transb, m, n, k,
-                                   lda, ldb, ldc, type(alpha), type(beta), a_dtype, a.shape,
-                                   a.strides, b_dtype, b.shape, b.strides, c_dtype, c.shape,
-                                   c.strides))
+                host_call = None if sig is None else _peek(sig[0])
             except TypeError:       # an unhashable word (compute=[...]): the full path names it
                 host_call = None
             c_flags = None if host_call is None else c.flags
@@ -368,8 +360,8 @@ def _make(prefix: str):
             if (conv.kind == "torch" and conv.gpu and autotune is None and type(transa) is str
                     and type(transb) is str and _plain_word(compute) and _plain_word(backend)
                     and all(type(v) is int for v in (m, n, k, lda, ldb, ldc))):
-                words = (prefix, compute, backend, transa, transb, m, n, k, lda, ldb, ldc, type(alpha), type(beta))
-                arrays.torch_record(arrays.torch_signature(words, (a, b, c))[0], c, False)
+                arrays.torch_record((prefix, compute, backend, transa, transb, m, n, k, lda, ldb, ldc,
+                                     type(alpha), type(beta)), a, b, c, c)
             return c
         given_stream = stream
         stream = streams.handle(stream)
@@ -382,12 +374,8 @@ def _make(prefix: str):
                 and type(alpha) in _PLAIN[row.scalar_kind]
                 and type(beta) in _PLAIN[row.scalar_kind]):
             # describe_blas proved this signature valid (int dims: checked there)
-            mem_a, mem_b, mem_c = a.data, b.data, c.data
-            key = ("call", prefix, given_compute, given_backend, transa, transb, m, n, k, lda,
-                   ldb, ldc, type(alpha), type(beta), a.dtype, a.shape, a.strides, b.dtype,
-                   b.shape, b.strides, c.dtype, c.shape, c.strides, mem_a.device_id,
-                   mem_b.device_id, mem_c.device_id, _arrays.current_device(),
-                   (mem_a.ptr | mem_b.ptr | mem_c.ptr) & 15)
+            key = calls.key((prefix, given_compute, given_backend, transa, transb, m, n, k, lda,
+                             ldb, ldc, type(alpha), type(beta)), a, b, c)[0]
             # spans of the buffers as BLAS reads them (the whole buffers: conservative)
             calls.record(key, launch, False, a, b, c, False, None, zero, limit)
         elif (launch is None and type(a) is _ND and type(b) is _ND and type(c) is _ND
@@ -399,10 +387,9 @@ def _make(prefix: str):
             plan = plan_for(desc, backend)        # cached: the plan that just ran
             if plan.backend == "host" and not isinstance(plan.launch, CompositeSpec):
                 # describe_blas proved this signature valid; the host ran it on views
-                calls.cache.put(("host", prefix, given_compute, given_backend, transa, transb, m,
-                                 n, k, lda, ldb, ldc, type(alpha), type(beta), a.dtype, a.shape,
-                                 a.strides, b.dtype, b.shape, b.strides, c.dtype, c.shape,
-                                 c.strides), _host_call(desc, row, zero, limit, a, b, c))
+                calls.put(calls.key((prefix, given_compute, given_backend, transa, transb, m, n, k,
+                                     lda, ldb, ldc, type(alpha), type(beta)), a, b, c)[0],
+                          _host_call(desc, row, zero, limit, a, b, c))
         return c
 
     zero = 0 if row.scalar_kind == "int" else 0.0

@@ -18,9 +18,13 @@ import sys
 import threading
 from typing import NamedTuple
 
+import numpy as np
+
+from . import _arrays
 from .plancache import get_plan_cache
 
-__all__ = ["Call", "cupy_type", "record", "span_bytes", "last_recorded", "forget_last"]
+__all__ = ["Call", "cupy_type", "key", "get", "put", "record", "span_bytes", "last_recorded",
+           "forget_last"]
 
 cache = get_plan_cache()
 #: the Call this thread recorded last (the converting path of foreign arrays records it under
@@ -55,7 +59,10 @@ class Call(NamedTuple):
     limit: object           # |alpha|, |beta| bound of the routine's scalar type (None: fixed)
 
 
-_cupy_ndarray = []
+_cupy_ndarray: list = []
+#: torch.Tensor, once PyTorch has been imported by anyone (set by pyblasgemm.arrays)
+torch_tensor: list = []
+_current_device = _arrays.current_device
 
 
 def cupy_type():
@@ -67,6 +74,88 @@ def cupy_type():
     if nd is not None:
         _cupy_ndarray.append(nd)
     return nd
+
+
+_NDARRAY = np.ndarray
+
+
+def key(words: tuple, a, b, c=None, extra: tuple = ()):
+    """The call-signature key of a call on arrays: ``(key, pa, pb, pc)``, or None when the
+    arrays are not all of one kind this builder keys (the full path then runs).
+
+    The one place a signature is assembled. ``words``: the form's own part (its name, the
+    keywords and scalar types as given: hashable values the full path read); ``a``, ``b``: the
+    operands; ``c``: the array written in place, or None for a fresh result; ``extra``: more
+    input arrays (a bias, scales; None entries allowed), each with its own alignment class.
+    Per array kind:
+
+    * CuPy: dtype, shape, strides and device of each array, the current device, and the
+      16-byte alignment class of the operands' and output's pointers together (the plan's
+      ``desc.align`` is read off the same OR of them);
+    * PyTorch CUDA tensors: dtype, shape, ``stride()``, device and ``requires_grad`` of each,
+      the same alignment class; None for a CPU tensor (the converting path) and for a tensor
+      that requires grad while autograd records (the differentiable path: such a call must
+      never replay into a detached launch, even one recorded under ``torch.no_grad()``);
+    * NumPy: dtype, shape and strides (a host call runs on views: no pointers, no device).
+
+    ``pa``, ``pb``, ``pc``: the pointers the key was read from (0 for NumPy and for a missing
+    ``c``).
+
+    >>> import numpy as np
+    >>> a = np.ones((2, 3), np.float32)
+    >>> k, *_ = key(("doc",), a, a.T)
+    >>> k[:3], k == key(("doc",), a, a.T)[0], k == key(("doc",), a, a)[0]
+    (('call', <class 'numpy.ndarray'>, ('doc',)), True, False)
+    """
+    t = type(a)
+    if type(b) is not t or (c is not None and type(c) is not t):
+        return None
+    if _cupy_ndarray and t is _cupy_ndarray[0]:
+        ma, mb = a.data, b.data
+        pa, pb = ma.ptr, mb.ptr
+        if c is None:
+            pc, cpart, align = 0, None, pa | pb
+        else:
+            mc = c.data
+            pc = mc.ptr
+            cpart, align = (c.dtype, c.shape, c.strides, mc.device_id), pa | pb | pc
+        k = ("call", t, words, a.dtype, a.shape, a.strides, ma.device_id, b.dtype, b.shape,
+             b.strides, mb.device_id, cpart, _current_device(), align & 15)
+        if extra:
+            k += tuple(None if x is None else (x.dtype, x.shape, x.strides, x.data.device_id,
+                                               x.data.ptr & 15) for x in extra)
+        return k, pa, pb, pc
+    if torch_tensor and t is torch_tensor[0]:
+        da, db = a.get_device(), b.get_device()
+        if da < 0 or db < 0:
+            return None
+        ga, gb = a.requires_grad, b.requires_grad
+        pa, pb = a.data_ptr(), b.data_ptr()
+        if c is None:
+            pc, cpart, align, gc = 0, None, pa | pb, False
+        else:
+            dc = c.get_device()
+            if dc < 0:
+                return None
+            pc, gc = c.data_ptr(), c.requires_grad
+            cpart, align = (c.dtype, c.shape, c.stride(), dc, gc), pa | pb | pc
+        k = ("call", t, words, a.dtype, a.shape, a.stride(), da, ga, b.dtype, b.shape, b.stride(),
+             db, gb, cpart, align & 15)
+        for x in extra:
+            if x is None:
+                k += (None,)
+                continue
+            if type(x) is not t or x.get_device() < 0:
+                return None
+            gc = gc or x.requires_grad
+            k += ((x.dtype, x.shape, x.stride(), x.get_device(), x.requires_grad, x.data_ptr() & 15),)
+        if (ga or gb or gc) and sys.modules["torch"].is_grad_enabled():
+            return None             # autograd records it: the differentiable path, never a replay
+        return k, pa, pb, pc
+    if t is _NDARRAY:
+        return (("call", t, words, a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides,
+                 None if c is None else (c.dtype, c.shape, c.strides)), 0, 0, 0)
+    return None
 
 
 def span_bytes(x) -> int | None:
@@ -84,10 +173,11 @@ def span_bytes(x) -> int | None:
 def record(key, launch, swap: bool, a, b, c, fresh: bool, one=None, zero=None,
            limit=None) -> None:
     """Remember that ``key``'s call ran as ``launch`` on (a, b, c) (C fresh or given).
-    Nothing is kept under ``PYBLASGEMM_NO_PLAN_CACHE=1`` (every call planned anew)."""
+    Nothing is kept under ``PYBLASGEMM_NO_PLAN_CACHE=1`` (every call planned anew), nor for a
+    ``key`` of None (arrays :func:`key` does not key)."""
     from .planner.overrides import current_settings
 
-    if not current_settings().cache:
+    if key is None or not current_settings().cache:
         return
     spans = [span_bytes(x) for x in (a, b, c)]
     if None in spans:
@@ -98,8 +188,17 @@ def record(key, launch, swap: bool, a, b, c, fresh: bool, one=None, zero=None,
         return                  # a custom allocator's odd alignment: keep the full path
     call = Call(launch, swap, spans[0], spans[1], spans[2], c_mask, c.shape if fresh else None, c.dtype,
                 order, one, zero, limit)
-    cache.put(key, call)
+    cache.put(key, call, refers_to=launch)     # the launch's own entry (execute's) owns it
     _last.call = call
+
+
+def put(key, value, refers_to=None) -> None:
+    """Store ``value`` under a key of :func:`key` (nothing under ``PYBLASGEMM_NO_PLAN_CACHE=1``);
+    ``refers_to``: the launch it replays (see :meth:`pyblasgemm.plancache.PlanCache.put`)."""
+    from .planner.overrides import current_settings
+
+    if current_settings().cache:
+        cache.put(key, value, refers_to=refers_to)
 
 
 def get(key):

@@ -77,6 +77,11 @@ class GemmDesc(NamedTuple):
     device: int         # CUDA device ordinal, -1 on the host
     align: int          # largest power of two (<= 16) dividing every pointer, ld and stride, in bytes
     ptr_align: int      # the same over the pointers alone (a packed copy's leading dimension is ours)
+    #: what happens before the store (bias, activation, pre-activation, int8 dequantization):
+    #: an :class:`~pyblasgemm.epilogue.EpilogueSpec`, or None for the plain product
+    epilogue: object
+    #: a grouped problem (many products in one call): a :class:`GroupSpec`, or None
+    group: object
     alpha: object       # scalars last: ``key`` drops them, plans do not depend on their values
     beta: object
 
@@ -88,6 +93,12 @@ class GemmDesc(NamedTuple):
     def key(self) -> tuple:
         """Everything a plan depends on (all fields but alpha and beta)."""
         return self[:-2]
+
+    @property
+    def product(self) -> "GemmDesc":
+        """The same problem without its epilogue and group: the GEMM the routes share."""
+        return self if self.epilogue is None and self.group is None else self._replace(
+            epilogue=None, group=None)
 
     @property
     def is_noop(self) -> bool:
@@ -117,11 +128,13 @@ class GemmDesc(NamedTuple):
 
 def describe(routine: str, row: TypeRow, compute: str, transa: str, transb: str, m: int, n: int,
              k: int, lda: int, ldb: int, ldc: int, batch: int, stride_a: int, stride_b: int,
-             stride_c: int, xp: str, device: int, pointers: tuple, alpha, beta) -> GemmDesc:
+             stride_c: int, xp: str, device: int, pointers: tuple, alpha, beta, *,
+             epilogue=None, group=None) -> GemmDesc:
     """The one constructor of a :class:`GemmDesc` from checked values: every form (BLAS, gemm,
-    matmul, the planner's ``make_desc``) ends here. ``pointers``: (a, b, c) addresses, or
-    ``(align,)`` for a description without arrays (the planner's); the alignment folds in the leading
-    dimensions and batch strides (in elements; converted to bytes here).
+    matmul, grouped_matmul, the planner's ``make_desc``) ends here. ``pointers``: (a, b, c)
+    addresses, or ``(align,)`` for a description without arrays (the planner's); the alignment
+    folds in the leading dimensions and batch strides (in elements; converted to bytes here).
+    ``epilogue``: an :class:`~pyblasgemm.epilogue.EpilogueSpec`; ``group``: a :class:`GroupSpec`.
 
     Example
     -------
@@ -136,7 +149,29 @@ def describe(routine: str, row: TypeRow, compute: str, transa: str, transb: str,
     ptr_align = alignment(*pointers)
     return GemmDesc(routine, row.prefix, compute, transa, transb, m, n, k, lda, ldb, ldc, batch,
                     stride_a, stride_b, stride_c, xp, device, alignment(ptr_align, *values),
-                    ptr_align, alpha, beta)
+                    ptr_align, epilogue, group, alpha, beta)
+
+
+class GroupSpec(NamedTuple):
+    """A grouped problem (``GemmDesc.group``): many independent products of one type in one
+    call, each in the description's column-major terms (``outᵀ = op(B)ᵀ op(A)ᵀ`` for the
+    row-major user arrays: a problem's m is the user's n). The description's own m, n, k are
+    the largest problem's; ``batch`` is the number of problems.
+
+    >>> GroupSpec("experts", ((64, 3, 32), (64, 0, 32)), 16, 16, "").live
+    1
+    """
+
+    form: str               # 'list' (a list of problems) or 'experts' (rows of a split by offsets)
+    sizes: tuple            # (m, n, k) of each problem, in order
+    ab_align: int           # alignment of every operand pointer and leading dimension (bytes, <= 16)
+    c_align: int            # the same over the outputs
+    blocker: str            # why the arrays keep the group off our one-launch kernel ('': none)
+
+    @property
+    def live(self) -> int:
+        """Problems with something to compute (m and n > 0)."""
+        return sum(1 for m, n, _ in self.sizes if m and n)
 
 
 def matrix_span(rows: int, cols: int, ld: int) -> int:
@@ -307,18 +342,6 @@ def check_backend_place(routine: str, backend: str | None, xp: str, name: str = 
         got = "NumPy" if on_host else "CuPy"
         raise ValueError(f"{routine}: {name}={backend!r} runs on {wanted} arrays, "
                          f"but the arrays are {got} arrays")
-
-
-def check_forced_backend(routine: str, backend: str | None, xp: str) -> None:
-    """:func:`check_backend_place` for the backend a call runs under: ``backend=`` (checked by
-    :func:`check_backend`) or, without it, ``PYBLASGEMM_BACKEND`` (named as such). For routes
-    that do not reach the planner, which checks the same."""
-    if backend is not None:
-        check_backend_place(routine, backend, xp)
-        return
-    from .planner.overrides import current_settings
-
-    check_backend_place(routine, current_settings().backend, xp, name="PYBLASGEMM_BACKEND")
 
 
 def check_same_place(routine: str, named_arrays) -> tuple:

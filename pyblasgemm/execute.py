@@ -1,10 +1,22 @@
-"""Execute: answer the degenerate cases, else plan and hand the problem to a backend."""
+"""Execute: answer the degenerate cases, else plan and hand the problem to a backend.
+
+The one place a launch is bound (:func:`launch_for`): a plain product's, an epilogue fused in
+our kernel's store or cuBLASLt's, a group's persistent launch. Each bound launch is kept under
+one key of the plan cache (its workspace goes with it); call signatures refer to it.
+"""
 from __future__ import annotations
 
-from . import _arrays, streams
+import sys
+
+from . import _arrays, composite, streams
 from .backends import get_backend
+from .epilogue import note_route
+from .epilogue_pass import UNFUSED
 from .plancache import get_plan_cache
 from .desc import GemmDesc, check_backend_place
+from .kernels import mlp_kernel
+from .kernels.grouped import pack_table
+from .kernels.mma_sync import BIAS_MODE
 from .kernels.scale import scale_ieee
 from .planner import plan_for
 from .planner.composite import CompositeSpec
@@ -52,7 +64,9 @@ def launch_for(desc: GemmDesc, plan):
 
         launch = launch_for(desc, plan_for(desc)); launch(pa, pb, pc, 1.0, 0.0, 0)
     """
-    key = ("launch", desc.key, plan.backend, plan.config, plan.pack)
+    group = getattr(plan, "group", None)
+    key = (("launch", group.launch_key) if group is not None else
+           ("launch", desc.key, plan.backend, plan.config, plan.pack))
     launch = _cache.get(key)
     if launch is None:
         launch = None
@@ -84,8 +98,6 @@ def execute(desc: GemmDesc, a, b, c, backend: str | None = None, autotune=None, 
     plan = plan_for(desc, backend) if autotune is None else plan_for(desc, backend,
                                                                        autotune=autotune)
     if isinstance(plan.launch, CompositeSpec):
-        from . import composite
-
         with streams.on(stream):
             composite.run(desc, a, b, c, plan, execute)
         return None
@@ -97,3 +109,69 @@ def execute(desc: GemmDesc, a, b, c, backend: str | None = None, autotune=None, 
     with streams.on(stream):
         get_backend(plan.backend).run(desc, a, b, c, plan)
     return None
+
+
+def execute_epilogue(desc: GemmDesc, a, b, c, backend=None, autotune=None, stream=None, bias=0,
+                     pre=0, scale_m=0, scale_n=0, alpha=None, beta=None):
+    """Run the plan's route for ``desc`` (a description with an epilogue, operands in its
+    order): a fused route is launched here (bias, pre-activation and scale pointers in the
+    description's order; ``alpha`` / ``beta`` None: the description's) and ``(launch, the
+    plan's Route)`` returned, for the call signature, and the route recorded
+    (:func:`pyblasgemm.epilogue.last_route`); ``(None, route)`` for the unfused route, which
+    the form completes (the product into the accumulation type through the planned GEMM, then
+    one pass that records the route)."""
+    if backend is not None:
+        check_backend_place(desc.routine, backend, desc.xp)
+    plan = plan_for(desc, backend) if autotune is None else plan_for(desc, backend, autotune=autotune)
+    route = plan.epilogue
+    if route.kind == "unfused":
+        return None, route
+    launch = launch_for(desc, plan)
+    if launch is None:            # cuBLASLt found no algorithm with this epilogue
+        return None, UNFUSED[desc.xp]
+    launch(a.data.ptr, b.data.ptr, c.data.ptr, desc.alpha if alpha is None else alpha,
+           desc.beta if beta is None else beta, streams.current() if stream is None else stream,
+           bias=bias, pre=pre, scale_m=scale_m, scale_n=scale_n)
+    note_route(route)
+    return launch, route
+
+
+def execute_group(desc: GemmDesc, columns, backend=None, stream=None):
+    """Run a grouped problem as its plan says: one persistent launch of the problems' table
+    (``columns``: the table's columns, :data:`pyblasgemm.kernels.grouped.COLUMNS`), returned
+    as ``(launch, rows, tiles, the plan's Route)`` for the call signature; or None for the
+    loop the form runs (one planned GEMM per non-empty problem)."""
+    if backend is not None:
+        check_backend_place(desc.routine, backend, desc.xp)
+    plan = plan_for(desc, backend)
+    if plan.group.kind != "one launch":
+        return None
+    launch = launch_for(desc, plan)
+    epi = desc.epilogue
+    is_int = desc.prefix == "i" and (epi is None or epi.dequantize is None)
+    alpha, beta = (1, 0) if is_int else (1.0, 0.0)
+    out_bytes = _OUT_BYTES[epi.dequantize] if epi is not None and epi.dequantize else \
+        desc.row.c_dtype.itemsize
+    rows, tiles = pack_table(columns, launch.config, is_int, out_bytes,
+                             BIAS_MODE[None if epi is None else epi.bias], alpha, beta)
+    with streams.on(stream):
+        launch.launch_rows(rows, tiles)
+    note_route(plan.group)
+    return launch, rows, tiles, plan.group
+
+
+_OUT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def execute_mlp(x, w1, w2, b1, b2, code: int, n2_splits: int, stream):
+    """``y = act(x @ w1 + b1) @ w2 + b2`` as the on-chip back-to-back kernel's one launch
+    (:mod:`pyblasgemm.kernels.mlp_kernel`; ``code``: the activation's device code), the result
+    allocated on the launch's stream; the arrays checked by :func:`pyblasgemm.fused_mlp`."""
+    cupy = sys.modules["cupy"]          # (x is a CuPy array)
+    handle = streams.handle(stream)
+    with cupy.cuda.Device(x.device.id), streams.on(handle):
+        y = cupy.empty((x.shape[0], w2.shape[1]), x.dtype)   # on the launch's stream (pool order)
+        mlp_kernel.launch(x.data.ptr, w1.data.ptr, 0 if b1 is None else b1.data.ptr, w2.data.ptr,
+                          0 if b2 is None else b2.data.ptr, y.data.ptr, x.shape[0], x.shape[1],
+                          w1.shape[1], w2.shape[1], x.dtype, code, n2_splits, handle, x.device.id)
+    return y

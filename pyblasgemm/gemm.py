@@ -10,11 +10,16 @@ if TYPE_CHECKING:     # types only: importing pyblasgemm imports none of these
 
     from ._typing import Backend, Compute, GemmTrans, NDArray
 
+import numpy as np
+
 from . import _arrays, arrays, calls, streams
-from .matmul import _plain_word
-from ._strided import strided_gemm
+from .matmul import _plain_word, epilogue_named
+from ._strided import FusedRun, dequant_gemm, epilogue_gemm, row_for, strided_gemm
 from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, dtype_text, resolve_compute
-from .desc import check_backend, check_gemm_flag, check_same_place, check_scalar
+from .desc import (INT32_MAX, _SCALAR_LIMITS, _scalar_value, check_backend, check_gemm_flag,
+                   check_same_place, check_scalar)
+from .epilogue import acc_dtype, check as check_epilogue
+from .epilogue_pass import run_unfused
 
 _ROUTINE = "gemm"
 
@@ -23,9 +28,9 @@ def _supported_names() -> str:
     return ", ".join(d.name for d in ROW_BY_DTYPE)
 
 
-def _torch_words(transa, transb, alpha, beta, out, compute, backend) -> tuple:
-    """The form's part of a PyTorch call's key (as the CuPy key holds it: the scalars' types,
-    beta's only with out=)."""
+def _words(transa, transb, alpha, beta, out, compute, backend) -> tuple:
+    """The form's part of a call's signature key (:func:`pyblasgemm.calls.key`): the flags and
+    keywords as given, the scalars' types (beta's only with out=)."""
     return (_ROUTINE, compute, backend, transa, transb, type(alpha), None if out is None else type(beta))
 
 
@@ -141,23 +146,17 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
     """
     if not (bias is None and activation is None and preactivation_out is None and scale_a is None
             and scale_b is None):
-        from .epilogue import gemm_with_epilogue
-        return gemm_with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend,
-                                  autotune, stream, bias, activation, preactivation_out, scale_a,
-                                  scale_b)
+        return _with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend, autotune,
+                              stream, bias, activation, preactivation_out, scale_a, scale_b)
     t = type(a)
-    if (t is _CUPY[0] and type(b) is t and autotune is None and type(transa) is str
-            and type(transb) is str):
+    if t is _CUPY[0] and autotune is None and type(transa) is str and type(transb) is str:
         # a repeated CuPy call: its signature maps straight to the launch that ran it
-        mem_a, mem_b = a.data, b.data
-        pa, pb = mem_a.ptr, mem_b.ptr
-        if out is None:
-            key = ("call", _ROUTINE, compute, backend, transa, transb, type(alpha), a.dtype,
-                   b.dtype, a.shape, b.shape, a.strides, b.strides, None, mem_a.device_id,
-                   mem_b.device_id, _arrays.current_device(), (pa | pb) & 15)
-            call = calls.get(key)
-            if call is not None:
-                lim = call.limit
+        sig = calls.key(_words(transa, transb, alpha, beta, out, compute, backend), a, b, out)
+        call = None if sig is None else calls.get(sig[0])
+        if call is not None:
+            _, pa, pb, pc = sig
+            lim = call.limit
+            if out is None:
                 if -lim <= alpha <= lim and alpha != 0:
                     c = _empty(call.shape, call.dtype, call.order)
                     pc = c.data.ptr
@@ -169,33 +168,22 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
                         else:
                             call.launch(pa, pb, pc, alpha, call.zero, sptr)
                         return c
-        elif type(out) is t:
-            mem_c = out.data
-            pc = mem_c.ptr
-            key = ("call", _ROUTINE, compute, backend, transa, transb, type(alpha), type(beta),
-                   a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides,
-                   (out.dtype, out.shape, out.strides), mem_a.device_id, mem_b.device_id,
-                   mem_c.device_id, _arrays.current_device(), (pa | pb | pc) & 15)
-            call = calls.get(key)
-            if call is not None and not calls.overlaps(call, pa, pb, pc):
-                lim = call.limit
-                if -lim <= alpha <= lim and -lim <= beta <= lim and alpha != 0:
-                    sptr = streams.current() if stream is None else streams.handle(stream)
-                    alpha += call.zero
-                    beta += call.zero
-                    if call.swap:
-                        call.launch(pb, pa, pc, alpha, beta, sptr)
-                    else:
-                        call.launch(pa, pb, pc, alpha, beta, sptr)
-                    return out
+            elif (not calls.overlaps(call, pa, pb, pc) and -lim <= alpha <= lim
+                  and -lim <= beta <= lim and alpha != 0):
+                sptr = streams.current() if stream is None else streams.handle(stream)
+                alpha += call.zero
+                beta += call.zero
+                if call.swap:
+                    call.launch(pb, pa, pc, alpha, beta, sptr)
+                else:
+                    call.launch(pa, pb, pc, alpha, beta, sptr)
+                return out
     elif (t is _TORCH[0] and autotune is None and type(transa) is str and type(transb) is str):
-        # a repeated PyTorch call: the tensors' own attributes make the key (arrays.py)
-        tkey, ptrs = arrays.torch_signature(_torch_words(transa, transb, alpha, beta, out, compute, backend),
-                                            (a, b, out))
-        if tkey is not None:
-            c = arrays.torch_replay(tkey, ptrs, a, out, stream, alpha, 0 if out is None else beta)
-            if c is not None:
-                return c
+        # a repeated PyTorch call: the tensors' own attributes make the key (calls.key)
+        c = arrays.torch_replay(_words(transa, transb, alpha, beta, out, compute, backend), a, b, out,
+                                stream, alpha, 0 if out is None else beta)
+        if c is not None:
+            return c
     elif _CUPY[0] is None and calls.cupy_type() is not None:
         _CUPY[0] = calls.cupy_type()
     if arrays.is_foreign(a, b, out):
@@ -215,8 +203,8 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         back = out if out is not None else conv.back(result)
         if (conv.kind == "torch" and conv.gpu and autotune is None and type(transa) is str
                 and type(transb) is str and _plain_word(compute) and _plain_word(backend)):
-            words = _torch_words(transa, transb, alpha, beta, out, compute, backend)
-            arrays.torch_record(arrays.torch_signature(words, (a, b, out))[0], back, out is None)
+            arrays.torch_record(_words(transa, transb, alpha, beta, out, compute, backend), a, b, out,
+                                back)
         return back
     stream = streams.handle(stream)
     r = _ROUTINE
@@ -259,18 +247,9 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
             and type(given_beta) in _PLAIN[row.scalar_kind]):
         # one launch on the caller's own arrays: the next call with this signature goes
         # straight to it (calls.py)
-        mem_a, mem_b, mem_c = a.data, b.data, out.data
-        devs = (mem_a.device_id, mem_b.device_id)
-        align = mem_a.ptr | mem_b.ptr
-        if fresh:
-            key = ("call", r, given_compute, given_backend, transa, transb, type(given_alpha),
-                   a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides, None) + devs + (
-                       _arrays.current_device(), align & 15)
-        else:
-            key = ("call", r, given_compute, given_backend, transa, transb, type(given_alpha),
-                   type(given_beta), a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides,
-                   (out.dtype, out.shape, out.strides)) + devs + (
-                       mem_c.device_id, _arrays.current_device(), (align | mem_c.ptr) & 15)
+        sig = calls.key(_words(transa, transb, given_alpha, given_beta, None if fresh else out,
+                               given_compute, given_backend), a, b, None if fresh else out)
+        key = None if sig is None else sig[0]
         zero = 0 if row.scalar_kind == "int" else 0.0
         calls.record(key, ran[0], ran[1], a, b, out, fresh, None, zero, _scalar_limit(row))
     return out
@@ -336,11 +315,112 @@ _TORCH = [None]
 
 
 def _scalar_limit(row):
-    from .desc import INT32_MAX, _SCALAR_LIMITS
-
     return INT32_MAX if row.scalar_kind == "int" else _SCALAR_LIMITS[row.prefix]
 
 
 def _empty(shape, dtype, order):
     # the ndarray constructor itself (cupy.empty's own cost is ~0.8 µs more; see matmul._empty)
     return _CUPY[0](shape, dtype, order=order)
+
+
+# ---------------------------------------------------------------------------------------------
+# gemm with an epilogue (pyblasgemm.epilogue): checked here, described with its EpilogueSpec and
+# run by the plan's route; the unfused route is the product through the hall, then one pass
+
+
+def _ordered_result(xp, shape, dtype, like_c: bool):
+    return xp.empty(shape, dtype) if like_c else xp.empty(shape[::-1], dtype).T
+
+
+def _product(row, ta, tb, a, b, c, alpha, beta, compute, backend, autotune, stream, fresh):
+    """``c = alpha·op(a)·op(b) + beta·c`` through the planned GEMM (the arguments checked by
+    the caller; ``row`` the type row writing ``c``'s dtype)."""
+    xp_name = _arrays.array_module_name(a)
+    with streams.on(stream if xp_name == "cupy" else None):
+        strided_gemm(_ROUTINE, row, resolve_compute(row, compute, _ROUTINE), backend, ta, tb, a, b,
+                     c, alpha, beta, fresh_c=fresh, autotune=autotune, stream=stream)
+    return c
+
+
+def _with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend, autotune, stream, bias,
+                   activation, preactivation_out, scale_a, scale_b):
+    """:func:`gemm` with an epilogue (see :mod:`pyblasgemm.epilogue`)."""
+    r = _ROUTINE
+    if arrays.is_foreign(a, b, out, bias, preactivation_out, scale_a, scale_b):
+        return _foreign_gemm(transa, transb, a, b, out, alpha, beta, compute, backend, autotune,
+                             stream, bias, activation, preactivation_out, scale_a, scale_b)
+    xp_name, row = check_operands(r, a, b)
+    ta = check_gemm_flag(r, 1, "transa", transa, row)
+    tb = check_gemm_flag(r, 2, "transb", transb, row)
+    m, ka = a.shape if ta == "N" else a.shape[::-1]
+    kb, n = b.shape if tb == "N" else b.shape[::-1]
+    if ka != kb:
+        raise ValueError(f"{r}: op(a) is {m} x {ka} but op(b) is {kb} x {n}; the inner "
+                         f"dimensions {ka} and {kb} must agree")
+    dequant = scale_a is not None or scale_b is not None
+    if out is not None:
+        out_dtype = out.dtype
+        if getattr(out, "shape", None) != (m, n):
+            raise ValueError(f"{r}: out has shape {getattr(out, 'shape', None)}; op(a) @ op(b) is ({m}, {n})")
+        if not _arrays.is_writeable(out):
+            raise ValueError(f"{r}: out is read-only")
+    else:
+        out_dtype = np.dtype(np.float32) if dequant else row.c_dtype
+    epi = check_epilogue(r, (m, n), (m, n), out_dtype, xp_name, bias, activation, preactivation_out,
+                         scale_a, scale_b, a.dtype)
+    # the scalars, compute= and backend= as gemm checks them, before any route runs
+    alpha = check_scalar(r, 6, "alpha", _scalar_value(alpha), row)
+    beta = check_scalar(r, 7, "beta", _scalar_value(beta), row)
+    resolve_compute(row, compute, r)
+    backend = check_backend(r, backend)
+    stream = streams.handle(stream)
+    xp = _arrays.xp_of(xp_name)
+    read_c = out is not None and beta != 0
+    like_c = a.flags.c_contiguous and b.flags.c_contiguous
+    result = out if out is not None else _ordered_result(xp, (m, n), out_dtype, like_c)
+    zero = 0 if row.scalar_kind == "int" else 0.0
+    if dequant:
+        ran = dequant_gemm(a, b, ta, tb, result, alpha, beta if read_c else 0, epi, bias,
+                           preactivation_out, scale_a, scale_b, out is None, backend, autotune,
+                           stream) if xp_name == "cupy" else None
+        if isinstance(ran, FusedRun):
+            return result
+        with streams.on(stream if xp_name == "cupy" else None):   # the pass on the product's stream
+            t = _product(row, ta, tb, a, b, _ordered_result(xp, (m, n), row.c_dtype, like_c), 1, 0,
+                         compute, backend, autotune, stream, True)       # the exact int32 product
+            return run_unfused(epi, xp_name, t, alpha, beta if read_c else None,
+                               out if read_c else None, bias, scale_a, scale_b, preactivation_out,
+                               result, ran)
+    ran = None
+    if xp_name == "cupy":
+        ran = epilogue_gemm(r, row_for(a.dtype, out_dtype), compute, ta, tb, a, b, result, alpha,
+                            beta if read_c else zero, epi, bias, preactivation_out, out is None,
+                            backend, autotune, stream)
+        if isinstance(ran, FusedRun):
+            return result
+    acc = acc_dtype(out_dtype)
+    acc_row = row_for(a.dtype, acc) or row
+    with streams.on(stream if xp_name == "cupy" else None):       # the pass on the product's stream
+        t = out.astype(acc) if read_c else _ordered_result(xp, (m, n), acc, like_c)
+        _product(acc_row, ta, tb, a, b, t, alpha, beta if read_c else zero, compute, backend,
+                 autotune, stream, True)                         # alpha·AB + beta·C in acc
+        return run_unfused(epi, xp_name, t, None, None, None, bias, None, None, preactivation_out,
+                           result, ran)
+
+
+def _foreign_gemm(transa, transb, a, b, out, alpha, beta, compute, backend, autotune, stream, bias,
+                  activation, pre, scale_a, scale_b):
+    if arrays.needs_grad(a, b, out, bias, pre, scale_a, scale_b):
+        raise TypeError("gemm: a tensor requires grad, and gemm is not differentiable: "
+                        "pyblasgemm.matmul(x, w, bias=, activation=) is (it runs "
+                        "pyblasgemm.torch.linear), or detach the tensors / call under "
+                        "torch.no_grad()")
+    conv = arrays.convert("gemm", epilogue_named(a, b, out, bias, pre, scale_a, scale_b),
+                          writes=("out", "preactivation_out"))
+    na, nb, nout, nbias, npre, nsa, nsb = conv.arrays
+    with conv.allocating():
+        result = _with_epilogue(transa, transb, na, nb, nout, alpha, beta, compute, backend,
+                                autotune, conv.stream if stream is None else stream, nbias,
+                                activation, npre, nsa, nsb)
+    # (gemm's result type is the operands' own: bfloat16 stays bfloat16)
+    return out if out is not None else conv.back(result, framework_type=False)

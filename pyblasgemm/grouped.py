@@ -53,7 +53,17 @@ if TYPE_CHECKING:     # types only: importing pyblasgemm imports none of these
 
     from ._typing import Backend, Compute, NDArray
 
-from . import _arrays
+from . import _arrays, arrays, calls, streams
+from ._layout import may_overlap
+from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, dtype_text, resolve_compute
+from .desc import GroupSpec, alignment, check_backend, check_same_place, describe
+from .epilogue import EpilogueSpec, check as check_epilogue, note_route
+from .execute import execute_group
+from .gemm import check_operands, gemm
+from .kernels.grouped import PROBLEM_ROW
+from .kernels.jit import DEQUANT_OUT
+from .planner.overrides import current_settings
+from .planner.routes import GROUPED_KINDS
 
 __all__ = ["grouped_matmul"]
 
@@ -83,8 +93,6 @@ def _result_dtype(a_dtype, dtype, dequant: bool):
     for a dequantized int8 product, or ``dtype`` when given: for a product that is not
     dequantized, one gemm writes (the operands' own result type, or float32 for 16-bit
     operands); a dequantized one's is checked with the epilogue."""
-    from ._types import ROW_BY_DTYPE
-
     row = ROW_BY_DTYPE.get(np.dtype(a_dtype))
     if row is None:
         raise TypeError(f"grouped_matmul: dtype {np.dtype(a_dtype).name} is not supported")
@@ -108,10 +116,6 @@ def _check_target(at, x, n, row, target, given, bias, scale_a, scale_b, activati
     empty; problem ``g`` of the list form: ``at`` ``'[g]'``), raised before any product runs
     and naming the arguments as the caller gave them (``out[1]``, ``bias[1]``: each problem's
     gemm would name its own ``out``, ``bias``)."""
-    from . import epilogue as _epilogue
-    from ._types import dtype_text
-    from .desc import check_same_place
-
     r, name, m = "grouped_matmul", f"out{at}", x.shape[0]
     dequant = scale_a is not None or scale_b is not None
     if given:
@@ -127,7 +131,7 @@ def _check_target(at, x, n, row, target, given, bias, scale_a, scale_b, activati
         if not _arrays.is_writeable(target):
             raise ValueError(f"{r}: {name} is read-only")
     if bias is not None or activation is not None or dequant:
-        _epilogue.check(r, (m, n), (m, n), target.dtype, _arrays.array_module_name(x), bias,
+        check_epilogue(r, (m, n), (m, n), target.dtype, _arrays.array_module_name(x), bias,
                         activation, None, scale_a, scale_b, x.dtype,
                         names={"bias": f"bias{at}", "scale_a": f"scale_a{at}", "scale_b": f"scale_b{at}"})
 
@@ -284,8 +288,6 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
     >>> pyblasgemm.grouped_matmul(x, w, group_sizes=[1, 3]).shape     # JAX's ragged_dot word
     (4, 2)
     """
-    from .gemm import check_operands, gemm
-
     if group_sizes is not None:
         if offsets is not None:
             raise TypeError("grouped_matmul: give offsets= or group_sizes=, not both")
@@ -323,17 +325,17 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
                           None if scale_b is None else scale_b[g], activation)
             if g == 0:
                 _check_modes(row, compute, backend)
-        picked = _launch_kind(a[0], targets[0].dtype, dequant, compute, backend) if a else None
-        if picked is not None:
-            from .epilogue import check
-
-            for g, (x, y) in enumerate(zip(a, b)):         # gemm's checks, before the launch
-                check("grouped_matmul", (x.shape[0], y.shape[1]), (x.shape[0], y.shape[1]), targets[g].dtype,
-                      "cupy", None if bias is None else bias[g], activation, None,
-                      None if scale_a is None else scale_a[g], None if scale_b is None else scale_b[g], x.dtype)
-            if _one_launch(picked, lambda: _list_columns(list(zip(a, b)), targets, bias, scale_a, scale_b,
-                                                         targets[0].dtype),
-                           a[0], targets[0].dtype, bias is not None, dequant, activation, stream):
+        if a and _arrays.array_module_name(a[0]) == "cupy":
+            # (every problem checked above, as gemm checks it, before any launch)
+            sizes = tuple((y.shape[1], x.shape[0], x.shape[1]) for x, y in zip(a, b))
+            blocker = _blocker(a[0], targets[0].dtype, dequant, compute)
+            cols = None if blocker else _list_columns(list(zip(a, b)), targets, bias, scale_a, scale_b,
+                                                      targets[0].dtype)
+            if cols is None and not blocker:
+                blocker = _LAYOUT
+            desc = _describe("list", a[0], targets[0].dtype, sizes, cols, blocker, activation,
+                             bias is not None, dequant, compute)
+            if execute_group(desc, cols, backend, streams.handle(stream)) is not None:
                 return targets
         results = []
         for g, (x, y) in enumerate(zip(a, b)):
@@ -378,26 +380,26 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
     key = _expert_signature(a, b, ends, out, out_given, bias, scale_a, scale_b, activation, dtype, compute,
                             backend)
     if key is not None:
-        from .plancache import get_plan_cache
-
-        ran = get_plan_cache().get(key)
+        ran = calls.get(key)
         if ran is not None and (not out_given or not (_overlaps(out, a) or _overlaps(out, b))):
             _replay(ran, a, b, out, bias, scale_a, scale_b, stream)
             return out
-    picked = _launch_kind(a, out.dtype, dequant, compute, backend) if groups and a.shape[0] else None
-    if picked is not None:
-        from .epilogue import check
-
-        # gemm's checks of the whole (the per-group vectors share their shapes), before the launch
-        check("grouped_matmul", (a.shape[0], n), (a.shape[0], n), out.dtype, "cupy",
-              None if bias is None else bias[0], activation, None, scale_a,
-              None if scale_b is None else scale_b[0], a.dtype)
-        ran = _arrays.device_id(b) == _arrays.device_id(out) == _arrays.device_id(a) and b.dtype == a.dtype and \
-            _one_launch(picked, lambda: _expert_columns(a, b, ends, out, bias, scale_a, scale_b), a,
-                        out.dtype, bias is not None, dequant, activation, stream)
-        if ran:
+    if groups and a.shape[0] and xp_name == "cupy":
+        # (the whole checked above, as gemm checks it: the per-group vectors share their shapes)
+        starts = [0] + ends[:-1]
+        sizes = tuple((n, e - s0, a.shape[1]) for s0, e in zip(starts, ends))
+        blocker = _blocker(a, out.dtype, dequant, compute) or (
+            "" if _arrays.device_id(b) == _arrays.device_id(out) == _arrays.device_id(a)
+            and b.dtype == a.dtype else "a, b and out are not of one device and type")
+        cols = None if blocker else _expert_columns(a, b, ends, out, bias, scale_a, scale_b)
+        if cols is None and not blocker:
+            blocker = _LAYOUT
+        desc = _describe("experts", a, out.dtype, sizes, cols, blocker, activation, bias is not None,
+                         dequant, compute)
+        ran = execute_group(desc, cols, backend, streams.handle(stream))
+        if ran is not None:
             if key is not None:
-                _remember(key, ran, a, b, out, bias, scale_a, scale_b)
+                _remember(key, _Ran(*ran), a, b, out, bias, scale_a, scale_b)
             return out
     start = 0
     for g, end in enumerate(ends):
@@ -417,8 +419,6 @@ def _foreign(a, b, offsets, out, dtype, bias, activation, scale_a, scale_b, comp
     caller's framework (``out`` given: the caller's own, written in place); None when every
     array is NumPy's or CuPy's. The list form's lists are converted member by member (what is
     not a list there is passed on for the call's own error)."""
-    from . import arrays
-
     listed = offsets is None
     fields = (("a", a), ("b", b), ("out", out), ("bias", bias), ("scale_a", scale_a),
               ("scale_b", scale_b))
@@ -465,38 +465,58 @@ def _foreign(a, b, offsets, out, dtype, bias, activation, scale_a, scale_b, comp
 
 def _check_modes(row, compute, backend):
     """compute= and backend= as gemm checks them, named for grouped_matmul."""
-    from ._types import resolve_compute
-    from .desc import check_backend
-
     resolve_compute(row, compute, "grouped_matmul")
     check_backend("grouped_matmul", backend)
 
 
-#: operand dtype -> (kernel kind, the result dtype it writes without dequantization)
-_GROUPED_KINDS = {"float16": ("f16", "float16"), "bfloat16": ("bf16", "bfloat16"), "int8": ("s8", "int32")}
-#: the model of :func:`_one_launch_pays`. The loop: one planned GEMM per group, at most
-#: LOOP_EFFICIENCY of the chip's best peak (H200: torch.matmul's loop over 8 experts of
-#: ~1000 x 4096 x 4096 reached 0.86), and LOOP_CALL_S of host time per group (H200: our loop
-#: over 62 small experts, 40 µs a group). The launch: GROUPED_EFFICIENCY of the mma.sync peak
-#: (H200, the 8 experts above: 0.55) plus ONE_LAUNCH_S of host time (checks, table, launch).
-LOOP_EFFICIENCY = 0.85
-LOOP_CALL_S = 40e-6
-GROUPED_EFFICIENCY = 0.55
-ONE_LAUNCH_S = 60e-6
+_LAYOUT = ("a problem's layout is not the kernel's (row-major with unit stride along rows, the "
+           "bias and scales contiguous in the result's type, no output sharing an input's memory)")
 
 
-def _one_launch_pays(cols: dict, kind: str, device: int) -> bool:
-    """Whether the model puts the persistent launch below the loop: many small groups (the
-    loop is host-bound), not a few large ones (cuBLAS's wgmma beats our mma.sync mainloop)."""
-    from .planner.arch import arch_for_device
+def _blocker(x0, out_dtype, dequant: bool, compute) -> str:
+    """Why the group cannot run as our one persistent launch, whatever its sizes ('': it can)."""
+    if compute is not None:
+        return f"compute={compute!r} asks for the GEMMs' arithmetic"
+    kind = GROUPED_KINDS.get(x0.dtype.name)
+    if kind is None:
+        return f"no grouped kernel for {x0.dtype.name} operands"
+    if dequant and out_dtype.name not in DEQUANT_OUT or not dequant and out_dtype.name != kind[1]:
+        return (f"the grouped kernel writes {kind[1]} results (or a dequantized float16, bfloat16 "
+                f"or float32), not {out_dtype.name}")
+    if _arrays.device_id(x0) != _arrays.current_device():
+        return "the arrays are not on the current device"
+    return ""
 
-    arch = arch_for_device(device)
-    m, n, k = (np.asarray(cols[c], np.float64) for c in ("m", "n", "k"))
-    flops = 2.0 * m * n * np.maximum(k, 1.0)
-    live = (m > 0) & (n > 0)
-    one = flops.sum() / (GROUPED_EFFICIENCY * arch.mma_sync_peak(kind)) + ONE_LAUNCH_S
-    loop = np.maximum(flops / (LOOP_EFFICIENCY * arch.best_peak(kind)), LOOP_CALL_S)[live].sum()
-    return one < loop
+
+def _describe(form, x0, out_dtype, sizes, cols, blocker, activation, has_bias, dequant, compute):
+    """The GemmDesc of a grouped call: its GroupSpec (sizes, alignment classes from the table's
+    columns, what keeps it off the kernel) and its epilogue, in the kernel's column-major terms
+    (``outᵀ = bᵀ aᵀ``: a problem's m is the user's n, the bias one value per m index)."""
+    row = ROW_BY_DTYPE[x0.dtype]
+    if not dequant and out_dtype != row.c_dtype:
+        row = ROW_BY_DTYPES.get((x0.dtype, out_dtype), row)
+    eb, ob = x0.dtype.itemsize, out_dtype.itemsize
+    ab_align = c_align = 16
+    if cols is not None and len(cols["m"]):
+        live = (cols["m"] > 0) & (cols["n"] > 0)
+        ab = np.bitwise_or.reduce(np.concatenate([cols[c][live].astype(np.uint64) for c in ("A", "B")]
+                                                 + [(cols[c][live] * eb).astype(np.uint64) for c in ("lda", "ldb")]
+                                                 + [np.zeros(1, np.uint64)]))
+        cc = np.bitwise_or.reduce(np.concatenate([cols["C"][live].astype(np.uint64),
+                                                  (cols["ldc"][live] * ob).astype(np.uint64),
+                                                  np.zeros(1, np.uint64)]))
+        ab_align, c_align = alignment(int(ab)), alignment(int(cc))
+    group = GroupSpec(form, sizes, ab_align, c_align, blocker)
+    epi = None
+    if dequant or has_bias or activation is not None:
+        epi = EpilogueSpec(activation, "m" if has_bias else None, 16 if has_bias else 0, False, 0,
+                           out_dtype.name if dequant else None)
+    m, n, k = (max((sz[i] for sz in sizes), default=0) for i in range(3))
+    is_int = row.prefix == "i" and not dequant
+    return describe("grouped_matmul", row, resolve_compute(row, compute, "grouped_matmul"), "N", "N",
+                    m, n, k, max(m, 1), max(k, 1), max(m, 1), len(sizes), 0, 0, 0, "cupy",
+                    _arrays.device_id(x0), (min(ab_align, c_align),), 1 if is_int else 1.0,
+                    0 if is_int else 0.0, epilogue=epi, group=group)
 
 
 def _row_major_ld(x) -> int | None:
@@ -510,32 +530,11 @@ def _row_major_ld(x) -> int | None:
     return max(ld, x.shape[1], 1) if x.strides[0] % isz == 0 and x.strides[0] >= 0 else None
 
 
-def _launch_kind(x0, out_dtype, dequant, compute, backend):
-    """(kernel kind, route) when the grouped kernel can compute these types, else None."""
-    from .planner.overrides import current_settings
-
-    if _arrays.array_module_name(x0) != "cupy" or compute is not None:
-        return None
-    route = backend if backend is not None else current_settings().backend
-    row = _GROUPED_KINDS.get(x0.dtype.name)
-    if route not in ("auto", "tensorcore") or row is None:
-        return None
-    from .kernels.jit import DEQUANT_OUT
-
-    if dequant and out_dtype.name not in DEQUANT_OUT or not dequant and out_dtype.name != row[1]:
-        return None
-    if _arrays.device_id(x0) != _arrays.current_device():
-        return None
-    return row[0], route
-
-
 def _expert_columns(a, b, ends, out, bias, scale_a, scale_b):
     """The table columns of the expert form, vectorized from the arrays' addresses and strides
     (no per-expert views: CuPy makes one in ~5 µs), or None when a layout keeps it off the
     kernel. Row-major ``out[s:e] = a[s:e] @ b[g]`` is the kernel's ``outᵀ = b[g]ᵀ a[s:e]ᵀ``:
     its m is n, its n the expert's rows."""
-    from ._layout import may_overlap
-
     isz, osz = a.dtype.itemsize, out.dtype.itemsize
     groups, k, n = b.shape
     if (k > 1 and a.strides[1] != isz) or (n > 1 and (b.strides[2] != isz or out.strides[1] != osz)):
@@ -571,8 +570,6 @@ def _expert_columns(a, b, ends, out, bias, scale_a, scale_b):
 def _list_columns(pairs, outs, biases, scales_a, scales_b, out_dtype):
     """The table columns of the list form (one entry per problem), or None when a problem's
     types, devices or layout keep the list off the kernel."""
-    from ._layout import may_overlap
-
     x0 = pairs[0][0]
     dev = _arrays.device_id(x0)
     cols = {c: [] for c in ("A", "B", "C", "bias", "scale_m", "scale_n", "lda", "ldb", "ldc", "m", "n", "k")}
@@ -604,67 +601,13 @@ def _list_columns(pairs, outs, biases, scales_a, scales_b, out_dtype):
             for name, v in cols.items()}
 
 
-def _one_launch(picked, cols_of, x0, out_dtype, has_bias, dequant, activation, stream):
-    """Run the problems as one persistent grouped launch when the kernel can and the model
-    says it pays (always with ``backend="tensorcore"``): the :class:`_Ran` launch, or None
-    (falsy) to leave them to the caller's loop. ``picked``: :func:`_launch_kind`'s
-    (kind, route), looked up once by the caller;
-    ``cols_of()`` builds the table columns (None: a layout the kernel does not take). The
-    epilogue has been checked as gemm checks it."""
-    from . import epilogue
-
-    kind, route = picked
-    cols = cols_of()
-    if cols is None or len(cols["m"]) == 0:
-        return None
-    eb, osz = x0.dtype.itemsize, out_dtype.itemsize
-    live = (cols["m"] > 0) & (cols["n"] > 0)
-    if dequant and ((cols["C"] % 16 != 0) | (cols["ldc"] % (16 // osz) != 0))[live].any():
-        return None
-    if route == "auto" and not _one_launch_pays(cols, kind, _arrays.device_id(x0)):
-        return None
-    ve = 16 // eb
-    vec = not ((cols["A"] % 16 != 0) | (cols["B"] % 16 != 0) | (cols["lda"] % ve != 0)
-               | (cols["ldb"] % ve != 0))[live].any()
-    from .kernels.grouped import pack_table
-    from .kernels.jit import epilogue_code
-    from .kernels.mma_sync import BIAS_MODE
-
-    act = epilogue.check_activation("grouped_matmul", activation)
-    epi = 0
-    if dequant or act is not None or has_bias:
-        epi = epilogue_code(act.code if act else 0, out_dtype.name if dequant else None)
-    bias_axis = "m" if has_bias else None
-    from .plancache import get_plan_cache
-
-    cache = get_plan_cache()
-    key = ("grouped-launch", _arrays.device_id(x0), kind, vec, epi, bias_axis)
-    launch = cache.get(key)
-    if launch is None:
-        from .kernels.grouped import GroupedLaunch
-
-        launch = GroupedLaunch(kind, "N", "N", vec, (epi, bias_axis))
-        cache.put(key, launch)
-    from . import streams
-
-    is_int = kind == "s8" and not dequant
-    alpha, beta = (1, 0) if is_int else (1.0, 0.0)
-    route_line = (f"pyblasgemm grouped kernel {launch.config.name}: {int(live.sum())} problems in one "
-                  f"persistent launch" + (", the epilogue fused in its store" if epi else ""))
-    rows, tiles = pack_table(cols, launch.config, is_int, osz, BIAS_MODE[bias_axis], alpha, beta)
-    with streams.on(None if stream is None else streams.handle(stream)):
-        launch.launch_rows(rows, tiles)
-    epilogue._route.last = route_line
-    return _Ran(launch, rows, tiles, route_line)
-
-
 class _Ran(NamedTuple):
     """A grouped launch as it ran: what a repeated expert-form call replays."""
 
-    launch: object      # the GroupedLaunch
+    launch: object      # the GroupedLaunch (execute's: the signature refers to it)
     rows: object        # its packed table (absolute addresses)
     tiles: int
-    route: str
+    route: object       # the plan's Route (pyblasgemm.epilogue.last_route reads it)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -678,33 +621,26 @@ _POINTER_WORDS = (("A", "b"), ("B", "a"), ("C", "out"), ("bias", "bias"), ("scal
 
 
 def _overlaps(x, y) -> bool:
-    from ._layout import may_overlap
-
     return may_overlap(x, y)
-
-
-def _vector_key(v):
-    return None if v is None else (v.dtype, v.shape, v.strides, v.data.ptr & 15)
 
 
 def _expert_signature(a, b, ends, out, out_given, bias, scale_a, scale_b, activation, dtype, compute,
                       backend):
-    """The key of a repeatable expert-form call on CuPy arrays, or None."""
-    from . import calls
-
+    """The key of a repeatable expert-form call on CuPy arrays, or None: the
+    :func:`pyblasgemm.calls.key` of ``a`` and ``b``, with ``out`` (when given), the bias and
+    scales as extra arrays, each with its own alignment class (the table's vector loads need
+    A and B aligned, a dequantizing store C: one class for all would mix them)."""
     nd = calls.cupy_type()
-    if nd is None or type(a) is not nd or type(b) is not nd or type(out) is not nd or \
+    if nd is None or type(a) is not nd or type(out) is not nd or \
             not (activation is None or type(activation) is str) or \
             not (compute is None or type(compute) is str) or not (backend is None or type(backend) is str):
         return None
-    from .planner.overrides import current_settings
-
     if not current_settings().cache:
         return None
-    return ("grouped-expert-call", _arrays.current_device(), a.device.id, b.device.id, out.device.id,
-            _vector_key(a), _vector_key(b), _vector_key(out) if out_given else (out.dtype, out.shape, None),
-            tuple(ends), _vector_key(bias), _vector_key(scale_a), _vector_key(scale_b), activation,
-            None if dtype is None else str(dtype), compute, backend)
+    words = ("grouped_matmul", tuple(ends), activation, None if dtype is None else str(dtype), compute,
+             backend, None if out_given else (out.dtype, out.shape))
+    sig = calls.key(words, a, b, None, (out if out_given else None, bias, scale_a, scale_b))
+    return None if sig is None else sig[0]
 
 
 def _bases(a, b, out, bias, scale_a, scale_b):
@@ -715,21 +651,15 @@ def _bases(a, b, out, bias, scale_a, scale_b):
 
 def _remember(key, ran, a, b, out, bias, scale_a, scale_b):
     """Keep the launch with its table relative to the arrays' addresses."""
-    from .kernels.grouped import PROBLEM_ROW
-    from .plancache import get_plan_cache
-
     rows = ran.rows.copy()
     words = rows.view(np.uint64).reshape(len(rows), PROBLEM_ROW.itemsize // 8)
     for word, base in _bases(a, b, out, bias, scale_a, scale_b):
         if base is not None:
             words[:, PROBLEM_ROW.fields[word][1] // 8] -= np.uint64(base)
-    get_plan_cache().put(key, ran._replace(rows=rows))
+    calls.put(key, ran._replace(rows=rows), refers_to=ran.launch)
 
 
 def _replay(ran, a, b, out, bias, scale_a, scale_b, stream):
-    from . import epilogue, streams
-    from .kernels.grouped import PROBLEM_ROW
-
     rows = ran.rows.copy()
     words = rows.view(np.uint64).reshape(len(rows), PROBLEM_ROW.itemsize // 8)
     for word, base in _bases(a, b, out, bias, scale_a, scale_b):
@@ -737,4 +667,4 @@ def _replay(ran, a, b, out, bias, scale_a, scale_b, stream):
             words[:, PROBLEM_ROW.fields[word][1] // 8] += np.uint64(base)
     with streams.on(None if stream is None else streams.handle(stream)):
         ran.launch.launch_rows(rows, ran.tiles)
-    epilogue._route.last = ran.route
+    note_route(ran.route)

@@ -20,15 +20,21 @@ if TYPE_CHECKING:     # types only: importing pyblasgemm imports none of these
 import itertools
 import math
 import sys
+import threading
 
 import numpy as np
 
+from typing import NamedTuple
+
 from . import _arrays, arrays, calls, streams
-from ._strided import strided_gemm
+from ._strided import FusedRun, dequant_gemm, epilogue_gemm, row_for, strided_gemm
 from .backends import host as host_backend
 from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, get_default_compute, resolve_compute
 from ._layout import may_overlap
-from .desc import check_backend, check_forced_backend
+from .desc import check_backend
+from .epilogue import acc_dtype, check as check_epilogue, check_activation, note_route, numpy_result
+from .epilogue_pass import run_unfused
+from .planner.overrides import check_forced_backend
 
 _ROUTINE = "matmul"
 #: cupy.ndarray / torch.Tensor once seen (the signature fast paths compare types by identity)
@@ -251,9 +257,8 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
         if numpy_kwargs:
             raise TypeError(f"matmul: an epilogue does not combine with numpy.matmul's "
                             f"{', '.join(numpy_kwargs)}")
-        from .epilogue import matmul_with_epilogue
-        return matmul_with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias,
-                                    activation, preactivation_out, scale_a, scale_b)
+        return _with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias,
+                              activation, preactivation_out, scale_a, scale_b)
     t = type(a)
     if (t is np.ndarray and type(b) is t and out is None and dtype is None and compute is None
             and backend is None and autotune is None and not numpy_kwargs
@@ -263,47 +268,35 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
         # (float32/float64/complex/int8: numpy.matmul itself, bit for bit) at NumPy's cost
         # (4x4: ~1.3 µs, against ~50 µs through describe and plan)
         return _HOST_DIRECT[a.dtype.num](a, b)
-    if (t is _CUPY[0] and type(b) is t and autotune is None and not numpy_kwargs
+    if (t is _CUPY[0] and autotune is None and not numpy_kwargs
             and (dtype is None or isinstance(dtype, _DTYPE_WORDS))):
         # a repeated CuPy call: its signature maps straight to the launch that ran it
-        mem_a, mem_b = a.data, b.data
-        pa, pb = mem_a.ptr, mem_b.ptr
-        if out is None:
-            key = ("call", _ROUTINE, compute, backend, dtype, a.dtype, b.dtype, a.shape, b.shape,
-                   a.strides, b.strides, None, mem_a.device_id, mem_b.device_id, _get_device(),
-                   (pa | pb) & 15)
-            call = calls.get(key)
+        sig = calls.key((_ROUTINE, compute, backend, dtype), a, b, out)
+        if sig is not None:
+            k, pa, pb, pc = sig
+            call = calls.get(k)
             if call is not None:
-                c = _empty(call.shape, call.dtype)
-                pc = c.data.ptr
-                if not pc & call.c_mask:
+                if out is None:
+                    c = _empty(call.shape, call.dtype)
+                    pc = c.data.ptr
+                    if pc & call.c_mask:
+                        call = None
+                elif calls.overlaps(call, pa, pb, pc):
+                    call = None
+                else:
+                    c = out
+                if call is not None:
                     sptr = streams.current() if stream is None else streams.handle(stream)
                     if call.swap:
                         call.launch(pb, pa, pc, call.one, call.zero, sptr)
                     else:
                         call.launch(pa, pb, pc, call.one, call.zero, sptr)
                     return c
-        elif type(out) is t:
-            mem_c = out.data
-            pc = mem_c.ptr
-            key = ("call", _ROUTINE, compute, backend, dtype, a.dtype, b.dtype, a.shape, b.shape,
-                   a.strides, b.strides, (out.dtype, out.shape, out.strides), mem_a.device_id,
-                   mem_b.device_id, mem_c.device_id, _get_device(), (pa | pb | pc) & 15)
-            call = calls.get(key)
-            if call is not None and not calls.overlaps(call, pa, pb, pc):
-                sptr = streams.current() if stream is None else streams.handle(stream)
-                if call.swap:
-                    call.launch(pb, pa, pc, call.one, call.zero, sptr)
-                else:
-                    call.launch(pa, pb, pc, call.one, call.zero, sptr)
-                return out
     elif t is _TORCH[0] and autotune is None and dtype is None and not numpy_kwargs:
-        # a repeated PyTorch call: the tensors' own attributes make the key (arrays.py)
-        tkey, ptrs = arrays.torch_signature((_ROUTINE, compute, backend), (a, b, out))
-        if tkey is not None:
-            c = arrays.torch_replay(tkey, ptrs, a, out, stream)
-            if c is not None:
-                return c
+        # a repeated PyTorch call: the tensors' own attributes make the key (calls.key)
+        c = arrays.torch_replay((_ROUTINE, compute, backend, None), a, b, out, stream)
+        if c is not None:
+            return c
     elif _CUPY[0] is None and calls.cupy_type() is not None:
         _CUPY[0] = calls.cupy_type()
     if ((type(a) not in _arrays.ARRAY_TYPES or type(b) not in _arrays.ARRAY_TYPES
@@ -318,8 +311,7 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
             arrays.check_differentiable(_ROUTINE, out=out, dtype=dtype, compute=compute,
                                         backend=backend, autotune=autotune, stream=stream,
                                         **numpy_kwargs)
-            from .torch import matmul as differentiable_matmul
-            return differentiable_matmul(a, b)
+            return arrays.differentiable("matmul")(a, b)
         conv = arrays.convert(_ROUTINE, [("a", a), ("b", b), ("out", out)], writes=("out",))
         na, nb, nout = conv.arrays
         calls.forget_last()
@@ -330,9 +322,14 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
         back = out if out is not None else conv.back(result, framework_type=dtype is None)
         if (conv.kind == "torch" and conv.gpu and dtype is None and autotune is None and not numpy_kwargs
                 and _plain_word(compute) and _plain_word(backend)):
-            arrays.torch_record(arrays.torch_signature((_ROUTINE, compute, backend), (a, b, out))[0], back,
-                                out is None)
+            arrays.torch_record((_ROUTINE, compute, backend, None), a, b, out, back)
         return back
+    return _core(a, b, out, dtype, compute, backend, autotune, stream, numpy_kwargs)
+
+
+def _core(a, b, out, dtype, compute, backend, autotune, stream, numpy_kwargs):
+    """The hall of :func:`matmul` for NumPy and CuPy arrays (after the signature fast paths and
+    the door for other frameworks): numpy.matmul's rules, described, planned and run."""
     stream = streams.handle(stream)
     given_compute, given_backend = compute, backend
     if (out is None and dtype is None and compute is None and backend is None and autotune is None
@@ -451,18 +448,10 @@ _DTYPE_WORDS = (type, np.dtype, str)
 
 
 def _signature(a, b, out, compute=None, backend=None, dtype=None):
-    """The call-signature key of matmul(a, b, out, compute=, backend=, dtype=) as given (CuPy
-    arrays; see calls.py)."""
-    mem_a, mem_b = a.data, b.data
-    pa, pb = mem_a.ptr, mem_b.ptr
-    if out is None:
-        return ("call", _ROUTINE, compute, backend, dtype, a.dtype, b.dtype, a.shape, b.shape,
-                a.strides, b.strides, None, mem_a.device_id, mem_b.device_id, _get_device(),
-                (pa | pb) & 15)
-    mem_c = out.data
-    return ("call", _ROUTINE, compute, backend, dtype, a.dtype, b.dtype, a.shape, b.shape, a.strides,
-            b.strides, (out.dtype, out.shape, out.strides), mem_a.device_id, mem_b.device_id,
-            mem_c.device_id, _get_device(), (pa | pb | mem_c.ptr) & 15)
+    """The call-signature key of matmul(a, b, out, compute=, backend=, dtype=) as given
+    (:func:`pyblasgemm.calls.key`; None for arrays it does not key)."""
+    sig = calls.key((_ROUTINE, compute, backend, dtype), a, b, out)
+    return None if sig is None else sig[0]
 
 
 def _plain_word(value) -> bool:
@@ -548,3 +537,282 @@ def _split_point(batch, strides_list):
             step_dim = i if step_dim is None else step_dim
         p = i
     return p, step_dim
+
+
+# ---------------------------------------------------------------------------------------------
+# matmul with an epilogue (pyblasgemm.epilogue): checked here; a 2-D call on CuPy arrays is
+# described with its EpilogueSpec and run by the plan's route; every other call (NumPy, batches
+# that broadcast, vectors, integer or mixed types) is the unfused route: the product through
+# the hall's core (_core: matmul() is not entered again), then one pass
+
+
+class _Replay(NamedTuple):
+    """A matmul call with an epilogue that ran fused, as its call signature replays it."""
+
+    run: object         # the FusedRun (pyblasgemm._strided)
+    shape: tuple
+    dtype: object
+
+
+def _epilogue_signature(a, b, dtype, compute, backend, bias, activation):
+    """The key of a repeated ``matmul(a, b, bias=, activation=, dtype=, compute=, backend=)``
+    with CuPy arrays, a fresh result and no pre-activation, or None (not such a call): the
+    :func:`pyblasgemm.calls.key` of the operands, with the bias (its own alignment class)."""
+    nd = _CUPY[0]
+    if nd is None or type(a) is not nd or (bias is not None and type(bias) is not nd) \
+            or not (activation is None or type(activation) is str) \
+            or not (dtype is None or isinstance(dtype, _DTYPE_WORDS)) \
+            or not (compute is None or type(compute) is str) or not (backend is None or type(backend) is str):
+        return None
+    sig = calls.key((_ROUTINE, "epilogue", dtype, compute, backend, activation), a, b, None, (bias,))
+    return None if sig is None else sig[0]
+
+
+def epilogue_named(a, b, out, bias, pre, scale_a, scale_b):
+    """The arrays of a call with an epilogue, named as the forms name them."""
+    return [("a", a), ("b", b), ("out", out), ("bias", bias), ("preactivation_out", pre),
+            ("scale_a", scale_a), ("scale_b", scale_b)]
+
+
+def _with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, activation,
+                   preactivation_out, scale_a, scale_b):
+    """:func:`matmul` with an epilogue (see :mod:`pyblasgemm.epilogue`)."""
+    key = None
+    if out is None and preactivation_out is None and scale_a is None and scale_b is None and autotune is None:
+        # a repeated fused call goes straight to its launch (16 x 11008 x 4096 on an H100:
+        # the full path's checks, description and plan lookups are most of a ~40 µs call)
+        if _CUPY[0] is None:
+            _CUPY[0] = calls.cupy_type()
+        key = _epilogue_signature(a, b, dtype, compute, backend, bias, activation)
+        replay = None if key is None else calls.get(key)
+        if replay is not None:
+            c = _CUPY[0](replay.shape, replay.dtype)
+            pc = c.data.ptr
+            if not pc & 15:
+                sptr = streams.current() if stream is None else streams.handle(stream)
+                run = replay.run
+                if bias is not None and run.widen is not None:
+                    with streams.on(sptr):              # (freed after the launch: same stream)
+                        bias = bias.astype(run.widen)
+                pa, pb = a.data.ptr, b.data.ptr
+                if run.swap:
+                    pa, pb = pb, pa
+                run.launch(pa, pb, pc, run.alpha, run.beta, sptr, bias=0 if bias is None else bias.data.ptr)
+                note_route(run.route)
+                return c
+    r = _ROUTINE
+    if arrays.is_foreign(a, b, out, bias, preactivation_out, scale_a, scale_b):
+        # (after the CuPy replay: its key refuses every other type)
+        return _foreign_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias,
+                                 activation, preactivation_out, scale_a, scale_b)
+    xp_name = _arrays.array_module_name(a)
+    if xp_name is None or _arrays.array_module_name(b) != xp_name:
+        raise TypeError(f"{r}: an epilogue needs a and b to be NumPy arrays or CuPy arrays "
+                        f"(both of one kind), got {type(a).__name__} and {type(b).__name__}")
+    shape = _matmul_shape(a, b)
+    dequant = scale_a is not None or scale_b is not None
+    # NumPy's result type (bfloat16 @ bfloat16 is float32 with ml_dtypes), and NumPy's rule
+    # for dtype= and out: what numpy.matmul refuses (a float product into uint8 or bool) is
+    # refused here too, before any work
+    loop, out_dtype = numpy_result(r, a.dtype, b.dtype, dtype, out if dtype is None else None)
+    if dequant and dtype is None and out is None:
+        out_dtype = np.dtype(np.float32)
+    if out is not None and (out.shape != shape or out.dtype != out_dtype):
+        raise ValueError(f"{r}: out has shape {out.shape} and dtype {out.dtype.name}; the result "
+                         f"is {shape} {np.dtype(out_dtype).name}")
+    if out is not None and not _arrays.is_writeable(out):
+        raise ValueError(f"{r}: out is read-only")
+    mn = (a.shape[-2] if a.ndim > 1 else 1, b.shape[-1] if b.ndim > 1 else 1)
+    epi = check_epilogue(r, shape, mn, out_dtype, xp_name, bias, activation, preactivation_out,
+                         scale_a, scale_b, a.dtype)
+    backend = check_backend(r, backend)
+    sptr = streams.handle(stream)
+    kw = dict(compute=compute, backend=backend, autotune=autotune, stream=sptr, numpy_kwargs={})
+    xp = _arrays.xp_of(xp_name)
+    result = out if out is not None else xp.empty(shape, out_dtype)
+
+    # the epilogue sees (..., m, n): views with matmul's dropped vector axes put back
+    def full(x):
+        return None if x is None else _with_core_dims(x, a.ndim, b.ndim)
+
+    ran = None
+    if dequant:
+        if xp_name == "cupy" and a.ndim == 2 and b.ndim == 2:
+            ran = dequant_gemm(a, b, "N", "N", result, 1.0, 0.0, epi, bias, preactivation_out, scale_a,
+                               scale_b, out is None, backend, autotune, sptr)
+        if not isinstance(ran, FusedRun):
+            with streams.on(sptr if xp_name == "cupy" else None):  # the pass on the product's stream
+                t = _core(a, b, None, np.int32, **kw)
+                run_unfused(epi, xp_name, full(xp.asarray(t)), 1.0, None, None, bias, scale_a,
+                            scale_b, full(preactivation_out), full(result), ran)
+        return result if result.shape else result[()]
+    if xp_name == "cupy" and a.ndim == 2 and b.ndim == 2:
+        ran = epilogue_gemm(r, row_for(a.dtype, out_dtype), compute, "N", "N", a, b, result, 1.0, 0.0,
+                            epi, bias, preactivation_out, out is None, backend, autotune, sptr)
+        if isinstance(ran, FusedRun):
+            if key is not None and result.flags.c_contiguous and not result.data.ptr & 15:
+                calls.put(key, _Replay(ran, result.shape, result.dtype), refers_to=ran.launch)
+            _last_fused.run = ran           # (the torch door records it under the tensors' key)
+            return result
+    with streams.on(sptr if xp_name == "cupy" else None):          # the pass on the product's stream
+        _unfused(a, b, kw, xp, loop, out_dtype, epi, bias, full, preactivation_out, result, ran)
+    return result if result.shape else result[()]
+
+
+def _unfused(a, b, kw, xp, loop, out_dtype, epi, bias, full, preactivation_out, result, ran):
+    """The product in the accumulation type through the hall's core, then the one pass."""
+    if a.dtype.kind in "iub":
+        # integer or bool operands: NumPy's own product, the operands cast to its loop type
+        # and multiplied in it, wrapping as it wraps (cupy.matmul's dtype=int64 casts the
+        # int32 product instead); an integer result is summed and activated exactly, then
+        # cast (epilogue_pass.apply)
+        t = xp.asarray(_core(a.astype(loop, copy=False), b.astype(loop, copy=False), None, None, **kw))
+        if out_dtype.kind not in "iub":
+            t = t.astype(acc_dtype(out_dtype), copy=False)
+    else:
+        acc = acc_dtype(out_dtype)
+        t = _core(a, b, None, acc if a.dtype.itemsize == 2 else None, **kw)
+        t = xp.asarray(t, dtype=acc)
+    run_unfused(epi, "numpy" if xp is np else "cupy", full(t), None, None, None, bias, None, None,
+                full(preactivation_out), full(result), ran)
+
+
+def _matmul_shape(a, b) -> tuple:
+    """numpy.matmul's result shape; for shapes it refuses, its own error (raised by NumPy on
+    zero-stride stand-ins: no memory, no work)."""
+    sa = a.shape if a.ndim > 1 else (1,) + a.shape
+    sb = b.shape if b.ndim > 1 else b.shape + (1,)
+    try:
+        if a.ndim == 0 or b.ndim == 0 or sa[-1] != sb[-2]:
+            raise ValueError
+        batch = np.broadcast_shapes(sa[:-2], sb[:-2])
+    except ValueError:
+        cell = np.zeros((), np.int8)
+        np.matmul(np.broadcast_to(cell, a.shape), np.broadcast_to(cell, b.shape))
+        raise      # (not reached: NumPy raised above)
+    return batch + ((sa[-2],) if a.ndim > 1 else ()) + ((sb[-1],) if b.ndim > 1 else ())
+
+
+# Foreign arrays (PyTorch tensors, JAX arrays, CUDA-array-interface and DLPack objects): the
+# call runs on their NumPy / CuPy views (pyblasgemm.arrays) and answers in their framework
+
+
+def _framework_dtype(conv, dtype, out, dequant: bool):
+    """``dtype=`` for a call on the views: bfloat16 for bfloat16 @ bfloat16 from PyTorch or JAX
+    (their rule; NumPy's, which the views would follow, is float32), so that ``bias``,
+    ``preactivation_out`` and the result are bfloat16 as the caller's framework makes them;
+    otherwise ``dtype`` as given."""
+    if dtype is None and out is None and not dequant and conv.kind in ("torch", "jax"):
+        na, nb = conv.arrays[:2]
+        if getattr(na, "dtype", None) is not None and na.dtype.name == "bfloat16" \
+                and getattr(nb, "dtype", None) == na.dtype:
+            return na.dtype
+    return dtype
+
+
+class _LastFused(threading.local):
+    run = None
+
+
+#: the fused call a CuPy-view call just ran (read by the torch door to record it too)
+_last_fused = _LastFused()
+
+
+class _TorchReplay(NamedTuple):
+    """A fused call recorded for torch tensors: the run and the result tensor's layout."""
+
+    run: object             # the FusedRun
+    shape: tuple
+    strides: tuple
+    dtype: object           # the torch dtype
+
+
+def _torch_epilogue_key(a, b, dtype, compute, backend, bias, activation):
+    """``(key, pa, pb, pbias)`` of a repeatable fused call on CUDA tensors, or None: the
+    :func:`pyblasgemm.calls.key` of the tensors with the bias (its own alignment class) and the
+    current device (the launch is bound on it)."""
+    if not (activation is None or type(activation) is str) or not (
+            dtype is None or isinstance(dtype, _DTYPE_WORDS)) or not (
+            compute is None or type(compute) is str) or not (backend is None or type(backend) is str):
+        return None
+    if _TORCH[0] is None:
+        _TORCH[0] = arrays.torch_type()
+    if type(a) is not _TORCH[0] or (bias is not None and type(bias) is not _TORCH[0]) \
+            or a.get_device() < 0:
+        return None         # (CPU tensors run on the host: no device to ask for)
+    sig = calls.key((_ROUTINE, "epilogue", dtype, compute, backend, activation, _get_device()),
+                    a, b, None, (bias,))
+    if sig is None:
+        return None
+    return sig[0], sig[1], sig[2], 0 if bias is None else bias.data_ptr()
+
+
+def _foreign_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, activation, pre,
+                      scale_a, scale_b):
+    sig = None
+    if out is None and pre is None and scale_a is None and scale_b is None and autotune is None:
+        # a repeated fused call on CUDA tensors: its launch on their pointers, the result from
+        # torch's allocator (the converting path below costs ~200 µs a call; H200, 64³ fp16)
+        sig = _torch_epilogue_key(a, b, dtype, compute, backend, bias, activation)
+        hit = None if sig is None else calls.get(sig[0])
+        if hit is not None:
+            c = sys.modules["torch"].empty_strided(hit.shape, hit.strides, dtype=hit.dtype, device=a.device)
+            pc = c.data_ptr()
+            if not pc & 15:
+                _, pa, pb, pbias = sig
+                run = hit.run
+                if run.swap:
+                    pa, pb = pb, pa
+                sptr = arrays.torch_raw_stream(a.get_device()) if stream is None else streams.handle(stream)
+                run.launch(pa, pb, pc, run.alpha, run.beta, sptr, bias=pbias)
+                note_route(run.route)
+                return c
+    if arrays.needs_grad(a, b, out, bias, pre, scale_a, scale_b):
+        return _differentiable_linear(a, b, out, dtype, compute, backend, autotune, stream, bias,
+                                      activation, pre, scale_a, scale_b)
+    conv = arrays.convert("matmul", epilogue_named(a, b, out, bias, pre, scale_a, scale_b),
+                          writes=("out", "preactivation_out"))
+    na, nb, nout, nbias, npre, nsa, nsb = conv.arrays
+    dtype = _framework_dtype(conv, dtype, out, scale_a is not None or scale_b is not None)
+    _last_fused.run = None
+    with conv.allocating():
+        result = _with_epilogue(na, nb, nout, dtype, compute, backend, autotune,
+                                conv.stream if stream is None else stream, nbias, activation, npre,
+                                nsa, nsb)
+    back = out if out is not None else conv.back(result, framework_type=False)
+    ran, _last_fused.run = _last_fused.run, None
+    if sig is not None and ran is not None and ran.widen is None and back.is_contiguous():
+        calls.put(sig[0], _TorchReplay(ran, tuple(back.shape), back.stride(), back.dtype),
+                  refers_to=ran.launch)
+    return back
+
+
+def _differentiable_linear(x, w, out, dtype, compute, backend, autotune, stream, bias, activation,
+                           pre, scale_a, scale_b):
+    """``matmul(x, w, bias=, activation=)`` with a tensor that requires grad: exactly
+    ``pyblasgemm.torch.linear(x, w.T, bias, activation)`` when it is that call (``w`` 2-D,
+    ``bias`` of shape (n,) or None, no other keyword), else a TypeError saying what is
+    differentiable (never a silent detach)."""
+    r = "matmul"
+    check_activation(r, activation)
+    torch = sys.modules["torch"]        # (a tensor requires grad: PyTorch is imported)
+
+    given = dict(out=out, dtype=dtype, compute=compute, backend=backend, autotune=autotune,
+                 stream=stream, preactivation_out=pre, scale_a=scale_a, scale_b=scale_b)
+    extra = [f"{k}=" for k, v in given.items() if v is not None]
+    tensors = all(isinstance(v, torch.Tensor) for v in (x, w) + ((bias,) if bias is not None else ()))
+    shaped = tensors and x.dim() >= 1 and w.dim() == 2 and (
+        bias is None or tuple(bias.shape) == (w.shape[1],))
+    if extra or not shaped:
+        what = (", ".join(extra) if extra else
+                "operands that are not all tensors" if not tensors else
+                f"a of shape {tuple(x.shape)}, b of shape {tuple(w.shape)}"
+                + ("" if bias is None else f" and bias of shape {tuple(bias.shape)}"))
+        raise TypeError(f"{r}: an epilogue with {what} on tensors that require grad: the "
+                        f"differentiable epilogue is pyblasgemm.torch.linear's, "
+                        f"activation(x @ w + bias) for tensors x (..., k), w (k, n) and bias (n,) "
+                        f"or None, with no out=, preactivation_out=, scale_a=, scale_b=, dtype=, "
+                        f"compute=, backend=, autotune= or stream=; detach the tensors, or call "
+                        f"under torch.no_grad()")
+    # nn.Linear's weight is (n, k): w.T, a view the gradient flows through
+    return arrays.differentiable("linear")(x, w.T, bias, activation)

@@ -38,10 +38,17 @@ if TYPE_CHECKING:     # types only: importing pyblasgemm imports none of these
 
     from ._typing import Backend, Compute, NDArray
 
+import sys
+
 import numpy as np
 
-from . import _arrays
+from . import _arrays, arrays
+from ._types import ROW_BY_DTYPE, resolve_compute
+from .desc import check_backend, check_same_place
+from .epilogue import check as check_epilogue, check_activation
+from .execute import execute_mlp
 from .kernels import mlp_kernel as _kernel
+from .matmul import matmul
 
 __all__ = ["fused_mlp", "mlp_plan", "MlpPlan"]
 
@@ -218,9 +225,6 @@ def fused_mlp(x, w1, w2, b1=None, b2=None, activation="gelu", *, compute=None, b
         ...
     ValueError: fused_mlp: method='on_chip' cannot run: x, w1, w2 not CuPy arrays (the on-chip kernel runs on a GPU)
     """
-    from .matmul import matmul
-    from . import arrays
-
     r = "fused_mlp"
     if arrays.is_foreign(x, w1, w2, b1, b2):
         return _foreign(x, w1, w2, b1, b2, activation, compute, backend, stream, method)
@@ -252,8 +256,6 @@ def fused_mlp(x, w1, w2, b1=None, b2=None, activation="gelu", *, compute=None, b
 
 def _check_call(r, x, w1, w2, b1, b2, activation, compute, backend, method):
     """fused_mlp's checks of its arguments, before any work; returns the Activation."""
-    from .epilogue import check_activation
-
     for name, v in (("x", x), ("w1", w1), ("w2", w2)):
         if _arrays.array_module_name(v) is None or v.ndim != 2:
             raise ValueError(f"{r}: {name} must be a 2-D NumPy or CuPy array (or a PyTorch "
@@ -275,15 +277,13 @@ def _foreign(x, w1, w2, b1, b2, activation, compute, backend, stream, method):
     framework and ``x``'s dtype. A tensor that requires grad: the same layer as two
     differentiable :func:`pyblasgemm.torch.linear` calls (each rounds to the layer's dtype
     once, as here), or a TypeError where the call asks for more than they do."""
-    from . import arrays
-
     r = "fused_mlp"
     conv = arrays.convert(r, [("x", x), ("w1", w1), ("w2", w2), ("b1", b1), ("b2", b2)])
     nx, nw1, nw2, nb1, nb2 = conv.arrays
     # every check first, named as given, on the views (no work: they read shapes and dtypes)
     _check_call(r, nx, nw1, nw2, nb1, nb2, activation, compute, backend, method)
     if arrays.needs_grad(x, w1, w2, b1, b2):
-        import torch
+        torch = sys.modules["torch"]        # (a tensor requires grad: PyTorch is imported)
 
         extra = [f"{k}={v!r}" for k, v in (("method", method), ("compute", compute),
                                            ("backend", backend), ("stream", stream))
@@ -294,8 +294,7 @@ def _foreign(x, w1, w2, b1, b2, activation, compute, backend, stream, method):
                             f"pyblasgemm.torch.linear calls on tensors, without method='on_chip', "
                             f"compute=, backend= or stream=; detach the tensors, or call under "
                             f"torch.no_grad()")
-        from .torch import linear
-
+        linear = arrays.differentiable("linear")
         # (a (1, n) bias is the (n,) vector linear takes; w.T: nn.Linear's (out, in) layout)
         h = linear(x, w1.T, None if b1 is None else b1.reshape(-1), activation)
         return linear(h, w2.T, None if b2 is None else b2.reshape(-1))
@@ -308,16 +307,12 @@ def _foreign(x, w1, w2, b1, b2, activation, compute, backend, stream, method):
 def _check_layer(r, x, w1, w2, b1, b2, activation, compute, backend) -> None:
     """The two products' checks, before either runs, naming fused_mlp's own arguments (``b1``,
     ``b2``, ``compute=``): the matmul calls would name theirs (``bias``) and themselves."""
-    from .desc import check_backend, check_same_place
-    from .epilogue import check
-    from ._types import ROW_BY_DTYPE, resolve_compute
-
     xp_name, _ = check_same_place(r, [("x", x), ("w1", w1), ("w2", w2)])
     tokens, hidden, width = x.shape[0], w1.shape[1], w2.shape[1]
-    check(r, (tokens, hidden), (tokens, hidden), x.dtype, xp_name, b1, activation, None, None,
-          None, x.dtype, names={"bias": "b1"})
-    check(r, (tokens, width), (tokens, width), x.dtype, xp_name, b2, None, None, None, None,
-          x.dtype, names={"bias": "b2"})
+    check_epilogue(r, (tokens, hidden), (tokens, hidden), x.dtype, xp_name, b1, activation, None,
+                   None, None, x.dtype, names={"bias": "b1"})
+    check_epilogue(r, (tokens, width), (tokens, width), x.dtype, xp_name, b2, None, None, None, None,
+                   x.dtype, names={"bias": "b2"})
     row = ROW_BY_DTYPE.get(x.dtype)
     if row is not None:
         resolve_compute(row, compute, r)
@@ -325,14 +320,5 @@ def _check_layer(r, x, w1, w2, b1, b2, activation, compute, backend) -> None:
 
 
 def _run_on_chip(x, w1, w2, b1, b2, code: int, n2_splits: int, stream):
-    import cupy
-
-    from . import streams
-
-    handle = streams.handle(stream)
-    with cupy.cuda.Device(x.device.id), streams.on(handle):
-        y = cupy.empty((x.shape[0], w2.shape[1]), x.dtype)   # on the launch's stream (pool order)
-        _kernel.launch(x.data.ptr, w1.data.ptr, 0 if b1 is None else b1.data.ptr, w2.data.ptr,
-                       0 if b2 is None else b2.data.ptr, y.data.ptr, x.shape[0], x.shape[1], w1.shape[1],
-                       w2.shape[1], x.dtype, code, n2_splits, handle, x.device.id)
-    return y
+    """The on-chip kernel's one launch, run by :func:`pyblasgemm.execute.execute_mlp`."""
+    return execute_mlp(x, w1, w2, b1, b2, code, n2_splits, stream)

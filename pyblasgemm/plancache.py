@@ -3,8 +3,11 @@
 Plans (the planner's verdict per problem), bound launches (compiled kernel, packed arguments
 and the GPU workspace they own) and call signatures (the public forms' map from argument types,
 shapes and strides straight to a launch) all live here, under keys tagged with what they are.
-When the cache is full, the least recently used entry goes, and with it whatever GPU
-workspace only it referenced (the memory returns to CuPy's pool). ``free()`` empties it.
+Each launch is held under one key (``execute`` binds and stores it); a call signature that
+replays it is stored as referring to it (``put(..., refers_to=launch)``). When the cache is
+full, the least recently used entry that nothing refers to goes; a launch goes with every
+signature that refers to it, so an eviction returns its GPU workspace to CuPy's pool.
+``free()`` empties it.
 
 Modelled on ``cupy.fft.config.get_plan_cache()``: ``get_plan_cache().show_info()``,
 ``set_size(n)``, ``free()``. Its size is ``PYBLASGEMM_PLAN_CACHE_SIZE`` (default 1024 entries)
@@ -47,6 +50,9 @@ class PlanCache:
 
     def __init__(self, size: int | None = None):
         self._entries: OrderedDict = OrderedDict()
+        self._key_of: dict = {}          # id(value) -> its key (values that others refer to)
+        self._refers: dict = {}          # key -> the key of the entry it refers to
+        self._referred: dict = {}        # key -> the keys of the entries that refer to it
         self._lock = threading.Lock()
         self._size = size
         self.hits = 0
@@ -95,39 +101,88 @@ class PlanCache:
         next call that misses puts it back."""
         return self._entries.get(key)
 
-    def put(self, key, value) -> None:
-        """Store ``value`` (not None) under ``key``, evicting the least recently used if full."""
+    def put(self, key, value, refers_to=None) -> None:
+        """Store ``value`` (not None) under ``key``, evicting the least recently used if full.
+
+        ``refers_to``: an object stored under another key that ``value`` holds (a call
+        signature's launch): while ``value`` is here that entry is not evicted for its age,
+        and when it goes (``pop``, ``discard_where``, ``free``), ``value`` goes with it.
+
+        >>> c = PlanCache(size=2)
+        >>> launch = object()
+        >>> c.put(("launch", 1), launch); c.put(("call", 1), "sig", refers_to=launch)
+        >>> c.put(("plan", 2), "p2")                 # full: the signature goes, not its launch
+        >>> c.get(("call", 1)), c.get(("launch", 1)) is launch
+        (None, True)
+        >>> c.put(("call", 1), "sig", refers_to=launch)         # ("plan", 2) goes
+        >>> c.pop(("launch", 1)); len(c)                        # the signature went with it
+        0
+        """
         size = self.get_size()
         with self._lock:
             if size == 0:
                 return
+            if key in self._entries:
+                self._remove(key)
             self._entries[key] = value
-            self._entries.move_to_end(key)
+            self._key_of[id(value)] = key
+            owner = None if refers_to is None else self._key_of.get(id(refers_to))
+            if owner is not None and owner != key and self._entries.get(owner) is refers_to:
+                self._refers[key] = owner
+                self._referred.setdefault(owner, set()).add(key)
             self._trim()
 
     def pop(self, key) -> None:
-        """Forget ``key`` (no error if absent)."""
+        """Forget ``key`` and the entries that refer to it (no error if absent)."""
         with self._lock:
-            self._entries.pop(key, None)
+            self._remove(key)
 
     def discard_where(self, predicate) -> int:
-        """Forget every entry whose key satisfies ``predicate``; returns how many."""
+        """Forget every entry whose key satisfies ``predicate`` (and the entries that refer to
+        them); returns how many were removed."""
         with self._lock:
-            doomed = [k for k in self._entries if predicate(k)]
-            for k in doomed:
-                del self._entries[k]
-        return len(doomed)
+            before = len(self._entries)
+            for k in [k for k in self._entries if predicate(k)]:
+                self._remove(k)
+            return before - len(self._entries)
+
+    def _remove(self, key) -> None:
+        """Drop ``key``, its links, and (first) every entry that refers to it. Lock held."""
+        for dependent in self._referred.pop(key, ()):
+            self._remove(dependent)
+        value = self._entries.pop(key, None)
+        if value is not None and self._key_of.get(id(value)) == key:
+            del self._key_of[id(value)]
+        owner = self._refers.pop(key, None)
+        if owner is not None:
+            left = self._referred.get(owner)
+            if left is not None:
+                left.discard(key)
+                if not left:
+                    del self._referred[owner]
 
     def _trim(self) -> None:
         limit = self._size if self._size is not None else 0
+        spared = 0
         while len(self._entries) > limit:
-            self._entries.popitem(last=False)
-            self.evictions += 1
+            oldest = next(iter(self._entries))
+            if oldest in self._referred and spared < len(self._entries):
+                # referred to by a newer entry (a launch under its call signatures): it is as
+                # recent as they are; the signatures themselves are evicted first
+                self._entries.move_to_end(oldest)
+                spared += 1
+                continue
+            before = len(self._entries)
+            self._remove(oldest)
+            self.evictions += before - len(self._entries)
 
     def free(self) -> None:
         """Drop every entry (plans, launches, their workspace) and reset the counters."""
         with self._lock:
             self._entries.clear()
+            self._key_of.clear()
+            self._refers.clear()
+            self._referred.clear()
             self.hits = self.misses = self.evictions = 0
 
     def info(self) -> dict:

@@ -20,10 +20,12 @@ if TYPE_CHECKING:     # types only: importing pyblasgemm imports none of these
 
 import numpy as np
 
-from . import arrays, calls, streams
-from ._types import ROW_BY_DTYPE, resolve_compute
+from . import _arrays, arrays, calls, epilogue, streams
+from ._layout import may_overlap
+from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, resolve_compute
 from .desc import check_backend
-from .matmul import matmul as _matmul
+from .epilogue_pass import apply as _epilogue_pass
+from .matmul import _batched, matmul as _matmul
 
 __all__ = ["Matmul"]
 
@@ -244,11 +246,9 @@ class Matmul(Generic[_Array]):
         else:
             self._launch(pa, pb, pc, self._one, self._zero, sptr)
         if self._epilogue is not None:
-            from .epilogue import apply
-
             epi, t, bias, pre = self._epilogue
             with streams.on(sptr):
-                apply(epi, t, None, None, None, bias, None, None, pre, c)
+                _epilogue_pass(epi, t, None, None, None, bias, None, None, pre, c)
         return c
 
     _one, _zero = 1.0, 0.0
@@ -347,8 +347,6 @@ class Matmul(Generic[_Array]):
 
 def _epilogue_state(a, b, out, row, bias, activation, preactivation_out, xp_name="cupy"):
     """(Epilogue, the held accumulation-type product array, bias, pre-activation array)."""
-    from . import _arrays, epilogue
-    from ._types import ROW_BY_DTYPES
 
     shape = _matmul_shape(a, b)
     out_dtype = row.c_dtype
@@ -368,9 +366,6 @@ def _epilogue_state(a, b, out, row, bias, activation, preactivation_out, xp_name
 def _one_launch(a, b, out, compute, backend, stream, accumulate_into=False):
     """Run ``matmul(a, b, out=out)`` through the full path and return ``(launch, swapped)`` if
     it ran as one launch on the arrays' memory, else None."""
-    from .matmul import _batched
-    from ._layout import may_overlap
-    from ._types import ROW_BY_DTYPES
 
     row = ROW_BY_DTYPE[a.dtype]
     if accumulate_into and out.dtype != row.c_dtype:   # an epilogue's float32 product (shgemm, sbgemm)
@@ -386,8 +381,6 @@ def _one_launch(a, b, out, compute, backend, stream, accumulate_into=False):
 
 
 def _matmul_shape(a, b):
-    import numpy as np
-
     try:
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError:
@@ -407,6 +400,4 @@ def _align_mask(launch) -> int:
 
 
 def _overlap(x, y) -> bool:
-    from ._layout import may_overlap
-
     return may_overlap(x, y)

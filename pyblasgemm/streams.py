@@ -20,6 +20,8 @@ TypeError: stream='fast' must be a CuPy or PyTorch stream, an object with __cuda
 from __future__ import annotations
 
 import contextlib
+import importlib
+import sys
 
 __all__ = ["handle", "current", "on"]
 
@@ -70,8 +72,7 @@ def on(stream_handle: int | None):
     """A context in which CuPy works on ``stream_handle`` (nothing to do for None)."""
     if stream_handle is None:
         return contextlib.nullcontext()
-    import cupy
-
+    cupy = sys.modules.get("cupy") or importlib.import_module("cupy")
     if stream_handle == cupy.cuda.get_current_stream().ptr:
         return contextlib.nullcontext()
     from_external = getattr(cupy.cuda.Stream, "from_external", None)

@@ -63,37 +63,19 @@ __all__ = ["ACTIVATIONS", "matmul", "linear", "Linear"]
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _HALF = (torch.float16, torch.bfloat16)
 
-_SQRT_HALF = 1.0 / math.sqrt(2.0)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_GELU_C = 0.044715
 
+def _rows_of_the_table():
+    """(the activation, its derivative) per name, both on the pre-activation tensor, made from
+    :data:`pyblasgemm.epilogue.ACTIVATIONS` (the one table: PyTorch's own function of that name,
+    and the derivative written once against a math namespace, here ``torch``)."""
+    def row(a):
+        return (lambda p: a.torch_forward(p, torch)), (lambda p: a.derivative(p, torch))
 
-def _d_gelu(p):
-    # Φ(p) + p·φ(p)
-    return 0.5 * (1.0 + torch.erf(p * _SQRT_HALF)) + p * torch.exp(-0.5 * p * p) * _INV_SQRT_2PI
-
-
-def _d_gelu_tanh(p):
-    # y = p/2 · (1 + tanh u), u = √(2/π)(p + c p³): the tanh form's exact derivative
-    t = torch.tanh(_SQRT_2_OVER_PI * (p + _GELU_C * p * p * p))
-    return 0.5 * (1.0 + t) + 0.5 * p * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_C * p * p)
-
-
-def _d_silu(p):
-    s = torch.sigmoid(p)
-    return s * (1.0 + p * (1.0 - s))
+    return {name: row(a) for name, a in _pb.epilogue.ACTIVATIONS.items()}
 
 
 #: activation name: (the activation, its derivative), both on the pre-activation tensor
-_ACTIVATION_TABLE = {
-    "none": (lambda p: p, torch.ones_like),
-    "relu": (torch.relu, lambda p: (p > 0).to(p.dtype)),
-    "gelu": (lambda p: torch.nn.functional.gelu(p), _d_gelu),
-    "gelu_tanh": (lambda p: torch.nn.functional.gelu(p, approximate="tanh"), _d_gelu_tanh),
-    "silu": (torch.nn.functional.silu, _d_silu),
-    "sigmoid": (torch.sigmoid, lambda p: torch.sigmoid(p) * (1.0 - torch.sigmoid(p))),
-}
+_ACTIVATION_TABLE = {"none": (lambda p: p, torch.ones_like), **_rows_of_the_table()}
 
 #: the ``activation=`` names (``None`` means ``'none'``); the epilogue's of :mod:`pyblasgemm.epilogue`
 ACTIVATIONS = tuple(_ACTIVATION_TABLE)
@@ -502,9 +484,10 @@ def linear(x, weight, bias=None, activation=None):
         (out_features, in_features), as ``torch.nn.Linear`` stores it.
     bias : Tensor, optional
         (out_features,).
-    activation : {None, 'none', 'relu', 'gelu', 'gelu_tanh', 'silu', 'sigmoid'}
-        Applied to the sum in the GEMM's epilogue: 'gelu' is the exact (erf) form,
-        'gelu_tanh' the tanh approximation (``torch.nn.functional.gelu``'s two forms).
+    activation : str or None
+        None or ``'none'``, or a name of :data:`pyblasgemm.epilogue.ACTIVATIONS`, applied to
+        the sum in the GEMM's epilogue: 'gelu' is the exact (erf) form, 'gelu_tanh' the tanh
+        approximation (``torch.nn.functional.gelu``'s two forms).
 
     All tensors float16, bfloat16, float32 or float64, of one dtype, on one device. Backward
     runs dx = g·W and dW = gᵀ·x through pyblasgemm, g = grad · act'(x Wᵀ + b) (the
@@ -526,10 +509,10 @@ def linear(x, weight, bias=None, activation=None):
     >>> pbt.linear(x, w, torch.tensor([0.0, 0.0, -1.0]), activation="relu")
     tensor([[0.0000, 2.0000, 0.0000],
             [2.5000, 0.0000, 1.0000]])
-    >>> pbt.linear(x, w, activation="tanh")
+    >>> pbt.linear(x, w, activation="tanh")        # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: pyblasgemm.torch.linear: activation='tanh' is not one of 'none', 'relu', 'gelu', 'gelu_tanh', 'silu', 'sigmoid' (or None)
+    ValueError: pyblasgemm.torch.linear: activation='tanh' is not one of 'none', 'relu', ... (or None)
     """
     routine = "pyblasgemm.torch.linear"
     name = _check_linear(routine, x, weight, bias, activation)

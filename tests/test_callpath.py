@@ -55,6 +55,60 @@ def test_plan_cache_info_free_and_bad_size():
             cache.set_size(bad)
 
 
+def test_a_signature_lives_and_dies_with_the_launch_it_refers_to():
+    """A call signature refers to its launch's entry: the signature is evicted first, the launch
+    only when nothing refers to it, and removing the launch removes its signatures (their
+    memory is the launch's: evicting one entry of two holding it freed nothing)."""
+    cache = PlanCache(size=3)
+
+    class Launch:
+        workspace_nbytes = 4096
+
+    launch = Launch()
+    cache.put(("launch", 1), launch)
+    cache.put(("call", "x"), ("sig x", launch), refers_to=launch)
+    cache.put(("call", "y"), ("sig y", launch), refers_to=launch)
+    cache.put(("plan", 2), "p2")                 # full: the oldest signature goes, not the launch
+    assert cache.get(("launch", 1)) is launch and cache.get(("call", "x")) is None
+    assert cache.get(("call", "y")) is not None and cache.evictions == 1
+    cache.pop(("launch", 1))                     # the launch takes its signature with it
+    assert len(cache) == 1 and cache.info()["workspace_bytes"] == 0
+    cache.put(("launch", 1), launch)
+    cache.put(("call", "y"), ("sig y", launch), refers_to=launch)
+    cache.discard_where(lambda k: k[0] == "launch")
+    assert cache.get(("call", "y")) is None
+    cache.put(("call", "z"), "no launch stored", refers_to=object())   # nothing to refer to: plain
+    assert cache.get(("call", "z")) == "no launch stored"
+
+
+def test_execute_binds_each_launch_once_under_one_key(monkeypatch):
+    """execute.launch_for is the one owner of a bound launch: one bind and one cache entry per
+    (problem, plan), whatever asks for it again (bind itself keeps nothing)."""
+    from types import SimpleNamespace
+
+    from pyblasgemm import execute
+    from pyblasgemm.planner.problem import make_desc
+
+    bound = []
+
+    class Launch:
+        workspace_nbytes = 512
+
+    def bind(desc, plan):
+        bound.append(desc)
+        return Launch()
+
+    monkeypatch.setattr(execute, "get_backend", lambda name: SimpleNamespace(bind=bind))
+    pyblasgemm.clear_plan_cache()
+    desc = make_desc(64, 48, 32, "float16", xp="cupy")
+    plan = SimpleNamespace(backend="tensorcore", config=None, pack=())
+    first = execute.launch_for(desc, plan)
+    assert execute.launch_for(desc, plan) is first and len(bound) == 1
+    info = pyblasgemm.get_plan_cache().info()
+    assert info["by_kind"] == {"launch": 1} and info["workspace_bytes"] == 512
+    pyblasgemm.clear_plan_cache()
+
+
 def test_plan_cache_size_from_environment(monkeypatch):
     monkeypatch.setenv("PYBLASGEMM_PLAN_CACHE_SIZE", "7")
     assert PlanCache().get_size() == 7
@@ -204,6 +258,28 @@ def test_repeated_matmul_hits_its_signature_and_stays_right(backend, dtype):
             np.testing.assert_array_equal(out.get(), got.get())
     if backend is None:
         assert _calls_cached() >= 2
+
+
+@gpu
+def test_each_bound_launch_is_held_under_one_key():
+    """After plain, batched and split-k calls of ours and cuBLAS's: every bound launch in the
+    plan cache is the value of exactly one entry (a call signature refers to it), and clearing
+    the launches leaves no signature holding one."""
+    import cupy as cp
+
+    cache = pyblasgemm.get_plan_cache()
+    pyblasgemm.clear_plan_cache()
+    for backend in ("tensorcore", "cublas"):
+        for shape_a, shape_b in (((64, 96), (96, 40)), ((4, 33, 17), (4, 17, 31)), ((32, 8192), (8192, 32))):
+            a, b = _rand(cp, shape_a, np.float16), _rand(cp, shape_b, np.float16, 1)
+            for _ in range(2):
+                pyblasgemm.matmul(a, b, backend=backend)
+    launches = [v for k, v in cache._entries.items() if k[0] == "launch"]
+    assert launches and "bind" not in cache.info()["by_kind"]
+    held = [id(v) for v in cache._entries.values()]
+    assert all(held.count(id(v)) == 1 for v in launches)
+    cache.discard_where(lambda k: k[0] == "launch")
+    assert cache.info()["by_kind"].get("call", 0) == 0 and cache.info()["workspace_bytes"] == 0
 
 
 @gpu

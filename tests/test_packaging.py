@@ -28,9 +28,9 @@ def test_version_is_written_once():
     files = [ROOT / "pyproject.toml", *sorted((ROOT / "pyblasgemm").rglob("*.py"))]
     places = [f"{p.relative_to(ROOT)}:{i}" for p in files
               for i, line in enumerate(p.read_text().splitlines(), 1) if literal.search(line)]
-    assert places == ["pyblasgemm/__init__.py:" + places[0].split(":")[1]], places
+    assert places == ["pyblasgemm/_version.py:" + places[0].split(":")[1]], places
     assert "version" in PROJECT.get("dynamic", []) and "version" not in PROJECT
-    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "pyblasgemm.__version__"}
+    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "pyblasgemm._version.__version__"}
 
 
 def test_kernel_cache_key_reads_the_version():

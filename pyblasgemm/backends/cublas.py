@@ -160,10 +160,28 @@ def _blas_handle(blas, device: int) -> int:
     return h
 
 
+def lt_types(desc: GemmDesc):
+    """(A/B type, C type, compute type, scalar type) of ``desc`` for cuBLAS / cuBLASLt, or None
+    when cuBLAS has no such mode."""
+    return _TYPES.get((desc.prefix, base_compute(desc.compute)))
+
+
 def bind(desc: GemmDesc, plan=None):
     """The launch of ``desc``'s class: a :class:`~pyblasgemm.backends.cublaslt.LtLaunch` called
     with pointers, or None when the problem needs :func:`run` (int8 in a layout cuBLAS's
-    integer kernels refuse, which takes copies; or no cuBLASLt algorithm)."""
+    integer kernels refuse, which takes copies; or no cuBLASLt algorithm). A description with
+    an epilogue whose plan routes it through cuBLASLt's (``plan.epilogue.code``) gets an
+    :class:`~pyblasgemm.backends.cublaslt.LtEpilogueLaunch` (``bias=`` / ``pre=`` pointers per
+    call)."""
+    route = getattr(plan, "epilogue", None)
+    if desc.epilogue is not None:
+        if route is None or route.kind != "cublaslt":
+            return None
+        from .cublaslt import make_epilogue_launch
+
+        types = lt_types(desc)
+        return None if types is None else make_epilogue_launch(desc.product, types, desc.device,
+                                                               route.code)
     if desc.prefix == "i" and not (desc.transa == "T" and desc.transb == "N" and desc.k % 4 == 0
                                    and desc.lda % 4 == 0 and desc.ldb % 4 == 0
                                    and desc.ldc % 4 == 0 and desc.align >= 4):

@@ -548,9 +548,10 @@ class LtLaunch:
 
 class LtEpilogueLaunch(LtLaunch):
     """An :class:`LtLaunch` whose matmul descriptor carries a cuBLASLt epilogue (a code of
-    :data:`LT_EPILOGUES`): ``launch(a, b, c, alpha, beta, stream, bias_ptr, aux_ptr)``. The
-    bias and pre-activation pointers are descriptor attributes, set before each call under the
-    launch's lock (cuBLASLt reads the descriptor when the call is queued)."""
+    :data:`LT_EPILOGUES`): ``launch(a, b, c, alpha, beta, stream, bias=, pre=)``, the calling
+    convention of our kernels' fused launches (``scale_m`` / ``scale_n`` are not cuBLASLt's:
+    refused). The bias and pre-activation pointers are descriptor attributes, set before each
+    call under the launch's lock (cuBLASLt reads the descriptor when the call is queued)."""
 
     __slots__ = ("epilogue", "_bias_cell", "_aux_cell")
 
@@ -559,14 +560,16 @@ class LtEpilogueLaunch(LtLaunch):
         self.epilogue = epilogue
         self._bias_cell, self._aux_cell = ct.c_uint64(0), ct.c_uint64(0)
 
-    def __call__(self, a_ptr, b_ptr, c_ptr, alpha=1.0, beta=0.0, stream: int = 0, bias_ptr: int = 0,
-                 aux_ptr: int = 0):
+    def __call__(self, a_ptr, b_ptr, c_ptr, alpha=1.0, beta=0.0, stream: int = 0, bias: int = 0,
+                 pre: int = 0, scale_m: int = 0, scale_n: int = 0):
+        if scale_m or scale_n:
+            raise ValueError("cuBLASLt's epilogue launch takes no dequantizing scales")
         with self._lock:
             if self.epilogue & _BIAS_BIT:
-                self._bias_cell.value = bias_ptr
+                self._bias_cell.value = bias
                 self._set_desc("BIAS_POINTER", self._bias_cell)
             if self.epilogue & _AUX_BIT:
-                self._aux_cell.value = aux_ptr
+                self._aux_cell.value = pre
                 self._set_desc("EPILOGUE_AUX_POINTER", self._aux_cell)
             self._matmul(a_ptr, b_ptr, c_ptr, alpha, beta, stream)
 

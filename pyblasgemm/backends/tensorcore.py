@@ -8,7 +8,7 @@ and float64 problems are not ours: the planner sends them to cuBLAS.
 """
 from __future__ import annotations
 
-from .. import constraints
+from .. import constraints, streams
 from ..desc import GemmDesc
 
 NAME = "tensorcore"
@@ -31,13 +31,35 @@ def bind(desc: GemmDesc, plan):
     with pointers of at least ``desc.align`` bytes' alignment (the class is bound for exactly
     that alignment, so every such pointer is in it). A plan that packs operands (``plan.pack``)
     binds its kernel for the packed problem and copies them first
-    (:class:`~pyblasgemm.kernels.pack.PackedLaunch`)."""
+    (:class:`~pyblasgemm.kernels.pack.PackedLaunch`).
+
+    A description with an epilogue (``desc.epilogue``) whose plan fuses it into our kernel
+    (``plan.epilogue.kind == 'ours'``) is bound with the epilogue in the kernel's store: the
+    launch then takes ``bias=``, ``pre=`` (and ``scale_m=`` / ``scale_n=`` when it dequantizes
+    an int8 product) pointers per call; None for another route. A grouped description whose
+    plan runs it as one launch gets the :class:`~pyblasgemm.kernels.grouped.GroupedLaunch` of
+    its launch class (``plan.group.launch_key``: kind, operand path, epilogue)."""
     from ..kernels.launch import bind as bind_kernels
+
+    if desc.group is not None:
+        from ..kernels.grouped import GroupedLaunch
+
+        _, _, kind, vec, code, bias_axis = plan.group.launch_key
+        return GroupedLaunch(kind, "N", "N", vec, (code, bias_axis))
 
     # bound for addresses with exactly the alignment every caller's pointers have
     config = plan.config if plan is not None else None
     spec = getattr(plan, "launch", None)
     pack = getattr(plan, "pack", ())
+    epi = desc.epilogue
+    if epi is not None:
+        route = getattr(plan, "epilogue", None)
+        if route is None or route.kind != "ours" or pack:
+            return None
+        from ..kernels.jit import epilogue_code
+
+        code = epilogue_code(epi.code, epi.dequantize)
+        return bind_kernels(kernel_problem(desc.product), config, spec=spec, epilogue=(code, epi.bias))
     if not pack:
         return bind_kernels(kernel_problem(desc), config, spec=spec)
     from cupy.cuda import runtime
@@ -50,7 +72,5 @@ def bind(desc: GemmDesc, plan):
 
 def run(desc: GemmDesc, a, b, c, plan=None) -> None:
     """Launch through the bound launch of ``desc``'s class (see :func:`bind`)."""
-    from .. import streams
-
     bind(desc, plan)(a.data.ptr, b.data.ptr, c.data.ptr, desc.alpha, desc.beta,
                      streams.current())

@@ -7,6 +7,7 @@ pre-activation output), compiled once per process through CuPy, and includes
 from __future__ import annotations
 
 import functools
+import sys
 
 from .jit import INCLUDE_DIR
 
@@ -42,10 +43,9 @@ def _kernel(acc: str, dequant: bool, bias: bool, beta: bool, act: int, preact: b
 
 def apply_device(epi, t, alpha, beta, c_old, bias, scale_a, scale_b, preactivation_out, out):
     """``out[...] = act(v)`` and ``preactivation_out[...] = v`` on the GPU, v as
-    :func:`pyblasgemm.epilogue.apply` defines it; float32 results are rounded once into 16-bit
+    :func:`pyblasgemm.epilogue_pass.apply` defines it; float32 results are rounded once into 16-bit
     outputs."""
-    import cupy
-
+    cupy = sys.modules["cupy"]          # (t is a CuPy array)
     acc = "double" if t.dtype == cupy.float64 else "float"
     if t.dtype.kind == "c":      # complex: a bias only (activations are for real outputs)
         v = t + bias.reshape(-1, 1) if epi.bias_axis == "rows" else t + bias.reshape(-1)

@@ -52,7 +52,7 @@ SM90_HEADER = "pyblasgemm/impls/sm90_gemm.cuh"
 SM90_ARCH = "sm_90a"
 from ..kinds import KERNEL_KINDS  # noqa: E402
 
-from .. import __version__ as PACKAGE_VERSION  # noqa: E402  (the one version source)
+from .._version import __version__ as PACKAGE_VERSION  # noqa: E402  (the one version source)
 #: NVRTC options shared by the online and offline paths (no fast-math: it would flush
 #: denormals and change the rounding of the epilogue).
 BASE_OPTIONS = ("-std=c++17",)

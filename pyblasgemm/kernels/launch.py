@@ -17,10 +17,8 @@ from .jit import get_kernels
 from .mma_sync import BoundLaunch
 from .spec import LaunchSpec, launch_spec, problem_class
 from .problem import ACCUMULATE, KernelProblem
-from ..plancache import get_plan_cache
 
-__all__ = ["run", "supports", "prepare", "PreparedLaunch", "launch_geometry", "bind", "BoundLaunch",
-           "clear_bind_cache"]
+__all__ = ["run", "supports", "prepare", "PreparedLaunch", "launch_geometry", "bind", "BoundLaunch"]
 
 
 def supports(problem: KernelProblem) -> tuple[bool, str]:
@@ -174,12 +172,11 @@ def run(problem: KernelProblem, config: KernelConfig | None = None, stream=None,
     return launch.config
 
 
-_cache = get_plan_cache()
-
-
 def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count: int | None = None,
          spec: LaunchSpec | None = None, epilogue: tuple = (0, None)) -> BoundLaunch:
-    """A cached :class:`BoundLaunch` for ``problem``'s class on the current device.
+    """A new :class:`BoundLaunch` for ``problem``'s class on the current device (not cached
+    here: :func:`pyblasgemm.execute.launch_for` keeps the one launch of a plan, under one key of
+    the plan cache, so that evicting it frees its workspace).
 
     Only the problem's class matters (:func:`~pyblasgemm.kernels.spec.problem_class`: shape,
     layout, leading dimensions, batch strides, kind/accumulate, the alignment class of its
@@ -187,8 +184,8 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
     :class:`~pyblasgemm.kernels.spec.LaunchSpec`, launched as it is (ValueError when it is for
     another class, config or SM count), except where the device fits fewer co-resident CTAs
     than it assumed (see :mod:`~pyblasgemm.kernels.spec`); without one, ``config`` (or
-    :func:`default_config`) is made into a spec here. Cached per (device, class, spec,
-    epilogue). Raises ValueError as :func:`prepare` does.
+    :func:`default_config`) is made into a spec here. Raises ValueError as :func:`prepare`
+    does.
 
     ``epilogue``: (EPI, bias axis) of a fused epilogue (:func:`~pyblasgemm.kernels.jit.epilogue_code`;
     bias along ``'m'``, ``'n'`` or None) where :func:`fusable` allows it; the launch then takes
@@ -210,11 +207,6 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
         if spec.problem_class != cls:
             raise ValueError(f"bind: the spec is for problem class {spec.problem_class}, not {cls}")
         config = spec.config
-    key = ("bind", dev_id, cls, config, sm_count,
-           None if spec is None else (spec.sm_count, spec.occupancy), epilogue)
-    bl = _cache.get(key)
-    if bl is not None:
-        return bl
     ok, why = supports(problem)
     if not ok:
         raise ValueError(f"pyblasgemm kernels cannot run this problem: {why}")
@@ -247,9 +239,7 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
     # a family with a fixed ctas_per_sm (the Hopper kernel: one; its ring takes most of shared
     # memory) runs a persistent grid of at most that many CTAs per SM whatever is passed here
     spec = spec or launch_spec(problem, cfg, sms, 1)
-    bl = family.bound_launch(problem, spec, kern, red, dev_id, epilogue)
-    _cache.put(key, bl)
-    return bl
+    return family.bound_launch(problem, spec, kern, red, dev_id, epilogue)
 
 
 def fusable(kind: str, config: KernelConfig, dequantize: bool = False) -> bool:
@@ -271,8 +261,3 @@ def fusable(kind: str, config: KernelConfig, dequantize: bool = False) -> bool:
     (True, True)
     """
     return config.kernel_family.fusable(kind, config, dequantize)
-
-
-def clear_bind_cache() -> None:
-    """Drop every cached BoundLaunch (and with them their workspace) from the plan cache."""
-    _cache.discard_where(lambda k: k[0] == "bind")

@@ -99,7 +99,8 @@ def _arch_arg(arch):
 def plan(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="N", transb="N",
          lda=None, ldb=None, ldc=None, batch: int = 1, stride_a=None, stride_b=None,
          stride_c=None, device: int = 0, align: int = 16, backend: str | None = None,
-         autotune: bool = False, arch=None) -> Plan:
+         autotune: bool = False, arch=None, activation=None, bias=None,
+         preactivation: bool = False) -> Plan:
     """The plan the library would use for a column-major GEMM of these sizes on the GPU.
 
     ``dtype``: float16, bfloat16, float32, float64, int8, complex64, complex128 (or 'f16',
@@ -108,6 +109,9 @@ def plan(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="N", t
     the tight ones, batch strides to packed matrices; ``align`` is the pointers' byte
     alignment. ``backend`` forces one; ``autotune=True`` measures (GPU only); ``arch`` ('sm_80',
     ..., or an ``ArchSpec``) plans for another GPU. Without a GPU the H100 spec is used.
+    ``activation``, ``bias`` (``'m'``: one value per row of C, ``'n'``: per column) and
+    ``preactivation``: an epilogue, whose route (fused in our kernel's store, in cuBLASLt's
+    epilogue, or unfused) the plan records in ``Plan.epilogue`` and ``explain()`` prints.
 
     Example::
 
@@ -117,12 +121,16 @@ def plan(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="N", t
         ('tensorcore', True)
         >>> print(p.explain())                         # doctest: +ELLIPSIS
         problem: ...
+        >>> q = pyblasgemm.plan(4096, 4096, 4096, "f16", activation="relu", bias="m", backend="cublas")
+        >>> q.epilogue.line
+        'cuBLASLt epilogue RELU_BIAS (fused in the GEMM)'
     """
     from ..desc import check_backend
 
     desc = make_desc(m, n, k, dtype, compute=compute, transa=transa, transb=transb, lda=lda,
                      ldb=ldb, ldc=ldc, batch=batch, stride_a=stride_a, stride_b=stride_b,
-                     stride_c=stride_c, device=device, align=align)
+                     stride_c=stride_c, device=device, align=align, activation=activation, bias=bias,
+                     preactivation=preactivation)
     return plan_for(desc, check_backend("plan", backend), autotune=autotune, arch=_arch_arg(arch))
 
 
@@ -157,10 +165,15 @@ def tune(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="N", t
 
 
 def clear_memo_for(desc) -> None:
-    """Drop the memoized plans, launches and call signatures of one problem (after tuning
-    it: its launch may change). Call signatures are keyed by arguments, not problems, so all
-    of them go."""
+    """Drop the memoized plans, launches and call signatures of one problem, with or without
+    an epilogue (after tuning it: its launch may change). Call signatures are keyed by
+    arguments, not problems, so all of them go."""
     from ..plancache import get_plan_cache
 
-    get_plan_cache().discard_where(
-        lambda k: (k[0] in ("plan", "launch") and k[1] == desc.key) or k[0] == "call")
+    product = desc.product.key[:-2]      # (the epilogue and group fields close the key)
+
+    def of_problem(k):
+        return (k[0] in ("plan", "launch") and isinstance(k[1], tuple) and len(k[1]) == len(desc.key)
+                and k[1][:-2] == product)
+
+    get_plan_cache().discard_where(lambda k: of_problem(k) or k[0] == "call")

@@ -32,6 +32,7 @@ from .candidates import (_arch, _supports, best_of, enumerate_candidates,  # noq
                          kernel_problem_for, spec_for)
 from .overrides import current_settings
 from .plan import Candidate, Plan
+from .routes import epilogue_plan, group_plan
 
 __all__ = ["Plan", "Candidate", "plan_for", "clear_plan_cache", "current_settings", "kernel_problem_for"]
 
@@ -67,7 +68,17 @@ def plan_for(desc: GemmDesc, backend: str | None = None, *, autotune: bool | Non
     tune = s.autotune if autotune is None else autotune
     if backend is None:     # the environment forced it: its message names the variable
         check_backend_place(desc.routine, s.backend, desc.xp, name="PYBLASGEMM_BACKEND")
-    plan = _choose(desc, backend or s.backend, arch, tune)
+    if desc.group is not None:
+        # not memoized: a mixture of experts routes its tokens anew every step (a repeated
+        # routing replays through its call signature instead)
+        check_backend_place(desc.routine, backend or s.backend, desc.xp)
+        return group_plan(desc, backend or s.backend, _arch(desc, arch) if desc.xp == "cupy" else None)
+    if desc.epilogue is not None:
+        # the product's own plan first (memoized alone), then the epilogue's route on it
+        base = plan_for(desc.product, backend, autotune=autotune, arch=arch)
+        plan = epilogue_plan(desc, base, backend or s.backend, base.arch)
+    else:
+        plan = _choose(desc, backend or s.backend, arch, tune)
     # a new plan only (a memoized one returned above): the cold path's one log line
     log.debug("plan %s for %s %s%s m=%d n=%d k=%d batch=%d (%s): %s", plan, desc.routine,
               desc.transa, desc.transb, desc.m, desc.n, desc.k, desc.batch, desc.xp, plan.reason)

@@ -584,3 +584,58 @@ def score_cublas(desc, arch: ArchSpec, cal: dict) -> Score:
     util = waves - math.floor(waves) or 1.0
     return Score(host + gpu, gpu, host, compute, fixup, memory, waves, util, tiles, 1,
                  (), 1, 0, note)
+
+
+# ---------------------------------------------------------------------------------------------
+# The epilogue's and the group's routes (priced here, chosen in planner/routes.py)
+
+#: the unfused epilogue route's extra launch: ~5 µs measured between back-to-back launches on
+#: an H100
+UNFUSED_PASS_LAUNCH_S = 5e-6
+
+
+def unfused_pass_s(desc, arch: ArchSpec) -> float:
+    """The unfused epilogue route's time beyond its GEMM: the float32 product written and read
+    back, the result written (bytes at DRAM bandwidth), and one more launch (H100, 4096³ bias +
+    GELU: 0.236 ms fused in our kernel against 0.284 ms for cuBLAS and this pass).
+
+    Example::
+
+        >>> from pyblasgemm.planner import make_desc
+        >>> from pyblasgemm.planner.arch import FAMILIES
+        >>> round(unfused_pass_s(make_desc(4096, 4096, 4096, "f16"), FAMILIES["sm_90"]) * 1e6, 1)
+        55.1
+    """
+    return desc.m * desc.n * desc.batch * (4 + 4 + desc.row.c_dtype.itemsize) / arch.dram_bw \
+        + UNFUSED_PASS_LAUNCH_S
+
+
+#: The grouped routes' model. The loop: one planned GEMM per group, at most LOOP_EFFICIENCY of
+#: the chip's best peak (H200: torch.matmul's loop over 8 experts of ~1000 x 4096 x 4096
+#: reached 0.86), and LOOP_CALL_S of host time per group (H200: our loop over 62 small
+#: experts, 40 µs a group). The one persistent launch: GROUPED_EFFICIENCY of the mma.sync peak
+#: (H200, the 8 experts above: 0.55) plus ONE_LAUNCH_S of host time (checks, table, launch).
+LOOP_EFFICIENCY = 0.85
+LOOP_CALL_S = 40e-6
+GROUPED_EFFICIENCY = 0.55
+ONE_LAUNCH_S = 60e-6
+
+
+def grouped_times(sizes, kind: str, arch: ArchSpec) -> tuple:
+    """(one persistent launch, a loop of GEMMs) predicted seconds for problems of ``sizes``
+    ((m, n, k) each) of kernel kind ``kind``: many small groups make the loop host-bound, a few
+    large ones favour cuBLAS's wgmma over our mma.sync mainloop.
+
+    Example::
+
+        >>> from pyblasgemm.planner.arch import FAMILIES
+        >>> one, loop = grouped_times([(64, 16, 64)] * 64, "f16", FAMILIES["sm_90"])
+        >>> one < loop                    # 64 small experts: the loop pays 64 host calls
+        True
+    """
+    ours = GROUPED_EFFICIENCY * arch.mma_sync_peak(kind)
+    theirs = LOOP_EFFICIENCY * arch.best_peak(kind)
+    flops = [(2.0 * m * n * max(k, 1), m > 0 and n > 0) for m, n, k in sizes]
+    one = sum(f for f, _ in flops) / ours + ONE_LAUNCH_S
+    loop = sum(max(f / theirs, LOOP_CALL_S) for f, live in flops if live)
+    return one, loop

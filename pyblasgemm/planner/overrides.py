@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .. import settings as _env
 from ..backends import BACKEND_NAMES
-from ..desc import BACKEND_ALIASES
+from ..desc import BACKEND_ALIASES, check_backend_place
 from ..kernels.config import DECOMPOSITIONS, KernelConfig
 from . import model as M
 
@@ -60,3 +60,13 @@ def reset() -> None:
     """Forget the settings read; the next :func:`current_settings` reads the environment."""
     global _settings
     _settings = None
+
+
+def check_forced_backend(routine: str, backend: str | None, xp: str) -> None:
+    """:func:`check_backend_place` for the backend a call runs under: ``backend=`` (checked by
+    :func:`check_backend`) or, without it, ``PYBLASGEMM_BACKEND`` (named as such). For routes
+    that do not reach the planner, which checks the same."""
+    if backend is not None:
+        check_backend_place(routine, backend, xp)
+        return
+    check_backend_place(routine, current_settings().backend, xp, name="PYBLASGEMM_BACKEND")

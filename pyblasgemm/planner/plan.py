@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..desc import GemmDesc
 from ..kernels.config import KernelConfig
 from . import model as M
 from .arch import ArchSpec
 
-__all__ = ["Candidate", "Plan"]
+__all__ = ["Candidate", "Plan", "RouteOption", "Route"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,37 @@ class Candidate:
     @property
     def time(self) -> float:
         return self.score.time if self.score is not None else float("inf")
+
+
+class RouteOption(NamedTuple):
+    """One way to run a problem's epilogue or group, priced by the model or rejected."""
+
+    kind: str                   # epilogue: 'ours', 'cublaslt', 'unfused'; group: 'one launch', 'loop'
+    label: str                  # e.g. 'fused in our kernel hybrid_128x128x32_w2x2_s4_g8'
+    time: float | None          # predicted seconds (host + GPU); None: rejected
+    note: str = ""              # why rejected, or what the time includes
+    candidate: object = None    # the Candidate of ours it runs (an epilogue fused in another config)
+
+
+class Route(NamedTuple):
+    """The route a plan takes for its problem's epilogue (``Plan.epilogue``) or group
+    (``Plan.group``): the options it was chosen from, and the one line a call reports
+    (:func:`pyblasgemm.epilogue.last_route`)."""
+
+    kind: str                   # the chosen option's kind
+    line: str                   # how it runs, in one line
+    reason: str                 # why this option
+    options: tuple = ()         # RouteOption, in the order considered
+    code: int = 0               # what binds it: cuBLASLt's epilogue code for 'cublaslt'
+    launch_key: tuple = ()      # a group's launch class (its plan-cache key: one launch per class)
+
+    def explain_lines(self, what: str) -> list:
+        lines = [f"{what}: {self.line}", f"      why: {self.reason}"]
+        for o in self.options:
+            mark = "*" if o.kind == self.kind and o.time is not None else " "
+            t = f"{o.time * 1e6:9.1f}u" if o.time is not None else "  rejected"
+            lines.append(f"    {mark} {o.label:52} {t}" + (f"  {o.note}" if o.note else ""))
+        return lines
 
 
 @dataclass(frozen=True)
@@ -67,6 +99,11 @@ class Plan:
     #: operands ('a', 'b') our kernels copy into 16-byte pitched storage before the GEMM
     #: (kernels/pack.py); the launch spec is the packed problem's
     pack: tuple = ()
+    #: the route of the problem's epilogue (a :class:`Route`: fused in our kernel's store, in
+    #: cuBLASLt's epilogue, or unfused), None without one
+    epilogue: Route | None = field(default=None, compare=False)
+    #: the route of a grouped problem (a :class:`Route`: one persistent launch or a loop)
+    group: Route | None = field(default=None, compare=False)
 
     def explain(self, limit: int = 12) -> str:
         """A readable report: the problem, the arch spec, the scored candidates (best first,
@@ -80,9 +117,16 @@ class Plan:
             types = d.row.ab_dtype.name
             if d.row.c_dtype != d.row.ab_dtype:
                 types += f" -> {d.row.c_dtype.name}"
-            lines.append(f"problem: {d.routine} {types} compute={d.compute} "
-                         f"{d.transa}{d.transb} m={d.m} n={d.n} k={d.k} lda={d.lda} ldb={d.ldb} "
-                         f"ldc={d.ldc}{batch}, {d.align}-byte aligned, {d.xp} device {d.device}")
+            if d.group is not None:
+                lines.append(f"problem: {d.routine} {types} compute={d.compute}, "
+                             f"{len(d.group.sizes)} problems ({d.group.live} not empty) of up to "
+                             f"m={d.m} n={d.n} k={d.k} (the {d.group.form} form), {d.xp} device {d.device}")
+            else:
+                lines.append(f"problem: {d.routine} {types} compute={d.compute} "
+                             f"{d.transa}{d.transb} m={d.m} n={d.n} k={d.k} lda={d.lda} ldb={d.ldb} "
+                             f"ldc={d.ldc}{batch}, {d.align}-byte aligned, {d.xp} device {d.device}")
+            if d.epilogue is not None:
+                lines.append(f"epilogue: {d.epilogue.describe()}")
         if self.arch is not None:
             lines.append(f"arch: {self.arch.short()}")
         cfg = f" config {self.config.name}" if isinstance(self.config, KernelConfig) else ""
@@ -97,6 +141,10 @@ class Plan:
         lines.append(f"why: {self.reason}")
         if hasattr(self.launch, "explain_lines"):        # a composite route's inner GEMM
             lines.extend(self.launch.explain_lines())
+        if self.epilogue is not None:
+            lines.extend(self.epilogue.explain_lines("epilogue route"))
+        if self.group is not None:
+            lines.extend(self.group.explain_lines("group route"))
         scored = sorted((c for c in self.candidates if c.score is not None), key=lambda c: c.time)
         if scored:
             shown = scored if not limit else scored[:limit]

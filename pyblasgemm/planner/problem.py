@@ -13,6 +13,7 @@ import numpy as np
 
 from .._types import ROW_BY_DTYPE, TYPE_ROWS, resolve_compute
 from ..desc import GemmDesc, check_dim, check_trans, describe
+from ..epilogue import EpilogueSpec, check_activation
 from ..kinds import ROUTES, base_compute
 
 __all__ = ["make_desc", "DTYPE_ALIASES", "kind_of"]
@@ -51,12 +52,19 @@ def _prefix(dtype) -> str:
 
 def make_desc(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="N", transb="N",
               lda=None, ldb=None, ldc=None, batch: int = 1, stride_a=None, stride_b=None,
-              stride_c=None, device: int = 0, align: int = 16, xp: str = "cupy") -> GemmDesc:
+              stride_c=None, device: int = 0, align: int = 16, xp: str = "cupy",
+              activation=None, bias=None, preactivation: bool = False) -> GemmDesc:
     """A validated ``GemmDesc`` for a column-major problem given by sizes only.
 
     Leading dimensions default to the tight ones, batch strides to packed matrices; ``align``
     is the byte alignment of every pointer (16 for fresh CuPy arrays). ``dtype='tf32'`` or
-    ``'3xtf32'`` is float32 with that compute mode.
+    ``'3xtf32'`` is float32 with that compute mode. ``activation`` (a name of
+    :data:`pyblasgemm.epilogue.ACTIVATIONS`), ``bias`` (``'m'``: one value per row of C,
+    ``'n'``: per column) and ``preactivation`` describe an epilogue (its pointers ``align``-byte
+    aligned too).
+
+    >>> make_desc(64, 64, 64, activation="gelu", bias="n").epilogue.describe()
+    'bias per column of the described C, gelu'
     """
     prefix = _prefix(dtype)
     row = TYPE_ROWS[prefix]
@@ -86,6 +94,14 @@ def make_desc(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="
     if align not in (1, 2, 4, 8, 16):
         raise ValueError(f"plan: align={align!r} must be a power of two <= 16 (bytes)")
     one, zero = (1, 0) if row.scalar_kind == "int" else (1.0, 0.0)
+    epilogue = None
+    if activation is not None or bias is not None or preactivation:
+        act = check_activation(r, activation)
+        if bias not in (None, "m", "n"):
+            raise ValueError(f"plan: bias={bias!r} must be 'm' (one value per row of C), 'n' (per "
+                             f"column) or None")
+        epilogue = EpilogueSpec(None if act is None else act.name, bias, align if bias else 0,
+                                bool(preactivation), align if preactivation else 0)
     # the description's alignment covers the leading dimensions and strides too
     return describe(r, row, compute, ta, tb, m, n, k, lda, ldb, ldc, batch, sa, sb, sc, xp,
-                    device if xp == "cupy" else -1, (align,), one, zero)
+                    device if xp == "cupy" else -1, (align,), one, zero, epilogue=epilogue)
