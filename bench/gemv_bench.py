@@ -1,0 +1,281 @@
+"""The GEMV kernel (pyblasgemm.kernels.gemv) against cuBLAS on decode layers: y = x @ W.T.
+
+    GIT_SHA=$(git rev-parse HEAD) PYTHONPATH=.:bench python bench/gemv_bench.py --out bench/results/gemv_<gpu>_<date>.json
+
+* layers: x @ W.T with W as ``torch.nn.Linear`` holds it (N x K, row-major), projections of
+  public model configurations: Llama-3-8B (4096 -> 6144 qkv, 4096 -> 4096 o, 4096 -> 14336
+  gate/up, 14336 -> 4096 down), Qwen2-7B (3584 -> 4608 qkv, 3584 -> 18944 up, 18944 -> 3584
+  down); tokens M = 1, 4, 16, 64; bfloat16 and float16.
+* contenders, on the same bytes: the GEMV kernel's bound launch called with raw pointers
+  (``gemv.bind(desc)(w, x, y)``: the entry point the planner will call), ``torch.matmul(x, W.T)``
+  and ``cupy.matmul(x, W.T)`` (float16 only: CuPy has no bfloat16 matmul); yardstick = the
+  faster of the two.
+* every call streams its weight from HBM, as a model's next layer does: the weight (and x, y)
+  rotate through enough copies to exceed twice the L2 cache, for every contender alike.
+* steady: CUDA events around 20 back-to-back calls, median of 7 (bench/timing.py's loop, the
+  copies rotating); single: one call issued and waited for, median of 50 (paired_single_us,
+  contenders interleaved).
+* achieved GB/s = (weight + x + y bytes) / steady time; % of the datasheet's HBM bandwidth
+  (H100 SXM 3.35 TB/s, H100 PCIe 2.0, H200 4.8, A100 SXM 2.04 by device name); ratio =
+  yardstick s / ours s (> 1: ours faster).
+* checked first: the kernel's y on 64 sampled output features against float64 from host copies
+  (error within 2^-7 (bf16) / 2^-10 (fp16) of |W| @ |x|); a failing shape is not timed.
+* ``--sweep``: a few other tile shapes and residencies of the kernel on two layers (M = 1, 16),
+  for choosing gemv.TILES; ``--quick``: two layers, M = 1 and 16.
+
+About 30-60 s on an H100 (kernel compiles included).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import types
+import zlib
+
+import numpy as np
+
+sys.path.insert(0, __import__("pathlib").Path(__file__).resolve().parent.as_posix())
+sys.path.insert(0, __import__("pathlib").Path(__file__).resolve().parents[1].as_posix())
+
+from bench.heldout import meta, write_doc  # noqa: E402
+from timing import paired_single_us  # noqa: E402
+
+LAYERS = {"llama3-8b qkv": (4096, 6144), "llama3-8b o": (4096, 4096), "llama3-8b gate/up": (4096, 14336),
+          "llama3-8b down": (14336, 4096), "qwen2-7b qkv": (3584, 4608), "qwen2-7b up": (3584, 18944),
+          "qwen2-7b down": (18944, 3584)}
+TOKENS = (1, 4, 16, 64)
+QUICK_LAYERS = ("llama3-8b o", "llama3-8b gate/up")
+#: HBM bytes/s of the datasheets, by a substring of the device name (first match wins)
+PEAK_BW = (("H200", 4.8e12), ("H100 PCIe", 2.0e12), ("H100", 3.35e12), ("A100-SXM", 2.039e12),
+           ("A100", 1.935e12))
+#: --sweep: (P1, P2, WR, WK) of the mma_k mainloop per token groups, and CTAs per SM
+SWEEP_TILES = {1: [(2, 1, 1, 4), (1, 2, 1, 4), (2, 2, 1, 4), (2, 1, 2, 2), (2, 1, 4, 1), (4, 1, 1, 4)],
+               2: [(2, 1, 2, 2), (1, 2, 2, 2), (2, 1, 1, 4), (2, 1, 4, 1)]}
+SWEEP_OCCUPANCY = (None, 1, 2, 8)
+STEADY_CALLS, STEADY_SAMPLES, SINGLE_CALLS = 20, 7, 50
+
+
+def peak_bw(name: str):
+    return next((bw for key, bw in PEAK_BW if key in name), None)
+
+
+class Rotation:
+    """``copies`` sets of (W, x, y) on the device (torch tensors), W as nn.Linear holds it; each
+    contender's call takes the next set (the weight streamed from HBM on every call)."""
+
+    def __init__(self, torch, n, k, m, dtype, copies, seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        self.w = [torch.randn(n, k, device="cuda", dtype=dtype, generator=g) * 0.02 for _ in range(copies)]
+        self.x = [torch.randn(m, k, device="cuda", dtype=dtype, generator=g) for _ in range(copies)]
+        self.y = [torch.empty(m, n, device="cuda", dtype=dtype) for _ in range(copies)]
+        self.i = 0
+
+    def next(self) -> int:
+        self.i = (self.i + 1) % len(self.w)
+        return self.i
+
+
+def _steady_s(cp, fn):
+    """bench/timing.py's event loop (its median of per-bracket times), inline: the rotation
+    lives in ``fn``."""
+    for _ in range(5):
+        fn()
+    cp.cuda.get_current_stream().synchronize()
+    times = []
+    for _ in range(STEADY_SAMPLES):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        for _ in range(STEADY_CALLS):
+            fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3 / STEADY_CALLS)
+    return statistics.median(times)
+
+
+def _desc(m, n, k, dtype_name, ptrs):
+    from pyblasgemm._types import TYPE_ROWS
+    from pyblasgemm.desc import describe
+
+    prefix = {"bfloat16": "b", "float16": "h"}[dtype_name]
+    # y (m x n, row-major) = x @ W.T is the column-major yᵀ = W xᵀ: transa='T' on W's rows (lda = k),
+    # transb='N' on x's rows (ldb = k), ldc = n
+    return describe("gemv_bench", TYPE_ROWS[prefix], "fp32", "T", "N", n, m, k, k, k, n, 1, 0, 0, 0, "cupy", 0,
+                    ptrs, 1.0, 0.0)
+
+
+def _check(torch, rot, m, n, k, dtype_name) -> dict:
+    """The kernel's y (the last call's copy) on 64 sampled output features against float64."""
+    i = rot.i
+    rng = np.random.default_rng(n * 31 + m)
+    cols = torch.as_tensor(np.sort(rng.choice(n, size=min(64, n), replace=False)), device="cuda")
+    w = rot.w[i].index_select(0, cols).double().cpu().numpy()
+    x = rot.x[i].double().cpu().numpy()
+    got = rot.y[i].index_select(1, cols).double().cpu().numpy()
+    ref = x @ w.T
+    scale = np.abs(x) @ np.abs(w).T
+    tol = {"bfloat16": 2.0 ** -7, "float16": 2.0 ** -10}[dtype_name]
+    err = float(np.max(np.abs(got - ref) / (scale + 1e-30)))
+    return {"max_rel_err": err, "tolerance": tol, "ok": bool(np.isfinite(got).all() and err <= tol)}
+
+
+def measure(cp, torch, gemv, layer, m, dtype_name, tiles=None, occupancy=None, with_yardsticks=True) -> dict:
+    k, n = LAYERS[layer]
+    dtype = getattr(torch, dtype_name)
+    eb = 2
+    l2 = cp.cuda.Device().attributes["L2CacheSize"]
+    w_bytes, xy_bytes = n * k * eb, (m * k + m * n) * eb
+    copies = max(2, math.ceil(2 * l2 / (w_bytes + xy_bytes)))
+    rot = Rotation(torch, n, k, m, dtype, copies, seed=zlib.crc32(f"{layer} {m} {dtype_name}".encode()))
+    desc = _desc(m, n, k, dtype_name, (rot.w[0].data_ptr(), rot.x[0].data_ptr(), rot.y[0].data_ptr()))
+    launch = gemv.bind(desc, tiles=tiles, occupancy=occupancy)
+    ptrs = [(w.data_ptr(), x.data_ptr(), y.data_ptr()) for w, x, y in zip(rot.w, rot.x, rot.y)]
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def ours():
+        pw, px, py = ptrs[rot.next()]
+        launch(pw, px, py, 1.0, 0.0, stream)
+
+    s = launch.spec
+    row = {"layer": layer, "m": m, "n": n, "k": k, "dtype": dtype_name, "weight_copies": copies,
+           "spec": {"path": s.path, "tiles": [s.p1, s.p2, s.wr, s.wk], "threads": s.threads, "ctas": s.ctas,
+                    "occupancy": s.occupancy, "row_tiles": s.row_tiles, "csteps": s.csteps,
+                    "shared_tiles": s.slots > 0, "loads": s.loads, "kernel": s.kernel_name}}
+    ours()
+    torch.cuda.synchronize()
+    row["check"] = _check(torch, rot, m, n, k, dtype_name)
+    if not row["check"]["ok"]:
+        row["failure"] = "the GEMV kernel's result is outside the tolerance: not timed"
+        return row
+    fns = {"ours": ours}
+    if with_yardsticks:
+        def torch_mm():
+            i = rot.next()
+            torch.matmul(rot.x[i], rot.w[i].T, out=rot.y[i])
+        fns["torch"] = torch_mm
+        if dtype_name == "float16":
+            cw = [cp.from_dlpack(w) for w in rot.w]
+            cx = [cp.from_dlpack(x) for x in rot.x]
+            cy = [cp.from_dlpack(y) for y in rot.y]
+
+            def cupy_mm():
+                i = rot.next()
+                cp.matmul(cx[i], cw[i].T, out=cy[i])
+            fns["cupy"] = cupy_mm
+        else:
+            row["cupy"] = {"unavailable": "CuPy has no bfloat16 matmul"}
+    peak = peak_bw(cp.cuda.runtime.getDeviceProperties(0)["name"].decode())
+    single = paired_single_us(fns, calls=SINGLE_CALLS, warmup=5)
+    for name, fn in fns.items():
+        t = _steady_s(cp, fn)
+        row[name] = {"steady_s": t, "single_s": single[name] * 1e-6,
+                     "gbps": (w_bytes + xy_bytes) / t / 1e9, "weight_gbps": w_bytes / t / 1e9}
+        if peak:
+            row[name]["pct_peak"] = 100 * (w_bytes + xy_bytes) / t / peak
+    yard = [nm for nm in ("torch", "cupy") if nm in fns]
+    if yard:
+        best = min(yard, key=lambda nm: row[nm]["steady_s"])
+        row["yardstick"] = best
+        row["ratio_steady"] = row[best]["steady_s"] / row["ours"]["steady_s"]
+        best1 = min(yard, key=lambda nm: row[nm]["single_s"])
+        row["ratio_single"] = row[best1]["single_s"] / row["ours"]["single_s"]
+    del rot
+    return row
+
+
+def _geomean(xs):
+    xs = [x for x in xs if x]
+    return float(np.exp(np.mean(np.log(xs)))) if xs else None
+
+
+def summarize(rows) -> dict:
+    ok = [r for r in rows if "ratio_steady" in r]
+    out = {"geomean_ratio_steady": _geomean([r["ratio_steady"] for r in ok]),
+           "geomean_ratio_single": _geomean([r["ratio_single"] for r in ok]),
+           "failures": sum("failure" in r for r in rows)}
+    for m in TOKENS:
+        sel = [r for r in ok if r["m"] == m]
+        if sel:
+            out[f"m{m}"] = {"geomean_ratio_steady": _geomean([r["ratio_steady"] for r in sel]),
+                            "min_pct_peak": min((r["ours"].get("pct_peak") for r in sel
+                                                 if r["ours"].get("pct_peak")), default=None),
+                            "max_pct_peak": max((r["ours"].get("pct_peak") for r in sel
+                                                 if r["ours"].get("pct_peak")), default=None)}
+    return out
+
+
+def _line(r) -> str:
+    if "failure" in r:
+        return f"{r['layer']:18s} m={r['m']:3d} {r.get('dtype', '-'):8s} FAILED {r['failure']} {r.get('check', '')}"
+    o = r["ours"]
+    pct = f"{o['pct_peak']:5.1f}%" if "pct_peak" in o else "   - "
+    yard = f"{r.get('yardstick', '-'):5s} x{r.get('ratio_steady', float('nan')):.3f}" if "ratio_steady" in r else ""
+    return (f"{r['layer']:18s} m={r['m']:3d} {r['dtype']:8s} ours {o['steady_s'] * 1e6:8.2f} us "
+            f"{o['gbps']:7.0f} GB/s {pct}  {yard}  {r['spec']['path']} {r['spec']['tiles']} ctas={r['spec']['ctas']}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="results JSON")
+    ap.add_argument("--quick", action="store_true", help="two layers, M = 1 and 16")
+    ap.add_argument("--dtypes", default="bfloat16,float16", help="comma list of bfloat16,float16")
+    ap.add_argument("--sweep", action="store_true", help="also other tiles / residencies on two layers")
+    args = ap.parse_args(argv)
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    bad = [d for d in dtypes if d not in ("bfloat16", "float16")]
+    if bad:
+        raise SystemExit(f"--dtypes: {bad} not in bfloat16, float16")
+    import cupy as cp
+    import torch
+
+    from pyblasgemm.kernels import gemv
+
+    doc = {"schema": "pyblasgemm-gemv-bench/1", **meta(types.SimpleNamespace(torch=torch)), "method": __doc__,
+           "tiles": {path: {str(tg): list(t) for tg, t in v.items()} for path, v in gemv.TILES.items()}}
+    layers = QUICK_LAYERS if args.quick else tuple(LAYERS)
+    tokens = (1, 16) if args.quick else TOKENS
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    # compile every instantiation the run needs in parallel first (seconds each, once)
+    gemv.warm({gemv.plan(_desc(m, LAYERS[lay][1], LAYERS[lay][0], d, (16,)), sms).kernel_name
+               for d in dtypes for lay in layers for m in tokens})
+    rows = []
+    for dtype_name in dtypes:
+        for layer in layers:
+            for m in tokens:
+                try:
+                    r = measure(cp, torch, gemv, layer, m, dtype_name)
+                except Exception as e:      # recorded, not hidden
+                    r = {"layer": layer, "m": m, "dtype": dtype_name, "failure": f"{type(e).__name__}: {e}"[:400]}
+                rows.append(r)
+                print(_line(r), flush=True)
+                torch.cuda.empty_cache()
+    doc["rows"] = rows
+    doc["summary"] = summarize(rows)
+    print(doc["summary"], flush=True)
+    if args.sweep:
+        sweep = []
+        for layer in QUICK_LAYERS:
+            for m in (1, 16):
+                tg = 1 if m <= 8 else 2
+                for tiles in SWEEP_TILES[tg]:
+                    for occ in SWEEP_OCCUPANCY:
+                        try:
+                            r = measure(cp, torch, gemv, layer, m, "bfloat16", tiles=tiles, occupancy=occ,
+                                        with_yardsticks=False)
+                            r["asked"] = {"tiles": list(tiles), "occupancy": occ}
+                        except Exception as e:
+                            r = {"layer": layer, "m": m, "dtype": "bfloat16",
+                                 "asked": {"tiles": list(tiles), "occupancy": occ},
+                                 "failure": f"{type(e).__name__}: {e}"[:400]}
+                        sweep.append(r)
+                        print("sweep", r["asked"], _line(r), flush=True)
+                        torch.cuda.empty_cache()
+        doc["sweep"] = sweep
+    write_doc(doc, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

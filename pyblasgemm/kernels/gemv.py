@@ -1,0 +1,589 @@
+"""Decode-shaped products on pyblasgemm's GEMV kernel (``include/pyblasgemm/gemv/gemv.cuh``).
+
+A problem whose C has at most :data:`MAX_TOKENS` rows or columns reads its larger operand (the
+*weight*, R x K) once and the smaller one (the *activations*, T x K, T <= 64) many times from
+cache: its time is the weight's bytes over the memory bandwidth. This module is a separate
+entry point for that kernel: the lead wires it into the planner after measuring it.
+
+* :func:`gemv_applies` (pure): can the kernel compute this :class:`~pyblasgemm.desc.GemmDesc`?
+* :func:`plan` (pure): kernel instantiation, grid, workspace, and every argument but pointers
+  and scales, from the description, the SM count and the CTAs resident per SM;
+* :func:`bind` / :func:`run` (GPU): compile (NVRTC, once per device), allocate the workspace
+  (per stream) and launch; ``run(desc, a_ptr, b_ptr, c_ptr, alpha, beta, stream)``.
+
+The BLAS problem ``C = alpha op(A) op(B) + beta C`` (column-major, :mod:`pyblasgemm.desc`) maps
+onto the kernel's canonical form ``out[r, t] = alpha sum_p W[r, p] X[t, p] + beta out[r, t]``:
+with n <= 64 (``x @ W.T`` as ``torch.nn.Linear`` holds W is transa='T', transb='N', m = out
+features, n = tokens) W = op(A), X = op(B)ᵀ; with m <= 64 (and m < n) W = op(B)ᵀ, X = op(A).
+
+Every result is bitwise reproducible run to run: partial sums over K are added in a fixed
+order (the kernel's header says how), in one launch.
+
+Example
+-------
+>>> from pyblasgemm._types import TYPE_ROWS
+>>> from pyblasgemm.desc import describe
+>>> d = describe("doc", TYPE_ROWS["b"], "fp32", "T", "N", 4096, 1, 4096, 4096, 4096, 4096, 1, 0, 0,
+...              0, "cupy", 0, (16,), 1.0, 0.0)
+>>> gemv_applies(d)
+(True, '')
+>>> s = plan(d, sm_count=132, occupancy=4)
+>>> s.path, s.R, s.T, s.K, s.threads, s.ctas, s.row_tiles, s.csteps
+('mma_k', 4096, 1, 4096, 128, 528, 128, 32)
+>>> s.kernel_name
+'pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::KindBF16, 0, 2, 1, 1, 3>'
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from ..kinds import base_compute
+
+__all__ = ["MAX_TOKENS", "GemvKind", "GEMV_KINDS", "TILES", "GemvSpec", "gemv_applies", "plan",
+           "kernel_name", "all_instantiations", "compile_offline", "get_kernel", "warm", "GemvLaunch",
+           "bind", "run", "HEADER", "MAX_REGISTERS", "MAX_EXTENT"]
+
+HEADER = "pyblasgemm/gemv/gemv.cuh"
+#: the largest token count (C's smaller side) the kernel takes: 8 MMA columns x 8 token groups
+MAX_TOKENS = 64
+#: __launch_bounds__(256, 2) in the header: ptxas keeps every instantiation within this many
+#: registers per thread (two 256-thread CTAs fit an SM's 64 K registers)
+MAX_REGISTERS = 128
+#: CTAs' threads resident per SM that :func:`plan` assumes when not told (128 registers per
+#: thread: 512 threads fill 64 K registers); :func:`bind` asks the driver instead
+ASSUMED_RESIDENT_THREADS = 512
+#: the largest m, n, k: row and k indices are 32-bit in the kernel, and a step or tile past the
+#: end (up to 512 rows, 512 k) must not overflow
+MAX_EXTENT = 2**31 - 1024
+
+
+@dataclass(frozen=True)
+class GemvKind:
+    """One operand type of the GEMV kernel: its C++ kind structs for a K-contiguous and for an
+    R-contiguous weight, and which mainloop each takes (:data:`TILES`)."""
+
+    name: str
+    struct_k: str           # C++ kind (namespace pyblasgemm::gemv) with a K-contiguous weight
+    path_k: str
+    struct_r: str           # ... with an R-contiguous weight
+    path_r: str
+    elem_bytes: int
+    c_bytes: int
+    integer: bool           # int8 in, int32 out, integer alpha and beta
+
+
+def _kind(name, k, pk, r, pr, eb, cb, integer=False):
+    return GemvKind(name, k, pk, r, pr, eb, cb, integer)
+
+
+_KINDS = {k.name: k for k in (
+    _kind("f16", "KindF16", "mma_k", "KindF16", "mma_r", 2, 2),
+    _kind("bf16", "KindBF16", "mma_k", "KindBF16", "mma_r", 2, 2),
+    _kind("f16_out32", "KindF16Out32", "mma_k", "KindF16Out32", "mma_r", 2, 4),
+    _kind("bf16_out32", "KindBF16Out32", "mma_k", "KindBF16Out32", "mma_r", 2, 4),
+    _kind("s8", "KindS8", "mma_k", "KindS8Fma", "fma_r", 1, 4, integer=True),
+    # float32 on CUDA cores (FFMA, round to nearest): as accurate as SGEMM, so it serves the
+    # tf32 and 3xTF32 modes too (a weight read once leaves no time for tensor cores to save)
+    _kind("f32", "KindF32", "fma_k", "KindF32", "fma_r", 4, 4),
+)}
+
+#: (BLAS prefix, compute mode) -> the GEMV kind that serves it. Not served: float16 accumulation
+#: ('h', 'fp16': this kernel accumulates in float32, a different answer), float64 and complex.
+GEMV_KINDS = MappingProxyType({
+    ("h", "fp32"): _KINDS["f16"], ("b", "fp32"): _KINDS["bf16"], ("sh", "fp32"): _KINDS["f16_out32"],
+    ("sb", "fp32"): _KINDS["bf16_out32"], ("i", "int32"): _KINDS["s8"], ("s", "fp32"): _KINDS["f32"],
+    ("s", "tf32"): _KINDS["f32"], ("s", "3xtf32"): _KINDS["f32"],
+})
+
+#: template PATH of the header per mainloop
+PATHS = {"mma_k": 0, "mma_r": 1, "fma_k": 2, "fma_r": 3}
+#: per mainloop and token groups TG = ceil(T / 8): (P1, P2, WR, WK): the header's template P1,
+#: P2 (mma_k: row groups of 16 per warp, 16-byte vectors per row per step; mma_r: rows per lane;
+#: fma_k: rows per lane, token lanes; fma_r: token lanes) and the CTA's warps along
+#: rows (WR: they share each activation load through L1) x along k (WK: their sums meet in shared
+#: memory, so a CTA publishes one partial, not WK). Every instantiation stays within
+#: MAX_REGISTERS without spilling, with 2-8 KB of weight in flight per warp.
+TILES = MappingProxyType({
+    "mma_k": {1: (2, 1, 1, 4), 2: (2, 1, 2, 2), 4: (1, 2, 4, 2), 8: (1, 1, 8, 1)},
+    "mma_r": {1: (8, 0, 1, 4), 2: (8, 0, 2, 2), 4: (4, 0, 4, 2), 8: (2, 0, 8, 1)},
+    "fma_k": {1: (4, 1, 2, 2), 2: (2, 1, 4, 1), 4: (2, 2, 8, 1), 8: (2, 4, 8, 1)},
+    "fma_r": {1: (1, 0, 1, 4), 2: (2, 0, 2, 2), 4: (4, 0, 4, 2), 8: (8, 0, 8, 1)},
+})
+#: token groups of 8 the kernel is instantiated for (a T between two runs the larger; the
+#: kernel skips the groups past T)
+TOKEN_GROUPS = (1, 2, 4, 8)
+#: template LOADS bits: the weight's / the activations' rows take aligned vector loads
+W_VEC, X_VEC = 1, 2
+
+
+def _token_groups(t: int) -> int:
+    return next(g for g in TOKEN_GROUPS if 8 * g >= t)
+
+
+def _geometry(path: str, p1: int, p2: int, tg: int, eb: int) -> tuple:
+    """(rows per warp, k per warp step, accumulators per thread, W vector bytes, X vector bytes)
+    of a mainloop instantiation: the header's ROWS, KSTEP, OUT and vector widths."""
+    if path == "mma_k":
+        ve = 16 // eb
+        return 16 * p1, 4 * p2 * ve, p1 * tg * 4, 16, 16
+    if path == "mma_r":
+        return 8 * p1, 16, (p1 // 2) * tg * 4, 2 * p1, 8
+    if path == "fma_k":
+        return (4 // p2) * p1, 8 * (16 // eb), p1 * (8 * tg // p2), 16, 16
+    lr = 32 // p1
+    return 4 * lr, 4, 4 * (8 * tg // p1), 4 * eb, 4 * eb
+
+
+def kernel_name(kind: GemvKind, path: str, p1: int, p2: int, tg: int, loads: int) -> str:
+    """The header's name expression for one instantiation.
+
+    >>> kernel_name(GEMV_KINDS[("h", "fp32")], "mma_r", 8, 0, 2, 3)
+    'pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::KindF16, 1, 8, 0, 2, 3>'
+    """
+    struct = kind.struct_k if path == kind.path_k else kind.struct_r
+    return f"pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::{struct}, {PATHS[path]}, {p1}, {p2}, {tg}, {loads}>"
+
+
+def all_instantiations() -> list[tuple]:
+    """Every (kind name, path, token groups, loads, name expression) the kernel ships: each
+    kind on both weight layouts, every token group count, every load class."""
+    out = []
+    for kind in _KINDS.values():
+        for path in (kind.path_k, kind.path_r):
+            for tg in TOKEN_GROUPS:
+                p1, p2, _, _ = TILES[path][tg]
+                for loads in range(4):
+                    out.append((kind.name, path, tg, loads, kernel_name(kind, path, p1, p2, tg, loads)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Which problems, and how (pure)
+# ---------------------------------------------------------------------------------------------
+
+def gemv_applies(desc) -> tuple[bool, str]:
+    """(ok, reason): can the GEMV kernel compute ``desc`` (a validated
+    :class:`~pyblasgemm.desc.GemmDesc`)? It needs a real type it serves (:data:`GEMV_KINDS`),
+    one problem (no batch), and C with at most :data:`MAX_TOKENS` rows or columns. Whether it
+    is the fastest choice is the planner's question, not this one.
+
+    >>> from pyblasgemm._types import TYPE_ROWS
+    >>> from pyblasgemm.desc import describe
+    >>> d = describe("doc", TYPE_ROWS["h"], "fp32", "N", "N", 100, 100, 8, 100, 8, 100, 1, 0, 0, 0,
+    ...              "cupy", 0, (16,), 1.0, 0.0)
+    >>> gemv_applies(d)
+    (False, 'C is 100 x 100: the GEMV kernel needs m or n <= 64')
+    """
+    kind = GEMV_KINDS.get((desc.prefix, base_compute(desc.compute)))
+    if kind is None:
+        return False, f"no GEMV kernel for {desc.prefix}gemm with compute={desc.compute!r}"
+    if desc.batch != 1:
+        return False, f"batch={desc.batch}: the GEMV kernel runs one problem"
+    if min(desc.m, desc.n) > MAX_TOKENS:
+        return False, f"C is {desc.m} x {desc.n}: the GEMV kernel needs m or n <= {MAX_TOKENS}"
+    if min(desc.m, desc.n, desc.k) < 1:
+        return False, f"m, n, k = {desc.m}, {desc.n}, {desc.k}: an empty product is answered before any kernel"
+    if desc.transa not in ("N", "T") or desc.transb not in ("N", "T"):
+        return False, f"transa={desc.transa!r}, transb={desc.transb!r}: real types take 'N' or 'T'"
+    if max(desc.m, desc.n, desc.k) > MAX_EXTENT:
+        return False, f"m, n, k = {desc.m}, {desc.n}, {desc.k}: the kernel's 32-bit indices need each <= {MAX_EXTENT}"
+    return True, ""
+
+
+@dataclass(frozen=True)
+class Canonical:
+    """The canonical problem of a description: ``orient`` 'n' (T = n, W = op(A)) or 'm'
+    (T = m, W = op(B)ᵀ); strides in elements."""
+
+    orient: str
+    R: int
+    T: int
+    K: int
+    w_rs: int
+    w_ks: int
+    x_ts: int
+    x_ks: int
+    c_rs: int
+    c_ts: int
+
+    @property
+    def w_k_contiguous(self) -> bool:
+        return self.w_ks == 1
+
+
+def canonical(desc) -> Canonical:
+    """Map a description onto ``out[r, t] = sum_p W[r, p] X[t, p]`` (see the module docstring).
+
+    >>> from pyblasgemm._types import TYPE_ROWS
+    >>> from pyblasgemm.desc import describe
+    >>> d = describe("doc", TYPE_ROWS["b"], "fp32", "T", "N", 4096, 3, 1024, 1024, 1024, 4096, 1, 0, 0,
+    ...              0, "cupy", 0, (16,), 1.0, 0.0)          # x @ W.T, 3 tokens
+    >>> canonical(d)
+    Canonical(orient='n', R=4096, T=3, K=1024, w_rs=1024, w_ks=1, x_ts=1024, x_ks=1, c_rs=1, c_ts=4096)
+    """
+    m, n, k = desc.m, desc.n, desc.k
+    a_k = desc.transa == "T"      # op(A)[i, p] = a[p + i lda] (K-contiguous) or a[i + p lda]
+    b_k = desc.transb == "N"      # op(B)[p, j] = b[p + j ldb] (K-contiguous) or b[j + p ldb]
+    if n <= MAX_TOKENS and (n <= m or m > MAX_TOKENS):
+        w_rs, w_ks = (desc.lda, 1) if a_k else (1, desc.lda)
+        x_ts, x_ks = (desc.ldb, 1) if b_k else (1, desc.ldb)
+        return Canonical("n", m, n, k, w_rs, w_ks, x_ts, x_ks, 1, desc.ldc)
+    w_rs, w_ks = (desc.ldb, 1) if b_k else (1, desc.ldb)
+    x_ts, x_ks = (desc.lda, 1) if a_k else (1, desc.lda)
+    return Canonical("m", n, m, k, w_rs, w_ks, x_ts, x_ks, desc.ldc, 1)
+
+
+def _loads(cn: Canonical, path: str, w_vb: int, x_vb: int, eb: int, w_align: int, x_align: int) -> int:
+    """The LOADS class: bit W_VEC where the weight's vectors are aligned and never straddle K
+    (K-contiguous) or R (R-contiguous); bit X_VEC where the activations are K-contiguous with
+    aligned vectors that never straddle K. ``*_align``: the largest power of two (<= 16) dividing
+    the operand's pointer (bytes)."""
+    bits = 0
+    if cn.w_k_contiguous:
+        if w_align % w_vb == 0 and (cn.w_rs * eb) % w_vb == 0 and cn.K % (w_vb // eb) == 0:
+            bits |= W_VEC
+    elif w_align % w_vb == 0 and (cn.w_ks * eb) % w_vb == 0 and cn.R % (w_vb // eb) == 0:
+        bits |= W_VEC
+    if cn.x_ks == 1 and x_align % x_vb == 0 and (cn.x_ts * eb) % x_vb == 0 and cn.K % (x_vb // eb) == 0:
+        bits |= X_VEC
+    return bits
+
+
+@dataclass(frozen=True)
+class GemvSpec:
+    """Everything about one GEMV launch but the pointers and the scales (pure arithmetic).
+
+    ``ctas`` CTAs of ``wr x wk`` warps split the ``row_tiles x csteps`` units (row tile of
+    ``cta_rows`` rows, CTA step of ``wk`` warp steps) evenly, in one wave; ``slots`` workspace
+    slots of ``slot_bytes`` hold the partials of row tiles several CTAs share (one int32
+    counter per row tile counts their arrivals); ``smem`` bytes of shared memory per CTA."""
+
+    kind: GemvKind
+    canonical: Canonical
+    path: str
+    token_groups: int
+    p1: int
+    p2: int
+    wr: int
+    wk: int
+    loads: int
+    cta_rows: int
+    row_tiles: int
+    csteps: int
+    ctas: int
+    slots: int
+    slot_bytes: int
+    smem: int
+    w_align: int            # bytes the weight's / the activations' pointers must be aligned to
+    x_align: int
+    sm_count: int
+    occupancy: int
+
+    @property
+    def R(self) -> int:
+        return self.canonical.R
+
+    @property
+    def T(self) -> int:
+        return self.canonical.T
+
+    @property
+    def K(self) -> int:
+        return self.canonical.K
+
+    @property
+    def orient(self) -> str:
+        return self.canonical.orient
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.wr * self.wk
+
+    @property
+    def kernel_name(self) -> str:
+        return kernel_name(self.kind, self.path, self.p1, self.p2, self.token_groups, self.loads)
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.slots * self.slot_bytes + 4 * self.row_tiles
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the weight, each read once: the launch's time at the memory's bandwidth."""
+        return self.R * self.K * self.kind.elem_bytes
+
+
+def _tile_is_shared(rt: int, csteps: int, units: int, ctas: int) -> bool:
+    """Whether row tile ``rt``'s first and last units lie in different CTAs (the header's cta_of)."""
+    u0 = rt * csteps
+    return ((u0 + 1) * ctas - 1) // units != ((u0 + csteps) * ctas - 1) // units
+
+
+def plan(desc, sm_count: int, occupancy: int | None = None, align: tuple | None = None,
+         tiles: tuple | None = None) -> GemvSpec:
+    """The :class:`GemvSpec` of ``desc`` on ``sm_count`` SMs with ``occupancy`` CTAs resident per
+    SM (default: as many as make :data:`ASSUMED_RESIDENT_THREADS` threads). The grid is one wave
+    (``sm_count x occupancy`` CTAs, fewer when the units are fewer): every CTA streams the same
+    number of weight bytes, within one CTA step. ``align``: (A's, B's) pointer alignment in bytes
+    (default: the description's ``ptr_align`` for both). ``tiles``: (P1, P2, WR, WK) in place of
+    :data:`TILES`' (experiments: bench/gemv_bench.py --sweep; such instantiations are not in the
+    compile checks). ValueError where :func:`gemv_applies` says no.
+
+    >>> from pyblasgemm._types import TYPE_ROWS
+    >>> from pyblasgemm.desc import describe
+    >>> d = describe("doc", TYPE_ROWS["s"], "fp32", "N", "N", 3, 50000, 700, 3, 700, 3, 1, 0, 0, 0,
+    ...              "cupy", 0, (16,), 1.0, 0.0)                  # 3 rows of C: T = m
+    >>> s = plan(d, 132)
+    >>> s.orient, s.R, s.T, s.path, s.loads                      # W = op(B)ᵀ, K-contiguous
+    ('m', 50000, 3, 'fma_k', 1)
+    """
+    ok, why = gemv_applies(desc)
+    if not ok:
+        raise ValueError(f"gemv.plan: {why}")
+    if type(sm_count) is not int or sm_count < 1:
+        raise ValueError(f"gemv.plan: sm_count={sm_count!r} must be an int >= 1")
+    kind = GEMV_KINDS[(desc.prefix, base_compute(desc.compute))]
+    cn = canonical(desc)
+    path = kind.path_k if cn.w_k_contiguous else kind.path_r
+    tg = _token_groups(cn.T)
+    p1, p2, wr, wk = tiles if tiles is not None else TILES[path][tg]
+    eb = kind.elem_bytes
+    rows, kstep, out, w_vb, x_vb = _geometry(path, p1, p2, tg, eb)
+    a_al, b_al = align if align is not None else (desc.ptr_align, desc.ptr_align)
+    w_al, x_al = (a_al, b_al) if cn.orient == "n" else (b_al, a_al)
+    loads = _loads(cn, path, w_vb, x_vb, eb, w_al, x_al)
+    threads = 32 * wr * wk
+    if occupancy is None:
+        occupancy = max(1, ASSUMED_RESIDENT_THREADS // threads)
+    if type(occupancy) is not int or occupancy < 1:
+        raise ValueError(f"gemv.plan: occupancy={occupancy!r} must be an int >= 1")
+    cta_rows = wr * rows
+    row_tiles = -(-cn.R // cta_rows)
+    csteps = -(-(-(-cn.K // kstep)) // wk)
+    units = row_tiles * csteps
+    ctas = min(units, sm_count * occupancy)
+    shared = ctas > row_tiles or any(_tile_is_shared(rt, csteps, units, ctas) for rt in range(row_tiles))
+    entries = wr * out * 32                  # one CTA partial: the header's n_entries
+    return GemvSpec(kind, cn, path, tg, p1, p2, wr, wk, loads, cta_rows, row_tiles, csteps, ctas,
+                    row_tiles + ctas if shared else 0, 4 * entries, 4 * threads * out,
+                    w_vb if loads & W_VEC else eb, x_vb if loads & X_VEC else eb, sm_count, occupancy)
+
+
+# ---------------------------------------------------------------------------------------------
+# Compile (NVRTC through CuPy, as the mma.sync kernels)
+# ---------------------------------------------------------------------------------------------
+
+def _source() -> str:
+    from .jit import PACKAGE_VERSION, header_fingerprint
+
+    return f"// pyblasgemm {PACKAGE_VERSION} headers sha256={header_fingerprint()}\n#include \"{HEADER}\"\n"
+
+
+def compile_offline(names: list[str], arch: str = "sm_80") -> tuple[bytes, str, dict]:
+    """Compile instantiations without a GPU (no CUDA context): ``(cubin, log, {name expression:
+    lowered name})``; the log carries ptxas's resource report (``jit.ptxas_resources``).
+
+    Example::
+
+        cubin, log, lowered = compile_offline([spec.kernel_name], "sm_90")
+    """
+    from cupy.cuda import nvrtc
+
+    from .jit import KernelCompileError, _get_cubin, _options
+
+    prog = nvrtc.createProgram(_source(), "pyblasgemm_gemv.cu", [], [])
+    try:
+        for name in names:
+            nvrtc.addNameExpression(prog, name)
+        try:
+            nvrtc.compileProgram(prog, [f"--gpu-architecture={arch}", *_options(), "--ptxas-options=-v"])
+        except Exception as e:  # NVRTCError carries only the status; the log has the detail
+            raise KernelCompileError(f"NVRTC failed to compile {names[0]} for {arch}: {e}",
+                                     nvrtc.getProgramLog(prog), names[0]) from e
+        return _get_cubin(prog), nvrtc.getProgramLog(prog), {n: nvrtc.getLoweredName(prog, n) for n in names}
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+_kernels: dict = {}
+_kernels_lock = threading.Lock()
+
+
+def get_kernel(name: str, device_id: int | None = None):
+    """The compiled instantiation ``name`` on the current (or given) device, compiled once per
+    (device, headers' fingerprint, name); :class:`~pyblasgemm.kernels.jit.KernelCompileError`
+    with NVRTC's log if it fails.
+
+    Example (on a GPU)::
+
+        kern = get_kernel(plan(desc, 132).kernel_name)
+    """
+    import cupy
+
+    from . import jit
+
+    dev = cupy.cuda.Device(device_id)
+    key = (dev.id, jit.header_fingerprint(), name)
+    hit = _kernels.get(key)
+    if hit is not None:
+        return hit
+    with dev:
+        jit._first_compile_notice()
+        mod = cupy.RawModule(code=_source(), options=jit._options(), name_expressions=[name])
+        try:
+            kern = mod.get_function(name)
+        except cupy.cuda.compiler.CompileException as e:
+            raise jit.KernelCompileError(f"NVRTC failed to compile {name}", str(e), name) from e
+    with _kernels_lock:
+        _kernels[key] = kern
+    return kern
+
+
+def warm(names, workers: int | None = None) -> None:
+    """Compile many instantiations in parallel threads (NVRTC releases the GIL)."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers or min(16, os.cpu_count() or 1)) as ex:
+        list(ex.map(get_kernel, sorted(set(names))))
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch
+# ---------------------------------------------------------------------------------------------
+
+def _arg_fields():
+    import ctypes as ct
+
+    # (name, ctype) in the order of gemv_kernel's parameters
+    return [("w", ct.c_uint64), ("x", ct.c_uint64), ("c", ct.c_uint64), ("ws", ct.c_uint64),
+            ("counters", ct.c_uint64), ("R", ct.c_int32), ("T", ct.c_int32), ("K", ct.c_int32),
+            ("w_rs", ct.c_int64), ("w_ks", ct.c_int64), ("x_ts", ct.c_int64), ("x_ks", ct.c_int64),
+            ("c_rs", ct.c_int64), ("c_ts", ct.c_int64), ("alpha", ct.c_float), ("beta", ct.c_float),
+            ("ialpha", ct.c_int32), ("ibeta", ct.c_int32), ("row_tiles", ct.c_int32), ("wk", ct.c_int32)]
+
+
+class GemvLaunch:
+    """A compiled, planned GEMV launch of one problem class: ``launch(a_ptr, b_ptr, c_ptr,
+    alpha, beta, stream)`` enqueues ``C = alpha op(A) op(B) + beta C`` (the description's BLAS
+    operands; the launch maps them onto weight and activations). Workspace and counters are
+    owned per stream (calls on one stream are ordered by it; the kernel leaves the counters
+    zeroed for the next call). Pointers outside the alignment class the launch was planned for
+    raise ValueError. Calls from several threads take turns."""
+
+    __slots__ = ("spec", "kern", "_fptr", "_dev", "_slots", "_lock", "_fields", "_base", "_amask",
+                 "_bmask", "_swap", "_int", "__weakref__")
+
+    def __init__(self, spec: GemvSpec, kern, dev: int):
+        self.spec, self.kern, self._dev = spec, kern, dev
+        self._fptr = kern.kernel.ptr
+        self._lock = threading.Lock()
+        self._slots: dict = {}
+        self._fields = _arg_fields()
+        cn = spec.canonical
+        self._base = dict(w=0, x=0, c=0, ws=0, counters=0, R=cn.R, T=cn.T, K=cn.K, w_rs=cn.w_rs, w_ks=cn.w_ks,
+                          x_ts=cn.x_ts, x_ks=cn.x_ks, c_rs=cn.c_rs, c_ts=cn.c_ts, alpha=0.0, beta=0.0,
+                          ialpha=0, ibeta=0, row_tiles=spec.row_tiles, wk=spec.wk)
+        self._swap = cn.orient == "m"          # W is B, X is A
+        w_mask, x_mask = spec.w_align - 1, spec.x_align - 1
+        self._amask, self._bmask = (x_mask, w_mask) if self._swap else (w_mask, x_mask)
+        self._int = spec.kind.integer
+
+    @property
+    def workspace_nbytes(self) -> int:
+        """GPU bytes of workspace and counters this launch owns, over all streams it ran on."""
+        return sum(s[0].nbytes + s[1].nbytes for s in self._slots.values())
+
+    def _slot(self, sptr: int):
+        import cupy
+
+        from .mma_sync import _ArgPack
+
+        with cupy.cuda.Device(self._dev):
+            ws = cupy.empty(max(1, self.spec.slots * self.spec.slot_bytes), dtype=cupy.uint8)
+            counters = cupy.zeros(self.spec.row_tiles, dtype=cupy.int32)   # the kernel keeps them 0
+        pack = _ArgPack(self._fields, dict(self._base, ws=ws.data.ptr, counters=counters.data.ptr))
+        slot = (ws, counters, pack, [(float("nan"), float("nan"))])
+        self._slots[sptr] = slot
+        return slot
+
+    def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
+        from .driver import launch_kernel, set_scales, stream_handle
+
+        with self._lock:
+            if a_ptr & self._amask or b_ptr & self._bmask:
+                raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x} are outside the alignment class this GEMV "
+                                 f"launch was planned for (A {self._amask + 1} B, B {self._bmask + 1} B)")
+            sptr = stream if type(stream) is int else stream_handle(stream)
+            slot = self._slots.get(sptr) or self._slot(sptr)
+            cells = slot[2].cells
+            w, x = (b_ptr, a_ptr) if self._swap else (a_ptr, b_ptr)
+            cells["w"].value, cells["x"].value, cells["c"].value = w, x, c_ptr
+            if (alpha, beta) != slot[3][0]:
+                set_scales(cells, self._int, alpha, beta)
+                slot[3][0] = (alpha, beta)
+            s = self.spec
+            launch_kernel(self._dev, self._fptr, s.ctas, 1, 1, s.threads, 1, 1, s.smem, sptr, slot[2].addr)
+
+
+def _occupancy(kern, threads: int, smem: int) -> int | None:
+    try:
+        from cupy_backends.cuda.api import driver
+
+        return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(kern.kernel.ptr, threads, smem))
+    except Exception:  # pragma: no cover - the planned assumption stands
+        return None
+
+
+def bind(desc, *, sm_count: int | None = None, tiles: tuple | None = None,
+         occupancy: int | None = None) -> GemvLaunch:
+    """A cached :class:`GemvLaunch` for ``desc``'s problem class on the current device (the
+    plan cache, tag 'gemv': bounded, and :func:`pyblasgemm.get_plan_cache` frees it). The grid
+    uses the driver's count of resident CTAs. ``sm_count``: fewer SMs than the device has
+    (tests); ``tiles``: see :func:`plan`; ``occupancy``: CTAs per SM to plan for (at most what
+    the driver fits). ValueError where :func:`gemv_applies` says no.
+
+    Example (on a GPU)::
+
+        launch = bind(desc); launch(a.data.ptr, b.data.ptr, c.data.ptr, 1.0, 0.0)
+    """
+    import cupy
+
+    from ..plancache import get_plan_cache
+
+    dev = cupy.cuda.Device()
+    cache = get_plan_cache()
+    key = ("gemv", dev.id, desc.key, sm_count, tiles, occupancy)
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    sms = dev.attributes["MultiProcessorCount"]
+    sms = min(sm_count, sms) if sm_count else sms
+    spec = plan(desc, sms, occupancy, tiles=tiles)
+    kern = get_kernel(spec.kernel_name, dev.id)
+    occ = _occupancy(kern, spec.threads, spec.smem)
+    if occ is not None and occ < spec.occupancy:   # one wave: never more CTAs than fit at once
+        spec = plan(desc, sms, occ, tiles=tiles)
+    launch = GemvLaunch(spec, kern, dev.id)
+    cache.put(key, launch)
+    return launch
+
+
+def run(desc, a_ptr: int, b_ptr: int, c_ptr: int, alpha=None, beta=None, stream=None) -> GemvLaunch:
+    """Compute ``desc`` (``C = alpha op(A) op(B) + beta C``, BLAS column-major operands at these
+    device pointers) with the GEMV kernel on ``stream`` (CuPy's current stream if None, a CuPy
+    stream or a raw ``cudaStream_t``); alpha / beta default to the description's. Returns the
+    bound launch (call it again with new pointers for the same class).
+
+    Example (on a GPU: y = x @ W.T, x 1 x 4096, W 4096 x 4096 row-major, bfloat16)::
+
+        d = describe("gemv", TYPE_ROWS["b"], "fp32", "T", "N", 4096, 1, 4096, 4096, 4096, 4096,
+                     1, 0, 0, 0, "cupy", 0, (w.data.ptr, x.data.ptr, y.data.ptr), 1.0, 0.0)
+        run(d, w.data.ptr, x.data.ptr, y.data.ptr)
+    """
+    launch = bind(desc)
+    launch(a_ptr, b_ptr, c_ptr, desc.alpha if alpha is None else alpha, desc.beta if beta is None else beta,
+           stream)
+    return launch

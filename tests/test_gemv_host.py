@@ -1,0 +1,241 @@
+"""CPU tests of the GEMV kernel's host side and index arithmetic (no GPU, no NVRTC).
+
+* every BLAS layout maps onto the canonical W / X / out strides (checked by reading the
+  operands back through them);
+* :func:`~pyblasgemm.kernels.gemv.gemv_applies` and :func:`~pyblasgemm.kernels.gemv.plan`:
+  reasons, the load classes, the one-wave grid, workspace and shared-memory bounds;
+* the NumPy emulator of the kernel (tests/gemv_emulator.py) computes exact integer products
+  on every mainloop, token-group count, load class, odd sizes and tails, with every unit
+  covered once, every entry of C stored once, and every workspace slot written once.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from pyblasgemm._types import TYPE_ROWS
+from pyblasgemm.desc import describe
+from pyblasgemm.kernels import gemv
+
+import gemv_emulator
+
+
+def _desc(prefix, ta, tb, m, n, k, pad=0, compute=None, batch=1, align=16):
+    row = TYPE_ROWS[prefix]
+    compute = compute or row.computes[0]
+    lda = (k if ta == "T" else m) + pad
+    ldb = (n if tb == "T" else k) + pad
+    return describe("test", row, compute, ta, tb, m, n, k, lda, ldb, m + pad, batch, 0, 0, 0, "cupy", 0,
+                    (align,), 1.0, 0.0)
+
+
+# ---- the canonical form --------------------------------------------------------------------------
+
+def _stored(rows, cols, ld, rng):
+    """A column-major rows x cols matrix with leading dimension ld, as its flat buffer."""
+    buf = rng.integers(-9, 10, size=ld * cols)
+    return buf
+
+
+def _read(buf, ld, rows, cols):
+    return np.array([[buf[i + j * ld] for j in range(cols)] for i in range(rows)])
+
+
+@pytest.mark.parametrize("ta,tb", list(itertools.product("NT", "NT")))
+@pytest.mark.parametrize("m,n", [(40, 3), (3, 40), (5, 5), (64, 64), (65, 2), (2, 65)])
+def test_canonical_strides_read_the_operands(ta, tb, m, n):
+    k, pad = 7, 2
+    rng = np.random.default_rng(m * 100 + n)
+    d = _desc("h", ta, tb, m, n, k, pad=pad)
+    ra, ca = (k, m) if ta == "T" else (m, k)
+    rb, cb = (n, k) if tb == "T" else (k, n)
+    a, b = _stored(ra, ca, d.lda, rng), _stored(rb, cb, d.ldb, rng)
+    opa = _read(a, d.lda, ra, ca)
+    opa = opa.T if ta == "T" else opa
+    opb = _read(b, d.ldb, rb, cb)
+    opb = opb.T if tb == "T" else opb
+    cn = gemv.canonical(d)
+    wbuf, xbuf = (a, b) if cn.orient == "n" else (b, a)
+    W = np.array([[wbuf[r * cn.w_rs + p * cn.w_ks] for p in range(k)] for r in range(cn.R)])
+    X = np.array([[xbuf[t * cn.x_ts + p * cn.x_ks] for p in range(k)] for t in range(cn.T)])
+    prod = W @ X.T                                   # out[r, t]
+    c_index = {(r, t): r * cn.c_rs + t * cn.c_ts for r in range(cn.R) for t in range(cn.T)}
+    want = opa @ opb                                 # C, m x n column-major: C[i, j] at i + j ldc
+    for (r, t), at in c_index.items():
+        i, j = at % d.ldc, at // d.ldc
+        assert prod[r, t] == want[i, j]
+    assert cn.T == min(m, n) if min(m, n) <= gemv.MAX_TOKENS else True
+    assert cn.T <= gemv.MAX_TOKENS
+
+
+def test_linear_layer_is_n_oriented_and_k_contiguous():
+    # x @ W.T as torch.nn.Linear holds W: transa='T', transb='N', m = out features, n = tokens
+    cn = gemv.canonical(_desc("b", "T", "N", 4096, 16, 4096))
+    assert (cn.orient, cn.R, cn.T, cn.w_ks, cn.x_ks, cn.c_rs) == ("n", 4096, 16, 1, 1, 1)
+    # x @ W with W (in, out) row-major (a JAX Dense kernel): the weight is R-contiguous
+    cn = gemv.canonical(_desc("b", "N", "N", 4096, 16, 4096))
+    assert (cn.w_rs, cn.w_ks) == (1, 4096)
+
+
+# ---- which problems, and the plan ----------------------------------------------------------------
+
+@pytest.mark.parametrize("prefix,compute,ok", [
+    ("h", "fp32", True), ("b", "fp32", True), ("sh", "fp32", True), ("sb", "fp32", True), ("i", "int32", True),
+    ("s", "fp32", True), ("s", "tf32", True), ("s", "3xtf32", True), ("h", "fp16", False), ("d", "fp64", False),
+    ("c", "fp32", False), ("z", "fp64", False)])
+def test_applies_by_route(prefix, compute, ok):
+    got, why = gemv.gemv_applies(_desc(prefix, "T", "N", 128, 4, 64, compute=compute))
+    assert got == ok and (ok or "no GEMV kernel" in why)
+
+
+def test_applies_reasons():
+    assert gemv.gemv_applies(_desc("h", "T", "N", 128, 65, 64))[1].startswith("C is 128 x 65")
+    assert gemv.gemv_applies(_desc("h", "T", "N", 65, 128, 64))[1].startswith("C is 65 x 128")
+    assert gemv.gemv_applies(_desc("h", "T", "N", 128, 64, 64)) == (True, "")
+    assert "batch=3" in gemv.gemv_applies(_desc("h", "T", "N", 128, 4, 64, batch=3))[1]
+    assert "32-bit indices" in gemv.gemv_applies(_desc("h", "T", "N", 2**31 - 1, 4, 64))[1]
+    assert gemv.gemv_applies(_desc("h", "T", "N", gemv.MAX_EXTENT, 4, 64))[0]
+    with pytest.raises(ValueError, match="needs m or n <= 64"):
+        gemv.plan(_desc("h", "T", "N", 128, 65, 64), 132)
+    with pytest.raises(ValueError, match="sm_count"):
+        gemv.plan(_desc("h", "T", "N", 128, 4, 64), 0)
+
+
+@pytest.mark.parametrize("prefix", ["h", "b", "sh", "sb", "i", "s"])
+@pytest.mark.parametrize("ta,tb", list(itertools.product("NT", "NT")))
+@pytest.mark.parametrize("t", [1, 2, 7, 16, 33, 64])
+def test_plan_bounds(prefix, ta, tb, t):
+    for R, K in ((1, 1), (257, 1000), (4096, 4096 + 3), (14336, 4096)):
+        d = _desc(prefix, ta, tb, R, t, K) if t <= R else _desc(prefix, ta, tb, t, R, K)
+        for sms, occ in ((132, None), (7, 3)):
+            s = gemv.plan(d, sms, occ)
+            units = s.row_tiles * s.csteps
+            assert 1 <= s.ctas <= min(units, sms * s.occupancy)
+            assert s.smem <= 48 * 1024                     # no opt-in needed
+            assert s.threads <= 256 and s.threads % 32 == 0
+            assert s.T <= 8 * s.token_groups and s.cta_rows * s.row_tiles >= s.R
+            assert s.slots in (0, s.row_tiles + s.ctas)
+            if s.ctas > s.row_tiles:
+                assert s.slots > 0                         # some tile has two contributors
+            name = s.kernel_name
+            assert any(name == inst[4] for inst in gemv.all_instantiations())
+
+
+def test_load_classes():
+    # 16-byte aligned, K % 8 == 0: both operands vectorized
+    s = gemv.plan(_desc("h", "T", "N", 4096, 1, 4096), 132)
+    assert s.loads == gemv.W_VEC | gemv.X_VEC and s.w_align == 16 and s.x_align == 16
+    # K % 8 != 0 (rows of 4099 halves): element loads for both
+    s = gemv.plan(_desc("h", "T", "N", 4096, 1, 4099), 132)
+    assert s.loads == 0 and s.w_align == s.x_align == 2
+    # padded to 4104: aligned rows, but vectors would straddle K: still element loads
+    s = gemv.plan(_desc("h", "T", "N", 4096, 1, 4099, pad=5), 132)
+    assert s.loads == 0
+    # X strided (transb='T': tokens contiguous): the weight alone
+    s = gemv.plan(_desc("h", "T", "T", 4096, 4, 4096), 132)
+    assert s.loads == gemv.W_VEC
+    # pointers only 8-byte aligned
+    s = gemv.plan(_desc("h", "T", "N", 4096, 4, 4096, align=8), 132)
+    assert s.loads == 0
+    # R-contiguous weight: R % RPT == 0 needed for its vectors
+    s = gemv.plan(_desc("b", "N", "N", 4096, 1, 4096), 132)
+    assert s.path == "mma_r" and s.loads & gemv.W_VEC
+    assert not gemv.plan(_desc("b", "N", "N", 4095, 1, 4096), 132).loads & gemv.W_VEC
+
+
+def test_instantiation_list_covers_every_kind_path_and_class():
+    insts = gemv.all_instantiations()
+    assert len(insts) == len({i[4] for i in insts}) == 6 * 2 * 4 * 4
+    assert {(i[0], i[1]) for i in insts} == {
+        ("f16", "mma_k"), ("f16", "mma_r"), ("bf16", "mma_k"), ("bf16", "mma_r"), ("f16_out32", "mma_k"),
+        ("f16_out32", "mma_r"), ("bf16_out32", "mma_k"), ("bf16_out32", "mma_r"), ("s8", "mma_k"), ("s8", "fma_r"),
+        ("f32", "fma_k"), ("f32", "fma_r")}
+
+
+# ---- the emulated kernel -------------------------------------------------------------------------
+
+def _check(spec, rng, alpha=1.0, beta=0.0):
+    w = rng.integers(-4, 5, size=(spec.R, spec.K))
+    x = rng.integers(-4, 5, size=(spec.T, spec.K))
+    c0 = rng.integers(-4, 5, size=(spec.R, spec.T))
+    e = gemv_emulator.run(spec, w, x, alpha, beta, c0)
+    want = alpha * (w @ x.T) + beta * c0
+    assert np.array_equal(e.c, want), (spec.path, spec.R, spec.T, spec.K)
+    assert e.coverage.min() == e.coverage.max() == 1, "every warp step of every row block once"
+    assert e.stored.min() == e.stored.max() == 1, "every entry of C stored once"
+    assert len(e.slots_used) == len(set(e.slots_used))
+
+
+PATH_CASES = [("h", "T", "mma_k"), ("i", "T", "mma_k"), ("b", "N", "mma_r"), ("s", "T", "fma_k"),
+              ("s", "N", "fma_r"), ("i", "N", "fma_r")]
+
+
+@pytest.mark.parametrize("prefix,ta,path", PATH_CASES, ids=[p for *_, p in PATH_CASES])
+@pytest.mark.parametrize("t", [1, 9, 33])
+def test_emulated_kernel_is_exact(prefix, ta, path, t):
+    """Every mainloop, three token-group counts, odd R and K (tails), vector and element loads,
+    a grid that splits row tiles between CTAs and one that does not."""
+    rng = np.random.default_rng(t)
+    for R, K, sms, align, tb in ((37, 77, 3, 16, "N"), (48, 64, 1, 16, "N"), (40, 130, 5, 2, "T")):
+        d = _desc(prefix, ta, tb, R, t, K, align=align)
+        spec = gemv.plan(d, sms, 1)
+        assert spec.path == path
+        _check(spec, rng, *((2, -1) if prefix == "i" else (0.5, -1.5)))
+
+
+def test_emulated_kernel_t64_and_vector_tails():
+    rng = np.random.default_rng(64)
+    for prefix, ta in (("h", "T"), ("b", "N"), ("s", "T"), ("s", "N")):
+        spec = gemv.plan(_desc(prefix, ta, "N", 72, 64, 40), 2, 1)
+        assert spec.token_groups == 8
+        _check(spec, rng)
+    # R-contiguous vectors past R read the last rows instead (R % RPT == 0 with a partial tile)
+    spec = gemv.plan(_desc("b", "N", "N", 72, 3, 33), 4, 1)
+    assert spec.loads & gemv.W_VEC and spec.R % spec.p1 == 0 and spec.R % spec.cta_rows
+    _check(spec, rng)
+
+
+def test_mma_fragments_are_a_bijection():
+    for per in (2, 4):
+        for pos in (gemv_emulator._a_positions, gemv_emulator._b_positions):
+            seen = [p for lane in range(32) for reg in pos(per, lane >> 2, lane & 3) for p in reg]
+            assert len(seen) == len(set(seen)) == (16 * 8 * per if pos is gemv_emulator._a_positions else 8 * 8 * per)
+
+
+def test_one_contributor_stores_directly():
+    # a grid of one CTA per row tile, no split: no workspace
+    d = _desc("h", "T", "N", 64, 1, 64)
+    spec = gemv.plan(d, 1, 1)
+    assert spec.slots == 0 and spec.workspace_bytes == 4 * spec.row_tiles
+    e = gemv_emulator.run(spec, np.ones((64, 64)), np.ones((1, 64)))
+    assert e.slots_used == [] and np.all(e.c == 64)
+
+
+# ---- the benchmark's host side ---------------------------------------------------------------------
+
+def test_bench_measures_the_linear_layer_and_knows_the_peaks():
+    import importlib.util
+    import pathlib
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location("gemv_bench", root / "bench" / "gemv_bench.py")
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+    finally:
+        sys.path.remove(str(root / "bench"))
+    # y = x @ W.T, W (n x k) as nn.Linear holds it: the weight K-contiguous, tokens as T
+    cn = gemv.canonical(bench._desc(16, 14336, 4096, "bfloat16", (16,)))
+    assert (cn.orient, cn.R, cn.T, cn.K, cn.w_ks, cn.w_rs, cn.x_ks, cn.c_ts) == ("n", 14336, 16, 4096, 1, 4096, 1, 14336)
+    assert bench.peak_bw("NVIDIA H100 80GB HBM3") == 3.35e12 and bench.peak_bw("NVIDIA H200") == 4.8e12
+    assert bench.peak_bw("NVIDIA H100 PCIe") == 2.0e12 and bench.peak_bw("Tesla T4") is None
+    rows = [{"m": 1, "ratio_steady": 1.2, "ratio_single": 1.1, "ours": {"pct_peak": 80.0}},
+            {"m": 1, "ratio_steady": 0.8, "ratio_single": 0.9, "ours": {"pct_peak": 70.0}},
+            {"m": 16, "failure": "x"}]
+    s = bench.summarize(rows)
+    assert s["failures"] == 1 and abs(s["m1"]["geomean_ratio_steady"] - (1.2 * 0.8) ** 0.5) < 1e-12
+    assert (s["m1"]["min_pct_peak"], s["m1"]["max_pct_peak"]) == (70.0, 80.0) and "m16" not in s
