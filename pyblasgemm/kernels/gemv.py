@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from ..kinds import base_compute
+from .driver import function, launch_kernel, occupancy, set_scales, stream_handle
+from .driver import stream as cu_stream
 
 __all__ = ["MAX_TOKENS", "GemvKind", "GEMV_KINDS", "TILES", "GemvSpec", "gemv_applies", "plan",
            "kernel_name", "all_instantiations", "compile_offline", "get_kernel", "warm", "GemvLaunch",
@@ -389,7 +391,7 @@ def compile_offline(names: list[str], arch: str = "sm_80") -> tuple[bytes, str, 
 
         cubin, log, lowered = compile_offline([spec.kernel_name], "sm_90")
     """
-    from cupy.cuda import nvrtc
+    from . import nvrtc          # the bindings-backed NVRTC (kernels/nvrtc.py)
 
     from .jit import KernelCompileError, _get_cubin, _options
 
@@ -478,7 +480,7 @@ class GemvLaunch:
 
     def __init__(self, spec: GemvSpec, kern, dev: int):
         self.spec, self.kern, self._dev = spec, kern, dev
-        self._fptr = kern.kernel.ptr
+        self._fptr = function(kern.kernel.ptr)      # the CUfunction, made once
         self._lock = threading.Lock()
         self._slots: dict = {}
         self._fields = _arg_fields()
@@ -510,8 +512,6 @@ class GemvLaunch:
         return slot
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None) -> None:
-        from .driver import launch_kernel, set_scales, stream_handle
-
         with self._lock:
             if a_ptr & self._amask or b_ptr & self._bmask:
                 raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x} are outside the alignment class this GEMV "
@@ -525,14 +525,13 @@ class GemvLaunch:
                 set_scales(cells, self._int, alpha, beta)
                 slot[3][0] = (alpha, beta)
             s = self.spec
-            launch_kernel(self._dev, self._fptr, s.ctas, 1, 1, s.threads, 1, 1, s.smem, sptr, slot[2].addr)
+            launch_kernel(self._dev, self._fptr, s.ctas, 1, 1, s.threads, 1, 1, s.smem, cu_stream(sptr),
+                          slot[2].addr)
 
 
 def _occupancy(kern, threads: int, smem: int) -> int | None:
     try:
-        from cupy_backends.cuda.api import driver
-
-        return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(kern.kernel.ptr, threads, smem))
+        return occupancy(kern.kernel.ptr, threads, smem)
     except Exception:  # pragma: no cover - the planned assumption stands
         return None
 
