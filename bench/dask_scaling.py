@@ -100,6 +100,9 @@ SMOKE_CASES = {
 SAMPLE_ROWS, SAMPLE_COLS = 8, 256
 SEED = 20261127
 PROBE_BYTES = 128 * 2**20
+#: the most a transport's probe may take (its cluster's start included): a UCX setup that
+#: hangs must leave the budget to the cases
+PROBE_CAP_S = 150
 #: each UCX worker's RMM pool to start with (it grows on demand): the largest case holds ~12 GB
 #: a worker (65536 x 65536 x 8192 on one GPU: 2 GB of operands, 8 GB of product, float32 sums)
 RMM_POOL = "16GB"
@@ -322,6 +325,13 @@ def cluster(transport, n, device, message_bytes):
         return dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(str(i) for i in range(n)), n_workers=n,
                                           dashboard_address=None, silence_logs=logging.CRITICAL,
                                           **TRANSPORTS[transport][0])
+
+
+def _save(doc, path) -> None:
+    """Write a results document (indented JSON) quietly: rows are saved as they finish."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1, default=str))
 
 
 def _size(nbytes):
@@ -610,7 +620,7 @@ def child(args, cases) -> int:
     doc = {"transport": transport, "config": {"cluster": TRANSPORTS[transport][0], "doc": TRANSPORTS[transport][1],
                                               "message_bytes_limit": args.message_bytes_limit},
            "probes": {}, "cases": [], "failures": []}
-    write_doc(doc, args.out)
+    _save(doc, args.out)
     counts = [int(g) for g in args.gpus.split(",")]
     for n_gpus in counts:
         if args.probe_only and n_gpus != max(counts):
@@ -629,7 +639,7 @@ def child(args, cases) -> int:
                               f" GB/s, all-to-all {p['all_to_all']['GBps_wall']} GB/s", flush=True)
                     except Exception as e:
                         doc["failures"].append({"probe": n_gpus, "failure": f"{type(e).__name__}: {e}"[:400]})
-                    write_doc(doc, args.out)
+                    _save(doc, args.out)
                 if args.probe_only:
                     continue
                 for name in cases:
@@ -641,11 +651,11 @@ def child(args, cases) -> int:
                                "failure": f"{type(e).__name__}: {e}"[:400]}
                         print("  FAILED", row, flush=True)
                     doc["cases"].append(row)
-                    write_doc(doc, args.out)
+                    _save(doc, args.out)
         except Exception as e:
             doc["failures"].append({"cluster": f"{n_gpus} {transport}", "failure": f"{type(e).__name__}: {e}"[:400]})
             print("cluster FAILED", doc["failures"][-1], flush=True)
-            write_doc(doc, args.out)
+            _save(doc, args.out)
     return 0
 
 
@@ -806,7 +816,7 @@ def main(argv=None) -> int:
     base_file = out.with_name(out.stem + ".baselines.json")
     base_file.parent.mkdir(parents=True, exist_ok=True)
     base_file.write_text(json.dumps(bases))
-    write_doc(doc, out)
+    _save(doc, out)
     common = ["--gpus", args.gpus, "--reps", str(args.reps), "--baselines", str(base_file),
               "--message-bytes-limit", args.message_bytes_limit] + \
         (["--smoke"] if args.smoke else []) + (["--no-dask-array"] if args.no_dask_array else [])
@@ -817,7 +827,7 @@ def main(argv=None) -> int:
     for t in probes:
         log = out.with_name(f"{out.stem}.probe-{t}.log")
         got, why = _run_child(["--child", t, "--probe-only", *common], out.with_name(f"{out.stem}.probe-{t}.json"),
-                              left(), log=log)
+                              min(left(), PROBE_CAP_S), log=log)
         ours, ucx = _read_probe_log(log)
         print("\n".join(ours), flush=True)
         doc["transports"][t] = {"config": TRANSPORTS[t][0], "doc": TRANSPORTS[t][1], "probes": (got or {}).get("probes"),
@@ -825,7 +835,7 @@ def main(argv=None) -> int:
         doc["failures"] += [{"transport": t, **f} for f in (got or {}).get("failures", [])]
         if why:
             doc["failures"].append({"transport": t, "probe": why})
-        write_doc(doc, out)
+        _save(doc, out)
 
     def speed(t):
         ps = (doc["transports"].get(t) or {}).get("probes") or {}
@@ -851,7 +861,7 @@ def main(argv=None) -> int:
             entry["probes"] = got["probes"]
         if why:
             doc["failures"].append({"transport": t, "cases": why})
-        write_doc(doc, out)
+        _save(doc, out)
     # bits: every run of a product against the first, and the threaded scheduler in this process
     bits = {}
     for row in doc["cases"]:
