@@ -512,7 +512,7 @@ def test_launch_memset_occupancy_and_shared_memory_opt_in_on_the_device():
     x = cupy.full(1024, -7, np.int32)                       # poisoned past n too
     cells = [ct.c_uint64(x.data.ptr), ct.c_int32(5), ct.c_int32(n)]
     params = (ct.c_void_p * 3)(*[ct.addressof(c) for c in cells])
-    driver.launch_kernel(dev.id, driver.function(fill.ptr), 8, 1, 1, 128, 1, 1, 0, driver.stream(s.ptr),
+    driver.launch_kernel(dev.id, driver.function(fill.kernel.ptr), 8, 1, 1, 128, 1, 1, 0, driver.stream(s.ptr),
                          ct.addressof(params))
     s.synchronize()
     want = np.full(1024, -7, np.int32)
@@ -525,17 +525,17 @@ def test_launch_memset_occupancy_and_shared_memory_opt_in_on_the_device():
     per_sm = dev.attributes["MaxThreadsPerMultiProcessor"]
     blocks = dev.attributes["MaxBlocksPerMultiprocessor"]
     for threads in (128, 256, 1024):                         # a kernel of few registers, no shared memory
-        assert driver.occupancy(fill.ptr, threads, 0) == min(blocks, per_sm // threads), threads
+        assert driver.occupancy(fill.kernel.ptr, threads, 0) == min(blocks, per_sm // threads), threads
     # more than 48 KB of dynamic shared memory: refused without the opt-in, run with it
     smem = 100 * 1024
     out = cupy.zeros(256, np.int32)
     cell = ct.c_uint64(out.data.ptr)
     bparams = (ct.c_void_p * 1)(ct.addressof(cell))
     with pytest.raises(driver.CudaDriverError, match="cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE"):
-        driver.launch_kernel(dev.id, driver.function(big.ptr), 1, 1, 1, 256, 1, 1, smem, driver.stream(s.ptr),
+        driver.launch_kernel(dev.id, driver.function(big.kernel.ptr), 1, 1, 1, 256, 1, 1, smem, driver.stream(s.ptr),
                              ct.addressof(bparams))
-    driver.set_max_dynamic_shared_memory(big.ptr, smem)
-    driver.launch_kernel(dev.id, driver.function(big.ptr), 1, 1, 1, 256, 1, 1, smem, driver.stream(s.ptr),
+    driver.set_max_dynamic_shared_memory(big.kernel.ptr, smem)
+    driver.launch_kernel(dev.id, driver.function(big.kernel.ptr), 1, 1, 1, 256, 1, 1, smem, driver.stream(s.ptr),
                          ct.addressof(bparams))
     s.synchronize()
     np.testing.assert_array_equal(out.get(), np.arange(256)[::-1])
