@@ -596,16 +596,19 @@ def test_dask_guide_quotes_the_scaling_run():
     from bench.dask_scaling import guide_rows, guide_table
 
     text = (root / "docs/guide/dask.rst").read_text()
-    ucx = root / "bench/results/dask_scaling_h200x4_2026-11-27_0a13fa0.json"
+    ucx = root / "bench/results/dask_scaling_h200x4_2026-11-27_f15dd68.json"
     tcp = root / "bench/results/dask_scaling_h200x4_2026-11-27_bbf852d.json"
-    assert guide_table(ucx) in text and guide_table(tcp, "tcp") in text
+    assert guide_table(ucx, "ucx-nvlink") in text and guide_table(tcp, "tcp") in text
     doc = json.loads(ucx.read_text())
-    assert doc["gpu_count"] == 4 and doc["git_sha"] == "0a13fa0"
+    assert doc["gpu_count"] == 4 and doc["git_sha"] == "f15dd68"
     assert all(b["all_runs_equal"] for b in doc["bitwise"].values())
     assert doc["bitwise"]["32768^3 float16"]["threaded_equal"] is True
-    rows = {(r[0], r[1]): r for r in guide_rows(ucx)}
-    assert f"{rows[('32768^3 float16', 4)][4]:.2f}x one call on 4 GPUs" in " ".join(text.split())
-    assert [f"{rows[('32768^3 float16', g)][8]:.2f}x" for g in (1, 2, 4)] == ["1.30x", "1.44x", "1.78x"]
+    rows = {(r[0], r[1]): r for r in guide_rows(ucx) if r[2] == "ucx-nvlink"}
+    flat = " ".join(text.split())
+    two, four = (rows[("32768^3 float16", g)][4] for g in (2, 4))
+    assert f"runs {two:.2f}x one call on 2 GPUs and {four:.2f}x on 4" in flat
+    against = [f"{rows[('32768^3 float16', g)][8]:.2f}x" for g in (1, 2, 4)]
+    assert f"{against[0]}, {against[1]} and {against[2]} faster" in flat
 
 
 # ---------------------------------------------------------------------------------------------
