@@ -718,7 +718,9 @@ def _metadata(device) -> dict:
             import torch
         except ImportError:
             torch = None
-        return meta(types.SimpleNamespace(torch=torch))
+        return {**meta(types.SimpleNamespace(torch=torch),
+                       seed="every operand block: CuPy RandomState(_seed(tag, i, j)) (NumPy default_rng on the host); "
+                            "sampled check numpy default_rng(7)")}
     from pyblasgemm.benchmarks.suite import _Env
 
     info = _Env("host").info()
