@@ -702,18 +702,24 @@ def _read_probe_log(path, keep=60):
     return ours[-keep:], ucx[:keep]
 
 
+#: how the operands are seeded (the results' provenance)
+SEEDS = (f"blocks: CuPy RandomState / NumPy default_rng(_seed(tag, i, j)) from {SEED}, the same "
+         f"bytes on any cluster; sampled check numpy default_rng(7)")
+
+
 def _metadata(device) -> dict:
     if device:
         try:
             import torch
         except ImportError:
             torch = None
-        return meta(types.SimpleNamespace(torch=torch))
-    from pyblasgemm.benchmarks.suite import _Env
+        return meta(types.SimpleNamespace(torch=torch), seed=SEEDS)
+    from pyblasgemm.benchmarks.suite import _Env, provenance
 
     info = _Env("host").info()
     info["git_sha"] = os.environ.get("GIT_SHA") or _git("rev-parse", "HEAD") or None
     info["python"] = sys.version.split()[0]
+    info.update(provenance(SEEDS))
     return info
 
 
