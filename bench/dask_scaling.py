@@ -100,9 +100,6 @@ SMOKE_CASES = {
 SAMPLE_ROWS, SAMPLE_COLS = 8, 256
 SEED = 20261127
 PROBE_BYTES = 128 * 2**20
-#: the most a transport's probe may take (its cluster's start included): a UCX setup that
-#: hangs must leave the budget to the cases
-PROBE_CAP_S = 150
 #: each UCX worker's RMM pool to start with (it grows on demand): the largest case holds ~12 GB
 #: a worker (65536 x 65536 x 8192 on one GPU: 2 GB of operands, 8 GB of product, float32 sums)
 RMM_POOL = "16GB"
@@ -325,13 +322,6 @@ def cluster(transport, n, device, message_bytes):
         return dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(str(i) for i in range(n)), n_workers=n,
                                           dashboard_address=None, silence_logs=logging.CRITICAL,
                                           **TRANSPORTS[transport][0])
-
-
-def _save(doc, path) -> None:
-    """Write a results document (indented JSON) quietly: rows are saved as they finish."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1, default=str))
 
 
 def _size(nbytes):
@@ -620,7 +610,7 @@ def child(args, cases) -> int:
     doc = {"transport": transport, "config": {"cluster": TRANSPORTS[transport][0], "doc": TRANSPORTS[transport][1],
                                               "message_bytes_limit": args.message_bytes_limit},
            "probes": {}, "cases": [], "failures": []}
-    _save(doc, args.out)
+    write_doc(doc, args.out)
     counts = [int(g) for g in args.gpus.split(",")]
     for n_gpus in counts:
         if args.probe_only and n_gpus != max(counts):
@@ -639,7 +629,7 @@ def child(args, cases) -> int:
                               f" GB/s, all-to-all {p['all_to_all']['GBps_wall']} GB/s", flush=True)
                     except Exception as e:
                         doc["failures"].append({"probe": n_gpus, "failure": f"{type(e).__name__}: {e}"[:400]})
-                    _save(doc, args.out)
+                    write_doc(doc, args.out)
                 if args.probe_only:
                     continue
                 for name in cases:
@@ -651,11 +641,11 @@ def child(args, cases) -> int:
                                "failure": f"{type(e).__name__}: {e}"[:400]}
                         print("  FAILED", row, flush=True)
                     doc["cases"].append(row)
-                    _save(doc, args.out)
+                    write_doc(doc, args.out)
         except Exception as e:
             doc["failures"].append({"cluster": f"{n_gpus} {transport}", "failure": f"{type(e).__name__}: {e}"[:400]})
             print("cluster FAILED", doc["failures"][-1], flush=True)
-            _save(doc, args.out)
+            write_doc(doc, args.out)
     return 0
 
 
@@ -712,20 +702,24 @@ def _read_probe_log(path, keep=60):
     return ours[-keep:], ucx[:keep]
 
 
+#: how the operands are seeded (the results' provenance)
+SEEDS = (f"blocks: CuPy RandomState / NumPy default_rng(_seed(tag, i, j)) from {SEED}, the same "
+         f"bytes on any cluster; sampled check numpy default_rng(7)")
+
+
 def _metadata(device) -> dict:
     if device:
         try:
             import torch
         except ImportError:
             torch = None
-        return {**meta(types.SimpleNamespace(torch=torch),
-                       seed="every operand block: CuPy RandomState(_seed(tag, i, j)) (NumPy default_rng on the host); "
-                            "sampled check numpy default_rng(7)")}
-    from pyblasgemm.benchmarks.suite import _Env
+        return meta(types.SimpleNamespace(torch=torch), seed=SEEDS)
+    from pyblasgemm.benchmarks.suite import _Env, provenance
 
     info = _Env("host").info()
     info["git_sha"] = os.environ.get("GIT_SHA") or _git("rev-parse", "HEAD") or None
     info["python"] = sys.version.split()[0]
+    info.update(provenance(SEEDS))
     return info
 
 
@@ -818,7 +812,7 @@ def main(argv=None) -> int:
     base_file = out.with_name(out.stem + ".baselines.json")
     base_file.parent.mkdir(parents=True, exist_ok=True)
     base_file.write_text(json.dumps(bases))
-    _save(doc, out)
+    write_doc(doc, out)
     common = ["--gpus", args.gpus, "--reps", str(args.reps), "--baselines", str(base_file),
               "--message-bytes-limit", args.message_bytes_limit] + \
         (["--smoke"] if args.smoke else []) + (["--no-dask-array"] if args.no_dask_array else [])
@@ -829,7 +823,7 @@ def main(argv=None) -> int:
     for t in probes:
         log = out.with_name(f"{out.stem}.probe-{t}.log")
         got, why = _run_child(["--child", t, "--probe-only", *common], out.with_name(f"{out.stem}.probe-{t}.json"),
-                              min(left(), PROBE_CAP_S), log=log)
+                              left(), log=log)
         ours, ucx = _read_probe_log(log)
         print("\n".join(ours), flush=True)
         doc["transports"][t] = {"config": TRANSPORTS[t][0], "doc": TRANSPORTS[t][1], "probes": (got or {}).get("probes"),
@@ -837,7 +831,7 @@ def main(argv=None) -> int:
         doc["failures"] += [{"transport": t, **f} for f in (got or {}).get("failures", [])]
         if why:
             doc["failures"].append({"transport": t, "probe": why})
-        _save(doc, out)
+        write_doc(doc, out)
 
     def speed(t):
         ps = (doc["transports"].get(t) or {}).get("probes") or {}
@@ -863,7 +857,7 @@ def main(argv=None) -> int:
             entry["probes"] = got["probes"]
         if why:
             doc["failures"].append({"transport": t, "cases": why})
-        _save(doc, out)
+        write_doc(doc, out)
     # bits: every run of a product against the first, and the threaded scheduler in this process
     bits = {}
     for row in doc["cases"]:

@@ -308,7 +308,6 @@ def _make(prefix: str):
               and type(ldc) is int):
             # a repeated NumPy call: the key proves flags, sizes, dtypes and that the buffers
             # hold their spans; pointers (overlap), writability and scalar values it cannot
-            a_dtype, b_dtype, c_dtype = a.dtype, b.dtype, c.dtype
             sig = calls.key((prefix, compute, backend, transa, transb, m, n, k, lda, ldb, ldc,
                              type(alpha), type(beta)), a, b, c)
             try:
@@ -328,9 +327,9 @@ def _make(prefix: str):
                     # exception: the product again, below, reported as the full path does)
                     va, vb, vc = plain
                     try:
-                        _matmul_raising(a if va is None else _ND(va[0], a_dtype, a, 0, va[1]),
-                                        b if vb is None else _ND(vb[0], b_dtype, b, 0, vb[1]),
-                                        c if vc is None else _ND(vc[0], c_dtype, c, 0, vc[1]))
+                        _matmul_raising(a if va is None else _ND(va[0], a.dtype, a, 0, va[1]),
+                                        b if vb is None else _ND(vb[0], b.dtype, b, 0, vb[1]),
+                                        c if vc is None else _ND(vc[0], c.dtype, c, 0, vc[1]))
                         return c
                     except FloatingPointError:
                         pass
