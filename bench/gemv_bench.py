@@ -14,7 +14,9 @@
   rotate through enough copies to exceed twice the L2 cache, for every contender alike.
 * steady: CUDA events around 20 back-to-back calls, median of 7 (bench/timing.py's loop, the
   copies rotating); single: one call issued and waited for, median of 50 (paired_single_us,
-  contenders interleaved).
+  contenders interleaved); host_us: the host's time to issue one call (paired_host_us): where it
+  is near steady, steady measures the host, not the GPU; graph: the same 20 calls captured in
+  one CUDA graph and replayed (device time without the host; cupy.matmul is not captured).
 * achieved GB/s = (weight + x + y bytes) / steady time; % of the datasheet's HBM bandwidth
   (H100 SXM 3.35 TB/s, H100 PCIe 2.0, H200 4.8, A100 SXM 2.04 by device name); ratio =
   yardstick s / ours s (> 1: ours faster).
@@ -40,7 +42,7 @@ sys.path.insert(0, __import__("pathlib").Path(__file__).resolve().parent.as_posi
 sys.path.insert(0, __import__("pathlib").Path(__file__).resolve().parents[1].as_posix())
 
 from bench.heldout import meta, write_doc  # noqa: E402
-from timing import paired_single_us  # noqa: E402
+from timing import paired_host_us, paired_single_us  # noqa: E402
 
 LAYERS = {"llama3-8b qkv": (4096, 6144), "llama3-8b o": (4096, 4096), "llama3-8b gate/up": (4096, 14336),
           "llama3-8b down": (14336, 4096), "qwen2-7b qkv": (3584, 4608), "qwen2-7b up": (3584, 18944),
@@ -92,6 +94,32 @@ def _steady_s(cp, fn):
         stop.record()
         stop.synchronize()
         times.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3 / STEADY_CALLS)
+    return statistics.median(times)
+
+
+def _graph_s(cp, torch, fn):
+    """Median seconds per call of STEADY_CALLS calls of ``fn(stream_handle)`` captured in one CUDA
+    graph on a side stream (warmed up there first: a launch's workspace is made per stream)."""
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn(side.cuda_stream)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=side):
+        for _ in range(STEADY_CALLS):
+            fn(side.cuda_stream)
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(STEADY_SAMPLES):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        g.replay()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e-3 / STEADY_CALLS)
+    del g
     return statistics.median(times)
 
 
@@ -168,12 +196,26 @@ def measure(cp, torch, gemv, layer, m, dtype_name, tiles=None, occupancy=None, w
             row["cupy"] = {"unavailable": "CuPy has no bfloat16 matmul"}
     peak = peak_bw(cp.cuda.runtime.getDeviceProperties(0)["name"].decode())
     single = paired_single_us(fns, calls=SINGLE_CALLS, warmup=5)
+    host = paired_host_us(fns, calls=200, rounds=3, warmup=5)
+    # the graph-captured form of each contender: the stream comes from the capture
+    in_graph = {"ours": lambda h: launch(*ptrs[rot.next()], 1.0, 0.0, h)}
+    if "torch" in fns:
+        in_graph["torch"] = lambda h: fns["torch"]()
     for name, fn in fns.items():
         t = _steady_s(cp, fn)
-        row[name] = {"steady_s": t, "single_s": single[name] * 1e-6,
+        row[name] = {"steady_s": t, "single_s": single[name] * 1e-6, "host_us": host[name],
                      "gbps": (w_bytes + xy_bytes) / t / 1e9, "weight_gbps": w_bytes / t / 1e9}
         if peak:
             row[name]["pct_peak"] = 100 * (w_bytes + xy_bytes) / t / peak
+        if name in in_graph:
+            try:
+                tg = _graph_s(cp, torch, in_graph[name])
+                row[name]["graph_s"] = tg
+                row[name]["graph_gbps"] = (w_bytes + xy_bytes) / tg / 1e9
+                if peak:
+                    row[name]["graph_pct_peak"] = 100 * (w_bytes + xy_bytes) / tg / peak
+            except Exception as e:      # recorded, not hidden
+                row[name]["graph_error"] = f"{type(e).__name__}: {e}"[:200]
     yard = [nm for nm in ("torch", "cupy") if nm in fns]
     if yard:
         best = min(yard, key=lambda nm: row[nm]["steady_s"])
@@ -181,6 +223,8 @@ def measure(cp, torch, gemv, layer, m, dtype_name, tiles=None, occupancy=None, w
         row["ratio_steady"] = row[best]["steady_s"] / row["ours"]["steady_s"]
         best1 = min(yard, key=lambda nm: row[nm]["single_s"])
         row["ratio_single"] = row[best1]["single_s"] / row["ours"]["single_s"]
+        if "graph_s" in row["ours"] and "graph_s" in row.get("torch", {}):
+            row["ratio_graph_vs_torch"] = row["torch"]["graph_s"] / row["ours"]["graph_s"]
     del rot
     return row
 
@@ -199,6 +243,9 @@ def summarize(rows) -> dict:
         sel = [r for r in ok if r["m"] == m]
         if sel:
             out[f"m{m}"] = {"geomean_ratio_steady": _geomean([r["ratio_steady"] for r in sel]),
+                            "geomean_ratio_graph_vs_torch": _geomean([r.get("ratio_graph_vs_torch") for r in sel]),
+                            "max_graph_pct_peak": max((r["ours"].get("graph_pct_peak") for r in sel
+                                                       if r["ours"].get("graph_pct_peak")), default=None),
                             "min_pct_peak": min((r["ours"].get("pct_peak") for r in sel
                                                  if r["ours"].get("pct_peak")), default=None),
                             "max_pct_peak": max((r["ours"].get("pct_peak") for r in sel
@@ -212,8 +259,10 @@ def _line(r) -> str:
     o = r["ours"]
     pct = f"{o['pct_peak']:5.1f}%" if "pct_peak" in o else "   - "
     yard = f"{r.get('yardstick', '-'):5s} x{r.get('ratio_steady', float('nan')):.3f}" if "ratio_steady" in r else ""
+    graph = f" graph {o['graph_s'] * 1e6:7.2f} us {o.get('graph_pct_peak', 0):5.1f}%" if "graph_s" in o else ""
     return (f"{r['layer']:18s} m={r['m']:3d} {r['dtype']:8s} ours {o['steady_s'] * 1e6:8.2f} us "
-            f"{o['gbps']:7.0f} GB/s {pct}  {yard}  {r['spec']['path']} {r['spec']['tiles']} ctas={r['spec']['ctas']}")
+            f"{o['gbps']:7.0f} GB/s {pct} host {o.get('host_us', 0):5.1f} us{graph}  {yard}  "
+            f"{r['spec']['path']} {r['spec']['tiles']} ctas={r['spec']['ctas']}")
 
 
 def main(argv=None) -> int:

@@ -33,7 +33,7 @@ import numpy as np
 
 from pyblasgemm.kernels import gemv
 
-__all__ = ["mma", "warp_accumulators", "coord", "slot_lane", "run", "Emulation"]
+__all__ = ["mma", "warp_accumulators", "coord", "lane_at", "run", "Emulation"]
 
 
 # ---- mma.sync fragments (PTX ISA, "Matrix fragments for mma.m16n8k16 / m16n8k32") -----------------
@@ -227,12 +227,14 @@ def coord(spec, i: int, lane: int) -> tuple:
     return (lane % lr) * 4 + i // tpt, lane // lr + p1 * (i % tpt)
 
 
-def slot_lane(spec, lane: int) -> int:
+def lane_at(spec, pos: int) -> int:
+    """The lane whose accumulator sits at workspace position ``pos`` (0..31) of its row of 32
+    (the header's M::lane_at)."""
     if spec.path in ("mma_k", "mma_r"):
-        return (lane & 3) * 8 + (lane >> 2)
+        return (pos & 7) * 4 + (pos >> 3)
     if spec.path == "fma_k":
-        return (lane & 7) * 4 + (lane >> 3)
-    return lane
+        return (pos & 3) * 8 + (pos >> 2)
+    return pos
 
 
 def ksplit(spec) -> int:
@@ -296,20 +298,19 @@ def run(spec, w, x, alpha=1.0, beta=0.0, c=None) -> Emulation:
             park = park.reshape(WK, n_entries)
             first, last = cta_of(tile_u0, units, G), cta_of(tile_u0 + csteps - 1, units, G)
             contributors.setdefault(rt, []).append(cta)
-            sums = {}
-            for e in range(n_entries):
-                lane = e & 31
-                if lane % ksplit(spec):
-                    continue
-                r, tok = coord(spec, (e >> 5) % out, lane)
-                r += rt * spec.cta_rows + (e // (32 * out)) * rows
-                if r >= R or tok >= T:
+            sums = {}     # workspace position -> (row, token, the CTA's sum)
+            for pos in range(n_entries):
+                ln = lane_at(spec, pos & 31)
+                e = (pos & ~31) | ln
+                r, tok = coord(spec, (pos >> 5) % out, ln)
+                r += rt * spec.cta_rows + (pos // (32 * out)) * rows
+                if ln % ksplit(spec) or r >= R or tok >= T:
                     continue
                 v = 0.0
                 for k in range(WK):
                     for j in range(ksplit(spec)):
                         v += park[k, e + j]
-                sums[e] = (r, tok, v)
+                sums[pos] = (r, tok, v)
             if first == last:
                 for r, tok, v in sums.values():
                     result[r, tok] = alpha * v + (beta * c[r, tok] if beta != 0 else 0.0)
@@ -318,7 +319,7 @@ def run(spec, w, x, alpha=1.0, beta=0.0, c=None) -> Emulation:
                 slot = rt + cta
                 assert slot not in ws, "a workspace slot written twice"
                 assert slot < spec.slots, "slot index past the workspace"
-                ws[slot] = {(e & ~31) | slot_lane(spec, e & 31): s for e, s in sums.items()}
+                ws[slot] = dict(sums)
                 partial_of[(rt, cta)] = slot
                 counters[rt] += 1
                 arrivals.append((cta, rt, first, last))

@@ -31,7 +31,7 @@ Example
 >>> s.path, s.R, s.T, s.K, s.threads, s.ctas, s.row_tiles, s.csteps
 ('mma_k', 4096, 1, 4096, 128, 528, 128, 32)
 >>> s.kernel_name
-'pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::KindBF16, 0, 2, 1, 1, 3>'
+'pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::KindBF16, 0, 2, 1, 1, 3, 1, 4>'
 """
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ PATHS = {"mma_k": 0, "mma_r": 1, "fma_k": 2, "fma_r": 3}
 #: MAX_REGISTERS without spilling, with 2-8 KB of weight in flight per warp.
 TILES = MappingProxyType({
     "mma_k": {1: (2, 1, 1, 4), 2: (2, 1, 2, 2), 4: (1, 2, 4, 2), 8: (1, 1, 8, 1)},
-    "mma_r": {1: (8, 0, 1, 4), 2: (8, 0, 2, 2), 4: (4, 0, 4, 2), 8: (2, 0, 8, 1)},
+    "mma_r": {1: (8, 0, 1, 4), 2: (4, 0, 2, 2), 4: (4, 0, 4, 2), 8: (2, 0, 8, 1)},
     "fma_k": {1: (4, 1, 2, 2), 2: (2, 1, 4, 1), 4: (2, 2, 8, 1), 8: (2, 4, 8, 1)},
     "fma_r": {1: (1, 0, 1, 4), 2: (2, 0, 2, 2), 4: (4, 0, 4, 2), 8: (8, 0, 8, 1)},
 })
@@ -138,14 +138,15 @@ def _geometry(path: str, p1: int, p2: int, tg: int, eb: int) -> tuple:
     return 4 * lr, 4, 4 * (8 * tg // p1), 4 * eb, 4 * eb
 
 
-def kernel_name(kind: GemvKind, path: str, p1: int, p2: int, tg: int, loads: int) -> str:
+def kernel_name(kind: GemvKind, path: str, p1: int, p2: int, tg: int, loads: int, wr: int, wk: int) -> str:
     """The header's name expression for one instantiation.
 
-    >>> kernel_name(GEMV_KINDS[("h", "fp32")], "mma_r", 8, 0, 2, 3)
-    'pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::KindF16, 1, 8, 0, 2, 3>'
+    >>> kernel_name(GEMV_KINDS[("h", "fp32")], "mma_r", 8, 0, 2, 3, 2, 2)
+    'pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::KindF16, 1, 8, 0, 2, 3, 2, 2>'
     """
     struct = kind.struct_k if path == kind.path_k else kind.struct_r
-    return f"pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::{struct}, {PATHS[path]}, {p1}, {p2}, {tg}, {loads}>"
+    return (f"pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::{struct}, {PATHS[path]}, {p1}, {p2}, {tg}, {loads}, "
+            f"{wr}, {wk}>")
 
 
 def all_instantiations() -> list[tuple]:
@@ -155,9 +156,9 @@ def all_instantiations() -> list[tuple]:
     for kind in _KINDS.values():
         for path in (kind.path_k, kind.path_r):
             for tg in TOKEN_GROUPS:
-                p1, p2, _, _ = TILES[path][tg]
+                p1, p2, wr, wk = TILES[path][tg]
                 for loads in range(4):
-                    out.append((kind.name, path, tg, loads, kernel_name(kind, path, p1, p2, tg, loads)))
+                    out.append((kind.name, path, tg, loads, kernel_name(kind, path, p1, p2, tg, loads, wr, wk)))
     return out
 
 
@@ -305,7 +306,7 @@ class GemvSpec:
 
     @property
     def kernel_name(self) -> str:
-        return kernel_name(self.kind, self.path, self.p1, self.p2, self.token_groups, self.loads)
+        return kernel_name(self.kind, self.path, self.p1, self.p2, self.token_groups, self.loads, self.wr, self.wk)
 
     @property
     def workspace_bytes(self) -> int:
@@ -464,7 +465,7 @@ def _arg_fields():
             ("counters", ct.c_uint64), ("R", ct.c_int32), ("T", ct.c_int32), ("K", ct.c_int32),
             ("w_rs", ct.c_int64), ("w_ks", ct.c_int64), ("x_ts", ct.c_int64), ("x_ks", ct.c_int64),
             ("c_rs", ct.c_int64), ("c_ts", ct.c_int64), ("alpha", ct.c_float), ("beta", ct.c_float),
-            ("ialpha", ct.c_int32), ("ibeta", ct.c_int32), ("row_tiles", ct.c_int32), ("wk", ct.c_int32)]
+            ("ialpha", ct.c_int32), ("ibeta", ct.c_int32), ("row_tiles", ct.c_int32)]
 
 
 class GemvLaunch:
@@ -487,7 +488,7 @@ class GemvLaunch:
         cn = spec.canonical
         self._base = dict(w=0, x=0, c=0, ws=0, counters=0, R=cn.R, T=cn.T, K=cn.K, w_rs=cn.w_rs, w_ks=cn.w_ks,
                           x_ts=cn.x_ts, x_ks=cn.x_ks, c_rs=cn.c_rs, c_ts=cn.c_ts, alpha=0.0, beta=0.0,
-                          ialpha=0, ibeta=0, row_tiles=spec.row_tiles, wk=spec.wk)
+                          ialpha=0, ibeta=0, row_tiles=spec.row_tiles)
         self._swap = cn.orient == "m"          # W is B, X is A
         w_mask, x_mask = spec.w_align - 1, spec.x_align - 1
         self._amask, self._bmask = (x_mask, w_mask) if self._swap else (w_mask, x_mask)

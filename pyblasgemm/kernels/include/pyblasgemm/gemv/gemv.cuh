@@ -198,7 +198,10 @@ struct MmaK {
   typedef typename Kind::Acc Acc;
   static constexpr int EB = Kind::kElemBytes, VE = 16 / EB;
   static constexpr int ROWS = 16 * RG, KSTEP = 4 * KV * VE, FRAG = RG * TG * 4, OUT = FRAG, KSPLIT = 1;
-  static constexpr bool WVEC = (LOADS & kWVec) != 0, XVEC = (LOADS & kXVec) != 0, PREFETCH = WVEC;
+  static constexpr bool WVEC = (LOADS & kWVec) != 0, XVEC = (LOADS & kXVec) != 0;
+  // weight tiles in flight per warp (a register ring; 1: load and use, element loads): enough
+  // bytes in flight for the memory's latency x bandwidth (H200: ~4.8 TB/s x ~1.5 us / 132 SMs)
+  static constexpr int STAGES = !WVEC ? 1 : (!XVEC ? (TG <= 2 ? 2 : 1) : (TG == 1 ? 3 : 2));
   // float accumulators: each step's MMA chain goes into fresh registers, then one rounding add
   // (the tensor cores accumulate with truncation, visible in a float32 C over long K)
   static constexpr bool kFresh = IsFloat<Acc>::value;
@@ -280,7 +283,7 @@ struct MmaK {
     unsigned char* scratch = gemv_smem + (threadIdx.x >> 5) * (OUT * 32 * 4);
     static_assert(8 * KSTEP * EB <= OUT * 32 * 4, "the block fits the warp's parking area");
     __syncwarp();   // the previous group's vectors are read
-#pragma unroll 4
+#pragma unroll 2
     for (int idx = lane; idx < 8 * KSTEP; idx += 32) {
       const int tl = idx & 7, kk = idx >> 3, k = k0 + kk;
       const int tok = imin(8 * tg + tl, p.T - 1);
@@ -297,9 +300,9 @@ struct MmaK {
   }
 
   static PBG_DEVICE void finish(Acc*) {}
-  // workspace order of a lane's entries: lanes of one q side by side (with T <= 2 only q = 0
-  // holds tokens: one 32-byte sector per accumulator index)
-  static PBG_DEVICE int slot_lane(int lane) { return (lane & 3) * 8 + (lane >> 2); }
+  // workspace order of an accumulator's 32 lanes: position p holds lane (p % 8) * 4 + p / 8, so
+  // the lanes of one q sit side by side (with T <= 2 only q = 0 holds tokens: 32 bytes)
+  static PBG_DEVICE int lane_at(int p) { return (p & 7) * 4 + (p >> 3); }
   static PBG_DEVICE void coord(int i, int lane, int& row, int& tok) {
     const int g = lane >> 2, q = lane & 3;
     const int rg = i / (TG * 4), tg = (i / 4) % TG, e = i % 4;
@@ -324,7 +327,8 @@ struct MmaR {
   static_assert(RPT == 2 || RPT == 4 || RPT == 8, "a lane loads 4, 8 or 16 bytes of a k column");
   static constexpr int MT = RPT / 2, ROWS = 8 * RPT, KSTEP = 16, FRAG = MT * TG * 4, OUT = FRAG, KSPLIT = 1;
   static constexpr int WORDS = RPT / 2;   // 32-bit words per lane per k column
-  static constexpr bool WVEC = (LOADS & kWVec) != 0, XVEC = (LOADS & kXVec) != 0, PREFETCH = WVEC;
+  static constexpr bool WVEC = (LOADS & kWVec) != 0, XVEC = (LOADS & kXVec) != 0;
+  static constexpr int STAGES = WVEC && XVEC ? 2 : 1;   // the PRMT pairs' registers leave room for two
   struct Tile { u32 v[4][WORDS]; };
 
   template <bool TAIL>
@@ -361,30 +365,31 @@ struct MmaR {
   static PBG_DEVICE void step(const Params& p, int ks, const Tile& t, Acc* acc) {
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int k0 = ks * KSTEP, k = k0 + 4 * q;
-    // P[i][h]: row RPT g + i, k pair h; selector 0x5410 takes the low halves of both words,
-    // 0x7632 the high halves (row i lives in half i % 2 of word i / 2)
-    u32 P[RPT][2];
-#pragma unroll
-    for (int i = 0; i < RPT; ++i) {
-      const u32 sel = (i & 1) ? 0x7632u : 0x5410u;
-      P[i][0] = __byte_perm(t.v[0][i / 2], t.v[1][i / 2], sel);
-      P[i][1] = __byte_perm(t.v[2][i / 2], t.v[3][i / 2], sel);
-    }
+    U32x2 xv[TG];
 #pragma unroll
     for (int tg = 0; tg < TG; ++tg) {
       if (8 * tg >= p.T) continue;
       const int tok = imin(8 * tg + g, p.T - 1);
       const char* xr = p.x + static_cast<i64>(tok) * p.x_ts * EB;
-      U32x2 xv;
       // XVEC (host): 8-byte aligned rows and K % 4 == 0
-      if constexpr (!XVEC) gather<EB, 2, false>(&xv.x, xr, p.x_ks, k, p.K);
-      else if (!TAIL || k < p.K) xv = ld_x8(xr + static_cast<i64>(k) * EB);
-      else zero<2>(&xv.x);
-      const u32 b[2] = {xv.x, xv.y};
+      if constexpr (!XVEC) gather<EB, 2, false>(&xv[tg].x, xr, p.x_ks, k, p.K);
+      else if (!TAIL || k < p.K) xv[tg] = ld_x8(xr + static_cast<i64>(k) * EB);
+      else zero<2>(&xv[tg].x);
+    }
+    // the pair (k 4q, 4q+1) / (4q+2, 4q+3) of row RPT g + i: selector 0x5410 takes the low halves
+    // of both words, 0x7632 the high halves (row i lives in half i % 2 of word i / 2); built per
+    // tile, so only one tile's four registers are live
+    auto pair = [&](int i, int h) {
+      return __byte_perm(t.v[2 * h][i / 2], t.v[2 * h + 1][i / 2], (i & 1) ? 0x7632u : 0x5410u);
+    };
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const u32 a[4] = {P[2 * mt][0], P[2 * mt + 1][0], P[2 * mt][1], P[2 * mt + 1][1]};
+    for (int mt = 0; mt < MT; ++mt) {
+      const u32 a[4] = {pair(2 * mt, 0), pair(2 * mt + 1, 0), pair(2 * mt, 1), pair(2 * mt + 1, 1)};
+#pragma unroll
+      for (int tg = 0; tg < TG; ++tg) {
+        if (8 * tg >= p.T) continue;
         Acc* d = acc + (mt * TG + tg) * 4;
+        const u32 b[2] = {xv[tg].x, xv[tg].y};
         Acc fresh[4] = {Acc(0), Acc(0), Acc(0), Acc(0)};
         Kind::mma(fresh, a, b);
 #pragma unroll
@@ -394,7 +399,7 @@ struct MmaR {
   }
 
   static PBG_DEVICE void finish(Acc*) {}
-  static PBG_DEVICE int slot_lane(int lane) { return (lane & 3) * 8 + (lane >> 2); }
+  static PBG_DEVICE int lane_at(int p) { return (p & 7) * 4 + (p >> 3); }
   static PBG_DEVICE void coord(int i, int lane, int& row, int& tok) {
     const int g = lane >> 2, q = lane & 3;
     const int mt = i / (TG * 4), tg = (i / 4) % TG, e = i % 4;
@@ -420,7 +425,7 @@ struct FmaK {
   static constexpr bool WVEC = (LOADS & kWVec) != 0, XVEC = (LOADS & kXVec) != 0;
   // one token group: the weight's bytes bound the step (prefetch); more: the FFMAs (T per weight
   // element) do, and the registers go to the sums
-  static constexpr bool PREFETCH = WVEC && TG == 1;
+  static constexpr int STAGES = WVEC && TG == 1 ? 2 : 1;
   struct Tile { U32x4 v[RPT]; };
 
   template <bool TAIL>
@@ -465,8 +470,9 @@ struct FmaK {
   }
 
   static PBG_DEVICE void finish(Acc*) {}
-  // workspace order: the kl = 0 lanes (the entries' owners) side by side, one 32-byte sector
-  static PBG_DEVICE int slot_lane(int lane) { return (lane & 7) * 4 + (lane >> 3); }
+  // workspace order: positions 0..3 hold the kl = 0 lanes (the entries' owners), one 16-byte
+  // vector; position p holds lane (p % 4) * 8 + p / 4
+  static PBG_DEVICE int lane_at(int p) { return (p & 3) * 8 + (p >> 2); }
   static PBG_DEVICE void coord(int i, int lane, int& row, int& tok) {
     const int sub = lane >> 3;
     row = (i / TPT) * RL + sub % RL;
@@ -486,7 +492,8 @@ struct FmaR {
   static_assert(32 % LT == 0 && (8 * TG) % LT == 0, "lanes split evenly into rows and tokens");
   static constexpr int ROWS = LR * VE, KSTEP = 4, FRAG = VE * TPT, OUT = FRAG, KSPLIT = 1;
   static constexpr int WORDS = VB / 4;
-  static constexpr bool WVEC = (LOADS & kWVec) != 0, XVEC = (LOADS & kXVec) != 0, PREFETCH = WVEC;
+  static constexpr bool WVEC = (LOADS & kWVec) != 0, XVEC = (LOADS & kXVec) != 0;
+  static constexpr int STAGES = WVEC && TG <= 2 ? 2 : 1;   // more tokens: FFMA-bound, registers to sums
   struct Tile { u32 v[KSTEP][WORDS]; };
 
   template <bool TAIL>
@@ -548,7 +555,7 @@ struct FmaR {
   }
 
   static PBG_DEVICE void finish(Acc*) {}
-  static PBG_DEVICE int slot_lane(int lane) { return lane; }
+  static PBG_DEVICE int lane_at(int p) { return p; }
   static PBG_DEVICE void coord(int i, int lane, int& row, int& tok) {
     const int rl = lane % LR, tl = lane / LR;
     row = rl * VE + i / TPT;
@@ -581,26 +588,31 @@ PBG_DEVICE float ld_partial(const float* p) { return __ldcg(p); }
 PBG_DEVICE int ld_partial(const int* p) { return __ldcg(p); }
 
 // One warp's mainloop over its steps ks0, ks0 + stride, ... < ks1 (possibly none; the CTA's warps
-// along k interleave their steps): the steps wholly inside K with the weight double-buffered (the
-// next step's loads issued before this step's activations are read and its products formed;
-// vector loads only), then the row tile's last step where K % KSTEP != 0, with guarded loads.
+// along k interleave their steps): the steps wholly inside K through a ring of M::STAGES weight
+// tiles in registers (the loads of the next STAGES - 1 steps are in flight while a step's
+// activations are read and its products formed; 1: load, then use), then the row tile's last
+// step where K % KSTEP != 0, with guarded loads.
 template <class M>
 PBG_DEVICE void mainloop(const Params& p, int row0, int ks0, int ks1, int stride, typename M::Acc* acc, u64 pol) {
+  constexpr int S = M::STAGES;
   const int body_end = imin(ks1, p.K / M::KSTEP);
   int ks = ks0;
-  if constexpr (M::PREFETCH) {
-    if (ks < body_end) {
-      typename M::Tile cur, next;
-      M::template load_w<false>(p, row0, ks, cur, pol);
-      for (; ks < body_end; ks += stride) {
-        if (ks + stride < body_end) M::template load_w<false>(p, row0, ks + stride, next, pol);
-        M::template step<false>(p, ks, cur, acc);
-        cur = next;   // register renaming once ptxas unrolls; MOVs otherwise
+  if constexpr (S > 1) {
+    typename M::Tile ring[S];
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i)
+      if (ks + i * stride < body_end) M::template load_w<false>(p, row0, ks + i * stride, ring[i], pol);
+    while (ks < body_end) {
+#pragma unroll
+      for (int i = 0; i < S; ++i) {   // unrolled: every ring index is a constant
+        if (ks >= body_end) break;
+        if (ks + (S - 1) * stride < body_end)
+          M::template load_w<false>(p, row0, ks + (S - 1) * stride, ring[(i + S - 1) % S], pol);
+        M::template step<false>(p, ks, ring[i], acc);
+        ks += stride;
       }
     }
   } else {
-    // one step's loads at a time: element loads (odd leading dimensions or pointers, a slow
-    // path kept simple) and FFMA paths bound by their arithmetic, whose registers go to sums
     for (; ks < body_end; ks += stride) {
       typename M::Tile t;
       M::template load_w<false>(p, row0, ks, t, pol);
@@ -614,32 +626,55 @@ PBG_DEVICE void mainloop(const Params& p, int row0, int ks0, int ks1, int stride
   }
 }
 
-template <class Kind>
-PBG_DEVICE void store_c(const Params& p, int row, int tok, typename Kind::Acc v, typename Kind::Scale alpha,
-                        typename Kind::Scale beta) {
-  typedef typename Kind::O Out;
-  char* cp = p.c + (static_cast<i64>(row) * p.c_rs + static_cast<i64>(tok) * p.c_ts) * Kind::kCBytes;
-  // beta == 0: C is never read (a NaN there stays out of the result)
-  Out::store(cp, beta != typename Kind::Scale(0) ? axpby(alpha, v, beta, Out::load(cp)) : ax(alpha, v));
+PBG_DEVICE float4 ld_partial4(const float* p) { return __ldcg(reinterpret_cast<const float4*>(p)); }
+PBG_DEVICE int4 ld_partial4(const int* p) { return __ldcg(reinterpret_cast<const int4*>(p)); }
+PBG_DEVICE float2 ld_partial2(const float* p) { return __ldcg(reinterpret_cast<const float2*>(p)); }
+PBG_DEVICE int2 ld_partial2(const int* p) { return __ldcg(reinterpret_cast<const int2*>(p)); }
+
+template <class Acc, int VW>
+struct alignas(4 * VW) Vec { Acc v[VW]; };
+// A VW-wide load from L2 (partials written by other SMs: not from L1)
+template <class Acc, int VW>
+PBG_DEVICE Vec<Acc, VW> ld_vec(const Acc* p, const Vec<Acc, VW>&) {
+  Vec<Acc, VW> out;
+  if constexpr (VW == 4) {
+    const auto t = ld_partial4(p);
+    out.v[0] = t.x; out.v[1] = t.y; out.v[2] = t.z; out.v[3] = t.w;
+  } else if constexpr (VW == 2) {
+    const auto t = ld_partial2(p);
+    out.v[0] = t.x; out.v[1] = t.y;
+  } else {
+    out.v[0] = ld_partial(p);
+  }
+  return out;
 }
 
-// The CTA: WARPS = blockDim.x / 32 warps, WK of them along k (warp w: rows (w % WR) * ROWS.., steps
-// w / WR, w / WR + WK, ...; WR = WARPS / WK) over one row tile of WR * ROWS rows. A unit is (row
-// tile, CTA step of WK warp steps); CTA c takes units [c U / G, (c+1) U / G).
-// After a segment every warp parks its accumulators in shared memory [warp][i][lane]; then plain
-// strided loops (few registers, whatever the accumulator count) sum the WK warps of each entry in
-// warp order and either store C (the CTA holds the whole row tile) or publish the CTA's partial
-// to workspace slot rt + c; the last contributor to arrive adds the slots in contributor order
-// and stores C. The sums' order never depends on timing: every launch gives the same bits.
-template <class Kind, int PATH, int P1, int P2, int TG, int LOADS>
+// The CTA: WR x WK warps over one row tile of WR * ROWS rows (warp w: rows (w % WR) * ROWS..,
+// warp steps w / WR, w / WR + WK, ...). A unit is (row tile, CTA step of WK warp steps); CTA c
+// takes units [c U / G, (c+1) U / G).
+// After a segment every warp parks its accumulators in shared memory [warp][i][lane]. The CTA's
+// partial of the row tile is NE = WR * OUT * 32 workspace positions [wr][i][p] (p: M::lane_at's
+// order); thread t owns the VW consecutive positions of each of its NV vectors (t + v THREADS) VW,
+// so it sums (the WK warps and the KSPLIT lanes of each entry in order), publishes and reads
+// partials with VW-wide accesses at constant offsets from one base per contributor: few
+// registers, and all of a contributor's loads in flight together. Then either the CTA holds
+// the whole row tile and stores C, or it publishes its partial to slot rt + c and counts itself
+// in; the last contributor to arrive adds the slots in contributor order and stores C. The
+// sums' order never depends on timing: every launch gives the same bits.
+template <class Kind, int PATH, int P1, int P2, int TG, int LOADS, int WR, int WK>
 __global__ void __launch_bounds__(256, 2)
 gemv_kernel(const char* w, const char* x, char* c, void* ws, int* counters, int R, int T, int K, i64 w_rs, i64 w_ks,
-            i64 x_ts, i64 x_ks, i64 c_rs, i64 c_ts, float alpha, float beta, int ialpha, int ibeta, int row_tiles,
-            int wk_count) {
+            i64 x_ts, i64 x_ks, i64 c_rs, i64 c_ts, float alpha, float beta, int ialpha, int ibeta, int row_tiles) {
   typedef typename MainloopOf<Kind, PATH, P1, P2, TG, LOADS>::type M;
   typedef typename Kind::Acc Acc;
   typedef typename Kind::Scale Scale;
-  constexpr int OUT = M::OUT;
+  typedef typename Kind::O Out;
+  constexpr int OUT = M::OUT, THREADS = 32 * WR * WK, NE = WR * OUT * 32;
+  constexpr int PT = NE / THREADS;                       // positions per thread (OUT / WK)
+  static_assert(PT * THREADS == NE && PT >= 1, "the CTA's warps share its positions evenly");
+  constexpr int VW = PT >= 4 ? 4 : (PT >= 2 ? 2 : 1);   // positions per access
+  constexpr int NV = PT / VW;                             // accesses per thread
+  static_assert(NV * VW == PT, "whole vectors per thread");
   const Params p{w, x, c, ws, counters, R, T, K, w_rs, w_ks, x_ts, x_ks, c_rs, c_ts, row_tiles};
   const Scale sa = pick_scale(static_cast<Scale*>(nullptr), alpha, ialpha);
   const Scale sb = pick_scale(static_cast<Scale*>(nullptr), beta, ibeta);
@@ -647,14 +682,13 @@ gemv_kernel(const char* w, const char* x, char* c, void* ws, int* counters, int 
   Acc* park = reinterpret_cast<Acc*>(gemv_smem);        // [warp][OUT][32]
   __shared__ int s_prev;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int WK = wk_count, WR = static_cast<int>(blockDim.x >> 5) / WK;
   const int wr = warp % WR, wk = warp / WR;
-  const int cta_rows = WR * M::ROWS;
+  constexpr int CTA_ROWS = WR * M::ROWS;
   const int wsteps = (K + M::KSTEP - 1) / M::KSTEP;      // warp steps per row tile
   const int csteps = (wsteps + WK - 1) / WK;             // CTA steps (units) per row tile
   const long long units = static_cast<long long>(row_tiles) * csteps, G = gridDim.x, cta = blockIdx.x;
   const long long u_end = (cta + 1) * units / G;
-  const int n_entries = WR * OUT * 32;                   // one CTA partial: [wr][OUT][32]
+  Acc* slots = static_cast<Acc*>(ws);
   const u64 pol = evict_first_policy();
   for (long long u = cta * units / G; u < u_end;) {
     const int rt = static_cast<int>(u / csteps);
@@ -665,7 +699,7 @@ gemv_kernel(const char* w, const char* x, char* c, void* ws, int* counters, int 
       Acc acc[M::FRAG];
 #pragma unroll
       for (int i = 0; i < M::FRAG; ++i) acc[i] = Acc(0);
-      mainloop<M>(p, rt * cta_rows + wr * M::ROWS, s0 * WK + wk, imin(s1 * WK, wsteps), WK, acc, pol);
+      mainloop<M>(p, rt * CTA_ROWS + wr * M::ROWS, s0 * WK + wk, imin(s1 * WK, wsteps), WK, acc, pol);
       M::finish(acc);
 #pragma unroll
       for (int i = 0; i < OUT; ++i) park[(warp * OUT + i) * 32 + lane] = acc[i];
@@ -673,54 +707,117 @@ gemv_kernel(const char* w, const char* x, char* c, void* ws, int* counters, int 
     __syncthreads();
     const int first = cta_of(tile_u0, units, G), last = cta_of(tile_u0 + csteps - 1, units, G);
     const bool shared = first != last;
-    Acc* slots = static_cast<Acc*>(ws);
-    const long long slot_elems = n_entries;
-    // entry e = (wr, i, lane): its row and token, or false where it is no entry of C
-    auto locate = [&](int e, int& row, int& tok) {
-      M::coord((e >> 5) % OUT, e & 31, row, tok);
-      row += rt * cta_rows + (e / (32 * OUT)) * M::ROWS;
-      return row < R && tok < T;
+    // position s -> the entry (parked index e = [wr][i][lane]) and its row and token; false
+    // where it is no entry of C (row >= R, token >= T, or a KSPLIT lane that owns none)
+    auto locate = [&](int s, int& e, int& row, int& tok) {
+      const int ln = M::lane_at(s & 31);
+      e = (s & ~31) | ln;
+      M::coord((s >> 5) % OUT, ln, row, tok);
+      row += rt * CTA_ROWS + (s / (32 * OUT)) * M::ROWS;
+      return ln % M::KSPLIT == 0 && row < R && tok < T;
     };
-    // workspace position of entry e: lanes in M::slot_lane order within its 32
-    auto slot_at = [](int e) { return (e & ~31) | M::slot_lane(e & 31); };
-    for (int e = threadIdx.x; e < n_entries; e += blockDim.x) {
-      int row, tok;
-      if ((e & 31) % M::KSPLIT != 0 || !locate(e, row, tok)) continue;
-      // the CTA's sum of the entry: warps along k in warp order, each its KSPLIT lanes in order
-      Acc v = park[e];
-      for (int k = 0; k < WK; ++k)
+    // the CTA's sums of this thread's positions (warps along k in warp order, each entry's
+    // KSPLIT lanes in lane order), kept in shared memory in place of the entry's first parked
+    // value (no other thread reads that word); bit (v VW + q) of `live`: position
+    // (t + v THREADS) VW + q is an entry of C
+    // (loops over v stay rolled: unrolled, the compiler keeps every position's row, token and
+    // address live across the phases, past the register bound)
+    u32 live = 0;
+#pragma unroll 1
+    for (int v = 0; v < NV; ++v)
 #pragma unroll
-        for (int j = 0; j < M::KSPLIT; ++j)
-          if (k + j > 0) v = acc_add(v, park[k * n_entries + e + j]);
-      if (shared) slots[(rt + cta) * slot_elems + slot_at(e)] = v;
-      else store_c<Kind>(p, row, tok, v, sa, sb);
-    }
+      for (int q = 0; q < VW; ++q) {
+        int e, row, tok;
+        if (locate((threadIdx.x + v * THREADS) * VW + q, e, row, tok)) {
+          live |= 1u << (v * VW + q);
+          Acc sum = park[e];
+          for (int k = 0; k < WK; ++k)
+#pragma unroll
+            for (int kk = 0; kk < M::KSPLIT; ++kk)
+              if (k + kk > 0) sum = acc_add(sum, park[k * NE + e + kk]);
+          park[e] = sum;
+        }
+      }
+    // entry index of this thread's position (v, q) (its sum's place in shared memory)
+    auto entry = [&](int v, int q) {
+      const int s = (threadIdx.x + v * THREADS) * VW + q;
+      return (s & ~31) | M::lane_at(s & 31);
+    };
+    constexpr u32 kVecMask = (1u << VW) - 1;
+    bool finisher = true;
     if (shared) {
+      Acc* mine = slots + (rt + cta) * NE + threadIdx.x * VW;
+#pragma unroll 1
+      for (int v = 0; v < NV; ++v) {
+        if ((live >> (v * VW)) & kVecMask) {
+          Vec<Acc, VW> out;
+#pragma unroll
+          for (int q = 0; q < VW; ++q) out.v[q] = park[entry(v, q)];   // dead positions: never read back
+          *reinterpret_cast<Vec<Acc, VW>*>(mine + v * THREADS * VW) = out;
+        }
+      }
       __threadfence();   // this thread's partial is visible GPU-wide ...
       __syncthreads();   // ... for every thread, before thread 0 counts the CTA in
       if (threadIdx.x == 0) s_prev = atom_add_acq_rel_gpu(counters + rt, 1);
       __syncthreads();
-      if (s_prev == last - first) {   // the last contributor: every other partial is published
-        for (int e = threadIdx.x; e < n_entries; e += blockDim.x) {
-          int row, tok;
-          if ((e & 31) % M::KSPLIT != 0 || !locate(e, row, tok)) continue;
-          const Acc* part = slots + (rt + first) * slot_elems + slot_at(e);
-          // contributor order (this CTA's own slot read back too): the same bits whoever is
-          // last; four contributors' loads in flight at a time (this runs at the kernel's end)
-          Acc v = ld_partial(part);
-          for (int cc = 1; cc <= last - first; cc += 4) {
-            Acc q[4];
+      finisher = s_prev == last - first;   // the last contributor: every other partial is published
+      if (finisher) {
+        // contributor order (this CTA's own slot read back too): the same bits whoever is last;
+        // the loads of CB contributors x VB vectors (<= 16 values) in flight together
+        constexpr int VB = PT > 16 ? 16 / VW : NV;
+        constexpr int CB = PT >= 16 ? 1 : 16 / PT;
+        const Acc* base = slots + (rt + first) * NE + threadIdx.x * VW;
+#pragma unroll 1
+        for (int v0 = 0; v0 < NV; v0 += VB) {
+          for (int c0 = 0; c0 <= last - first; c0 += CB) {
+            Vec<Acc, VW> part[CB][VB];
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
-              if (cc + j <= last - first) q[j] = ld_partial(part + (cc + j) * slot_elems);
+            for (int b = 0; b < CB; ++b)
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
-              if (cc + j <= last - first) v = acc_add(v, q[j]);
+              for (int vv = 0; vv < VB; ++vv)
+                if (c0 + b <= last - first && ((live >> ((v0 + vv) * VW)) & kVecMask))
+                  part[b][vv] = ld_vec(base + (c0 + b) * static_cast<long long>(NE) + (v0 + vv) * THREADS * VW, part[b][vv]);
+#pragma unroll
+            for (int b = 0; b < CB; ++b)
+#pragma unroll
+              for (int vv = 0; vv < VB; ++vv)
+#pragma unroll
+                for (int q = 0; q < VW; ++q)
+                  if (c0 + b <= last - first && ((live >> ((v0 + vv) * VW + q)) & 1)) {
+                    Acc& sum = park[entry(v0 + vv, q)];
+                    sum = c0 + b == 0 ? part[b][vv].v[q] : acc_add(sum, part[b][vv].v[q]);
+                  }
           }
-          store_c<Kind>(p, row, tok, v, sa, sb);
         }
-        if (threadIdx.x == 0) counters[rt] = 0;   // ready for the next launch (stream order)
       }
+    }
+    if (finisher) {
+      // C = alpha * sum + beta * C, one vector's positions at a time (their old values of C
+      // loaded together first); beta == 0: C is never read (a NaN there stays out)
+      const bool read_c = sb != Scale(0);
+#pragma unroll 1
+      for (int v = 0; v < NV; ++v) {
+        if (!((live >> (v * VW)) & kVecMask)) continue;
+        char* cp[VW];
+        Acc old[VW];
+#pragma unroll
+        for (int q = 0; q < VW; ++q) {
+          int e, row, tok;
+          cp[q] = nullptr;
+          if (((live >> (v * VW + q)) & 1) && locate((threadIdx.x + v * THREADS) * VW + q, e, row, tok)) {
+            cp[q] = c + (static_cast<i64>(row) * c_rs + static_cast<i64>(tok) * c_ts) * Kind::kCBytes;
+            if (read_c) old[q] = Out::load(cp[q]);
+          }
+        }
+#pragma unroll
+        for (int q = 0; q < VW; ++q) {
+          if (cp[q] != nullptr) {
+            const Acc sum = park[entry(v, q)];
+            Out::store(cp[q], read_c ? axpby(sa, sum, sb, old[q]) : ax(sa, sum));
+          }
+        }
+      }
+      if (shared && threadIdx.x == 0) counters[rt] = 0;   // ready for the next launch (stream order)
     }
     __syncthreads();   // park and s_prev are rewritten by the next segment
     u = seg_end;
