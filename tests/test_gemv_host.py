@@ -239,3 +239,54 @@ def test_bench_measures_the_linear_layer_and_knows_the_peaks():
     s = bench.summarize(rows)
     assert s["failures"] == 1 and abs(s["m1"]["geomean_ratio_steady"] - (1.2 * 0.8) ** 0.5) < 1e-12
     assert (s["m1"]["min_pct_peak"], s["m1"]["max_pct_peak"]) == (70.0, 80.0) and "m16" not in s
+
+
+def test_launch_packs_the_kernel_arguments(monkeypatch):
+    """The bound launch's host path without a GPU: the argument cells the kernel receives
+    (weight and activations swapped where T = m), the scales written once, the alignment class
+    enforced, the grid of the plan."""
+    import ctypes
+    import types
+
+    from pyblasgemm.kernels.mma_sync import _ArgPack
+
+    launched = []
+    monkeypatch.setattr(gemv, "function", lambda ptr: ("fn", ptr))
+    monkeypatch.setattr(gemv, "cu_stream", lambda h: ("stream", h))
+    monkeypatch.setattr(gemv, "launch_kernel", lambda *a: launched.append(a))
+
+    def fake_slot(self, sptr):
+        pack = _ArgPack(self._fields, dict(self._base, ws=0xA000, counters=0xB000))
+        slot = (types.SimpleNamespace(nbytes=64), types.SimpleNamespace(nbytes=4), pack,
+                [(float("nan"), float("nan"))], ("stream", sptr))
+        self._slots[sptr] = slot
+        return slot
+
+    monkeypatch.setattr(gemv.GemvLaunch, "_slot", fake_slot)
+    kern = types.SimpleNamespace(kernel=types.SimpleNamespace(ptr=77))
+    # T = m: W is B (weight rows = n), X is A
+    d = _desc("s", "N", "N", 3, 500, 64)
+    spec = gemv.plan(d, 4, 1)
+    launch = gemv.GemvLaunch(spec, kern, 0)
+    launch(0x1000, 0x2000, 0x3000, 0.5, -1.0, 7)
+    launch(0x1100, 0x2100, 0x3100, 0.5, -1.0, 7)
+    assert len(launched) == 2
+    dev, fn, gx, gy, gz, bx, by, bz, smem, stream, params = launched[-1]
+    assert (fn, gx, bx, smem, stream) == (("fn", 77), spec.ctas, spec.threads, spec.smem, ("stream", 7))
+    cells = launch._slots[7][2].cells
+    assert (cells["w"].value, cells["x"].value, cells["c"].value) == (0x2100, 0x1100, 0x3100)
+    assert (cells["alpha"].value, cells["beta"].value) == (0.5, -1.0)
+    assert (cells["R"].value, cells["T"].value, cells["K"].value) == (500, 3, 64)
+    assert (cells["w_rs"].value, cells["w_ks"].value, cells["c_rs"].value, cells["c_ts"].value) == (64, 1, 3, 1)
+    argv = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+    assert ctypes.c_uint64.from_address(argv[0]).value == 0x2100          # the kernel's first argument: W
+    assert launch.workspace_nbytes == 68
+    with pytest.raises(ValueError, match="alignment class"):
+        launch(0x1002, 0x2000, 0x3000, 1.0, 0.0, 7)                        # X (A) off 16 bytes
+    # int8: integer scales only
+    spec8 = gemv.plan(_desc("i", "T", "N", 256, 2, 64), 4, 1)
+    launch8 = gemv.GemvLaunch(spec8, kern, 0)
+    with pytest.raises(ValueError, match="integer"):
+        launch8(0x1000, 0x2000, 0x3000, 1.5, 0, 0)
+    launch8(0x1000, 0x2000, 0x3000, 2, -1, 0)
+    assert (launch8._slots[0][2].cells["ialpha"].value, launch8._slots[0][2].cells["ibeta"].value) == (2, -1)

@@ -477,7 +477,7 @@ class GemvLaunch:
     raise ValueError. Calls from several threads take turns."""
 
     __slots__ = ("spec", "kern", "_fptr", "_dev", "_slots", "_lock", "_fields", "_base", "_amask",
-                 "_bmask", "_swap", "_int", "__weakref__")
+                 "_bmask", "_swap", "_int", "_last", "_grid", "__weakref__")
 
     def __init__(self, spec: GemvSpec, kern, dev: int):
         self.spec, self.kern, self._dev = spec, kern, dev
@@ -493,6 +493,8 @@ class GemvLaunch:
         w_mask, x_mask = spec.w_align - 1, spec.x_align - 1
         self._amask, self._bmask = (x_mask, w_mask) if self._swap else (w_mask, x_mask)
         self._int = spec.kind.integer
+        self._last = None                      # (stream handle, its slot): the repeated call's
+        self._grid = (spec.ctas, spec.threads, spec.smem)
 
     @property
     def workspace_nbytes(self) -> int:
@@ -500,15 +502,18 @@ class GemvLaunch:
         return sum(s[0].nbytes + s[1].nbytes for s in self._slots.values())
 
     def _slot(self, sptr: int):
+        """Workspace, counters and argument cells for the stream ``sptr``. The counters are
+        zeroed in that stream's order, so its first launch finds them zero (a stream that does
+        not wait for CuPy's could otherwise run the kernel before the memset)."""
         import cupy
 
         from .mma_sync import _ArgPack
 
-        with cupy.cuda.Device(self._dev):
+        with cupy.cuda.Device(self._dev), cupy.cuda.ExternalStream(sptr):
             ws = cupy.empty(max(1, self.spec.slots * self.spec.slot_bytes), dtype=cupy.uint8)
             counters = cupy.zeros(self.spec.row_tiles, dtype=cupy.int32)   # the kernel keeps them 0
         pack = _ArgPack(self._fields, dict(self._base, ws=ws.data.ptr, counters=counters.data.ptr))
-        slot = (ws, counters, pack, [(float("nan"), float("nan"))])
+        slot = (ws, counters, pack, [(float("nan"), float("nan"))], cu_stream(sptr))
         self._slots[sptr] = slot
         return slot
 
@@ -518,16 +523,23 @@ class GemvLaunch:
                 raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x} are outside the alignment class this GEMV "
                                  f"launch was planned for (A {self._amask + 1} B, B {self._bmask + 1} B)")
             sptr = stream if type(stream) is int else stream_handle(stream)
-            slot = self._slots.get(sptr) or self._slot(sptr)
+            last = self._last
+            if last is not None and last[0] == sptr:
+                slot = last[1]
+            else:
+                slot = self._slots.get(sptr) or self._slot(sptr)
+                self._last = (sptr, slot)
             cells = slot[2].cells
-            w, x = (b_ptr, a_ptr) if self._swap else (a_ptr, b_ptr)
-            cells["w"].value, cells["x"].value, cells["c"].value = w, x, c_ptr
+            if self._swap:
+                cells["w"].value, cells["x"].value = b_ptr, a_ptr
+            else:
+                cells["w"].value, cells["x"].value = a_ptr, b_ptr
+            cells["c"].value = c_ptr
             if (alpha, beta) != slot[3][0]:
                 set_scales(cells, self._int, alpha, beta)
                 slot[3][0] = (alpha, beta)
-            s = self.spec
-            launch_kernel(self._dev, self._fptr, s.ctas, 1, 1, s.threads, 1, 1, s.smem, cu_stream(sptr),
-                          slot[2].addr)
+            ctas, threads, smem = self._grid
+            launch_kernel(self._dev, self._fptr, ctas, 1, 1, threads, 1, 1, smem, slot[4], slot[2].addr)
 
 
 def _occupancy(kern, threads: int, smem: int) -> int | None:
