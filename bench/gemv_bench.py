@@ -57,6 +57,8 @@ SWEEP_TILES = {1: [(2, 1, 1, 4), (1, 2, 1, 4), (2, 2, 1, 4), (2, 1, 2, 2), (2, 1
                2: [(2, 1, 2, 2), (1, 2, 2, 2), (2, 1, 1, 4), (2, 1, 4, 1)]}
 SWEEP_OCCUPANCY = (None, 1, 2, 8)
 STEADY_CALLS, STEADY_SAMPLES, SINGLE_CALLS = 20, 7, 50
+#: the operands' seed (torch.Generator on the GPU), recorded in the JSON
+ROW_SEED = "per row: zlib.crc32 of '<layer> <m> <dtype>'"
 
 
 def peak_bw(name: str):
@@ -281,7 +283,8 @@ def main(argv=None) -> int:
 
     from pyblasgemm.kernels import gemv
 
-    doc = {"schema": "pyblasgemm-gemv-bench/1", **meta(types.SimpleNamespace(torch=torch)), "method": __doc__,
+    doc = {"schema": "pyblasgemm-gemv-bench/1", **meta(types.SimpleNamespace(torch=torch), seed=ROW_SEED),
+           "method": __doc__,
            "tiles": {path: {str(tg): list(t) for tg, t in v.items()} for path, v in gemv.TILES.items()}}
     layers = QUICK_LAYERS if args.quick else tuple(LAYERS)
     tokens = (1, 16) if args.quick else TOKENS
