@@ -34,7 +34,7 @@ from ._layout import may_overlap
 from .desc import check_backend
 from .epilogue import acc_dtype, check as check_epilogue, check_activation, note_route, numpy_result
 from .epilogue_pass import run_unfused
-from .planner.overrides import check_forced_backend
+from .planner.overrides import check_forced_backend, current_settings
 
 _ROUTINE = "matmul"
 #: cupy.ndarray / torch.Tensor once seen (the signature fast paths compare types by identity)
@@ -263,7 +263,8 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
     if (t is np.ndarray and type(b) is t and out is None and dtype is None and compute is None
             and backend is None and autotune is None and not numpy_kwargs
             and a.dtype.num == b.dtype.num and a.dtype.num in _HOST_DIRECT
-            and (a.dtype.char != "f" or get_default_compute() == "fp32")):
+            and (a.dtype.char != "f" or get_default_compute() == "fp32")
+            and current_settings().backend in _HOST_BACKENDS):
         # two NumPy operands, no keywords: the host backend's arithmetic as one NumPy call
         # (float32/float64/complex/int8: numpy.matmul itself, bit for bit) at NumPy's cost
         # (4x4: ~1.3 µs, against ~50 µs through describe and plan)
@@ -424,6 +425,8 @@ def _core(a, b, out, dtype, compute, backend, autotune, stream, numpy_kwargs):
 
 
 _HOST_DIRECT = host_backend.DIRECT
+#: the PYBLASGEMM_BACKEND values the NumPy fast path serves (another raises in the planner's check)
+_HOST_BACKENDS = ("auto", "host")
 
 
 def _host_int8(a, b, a2, b2, out, shape, final_shape, backend):

@@ -107,6 +107,9 @@ def test_environment_backend_is_named_as_the_variable(env_backend):
     i8 = np.ones((2, 2), np.int8)
     calls = [lambda: pyblasgemm.gemm("N", "N", a, a),
              lambda: pyblasgemm.gemm("N", "N", a, a, activation="relu"),
+             lambda: pyblasgemm.matmul(a, a),      # the NumPy fast path (it served these silently)
+             lambda: pyblasgemm.matmul(i8, i8),
+             lambda: pyblasgemm.matmul(a.astype(np.complex128), a.astype(np.complex128)),
              lambda: pyblasgemm.matmul(a, a, out=np.empty((2, 2), np.float32)),
              lambda: pyblasgemm.matmul(i8, i8, out=np.empty((2, 2), np.int8)),
              lambda: pyblasgemm.sgemm("N", "N", 2, 2, 2, 1.0, a.ravel(), 2, a.ravel(), 2, 0.0,
