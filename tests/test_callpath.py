@@ -5,6 +5,8 @@ import io
 import threading
 from contextlib import redirect_stdout
 
+import types
+
 import numpy as np
 import pytest
 
@@ -647,6 +649,75 @@ def test_jax_gpu_arrays_in_jax_out():
         pyblasgemm.matmul(a, b, out=a)
     h = pyblasgemm.matmul(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16))
     assert h.dtype == jnp.bfloat16 and isinstance(h, jax.Array)
+    np.testing.assert_allclose(np.asarray(h, np.float32), np.asarray(got), rtol=3e-2, atol=3e-2)
+    # the results came through jaxlib's import called directly (arrays._JaxImport), not retired
+    assert arrays._JAX_IMPORT.usable is True
+
+
+@gpu
+def test_a_jax_result_owns_its_memory_after_cupy_lets_go():
+    """The array JAX gets holds the CuPy buffer (the DLPack capsule's reference): CuPy's pool,
+    emptied and refilled, must not change it; float16 / float32 results keep their bits."""
+    jax = pytest.importorskip("jax")
+    cp = pytest.importorskip("cupy")
+    import gc
+
+    jnp = jax.numpy
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    if not gpus:
+        pytest.skip("JAX sees no GPU here")
+    for dtype in (jnp.float16, jnp.float32):
+        a = jax.device_put(jnp.arange(64 * 32, dtype=jnp.float32).reshape(64, 32) / 1000, gpus[0]).astype(dtype)
+        b = jax.device_put(jnp.eye(32, dtype=dtype), gpus[0])
+        got = pyblasgemm.matmul(a, b)
+        want = np.asarray(a)
+        gc.collect()
+        cp.get_default_memory_pool().free_all_blocks()
+        junk = [cp.full((64, 32), 7, dtype=np.dtype(dtype)) for _ in range(64)]   # reuse the pool
+        cp.cuda.Device().synchronize()
+        assert got.dtype == dtype and np.array_equal(np.asarray(got), want), dtype
+        del junk
+
+
+def test_jax_import_retires_on_anything_unexpected(monkeypatch):
+    """_JaxImport.take returns None (the public route) for a dtype JAX may narrow, for a jaxlib
+    without the import, after the import raised, and when it made the wrong array; once retired
+    it is never tried again."""
+    class FakeResult:
+        def __init__(self, dtype):
+            self.dtype, self.shape = np.dtype(dtype), (2, 2)
+            self.device = types.SimpleNamespace(id=0)
+
+        def __dlpack__(self, stream=None):
+            return ("capsule", stream)
+
+    class FakeArray:
+        def __init__(self, dtype, shape):
+            self.dtype, self.shape = np.dtype(dtype), shape
+
+    def fresh(import_fn, setup_ok=True):
+        imp = arrays._JaxImport()
+
+        def setup():
+            imp._import, imp._array_type = import_fn, FakeArray
+            return setup_ok
+        monkeypatch.setattr(imp, "_setup", setup)
+        monkeypatch.setattr(imp, "_device", lambda ordinal: ("dev", 77))
+        return imp
+
+    ok = fresh(lambda capsule, dev, stream, copy, kind: FakeArray("float32", (2, 2)))
+    assert isinstance(ok.take(FakeResult("float32")), FakeArray) and ok.usable is True
+    assert ok.take(FakeResult("float64")) is None and ok.usable is True      # public route, not retired
+    assert fresh(None, setup_ok=False).take(FakeResult("float32")) is None
+
+    def boom(*args):
+        raise TypeError("a new signature")
+    bad = fresh(boom)
+    assert bad.take(FakeResult("float32")) is None and bad.usable is False
+    bad._import = lambda *args: FakeArray("float32", (2, 2))
+    assert bad.take(FakeResult("float32")) is None                           # retired for good
+    wrong = fresh(lambda *args: FakeArray("float16", (2, 2)))
+    assert wrong.take(FakeResult("float32")) is None and wrong.usable is False
 
 
 # ---------------------------------------------------------------------------------------------
