@@ -217,13 +217,16 @@ class _JaxImport:
     is called alone. It is jaxlib's, not public API, so it is used only where its signature is
     the one this code was written for (jaxlib extension version >= 467), only for the dtypes
     JAX keeps as they are with or without ``jax_enable_x64`` (from_dlpack would narrow a
-    float64 result there), and a result of another type or dtype, or any error, retires it for
-    the process: ``take`` returns None and the caller takes the public route."""
+    float64 result there); an error, or an array of another type, dtype or shape, retires it
+    for that dtype for the process (CuPy may not export a bfloat16 capsule: float16 keeps the
+    direct import). ``take`` returns None, and the caller takes the public route, whenever it
+    does not apply."""
 
     DTYPES = frozenset(("float16", "bfloat16", "float32", "int8", "int32", "complex64"))
 
     def __init__(self):
-        self.usable = None          # None: not tried yet; False: retired
+        self.usable = None          # None: not tried yet; False: jaxlib lacks the import
+        self.retired = set()        # dtype names the import failed for
         self.devices = {}           # CUDA ordinal -> (jax device, its stream for external events)
 
     def _setup(self):
@@ -247,7 +250,8 @@ class _JaxImport:
         return entry
 
     def take(self, result):
-        if self.usable is False or result.dtype.name not in self.DTYPES:
+        name = result.dtype.name
+        if self.usable is False or name not in self.DTYPES or name in self.retired:
             return None
         if self.usable is None:
             self.usable = self._setup()
@@ -258,11 +262,11 @@ class _JaxImport:
             # the stream handshake: CuPy records the result's readiness on its stream and
             # makes JAX's stream wait for it, as from_dlpack does
             out = self._import(result.__dlpack__(stream=stream), device, stream, None, _KDL_CUDA)
-        except Exception:       # jaxlib changed under us: the public route from now on
-            self.usable = False
+        except Exception:       # jaxlib (or CuPy's export) differs: the public route from now on
+            self.retired.add(name)
             return None
         if not isinstance(out, self._array_type) or out.dtype != result.dtype or out.shape != result.shape:
-            self.usable = False
+            self.retired.add(name)
             return None
         return out
 

@@ -651,7 +651,7 @@ def test_jax_gpu_arrays_in_jax_out():
     assert h.dtype == jnp.bfloat16 and isinstance(h, jax.Array)
     np.testing.assert_allclose(np.asarray(h, np.float32), np.asarray(got), rtol=3e-2, atol=3e-2)
     # the results came through jaxlib's import called directly (arrays._JaxImport), not retired
-    assert arrays._JAX_IMPORT.usable is True
+    assert arrays._JAX_IMPORT.usable is True and "float32" not in arrays._JAX_IMPORT.retired
 
 
 @gpu
@@ -681,8 +681,8 @@ def test_a_jax_result_owns_its_memory_after_cupy_lets_go():
 
 def test_jax_import_retires_on_anything_unexpected(monkeypatch):
     """_JaxImport.take returns None (the public route) for a dtype JAX may narrow, for a jaxlib
-    without the import, after the import raised, and when it made the wrong array; once retired
-    it is never tried again."""
+    without the import, after the import raised, and when it made the wrong array; a dtype
+    once retired is never tried again, the others still are."""
     class FakeResult:
         def __init__(self, dtype):
             self.dtype, self.shape = np.dtype(dtype), (2, 2)
@@ -713,11 +713,12 @@ def test_jax_import_retires_on_anything_unexpected(monkeypatch):
     def boom(*args):
         raise TypeError("a new signature")
     bad = fresh(boom)
-    assert bad.take(FakeResult("float32")) is None and bad.usable is False
-    bad._import = lambda *args: FakeArray("float32", (2, 2))
-    assert bad.take(FakeResult("float32")) is None                           # retired for good
+    assert bad.take(FakeResult("bfloat16")) is None and bad.retired == {"bfloat16"}
+    bad._import = lambda *args: FakeArray("float16", (2, 2))
+    assert bad.take(FakeResult("bfloat16")) is None                          # retired for good
+    assert isinstance(bad.take(FakeResult("float16")), FakeArray)            # the others still go
     wrong = fresh(lambda *args: FakeArray("float16", (2, 2)))
-    assert wrong.take(FakeResult("float32")) is None and wrong.usable is False
+    assert wrong.take(FakeResult("float32")) is None and wrong.retired == {"float32"}
 
 
 # ---------------------------------------------------------------------------------------------
