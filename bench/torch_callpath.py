@@ -164,6 +164,11 @@ def jax_rows(cp, pb):
             row["failure"] = f"{type(e).__name__}: {e}"[:300]
         rows.append(row)
         print(row, flush=True)
+    from pyblasgemm import arrays
+
+    # which results came through jaxlib's import called directly (arrays._JaxImport)
+    rows.append({"form": "direct import", "usable": arrays._JAX_IMPORT.usable,
+                 "retired dtypes": sorted(arrays._JAX_IMPORT.retired)})
     rows.append(_jax_primitives(cp, gpu[0]))
     return rows
 
@@ -172,6 +177,8 @@ def _jax_primitives(cp, device):
     """Host µs of what a JAX door could be built from (the options the issue asks to measure)."""
     import jax
     import jax.numpy as jnp
+
+    from pyblasgemm import arrays
 
     a = jax.device_put(jnp.ones((64, 64), jnp.float16), device)
     c = cp.ones((64, 64), cp.float16)
@@ -184,6 +191,7 @@ def _jax_primitives(cp, device):
            "jax.dlpack.from_dlpack(cupy, copy=False)": lambda: jax.dlpack.from_dlpack(c, copy=False),
            "jax.dlpack.from_dlpack(cupy, device=)": lambda: jax.dlpack.from_dlpack(c, device=device),
            "jnp.asarray(cupy)": lambda: jnp.asarray(c),
+           "arrays._JAX_IMPORT.take(cupy)": lambda: arrays._JAX_IMPORT.take(c),
            "cupy.ndarray.__dlpack__()": c.__dlpack__,
            "jnp.empty((64,64))": lambda: jnp.empty((64, 64), jnp.float16, device=device),
            "jnp.matmul(a, a)": lambda: jnp.matmul(a, a)}
