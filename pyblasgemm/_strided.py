@@ -25,9 +25,21 @@ from .kernels.jit import DEQUANT_OUT
 from .planner.overrides import current_settings
 
 
-def _describe(shape2, strides2, itemsize, user_op, problem_transposed):
+#: a batch-invariant product of these forms is always described row-major (Cᵀ = op(B)ᵀ
+#: op(A)ᵀ), so the caller's rows are the description's n (GemmDesc.invariant)
+_ROWS_ALONG_N = "n"
+
+
+def _row_major_first(layouts: list) -> list:
+    """The layouts with ('T', ld) first: where a single row or column has both descriptions,
+    a batch-invariant problem takes the one its many-row siblings have (rows along K)."""
+    return sorted(layouts, key=lambda lay: lay[0] != "T")
+
+
+def _describe(shape2, strides2, itemsize, user_op, problem_transposed, invariant=False):
     """(blas flag, ld) for a matrix as it lies in memory, or None."""
-    for layout, ld in blas_layouts(shape2, strides2, itemsize):
+    layouts = blas_layouts(shape2, strides2, itemsize)
+    for layout, ld in (_row_major_first(layouts) if invariant else layouts):
         flag = compose_op(user_op, layout == "T", problem_transposed)
         if flag is not None:
             return flag, ld
@@ -42,11 +54,13 @@ def _extent(ptr, shape2, strides2, itemsize, batch, bstride):
 
 
 def strided_gemm(routine, row, compute, backend, transa, transb, a, b, c, alpha, beta,
-                 batch=1, strides=(0, 0, 0), fresh_c=False, autotune=None, stream=None):
+                 batch=1, strides=(0, 0, 0), fresh_c=False, autotune=None, stream=None,
+                 invariant=False):
     """c[i] = alpha * op(a[i]) @ op(b[i]) + beta * c[i], i < batch, entries ``strides`` bytes
     apart from the first element of a, b, c (whose last two dims are the matrices).
     ``fresh_c``: c was just allocated by the caller, so it cannot overlap a or b. ``stream``:
-    a raw handle or None (CuPy's current stream).
+    a raw handle or None (CuPy's current stream). ``invariant``: a batch-invariant problem
+    (:func:`invariant_operand`: the rows of op(a) along K, the row-major description).
 
     Returns ``(launch, swapped)`` when the call ran as one launch on the arrays' own memory
     (``swapped``: as Cᵀ = op(B)ᵀ op(A)ᵀ, i.e. ``launch(b, a, c)``), else None."""
@@ -56,10 +70,12 @@ def strided_gemm(routine, row, compute, backend, transa, transb, a, b, c, alpha,
     k = a.shape[-1] if transa == "N" else a.shape[-2]
     if m == 0 or n == 0 or batch == 0:
         return None
+    if invariant:
+        a, transa, strides = _invariant_first(a, transa, batch, strides, stream)
     fast = None
     if k != 0 and alpha != 0 and min(strides) >= 0:
         fast = _fast_desc(routine, row, compute, transa, transb, a, b, c, alpha, beta, batch,
-                          strides, m, n, k, fresh_c)
+                          strides, m, n, k, fresh_c, invariant)
     if fast is not None:
         desc, a, b, swapped = fast
         launch = execute(desc, a, b, c, backend, autotune, stream)
@@ -67,24 +83,69 @@ def strided_gemm(routine, row, compute, backend, transa, transb, a, b, c, alpha,
     with streams.on(stream):
         _general(routine, row, compute, backend, transa, transb,
                  *(_as_3d(x, batch, s) for x, s in zip((a, b, c), strides)), alpha, beta,
-                 autotune, stream)
+                 autotune, stream, invariant)
     return None
 
 
+#: the byte alignment a batch-invariant problem's own rows (op(A) and C) are given: the
+#: widest any kernel asks for (TMA's 16 bytes), so that their alignment never decides the
+#: configuration; what is left to decide it is fixed by the weight (K, N, B's own layout)
+INVARIANT_ALIGN = 16
+
+
+def _canonical_rows(x) -> bool:
+    """Whether the matrix ``x`` (rows, cols) lies as a batch-invariant problem's rows must:
+    each row's elements adjacent, rows exactly one row apart (the leading dimension is then
+    cols whatever the row count: a single row's is too), INVARIANT_ALIGN-byte aligned."""
+    isz = x.dtype.itemsize
+    rows, cols = x.shape[-2:]
+    return ((x.strides[-1] == isz or cols <= 1) and (rows <= 1 or x.strides[-2] == cols * isz)
+            and _arrays.data_ptr(x) % INVARIANT_ALIGN == 0)
+
+
+def _invariant_first(a, transa, batch, strides, stream):
+    """``(a, 'N', strides)``: the first operand of a batch-invariant problem as op(a) stored
+    row-major, tight and aligned (:func:`_canonical_rows`), the one layout every row count
+    shares: a single row of an F-ordered matrix is also a row-major one, and a row's address
+    and a padded leading dimension change the alignment class; either would change the
+    description and with it the planned configuration. A view where op(a) already lies so,
+    else a C-ordered copy of every batch entry (conjugated for 'C'); ``strides``' first entry
+    follows it."""
+    op = a if transa == "N" else a.swapaxes(-1, -2)
+    if transa != "C" and _canonical_rows(op):
+        return op, "N", strides
+    entries = batch if strides[0] else 1            # a broadcast operand: one entry
+    whole = _as_3d(a, entries, strides[0])
+    whole = whole if transa == "N" else whole.swapaxes(1, 2)
+    if transa == "C":
+        whole = whole.conj()
+    xp = _arrays.xp_of(_arrays.array_module_name(a))
+    with streams.on(stream):
+        whole = xp.ascontiguousarray(whole)
+    return whole[0], "N", ((whole.strides[0] if strides[0] else 0),) + tuple(strides[1:])
+
+
 def _fast_desc(routine, row, compute, ta, tb, a, b, c, alpha, beta, batch, strides, m, n, k,
-               fresh_c=False):
+               fresh_c=False, invariant=False):
     """(GemmDesc, A, B) read off shapes and strides (A, B swapped for a transposed problem), or
     None when a copy or a temporary is needed."""
     isz, csz = a.dtype.itemsize, c.dtype.itemsize
     sa, sb, sc = strides
     if sa % isz or sb % isz or sc % csz:
         return None
-    lc = blas_layout(c.shape[-2:], c.strides[-2:], csz)
+    if invariant:
+        # the row-major description only (Cᵀ = op(B)ᵀ op(A)ᵀ), on tight aligned rows: any
+        # other C is written through a temporary by the general path
+        if not _canonical_rows(c):
+            return None
+        lc = next((lay for lay in blas_layouts(c.shape[-2:], c.strides[-2:], csz) if lay[0] == "T"), None)
+    else:
+        lc = blas_layout(c.shape[-2:], c.strides[-2:], csz)
     if lc is None:
         return None
     pt = lc[0] == "T"
-    da = _describe(a.shape[-2:], a.strides[-2:], isz, ta, pt)
-    db = _describe(b.shape[-2:], b.strides[-2:], isz, tb, pt)
+    da = _describe(a.shape[-2:], a.strides[-2:], isz, ta, pt, invariant)
+    db = _describe(b.shape[-2:], b.strides[-2:], isz, tb, pt, invariant)
     if da is None or db is None:
         return None
     pa, pb, pc = _arrays.data_ptr(a), _arrays.data_ptr(b), _arrays.data_ptr(c)
@@ -105,7 +166,7 @@ def _fast_desc(routine, row, compute, ta, tb, a, b, c, alpha, beta, batch, strid
         a, b = b, a
     desc = describe(routine, row, compute, fa, fb, m, n, k, lda, ldb, lc[1], batch, sa, sb, sc,
                     _arrays.array_module_name(c), _arrays.device_id(c), (pa, pb, pc), alpha,
-                    beta)
+                    beta, invariant=_ROWS_ALONG_N if invariant else "")
     return desc, a, b, pt
 
 
@@ -130,31 +191,37 @@ def _batch_stride(x) -> int | None:
     return s // x.dtype.itemsize
 
 
-def _describe_operand(x, user_op, problem_transposed):
+def _describe_operand(x, user_op, problem_transposed, invariant=False):
     """(blas flag, ld, batch stride) for a 3-D x as it lies in memory, or None."""
     stride = _batch_stride(x)
     if stride is None:
         return None
-    found = _describe(x.shape[1:], x.strides[1:], x.dtype.itemsize, user_op, problem_transposed)
+    found = _describe(x.shape[1:], x.strides[1:], x.dtype.itemsize, user_op, problem_transposed,
+                      invariant)
     return None if found is None else found + (stride,)
 
 
-def _operand(xp, x, user_op, problem_transposed):
+def _operand(xp, x, user_op, problem_transposed, invariant=False):
     """(array, blas flag, ld, batch stride) for an operand, copying only when unavoidable."""
-    described = _describe_operand(x, user_op, problem_transposed)
+    described = _describe_operand(x, user_op, problem_transposed, invariant)
     if described is None:
         # No BLAS description of these strides, or conjugation without transposition: copy,
         # column-major, or row-major where only that makes the flag expressible.
         x_f = xp.ascontiguousarray(x.swapaxes(1, 2)).swapaxes(1, 2)
-        described = _describe_operand(x_f, user_op, problem_transposed)
+        described = _describe_operand(x_f, user_op, problem_transposed, invariant)
         x = x_f if described is not None else xp.ascontiguousarray(x)
-        described = described or _describe_operand(x, user_op, problem_transposed)
+        described = described or _describe_operand(x, user_op, problem_transposed, invariant)
     return (x,) + described
 
 
-def _output_layout(c, inputs):
-    """('N'|'T', ld, batch stride) if C can be written in place, else None (use a temporary)."""
-    layout = blas_layout(c.shape[1:], c.strides[1:], c.dtype.itemsize)
+def _output_layout(c, inputs, invariant=False):
+    """('N'|'T', ld, batch stride) if C can be written in place, else None (use a temporary).
+    ``invariant``: the row-major description only."""
+    layouts = blas_layouts(c.shape[1:], c.strides[1:], c.dtype.itemsize)
+    if invariant:      # tight aligned rows only (_canonical_rows), described row-major
+        layout = next((lay for lay in layouts if lay[0] == "T"), None) if _canonical_rows(c[0]) else None
+    else:
+        layout = layouts[0] if layouts else None
     stride = _batch_stride(c)
     if layout is None or stride is None or any(may_overlap(c, x) for x in inputs):
         return None
@@ -165,37 +232,40 @@ def _output_layout(c, inputs):
 
 
 def _general(routine, row, compute, backend, transa, transb, a, b, c, alpha, beta,
-             autotune=None, stream=None):
+             autotune=None, stream=None, invariant=False):
     """The same product for 3-D views, with copies/temporaries where strides demand them."""
     xp_name = _arrays.array_module_name(c)
     xp = _arrays.xp_of(xp_name)
     batch, m, n = c.shape
     k = a.shape[2] if transa == "N" else a.shape[1]
     target = c
-    out = None if k == 0 or alpha == 0 else _output_layout(c, (a, b))
+    out = None if k == 0 or alpha == 0 else _output_layout(c, (a, b), invariant)
     if out is None:
-        # a fresh column-major temporary, copied into c at the end
-        target = xp.empty((batch, n, m), dtype=c.dtype).swapaxes(1, 2)
+        # a fresh column-major temporary (row-major for an invariant problem), copied into c
+        # at the end
+        target = (xp.empty((batch, m, n), dtype=c.dtype) if invariant else
+                  xp.empty((batch, n, m), dtype=c.dtype).swapaxes(1, 2))
         if beta != 0:
             target[...] = c
-        out = _output_layout(target, ())
+        out = _output_layout(target, (), invariant)
     _, ldc, sc = out
     if k == 0 or alpha == 0:
         # A and B are not read: C = beta * C
         # A and B are not read: C = beta * C, answered by execute like every degenerate call
         desc = describe(routine, row, compute, "N", "N", m, n, k, max(1, m), max(1, k), ldc,
-                        batch, 0, 0, sc, xp_name, _arrays.device_id(c), (1,), alpha, beta)
+                        batch, 0, 0, sc, xp_name, _arrays.device_id(c), (1,), alpha, beta,
+                        invariant=_ROWS_ALONG_N if invariant else "")
         execute(desc, None, None, target, backend, autotune, stream)
     else:
         problem_t = out[0] == "T"
-        a, fa, lda, sa = _operand(xp, a, transa, problem_t)
-        b, fb, ldb, sb = _operand(xp, b, transb, problem_t)
+        a, fa, lda, sa = _operand(xp, a, transa, problem_t, invariant)
+        b, fb, ldb, sb = _operand(xp, b, transb, problem_t, invariant)
         if problem_t:  # Cᵀ = op(B)ᵀ op(A)ᵀ
             a, fa, lda, sa, b, fb, ldb, sb, m, n = b, fb, ldb, sb, a, fa, lda, sa, n, m
         desc = describe(routine, row, compute, fa, fb, m, n, k, lda, ldb, ldc, batch, sa, sb,
                         sc, xp_name, _arrays.device_id(c),
                         (_arrays.data_ptr(a), _arrays.data_ptr(b), _arrays.data_ptr(target)),
-                        alpha, beta)
+                        alpha, beta, invariant=_ROWS_ALONG_N if invariant else "")
         execute(desc, a, b, target, backend, autotune, stream)
     if target is not c:
         c[...] = target
@@ -245,7 +315,7 @@ def _routable(backend, a, b, alpha, beta, m, n, k) -> bool:
 
 
 def epilogue_gemm(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias, pre, fresh_c,
-                  backend, autotune, stream):
+                  backend, autotune, stream, invariant=False):
     """``c = act(alpha·op(a)·op(b) + beta·c + bias)`` (and the pre-activation) on CuPy arrays,
     described as one problem with its epilogue and run by the plan's route
     (:func:`pyblasgemm.execute.execute_epilogue`). Returns the :class:`FusedRun` when a fused
@@ -269,8 +339,10 @@ def epilogue_gemm(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias
         blocker = "the bias is not contiguous in the result's dtype (the fused stores read it so)"
     elif pre is not None and (pre.strides != c.strides or may_overlap(pre, c)):
         blocker = "the pre-activation is not laid out as the result, or shares its memory"
+    if invariant:
+        a, ta, _ = _invariant_first(a, ta, 1, (0, 0, 0), stream)
     fast = _fast_desc(routine, row, resolve_compute(row, compute, routine), ta, tb, a, b, c, alpha,
-                      beta, 1, (0, 0, 0), m, n, k, fresh_c)
+                      beta, 1, (0, 0, 0), m, n, k, fresh_c, invariant)
     if fast is None:
         return None
     desc, first, second, swapped = fast
@@ -294,7 +366,7 @@ def _int32_shadow(result):
 
 
 def dequant_gemm(a, b, ta, tb, result, alpha, beta, epi, bias, pre, scale_a, scale_b, fresh_c,
-                 backend, autotune, stream):
+                 backend, autotune, stream, invariant=False):
     """An int8 product dequantized in the store (``result = act(alpha·scale_a·scale_b·(op(a)·
     op(b)) + beta·result + bias)``) as the plan's route runs it: a :class:`FusedRun` when a
     fused route ran; else, as :func:`epilogue_gemm`, the unfused route or None (the caller's:
@@ -307,8 +379,10 @@ def dequant_gemm(a, b, ta, tb, result, alpha, beta, epi, bias, pre, scale_a, sca
     if not fresh_c and (may_overlap(result, a) or may_overlap(result, b)):
         return None             # (checked here: the int32 shadow's extent is not the result's)
     row = ROW_BY_DTYPE[np.dtype(np.int8)]
+    if invariant:
+        a, ta, _ = _invariant_first(a, ta, 1, (0, 0, 0), stream)
     fast = _fast_desc("gemm", row, resolve_compute(row, None, "gemm"), ta, tb, a, b,
-                      _int32_shadow(result), 1, 0, 1, (0, 0, 0), m, n, k, True)
+                      _int32_shadow(result), 1, 0, 1, (0, 0, 0), m, n, k, True, invariant)
     if fast is None:
         return None
     desc, first, second, swapped = fast

@@ -28,7 +28,7 @@ from .gemm import _PLAIN, _scalar_limit
 from .matmul import _plain_word
 from .planner import plan_for
 from .planner.composite import CompositeSpec
-from .planner.overrides import current_settings
+from .planner.overrides import current_settings, resolve_invariant
 
 _CUPY = [None]
 _TORCH = [None]
@@ -96,7 +96,8 @@ def _host_call(desc, row, zero, limit, a, b, c):
              + view(desc.transb, b_rows, b_cols, desc.ldb, isz)
              + view("N", desc.m, desc.n, desc.ldc, csz))
     plain = None
-    if (row.prefix, desc.compute) in _host.MATMUL_PRODUCTS and not conj_a and not conj_b:
+    if ((row.prefix, desc.compute) in _host.MATMUL_PRODUCTS and not conj_a and not conj_b
+            and not desc.invariant):          # (numpy.matmul's bits depend on the shape)
         plain = (plain_view(a, *views[0:2]), plain_view(b, *views[2:4]),
                  plain_view(c, *views[4:6]))
     return _HostCall(desc, views, conj_a, conj_b, zero, limit, plain)
@@ -142,6 +143,10 @@ stream : optional
     ``__cuda_stream__``, or a raw ``cudaStream_t`` int (see :mod:`pyblasgemm.streams`).
     Default: the current stream of the arrays' framework (PyTorch's for CUDA tensors).
     NumPy arrays and CPU tensors run on the host, where it changes nothing.
+invariant : bool, optional
+    Batch-invariant: each row of C (each of the m) has the same bits whatever m is and
+    whatever the other rows of op(A) hold, on any stream and in any run (see
+    :mod:`pyblasgemm.planner.invariant`). Default: ``PYBLASGEMM_INVARIANT`` (False).
 
 Returns
 -------
@@ -253,7 +258,7 @@ def _signature():
     return inspect.Signature(
         [P(name, P.POSITIONAL_OR_KEYWORD) for name in _PARAMS]
         + [P(name, P.KEYWORD_ONLY, default=None)
-           for name in ("compute", "backend", "autotune", "stream")])
+           for name in ("compute", "backend", "autotune", "stream", "invariant")])
 
 
 _SIGNATURE = _signature()
@@ -281,14 +286,15 @@ def _make(prefix: str):
     # the body and is told where that signature lives; help() shows the real signature
     def xgemm(transa=_MISSING, transb=_MISSING, m=_MISSING, n=_MISSING, k=_MISSING,
               alpha=_MISSING, a=_MISSING, lda=_MISSING, b=_MISSING, ldb=_MISSING, beta=_MISSING,
-              c=_MISSING, ldc=_MISSING, *, compute=None, backend=None, autotune=None, stream=None):
+              c=_MISSING, ldc=_MISSING, *, compute=None, backend=None, autotune=None, stream=None,
+              invariant=None):
         t = type(a)
         if (t is _CUPY[0] and autotune is None and type(transa) is str
                 and type(transb) is str and type(m) is int and type(n) is int
                 and type(k) is int and type(lda) is int and type(ldb) is int
                 and type(ldc) is int):
             # a repeated CuPy call: its signature maps straight to the launch that ran it
-            sig = calls.key((prefix, compute, backend, transa, transb, m, n, k, lda, ldb, ldc,
+            sig = calls.key((prefix, compute, backend, invariant, transa, transb, m, n, k, lda, ldb, ldc,
                              type(alpha), type(beta)), a, b, c)
             call = None if sig is None else calls.get(sig[0])
             if call is not None and not calls.overlaps(call, *sig[1:]):
@@ -299,7 +305,7 @@ def _make(prefix: str):
                     return c
         elif t is _TORCH[0] and autotune is None and type(transa) is str and type(transb) is str:
             # a repeated PyTorch call: the tensors' own attributes make the key (calls.key)
-            if arrays.torch_replay((prefix, compute, backend, transa, transb, m, n, k, lda, ldb, ldc,
+            if arrays.torch_replay((prefix, compute, backend, invariant, transa, transb, m, n, k, lda, ldb, ldc,
                                     type(alpha), type(beta)), a, b, c, stream, alpha, beta) is not None:
                 return c
         elif (t is _ND and autotune is None and stream is None
@@ -308,7 +314,7 @@ def _make(prefix: str):
               and type(ldc) is int):
             # a repeated NumPy call: the key proves flags, sizes, dtypes and that the buffers
             # hold their spans; pointers (overlap), writability and scalar values it cannot
-            sig = calls.key((prefix, compute, backend, transa, transb, m, n, k, lda, ldb, ldc,
+            sig = calls.key((prefix, compute, backend, invariant, transa, transb, m, n, k, lda, ldb, ldc,
                              type(alpha), type(beta)), a, b, c)
             try:
                 host_call = None if sig is None else _peek(sig[0])
@@ -355,11 +361,11 @@ def _make(prefix: str):
             with conv.allocating():
                 xgemm(transa, transb, m, n, k, alpha, na, lda, nb, ldb, beta, nc, ldc,
                       compute=compute, backend=backend, autotune=autotune,
-                      stream=conv.stream if stream is None else stream)
+                      stream=conv.stream if stream is None else stream, invariant=invariant)
             if (conv.kind == "torch" and conv.gpu and autotune is None and type(transa) is str
                     and type(transb) is str and _plain_word(compute) and _plain_word(backend)
                     and all(type(v) is int for v in (m, n, k, lda, ldb, ldc))):
-                arrays.torch_record((prefix, compute, backend, transa, transb, m, n, k, lda, ldb, ldc,
+                arrays.torch_record((prefix, compute, backend, invariant, transa, transb, m, n, k, lda, ldb, ldc,
                                      type(alpha), type(beta)), a, b, c, c)
             return c
         given_stream = stream
@@ -367,13 +373,15 @@ def _make(prefix: str):
         given_compute, given_backend = compute, backend
         desc, backend = describe_blas(row, transa, transb, m, n, k, alpha, a, lda, b, ldb,
                                       beta, c, ldc, compute, backend)
+        if resolve_invariant(row.routine, invariant):
+            desc = desc._replace(invariant="m")     # column-major: the rows of C are m
         launch = execute(desc, a, b, c, backend, autotune, stream)
         if (launch is not None and autotune is None and _plain_word(given_compute)
                 and _plain_word(given_backend) and type(transa) is str and type(transb) is str
                 and type(alpha) in _PLAIN[row.scalar_kind]
                 and type(beta) in _PLAIN[row.scalar_kind]):
             # describe_blas proved this signature valid (int dims: checked there)
-            key = calls.key((prefix, given_compute, given_backend, transa, transb, m, n, k, lda,
+            key = calls.key((prefix, given_compute, given_backend, invariant, transa, transb, m, n, k, lda,
                              ldb, ldc, type(alpha), type(beta)), a, b, c)[0]
             # spans of the buffers as BLAS reads them (the whole buffers: conservative)
             calls.record(key, launch, False, a, b, c, False, None, zero, limit)
@@ -386,7 +394,7 @@ def _make(prefix: str):
             plan = plan_for(desc, backend)        # cached: the plan that just ran
             if plan.backend == "host" and not isinstance(plan.launch, CompositeSpec):
                 # describe_blas proved this signature valid; the host ran it on views
-                calls.put(calls.key((prefix, given_compute, given_backend, transa, transb, m, n, k,
+                calls.put(calls.key((prefix, given_compute, given_backend, invariant, transa, transb, m, n, k,
                                      lda, ldb, ldc, type(alpha), type(beta)), a, b, c)[0],
                           _host_call(desc, row, zero, limit, a, b, c))
         return c

@@ -82,6 +82,9 @@ class GemmDesc(NamedTuple):
     epilogue: object
     #: a grouped problem (many products in one call): a :class:`GroupSpec`, or None
     group: object
+    #: batch-invariant along this dimension ('m' or 'n'; '' for an ordinary problem): every
+    #: element's bits are the same for any size of it and any batch (planner/invariant.py)
+    invariant: str
     alpha: object       # scalars last: ``key`` drops them, plans do not depend on their values
     beta: object
 
@@ -129,12 +132,14 @@ class GemmDesc(NamedTuple):
 def describe(routine: str, row: TypeRow, compute: str, transa: str, transb: str, m: int, n: int,
              k: int, lda: int, ldb: int, ldc: int, batch: int, stride_a: int, stride_b: int,
              stride_c: int, xp: str, device: int, pointers: tuple, alpha, beta, *,
-             epilogue=None, group=None) -> GemmDesc:
+             epilogue=None, group=None, invariant="") -> GemmDesc:
     """The one constructor of a :class:`GemmDesc` from checked values: every form (BLAS, gemm,
     matmul, grouped_matmul, the planner's ``make_desc``) ends here. ``pointers``: (a, b, c)
     addresses, or ``(align,)`` for a description without arrays (the planner's); the alignment
     folds in the leading dimensions and batch strides (in elements; converted to bytes here).
-    ``epilogue``: an :class:`~pyblasgemm.epilogue.EpilogueSpec`; ``group``: a :class:`GroupSpec`.
+    ``epilogue``: an :class:`~pyblasgemm.epilogue.EpilogueSpec`; ``group``: a :class:`GroupSpec`;
+    ``invariant``: the dimension a batch-invariant problem's rows run along ('m' for a
+    column-major form, 'n' for a row-major one), '' for an ordinary problem.
 
     Example
     -------
@@ -149,7 +154,7 @@ def describe(routine: str, row: TypeRow, compute: str, transa: str, transb: str,
     ptr_align = alignment(*pointers)
     return GemmDesc(routine, row.prefix, compute, transa, transb, m, n, k, lda, ldb, ldc, batch,
                     stride_a, stride_b, stride_c, xp, device, alignment(ptr_align, *values),
-                    ptr_align, epilogue, group, alpha, beta)
+                    ptr_align, epilogue, group, invariant, alpha, beta)
 
 
 class GroupSpec(NamedTuple):

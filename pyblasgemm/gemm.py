@@ -20,6 +20,7 @@ from .desc import (INT32_MAX, _SCALAR_LIMITS, _scalar_value, check_backend, chec
                    check_same_place, check_scalar)
 from .epilogue import acc_dtype, check as check_epilogue
 from .epilogue_pass import run_unfused
+from .planner.overrides import resolve_invariant
 
 _ROUTINE = "gemm"
 
@@ -28,10 +29,11 @@ def _supported_names() -> str:
     return ", ".join(d.name for d in ROW_BY_DTYPE)
 
 
-def _words(transa, transb, alpha, beta, out, compute, backend) -> tuple:
+def _words(transa, transb, alpha, beta, out, compute, backend, invariant=None) -> tuple:
     """The form's part of a call's signature key (:func:`pyblasgemm.calls.key`): the flags and
     keywords as given, the scalars' types (beta's only with out=)."""
-    return (_ROUTINE, compute, backend, transa, transb, type(alpha), None if out is None else type(beta))
+    return (_ROUTINE, compute, backend, invariant, transa, transb, type(alpha),
+            None if out is None else type(beta))
 
 
 # NumPy in gives NumPy out, CuPy CuPy, PyTorch PyTorch, JAX JAX (pyblasgemm._typing)
@@ -41,7 +43,7 @@ def gemm(transa: GemmTrans, transb: GemmTrans, a: NDArray, b: NDArray, out: NDAr
         compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
         activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
-        scale_b: Any = None) -> NDArray: ...
+        scale_b: Any = None, invariant: bool | None = None) -> NDArray: ...
 
 
 @overload
@@ -50,7 +52,7 @@ def gemm(transa: GemmTrans, transb: GemmTrans, a: torch.Tensor, b: torch.Tensor,
         compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
         activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
-        scale_b: Any = None) -> torch.Tensor: ...
+        scale_b: Any = None, invariant: bool | None = None) -> torch.Tensor: ...
 
 
 @overload
@@ -59,7 +61,7 @@ def gemm(transa: GemmTrans, transb: GemmTrans, a: jax.Array, b: jax.Array, out: 
         compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
         activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
-        scale_b: Any = None) -> jax.Array: ...
+        scale_b: Any = None, invariant: bool | None = None) -> jax.Array: ...
 
 
 @overload
@@ -68,7 +70,7 @@ def gemm(transa: GemmTrans, transb: GemmTrans, a: cupy.ndarray, b: cupy.ndarray,
         compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
         activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
-        scale_b: Any = None) -> cupy.ndarray: ...
+        scale_b: Any = None, invariant: bool | None = None) -> cupy.ndarray: ...
 
 
 @overload
@@ -77,12 +79,12 @@ def gemm(transa: GemmTrans, transb: GemmTrans, a: Any, b: Any, out: Any | None =
         compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
         activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
-        scale_b: Any = None) -> Any: ...
+        scale_b: Any = None, invariant: bool | None = None) -> Any: ...
 
 
 def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backend=None,
          autotune=None, stream=None, bias=None, activation=None, preactivation_out=None,
-         scale_a=None, scale_b=None):
+         scale_a=None, scale_b=None, invariant=None):
     """``out = alpha * op(a) @ op(b) + beta * out`` for 2-D NumPy or CuPy arrays.
 
     The semantics of ``cupy.cublas.gemm``, for every dtype pyblasgemm supports (float16,
@@ -124,6 +126,10 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         the activation into ``preactivation_out``, int8 products dequantized by ``scale_a``
         (per row) and ``scale_b`` (per column) to a float ``out``; see
         :mod:`pyblasgemm.epilogue`.
+    invariant : bool, optional
+        Batch-invariant: each row of ``out`` has the same bits whatever the other rows of
+        ``op(a)`` are (any m, stream or run); see :mod:`pyblasgemm.planner.invariant`. None:
+        the ``PYBLASGEMM_INVARIANT`` setting.
 
     Returns
     -------
@@ -147,11 +153,11 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
     if not (bias is None and activation is None and preactivation_out is None and scale_a is None
             and scale_b is None):
         return _with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend, autotune,
-                              stream, bias, activation, preactivation_out, scale_a, scale_b)
+                              stream, bias, activation, preactivation_out, scale_a, scale_b, invariant)
     t = type(a)
     if t is _CUPY[0] and autotune is None and type(transa) is str and type(transb) is str:
         # a repeated CuPy call: its signature maps straight to the launch that ran it
-        sig = calls.key(_words(transa, transb, alpha, beta, out, compute, backend), a, b, out)
+        sig = calls.key(_words(transa, transb, alpha, beta, out, compute, backend, invariant), a, b, out)
         call = None if sig is None else calls.get(sig[0])
         if call is not None:
             _, pa, pb, pc = sig
@@ -180,7 +186,7 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
                 return out
     elif (t is _TORCH[0] and autotune is None and type(transa) is str and type(transb) is str):
         # a repeated PyTorch call: the tensors' own attributes make the key (calls.key)
-        c = arrays.torch_replay(_words(transa, transb, alpha, beta, out, compute, backend), a, b, out,
+        c = arrays.torch_replay(_words(transa, transb, alpha, beta, out, compute, backend, invariant), a, b, out,
                                 stream, alpha, 0 if out is None else beta)
         if c is not None:
             return c
@@ -199,11 +205,11 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         with conv.allocating():
             result = gemm(transa, transb, na, nb, nout, alpha, beta, compute=compute,
                           backend=backend, autotune=autotune,
-                          stream=conv.stream if stream is None else stream)
+                          stream=conv.stream if stream is None else stream, invariant=invariant)
         back = out if out is not None else conv.back(result)
         if (conv.kind == "torch" and conv.gpu and autotune is None and type(transa) is str
                 and type(transb) is str and _plain_word(compute) and _plain_word(backend)):
-            arrays.torch_record(_words(transa, transb, alpha, beta, out, compute, backend), a, b, out,
+            arrays.torch_record(_words(transa, transb, alpha, beta, out, compute, backend, invariant), a, b, out,
                                 back)
         return back
     stream = streams.handle(stream)
@@ -225,6 +231,7 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
     beta = check_scalar(r, 7, "beta", beta, row)
     compute = resolve_compute(row, compute, r)
     backend = check_backend(r, backend)
+    given_invariant, invariant = invariant, resolve_invariant(r, invariant)
     xp = _arrays.xp_of(xp_name)
     fresh = out is None
     if fresh:
@@ -241,14 +248,14 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         check_out(r, out, a, (m, n), row)
     with streams.on(stream if xp_name == "cupy" else None):
         ran = strided_gemm(r, row, compute, backend, ta, tb, a, b, out, alpha, beta,
-                           fresh_c=fresh, autotune=autotune, stream=stream)
+                           fresh_c=fresh, autotune=autotune, stream=stream, invariant=invariant)
     if (ran is not None and autotune is None and _plain_word(given_compute)
             and _plain_word(given_backend) and type(transa) is str and type(transb) is str and type(given_alpha) in _PLAIN[row.scalar_kind]
             and type(given_beta) in _PLAIN[row.scalar_kind]):
         # one launch on the caller's own arrays: the next call with this signature goes
         # straight to it (calls.py)
         sig = calls.key(_words(transa, transb, given_alpha, given_beta, None if fresh else out,
-                               given_compute, given_backend), a, b, None if fresh else out)
+                               given_compute, given_backend, given_invariant), a, b, None if fresh else out)
         key = None if sig is None else sig[0]
         zero = 0 if row.scalar_kind == "int" else 0.0
         calls.record(key, ran[0], ran[1], a, b, out, fresh, None, zero, _scalar_limit(row))
@@ -332,23 +339,25 @@ def _ordered_result(xp, shape, dtype, like_c: bool):
     return xp.empty(shape, dtype) if like_c else xp.empty(shape[::-1], dtype).T
 
 
-def _product(row, ta, tb, a, b, c, alpha, beta, compute, backend, autotune, stream, fresh):
+def _product(row, ta, tb, a, b, c, alpha, beta, compute, backend, autotune, stream, fresh,
+             invariant=False):
     """``c = alpha·op(a)·op(b) + beta·c`` through the planned GEMM (the arguments checked by
     the caller; ``row`` the type row writing ``c``'s dtype)."""
     xp_name = _arrays.array_module_name(a)
     with streams.on(stream if xp_name == "cupy" else None):
         strided_gemm(_ROUTINE, row, resolve_compute(row, compute, _ROUTINE), backend, ta, tb, a, b,
-                     c, alpha, beta, fresh_c=fresh, autotune=autotune, stream=stream)
+                     c, alpha, beta, fresh_c=fresh, autotune=autotune, stream=stream,
+                     invariant=invariant)
     return c
 
 
 def _with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend, autotune, stream, bias,
-                   activation, preactivation_out, scale_a, scale_b):
+                   activation, preactivation_out, scale_a, scale_b, invariant=None):
     """:func:`gemm` with an epilogue (see :mod:`pyblasgemm.epilogue`)."""
     r = _ROUTINE
     if arrays.is_foreign(a, b, out, bias, preactivation_out, scale_a, scale_b):
         return _foreign_gemm(transa, transb, a, b, out, alpha, beta, compute, backend, autotune,
-                             stream, bias, activation, preactivation_out, scale_a, scale_b)
+                             stream, bias, activation, preactivation_out, scale_a, scale_b, invariant)
     xp_name, row = check_operands(r, a, b)
     ta = check_gemm_flag(r, 1, "transa", transa, row)
     tb = check_gemm_flag(r, 2, "transb", transb, row)
@@ -373,6 +382,7 @@ def _with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend, aut
     beta = check_scalar(r, 7, "beta", _scalar_value(beta), row)
     resolve_compute(row, compute, r)
     backend = check_backend(r, backend)
+    invariant = resolve_invariant(r, invariant)
     stream = streams.handle(stream)
     xp = _arrays.xp_of(xp_name)
     read_c = out is not None and beta != 0
@@ -382,12 +392,12 @@ def _with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend, aut
     if dequant:
         ran = dequant_gemm(a, b, ta, tb, result, alpha, beta if read_c else 0, epi, bias,
                            preactivation_out, scale_a, scale_b, out is None, backend, autotune,
-                           stream) if xp_name == "cupy" else None
+                           stream, invariant) if xp_name == "cupy" else None
         if isinstance(ran, FusedRun):
             return result
         with streams.on(stream if xp_name == "cupy" else None):   # the pass on the product's stream
             t = _product(row, ta, tb, a, b, _ordered_result(xp, (m, n), row.c_dtype, like_c), 1, 0,
-                         compute, backend, autotune, stream, True)       # the exact int32 product
+                         compute, backend, autotune, stream, True, invariant)   # the exact int32 product
             return run_unfused(epi, xp_name, t, alpha, beta if read_c else None,
                                out if read_c else None, bias, scale_a, scale_b, preactivation_out,
                                result, ran)
@@ -395,7 +405,7 @@ def _with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend, aut
     if xp_name == "cupy":
         ran = epilogue_gemm(r, row_for(a.dtype, out_dtype), compute, ta, tb, a, b, result, alpha,
                             beta if read_c else zero, epi, bias, preactivation_out, out is None,
-                            backend, autotune, stream)
+                            backend, autotune, stream, invariant)
         if isinstance(ran, FusedRun):
             return result
     acc = acc_dtype(out_dtype)
@@ -403,13 +413,13 @@ def _with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend, aut
     with streams.on(stream if xp_name == "cupy" else None):       # the pass on the product's stream
         t = out.astype(acc) if read_c else _ordered_result(xp, (m, n), acc, like_c)
         _product(acc_row, ta, tb, a, b, t, alpha, beta if read_c else zero, compute, backend,
-                 autotune, stream, True)                         # alpha·AB + beta·C in acc
+                 autotune, stream, True, invariant)              # alpha·AB + beta·C in acc
         return run_unfused(epi, xp_name, t, None, None, None, bias, None, None, preactivation_out,
                            result, ran)
 
 
 def _foreign_gemm(transa, transb, a, b, out, alpha, beta, compute, backend, autotune, stream, bias,
-                  activation, pre, scale_a, scale_b):
+                  activation, pre, scale_a, scale_b, invariant=None):
     if arrays.needs_grad(a, b, out, bias, pre, scale_a, scale_b):
         raise TypeError("gemm: a tensor requires grad, and gemm is not differentiable: "
                         "pyblasgemm.matmul(x, w, bias=, activation=) is (it runs "
@@ -421,6 +431,6 @@ def _foreign_gemm(transa, transb, a, b, out, alpha, beta, compute, backend, auto
     with conv.allocating():
         result = _with_epilogue(transa, transb, na, nb, nout, alpha, beta, compute, backend,
                                 autotune, conv.stream if stream is None else stream, nbias,
-                                activation, npre, nsa, nsb)
+                                activation, npre, nsa, nsb, invariant)
     # (gemm's result type is the operands' own: bfloat16 stays bfloat16)
     return out if out is not None else conv.back(result, framework_type=False)

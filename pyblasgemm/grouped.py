@@ -62,7 +62,7 @@ from .execute import execute_group
 from .gemm import check_operands, gemm
 from .kernels.grouped import PROBLEM_ROW
 from .kernels.jit import DEQUANT_OUT
-from .planner.overrides import current_settings
+from .planner.overrides import current_settings, resolve_invariant
 from .planner.routes import GROUPED_KINDS
 
 __all__ = ["grouped_matmul"]
@@ -177,7 +177,7 @@ def grouped_matmul(a: NDArray, b: NDArray, *, offsets: Any = None,
                    bias: Any = None, activation: str | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
-                   group_sizes: Any = None) -> NDArray: ...
+                   group_sizes: Any = None, invariant: bool | None = None) -> NDArray: ...
 
 
 @overload
@@ -195,7 +195,7 @@ def grouped_matmul(a: torch.Tensor, b: torch.Tensor, *, offsets: Any = None,
                    bias: Any = None, activation: str | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
-                   group_sizes: Any = None) -> torch.Tensor: ...
+                   group_sizes: Any = None, invariant: bool | None = None) -> torch.Tensor: ...
 
 
 @overload
@@ -213,7 +213,7 @@ def grouped_matmul(a: jax.Array, b: jax.Array, *, offsets: Any = None,
                    bias: Any = None, activation: str | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
-                   group_sizes: Any = None) -> jax.Array: ...
+                   group_sizes: Any = None, invariant: bool | None = None) -> jax.Array: ...
 
 
 @overload
@@ -231,7 +231,7 @@ def grouped_matmul(a: cupy.ndarray, b: cupy.ndarray, *, offsets: Any = None,
                    bias: Any = None, activation: str | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
-                   group_sizes: Any = None) -> cupy.ndarray: ...
+                   group_sizes: Any = None, invariant: bool | None = None) -> cupy.ndarray: ...
 
 
 @overload
@@ -239,14 +239,14 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
                    bias: Any = None, activation: str | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
-                   group_sizes: Any = None) -> Any: ...
+                   group_sizes: Any = None, invariant: bool | None = None) -> Any: ...
 
 
 def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtype: Any = None,
                    bias: Any = None, activation: str | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
-                   group_sizes: Any = None) -> Any:
+                   group_sizes: Any = None, invariant: bool | None = None) -> Any:
     """The products of many independent problems (see the module docstring for both forms).
 
     Each product is :func:`pyblasgemm.gemm`'s ``'N', 'N'`` product with its epilogue: the
@@ -270,6 +270,10 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
         the current stream of the arrays' framework), per group: ``bias``, ``scale_a``, ``scale_b`` are
         lists in the list form; in the expert form ``bias`` and ``scale_b`` are
         ``(groups, n)`` arrays and ``scale_a`` an ``(M,)`` array (one scale per token).
+    invariant : bool, optional
+        Batch-invariant: each row of every result has the bits :func:`pyblasgemm.gemm`
+        with ``invariant=True`` gives it alone, whatever the groups' sizes (the problems then
+        run one by one, never as one grouped launch). None: ``PYBLASGEMM_INVARIANT``.
 
     Returns
     -------
@@ -293,10 +297,13 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
             raise TypeError("grouped_matmul: give offsets= or group_sizes=, not both")
         offsets = _offsets_of_sizes(group_sizes, a, b)
     door = _foreign(a, b, offsets, out, dtype, bias, activation, scale_a, scale_b, compute,
-                    backend, stream)
+                    backend, stream, invariant)
     if door is not None:
         return door[0]
-    kw = dict(activation=activation, compute=compute, backend=backend, stream=stream)
+    kw = dict(activation=activation, compute=compute, backend=backend, stream=stream,
+              invariant=invariant)
+    # one grouped launch tiles the problems together: an invariant call runs them one by one
+    one_launch = not resolve_invariant("grouped_matmul", invariant)
     dequant = scale_a is not None or scale_b is not None
     if offsets is None:
         if not isinstance(a, (list, tuple)) or not isinstance(b, (list, tuple)):
@@ -325,7 +332,7 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
                           None if scale_b is None else scale_b[g], activation)
             if g == 0:
                 _check_modes(row, compute, backend)
-        if a and _arrays.array_module_name(a[0]) == "cupy":
+        if one_launch and a and _arrays.array_module_name(a[0]) == "cupy":
             # (every problem checked above, as gemm checks it, before any launch)
             sizes = tuple((y.shape[1], x.shape[0], x.shape[1]) for x, y in zip(a, b))
             blocker = _blocker(a[0], targets[0].dtype, dequant, compute)
@@ -377,14 +384,14 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
         _check_target("", a, n, row, out, out_given, None if bias is None else bias[0], scale_a,
                       None if scale_b is None else scale_b[0], activation)
         _check_modes(row, compute, backend)
-    key = _expert_signature(a, b, ends, out, out_given, bias, scale_a, scale_b, activation, dtype, compute,
-                            backend)
+    key = None if not one_launch else _expert_signature(a, b, ends, out, out_given, bias, scale_a,
+                                                         scale_b, activation, dtype, compute, backend)
     if key is not None:
         ran = calls.get(key)
         if ran is not None and (not out_given or not (_overlaps(out, a) or _overlaps(out, b))):
             _replay(ran, a, b, out, bias, scale_a, scale_b, stream)
             return out
-    if groups and a.shape[0] and xp_name == "cupy":
+    if one_launch and groups and a.shape[0] and xp_name == "cupy":
         # (the whole checked above, as gemm checks it: the per-group vectors share their shapes)
         starts = [0] + ends[:-1]
         sizes = tuple((n, e - s0, a.shape[1]) for s0, e in zip(starts, ends))
@@ -413,7 +420,7 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
 
 
 def _foreign(a, b, offsets, out, dtype, bias, activation, scale_a, scale_b, compute, backend,
-             stream):
+             stream, invariant=None):
     """PyTorch tensors, JAX arrays, CUDA-array-interface or DLPack objects among the arrays:
     ``(result,)`` of the call on their NumPy / CuPy views (:mod:`pyblasgemm.arrays`), in the
     caller's framework (``out`` given: the caller's own, written in place); None when every
@@ -454,7 +461,8 @@ def _foreign(a, b, offsets, out, dtype, bias, activation, scale_a, scale_b, comp
     with conv.allocating():
         result = grouped_matmul(na, nb, offsets=offsets, out=nout, dtype=dtype, bias=nbias,
                                 activation=activation, scale_a=nsa, scale_b=nsb, compute=compute,
-                                backend=backend, stream=conv.stream if stream is None else stream)
+                                backend=backend, stream=conv.stream if stream is None else stream,
+                                invariant=invariant)
     if out is not None:
         return (list(out) if listed else out),
     # (the results have the types the call asked for: bfloat16 stays bfloat16, dtype= holds)

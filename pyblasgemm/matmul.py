@@ -34,7 +34,7 @@ from ._layout import may_overlap
 from .desc import check_backend
 from .epilogue import acc_dtype, check as check_epilogue, check_activation, note_route, numpy_result
 from .epilogue_pass import run_unfused
-from .planner.overrides import check_forced_backend, current_settings
+from .planner.overrides import check_forced_backend, current_settings, resolve_invariant
 
 _ROUTINE = "matmul"
 #: cupy.ndarray / torch.Tensor once seen (the signature fast paths compare types by identity)
@@ -122,6 +122,25 @@ def _delegate(a, b, out, dtype=None, numpy_kwargs=None, stream=None):
     return np.matmul(a, b, **kw)
 
 
+def _delegate_unless_invariant(invariant: bool, a, b, out, dtype=None, numpy_kwargs=None, stream=None):
+    """:func:`_delegate`, refused for a batch-invariant call whose product NumPy or CuPy would
+    compute in floating point (their GEMMs promise no invariance); integer and bool products
+    are exact, hence invariant, and go."""
+    if invariant:
+        kinds = {np.dtype(x.dtype).kind for x in (a, b) if hasattr(x, "dtype")}
+        if dtype is not None:
+            kinds.add(np.dtype(dtype).kind)
+        if kinds - set("iub") or not kinds:
+            raise NotImplementedError(
+                f"matmul: invariant=True runs on pyblasgemm's own products, and this call "
+                f"({' @ '.join(type(x).__name__ + ' ' + str(getattr(x, 'dtype', '')) for x in (a, b))}"
+                f"{', dtype=' + str(dtype) if dtype is not None else ''}"
+                f"{', ' + ', '.join(numpy_kwargs) if numpy_kwargs else ''}) would go to numpy.matmul / "
+                f"cupy.matmul, whose floating-point sums depend on the shape; pass operands of one "
+                f"of pyblasgemm's types, on one device, without numpy.matmul's other keywords")
+    return _delegate(a, b, out, dtype, numpy_kwargs, stream)
+
+
 def _with_dtype(xp_name, a, b, dtype):
     """(row or None, (compute dtype, result dtype)) for ``dtype=``; None: delegate.
 
@@ -148,7 +167,7 @@ def matmul(a: NDArray, b: NDArray, out: NDArray | None = None, *,
         dtype: Any = None, compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
         activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
-        scale_b: Any = None, **numpy_kwargs: Any) -> NDArray: ...
+        scale_b: Any = None, invariant: bool | None = None, **numpy_kwargs: Any) -> NDArray: ...
 
 
 @overload
@@ -156,7 +175,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
         dtype: Any = None, compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
         activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
-        scale_b: Any = None, **numpy_kwargs: Any) -> torch.Tensor: ...
+        scale_b: Any = None, invariant: bool | None = None, **numpy_kwargs: Any) -> torch.Tensor: ...
 
 
 @overload
@@ -164,7 +183,7 @@ def matmul(a: jax.Array, b: jax.Array, out: jax.Array | None = None, *,
         dtype: Any = None, compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
         activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
-        scale_b: Any = None, **numpy_kwargs: Any) -> jax.Array: ...
+        scale_b: Any = None, invariant: bool | None = None, **numpy_kwargs: Any) -> jax.Array: ...
 
 
 @overload
@@ -172,7 +191,7 @@ def matmul(a: cupy.ndarray, b: cupy.ndarray, out: cupy.ndarray | None = None, *,
         dtype: Any = None, compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
         activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
-        scale_b: Any = None, **numpy_kwargs: Any) -> cupy.ndarray: ...
+        scale_b: Any = None, invariant: bool | None = None, **numpy_kwargs: Any) -> cupy.ndarray: ...
 
 
 @overload
@@ -180,12 +199,12 @@ def matmul(a: Any, b: Any, out: Any | None = None, *,
         dtype: Any = None, compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
         activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
-        scale_b: Any = None, **numpy_kwargs: Any) -> Any: ...
+        scale_b: Any = None, invariant: bool | None = None, **numpy_kwargs: Any) -> Any: ...
 
 
 def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=None,
            stream=None, bias=None, activation=None, preactivation_out=None, scale_a=None,
-           scale_b=None, **numpy_kwargs):
+           scale_b=None, invariant=None, **numpy_kwargs):
     """Matrix product with exactly ``numpy.matmul``'s semantics, on NumPy or CuPy arrays.
 
     1-D operands are promoted (a vector on the left is a row, on the right a column) and the
@@ -224,6 +243,11 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
         ``preactivation_out``, int8 products dequantized by ``scale_a`` (per row of ``a``)
         and ``scale_b`` (per column of ``b``) to ``dtype`` (float32 by default); see
         :mod:`pyblasgemm.epilogue`.
+    invariant : bool, optional
+        Batch-invariant: each row of the result has the same bits whatever other rows are
+        computed with it (any M, any batch, any stream, any run); see
+        :mod:`pyblasgemm.planner.invariant`. None: the ``PYBLASGEMM_INVARIANT`` setting
+        (default False).
     casting, order, subok, axes, axis, signature
         ``numpy.matmul``'s other keywords. At their default values they change nothing; a
         call with any other value (``casting='unsafe'`` into a bool ``out``, ``axes=``...) is
@@ -258,13 +282,13 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
             raise TypeError(f"matmul: an epilogue does not combine with numpy.matmul's "
                             f"{', '.join(numpy_kwargs)}")
         return _with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias,
-                              activation, preactivation_out, scale_a, scale_b)
+                              activation, preactivation_out, scale_a, scale_b, invariant)
     t = type(a)
     if (t is np.ndarray and type(b) is t and out is None and dtype is None and compute is None
-            and backend is None and autotune is None and not numpy_kwargs
+            and backend is None and autotune is None and invariant is None and not numpy_kwargs
             and a.dtype.num == b.dtype.num and a.dtype.num in _HOST_DIRECT
             and (a.dtype.char != "f" or get_default_compute() == "fp32")
-            and current_settings().backend in _HOST_BACKENDS):
+            and _host_direct_allowed(current_settings())):
         # two NumPy operands, no keywords: the host backend's arithmetic as one NumPy call
         # (float32/float64/complex/int8: numpy.matmul itself, bit for bit) at NumPy's cost
         # (4x4: ~1.3 µs, against ~50 µs through describe and plan)
@@ -272,7 +296,7 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
     if (t is _CUPY[0] and autotune is None and not numpy_kwargs
             and (dtype is None or isinstance(dtype, _DTYPE_WORDS))):
         # a repeated CuPy call: its signature maps straight to the launch that ran it
-        sig = calls.key((_ROUTINE, compute, backend, dtype), a, b, out)
+        sig = calls.key((_ROUTINE, compute, backend, dtype, invariant), a, b, out)
         if sig is not None:
             k, pa, pb, pc = sig
             call = calls.get(k)
@@ -295,7 +319,7 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
                     return c
     elif t is _TORCH[0] and autotune is None and dtype is None and not numpy_kwargs:
         # a repeated PyTorch call: the tensors' own attributes make the key (calls.key)
-        c = arrays.torch_replay((_ROUTINE, compute, backend, None), a, b, out, stream)
+        c = arrays.torch_replay((_ROUTINE, compute, backend, None, invariant), a, b, out, stream)
         if c is not None:
             return c
     elif _CUPY[0] is None and calls.cupy_type() is not None:
@@ -311,7 +335,7 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
             # a silent detach
             arrays.check_differentiable(_ROUTINE, out=out, dtype=dtype, compute=compute,
                                         backend=backend, autotune=autotune, stream=stream,
-                                        **numpy_kwargs)
+                                        invariant=invariant, **numpy_kwargs)
             return arrays.differentiable("matmul")(a, b)
         conv = arrays.convert(_ROUTINE, [("a", a), ("b", b), ("out", out)], writes=("out",))
         na, nb, nout = conv.arrays
@@ -319,20 +343,27 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
         with conv.allocating():
             result = matmul(na, nb, nout, dtype=dtype, compute=compute, backend=backend,
                             autotune=autotune, stream=conv.stream if stream is None else stream,
-                            **numpy_kwargs)
+                            invariant=invariant, **numpy_kwargs)
         back = out if out is not None else conv.back(result, framework_type=dtype is None)
         if (conv.kind == "torch" and conv.gpu and dtype is None and autotune is None and not numpy_kwargs
                 and _plain_word(compute) and _plain_word(backend)):
-            arrays.torch_record((_ROUTINE, compute, backend, None), a, b, out, back)
+            arrays.torch_record((_ROUTINE, compute, backend, None, invariant), a, b, out, back)
         return back
-    return _core(a, b, out, dtype, compute, backend, autotune, stream, numpy_kwargs)
+    return _core(a, b, out, dtype, compute, backend, autotune, stream, numpy_kwargs, invariant)
 
 
-def _core(a, b, out, dtype, compute, backend, autotune, stream, numpy_kwargs):
+def _host_direct_allowed(settings) -> bool:
+    """Whether the NumPy fast path may answer under these settings: a backend that runs on
+    the host, and no batch-invariant default (NumPy's GEMM is not invariant)."""
+    return settings.backend in _HOST_BACKENDS and not settings.invariant
+
+
+def _core(a, b, out, dtype, compute, backend, autotune, stream, numpy_kwargs, invariant=None):
     """The hall of :func:`matmul` for NumPy and CuPy arrays (after the signature fast paths and
     the door for other frameworks): numpy.matmul's rules, described, planned and run."""
     stream = streams.handle(stream)
-    given_compute, given_backend = compute, backend
+    given_compute, given_backend, given_invariant = compute, backend, invariant
+    invariant = resolve_invariant(_ROUTINE, invariant)
     if (out is None and dtype is None and compute is None and backend is None and autotune is None
             and not numpy_kwargs and type(a) is type(b)
             and type(a) in _arrays.ARRAY_TYPES and a.ndim == 2 and b.ndim == 2):
@@ -344,46 +375,48 @@ def _core(a, b, out, dtype, compute, backend, autotune, stream, numpy_kwargs):
             xp, row, one, zero = fast
             c = xp.empty((a.shape[0], b.shape[1]), dtype=row.c_dtype)
             ran = strided_gemm(_ROUTINE, row, resolve_compute(row, None, _ROUTINE), None, "N",
-                               "N", a, b, c, one, zero, fresh_c=True, stream=stream)
+                               "N", a, b, c, one, zero, fresh_c=True, stream=stream,
+                               invariant=invariant)
             if ran is not None and xp is not np:
-                calls.record(_signature(a, b, None), ran[0], ran[1], a, b, c, True, one, zero)
+                calls.record(_signature(a, b, None, invariant=given_invariant), ran[0], ran[1], a,
+                             b, c, True, one, zero)
             return c
     if isinstance(out, tuple) and len(out) == 1:
         out = out[0]
     numpy_kwargs = {k: v for k, v in numpy_kwargs.items()
                     if k not in _NUMPY_DEFAULTS or not _is_default(v, _NUMPY_DEFAULTS[k])}
     if numpy_kwargs:
-        return _delegate(a, b, out, dtype, numpy_kwargs, stream=stream)
+        return _delegate_unless_invariant(invariant, a, b, out, dtype, numpy_kwargs, stream=stream)
     xp_name = _exact_array(a)
     if xp_name is None or _exact_array(b) != xp_name or a.ndim == 0 or b.ndim == 0:
-        return _delegate(a, b, out, dtype, stream=stream)
+        return _delegate_unless_invariant(invariant, a, b, out, dtype, stream=stream)
     if xp_name == "cupy" and a.device.id != b.device.id:
-        return _delegate(a, b, out, dtype, stream=stream)
+        return _delegate_unless_invariant(invariant, a, b, out, dtype, stream=stream)
     row = None
     if dtype is None:
         dtypes = _loop_dtypes(xp_name, a.dtype, b.dtype)
     else:
         row, dtypes = _with_dtype(xp_name, a, b, dtype) or (None, None)
     if dtypes is None:
-        return _delegate(a, b, out, dtype, stream=stream)
+        return _delegate_unless_invariant(invariant, a, b, out, dtype, stream=stream)
     result_dtype = dtypes[1]
     a2 = a[None, :] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
     m, k = a2.shape[-2:]
     k2, n = b2.shape[-2:]
     if k != k2:
-        return _delegate(a, b, out, dtype, stream=stream)
+        return _delegate_unless_invariant(invariant, a, b, out, dtype, stream=stream)
     try:
         batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
     except ValueError:
-        return _delegate(a, b, out, dtype, stream=stream)
+        return _delegate_unless_invariant(invariant, a, b, out, dtype, stream=stream)
     shape = batch + (m, n)
     final_shape = shape[:-2] + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
     if out is not None:
         if (_exact_array(out) != xp_name or out.shape != final_shape or out.dtype != result_dtype
                 or not _arrays.is_writeable(out)
                 or (xp_name == "cupy" and out.device.id != a.device.id)):
-            return _delegate(a, b, out, dtype, stream=stream)
+            return _delegate_unless_invariant(invariant, a, b, out, dtype, stream=stream)
     operand_dtype = dtypes[0]
     row = row or ROW_BY_DTYPE[operand_dtype]
     compute = resolve_compute(row, compute, _ROUTINE)
@@ -403,7 +436,7 @@ def _core(a, b, out, dtype, compute, backend, autotune, stream, numpy_kwargs):
             full, in_place = xp.empty(shape, dtype=row.c_dtype), False
         else:
             full, in_place = _with_core_dims(out, a.ndim, b.ndim), True
-        ran = _batched(row, compute, backend, a2, b2, full, autotune, stream)
+        ran = _batched(row, compute, backend, a2, b2, full, autotune, stream, invariant)
         if (ran is not None and xp_name == "cupy" and a2 is a and b2 is b
                 and full.dtype == result_dtype and autotune is None
                 and (dtype is None or isinstance(dtype, _DTYPE_WORDS))
@@ -412,7 +445,7 @@ def _core(a, b, out, dtype, compute, backend, autotune, stream, numpy_kwargs):
             # to it (calls.py)
             one, zero = (1, 0) if row.prefix == "i" else (1.0, 0.0)
             calls.record(_signature(a, b, out if in_place else None, given_compute,
-                                    given_backend, dtype), ran[0], ran[1], a, b, full,
+                                    given_backend, dtype, given_invariant), ran[0], ran[1], a, b, full,
                          not in_place, one, zero)
         if out is not None:
             if not in_place:
@@ -450,10 +483,10 @@ def _host_int8(a, b, a2, b2, out, shape, final_shape, backend):
 _DTYPE_WORDS = (type, np.dtype, str)
 
 
-def _signature(a, b, out, compute=None, backend=None, dtype=None):
-    """The call-signature key of matmul(a, b, out, compute=, backend=, dtype=) as given
-    (:func:`pyblasgemm.calls.key`; None for arrays it does not key)."""
-    sig = calls.key((_ROUTINE, compute, backend, dtype), a, b, out)
+def _signature(a, b, out, compute=None, backend=None, dtype=None, invariant=None):
+    """The call-signature key of matmul(a, b, out, compute=, backend=, dtype=, invariant=) as
+    given (:func:`pyblasgemm.calls.key`; None for arrays it does not key)."""
+    sig = calls.key((_ROUTINE, compute, backend, dtype, invariant), a, b, out)
     return None if sig is None else sig[0]
 
 
@@ -507,7 +540,7 @@ def _origin(x, nb, outer_idx):
     return x[idx]
 
 
-def _batched(row, compute, backend, a, b, c, autotune=None, stream=None):
+def _batched(row, compute, backend, a, b, c, autotune=None, stream=None, invariant=False):
     """c[...] = a @ b over the broadcast batch dims: merged strided batches, a loop outside.
     Returns strided_gemm's ``(launch, swapped)`` when it all ran as one launch, else None."""
     batch = c.shape[:-2]
@@ -523,7 +556,7 @@ def _batched(row, compute, backend, a, b, c, autotune=None, stream=None):
     for idx in itertools.product(*(range(d) for d in batch[:p])):
         ran = strided_gemm(_ROUTINE, row, compute, backend, "N", "N", _origin(a, nb, idx),
                            _origin(b, nb, idx), _origin(c, nb, idx), one, zero, inner, steps,
-                           autotune=autotune, stream=stream)
+                           autotune=autotune, stream=stream, invariant=invariant)
     return ran if p == 0 else None
 
 
@@ -557,17 +590,20 @@ class _Replay(NamedTuple):
     dtype: object
 
 
-def _epilogue_signature(a, b, dtype, compute, backend, bias, activation):
-    """The key of a repeated ``matmul(a, b, bias=, activation=, dtype=, compute=, backend=)``
+def _epilogue_signature(a, b, dtype, compute, backend, bias, activation, invariant=None):
+    """The key of a repeated ``matmul(a, b, bias=, activation=, dtype=, compute=, backend=,
+    invariant=)``
     with CuPy arrays, a fresh result and no pre-activation, or None (not such a call): the
     :func:`pyblasgemm.calls.key` of the operands, with the bias (its own alignment class)."""
     nd = _CUPY[0]
     if nd is None or type(a) is not nd or (bias is not None and type(bias) is not nd) \
             or not (activation is None or type(activation) is str) \
             or not (dtype is None or isinstance(dtype, _DTYPE_WORDS)) \
-            or not (compute is None or type(compute) is str) or not (backend is None or type(backend) is str):
+            or not (compute is None or type(compute) is str) or not (backend is None or type(backend) is str) \
+            or not (invariant is None or type(invariant) is bool):
         return None
-    sig = calls.key((_ROUTINE, "epilogue", dtype, compute, backend, activation), a, b, None, (bias,))
+    sig = calls.key((_ROUTINE, "epilogue", dtype, compute, backend, activation, invariant), a, b, None,
+                    (bias,))
     return None if sig is None else sig[0]
 
 
@@ -578,7 +614,7 @@ def epilogue_named(a, b, out, bias, pre, scale_a, scale_b):
 
 
 def _with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, activation,
-                   preactivation_out, scale_a, scale_b):
+                   preactivation_out, scale_a, scale_b, invariant=None):
     """:func:`matmul` with an epilogue (see :mod:`pyblasgemm.epilogue`)."""
     key = None
     if out is None and preactivation_out is None and scale_a is None and scale_b is None and autotune is None:
@@ -586,7 +622,7 @@ def _with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, a
         # the full path's checks, description and plan lookups are most of a ~40 µs call)
         if _CUPY[0] is None:
             _CUPY[0] = calls.cupy_type()
-        key = _epilogue_signature(a, b, dtype, compute, backend, bias, activation)
+        key = _epilogue_signature(a, b, dtype, compute, backend, bias, activation, invariant)
         replay = None if key is None else calls.get(key)
         if replay is not None:
             c = _CUPY[0](replay.shape, replay.dtype)
@@ -607,7 +643,7 @@ def _with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, a
     if arrays.is_foreign(a, b, out, bias, preactivation_out, scale_a, scale_b):
         # (after the CuPy replay: its key refuses every other type)
         return _foreign_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias,
-                                 activation, preactivation_out, scale_a, scale_b)
+                                 activation, preactivation_out, scale_a, scale_b, invariant)
     xp_name = _arrays.array_module_name(a)
     if xp_name is None or _arrays.array_module_name(b) != xp_name:
         raise TypeError(f"{r}: an epilogue needs a and b to be NumPy arrays or CuPy arrays "
@@ -629,8 +665,10 @@ def _with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, a
     epi = check_epilogue(r, shape, mn, out_dtype, xp_name, bias, activation, preactivation_out,
                          scale_a, scale_b, a.dtype)
     backend = check_backend(r, backend)
+    resolved = resolve_invariant(r, invariant)
     sptr = streams.handle(stream)
-    kw = dict(compute=compute, backend=backend, autotune=autotune, stream=sptr, numpy_kwargs={})
+    kw = dict(compute=compute, backend=backend, autotune=autotune, stream=sptr, numpy_kwargs={},
+              invariant=resolved)
     xp = _arrays.xp_of(xp_name)
     result = out if out is not None else xp.empty(shape, out_dtype)
 
@@ -642,7 +680,7 @@ def _with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, a
     if dequant:
         if xp_name == "cupy" and a.ndim == 2 and b.ndim == 2:
             ran = dequant_gemm(a, b, "N", "N", result, 1.0, 0.0, epi, bias, preactivation_out, scale_a,
-                               scale_b, out is None, backend, autotune, sptr)
+                               scale_b, out is None, backend, autotune, sptr, resolved)
         if not isinstance(ran, FusedRun):
             with streams.on(sptr if xp_name == "cupy" else None):  # the pass on the product's stream
                 t = _core(a, b, None, np.int32, **kw)
@@ -651,7 +689,8 @@ def _with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, a
         return result if result.shape else result[()]
     if xp_name == "cupy" and a.ndim == 2 and b.ndim == 2:
         ran = epilogue_gemm(r, row_for(a.dtype, out_dtype), compute, "N", "N", a, b, result, 1.0, 0.0,
-                            epi, bias, preactivation_out, out is None, backend, autotune, sptr)
+                            epi, bias, preactivation_out, out is None, backend, autotune, sptr,
+                            resolved)
         if isinstance(ran, FusedRun):
             if key is not None and result.flags.c_contiguous and not result.data.ptr & 15:
                 calls.put(key, _Replay(ran, result.shape, result.dtype), refers_to=ran.launch)
@@ -730,33 +769,34 @@ class _TorchReplay(NamedTuple):
     dtype: object           # the torch dtype
 
 
-def _torch_epilogue_key(a, b, dtype, compute, backend, bias, activation):
+def _torch_epilogue_key(a, b, dtype, compute, backend, bias, activation, invariant=None):
     """``(key, pa, pb, pbias)`` of a repeatable fused call on CUDA tensors, or None: the
     :func:`pyblasgemm.calls.key` of the tensors with the bias (its own alignment class) and the
     current device (the launch is bound on it)."""
     if not (activation is None or type(activation) is str) or not (
             dtype is None or isinstance(dtype, _DTYPE_WORDS)) or not (
-            compute is None or type(compute) is str) or not (backend is None or type(backend) is str):
+            compute is None or type(compute) is str) or not (backend is None or type(backend) is str) \
+            or not (invariant is None or type(invariant) is bool):
         return None
     if _TORCH[0] is None:
         _TORCH[0] = arrays.torch_type()
     if type(a) is not _TORCH[0] or (bias is not None and type(bias) is not _TORCH[0]) \
             or a.get_device() < 0:
         return None         # (CPU tensors run on the host: no device to ask for)
-    sig = calls.key((_ROUTINE, "epilogue", dtype, compute, backend, activation, _get_device()),
-                    a, b, None, (bias,))
+    sig = calls.key((_ROUTINE, "epilogue", dtype, compute, backend, activation, invariant,
+                     _get_device()), a, b, None, (bias,))
     if sig is None:
         return None
     return sig[0], sig[1], sig[2], 0 if bias is None else bias.data_ptr()
 
 
 def _foreign_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, activation, pre,
-                      scale_a, scale_b):
+                      scale_a, scale_b, invariant=None):
     sig = None
     if out is None and pre is None and scale_a is None and scale_b is None and autotune is None:
         # a repeated fused call on CUDA tensors: its launch on their pointers, the result from
         # torch's allocator (the converting path below costs ~200 µs a call; H200, 64³ fp16)
-        sig = _torch_epilogue_key(a, b, dtype, compute, backend, bias, activation)
+        sig = _torch_epilogue_key(a, b, dtype, compute, backend, bias, activation, invariant)
         hit = None if sig is None else calls.get(sig[0])
         if hit is not None:
             c = sys.modules["torch"].empty_strided(hit.shape, hit.strides, dtype=hit.dtype, device=a.device)
@@ -772,7 +812,7 @@ def _foreign_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias
                 return c
     if arrays.needs_grad(a, b, out, bias, pre, scale_a, scale_b):
         return _differentiable_linear(a, b, out, dtype, compute, backend, autotune, stream, bias,
-                                      activation, pre, scale_a, scale_b)
+                                      activation, pre, scale_a, scale_b, invariant)
     conv = arrays.convert("matmul", epilogue_named(a, b, out, bias, pre, scale_a, scale_b),
                           writes=("out", "preactivation_out"))
     na, nb, nout, nbias, npre, nsa, nsb = conv.arrays
@@ -781,7 +821,7 @@ def _foreign_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias
     with conv.allocating():
         result = _with_epilogue(na, nb, nout, dtype, compute, backend, autotune,
                                 conv.stream if stream is None else stream, nbias, activation, npre,
-                                nsa, nsb)
+                                nsa, nsb, invariant)
     back = out if out is not None else conv.back(result, framework_type=False)
     ran, _last_fused.run = _last_fused.run, None
     if sig is not None and ran is not None and ran.widen is None and back.is_contiguous():
@@ -791,7 +831,7 @@ def _foreign_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias
 
 
 def _differentiable_linear(x, w, out, dtype, compute, backend, autotune, stream, bias, activation,
-                           pre, scale_a, scale_b):
+                           pre, scale_a, scale_b, invariant=None):
     """``matmul(x, w, bias=, activation=)`` with a tensor that requires grad: exactly
     ``pyblasgemm.torch.linear(x, w.T, bias, activation)`` when it is that call (``w`` 2-D,
     ``bias`` of shape (n,) or None, no other keyword), else a TypeError saying what is
@@ -801,7 +841,8 @@ def _differentiable_linear(x, w, out, dtype, compute, backend, autotune, stream,
     torch = sys.modules["torch"]        # (a tensor requires grad: PyTorch is imported)
 
     given = dict(out=out, dtype=dtype, compute=compute, backend=backend, autotune=autotune,
-                 stream=stream, preactivation_out=pre, scale_a=scale_a, scale_b=scale_b)
+                 stream=stream, preactivation_out=pre, scale_a=scale_a, scale_b=scale_b,
+                 invariant=invariant)
     extra = [f"{k}=" for k, v in given.items() if v is not None]
     tensors = all(isinstance(v, torch.Tensor) for v in (x, w) + ((bias,) if bias is not None else ()))
     shaped = tensors and x.dim() >= 1 and w.dim() == 2 and (
@@ -815,7 +856,7 @@ def _differentiable_linear(x, w, out, dtype, compute, backend, autotune, stream,
                         f"differentiable epilogue is pyblasgemm.torch.linear's, "
                         f"activation(x @ w + bias) for tensors x (..., k), w (k, n) and bias (n,) "
                         f"or None, with no out=, preactivation_out=, scale_a=, scale_b=, dtype=, "
-                        f"compute=, backend=, autotune= or stream=; detach the tensors, or call "
+                        f"compute=, backend=, autotune=, stream= or invariant=; detach the tensors, or call "
                         f"under torch.no_grad()")
     # nn.Linear's weight is (n, k): w.T, a view the gradient flows through
     return arrays.differentiable("linear")(x, w.T, bias, activation)

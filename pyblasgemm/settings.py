@@ -118,6 +118,9 @@ VARIABLES = {v.name: v for v in (
              "entries the plan cache holds (plans, bound launches with their workspace, call "
              "signatures) before the least recently used go; 0 keeps none"),
     _bool_var("PYBLASGEMM_AUTOTUNE", "autotune every new problem on the GPU (as ``autotune=True``)"),
+    _bool_var("PYBLASGEMM_INVARIANT",
+              "batch-invariant results for every call without ``invariant=`` (each output row's "
+              "bits independent of the other rows; see docs/guide/invariance.rst)"),
     _bool_var("PYBLASGEMM_NO_MEASURED_CHOICES",
               "ignore the measured-choice table: the cost model alone decides"),
     Variable("PYBLASGEMM_CACHE_DIR", _directory, None, lambda: "a directory path",

@@ -10,7 +10,9 @@ Precision follows the GPU modes so that host results are a faithful stand-in:
     in int32 arithmetic that wraps like the GPU's adder (the exact sum modulo 2^32); the blocks
     bound the route's temporaries (a few MiB, less for a small result), so its peak memory
     stays within NumPy's for the same product (:func:`int8_product`);
-  * float64 / complex: NumPy's matmul (BLAS) directly.
+  * float64 / complex: NumPy's matmul (BLAS) directly;
+  * ``invariant=True`` (``desc.invariant``): every element one dot product of its row and
+    column (:func:`invariant_matmul`), so no element's bits depend on m, n or the batch.
 
 Floating-point exceptions (a float16 result past 65504, inf - inf) are reported as NumPy's
 matmul reports them for the same product, under the caller's ``np.errstate`` (by default a
@@ -56,10 +58,11 @@ def round_to_tf32(x: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(x), rounded, x)
 
 
-def product(desc: GemmDesc, opa: np.ndarray, opb: np.ndarray) -> np.ndarray:
-    """op(A) @ op(B) in the accumulation precision of ``desc.compute``."""
+def product(desc: GemmDesc, opa: np.ndarray, opb: np.ndarray, matmul=np.matmul) -> np.ndarray:
+    """op(A) @ op(B) in the accumulation precision of ``desc.compute``; ``matmul`` forms each
+    floating-point product (:func:`invariant_matmul` for a batch-invariant problem)."""
     if desc.row.ab_dtype.itemsize == 2:      # float16 / bfloat16 operands, any output type
-        return np.matmul(opa.astype(np.float32), opb.astype(np.float32))
+        return matmul(opa.astype(np.float32), opb.astype(np.float32))
     if desc.prefix == "i":
         out = np.empty(opa.shape[:-1] + opb.shape[-1:], np.int32)
         int8_product(opa, opb, out)
@@ -72,17 +75,17 @@ def product(desc: GemmDesc, opa: np.ndarray, opb: np.ndarray) -> np.ndarray:
         a2 = np.concatenate([opa.real, opa.imag], axis=-1)
         b2 = np.concatenate([np.concatenate([opb.real, opb.imag], axis=-1),
                              np.concatenate([-opb.imag, opb.real], axis=-1)], axis=-2)
-        c2 = product(desc._replace(prefix="s"), a2, b2)
+        c2 = product(desc._replace(prefix="s"), a2, b2, matmul)
         n = opb.shape[-1]
         return (c2[..., :n] + 1j * c2[..., n:]).astype(np.complex64)
     if desc.compute == "tf32":
-        return np.matmul(round_to_tf32(opa), round_to_tf32(opb))
+        return matmul(round_to_tf32(opa), round_to_tf32(opb))
     if desc.compute == "3xtf32":
         big_a, big_b = round_to_tf32(opa), round_to_tf32(opb)
         small_a, small_b = round_to_tf32(opa - big_a), round_to_tf32(opb - big_b)
         # small terms first: they are tiny, summing them before the big product loses less
-        return (np.matmul(big_a, small_b) + np.matmul(small_a, big_b)) + np.matmul(big_a, big_b)
-    return np.matmul(opa, opb)
+        return (matmul(big_a, small_b) + matmul(small_a, big_b)) + matmul(big_a, big_b)
+    return matmul(opa, opb)
 
 
 #: terms of one float32 block product of the int8 route: |x·y| <= 2^14 for int8 x, y, so any
@@ -199,6 +202,55 @@ def _ozaki_product(desc: GemmDesc, opa, opb):
     for i in range(out.shape[0]):
         out[i], _ = routine(np.ascontiguousarray(opa[i]), np.ascontiguousarray(opb[i]), bits=bits)
     return out
+
+
+def invariant_matmul(opa, opb):
+    """``opa @ opb`` for (..., m, k) and (..., k, n) arrays with every element one dot product
+    of its row and column, each copied to its own 64-byte aligned, contiguous line first, and
+    computed by the same routine with the same k: its bits depend on those two vectors alone,
+    never on m, n, the batch, the operands' strides or where the element lies. (A BLAS GEMM
+    does not promise that: OpenBLAS 0.3.31's sgemm on this project's host gives rows 16-25 of
+    a 32-row block other bits than rows 0-15 for the same data, its register tiles and thread
+    shares being cut by position; and its sdot sums a strided vector in another order than a
+    contiguous one.) ``numpy.vecdot`` (NumPy 2) runs BLAS's dot on each pair; NumPy 1 stacks
+    1 x k by k x 1 products, which its matmul also runs as dots. 7-15 GFLOP/s on a 2-core host
+    against ~100 for the GEMM: the price of the promise.
+
+    >>> rng = np.random.default_rng(0)
+    >>> a, b = rng.standard_normal((1, 300, 77)), rng.standard_normal((1, 77, 5))
+    >>> whole = invariant_matmul(a, b)
+    >>> alone = np.concatenate([invariant_matmul(a[:, i:i + 1], b) for i in range(300)], axis=1)
+    >>> bool((whole == alone).all()), whole.shape, bool(np.allclose(whole, a @ b))
+    (True, (1, 300, 5), True)
+    """
+    rows = _aligned_lines(opa)[..., :, None, :]                        # (..., m, 1, k)
+    cols = _aligned_lines(opb.swapaxes(-1, -2))[..., None, :, :]       # (..., 1, n, k)
+    if _VECDOT is not None:
+        # vecdot conjugates its first argument: hand it the conjugate of the rows
+        return _VECDOT(rows.conj() if rows.dtype.kind == "c" else rows, cols)
+    return np.matmul(rows[..., None, :], cols[..., :, None])[..., 0, 0]
+
+
+#: bytes each line of :func:`_aligned_lines` starts on (a cache line; the widest SIMD load)
+LINE_ALIGN = 64
+
+
+def _aligned_lines(x):
+    """``x`` (..., lines, k) copied so that every line is contiguous and starts on a
+    LINE_ALIGN-byte boundary (a dot kernel that peels to alignment, or steps through a strided
+    vector, must see every line the same way)."""
+    *outer, lines, k = x.shape
+    isz = x.dtype.itemsize
+    step = -(-max(k, 1) * isz // LINE_ALIGN) * LINE_ALIGN // isz      # elements per line
+    count = int(np.prod(outer, dtype=np.int64)) * lines * step
+    raw = np.empty(count * isz + LINE_ALIGN, np.uint8)
+    start = -raw.ctypes.data % LINE_ALIGN
+    buf = raw[start:start + count * isz].view(x.dtype).reshape(*outer, lines, step)
+    buf[..., :k] = x
+    return buf[..., :k]
+
+
+_VECDOT = getattr(np, "vecdot", None)
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -364,12 +416,17 @@ def compute_views(desc: GemmDesc, opa, opb, cv, alpha, beta) -> None:
     """``cv = alpha·opa @ opb + beta·cv`` on views already made (the BLAS form's repeated
     NumPy call makes them itself: pyblasgemm.blas)."""
     if desc.prefix == "i":
-        int8_product(opa, opb, cv, alpha, beta)   # in blocks, into C (int32, wrapping)
+        # in blocks, into C (int32, wrapping): every partial sum exact, so the bits are the
+        # exact sum's whatever the shape (batch-invariant as it is)
+        int8_product(opa, opb, cv, alpha, beta)
         return
-    if alpha == 1 and beta == 0 and (desc.prefix, desc.compute) in MATMUL_PRODUCTS:
+    if desc.invariant:
+        acc = product(desc, opa, opb, invariant_matmul)
+    elif alpha == 1 and beta == 0 and (desc.prefix, desc.compute) in MATMUL_PRODUCTS:
         np.matmul(opa, opb, out=cv)
         return
-    acc = product(desc, opa, opb)
+    else:
+        acc = product(desc, opa, opb)
     out = acc * acc.dtype.type(alpha) if alpha != 1 else acc
     if beta != 0:  # beta == 0: C is not read, so NaN/Inf in it never propagate
         out = out + cv.astype(acc.dtype) * acc.dtype.type(beta)

@@ -49,6 +49,8 @@ value raises ``SettingError`` naming the variable, the value and what is allowed
                                 workspace, call signatures; default 1024; least recently used
                                 go first; see ``pyblasgemm.get_plan_cache()``).
 ``PYBLASGEMM_AUTOTUNE``         '1': autotune every new problem on the GPU (as ``autotune=True``).
+``PYBLASGEMM_INVARIANT``        '1': batch-invariant results for every call without
+                                ``invariant=`` (:mod:`pyblasgemm.planner.invariant`).
 ``PYBLASGEMM_NO_MEASURED_CHOICES`` '1': ignore the measured-choice table
                                 (``choices_sm90_h100.json``, :mod:`pyblasgemm.planner.measured`):
                                 the cost model alone decides.
@@ -100,7 +102,7 @@ def plan(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="N", t
          lda=None, ldb=None, ldc=None, batch: int = 1, stride_a=None, stride_b=None,
          stride_c=None, device: int = 0, align: int = 16, backend: str | None = None,
          autotune: bool = False, arch=None, activation=None, bias=None,
-         preactivation: bool = False) -> Plan:
+         preactivation: bool = False, invariant: bool | None = None) -> Plan:
     """The plan the library would use for a column-major GEMM of these sizes on the GPU.
 
     ``dtype``: float16, bfloat16, float32, float64, int8, complex64, complex128 (or 'f16',
@@ -112,6 +114,8 @@ def plan(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="N", t
     ``activation``, ``bias`` (``'m'``: one value per row of C, ``'n'``: per column) and
     ``preactivation``: an epilogue, whose route (fused in our kernel's store, in cuBLASLt's
     epilogue, or unfused) the plan records in ``Plan.epilogue`` and ``explain()`` prints.
+    ``invariant=True``: a batch-invariant plan (:mod:`pyblasgemm.planner.invariant`; None: the
+    ``PYBLASGEMM_INVARIANT`` setting).
 
     Example::
 
@@ -126,11 +130,12 @@ def plan(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="N", t
         'cuBLASLt epilogue RELU_BIAS (fused in the GEMM)'
     """
     from ..desc import check_backend
+    from .overrides import resolve_invariant
 
     desc = make_desc(m, n, k, dtype, compute=compute, transa=transa, transb=transb, lda=lda,
                      ldb=ldb, ldc=ldc, batch=batch, stride_a=stride_a, stride_b=stride_b,
                      stride_c=stride_c, device=device, align=align, activation=activation, bias=bias,
-                     preactivation=preactivation)
+                     preactivation=preactivation, invariant=resolve_invariant("plan", invariant))
     return plan_for(desc, check_backend("plan", backend), autotune=autotune, arch=_arch_arg(arch))
 
 

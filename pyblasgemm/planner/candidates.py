@@ -37,16 +37,18 @@ def _split_choices(tiles: int, kt: int, slots: int) -> list[int]:
     return sorted(s for s in want if 2 <= s <= min(64, kt // 2))
 
 
-def enumerate_candidates(desc: GemmDesc, arch: ArchSpec, cal: dict) -> list[Candidate]:
+def enumerate_candidates(desc: GemmDesc, arch: ArchSpec, cal: dict,
+                         config=None) -> list[Candidate]:
     """Every candidate config for our kernels on ``desc``, scored or rejected with the reason;
     where an operand's leading dimension keeps the kernels off TMA and 16-byte copies
     (:func:`~pyblasgemm.constraints.packable`), every config again on the packed problem, its
-    copies' cost added (those candidates carry ``pack``)."""
-    out = _enumerate(desc, arch, cal)
+    copies' cost added (those candidates carry ``pack``). ``config``: that configuration only,
+    as ``PYBLASGEMM_CONFIG`` forces one (no tile pruning; a batch-invariant plan's)."""
+    out = _enumerate(desc, arch, cal, config)
     ops = packable(desc)
     if ops:
         gpu, host = pack_seconds(desc, ops, arch, cal)
-        for c in _enumerate(packed_desc(desc, ops), arch, cal):
+        for c in _enumerate(packed_desc(desc, ops), arch, cal, config):
             if c.score is None:
                 out.append(replace(c, pack=ops))
                 continue
@@ -83,12 +85,12 @@ def pack_seconds(desc: GemmDesc, ops: tuple, arch: ArchSpec, cal: dict) -> tuple
     return gpu, len(ops) * M.launch_host_s(cal)
 
 
-def _enumerate(desc: GemmDesc, arch: ArchSpec, cal: dict) -> list[Candidate]:
+def _enumerate(desc: GemmDesc, arch: ArchSpec, cal: dict, config=None) -> list[Candidate]:
     kind = kind_of(desc)
     prob = kernel_problem_for(desc)
     out = []
     settings = current_settings()
-    forced = settings.config
+    forced = config if config is not None else settings.config
     tiles_cfgs = [forced] if forced is not None else M.candidate_configs(kind, cal, arch)
     for base in tiles_cfgs:
         ok, why = M.check(replace(base, decomposition="sliced", splits=0), prob, arch)

@@ -32,6 +32,7 @@ from .candidates import (_arch, _supports, best_of, enumerate_candidates,  # noq
                          kernel_problem_for, spec_for)
 from .overrides import current_settings
 from .plan import Candidate, Plan
+from .invariant import check_route as check_invariant_route, invariant_choice
 from .routes import epilogue_plan, group_plan
 
 __all__ = ["Plan", "Candidate", "plan_for", "clear_plan_cache", "current_settings", "kernel_problem_for"]
@@ -152,15 +153,24 @@ def _sliced(winner, cands):
                  and c.config == base and c.pack == winner.pack), None)
 
 
+_HOST_INVARIANT = ("; invariant: each element one dot product of its row and column, so its bits "
+                   "do not depend on m, n or the batch (backends.host.invariant_matmul)")
+
+
 def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: bool) -> Plan:
+    check_invariant_route(desc)
     on_host = desc.xp == "numpy"
     if requested == "auto" and on_host:
-        return Plan("host", "NumPy arrays run on the host (NumPy/SciPy BLAS)", source="host",
-                    problem=desc)
+        return Plan("host", "NumPy arrays run on the host (NumPy/SciPy BLAS)"
+                    + (_HOST_INVARIANT if desc.invariant else ""), source="host", problem=desc)
     check_backend_place(desc.routine, requested, desc.xp)
     if requested == "host":
-        return Plan("host", "forced by backend= / PYBLASGEMM_BACKEND", source="forced", problem=desc)
+        return Plan("host", "forced by backend= / PYBLASGEMM_BACKEND"
+                    + (_HOST_INVARIANT if desc.invariant else ""), source="forced", problem=desc)
     arch = _arch(desc, arch)
+    if desc.invariant:
+        pick, why, cands = invariant_choice(desc, requested, arch, M.load_calibration())
+        return _ours_plan(desc, arch, pick, why, cands, "invariant")
     if route_of(desc.prefix, desc.compute).composite is not None:
         from .composite import plan_composite
 

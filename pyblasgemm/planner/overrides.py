@@ -13,7 +13,7 @@ from ..desc import BACKEND_ALIASES, check_backend_place
 from ..kernels.config import DECOMPOSITIONS, KernelConfig
 from . import model as M
 
-__all__ = ["Settings", "current_settings", "reset"]
+__all__ = ["Settings", "current_settings", "reset", "resolve_invariant"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class Settings:
     config: KernelConfig | None = None
     autotune: bool = False
     measured_choices: bool = True      # consult the measured-choice table (measured.py)
+    invariant: bool = False            # the default of ``invariant=`` (PYBLASGEMM_INVARIANT)
 
 
 def _read_settings() -> Settings:
@@ -40,7 +41,7 @@ def _read_settings() -> Settings:
                     not _env.get("PYBLASGEMM_NO_PLAN_CACHE"), _env.get("PYBLASGEMM_PRINT_PLANS"),
                     _env.get("PYBLASGEMM_DECOMPOSITION", DECOMPOSITIONS),
                     _env.get("PYBLASGEMM_SPLITS"), cfg, _env.get("PYBLASGEMM_AUTOTUNE"),
-                    not _env.get("PYBLASGEMM_NO_MEASURED_CHOICES"))
+                    not _env.get("PYBLASGEMM_NO_MEASURED_CHOICES"), _env.get("PYBLASGEMM_INVARIANT"))
 
 
 _settings: Settings | None = None
@@ -60,6 +61,28 @@ def reset() -> None:
     """Forget the settings read; the next :func:`current_settings` reads the environment."""
     global _settings
     _settings = None
+
+
+def resolve_invariant(routine: str, value) -> bool:
+    """``invariant=`` as the call runs it: True or False as given, None the setting
+    (``PYBLASGEMM_INVARIANT``, default False). TypeError for anything else, naming the
+    argument (``invariant=1`` is refused: a typo should not pass for a promise).
+
+    >>> resolve_invariant("matmul", None)
+    False
+    >>> resolve_invariant("matmul", "yes")
+    Traceback (most recent call last):
+        ...
+    TypeError: matmul: invariant='yes' must be True, False or None (None: the PYBLASGEMM_INVARIANT setting)
+    """
+    if value is None:
+        return current_settings().invariant
+    if value is True or value is False:
+        return value
+    if type(value).__name__ == "bool_":      # NumPy's bool
+        return bool(value)
+    raise TypeError(f"{routine}: invariant={value!r} must be True, False or None "
+                    f"(None: the PYBLASGEMM_INVARIANT setting)")
 
 
 def check_forced_backend(routine: str, backend: str | None, xp: str) -> None:

@@ -53,7 +53,8 @@ def _prefix(dtype) -> str:
 def make_desc(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="N", transb="N",
               lda=None, ldb=None, ldc=None, batch: int = 1, stride_a=None, stride_b=None,
               stride_c=None, device: int = 0, align: int = 16, xp: str = "cupy",
-              activation=None, bias=None, preactivation: bool = False) -> GemmDesc:
+              activation=None, bias=None, preactivation: bool = False,
+              invariant: bool = False) -> GemmDesc:
     """A validated ``GemmDesc`` for a column-major problem given by sizes only.
 
     Leading dimensions default to the tight ones, batch strides to packed matrices; ``align``
@@ -61,7 +62,8 @@ def make_desc(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="
     ``'3xtf32'`` is float32 with that compute mode. ``activation`` (a name of
     :data:`pyblasgemm.epilogue.ACTIVATIONS`), ``bias`` (``'m'``: one value per row of C,
     ``'n'``: per column) and ``preactivation`` describe an epilogue (its pointers ``align``-byte
-    aligned too).
+    aligned too). ``invariant``: batch-invariant along m, the rows of the column-major C
+    (:mod:`pyblasgemm.planner.invariant`).
 
     >>> make_desc(64, 64, 64, activation="gelu", bias="n").epilogue.describe()
     'bias per column of the described C, gelu'
@@ -104,4 +106,5 @@ def make_desc(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="
                                 bool(preactivation), align if preactivation else 0)
     # the description's alignment covers the leading dimensions and strides too
     return describe(r, row, compute, ta, tb, m, n, k, lda, ldb, ldc, batch, sa, sb, sc, xp,
-                    device if xp == "cupy" else -1, (align,), one, zero, epilogue=epilogue)
+                    device if xp == "cupy" else -1, (align,), one, zero, epilogue=epilogue,
+                    invariant="m" if invariant else "")

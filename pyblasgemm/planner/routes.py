@@ -59,6 +59,12 @@ def epilogue_plan(desc, base: Plan, requested: str, arch: ArchSpec | None) -> Pl
     unfused_time = base.predicted_s + pass_s if base.predicted_s is not None else None
     ours_own, ours_other = _ours_options(desc, base, requested)
     lt = _cublaslt_option(desc, base, requested)
+    if desc.invariant:
+        # the invariant plan's own configuration only: another one, or cuBLASLt's kernel,
+        # would add the K terms in another order (planner/invariant.py)
+        ours_other = None
+        lt = RouteOption("cublaslt", "fused in cuBLASLt's epilogue", None,
+                         "invariant=True: its kernel changes with the shape")
     unfused = RouteOption("unfused", f"unfused: the planned GEMM ({base.backend}) + one pass",
                           unfused_time, f"pass {pass_s * 1e6:.1f} us")
     options = tuple(o for o in (ours_own, ours_other, lt) if o is not None) + (unfused,)
