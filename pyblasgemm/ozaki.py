@@ -55,6 +55,7 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["MODULI", "MAX_BITS", "DEFAULT_BITS", "GUARD_HI_BITS", "GUARD_SUM_BITS", "OzakiSetting", "bits_for",
+           "error_bound",
            "setting", "split", "residues", "reconstruct", "crt_chunks", "crt_tables", "residue_products_host",
            "guard_constants", "guard_planes", "guard_failures", "dgemm_ozaki", "zgemm_ozaki"]
 
@@ -103,6 +104,21 @@ class OzakiSetting(NamedTuple):
     def planes(self) -> int:
         """The int8 GEMMs of one product: one per modulus, one more for the guard."""
         return self.count + int(self.guard)
+
+    def bound(self) -> str:
+        """The error bound of a product made with this setting, in words (``explain()`` prints
+        it; :func:`error_bound` computes it).
+
+        >>> setting(1024, bits=40).bound()
+        '|c_ij - exact| <= 1024 * 2^-38 * max|a_i.| * max|b_.j| + 4u|c_ij| (u = 2^-53)'
+        >>> setting(1024).bound().endswith("(the guard)")
+        True
+        """
+        text = (f"|c_ij - exact| <= {self.k} * 2^-{self.bits - 2} * max|a_i.| * max|b_.j| + 4u|c_ij| "
+                f"(u = 2^-53)")
+        if self.guard:
+            text += "; and never above native float64's gamma_k * sum_k |a_ik||b_kj| (the guard)"
+        return text
 
     def describe(self) -> str:
         """One line for messages and plans.
@@ -200,6 +216,33 @@ def split(x: np.ndarray, axis: int, bits: int):
     exps = np.where(biggest > 0, bits - top, 0).astype(np.int64)
     scaled = np.ldexp(x, exps)                  # exact: a power of two (|scaled| < 2^bits)
     return np.trunc(scaled).astype(np.int64), exps.reshape(-1)
+
+
+def error_bound(a: np.ndarray, b: np.ndarray, c: np.ndarray, how: OzakiSetting) -> np.ndarray:
+    """Each element's bound on ``|c - a @ b|`` (exact product) for ``c`` made by the scheme with
+    ``how`` (its bits; rows and columns it ran natively are not covered): the truncation of
+    :func:`split` and the reconstruction's rounding.
+
+    A row scaled by ``2^(bits - top)``, ``max|a_i.| < 2^top <= 2 max|a_i.|``, loses less than
+    one unit of the scaled integer: ``|Δa_ik| < 2^(top - bits) <= 2^(1-bits) max|a_i.|``, and
+    likewise each column of B. ``a·b - (a-Δa)·(b-Δb) = Δa·b + a·Δb - Δa·Δb``, where
+    ``|Δa·b - Δa·Δb| = |Δa|·|b - Δb| <= |Δa|·|b|``: summed over k, less than
+    ``k·2^(2-bits)·max|a_i.|·max|b_.j|``. The integer ``A'B'`` is exact (CRT); its scaling by
+    powers of two is exact (unless C underflows), and the float64 it becomes is within two
+    ulps, ``4u|c|``.
+
+    >>> rng = np.random.default_rng(0)
+    >>> a = rng.standard_normal((8, 300)) * np.exp2(rng.integers(-30, 30, (8, 300)))
+    >>> b = rng.standard_normal((300, 6))
+    >>> c, how = dgemm_ozaki(a, b, bits=30, fallback=False)
+    >>> exact = (a.astype(np.longdouble) @ b.astype(np.longdouble))
+    >>> bool(np.all(np.abs(c - exact) <= error_bound(a, b, c, how)))
+    True
+    """
+    row_max = np.max(np.abs(a), axis=1, keepdims=True)
+    col_max = np.max(np.abs(b), axis=0, keepdims=True)
+    u = 2.0**-53
+    return how.k * 2.0**(2 - how.bits) * row_max * col_max + 4 * u * np.abs(c)
 
 
 def residues(ints: np.ndarray, p: int) -> np.ndarray:

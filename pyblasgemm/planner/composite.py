@@ -67,7 +67,8 @@ class CompositeSpec(NamedTuple):
         cfg = f" config {inner.config.name}" if inner.config is not None else ""
         what = (f"{self.setting.describe()}" if self.setting is not None else
                 f"one {self.inner.compute} product of the stacked real and imaginary parts")
-        return [f"composite: {what}",
+        bound = [f"  error: {self.setting.bound()}"] if self.setting is not None else []
+        return [f"composite: {what}"] + bound + [
                 f"  inner GEMM: {self.inner.routine} m={self.inner.m} n={self.inner.n} k={self.inner.k} "
                 f"batch={self.inner.batch} on {inner.backend}{cfg}, predicted {inner.predicted_s * 1e6:.1f} us",
                 f"  passes around it: {self.passes_s * 1e6:.1f} us predicted; native route "
