@@ -411,7 +411,8 @@ def test_every_bench_results_json_records_its_provenance():
     """Every script that writes a results JSON takes suite.provenance (the seed, the
     PYBLASGEMM_* settings, NVRTC): itself or through heldout.meta."""
     scripts = [p for p in sorted((ROOT / "bench").glob("*.py"))
-               if "json.dump" in p.read_text() and p.name != "corpus.py"]   # (the corpus: input)
+               if "json.dump" in p.read_text()
+               and p.name not in ("corpus.py", "model_corpus.py")]   # (the corpora: inputs)
     assert len(scripts) >= 15
     lacking = [p.name for p in scripts
                if "provenance(" not in p.read_text() and "meta(" not in p.read_text()
@@ -447,3 +448,29 @@ def test_readme_heldout_table_is_the_named_results_files():
         assert gpu in doc["meta"]["device"]["name"] and doc["meta"]["device"]["name"] in section
         assert len(doc["rows"]) == len(corpus["entries"]) == 168
         assert doc["meta"]["git_sha"][:7] in section
+
+
+# ---------------------------------------------------------------------------------------------
+# the model-layer corpus (bench/model_corpus.py)
+
+
+def test_model_corpus_is_its_generators_and_marks_the_planners_shapes():
+    """The committed model-layer corpus equals its regeneration (a planner table that gains one
+    of its shapes changes ``in_planner_data`` and fails this: a leak is seen, not hidden), and
+    every layer is the product its configuration gives."""
+    from bench import model_corpus as mc
+
+    doc = mc.load()
+    assert doc == json.loads(mc.dumps(mc.generate()))
+    entries = doc["entries"]
+    assert len({e["id"] for e in entries}) == len(entries)
+    assert {e["model"] for e in entries} == set(mc.MODELS) and len(mc.MODELS) >= 8
+    assert {e["m"] for e in entries if e["phase"] == "decode"} == set(mc.DECODE)
+    pre = [e["m"] for e in entries if e["phase"] == "prefill"]
+    assert min(pre) >= mc.PREFILL_RANGE[0] and max(pre) <= mc.PREFILL_RANGE[1] and any(m % 2 for m in pre)
+    # Llama-3-8B: q 4096 + k, v 8 x 128 each; gate/up 14336; Gemma-2-9B: 16 heads of 256
+    layer = {(e["model"], e["layer"]): (e["k"], e["n"]) for e in entries}
+    assert layer["llama-3-8b", "qkv"] == (4096, 6144) and layer["llama-3-8b", "down"] == (14336, 4096)
+    assert layer["gemma-2-9b", "qkv"] == (3584, 8192) and layer["gemma-2-9b", "o"] == (4096, 3584)
+    assert layer["falcon-7b", "qkv"] == (4544, 4672) and layer["phi-3-mini", "gate_up"] == (3072, 16384)
+    assert any(e["in_planner_data"] for e in entries) and not all(e["in_planner_data"] for e in entries)
