@@ -111,15 +111,21 @@ def _on_gpu(x, kind: str) -> bool:
     return int(dev) in (_KDL_CUDA, _KDL_CUDA_MANAGED)
 
 
+#: ml_dtypes' types that DLPack and ``Tensor.numpy()`` do not carry: name -> the integer type of
+#: their size, whose bits are exchanged instead and viewed back (one row per type)
+_BITS_ONLY = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
+
+
 def _to_native(x, kind: str, gpu: bool):
     """A NumPy / CuPy view of ``x``'s memory."""
     if kind == "torch":
         import torch
 
         x = x.detach()
-        bf16 = x.dtype == torch.bfloat16
-        if bf16:
-            x = x.view(torch.int16)
+        name = str(x.dtype).rpartition(".")[2]          # 'torch.float8_e4m3fn' -> 'float8_e4m3fn'
+        bits = _BITS_ONLY.get(name)
+        if bits is not None:
+            x = x.view(getattr(torch, bits))
         if gpu:
             import cupy
 
@@ -127,10 +133,10 @@ def _to_native(x, kind: str, gpu: bool):
                 native = cupy.from_dlpack(x)
         else:
             native = x.numpy()
-        if bf16:
+        if bits is not None:
             import ml_dtypes
 
-            native = native.view(ml_dtypes.bfloat16)
+            native = native.view(getattr(ml_dtypes, name))
         return native
     if kind == "cai":
         import cupy
@@ -142,12 +148,13 @@ def _to_native(x, kind: str, gpu: bool):
         if kind == "jax":
             return _jax_gpu_view(cupy, x)
         return cupy.from_dlpack(x)
-    if kind == "jax" and str(x.dtype) == "bfloat16":
-        # NumPy's DLPack import has no bfloat16 ("Unsupported dtype in DLTensor"): the bits
+    if kind == "jax" and str(x.dtype) in _BITS_ONLY:
+        # NumPy's DLPack import has no bfloat16 or float8 ("Unsupported dtype in DLTensor"): the bits
         import jax
         import ml_dtypes
 
-        return np.from_dlpack(jax.lax.bitcast_convert_type(x, "uint16")).view(ml_dtypes.bfloat16)
+        bits = "u" + _BITS_ONLY[str(x.dtype)].lstrip("u")
+        return np.from_dlpack(jax.lax.bitcast_convert_type(x, bits)).view(getattr(ml_dtypes, str(x.dtype)))
     return np.from_dlpack(x)
 
 
@@ -161,8 +168,8 @@ def _jax_gpu_view(cupy, x):
     ptr = x.unsafe_buffer_pointer()
     dtype = np.dtype(x.dtype)
     mem = cupy.cuda.UnownedMemory(ptr, x.size * dtype.itemsize, x, _jax_device_id(x))
-    if dtype.name == "bfloat16":            # made as its bits, then viewed (as torch's are)
-        return cupy.ndarray(x.shape, np.int16, cupy.cuda.MemoryPointer(mem, 0)).view(dtype)
+    if dtype.name in _BITS_ONLY:            # made as its bits, then viewed (as torch's are)
+        return cupy.ndarray(x.shape, _BITS_ONLY[dtype.name], cupy.cuda.MemoryPointer(mem, 0)).view(dtype)
     return cupy.ndarray(x.shape, dtype, cupy.cuda.MemoryPointer(mem, 0))
 
 

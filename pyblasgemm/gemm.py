@@ -20,6 +20,7 @@ from .desc import (INT32_MAX, _SCALAR_LIMITS, _scalar_value, check_backend, chec
                    check_same_place, check_scalar)
 from .epilogue import acc_dtype, check as check_epilogue
 from .epilogue_pass import run_unfused
+from .fp8 import is_fp8, scaled_matmul
 from .planner.overrides import resolve_invariant
 
 _ROUTINE = "gemm"
@@ -358,6 +359,14 @@ def _with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend, aut
     if arrays.is_foreign(a, b, out, bias, preactivation_out, scale_a, scale_b):
         return _foreign_gemm(transa, transb, a, b, out, alpha, beta, compute, backend, autotune,
                              stream, bias, activation, preactivation_out, scale_a, scale_b, invariant)
+    if is_fp8(getattr(a, "dtype", None)) or is_fp8(getattr(b, "dtype", None)):
+        real = ROW_BY_DTYPE[np.dtype(np.float32)]      # float8 is real: 'C' means 'T'
+        ta = check_gemm_flag(r, 1, "transa", transa, real)
+        tb = check_gemm_flag(r, 2, "transb", transb, real)
+        return scaled_matmul(r, a if ta == "N" else a.T, b if tb == "N" else b.T, out, None, bias,
+                             activation, preactivation_out, scale_a, scale_b, check_backend(r, backend),
+                             alpha=check_scalar(r, 6, "alpha", _scalar_value(alpha), real),
+                             beta=check_scalar(r, 7, "beta", _scalar_value(beta), real))
     xp_name, row = check_operands(r, a, b)
     ta = check_gemm_flag(r, 1, "transa", transa, row)
     tb = check_gemm_flag(r, 2, "transb", transb, row)

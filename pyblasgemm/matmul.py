@@ -34,6 +34,7 @@ from ._layout import may_overlap
 from .desc import check_backend
 from .epilogue import acc_dtype, check as check_epilogue, check_activation, note_route, numpy_result
 from .epilogue_pass import run_unfused
+from .fp8 import is_fp8, scaled_matmul
 from .planner.overrides import check_forced_backend, current_settings, resolve_invariant
 
 _ROUTINE = "matmul"
@@ -648,6 +649,9 @@ def _with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, a
     if xp_name is None or _arrays.array_module_name(b) != xp_name:
         raise TypeError(f"{r}: an epilogue needs a and b to be NumPy arrays or CuPy arrays "
                         f"(both of one kind), got {type(a).__name__} and {type(b).__name__}")
+    if is_fp8(a.dtype) or is_fp8(b.dtype):
+        return scaled_matmul(r, a, b, out, dtype, bias, activation, preactivation_out, scale_a,
+                             scale_b, check_backend(r, backend))
     shape = _matmul_shape(a, b)
     dequant = scale_a is not None or scale_b is not None
     # NumPy's result type (bfloat16 @ bfloat16 is float32 with ml_dtypes), and NumPy's rule

@@ -1,0 +1,247 @@
+"""FP8 products with scales: ``(scale_a ⊙ a) @ (scale_b ⊙ b)`` for float8 operands.
+
+The operands are ``float8_e4m3fn`` or ``float8_e5m2`` (ml_dtypes' types, PyTorch's
+``torch.float8_e4m3fn`` / ``torch.float8_e5m2``), and each comes with float32 scales in one of
+the layouts the FP8 libraries use (cuBLASLt 13, ``torch._scaled_mm``, DeepGEMM):
+
+=============  ===========================  ===========================================
+layout         ``scale_a`` (a is m x k)     ``scale_b`` (b is k x n)
+=============  ===========================  ===========================================
+tensor         one value: shape () or (1,)  one value: shape () or (1,)
+rows / cols    (m,): one per row of a       (n,): one per column of b
+blocks         (m, ceil(k/128)): 1 x 128    (ceil(k/128), ceil(n/128)): 128 x 128
+=============  ===========================  ===========================================
+
+so that ``c[i, j] = sum_k scale_a(i, k) · a[i, k] · scale_b(k, j) · b[k, j]``, then ``+ bias``
+and the activation, in the output type (float32 by default; float16 or bfloat16 by ``dtype=``).
+
+The host computes it from **exact block sums**: every value of both types is an integer times a
+power of two (e4m3: units of 2^-9, at most 448; e5m2: units of 2^-16, at most 57344), so each
+128-term sum of products is an exact int64 sum (e5m2 operands are split into 16-bit halves
+first: their products would pass 2^63), and only the scaling and the sum over blocks round, in
+float64 (2^-53 relative, far below any output type's rounding).
+
+>>> import numpy as np, ml_dtypes, pyblasgemm
+>>> a = np.array([[1.5, -2.0], [0.25, 448.0]], dtype=ml_dtypes.float8_e4m3fn)
+>>> b = np.array([[2.0, 1.0], [0.5, -0.125]], dtype=ml_dtypes.float8_e4m3fn)
+>>> pyblasgemm.matmul(a, b, scale_a=np.float32(0.5), scale_b=np.array([1, 2], np.float32))
+array([[  1.  ,   1.75],
+       [112.25, -55.75]], dtype=float32)
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from . import _arrays
+from ._types import dtype_text
+from .epilogue import check as check_epilogue
+from .epilogue_pass import run_unfused
+
+__all__ = ["FP8_TYPES", "BLOCK", "is_fp8", "check_scales", "scaled_product", "scaled_matmul"]
+
+#: the output types of a float8 product (``dtype=``; float32 by default)
+OUT_DTYPES = ("float32", "float16", "bfloat16")
+
+#: the K (and N) extent one block scale covers: DeepGEMM's and cuBLASLt's 1 x 128 and
+#: 128 x 128 blocks
+BLOCK = 128
+
+
+class Fp8Type(NamedTuple):
+    name: str
+    unit_exponent: int      # every value is an integer times 2^unit_exponent (the subnormal step)
+    max_units: int          # the largest |value| in those units
+
+
+def _fp8_types() -> dict:
+    import ml_dtypes
+
+    return {np.dtype(ml_dtypes.float8_e4m3fn): Fp8Type("float8_e4m3fn", -9, 448 << 9),
+            np.dtype(ml_dtypes.float8_e5m2): Fp8Type("float8_e5m2", -16, 57344 << 16)}
+
+
+#: operand dtype -> its integer form (one row per type)
+FP8_TYPES = _fp8_types()
+
+
+def is_fp8(dtype) -> bool:
+    """Whether ``dtype`` is one of the float8 operand types.
+
+    >>> import ml_dtypes
+    >>> is_fp8(ml_dtypes.float8_e5m2), is_fp8(np.float16)
+    (True, False)
+    """
+    try:
+        return np.dtype(dtype) in FP8_TYPES
+    except TypeError:
+        return False
+
+
+def check_scales(routine: str, scale_a, scale_b, m: int, n: int, k: int, names=None) -> tuple:
+    """``(layout of scale_a, layout of scale_b)`` ('tensor', 'rows' / 'cols', 'blocks'), or a
+    TypeError / ValueError naming the argument, its shape and the layouts it may have (the
+    module docstring's table), before any work. Both scales are required, float32.
+
+    >>> check_scales("matmul", np.ones(3, np.float32), np.ones((2, 1), np.float32), 3, 100, 200)
+    ('rows', 'blocks')
+    >>> check_scales("matmul", np.ones(4, np.float32), np.float32(1), 3, 100, 200)
+    Traceback (most recent call last):
+        ...
+    ValueError: matmul: scale_a has shape (4,); for a of 3 x 200 it must be () or (1,) (one scale), (3,) (one per row) or (3, 2) (one per 1 x 128 block)
+    """
+    names = {"scale_a": "scale_a", "scale_b": "scale_b", **(names or {})}
+    if scale_a is None or scale_b is None:
+        raise ValueError(f"{routine}: a float8 product needs both {names['scale_a']} and "
+                         f"{names['scale_b']} (pass 1.0 for an unscaled operand); got only "
+                         f"{names['scale_a'] if scale_b is None else names['scale_b']}")
+    kb, nb = -(-k // BLOCK), -(-n // BLOCK)
+    layouts = []
+    for key, x, shapes, operand in (
+            ("scale_a", scale_a, {(): "tensor", (1,): "tensor", (m,): "rows", (m, kb): "blocks"},
+             f"a of {m} x {k}"),
+            ("scale_b", scale_b, {(): "tensor", (1,): "tensor", (n,): "cols", (kb, nb): "blocks"},
+             f"b of {k} x {n}")):
+        dtype = getattr(x, "dtype", None)
+        if dtype is None or np.dtype(dtype) != np.float32:
+            raise TypeError(f"{routine}: {names[key]} must be a float32 array or scalar, got "
+                            f"{dtype_text(dtype) if dtype is not None else type(x).__name__}")
+        shape = tuple(x.shape)
+        if shape not in shapes:
+            per = ((f"({m},) (one per row) or ({m}, {kb}) (one per 1 x {BLOCK} block)") if key == "scale_a"
+                   else f"({n},) (one per column) or ({kb}, {nb}) (one per {BLOCK} x {BLOCK} block)")
+            raise ValueError(f"{routine}: {names[key]} has shape {shape}; for {operand} it must be () "
+                             f"or (1,) (one scale), {per}")
+        layouts.append(shapes[shape])
+    return tuple(layouts)
+
+
+def _units(x: np.ndarray) -> np.ndarray:
+    """The fp8 values as exact int64 multiples of their type's unit (NaN refused by the caller)."""
+    t = FP8_TYPES[x.dtype]
+    return np.ldexp(x.astype(np.float64), -t.unit_exponent).astype(np.int64)
+
+
+def _halves(u: np.ndarray) -> tuple:
+    """``(hi, lo)`` with ``u = hi · 2^16 + lo``, ``0 <= lo < 2^16``: int64 parts whose products
+    stay below 2^32."""
+    lo = u & 0xFFFF
+    return (u - lo) >> 16, lo
+
+
+def _block_sums(ua: np.ndarray, ub: np.ndarray, wide: bool) -> np.ndarray:
+    """float64 (m, n) of ``ua @ ub`` for one K block, from exact int64 sums (halves when
+    ``wide``: products that would pass 2^63)."""
+    if not wide:
+        return np.matmul(ua, ub).astype(np.float64)
+    (ah, al), (bh, bl) = _halves(ua), _halves(ub)
+    hh, mid, ll = ah @ bh, ah @ bl + al @ bh, al @ bl
+    return hh.astype(np.float64) * 2.0**32 + mid.astype(np.float64) * 2.0**16 + ll.astype(np.float64)
+
+
+def scaled_product(a: np.ndarray, b: np.ndarray, scale_a, scale_b) -> np.ndarray:
+    """The float64 (m, n) array ``sum_k scale_a(i, k) a[i, k] scale_b(k, j) b[k, j]`` for float8
+    NumPy ``a`` (m, k) and ``b`` (k, n) and scales checked by :func:`check_scales`. NaN in an
+    operand gives NaN where it takes part (as the product of the dequantized values would).
+
+    >>> import ml_dtypes
+    >>> a = np.full((1, 256), 57344, ml_dtypes.float8_e5m2)       # products past 2^63 units
+    >>> b = np.full((256, 1), 57344, ml_dtypes.float8_e5m2)
+    >>> float(scaled_product(a, b, np.float32(1), np.float32(1))[0, 0]) == 256 * 57344.0**2
+    True
+    """
+    m, k = a.shape
+    n = b.shape[1]
+    bad_a, bad_b = ~np.isfinite(a.astype(np.float32)), ~np.isfinite(b.astype(np.float32))
+    if bad_a.any() or bad_b.any():
+        # NaN (e4m3fn has no Inf): computed on the dequantized float64 values, which carry it
+        return _dequantized(a, scale_a, True, k) @ _dequantized(b, scale_b, False, k)
+    ua, ub = _units(a), _units(b)
+    ta, tb = FP8_TYPES[a.dtype], FP8_TYPES[b.dtype]
+    wide = ta.max_units * tb.max_units * BLOCK >= 2**62
+    unit = 2.0 ** (ta.unit_exponent + tb.unit_exponent)
+    sa = np.asarray(scale_a, np.float64)
+    sb = np.asarray(scale_b, np.float64)
+    blocked = sa.ndim == 2 or sb.ndim == 2
+    c = np.zeros((m, n), np.float64)
+    for blk, k0 in enumerate(range(0, k, BLOCK)):
+        s = _block_sums(ua[:, k0:k0 + BLOCK], ub[k0:k0 + BLOCK], wide) * unit
+        if blocked:
+            row = sa[:, blk:blk + 1] if sa.ndim == 2 else _column(sa, m)
+            col = np.repeat(sb[blk], BLOCK)[:n] if sb.ndim == 2 else _row(sb, n)
+            s = row * s * col
+        c += s
+    if not blocked:
+        c = _column(sa, m) * c * _row(sb, n)
+    return c
+
+
+def _column(s: np.ndarray, m: int) -> np.ndarray:
+    """scale_a of the 'tensor' or 'rows' layout as an (m or 1, 1) column."""
+    return s.reshape(1, 1) if s.size == 1 else s.reshape(m, 1)
+
+
+def _row(s: np.ndarray, n: int) -> np.ndarray:
+    """scale_b of the 'tensor' or 'cols' layout as a (1, n or 1) row."""
+    return s.reshape(1, 1) if s.size == 1 else s.reshape(1, n)
+
+
+def _dequantized(x: np.ndarray, scale, is_a: bool, k: int) -> np.ndarray:
+    """float64 ``scale ⊙ x`` (the scales spread over the elements they cover)."""
+    s = np.asarray(scale, np.float64)
+    v = x.astype(np.float64)
+    if s.ndim == 2:
+        if is_a:        # (m, ceil(k/128)): each covers 128 columns of a row
+            return v * np.repeat(s, BLOCK, axis=1)[:, :k]
+        full = np.repeat(np.repeat(s, BLOCK, axis=0), BLOCK, axis=1)
+        return v * full[:k, :v.shape[1]]
+    if s.size == 1:
+        return v * s.reshape(())
+    return v * (s.reshape(-1, 1) if is_a else s.reshape(1, -1))
+
+
+def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivation_out, scale_a,
+                  scale_b, backend=None, names=None, alpha=1.0, beta=0.0):
+    """The float8 route of :func:`pyblasgemm.matmul` / :func:`pyblasgemm.gemm` with scales:
+    ``out = act(alpha·scaled_product + beta·out + bias)`` for 2-D float8 ``a`` (m x k) and
+    ``b`` (k x n) (op() already applied; ``beta`` reads ``out`` only when it is not 0), every
+    argument checked before any work. The host computes it (:func:`scaled_product`); CuPy
+    arrays are refused (NotImplementedError): the GPU route is not built yet."""
+    r = routine
+    for name, x in (("a", a), ("b", b)):
+        if not is_fp8(x.dtype) or x.ndim != 2:
+            raise TypeError(f"{r}: a float8 product takes 2-D float8_e4m3fn / float8_e5m2 a and b "
+                            f"(either type each); {name} is {x.ndim}-D {dtype_text(x.dtype)}")
+    m, k = a.shape
+    k2, n = b.shape
+    if k != k2:
+        raise ValueError(f"{r}: a is {m} x {k} but b is {k2} x {n}; the inner dimensions must agree")
+    want = np.dtype(dtype) if dtype is not None else (out.dtype if out is not None else np.dtype(np.float32))
+    if want.name not in OUT_DTYPES:
+        raise TypeError(f"{r}: a float8 product is {', '.join(OUT_DTYPES)}, not {dtype_text(want)}")
+    if out is not None and (tuple(out.shape) != (m, n) or out.dtype != want):
+        raise ValueError(f"{r}: out has shape {tuple(out.shape)} and dtype {dtype_text(out.dtype)}; "
+                         f"the result is ({m}, {n}) {want.name}")
+    xp_name = _arrays.array_module_name(a)
+    epi = check_epilogue(r, (m, n), (m, n), want, xp_name, bias, activation, preactivation_out,
+                         None, None, np.float32, names)
+    check_scales(r, scale_a, scale_b, m, n, k, names)
+    for key, x in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if _arrays.array_module_name(x) not in (xp_name, None) or (
+                xp_name == "numpy" and not isinstance(x, (np.ndarray, np.generic))):
+            raise TypeError(f"{r}: {key} must be an array of the operands' kind ({xp_name})")
+    if backend not in (None, "auto", "host"):
+        raise ValueError(f"{r}: backend={backend!r}: float8 products run on the host backend only "
+                         f"(their GPU route is not built yet)")
+    if xp_name != "numpy":
+        raise NotImplementedError(
+            f"{r}: float8 products on the GPU are not built yet (our wgmma kernel's FP8 kind, with "
+            f"cuBLASLt as fallback, is the next step); the host computes them: pass NumPy arrays")
+    result = out if out is not None else np.empty((m, n), want)
+    t = scaled_product(a, b, scale_a, scale_b)
+    if alpha != 1:
+        t = t * float(alpha)
+    if beta != 0 and out is not None:
+        t = t + float(beta) * out.astype(np.float64)
+    return run_unfused(epi, "numpy", t, None, None, None, bias, None, None, preactivation_out, result)
