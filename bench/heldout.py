@@ -226,7 +226,10 @@ def summarize(rows) -> dict:
         groups.setdefault(GROUPS[r["dtype"]], []).append(r)
     out = {}
     for g, grows in groups.items():
-        classes = [c for c in corpus.CLASSES if any(r["class"] == c for r in grows)]
+        # the random corpus's classes in their order, then any other (the model-layer
+        # corpus's decode / prefill)
+        seen = list(dict.fromkeys(r["class"] for r in grows))
+        classes = [c for c in corpus.CLASSES if c in seen] + [c for c in seen if c not in corpus.CLASSES]
         out[g] = {"overall": _stats(grows),
                   "by_class": {c: _stats([r for r in grows if r["class"] == c]) for c in classes}}
     out["no_yardstick"] = [r["id"] for r in rows if not r.get("yardstick")]

@@ -21,9 +21,11 @@ they came from, the benchmark suite or the random held-out sets is *marked*, not
 (``in_planner_data``: model layers are what everyone tunes for, and Llama-3-8B's are in the
 tables); summaries report the unmarked entries too.
 
-Each entry: ``m`` tokens, ``n`` output features, ``k`` input features, ``dtype`` bfloat16 (the
-layers' type), ``layout`` ``'x @ W.T'`` (A = x (m, k) row-major, B = W.T with W (n, k)
-row-major).
+Each entry is a bench/corpus.py entry (bench/heldout.py runs either: ``--corpus
+bench/model_layers_2026-11-27.json``): ``class`` decode or prefill, ``m`` tokens, ``n`` output
+features, ``k`` input features, ``batch`` 1, ``dtype`` bfloat16 (the layers' type),
+``transa`` 'N' and ``transb`` 'T' (A = x (m, k) row-major, B = W.T with W (n, k) row-major),
+plus ``model``, ``layer`` and ``in_planner_data``.
 """
 from __future__ import annotations
 
@@ -91,9 +93,9 @@ def generate(seed: int = SEED) -> dict:
             for m in DECODE + tuple(prefill):
                 hits = sorted({w for key in ((m, n, k), (n, m, k)) for w in known.get(key, [])})
                 entries.append({"id": f"{model}/{name}/m{m}", "model": model, "layer": name,
-                                "m": m, "n": n, "k": k, "dtype": "bfloat16", "layout": "x @ W.T",
-                                "phase": "decode" if m in DECODE else "prefill",
-                                "in_planner_data": hits})
+                                "class": "decode" if m in DECODE else "prefill",
+                                "m": m, "n": n, "k": k, "batch": 1, "dtype": "bfloat16",
+                                "transa": "N", "transb": "T", "in_planner_data": hits})
             layer_index += 1
     return {"name": CORPUS.name, "seed": seed, "how": __doc__, "models": {
         model: [{"layer": name, "in": k, "out": n} for name, k, n in layers] for model, layers in MODELS.items()},

@@ -465,8 +465,11 @@ def test_model_corpus_is_its_generators_and_marks_the_planners_shapes():
     entries = doc["entries"]
     assert len({e["id"] for e in entries}) == len(entries)
     assert {e["model"] for e in entries} == set(mc.MODELS) and len(mc.MODELS) >= 8
-    assert {e["m"] for e in entries if e["phase"] == "decode"} == set(mc.DECODE)
-    pre = [e["m"] for e in entries if e["phase"] == "prefill"]
+    assert {e["m"] for e in entries if e["class"] == "decode"} == set(mc.DECODE)
+    pre = [e["m"] for e in entries if e["class"] == "prefill"]
+    # entries of bench/corpus.py's form: bench/heldout.py runs them
+    assert all((e["batch"], e["transa"], e["transb"], e["dtype"]) == (1, "N", "T", "bfloat16")
+               for e in entries)
     assert min(pre) >= mc.PREFILL_RANGE[0] and max(pre) <= mc.PREFILL_RANGE[1] and any(m % 2 for m in pre)
     # Llama-3-8B: q 4096 + k, v 8 x 128 each; gate/up 14336; Gemma-2-9B: 16 heads of 256
     layer = {(e["model"], e["layer"]): (e["k"], e["n"]) for e in entries}
