@@ -45,7 +45,7 @@ from .arch import ArchSpec
 from .candidates import _supports, enumerate_candidates
 from .plan import Candidate
 
-__all__ = ["REFERENCE_SIZES", "invariant_choice", "invariant_config", "check_route"]
+__all__ = ["REFERENCE_SIZES", "invariant_choice", "invariant_config", "reference_alignment", "check_route"]
 
 #: the row counts a batch-invariant configuration is chosen on (the invariant dimension, with
 #: the other one the problem's own): decode-sized to prefill-sized, so the one configuration
