@@ -286,14 +286,18 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
                               activation, preactivation_out, scale_a, scale_b, invariant)
     t = type(a)
     if (t is np.ndarray and type(b) is t and out is None and dtype is None and compute is None
-            and backend is None and autotune is None and invariant is None and not numpy_kwargs
-            and a.dtype.num == b.dtype.num and a.dtype.num in _HOST_DIRECT
-            and (a.dtype.char != "f" or get_default_compute() == "fp32")
-            and _host_direct_allowed(current_settings())):
+            and backend is None and autotune is None and invariant is None and not numpy_kwargs):
         # two NumPy operands, no keywords: the host backend's arithmetic as one NumPy call
         # (float32/float64/complex/int8: numpy.matmul itself, bit for bit) at NumPy's cost
-        # (4x4: ~1.3 µs, against ~50 µs through describe and plan)
-        return _HOST_DIRECT[a.dtype.num](a, b)
+        # (4x4: ~1.3 µs, against ~50 µs through describe and plan; each check here is ~0.05 µs
+        # of a budget the host tests hold to 2x NumPy's call)
+        num = a.dtype.num
+        direct = _HOST_DIRECT.get(num)
+        if direct is not None and b.dtype.num == num and (
+                num != _FLOAT32_NUM or get_default_compute() == "fp32"):
+            s = current_settings()
+            if s.backend in _HOST_BACKENDS and not s.invariant:
+                return direct(a, b)
     if (t is _CUPY[0] and autotune is None and not numpy_kwargs
             and (dtype is None or isinstance(dtype, _DTYPE_WORDS))):
         # a repeated CuPy call: its signature maps straight to the launch that ran it
@@ -351,12 +355,6 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
             arrays.torch_record((_ROUTINE, compute, backend, None, invariant), a, b, out, back)
         return back
     return _core(a, b, out, dtype, compute, backend, autotune, stream, numpy_kwargs, invariant)
-
-
-def _host_direct_allowed(settings) -> bool:
-    """Whether the NumPy fast path may answer under these settings: a backend that runs on
-    the host, and no batch-invariant default (NumPy's GEMM is not invariant)."""
-    return settings.backend in _HOST_BACKENDS and not settings.invariant
 
 
 def _core(a, b, out, dtype, compute, backend, autotune, stream, numpy_kwargs, invariant=None):
@@ -459,8 +457,10 @@ def _core(a, b, out, dtype, compute, backend, autotune, stream, numpy_kwargs, in
 
 
 _HOST_DIRECT = host_backend.DIRECT
-#: the PYBLASGEMM_BACKEND values the NumPy fast path serves (another raises in the planner's check)
+#: the PYBLASGEMM_BACKEND values the NumPy fast path serves (another raises in the planner's
+#: check); nor does it serve a batch-invariant default (NumPy's GEMM is not invariant)
 _HOST_BACKENDS = ("auto", "host")
+_FLOAT32_NUM = np.dtype(np.float32).num
 
 
 def _host_int8(a, b, a2, b2, out, shape, final_shape, backend):
