@@ -248,6 +248,29 @@ def test_one_configuration_for_every_row_count(arch, dtype, n, k, transb):
         assert len(configs) == 1, (align, configs)
 
 
+def test_the_family_class_keeps_the_family_and_frees_the_tile(monkeypatch):
+    """INVARIANCE_CLASS = 'family' (to be switched on if bench/invariance.py --families shows
+    that tile shapes sum alike): every row count runs one family and consumer, sliced-k, each
+    with its own best tile, never slower than the fixed configuration predicts."""
+    from pyblasgemm.planner import invariant
+
+    spec = FAMILIES["sm_90"]
+    fixed = {rows: plan_for(make_desc(4096, rows, 4096, "bf16", transa="T")._replace(invariant="n"),
+                            arch=spec) for rows in (1, 64, 300, 4096)}
+    monkeypatch.setattr(invariant, "INVARIANCE_CLASS", "family")
+    pyblasgemm.clear_plan_cache()
+    try:
+        free = {rows: plan_for(make_desc(4096, rows, 4096, "bf16", transa="T")._replace(invariant="n"),
+                               arch=spec) for rows in fixed}
+    finally:
+        monkeypatch.undo()
+        pyblasgemm.clear_plan_cache()
+    assert len({(p.config.family, p.config.consumer) for p in free.values()}) == 1
+    assert all(p.decomposition == "sliced" and p.splits == 1 for p in free.values())
+    assert all(free[r].predicted_s <= fixed[r].predicted_s * 1.0001 for r in fixed)
+    assert "of the family" in free[1].reason
+
+
 def test_the_configuration_ignores_the_row_count_but_not_the_weight():
     """invariant_config depends on the fixed dimension and K (the weight's shape), never on the
     row count; plan(invariant=True) describes a column-major problem (its rows are m)."""

@@ -45,7 +45,8 @@ from .arch import ArchSpec
 from .candidates import _supports, enumerate_candidates
 from .plan import Candidate
 
-__all__ = ["REFERENCE_SIZES", "invariant_choice", "invariant_config", "reference_alignment", "check_route"]
+__all__ = ["REFERENCE_SIZES", "INVARIANCE_CLASS", "invariance_class", "invariant_choice", "invariant_config",
+           "reference_alignment", "check_route"]
 
 #: the row counts a batch-invariant configuration is chosen on (the invariant dimension, with
 #: the other one the problem's own): decode-sized to prefill-sized, so the one configuration
@@ -53,6 +54,28 @@ __all__ = ["REFERENCE_SIZES", "invariant_choice", "invariant_config", "reference
 REFERENCE_SIZES = (1, 16, 256, 4096)
 
 _cache = get_plan_cache()
+
+#: what must stay fixed for no element's bits to change with the row count: 'config', the whole
+#: sliced-k configuration (true by construction: one kernel, one instruction sequence along K);
+#: or 'family', the kernel family and its MMA instruction ``(family, consumer)``, the tile shape
+#: then free per row count, if the hardware sums a k16 slice alike whatever the instruction's N
+#: and the tile (bench/invariance.py --families measures it; docs/design/invariance.md)
+INVARIANCE_CLASS = "config"
+
+
+def invariance_class(config):
+    """The part of ``config`` an invariant plan keeps for every row count
+    (:data:`INVARIANCE_CLASS`).
+
+    >>> from pyblasgemm.kernels.config import KernelConfig
+    >>> invariance_class(KernelConfig(bm=64)) == KernelConfig(bm=64)
+    True
+    """
+    return config if INVARIANCE_CLASS == "config" else (config.family, config.consumer)
+
+
+def _class_name(cls) -> str:
+    return cls.name if INVARIANCE_CLASS == "config" else f"family {cls[0]} ({cls[1]} consumers)"
 
 
 def _refuse(desc, why: str):
@@ -108,13 +131,15 @@ def _reference_problems(desc) -> list:
 
 
 def invariant_config(desc, arch: ArchSpec, cal: dict):
-    """``(config, regret)``: the sliced-k configuration of our kernels for every invariant
-    problem of ``desc``'s type, compute mode, layout, K and fixed dimension (the one that is
-    not ``desc.invariant``) on ``arch``: among those valid at every reference row count
-    (:data:`REFERENCE_SIZES`), the one whose worst predicted time against the best sliced-k
-    configuration at each is least. Memoized in the plan cache (it depends on neither the row
-    count nor the batch). None when no configuration qualifies."""
-    key = ("invariant config", reference_desc(desc, *_reference_problems(desc)[0]).key, arch.key)
+    """``(class, regret)``: the :func:`invariance_class` (a sliced-k configuration of our
+    kernels, or a family) for every invariant problem of ``desc``'s type, compute mode,
+    layout, K and fixed dimension (the one that is not ``desc.invariant``) on ``arch``: among
+    those valid at every reference row count (:data:`REFERENCE_SIZES`), the one whose worst
+    predicted time (its best configuration's) against the best sliced-k configuration at each
+    is least. Memoized in the plan cache (it depends on neither the row count nor the batch).
+    None when none qualifies."""
+    key = ("invariant config", INVARIANCE_CLASS, reference_desc(desc, *_reference_problems(desc)[0]).key,
+           arch.key)
     hit = _cache.get(key)
     if hit is not None:
         return hit
@@ -127,12 +152,16 @@ def invariant_config(desc, arch: ArchSpec, cal: dict):
         if not sliced:
             return None
         best = min(sliced.values())
+        per_class: dict = {}
         for config, t in sliced.items():
-            times.setdefault(config, []).append(t / best)
+            cls = invariance_class(config)
+            per_class[cls] = min(per_class.get(cls, t), t)
+        for cls, t in per_class.items():
+            times.setdefault(cls, []).append(t / best)
     everywhere = {config: max(r) for config, r in times.items() if len(r) == len(problems)}
     if not everywhere:
         return None
-    found = min(everywhere.items(), key=lambda item: (item[1], item[0].name))
+    found = min(everywhere.items(), key=lambda item: (item[1], _class_name(item[0])))
     _cache.put(key, found)
     return found
 
@@ -155,19 +184,25 @@ def invariant_choice(desc, requested: str, arch: ArchSpec, cal: dict) -> tuple[C
     found = invariant_config(desc, arch, cal)
     if found is None:
         _refuse(desc, "no sliced-k configuration of theirs runs this type and layout at every size")
-    config, regret = found
-    cands = enumerate_candidates(desc, arch, cal, config)
-    runnable = [c for c in cands if c.score is not None and c.config == config]
+    cls, regret = found
+    if INVARIANCE_CLASS == "config":
+        cands = enumerate_candidates(desc, arch, cal, cls)
+    else:
+        cands = enumerate_candidates(desc, arch, cal)
+    runnable = [c for c in cands if c.score is not None and c.config.decomposition == "sliced"
+                and invariance_class(c.config) == cls]
     if not runnable:
         rejected = sorted({c.rejected for c in cands if c.rejected})
-        _refuse(desc, f"their invariant configuration {config.name} cannot run this problem"
-                      + (f" ({'; '.join(rejected)})" if rejected else ""))
+        _refuse(desc, f"their invariant {_class_name(cls)} cannot run this problem"
+                      + (f" ({'; '.join(rejected[:3])})" if rejected else ""))
     pick = min(runnable, key=lambda c: (bool(c.pack), c.time))
     sizes = "/".join(str(r) for r in REFERENCE_SIZES)
-    why = (f"invariant along {desc.invariant}: {config.name} for every {desc.invariant} and batch, K "
-           f"walked in order by one CTA, no split (chosen without {desc.invariant}: of the sliced-k "
-           f"configurations valid at {desc.invariant} = {sizes}, the one at most {regret:.2f}x the "
-           f"best at each)"
+    what = (f"{pick.config.name} for every {desc.invariant} and batch" if INVARIANCE_CLASS == "config"
+            else f"{pick.config.name}, of the {_class_name(cls)} every {desc.invariant} and batch runs")
+    why = (f"invariant along {desc.invariant}: {what}, K walked in order by one CTA, no split "
+           f"(chosen without {desc.invariant}: of the sliced-k "
+           f"{'configurations' if INVARIANCE_CLASS == 'config' else 'families'} valid at "
+           f"{desc.invariant} = {sizes}, the one at most {regret:.2f}x the best at each)"
            + (f"; {' and '.join(x.upper() for x in pick.pack)} packed first (its alignment)"
               if pick.pack else "")
            + "; cuBLAS not considered (its kernel changes with the shape)")
