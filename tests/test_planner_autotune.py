@@ -218,3 +218,26 @@ def test_tune_forced_ours_only():
     timer = FakeTimer({labels[0]: 1e-5})
     p = _tune(timer, top=3, repeats=2, include_cublas=False)
     assert "cublas" not in timer.calls and p.backend == "tensorcore"
+
+
+def test_tuning_a_problem_forgets_its_memoized_plans_of_every_epilogue_and_invariance():
+    """After tune(), no memoized plan of the problem survives: the plain one, one with an
+    epilogue, the invariant one (the fields after the problem's own close the key); another
+    problem's plan stays."""
+    from pyblasgemm.plancache import get_plan_cache
+
+    shape = (3072, 3072, 3072)
+    plain = pyblasgemm.plan(*shape, "f16", transa="T")
+    pyblasgemm.plan(*shape, "f16", transa="T", activation="relu", bias="m")
+    pyblasgemm.plan(*shape, "f16", transa="T", invariant=True)
+    other = pyblasgemm.plan(2048, 2048, 2048, "f16", transa="T")
+
+    def plans_of(m):
+        seen = []
+        get_plan_cache().discard_where(lambda k: seen.append(k) and False)   # reads the keys
+        return [k for k in seen if k[0] == "plan" and k[1][5] == m]
+    assert len(plans_of(3072)) >= 3 and plans_of(2048)
+    _tune(FakeTimer(), top=2, repeats=1, warmup=0)
+    assert [k for k in plans_of(3072) if k[1][-1] == "m" or k[1][-3] is not None] == []
+    assert plans_of(2048) and pyblasgemm.plan(2048, 2048, 2048, "f16", transa="T") is other
+    assert plain.problem.m == 3072

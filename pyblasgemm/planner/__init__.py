@@ -173,12 +173,16 @@ def clear_memo_for(desc) -> None:
     """Drop the memoized plans, launches and call signatures of one problem, with or without
     an epilogue (after tuning it: its launch may change). Call signatures are keyed by
     arguments, not problems, so all of them go."""
+    from ..desc import GemmDesc
     from ..plancache import get_plan_cache
 
-    product = desc.product.key[:-2]      # (the epilogue and group fields close the key)
+    # the problem is the key's fields before the epilogue; the epilogue, the group and the
+    # invariance that follow it vary between calls of one problem, and all go with it
+    cut = GemmDesc._fields.index("epilogue")
+    product = desc.key[:cut]
 
     def of_problem(k):
         return (k[0] in ("plan", "launch") and isinstance(k[1], tuple) and len(k[1]) == len(desc.key)
-                and k[1][:-2] == product)
+                and k[1][:cut] == product)
 
     get_plan_cache().discard_where(lambda k: of_problem(k) or k[0] == "call")
