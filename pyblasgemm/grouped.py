@@ -62,7 +62,7 @@ from .execute import execute_group
 from .gemm import check_operands, gemm
 from .kernels.grouped import PROBLEM_ROW
 from .kernels.jit import DEQUANT_OUT
-from .planner.overrides import current_settings, resolve_invariant
+from .planner.overrides import check_forced_backend, current_settings, resolve_invariant
 from .planner.routes import GROUPED_KINDS
 
 __all__ = ["grouped_matmul"]
@@ -331,7 +331,7 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
                           None if bias is None else bias[g], None if scale_a is None else scale_a[g],
                           None if scale_b is None else scale_b[g], activation)
             if g == 0:
-                _check_modes(row, compute, backend)
+                _check_modes(row, compute, backend, xp_name)
         if one_launch and a and _arrays.array_module_name(a[0]) == "cupy":
             # (every problem checked above, as gemm checks it, before any launch)
             sizes = tuple((y.shape[1], x.shape[0], x.shape[1]) for x, y in zip(a, b))
@@ -383,7 +383,7 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
         _, row = check_operands("grouped_matmul", a, b[0], names=("a", "b"))
         _check_target("", a, n, row, out, out_given, None if bias is None else bias[0], scale_a,
                       None if scale_b is None else scale_b[0], activation)
-        _check_modes(row, compute, backend)
+        _check_modes(row, compute, backend, xp_name)
     key = None if not one_launch else _expert_signature(a, b, ends, out, out_given, bias, scale_a,
                                                          scale_b, activation, dtype, compute, backend)
     if key is not None:
@@ -471,10 +471,11 @@ def _foreign(a, b, offsets, out, dtype, bias, activation, scale_a, scale_b, comp
     return conv.back(result, framework_type=False),
 
 
-def _check_modes(row, compute, backend):
-    """compute= and backend= as gemm checks them, named for grouped_matmul."""
+def _check_modes(row, compute, backend, xp_name):
+    """compute= and backend= as gemm checks them (a forced backend, the argument's or
+    PYBLASGEMM_BACKEND's, must suit the arrays), named for grouped_matmul."""
     resolve_compute(row, compute, "grouped_matmul")
-    check_backend("grouped_matmul", backend)
+    check_forced_backend("grouped_matmul", check_backend("grouped_matmul", backend), xp_name)
 
 
 _LAYOUT = ("a problem's layout is not the kernel's (row-major with unit stride along rows, the "

@@ -49,6 +49,7 @@ from .epilogue import check as check_epilogue, check_activation
 from .execute import execute_mlp
 from .kernels import mlp_kernel as _kernel
 from .matmul import matmul
+from .planner.overrides import check_forced_backend
 
 __all__ = ["fused_mlp", "mlp_plan", "MlpPlan"]
 
@@ -316,7 +317,9 @@ def _check_layer(r, x, w1, w2, b1, b2, activation, compute, backend) -> None:
     row = ROW_BY_DTYPE.get(x.dtype)
     if row is not None:
         resolve_compute(row, compute, r)
-    check_backend(r, backend)
+    # a forced backend (the argument's, or PYBLASGEMM_BACKEND's) must suit the arrays: named
+    # for fused_mlp here, before the products would name it for matmul
+    check_forced_backend(r, check_backend(r, backend), _arrays.array_module_name(x))
 
 
 def _run_on_chip(x, w1, w2, b1, b2, code: int, n2_splits: int, stream):

@@ -119,6 +119,12 @@ def test_environment_backend_is_named_as_the_variable(env_backend):
                                              r"but the arrays are NumPy arrays") as info:
             call()
         assert "backend=" not in str(info.value)
+    # the forms built on gemm / matmul name themselves, not the product they run
+    for routine, call in (("grouped_matmul", lambda: pyblasgemm.grouped_matmul([a], [a])),
+                          ("grouped_matmul", lambda: pyblasgemm.grouped_matmul(a, a[None], offsets=[2])),
+                          ("fused_mlp", lambda: pyblasgemm.fused_mlp(a, a, a))):
+        with pytest.raises(ValueError, match=rf"^{routine}: PYBLASGEMM_BACKEND='cublas' runs on CuPy"):
+            call()
     # a backend= the user did give is still named as such
     with pytest.raises(ValueError, match=r"gemm: backend='tensorcore' runs on CuPy"):
         pyblasgemm.gemm("N", "N", a, a, backend="tensorcore")
