@@ -70,8 +70,9 @@ def strided_gemm(routine, row, compute, backend, transa, transb, a, b, c, alpha,
     k = a.shape[-1] if transa == "N" else a.shape[-2]
     if m == 0 or n == 0 or batch == 0:
         return None
+    copied = False
     if invariant:
-        a, transa, strides = _invariant_first(a, transa, batch, strides, stream)
+        a, transa, strides, copied = _invariant_first(a, transa, batch, strides, stream)
     fast = None
     if k != 0 and alpha != 0 and min(strides) >= 0:
         fast = _fast_desc(routine, row, compute, transa, transb, a, b, c, alpha, beta, batch,
@@ -79,7 +80,8 @@ def strided_gemm(routine, row, compute, backend, transa, transb, a, b, c, alpha,
     if fast is not None:
         desc, a, b, swapped = fast
         launch = execute(desc, a, b, c, backend, autotune, stream)
-        return None if launch is None else (launch, swapped)
+        # a launch that ran on a copy of the caller's a is not theirs to replay
+        return None if launch is None or copied else (launch, swapped)
     with streams.on(stream):
         _general(routine, row, compute, backend, transa, transb,
                  *(_as_3d(x, batch, s) for x, s in zip((a, b, c), strides)), alpha, beta,
@@ -103,17 +105,27 @@ def _canonical_rows(x) -> bool:
             and _arrays.data_ptr(x) % INVARIANT_ALIGN == 0)
 
 
+def _invariant_view(a, transa):
+    """``(op(a), 'N')`` where op(a) already lies as a batch-invariant problem's rows must
+    (:func:`_canonical_rows`), else ``(None, transa)``: no copy made."""
+    op = a if transa == "N" else a.swapaxes(-1, -2)
+    if transa != "C" and _canonical_rows(op):
+        return op, "N"
+    return None, transa
+
+
 def _invariant_first(a, transa, batch, strides, stream):
-    """``(a, 'N', strides)``: the first operand of a batch-invariant problem as op(a) stored
+    """``(a, 'N', strides, copied)``: the first operand of a batch-invariant problem as op(a) stored
     row-major, tight and aligned (:func:`_canonical_rows`), the one layout every row count
     shares: a single row of an F-ordered matrix is also a row-major one, and a row's address
     and a padded leading dimension change the alignment class; either would change the
     description and with it the planned configuration. A view where op(a) already lies so,
     else a C-ordered copy of every batch entry (conjugated for 'C'); ``strides``' first entry
-    follows it."""
-    op = a if transa == "N" else a.swapaxes(-1, -2)
-    if transa != "C" and _canonical_rows(op):
-        return op, "N", strides
+    follows it. ``copied``: a launch on it is not one on the caller's memory (never recorded
+    for a replay on the caller's pointers)."""
+    op, flag = _invariant_view(a, transa)
+    if op is not None:
+        return op, flag, strides, False
     entries = batch if strides[0] else 1            # a broadcast operand: one entry
     whole = _as_3d(a, entries, strides[0])
     whole = whole if transa == "N" else whole.swapaxes(1, 2)
@@ -122,7 +134,7 @@ def _invariant_first(a, transa, batch, strides, stream):
     xp = _arrays.xp_of(_arrays.array_module_name(a))
     with streams.on(stream):
         whole = xp.ascontiguousarray(whole)
-    return whole[0], "N", ((whole.strides[0] if strides[0] else 0),) + tuple(strides[1:])
+    return whole[0], "N", ((whole.strides[0] if strides[0] else 0),) + tuple(strides[1:]), True
 
 
 def _fast_desc(routine, row, compute, ta, tb, a, b, c, alpha, beta, batch, strides, m, n, k,
@@ -340,7 +352,9 @@ def epilogue_gemm(routine, row, compute, ta, tb, a, b, c, alpha, beta, epi, bias
     elif pre is not None and (pre.strides != c.strides or may_overlap(pre, c)):
         blocker = "the pre-activation is not laid out as the result, or shares its memory"
     if invariant:
-        a, ta, _ = _invariant_first(a, ta, 1, (0, 0, 0), stream)
+        a, ta = _invariant_view(a, ta)
+        if a is None:       # a fused launch on a copy could not be replayed on the caller's a:
+            return None     # the unfused route (its product makes the copy itself)
     fast = _fast_desc(routine, row, resolve_compute(row, compute, routine), ta, tb, a, b, c, alpha,
                       beta, 1, (0, 0, 0), m, n, k, fresh_c, invariant)
     if fast is None:
@@ -380,7 +394,9 @@ def dequant_gemm(a, b, ta, tb, result, alpha, beta, epi, bias, pre, scale_a, sca
         return None             # (checked here: the int32 shadow's extent is not the result's)
     row = ROW_BY_DTYPE[np.dtype(np.int8)]
     if invariant:
-        a, ta, _ = _invariant_first(a, ta, 1, (0, 0, 0), stream)
+        a, ta = _invariant_view(a, ta)
+        if a is None:
+            return None         # (as epilogue_gemm: the unfused route)
     fast = _fast_desc("gemm", row, resolve_compute(row, None, "gemm"), ta, tb, a, b,
                       _int32_shadow(result), 1, 0, 1, (0, 0, 0), m, n, k, True, invariant)
     if fast is None:

@@ -325,6 +325,25 @@ def test_gpu_rows_alone_and_in_every_batch_size_have_one_set_of_bits(dtype):
 
 
 @gpu
+def test_gpu_repeated_calls_on_rows_that_needed_a_copy_are_right():
+    """An F-ordered or padded x is copied to the invariant layout: the launch ran on the copy,
+    so the call signature must not replay it on x's own pointer (the second and third calls
+    would read x as if it were tight)."""
+    cp = pytest.importorskip("cupy")
+    x, w = _data(cp, 70, 256, 96, np.float16)
+    want = pyblasgemm.matmul(x, w.T, invariant=True)
+    padded = cp.zeros((70, 264), np.float16)
+    padded[:, :256] = x
+    bias = cp.linspace(-1, 1, 96, dtype=np.float16)
+    fused = pyblasgemm.matmul(x, w.T, bias=bias, activation="relu", invariant=True)
+    for rows in (cp.asfortranarray(x), padded[:, :256]):
+        for _ in range(3):
+            assert bool((pyblasgemm.matmul(rows, w.T, invariant=True) == want).all())
+            assert bool((pyblasgemm.matmul(rows, w.T, bias=bias, activation="relu", invariant=True)
+                         == fused).all())
+
+
+@gpu
 def test_gpu_tf32_and_3xtf32_and_the_fused_epilogue_are_invariant():
     cp = pytest.importorskip("cupy")
     x, w = _data(cp, 200, 768, 256, np.float32)
