@@ -234,15 +234,15 @@ def _fused_epilogue(device) -> bool:
     return known
 
 
-def _epilogue_unfused(x2, wt, bias, name, y, pre):
+def _epilogue_unfused(x2, wt, bias, name, y, pre, invariant=None):
     """y = act(x2 @ wt + bias) with pyblasgemm's product and PyTorch's epilogue, evaluated as the
     fused epilogue is: from the product in the accumulation type (float32 for 16-bit
     operands: their products are exact in float32), rounded to y's dtype once."""
     if y.dtype in _HALF:
         acc = torch.empty(y.shape, dtype=torch.float32, device=y.device)
-        _pb.matmul(x2, wt, out=acc, dtype=np.float32)
+        _pb.matmul(x2, wt, out=acc, dtype=np.float32, invariant=invariant)
     else:
-        acc = _pb.matmul(x2, wt, out=y)
+        acc = _pb.matmul(x2, wt, out=y, invariant=invariant)
     if bias is not None:
         acc.add_(bias)
     if pre is not None:
@@ -259,8 +259,9 @@ def _rows(t):
     return t.reshape(math.prod(t.shape[:-1]), t.shape[-1])
 
 
-def _linear_into(x, weight, bias, name, want_pre):
-    """(y, pre or None): the real implementation of the linear operators."""
+def _linear_into(x, weight, bias, name, want_pre, invariant=None):
+    """(y, pre or None): the real implementation of the linear operators (``invariant``:
+    :func:`pyblasgemm.matmul`'s, None the setting)."""
     out_features = weight.shape[0]
     lead = tuple(x.shape[:-1])
     x2 = _rows(x)
@@ -271,9 +272,9 @@ def _linear_into(x, weight, bias, name, want_pre):
         with _on(x.device):
             if _fused_epilogue(x.device):
                 _pb.matmul(x2, wt, out=y, bias=bias, activation=None if name == "none" else name,
-                           preactivation_out=pre)
+                           preactivation_out=pre, invariant=invariant)
             else:
-                _epilogue_unfused(x2, wt, bias, name, y, pre)
+                _epilogue_unfused(x2, wt, bias, name, y, pre, invariant)
     y = y.reshape(lead + (out_features,))
     return y, (None if pre is None else pre.reshape(y.shape))
 
@@ -299,26 +300,26 @@ def _(a, b):
 
 @torch.library.custom_op("pyblasgemm::linear", mutates_args=())
 def _linear_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-               activation: str) -> torch.Tensor:
+               activation: str, invariant: Optional[bool] = None) -> torch.Tensor:
     name = _check_linear("pyblasgemm::linear", x, weight, bias, activation)
-    return _linear_into(x, weight, bias, name, False)[0]
+    return _linear_into(x, weight, bias, name, False, invariant)[0]
 
 
 @_linear_op.register_fake
-def _(x, weight, bias, activation):
+def _(x, weight, bias, activation, invariant=None):
     _check_linear("pyblasgemm::linear", x, weight, bias, activation)
     return x.new_empty(tuple(x.shape[:-1]) + (weight.shape[0],))
 
 
 @torch.library.custom_op("pyblasgemm::linear_with_preactivation", mutates_args=())
 def _linear_pre_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                   activation: str) -> tuple[torch.Tensor, torch.Tensor]:
+                   activation: str, invariant: Optional[bool] = None) -> tuple[torch.Tensor, torch.Tensor]:
     name = _check_linear("pyblasgemm::linear_with_preactivation", x, weight, bias, activation)
-    return _linear_into(x, weight, bias, name, True)
+    return _linear_into(x, weight, bias, name, True, invariant)
 
 
 @_linear_pre_op.register_fake
-def _(x, weight, bias, activation):
+def _(x, weight, bias, activation, invariant=None):
     _check_linear("pyblasgemm::linear_with_preactivation", x, weight, bias, activation)
     shape = tuple(x.shape[:-1]) + (weight.shape[0],)
     return x.new_empty(shape), x.new_empty(shape)
@@ -387,8 +388,9 @@ def _linear_grads(ctx, x, weight, g):
 
 
 def _linear_setup(ctx, inputs, output):
-    x, weight, bias, activation = inputs
+    x, weight, bias, activation = inputs[:4]
     ctx.has_bias, ctx.activation = bias is not None, activation
+    ctx.invariant = inputs[4] if len(inputs) > 4 else None
     # relu' from the output (relu(p) > 0 exactly where p > 0); the smooth activations
     # recompute the pre-activation in backward (linear_with_preactivation saves it instead)
     ctx.save_for_backward(x, weight, bias, output if activation == "relu" else None)
@@ -400,17 +402,17 @@ def _linear_backward(ctx, grad):
     if name == "relu":
         pre = y
     elif name != "none":
-        pre = _linear_op(x, weight, bias, "none")
+        pre = _linear_op(x, weight, bias, "none", ctx.invariant)     # the forward's bits
     else:
         pre = None
-    return _linear_grads(ctx, x, weight, _activation_grad(grad, pre, name)) + (None,)
+    return _linear_grads(ctx, x, weight, _activation_grad(grad, pre, name)) + (None, None)
 
 
 _linear_op.register_autograd(_linear_backward, setup_context=_linear_setup)
 
 
 def _linear_pre_setup(ctx, inputs, output):
-    x, weight, bias, activation = inputs
+    x, weight, bias, activation = inputs[:4]
     ctx.has_bias, ctx.activation = bias is not None, activation
     ctx.set_materialize_grads(False)        # an unused pre-activation's gradient stays None
     ctx.save_for_backward(x, weight, output[1])
@@ -422,8 +424,8 @@ def _linear_pre_backward(ctx, grad, grad_pre):
     if grad_pre is not None:
         g = grad_pre if g is None else g + grad_pre
     if g is None:
-        return None, None, None, None
-    return _linear_grads(ctx, x, weight, g) + (None,)
+        return None, None, None, None, None
+    return _linear_grads(ctx, x, weight, g) + (None, None)
 
 
 _linear_pre_op.register_autograd(_linear_pre_backward, setup_context=_linear_pre_setup)
@@ -472,7 +474,7 @@ def matmul(a, b):
     return _matmul_op(a, b)
 
 
-def linear(x, weight, bias=None, activation=None):
+def linear(x, weight, bias=None, activation=None, *, invariant=None):
     """``act(x @ weight.T + bias)`` through pyblasgemm: ``torch.nn.functional.linear`` with an
     optional fused activation, differentiable and traceable.
 
@@ -488,6 +490,10 @@ def linear(x, weight, bias=None, activation=None):
         None or ``'none'``, or a name of :data:`pyblasgemm.epilogue.ACTIVATIONS`, applied to
         the sum in the GEMM's epilogue: 'gelu' is the exact (erf) form, 'gelu_tanh' the tanh
         approximation (``torch.nn.functional.gelu``'s two forms).
+    invariant : bool, optional
+        Batch-invariant forward: each row of the result has the same bits whatever other rows
+        ``x`` holds (:func:`pyblasgemm.matmul`'s ``invariant=``; None: the
+        ``PYBLASGEMM_INVARIANT`` setting). The backward's products are not made invariant.
 
     All tensors float16, bfloat16, float32 or float64, of one dtype, on one device. Backward
     runs dx = g·W and dW = gᵀ·x through pyblasgemm, g = grad · act'(x Wᵀ + b) (the
@@ -519,8 +525,8 @@ def linear(x, weight, bias=None, activation=None):
     if name not in ("none", "relu") and torch.is_grad_enabled() and (
             x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
         # a gradient will be asked for: keep the pre-activation rather than recompute it
-        return _linear_pre_op(x, weight, bias, name)[0]
-    return _linear_op(x, weight, bias, name)
+        return _linear_pre_op(x, weight, bias, name, invariant)[0]
+    return _linear_op(x, weight, bias, name, invariant)
 
 
 class Linear(torch.nn.Linear):
@@ -529,8 +535,8 @@ class Linear(torch.nn.Linear):
     A drop-in: a subclass with the same constructor (``in_features``, ``out_features``,
     ``bias=True``, ``device=``, ``dtype=``), the same parameters, ``state_dict`` keys and
     initialisation (the same random draws: with one seed both modules hold the same
-    weights), plus ``activation=`` (see :func:`linear`): ``forward(x)`` is
-    ``linear(x, self.weight, self.bias, self.activation)``.
+    weights), plus ``activation=`` and ``invariant=`` (see :func:`linear`): ``forward(x)`` is
+    ``linear(x, self.weight, self.bias, self.activation, invariant=self.invariant)``.
 
     Examples
     --------
@@ -553,7 +559,7 @@ class Linear(torch.nn.Linear):
     """
 
     def __init__(self, in_features, out_features, bias=True, device=None, dtype=None, *,
-                 activation=None):
+                 activation=None, invariant=None):
         routine = "pyblasgemm.torch.Linear"
         for name, value in (("in_features", in_features), ("out_features", out_features)):
             if isinstance(value, bool) or not isinstance(value, int):
@@ -564,12 +570,16 @@ class Linear(torch.nn.Linear):
             raise TypeError(f"{routine}: dtype={dtype} is not one of float16, bfloat16, float32, "
                             f"float64")
         activation = _activation_name(routine, activation)
+        if invariant not in (None, True, False):
+            raise TypeError(f"{routine}: invariant={invariant!r} must be True, False or None")
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
-        self.activation = activation
+        self.activation, self.invariant = activation, invariant
 
     def forward(self, input):
-        return linear(input, self.weight, self.bias, self.activation)
+        return linear(input, self.weight, self.bias, self.activation, invariant=self.invariant)
 
     def extra_repr(self):
         text = super().extra_repr()
-        return text if self.activation == "none" else f"{text}, activation={self.activation!r}"
+        if self.activation != "none":
+            text += f", activation={self.activation!r}"
+        return text if self.invariant is None else f"{text}, invariant={self.invariant}"

@@ -498,3 +498,27 @@ def test_16_bit_backward_matches_torch(dtype, act):
     for mine, theirs, ulps in [(y, ref, 4)] + [(m, t.grad, 8) for m, t in zip(ours, (x, w, b))]:
         assert mine.dtype == dtype
         _assert_within_ulps(mine, theirs, ulps)
+
+
+def test_an_invariant_linear_gives_each_row_its_own_bits_and_still_trains():
+    """pyblasgemm.torch.Linear(invariant=True): rows alone and in any batch agree bitwise
+    (the forward); its gradients match torch's; opcheck takes the op with the flag."""
+    torch.manual_seed(3)
+    layer = pbt.Linear(96, 24, activation="silu", invariant=True)
+    x = torch.randn(70, 96) * 8
+    with torch.no_grad():
+        whole = layer(x)
+        for start, size in ((0, 1), (5, 3), (17, 40), (69, 1)):
+            assert torch.equal(layer(x[start:start + size]), whole[start:start + size])
+    xg = x[:9].clone().requires_grad_()
+    y = layer(xg)
+    y.square().sum().backward()
+    ref_layer = torch.nn.Linear(96, 24)
+    ref_layer.load_state_dict(layer.state_dict())
+    xr = x[:9].clone().requires_grad_()
+    torch.nn.functional.silu(ref_layer(xr)).square().sum().backward()
+    torch.testing.assert_close(xg.grad, xr.grad, rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(layer.weight.grad, ref_layer.weight.grad, rtol=1e-4, atol=1e-3)
+    opcheck(OPS.linear, (x[:4], layer.weight, layer.bias, "silu", True))
+    with pytest.raises(TypeError, match="invariant='yes' must be True, False or None"):
+        pbt.Linear(4, 4, invariant="yes")
