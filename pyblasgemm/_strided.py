@@ -60,7 +60,7 @@ def strided_gemm(routine, row, compute, backend, transa, transb, a, b, c, alpha,
     apart from the first element of a, b, c (whose last two dims are the matrices).
     ``fresh_c``: c was just allocated by the caller, so it cannot overlap a or b. ``stream``:
     a raw handle or None (CuPy's current stream). ``invariant``: a batch-invariant problem
-    (:func:`invariant_operand`: the rows of op(a) along K, the row-major description).
+    (:func:`_invariant_first`: the rows of op(a) tight along K, the row-major description).
 
     Returns ``(launch, swapped)`` when the call ran as one launch on the arrays' own memory
     (``swapped``: as Cᵀ = op(B)ᵀ op(A)ᵀ, i.e. ``launch(b, a, c)``), else None."""
