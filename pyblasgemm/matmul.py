@@ -35,6 +35,7 @@ from .desc import check_backend
 from .epilogue import acc_dtype, check as check_epilogue, check_activation, note_route, numpy_result
 from .epilogue_pass import run_unfused
 from .fp8 import is_fp8, scaled_matmul
+from .planner import overrides as _overrides
 from .planner.overrides import check_forced_backend, current_settings, resolve_invariant
 
 _ROUTINE = "matmul"
@@ -291,12 +292,12 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
         # (float32/float64/complex/int8: numpy.matmul itself, bit for bit) at NumPy's cost
         # (4x4: ~1.3 µs, against ~50 µs through describe and plan; each check here is ~0.05 µs
         # of a budget the host tests hold to 2x NumPy's call)
-        num = a.dtype.num
-        direct = _HOST_DIRECT.get(num)
-        if direct is not None and b.dtype.num == num and (
-                num != _FLOAT32_NUM or get_default_compute() == "fp32"):
-            s = current_settings()
-            if s.backend in _HOST_BACKENDS and not s.invariant:
+        da, db = a.dtype, b.dtype
+        direct = _HOST_DIRECT.get(da.num)
+        if direct is not None and (db is da or db.num == da.num) and (
+                da.num != _FLOAT32_NUM or get_default_compute() == "fp32"):
+            s = _overrides._settings or current_settings()     # (the read settings: no call)
+            if s.host_direct:
                 return direct(a, b)
     if (t is _CUPY[0] and autotune is None and not numpy_kwargs
             and (dtype is None or isinstance(dtype, _DTYPE_WORDS))):
@@ -457,9 +458,7 @@ def _core(a, b, out, dtype, compute, backend, autotune, stream, numpy_kwargs, in
 
 
 _HOST_DIRECT = host_backend.DIRECT
-#: the PYBLASGEMM_BACKEND values the NumPy fast path serves (another raises in the planner's
-#: check); nor does it serve a batch-invariant default (NumPy's GEMM is not invariant)
-_HOST_BACKENDS = ("auto", "host")
+#: float32 (the NumPy fast path serves it only under the 'fp32' default compute)
 _FLOAT32_NUM = np.dtype(np.float32).num
 
 

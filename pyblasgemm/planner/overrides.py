@@ -5,7 +5,7 @@ Read from :mod:`pyblasgemm.settings` on first use (never at import) and kept unt
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import settings as _env
 from ..backends import BACKEND_NAMES
@@ -27,6 +27,12 @@ class Settings:
     autotune: bool = False
     measured_choices: bool = True      # consult the measured-choice table (measured.py)
     invariant: bool = False            # the default of ``invariant=`` (PYBLASGEMM_INVARIANT)
+    #: whether ``matmul``'s NumPy fast path may answer: a backend that runs on the host, and
+    #: no batch-invariant default (NumPy's GEMM is not invariant); a field, read per call
+    host_direct: bool = field(init=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "host_direct", self.backend in ("auto", "host") and not self.invariant)
 
 
 def _read_settings() -> Settings:
