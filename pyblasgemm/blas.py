@@ -294,7 +294,7 @@ def _make(prefix: str):
                 and type(k) is int and type(lda) is int and type(ldb) is int
                 and type(ldc) is int):
             # a repeated CuPy call: its signature maps straight to the launch that ran it
-            sig = calls.key((prefix, compute, backend, invariant, transa, transb, m, n, k, lda, ldb, ldc,
+            sig = calls.key((prefix, compute, backend, calls.flag(invariant), transa, transb, m, n, k, lda, ldb, ldc,
                              type(alpha), type(beta)), a, b, c)
             call = None if sig is None else calls.get(sig[0])
             if call is not None and not calls.overlaps(call, *sig[1:]):
@@ -305,7 +305,7 @@ def _make(prefix: str):
                     return c
         elif t is _TORCH[0] and autotune is None and type(transa) is str and type(transb) is str:
             # a repeated PyTorch call: the tensors' own attributes make the key (calls.key)
-            if arrays.torch_replay((prefix, compute, backend, invariant, transa, transb, m, n, k, lda, ldb, ldc,
+            if arrays.torch_replay((prefix, compute, backend, calls.flag(invariant), transa, transb, m, n, k, lda, ldb, ldc,
                                     type(alpha), type(beta)), a, b, c, stream, alpha, beta) is not None:
                 return c
         elif (t is _ND and autotune is None and stream is None
@@ -314,7 +314,7 @@ def _make(prefix: str):
               and type(ldc) is int):
             # a repeated NumPy call: the key proves flags, sizes, dtypes and that the buffers
             # hold their spans; pointers (overlap), writability and scalar values it cannot
-            sig = calls.key((prefix, compute, backend, invariant, transa, transb, m, n, k, lda, ldb, ldc,
+            sig = calls.key((prefix, compute, backend, calls.flag(invariant), transa, transb, m, n, k, lda, ldb, ldc,
                              type(alpha), type(beta)), a, b, c)
             try:
                 host_call = None if sig is None else _peek(sig[0])
@@ -365,7 +365,7 @@ def _make(prefix: str):
             if (conv.kind == "torch" and conv.gpu and autotune is None and type(transa) is str
                     and type(transb) is str and _plain_word(compute) and _plain_word(backend)
                     and all(type(v) is int for v in (m, n, k, lda, ldb, ldc))):
-                arrays.torch_record((prefix, compute, backend, invariant, transa, transb, m, n, k, lda, ldb, ldc,
+                arrays.torch_record((prefix, compute, backend, calls.flag(invariant), transa, transb, m, n, k, lda, ldb, ldc,
                                      type(alpha), type(beta)), a, b, c, c)
             return c
         given_stream = stream
@@ -381,7 +381,7 @@ def _make(prefix: str):
                 and type(alpha) in _PLAIN[row.scalar_kind]
                 and type(beta) in _PLAIN[row.scalar_kind]):
             # describe_blas proved this signature valid (int dims: checked there)
-            key = calls.key((prefix, given_compute, given_backend, invariant, transa, transb, m, n, k, lda,
+            key = calls.key((prefix, given_compute, given_backend, calls.flag(invariant), transa, transb, m, n, k, lda,
                              ldb, ldc, type(alpha), type(beta)), a, b, c)[0]
             # spans of the buffers as BLAS reads them (the whole buffers: conservative)
             calls.record(key, launch, False, a, b, c, False, None, zero, limit)
@@ -394,7 +394,7 @@ def _make(prefix: str):
             plan = plan_for(desc, backend)        # cached: the plan that just ran
             if plan.backend == "host" and not isinstance(plan.launch, CompositeSpec):
                 # describe_blas proved this signature valid; the host ran it on views
-                calls.put(calls.key((prefix, given_compute, given_backend, invariant, transa, transb, m, n, k,
+                calls.put(calls.key((prefix, given_compute, given_backend, calls.flag(invariant), transa, transb, m, n, k,
                                      lda, ldb, ldc, type(alpha), type(beta)), a, b, c)[0],
                           _host_call(desc, row, zero, limit, a, b, c))
         return c

@@ -23,7 +23,7 @@ import numpy as np
 from . import _arrays
 from .plancache import get_plan_cache
 
-__all__ = ["Call", "cupy_type", "key", "get", "put", "record", "span_bytes", "last_recorded",
+__all__ = ["Call", "cupy_type", "key", "flag", "get", "put", "record", "span_bytes", "last_recorded",
            "forget_last"]
 
 cache = get_plan_cache()
@@ -188,7 +188,10 @@ def record(key, launch, swap: bool, a, b, c, fresh: bool, one=None, zero=None,
         return                  # a custom allocator's odd alignment: keep the full path
     call = Call(launch, swap, spans[0], spans[1], spans[2], c_mask, c.shape if fresh else None, c.dtype,
                 order, one, zero, limit)
-    cache.put(key, call, refers_to=launch)     # the launch's own entry (execute's) owns it
+    try:
+        cache.put(key, call, refers_to=launch)     # the launch's own entry (execute's) owns it
+    except TypeError:       # an unhashable word (calls.flag's stand-in): nothing to replay
+        return
     _last.call = call
 
 
@@ -198,7 +201,27 @@ def put(key, value, refers_to=None) -> None:
     from .planner.overrides import current_settings
 
     if current_settings().cache:
-        cache.put(key, value, refers_to=refers_to)
+        try:
+            cache.put(key, value, refers_to=refers_to)
+        except TypeError:   # an unhashable word (calls.flag's stand-in): nothing to replay
+            pass
+
+
+def flag(value):
+    """A True / False / None keyword (``invariant=``) as a key word: itself, or for any other
+    value an unhashable stand-in, so that no signature is found and the full path names the
+    value in its error (``invariant=1`` equals and hashes as True: it must not replay True's
+    call unchecked).
+
+    >>> import numpy as np
+    >>> flag(True), flag(None), flag(np.True_), get((flag(1),))
+    (True, None, True, None)
+    """
+    if value is None or value is True or value is False:
+        return value
+    if isinstance(value, np.bool_):             # NumPy's bool: the same flag
+        return bool(value)
+    return [value]
 
 
 def get(key):

@@ -33,7 +33,7 @@ def _supported_names() -> str:
 def _words(transa, transb, alpha, beta, out, compute, backend, invariant=None) -> tuple:
     """The form's part of a call's signature key (:func:`pyblasgemm.calls.key`): the flags and
     keywords as given, the scalars' types (beta's only with out=)."""
-    return (_ROUTINE, compute, backend, invariant, transa, transb, type(alpha),
+    return (_ROUTINE, compute, backend, calls.flag(invariant), transa, transb, type(alpha),
             None if out is None else type(beta))
 
 

@@ -302,7 +302,7 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
     if (t is _CUPY[0] and autotune is None and not numpy_kwargs
             and (dtype is None or isinstance(dtype, _DTYPE_WORDS))):
         # a repeated CuPy call: its signature maps straight to the launch that ran it
-        sig = calls.key((_ROUTINE, compute, backend, dtype, invariant), a, b, out)
+        sig = calls.key((_ROUTINE, compute, backend, dtype, calls.flag(invariant)), a, b, out)
         if sig is not None:
             k, pa, pb, pc = sig
             call = calls.get(k)
@@ -325,7 +325,8 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
                     return c
     elif t is _TORCH[0] and autotune is None and dtype is None and not numpy_kwargs:
         # a repeated PyTorch call: the tensors' own attributes make the key (calls.key)
-        c = arrays.torch_replay((_ROUTINE, compute, backend, None, invariant), a, b, out, stream)
+        c = arrays.torch_replay((_ROUTINE, compute, backend, None, calls.flag(invariant)), a, b, out,
+                                stream)
         if c is not None:
             return c
     elif _CUPY[0] is None and calls.cupy_type() is not None:
@@ -353,7 +354,8 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
         back = out if out is not None else conv.back(result, framework_type=dtype is None)
         if (conv.kind == "torch" and conv.gpu and dtype is None and autotune is None and not numpy_kwargs
                 and _plain_word(compute) and _plain_word(backend)):
-            arrays.torch_record((_ROUTINE, compute, backend, None, invariant), a, b, out, back)
+            arrays.torch_record((_ROUTINE, compute, backend, None, calls.flag(invariant)), a, b, out,
+                                back)
         return back
     return _core(a, b, out, dtype, compute, backend, autotune, stream, numpy_kwargs, invariant)
 
@@ -486,7 +488,7 @@ _DTYPE_WORDS = (type, np.dtype, str)
 def _signature(a, b, out, compute=None, backend=None, dtype=None, invariant=None):
     """The call-signature key of matmul(a, b, out, compute=, backend=, dtype=, invariant=) as
     given (:func:`pyblasgemm.calls.key`; None for arrays it does not key)."""
-    sig = calls.key((_ROUTINE, compute, backend, dtype, invariant), a, b, out)
+    sig = calls.key((_ROUTINE, compute, backend, dtype, calls.flag(invariant)), a, b, out)
     return None if sig is None else sig[0]
 
 

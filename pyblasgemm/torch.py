@@ -570,7 +570,7 @@ class Linear(torch.nn.Linear):
             raise TypeError(f"{routine}: dtype={dtype} is not one of float16, bfloat16, float32, "
                             f"float64")
         activation = _activation_name(routine, activation)
-        if invariant not in (None, True, False):
+        if not (invariant is None or isinstance(invariant, (bool, np.bool_))):
             raise TypeError(f"{routine}: invariant={invariant!r} must be True, False or None")
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.activation, self.invariant = activation, invariant

@@ -210,6 +210,19 @@ def test_bad_values_and_routes_it_cannot_promise_are_refused_before_any_work():
                          np.zeros(9), 3, compute="int8-ozaki", invariant=True)
 
 
+def test_a_bad_flag_is_refused_even_after_a_good_call_was_remembered():
+    """invariant=1 equals True and hashes as True: the repeated-call paths must not replay
+    True's call for it (the raw form remembers NumPy calls); numpy's bool is True."""
+    x = np.ones(16, np.float32)
+    c = np.zeros(16, np.float32)
+    for _ in range(2):
+        pyblasgemm.sgemm("N", "N", 4, 4, 4, 1.0, x, 4, x, 4, 0.0, c, 4, invariant=True)
+    with pytest.raises(TypeError, match="sgemm: invariant=1 must be True, False or None"):
+        pyblasgemm.sgemm("N", "N", 4, 4, 4, 1.0, x, 4, x, 4, 0.0, c, 4, invariant=1)
+    pyblasgemm.sgemm("N", "N", 4, 4, 4, 1.0, x, 4, x, 4, 0.0, c, 4, invariant=np.True_)
+    assert (c == 4).all()
+
+
 def test_a_cpu_tensor_runs_invariant_on_the_host():
     torch = pytest.importorskip("torch")
     x, w = _data(np, 50, 32, 8, np.float32)

@@ -522,3 +522,5 @@ def test_an_invariant_linear_gives_each_row_its_own_bits_and_still_trains():
     opcheck(OPS.linear, (x[:4], layer.weight, layer.bias, "silu", True))
     with pytest.raises(TypeError, match="invariant='yes' must be True, False or None"):
         pbt.Linear(4, 4, invariant="yes")
+    with pytest.raises(TypeError, match="invariant=1 must be True, False or None"):
+        pbt.Linear(4, 4, invariant=1)

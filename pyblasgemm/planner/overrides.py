@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .. import settings as _env
 from ..backends import BACKEND_NAMES
 from ..desc import BACKEND_ALIASES, check_backend_place
@@ -85,7 +87,7 @@ def resolve_invariant(routine: str, value) -> bool:
         return current_settings().invariant
     if value is True or value is False:
         return value
-    if type(value).__name__ == "bool_":      # NumPy's bool
+    if isinstance(value, np.bool_):          # NumPy's bool
         return bool(value)
     raise TypeError(f"{routine}: invariant={value!r} must be True, False or None "
                     f"(None: the PYBLASGEMM_INVARIANT setting)")
