@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, __import__("pathlib").Path(__file__).resolve().parent.as_posix())
 sys.path.insert(0, __import__("pathlib").Path(__file__).resolve().parents[1].as_posix())
 
-from bench.heldout import meta, write_doc  # noqa: E402
+from bench.heldout import geomean, meta, write_doc  # noqa: E402
 from timing import event_median_s  # noqa: E402
 from bench import model_corpus  # noqa: E402
 
@@ -125,11 +125,6 @@ def family_rows(cp, pb, n=4096, m=512, k=4096) -> list:
     return rows
 
 
-def _geomean(xs):
-    xs = [x for x in xs if x]
-    return float(np.exp(np.mean(np.log(xs)))) if xs else None
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -149,9 +144,9 @@ def main(argv=None) -> int:
         doc["layers"] = layer_rows(cp, torch, pb, args.limit)
         ok = [r for r in doc["layers"] if "failure" not in r]
         doc["summary"] = {
-            "geomean_invariant_vs_auto": _geomean([r["invariant_vs_auto"] for r in ok]),
-            "geomean_invariant_vs_auto_held_out": _geomean([r["invariant_vs_auto"] for r in ok if r["held_out"]]),
-            "geomean_speedup_vs_yardstick_invariant": _geomean([r["speedup_vs_yardstick_invariant"] for r in ok]),
+            "geomean_invariant_vs_auto": geomean([r["invariant_vs_auto"] for r in ok]),
+            "geomean_invariant_vs_auto_held_out": geomean([r["invariant_vs_auto"] for r in ok if r["held_out"]]),
+            "geomean_speedup_vs_yardstick_invariant": geomean([r["speedup_vs_yardstick_invariant"] for r in ok]),
             "bits_hold_everywhere": all(r["bits_hold"] for r in ok) and bool(ok)}
         print(doc["summary"], flush=True)
     write_doc(doc, args.out)

@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, __import__("pathlib").Path(__file__).resolve().parent.as_posix())
 sys.path.insert(0, __import__("pathlib").Path(__file__).resolve().parents[1].as_posix())
 
-from bench.heldout import meta, write_doc  # noqa: E402
+from bench.heldout import geomean, meta, write_doc  # noqa: E402
 from timing import paired_host_us  # noqa: E402
 
 LAYERS = {"llama3-8b qkv": (4096, 6144), "llama3-8b o": (4096, 4096), "llama3-8b gate/up": (4096, 14336),
@@ -264,11 +264,6 @@ def layer_rows(cp, torch, pb):
     return rows
 
 
-def _geomean(xs):
-    xs = [x for x in xs if x]
-    return float(np.exp(np.mean(np.log(xs)))) if xs else None
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -289,7 +284,7 @@ def main(argv=None) -> int:
     if not args.quick:
         doc["layers"] = layer_rows(cp, torch, pb)
         ok = [r for r in doc["layers"] if "failure" not in r]
-        doc["summary"] = {f"geomean_{k}": _geomean([r[k] for r in ok]) for k in (
+        doc["summary"] = {f"geomean_{k}": geomean([r[k] for r in ok]) for k in (
             "torch_vs_cupy_steady", "torch_vs_cupy_single", "speedup_vs_torch_steady", "speedup_vs_torch_single")}
         print(doc["summary"], flush=True)
     write_doc(doc, args.out)

@@ -223,11 +223,7 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         row = ROW_BY_DTYPES.get((a.dtype, out.dtype), row)
     ta = check_gemm_flag(r, 1, "transa", transa, row)
     tb = check_gemm_flag(r, 2, "transb", transb, row)
-    m, ka = a.shape if ta == "N" else a.shape[::-1]
-    kb, n = b.shape if tb == "N" else b.shape[::-1]
-    if ka != kb:
-        raise ValueError(f"{r}: op(a) is {m} x {ka} but op(b) is {kb} x {n}; the inner "
-                         f"dimensions {ka} and {kb} must agree")
+    m, n = _product_shape(r, a, b, ta, tb)
     alpha = check_scalar(r, 6, "alpha", alpha, row)
     beta = check_scalar(r, 7, "beta", beta, row)
     compute = resolve_compute(row, compute, r)
@@ -261,6 +257,16 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         zero = 0 if row.scalar_kind == "int" else 0.0
         calls.record(key, ran[0], ran[1], a, b, out, fresh, None, zero, _scalar_limit(row))
     return out
+
+
+def _product_shape(r, a, b, ta, tb) -> tuple:
+    """(m, n) of op(a) @ op(b), or the ValueError naming the inner dimensions that differ."""
+    m, ka = a.shape if ta == "N" else a.shape[::-1]
+    kb, n = b.shape if tb == "N" else b.shape[::-1]
+    if ka != kb:
+        raise ValueError(f"{r}: op(a) is {m} x {ka} but op(b) is {kb} x {n}; the inner "
+                         f"dimensions {ka} and {kb} must agree")
+    return m, n
 
 
 def check_operands(r, a, b, names=("a", "b")):
@@ -370,11 +376,7 @@ def _with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend, aut
     xp_name, row = check_operands(r, a, b)
     ta = check_gemm_flag(r, 1, "transa", transa, row)
     tb = check_gemm_flag(r, 2, "transb", transb, row)
-    m, ka = a.shape if ta == "N" else a.shape[::-1]
-    kb, n = b.shape if tb == "N" else b.shape[::-1]
-    if ka != kb:
-        raise ValueError(f"{r}: op(a) is {m} x {ka} but op(b) is {kb} x {n}; the inner "
-                         f"dimensions {ka} and {kb} must agree")
+    m, n = _product_shape(r, a, b, ta, tb)
     dequant = scale_a is not None or scale_b is not None
     if out is not None:
         out_dtype = out.dtype

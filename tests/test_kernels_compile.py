@@ -450,3 +450,17 @@ def test_grouped_problem_row_matches_the_header_struct():
     assert fields == [(n, PROBLEM_ROW.fields[n][1]) for n in PROBLEM_ROW.names]
     row = np.zeros(2, PROBLEM_ROW)
     assert row.copy().tobytes() == row.tobytes()          # no byte outside a field
+
+
+def test_one_compile_for_every_family_names_what_failed_with_nvrtcs_log():
+    """jit.compile_program (the GEMM kernels', the GEMV's, the Ozaki passes' and the on-chip
+    MLP's compile): the binary, the log with ptxas's report and the lowered names; a source
+    that does not compile raises KernelCompileError naming ``what`` and carrying NVRTC's log."""
+    from pyblasgemm.kernels import jit
+
+    src = 'template <int N> __global__ void k(float* x) { x[0] = N; }\\n'
+    cubin, log, lowered = jit.compile_program(src, "k.cu", ["k<3>"], "sm_80")
+    assert cubin[:4] == b"\\x7fELF" and "registers" in log and lowered["k<3>"].startswith("_Z")
+    with pytest.raises(jit.KernelCompileError, match="NVRTC failed to compile the test kernel for sm_80") as info:
+        jit.compile_program(src.replace("x[0]", "y[0]"), "k.cu", ["k<3>"], "sm_80", what="the test kernel")
+    assert "identifier \\"y\\" is undefined" in info.value.log

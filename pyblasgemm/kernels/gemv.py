@@ -392,22 +392,9 @@ def compile_offline(names: list[str], arch: str = "sm_80") -> tuple[bytes, str, 
 
         cubin, log, lowered = compile_offline([spec.kernel_name], "sm_90")
     """
-    from . import nvrtc          # the bindings-backed NVRTC (kernels/nvrtc.py)
+    from .jit import compile_program
 
-    from .jit import KernelCompileError, _get_cubin, _options
-
-    prog = nvrtc.createProgram(_source(), "pyblasgemm_gemv.cu", [], [])
-    try:
-        for name in names:
-            nvrtc.addNameExpression(prog, name)
-        try:
-            nvrtc.compileProgram(prog, [f"--gpu-architecture={arch}", *_options(), "--ptxas-options=-v"])
-        except Exception as e:  # NVRTCError carries only the status; the log has the detail
-            raise KernelCompileError(f"NVRTC failed to compile {names[0]} for {arch}: {e}",
-                                     nvrtc.getProgramLog(prog), names[0]) from e
-        return _get_cubin(prog), nvrtc.getProgramLog(prog), {n: nvrtc.getLoweredName(prog, n) for n in names}
-    finally:
-        nvrtc.destroyProgram(prog)
+    return compile_program(_source(), "pyblasgemm_gemv.cu", names, arch)
 
 
 _kernels: dict = {}

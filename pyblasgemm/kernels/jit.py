@@ -315,13 +315,30 @@ def compile_offline(config: KernelConfig, kind: str, transa: str, transb: str, a
 
 def _nvrtc(names: list[str], config: KernelConfig, arch: str, ptx: bool = False, verbose: bool = True):
     """(cubin or PTX bytes, log, {name expression: lowered name}) from one NVRTC compile."""
-    from . import nvrtc
-
     family = config.kernel_family
     if family.compile_target is not None and arch != family.compile_target:
         raise ValueError(f"{family.title} ({config.name}) compiles for {family.compile_target} only "
                          f"(got arch={arch!r})")
-    prog = nvrtc.createProgram(_source(family.header), "pyblasgemm_kernel.cu", [], [])
+    return compile_program(_source(family.header), "pyblasgemm_kernel.cu", names, arch, ptx=ptx,
+                           verbose=verbose)
+
+
+def compile_program(source: str, filename: str, names, arch: str, *, ptx: bool = False,
+                    verbose: bool = True, what: str | None = None):
+    """``(cubin or PTX bytes, log, {name expression: lowered name})`` of one NVRTC compile of
+    ``source`` with the package's options (the one compile every kernel family's launcher
+    shares: the GEMM kernels, the GEMV, the Ozaki passes, the on-chip MLP); ``verbose`` adds
+    ptxas's resource report to the log (``ptxas_resources`` parses it).
+    :class:`KernelCompileError` with NVRTC's log if it fails, naming ``what`` (default the
+    first name expression).
+
+    Example::
+
+        cubin, log, lowered = compile_program(source, "k.cu", ["k<float>"], "sm_90")
+    """
+    from . import nvrtc
+
+    prog = nvrtc.createProgram(source, filename, [], [])
     try:
         for n in names:
             nvrtc.addNameExpression(prog, n)
@@ -331,7 +348,8 @@ def _nvrtc(names: list[str], config: KernelConfig, arch: str, ptx: bool = False,
             nvrtc.compileProgram(prog, opts)
         except Exception as e:  # NVRTCError carries only the status; the log has the detail
             log = nvrtc.getProgramLog(prog)
-            raise KernelCompileError(f"NVRTC failed to compile {names[0]} for {arch}: {e}", log, names[0]) from e
+            raise KernelCompileError(f"NVRTC failed to compile {what or names[0]} for {arch}: {e}", log,
+                                     names[0]) from e
         log = nvrtc.getProgramLog(prog)
         binary = nvrtc.getPTX(prog) if ptx else _get_cubin(prog)
         lowered = {n: nvrtc.getLoweredName(prog, n) for n in names}

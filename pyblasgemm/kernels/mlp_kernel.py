@@ -158,12 +158,6 @@ def _source() -> str:
             f'#include "{HEADER}"\n')
 
 
-def _options() -> tuple[str, ...]:
-    from . import jit
-
-    return jit.BASE_OPTIONS + ("-I" + str(jit.INCLUDE_DIR),)
-
-
 def compile_offline(dtype, activation_code: int, arch: str = "sm_80", ptx: bool = False):
     """Compile one instantiation without a GPU (no CUDA context): ``(cubin or PTX bytes, log)``;
     the log carries ptxas's resource report (``jit.ptxas_resources`` parses it).
@@ -172,25 +166,11 @@ def compile_offline(dtype, activation_code: int, arch: str = "sm_80", ptx: bool 
 
         binary, log = compile_offline("float16", 2, "sm_90a")
     """
-    from . import nvrtc
-    from .jit import KernelCompileError, _get_cubin
+    from .jit import compile_program
 
-    name = kernel_name(dtype, activation_code)
-    prog = nvrtc.createProgram(_source(), "pyblasgemm_fused_mlp.cu", [], [])
-    try:
-        nvrtc.addNameExpression(prog, name)
-        arch_opt = f"--gpu-architecture={'compute_' + arch[3:] if ptx else arch}"
-        opts = [arch_opt, *_options()] + ([] if ptx else ["--ptxas-options=-v"])
-        try:
-            nvrtc.compileProgram(prog, opts)
-        except Exception as e:  # NVRTCError carries only the status; the log has the detail
-            log = nvrtc.getProgramLog(prog)
-            raise KernelCompileError(f"NVRTC failed to compile {name} for {arch}: {e}", log, name) from e
-        log = nvrtc.getProgramLog(prog)
-        binary = nvrtc.getPTX(prog) if ptx else _get_cubin(prog)
-        return binary, log
-    finally:
-        nvrtc.destroyProgram(prog)
+    binary, log, _ = compile_program(_source(), "pyblasgemm_fused_mlp.cu",
+                                     [kernel_name(dtype, activation_code)], arch, ptx=ptx)
+    return binary, log
 
 
 _cache: dict = {}
@@ -217,7 +197,7 @@ def get_kernel(dtype, activation_code: int, device_id: int | None = None):
     if hit is not None:
         return hit
     with dev:
-        mod = cupy.RawModule(code=_source(), options=_options(), name_expressions=[name])
+        mod = cupy.RawModule(code=_source(), options=jit._options(), name_expressions=[name])
         try:
             kern = mod.get_function(name)
         except cupy.cuda.compiler.CompileException as e:

@@ -87,12 +87,6 @@ def _source(count: int) -> str:
             + tables_source(count) + f'#include "{HEADER}"\n')
 
 
-def _options() -> tuple:
-    from .jit import _options as kernel_options
-
-    return kernel_options()
-
-
 def compile_offline(count: int, arch: str = "sm_80"):
     """Compile one count's kernels without a GPU: ``(cubin, log)``; the log carries ptxas's
     resource report (``jit.ptxas_resources`` parses it).
@@ -101,22 +95,11 @@ def compile_offline(count: int, arch: str = "sm_80"):
 
         cubin, log = compile_offline(16, "sm_90a")
     """
-    from . import nvrtc
-    from .jit import KernelCompileError, _get_cubin
+    from .jit import compile_program
 
-    names = kernel_names(count)
-    prog = nvrtc.createProgram(_source(count), "pyblasgemm_ozaki.cu", [], [])
-    try:
-        for name in names:
-            nvrtc.addNameExpression(prog, name)
-        try:
-            nvrtc.compileProgram(prog, [f"--gpu-architecture={arch}", *_options(), "--ptxas-options=-v"])
-        except Exception as e:  # NVRTCError carries only the status; the log has the detail
-            raise KernelCompileError(f"NVRTC failed to compile the Ozaki kernels ({count} moduli) for {arch}: "
-                                     f"{e}", nvrtc.getProgramLog(prog), names[0]) from e
-        return _get_cubin(prog), nvrtc.getProgramLog(prog)
-    finally:
-        nvrtc.destroyProgram(prog)
+    binary, log, _ = compile_program(_source(count), "pyblasgemm_ozaki.cu", kernel_names(count), arch,
+                                     what=f"the Ozaki kernels ({count} moduli)")
+    return binary, log
 
 
 _cache: dict = {}
@@ -143,7 +126,7 @@ def get_kernels(count: int, device_id: int | None = None) -> dict:
         return hit
     names = kernel_names(count)
     with dev:
-        mod = cupy.RawModule(code=_source(count), options=_options(), name_expressions=names)
+        mod = cupy.RawModule(code=_source(count), options=jit._options(), name_expressions=names)
         try:
             kernels = {name: mod.get_function(name) for name in names}
         except cupy.cuda.compiler.CompileException as e:
