@@ -458,9 +458,9 @@ def test_one_compile_for_every_family_names_what_failed_with_nvrtcs_log():
     that does not compile raises KernelCompileError naming ``what`` and carrying NVRTC's log."""
     from pyblasgemm.kernels import jit
 
-    src = 'template <int N> __global__ void k(float* x) { x[0] = N; }\\n'
+    src = 'template <int N> __global__ void k(float* x) { x[0] = N; }\n'
     cubin, log, lowered = jit.compile_program(src, "k.cu", ["k<3>"], "sm_80")
-    assert cubin[:4] == b"\\x7fELF" and "registers" in log and lowered["k<3>"].startswith("_Z")
+    assert cubin[:4] == b"\x7fELF" and "registers" in log and lowered["k<3>"].startswith("_Z")
     with pytest.raises(jit.KernelCompileError, match="NVRTC failed to compile the test kernel for sm_80") as info:
         jit.compile_program(src.replace("x[0]", "y[0]"), "k.cu", ["k<3>"], "sm_80", what="the test kernel")
-    assert "identifier \\"y\\" is undefined" in info.value.log
+    assert 'identifier "y" is undefined' in info.value.log
