@@ -207,7 +207,15 @@ def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivatio
     ``out = act(alpha·scaled_product + beta·out + bias)`` for 2-D float8 ``a`` (m x k) and
     ``b`` (k x n) (op() already applied; ``beta`` reads ``out`` only when it is not 0), every
     argument checked before any work. The host computes it (:func:`scaled_product`); CuPy
-    arrays are refused (NotImplementedError): the GPU route is not built yet."""
+    arrays are refused (NotImplementedError): the GPU route is not built yet.
+
+    >>> import ml_dtypes
+    >>> a = np.full((2, 3), 2, ml_dtypes.float8_e4m3fn); b = np.ones((3, 2), ml_dtypes.float8_e5m2)
+    >>> scaled_matmul("gemm", a, b, None, np.float16, None, "relu", None, np.float32(0.5),
+    ...               np.float32(-1), alpha=2.0)
+    array([[0., 0.],
+           [0., 0.]], dtype=float16)
+    """
     r = routine
     for name, x in (("a", a), ("b", b)):
         if not is_fp8(x.dtype) or x.ndim != 2:

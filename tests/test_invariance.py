@@ -223,6 +223,17 @@ def test_a_bad_flag_is_refused_even_after_a_good_call_was_remembered():
     assert (c == 4).all()
 
 
+def test_jax_cpu_arrays_run_invariant_on_the_host():
+    jax = pytest.importorskip("jax")
+    x, w = _data(np, 30, 40, 6, np.float32)
+    jx, jw = jax.numpy.asarray(x), jax.numpy.asarray(w)
+    whole = pyblasgemm.matmul(jx, jw.T, invariant=True)
+    assert isinstance(whole, jax.Array)
+    for i in range(30):
+        assert np.array_equal(np.asarray(pyblasgemm.matmul(jx[i:i + 1], jw.T, invariant=True)),
+                              np.asarray(whole)[i:i + 1])
+
+
 def test_a_cpu_tensor_runs_invariant_on_the_host():
     torch = pytest.importorskip("torch")
     x, w = _data(np, 50, 32, 8, np.float32)

@@ -88,7 +88,14 @@ def check_route(desc) -> None:
     """NotImplementedError for an invariant problem whose compute mode is a composite route:
     the Ozaki scheme decides natively computed rows, columns and elements (and whether the
     whole product runs natively) from the whole operands, so a row's bits depend on the
-    others."""
+    others.
+
+    >>> from pyblasgemm.planner.problem import make_desc
+    >>> check_route(make_desc(64, 64, 64, "f64", compute="int8-ozaki", invariant=True))
+    Traceback (most recent call last):
+        ...
+    NotImplementedError: plan: invariant=True is not available with compute='int8-ozaki' for float64: its composite route decides from the whole operands which elements run natively; use the native compute mode
+    """
     if desc.invariant and route_of(desc.prefix, desc.compute).composite is not None:
         raise NotImplementedError(
             f"{desc.routine}: invariant=True is not available with compute={desc.compute!r} for "
@@ -113,7 +120,14 @@ def reference_alignment(desc) -> int:
     change. Row-major forms ('n'): they hand over their rows (op(B) in the description, and
     C) tight and 16-byte aligned (``_strided.INVARIANT_ALIGN``), so it is the weight's (A's
     pointer and lda) and the fixed leading dimensions (K for the rows, N for C). The BLAS form
-    ('m'): the caller's lda and ldc grow with m, so any alignment must run: the element's."""
+    ('m'): the caller's lda and ldc grow with m, so any alignment must run: the element's.
+
+    >>> from pyblasgemm.planner.problem import make_desc
+    >>> reference_alignment(make_desc(64, 64, 64, "bf16", invariant=True))         # the BLAS form
+    2
+    >>> reference_alignment(make_desc(4096, 5, 4096, "bf16", transa="T")._replace(invariant="n"))
+    16
+    """
     row = desc.row
     isz, csz = row.ab_dtype.itemsize, row.c_dtype.itemsize
     if desc.invariant == "m":
@@ -137,7 +151,16 @@ def invariant_config(desc, arch: ArchSpec, cal: dict):
     those valid at every reference row count (:data:`REFERENCE_SIZES`), the one whose worst
     predicted time (its best configuration's) against the best sliced-k configuration at each
     is least. Memoized in the plan cache (it depends on neither the row count nor the batch).
-    None when none qualifies."""
+    None when none qualifies.
+
+    >>> from pyblasgemm.planner import model
+    >>> from pyblasgemm.planner.arch import FAMILIES
+    >>> from pyblasgemm.planner.problem import make_desc
+    >>> d = make_desc(4096, 7, 4096, "bf16", transa="T")._replace(invariant="n")
+    >>> config, regret = invariant_config(d, FAMILIES["sm_90"], model.load_calibration())
+    >>> config == invariant_config(d._replace(n=3000), FAMILIES["sm_90"], model.load_calibration())[0]
+    True
+    """
     key = ("invariant config", INVARIANCE_CLASS, reference_desc(desc, *_reference_problems(desc)[0]).key,
            arch.key)
     hit = _cache.get(key)
