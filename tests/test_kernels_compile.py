@@ -464,3 +464,27 @@ def test_one_compile_for_every_family_names_what_failed_with_nvrtcs_log():
     with pytest.raises(jit.KernelCompileError, match="NVRTC failed to compile the test kernel for sm_80") as info:
         jit.compile_program(src.replace("x[0]", "y[0]"), "k.cu", ["k<3>"], "sm_80", what="the test kernel")
     assert 'identifier "y" is undefined' in info.value.log
+
+
+def test_a_compile_with_an_empty_log_leaves_pythons_bytes_alone():
+    """NVRTC writes its log into the buffer it is given. An empty log is one byte (its NUL):
+    the buffer used to be ``b" " * size``, which for size 1 is CPython's shared one-byte b" ",
+    and the compile turned every b" " of the process into b"\\x00" (``import torch`` then
+    failed, print wrote NULs). Each read must fill a buffer of its own."""
+    from pyblasgemm.kernels import nvrtc as ours
+
+    src = 'extern "C" __global__ void k(float* x) { x[0] = 1.0f; }'
+    prog = ours.createProgram(src, "k.cu")
+    try:
+        ours.compileProgram(prog, ["--gpu-architecture=sm_80"])     # no -v: nothing to log
+        assert ours.getProgramLog(prog) == ""
+        cubin = ours.getCUBIN(prog)
+    finally:
+        ours.destroyProgram(prog)
+    assert cubin[:4] == b"\x7fELF"
+    # the byte values themselves (a comparison with a b" " literal compares the object with
+    # itself: the shared one, corrupted or not)
+    assert bytes([32])[0] == 32 and " ".encode()[0] == 32 and list(b" ") == [32]
+    # the same through the one compile every kernel family shares, without the resource report
+    binary, log, _ = jit.compile_program(src, "k.cu", ["k"], "sm_80", verbose=False)
+    assert log == "" and bytes([32])[0] == 32

@@ -89,9 +89,13 @@ def compileProgram(prog, options) -> None:
 
 def _read(prog, size_fn, read_fn, call: str) -> bytes:
     size = int(_check(size_fn(prog), call + "Size"))
-    buf = b" " * size
+    # a fresh writable buffer: ``b" " * size`` is an immutable bytes object, and for size 1
+    # (an empty log: its NUL alone) CPython's shared b" " itself, which NVRTC then overwrote
+    # with the NUL, turning every one-byte b" " of the process into b"\x00" (print's separators,
+    # torch's schema strings: ``import torch`` failed after such a compile)
+    buf = bytearray(size)
     _check(read_fn(prog, buf), call)
-    return buf
+    return bytes(buf)
 
 
 def getProgramLog(prog) -> str:
