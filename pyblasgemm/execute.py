@@ -15,6 +15,7 @@ from .epilogue_pass import UNFUSED
 from .plancache import get_plan_cache
 from .desc import GemmDesc, check_backend_place
 from .kernels import mlp_kernel
+from .kernels.epilogue_ops import PASS_DTYPES, PassLaunch
 from .kernels.grouped import pack_table
 from .kernels.mma_sync import BIAS_MODE
 from .kernels.scale import scale_ieee
@@ -117,23 +118,69 @@ def execute_epilogue(desc: GemmDesc, a, b, c, backend=None, autotune=None, strea
     order): a fused route is launched here (bias, pre-activation and scale pointers in the
     description's order; ``alpha`` / ``beta`` None: the description's) and ``(launch, the
     plan's Route)`` returned, for the call signature, and the route recorded
-    (:func:`pyblasgemm.epilogue.last_route`); ``(None, route)`` for the unfused route, which
-    the form completes (the product into the accumulation type through the planned GEMM, then
-    one pass that records the route)."""
+    (:func:`pyblasgemm.epilogue.last_route`). The unfused route is launched so too where C is
+    the accumulation type (:func:`_unfused_launch`: the product, then the bound pass); else
+    ``(None, route)``, and the form completes it (the product into the accumulation type
+    through the planned GEMM, then one pass that records the route)."""
     if backend is not None:
         check_backend_place(desc.routine, backend, desc.xp)
     plan = plan_for(desc, backend) if autotune is None else plan_for(desc, backend, autotune=autotune)
     route = plan.epilogue
     if route.kind == "unfused":
-        return None, route
-    launch = launch_for(desc, plan)
-    if launch is None:            # cuBLASLt found no algorithm with this epilogue
-        return None, UNFUSED[desc.xp]
+        launch = _unfused_launch(desc, backend, autotune)
+        if launch is None:
+            return None, route
+    else:
+        launch = launch_for(desc, plan)
+        if launch is None:            # cuBLASLt found no algorithm with this epilogue
+            return None, UNFUSED[desc.xp]
     launch(a.data.ptr, b.data.ptr, c.data.ptr, desc.alpha if alpha is None else alpha,
            desc.beta if beta is None else beta, streams.current() if stream is None else stream,
            bias=bias, pre=pre, scale_m=scale_m, scale_n=scale_n)
     note_route(route)
     return launch, route
+
+
+class ProductThenPass:
+    """The unfused epilogue route bound as one launch (called as a fused one is, so a call
+    signature replays it): the plan's product into C, which is the accumulation type, then the
+    bound pass over C in place (:class:`~pyblasgemm.kernels.epilogue_ops.PassLaunch`). The
+    CuPy elementwise pass costs ~100 µs of host time a call (64³ float32 bias + GELU, H100:
+    the form's full path around it); bound, the route costs its two launches."""
+
+    __slots__ = ("product", "pass_", "__weakref__")
+
+    def __init__(self, product, pass_):
+        self.product, self.pass_ = product, pass_
+
+    def __call__(self, a_ptr, b_ptr, c_ptr, alpha, beta, stream, bias=0, pre=0, scale_m=0, scale_n=0):
+        self.product(a_ptr, b_ptr, c_ptr, alpha, beta, stream)
+        self.pass_(c_ptr, bias, pre, stream)
+
+
+def _unfused_launch(desc: GemmDesc, backend, autotune):
+    """The unfused route of ``desc`` as a :class:`ProductThenPass`, bound once and kept in the
+    plan cache; None where the form must run it on arrays: not one 2-D CuPy problem, C not the
+    accumulation type (float32 / float64: a 16-bit C takes the float32 product apart), int8
+    dequantization, arrays the pass cannot read in place (the spec's blocker), or a product
+    whose plan has no launch (a composite mode, host BLAS, int8 copies)."""
+    spec = desc.epilogue
+    if desc.xp != "cupy" or desc.batch != 1 or spec.dequantize or spec.blocker \
+            or desc.row.c_dtype.name not in PASS_DTYPES or desc.row.is_complex:
+        return None
+    key = ("launch", desc.key, "unfused")
+    launch = _cache.get(key)
+    if launch is not None:
+        return None if launch is _NO_LAUNCH else launch
+    product = desc.product
+    plan = plan_for(product, backend) if autotune is None else plan_for(product, backend, autotune=autotune)
+    first = None if isinstance(plan.launch, CompositeSpec) else launch_for(product, plan)
+    if first is not None:
+        launch = ProductThenPass(first, PassLaunch(desc.device, desc.row.c_dtype.name, desc.m, desc.n,
+                                                   desc.ldc, spec.bias, spec.code))
+    if current_settings().cache:
+        _cache.put(key, _NO_LAUNCH if launch is None else launch)
+    return launch
 
 
 def execute_group(desc: GemmDesc, columns, backend=None, stream=None):

@@ -511,3 +511,49 @@ def test_matmul_with_an_epilogue_refuses_shapes_in_numpys_words(sa, sb):
     with pytest.raises(ValueError) as got:
         pyblasgemm.matmul(a, b, activation="relu")
     assert str(got.value) == str(want.value)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("act", list(ACTIVATIONS))
+def test_the_unfused_route_bound_as_one_launch_gives_the_passes_bits(dtype, act):
+    """Where C is the accumulation type (float32, float64) the unfused route runs as one bound
+    launch (the planned product into C, then the pass in place: execute.ProductThenPass) and is
+    replayed by the call signature: its bits are the product's, then the CuPy elementwise
+    pass's, on the first call, on replays and with the pre-activation out; the route says
+    'unfused'."""
+    import cupy
+
+    from pyblasgemm import execute
+    from pyblasgemm.epilogue import last_route
+    from pyblasgemm.kernels.epilogue_ops import apply_device
+    from pyblasgemm.epilogue import Epilogue
+
+    rng = np.random.default_rng(31)
+    for m, n, k in ((64, 64, 64), (1, 7, 33), (257, 129, 100)):
+        x, w = cupy.asarray(_data(rng, (m, k), dtype)), cupy.asarray(_data(rng, (k, n), dtype))
+        b = cupy.asarray(_data(rng, (n,), dtype))
+        calls = []
+        real = execute.ProductThenPass.__call__
+
+        def counted(self, *args, **kwargs):
+            calls.append(1)
+            return real(self, *args, **kwargs)
+        execute.ProductThenPass.__call__ = counted
+        try:
+            got = [pyblasgemm.matmul(x, w, bias=b, activation=act) for _ in range(3)]
+            route = last_route()
+        finally:
+            execute.ProductThenPass.__call__ = real
+        if not route.startswith("unfused"):
+            continue            # a fused route took it (cuBLASLt's relu): not this test's
+        assert len(calls) == 3, (m, n, k, act, route)
+        want = cupy.empty((m, n), dtype)
+        t = pyblasgemm.matmul(x, w)
+        apply_device(Epilogue("cols", ACTIVATIONS[act], False, False), t, None, None, None, b, None, None,
+                     None, want)
+        for y in got:
+            assert y.dtype == dtype and bool((y == want).all()), (m, n, k, act)
+        pre = cupy.full((m, n), np.nan, dtype)
+        y = pyblasgemm.matmul(x, w, bias=b, activation=act, preactivation_out=pre)
+        assert bool((y == want).all()) and bool((pre == t + b).all())

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 
+from .driver import function, launch_kernel, stream as cu_stream
 from .jit import INCLUDE_DIR
 
 
@@ -79,3 +81,105 @@ def apply_device(epi, t, alpha, beta, c_old, bias, scale_a, scale_b, preactivati
     if pre is not None and pre is not preactivation_out:
         preactivation_out[...] = pre.astype(preactivation_out.dtype)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The pass as a bound launch on raw pointers (the unfused route's second half, replayable)
+# ---------------------------------------------------------------------------------------------
+
+_PASS_SOURCE = r"""
+#include "pyblasgemm/epilogue/activation.cuh"
+
+// In place on the column-major C (m x n, leading dimension ldc): v = C + bias (one value per
+// row, bias_axis 1, or per column, 2), pre = v where pre is given (C's offsets), C = act(v).
+// The same arithmetic, in the same order, as the CuPy elementwise pass above.
+template <class T>
+__global__ void pyblasgemm_epilogue_pass(T* __restrict__ c, const T* __restrict__ bias,
+                                         T* __restrict__ pre, long long m, long long n,
+                                         long long ldc, int bias_axis, int act) {
+  const long long total = m * n;
+  for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total;
+       idx += (long long)gridDim.x * blockDim.x) {
+    const long long j = idx / m, i = idx - j * m;
+    const long long at = i + j * ldc;
+    T v = c[at];
+    if (bias_axis == 1) v += bias[i];
+    else if (bias_axis == 2) v += bias[j];
+    if (pre != nullptr) pre[at] = v;
+    c[at] = pyblasgemm::activate<T>(v, act);
+  }
+}
+"""
+_PASS_NAMES = {"float32": "pyblasgemm_epilogue_pass<float>", "float64": "pyblasgemm_epilogue_pass<double>"}
+#: types the bound pass runs in (C is the accumulation type: float32 or float64)
+PASS_DTYPES = tuple(_PASS_NAMES)
+_PASS_THREADS = 256
+#: at most this many CTAs per SM (a grid-stride loop covers the rest): 8 x 256 threads fill an
+#: SM's 2048 thread slots on sm_80 / sm_90
+_PASS_CTAS_PER_SM = 8
+_pass_kernels: dict = {}
+_pass_lock = threading.Lock()
+
+
+def _pass_kernel(device: int, dtype: str):
+    """The pass kernel for ``dtype`` on ``device``, compiled once per (device, headers)."""
+    import cupy
+
+    from . import jit
+
+    key = (device, jit.header_fingerprint(), dtype)
+    kern = _pass_kernels.get(key)
+    if kern is None:
+        name = _PASS_NAMES[dtype]
+        with cupy.cuda.Device(device):
+            jit._first_compile_notice()
+            mod = cupy.RawModule(code=_PASS_SOURCE, options=jit._options(), name_expressions=[name])
+            try:
+                kern = mod.get_function(name)
+            except cupy.cuda.compiler.CompileException as e:
+                raise jit.KernelCompileError(f"NVRTC failed to compile {name}", str(e), name) from e
+        with _pass_lock:
+            kern = _pass_kernels.setdefault(key, kern)
+    return kern
+
+
+class PassLaunch:
+    """The epilogue pass of one problem class bound to its kernel: ``p(c_ptr, bias_ptr, pre_ptr,
+    stream)`` enqueues ``pre = v; C = act(v)`` with ``v = C + bias`` on the raw stream handle
+    (``bias_axis``: 'm' one value per row of the column-major C, 'n' per column, None; a zero
+    ``pre_ptr``: no pre-activation). Calls from several threads take turns (the argument cells
+    are filled under a lock; cuLaunchKernel copies them).
+
+    Example (on a GPU)::
+
+        p = PassLaunch(0, "float32", m, n, ldc, "n", ACTIVATIONS["gelu"].code)
+        p(c.data.ptr, bias.data.ptr, 0, cupy.cuda.get_current_stream().ptr)
+    """
+
+    __slots__ = ("_dev", "_fptr", "_grid", "_pack", "_lock", "__weakref__")
+
+    def __init__(self, device: int, dtype: str, m: int, n: int, ldc: int, bias_axis, act: int):
+        import ctypes as ct
+
+        import cupy
+
+        from .mma_sync import _ArgPack
+
+        if dtype not in _PASS_NAMES:
+            raise ValueError(f"PassLaunch: dtype={dtype!r} is not one of {PASS_DTYPES}")
+        kern = _pass_kernel(device, dtype)
+        self._dev, self._fptr = device, function(kern.kernel.ptr)
+        sms = cupy.cuda.Device(device).attributes["MultiProcessorCount"]
+        self._grid = max(1, min(-(-(m * n) // _PASS_THREADS), sms * _PASS_CTAS_PER_SM))
+        fields = [("c", ct.c_void_p), ("bias", ct.c_void_p), ("pre", ct.c_void_p), ("m", ct.c_longlong),
+                  ("n", ct.c_longlong), ("ldc", ct.c_longlong), ("axis", ct.c_int), ("act", ct.c_int)]
+        axis = {None: 0, "m": 1, "n": 2}[bias_axis]
+        self._pack = _ArgPack(fields, dict(c=0, bias=0, pre=0, m=m, n=n, ldc=ldc, axis=axis, act=act))
+        self._lock = threading.Lock()
+
+    def __call__(self, c_ptr: int, bias_ptr: int, pre_ptr: int, stream: int) -> None:
+        cells = self._pack.cells
+        with self._lock:
+            cells["c"].value, cells["bias"].value, cells["pre"].value = c_ptr, bias_ptr or None, pre_ptr or None
+            launch_kernel(self._dev, self._fptr, self._grid, 1, 1, _PASS_THREADS, 1, 1, 0,
+                          cu_stream(stream), self._pack.addr)
