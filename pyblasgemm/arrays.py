@@ -509,6 +509,64 @@ def torch_record(words, a, b, out, result) -> None:
         calls.put(sig[0], TorchCall(call, None, None, None), refers_to=call.launch)
 
 
+# ------------------------------------------------------------------------------------------
+# The repeated JAX call
+# ------------------------------------------------------------------------------------------
+
+def jax_type():
+    """JAX's concrete array type once JAX has been imported by anyone, else None (never
+    imports it)."""
+    if calls.jax_array:
+        return calls.jax_array[0]
+    jax = sys.modules.get("jax")
+    impl = getattr(getattr(getattr(jax, "_src", None), "array", None), "ArrayImpl", None)
+    if impl is not None:
+        calls.jax_array.append(impl)
+    return impl
+
+
+def jax_replay(words, a, b):
+    """The recorded launch of the call ``words`` on JAX GPU arrays (a, b), its result imported
+    into JAX (:class:`_JaxImport`), or None (not a recorded signature, or the result's pointer
+    outside the launch's alignment class: the caller takes the converting path). The launch
+    runs on CuPy's current stream, as the converting path's does: JAX's stream waits for it
+    through the import's handshake; the operands are waited for first (JAX may still be
+    computing them on its own stream), as the converting path's views wait."""
+    sig = calls.key(words, a, b)
+    if sig is None:
+        return None
+    k, pa, pb, _ = sig
+    call = calls.get(k)
+    if call is None:
+        return None
+    a.block_until_ready()
+    b.block_until_ready()
+    c = calls.cupy_type()(call.shape, call.dtype)
+    pc = c.data.ptr
+    if pc & call.c_mask:
+        return None
+    if call.swap:
+        call.launch(pb, pa, pc, call.one, call.zero, streams.current())
+    else:
+        call.launch(pa, pb, pc, call.one, call.zero, streams.current())
+    out = _JAX_IMPORT.take(c)
+    return out if out is not None else _from_native(c, "jax", a)
+
+
+def jax_record(words, a, b, result) -> None:
+    """After a converting call on JAX GPU arrays (a, b): if the call on the views was recorded
+    as one launch into a fresh C-ordered array of the result's dtype and shape, record it under
+    the arrays' own key (:func:`jax_replay`)."""
+    call = calls.last_recorded()
+    if call is None or call.shape is None or call.order != "C" or call.one is None:
+        return
+    if np.dtype(result.dtype) != call.dtype or tuple(result.shape) != tuple(call.shape):
+        return              # (the result was converted after the launch: not one launch)
+    sig = calls.key(words, a, b)
+    if sig is not None:
+        calls.put(sig[0], call, refers_to=call.launch)
+
+
 def needs_grad(*xs) -> bool:
     """Whether a PyTorch tensor among ``xs`` requires a gradient while autograd records (then
     the call goes to :mod:`pyblasgemm.torch`'s differentiable operators instead of a detached

@@ -42,6 +42,7 @@ _ROUTINE = "matmul"
 #: cupy.ndarray / torch.Tensor once seen (the signature fast paths compare types by identity)
 _CUPY = [None]
 _TORCH = [None]
+_JAX = [None]        # JAX's concrete array type, once JAX is imported (the replay's type test)
 
 
 def _exact_array(x):
@@ -329,6 +330,12 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
                                 stream)
         if c is not None:
             return c
+    elif t is _JAX[0] and stream is None and autotune is None and dtype is None and not numpy_kwargs \
+            and out is None:
+        # a repeated call on JAX GPU arrays: their attributes make the key (calls.key)
+        c = arrays.jax_replay((_ROUTINE, compute, backend, None, calls.flag(invariant)), a, b)
+        if c is not None:
+            return c
     elif _CUPY[0] is None and calls.cupy_type() is not None:
         _CUPY[0] = calls.cupy_type()
     if ((type(a) not in _arrays.ARRAY_TYPES or type(b) not in _arrays.ARRAY_TYPES
@@ -356,6 +363,11 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
                 and _plain_word(compute) and _plain_word(backend)):
             arrays.torch_record((_ROUTINE, compute, backend, None, calls.flag(invariant)), a, b, out,
                                 back)
+        elif (conv.kind == "jax" and conv.gpu and out is None and stream is None and dtype is None
+              and autotune is None and not numpy_kwargs and _plain_word(compute) and _plain_word(backend)):
+            if _JAX[0] is None:
+                _JAX[0] = arrays.jax_type()
+            arrays.jax_record((_ROUTINE, compute, backend, None, calls.flag(invariant)), a, b, back)
         return back
     return _core(a, b, out, dtype, compute, backend, autotune, stream, numpy_kwargs, invariant)
 

@@ -872,3 +872,53 @@ def test_concurrent_first_calls_from_many_threads_give_the_serial_bits(dtype):
     cupy.cuda.Device().synchronize()
     for i, z in zip(work, results):
         np.testing.assert_array_equal(cupy.asnumpy(z), serial[i])
+
+
+def test_jax_host_arrays_make_no_replay_key():
+    """A JAX CPU array runs on the host: the key builder gives none (no launch to replay, and
+    no CUDA device to ask for)."""
+    jax = pytest.importorskip("jax")
+    from pyblasgemm import calls
+
+    a = jax.numpy.ones((4, 4), jax.numpy.float32)
+    if list(a.devices())[0].platform == "gpu":
+        pytest.skip("JAX's default device is a GPU here")
+    assert arrays.jax_type() is type(a)
+    assert calls.key(("doc",), a, a) is None
+    assert calls.key(("doc",), a, a, np.ones((4, 4))) is None
+
+
+@gpu
+def test_a_repeated_jax_call_replays_its_launch(monkeypatch):
+    """The second call with the same JAX signature goes straight to the launch (the array
+    door is not entered), gives the first call's bits, and a changed shape, dtype or stream=
+    takes the full path again."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    if not gpus:
+        pytest.skip("JAX sees no GPU here")
+    rng = np.random.default_rng(3)
+    for dtype in (jnp.float16, jnp.bfloat16, jnp.float32):
+        a = jax.device_put(jnp.asarray(rng.uniform(-1, 1, (96, 80)), dtype=dtype), gpus[0])
+        b = jax.device_put(jnp.asarray(rng.uniform(-1, 1, (80, 72)), dtype=dtype), gpus[0])
+        first = pyblasgemm.matmul(a, b)
+
+        def no_door(*args, **kwargs):
+            raise AssertionError("the replay went through the array door")
+        with monkeypatch.context() as m:
+            m.setattr(arrays, "convert", no_door)
+            again = [pyblasgemm.matmul(a, b) for _ in range(3)]
+            # new arrays of the same signature (other buffers) replay too
+            a2 = jax.device_put(jnp.asarray(rng.uniform(-1, 1, (96, 80)), dtype=dtype), gpus[0])
+            other = pyblasgemm.matmul(a2, b)
+        for x in again:
+            assert isinstance(x, jax.Array) and x.dtype == first.dtype
+            assert np.array_equal(np.asarray(x), np.asarray(first)), dtype
+        ref = np.asarray(a2, np.float64) @ np.asarray(b, np.float64)
+        tol = 1e-4 if dtype == jnp.float32 else 3e-2
+        np.testing.assert_allclose(np.asarray(other, np.float64), ref, rtol=tol, atol=tol)
+        # another shape: the door again (and right)
+        c = pyblasgemm.matmul(a[:50], b)
+        np.testing.assert_allclose(np.asarray(c, np.float64), np.asarray(a[:50], np.float64)
+                                   @ np.asarray(b, np.float64), rtol=tol, atol=tol)
