@@ -9,9 +9,9 @@
   faster of ``cupy.matmul`` and ``torch.matmul`` on the same bytes); the issue's bar: invariant
   <= 1.10x auto (geomean, all entries and the held-out ones apart); and, per entry, the bits:
   rows 0, M/2 and M-1 alone and the first M/3 rows must equal their rows of the whole call;
-* ``--families``: for one problem, every sliced-k configuration of the invariant plan's family
-  (forced through ``PYBLASGEMM_CONFIG``) against the invariant plan's bits: which tile shapes
-  give the same sums (docs/design/invariance.md: if all do, the invariant key can be the family
+* ``--families``: for each problem of ``FAMILY_PROBLEMS``, every sliced-k configuration of each
+  kernel family (forced through ``PYBLASGEMM_CONFIG``) against the family's first one's bits and
+  the invariant plan's: which tile shapes give the same sums (docs/design/invariance.md: if all do, the invariant key can be the family
   and instruction rather than the whole configuration, and the cost falls).
 
 Operands: ``numpy.random.default_rng([entry index, tokens])`` normal, scaled by 2**U(-6, 6) per
@@ -48,10 +48,7 @@ def matmul_plan(n: int, m: int, k: int):
     """The plan ``matmul(x, w.T, invariant=True)`` runs for x (m, k) and W (n, k), both
     row-major: Cᵀ = W xᵀ, its rows along n (``plan()`` would describe the column-major BLAS
     form, whose rows are m)."""
-    from pyblasgemm.planner import plan_for
-    from pyblasgemm.planner.problem import make_desc
-
-    return plan_for(make_desc(n, m, k, "bf16", transa="T")._replace(invariant="n"))
+    return plan_for_invariant(n, m, k, "bf16")
 
 
 def bits_hold(cp, pb, x, w) -> bool:
@@ -90,39 +87,61 @@ def layer_rows(cp, torch, pb, every: int = 1) -> list:
     return rows
 
 
-def family_rows(cp, pb, n=4096, m=512, k=4096) -> list:
-    """Every sliced configuration of the invariant plan's family on one problem, and whether
-    its bits equal the invariant plan's."""
+#: (n, m, k, dtype) of the tile-shape experiment: a prefill and a decode-like row count, a
+#: K that is a multiple of every k-step and one that is not, both 16-bit types
+FAMILY_PROBLEMS = ((4096, 512, 4096, "bfloat16"), (4096, 37, 4096, "float16"),
+                   (2048, 300, 3000, "bfloat16"), (1024, 1, 14336, "bfloat16"))
+
+
+def family_rows(cp, pb, problems=FAMILY_PROBLEMS) -> list:
+    """For each problem and each kernel family: every sliced configuration of the family, and
+    whether its bits equal the family's first configuration's (and the invariant plan's, where
+    the plan runs that family)."""
     from pyblasgemm.planner import model
     from pyblasgemm.planner.arch import arch_for_device
     from pyblasgemm.planner.candidates import enumerate_candidates
     from pyblasgemm.planner.problem import make_desc
 
-    x, w = operands(cp, 99, m, k, n)
-    want = pb.matmul(x, w.T, invariant=True)
-    chosen = matmul_plan(n, m, k).config
-    desc = make_desc(n, m, k, "bf16", transa="T")
-    configs = sorted({c.config for c in enumerate_candidates(desc, arch_for_device(0), model.load_calibration())
-                      if c.score is not None and c.config.decomposition == "sliced" and not c.pack
-                      and c.config.family == chosen.family}, key=lambda c: c.name)
     rows = []
-    for config in configs:
-        row = {"config": config.name, "is_invariant_plans": config == chosen}
-        os.environ["PYBLASGEMM_CONFIG"] = config.name
-        pb.clear_plan_cache()
-        try:
-            got = pb.matmul(x, w.T, backend="tensorcore")
-            ran = pb.plan(n, m, k, "bf16", transa="T", backend="tensorcore").config.name
-            row.update(ran=ran, same_bits=bool((got == want).all()),
-                       differing=int((got != want).sum()))
-        except Exception as e:
-            row["failure"] = f"{type(e).__name__}: {e}"[:300]
-        finally:
-            del os.environ["PYBLASGEMM_CONFIG"]
+    for index, (n, m, k, dtype) in enumerate(problems):
+        x, w = operands(cp, 99 + index, m, k, n)
+        if dtype != "bfloat16":
+            x, w = x.astype(np.float32).astype(dtype), w.astype(np.float32).astype(dtype)
+        short = "bf16" if dtype == "bfloat16" else "f16"
+        plan_want = pb.matmul(x, w.T, invariant=True)
+        chosen = plan_for_invariant(n, m, k, short).config
+        desc = make_desc(n, m, k, short, transa="T")
+        configs = sorted({c.config for c in enumerate_candidates(desc, arch_for_device(0), model.load_calibration())
+                          if c.score is not None and c.config.decomposition == "sliced" and not c.pack},
+                         key=lambda c: (c.family, c.name))
+        first: dict = {}
+        for config in configs:
+            row = {"problem": f"{n}x{m}x{k} {dtype}", "family": config.family, "config": config.name,
+                   "is_invariant_plans": config == chosen}
+            os.environ["PYBLASGEMM_CONFIG"] = config.name
             pb.clear_plan_cache()
-        rows.append(row)
-        print(row, flush=True)
+            try:
+                got = pb.matmul(x, w.T, backend="tensorcore")
+                ran = pb.plan(n, m, k, short, transa="T", backend="tensorcore").config.name
+                ref = first.setdefault(config.family, got)
+                row.update(ran=ran, same_bits=bool((got == ref).all()), differing=int((got != ref).sum()))
+                if config.family == chosen.family:
+                    row["same_bits_as_invariant_plan"] = bool((got == plan_want).all())
+            except Exception as e:
+                row["failure"] = f"{type(e).__name__}: {e}"[:300]
+            finally:
+                del os.environ["PYBLASGEMM_CONFIG"]
+                pb.clear_plan_cache()
+            rows.append(row)
+            print(row, flush=True)
     return rows
+
+
+def plan_for_invariant(n: int, m: int, k: int, dtype: str):
+    from pyblasgemm.planner import plan_for
+    from pyblasgemm.planner.problem import make_desc
+
+    return plan_for(make_desc(n, m, k, dtype, transa="T")._replace(invariant="n"))
 
 
 def main(argv=None) -> int:
@@ -130,16 +149,23 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--families", action="store_true", help="only the tile-shape experiment")
     ap.add_argument("--limit", type=int, default=1, help="every n-th corpus entry")
+    ap.add_argument("--invariance-class", choices=("config", "family"), default=None,
+                    help="planner.invariant.INVARIANCE_CLASS for this run (default: the package's)")
+    ap.add_argument("--no-families", action="store_true", help="skip the tile-shape experiment")
     args = ap.parse_args(argv)
     import cupy as cp
     import torch
 
     import pyblasgemm as pb
+    from pyblasgemm.planner import invariant
 
+    if args.invariance_class is not None:
+        invariant.INVARIANCE_CLASS = args.invariance_class
     doc = {"schema": "pyblasgemm-invariance/1",
            **meta(types.SimpleNamespace(torch=torch), seed="numpy.random.default_rng([layer, tokens])"),
-           "method": __doc__}
-    doc["families"] = family_rows(cp, pb)
+           "method": __doc__, "invariance_class": invariant.INVARIANCE_CLASS}
+    if not args.no_families:
+        doc["families"] = family_rows(cp, pb)
     if not args.families:
         doc["layers"] = layer_rows(cp, torch, pb, args.limit)
         ok = [r for r in doc["layers"] if "failure" not in r]

@@ -304,3 +304,23 @@ def test_mma_sync_table_in_the_docs_is_the_results_file():
                     for part in ("burst", "sustained"))
             want.append(f"{b:.2f} / {s:.2f}")
         assert line.split()[-len(want) * 3:] == " ".join(want).split(), (label, line, want)
+
+
+def test_the_callpath_guide_quotes_its_torch_callpath_run():
+    """docs/guide/callpath.rst's JAX-replay and bound-unfused-route numbers are the rounded
+    values of the run it names (one H200, same run for each ratio)."""
+    root = ROOT
+    name = "bench/results/torch_callpath_h200_2026-11-27_228422c.json"
+    guide = (root / "docs/guide/callpath.rst").read_text()
+    assert name in guide
+    doc = json.loads((root / name).read_text())
+    assert doc["device"]["name"] == "NVIDIA H200" and doc["git_sha"] == "228422c"
+    jax16 = next(r for r in doc["jax"] if r.get("dtype") == "float16")
+    fused32 = next(r for r in doc["host"] if r.get("dtype") == "float32" and r["form"] == "fused bias+gelu")
+    said = {"jax": round(jax16["jax arrays_us"]), "jnp": round(jax16["jnp.matmul_us"]),
+            "ratio": f"{jax16['speedup_vs_jnp']:.2f}", "cupy": round(fused32["cupy arrays_us"]),
+            "torch": round(fused32["torch tensors_us"]), "addmm": round(fused32["torch.matmul_us"])}
+    assert f"from 96 to {said['jax']} µs a call, against ``jnp.matmul``'s {said['jnp']} µs ({said['ratio']}x)" \
+        in " ".join(guide.split()), said
+    assert f"{said['cupy']} µs on CuPy arrays and {said['torch']} µs on tensors" in " ".join(guide.split())
+    assert f"``gelu``'s {said['addmm']} µs" in " ".join(guide.split())
