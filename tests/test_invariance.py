@@ -248,47 +248,61 @@ def test_a_cpu_tensor_runs_invariant_on_the_host():
 # the planner: one configuration, no split, never cuBLAS
 
 
+@pytest.mark.parametrize("cls", ["family", "config"])
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("dtype, n, k, transb", [  # (transb: the rows' flag, always N)
     ("bf16", 4096, 4096, "N"), ("f16", 14336, 4096, "N"),
                                                  ("f16", 3584, 18944, "N"), ("i8", 4096, 4096, "N"),
                                                  ("f32", 1024, 1024, "N"), ("bf16", 96, 65536, "N")])
-def test_one_configuration_for_every_row_count(arch, dtype, n, k, transb):
+def test_one_invariance_class_for_every_row_count(monkeypatch, cls, arch, dtype, n, k, transb):
     """The row-major forms' problem (x @ W.T described as Cᵀ = W xᵀ: the rows are n, op(B) the
     rows as the forms hand them over, tight: 'N' with ldb = K): every row count from 1 to 300
-    (and prefill sizes) gets the same sliced-k configuration of ours, at either alignment of
-    the weight."""
-    compute = "tf32" if dtype == "f32" else None
-    spec = FAMILIES[arch]
-    for align in (16, 4):                       # the weight's alignment (the rows' is 16: the forms')
-        configs = set()
-        for rows in list(range(1, ROWS + 1, 7)) + [512, 2048, 8192]:
-            d = make_desc(n, rows, k, dtype, compute=compute, transa="T", transb=transb,
-                          align=align)._replace(invariant="n")
-            p = plan_for(d, arch=spec)
-            assert p.backend == "tensorcore" and p.decomposition == "sliced" and p.splits == 1, p.explain()
-            assert "invariant along n" in p.reason
-            configs.add(p.config)
-        assert len(configs) == 1, (align, configs)
-
-
-def test_the_family_class_keeps_the_family_and_frees_the_tile(monkeypatch):
-    """INVARIANCE_CLASS = 'family' (to be switched on if bench/invariance.py --families shows
-    that tile shapes sum alike): every row count runs one family and consumer, sliced-k, each
-    with its own best tile, never slower than the fixed configuration predicts."""
+    (and prefill sizes) runs sliced-k on one kernel family and MMA consumer of ours (the
+    default class: tile shapes sum alike, bench/results/invariance_families_h200_2026-11-27_619a84f.json),
+    or, with the class 'config', one whole configuration; at either alignment of the weight."""
     from pyblasgemm.planner import invariant
 
-    spec = FAMILIES["sm_90"]
-    fixed = {rows: plan_for(make_desc(4096, rows, 4096, "bf16", transa="T")._replace(invariant="n"),
-                            arch=spec) for rows in (1, 64, 300, 4096)}
-    monkeypatch.setattr(invariant, "INVARIANCE_CLASS", "family")
+    monkeypatch.setattr(invariant, "INVARIANCE_CLASS", cls)
     pyblasgemm.clear_plan_cache()
+    compute = "tf32" if dtype == "f32" else None
+    spec = FAMILIES[arch]
     try:
-        free = {rows: plan_for(make_desc(4096, rows, 4096, "bf16", transa="T")._replace(invariant="n"),
-                               arch=spec) for rows in fixed}
+        for align in (16, 4):                   # the weight's alignment (the rows' is 16: the forms')
+            classes = set()
+            for rows in list(range(1, ROWS + 1, 7)) + [512, 2048, 8192]:
+                d = make_desc(n, rows, k, dtype, compute=compute, transa="T", transb=transb,
+                              align=align)._replace(invariant="n")
+                p = plan_for(d, arch=spec)
+                assert p.backend == "tensorcore" and p.decomposition == "sliced" and p.splits == 1, p.explain()
+                assert "invariant along n" in p.reason
+                classes.add(invariant.invariance_class(p.config))
+            assert len(classes) == 1, (align, classes)
     finally:
         monkeypatch.undo()
         pyblasgemm.clear_plan_cache()
+
+
+def test_the_family_class_keeps_the_family_and_frees_the_tile(monkeypatch):
+    """INVARIANCE_CLASS = 'family' (the default since bench/invariance.py --families showed
+    every sliced tile of a family summing alike: 48 configurations x problems, both families):
+    every row count runs one family and consumer, sliced-k, each with its own best tile, never
+    slower than the fixed configuration ('config') predicts."""
+    from pyblasgemm.planner import invariant
+
+    spec = FAMILIES["sm_90"]
+    rows_list = (1, 64, 300, 4096)
+    assert invariant.INVARIANCE_CLASS == "family"
+    free = {rows: plan_for(make_desc(4096, rows, 4096, "bf16", transa="T")._replace(invariant="n"),
+                           arch=spec) for rows in rows_list}
+    monkeypatch.setattr(invariant, "INVARIANCE_CLASS", "config")
+    pyblasgemm.clear_plan_cache()
+    try:
+        fixed = {rows: plan_for(make_desc(4096, rows, 4096, "bf16", transa="T")._replace(invariant="n"),
+                                arch=spec) for rows in rows_list}
+    finally:
+        monkeypatch.undo()
+        pyblasgemm.clear_plan_cache()
+    assert len({p.config for p in fixed.values()}) == 1
     assert len({(p.config.family, p.config.consumer) for p in free.values()}) == 1
     assert all(p.decomposition == "sliced" and p.splits == 1 for p in free.values())
     assert all(free[r].predicted_s <= fixed[r].predicted_s * 1.0001 for r in fixed)
@@ -305,9 +319,11 @@ def test_the_configuration_ignores_the_row_count_but_not_the_weight():
     first = invariant_config(base, spec, cal)
     assert first == invariant_config(base._replace(n=777), spec, cal)
     assert max(REFERENCE_SIZES) >= 4096 and min(REFERENCE_SIZES) == 1
-    assert {plan(m, 4096, 4096, "bf16", transa="T", invariant=True, arch="sm_90").config
-            for m in (1, 5, 300, 5000)} == {plan(64, 4096, 4096, "bf16", transa="T",
-                                                 invariant=True, arch="sm_90").config}
+    from pyblasgemm.planner.invariant import invariance_class
+
+    assert {invariance_class(plan(m, 4096, 4096, "bf16", transa="T", invariant=True, arch="sm_90").config)
+            for m in (1, 5, 300, 5000)} == {invariance_class(plan(64, 4096, 4096, "bf16", transa="T",
+                                                                  invariant=True, arch="sm_90").config)}
 
 
 def test_epilogue_routes_keep_the_invariant_configuration():
@@ -395,3 +411,24 @@ def test_gpu_torch_tensors_and_grouped_calls_are_invariant():
     assert bool((got[:100] == pyblasgemm.matmul(x[:100], wg[0], invariant=True)).all())
     assert bool((got[100:] == pyblasgemm.matmul(x[100:], wg[1], invariant=True)).all())
     assert bool((got[100:101] == pyblasgemm.matmul(x[100:101], wg[1], invariant=True)).all())
+
+
+def test_the_guide_quotes_the_measured_cost_and_the_tile_experiment():
+    """docs/guide/invariance.rst's cost (invariant vs auto, geomean, both classes) and the
+    tile-shape experiment's count are the results files' (one H200 run)."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    res = root / "bench" / "results"
+    fam = json.loads((res / "invariance_family_h200_2026-11-27_619a84f.json").read_text())
+    cfg = json.loads((res / "invariance_config_h200_2026-11-27_619a84f.json").read_text())
+    shapes = json.loads((res / "invariance_families_h200_2026-11-27_619a84f.json").read_text())
+    assert fam["invariance_class"] == "family" and cfg["invariance_class"] == "config"
+    assert fam["summary"]["bits_hold_everywhere"] and len(fam["layers"]) == 33
+    rows = shapes["families"]
+    assert len(rows) == 48 and all(r["same_bits"] and r.get("same_bits_as_invariant_plan", True) for r in rows)
+    guide = " ".join((root / "docs" / "guide" / "invariance.rst").read_text().split())
+    assert f"at {fam['summary']['geomean_invariant_vs_auto']:.2f}x ``auto``'s time" in guide
+    assert f"instead cost {cfg['summary']['geomean_invariant_vs_auto']:.2f}x" in guide
+    assert "48 configurations of both families" in guide
