@@ -1043,3 +1043,37 @@ def test_an_ipc_handle_pickles_to_its_metadata_alone():
     with pytest.raises(RuntimeError, match="from host 'elsewhere'.*transport='dask'"):
         ipc.fetch(pickle.loads(pickle.dumps(carried)))
     assert ipc.export(np.ones(3), np.ones(2))[1].tolist() == [1.0, 1.0]         # NumPy: the blocks themselves
+
+
+def test_the_scaling_benchmarks_ipc_transport_on_the_host(tmp_path):
+    """bench/dask_scaling.py's ipc transport with NumPy chunks on 2 workers: the probe reads
+    through export and fetch tasks, the product's graph is the IPC one (data path 'ipc'), every
+    export falls back to Dask's transfer (NumPy blocks, with the reason) and the bits are the
+    threaded scheduler's; --quick's preset names the 8-minute plan."""
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    out = tmp_path / "smoke.json"
+    case = "smoke 128^3 bfloat16"
+    done = subprocess.run([sys.executable, str(root / "bench/dask_scaling.py"), "--smoke", "--gpus", "2", "--cases", case,
+                           "--probe", "ipc", "--transport", "ipc", "--no-dask-array", "--out", str(out)], cwd=root,
+                          capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(root)))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["failures"] == [], doc["failures"]
+    probe = doc["transports"]["ipc"]["probes"]["2"]
+    assert probe["transport"] == "ipc" and probe["one_block"]["GBps_wall"] > 0
+    (row,) = doc["cases"]
+    ours = row["pyblasgemm.dask.matmul"]
+    assert row["pyblasgemm_transport"] == "ipc" and ours["data_path"] == ["ipc"] and ours["bitwise_all_runs"]
+    assert ours["ipc_bytes_per_run"] == 0 and ours["ipc_fallback_blocks"] > 0
+    assert ours["ipc_fallback_reasons"] == ["export: not a CuPy array (numpy.ndarray)"]
+    assert doc["bitwise"][case]["threaded_equal"] is True
+    from bench.dask_scaling import QUICK
+
+    assert QUICK["probe"] == "tcp,ipc" and QUICK["transport"] == "ipc" and QUICK["gpus"] == "1,2,4"
+    assert QUICK["budget_s"] <= 450
