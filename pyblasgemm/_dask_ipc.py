@@ -58,8 +58,9 @@ def stats(reset: bool = False) -> dict:
     back to Dask's transfer (with the reasons), blocks read in the process that exported them,
     handles opened, closed and open now. Run it on the workers with ``client.run``.
 
-    >>> sorted(stats())
-    ['closed', 'exported_blocks', 'fallback_blocks', 'fallback_reasons', 'ipc_blocks', 'ipc_bytes', 'open_now', 'opened', 'same_process_blocks']
+    >>> sorted(stats())       # doctest: +NORMALIZE_WHITESPACE
+    ['closed', 'exported_blocks', 'fallback_blocks', 'fallback_reasons', 'ipc_blocks', 'ipc_bytes',
+     'open_now', 'opened', 'same_process_blocks']
     """
     with _LOCK:
         out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in _STATS.items()}
@@ -266,8 +267,8 @@ def close_handles() -> int:
 def _empty_like_entry(nbytes, shape, dtype, owner, device):
     import cupy
 
-    raw = cupy.ndarray((nbytes,), np.uint8,
-                       memptr=cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(owner.memory.ptr, nbytes, owner, device), 0))
+    memory = cupy.cuda.UnownedMemory(owner.memory.ptr, nbytes, owner, device)
+    raw = cupy.ndarray((nbytes,), np.uint8, memptr=cupy.cuda.MemoryPointer(memory, 0))
     return raw.view(dtype).reshape(shape)
 
 
@@ -284,6 +285,9 @@ def fetch(group):
         with _LOCK:
             _STATS["same_process_blocks"] += len(group.entries)
         return tuple(group.arrays)
+    if group.pid == os.getpid():        # pickled and read back in its own process (spilled): the arrays are gone
+        raise RuntimeError("pyblasgemm.dask: a CUDA IPC export came back to the process that made it without "
+                           "its arrays (spilled to disk?); transport='dask' moves blocks through Dask instead")
     if group.host != socket.gethostname():
         raise RuntimeError(f"pyblasgemm.dask: CUDA IPC handles from host {group.host!r} reached host "
                            f"{socket.gethostname()!r}; IPC works within one host: pass transport='dask'")
@@ -302,7 +306,12 @@ def fetch(group):
                     out.append(data)
                     continue
                 nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-                base = _open(group.pid, handle, device)
+                try:
+                    base = _open(group.pid, handle, device)
+                except drv.CudaDriverError as e:
+                    raise RuntimeError(f"pyblasgemm.dask: cannot open the CUDA IPC handle of a block of process "
+                                       f"{group.pid} (GPU {_bus}) on GPU {cupy.cuda.Device(device).pci_bus_id}: {e}; "
+                                       "transport='dask' moves blocks through Dask instead") from e
                 owner = _Fetched(cupy.cuda.alloc(nbytes), stream, compute, device)
                 drv.call_in_context(device, "cuMemcpyDtoDAsync", cu.cuMemcpyDtoDAsync,
                                     cu.CUdeviceptr(owner.memory.ptr), cu.CUdeviceptr(base + offset), nbytes,

@@ -1059,8 +1059,9 @@ def test_the_scaling_benchmarks_ipc_transport_on_the_host(tmp_path):
     root = pathlib.Path(__file__).resolve().parents[1]
     out = tmp_path / "smoke.json"
     case = "smoke 128^3 bfloat16"
-    done = subprocess.run([sys.executable, str(root / "bench/dask_scaling.py"), "--smoke", "--gpus", "2", "--cases", case,
-                           "--probe", "ipc", "--transport", "ipc", "--no-dask-array", "--out", str(out)], cwd=root,
+    done = subprocess.run([sys.executable, str(root / "bench/dask_scaling.py"), "--smoke", "--gpus", "2",
+                           "--cases", case, "--probe", "ipc", "--transport", "ipc", "--no-dask-array",
+                           "--out", str(out)], cwd=root,
                           capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(root)))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     doc = json.loads(out.read_text())
