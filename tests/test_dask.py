@@ -1078,3 +1078,57 @@ def test_the_scaling_benchmarks_ipc_transport_on_the_host(tmp_path):
 
     assert QUICK["probe"] == "tcp,ipc" and QUICK["transport"] == "ipc" and QUICK["gpus"] == "1,2,4"
     assert QUICK["budget_s"] <= 450
+
+
+def test_ipc_handles_are_opened_once_bounded_and_closed(monkeypatch):
+    """With a stand-in for the driver: a handle is opened once per (producer pid, handle,
+    device) however often it is read (opening one the context holds fails on older drivers:
+    CUDA_ERROR_ALREADY_MAPPED), at most OPEN_MAX stay open (the oldest is closed first), and
+    close_handles closes the rest; ipc_stats counts them."""
+    import types
+
+    from pyblasgemm import _dask_ipc as ipc
+    from pyblasgemm.kernels import driver as real
+
+    calls = []
+
+    class Bindings:
+        class CUipcMem_flags:
+            CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
+
+        @staticmethod
+        def CUipcMemHandle(ptr):
+            return ptr
+
+        @staticmethod
+        def CUdeviceptr(ptr):
+            return int(ptr)
+
+        @staticmethod
+        def cuIpcOpenMemHandle(handle, flags):
+            calls.append(("open", flags))
+            return (0, 0x1000 * (len(calls) + 1))
+
+        @staticmethod
+        def cuIpcCloseMemHandle(ptr):
+            calls.append(("close", ptr))
+            return (0,)
+
+    fake = types.SimpleNamespace(bindings=lambda: Bindings, check=real.check,
+                                 call_in_context=lambda dev, name, fn, *args: real.check(fn(*args), name))
+    monkeypatch.setattr(ipc, "_driver", lambda: fake)
+    monkeypatch.setattr(ipc, "OPEN_MAX", 3)
+    monkeypatch.setattr(ipc, "_OPENED", type(ipc._OPENED)())
+    ipc.stats(reset=True)
+    with ipc._LOCK:
+        first = ipc._open(10, b"a" * 64, 0)
+        assert ipc._open(10, b"a" * 64, 0) == first and len(calls) == 1          # cached
+        assert ipc._open(11, b"a" * 64, 0) != first                               # another producer
+        ipc._open(10, b"b" * 64, 0)
+        ipc._open(10, b"c" * 64, 0)                                               # the 4th: the oldest goes
+    assert calls[-2] == ("close", first) and [c[0] for c in calls].count("open") == 4
+    s = ipc.stats()
+    assert (s["opened"], s["closed"], s["open_now"]) == (4, 1, 3)
+    assert pbd.close_ipc_handles() == 3 and pbd.ipc_stats()["open_now"] == 0
+    assert [c[0] for c in calls].count("close") == 4 and pbd.close_ipc_handles() == 0
+    ipc.stats(reset=True)
