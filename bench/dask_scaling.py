@@ -1,13 +1,25 @@
-"""pyblasgemm.dask on 1, 2 and 4 GPUs of one machine, over TCP and UCX (issue 32).
+"""pyblasgemm.dask on 1, 2 and 4 GPUs of one machine, over TCP, UCX and CUDA IPC (issue 32).
 
     GIT_SHA=<sha> PYTHONPATH=/tmp/site:. python bench/dask_scaling.py --gpus 1,2,4 \
         --probe tcp,ucx,ucx-nvlink,ucx-nvlink-nopool --transport best,tcp \
         --out bench/results/dask_scaling_<gpu>x<n>_<date>_<sha>.json
     PYTHONPATH=. python bench/dask_scaling.py --smoke --out /tmp/smoke.json   # CPU, NumPy chunks
 
+``--quick``: one device command of at most 8 minutes on a 4-GPU machine, no UCX needed (the
+128 MiB probe over tcp and ipc; 32768³ float16 and 16384³ float64 on 1, 2 and 4 GPUs over
+ipc; dask.array.matmul once, 32768³ float16 on 4 GPUs; the threaded scheduler's bits of
+32768³ float16), run from the repository root::
+
+    mkdir -p $OUT && GIT_SHA=$(git rev-parse --short HEAD) PYTHONPATH=.:bench timeout 470 \
+        python bench/dask_scaling.py --quick --out $OUT/dask_scaling_quick.json > $OUT/quick.log 2>&1; \
+        tail -40 $OUT/quick.log
+
 Method:
 
-* transports (``TRANSPORTS``): Dask's default TCP; UCX (dask-cuda ``protocol="ucx"``,
+* transports (``TRANSPORTS``): Dask's default TCP; ``ipc``: TCP for Dask's messages and
+  pyblasgemm.dask's CUDA IPC transport for the GPU blocks (``transport="ipc"``: an export task
+  on the worker holding a block, a device-to-device copy by the worker that reads it; the
+  other transports' rows pass ``transport="dask"``); UCX (dask-cuda ``protocol="ucx"``,
   distributed-ucxx) choosing its own transports; UCX told to use NVLink (``enable_nvlink``:
   ``UCX_TLS=tcp,cuda_copy,cuda_ipc``), each UCX cluster with an RMM pool that CuPy allocates
   from too (one CUDA IPC handle for the pool, not one a block) and the CUDA context created
@@ -109,6 +121,9 @@ NVLINK_TLS = "tcp,cuda_copy,cuda_ipc"
 TRANSPORTS = {
     "tcp": ({"protocol": "tcp"},
             "TCP, Dask's default: each GPU block copied to host memory, sent over a socket, copied back"),
+    "ipc": ({"protocol": "tcp"},
+            "TCP for Dask's messages; GPU blocks between workers through CUDA IPC (pyblasgemm.dask "
+            "transport='ipc': an IPC handle exported where the block is, a device-to-device copy where it is read)"),
     "ucx": ({"protocol": "ucx", "rmm_pool_size": RMM_POOL, "rmm_allocator_external_lib_list": ["cupy"]},
             "UCX choosing its own transports (UCX_TLS unset: all), an RMM pool shared with CuPy"),
     "ucx-nvlink": ({"protocol": "ucx", "enable_tcp_over_ucx": True, "enable_nvlink": True, "enable_infiniband": False,
@@ -191,6 +206,33 @@ def _digest(block):
     bits = bits.ravel().astype(xp.uint64)
     weights = xp.arange(bits.size, dtype=xp.uint64) * xp.uint64(0x9E3779B97F4A7C15) | xp.uint64(1)
     return np.array([[int((bits * weights).sum())]], np.uint64)
+
+
+def _ipc_read(handles):
+    """The probe's reader over CUDA IPC: the blocks of an export in this worker's memory, the
+    bytes and the seconds the fetch took here (opening the handles, the copy, its
+    synchronization)."""
+    from pyblasgemm import _dask_ipc
+
+    t0 = time.perf_counter()
+    got = _dask_ipc.fetch(handles)
+    return _nbytes(*got), time.perf_counter() - t0
+
+
+def _ipc_stats(dask_worker=None):
+    from pyblasgemm import dask as pbd
+
+    return pbd.ipc_stats(reset=True)
+
+
+def _close_ipc(dask_worker=None):
+    from pyblasgemm import dask as pbd
+
+    return pbd.close_ipc_handles()
+
+
+#: pyblasgemm.dask's ``transport`` keyword on each cluster transport's rows
+DATA_PATH = {"ipc": "ipc"}
 
 
 def _worker_info(dask_worker=None):
@@ -309,8 +351,8 @@ def cluster(transport, n, device, message_bytes):
     if not device:
         import distributed
 
-        if transport != "tcp":
-            raise ValueError(f"--smoke runs over tcp only, not {transport!r}")
+        if transport not in ("tcp", "ipc"):
+            raise ValueError(f"--smoke runs over tcp (or ipc: NumPy blocks fall back to it) only, not {transport!r}")
         # work stealing off: the smoke's blocks are a few KB, which Dask may move at will (it
         # leaves alone tasks whose inputs take longer to move than to compute)
         with dask.config.set({**settings, "distributed.scheduler.work-stealing": False}):
@@ -332,10 +374,14 @@ def _gbps(nbytes, seconds):
     return round(nbytes / seconds / 1e9, 3) if seconds > 0 else None
 
 
-def probe(client, device, nbytes, reps=5):
-    """Worker-to-worker transfer speed of blocks of ``nbytes`` (see the module docstring)."""
+def probe(client, device, nbytes, reps=5, transport="tcp"):
+    """Worker-to-worker transfer speed of blocks of ``nbytes`` (see the module docstring). Over
+    ``ipc`` a reader fetches an export of the blocks (:func:`_ipc_read`); its ``transfer_s`` is
+    the fetch task's own time."""
     from distributed import wait
 
+    if transport == "ipc":
+        return _probe_ipc(client, device, nbytes, reps)
     workers = sorted(client.nthreads())
     a, b = workers[0], workers[1]
     out = {"block_bytes": nbytes, "workers": len(workers)}
@@ -379,6 +425,62 @@ def probe(client, device, nbytes, reps=5):
     wall = time.perf_counter() - t0
     moved = len(workers) * (len(workers) - 1) * nbytes
     out["all_to_all"] = {"wall_s": wall, "bytes": moved, "GBps_wall": _gbps(moved, wall)}
+    out["workers_info"] = client.run(_worker_info)
+    return out
+
+
+def _probe_ipc(client, device, nbytes, reps):
+    """:func:`probe` over CUDA IPC: the same three measures, each read an export task on the
+    holder and a fetch task on the reader, timed from the export's submission."""
+    from distributed import wait
+
+    from pyblasgemm import _dask_ipc
+
+    workers = sorted(client.nthreads())
+    a, b = workers[0], workers[1]
+    out = {"block_bytes": nbytes, "workers": len(workers), "transport": "ipc"}
+
+    def read(srcs, holder, reader):
+        handle = client.submit(_dask_ipc.export, *srcs, workers=[holder], allow_other_workers=False, pure=False)
+        return client.submit(_ipc_read, handle, workers=[reader], allow_other_workers=False, pure=False)
+
+    walls, inside = [], []
+    for rep in range(reps + 1):
+        src = client.submit(_filled, nbytes, rep, device, workers=[a], allow_other_workers=False, pure=False)
+        wait(src)
+        client.run(_synchronize, device)
+        t0 = time.perf_counter()
+        moved, seconds = read([src], a, b).result()
+        wall = time.perf_counter() - t0
+        if rep:
+            walls.append(wall)
+            inside.append(seconds)
+        del src
+    out["one_block"] = {"wall_s": walls, "transfer_s": inside, "GBps_wall": _gbps(nbytes, statistics.median(walls)),
+                        "GBps_transfer_log": _gbps(nbytes, statistics.median(inside))}
+    many = 8
+    srcs = [client.submit(_filled, nbytes, 100 + r, device, workers=[a], allow_other_workers=False, pure=False)
+            for r in range(many)]
+    wait(srcs)
+    client.run(_synchronize, device)
+    t0 = time.perf_counter()
+    moved, seconds = read(srcs, a, b).result()
+    wall = time.perf_counter() - t0
+    out["eight_blocks"] = {"wall_s": wall, "transfers": 1, "GBps_wall": _gbps(many * nbytes, wall),
+                           "GBps_transfer_log_each": [_gbps(moved, seconds)]}
+    del srcs
+    held = {w: client.submit(_filled, nbytes, 200 + n, device, workers=[w], allow_other_workers=False, pure=False)
+            for n, w in enumerate(workers)}
+    wait(list(held.values()))
+    client.run(_synchronize, device)
+    t0 = time.perf_counter()
+    reads = [read([f], v, w) for w in workers for v, f in held.items() if v != w]
+    wait(reads)
+    wall = time.perf_counter() - t0
+    moved = len(workers) * (len(workers) - 1) * nbytes
+    out["all_to_all"] = {"wall_s": wall, "bytes": moved, "GBps_wall": _gbps(moved, wall)}
+    out["ipc_stats"] = client.run(_ipc_stats)
+    out["closed_handles"] = client.run(_close_ipc)
     out["workers_info"] = client.run(_worker_info)
     return out
 
@@ -453,6 +555,7 @@ def timed_runs(client, case, product, reps, device, with_bits):
         graph_s = time.perf_counter() - t0
         tasks = len(dict(z.__dask_graph__())) - len(dict(x.__dask_graph__())) - len(dict(y.__dask_graph__()))
         client.run(_clear_transfer_log)
+        client.run(_ipc_stats)              # reset: the counts below are this run's
         last = rep == reps + 1
         stream = get_task_stream(client) if last else None
         if stream is not None:
@@ -474,6 +577,7 @@ def timed_runs(client, case, product, reps, device, with_bits):
                     stream_summary[act] = round(stream_summary.get(act, 0.0) + span, 4)
                     per[act] = round(per.get(act, 0.0) + span, 4)
         logs = client.run(_transfer_log)
+        ipc = client.run(_ipc_stats)
         got = [(w, tuple(key) if isinstance(key, list) else key) for w, log in logs.items() for e in log for key in e[0]]
         who = client.who_has(done)
         out_blocks = {}
@@ -485,7 +589,11 @@ def timed_runs(client, case, product, reps, device, with_bits):
                "received_by_worker": {w: sum(e[1] for e in log) for w, log in logs.items()},
                "transfers": sum(len(log) for log in logs.values()),
                "repeated_receipts": len(got) - len(set(got)), "output_blocks_by_worker": out_blocks,
-               "stolen": _steals(client, since)}
+               "stolen": _steals(client, since), "data_path": _data_path(z),
+               "ipc_bytes": sum(v["ipc_bytes"] for v in ipc.values()),
+               "ipc_blocks": sum(v["ipc_blocks"] for v in ipc.values()),
+               "ipc_fallback_blocks": sum(v["fallback_blocks"] for v in ipc.values()),
+               "ipc_fallback_reasons": sorted({r for v in ipc.values() for r in v["fallback_reasons"]})}
         if with_bits:
             run["digest"] = client.compute(digests(done), sync=True).tolist()
         if rep:
@@ -494,6 +602,12 @@ def timed_runs(client, case, product, reps, device, with_bits):
             keep = (x, y, done)
         del x, y, z, done
     return runs, stream_summary, keep
+
+
+def _data_path(z):
+    from pyblasgemm import dask as pbd
+
+    return pbd.transport_of(z)
 
 
 def run_case(client, name, case, n_gpus, transport, reps, base_s, device, with_dask=True):
@@ -506,7 +620,9 @@ def run_case(client, name, case, n_gpus, transport, reps, base_s, device, with_d
     row = {"case": name, "gpus": n_gpus, "protocol": transport, "transport": transport, "m": m, "n": n, "k": k,
            "dtype": dtype, "chunk": chunk, "matmul_kw": kw, "baseline_one_call_s": base_s,
            "layout": operand_layout(m, n, k, chunk, n_gpus)[2]}
-    products = {"pyblasgemm.dask.matmul": lambda x, y: pbd.matmul(x, y, **kw)}
+    path = DATA_PATH.get(transport, "dask")
+    row["pyblasgemm_transport"] = path
+    products = {"pyblasgemm.dask.matmul": lambda x, y: pbd.matmul(x, y, transport=path, **kw)}
     if with_dask and not kw:
         products["dask.array.matmul"] = da.matmul
     for label, product in products.items():
@@ -523,7 +639,12 @@ def run_case(client, name, case, n_gpus, transport, reps, base_s, device, with_d
                    "repeated_receipts": max(r["repeated_receipts"] for r in runs),
                    "output_blocks_by_worker": runs[-1]["output_blocks_by_worker"],
                    "stolen": sum(r["stolen"] for r in runs), "task_stream": stream, "tasks": runs[0]["tasks"],
-                   "placed": all(r["placed"] for r in runs)}
+                   "placed": all(r["placed"] for r in runs),
+                   "data_path": sorted({r["data_path"] for r in runs}),
+                   "ipc_bytes_per_run": statistics.median(r["ipc_bytes"] for r in timed),
+                   "ipc_blocks_per_run": statistics.median(r["ipc_blocks"] for r in timed),
+                   "ipc_fallback_blocks": sum(r["ipc_fallback_blocks"] for r in runs),
+                   "ipc_fallback_reasons": sorted({x for r in runs for x in r["ipc_fallback_reasons"]})}
             if base_s:
                 res["efficiency"] = (flops / med) / (n_gpus * flops / base_s)
                 res["speedup_vs_one_call"] = base_s / med
@@ -544,6 +665,8 @@ def run_case(client, name, case, n_gpus, transport, reps, base_s, device, with_d
                  f"recv {_size(res['received_bytes_per_run'])}/run ({res['transfers_per_run']:.0f} transfers, "
                  f"{res['repeated_receipts']} repeated), graph {res['graph_s'] * 1e3:.0f} ms, "
                  f"err {res['error_sampled']:.2e}" + (f", bits same {res['bitwise_all_runs']}" if ours else "")
+                 + (f", ipc {_size(res['ipc_bytes_per_run'])}/run ({res['ipc_fallback_blocks']} fell back)"
+                    if res["ipc_bytes_per_run"] or res["ipc_fallback_blocks"] else "")
                  if "median_s" in res else res["failure"]), flush=True)
     theirs, ours = row.get("dask.array.matmul", {}), row["pyblasgemm.dask.matmul"]
     if "median_s" in theirs and "median_s" in ours:
@@ -622,7 +745,8 @@ def child(args, cases) -> int:
                       f"{time.perf_counter() - t0:.1f} s", flush=True)
                 if n_gpus >= 2 and (args.probe_only or args.probe_here):
                     try:
-                        p = probe(client, device, PROBE_BYTES if device else 2**20, reps=5 if device else 2)
+                        p = probe(client, device, PROBE_BYTES if device else 2**20, reps=5 if device else 2,
+                                  transport=transport)
                         doc["probes"][str(n_gpus)] = p
                         print(f"  probe {transport} {n_gpus}: one block {p['one_block']['GBps_wall']} GB/s "
                               f"(log {p['one_block']['GBps_transfer_log']}), 8 blocks {p['eight_blocks']['GBps_wall']}"
@@ -634,8 +758,14 @@ def child(args, cases) -> int:
                     continue
                 for name in cases:
                     try:
+                        theirs = not args.no_dask_array and _listed(args.dask_array_gpus, str(n_gpus)) \
+                            and _listed(args.dask_array_cases, name)
                         row = run_case(client, name, ALL_CASES[name], n_gpus, transport, args.reps, bases.get(name),
-                                       device, with_dask=not args.no_dask_array)
+                                       device, with_dask=theirs)
+                        try:                # the handles this case's fetches opened (bounded, but give them back)
+                            row["ipc_handles_closed"] = sum(client.run(_close_ipc).values())
+                        except Exception as e:
+                            row["ipc_handles_closed"] = f"{type(e).__name__}: {e}"[:200]
                     except Exception as e:
                         row = {"case": name, "gpus": n_gpus, "protocol": transport, "transport": transport,
                                "failure": f"{type(e).__name__}: {e}"[:400]}
@@ -650,6 +780,17 @@ def child(args, cases) -> int:
 
 
 ALL_CASES = {**CASES, **SMOKE_CASES}
+
+
+def _listed(spec, item) -> bool:
+    """Whether ``item`` is in the comma-separated ``spec`` (None or 'all': everything)."""
+    return spec in (None, "all") or item in spec.split(",")
+
+
+#: --quick: one device command of at most 8 minutes on 4 GPUs, no UCX (module docstring)
+QUICK = {"gpus": "1,2,4", "probe": "tcp,ipc", "transport": "ipc", "cases": "32768^3 float16,16384^3 float64",
+         "reps": 3, "threaded_check": "32768^3 float16", "dask_array_gpus": "4", "dask_array_cases": "32768^3 float16",
+         "budget_s": 440.0}
 
 
 def _run_child(argv, out, seconds, log=None):
@@ -742,14 +883,23 @@ def main(argv=None) -> int:
                     help="cases whose bits are compared with the threaded scheduler (default 32768^3 float16; "
                          "--smoke all)")
     ap.add_argument("--no-dask-array", action="store_true", help="skip dask.array.matmul")
+    ap.add_argument("--dask-array-gpus", default=None, help="GPU counts dask.array.matmul runs on (default all)")
+    ap.add_argument("--dask-array-cases", default=None, help="cases dask.array.matmul runs on (default all)")
+    ap.add_argument("--quick", action="store_true",
+                    help="the 8-minute plan on 4 GPUs: " + "; ".join(f"{k}={v}" for k, v in QUICK.items()))
     ap.add_argument("--message-bytes-limit", default="1GiB",
                     help="distributed.worker.transfer.message-bytes-limit of the clusters (Dask's default: 50MB)")
-    ap.add_argument("--budget-s", type=float, default=560.0, help="stop every transport's process by then")
+    ap.add_argument("--budget-s", type=float, default=None, help="stop every transport's process by then (default 560)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--probe-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--probe-here", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--baselines", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.quick:                      # the preset fills what the command line left unset
+        for key, value in QUICK.items():
+            if getattr(args, key) is None:
+                setattr(args, key, value)
+    args.budget_s = 560.0 if args.budget_s is None else args.budget_s
     if args.plot:
         plot(args.plot, args.out, args.plot_transport)
         return 0
@@ -815,6 +965,8 @@ def main(argv=None) -> int:
     write_doc(doc, out)
     common = ["--gpus", args.gpus, "--reps", str(args.reps), "--baselines", str(base_file),
               "--message-bytes-limit", args.message_bytes_limit] + \
+        sum((["--" + k.replace("_", "-"), v] for k in ("dask_array_gpus", "dask_array_cases")
+             if (v := getattr(args, k)) is not None), []) + \
         (["--smoke"] if args.smoke else []) + (["--no-dask-array"] if args.no_dask_array else [])
 
     def left():
@@ -895,6 +1047,8 @@ def summary(doc) -> None:
         if "median_s" in ours:
             print(f"{row['case']:30s} {row['gpus']} {row['transport']:18s} {ours['median_s'] * 1e3:8.1f} ms "
                   f"eff {ours.get('efficiency') or float('nan'):.2f}  recv {_size(ours['received_bytes_per_run'])}"
+                  + (f"  ipc {_size(ours['ipc_bytes_per_run'])} ({ours['ipc_fallback_blocks']} fell back)"
+                     if ours.get("ipc_bytes_per_run") or ours.get("ipc_fallback_blocks") else "")
                   + (f"  dask.array {theirs['median_s'] * 1e3:.1f} ms" if "median_s" in theirs else ""))
         else:
             print(f"{row['case']:30s} {row['gpus']} {row.get('transport')}: "

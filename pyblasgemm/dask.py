@@ -28,6 +28,11 @@ products, the accumulation and the order of the sums. For ``x @ y`` with NumPy o
   travels as Dask annotations (``workers``, ``allow_other_workers``, ``priority``) on a
   ``dask.array.Array`` subclass optimized without low-level fusion, which would drop them
   (an array derived from the result is Dask's own again, and Dask places its tasks);
+* where a placed task needs a block another worker of the same host holds, the block moves
+  through CUDA IPC (``transport="auto"`` for CuPy chunks, or ``"ipc"``; :mod:`pyblasgemm._dask_ipc`):
+  an export task makes the IPC handle where the block is, a fetch task copies it device to
+  device where it is read, once per worker; NumPy blocks, memory that refuses IPC and other
+  hosts keep Dask's transfer (``transport="dask"`` for all of them);
 * K chunks of the two operands are aligned (rechunked to their common refinement only when
   they differ, logged at DEBUG on ``logging.getLogger("pyblasgemm.dask")``); batch dimensions
   broadcast as in ``numpy.matmul``.
@@ -63,7 +68,8 @@ import sys
 
 import numpy as np
 
-__all__ = ["matmul", "gemm", "accumulation_dtype", "k_group_for", "MIN_TASKS"]
+__all__ = ["matmul", "gemm", "accumulation_dtype", "k_group_for", "transport_of", "ipc_stats", "close_ipc_handles",
+           "MIN_TASKS", "TRANSPORTS"]
 
 log = logging.getLogger("pyblasgemm.dask")
 
@@ -76,6 +82,13 @@ log = logging.getLogger("pyblasgemm.dask")
 #: docs/guide/dask.rst); on several GPUs every split of K adds transfers of partial products
 #: besides. A function of the chunks only, so that the sums' order never depends on the cluster.
 MIN_TASKS = 8
+
+#: how a block that a task needs reaches it from another worker (the ``transport`` keyword):
+#: ``"ipc"``: through CUDA IPC within one host (:mod:`pyblasgemm._dask_ipc`; a block that
+#: cannot be exported, or a worker on another host, goes through Dask's transfer); ``"dask"``:
+#: Dask's own comm (TCP, UCX, ...); ``"auto"`` (the default): ``"ipc"`` when the chunks are
+#: CuPy arrays, else ``"dask"``
+TRANSPORTS = ("auto", "ipc", "dask")
 
 
 def _dask_array():
@@ -112,6 +125,19 @@ def _check_k_group(routine: str, k_group) -> None:
                         f"(or None), not {type(k_group).__name__}")
     if k_group < 1:
         raise ValueError(f"{routine}: k_group={k_group!r} must be at least 1 K chunk per task")
+
+
+def _check_transport(routine: str, transport) -> None:
+    """``transport`` is one of :data:`TRANSPORTS`, named in the error.
+
+    >>> _check_transport("pyblasgemm.dask.matmul", "nvlink")
+    Traceback (most recent call last):
+        ...
+    ValueError: pyblasgemm.dask.matmul: transport='nvlink' must be one of 'auto', 'ipc', 'dask'
+    """
+    if not isinstance(transport, str) or transport not in TRANSPORTS:
+        raise ValueError(f"{routine}: transport={transport!r} must be one of "
+                         + ", ".join(repr(t) for t in TRANSPORTS))
 
 
 def k_group_for(k_chunks: int, output_blocks: int, k_group: int | None = None) -> int:
@@ -358,12 +384,14 @@ def _align(x, y):
     return x, y
 
 
-def _contract(x, y, out_dtype, compute, backend, k_group, alpha=1, beta=0, c=None):
+def _contract(x, y, out_dtype, compute, backend, k_group, alpha=1, beta=0, c=None, transport="auto"):
     """The graph of ``alpha * x @ y + beta * c`` over aligned chunks, as a plain task dict: the
     operands' graphs merged as dicts, then our tasks (:mod:`dask.task_spec` tasks, not the
     deprecated tuples) for each output block: one task per group of K chunks, a fixed pairwise
     tree of adds, a root that finishes. On a distributed cluster holding the operands' blocks,
-    each task is placed too (:func:`_placement`); the graph, and so the bits, are the same.
+    each task is placed too (:func:`_placement`), and blocks that cross workers go through CUDA
+    IPC where ``transport`` says so (:func:`_ipc_rewrite`); the sums, and so the bits, are the
+    same.
 
     Not ``HighLevelGraph.from_collections`` (discouraged by Dask for new code) and not
     ``da.blockwise``: the tree over K groups is no blockwise pattern, and a dict states every
@@ -443,10 +471,12 @@ def _contract(x, y, out_dtype, compute, backend, k_group, alpha=1, beta=0, c=Non
     held = _cluster_holders(deps, dsk)
     if held is None:
         return da.Array(dsk, name, chunks, meta=meta)
-    workers, holders = held
+    workers, holders, hosts = held
     where, priority = _placement(products, joins, workers, holders)
     if not where:
         return da.Array(dsk, name, chunks, meta=meta)
+    if transport == "ipc" or (transport == "auto" and _is_cupy(x._meta) and _is_cupy(y._meta)):
+        _ipc_rewrite(dsk, where, priority, holders, hosts, token)
     return _placed_array(dsk, name, chunks, meta, where, priority)
 
 
@@ -465,11 +495,11 @@ _TRACE_DEPTH = 4
 
 
 def _cluster_holders(operands, dsk):
-    """``(workers, holders)`` when the default ``distributed`` client's cluster holds blocks of
-    the operands: the workers' addresses, sorted, and a function from a block's key to the
-    workers that hold it (or the blocks it is computed from); None otherwise (no client, an
-    asynchronous one, operands not persisted: Dask places the tasks itself). One scheduler
-    round trip (``Client.who_has``)."""
+    """``(workers, holders, hosts)`` when the default ``distributed`` client's cluster holds
+    blocks of the operands: the workers' addresses, sorted, a function from a block's key to the
+    workers that hold it (or the blocks it is computed from), and each worker's host; None
+    otherwise (no client, an asynchronous one, operands not persisted: Dask places the tasks
+    itself). One scheduler round trip (``Client.who_has``)."""
     distributed = sys.modules.get("distributed")
     if distributed is None:             # no client can exist without the package imported
         return None
@@ -501,7 +531,133 @@ def _cluster_holders(operands, dsk):
         memo[key] = found
         return found
 
-    return workers, holders
+    return workers, holders, _hosts(client, workers)
+
+
+def _hosts(client, workers) -> dict:
+    """Each worker's host, as the scheduler knows it (the address's host part otherwise)."""
+    try:
+        info = client.scheduler_info(n_workers=-1)["workers"]
+    except Exception:                   # pragma: no cover - an older client
+        info = {}
+    return {w: (info.get(w) or {}).get("host") or w.split("://")[-1].rsplit(":", 1)[0] for w in workers}
+
+
+def _is_cupy(a) -> bool:
+    return type(a).__module__.split(".")[0] == "cupy"
+
+
+def _block_order(key):
+    """A sort key for the blocks of a group: the same order in every graph."""
+    return (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
+
+
+def _ipc_rewrite(dsk, where, priority, holders, hosts, token):
+    """Blocks that cross workers go through CUDA IPC (:mod:`pyblasgemm._dask_ipc`), in place:
+    for each placed task, in the graph's order, the inputs that its worker neither holds nor
+    computes are grouped by the worker that has them (the first address of those holding
+    one); each group gets one export task on that worker (shared by every worker that needs
+    the same group), and each worker that needs it one fetch task, which depends on the export's
+    key only (never on a block's: Dask would move the block). A block is fetched once per
+    worker: a later task there reads it from the earlier fetch (an inline ``pick``). Inputs on
+    another host stay with Dask's transfer. Exports run first on their worker (priority 2,
+    fetches 1): a worker's first tasks are the exports the others wait for.
+
+    >>> from dask.task_spec import Task, TaskRef
+    >>> dsk = {("c", 0): Task(("c", 0), sum, TaskRef(("x", 0)), TaskRef(("y", 0)))}
+    >>> where, priority = {("c", 0): "w0"}, {("c", 0): -1}
+    >>> on = {("x", 0): {"w0"}, ("y", 0): {"w1"}}
+    >>> _ipc_rewrite(dsk, where, priority, lambda k: on.get(k, set()), {"w0": "h", "w1": "h"}, "t")
+    >>> sorted(k[0] for k in dsk)
+    ['c', 'pyblasgemm-ipc-export-t', 'pyblasgemm-ipc-fetch-t']
+    >>> sorted((k[0], where[k], priority[k]) for k in dsk)
+    [('c', 'w0', -1), ('pyblasgemm-ipc-export-t', 'w1', 2), ('pyblasgemm-ipc-fetch-t', 'w0', 1)]
+    >>> sorted(k[0] for k in dsk["c", 0].dependencies)
+    ['pyblasgemm-ipc-fetch-t', 'x']
+    """
+    from dask.base import tokenize
+    from dask.task_spec import Task, TaskRef
+
+    from . import _dask_ipc
+
+    export_name, fetch_name = "pyblasgemm-ipc-export-" + token, "pyblasgemm-ipc-fetch-" + token
+    exports, fetched = {}, {}           # (producer, blocks) -> export key; (worker, block) -> (fetch key, index)
+    for key in [k for k in dsk if k in where]:
+        w = where[key]
+        task = dsk[key]
+        subs, groups = {}, {}
+        for dep in sorted(task.dependencies, key=_block_order):
+            if (w, dep) in fetched:
+                fkey, index = fetched[w, dep]
+                subs[dep] = Task(None, _dask_ipc.pick, TaskRef(fkey), index)
+                continue
+            has = {where[dep]} if dep in where else set(holders(dep))
+            if not has or w in has:
+                continue                # Dask's (not in memory) or already here
+            producer = sorted(has)[0]
+            if hosts.get(producer) != hosts.get(w):
+                continue                # another host: Dask's transfer
+            groups.setdefault(producer, []).append(dep)
+        for producer, deps in groups.items():
+            ekey = exports.get((producer, tuple(deps)))
+            if ekey is None:
+                # named by what they hold: a graph built on the same operands after blocks moved
+                # must not meet another group's export or fetch under the same key
+                ekey = exports[producer, tuple(deps)] = (export_name, tokenize(producer, deps))
+                dsk[ekey] = Task(ekey, _dask_ipc.export, *[TaskRef(d) for d in deps])
+                where[ekey], priority[ekey] = producer, 2
+            fkey = (fetch_name, tokenize(w, ekey))
+            dsk[fkey] = Task(fkey, _dask_ipc.fetch, TaskRef(ekey))
+            where[fkey], priority[fkey] = w, 1
+            for index, dep in enumerate(deps):
+                fetched[w, dep] = (fkey, index)
+                subs[dep] = Task(None, _dask_ipc.pick, TaskRef(fkey), index)
+        if subs:
+            dsk[key] = task.substitute(subs)
+
+
+def transport_of(z) -> str:
+    """How the blocks of ``z``'s graph cross workers: ``"ipc"`` if its graph has CUDA IPC
+    fetches (a product placed on a cluster holding its operands, with ``transport`` ``"ipc"``,
+    or ``"auto"`` and CuPy chunks), else ``"dask"``. What ran is per worker process:
+    :func:`ipc_stats`.
+
+    >>> import dask.array as da
+    >>> x = da.ones((4, 4), chunks=2)
+    >>> transport_of(matmul(x, x, transport="ipc"))     # no cluster holds x: nothing to place
+    'dask'
+    """
+    for key in dict(z.__dask_graph__()):
+        name = key[0] if isinstance(key, tuple) else key
+        if isinstance(name, str) and name.startswith("pyblasgemm-ipc-fetch-"):
+            return "ipc"
+    return "dask"
+
+
+def ipc_stats(reset: bool = False) -> dict:
+    """This process's CUDA IPC counts (blocks fetched through IPC and their bytes, blocks that
+    fell back to Dask's transfer and why, handles opened, closed and open now); on a cluster,
+    ``client.run(pyblasgemm.dask.ipc_stats)`` gives each worker's.
+
+    >>> ipc_stats()["ipc_blocks"]
+    0
+    """
+    from . import _dask_ipc
+
+    return _dask_ipc.stats(reset)
+
+
+def close_ipc_handles() -> int:
+    """Close the CUDA IPC handles this process opened for fetched blocks (each maps a
+    producer's allocation; at most :data:`pyblasgemm._dask_ipc.OPEN_MAX` are kept open); the
+    number closed. On a cluster: ``client.run(pyblasgemm.dask.close_ipc_handles)``.
+
+    >>> close_ipc_handles()
+    0
+    """
+    from . import _dask_ipc
+
+    return _dask_ipc.close_handles()
 
 
 def _placement(products, joins, workers, holders):
@@ -602,14 +758,17 @@ def _placed_array(dsk, name, chunks, meta, where, priority):
         return _placed_array_type()(dsk, name, chunks, meta=meta)
 
 
-def matmul(x, y, *, dtype=None, compute=None, backend=None, k_group=None, out=None):
+def matmul(x, y, *, dtype=None, compute=None, backend=None, k_group=None, transport="auto", out=None):
     """``x @ y`` for Dask arrays with NumPy or CuPy chunks (any array type pyblasgemm takes), as
     a Dask array: ``numpy.matmul``'s shapes, broadcasting and result type (``dtype=`` as in
     :func:`pyblasgemm.matmul`, plus ``dtype=ml_dtypes.bfloat16`` for bfloat16 operands, whose
     NumPy type is float32), block products through pyblasgemm, wide and deterministic sums
     over K (module docstring). ``k_group``: K chunks per partial-product task (default
     :func:`k_group_for`: all of K in one task per output block from :data:`MIN_TASKS` output
-    blocks up). ``out=`` is refused: see the module docstring for what replaces it.
+    blocks up). ``transport``: how blocks cross workers on a cluster that holds the operands
+    (:data:`TRANSPORTS`: ``"auto"``, CUDA IPC for CuPy chunks on one host, Dask's transfer
+    otherwise; ``"ipc"``; ``"dask"``); it changes no sum. ``out=`` is refused: see the module
+    docstring for what replaces it.
 
     >>> import numpy as np, dask.array as da
     >>> x = da.ones((3, 4, 6), chunks=(2, 4, 2), dtype=np.float32)
@@ -618,6 +777,7 @@ def matmul(x, y, *, dtype=None, compute=None, backend=None, k_group=None, out=No
     """
     da = _dask_array()
     _check_k_group("pyblasgemm.dask.matmul", k_group)
+    _check_transport("pyblasgemm.dask.matmul", transport)
     if out is not None:
         raise TypeError("pyblasgemm.dask.matmul: out= is not a Dask concept (the result is a new Dask "
                         "array); use dask.array.store(result, target) or result.persist()")
@@ -638,7 +798,7 @@ def matmul(x, y, *, dtype=None, compute=None, backend=None, k_group=None, out=No
     if x.shape[-1] == 0:            # no K chunks: the product is zeros
         z = da.zeros(x.shape[:-1] + y.shape[-1:], dtype=out_dtype, chunks=x.chunks[:-1] + y.chunks[-1:])
     else:
-        z = _contract(x, y, out_dtype, compute, backend, k_group)
+        z = _contract(x, y, out_dtype, compute, backend, k_group, transport=transport)
     if squeeze_y:
         z = z[..., 0]
     if squeeze_x:
@@ -647,7 +807,7 @@ def matmul(x, y, *, dtype=None, compute=None, backend=None, k_group=None, out=No
 
 
 def gemm(transa, transb, a, b, c=None, alpha=1, beta=0, *, dtype=None, compute=None, backend=None,
-         k_group=None):
+         k_group=None, transport="auto"):
     """``alpha * op(a) @ op(b) + beta * c`` for 2-D Dask arrays, as a new Dask array (``op``:
     'N', 'T' or 'C', as :func:`pyblasgemm.gemm`; ``c`` is read only when ``beta != 0`` and is
     rechunked to the result's blocks if needed). The result type is the product's (``dtype=``
@@ -655,7 +815,8 @@ def gemm(transa, transb, a, b, c=None, alpha=1, beta=0, *, dtype=None, compute=N
     the sum are applied in the accumulation type and rounded once. alpha and beta are checked
     before any graph, as :func:`pyblasgemm.gemm` checks them (int8: integers in the int32
     range; 16- and 32-bit floats: real, within float32; types pyblasgemm does not accelerate:
-    their row's, or integers in the accumulation type's range).
+    their row's, or integers in the accumulation type's range). ``k_group`` and ``transport`` as
+    in :func:`matmul`.
 
     >>> import numpy as np, dask.array as da
     >>> a = da.from_array(np.arange(6.0).reshape(3, 2), chunks=(2, 1))
@@ -668,6 +829,7 @@ def gemm(transa, transb, a, b, c=None, alpha=1, beta=0, *, dtype=None, compute=N
     """
     da = _dask_array()
     _check_k_group("pyblasgemm.dask.gemm", k_group)
+    _check_transport("pyblasgemm.dask.gemm", transport)
     ops = {"N": lambda m: m, "T": lambda m: m.T, "C": lambda m: m.conj().T}
     for pos, flag in ((1, transa), (2, transb)):
         if not isinstance(flag, str) or flag.upper() not in ops:
@@ -703,4 +865,4 @@ def gemm(transa, transb, a, b, c=None, alpha=1, beta=0, *, dtype=None, compute=N
             return da.zeros((x.shape[0], y.shape[1]), dtype=out_dtype, chunks=(x.chunks[0], y.chunks[1]))
         acc = accumulation_dtype(out_dtype)
         return (c.astype(acc) * acc.type(beta)).astype(out_dtype)
-    return _contract(x, y, out_dtype, compute, backend, k_group, alpha, beta, c if beta != 0 else None)
+    return _contract(x, y, out_dtype, compute, backend, k_group, alpha, beta, c if beta != 0 else None, transport)

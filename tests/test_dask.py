@@ -843,3 +843,292 @@ def test_the_scaling_benchmark_runs_end_to_end_on_the_host(tmp_path):
     assert long_k["pyblasgemm.dask.matmul"]["received_bytes_per_run"] == 32 * 32 * 4
     assert doc["bitwise"] == {c: {"runs": ["1 GPU tcp", "2 GPU tcp"], "all_runs_equal": True, "threaded_equal": True}
                               for c in cases}
+
+
+# ---------------------------------------------------------------------------------------------
+# The CUDA IPC transport (issue #32): export tasks where a block crosses workers, one fetch a
+# group and worker, no consumer depending on a remote block's key; on the host (NumPy chunks)
+# the exports fall back to Dask's transfer
+# ---------------------------------------------------------------------------------------------
+
+def _annotated(z, what="workers"):
+    """Each task's annotation ``what`` in z's graph (the placement's ``workers``: one address)."""
+    out = {}
+    for layer in z.__dask_graph__().layers.values():
+        fn = (layer.annotations or {}).get(what)
+        if fn is None:
+            continue
+        for key in layer:
+            value = fn(key) if callable(fn) else fn
+            if value is not None:
+                out[key] = value[0] if what == "workers" else value
+    return out
+
+
+def _kind(key):
+    name = key[0] if isinstance(key, tuple) else key
+    for kind in ("export", "fetch", "partial", "sum", "matmul"):
+        if name.startswith(f"pyblasgemm-ipc-{kind}-") or name.startswith(f"pyblasgemm-{kind}-"):
+            return kind
+    return "operand"
+
+
+def _check_ipc_graph(z, holder):
+    """The IPC graph's rules, given ``holder(key)``: the worker that holds an operand block.
+    Returns {worker: [blocks it fetches]}."""
+    graph = dict(z.__dask_graph__())
+    where = _annotated(z)
+    priority = _annotated(z, "priority")
+    fetched = {}
+    for key, task in graph.items():
+        kind = _kind(key)
+        if kind == "operand":
+            continue
+        w = where[key]
+        deps = task.dependencies
+        if kind == "export":
+            assert priority[key] == 2, key
+            assert all((holder(d) if _kind(d) == "operand" else where[d]) == w for d in deps), (key, w, deps)
+            continue
+        if kind == "fetch":
+            (export,) = deps
+            assert _kind(export) == "export" and where[export] != w and priority[key] == 1, (key, export)
+            fetched.setdefault(w, []).extend(graph[export].dependencies)
+            continue
+        for d in deps:                      # a product or a sum: nothing of another worker's
+            if _kind(d) == "operand":
+                assert holder(d) == w, (key, d)
+            else:                           # a fetch, or a partial sum computed here
+                assert where[d] == w, (key, d)
+    for w, blocks in fetched.items():
+        assert len(blocks) == len(set(blocks)), (w, blocks)              # once per worker
+    return fetched
+
+
+@pytest.mark.parametrize("routine", ["matmul", "gemm"])
+@pytest.mark.parametrize("transport", ["nvlink", "IPC", None, 1, ""])
+def test_transport_is_checked_before_any_work(routine, transport):
+    X = da.ones((3, 4), chunks=2)
+    bad = da.ones((5, 6), chunks=2)         # the shapes' error would come later
+    call = (lambda: pbd.matmul(X, bad, transport=transport)) if routine == "matmul" else \
+        (lambda: pbd.gemm("N", "N", X, bad, transport=transport))
+    with pytest.raises(ValueError, match=rf"pyblasgemm\.dask\.{routine}: transport={transport!r} must be one of "
+                                         r"'auto', 'ipc', 'dask'"):
+        call()
+
+
+def test_without_a_cluster_every_transport_is_the_same_plain_graph():
+    rng = np.random.default_rng(60)
+    x, y = _data(rng, (20, 30), np.float16), _data(rng, (30, 10), np.float16)
+    X, Y = da.from_array(x, chunks=(10, 6)), da.from_array(y, chunks=(6, 5))
+    got = {}
+    for t in pbd.TRANSPORTS:
+        z = pbd.matmul(X, Y, transport=t)
+        assert type(z) is da.Array and pbd.transport_of(z) == "dask"
+        got[t] = z.compute(scheduler="sync").view(np.uint16)
+    for t in pbd.TRANSPORTS:
+        np.testing.assert_array_equal(got[t], got["auto"])
+
+
+def test_the_ipc_graph_fetches_each_block_once_per_worker_and_falls_back_to_dasks_transfer(local_cluster):
+    """A's row panels and B's column panels on worker i and j of 4, transport='ipc': one export
+    per B column panel on its worker, shared by the 3 workers that need it, one fetch a worker
+    and panel, no product depending on a block another worker holds. NumPy blocks cannot go
+    through CUDA IPC: each export hands its blocks to Dask (counted in ipc_stats with the
+    reason), each worker receives each export's blocks once, and the bits are the threaded
+    scheduler's. 'auto' on NumPy chunks is Dask's own graph."""
+    from distributed import wait
+
+    client = local_cluster
+    workers = sorted(client.nthreads())
+    rng = np.random.default_rng(61)
+    x, y = _data(rng, (64, 48), np.float32), _data(rng, (48, 40), np.float32)
+    xc, yc = ((16,) * 4, (12,) * 4), ((12,) * 4, (10,) * 4)
+    X = _on_workers(client, x, xc, lambda i, k: i, "a")
+    Y = _on_workers(client, y, yc, lambda k, j: j, "b")
+    assert pbd.transport_of(pbd.matmul(X, Y)) == "dask" == pbd.transport_of(pbd.matmul(X, Y, transport="dask"))
+    z = pbd.matmul(X, Y, transport="ipc")
+    assert type(z).__name__ == "PlacedArray" and pbd.transport_of(z) == "ipc"
+
+    def holder(key):
+        return workers[key[1] if key[0] == X.name else key[2]]
+
+    fetched = _check_ipc_graph(z, holder)
+    kinds = [_kind(k) for k in dict(z.__dask_graph__())]
+    assert kinds.count("export") == 4 and kinds.count("fetch") == 12
+    for n, w in enumerate(workers):
+        assert sorted(fetched[w]) == sorted((Y.name, k, j) for k in range(4) for j in range(4) if j != n)
+    client.run(pbd.ipc_stats, True)
+    before = client.run(_fetched)
+    done = client.persist(z)
+    wait(done)
+    after = client.run(_fetched)
+    for n, w in enumerate(workers):
+        got = after[w][len(before[w]):]
+        assert len(got) == 3 and len(set(got)) == 3 and all(k[0].startswith("pyblasgemm-ipc-export-") for k in got), got
+    stats = client.run(pbd.ipc_stats)
+    assert all(s["ipc_blocks"] == 0 and s["fallback_blocks"] == 4 and s["open_now"] == 0 for s in stats.values())
+    assert all(s["fallback_reasons"] == {"export: not a CuPy array (numpy.ndarray)": 4} for s in stats.values())
+    threaded = pbd.matmul(da.from_array(x, chunks=xc), da.from_array(y, chunks=yc)).compute(scheduler="threads")
+    np.testing.assert_array_equal(done.compute().view(np.uint8), threaded.view(np.uint8))
+
+
+def test_the_ipc_graph_of_a_long_k_moves_partial_sums_through_exports(local_cluster):
+    """One output block, K in 8 chunks on 4 workers: the partial products stay where their K
+    chunks are; each add whose right input another worker computes reads it through an export
+    there; the bits are the threaded scheduler's (and gemm with c, alpha and beta too)."""
+    client = local_cluster
+    workers = sorted(client.nthreads())
+    rng = np.random.default_rng(62)
+    x, y, c = _data(rng, (16, 64), np.float16), _data(rng, (64, 12), np.float16), _data(rng, (16, 12), np.float16)
+    xc, yc = ((16,), (8,) * 8), ((8,) * 8, (12,))
+    X = _on_workers(client, x, xc, lambda i, k: k // 2, "a")
+    Y = _on_workers(client, y, yc, lambda k, j: k // 2, "b")
+    C = _on_workers(client, c, ((16,), (12,)), lambda i, j: 3, "c")
+
+    def holder(key):
+        return workers[3] if key[0] == C.name else workers[key[2 if key[0] == X.name else 1] // 2]
+
+    z = pbd.matmul(X, Y, transport="ipc")
+    _check_ipc_graph(z, holder)
+    kinds = [_kind(k) for k in dict(z.__dask_graph__())]
+    assert kinds.count("export") == 3 and kinds.count("fetch") == 3          # the 3 adds across workers
+    threaded = pbd.matmul(da.from_array(x, chunks=xc), da.from_array(y, chunks=yc)).compute(scheduler="threads")
+    np.testing.assert_array_equal(client.compute(z).result().view(np.uint16), threaded.view(np.uint16))
+    g = pbd.gemm("N", "N", X, Y, c=C, alpha=0.5, beta=-2, transport="ipc")
+    _check_ipc_graph(g, holder)
+    want = pbd.gemm("N", "N", da.from_array(x, chunks=xc), da.from_array(y, chunks=yc),
+                    c=da.from_array(c, chunks=(16, 12)), alpha=0.5, beta=-2).compute(scheduler="threads")
+    np.testing.assert_array_equal(client.compute(g).result().view(np.uint16), want.view(np.uint16))
+
+
+def test_ipc_rewrite_leaves_local_blocks_and_other_hosts_to_dask():
+    """A block the task's worker holds (one of two replicas) is read there; one on another
+    host is Dask's to move; blocks fetched for one task are picked from that fetch by the next."""
+    from dask.task_spec import Task, TaskRef
+
+    on = {("x", 0): {"w0", "w1"}, ("y", 0): {"w1"}, ("y", 1): {"w1"}, ("z", 0): {"w2"}}
+    dsk = {("c", 0): Task(("c", 0), max, TaskRef(("x", 0)), TaskRef(("y", 0)), TaskRef(("z", 0))),
+           ("c", 1): Task(("c", 1), max, TaskRef(("y", 0)), TaskRef(("y", 1)))}
+    where, priority = {("c", 0): "w0", ("c", 1): "w0"}, {("c", 0): 0, ("c", 1): 0}
+    pbd._ipc_rewrite(dsk, where, priority, lambda k: on.get(k, set()), {"w0": "h0", "w1": "h0", "w2": "h1"}, "t")
+    exports = [k for k in dsk if _kind(k) == "export"]
+    fetches = [k for k in dsk if _kind(k) == "fetch"]
+    assert len(exports) == 2 and len(fetches) == 2 and {where[k] for k in exports} == {"w1"}
+    assert {_kind(d) if _kind(d) != "operand" else d for d in dsk["c", 0].dependencies} == {("x", 0), ("z", 0), "fetch"}
+    assert [len(dsk[k].dependencies) for k in exports] == [1, 1]
+    assert dsk[exports[1]].dependencies == {("y", 1)}          # y[0] is picked from the first fetch
+    assert {_kind(d) for d in dsk["c", 1].dependencies} == {"fetch"} and len(dsk["c", 1].dependencies) == 2
+
+
+def test_an_ipc_handle_pickles_to_its_metadata_alone():
+    """The export's object keeps the producer's arrays alive and pickles to ~300 bytes, never
+    the data; a block carried as data (mixed groups) travels with it; the same process reads
+    its own arrays; a handle from another host is refused with the way out."""
+    import pickle
+    import socket
+
+    from pyblasgemm import _dask_ipc as ipc
+
+    block = np.zeros((1024, 1024), np.float32)                     # 4 MiB
+    entry = (bytes(range(64)), 4096, block.shape, block.dtype, block.strides, "0000:18:00.0", None)
+    h = ipc.IpcBlocks([entry, entry], host=socket.gethostname(), pid=99, arrays=[block, block])
+    data = pickle.dumps(h)
+    assert len(data) < 1000 and block.tobytes()[:64] not in data
+    back = pickle.loads(data)
+    assert back.arrays is None and back.entries == h.entries and (back.host, back.pid) == (h.host, 99)
+    assert ipc.fetch(h)[0] is block                                 # never pickled: the arrays themselves
+    carried = ipc.IpcBlocks([entry, (None, 0, (2,), np.dtype(np.float64), None, None, np.ones(2))], "elsewhere", 99)
+    assert pickle.loads(pickle.dumps(carried)).entries[1][6].tolist() == [1.0, 1.0]
+    with pytest.raises(RuntimeError, match="from host 'elsewhere'.*transport='dask'"):
+        ipc.fetch(pickle.loads(pickle.dumps(carried)))
+    assert ipc.export(np.ones(3), np.ones(2))[1].tolist() == [1.0, 1.0]         # NumPy: the blocks themselves
+
+
+def test_the_scaling_benchmarks_ipc_transport_on_the_host(tmp_path):
+    """bench/dask_scaling.py's ipc transport with NumPy chunks on 2 workers: the probe reads
+    through export and fetch tasks, the product's graph is the IPC one (data path 'ipc'), every
+    export falls back to Dask's transfer (NumPy blocks, with the reason) and the bits are the
+    threaded scheduler's; --quick's preset names the 8-minute plan."""
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    out = tmp_path / "smoke.json"
+    case = "smoke 128^3 bfloat16"
+    done = subprocess.run([sys.executable, str(root / "bench/dask_scaling.py"), "--smoke", "--gpus", "2",
+                           "--cases", case, "--probe", "ipc", "--transport", "ipc", "--no-dask-array",
+                           "--out", str(out)], cwd=root,
+                          capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(root)))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["failures"] == [], doc["failures"]
+    probe = doc["transports"]["ipc"]["probes"]["2"]
+    assert probe["transport"] == "ipc" and probe["one_block"]["GBps_wall"] > 0
+    (row,) = doc["cases"]
+    ours = row["pyblasgemm.dask.matmul"]
+    assert row["pyblasgemm_transport"] == "ipc" and ours["data_path"] == ["ipc"] and ours["bitwise_all_runs"]
+    assert ours["ipc_bytes_per_run"] == 0 and ours["ipc_fallback_blocks"] > 0
+    assert ours["ipc_fallback_reasons"] == ["export: not a CuPy array (numpy.ndarray)"]
+    assert doc["bitwise"][case]["threaded_equal"] is True
+    from bench.dask_scaling import QUICK
+
+    assert QUICK["probe"] == "tcp,ipc" and QUICK["transport"] == "ipc" and QUICK["gpus"] == "1,2,4"
+    assert QUICK["budget_s"] <= 450
+
+
+def test_ipc_handles_are_opened_once_bounded_and_closed(monkeypatch):
+    """With a stand-in for the driver: a handle is opened once per (producer pid, handle,
+    device) however often it is read (opening one the context holds fails on older drivers:
+    CUDA_ERROR_ALREADY_MAPPED), at most OPEN_MAX stay open (the oldest is closed first), and
+    close_handles closes the rest; ipc_stats counts them."""
+    import types
+
+    from pyblasgemm import _dask_ipc as ipc
+    from pyblasgemm.kernels import driver as real
+
+    calls = []
+
+    class Bindings:
+        class CUipcMem_flags:
+            CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
+
+        @staticmethod
+        def CUipcMemHandle(ptr):
+            return ptr
+
+        @staticmethod
+        def CUdeviceptr(ptr):
+            return int(ptr)
+
+        @staticmethod
+        def cuIpcOpenMemHandle(handle, flags):
+            calls.append(("open", flags))
+            return (0, 0x1000 * (len(calls) + 1))
+
+        @staticmethod
+        def cuIpcCloseMemHandle(ptr):
+            calls.append(("close", ptr))
+            return (0,)
+
+    fake = types.SimpleNamespace(bindings=lambda: Bindings, check=real.check,
+                                 call_in_context=lambda dev, name, fn, *args: real.check(fn(*args), name))
+    monkeypatch.setattr(ipc, "_driver", lambda: fake)
+    monkeypatch.setattr(ipc, "OPEN_MAX", 3)
+    monkeypatch.setattr(ipc, "_OPENED", type(ipc._OPENED)())
+    ipc.stats(reset=True)
+    with ipc._LOCK:
+        first = ipc._open(10, b"a" * 64, 0)
+        assert ipc._open(10, b"a" * 64, 0) == first and len(calls) == 1          # cached
+        assert ipc._open(11, b"a" * 64, 0) != first                               # another producer
+        ipc._open(10, b"b" * 64, 0)
+        ipc._open(10, b"c" * 64, 0)                                               # the 4th: the oldest goes
+    assert calls[-2] == ("close", first) and [c[0] for c in calls].count("open") == 4
+    s = ipc.stats()
+    assert (s["opened"], s["closed"], s["open_now"]) == (4, 1, 3)
+    assert pbd.close_ipc_handles() == 3 and pbd.ipc_stats()["open_now"] == 0
+    assert [c[0] for c in calls].count("close") == 4 and pbd.close_ipc_handles() == 0
+    ipc.stats(reset=True)

@@ -138,8 +138,9 @@ def two_gpu_cluster():
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
 def test_two_gpus_compute_each_block_where_its_row_panel_is_with_the_threaded_bits(two_gpu_cluster, dtype):
-    """A's row panels and B's column panels split over 2 GPUs (TCP, Dask's default): C[i, j]
-    runs on A's row panel's GPU, which fetches the half of B it lacks once; bfloat16 blocks
+    """A's row panels and B's column panels split over 2 GPUs (TCP, Dask's transfer:
+    transport='dask'): C[i, j] runs on A's row panel's GPU, which fetches the half of B it
+    lacks once; bfloat16 blocks
     arrive as '|V2' (Dask's CuPy serializer) and are read as bfloat16; the bits are the
     threaded scheduler's on one GPU."""
     from distributed import wait
@@ -150,8 +151,8 @@ def test_two_gpus_compute_each_block_where_its_row_panel_is_with_the_threaded_bi
     x, y = _data(rng, (512, 384), dtype), _data(rng, (384, 256), dtype)
     X = _on_gpus(client, x, 128, lambda i, k: i // 2, "a")
     Y = _on_gpus(client, y, 128, lambda k, j: j, "b")
-    z = pbd.matmul(X, Y)
-    assert type(z).__name__ == "PlacedArray"
+    z = pbd.matmul(X, Y, transport="dask")
+    assert type(z).__name__ == "PlacedArray" and pbd.transport_of(z) == "dask"
     before = client.run(_fetched)
     done = client.persist(z)
     wait(done)
@@ -170,8 +171,8 @@ def test_two_gpus_compute_each_block_where_its_row_panel_is_with_the_threaded_bi
 
 def test_two_gpus_split_a_long_k_where_its_chunks_are(two_gpu_cluster):
     """One output block, K in 16 chunks, chunks 0-7 on GPU 0 and 8-15 on GPU 1: the default's 8
-    partial products run where their chunks are, and the only transfer is one float32 partial
-    sum; the bits are the threaded scheduler's."""
+    partial products run where their chunks are, and the only transfer (Dask's:
+    transport='dask') is one float32 partial sum; the bits are the threaded scheduler's."""
     from distributed import wait
 
     client = two_gpu_cluster
@@ -179,7 +180,7 @@ def test_two_gpus_split_a_long_k_where_its_chunks_are(two_gpu_cluster):
     x, y = _data(rng, (128, 2048), np.float16), _data(rng, (2048, 128), np.float16)
     X = _on_gpus(client, x, 128, lambda i, k: k // 8, "a")
     Y = _on_gpus(client, y, 128, lambda k, j: k // 8, "b")
-    z = pbd.matmul(X, Y)
+    z = pbd.matmul(X, Y, transport="dask")
     before = client.run(_fetched)
     done = client.persist(z)
     wait(done)
@@ -191,3 +192,91 @@ def test_two_gpus_split_a_long_k_where_its_chunks_are(two_gpu_cluster):
                           da.from_array(cupy.asarray(y), chunks=128, asarray=False)).compute(scheduler="threads")
     np.testing.assert_array_equal(got.view(np.uint16), cupy.asnumpy(threaded).view(np.uint16))
     _check(got, x, y, np.float16)
+
+
+def _received(dask_worker):
+    """(key, bytes) of every transfer this worker received through Dask."""
+    return [(tuple(k) if isinstance(k, list) else k, int(e["total"]))
+            for e in dask_worker.transfer_incoming_log for k in e["keys"]]
+
+
+def _threaded(x, y, chunk=128, **kw):
+    return cupy.asnumpy(pbd.matmul(da.from_array(cupy.asarray(x), chunks=chunk, asarray=False),
+                                   da.from_array(cupy.asarray(y), chunks=chunk, asarray=False),
+                                   **kw).compute(scheduler="threads"))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float64], ids=lambda d: np.dtype(d).name)
+def test_two_gpus_move_blocks_through_cuda_ipc_with_the_threaded_bits(two_gpu_cluster, dtype):
+    """The default transport ('auto': CuPy chunks on one host) moves B's blocks between the 2
+    GPUs through CUDA IPC: Dask moves only the exports' handles (a few hundred bytes each),
+    each worker copies the 3 blocks of B it lacks once (ipc_stats), nothing falls back; three
+    runs on fresh operands (the fetched blocks' memory reused) give the threaded scheduler's
+    bits on one GPU; closing the handles closes every one opened."""
+    from distributed import wait
+
+    client = two_gpu_cluster
+    workers = sorted(client.nthreads())
+    rng = np.random.default_rng(52)
+    x, y = _data(rng, (512, 384), dtype), _data(rng, (384, 256), dtype)
+    threaded = _threaded(x, y)
+    client.run(pbd.close_ipc_handles)
+    client.run(pbd.ipc_stats, True)
+    for run in range(3):
+        X = _on_gpus(client, x, 128, lambda i, k: i // 2, "a")
+        Y = _on_gpus(client, y, 128, lambda k, j: j, "b")
+        z = pbd.matmul(X, Y)
+        assert type(z).__name__ == "PlacedArray" and pbd.transport_of(z) == "ipc"
+        before = client.run(_received)
+        done = client.persist(z)
+        wait(done)
+        after = client.run(_received)
+        for w in workers:
+            got = after[w][len(before[w]):]
+            assert all(k[0].startswith("pyblasgemm-ipc-export-") and n < 4096 for k, n in got), (w, got)
+        assert {k: tuple(v) for k, v in client.who_has(done).items()} == \
+            {(z.name, i, j): (workers[i // 2],) for i in range(4) for j in range(2)}
+        got = cupy.asnumpy(done.compute())
+        np.testing.assert_array_equal(got.view(np.uint8), threaded.view(np.uint8), f"run {run}")
+        del X, Y, z, done
+    stats = client.run(pbd.ipc_stats)
+    itemsize = np.dtype(dtype).itemsize
+    for w, s in stats.items():
+        assert s["ipc_blocks"] == 9 and s["ipc_bytes"] == 9 * 128 * 128 * itemsize, (w, s)
+        assert s["fallback_blocks"] == 0 and s["same_process_blocks"] == 0 and s["exported_blocks"] == 9, (w, s)
+        assert s["open_now"] >= 1, (w, s)
+    closed = client.run(pbd.close_ipc_handles)
+    after = client.run(pbd.ipc_stats)
+    for w in workers:
+        assert closed[w] == stats[w]["open_now"] and after[w]["open_now"] == 0, (w, closed, after)
+        assert after[w]["opened"] == after[w]["closed"], after[w]
+    _check(got, x, y, dtype)
+
+
+def test_two_gpus_long_k_and_gemm_through_cuda_ipc(two_gpu_cluster):
+    """A long K split over 2 GPUs: the one partial sum that crosses goes through an export
+    (float32, 128 x 128); gemm with c, alpha and beta too; the threaded scheduler's bits."""
+    from distributed import wait
+
+    client = two_gpu_cluster
+    rng = np.random.default_rng(53)
+    x, y = _data(rng, (128, 2048), np.float16), _data(rng, (2048, 128), np.float16)
+    c = _data(rng, (128, 128), np.float16)
+    X = _on_gpus(client, x, 128, lambda i, k: k // 8, "a")
+    Y = _on_gpus(client, y, 128, lambda k, j: k // 8, "b")
+    C = _on_gpus(client, c, 128, lambda i, j: 1, "c")
+    client.run(pbd.ipc_stats, True)
+    z = pbd.matmul(X, Y, transport="ipc")
+    done = client.persist(z)
+    wait(done)
+    stats = client.run(pbd.ipc_stats)
+    assert sorted(s["ipc_bytes"] for s in stats.values()) == [0, 128 * 128 * 4], stats
+    np.testing.assert_array_equal(cupy.asnumpy(done.compute()).view(np.uint16), _threaded(x, y).view(np.uint16))
+    g = pbd.gemm("N", "N", X, Y, c=C, alpha=0.5, beta=-2)
+    assert pbd.transport_of(g) == "ipc"
+    want = pbd.gemm("N", "N", da.from_array(cupy.asarray(x), chunks=128, asarray=False),
+                    da.from_array(cupy.asarray(y), chunks=128, asarray=False),
+                    c=da.from_array(cupy.asarray(c), chunks=128, asarray=False), alpha=0.5, beta=-2)
+    np.testing.assert_array_equal(cupy.asnumpy(client.compute(g).result()).view(np.uint16),
+                                  cupy.asnumpy(want.compute(scheduler="threads")).view(np.uint16))
+    client.run(pbd.close_ipc_handles)
