@@ -124,6 +124,9 @@ TRANSPORTS = {
     "ipc": ({"protocol": "tcp"},
             "TCP for Dask's messages; GPU blocks between workers through CUDA IPC (pyblasgemm.dask "
             "transport='ipc': an IPC handle exported where the block is, a device-to-device copy where it is read)"),
+    "ipc-2t": ({"protocol": "tcp", "threads_per_worker": 2},
+               "as ipc, with two threads a worker: a fetch waiting for its copy leaves the other "
+               "thread to queue the worker's products (one thread: the GPU runs only what was queued)"),
     "ucx": ({"protocol": "ucx", "rmm_pool_size": RMM_POOL, "rmm_allocator_external_lib_list": ["cupy"]},
             "UCX choosing its own transports (UCX_TLS unset: all), an RMM pool shared with CuPy"),
     "ucx-nvlink": ({"protocol": "ucx", "enable_tcp_over_ucx": True, "enable_nvlink": True, "enable_infiniband": False,
@@ -232,7 +235,7 @@ def _close_ipc(dask_worker=None):
 
 
 #: pyblasgemm.dask's ``transport`` keyword on each cluster transport's rows
-DATA_PATH = {"ipc": "ipc"}
+DATA_PATH = {"ipc": "ipc", "ipc-2t": "ipc"}
 
 
 def _worker_info(dask_worker=None):
@@ -351,7 +354,7 @@ def cluster(transport, n, device, message_bytes):
     if not device:
         import distributed
 
-        if transport not in ("tcp", "ipc"):
+        if transport not in ("tcp", "ipc", "ipc-2t"):
             raise ValueError(f"--smoke runs over tcp (or ipc: NumPy blocks fall back to it) only, not {transport!r}")
         # work stealing off: the smoke's blocks are a few KB, which Dask may move at will (it
         # leaves alone tasks whose inputs take longer to move than to compute)
@@ -380,7 +383,7 @@ def probe(client, device, nbytes, reps=5, transport="tcp"):
     the fetch task's own time."""
     from distributed import wait
 
-    if transport == "ipc":
+    if DATA_PATH.get(transport) == "ipc":
         return _probe_ipc(client, device, nbytes, reps)
     workers = sorted(client.nthreads())
     a, b = workers[0], workers[1]
