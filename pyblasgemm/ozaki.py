@@ -456,7 +456,8 @@ def guard_constants(how: OzakiSetting, k_native: int) -> tuple:
     >>> c_sum, c_hi = guard_constants(setting(1024), 1024)
     >>> c_sum == 2.0 ** 41, c_hi > 0, guard_constants(setting(4), 4)[1]
     (True, True, 0.0)
-    >>> guard_constants(setting(3, precision="float32"), 3)[1] > 0, guard_constants(setting(2, precision="float32"), 2)[1]
+    >>> s3, s2 = setting(3, precision="float32"), setting(2, precision="float32")
+    >>> guard_constants(s3, 3)[1] > 0, guard_constants(s2, 2)[1]
     (True, 0.0)
     """
     p = PRECISIONS[how.precision]

@@ -188,8 +188,8 @@ class OzakiPasses:
         small = cupy.empty(lines, cupy.float64)
         k_contig = int(s_k == 1 and s_line != 1)
         grid = (-(-lines // 32), 1, 1)
-        self._k[f"ozaki_line_stats<{self.element}>"](grid, BLOCK_STATS, (x, _ll(lines), _ll(length), _ll(s_line), _ll(s_k),
-                                                        _i(k_contig), big, small))
+        self._k[f"ozaki_line_stats<{self.element}>"](grid, BLOCK_STATS, (
+            x, _ll(lines), _ll(length), _ll(s_line), _ll(s_k), _i(k_contig), big, small))
         exps = cupy.empty(lines, cupy.int32)
         lost = cupy.empty(lines, cupy.uint8)
         self._k["ozaki_line_scale"]((-(-lines // 256), 1, 1), (256, 1, 1),
