@@ -253,6 +253,22 @@ def test_inf_and_nan_propagate_as_native(dtype):
     np.testing.assert_array_equal(c, native)
 
 
+def test_terms_past_float32s_range_keep_their_finite_sum():
+    """2^130 terms overflow float32 (SGEMM: inf - inf = NaN); the integer product keeps their
+    sum, 2^129 - 3·2^127 = 2^127 (finite, exact); a sum past FLT_MAX rounds to Inf, with
+    NumPy's overflow warning."""
+    a = np.array([[2.0**100, 2.0**100, 2.0**99, 3 * 2.0**98]], np.float32)
+    b = np.array([[2.0**30], [-2.0**30], [2.0**30], [-2.0**29]], np.float32)
+    with np.errstate(all="ignore"):
+        assert np.isnan(a @ b).all()
+    got = pyblasgemm.matmul(a, b, compute="int8-ozaki")
+    assert float(got[0, 0]) == 2.0**129 - 3 * 2.0**127
+    b[1] = 2.0**30
+    with pytest.warns(RuntimeWarning, match="overflow encountered in matmul"):
+        got = pyblasgemm.matmul(a, b, compute="int8-ozaki")
+    assert np.isposinf(got).all()
+
+
 @pytest.mark.parametrize("m,k,n", [(0, 5, 3), (4, 0, 3), (3, 5, 0), (1, 1, 1), (1, 7, 1), (7, 13, 11),
                                    (17, 31, 2), (2, 1, 19)])
 def test_sizes_zero_one_odd_and_prime(m, k, n):
