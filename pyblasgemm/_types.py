@@ -45,12 +45,12 @@ class TypeRow:
 
 
 TYPE_ROWS = {
-    "s": TypeRow("s", float32, float32, float32, ("fp32", "tf32", "3xtf32")),
+    "s": TypeRow("s", float32, float32, float32, ("fp32", "tf32", "3xtf32", "int8-ozaki")),
     "d": TypeRow("d", float64, float64, float64, ("fp64", "int8-ozaki")),
     "h": TypeRow("h", float16, float16, float32, ("fp32", "fp16")),
     "b": TypeRow("b", bfloat16, bfloat16, float32, ("fp32",)),
     "i": TypeRow("i", int8, int32, int32, ("int32",)),
-    "c": TypeRow("c", complex64, complex64, complex64, ("fp32", "tf32", "3xtf32")),
+    "c": TypeRow("c", complex64, complex64, complex64, ("fp32", "tf32", "3xtf32", "int8-ozaki")),
     "z": TypeRow("z", complex128, complex128, complex128, ("fp64", "int8-ozaki")),
     # mixed precision, named as OpenBLAS names them: 16-bit A and B, float32 C and scalars,
     # float32 accumulation (the products of 16-bit values are exact in float32)
@@ -81,6 +81,10 @@ ROW_BY_DTYPE = {row.ab_dtype: row for row in TYPE_ROWS.values() if row.ab_dtype 
 ROW_BY_DTYPES = {(row.ab_dtype, row.c_dtype): row for row in TYPE_ROWS.values()}
 
 # --- package-wide default for compute= -------------------------------------------------------
+#: the modes a package-wide float32 default may be (set_default_compute, PYBLASGEMM_FP32_COMPUTE):
+#: float32's own less the emulation, which runs only where a call names it (issue 34: the
+#: default for float32 stays a native mode; the planner never picks the emulation by itself)
+FP32_DEFAULTS = tuple(c for c in TYPE_ROWS["s"].computes if c != "int8-ozaki")
 # Only float32 has a real choice of default (IEEE fp32, or the faster tf32 / 3xtf32 modes).
 # None until first needed: then ``PYBLASGEMM_FP32_COMPUTE`` (validated by settings.py) or
 # what set_default_compute() chose. Not read at import, so a bad value fails on first use.
@@ -113,10 +117,10 @@ def set_default_compute(mode: str) -> None:
     row = TYPE_ROWS["s"]
     word = mode.lower() if isinstance(mode, str) else None
     word = compute_aliases("s").get(word, word)
-    if word not in row.computes:
+    if word not in FP32_DEFAULTS:
         raise ValueError(
             f"set_default_compute: mode={mode!r} must be one of "
-            f"{', '.join(repr(c) for c in row.computes)} or an alias of one "
+            f"{', '.join(repr(c) for c in FP32_DEFAULTS)} or an alias of one "
             f"({', '.join(f'{a!r}: {w!r}' for a, w in compute_aliases('s').items())}), any case")
     if word != _default_compute_fp32:
         # a call signature remembered without compute= (pyblasgemm.calls) ran the old default
@@ -138,7 +142,7 @@ def get_default_compute() -> str:
     global _default_compute_fp32
     if _default_compute_fp32 is None:
         from . import settings
-        _default_compute_fp32 = settings.get("PYBLASGEMM_FP32_COMPUTE", TYPE_ROWS["s"].computes,
+        _default_compute_fp32 = settings.get("PYBLASGEMM_FP32_COMPUTE", FP32_DEFAULTS,
                                              compute_aliases("s"))
     return _default_compute_fp32
 

@@ -2,7 +2,8 @@
 its own and its inner GEMM, run through ``run_inner`` (execute's own function, handed in: this
 module does not reach back into the call layers).
 
-* Ozaki (float64 / complex128, ``compute='int8-ozaki'``), per batch entry: line statistics and
+* Ozaki (float64 / complex128 and float32 / complex64, ``compute='int8-ozaki'``; the passes
+  read float32 operands as they are and round C once to float32), per batch entry: line statistics and
   exponents of op(A)'s rows and op(B)'s columns, one counter read (non-finite lines: the whole
   entry runs natively; lines the scaling cannot hold: those rows / columns run natively after
   the rest), int8 residues of both, one batched int8 GEMM over the moduli, the reconstruction
@@ -126,7 +127,8 @@ def _finish(desc: GemmDesc, c_view, x) -> None:
 
 
 def _native_product(desc: GemmDesc, a, b, rows=None, cols=None):
-    """op(A)[rows] @ op(B)[:, cols] in native arithmetic (CuPy's matmul: cuBLAS)."""
+    """op(A)[rows] @ op(B)[:, cols] in native arithmetic (CuPy's matmul: cuBLAS; float32 and
+    complex64: its SGEMM / CGEMM, float32 sums, unless CUPY_TF32=1 asks CuPy for TF32)."""
     opa, opb = _op_view(desc, a, "a"), _op_view(desc, b, "b")
     if desc.transa == "C":
         opa = opa.conj()
@@ -142,14 +144,19 @@ def _native_product(desc: GemmDesc, a, b, rows=None, cols=None):
 def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
     import cupy
 
-    from .kernels.ozaki_kernels import OzakiPasses
+    from .kernels.ozaki_kernels import OzakiPasses, element_of
+    from .kinds import route_of
 
     setting = spec.setting
     m, n, k = desc.m, desc.n, desc.k
     cplx = desc.row.is_complex
-    passes = OzakiPasses(setting.count, desc.device)
+    real = cupy.dtype(desc.row.c_dtype).char.lower()          # C's real type: 'd' or 'f'
+    native = desc._replace(compute=route_of(desc.prefix, desc.compute).native)   # DGEMM ... CGEMM
+    passes = OzakiPasses(setting.count, desc.device, element_of(real))
     if cplx:
-        a2, b2 = _stack(desc, a, b, cupy.float64)
+        # the stacked copy in the operands' own real type (complex64: float32, which the passes
+        # read; A2 holds A's bytes again, B2 twice B's)
+        a2, b2 = _stack(desc, a, b, real)
         kk, nn = 2 * k, 2 * n
         a_lines, b_lines = (a2, 2 * k, 1), (b2, 1, 2 * n)
     else:
@@ -162,7 +169,7 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
     non_finite, lost = (int(v) for v in counts.get())
     if non_finite:
         _last["route"] = "native: an operand holds Inf or NaN, which the scaling cannot hold"
-        run_inner(desc._replace(compute="fp64"), a, b, c)
+        run_inner(native, a, b, c)
         return
     if 2 * lost > m + nn:
         # most lines would run natively after the composition anyway (H100, 4096³ with every
@@ -170,7 +177,7 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
         _last["route"] = (f"native: {lost} of the {m + nn} rows and columns hold a nonzero element more "
                           f"than {setting.bits} binades below their largest, which the scaling cannot hold "
                           f"(more than half: the whole product runs natively)")
-        run_inner(desc._replace(compute="fp64"), a, b, c)
+        run_inner(native, a, b, c)
         return
     planes = setting.planes
     ares = cupy.empty((planes, m, kk), cupy.int8)
@@ -197,11 +204,11 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
         failed = int(counts[0].get())
         if 2 * failed > m * n:
             _last["route"] = setting._replace(native_elements=failed, whole_native=True).describe()
-            run_inner(desc._replace(compute="fp64"), a, b, c)
+            run_inner(native, a, b, c)
             return
         guard = (sum_a, sum_b, *guard[2:4], counts[1:])  # the reconstruction counts them again
     run_inner(moduli, ares, bres, prod, spec.inner_plan.backend)
-    cv = cupy.ndarray((1,), cupy.float64, memptr=c.data)      # the kernel takes C's address
+    cv = cupy.ndarray((1,), real, memptr=c.data)      # the kernel takes C's address (its real type)
     scale = 2 if cplx else 1
     passes.reconstruct(prod, m, n, ea, eb, lost_a, lost_b[:n], cv, scale, scale * desc.ldc,
                        desc.alpha, desc.beta, cplx, guard)
@@ -232,8 +239,8 @@ def _guard_fixup(desc: GemmDesc, a, b, c, setting, prod, sum_a, sum_b, lost_a, l
     fixed = view.copy()
     _finish(desc, fixed, _native_product(desc, a, b))
     view[...] = cupy.where(bad, fixed, view)
-    return (f"; {failed} elements natively (the guard could not prove native float64's error bound "
-            f"for them)")
+    return (f"; {failed} elements natively (the guard could not prove native {setting.precision}'s error "
+            f"bound for them)")
 
 
 def _lost_lines(desc, lost_a, lost_b):

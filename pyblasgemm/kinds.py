@@ -76,6 +76,9 @@ class Route:
     #: products as one real product of the stacked parts); None: one GEMM
     composite: str | None = None
     inner: tuple | None = None      # the (prefix, compute) of the composition's real GEMMs
+    #: the compute mode of the same type that an emulated route falls back to and that cuBLAS
+    #: runs it as (the Ozaki modes: the type's IEEE mode); None: the mode itself
+    native: str | None = None
 
 
 def _kind(name, ab, c, eb, cb, accs, structs, sm90, tma_ab, tma_c, base=None, prep=False):
@@ -103,14 +106,14 @@ KERNEL_KINDS = {k.name: k for k in (
 
 
 def _route(prefix, compute, ab, c, cublas, kind=None, acc=None, rtol=1e-5, scale=None, composite=None,
-           inner=None):
+           inner=None, native=None):
     return Route(prefix, compute, CUDA[ab], CUDA[c],
                  None if cublas is None else CUBLAS_COMPUTE[cublas], kind, acc, rtol, scale, composite,
-                 inner)
+                 inner, native)
 
 
-#: the emulated float64 compute mode; ``OZAKI + "-<bits>"`` (e.g. 'int8-ozaki-40') sets its
-#: precision dial: bits kept per scaled row / column (pyblasgemm.ozaki)
+#: the emulated float64 / float32 compute mode; ``OZAKI + "-<bits>"`` (e.g. 'int8-ozaki-40')
+#: sets its precision dial: bits kept per scaled row / column (pyblasgemm.ozaki)
 OZAKI = "int8-ozaki"
 
 
@@ -124,9 +127,14 @@ ROUTES = {(r.prefix, r.compute): r for r in (
     # 3xTF32 asks for float32 accuracy at tensor-core speed; cuBLAS's plain SGEMM is that
     # accuracy (or better), so the planner weighs it as 3xTF32's cuBLAS route
     _route("s", "3xtf32", "R_32F", "R_32F", "32F", "3xtf32", "f32", rtol=2e-5),
+    # float32 from exact int8 products (the Ozaki scheme II, float32's setting, rounded once):
+    # at its default never less accurate than SGEMM, which is its cuBLAS route and fallback
+    _route("s", OZAKI, "R_32F", "R_32F", "32F", rtol=2e-5, composite="ozaki", inner=("i", "int32"),
+           native="fp32"),
     _route("d", "fp64", "R_64F", "R_64F", "64F", rtol=1e-12),
     # float64 from exact int8 products (the Ozaki scheme II); cuBLAS's route is native DGEMM
-    _route("d", OZAKI, "R_64F", "R_64F", "64F", rtol=1e-12, composite="ozaki", inner=("i", "int32")),
+    _route("d", OZAKI, "R_64F", "R_64F", "64F", rtol=1e-12, composite="ozaki", inner=("i", "int32"),
+           native="fp64"),
     _route("h", "fp32", "R_16F", "R_16F", "32F", "f16", "f32", rtol=2e-3),
     # cuBLAS's 16F compute takes half-precision alpha and beta
     _route("h", "fp16", "R_16F", "R_16F", "16F", "f16", "f16", rtol=2e-2, scale="float16"),
@@ -140,8 +148,11 @@ ROUTES = {(r.prefix, r.compute): r for r in (
     _route("c", "tf32", "C_32F", "C_32F", "32F_FAST_TF32", rtol=3e-3, composite="complex",
            inner=("s", "tf32")),
     _route("c", "3xtf32", "C_32F", "C_32F", "32F", rtol=2e-5, composite="complex", inner=("s", "3xtf32")),
+    _route("c", OZAKI, "C_32F", "C_32F", "32F", rtol=2e-5, composite="ozaki", inner=("i", "int32"),
+           native="fp32"),
     _route("z", "fp64", "C_64F", "C_64F", "64F", rtol=1e-12),
-    _route("z", OZAKI, "C_64F", "C_64F", "64F", rtol=1e-12, composite="ozaki", inner=("i", "int32")),
+    _route("z", OZAKI, "C_64F", "C_64F", "64F", rtol=1e-12, composite="ozaki", inner=("i", "int32"),
+           native="fp64"),
 )}
 
 

@@ -1,4 +1,4 @@
-"""FP64 products from exact int8 products: the Ozaki scheme II (Ozaki, Uchino, Imamura 2025).
+"""FP64 and FP32 products from exact int8 products: the Ozaki scheme II (Ozaki, Uchino, Imamura 2025).
 
 The algorithm, in the order it runs (each step a function here, so that tests check each):
 
@@ -25,17 +25,24 @@ native float64 arithmetic (and says so), and likewise the rows and columns whose
 scaling cannot hold (a nonzero element more than ``bits`` binades below its row's largest).
 :func:`zgemm_ozaki` runs complex products through the same steps.
 
-**The guard** (the default dial and any dial of at least :data:`DEFAULT_BITS`): the result is
-never less accurate than native float64's error bound ``γ_k · Σ_k |a_ik| |b_kj|``, on any
-input. An element kept to few bits (one far below its row's largest) is harmless unless
+**float32 and complex64** (:func:`sgemm_ozaki`, :func:`cgemm_ozaki`): their values are exact in
+float64, so the same steps run on them with fewer bits (:data:`PRECISIONS`: the default keeps
+:data:`DEFAULT_BITS_FP32`, 8 moduli at k = 1024 where float64's default takes 16), and the
+float64 result is rounded once to float32; the native arithmetic of the fallbacks is float32's
+(SGEMM / CGEMM: NumPy's float32 matmul on the host, cuBLAS on the GPU).
+
+**The guard** (the default dial and any dial of at least :data:`DEFAULT_BITS`, float32's
+:data:`DEFAULT_BITS_FP32`): the result is never less accurate than native arithmetic's error
+bound ``γ_k · Σ_k |a_ik| |b_kj|`` (u of float64, or of float32), on any input. An element kept to few bits (one far below its row's largest) is harmless unless
 its partner in the product is large, so no per-line test can decide it; the guard decides
 per element of C, at the price of one more int8 GEMM (:func:`guard_failures`):
 
 5. an extra plane holds the top :data:`GUARD_HI_BITS` bits of each ``|A'|`` and ``|B'|``; its
    int8 product ``L`` bounds ``Σ|a||b|`` from below, and integer line sums bound the
    truncation error (about ``Σ|A'| + Σ|B'|``) from above. Where the bound on the error exceeds
-   ``(k - 4) u · Σ|a||b|`` (``4u``: the reconstruction's two ulps), that element of C is
-   computed natively. Random data passes everywhere from k = 8 on; graded data, a column of
+   ``(k - 4) u · Σ|a||b|`` (``4u``: the reconstruction's two ulps; float32: ``(k - 2) u``, the
+   rounding to float32 and the float64 reconstruction's 2^-51 within ``2u``), that element of
+   C is computed natively. Random data passes everywhere from k = 8 on; graded data, a column of
    A far below the others against a large row of B, does not (:func:`dgemm_ozaki`'s example).
 
 Example
@@ -46,6 +53,9 @@ Example
 >>> c, how = ozaki.dgemm_ozaki(a, b)
 >>> c.tolist(), how.count, how.bits
 ([[8.0, -3.25], [-2.25, 6.625]], 15, 57)
+>>> c32, how = ozaki.sgemm_ozaki(a.astype(np.float32), b.astype(np.float32), bits=20)
+>>> c32.dtype, c32.tolist(), how.count, how.bits, how.precision
+(dtype('float32'), [[8.0, -3.25], [-2.25, 6.625]], 6, 20, 'float32')
 """
 from __future__ import annotations
 
@@ -54,10 +64,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["MODULI", "MAX_BITS", "DEFAULT_BITS", "GUARD_HI_BITS", "GUARD_SUM_BITS", "OzakiSetting", "bits_for",
-           "error_bound",
+__all__ = ["MODULI", "MAX_BITS", "DEFAULT_BITS", "DEFAULT_BITS_FP32", "GUARD_HI_BITS", "GUARD_SUM_BITS",
+           "Precision", "PRECISIONS", "precision_of", "OzakiSetting", "bits_for", "error_bound",
            "setting", "split", "residues", "reconstruct", "crt_chunks", "crt_tables", "residue_products_host",
-           "guard_constants", "guard_planes", "guard_failures", "dgemm_ozaki", "zgemm_ozaki"]
+           "guard_constants", "guard_planes", "guard_failures", "dgemm_ozaki", "zgemm_ozaki", "sgemm_ozaki",
+           "cgemm_ozaki", "emulated"]
 
 #: pairwise coprime moduli of at most 256 (a residue in the symmetric range fits an int8),
 #: largest first: 2^8, then 255 = 3·5·17, 253 = 11·23, 247 = 13·19, then primes that share
@@ -73,6 +84,52 @@ MAX_BITS = 62
 #: 1.45e-16); 55 bits are 2-10x below native at every k from 8 to 1024 (2.1e-16 vs 2.8e-16 at
 #: k = 8, 1.5e-17 vs 1.5e-16 at 1024). 16 moduli hold it up to k = 8192.
 DEFAULT_BITS = 55
+#: float32's default (float32 and complex64 operands): float64's rule, the unit roundoff's bits
+#: plus two (24 + 2). Worst max relative error against a long-double reference (48 x k x 48,
+#: random normal, host): 26 bits are 2-6x below native float32 (NumPy's SGEMM) at every k from
+#: 8 to 4096 (6.8e-8 vs 1.4e-7 at k = 8, 4.8e-9 vs 2.9e-8 at 4096) and the guard passes every
+#: element from k = 8 on; 25 bits tie native at k = 8 and fail the guard for 3% of C there.
+#: 8 moduli hold it up to k = 1024, 9 up to k = 65536.
+DEFAULT_BITS_FP32 = 26
+
+
+class Precision(NamedTuple):
+    """The type a product is rounded to, and what the scheme's bound and guard take from it."""
+
+    name: str           # 'float64' / 'float32': the type of C's (real) parts
+    unit_bits: int      # u = 2^-unit_bits, the unit roundoff of that type
+    default_bits: int   # the default dial; the guard is on from it up
+    #: the roundings after the exact integer product, in units of u: float64, the
+    #: reconstruction's two ulps (4u); float32, the rounding to float32 (u) plus the float64
+    #: reconstruction's two float64 ulps (2^-51, below u): 2u
+    rounding: int
+    #: absolute error of the last rounding below the type's normal range (one subnormal ulp,
+    #: float32's 2^-149); 0 for float64, whose bound leaves an underflowing C out (the scaled
+    #: float32 products, at least 2^-298, never underflow float64)
+    underflow: float
+
+
+#: one row per type the scheme rounds to
+PRECISIONS = {p.name: p for p in (
+    Precision("float64", 53, DEFAULT_BITS, 4, 0.0),
+    Precision("float32", 24, DEFAULT_BITS_FP32, 2, 2.0**-149),
+)}
+
+
+def precision_of(dtype) -> str:
+    """The :data:`PRECISIONS` row of an operand type: float64 / complex128 -> 'float64',
+    float32 / complex64 -> 'float32'.
+
+    >>> precision_of(np.complex64), precision_of("float64")
+    ('float32', 'float64')
+    """
+    d = np.dtype(dtype)
+    name = {"f8": "float64", "c16": "float64", "f4": "float32", "c8": "float32"}.get(f"{d.kind}{d.itemsize}")
+    if name is None:
+        raise TypeError(f"the Ozaki scheme takes float64, complex128, float32 or complex64 operands, got {d}")
+    return name
+
+
 #: the guard's lower bound of Σ|a||b| keeps the top 7 bits of each |A'| (an int8 up to 127):
 #: the extra plane is one more int8 GEMM, and 127² · k < 2³¹ holds wherever the others do
 GUARD_HI_BITS = 7
@@ -99,6 +156,8 @@ class OzakiSetting(NamedTuple):
     #: the guard failed for more than half of C's elements: the whole product ran natively
     #: (the GPU then skips the moduli's GEMMs)
     whole_native: bool = False
+    #: the :data:`PRECISIONS` row the result is rounded to (and the guard holds native bound of)
+    precision: str = "float64"
 
     @property
     def planes(self) -> int:
@@ -113,11 +172,15 @@ class OzakiSetting(NamedTuple):
         '|c_ij - exact| <= 1024 * 2^-38 * max|a_i.| * max|b_.j| + 4u|c_ij| (u = 2^-53)'
         >>> setting(1024).bound().endswith("(the guard)")
         True
+        >>> setting(1024, precision="float32").bound()
+        "|c_ij - exact| <= 1024 * 2^-24 * max|a_i.| * max|b_.j| + 2u|c_ij| + 2^-149 (u = 2^-24); and never above native float32's gamma_k * sum_k |a_ik||b_kj| (the guard)"
         """
-        text = (f"|c_ij - exact| <= {self.k} * 2^-{self.bits - 2} * max|a_i.| * max|b_.j| + 4u|c_ij| "
-                f"(u = 2^-53)")
+        p = PRECISIONS[self.precision]
+        tiny = f" + 2^{math.log2(p.underflow):.0f}" if p.underflow else ""
+        text = (f"|c_ij - exact| <= {self.k} * 2^-{self.bits - 2} * max|a_i.| * max|b_.j| + {p.rounding}u|c_ij|"
+                f"{tiny} (u = 2^-{p.unit_bits})")
         if self.guard:
-            text += "; and never above native float64's gamma_k * sum_k |a_ik||b_kj| (the guard)"
+            text += f"; and never above native {p.name}'s gamma_k * sum_k |a_ik||b_kj| (the guard)"
         return text
 
     def describe(self) -> str:
@@ -126,16 +189,17 @@ class OzakiSetting(NamedTuple):
         >>> setting(1024).describe()
         'Ozaki II with 16 moduli: rows of A and columns of B as 57-bit integers, 17 exact int8 GEMMs of k = 1024 (one for the guard: never less accurate than native float64)'
         """
-        guard = " (one for the guard: never less accurate than native float64)" if self.guard else ""
+        name = self.precision
+        guard = f" (one for the guard: never less accurate than native {name})" if self.guard else ""
         fallback = (f"; {self.native_rows} rows and {self.native_cols} columns natively (a nonzero "
                     f"element more than {self.bits} binades below its row's or column's largest)"
                     if self.native_rows or self.native_cols else "")
         if self.whole_native:
-            return (f"native: the guard could not prove native float64's error bound for {self.native_elements} "
+            return (f"native: the guard could not prove native {name}'s error bound for {self.native_elements} "
                     f"elements (more than half: the whole product runs natively)")
         if self.native_elements:
             fallback += (f"; {self.native_elements} elements natively (the guard could not prove native "
-                         f"float64's error bound for them)")
+                         f"{name}'s error bound for them)")
         return (f"Ozaki II with {self.count} moduli: rows of A and columns of B as {self.bits}-bit "
                 f"integers, {self.planes} exact int8 GEMMs of k = {self.k}{guard}{fallback}")
 
@@ -171,22 +235,29 @@ def bits_for(count: int, k: int) -> int:
     return bits
 
 
-def setting(k: int, count: int | None = None, bits: int | None = None) -> OzakiSetting:
+def setting(k: int, count: int | None = None, bits: int | None = None,
+            precision: str = "float64") -> OzakiSetting:
     """The setting for inner dimension ``k``: the given moduli ``count``, or the fewest moduli
-    that give ``bits``. The default (neither given) takes the fewest moduli that keep
-    :data:`DEFAULT_BITS` and then every bit those moduli hold at this k (more bits cost
-    nothing once the moduli are paid for). The guard is on wherever at least
-    :data:`DEFAULT_BITS` bits are kept.
+    that give ``bits``. The default (neither given) takes the fewest moduli that keep the
+    precision's default bits (:data:`DEFAULT_BITS`, float32's :data:`DEFAULT_BITS_FP32`) and
+    then every bit those moduli hold at this k (more bits cost nothing once the moduli are
+    paid for). The guard is on wherever at least the default bits are kept.
 
     >>> setting(1024).count, setting(1024).bits, setting(1024, bits=40).count, setting(1024, count=10).bits
     (16, 57, 12, 34)
     >>> setting(1024).guard, setting(1024, bits=40).guard
     (True, False)
+    >>> f32 = setting(1024, precision="float32")
+    >>> f32.count, f32.bits, f32.guard, setting(1024, bits=20, precision="float32").guard
+    (8, 26, True, False)
     """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r}: one of {', '.join(map(repr, PRECISIONS))}")
+    default = PRECISIONS[precision].default_bits
     if count is not None:
         have = bits_for(count, k)
-        return OzakiSetting(count, have, k, guard=have >= DEFAULT_BITS)
-    want = DEFAULT_BITS if bits is None else bits
+        return OzakiSetting(count, have, k, guard=have >= default, precision=precision)
+    want = default if bits is None else bits
     if not 1 <= want <= MAX_BITS:
         raise ValueError(f"bits={want}: between 1 and {MAX_BITS}")
     for c in range(1, len(MODULI) + 1):
@@ -196,7 +267,7 @@ def setting(k: int, count: int | None = None, bits: int | None = None) -> OzakiS
             continue
         if have >= want:
             kept = have if bits is None else want
-            return OzakiSetting(c, kept, k, guard=kept >= DEFAULT_BITS)
+            return OzakiSetting(c, kept, k, guard=kept >= default, precision=precision)
     raise ValueError(f"k={k} needs more than {len(MODULI)} moduli for {want} bits")
 
 
@@ -229,7 +300,9 @@ def error_bound(a: np.ndarray, b: np.ndarray, c: np.ndarray, how: OzakiSetting) 
     ``|Δa·b - Δa·Δb| = |Δa|·|b - Δb| <= |Δa|·|b|``: summed over k, less than
     ``k·2^(2-bits)·max|a_i.|·max|b_.j|``. The integer ``A'B'`` is exact (CRT); its scaling by
     powers of two is exact (unless C underflows), and the float64 it becomes is within two
-    ulps, ``4u|c|``.
+    ulps, ``4u|c|``. float32 (``how.precision``): that float64 rounded to float32 adds
+    ``u|c|`` (u = 2^-24), ``2u|c|`` with the two float64 ulps, plus one subnormal ulp
+    (2^-149) where C falls below float32's normal range.
 
     >>> rng = np.random.default_rng(0)
     >>> a = rng.standard_normal((8, 300)) * np.exp2(rng.integers(-30, 30, (8, 300)))
@@ -239,10 +312,12 @@ def error_bound(a: np.ndarray, b: np.ndarray, c: np.ndarray, how: OzakiSetting) 
     >>> bool(np.all(np.abs(c - exact) <= error_bound(a, b, c, how)))
     True
     """
-    row_max = np.max(np.abs(a), axis=1, keepdims=True)
-    col_max = np.max(np.abs(b), axis=0, keepdims=True)
-    u = 2.0**-53
-    return how.k * 2.0**(2 - how.bits) * row_max * col_max + 4 * u * np.abs(c)
+    p = PRECISIONS[how.precision]
+    row_max = np.max(np.abs(a), axis=1, keepdims=True).astype(np.float64)
+    col_max = np.max(np.abs(b), axis=0, keepdims=True).astype(np.float64)
+    u = 2.0**-p.unit_bits
+    return (how.k * 2.0**(2 - how.bits) * row_max * col_max + p.rounding * u * np.abs(c).astype(np.float64)
+            + p.underflow)
 
 
 def residues(ints: np.ndarray, p: int) -> np.ndarray:
@@ -371,16 +446,24 @@ def guard_constants(how: OzakiSetting, k_native: int) -> tuple:
     reconstruction adds at most two ulps (4u) of ``|X| <= Σ|x||y|``, so a truncation error
     within ``(k - 4) u Σ|x||y|`` keeps the whole error within ``k u Σ|a||b| <= γ_k Σ|a||b|``:
     ``c_hi = (k - 4) 2^(2 (bits - 7) - 53)``, less 2^-40 for the test's own roundings.
+    float32 (``how.precision``, u = 2^-24): the float64 reconstruction's 2^-51 and the rounding
+    to float32 (u) stay within 2u, so ``c_hi = (k - 2) 2^(2 (bits - 7) - 24)``: the whole
+    error is then within ``(k - 2) u + 2^-51 + u (1 + (k - 2) u + 2^-51) <= k u`` of Σ|a||b|.
     ``k_native`` is the k of native arithmetic's bound (a complex product's length is 2k,
     its bound per part still γ_k: the stacked sum is at most ``Σ|a||b|`` with complex
-    moduli). At k <= 4 nothing passes (``c_hi = 0``).
+    moduli). At k <= 4 nothing passes (``c_hi = 0``; float32: at k <= 2).
 
     >>> c_sum, c_hi = guard_constants(setting(1024), 1024)
     >>> c_sum == 2.0 ** 41, c_hi > 0, guard_constants(setting(4), 4)[1]
     (True, True, 0.0)
+    >>> s3, s2 = setting(3, precision="float32"), setting(2, precision="float32")
+    >>> guard_constants(s3, 3)[1] > 0, guard_constants(s2, 2)[1]
+    (True, 0.0)
     """
+    p = PRECISIONS[how.precision]
     s_sum, s_hi = max(how.bits - GUARD_SUM_BITS, 0), max(how.bits - GUARD_HI_BITS, 0)
-    c_hi = (k_native - 4) * 2.0 ** (2 * s_hi - 53) * (1 - 2.0**-40) if k_native > 4 else 0.0
+    c_hi = ((k_native - p.rounding) * 2.0 ** (2 * s_hi - p.unit_bits) * (1 - 2.0**-40)
+            if k_native > p.rounding else 0.0)
     return 2.0**s_sum, c_hi
 
 
@@ -467,13 +550,78 @@ def _lost(x, ints, axis: int) -> np.ndarray:
     return np.any((x != 0) & (ints == 0), axis=axis)
 
 
-def _native_where_lost(c, a, b, rows, cols):
-    """C's rows ``rows`` and columns ``cols`` recomputed in native arithmetic (in place)."""
+def _native_where_lost(c, native, rows, cols):
+    """C's rows ``rows`` and columns ``cols`` recomputed in native arithmetic (in place);
+    ``native(rows, cols)`` multiplies those lines (None: all)."""
     if rows.any():
-        c[rows, :] = a[rows] @ b
+        c[rows, :] = native(rows, None)
     if cols.any():
-        c[:, cols] = a @ b[:, cols]
+        c[:, cols] = native(None, cols)
     return c
+
+
+def emulated(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int | None = None,
+             fallback: bool = True):
+    """``(a @ b, setting)`` by the scheme for 2-D operands of one of the four types, the result
+    as float64 (complex128) before any rounding to float32: the host backend applies alpha and
+    beta to it and rounds once, as the GPU's reconstruction does. float64 operands: what
+    :func:`dgemm_ozaki` returns; float32: :func:`sgemm_ozaki`'s result before its rounding.
+    The native arithmetic of the fallbacks is the operands' own type's (``numpy.matmul``:
+    float32 operands, float32 BLAS, SGEMM's float32 accumulation).
+
+    (1 + 2^-20)² - 1 is 2^-19 + 2^-40: the scheme alone keeps it (to be rounded by the caller);
+    the default's guard proves nothing at k <= 2, so native float32 answers (2^-19):
+
+    >>> x = np.array([[1 + 2**-20, 1.0]], np.float32); y = np.array([[1 + 2**-20], [-1.0]], np.float32)
+    >>> c, how = emulated(x, y, fallback=False)
+    >>> c.dtype, float(c[0, 0]) == 2.0**-19 + 2.0**-40, how.precision
+    (dtype('float64'), True, 'float32')
+    >>> c, how = emulated(x, y)
+    >>> float(c[0, 0]) == 2.0**-19 == float((x @ y)[0, 0]), how.whole_native
+    (True, True)
+    """
+    a, b = np.asarray(a), np.asarray(b)
+    precision = precision_of(a.dtype)
+    cplx = a.dtype.kind == "c"
+    wide = np.complex128 if cplx else np.float64
+    m, k = a.shape
+    n = b.shape[1]
+
+    def native(rows=None, cols=None):
+        """op(A)[rows] @ op(B)[:, cols] in the operands' own arithmetic, widened."""
+        x = a if rows is None else a[rows]
+        y = b if cols is None else b[:, cols]
+        return (x @ y).astype(wide, copy=False)
+
+    if k == 0 or not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return native(), None
+    how = setting(2 * k if cplx else k, count, bits, precision)
+    if cplx:
+        # complex: one scale per row of [Ar Ai] and per column of [Br; Bi] (zgemm_ozaki)
+        a2 = np.concatenate([a.real, a.imag], axis=1).astype(np.float64)
+        b2 = np.concatenate([b.real, b.imag], axis=0).astype(np.float64)
+    else:
+        a2, b2 = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
+    ai, ea = split(a2, axis=1, bits=how.bits)
+    bi, eb = split(b2, axis=0, bits=how.bits)
+    # the integer products: one for a real C; Re = [A'r, A'i] @ [B'r; -B'i] and
+    # Im = [A'r, A'i] @ [B'i; B'r] for a complex one (each part rounded once)
+    parts = [np.concatenate([bi[:k], -bi[k:]]), np.concatenate([bi[k:], bi[:k]])] if cplx else [bi]
+    if fallback:
+        rows, cols = _lost(a2, ai, 1), _lost(b2, bi, 0)
+        # the guard reads each product's magnitudes: Re's and Im's share them per column
+        how, bad = _guard(how, k, ai, [bi, parts[1]] if cplx else [bi], rows, cols, m * n)
+        if how.whole_native:
+            return native(), how
+    shift = -(ea.reshape(m, 1) + eb.reshape(1, n))
+    # C = 2^-(e_i + f_j) A'B' (one power-of-two scaling, exact unless C underflows)
+    values = [np.ldexp(x, shift) for x in _ozaki_product(ai, parts, how)]
+    c = values[0] + 1j * values[1] if cplx else values[0]
+    if fallback:
+        c = _native_where_lost(c, native, rows, cols)
+        if bad is not None and bad.any():
+            c[bad] = native()[bad]
+    return c, how
 
 
 def dgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int | None = None,
@@ -505,26 +653,7 @@ def dgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: in
     (True, 1)
     """
     a, b = _check_operands("dgemm_ozaki", a, b, np.float64)
-    m, k = a.shape
-    n = b.shape[1]
-    if k == 0 or not (np.isfinite(a).all() and np.isfinite(b).all()):
-        return a @ b, None
-    how = setting(k, count, bits)
-    ai, ea = split(a, axis=1, bits=how.bits)
-    bi, eb = split(b, axis=0, bits=how.bits)
-    if fallback:
-        rows, cols = _lost(a, ai, 1), _lost(b, bi, 0)
-        how, bad = _guard(how, k, ai, [bi], rows, cols, m * n)
-        if how.whole_native:
-            return a @ b, how
-    (c,) = _ozaki_product(ai, [bi], how)
-    # C = 2^-(e_i + f_j) A'B' (one power-of-two scaling, exact unless C underflows)
-    c = np.ldexp(c, -(ea.reshape(m, 1) + eb.reshape(1, n)))
-    if fallback:
-        c = _native_where_lost(c, a, b, rows, cols)
-        if bad is not None and bad.any():
-            c[bad] = (a @ b)[bad]
-    return c, how
+    return emulated(a, b, count, bits, fallback)
 
 
 def zgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int | None = None,
@@ -542,26 +671,43 @@ def zgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: in
     ([[(5+6j)]], 4)
     """
     a, b = _check_operands("zgemm_ozaki", a, b, np.complex128)
-    m, k = a.shape
-    n = b.shape[1]
-    if k == 0 or not (np.isfinite(a).all() and np.isfinite(b).all()):
-        return a @ b, None
-    how = setting(2 * k, count, bits)
-    a2, b2 = np.concatenate([a.real, a.imag], axis=1), np.concatenate([b.real, b.imag], axis=0)
-    ai, ea = split(a2, axis=1, bits=how.bits)
-    bi, eb = split(b2, axis=0, bits=how.bits)
-    br, bim = bi[:k], bi[k:]
-    if fallback:
-        rows, cols = _lost(a2, ai, 1), _lost(b2, bi, 0)
-        # Re's product reads [B'r; -B'i], Im's [B'i; B'r]: the same magnitudes per column
-        how, bad = _guard(how, k, ai, [bi, np.concatenate([bim, br])], rows, cols, m * n)
-        if how.whole_native:
-            return a @ b, how
-    re, im = _ozaki_product(ai, [np.concatenate([br, -bim]), np.concatenate([bim, br])], how)
-    shift = -(ea.reshape(m, 1) + eb.reshape(1, n))
-    c = np.ldexp(re, shift) + 1j * np.ldexp(im, shift)
-    if fallback:
-        c = _native_where_lost(c, a, b, rows, cols)
-        if bad is not None and bad.any():
-            c[bad] = (a @ b)[bad]
-    return c, how
+    return emulated(a, b, count, bits, fallback)
+
+
+def sgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int | None = None,
+                fallback: bool = True):
+    """``(a @ b, setting)`` for float32 2-D ``a`` and ``b``: :func:`dgemm_ozaki`'s steps on
+    their values (exact in float64) with float32's setting (the default keeps
+    :data:`DEFAULT_BITS_FP32` and the guard of native float32's bound), the float64 result
+    rounded once to float32. The fallbacks (Inf / NaN, lines the scaling cannot hold, the
+    guard's elements) are float32 products (``numpy.matmul``: SGEMM's float32 sums, whose
+    error is within ``γ_k Σ|a||b|``, u = 2^-24, in any summation order).
+
+    The exact sum, rounded once: ``x = 1 + 2^-13`` squared, minus 1, is ``2^-12 + 2^-26``
+    exactly (a float32); float32 products round the square to ``1 + 2^-12`` first:
+
+    >>> import numpy as np
+    >>> x = np.float32(1 + 2**-13)
+    >>> a = np.array([[x, 1, 1, 1]], np.float32); b = np.array([[x], [-1], [0.5], [-0.5]], np.float32)
+    >>> c, how = sgemm_ozaki(a, b)
+    >>> float(c[0, 0]) == 2.0**-12 + 2.0**-26, float((a @ b)[0, 0]) == 2.0**-12, how.count, how.bits
+    (True, True, 7, 26)
+    """
+    a, b = _check_operands("sgemm_ozaki", a, b, np.float32)
+    c, how = emulated(a, b, count, bits, fallback)
+    return c.astype(np.float32), how
+
+
+def cgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int | None = None,
+                fallback: bool = True):
+    """``(a @ b, setting)`` for complex64 2-D ``a`` and ``b``: :func:`zgemm_ozaki`'s steps with
+    float32's setting, each part rounded once to float32; the fallbacks are complex64 products.
+
+    >>> import numpy as np
+    >>> c, how = cgemm_ozaki(np.array([[1 + 2j, 0.5j]], np.complex64), np.array([[3 - 1j], [2 + 0j]], np.complex64))
+    >>> c.dtype, c.tolist(), how.k, how.precision
+    (dtype('complex64'), [[(5+6j)]], 4, 'float32')
+    """
+    a, b = _check_operands("cgemm_ozaki", a, b, np.complex64)
+    c, how = emulated(a, b, count, bits, fallback)
+    return c.astype(np.complex64), how

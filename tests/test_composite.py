@@ -16,8 +16,10 @@ def test_the_dial_is_part_of_the_mode_and_checked():
     for bad in ("int8-ozaki-0", "int8-ozaki-63", "int8-ozaki-x", "int8-ozaki-"):
         with pytest.raises(ValueError, match="int8-ozaki-<bits>"):
             pyblasgemm.matmul(a, a.T, compute=bad)
-    with pytest.raises(ValueError, match="compute='int8-ozaki'"):
-        pyblasgemm.matmul(a.astype(np.float32), a.T.astype(np.float32), compute="int8-ozaki")
+    # float32 and complex64 have the mode (issue 34 item 2); 16-bit types do not
+    assert route_of("s", "int8-ozaki-20") is ROUTES[("s", "int8-ozaki")]
+    with pytest.raises(ValueError, match="compute='int8-ozaki' is not available for float16"):
+        pyblasgemm.matmul(a.astype(np.float16), a.T.astype(np.float16), compute="int8-ozaki")
 
 
 @pytest.mark.parametrize("dtype,compute", [("float64", "int8-ozaki"), ("complex128", "int8-ozaki"),
@@ -86,20 +88,21 @@ def test_gpu_tables_are_the_ozaki_modules():
     assert "constexpr int kOzChunks = 4;" in src and repr(crt["inv_p"]) in src
 
 
-@pytest.mark.parametrize("count", [1, 16, 34])
-def test_ozaki_kernels_compile_spill_free(count):
+@pytest.mark.parametrize("count,element", [(1, "double"), (16, "double"), (34, "double"), (7, "float"),
+                                           (9, "float"), (34, "float")])
+def test_ozaki_kernels_compile_spill_free(count, element):
     pytest.importorskip("cupy")
     from pyblasgemm.kernels import jit
     from pyblasgemm.kernels.ozaki_kernels import compile_offline, kernel_names
 
     for arch in ("sm_80", "sm_90a"):
-        _, log = compile_offline(count, arch)
+        _, log = compile_offline(count, arch, element)
         if "ptxas" not in log:      # NVRTC 13.0 (the H100 machine's) leaves ptxas's report out
             from cupy.cuda import nvrtc
             pytest.skip(f"NVRTC {nvrtc.getVersion()} puts no ptxas report in the program log "
                         f"(CI's NVRTC 13.5 does)")
         res = jit.ptxas_resources(log)
-        assert len(res) == len(kernel_names(count)), res
+        assert len(res) == len(kernel_names(count, element)), res
         for name, r in res.items():
             assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, (arch, name, r)
 

@@ -8,7 +8,7 @@ import pytest
 
 import pyblasgemm
 from pyblasgemm import settings
-from pyblasgemm._types import TYPE_ROWS
+from pyblasgemm._types import FP32_DEFAULTS, TYPE_ROWS
 from pyblasgemm.backends import BACKEND_NAMES
 from pyblasgemm.kernels.config import DECOMPOSITIONS
 from pyblasgemm.planner.arch import FAMILIES
@@ -16,7 +16,7 @@ from pyblasgemm.settings import SettingError
 
 #: the choice variables' words, from the tables that own them (as the package passes them)
 OPTIONS = {"PYBLASGEMM_BACKEND": BACKEND_NAMES, "PYBLASGEMM_DECOMPOSITION": DECOMPOSITIONS,
-           "PYBLASGEMM_ARCH": tuple(FAMILIES), "PYBLASGEMM_FP32_COMPUTE": TYPE_ROWS["s"].computes}
+           "PYBLASGEMM_ARCH": tuple(FAMILIES), "PYBLASGEMM_FP32_COMPUTE": FP32_DEFAULTS}
 
 BAD_VALUES = [
     ("PYBLASGEMM_FP32_COMPUTE", "garbage"), ("PYBLASGEMM_FP32_COMPUTE", "fp64"),
@@ -200,7 +200,7 @@ def test_every_reader_of_compute_words_reads_one_table(monkeypatch):
     """compute=, PYBLASGEMM_FP32_COMPUTE and set_default_compute accept the same words."""
     from pyblasgemm._types import COMPUTE_ALIASES, resolve_compute
 
-    words = set(TYPE_ROWS["s"].computes) | {a for a, modes in COMPUTE_ALIASES.items() if "s" in modes}
+    words = set(FP32_DEFAULTS) | {a for a, modes in COMPUTE_ALIASES.items() if "s" in modes}
     for word in sorted(words):
         mode = resolve_compute(TYPE_ROWS["s"], word, "sgemm")
         pyblasgemm.set_default_compute(word.upper())

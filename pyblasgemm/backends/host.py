@@ -6,6 +6,8 @@ Precision follows the GPU modes so that host results are a faithful stand-in:
     accurate, documented);
   * float32 'fp32': float32 BLAS; 'tf32': operands rounded to tf32 first (round to nearest,
     ties away, as ``cvt.rna.tf32.f32``); '3xtf32': the three-product tf32 split;
+  * 'int8-ozaki' (float64, float32, complex): :mod:`pyblasgemm.ozaki`'s steps, the GPU's bits
+    (float32: alpha and beta applied in float64, C rounded once);
   * int8: exact float32 BLAS products of blocks of at most 1024 terms (|sum| <= 2^24), summed
     in int32 arithmetic that wraps like the GPU's adder (the exact sum modulo 2^32); the blocks
     bound the route's temporaries (a few MiB, less for a small result), so its peak memory
@@ -193,14 +195,16 @@ def int8_matmul(a, b, dest) -> None:
 
 
 def _ozaki_product(desc: GemmDesc, opa, opb):
-    """The Ozaki scheme II per batch entry (pyblasgemm.ozaki), its dial from the mode."""
-    from ..ozaki import dgemm_ozaki, zgemm_ozaki
+    """The Ozaki scheme II per batch entry (pyblasgemm.ozaki), its dial from the mode. float32
+    and complex64 come back as float64 / complex128, not yet rounded: alpha and beta are
+    applied to them there and C rounded once (the GPU's reconstruction does the same)."""
+    from ..ozaki import emulated
 
-    routine = zgemm_ozaki if desc.row.is_complex else dgemm_ozaki
     bits = ozaki_bits(desc.compute)
-    out = np.empty(opa.shape[:-1] + opb.shape[-1:], desc.row.c_dtype)
+    wide = np.result_type(desc.row.c_dtype, np.float64)
+    out = np.empty(opa.shape[:-1] + opb.shape[-1:], wide)
     for i in range(out.shape[0]):
-        out[i], _ = routine(np.ascontiguousarray(opa[i]), np.ascontiguousarray(opb[i]), bits=bits)
+        out[i], _ = emulated(np.ascontiguousarray(opa[i]), np.ascontiguousarray(opb[i]), bits=bits)
     return out
 
 

@@ -2,9 +2,11 @@
 (online through CuPy, offline for CI) and launches. The int8 GEMMs between them are ordinary
 planned GEMMs (:mod:`pyblasgemm.composite`).
 
-Each moduli count is one compile: its tables, generated from :mod:`pyblasgemm.ozaki` (the one
-list of moduli and its CRT constants), are prepended to the header: the moduli, Barrett magics
-and the reconstruction's constants (:func:`pyblasgemm.ozaki.crt_tables`).
+Each moduli count and element type (``'double'``: float64 / complex128; ``'float'``: float32 /
+complex64, read and written as such) is one compile: its tables, generated from
+:mod:`pyblasgemm.ozaki` (the one list of moduli and its CRT constants), are prepended to the
+header: the moduli, Barrett magics and the reconstruction's constants
+(:func:`pyblasgemm.ozaki.crt_tables`).
 
 Nothing here imports CuPy or compiles at import time.
 
@@ -17,8 +19,8 @@ from __future__ import annotations
 import math
 import threading
 
-__all__ = ["HEADER", "BLOCK_STATS", "table_values", "tables_source", "kernel_names", "compile_offline",
-           "get_kernels", "OzakiPasses"]
+__all__ = ["HEADER", "BLOCK_STATS", "ELEMENTS", "element_of", "table_values", "tables_source", "kernel_names",
+           "compile_offline", "get_kernels", "OzakiPasses"]
 
 HEADER = "pyblasgemm/ozaki/ozaki.cuh"
 #: the line-statistics kernel's block: 32 lines x 32 walkers
@@ -29,6 +31,20 @@ BLOCK_RESIDUES = (32, 8, 1)
 BLOCK_RECONSTRUCT = 256
 #: grid dimension y's limit (the residue and reconstruction kernels walk past it)
 _MAX_GRID_Y = 65535
+#: the C++ element type of the operands' and C's real parts, per NumPy dtype kind and size
+ELEMENTS = {"f8": "double", "c16": "double", "f4": "float", "c8": "float"}
+
+
+def element_of(dtype) -> str:
+    """The kernels' element type of an operand or C dtype.
+
+    >>> element_of("complex64"), element_of("float64")
+    ('float', 'double')
+    """
+    import numpy as np
+
+    d = np.dtype(dtype)
+    return ELEMENTS[f"{d.kind}{d.itemsize}"]
 
 
 def table_values(count: int) -> dict:
@@ -69,15 +85,20 @@ def tables_source(count: int) -> str:
             + decl("kOzCrtP", "double", [nch]) + decl("kOzCrtInvP", "double", []))
 
 
-def kernel_names(count: int) -> list[str]:
-    """The name expressions one moduli count needs: stats, scale, the guard's count, residues,
-    both reconstructions.
+def kernel_names(count: int, element: str = "double") -> list[str]:
+    """The name expressions one moduli count and element type need: stats, scale, the guard's
+    count, residues, both reconstructions.
 
     >>> kernel_names(16)[3:]
-    ['ozaki_residues<16>', 'ozaki_reconstruct<16, false>', 'ozaki_reconstruct<16, true>']
+    ['ozaki_residues<16, double>', 'ozaki_reconstruct<16, false, double>', 'ozaki_reconstruct<16, true, double>']
+    >>> kernel_names(9, "float")[0]
+    'ozaki_line_stats<float>'
     """
-    return ["ozaki_line_stats", "ozaki_line_scale", "ozaki_guard_count", f"ozaki_residues<{count}>",
-            f"ozaki_reconstruct<{count}, false>", f"ozaki_reconstruct<{count}, true>"]
+    if element not in ELEMENTS.values():
+        raise ValueError(f"element={element!r}: one of 'double', 'float'")
+    return [f"ozaki_line_stats<{element}>", "ozaki_line_scale", "ozaki_guard_count",
+            f"ozaki_residues<{count}, {element}>", f"ozaki_reconstruct<{count}, false, {element}>",
+            f"ozaki_reconstruct<{count}, true, {element}>"]
 
 
 def _source(count: int) -> str:
@@ -87,9 +108,10 @@ def _source(count: int) -> str:
             + tables_source(count) + f'#include "{HEADER}"\n')
 
 
-def compile_offline(count: int, arch: str = "sm_80"):
-    """Compile one count's kernels without a GPU: ``(cubin, log)``; the log carries ptxas's
-    resource report (``jit.ptxas_resources`` parses it).
+def compile_offline(count: int, arch: str = "sm_80", element: str = "double", ptx: bool = False):
+    """Compile one count's kernels without a GPU: ``(cubin, log)`` (``ptx``: the PTX text
+    instead of the cubin); the log carries ptxas's resource report (``jit.ptxas_resources``
+    parses it).
 
     Example::
 
@@ -97,8 +119,8 @@ def compile_offline(count: int, arch: str = "sm_80"):
     """
     from .jit import compile_program
 
-    binary, log, _ = compile_program(_source(count), "pyblasgemm_ozaki.cu", kernel_names(count), arch,
-                                     what=f"the Ozaki kernels ({count} moduli)")
+    binary, log, _ = compile_program(_source(count), "pyblasgemm_ozaki.cu", kernel_names(count, element), arch,
+                                     ptx=ptx, what=f"the Ozaki kernels ({count} moduli, {element})")
     return binary, log
 
 
@@ -106,25 +128,25 @@ _cache: dict = {}
 _lock = threading.Lock()
 
 
-def get_kernels(count: int, device_id: int | None = None) -> dict:
-    """{name expression: RawKernel} for ``count`` moduli on the current (or given) device,
-    compiled once per (device, headers' fingerprint, count).
+def get_kernels(count: int, device_id: int | None = None, element: str = "double") -> dict:
+    """{name expression: RawKernel} for ``count`` moduli and ``element`` on the current (or
+    given) device, compiled once per (device, headers' fingerprint, count, element).
 
     Example (on a GPU)::
 
         kernels = get_kernels(16)
-        kernels["ozaki_residues<16>"]   # the residue pass for 16 moduli
+        kernels["ozaki_residues<16, double>"]   # the residue pass for 16 moduli
     """
     import cupy
 
     from . import jit
 
     dev = cupy.cuda.Device(device_id)
-    key = (dev.id, jit.header_fingerprint(), count)
+    key = (dev.id, jit.header_fingerprint(), count, element)
     hit = _cache.get(key)
     if hit is not None:
         return hit
-    names = kernel_names(count)
+    names = kernel_names(count, element)
     with dev:
         mod = cupy.RawModule(code=_source(count), options=jit._options(), name_expressions=names)
         try:
@@ -137,10 +159,11 @@ def get_kernels(count: int, device_id: int | None = None) -> dict:
 
 
 class OzakiPasses:
-    """The passes for one moduli count on one device: ``scale`` (stats and exponents of the
-    lines of one operand), ``residues`` and ``reconstruct``. Arrays are CuPy arrays; a strided
-    operand is given as (array holding its first element, lines, len, line stride, position
-    stride), strides in elements.
+    """The passes for one moduli count and element type (:data:`ELEMENTS`: the operands' and
+    C's real type) on one device: ``scale`` (stats and exponents of the lines of one operand),
+    ``residues`` and ``reconstruct``. Arrays are CuPy arrays; a strided operand is given as
+    (array holding its first element, lines, len, line stride, position stride), strides in
+    elements.
 
     Example (on a GPU: the rows of a C-ordered m x k float64 array)::
 
@@ -151,9 +174,10 @@ class OzakiPasses:
         passes.residues(a, m, k, k, 1, exps, res)
     """
 
-    def __init__(self, count: int, device_id: int | None = None):
+    def __init__(self, count: int, device_id: int | None = None, element: str = "double"):
         self.count = count
-        self._k = get_kernels(count, device_id)
+        self.element = element
+        self._k = get_kernels(count, device_id, element)
 
     def scale(self, x, lines: int, length: int, s_line: int, s_k: int, bits: int, counts):
         """(exponents int32[lines], lost uint8[lines]); ``counts`` (int32[2], zeroed by the
@@ -164,8 +188,8 @@ class OzakiPasses:
         small = cupy.empty(lines, cupy.float64)
         k_contig = int(s_k == 1 and s_line != 1)
         grid = (-(-lines // 32), 1, 1)
-        self._k["ozaki_line_stats"](grid, BLOCK_STATS, (x, _ll(lines), _ll(length), _ll(s_line), _ll(s_k),
-                                                        _i(k_contig), big, small))
+        self._k[f"ozaki_line_stats<{self.element}>"](grid, BLOCK_STATS, (
+            x, _ll(lines), _ll(length), _ll(s_line), _ll(s_k), _i(k_contig), big, small))
         exps = cupy.empty(lines, cupy.int32)
         lost = cupy.empty(lines, cupy.uint8)
         self._k["ozaki_line_scale"]((-(-lines // 256), 1, 1), (256, 1, 1),
@@ -181,7 +205,7 @@ class OzakiPasses:
 
         k_contig = int(s_k == 1 and s_line != 1)
         grid = (-(-length // 128), min(-(-lines // 32), _MAX_GRID_Y), 1)
-        self._k[f"ozaki_residues<{self.count}>"](grid, BLOCK_RESIDUES, (
+        self._k[f"ozaki_residues<{self.count}, {self.element}>"](grid, BLOCK_RESIDUES, (
             x, _ll(lines), _ll(length), _ll(s_line), _ll(s_k), _i(k_contig), exps, out,
             _i(max(bits - GUARD_HI_BITS, 0)), _i(max(bits - GUARD_SUM_BITS, 0)), _null(sums)))
 
@@ -197,13 +221,13 @@ class OzakiPasses:
 
     def reconstruct(self, prod, m: int, n: int, ea, eb, lost_a, lost_b, c, cs_i: int, cs_j: int,
                     alpha: complex, beta: complex, is_complex: bool, guard=None):
-        """C (float64 view, strides in doubles) = alpha * 2^-(e+f) X + beta * C from the int32
+        """C (a view of C's real type, strides in its elements) = alpha * 2^-(e+f) X + beta * C from the int32
         products ``prod`` (count planes, each column-major m x n, 2n for complex). ``guard``:
         ``(sum_a, sum_b, c_sum, c_hi, failed)`` (:func:`pyblasgemm.ozaki.guard_constants`;
         ``failed`` an int32 counter) with the guard's plane after the moduli's."""
         flags = int(alpha != 1) | (int(beta != 0) << 1)
         grid = (-(-m // BLOCK_RECONSTRUCT), min(n, _MAX_GRID_Y), 1)
-        name = f"ozaki_reconstruct<{self.count}, {'true' if is_complex else 'false'}>"
+        name = f"ozaki_reconstruct<{self.count}, {'true' if is_complex else 'false'}, {self.element}>"
         a, b = complex(alpha), complex(beta)
         sum_a, sum_b, c_sum, c_hi, failed = guard if guard is not None else (None, None, 0.0, 0.0, None)
         self._k[name](grid, (BLOCK_RECONSTRUCT, 1, 1), (

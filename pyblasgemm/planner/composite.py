@@ -1,9 +1,12 @@
 """Plans of the composite routes (``kinds.Route.composite``): problems our tensor-core kernels
 run as other GEMMs plus passes of their own (:mod:`pyblasgemm.composite` executes them).
 
-* ``'ozaki'`` (``compute='int8-ozaki'``, float64 and complex128): the Ozaki scheme II, one
-  batched int8 GEMM over the moduli (:mod:`pyblasgemm.ozaki`); against native cuBLAS DGEMM /
-  ZGEMM (cuBLAS's route of the mode).
+* ``'ozaki'`` (``compute='int8-ozaki'``, float64 and complex128, float32 and complex64): the
+  Ozaki scheme II, one batched int8 GEMM over the moduli (:mod:`pyblasgemm.ozaki`); against
+  native cuBLAS DGEMM / ZGEMM / SGEMM / CGEMM (cuBLAS's route of the mode, ``Route.native``).
+  Only where a call asks for it: no type's default compute is an emulated one (float32's
+  default stays ``'fp32'``, ``_types.FP32_DEFAULTS``), so the planner weighs the composition
+  against native only for a call that names ``'int8-ozaki'``.
 * ``'complex'`` (``compute='tf32'`` / ``'3xtf32'``, complex64): ``[Cr Ci] = [Ar Ai] @
   [[Br, Bi], [-Bi, Br]]``, one real product of 2n columns and 2k terms on the float32 kernels
   of that mode; against cuBLAS's CGEMM of the mode.
@@ -108,11 +111,12 @@ def _passes_bytes(desc: GemmDesc, kind: str, count: int) -> float:
         # A2 and B2 written from the complex operands (B2 twice B's size), C2 read once
         return 2 * 8 * m * k + 8 * k * n + 16 * k * n + 8 * m * n + c_rw
     two = 2 if desc.row.is_complex else 1
+    real = desc.row.ab_dtype.itemsize // two        # bytes of one real part: 8 or 4
     mk, kn, mn = m * k * two, k * n * two * two, m * n * two
-    stacked = (16 * (m * k + k * n) + 8 * (mk + kn)) if two == 2 else 0
+    stacked = (2 * real * (m * k + k * n) + real * (mk + kn)) if two == 2 else 0
     # statistics and residues read each operand twice; residues write count int8 planes; the
     # reconstruction reads count int32 planes
-    return stacked + 2 * 8 * (mk + kn) + count * (mk + kn) + 4 * count * mn + c_rw
+    return stacked + 2 * real * (mk + kn) + count * (mk + kn) + 4 * count * mn + c_rw
 
 
 def plan_composite(desc: GemmDesc, requested: str, arch, plan_for) -> Plan:
@@ -127,11 +131,11 @@ def plan_composite(desc: GemmDesc, requested: str, arch, plan_for) -> Plan:
     15
     """
     from .. import constraints
+    from ..ozaki import precision_of
     from ..ozaki import setting as ozaki_setting
 
     route = route_of(desc.prefix, desc.compute)
-    native_compute = "fp64" if route.composite == "ozaki" else base_compute(desc.compute)
-    native = desc._replace(compute=native_compute)
+    native = desc._replace(compute=route.native or base_compute(desc.compute))
     # cuBLAS's route of the mode, scored directly (planning it would come back here)
     native_s = M.score_cublas(native, arch, M.load_calibration()).time
     ok, why_not = constraints.backend_supports("tensorcore", desc)
@@ -146,7 +150,8 @@ def plan_composite(desc: GemmDesc, requested: str, arch, plan_for) -> Plan:
     two = 2 if desc.row.is_complex else 1
     setting = None
     if route.composite == "ozaki":
-        setting = ozaki_setting(desc.k * two, bits=ozaki_bits(desc.compute))
+        setting = ozaki_setting(desc.k * two, bits=ozaki_bits(desc.compute),
+                                precision=precision_of(desc.row.c_dtype))
     inner = inner_problem(desc, setting)
     inner_plan = _inner_plan(inner, arch, plan_for)
     count = setting.planes if setting is not None else 0
@@ -185,5 +190,5 @@ def _inner_plan(inner: GemmDesc, arch, plan_for) -> Plan:
 def _native_name(desc: GemmDesc) -> str:
     route = route_of(desc.prefix, desc.compute)
     if route.composite == "ozaki":
-        return "native DGEMM" if desc.prefix == "d" else "native ZGEMM"
+        return f"native {desc.prefix.upper()}GEMM"
     return "cuBLAS's TF32 CGEMM" if base_compute(desc.compute) == "tf32" else "cuBLAS's CGEMM"

@@ -51,7 +51,7 @@ from typing import NamedTuple
 from .._files import DOCUMENT_BYTES, read_regular
 from ..kernels.config import KERNEL_FAMILIES, KernelConfig, families_on
 from ..kernels.geometry import launch_geometry
-from ..kinds import base_compute
+from ..kinds import base_compute, route_of
 from ..kernels.problem import BASE_KIND, C_BYTES, ELEM_BYTES, KernelProblem
 from ._checks import why_not_dict, why_not_number, why_not_numbers
 from .arch import ArchSpec
@@ -535,23 +535,24 @@ _CUBLAS_KIND = {("h", "fp32"): "f16", ("h", "fp16"): "f16", ("b", "fp32"): "bf16
                 ("sh", "fp32"): "f16", ("sb", "fp32"): "bf16",
                 ("i", "int32"): "s8", ("s", "tf32"): "tf32", ("s", "fp32"): "fp32",
                 ("d", "fp64"): "fp64", ("c", "fp32"): "fp32", ("z", "fp64"): "fp64",
-                ("c", "tf32"): "tf32", ("c", "3xtf32"): "fp32", ("d", "int8-ozaki"): "fp64",
-                ("z", "int8-ozaki"): "fp64"}
+                ("c", "tf32"): "tf32", ("c", "3xtf32"): "fp32"}
 
 
 _CUBLAS_OPERAND_PREFIX = {"sh": "h", "sb": "b"}
 #: cuBLAS runs 3xTF32 as its plain float32 SGEMM (kinds.ROUTES): that rate
-_CUBLAS_COMPUTE = {"3xtf32": "fp32", "int8-ozaki": "fp64"}
+_CUBLAS_COMPUTE = {"3xtf32": "fp32"}
 
 
 def score_cublas(desc, arch: ArchSpec, cal: dict) -> Score:
     """Predict cuBLAS's time for ``desc`` (a GemmDesc) from the calibrated efficiency table."""
+    # an emulated mode's cuBLAS route is its type's native mode (kinds.Route.native): its rate
+    compute = route_of(desc.prefix, desc.compute).native or base_compute(desc.compute)
     # fp32 C from 16-bit operands: the 16-bit GEMM's rate (measured per operand type)
     key = (f"{_CUBLAS_OPERAND_PREFIX.get(desc.prefix, desc.prefix)}/"
-           f"{_CUBLAS_COMPUTE.get(base_compute(desc.compute), desc.compute)}")
+           f"{_CUBLAS_COMPUTE.get(compute, compute)}")
     cb = cal["cublas"]
     eff = cb["eff"].get(key, cb["eff_default"])
-    kind = _CUBLAS_KIND.get((desc.prefix, base_compute(desc.compute)), "fp32")
+    kind = _CUBLAS_KIND.get((desc.prefix, compute), "fp32")
     peak = arch.best_peak(kind)
     flops = desc.flops
     # cuBLAS's tail: a 128x256 tile grid on S SMs; part of the quantization loss shows

@@ -3,7 +3,8 @@
 // The host side (pyblasgemm/kernels/ozaki_kernels.py) prepends the tables these kernels read
 // for one moduli count (kOzMod, kOzMagic, kOzPow16/32/48, and the CRT constants kOzChunks, kOzCrtY, kOzCrtM,
 // kOzCrtP, kOzCrtInvP in constant memory: generated from pyblasgemm.ozaki, the one source) and
-// launches, for C = alpha * op(A) op(B) + beta * C in float64:
+// launches, for C = alpha * op(A) op(B) + beta * C in float64 (float32 / complex64 operands:
+// the same passes on their values, which float64 holds exactly; C rounded once to float32):
 //
 //   1. ozaki_line_stats: per line (a row of op(A), a column of op(B)) the largest |x| and the
 //      smallest nonzero |x|; a non-finite element makes the largest +Inf;
@@ -23,6 +24,11 @@
 //
 // Every floating-point step is written with _rn intrinsics (no contraction into FMA), in the
 // order pyblasgemm.ozaki runs it on the host: both produce the same bits.
+//
+// The operand passes (stats, residues) are templates on the operand's element type T (double,
+// or float read directly: a float64 copy of a float32 operand would cost 8 bytes written and
+// read per element), the reconstruction on C's type TC (float: the double result rounded once
+// by store_c, subnormals kept).
 #pragma once
 
 #ifndef PBG_OZAKI_TABLES
@@ -53,6 +59,25 @@ __device__ __forceinline__ unsigned mod_u62(unsigned long long x, int l) {
                     + (lo & 0xffffu), l);
 }
 
+// An operand's element as a double, exactly: a float through inline PTX, as CuPy compiles with
+// -ftz=true, under which (double)x is cvt.ftz.f64.f32 and flushes a subnormal float32 to 0
+// (seen in this header's PTX: the subnormal operands' elements would have vanished)
+__device__ __forceinline__ double to_double(double x) { return x; }
+__device__ __forceinline__ double to_double(float x) {
+    double r;
+    asm("cvt.f64.f32 %0, %1;" : "=d"(r) : "f"(x));
+    return r;
+}
+
+// C's element from the double result: a double as is; a float rounded to nearest once, by
+// inline PTX (CuPy compiles with -ftz=true, which would flush a subnormal float32 result)
+__device__ __forceinline__ void store_c(double* dst, double v) { *dst = v; }
+__device__ __forceinline__ void store_c(float* dst, double v) {
+    float r;
+    asm("cvt.rn.f32.f64 %0, %1;" : "=f"(r) : "d"(v));
+    *dst = r;
+}
+
 }  // namespace ozaki
 }  // namespace pyblasgemm
 
@@ -60,8 +85,9 @@ __device__ __forceinline__ unsigned mod_u62(unsigned long long x, int l) {
 // k_contig (s_k == 1): warp y walks line blockIdx.x * 32 + y with its lanes along t;
 // else lane x takes line blockIdx.x * 32 + x and warp y the t = y, y + 32, ... (coalesced
 // across lanes when s_line == 1).
-extern "C" __global__ void __launch_bounds__(1024)
-ozaki_line_stats(const double* __restrict__ x, long long lines, long long len, long long s_line,
+template <typename T>
+__global__ void __launch_bounds__(1024)
+ozaki_line_stats(const T* __restrict__ x, long long lines, long long len, long long s_line,
                  long long s_k, int k_contig, double* __restrict__ biggest, double* __restrict__ smallest) {
     __shared__ double s_big[32][33];
     __shared__ double s_small[32][33];
@@ -71,9 +97,9 @@ ozaki_line_stats(const double* __restrict__ x, long long lines, long long len, l
     const long long line = (long long)blockIdx.x * 32 + slot;
     double big = 0.0, small = __longlong_as_double(0x7ff0000000000000ULL);   // +Inf
     if (line < lines) {
-        const double* row = x + line * s_line;
+        const T* row = x + line * s_line;
         for (long long t = part; t < len; t += 32) {
-            const double v = fabs(row[t * s_k]);
+            const double v = fabs(pyblasgemm::ozaki::to_double(row[t * s_k]));   // Inf, NaN kept
             // Inf and NaN both make the largest +Inf (NaN fails the comparison)
             big = v <= 1.7976931348623157e308 ? fmax(big, v) : __longlong_as_double(0x7ff0000000000000ULL);
             if (v != 0.0 && v < small) small = v;
@@ -129,9 +155,9 @@ extern "C" __global__ void ozaki_line_scale(const double* __restrict__ biggest,
 // guard (sums != nullptr): plane COUNT gets |q| >> shift_hi, and sums[line] gains the sum of
 // (|q| >> shift_sum) + 1 over the nonzero elements (one 64-bit atomic per warp and tile row:
 // integer sums, so their order cannot change the bits).
-template <int COUNT>
+template <int COUNT, typename T>
 __global__ void __launch_bounds__(256)
-ozaki_residues(const double* __restrict__ x, long long lines, long long len, long long s_line,
+ozaki_residues(const T* __restrict__ x, long long lines, long long len, long long s_line,
                long long s_k, int k_contig, const int* __restrict__ exps,
                signed char* __restrict__ out, int shift_hi, int shift_sum,
                unsigned long long* __restrict__ sums) {
@@ -148,14 +174,14 @@ ozaki_residues(const double* __restrict__ x, long long lines, long long len, lon
             for (int i = 0; i < 16; ++i) {
                 const int r = ty + 8 * (i & 3), c = tx + 32 * (i >> 2);
                 const long long line = line0 + r, t = t0 + c;
-                tile[r][c] = (line < lines && t < len) ? x[line * s_line + t * s_k] : 0.0;
+                tile[r][c] = (line < lines && t < len) ? to_double(x[line * s_line + t * s_k]) : 0.0;
             }
         } else {                                // lanes along lines
 #pragma unroll
             for (int i = 0; i < 16; ++i) {
                 const int c = ty + 8 * i;
                 const long long line = line0 + tx, t = t0 + c;
-                tile[tx][c] = (line < lines && t < len) ? x[line * s_line + t * s_k] : 0.0;
+                tile[tx][c] = (line < lines && t < len) ? to_double(x[line * s_line + t * s_k]) : 0.0;
             }
         }
         __syncthreads();
@@ -256,6 +282,8 @@ __device__ __forceinline__ double ozaki_value(const int* __restrict__ prod, long
 // C = alpha * 2^-(e_i + f_j) X_ij + beta * C (beta == 0: C not read) for the m x n result, the
 // products column-major per plane (element (i, j) at i + j * m, plane = m * n_prod). CPLX: C
 // is complex (interleaved), X's column j its real part and column n + j its imaginary part.
+// TC: C's (real) type; the arithmetic is float64's either way (float: C read exactly, the
+// result rounded once by store_c, as the host's float64 alpha and beta and one cast).
 // Lines lost to the scaling (lost_a[i], lost_b[j]) are skipped: they are computed natively.
 // flags: bit 0 = alpha is not 1, bit 1 = beta is not 0.
 // The guard (sum_a != nullptr): plane COUNT holds L = sum hi(A') hi(B'); where sum_a[i] and
@@ -291,11 +319,11 @@ ozaki_guard_count(const int* __restrict__ low, long long m, long long n, int cpl
     if ((threadIdx.x & 31) == 0 && fails) atomicAdd(failed, fails);
 }
 
-template <int COUNT, bool CPLX>
+template <int COUNT, bool CPLX, typename TC>
 __global__ void __launch_bounds__(256)
 ozaki_reconstruct(const int* __restrict__ prod, long long m, long long n, const int* __restrict__ ea,
                   const int* __restrict__ eb, const unsigned char* __restrict__ lost_a,
-                  const unsigned char* __restrict__ lost_b, double* __restrict__ c, long long cs_i,
+                  const unsigned char* __restrict__ lost_b, TC* __restrict__ c, long long cs_i,
                   long long cs_j, double alpha_re, double alpha_im, double beta_re, double beta_im,
                   int flags, const unsigned long long* __restrict__ sum_a,
                   const unsigned long long* __restrict__ sum_b, double c_sum, double c_hi,
@@ -316,11 +344,11 @@ ozaki_reconstruct(const int* __restrict__ prod, long long m, long long n, const 
     }
     const int shift = -(ea[i] + eb[j]);
     const double x_re = ldexp(ozaki_value<COUNT>(prod + i + j * m, plane), shift);
-    double* dst = c + i * cs_i + j * cs_j;
+    TC* dst = c + i * cs_i + j * cs_j;
     if (!CPLX) {
         double v = (flags & 1) ? __dmul_rn(x_re, alpha_re) : x_re;
-        if (flags & 2) v = __dadd_rn(v, __dmul_rn(dst[0], beta_re));
-        dst[0] = v;
+        if (flags & 2) v = __dadd_rn(v, __dmul_rn(pyblasgemm::ozaki::to_double(dst[0]), beta_re));
+        pyblasgemm::ozaki::store_c(dst, v);
     } else {
         const double x_im = ldexp(ozaki_value<COUNT>(prod + i + (j + n) * m, plane), shift);
         double re = x_re, im = x_im;
@@ -329,12 +357,12 @@ ozaki_reconstruct(const int* __restrict__ prod, long long m, long long n, const 
             im = __dadd_rn(__dmul_rn(x_re, alpha_im), __dmul_rn(x_im, alpha_re));
         }
         if (flags & 2) {
-            const double c_re = dst[0], c_im = dst[1];
+            const double c_re = pyblasgemm::ozaki::to_double(dst[0]), c_im = pyblasgemm::ozaki::to_double(dst[1]);
             re = __dadd_rn(re, __dsub_rn(__dmul_rn(c_re, beta_re), __dmul_rn(c_im, beta_im)));
             im = __dadd_rn(im, __dadd_rn(__dmul_rn(c_re, beta_im), __dmul_rn(c_im, beta_re)));
         }
-        dst[0] = re;
-        dst[1] = im;
+        pyblasgemm::ozaki::store_c(dst, re);
+        pyblasgemm::ozaki::store_c(dst + 1, im);
     }
     }
 }
