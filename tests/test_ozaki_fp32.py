@@ -461,14 +461,20 @@ def _gpu_and_host(transa, transb, a, b, c, alpha, beta, compute="int8-ozaki", ro
     return cupy.asnumpy(out_d), out_h, route
 
 
-def _native_elements(route: str, size: int) -> int:
-    """How many elements a composite route computed natively (its record's words)."""
+def _native_elements(route: str, shape) -> int:
+    """At most how many elements a composite route computed natively (its record's words:
+    'R rows and C columns natively', 'E elements natively', or a whole native product)."""
     import re
 
+    m, n = shape
     if route.startswith("native"):
-        return size
+        return m * n
+    count = 0
+    lines = re.search(r"(\d+) rows and (\d+) columns natively", route)
+    if lines:
+        count += int(lines.group(1)) * n + int(lines.group(2)) * m
     found = re.search(r"(\d+) elements natively", route)
-    return int(found.group(1)) if found else 0
+    return count + (int(found.group(1)) if found else 0)
 
 
 def _host_bits_but_native(gpu, host, gpu_route, host_route, scale, k):
@@ -476,10 +482,9 @@ def _host_bits_but_native(gpu, host, gpu_route, host_route, scale, k):
     CGEMM against the host BLAS's (another summation order): within native's bound, and no
     more of them differ than the GPU's record says ran natively (and as many as the host's
     record says, where the host keeps one)."""
-    size = gpu.size
-    native = _native_elements(gpu_route, size)
+    native = _native_elements(gpu_route, gpu.shape)
     if host_route is not None and host_route != gpu_route:
-        assert native == _native_elements(host_route, size), (gpu_route, host_route)
+        assert native == _native_elements(host_route, gpu.shape), (gpu_route, host_route)
     differ = int(np.count_nonzero(gpu != host))
     assert differ <= native, (differ, native, gpu_route)
     assert np.all(np.abs(gpu.astype(np.complex128) - host) <= 4 * (k + 2) * U32 * scale), gpu_route
