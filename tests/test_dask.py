@@ -1132,3 +1132,21 @@ def test_ipc_handles_are_opened_once_bounded_and_closed(monkeypatch):
     assert pbd.close_ipc_handles() == 3 and pbd.ipc_stats()["open_now"] == 0
     assert [c[0] for c in calls].count("close") == 4 and pbd.close_ipc_handles() == 0
     ipc.stats(reset=True)
+
+
+def test_the_guide_shows_the_ipc_scaling_run():
+    """docs/guide/dask.rst's CUDA IPC table is the results file's rows (one 4-GPU H200 run)."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    name = "bench/results/dask_scaling_h200x4_2026-11-27_733e96d.json"
+    doc = json.loads((root / name).read_text())
+    guide = (root / "docs" / "guide" / "dask.rst").read_text()
+    assert name in guide and doc["gpu_count"] == 4 and doc["device"]["name"] == "NVIDIA H200"
+    assert all(b["all_runs_equal"] for b in doc["bitwise"].values())
+    for case in doc["cases"]:
+        run = case["pyblasgemm.dask.matmul"]
+        row = (f"   * - {case['case']}\n     - {case['gpus']}\n     - {run['median_s'] * 1e3:.1f} ms\n"
+               f"     - {run['speedup_vs_one_call']:.2f}x ({run['efficiency']:.2f})")
+        assert row in guide, row
