@@ -432,3 +432,6 @@ def test_the_guide_quotes_the_measured_cost_and_the_tile_experiment():
     assert f"at {fam['summary']['geomean_invariant_vs_auto']:.2f}x ``auto``'s time" in guide
     assert f"instead cost {cfg['summary']['geomean_invariant_vs_auto']:.2f}x" in guide
     assert "48 configurations of both families" in guide
+    readme = " ".join((root / "README.md").read_text().split())
+    assert (f"cost {fam['summary']['geomean_invariant_vs_auto']:.2f}x `auto`'s time on "
+            f"{len(fam['layers'])} model-corpus layers") in readme
