@@ -144,9 +144,10 @@ def execute_epilogue(desc: GemmDesc, a, b, c, backend=None, autotune=None, strea
 class ProductThenPass:
     """The unfused epilogue route bound as one launch (called as a fused one is, so a call
     signature replays it): the plan's product into C, which is the accumulation type, then the
-    bound pass over C in place (:class:`~pyblasgemm.kernels.epilogue_ops.PassLaunch`). The
-    CuPy elementwise pass costs ~100 µs of host time a call (64³ float32 bias + GELU, H100:
-    the form's full path around it); bound, the route costs its two launches."""
+    bound pass over C in place (:class:`~pyblasgemm.kernels.epilogue_ops.PassLaunch`).
+    Unbound, the route took the form's full path and the CuPy elementwise pass on every call
+    (64³ float32 bias + GELU: 139 µs a call on an H200); bound, it costs its two launches
+    (33 µs there, bench/results/torch_callpath_h200_2026-11-27_228422c.json)."""
 
     __slots__ = ("product", "pass_", "__weakref__")
 
@@ -168,7 +169,9 @@ def _unfused_launch(desc: GemmDesc, backend, autotune):
     if desc.xp != "cupy" or desc.batch != 1 or spec.dequantize or spec.blocker \
             or desc.row.c_dtype.name not in PASS_DTYPES or desc.row.is_complex:
         return None
-    key = ("launch", desc.key, "unfused")
+    # (the product's plan depends on the backend asked for: a forced 'tensorcore' must not
+    # reuse an 'auto' call's cuBLAS product)
+    key = ("launch", desc.key, "unfused", backend, autotune)
     launch = _cache.get(key)
     if launch is not None:
         return None if launch is _NO_LAUNCH else launch
