@@ -4,6 +4,8 @@ The error of a result is measured elementwise against the natural scale of each 
 ``|alpha| * (|op(A)| @ |op(B)|) + |beta| * |C|``: a correct GEMM's rounding error is a small
 multiple of the working precision of that scale, whatever the cancellation in the sum.
 """
+from fractions import Fraction
+
 import ml_dtypes
 import numpy as np
 
@@ -84,3 +86,44 @@ def check_close(got, ref, scale, prefix, compute, what=""):
     bound = tol * scale + floor
     worst = np.max(err / bound) if err.size else 0.0
     assert np.all(err <= bound), f"{what}: error {worst:.3g}x the {prefix}/{compute} tolerance"
+
+
+def exact(a, b):
+    """a @ b exactly (rational arithmetic on the operands' values), as an object array of
+    Fractions, or of (re, im) pairs of Fractions for complex operands: the emulated modes'
+    reference (every product and sum exact, nothing rounded)."""
+    m, k = a.shape
+    n = b.shape[1]
+    out = np.empty((m, n), object)
+    if np.iscomplexobj(a) or np.iscomplexobj(b):
+        a, b = np.asarray(a, complex), np.asarray(b, complex)
+        ar = [[Fraction(float(v.real)) for v in r] for r in a]
+        ai = [[Fraction(float(v.imag)) for v in r] for r in a]
+        br = [[Fraction(float(v.real)) for v in r] for r in b]
+        bi = [[Fraction(float(v.imag)) for v in r] for r in b]
+        for i in range(m):
+            for j in range(n):
+                out[i, j] = (sum((ar[i][h] * br[h][j] - ai[i][h] * bi[h][j] for h in range(k)), Fraction(0)),
+                             sum((ar[i][h] * bi[h][j] + ai[i][h] * br[h][j] for h in range(k)), Fraction(0)))
+        return out
+    fa = [[Fraction(float(v)) for v in r] for r in a]
+    fb = [[Fraction(float(v)) for v in r] for r in b]
+    for i in range(m):
+        for j in range(n):
+            out[i, j] = sum((fa[i][h] * fb[h][j] for h in range(k)), Fraction(0))
+    return out
+
+
+def count_violations(c, ref, scale, gamma: float, underflow) -> int:
+    """How many elements (parts, for complex) of ``c`` lie further from the exact ``ref``
+    (:func:`exact`) than ``gamma * scale + underflow``: a componentwise error bound
+    ``γ Σ|a||b| + η`` checked in rational arithmetic."""
+    bad = 0
+    for (i, j), r in np.ndenumerate(ref):
+        tol = Fraction(float(gamma * scale[i, j])) + Fraction(underflow)
+        if isinstance(r, tuple):
+            bad += abs(Fraction(float(c[i, j].real)) - r[0]) > tol
+            bad += abs(Fraction(float(c[i, j].imag)) - r[1]) > tol
+        else:
+            bad += abs(Fraction(float(c[i, j])) - r) > tol
+    return bad

@@ -15,37 +15,11 @@ import pytest
 
 import pyblasgemm
 from pyblasgemm import ozaki as oz
+from _ref import count_violations, exact, op
 
 U32 = 2.0**-24
 #: float32's smallest subnormal: a product or sum below the normal range rounds to its grid
 ETA32 = 2.0**-149
-
-
-def op(x, trans):
-    return x if trans == "N" else (x.T.conj() if trans == "C" else x.T)
-
-
-def exact(a, b):
-    """a @ b exactly (Fractions; complex: (re, im) pairs), as an object array."""
-    m, k = a.shape
-    n = b.shape[1]
-    out = np.empty((m, n), object)
-    if np.iscomplexobj(a) or np.iscomplexobj(b):
-        ar = [[Fraction(float(v.real)) for v in r] for r in a]
-        ai = [[Fraction(float(v.imag)) for v in r] for r in a]
-        br = [[Fraction(float(v.real)) for v in r] for r in b]
-        bi = [[Fraction(float(v.imag)) for v in r] for r in b]
-        for i in range(m):
-            for j in range(n):
-                out[i, j] = (sum(ar[i][h] * br[h][j] - ai[i][h] * bi[h][j] for h in range(k)),
-                             sum(ar[i][h] * bi[h][j] + ai[i][h] * br[h][j] for h in range(k)))
-        return out
-    fa = [[Fraction(float(v)) for v in r] for r in a]
-    fb = [[Fraction(float(v)) for v in r] for r in b]
-    for i in range(m):
-        for j in range(n):
-            out[i, j] = sum((fa[i][h] * fb[h][j] for h in range(k)), Fraction(0))
-    return out
 
 
 def violations(c, a, b):
@@ -56,21 +30,10 @@ def violations(c, a, b):
     here); the guard holds the stricter ``γ_k``, as float64's does."""
     k = a.shape[1]
     steps = k + 1 if np.iscomplexobj(a) or np.iscomplexobj(b) else k
-    gamma = steps * U32 / (1 - steps * U32)
-    ref = exact(a, b)
     # Σ|a||b| in float64 (each product exact, the sum rounded up a little: only the scale)
     scale = (np.abs(a.astype(np.complex128 if np.iscomplexobj(a) else np.float64))
              @ np.abs(b.astype(np.complex128 if np.iscomplexobj(b) else np.float64))) * (1 + 2.0**-40)
-    underflow = Fraction(k) * Fraction(ETA32)
-    bad = 0
-    for (i, j), r in np.ndenumerate(ref):
-        tol = Fraction(float(gamma * scale[i, j])) + underflow
-        if isinstance(r, tuple):
-            bad += abs(Fraction(float(c[i, j].real)) - r[0]) > tol
-            bad += abs(Fraction(float(c[i, j].imag)) - r[1]) > tol
-        else:
-            bad += abs(Fraction(float(c[i, j])) - r) > tol
-    return bad
+    return count_violations(c, exact(a, b), scale, steps * U32 / (1 - steps * U32), Fraction(k) * Fraction(ETA32))
 
 
 def f32(*xs):

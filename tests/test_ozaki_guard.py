@@ -13,34 +13,9 @@ import pytest
 
 import pyblasgemm
 from pyblasgemm import ozaki as oz
+from _ref import count_violations, exact
 
 U = 2.0**-53
-
-
-def exact(a, b):
-    """a @ b exactly (Fractions, real or complex parts), as an object array of Fractions or
-    of (re, im) pairs."""
-    m, k = a.shape
-    n = b.shape[1]
-    if np.iscomplexobj(a) or np.iscomplexobj(b):
-        a, b = a.astype(complex), b.astype(complex)
-        ar = [[Fraction(float(v.real)) for v in r] for r in a]
-        ai = [[Fraction(float(v.imag)) for v in r] for r in a]
-        br = [[Fraction(float(v.real)) for v in r] for r in b]
-        bi = [[Fraction(float(v.imag)) for v in r] for r in b]
-        out = np.empty((m, n), object)
-        for i in range(m):
-            for j in range(n):
-                out[i, j] = (sum(ar[i][h] * br[h][j] - ai[i][h] * bi[h][j] for h in range(k)),
-                             sum(ar[i][h] * bi[h][j] + ai[i][h] * br[h][j] for h in range(k)))
-        return out
-    fa = [[Fraction(float(v)) for v in r] for r in a]
-    fb = [[Fraction(float(v)) for v in r] for r in b]
-    out = np.empty((m, n), object)
-    for i in range(m):
-        for j in range(n):
-            out[i, j] = sum(fa[i][h] * fb[h][j] for h in range(k))
-    return out
 
 
 def violations(c, a, b):
@@ -49,20 +24,9 @@ def violations(c, a, b):
     complex: each part against γ_k Σ|a||b| with complex moduli, the bound of the
     4-real-multiply product native ZGEMM computes)."""
     k = a.shape[1]
-    gamma = k * U / (1 - k * U)
-    ref = exact(a, b)
     # Σ|a||b| rounded up a little: it is only the bound's scale
     scale = (np.abs(a) @ np.abs(b)) * (1 + 4 * k * U)
-    underflow = Fraction(2 * k) * Fraction(2) ** -1074
-    bad = 0
-    for (i, j), r in np.ndenumerate(ref):
-        tol = Fraction(float(gamma * scale[i, j])) + underflow
-        if isinstance(r, tuple):
-            bad += abs(Fraction(float(c[i, j].real)) - r[0]) > tol
-            bad += abs(Fraction(float(c[i, j].imag)) - r[1]) > tol
-        else:
-            bad += abs(Fraction(float(c[i, j])) - r) > tol
-    return bad
+    return count_violations(c, exact(a, b), scale, k * U / (1 - k * U), Fraction(2 * k) * Fraction(2) ** -1074)
 
 
 def graded(rng, m, k, n, binades, mag=(0.5, 1.0)):
