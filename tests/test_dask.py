@@ -647,6 +647,16 @@ def _on_workers(client, data, chunks, owner, prefix):
     return arr
 
 
+def _panels_on_workers(client, seed):
+    """(x, y, X, Y): a 64 x 48 and a 48 x 40 float32 operand in 4 x 4 chunks, A's row panel i
+    and B's column panel j held by worker i and j of the cluster's 4."""
+    rng = np.random.default_rng(seed)
+    x, y = _data(rng, (64, 48), np.float32), _data(rng, (48, 40), np.float32)
+    xc, yc = ((16,) * 4, (12,) * 4), ((12,) * 4, (10,) * 4)
+    return (x, y, _on_workers(client, x, xc, lambda i, k: i, "a"),
+            _on_workers(client, y, yc, lambda k, j: j, "b"))
+
+
 def test_each_output_block_is_computed_where_its_row_panel_is_and_each_block_moves_once(local_cluster):
     """A's row panel i and B's column panel j on worker i and j of 4: C[i, j] runs on worker i,
     which fetches each of B's blocks it lacks exactly once (4 of its tasks read each) and none
@@ -655,11 +665,7 @@ def test_each_output_block_is_computed_where_its_row_panel_is_and_each_block_mov
 
     client = local_cluster
     workers = sorted(client.nthreads())
-    rng = np.random.default_rng(40)
-    x, y = _data(rng, (64, 48), np.float32), _data(rng, (48, 40), np.float32)
-    xc, yc = ((16,) * 4, (12,) * 4), ((12,) * 4, (10,) * 4)
-    X = _on_workers(client, x, xc, lambda i, k: i, "a")
-    Y = _on_workers(client, y, yc, lambda k, j: j, "b")
+    x, y, X, Y = _panels_on_workers(client, 40)
     z = pbd.matmul(X, Y)
     assert type(z).__name__ == "PlacedArray" and isinstance(z, da.Array)
     before = client.run(_fetched)
@@ -672,7 +678,7 @@ def test_each_output_block_is_computed_where_its_row_panel_is_and_each_block_mov
         got = after[w][len(before[w]):]
         assert len(got) == len(set(got)), (w, got)                                  # once each
         assert set(got) == {(Y.name, k, j) for k in range(4) for j in range(4) if j != n}, (w, sorted(got))
-    threaded = pbd.matmul(da.from_array(x, chunks=xc), da.from_array(y, chunks=yc)).compute(scheduler="threads")
+    threaded = pbd.matmul(da.from_array(x, chunks=X.chunks), da.from_array(y, chunks=Y.chunks)).compute(scheduler="threads")
     np.testing.assert_array_equal(done.compute().view(np.uint8), threaded.view(np.uint8))
 
 
@@ -707,7 +713,7 @@ def test_a_long_k_is_computed_where_its_k_chunks_are_and_only_partial_sums_move(
     after = client.run(_fetched)
     moved = sorted(k for w in workers for k in after[w][len(before[w]):])
     assert len(moved) == 3 and all(k[0].startswith("pyblasgemm-sum-") for k in moved), moved
-    threaded = pbd.matmul(da.from_array(x, chunks=xc), da.from_array(y, chunks=yc)).compute(scheduler="threads")
+    threaded = pbd.matmul(da.from_array(x, chunks=X.chunks), da.from_array(y, chunks=Y.chunks)).compute(scheduler="threads")
     np.testing.assert_array_equal(done.compute().view(np.uint16), threaded.view(np.uint16))
 
 
@@ -941,11 +947,7 @@ def test_the_ipc_graph_fetches_each_block_once_per_worker_and_falls_back_to_dask
 
     client = local_cluster
     workers = sorted(client.nthreads())
-    rng = np.random.default_rng(61)
-    x, y = _data(rng, (64, 48), np.float32), _data(rng, (48, 40), np.float32)
-    xc, yc = ((16,) * 4, (12,) * 4), ((12,) * 4, (10,) * 4)
-    X = _on_workers(client, x, xc, lambda i, k: i, "a")
-    Y = _on_workers(client, y, yc, lambda k, j: j, "b")
+    x, y, X, Y = _panels_on_workers(client, 61)
     assert pbd.transport_of(pbd.matmul(X, Y)) == "dask" == pbd.transport_of(pbd.matmul(X, Y, transport="dask"))
     z = pbd.matmul(X, Y, transport="ipc")
     assert type(z).__name__ == "PlacedArray" and pbd.transport_of(z) == "ipc"
@@ -969,7 +971,7 @@ def test_the_ipc_graph_fetches_each_block_once_per_worker_and_falls_back_to_dask
     stats = client.run(pbd.ipc_stats)
     assert all(s["ipc_blocks"] == 0 and s["fallback_blocks"] == 4 and s["open_now"] == 0 for s in stats.values())
     assert all(s["fallback_reasons"] == {"export: not a CuPy array (numpy.ndarray)": 4} for s in stats.values())
-    threaded = pbd.matmul(da.from_array(x, chunks=xc), da.from_array(y, chunks=yc)).compute(scheduler="threads")
+    threaded = pbd.matmul(da.from_array(x, chunks=X.chunks), da.from_array(y, chunks=Y.chunks)).compute(scheduler="threads")
     np.testing.assert_array_equal(done.compute().view(np.uint8), threaded.view(np.uint8))
 
 
@@ -993,7 +995,7 @@ def test_the_ipc_graph_of_a_long_k_moves_partial_sums_through_exports(local_clus
     _check_ipc_graph(z, holder)
     kinds = [_kind(k) for k in dict(z.__dask_graph__())]
     assert kinds.count("export") == 3 and kinds.count("fetch") == 3          # the 3 adds across workers
-    threaded = pbd.matmul(da.from_array(x, chunks=xc), da.from_array(y, chunks=yc)).compute(scheduler="threads")
+    threaded = pbd.matmul(da.from_array(x, chunks=X.chunks), da.from_array(y, chunks=Y.chunks)).compute(scheduler="threads")
     np.testing.assert_array_equal(client.compute(z).result().view(np.uint16), threaded.view(np.uint16))
     g = pbd.gemm("N", "N", X, Y, c=C, alpha=0.5, beta=-2, transport="ipc")
     _check_ipc_graph(g, holder)
