@@ -515,7 +515,12 @@ def torch_record(words, a, b, out, result) -> None:
 
 def jax_type():
     """JAX's concrete array type once JAX has been imported by anyone, else None (never
-    imports it)."""
+    imports it).
+
+    >>> t = jax_type()
+    >>> t is None or t.__name__ == "ArrayImpl"
+    True
+    """
     if calls.jax_array:
         return calls.jax_array[0]
     jax = sys.modules.get("jax")
