@@ -620,3 +620,22 @@ def test_gpu_plans_on_the_device():
     assert small.backend == "cublas" and "native SGEMM" in small.reason
     text = pyblasgemm.plan(8192, 8192, 8192, "float32", compute="int8-ozaki").explain()
     assert "Ozaki II" in text and "u = 2^-24" in text
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_framework_arrays_take_the_mode_and_answer_in_their_type(framework):
+    """PyTorch CPU tensors and JAX CPU arrays go through the array door to the host route:
+    the same bits as NumPy's call, in the caller's type (float32 and complex64)."""
+    mod = pytest.importorskip(framework)
+    rng = np.random.default_rng(9)
+    for dtype in (np.float32, np.complex64):
+        a = rng.standard_normal((5, 7)).astype(dtype)
+        b = rng.standard_normal((7, 3)).astype(dtype)
+        want = pyblasgemm.matmul(a, b, compute="int8-ozaki")
+        if framework == "torch":
+            got = pyblasgemm.matmul(mod.from_numpy(a), mod.from_numpy(b), compute="int8-ozaki")
+            assert isinstance(got, mod.Tensor)
+        else:
+            got = pyblasgemm.matmul(mod.numpy.asarray(a), mod.numpy.asarray(b), compute="int8-ozaki")
+            assert isinstance(got, mod.Array)
+        np.testing.assert_array_equal(np.asarray(got), want)
