@@ -3,10 +3,11 @@
 Two tables, joined by the kernel kind:
 
 * :data:`KERNEL_KINDS`: one row per kind of our kernels ('f16', 'bf16', 's8', 'tf32', '3xtf32',
-  'f16_out32', 'bf16_out32'): operand and output types and sizes, the accumulators, the C++
-  structs NVRTC instantiates (mma.sync per accumulator, the Hopper kernel's), the TMA element
-  types, the kind whose mainloop it shares (calibration, peaks), whether fp32 operands pass a
-  prep kernel on Hopper.
+  'f16_out32', 'bf16_out32', 'f32'): operand and output types and sizes, the accumulators, the
+  C++ structs NVRTC instantiates (mma.sync per accumulator, the Hopper kernel's, None where the
+  Hopper kernel does not run it), the TMA element types, the kind whose mainloop it shares
+  (calibration, peaks), whether fp32 operands pass a prep kernel on Hopper, and whether it runs
+  on the FP32 FMA pipes rather than the tensor cores (``simt``).
 * :data:`ROUTES`: one row per (BLAS prefix, compute mode): cuBLAS's data and compute types, the
   kernel kind and accumulator that run it (None: cuBLAS only), and the relative tolerance the
   tests hold a result of it to (against a float64 reference; tests/_ref.py).
@@ -51,11 +52,14 @@ class KernelKind:
     c_bytes: int
     accumulators: tuple     # allowed accumulate types, the first the default
     mma_struct: dict        # accumulator -> C++ struct of the mma.sync kernel (kernels/include)
-    sm90_struct: str        # C++ struct of the Hopper (wgmma/TMA) kernel
+    sm90_struct: str | None  # C++ struct of the Hopper (wgmma/TMA) kernel; None: not run there
     tma_ab: int             # TMA element type of A and B (as the Hopper kernel reads them)
     tma_c: int              # ... and of C
     base_kind: str          # the kind whose mainloop it runs (calibration, peaks)
     sm90_prep: bool = False  # fp32 operands: a prep kernel writes them K-major for the Hopper kernel
+    #: IEEE float32 FMAs on the CUDA cores (the mma.sync kernel's tiling and epilogue around a
+    #: scalar mainloop): peaks are the FP32 FMA rate, not a tensor-core rate
+    simt: bool = False
 
 
 @dataclass(frozen=True)
@@ -81,9 +85,9 @@ class Route:
     native: str | None = None
 
 
-def _kind(name, ab, c, eb, cb, accs, structs, sm90, tma_ab, tma_c, base=None, prep=False):
+def _kind(name, ab, c, eb, cb, accs, structs, sm90, tma_ab, tma_c, base=None, prep=False, simt=False):
     return KernelKind(name, ab, c, eb, cb, accs, structs, sm90, _TMA[tma_ab], _TMA[tma_c],
-                      base or name, prep)
+                      base or name, prep, simt)
 
 
 KERNEL_KINDS = {k.name: k for k in (
@@ -102,6 +106,11 @@ KERNEL_KINDS = {k.name: k for k in (
           "Sm90KindF16Out32", "FLOAT16", "FLOAT32", base="f16"),
     _kind("bf16_out32", "bfloat16", "float32", 2, 4, ("f32",), {"f32": "KindBF16F32Out32"},
           "Sm90KindBF16Out32", "BFLOAT16", "FLOAT32", base="bf16"),
+    # float32 with IEEE FMAs (SGEMM's arithmetic) on the mma.sync kernel's tiles: what a small
+    # float32 product runs on to skip cuBLASLt's ~10 µs of host work a call (H200,
+    # bench/results/launch_bindings_h200_2026-11-27_bf0adaa.json) against ~4.5 µs a launch
+    _kind("f32", "float32", "float32", 4, 4, ("f32",), {"f32": "KindF32Simt"}, None, "FLOAT32",
+          "FLOAT32", simt=True),
 )}
 
 
@@ -122,7 +131,7 @@ OZAKI = "int8-ozaki"
 #: at 2^-11 in the worst case, ~sqrt(k) typically; tf32: operands rounded to 10 mantissa bits
 #: (2^-11 each); 16-bit operands with a float32 C: exact products, float32 sums; int8: exact.
 ROUTES = {(r.prefix, r.compute): r for r in (
-    _route("s", "fp32", "R_32F", "R_32F", "32F", rtol=2e-5),
+    _route("s", "fp32", "R_32F", "R_32F", "32F", "f32", "f32", rtol=2e-5),
     _route("s", "tf32", "R_32F", "R_32F", "32F_FAST_TF32", "tf32", "f32", rtol=3e-3),
     # 3xTF32 asks for float32 accuracy at tensor-core speed; cuBLAS's plain SGEMM is that
     # accuracy (or better), so the planner weighs it as 3xTF32's cuBLAS route

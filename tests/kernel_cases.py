@@ -9,16 +9,16 @@ import ml_dtypes
 from pyblasgemm.kernels import KernelProblem
 
 NP_IN = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "s8": np.int8, "tf32": np.float32, "3xtf32": np.float32,
-         "f16_out32": np.float16, "bf16_out32": ml_dtypes.bfloat16}
+         "f16_out32": np.float16, "bf16_out32": ml_dtypes.bfloat16, "f32": np.float32}
 NP_OUT = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "s8": np.int32, "tf32": np.float32, "3xtf32": np.float32,
-          "f16_out32": np.float32, "bf16_out32": np.float32}
+          "f16_out32": np.float32, "bf16_out32": np.float32, "f32": np.float32}
 # Absolute slack on top of "2x cuBLAS's error" (relative Frobenius norm), per output kind.
 # 3xTF32 carries 2 x 11 = 22 significant bits per operand (fp32: 24) and mma.sync accumulates
 # without round-to-nearest, so at short K (where SGEMM's error is just its output rounding,
 # ~6e-8) it sits at a few 1e-7: measured 9.1e-7 at 7x31x129 on an H100. Hence 2^-21 there;
 # test_3xtf32_accuracy holds it to 2x SGEMM + 1e-7 at K >= 1000.
 EPS_OUT = {"f16": 2.0**-11, "bf16": 2.0**-8, "s8": 0, "tf32": 2.0**-24, "3xtf32": 2.0**-21,
-           "f16_out32": 2.0**-24, "bf16_out32": 2.0**-24}
+           "f16_out32": 2.0**-24, "bf16_out32": 2.0**-24, "f32": 2.0**-24}
 
 
 def tf32_round(x):

@@ -52,7 +52,8 @@ def _check(got, v64, act, scale, what):
 SHAPES = [(1, 8, 8), (7, 40, 64), (33, 136, 72), (1000, 264, 520), (257, 392, 1032)]
 #: operand dtype, result dtype -> the kernel kind whose shipped configs run it
 KINDS = [(np.float16, np.float16, "f16"), (ml_dtypes.bfloat16, ml_dtypes.bfloat16, "bf16"),
-         (ml_dtypes.bfloat16, np.float32, "bf16_out32"), (np.float16, np.float32, "f16_out32")]
+         (ml_dtypes.bfloat16, np.float32, "bf16_out32"), (np.float16, np.float32, "f16_out32"),
+         (np.float32, np.float32, "f32")]
 
 
 @pytest.mark.parametrize("dtype,out_dtype,kind", KINDS, ids=[k for *_, k in KINDS])

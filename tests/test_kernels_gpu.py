@@ -30,7 +30,7 @@ from pyblasgemm.kernels import KernelConfig, KernelProblem, SHIPPED_CONFIGS, run
 from pyblasgemm.kernels import jit  # noqa: E402
 
 KINDS = [("f16", "f32"), ("f16", "f16"), ("bf16", "f32"), ("s8", "s32"), ("tf32", "f32"), ("3xtf32", "f32"),
-         ("f16_out32", "f32"), ("bf16_out32", "f32")]
+         ("f16_out32", "f32"), ("bf16_out32", "f32"), ("f32", "f32")]
 LAYOUTS = ["NN", "NT", "TN", "TT"]
 DECOMPS = ["sliced", "splitk_serial", "splitk_parallel", "streamk", "hybrid"]
 from kernel_cases import EPS_OUT, NP_IN, NP_OUT, Case, tf32_round  # noqa: E402,F401
@@ -53,10 +53,15 @@ def _run_case(case, cfg, **kw):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _warm():
-    """Compile every instantiation the module needs in parallel threads first."""
+def _warm(request):
+    """Compile every instantiation the module's selected tests need in parallel threads first
+    (the kinds of the collected tests: ``-k f32`` compiles the f32 kernels only)."""
+    selected = {item.callspec.params.get("kind") for item in request.session.items
+                if item.module is request.module and hasattr(item, "callspec")}
     specs = set()
     for (kind, acc), lay, d in itertools.product(KINDS, LAYOUTS, DECOMPS):
+        if kind not in selected:
+            continue
         for small in (False, True):
             cfg = config_for(kind, d, small=small)
             for vec in (True, False):

@@ -36,7 +36,8 @@ MODE = {"sliced": 0, "splitk_serial": 1, "splitk_parallel": 2, "streamk": 3, "hy
 GROUPED = "grouped"
 #: opt-in dynamic shared memory per block: sm_90 227 KB, sm_80 163 KB, sm_86/89 99 KB
 MAX_SMEM_SM90 = 232448
-SM90_KINDS = tuple(KERNEL_KINDS)      # the Hopper kernel runs every kind
+#: the kinds the Hopper kernel runs: every tensor-core kind (the FP32 FMA kind is the mma.sync kernel's)
+SM90_KINDS = tuple(k for k, r in KERNEL_KINDS.items() if r.sm90_struct is not None)
 #: fp32 operands on the Hopper kernel: a prep kernel writes them K-major, rounded to tf32 (3xTF32:
 #: rows of [big | small] halves) into a workspace (at most ``families.SM90_PREP_MAX_BYTES``)
 SM90_PREP_KINDS = tuple(k for k, r in KERNEL_KINDS.items() if r.sm90_prep)
@@ -47,7 +48,7 @@ _OUT32_KINDS = tuple(k for k, r in KERNEL_KINDS.items() if r.base_kind != k)
 SM90_DECOMPOSITIONS = ("sliced", "splitk_parallel", "streamk", "hybrid")
 #: the kinds whose kernels take a fused epilogue (float accumulators; the fp32 operand kinds
 #: pass a prep kernel on Hopper and are left out everywhere)
-FUSED_KINDS = ("f16", "bf16", "f16_out32", "bf16_out32")
+FUSED_KINDS = ("f16", "bf16", "f16_out32", "bf16_out32", "f32")
 
 #: The kernel-family registry: ``KernelConfig.family`` -> its entry (a
 #: :class:`~pyblasgemm.kernels.families.KernelFamily`), in the order the planner offers their
@@ -206,6 +207,14 @@ for _kind in ("f16_out32", "bf16_out32"):
     SHIPPED_CONFIGS[_kind] = tuple(
         [_cfg(bm=128, bn=128, bk=32, warps_m=2, warps_n=4, stages=4, decomposition=d) for d in _DECOMP_SET]
         + [_cfg(bm=64, bn=64, bk=32, warps_m=2, warps_n=2, stages=4)])
+
+
+# IEEE float32 on the FP32 FMA pipes: 8 warps of 64x32 warp tiles (64 accumulators and 64
+# operand registers a lane, 4 k at a time: mma/sm80_warp_mma.cuh) with 64-byte K rows, in every
+# decomposition, and the 64x64 tile with 32x32 warp tiles for the small problems it is for
+SHIPPED_CONFIGS["f32"] = tuple(
+    [_cfg(bm=128, bn=128, bk=16, warps_m=2, warps_n=4, stages=4, decomposition=d) for d in _DECOMP_SET]
+    + [_cfg(bm=64, bn=64, bk=16, warps_m=2, warps_n=2, stages=4)])
 
 
 #: the Hopper kernel's shipped tiles per kind (bm = the wgmma N over m, bn = 128 over n): CI

@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass, field, replace
 
 from .. import settings as _env
+from ..kinds import KERNEL_KINDS
 
 __all__ = ["ArchSpec", "FAMILIES", "default_arch", "arch_for_device", "family_of", "device_identity"]
 
@@ -59,8 +60,10 @@ class ArchSpec:
         return 2.5 * self.dram_bw
 
     def mma_sync_peak(self, kind: str) -> float:
-        """Chip-wide mma.sync peak for ``kind`` ('f16', 'bf16', 's8', 'tf32', '3xtf32'), FLOP/s."""
-        per = self.mma_sync_per_sm_clk[kind]
+        """Chip-wide mma.sync peak for ``kind`` ('f16', 'bf16', 's8', 'tf32', '3xtf32'), FLOP/s;
+        for a kind of the kinds table's FMA rows ('f32') the FP32 FMA rate."""
+        per = (self.simt_fp32_per_sm_clk if KERNEL_KINDS[kind].simt
+               else self.mma_sync_per_sm_clk[kind])
         return per * self.sm_count * self.clock_ghz * 1e9
 
     def best_peak(self, kind: str) -> float:

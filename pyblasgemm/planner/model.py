@@ -51,8 +51,8 @@ from typing import NamedTuple
 from .._files import DOCUMENT_BYTES, read_regular
 from ..kernels.config import KERNEL_FAMILIES, KernelConfig, families_on
 from ..kernels.geometry import launch_geometry
-from ..kinds import base_compute, route_of
 from ..kernels.problem import BASE_KIND, C_BYTES, ELEM_BYTES, KernelProblem
+from ..kinds import KERNEL_KINDS, base_compute, route_of
 from ._checks import why_not_dict, why_not_number, why_not_numbers
 from .arch import ArchSpec
 
@@ -329,6 +329,25 @@ def _config_from_key(key: str, kind: str) -> KernelConfig:
     return KernelConfig(bm=bm, bn=bn, bk=bkb // ELEM_BYTES[kind], warps_m=wm, warps_n=wn, stages=st)
 
 
+#: The FP32 FMA kind ('f32', a ``simt`` row of the kinds table) while the calibration has no
+#: entry of its own: its tiles' efficiency as a fraction of the FP32 FMA peak, the workhorse's
+#: and the small tile's as measured (SIMT_EFFICIENCY_SOURCE), every layout alike (the
+#: mainloop reads each layout from shared memory at one wavefront per load). The tensor-core
+#: kinds' numbers say nothing about it: their fallback to f16's entry does not apply.
+SIMT_ENTRY = {"workhorse_eff": 0.5, "tiles": {}, "layout": {}}
+SIMT_EFFICIENCY_SOURCE = "(to be measured)"
+
+
+def _ours_entry(cal: dict, kind: str) -> dict:
+    """The calibration's ``ours`` entry of ``kind``: its own, else its mainloop's, else (an FMA
+    kind) :data:`SIMT_ENTRY`, else f16's."""
+    ours = cal["ours"]
+    entry = ours.get(kind) or ours.get(BASE_KIND[kind])
+    if entry is None:
+        entry = SIMT_ENTRY if KERNEL_KINDS[kind].simt else ours["f16"]
+    return entry
+
+
 def tile_efficiency(cfg: KernelConfig, kind: str, cal: dict) -> tuple[float, bool]:
     """(fraction of the family's peak at full occupancy, calibrated?) for this tile shape.
 
@@ -350,7 +369,7 @@ def tile_efficiency(cfg: KernelConfig, kind: str, cal: dict) -> tuple[float, boo
             wgmma_eff, _ = tile_efficiency(replace(cfg, consumer="wgmma"), kind, cal)
             return wgmma_eff * MMA_SYNC_CONSUMER_FACTOR, False
         return min(entry["tiles"].values(), default=0.5), False
-    entry = cal["ours"].get(kind) or cal["ours"].get(base) or cal["ours"]["f16"]
+    entry = _ours_entry(cal, kind)
     eff = entry["tiles"].get(tile_key(cfg, kind))
     if eff is not None:
         return eff, True
@@ -456,8 +475,7 @@ def score_ours(cfg: KernelConfig, problem: KernelProblem, arch: ArchSpec, cal: d
     family = cfg.kernel_family
     rate = eff * family.peak(arch, mma_kind)
     if family.layout_sensitive:
-        ours = cal["ours"].get(mma_kind) or cal["ours"]["f16"]
-        rate = rate * ours["layout"].get(_layout(p.transa, p.transb), 1.0)
+        rate = rate * _ours_entry(cal, mma_kind)["layout"].get(_layout(p.transa, p.transb), 1.0)
     if family.any_alignment and not p.operands_vectorizable():
         rate *= cal["scalar_path_factor"]       # the scalar operand path
     t_it = 2.0 * cfg.bm * cfg.bn * cfg.bk / (rate / S)    # one MAC iteration on one SM

@@ -12,6 +12,7 @@ namespace pyblasgemm {
 struct KindBase16 {
   static constexpr int kElemBytes = 2;
   static constexpr int kParts = 1;  // operand fragments per MMA (3xTF32 uses big + small)
+  static constexpr bool kSimt = false;  // tensor cores (KindF32Simt: the FP32 FMA pipes)
   static PBG_DEVICE void prep(const u32* raw, u32 (*out)[4], int n) {
     for (int i = 0; i < n; ++i) out[0][i] = raw[i];
   }
@@ -88,6 +89,7 @@ struct KindF16F16 : KindBase16 {
 struct KindS8S32 {
   static constexpr int kElemBytes = 1;
   static constexpr int kParts = 1;
+  static constexpr bool kSimt = false;
   typedef int AccReg;
   static constexpr int kAccRegs = 4;
   typedef int Stage;
@@ -114,6 +116,7 @@ template <bool SPLIT>
 struct KindTF32T {
   static constexpr int kElemBytes = 4;
   static constexpr int kParts = SPLIT ? 2 : 1;
+  static constexpr bool kSimt = false;
   typedef float AccReg;
   static constexpr int kAccRegs = 4;
   typedef float Stage;
@@ -152,5 +155,33 @@ struct KindTF32T {
 };
 typedef KindTF32T<false> KindTF32;
 typedef KindTF32T<true> Kind3xTF32;
+
+// IEEE float32 on the FP32 FMA pipes (SGEMM's arithmetic: one rounding per multiply-add, k in
+// ascending order within a tile's K range). No tensor-core atom: the warp tile's lanes own the
+// accumulator elements an m16n8 atom would give them (WarpMma::compute_stage_simt), so the
+// staging, split-k / stream-k partials and every fused epilogue are the tensor-core kinds'.
+struct KindF32Simt {
+  static constexpr int kElemBytes = 4;
+  static constexpr int kParts = 1;
+  static constexpr bool kSimt = true;
+  typedef float AccReg;
+  static constexpr int kAccRegs = 4;
+  typedef float Stage;
+  typedef float Scale;
+  static constexpr int kCBytes = 4;
+  // fma.rn.f32 in PTX: CuPy compiles with -ftz=true, which would flush subnormal products and
+  // sums (SGEMM keeps them); inline PTX is not rewritten, and it is the same FFMA.
+  static PBG_DEVICE float fma(float a, float b, float c) {
+    float r;
+    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
+    return r;
+  }
+  static PBG_DEVICE void acc_to_stage(const AccReg* d, Stage* s) {
+    s[0] = d[0]; s[1] = d[1]; s[2] = d[2]; s[3] = d[3];
+  }
+  static PBG_DEVICE float load_c(const char* p) { return *reinterpret_cast<const float*>(p); }
+  static PBG_DEVICE u32 cvt_c(float v) { return __float_as_uint(v); }
+  static PBG_DEVICE float c_from_bits(u32 h) { return __uint_as_float(h); }
+};
 
 }  // namespace pyblasgemm

@@ -133,7 +133,7 @@ struct WarpMma {
   // the mainloop double-buffers fragments, loading step s+1's while step s's MMAs issue.
   // tf32/3xTF32 take the pipelined path too (plain 32/64-bit LDS fragments, see load_frag).
   static constexpr bool kPipelined =
-      ((P == 1 && (EB == 2 || (EB == 1 && AK && BK))) || EB == 4) && (KSTEPS % 2 == 0);
+      !Kind::kSimt && ((P == 1 && (EB == 2 || (EB == 1 && AK && BK))) || EB == 4) && (KSTEPS % 2 == 0);
 
   // tf32 fragments: hardware k index t + 4h (lane t = lane%4, h = 0/1) is read from tile column
   // tf32_k(ks, t, h). Any bijection works as long as A and B use the same one (the MMA sums
@@ -246,10 +246,74 @@ struct WarpMma {
       }
   }
 
+  // FP32 FMAs over one stage (Kind::kSimt). Lane (g = lane/4, t = lane%4) owns rows
+  // 16i + g and 16i + g + 8 and columns 8j + 2t and 8j + 2t + 1 of the warp tile, the elements
+  // of the m16n8 accumulator layout that stage_acc stores. Operands are read 4 k at a time, in
+  // the stage's swizzled layout: a K-contiguous row as one 16-byte LDS, an M-contiguous A
+  // element by a 32-bit LDS (the 8 g-lanes read 8 adjacent words, the t-lanes the same ones:
+  // one wavefront), an N-contiguous B column pair by a 64-bit LDS. A 64x32 warp tile issues
+  // 256 FFMAs per 16..48 LDS: above the 4 FFMA : 1 LDS issue ratio of an SM (4 x 32 FP32 lanes,
+  // one 128-byte shared-memory wavefront a clock), so the FMA pipes set the pace.
+  static PBG_DEVICE void compute_stage_simt(const char* sA, const char* sB, int wm0, int wn0, int lane,
+                                            AccReg (&acc)[MI][NI][Kind::kAccRegs]) {
+    static_assert(EB == 4 && Kind::kAccRegs == 4, "the FMA kind: 4-byte operands, m16n8 accumulators");
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int k4 = 0; k4 < BKE; k4 += 4) {
+      float a[MI][2][4], b[NI][2][4];
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int m = wm0 + 16 * i + g + 8 * h;
+          if constexpr (AK) {
+            const float4 v = *reinterpret_cast<const float4*>(sA + swz_chunk<CPR_A>(m, k4 >> 2));
+            a[i][h][0] = v.x; a[i][h][1] = v.y; a[i][h][2] = v.z; a[i][h][3] = v.w;
+          } else {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) a[i][h][e] = *reinterpret_cast<const float*>(sA + swz_elem<CPR_A, 4>(k4 + e, m));
+          }
+        }
+#pragma unroll
+      for (int j = 0; j < NI; ++j) {
+        const int n = wn0 + 8 * j + 2 * t;
+        if constexpr (BK) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float4 v = *reinterpret_cast<const float4*>(sB + swz_chunk<CPR_B>(n + h, k4 >> 2));
+            b[j][h][0] = v.x; b[j][h][1] = v.y; b[j][h][2] = v.z; b[j][h][3] = v.w;
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float2 v = *reinterpret_cast<const float2*>(sB + swz_elem<CPR_B, 4>(k4 + e, n));
+            b[j][0][e] = v.x; b[j][1][e] = v.y;
+          }
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NI; ++j) {
+            acc[i][j][0] = Kind::fma(a[i][0][e], b[j][0][e], acc[i][j][0]);
+            acc[i][j][1] = Kind::fma(a[i][0][e], b[j][1][e], acc[i][j][1]);
+            acc[i][j][2] = Kind::fma(a[i][1][e], b[j][0][e], acc[i][j][2]);
+            acc[i][j][3] = Kind::fma(a[i][1][e], b[j][1][e], acc[i][j][3]);
+          }
+    }
+  }
+
   // All k-steps of one stage; the whole stage is unrolled so the compiler can hoist the
   // next step's shared-memory loads above the current step's MMAs.
   static PBG_DEVICE void compute_stage(const char* sA, const char* sB, int wm0, int wn0, int lane,
                                        AccReg (&acc)[MI][NI][Kind::kAccRegs]) {
+    if constexpr (Kind::kSimt) compute_stage_simt(sA, sB, wm0, wn0, lane, acc);
+    else compute_stage_mma(sA, sB, wm0, wn0, lane, acc);
+  }
+  static PBG_DEVICE void compute_stage_mma(const char* sA, const char* sB, int wm0, int wn0, int lane,
+                                           AccReg (&acc)[MI][NI][Kind::kAccRegs]) {
     // s8 with M-contiguous A gathers bytes: keep one A fragment live at a time (4 instead of
     // 4*MI registers) or the 64x64 warp tile runs out of the 255-register budget.
     constexpr bool kAOneAtATime = (EB == 1 && !AK);
