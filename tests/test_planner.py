@@ -123,10 +123,22 @@ def test_3xtf32_runs_ours(shape):
     assert p.backend == "tensorcore" and p.config.validate(kernel_problem_for(p.problem))[0]
 
 
-@pytest.mark.parametrize("dtype", ["f64", "c64", "c128", "f32"])
+@pytest.mark.parametrize("dtype", ["f64", "c64", "c128"])
 def test_types_without_our_kernels_go_to_cublas(dtype):
     p = plan(300, 200, 100, dtype, arch="sm_90")
     assert p.backend == "cublas" and "our kernels do not run it" in p.reason
+
+
+def test_float32_runs_on_our_fma_kernel_where_the_host_decides():
+    """float32 (SGEMM's arithmetic) has our FP32 FMA kind: a small product runs on it (cuBLASLt's
+    host work is most of such a call), a large one on cuBLAS (its SGEMM ran 1.4-2x ours at
+    >= 2048^3, bench/results/simt_f32_h100_2026-11-27_035de94.json); never the Hopper kernel."""
+    small = plan(64, 64, 64, "f32", arch="sm_90")
+    assert small.backend == "tensorcore" and small.config.family == "sm80", small.explain()
+    assert "predicted faster than cuBLAS" in small.reason
+    assert plan(4096, 4096, 4096, "f32", arch="sm_90").backend == "cublas"
+    forced = plan(4096, 4096, 4096, "f32", arch="sm_90", backend="tensorcore")
+    assert forced.config.family == "sm80" and forced.config.bk == 16
 
 
 def test_alignment_unsupported_by_our_kernels():
