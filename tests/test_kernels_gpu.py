@@ -125,6 +125,34 @@ def test_3xtf32_accuracy():
         assert errs["3xtf32"] * 10 <= errs["tf32"], errs
 
 
+@pytest.mark.parametrize("decomp", DECOMPS)
+def test_f32_is_sgemm_arithmetic(decomp):
+    """The FP32 FMA kind keeps subnormal products and sums (CuPy compiles with -ftz=true: the
+    kind's FMAs are PTX fma.rn.f32, which it does not rewrite; split-k and stream-k partials are
+    added by add.rn.f32) and adds k in ascending order with one rounding per term."""
+    # 2^-70 * 2^-70 = 2^-140, subnormal in float32 (normal from 2^-126): flushed, it is zero
+    case = Case("f32", "f32", "N", "N", 70, 40, 33, alpha=1.0, beta=0.0)
+    case.a_h[...] = np.float32(2.0**-70)
+    case.b_h[...] = np.float32(2.0**-70)
+    case.a_d[...] = cp.asarray(case.a_h)
+    case.b_d[...] = cp.asarray(case.b_h)
+    out = case.c_view(_run_case(case, config_for("f32", decomp, splits=3)))
+    assert np.all(out == np.float32(33 * 2.0**-140)), out.ravel()[:4]
+    # 1 then eight terms of 2^-24: each addition is a tie that rounds to even, 1.0, so the
+    # sequential float32 sum is 1.0 where a tree of partial sums would give 1 + 2^-21
+    case = Case("f32", "f32", "T", "N", 1, 1, 9, alpha=1.0, beta=0.0)
+    case.a_h[...] = 1.0
+    case.b_h[...] = np.float32(2.0**-24)
+    case.b_h[0, 0, 0] = 1.0
+    case.a_d[...] = cp.asarray(case.a_h)
+    case.b_d[...] = cp.asarray(case.b_h)
+    want = np.float32(0.0)
+    for t in case.b_h.ravel()[:9]:
+        want = np.float32(want + np.float32(t))
+    got = case.c_view(_run_case(case, config_for("f32", "sliced", small=True)))
+    assert got.ravel()[0] == want, (got.ravel()[0], want)
+
+
 def test_batched_broadcast():
     """Strided batch with a broadcast (stride 0) B."""
     case = Case("f16", "f32", "T", "N", 77, 45, 130, batch=3, alpha=1.0, beta=0.0)

@@ -31,6 +31,12 @@ PBG_DEVICE float add_ieee(float a, float b) {  // as mul_ieee: subnormal sums ar
   return r;
 }
 PBG_DEVICE float axpby(float a, float x, float b, float c) { return fma_ieee(a, x, mul_ieee(b, c)); }
+// Partial sums (split-k, stream-k): float partials added without flushing subnormals (the FP32
+// FMA kind keeps them, as SGEMM does; a plain += is compiled FTZ), int32 ones modulo 2^32.
+PBG_DEVICE float stage_add(float a, float b) { return add_ieee(a, b); }
+PBG_DEVICE int stage_add(int a, int b) {
+  return static_cast<int>(static_cast<u32>(a) + static_cast<u32>(b));
+}
 PBG_DEVICE float ax(float a, float x) { return mul_ieee(a, x); }
 // Integer epilogue wraps modulo 2^32 (as cuBLAS's int32 path does) without signed-overflow UB.
 PBG_DEVICE int axpby(int a, int x, int b, int c) {
@@ -125,7 +131,7 @@ struct SmemEpilogue {
       __stcg(reinterpret_cast<float4*>(ws) + id, v);
     }
   }
-  // s += ws, element-wise, in the stage type (fp32 add or s32 add).
+  // s += ws, element-wise, in the stage type (fp32 add or s32 add: stage_add).
   static PBG_DEVICE void smem_add_ws(Stage* s, const Stage* ws) {
 #pragma unroll 4
     for (int id = threadIdx.x; id < BM * BN / 4; id += THREADS) {
@@ -133,7 +139,8 @@ struct SmemEpilogue {
       float4 w = __ldcg(reinterpret_cast<const float4*>(ws) + id);
       Stage* d = s + c * LDS + r;
       const Stage* wv = reinterpret_cast<const Stage*>(&w);
-      d[0] += wv[0]; d[1] += wv[1]; d[2] += wv[2]; d[3] += wv[3];
+      d[0] = stage_add(d[0], wv[0]); d[1] = stage_add(d[1], wv[1]);
+      d[2] = stage_add(d[2], wv[2]); d[3] = stage_add(d[3], wv[3]);
     }
   }
 

@@ -40,7 +40,8 @@ __global__ void __launch_bounds__(256) splitk_reduce_kernel(const void* ws_, voi
   for (int s = 0; s < splits; ++s) {
     float4 w = __ldcg(reinterpret_cast<const float4*>(ws + (s * tiles + tile) * slot) + within);
     const Stage* wv = reinterpret_cast<const Stage*>(&w);
-    acc[0] += wv[0]; acc[1] += wv[1]; acc[2] += wv[2]; acc[3] += wv[3];
+    acc[0] = stage_add(acc[0], wv[0]); acc[1] = stage_add(acc[1], wv[1]);
+    acc[2] = stage_add(acc[2], wv[2]); acc[3] = stage_add(acc[3], wv[3]);
   }
   if constexpr (EPI != 0) {
     typedef typename EpiOut<Kind, EPI>::type Out;
