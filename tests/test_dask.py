@@ -1243,3 +1243,32 @@ def test_the_guide_shows_the_ipc_scaling_run():
         row = (f"   * - {case['case']}\n     - {case['gpus']}\n     - {run['median_s'] * 1e3:.1f} ms\n"
                f"     - {run['speedup_vs_one_call']:.2f}x ({run['efficiency']:.2f})")
         assert row in guide, row
+
+
+def test_the_guide_shows_the_2_gpu_ipc_event_run():
+    """docs/guide/dask.rst's 2-GPU table is the results file's rows (2 H200, IPC events and the
+    synchronizing transport, same machine), and what the trace says of it is that file's."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    name = "bench/results/dask_scaling_h200x2_2026-11-27_72e11dc.json"
+    doc = json.loads((root / name).read_text())
+    guide = (root / "docs" / "guide" / "dask.rst").read_text()
+    assert name in guide and doc["gpu_count"] == 2 and doc["device"]["name"] == "NVIDIA H200"
+    assert "NV18" in doc["nvidia_smi"]["topology"] and doc["failures"] == []
+    assert all(b["all_runs_equal"] for b in doc["bitwise"].values())
+    assert doc["bitwise"]["32768^3 float16"]["threaded_equal"] is True
+    for case in doc["cases"]:
+        run = case["pyblasgemm.dask.matmul"]
+        assert case["ipc_events"] == [case["transport"] == "ipc"]
+        row = (f"   * - {case['case']}\n     - {case['gpus']}\n     - {case['transport']}\n"
+               f"     - {run['median_s'] * 1e3:.1f} ms\n     - {run['speedup_vs_one_call']:.2f}x ({run['efficiency']:.2f})")
+        assert row in guide, row
+        if case["case"] == "32768^3 float16" and case["gpus"] == 2:
+            workers = [w for r in run["trace"]["timed"] for w in r["workers"].values()]
+            first, busy, idle = (statistics.median(w[k] for w in workers)
+                                 for k in ("first_task_ms", "gpu_busy_ms", "gpu_idle_ms"))
+            row = f"   * - {case['transport']}\n     - {first:.1f}\n     - {busy:.1f}\n     - {idle:.2f}"
+            assert row in guide, row
