@@ -7,8 +7,10 @@
 
 ``--quick``: one device command of at most 8 minutes on a 4-GPU machine, no UCX needed (the
 128 MiB probe over tcp and ipc; 32768³ float16 and 16384³ float64 on 1, 2 and 4 GPUs over
-ipc; dask.array.matmul once, 32768³ float16 on 4 GPUs; the threaded scheduler's bits of
-32768³ float16), run from the repository root::
+ipc, traced; the block products alone; dask.array.matmul once, 32768³ float16 on 4 GPUs; the
+threaded scheduler's bits of 32768³ float16), run from the repository root (``--gpus 1,2``
+on a 2-GPU machine; ``--transport ipc,ipc-sync@2`` adds the transport without IPC events on
+2 GPUs, to compare)::
 
     mkdir -p $OUT && GIT_SHA=$(git rev-parse --short HEAD) PYTHONPATH=.:bench timeout 470 \
         python bench/dask_scaling.py --quick --out $OUT/dask_scaling_quick.json > $OUT/quick.log 2>&1; \
@@ -18,8 +20,10 @@ Method:
 
 * transports (``TRANSPORTS``): Dask's default TCP; ``ipc``: TCP for Dask's messages and
   pyblasgemm.dask's CUDA IPC transport for the GPU blocks (``transport="ipc"``: an export task
-  on the worker holding a block, a device-to-device copy by the worker that reads it; the
-  other transports' rows pass ``transport="dask"``); UCX (dask-cuda ``protocol="ucx"``,
+  on the worker holding a block, a device-to-device copy by the worker that reads it, ordered
+  by CUDA IPC events on the GPUs; ``ipc-sync``: the same without events, each export
+  synchronizing its device and each fetch waiting for its copy; the other transports' rows
+  pass ``transport="dask"``); UCX (dask-cuda ``protocol="ucx"``,
   distributed-ucxx) choosing its own transports; UCX told to use NVLink (``enable_nvlink``:
   ``UCX_TLS=tcp,cuda_copy,cuda_ipc``), each UCX cluster with an RMM pool that CuPy allocates
   from too (one CUDA IPC handle for the pool, not one a block) and the CUDA context created
@@ -59,7 +63,15 @@ Method:
 * where the time goes, per timed run: bytes each worker received (its transfer log, cleared
   before the run), how many (worker, block) pairs were received more than once, where the
   output blocks ended up, tasks stolen by Dask's work stealing; and Dask's task stream of the
-  last run summed per action (compute, transfer, ...) and per worker.
+  last run summed per action (compute, transfer, ...) and per worker. A task ends when its
+  kernels are queued, so the task stream says little of a GPU: ``--trace`` wraps the task
+  functions on the workers and records, per timed run and worker, each task's host start and
+  end and a timing event on its stream before and after it, all on the host's clock
+  (:func:`trace_summary`: when the first task began, the GPU's first start and last end, its
+  busy and idle ms between products, each product's and each copy's ms);
+* the block products alone (``--blocks-alone``): each case's output-block tasks called in turn
+  in this process on one GPU, without Dask, and each block as one GEMM over the whole of K
+  (:func:`blocks_alone`): how much of the gap to one call is in the blocks, how much in Dask.
 
 ``--smoke`` runs all of it on the host: NumPy chunks, a ``distributed.LocalCluster`` of 1 and
 2 single-thread worker processes (work stealing off: its blocks are a few KB), TCP, small cases
@@ -80,6 +92,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import types
 import uuid
@@ -124,6 +137,9 @@ TRANSPORTS = {
     "ipc": ({"protocol": "tcp"},
             "TCP for Dask's messages; GPU blocks between workers through CUDA IPC (pyblasgemm.dask "
             "transport='ipc': an IPC handle exported where the block is, a device-to-device copy where it is read)"),
+    "ipc-sync": ({"protocol": "tcp"},
+                 "as ipc, without CUDA IPC events (pyblasgemm._dask_ipc.EVENTS = False on the workers): each "
+                 "export synchronizes its device and each fetch waits for its copy on the host, as before 2026-11-28"),
     "ipc-2t": ({"protocol": "tcp", "threads_per_worker": 2},
                "as ipc, with two threads a worker: a fetch waiting for its copy leaves the other "
                "thread to queue the worker's products (one thread: the GPU runs only what was queued)"),
@@ -213,12 +229,16 @@ def _digest(block):
 
 def _ipc_read(handles):
     """The probe's reader over CUDA IPC: the blocks of an export in this worker's memory, the
-    bytes and the seconds the fetch took here (opening the handles, the copy, its
-    synchronization)."""
+    bytes and the seconds the fetch took here until its copy had landed (opening the handles,
+    the copy; a fetch returns once its copy is queued, so the device is synchronized here)."""
     from pyblasgemm import _dask_ipc
 
     t0 = time.perf_counter()
     got = _dask_ipc.fetch(handles)
+    if any(hasattr(b, "__cuda_array_interface__") for b in got):
+        import cupy as cp
+
+        cp.cuda.Device().synchronize()
     return _nbytes(*got), time.perf_counter() - t0
 
 
@@ -234,8 +254,169 @@ def _close_ipc(dask_worker=None):
     return pbd.close_ipc_handles()
 
 
+# ---------------------------------------------------------------------------------------------
+# Where the time goes (--trace): each worker's tasks on the host and on its GPU, one clock
+# ---------------------------------------------------------------------------------------------
+
+#: the task functions the trace wraps on the workers: (module, name, kind)
+TRACED = (("pyblasgemm.dask", "_product_finish", "product"), ("pyblasgemm.dask", "_product", "product"),
+          ("pyblasgemm.dask", "_sum_finish", "add"), ("pyblasgemm.dask", "_add", "add"),
+          ("pyblasgemm._dask_ipc", "export", "export"), ("pyblasgemm._dask_ipc", "fetch", "fetch"))
+_TRACE_MODULE = "_pyblasgemm_bench_trace"
+
+
+def _trace_state():
+    """This worker's trace, kept in a module of sys.modules (run as a script, this file's
+    functions reach the workers pickled by value: a global of theirs would not last between
+    calls)."""
+    mod = sys.modules.get(_TRACE_MODULE)
+    if mod is None:
+        mod = sys.modules[_TRACE_MODULE] = types.ModuleType(_TRACE_MODULE)
+        mod.entries, mod.ref, mod.gpu, mod.local, mod.installed = [], None, False, threading.local(), False
+    return mod
+
+
+def _traced(fn, kind, state):
+    """``fn`` recording, while a run is traced, its host start and end (time.time(): one clock
+    for every process of the host) and, on a GPU, a timing event before and after it on the
+    stream its GPU work goes to (a fetch: pyblasgemm._dask_ipc's copy stream; else CuPy's
+    current stream). A call inside a traced call (_product_finish calls _product) counts once."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        local = state.local
+        if state.ref is None or getattr(local, "depth", 0):
+            return fn(*args, **kwargs)
+        local.depth = 1
+        try:
+            stream = ev0 = ev1 = None
+            if state.gpu:
+                import cupy as cp
+
+                if kind == "fetch":
+                    from pyblasgemm import _dask_ipc
+
+                    stream = _dask_ipc._copy_stream(cp.cuda.Device().id)
+                else:
+                    stream = cp.cuda.get_current_stream()
+                ev0 = cp.cuda.Event()
+                ev0.record(stream)
+            t0 = time.time()
+            out = fn(*args, **kwargs)
+            t1 = time.time()
+            if ev0 is not None:
+                ev1 = cp.cuda.Event()
+                ev1.record(stream)
+            state.entries.append((kind, t0, t1, ev0, ev1))
+            return out
+        finally:
+            local.depth = 0
+    return wrapper
+
+
+def _install_trace(dask_worker=None):
+    """Wrap the task functions of TRACED on this worker (once; before its first task: Dask
+    resolves a task's function by name when the task arrives)."""
+    import importlib
+
+    state = _trace_state()
+    if not state.installed:
+        for modname, name, kind in TRACED:
+            mod = importlib.import_module(modname)
+            setattr(mod, name, _traced(getattr(mod, name), kind, state))
+        state.installed = True
+    return True
+
+
+def _trace_begin(device, dask_worker=None):
+    """Start tracing a run: a reference event on this worker's GPU, passed before the host clock
+    is read (the GPU's times are put on the host's clock through it)."""
+    state = _trace_state()
+    state.entries, state.gpu = [], bool(device)
+    if device:
+        import cupy as cp
+
+        ev = cp.cuda.Event()
+        ev.record()
+        ev.synchronize()
+        state.ref = (ev, time.time())
+    else:
+        state.ref = (None, time.time())
+    return True
+
+
+def _trace_end(dask_worker=None):
+    """The traced run's entries, (kind, host start, host end, GPU start, GPU end) in seconds of
+    the host clock (GPU times None on the host); tracing stops."""
+    state = _trace_state()
+    if state.ref is None:
+        return []
+    ref, ref_t = state.ref
+    out = []
+    if state.gpu:
+        import cupy as cp
+
+        cp.cuda.Device().synchronize()
+    for kind, t0, t1, e0, e1 in state.entries:
+        g0 = g1 = None
+        if e0 is not None:
+            g0 = ref_t + cp.cuda.get_elapsed_time(ref, e0) / 1e3
+            g1 = ref_t + cp.cuda.get_elapsed_time(ref, e1) / 1e3
+        out.append((kind, t0, t1, g0, g1))
+    state.entries, state.ref = [], None
+    return out
+
+
+def trace_summary(entries, t0) -> dict:
+    """One worker's traced run, in ms after ``t0`` (the client's persist): its tasks by kind
+    (count, host ms), when its first task began and its last ended on the host; on a GPU, its
+    products and adds on the compute stream (one after the other: a gap between two is the GPU
+    idle, waiting for the host or a copy): first start, last end, busy, idle between them,
+    each product's ms; each fetch's copy stream interval (from its queueing, so it includes
+    the wait for the producer's ready event).
+
+    >>> s = trace_summary([("product", 1.0, 1.001, 1.0005, 1.0105), ("product", 1.002, 1.003, 1.0125, 1.0225),
+    ...                    ("fetch", 1.0, 1.0001, 1.0, 1.002)], 1.0)
+    >>> s["tasks"], s["gpu_busy_ms"], s["gpu_idle_ms"], s["gpu_last_ms"], s["copy_ms"]
+    ({'product': 2, 'fetch': 1}, 20.0, 2.0, 22.5, [2.0])
+    """
+    def ms(t):
+        return round((t - t0) * 1e3, 3)
+
+    out = {"tasks": {}, "host_ms": {}}
+    for kind, a, b, _, _ in entries:
+        out["tasks"][kind] = out["tasks"].get(kind, 0) + 1
+        out["host_ms"][kind] = round(out["host_ms"].get(kind, 0.0) + (b - a) * 1e3, 3)
+    if not entries:
+        return out
+    out["first_task_ms"] = ms(min(e[1] for e in entries))
+    out["last_task_end_ms"] = ms(max(e[2] for e in entries))
+    compute = sorted((e for e in entries if e[0] in ("product", "add") and e[3] is not None), key=lambda e: e[3])
+    if compute:
+        out["gpu_first_ms"] = ms(compute[0][3])
+        out["gpu_last_ms"] = ms(max(e[4] for e in compute))
+        out["gpu_busy_ms"] = round(sum(e[4] - e[3] for e in compute) * 1e3, 3)
+        out["gpu_idle_ms"] = round(sum(max(0.0, b[3] - a[4]) for a, b in zip(compute, compute[1:])) * 1e3, 3)
+        out["product_ms"] = [round((e[4] - e[3]) * 1e3, 3) for e in compute]
+    copies = [e for e in entries if e[0] == "fetch" and e[3] is not None]
+    if copies:
+        out["copy_ms"] = [round((e[4] - e[3]) * 1e3, 3) for e in copies]
+        out["copy_end_ms"] = [ms(e[4]) for e in copies]
+    return out
+
+
 #: pyblasgemm.dask's ``transport`` keyword on each cluster transport's rows
-DATA_PATH = {"ipc": "ipc", "ipc-2t": "ipc"}
+DATA_PATH = {"ipc": "ipc", "ipc-sync": "ipc", "ipc-2t": "ipc"}
+#: pyblasgemm._dask_ipc.EVENTS on each cluster transport's workers (the default elsewhere)
+IPC_EVENTS = {"ipc-sync": False}
+
+
+def _set_ipc_events(on, dask_worker=None):
+    from pyblasgemm import _dask_ipc
+
+    _dask_ipc.EVENTS = bool(on)
+    return _dask_ipc.EVENTS
 
 
 def _worker_info(dask_worker=None):
@@ -354,7 +535,7 @@ def cluster(transport, n, device, message_bytes):
     if not device:
         import distributed
 
-        if transport not in ("tcp", "ipc", "ipc-2t"):
+        if transport not in ("tcp", "ipc", "ipc-sync", "ipc-2t"):
             raise ValueError(f"--smoke runs over tcp (or ipc: NumPy blocks fall back to it) only, not {transport!r}")
         # work stealing off: the smoke's blocks are a few KB, which Dask may move at will (it
         # leaves alone tasks whose inputs take longer to move than to compute)
@@ -539,11 +720,12 @@ def _steals(client, since):
         return 0
 
 
-def timed_runs(client, case, product, reps, device, with_bits):
+def timed_runs(client, case, product, reps, device, with_bits, trace=False):
     """Warm-up, ``reps`` timed runs and one more under Dask's task stream, each on fresh
     operands (module docstring); per run: seconds, bytes received, repeated (worker, block)
-    receipts, output blocks per worker, tasks stolen; the last run's product kept for the
-    error."""
+    receipts, output blocks per worker, tasks stolen, and with ``trace`` each worker's
+    timeline (:func:`trace_summary`; the last run's entries in full); the last run's product
+    kept for the error."""
     from distributed import get_task_stream, wait
 
     runs = []
@@ -563,10 +745,13 @@ def timed_runs(client, case, product, reps, device, with_bits):
         stream = get_task_stream(client) if last else None
         if stream is not None:
             stream.__enter__()
+        if trace:
+            client.run(_trace_begin, device)
         since = time.time()
         t0 = time.perf_counter()
         done = client.persist(z)
         wait(done)
+        waited = time.perf_counter() - t0
         client.run(_synchronize, device)
         elapsed = time.perf_counter() - t0
         if stream is not None:
@@ -597,6 +782,15 @@ def timed_runs(client, case, product, reps, device, with_bits):
                "ipc_blocks": sum(v["ipc_blocks"] for v in ipc.values()),
                "ipc_fallback_blocks": sum(v["fallback_blocks"] for v in ipc.values()),
                "ipc_fallback_reasons": sorted({r for v in ipc.values() for r in v["fallback_reasons"]})}
+        if trace:
+            entries = client.run(_trace_end)
+            run["trace"] = {"wait_ms": round(waited * 1e3, 3), "elapsed_ms": round(elapsed * 1e3, 3),
+                            "workers": {w: trace_summary(e, since) for w, e in entries.items()}}
+            if last:
+                run["trace"]["entries"] = {w: [(k, round((a - since) * 1e3, 3), round((b - since) * 1e3, 3),
+                                                None if g0 is None else round((g0 - since) * 1e3, 3),
+                                                None if g1 is None else round((g1 - since) * 1e3, 3))
+                                               for k, a, b, g0, g1 in e] for w, e in entries.items()}
         if with_bits:
             run["digest"] = client.compute(digests(done), sync=True).tolist()
         if rep:
@@ -607,13 +801,22 @@ def timed_runs(client, case, product, reps, device, with_bits):
     return runs, stream_summary, keep
 
 
+def _print_trace(trace) -> None:
+    """One line a worker: where its time went in a traced run."""
+    for w, t in trace["workers"].items():
+        print(f"    trace {w[-5:]}: first task {t.get('first_task_ms')} ms, GPU {t.get('gpu_first_ms')}-"
+              f"{t.get('gpu_last_ms')} ms busy {t.get('gpu_busy_ms')} idle {t.get('gpu_idle_ms')}, tasks {t['tasks']}, "
+              f"host {t['host_ms']}, copies {t.get('copy_ms')} ending {t.get('copy_end_ms')}; "
+              f"wait {trace['wait_ms']} ms, elapsed {trace['elapsed_ms']} ms", flush=True)
+
+
 def _data_path(z):
     from pyblasgemm import dask as pbd
 
     return pbd.transport_of(z)
 
 
-def run_case(client, name, case, n_gpus, transport, reps, base_s, device, with_dask=True):
+def run_case(client, name, case, n_gpus, transport, reps, base_s, device, with_dask=True, trace=False):
     import dask.array as da
 
     from pyblasgemm import dask as pbd
@@ -631,7 +834,8 @@ def run_case(client, name, case, n_gpus, transport, reps, base_s, device, with_d
     for label, product in products.items():
         ours = label == "pyblasgemm.dask.matmul"
         try:
-            runs, stream, (x, y, z) = timed_runs(client, case, product, reps, device, with_bits=ours)
+            runs, stream, (x, y, z) = timed_runs(client, case, product, reps, device, with_bits=ours,
+                                                 trace=trace and ours)
             timed = runs[:-1]
             med = statistics.median(r["s"] for r in timed)
             res = {"median_s": med, "times_s": [r["s"] for r in timed], "tflops": flops / med / 1e12,
@@ -648,6 +852,9 @@ def run_case(client, name, case, n_gpus, transport, reps, base_s, device, with_d
                    "ipc_blocks_per_run": statistics.median(r["ipc_blocks"] for r in timed),
                    "ipc_fallback_blocks": sum(r["ipc_fallback_blocks"] for r in runs),
                    "ipc_fallback_reasons": sorted({x for r in runs for x in r["ipc_fallback_reasons"]})}
+            if runs[0].get("trace"):
+                res["trace"] = {"timed": [r["trace"] for r in timed], "task_stream_run": runs[-1]["trace"]}
+                _print_trace(runs[-2]["trace"])
             if base_s:
                 res["efficiency"] = (flops / med) / (n_gpus * flops / base_s)
                 res["speedup_vs_one_call"] = base_s / med
@@ -712,6 +919,67 @@ def baseline(case, device):
     return statistics.median(times)
 
 
+def blocks_alone(case, reps=3):
+    """pyblasgemm.dask's block products of ``case`` without Dask, on one GPU in this process
+    (CUDA events, median of ``reps`` after a warm-up): ``chain_s``, every output block's task
+    function in turn (``_product_finish``: its K chunks chained into float32 sums, cast once:
+    what each task of the default graph runs), and the host's time to queue them
+    (``chain_queue_s``); ``whole_k_s``, every output block as one GEMM over the whole of K (its
+    row panel of A and column panel of B made contiguous first, untimed: another order of sums,
+    to see what the chain costs). None for cases whose default graph splits K or that pass
+    keywords. Against one call: is the gap to it in the blocks or in Dask?"""
+    import cupy as cp
+
+    import pyblasgemm
+    from pyblasgemm import dask as pbd
+
+    m, n, k, dtype, chunk, kw = case
+    mb, nb, kb = m // chunk, n // chunk, k // chunk
+    if kw or pbd.k_group_for(kb, mb * nb) != kb:
+        return None
+    a = [[_block(_seed("x", i, q), (chunk, chunk), dtype, True) for q in range(kb)] for i in range(mb)]
+    b = [[_block(_seed("y", q, j), (chunk, chunk), dtype, True) for j in range(nb)] for q in range(kb)]
+    want = _dtype(dtype)
+    out_dtype = pbd._result_dtype(want, want, None, None)
+    acc = pbd.accumulation_dtype(out_dtype)
+
+    def chain():
+        return [pbd._product_finish(a[i], [b[q][j] for q in range(kb)], (want, want), acc, None, None, out_dtype,
+                                    1, 0, None, None) for i in range(mb) for j in range(nb)]
+
+    def bits(x):
+        return x.view(cp.uint16) if x.dtype.itemsize == 2 else x
+
+    rows = [cp.concatenate([bits(x) for x in a[i]], axis=1).view(want) for i in range(mb)]
+    cols = [cp.concatenate([bits(b[q][j]) for q in range(kb)], axis=0).view(want) for j in range(nb)]
+
+    def whole():
+        return [pyblasgemm.matmul(rows[i], cols[j]) for i in range(mb) for j in range(nb)]
+
+    def timed(fn):
+        fn()
+        cp.cuda.Device().synchronize()
+        gpu, host = [], []
+        for _ in range(reps):
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record()
+            h0 = time.perf_counter()
+            got = fn()
+            host.append(time.perf_counter() - h0)
+            stop.record()
+            stop.synchronize()
+            gpu.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
+            del got
+        return statistics.median(gpu), statistics.median(host)
+
+    out = {"blocks": mb * nb, "k_chunks": kb}
+    out["chain_s"], out["chain_queue_s"] = timed(chain)
+    out["whole_k_s"], out["whole_k_queue_s"] = timed(whole)
+    del a, b, rows, cols
+    cp.get_default_memory_pool().free_all_blocks()
+    return out
+
+
 def threaded_digest(case, device):
     """The product's block digests from the threaded scheduler in this process."""
     from pyblasgemm import dask as pbd
@@ -746,6 +1014,9 @@ def child(args, cases) -> int:
             with cluster(transport, n_gpus, device, args.message_bytes_limit) as cl, distributed.Client(cl) as client:
                 print(f"cluster: {n_gpus} {'GPU' if device else 'worker'}, {transport}, up in "
                       f"{time.perf_counter() - t0:.1f} s", flush=True)
+                events = sorted(set(client.run(_set_ipc_events, IPC_EVENTS.get(transport, True)).values()))
+                if args.trace:              # before any task: a worker resolves a task's function when it arrives
+                    client.run(_install_trace)
                 if n_gpus >= 2 and (args.probe_only or args.probe_here):
                     try:
                         p = probe(client, device, PROBE_BYTES if device else 2**20, reps=5 if device else 2,
@@ -764,7 +1035,8 @@ def child(args, cases) -> int:
                         theirs = not args.no_dask_array and _listed(args.dask_array_gpus, str(n_gpus)) \
                             and _listed(args.dask_array_cases, name)
                         row = run_case(client, name, ALL_CASES[name], n_gpus, transport, args.reps, bases.get(name),
-                                       device, with_dask=theirs)
+                                       device, with_dask=theirs, trace=args.trace)
+                        row["ipc_events"] = events
                         try:                # the handles this case's fetches opened (bounded, but give them back)
                             row["ipc_handles_closed"] = sum(client.run(_close_ipc).values())
                         except Exception as e:
@@ -793,7 +1065,7 @@ def _listed(spec, item) -> bool:
 #: --quick: one device command of at most 8 minutes on 4 GPUs, no UCX (module docstring)
 QUICK = {"gpus": "1,2,4", "probe": "tcp,ipc", "transport": "ipc", "cases": "32768^3 float16,16384^3 float64",
          "reps": 3, "threaded_check": "32768^3 float16", "dask_array_gpus": "4", "dask_array_cases": "32768^3 float16",
-         "budget_s": 440.0}
+         "budget_s": 440.0, "trace": True, "blocks_alone": True}
 
 
 def _run_child(argv, out, seconds, log=None):
@@ -867,6 +1139,19 @@ def _metadata(device) -> dict:
     return info
 
 
+def _nvidia_smi() -> dict:
+    """What nvidia-smi says of the GPUs (name, driver, memory, PCI bus) and how they are linked
+    (``topo -m``: NV# is NVLink, PIX/PXB/PHB/SYS PCIe paths), or why it could not say."""
+    out = {}
+    for key, cmd in (("gpus", ["nvidia-smi", "--query-gpu=index,name,driver_version,memory.total,pci.bus_id",
+                               "--format=csv,noheader"]), ("topology", ["nvidia-smi", "topo", "-m"])):
+        try:
+            out[key] = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip()
+        except Exception as e:
+            out[key] = f"unavailable: {type(e).__name__}: {e}"[:200]
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="the results file (JSON), or the figure (PNG) with --plot")
@@ -877,7 +1162,9 @@ def main(argv=None) -> int:
     ap.add_argument("--probe", default=None,
                     help=f"transports to probe first, comma-separated: {', '.join(TRANSPORTS)} (default: none)")
     ap.add_argument("--transport", default=None,
-                    help="transports to run the cases on; 'best': the probed one with the most GB/s "
+                    help="transports to run the cases on, NAME or NAME@GPUS (GPU counts joined by '+': that "
+                         "transport on those clusters only, and no probe of its own); 'best': the probed one "
+                         "with the most GB/s "
                          "(default: best with --probe, else ucx-nvlink; --smoke: tcp)")
     ap.add_argument("--cases", default=None, help="comma-separated case names, or 'all' (default all)")
     ap.add_argument("--tcp-cases", default="32768^3 float16", help="the cases run over tcp ('all': every case)")
@@ -888,6 +1175,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-dask-array", action="store_true", help="skip dask.array.matmul")
     ap.add_argument("--dask-array-gpus", default=None, help="GPU counts dask.array.matmul runs on (default all)")
     ap.add_argument("--dask-array-cases", default=None, help="cases dask.array.matmul runs on (default all)")
+    ap.add_argument("--trace", action="store_true", default=None,
+                    help="each worker's tasks on the host and its GPU, per timed run (trace_summary; --quick: on)")
+    ap.add_argument("--blocks-alone", action="store_true", default=None,
+                    help="time each case's block products without Dask on one GPU, and one GEMM a block over "
+                         "the whole of K (blocks_alone; --quick: on)")
     ap.add_argument("--quick", action="store_true",
                     help="the 8-minute plan on 4 GPUs: " + "; ".join(f"{k}={v}" for k, v in QUICK.items()))
     ap.add_argument("--message-bytes-limit", default="1GiB",
@@ -903,6 +1195,7 @@ def main(argv=None) -> int:
             if getattr(args, key) is None:
                 setattr(args, key, value)
     args.budget_s = 560.0 if args.budget_s is None else args.budget_s
+    args.trace, args.blocks_alone = bool(args.trace), bool(args.blocks_alone)
     if args.plot:
         plot(args.plot, args.out, args.plot_transport)
         return 0
@@ -919,6 +1212,14 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     probes = [t for t in (args.probe or "").split(",") if t]
     transports = [t for t in (args.transport or ("best" if probes else "ucx-nvlink" if device else "tcp")).split(",")]
+    gpus_of = {}                        # transport -> its GPU counts, where NAME@GPUS limits them
+    for n, t in enumerate(transports):
+        name, _, only = t.partition("@")
+        if only:
+            if not all(g.isdigit() for g in only.split("+")):
+                ap.error(f"--transport {t!r}: GPU counts after '@' are integers joined by '+', e.g. ipc-sync@2+4")
+            gpus_of[name] = only.replace("+", ",")
+        transports[n] = name
     for t in probes + transports:
         if t not in TRANSPORTS and t != "best":
             ap.error(f"unknown transport {t!r}; known: {', '.join(TRANSPORTS)}, best")
@@ -945,6 +1246,7 @@ def main(argv=None) -> int:
         import cupy as cp
 
         doc["gpu_count"] = cp.cuda.runtime.getDeviceCount()
+        doc["nvidia_smi"] = _nvidia_smi()
     bases = {}
     for name in cases:
         try:
@@ -956,6 +1258,16 @@ def main(argv=None) -> int:
             bases[name] = None
             doc["failures"].append({"baseline": name, "failure": f"{type(e).__name__}: {e}"[:400]})
     doc["baselines_s"] = bases
+    if args.blocks_alone and device:
+        doc["blocks_alone"] = {}
+        for name in cases:
+            try:
+                got = blocks_alone(table[name])
+            except Exception as e:
+                got = {"failure": f"{type(e).__name__}: {e}"[:300]}
+            if got is not None:
+                doc["blocks_alone"][name] = got
+                print(f"blocks alone {name}: {json.dumps(got)}", flush=True)
     threaded = {}
     for name in checked:
         try:
@@ -970,7 +1282,11 @@ def main(argv=None) -> int:
               "--message-bytes-limit", args.message_bytes_limit] + \
         sum((["--" + k.replace("_", "-"), v] for k in ("dask_array_gpus", "dask_array_cases")
              if (v := getattr(args, k)) is not None), []) + \
-        (["--smoke"] if args.smoke else []) + (["--no-dask-array"] if args.no_dask_array else [])
+        (["--smoke"] if args.smoke else []) + (["--no-dask-array"] if args.no_dask_array else []) + \
+        (["--trace"] if args.trace else [])
+
+    def gpus(t):
+        return ["--gpus", gpus_of.get(t, args.gpus)]
 
     def left():
         return args.budget_s - (time.perf_counter() - started) - 10
@@ -1002,7 +1318,7 @@ def main(argv=None) -> int:
         if not todo:
             continue
         got, why = _run_child(["--child", t, "--cases", ",".join(todo),
-                               *(["--probe-here"] if t not in probes else []), *common],
+                               *(["--probe-here"] if t not in probes and t not in gpus_of else []), *common, *gpus(t)],
                               out.with_name(f"{out.stem}.cases-{t}.json"), left())
         got = got or {}
         doc["cases"] += got.get("cases", [])

@@ -561,7 +561,9 @@ def _ipc_rewrite(dsk, where, priority, holders, hosts, token):
     key only (never on a block's: Dask would move the block). A block is fetched once per
     worker: a later task there reads it from the earlier fetch (an inline ``pick``). Inputs on
     another host stay with Dask's transfer. Exports run first on their worker (priority 2,
-    fetches 1): a worker's first tasks are the exports the others wait for.
+    fetches 1): a worker's first tasks are the exports the others wait for. Each export is told
+    how many fetches read it (``readers``: one CUDA IPC *done* event each) and each fetch its
+    ``slot`` among them (the event it records once its copy is queued).
 
     >>> from dask.task_spec import Task, TaskRef
     >>> dsk = {("c", 0): Task(("c", 0), sum, TaskRef(("x", 0)), TaskRef(("y", 0)))}
@@ -574,6 +576,8 @@ def _ipc_rewrite(dsk, where, priority, holders, hosts, token):
     [('c', 'w0', -1), ('pyblasgemm-ipc-export-t', 'w1', 2), ('pyblasgemm-ipc-fetch-t', 'w0', 1)]
     >>> sorted(k[0] for k in dsk["c", 0].dependencies)
     ['pyblasgemm-ipc-fetch-t', 'x']
+    >>> [(t.kwargs, t.args[1:]) for k, t in sorted(dsk.items()) if k[0].startswith("pyblasgemm-")]
+    [({'readers': 1}, ()), ({}, (0,))]
     """
     from dask.base import tokenize
     from dask.task_spec import Task, TaskRef
@@ -582,6 +586,7 @@ def _ipc_rewrite(dsk, where, priority, holders, hosts, token):
 
     export_name, fetch_name = "pyblasgemm-ipc-export-" + token, "pyblasgemm-ipc-fetch-" + token
     exports, fetched = {}, {}           # (producer, blocks) -> export key; (worker, block) -> (fetch key, index)
+    readers = {}                        # export key -> (its blocks, [fetch keys]): the slots
     for key in [k for k in dsk if k in where]:
         w = where[key]
         task = dsk[key]
@@ -604,16 +609,21 @@ def _ipc_rewrite(dsk, where, priority, holders, hosts, token):
                 # named by what they hold: a graph built on the same operands after blocks moved
                 # must not meet another group's export or fetch under the same key
                 ekey = exports[producer, tuple(deps)] = (export_name, tokenize(producer, deps))
-                dsk[ekey] = Task(ekey, _dask_ipc.export, *[TaskRef(d) for d in deps])
+                readers[ekey] = (deps, [])
                 where[ekey], priority[ekey] = producer, 2
             fkey = (fetch_name, tokenize(w, ekey))
-            dsk[fkey] = Task(fkey, _dask_ipc.fetch, TaskRef(ekey))
+            slots = readers[ekey][1]
+            if fkey not in slots:
+                slots.append(fkey)
+            dsk[fkey] = Task(fkey, _dask_ipc.fetch, TaskRef(ekey), slots.index(fkey))
             where[fkey], priority[fkey] = w, 1
             for index, dep in enumerate(deps):
                 fetched[w, dep] = (fkey, index)
                 subs[dep] = Task(None, _dask_ipc.pick, TaskRef(fkey), index)
         if subs:
             dsk[key] = task.substitute(subs)
+    for ekey, (deps, slots) in readers.items():
+        dsk[ekey] = Task(ekey, _dask_ipc.export, *[TaskRef(d) for d in deps], readers=len(slots))
 
 
 def transport_of(z) -> str:

@@ -908,6 +908,11 @@ def _check_ipc_graph(z, holder):
                 assert where[d] == w, (key, d)
     for w, blocks in fetched.items():
         assert len(blocks) == len(set(blocks)), (w, blocks)              # once per worker
+    # each export knows its readers, and each of them records its own CUDA IPC done event
+    for key, task in graph.items():
+        if _kind(key) == "export":
+            slots = sorted(graph[f].args[1] for f in graph if _kind(f) == "fetch" and key in graph[f].dependencies)
+            assert slots == list(range(task.kwargs["readers"])), (key, slots, task.kwargs)
     return fetched
 
 
@@ -1116,6 +1121,11 @@ def test_ipc_handles_are_opened_once_bounded_and_closed(monkeypatch):
             calls.append(("close", ptr))
             return (0,)
 
+        @staticmethod
+        def cuCtxSynchronize():
+            calls.append(("synchronize",))
+            return (0,)
+
     fake = types.SimpleNamespace(bindings=lambda: Bindings, check=real.check,
                                  call_in_context=lambda dev, name, fn, *args: real.check(fn(*args), name))
     monkeypatch.setattr(ipc, "_driver", lambda: fake)
@@ -1128,12 +1138,93 @@ def test_ipc_handles_are_opened_once_bounded_and_closed(monkeypatch):
         assert ipc._open(11, b"a" * 64, 0) != first                               # another producer
         ipc._open(10, b"b" * 64, 0)
         ipc._open(10, b"c" * 64, 0)                                               # the 4th: the oldest goes
-    assert calls[-2] == ("close", first) and [c[0] for c in calls].count("open") == 4
+    # a fetch no longer waits for its copy: the device's queued work ends before a mapping closes
+    assert calls[-3:-1] == [("synchronize",), ("close", first)] and [c[0] for c in calls].count("open") == 4
     s = ipc.stats()
     assert (s["opened"], s["closed"], s["open_now"]) == (4, 1, 3)
     assert pbd.close_ipc_handles() == 3 and pbd.ipc_stats()["open_now"] == 0
     assert [c[0] for c in calls].count("close") == 4 and pbd.close_ipc_handles() == 0
+    assert [c[0] for c in calls][-4:] == ["synchronize", "close", "close", "close"]
     ipc.stats(reset=True)
+
+
+def test_ipc_events_order_the_copies_and_the_release_with_a_stand_in_driver(monkeypatch):
+    """With a stand-in for the driver, the producer's side of the CUDA IPC events: the export
+    creates interprocess events without timing (ready + one done a reader) and records ready on
+    its stream; when the export is let go (its finalizer), that stream waits for every reader's
+    done event before the events are destroyed, once; a fetch of an export whose producer
+    synchronized (no events) is refused nothing: it waits for its copy on the host instead."""
+    import gc
+    import types
+
+    from pyblasgemm import _dask_ipc as ipc
+    from pyblasgemm.kernels import driver as real
+
+    calls = []
+
+    class Bindings:
+        class CUevent_flags:
+            CU_EVENT_DISABLE_TIMING = 2
+            CU_EVENT_INTERPROCESS = 4
+
+        class _Handle:
+            def __init__(self, event):
+                self.raw = bytes([event]) * 64
+
+            def getPtr(self):
+                import ctypes
+                self.buf = ctypes.create_string_buffer(self.raw, 64)
+                return ctypes.addressof(self.buf)
+
+        @staticmethod
+        def cuEventCreate(flags):
+            calls.append(("create", flags))
+            return (0, len([c for c in calls if c[0] == "create"]))
+
+        @staticmethod
+        def cuEventRecord(event, stream):
+            calls.append(("record", event, stream))
+            return (0,)
+
+        @staticmethod
+        def cuIpcGetEventHandle(event):
+            return (0, Bindings._Handle(event))
+
+        @staticmethod
+        def cuStreamWaitEvent(stream, event, flags):
+            calls.append(("wait", stream, event))
+            return (0,)
+
+        @staticmethod
+        def cuEventDestroy(event):
+            calls.append(("destroy", event))
+            return (0,)
+
+    fake = types.SimpleNamespace(bindings=lambda: Bindings, check=real.check, stream=lambda h: f"stream{h}",
+                                 call_in_context=lambda dev, name, fn, *args: real.check(fn(*args), name))
+    monkeypatch.setattr(ipc, "_driver", lambda: fake)
+    owner = ipc._Exported(0, 0, readers=2)
+    assert calls == [("create", 6), ("create", 6), ("create", 6), ("record", 1, "stream0")]
+    ready, done = owner.handles()
+    assert ready == bytes([1]) * 64 and done == (bytes([2]) * 64, bytes([3]) * 64)
+    h = ipc.IpcBlocks([], host="h", pid=1, arrays=[], events=(ready, done), owner=owner)
+    del calls[:]
+    del h, owner
+    gc.collect()
+    assert calls == [("wait", "stream0", 2), ("wait", "stream0", 3), ("destroy", 1), ("destroy", 2), ("destroy", 3)]
+    kept = ipc._Exported(0, 3, readers=0, arrays=[np.ones(1)])      # the arrays go after the waits
+    assert len(kept.arrays) == 1
+    kept.release()
+    assert kept.arrays is None
+    # a failure half-way destroys what was made
+    del calls[:]
+    monkeypatch.setattr(Bindings, "cuEventRecord", staticmethod(lambda event, stream: (1,)))
+    with pytest.raises(real.CudaDriverError, match="cuEventRecord"):
+        ipc._Exported(0, 7, readers=1)
+    gc.collect()
+    assert [c[0] for c in calls] == ["create", "create", "wait", "destroy", "destroy"]
+    with pytest.raises(ValueError, match=r"readers=-1 must be an integer >= 0"):
+        ipc.export(np.ones(2), readers=-1)
 
 
 def test_the_guide_shows_the_ipc_scaling_run():
@@ -1152,3 +1243,32 @@ def test_the_guide_shows_the_ipc_scaling_run():
         row = (f"   * - {case['case']}\n     - {case['gpus']}\n     - {run['median_s'] * 1e3:.1f} ms\n"
                f"     - {run['speedup_vs_one_call']:.2f}x ({run['efficiency']:.2f})")
         assert row in guide, row
+
+
+def test_the_guide_shows_the_2_gpu_ipc_event_run():
+    """docs/guide/dask.rst's 2-GPU table is the results file's rows (2 H200, IPC events and the
+    synchronizing transport, same machine), and what the trace says of it is that file's."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    name = "bench/results/dask_scaling_h200x2_2026-11-27_72e11dc.json"
+    doc = json.loads((root / name).read_text())
+    guide = (root / "docs" / "guide" / "dask.rst").read_text()
+    assert name in guide and doc["gpu_count"] == 2 and doc["device"]["name"] == "NVIDIA H200"
+    assert "NV18" in doc["nvidia_smi"]["topology"] and doc["failures"] == []
+    assert all(b["all_runs_equal"] for b in doc["bitwise"].values())
+    assert doc["bitwise"]["32768^3 float16"]["threaded_equal"] is True
+    for case in doc["cases"]:
+        run = case["pyblasgemm.dask.matmul"]
+        assert case["ipc_events"] == [case["transport"] == "ipc"]
+        row = (f"   * - {case['case']}\n     - {case['gpus']}\n     - {case['transport']}\n"
+               f"     - {run['median_s'] * 1e3:.1f} ms\n     - {run['speedup_vs_one_call']:.2f}x ({run['efficiency']:.2f})")
+        assert row in guide, row
+        if case["case"] == "32768^3 float16" and case["gpus"] == 2:
+            workers = [w for r in run["trace"]["timed"] for w in r["workers"].values()]
+            first, busy, idle = (statistics.median(w[k] for w in workers)
+                                 for k in ("first_task_ms", "gpu_busy_ms", "gpu_idle_ms"))
+            row = f"   * - {case['transport']}\n     - {first:.1f}\n     - {busy:.1f}\n     - {idle:.2f}"
+            assert row in guide, row

@@ -245,6 +245,8 @@ def test_two_gpus_move_blocks_through_cuda_ipc_with_the_threaded_bits(two_gpu_cl
         assert s["ipc_blocks"] == 9 and s["ipc_bytes"] == 9 * 128 * 128 * itemsize, (w, s)
         assert s["fallback_blocks"] == 0 and s["same_process_blocks"] == 0 and s["exported_blocks"] == 9, (w, s)
         assert s["open_now"] >= 1, (w, s)
+        # CUDA IPC events: no export synchronized its device, no fetch waited for its copy
+        assert s["event_exports"] >= 1 and s["synchronized_exports"] == 0 and s["synchronized_fetches"] == 0, (w, s)
     closed = client.run(pbd.close_ipc_handles)
     after = client.run(pbd.ipc_stats)
     for w in workers:
@@ -279,4 +281,62 @@ def test_two_gpus_long_k_and_gemm_through_cuda_ipc(two_gpu_cluster):
                     c=da.from_array(cupy.asarray(c), chunks=128, asarray=False), alpha=0.5, beta=-2)
     np.testing.assert_array_equal(cupy.asnumpy(client.compute(g).result()).view(np.uint16),
                                   cupy.asnumpy(want.compute(scheduler="threads")).view(np.uint16))
+    client.run(pbd.close_ipc_handles)
+
+
+def _late_block(n, value, seed):
+    """A float32 block whose final value is queued behind ~3 large products (tens of ms on an
+    H100): the task ends long before its GPU has written it."""
+    a = cupy.random.RandomState(seed).standard_normal((n, n), dtype=cupy.float32)
+    out = cupy.zeros((n, n), cupy.float32)
+    for _ in range(3):
+        out += a @ a
+    out.fill(value)
+    return out
+
+
+def _fetch_and_count(group, value):
+    """Fetch an export and count, on this GPU, the elements equal to ``value`` (queued after the
+    copy: the fetch returned once its copy was queued); a 0-d CuPy array, not synchronized."""
+    from pyblasgemm import _dask_ipc
+
+    (block,) = _dask_ipc.fetch(group)
+    return (block == value).sum()
+
+
+def _overwrite(n, value):
+    """A block of the same size as _late_block's, filled with ``value``: CuPy's pool hands it the
+    memory of the block freed last, on the same stream."""
+    out = cupy.empty((n, n), cupy.float32)
+    out.fill(value)
+    return out
+
+
+def test_two_gpus_ipc_events_order_a_copy_after_the_producers_writes_and_before_its_reuse(two_gpu_cluster):
+    """The CUDA IPC events on 2 GPUs: a block exported while its writes are still queued (its
+    task ended long before) is copied only after them (the ready event); and once the reader's
+    task has ended, its copy may still be queued, yet the producer frees the block and fills the
+    same memory with something else: the fill waits for the copy (the done event). Both without
+    a thread waiting for a GPU (ipc_stats)."""
+    from distributed import wait
+
+    from pyblasgemm import _dask_ipc
+
+    client = two_gpu_cluster
+    w0, w1 = sorted(client.nthreads())
+    n = 8192
+    client.run(pbd.ipc_stats, True)
+    for rep in range(3):
+        blk = client.submit(_late_block, n, 7.0, rep, workers=[w0], allow_other_workers=False, pure=False)
+        exp = client.submit(_dask_ipc.export, blk, readers=1, workers=[w0], allow_other_workers=False, pure=False)
+        got = client.submit(_fetch_and_count, exp, 7.0, workers=[w1], allow_other_workers=False, pure=False)
+        del blk, exp                    # the producer lets the block go once the fetch task has ended
+        wait(got)
+        junk = client.submit(_overwrite, n, -1.0, workers=[w0], allow_other_workers=False, pure=False)
+        wait(junk)
+        assert int(got.result()) == n * n, rep
+        del got, junk
+    stats = client.run(pbd.ipc_stats)
+    assert stats[w0]["event_exports"] == 3 and stats[w0]["synchronized_exports"] == 0, stats
+    assert stats[w1]["ipc_blocks"] == 3 and stats[w1]["synchronized_fetches"] == 0, stats
     client.run(pbd.close_ipc_handles)
