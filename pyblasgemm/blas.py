@@ -302,8 +302,8 @@ def _make(prefix: str):
             if call is not None and not calls.overlaps(call, *sig[1:]):
                 lim = call.limit
                 if -lim <= alpha <= lim and -lim <= beta <= lim and alpha != 0:
-                    call.launch(sig[1], sig[2], sig[3], alpha + call.zero, beta + call.zero,
-                                streams.current() if stream is None else streams.handle(stream))
+                    call.run(sig[1], sig[2], sig[3], alpha + call.zero, beta + call.zero,
+                             streams.current() if stream is None else streams.handle(stream))
                     return c
         elif t is _TORCH[0] and autotune is None and type(transa) is str and type(transb) is str:
             # a repeated PyTorch call: the tensors' own attributes make the key (calls.key)

@@ -166,21 +166,12 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
                     pc = c.data.ptr
                     if not pc & call.c_mask:
                         sptr = streams.current() if stream is None else streams.handle(stream)
-                        alpha += call.zero
-                        if call.swap:
-                            call.launch(pb, pa, pc, alpha, call.zero, sptr)
-                        else:
-                            call.launch(pa, pb, pc, alpha, call.zero, sptr)
+                        call.run(pa, pb, pc, alpha + call.zero, call.zero, sptr)
                         return c
             elif (not calls.overlaps(call, pa, pb, pc) and -lim <= alpha <= lim
                   and -lim <= beta <= lim and alpha != 0):
                 sptr = streams.current() if stream is None else streams.handle(stream)
-                alpha += call.zero
-                beta += call.zero
-                if call.swap:
-                    call.launch(pb, pa, pc, alpha, beta, sptr)
-                else:
-                    call.launch(pa, pb, pc, alpha, beta, sptr)
+                call.run(pa, pb, pc, alpha + call.zero, beta + call.zero, sptr)
                 return out
     elif (t is _TORCH[0] and autotune is None and type(transa) is str and type(transb) is str):
         # a repeated PyTorch call: the tensors' own attributes make the key (calls.key)
