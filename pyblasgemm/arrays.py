@@ -487,10 +487,7 @@ def torch_replay(words, a, b, out, stream, alpha=None, beta=None):
             return None
         alpha, beta = alpha + call.zero, beta + call.zero
     sptr = torch_raw_stream(a.get_device()) if stream is None else streams.handle(stream)
-    if call.swap:
-        call.launch(pb, pa, pc, alpha, beta, sptr)
-    else:
-        call.launch(pa, pb, pc, alpha, beta, sptr)
+    call.run(pa, pb, pc, alpha, beta, sptr)
     return c
 
 
@@ -550,10 +547,7 @@ def jax_replay(words, a, b):
     pc = c.data.ptr
     if pc & call.c_mask:
         return None
-    if call.swap:
-        call.launch(pb, pa, pc, call.one, call.zero, streams.current())
-    else:
-        call.launch(pa, pb, pc, call.one, call.zero, streams.current())
+    call.run(pa, pb, pc, call.one, call.zero, streams.current())
     out = _JAX_IMPORT.take(c)
     return out if out is not None else _from_native(c, "jax", a)
 

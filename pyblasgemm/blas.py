@@ -288,25 +288,26 @@ def _make(prefix: str):
               alpha=_MISSING, a=_MISSING, lda=_MISSING, b=_MISSING, ldb=_MISSING, beta=_MISSING,
               c=_MISSING, ldc=_MISSING, *, compute=None, backend=None, autotune=None, stream=None,
               invariant=None):
+        # the signature's words, as every branch below keys and records them
+        words = calls.words(prefix, compute, backend, invariant,
+                            (transa, transb, m, n, k, lda, ldb, ldc, type(alpha), type(beta)))
         t = type(a)
         if (t is _CUPY[0] and autotune is None and type(transa) is str
                 and type(transb) is str and type(m) is int and type(n) is int
                 and type(k) is int and type(lda) is int and type(ldb) is int
                 and type(ldc) is int):
             # a repeated CuPy call: its signature maps straight to the launch that ran it
-            sig = calls.key((prefix, compute, backend, calls.flag(invariant), transa, transb, m, n, k, lda, ldb, ldc,
-                             type(alpha), type(beta)), a, b, c)
+            sig = calls.key(words, a, b, c)
             call = None if sig is None else calls.get(sig[0])
             if call is not None and not calls.overlaps(call, *sig[1:]):
                 lim = call.limit
                 if -lim <= alpha <= lim and -lim <= beta <= lim and alpha != 0:
-                    call.launch(sig[1], sig[2], sig[3], alpha + call.zero, beta + call.zero,
-                                streams.current() if stream is None else streams.handle(stream))
+                    call.run(sig[1], sig[2], sig[3], alpha + call.zero, beta + call.zero,
+                             streams.current() if stream is None else streams.handle(stream))
                     return c
         elif t is _TORCH[0] and autotune is None and type(transa) is str and type(transb) is str:
             # a repeated PyTorch call: the tensors' own attributes make the key (calls.key)
-            if arrays.torch_replay((prefix, compute, backend, calls.flag(invariant), transa, transb, m, n, k, lda, ldb, ldc,
-                                    type(alpha), type(beta)), a, b, c, stream, alpha, beta) is not None:
+            if arrays.torch_replay(words, a, b, c, stream, alpha, beta) is not None:
                 return c
         elif (t is _ND and autotune is None and stream is None
               and type(transa) is str and type(transb) is str and type(m) is int
@@ -314,8 +315,7 @@ def _make(prefix: str):
               and type(ldc) is int):
             # a repeated NumPy call: the key proves flags, sizes, dtypes and that the buffers
             # hold their spans; pointers (overlap), writability and scalar values it cannot
-            sig = calls.key((prefix, compute, backend, calls.flag(invariant), transa, transb, m, n, k, lda, ldb, ldc,
-                             type(alpha), type(beta)), a, b, c)
+            sig = calls.key(words, a, b, c)
             try:
                 host_call = None if sig is None else _peek(sig[0])
             except TypeError:       # an unhashable word (compute=[...]): the full path names it
@@ -365,8 +365,7 @@ def _make(prefix: str):
             if (conv.kind == "torch" and conv.gpu and autotune is None and type(transa) is str
                     and type(transb) is str and _plain_word(compute) and _plain_word(backend)
                     and all(type(v) is int for v in (m, n, k, lda, ldb, ldc))):
-                arrays.torch_record((prefix, compute, backend, calls.flag(invariant), transa, transb, m, n, k, lda, ldb, ldc,
-                                     type(alpha), type(beta)), a, b, c, c)
+                arrays.torch_record(words, a, b, c, c)
             return c
         given_stream = stream
         stream = streams.handle(stream)
@@ -381,8 +380,7 @@ def _make(prefix: str):
                 and type(alpha) in _PLAIN[row.scalar_kind]
                 and type(beta) in _PLAIN[row.scalar_kind]):
             # describe_blas proved this signature valid (int dims: checked there)
-            key = calls.key((prefix, given_compute, given_backend, calls.flag(invariant), transa, transb, m, n, k, lda,
-                             ldb, ldc, type(alpha), type(beta)), a, b, c)[0]
+            key = calls.key(words, a, b, c)[0]
             # spans of the buffers as BLAS reads them (the whole buffers: conservative)
             calls.record(key, launch, False, a, b, c, False, None, zero, limit)
         elif (launch is None and type(a) is _ND and type(b) is _ND and type(c) is _ND
@@ -394,9 +392,7 @@ def _make(prefix: str):
             plan = plan_for(desc, backend)        # cached: the plan that just ran
             if plan.backend == "host" and not isinstance(plan.launch, CompositeSpec):
                 # describe_blas proved this signature valid; the host ran it on views
-                calls.put(calls.key((prefix, given_compute, given_backend, calls.flag(invariant), transa, transb, m, n, k,
-                                     lda, ldb, ldc, type(alpha), type(beta)), a, b, c)[0],
-                          _host_call(desc, row, zero, limit, a, b, c))
+                calls.put(calls.key(words, a, b, c)[0], _host_call(desc, row, zero, limit, a, b, c))
         return c
 
     zero = 0 if row.scalar_kind == "int" else 0.0

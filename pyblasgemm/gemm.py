@@ -30,13 +30,6 @@ def _supported_names() -> str:
     return ", ".join(d.name for d in ROW_BY_DTYPE)
 
 
-def _words(transa, transb, alpha, beta, out, compute, backend, invariant=None) -> tuple:
-    """The form's part of a call's signature key (:func:`pyblasgemm.calls.key`): the flags and
-    keywords as given, the scalars' types (beta's only with out=)."""
-    return (_ROUTINE, compute, backend, calls.flag(invariant), transa, transb, type(alpha),
-            None if out is None else type(beta))
-
-
 # NumPy in gives NumPy out, CuPy CuPy, PyTorch PyTorch, JAX JAX (pyblasgemm._typing)
 @overload
 def gemm(transa: GemmTrans, transb: GemmTrans, a: NDArray, b: NDArray, out: NDArray | None = None,
@@ -155,10 +148,14 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
             and scale_b is None):
         return _with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend, autotune,
                               stream, bias, activation, preactivation_out, scale_a, scale_b, invariant)
+    # the signature's words (calls.words), as every branch below keys and records them: the
+    # flags and keywords as given, the scalars' types (beta's only with out=)
+    words = calls.words(_ROUTINE, compute, backend, invariant,
+                        (transa, transb, type(alpha), None if out is None else type(beta)))
     t = type(a)
     if t is _CUPY[0] and autotune is None and type(transa) is str and type(transb) is str:
         # a repeated CuPy call: its signature maps straight to the launch that ran it
-        sig = calls.key(_words(transa, transb, alpha, beta, out, compute, backend, invariant), a, b, out)
+        sig = calls.key(words, a, b, out)
         call = None if sig is None else calls.get(sig[0])
         if call is not None:
             _, pa, pb, pc = sig
@@ -169,26 +166,16 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
                     pc = c.data.ptr
                     if not pc & call.c_mask:
                         sptr = streams.current() if stream is None else streams.handle(stream)
-                        alpha += call.zero
-                        if call.swap:
-                            call.launch(pb, pa, pc, alpha, call.zero, sptr)
-                        else:
-                            call.launch(pa, pb, pc, alpha, call.zero, sptr)
+                        call.run(pa, pb, pc, alpha + call.zero, call.zero, sptr)
                         return c
             elif (not calls.overlaps(call, pa, pb, pc) and -lim <= alpha <= lim
                   and -lim <= beta <= lim and alpha != 0):
                 sptr = streams.current() if stream is None else streams.handle(stream)
-                alpha += call.zero
-                beta += call.zero
-                if call.swap:
-                    call.launch(pb, pa, pc, alpha, beta, sptr)
-                else:
-                    call.launch(pa, pb, pc, alpha, beta, sptr)
+                call.run(pa, pb, pc, alpha + call.zero, beta + call.zero, sptr)
                 return out
     elif (t is _TORCH[0] and autotune is None and type(transa) is str and type(transb) is str):
         # a repeated PyTorch call: the tensors' own attributes make the key (calls.key)
-        c = arrays.torch_replay(_words(transa, transb, alpha, beta, out, compute, backend, invariant), a, b, out,
-                                stream, alpha, 0 if out is None else beta)
+        c = arrays.torch_replay(words, a, b, out, stream, alpha, 0 if out is None else beta)
         if c is not None:
             return c
     elif _CUPY[0] is None and calls.cupy_type() is not None:
@@ -210,8 +197,7 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
         back = out if out is not None else conv.back(result)
         if (conv.kind == "torch" and conv.gpu and autotune is None and type(transa) is str
                 and type(transb) is str and _plain_word(compute) and _plain_word(backend)):
-            arrays.torch_record(_words(transa, transb, alpha, beta, out, compute, backend, invariant), a, b, out,
-                                back)
+            arrays.torch_record(words, a, b, out, back)
         return back
     stream = streams.handle(stream)
     r = _ROUTINE
@@ -228,7 +214,7 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
     beta = check_scalar(r, 7, "beta", beta, row)
     compute = resolve_compute(row, compute, r)
     backend = check_backend(r, backend)
-    given_invariant, invariant = invariant, resolve_invariant(r, invariant)
+    invariant = resolve_invariant(r, invariant)
     xp = _arrays.xp_of(xp_name)
     fresh = out is None
     if fresh:
@@ -251,8 +237,7 @@ def gemm(transa, transb, a, b, out=None, alpha=1, beta=0, *, compute=None, backe
             and type(given_beta) in _PLAIN[row.scalar_kind]):
         # one launch on the caller's own arrays: the next call with this signature goes
         # straight to it (calls.py)
-        sig = calls.key(_words(transa, transb, given_alpha, given_beta, None if fresh else out,
-                               given_compute, given_backend, given_invariant), a, b, None if fresh else out)
+        sig = calls.key(words, a, b, None if fresh else out)
         key = None if sig is None else sig[0]
         zero = 0 if row.scalar_kind == "int" else 0.0
         calls.record(key, ran[0], ran[1], a, b, out, fresh, None, zero, _scalar_limit(row))

@@ -319,10 +319,7 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
                     c = out
                 if call is not None:
                     sptr = streams.current() if stream is None else streams.handle(stream)
-                    if call.swap:
-                        call.launch(pb, pa, pc, call.one, call.zero, sptr)
-                    else:
-                        call.launch(pa, pb, pc, call.one, call.zero, sptr)
+                    call.run(pa, pb, pc, call.one, call.zero, sptr)
                     return c
     elif t is _TORCH[0] and autotune is None and dtype is None and not numpy_kwargs:
         # a repeated PyTorch call: the tensors' own attributes make the key (calls.key)

@@ -203,7 +203,8 @@ class Matmul(Generic[_Array]):
             raise ValueError("Matmul: this product does not run as one launch on the arrays' "
                              "own memory (it needs copies, a temporary or a loop over batch "
                              "dimensions); use pyblasgemm.matmul")
-        self._launch, self._swap = ran
+        self._launch, swapped = ran
+        self._run = calls.ordered(self._launch, swapped)     # the pointers in our order
         self.a, self.b, self.out = a, b, out
         self._layout = tuple((x.dtype, x.shape, x.strides) for x in (a, b, out))
         self._ptrs = (a.data.ptr, b.data.ptr, target.data.ptr)
@@ -219,10 +220,7 @@ class Matmul(Generic[_Array]):
             # converted (the door's path costs ~5 µs more a call; H200, 64³ fp16)
             pa, pb, pc = self._ptrs
             sptr = arrays.torch_raw_stream(self._torch_device)
-            if self._swap:
-                self._launch(pb, pa, pc, self._one, self._zero, sptr)
-            else:
-                self._launch(pa, pb, pc, self._one, self._zero, sptr)
+            self._run(pa, pb, pc, self._one, self._zero, sptr)
             return self._out_foreign
         if self._conv is not None:
             return self._execute_foreign(a, b, c, stream)
@@ -241,10 +239,7 @@ class Matmul(Generic[_Array]):
         sptr = (self._stream if stream is None else streams.handle(stream))
         if sptr is None:
             sptr = streams.current()
-        if self._swap:
-            self._launch(pb, pa, pc, self._one, self._zero, sptr)
-        else:
-            self._launch(pa, pb, pc, self._one, self._zero, sptr)
+        self._run(pa, pb, pc, self._one, self._zero, sptr)
         if self._epilogue is not None:
             epi, t, bias, pre = self._epilogue
             with streams.on(sptr):
@@ -333,7 +328,7 @@ class Matmul(Generic[_Array]):
 
     def free(self) -> None:
         """Drop the launch and the arrays (the plan cache may still hold the launch)."""
-        self._launch = None
+        self._launch = self._run = None
         self.a = self.b = self.out = None
         self._conv = self._out_foreign = None
 

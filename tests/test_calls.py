@@ -149,3 +149,26 @@ def test_a_repeated_numpy_call_is_answered_the_same(form):
         else:
             got = pyblasgemm.matmul(a, b)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_a_recorded_call_runs_its_launch_with_the_pointers_in_its_order(swap):
+    """Call.run (calls.ordered, bound when the call is recorded) is the one place the swapped
+    order of a problem that ran as Cᵀ = op(B)ᵀ op(A)ᵀ is applied: the replays hand it the
+    pointers in the caller's order; unswapped it is the launch itself (no extra call)."""
+    seen = []
+
+    def launch(pa, pb, pc, alpha, beta, stream):
+        seen.append((pa, pb, pc, alpha, beta, stream))
+
+    a, b, c = np.ones(4, np.float32), np.ones(4, np.float32), np.zeros(4, np.float32)
+    key = ("test", "ordered", swap)
+    calls.record(key, launch, swap, a, b, c, False, zero=0.0, limit=1.0)
+    call = calls.get(key)
+    try:
+        assert call.swap is swap and call.launch is launch
+        assert (call.run is launch) is not swap
+        call.run(0xA, 0xB, 0xC, 2.0, 0.5, 7)
+        assert seen == [((0xB, 0xA) if swap else (0xA, 0xB)) + (0xC, 2.0, 0.5, 7)]
+    finally:
+        calls.cache.pop(key)
