@@ -470,8 +470,11 @@ def torch_replay(words, a, b, out, stream, alpha=None, beta=None):
     if hit is None:
         return None
     call = hit.call
+    # the device as its ordinal: torch takes it as the CUDA device, without making a torch.device
+    # object per call (``a.device``)
+    dev = a.get_device()
     if out is None:
-        c = sys.modules["torch"].empty_strided(hit.shape, hit.strides, dtype=hit.dtype, device=a.device)
+        c = sys.modules["torch"].empty_strided(hit.shape, hit.strides, dtype=hit.dtype, device=dev)
         pc = c.data_ptr()
         if pc & call.c_mask:
             return None
@@ -486,7 +489,7 @@ def torch_replay(words, a, b, out, stream, alpha=None, beta=None):
         if not (-lim <= alpha <= lim and -lim <= beta <= lim and alpha != 0):
             return None
         alpha, beta = alpha + call.zero, beta + call.zero
-    sptr = torch_raw_stream(a.get_device()) if stream is None else streams.handle(stream)
+    sptr = torch_raw_stream(dev) if stream is None else streams.handle(stream)
     call.run(pa, pb, pc, alpha, beta, sptr)
     return c
 

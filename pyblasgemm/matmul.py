@@ -818,14 +818,15 @@ def _foreign_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias
         sig = _torch_epilogue_key(a, b, dtype, compute, backend, bias, activation, invariant)
         hit = None if sig is None else calls.get(sig[0])
         if hit is not None:
-            c = sys.modules["torch"].empty_strided(hit.shape, hit.strides, dtype=hit.dtype, device=a.device)
+            dev = a.get_device()        # (an ordinal: no torch.device object a call)
+            c = sys.modules["torch"].empty_strided(hit.shape, hit.strides, dtype=hit.dtype, device=dev)
             pc = c.data_ptr()
             if not pc & 15:
                 _, pa, pb, pbias = sig
                 run = hit.run
                 if run.swap:
                     pa, pb = pb, pa
-                sptr = arrays.torch_raw_stream(a.get_device()) if stream is None else streams.handle(stream)
+                sptr = arrays.torch_raw_stream(dev) if stream is None else streams.handle(stream)
                 run.launch(pa, pb, pc, run.alpha, run.beta, sptr, bias=pbias)
                 note_route(run.route)
                 return c
