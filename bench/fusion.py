@@ -20,7 +20,9 @@ Cases (the issue's targets):
 * grouped (mixture of experts, bfloat16, N = K = 4096, M per expert drawn from 0..2048 with a
   fixed seed): ``grouped_matmul(a, b, offsets=)`` against a loop of ``torch.matmul`` and
   ``torch._grouped_mm`` where it runs, for 8 and 64 experts; and 64 small experts (M 0..64,
-  N = K = 1024), where the loop is host-bound.
+  N = K = 1024) and 128 (M 0..64, N = K = 2048), where the loop is host-bound; pyblasgemm with
+  the offsets on the host and on the GPU (int32, as ``offs``: the table built on the device).
+  ``--grouped`` runs these cases alone.
 
 Each contender's output is compared with the fastest PyTorch sequence's first (max relative
 error over the whole output) before it is timed. Steady: CUDA events around back-to-back
@@ -237,7 +239,9 @@ def grouped(gpu, experts, seed=5, max_rows=2048, width=4096) -> dict:
     theirs = {"torch loop of matmul": loop}
     if hasattr(torch, "_grouped_mm"):
         theirs["torch._grouped_mm"] = lambda: torch._grouped_mm(ta, tb, offs=offs)
-    ours = {"pyblasgemm grouped_matmul": lambda: pb.grouped_matmul(a, b, offsets=ends)}
+    dev_ends = cp.asarray(ends.astype(np.int32))
+    ours = {"pyblasgemm grouped_matmul": lambda: pb.grouped_matmul(a, b, offsets=ends),
+            "pyblasgemm grouped_matmul, offsets on the GPU": lambda: pb.grouped_matmul(a, b, offsets=dev_ends)}
     row = _contend(gpu, ours, theirs, 2.0**-8 * 8)
     row["tokens"], row["max_rows"], row["width"] = int(ends[-1]), max_rows, width
     pb.grouped_matmul(a, b, offsets=ends)
@@ -284,7 +288,15 @@ def plot(paths, out) -> None:
 SEED = 20261201
 
 
+#: the grouped cases (experts, most rows an expert gets, k = n); ``--grouped`` runs these alone
+GROUPED_CASES = ((8, 2048, 4096), (64, 2048, 4096), (64, 64, 1024), (128, 64, 2048))
+
+
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    grouped_only = "--grouped" in argv          # (the grouped cases alone: one short device call)
+    if grouped_only:
+        argv.remove("--grouped")
     args = plot_or_args(__doc__.split("\n")[0], "the first shape of each list only", plot, argv)
     if args is None:
         return 0
@@ -293,7 +305,7 @@ def main(argv=None) -> int:
     doc = {"schema": "pyblasgemm-fusion/1",
            **meta(gpu, seed=f"CuPy's global RNG seeded {SEED}; expert sizes numpy default_rng(5)"),
            "method": __doc__, "cases": []}
-    shapes = SHAPES[:1] if args.quick else SHAPES
+    shapes = [] if grouped_only else SHAPES[:1] if args.quick else SHAPES
     for dtype in ("float16", "bfloat16"):
         for m, n, k in shapes:
             row = {"case": "bias+gelu", "dtype": dtype, "m": m, "n": n, "k": k,
@@ -307,20 +319,20 @@ def main(argv=None) -> int:
         doc["cases"].append(row)
         print(row["case"], m, n, k, row["route"], {key: v for key, v in row.items() if key.startswith("ratio")},
               flush=True)
-    doc["cases"].append({"case": "epilogue cost 8192^3 float16", **epilogue_cost(gpu)})
-    print(doc["cases"][-1], flush=True)
-    for m, n, k in (INT8_SHAPES[:1] if args.quick else INT8_SHAPES):
+    if not grouped_only:
+        doc["cases"].append({"case": "epilogue cost 8192^3 float16", **epilogue_cost(gpu)})
+        print(doc["cases"][-1], flush=True)
+    for m, n, k in ([] if grouped_only else INT8_SHAPES[:1] if args.quick else INT8_SHAPES):
         row = {"case": "int8 dequant+bias+relu", "dtype": "int8", "m": m, "n": n, "k": k,
                **int8_dequant(gpu, m, n, k)}
         doc["cases"].append(row)
         print(row["case"], m, n, k, {key: v for key, v in row.items() if key.startswith("ratio")}, flush=True)
-    for t, f, h, o in ((4096, 1024, 1024, 1024), (16, 4096, 11008, 4096)):
+    for t, f, h, o in (() if grouped_only else ((4096, 1024, 1024, 1024), (16, 4096, 11008, 4096))):
         row = {"case": "fused_mlp gelu", "dtype": "float16", "tokens": t, "features": f, "hidden": h,
                "out": o, **mlp(gpu, t, f, h, o)}
         doc["cases"].append(row)
         print(row["case"], t, f, h, o, {key: v for key, v in row.items() if key.startswith("ratio")}, flush=True)
-    for experts, max_rows, width in (((8, 2048, 4096),) if args.quick else
-                                     ((8, 2048, 4096), (64, 2048, 4096), (64, 64, 1024))):
+    for experts, max_rows, width in (GROUPED_CASES[:1] if args.quick else GROUPED_CASES):
         row = {"case": "grouped experts", "dtype": "bfloat16", "experts": experts,
                **grouped(gpu, experts, max_rows=max_rows, width=width)}
         doc["cases"].append(row)

@@ -40,6 +40,8 @@ array([[ 0.,  1.],
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from typing import TYPE_CHECKING, Any, NamedTuple, overload
@@ -58,7 +60,7 @@ from ._layout import may_overlap
 from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, dtype_text, resolve_compute
 from .desc import GroupSpec, alignment, check_backend, check_same_place, describe
 from .epilogue import EpilogueSpec, check as check_epilogue, note_route
-from .execute import execute_group
+from .execute import execute_group, execute_group_offsets
 from .gemm import check_operands, gemm
 from .kernels.grouped import PROBLEM_ROW
 from .kernels.jit import DEQUANT_OUT
@@ -258,8 +260,15 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
     a, b : lists of 2-D arrays, or ``a`` (M, k) and ``b`` (groups, k, n) with ``offsets``
         NumPy or CuPy arrays, or PyTorch tensors, JAX arrays and DLPack objects (the results
         in their framework).
-    offsets : sequence of int, optional
-        Each group's end row in ``a`` (the expert form).
+    offsets : sequence of int, or a 1-D int32 / int64 GPU array, optional
+        Each group's end row in ``a`` (the expert form). On the GPU (a CuPy array, or a CUDA
+        tensor: ``torch._grouped_mm``'s ``offs``) the offsets are never read on the host: the
+        problems' table is built on the device and the grouped kernel reads its tile count
+        there, so the call may be captured in a CUDA graph and replayed with new sizes. The
+        values are not checked then (that would read them): a group ends at the largest offset
+        so far, clamped to ``a``'s rows, so any values stay inside the arrays, and rows past the
+        last offset are not written. Where the call cannot be one launch (an invariant call, a
+        layout off the kernel) they are read back and checked as host offsets.
     group_sizes : sequence of int, optional
         Instead of ``offsets``: each group's row count (JAX's ``ragged_dot`` word; must sum
         to ``a``'s rows). ``group_sizes=[1, 3]`` is ``offsets=[1, 4]``.
@@ -360,7 +369,8 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
         raise ValueError(f"grouped_matmul: the expert form needs a (M, k) and b (groups, k, n); got "
                          f"{a.shape} and {b.shape}")
     groups, n = b.shape[0], b.shape[2]
-    ends = _check_offsets(offsets, a.shape[0], groups)
+    on_device = _device_offsets(offsets, groups, xp_name)
+    ends = None if on_device is not None else _check_offsets(offsets, a.shape[0], groups)
     for name, v, shape in (("bias", bias, (groups, n)), ("scale_b", scale_b, (groups, n)),
                            ("scale_a", scale_a, (a.shape[0],))):
         if v is not None and _arrays.array_module_name(v) is None:
@@ -384,6 +394,13 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
         _check_target("", a, n, row, out, out_given, None if bias is None else bias[0], scale_a,
                       None if scale_b is None else scale_b[0], activation)
         _check_modes(row, compute, backend, xp_name)
+    if on_device is not None:
+        if one_launch and groups and a.shape[0] and _on_device(a, b, on_device, out, bias, scale_a,
+                                                                scale_b, activation, dequant, compute,
+                                                                backend, stream):
+            return out
+        # the loop over groups (or an invariant call) needs the sizes on the host: one read back
+        ends = _check_offsets(offsets, a.shape[0], groups)
     key = None if not one_launch else _expert_signature(a, b, ends, out, out_given, bias, scale_a,
                                                          scale_b, activation, dtype, compute, backend)
     if key is not None:
@@ -539,11 +556,80 @@ def _row_major_ld(x) -> int | None:
     return max(ld, x.shape[1], 1) if x.strides[0] % isz == 0 and x.strides[0] >= 0 else None
 
 
-def _expert_columns(a, b, ends, out, bias, scale_a, scale_b):
-    """The table columns of the expert form, vectorized from the arrays' addresses and strides
-    (no per-expert views: CuPy makes one in ~5 µs), or None when a layout keeps it off the
-    kernel. Row-major ``out[s:e] = a[s:e] @ b[g]`` is the kernel's ``outᵀ = b[g]ᵀ a[s:e]ᵀ``:
-    its m is n, its n the expert's rows."""
+def _device_offsets(offsets, groups: int, xp_name: str):
+    """``(pointer, bytes per offset, device)`` of end offsets that live on a GPU (a CuPy array,
+    or a CUDA tensor: ``torch._grouped_mm``'s ``offs``), 1-D, contiguous, int32 or int64, for
+    CuPy operands; None for host offsets (a sequence, a NumPy array), which are read and checked
+    on the host. A wrong length or type is refused here, before any work; the values are not
+    read (that is the point: no copy to the host), so the table kernel clamps them instead (see
+    :func:`grouped_matmul`)."""
+    if xp_name != "cupy" or offsets is None:
+        return None
+    cupy_type, torch_type = calls.cupy_type(), arrays.torch_type()
+    if cupy_type is not None and type(offsets) is cupy_type:
+        shape, itemsize, kind = offsets.shape, offsets.dtype.itemsize, offsets.dtype.kind
+        contiguous = offsets.ndim != 1 or offsets.strides[0] == itemsize or offsets.size < 2
+        where = (offsets.data.ptr, offsets.device.id)
+    elif torch_type is not None and isinstance(offsets, torch_type) and offsets.is_cuda:
+        shape, itemsize = tuple(offsets.shape), offsets.element_size()
+        kind = "i" if not offsets.dtype.is_floating_point and not offsets.dtype.is_complex \
+            and offsets.dtype != sys.modules["torch"].bool else "f"
+        contiguous = offsets.dim() != 1 or offsets.stride(0) == 1 or offsets.numel() < 2
+        where = (offsets.data_ptr(), offsets.get_device())
+    else:
+        return None
+    if kind not in "iu" or itemsize not in (4, 8) or kind == "u" and itemsize == 4:
+        raise TypeError(f"grouped_matmul: offsets on the GPU must be int32 or int64, got {offsets.dtype}")
+    if len(shape) != 1 or shape[0] != groups:
+        raise ValueError(f"grouped_matmul: offsets has shape {shape}; b holds {groups} groups")
+    if not contiguous:
+        return None                 # (read on the host, as a sequence)
+    return where[0], itemsize, where[1]
+
+
+def _on_device(a, b, on_device, out, bias, scale_a, scale_b, activation, dequant, compute, backend,
+               stream) -> bool:
+    """The expert form with device-side offsets as one launch pair (the table built on the GPU,
+    then the grouped GEMM; :func:`pyblasgemm.execute.execute_group_offsets`), or False when it
+    cannot run so (its blocker, a layout off the kernel, the planner's loop): the caller then
+    reads the offsets back and takes the host path."""
+    rows, (groups, k, n) = a.shape[0], b.shape
+    ptr, offset_bytes, device = on_device
+    blocker = _blocker(a, out.dtype, dequant, compute) or (
+        "" if _arrays.device_id(b) == _arrays.device_id(out) == _arrays.device_id(a) == device
+        and b.dtype == a.dtype else "a, b, out and offsets are not of one device and type")
+    layout = None if blocker else _expert_layout(a, b, out, bias, scale_a, scale_b)
+    if layout is None:
+        return False
+    osz = out.dtype.itemsize
+    if dequant and (_arrays.data_ptr(out) % 16 or out.strides[0] % 16):
+        return False    # a dequantizing store needs every group's C in whole 16-byte columns
+    # the group sizes are on the device: the plan is made for one-row groups (every start, so
+    # the alignment classes hold for any sizes), which prices the one launch; the launch reads
+    # the real sizes
+    nominal = [min(rows, g + 1) for g in range(groups - 1)] + [rows]
+    cols = _expert_columns(a, b, nominal, out, bias, scale_a, scale_b)
+    starts = [0] + nominal[:-1]
+    sizes = tuple((n, e - s0, k) for s0, e in zip(starts, nominal))
+    desc = _describe("experts", a, out.dtype, sizes, cols, "", activation, bias is not None, dequant,
+                     compute)
+    lda, ldb, ldc = layout
+
+    def base(x):
+        return 0 if x is None else _arrays.data_ptr(x)
+
+    values = dict(weights=base(b), tokens=base(a), out=base(out), bias=base(bias), scale_w=base(scale_b),
+                  scale_x=base(scale_a), w_group_bytes=b.strides[0], x_row_bytes=a.strides[0],
+                  out_row_bytes=out.strides[0], bias_group_bytes=0 if bias is None else bias.strides[0],
+                  scale_w_group_bytes=0 if scale_b is None else scale_b.strides[0], lda=lda, ldb=ldb,
+                  ldc=ldc, rows=rows, m=n, k=k, out_bytes=osz)
+    return execute_group_offsets(desc, groups, ptr, offset_bytes, values, backend,
+                                 streams.handle(stream))
+
+
+def _expert_layout(a, b, out, bias, scale_a, scale_b):
+    """The expert form's leading dimensions ``(lda, ldb, ldc)`` in the kernel's terms (see
+    :func:`_expert_columns`), or None when a layout keeps it off the kernel."""
     isz, osz = a.dtype.itemsize, out.dtype.itemsize
     groups, k, n = b.shape
     if (k > 1 and a.strides[1] != isz) or (n > 1 and (b.strides[2] != isz or out.strides[1] != osz)):
@@ -551,15 +637,6 @@ def _expert_columns(a, b, ends, out, bias, scale_a, scale_b):
     if min(a.strides[0], b.strides[0], b.strides[1], out.strides[0]) < 0 or may_overlap(out, a) \
             or may_overlap(out, b):
         return None
-    ends = np.asarray(ends, np.int64)
-    starts = np.concatenate(([0], ends[:-1]))
-    g = np.arange(groups, dtype=np.int64)
-    lda, ldb, ldc = max(b.strides[1] // isz, n, 1), max(a.strides[0] // isz, k, 1), max(out.strides[0] // osz, n, 1)
-
-    def addr(x, step, index):
-        return (np.uint64(_arrays.data_ptr(x)) + (index * step).astype(np.uint64)) if x is not None else \
-            np.zeros(groups, np.uint64)
-
     if bias is not None and bias.dtype != out.dtype:
         return None                 # the kernel reads the bias in the result's type
     for v in (bias, scale_b):
@@ -567,6 +644,27 @@ def _expert_columns(a, b, ends, out, bias, scale_a, scale_b):
             return None
     if scale_a is not None and a.shape[0] > 1 and scale_a.strides[0] != 4:
         return None
+    return max(b.strides[1] // isz, n, 1), max(a.strides[0] // isz, k, 1), max(out.strides[0] // osz, n, 1)
+
+
+def _expert_columns(a, b, ends, out, bias, scale_a, scale_b):
+    """The table columns of the expert form, vectorized from the arrays' addresses and strides
+    (no per-expert views: CuPy makes one in ~5 µs), or None when a layout keeps it off the
+    kernel. Row-major ``out[s:e] = a[s:e] @ b[g]`` is the kernel's ``outᵀ = b[g]ᵀ a[s:e]ᵀ``:
+    its m is n, its n the expert's rows."""
+    layout = _expert_layout(a, b, out, bias, scale_a, scale_b)
+    if layout is None:
+        return None
+    lda, ldb, ldc = layout
+    groups, k, n = b.shape
+    ends = np.asarray(ends, np.int64)
+    starts = np.concatenate(([0], ends[:-1]))
+    g = np.arange(groups, dtype=np.int64)
+
+    def addr(x, step, index):
+        return (np.uint64(_arrays.data_ptr(x)) + (index * step).astype(np.uint64)) if x is not None else \
+            np.zeros(groups, np.uint64)
+
     cols = dict(A=addr(b, b.strides[0], g), B=addr(a, a.strides[0], starts), C=addr(out, out.strides[0], starts),
                 bias=addr(bias, None if bias is None else bias.strides[0], g),
                 scale_m=addr(scale_b, None if scale_b is None else scale_b.strides[0], g),

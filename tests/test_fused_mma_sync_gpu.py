@@ -204,6 +204,77 @@ def test_grouped_expert_form_is_one_persistent_launch(dtype, act):
     assert cupy.array_equal(again, y)
 
 
+@pytest.mark.parametrize("dtype,act,offsets_type", [
+    (np.float16, "gelu", "cupy-int32"), (ml_dtypes.bfloat16, None, "cupy-int64"),
+    (np.float16, "silu", "torch-int64"), (np.int8, None, "cupy-int64"), (np.int8, "gelu", "torch-int32")])
+def test_grouped_offsets_on_the_gpu_give_the_host_offsets_bits(dtype, act, offsets_type):
+    """End offsets that live on the GPU (CuPy, or a CUDA tensor as torch._grouped_mm's offs):
+    the table is built on the device and the GEMM reads its tile count there; the result has
+    the bits of the same call with the offsets on the host (every tile computes alike), for
+    ragged and empty groups, with the epilogue and int8 dequantization fused."""
+    import cupy
+
+    from pyblasgemm.epilogue import last_route
+
+    rng = np.random.default_rng(44)
+    sizes = [0, 1, 7, 200, 0, 1000, 33, 0]
+    k, n = 264, 136
+    a, b, ends = _expert_case(rng, dtype, sizes, k, n)
+    kw = dict(activation=act, backend="tensorcore")
+    if dtype == np.int8 and act:
+        kw.update(scale_a=cupy.asarray(rng.uniform(1e-3, 1e-2, a.shape[0]).astype(np.float32)),
+                  scale_b=cupy.asarray(rng.uniform(1e-3, 1e-2, (len(sizes), n)).astype(np.float32)),
+                  dtype=np.float16)
+    elif act:
+        kw.update(bias=cupy.asarray(_data(rng, (len(sizes), n), dtype)))
+    ga, gb = cupy.asarray(a), cupy.asarray(b)
+    want = pyblasgemm.grouped_matmul(ga, gb, offsets=ends, **kw)
+    framework, width = offsets_type.split("-")
+    if framework == "torch":
+        torch = pytest.importorskip("torch")
+        dev_ends = torch.tensor(ends, dtype=getattr(torch, width), device="cuda")
+    else:
+        dev_ends = cupy.asarray(ends, dtype=width)
+    got = pyblasgemm.grouped_matmul(ga, gb, offsets=dev_ends, **kw)
+    assert "one persistent launch" in last_route(), last_route()
+    assert got.dtype == want.dtype and cupy.array_equal(got, want), (dtype, act, offsets_type)
+
+
+def test_grouped_offsets_on_the_gpu_replay_in_a_cuda_graph_with_new_sizes():
+    """One CUDA graph of the expert call with device offsets, replayed after the offsets (and
+    the tokens) change in place: each replay gives the host-offsets call's bits for its sizes;
+    offsets past the tokens are clamped (no read or write outside them), and rows past the last
+    offset are left as they were."""
+    import cupy
+
+    rng = np.random.default_rng(45)
+    rows, k, n, groups = 600, 128, 200, 6
+    a = cupy.asarray(_data(rng, (rows, k), np.float16))
+    b = cupy.asarray(_data(rng, (groups, k, n), np.float16))
+    offsets = cupy.zeros(groups, np.int64)
+    out = cupy.zeros((rows, n), np.float16)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        offsets[...] = cupy.asarray([100, 100, 350, 351, 599, 600])
+        pyblasgemm.grouped_matmul(a, b, offsets=offsets, out=out, backend="tensorcore")   # compiled, planned
+        stream.begin_capture()
+        pyblasgemm.grouped_matmul(a, b, offsets=offsets, out=out, backend="tensorcore")
+        graph = stream.end_capture()
+    for ends in ([0, 0, 0, 0, 0, 600], [600] * 6, [1, 2, 3, 4, 5, 600], [10, 300, 290, 400, 500, 600],
+                 [50, 60, 70, 80, 90, 590]):
+        out[...] = 0
+        offsets[...] = cupy.asarray(ends)
+        a[...] = cupy.asarray(_data(rng, (rows, k), np.float16))
+        graph.launch(stream)
+        stream.synchronize()
+        host = [min(max(e, 0), rows) for e in ends]
+        for g in range(1, groups):
+            host[g] = max(host[g], host[g - 1])      # a decreasing offset: an empty group
+        want = cupy.zeros((rows, n), np.float16)
+        pyblasgemm.grouped_matmul(a[:host[-1]], b, offsets=host, out=want[:host[-1]], backend="tensorcore")
+        assert cupy.array_equal(out, want), ends
+
+
 def test_grouped_list_form_sizes_alignments_and_k_zero():
     """Problems of different shapes in one launch: 1 x 1, prime sizes, a K whose rows are not
     16-byte multiples (the scalar operand path for the launch), K = 0 (bias alone), an empty

@@ -33,7 +33,8 @@ _BLANK = dict(a=0, b=0, c=0, ws=0, flags=0, m=0, n=0, k=0, lda=0, ldb=0, ldc=0, 
               alpha=0.0, beta=0.0, ialpha=0, ibeta=0, c_vec=0, group_m=8, splits=1, kt_per_split=0,
               dp_tiles=0, sk_tiles=0, bias=0, pre=0, bias_mode=0, scale_m=0, scale_n=0)
 
-__all__ = ["GROUPED_CONFIGS", "PROBLEM_ROW", "COLUMNS", "GroupedLaunch", "pack_table"]
+__all__ = ["GROUPED_CONFIGS", "PROBLEM_ROW", "COLUMNS", "GroupedLaunch", "pack_table", "OFFSETS_FIELDS",
+           "offsets_kernel"]
 
 #: kind -> the tile the grouped launch runs. 16-bit: 128 x 128 with 128-byte K rows over 8 warps
 #: (the 4-warp workhorse spills 36 B in the grouped walk: its problem fields come from global
@@ -142,6 +143,8 @@ class GroupedLaunch:
         self._fptr = function(self.kern.kernel.ptr)
         # stream handle -> (table buffer, argument pack, pinned ring, turn, table CUdeviceptr, CUstream)
         self._slots = {}
+        # stream handle -> (device table, tile count, GEMM arguments, table kernel's arguments, CUstream)
+        self._offset_slots = {}
         self._lock = threading.Lock()   # calls from several threads take turns on the ring and table
 
     def __call__(self, cols: dict, out_bytes: int, alpha=1, beta=0) -> int:
@@ -201,3 +204,89 @@ class GroupedLaunch:
         pack.cells["m"].value, pack.cells["dp_tiles"].value = len(rows), tiles
         launch_kernel(self._dev, self._fptr, min(tiles, self.ctas), 1, 1, self.config.threads, 1, 1, self.smem,
                       cs, pack.addr)
+
+    def launch_offsets(self, groups: int, offsets_ptr: int, offsets_bytes: int, values: dict) -> None:
+        """The expert form with device-side end offsets (``offsets_ptr``: ``groups`` int32 or
+        int64 on the launch's device, ``offsets_bytes`` 4 or 8): the table-building kernel
+        (impls/grouped_offsets.cuh) writes the problems and their tile count on the device, then
+        the grouped GEMM walks them with a grid of the bound ``tiles_m * (row tiles + groups)``
+        (at most one CTA per SM slot), reading the count there: two launches on CuPy's current
+        stream, no copy to or from the host, so a CUDA graph of the call replays any sizes.
+        ``values``: the table kernel's scalars and base pointers (:data:`OFFSETS_FIELDS`; the
+        group and row strides in bytes, ``rows`` the tokens' count)."""
+        if groups == 0:
+            return
+        with self._lock:
+            sptr = stream_handle(None)
+            slot = self._offset_slots.get(sptr)
+            if slot is not None and slot[0].nbytes < groups * PROBLEM_ROW.itemsize:
+                slot = None     # (the old table is freed in stream order: CuPy's pool)
+            if slot is None:
+                import cupy
+
+                table = cupy.empty(max(groups, 64) * PROBLEM_ROW.itemsize, np.uint8)
+                total = cupy.zeros(1, np.int32)
+                gemm = _ArgPack(_arg_ctypes(), dict(_BLANK, a=table.data.ptr, flags=total.data.ptr,
+                                                    group_m=self.config.group_m, dp_tiles=-1))
+                build = _ArgPack(OFFSETS_FIELDS, dict(_OFFSETS_BLANK, table=table.data.ptr,
+                                                      total=total.data.ptr))
+                slot = self._offset_slots[sptr] = (table, total, gemm, build, stream(sptr))
+            table, total, gemm, build, cs = slot
+            cells = build.cells
+            for name, value in values.items():
+                cells[name].value = value
+            cells["offsets"].value, cells["groups"].value = offsets_ptr, groups
+            cells["bn"].value = self.config.bn
+            cells["tiles_m"].value = tiles_m = -(-values["m"] // self.config.bm)
+            kern = offsets_kernel(self._dev, offsets_bytes)
+            launch_kernel(self._dev, kern, 1, 1, 1, 1024, 1, 1, 0, cs, build.addr)
+            bound = tiles_m * (-(-values["rows"] // self.config.bn) + groups)
+            if bound >= 2**31:
+                raise ValueError(f"grouped launch: up to {bound} tiles exceed 2^31")
+            gemm.cells["m"].value = groups
+            launch_kernel(self._dev, self._fptr, max(1, min(bound, self.ctas)), 1, 1, self.config.threads, 1, 1,
+                          self.smem, cs, gemm.addr)
+
+
+def _offsets_fields():
+    import ctypes as ct
+
+    p, ll, i, f = ct.c_void_p, ct.c_longlong, ct.c_int, ct.c_float
+    return [("table", p), ("total", p), ("offsets", p), ("weights", p), ("tokens", p), ("out", p), ("bias", p),
+            ("scale_w", p), ("scale_x", p), ("w_group_bytes", ll), ("x_row_bytes", ll), ("out_row_bytes", ll),
+            ("bias_group_bytes", ll), ("scale_w_group_bytes", ll), ("lda", ll), ("ldb", ll), ("ldc", ll),
+            ("rows", ll), ("groups", i), ("m", i), ("k", i), ("tiles_m", i), ("bn", i), ("out_bytes", i),
+            ("alpha", f), ("beta", f), ("ialpha", i), ("ibeta", i), ("bias_mode", i)]
+
+
+#: the table-building kernel's arguments, in impls/grouped_offsets.cuh's order
+OFFSETS_FIELDS = _offsets_fields()
+_OFFSETS_BLANK = {name: 0 for name, _ in OFFSETS_FIELDS}
+_OFFSETS_SOURCE = "#include <pyblasgemm/impls/grouped_offsets.cuh>\n"
+_OFFSETS_NAMES = {4: "pyblasgemm::grouped_offsets_kernel<int>", 8: "pyblasgemm::grouped_offsets_kernel<long long>"}
+_offsets_kernels: dict = {}
+_offsets_lock = threading.Lock()
+
+
+def offsets_kernel(device: int, offsets_bytes: int):
+    """The table-building kernel for int32 (4) or int64 (8) offsets on ``device`` (a driver
+    function handle), compiled once per (device, headers)."""
+    import cupy
+
+    from . import jit
+
+    key = (device, jit.header_fingerprint(), offsets_bytes)
+    fn = _offsets_kernels.get(key)
+    if fn is None:
+        name = _OFFSETS_NAMES[offsets_bytes]
+        with cupy.cuda.Device(device):
+            jit._first_compile_notice()
+            mod = cupy.RawModule(code=_OFFSETS_SOURCE, options=jit._options(), name_expressions=[name])
+            try:
+                kern = mod.get_function(name)
+            except cupy.cuda.compiler.CompileException as e:
+                raise jit.KernelCompileError(f"NVRTC failed to compile {name}", str(e), name) from e
+        with _offsets_lock:
+            # the module stays alive with the function handle (kept beside it)
+            fn = _offsets_kernels.setdefault(key, (function(kern.kernel.ptr), kern))
+    return fn[0]

@@ -115,10 +115,13 @@ __global__ void __launch_bounds__(WM * WN * 32, 1)
     // the problem count loads, from L1 after the first tiles).
     const GroupedProblem* table = static_cast<const GroupedProblem*>(A);
     const int count = m;
+    // dp_tiles < 0: the tile count is on the device, where the kernel that built the table from
+    // device-side sizes wrote it (impls/grouped_offsets.cuh; the grid is a bound)
+    const int all_tiles = dp_tiles >= 0 ? dp_tiles : *flags;
     // Only t lives across the mainloop: the problem is looked up again for the store (the
     // mainloop needs nearly all 255 registers; keeping the problem's fields spilled 36 B).
 #pragma unroll 1
-    for (int t = blockIdx.x; t < dp_tiles; t += gridDim.x) {
+    for (int t = blockIdx.x; t < all_tiles; t += gridDim.x) {
       {
         const int g = grouped_find(table, count, t);
         const GemmParams q = grouped_params(p, table[g]);
