@@ -211,26 +211,27 @@ def execute_group(desc: GemmDesc, columns, backend=None, stream=None):
 
 
 def execute_group_offsets(desc: GemmDesc, groups: int, offsets_ptr: int, offsets_bytes: int, values: dict,
-                          backend=None, stream=None) -> bool:
+                          backend=None, stream=None):
     """The expert form with device-side end offsets as its plan's one persistent launch, the
     table built on the device (:meth:`GroupedLaunch.launch_offsets
     <pyblasgemm.kernels.grouped.GroupedLaunch.launch_offsets>`; ``values``: the arrays' bases,
-    strides and sizes); False when the plan is the loop (its sizes are needed on the host)."""
+    strides and sizes), returned as ``(launch, the table kernel's values, the plan's Route)``
+    for the call signature; None when the plan is the loop (its sizes are needed on the host)."""
     if backend is not None:
         check_backend_place(desc.routine, backend, desc.xp)
     plan = plan_for(desc, backend)
     if plan.group.kind != "one launch":
-        return False
+        return None
     launch = launch_for(desc, plan)
     epi = desc.epilogue
     is_int = desc.prefix == "i" and (epi is None or epi.dequantize is None)
     scalars = dict(ialpha=1, ibeta=0, alpha=0.0, beta=0.0) if is_int else dict(ialpha=0, ibeta=0, alpha=1.0,
                                                                                  beta=0.0)
+    values = dict(values, bias_mode=BIAS_MODE[None if epi is None else epi.bias], **scalars)
     with streams.on(stream):
-        launch.launch_offsets(groups, offsets_ptr, offsets_bytes,
-                              dict(values, bias_mode=BIAS_MODE[None if epi is None else epi.bias], **scalars))
+        launch.launch_offsets(groups, offsets_ptr, offsets_bytes, values)
     note_route(plan.group)
-    return True
+    return launch, values, plan.group
 
 
 _OUT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}

@@ -395,9 +395,26 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
                       None if scale_b is None else scale_b[0], activation)
         _check_modes(row, compute, backend, xp_name)
     if on_device is not None:
-        if one_launch and groups and a.shape[0] and _on_device(a, b, on_device, out, bias, scale_a,
-                                                                scale_b, activation, dequant, compute,
-                                                                backend, stream):
+        # a repeated call: its signature (the offsets' type and count, not their values) maps to
+        # the launch pair and the table kernel's values, the arrays' bases read again
+        key = None if not one_launch else _expert_signature(
+            a, b, ("on the GPU", on_device[1]), out, out_given, bias, scale_a, scale_b, activation, dtype,
+            compute, backend)
+        ran = None if key is None else calls.get(key)
+        if ran is not None and on_device[2] == ran.device and (
+                not out_given or not (_overlaps(out, a) or _overlaps(out, b))):
+            values = dict(ran.values, **_expert_bases(a, b, out, bias, scale_a, scale_b))
+            with streams.on(None if stream is None else streams.handle(stream)):
+                ran.launch.launch_offsets(groups, on_device[0], on_device[1], values)
+            note_route(ran.route)
+            return out
+        ran = None
+        if one_launch and groups and a.shape[0]:
+            ran = _on_device(a, b, on_device, out, bias, scale_a, scale_b, activation, dequant, compute,
+                             backend, stream)
+        if ran is not None:
+            if key is not None:
+                calls.put(key, _DeviceRan(ran[0], ran[1], ran[2], on_device[2]), refers_to=ran[0])
             return out
         # the loop over groups (or an invariant call) needs the sizes on the host: one read back
         ends = _check_offsets(offsets, a.shape[0], groups)
@@ -587,12 +604,32 @@ def _device_offsets(offsets, groups: int, xp_name: str):
     return where[0], itemsize, where[1]
 
 
+class _DeviceRan(NamedTuple):
+    """An expert-form launch pair with the offsets on the GPU, as it ran: what a repeated call
+    replays with its own arrays' bases (:func:`_expert_bases`)."""
+
+    launch: object      # the GroupedLaunch (execute's: the signature refers to it)
+    values: dict        # the table kernel's values (grouped.OFFSETS_FIELDS)
+    route: object       # the plan's Route (pyblasgemm.epilogue.last_route reads it)
+    device: int         # the offsets' device (the launch's)
+
+
+def _expert_bases(a, b, out, bias, scale_a, scale_b) -> dict:
+    """The table kernel's base pointers of the arrays (0 for an absent one)."""
+    def base(x):
+        return 0 if x is None else _arrays.data_ptr(x)
+
+    return dict(weights=base(b), tokens=base(a), out=base(out), bias=base(bias), scale_w=base(scale_b),
+                scale_x=base(scale_a))
+
+
 def _on_device(a, b, on_device, out, bias, scale_a, scale_b, activation, dequant, compute, backend,
-               stream) -> bool:
+               stream):
     """The expert form with device-side offsets as one launch pair (the table built on the GPU,
-    then the grouped GEMM; :func:`pyblasgemm.execute.execute_group_offsets`), or False when it
-    cannot run so (its blocker, a layout off the kernel, the planner's loop): the caller then
-    reads the offsets back and takes the host path."""
+    then the grouped GEMM; :func:`pyblasgemm.execute.execute_group_offsets`): its
+    ``(launch, values, route)``, or None when it cannot run so (its blocker, a layout off the
+    kernel, the planner's loop): the caller then reads the offsets back and takes the host
+    path."""
     rows, (groups, k, n) = a.shape[0], b.shape
     ptr, offset_bytes, device = on_device
     blocker = _blocker(a, out.dtype, dequant, compute) or (
@@ -600,10 +637,10 @@ def _on_device(a, b, on_device, out, bias, scale_a, scale_b, activation, dequant
         and b.dtype == a.dtype else "a, b, out and offsets are not of one device and type")
     layout = None if blocker else _expert_layout(a, b, out, bias, scale_a, scale_b)
     if layout is None:
-        return False
+        return None
     osz = out.dtype.itemsize
     if dequant and (_arrays.data_ptr(out) % 16 or out.strides[0] % 16):
-        return False    # a dequantizing store needs every group's C in whole 16-byte columns
+        return None     # a dequantizing store needs every group's C in whole 16-byte columns
     # the group sizes are on the device: the plan is made for one-row groups (every start, so
     # the alignment classes hold for any sizes), which prices the one launch; the launch reads
     # the real sizes
@@ -614,12 +651,7 @@ def _on_device(a, b, on_device, out, bias, scale_a, scale_b, activation, dequant
     desc = _describe("experts", a, out.dtype, sizes, cols, "", activation, bias is not None, dequant,
                      compute)
     lda, ldb, ldc = layout
-
-    def base(x):
-        return 0 if x is None else _arrays.data_ptr(x)
-
-    values = dict(weights=base(b), tokens=base(a), out=base(out), bias=base(bias), scale_w=base(scale_b),
-                  scale_x=base(scale_a), w_group_bytes=b.strides[0], x_row_bytes=a.strides[0],
+    values = dict(_expert_bases(a, b, out, bias, scale_a, scale_b), w_group_bytes=b.strides[0], x_row_bytes=a.strides[0],
                   out_row_bytes=out.strides[0], bias_group_bytes=0 if bias is None else bias.strides[0],
                   scale_w_group_bytes=0 if scale_b is None else scale_b.strides[0], lda=lda, ldb=ldb,
                   ldc=ldc, rows=rows, m=n, k=k, out_bytes=osz)
