@@ -339,10 +339,18 @@ def test_epilogue_routes_keep_the_invariant_configuration():
 def test_the_gpu_routes_it_cannot_promise_are_refused():
     with pytest.raises(ValueError, match="cannot run on backend='cublas'"):
         plan(64, 64, 64, "f16", invariant=True, arch="sm_90", backend="cublas")
-    with pytest.raises(NotImplementedError, match=r"compute='3xtf32' keeps float32's accuracy"):
-        plan(64, 64, 64, "f32", invariant=True, arch="sm_90")
+    with pytest.raises(NotImplementedError, match="cannot promise batch invariance"):
+        plan(64, 64, 64, "c64", invariant=True, arch="sm_90")
     with pytest.raises(NotImplementedError, match="cannot promise batch invariance"):
         plan(64, 64, 64, "f64", invariant=True, arch="sm_90")
+
+
+def test_float32_is_invariant_on_the_fma_kind_with_one_configuration():
+    """IEEE float32 (compute='fp32') plans onto the FP32 FMA kind, one sliced configuration for
+    every row count (its lanes add K in ascending order whatever the tile)."""
+    plans = [plan(m, 1024, 512, "f32", transa="T", invariant=True, arch="sm_90") for m in (1, 7, 300, 4096)]
+    assert {p.config for p in plans} == {plans[0].config} and plans[0].decomposition == "sliced"
+    assert plans[0].backend == "tensorcore" and plans[0].config.family == "sm80"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,7 +358,7 @@ def test_the_gpu_routes_it_cannot_promise_are_refused():
 
 
 @gpu
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int8"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int8", "float32"])
 def test_gpu_rows_alone_and_in_every_batch_size_have_one_set_of_bits(dtype):
     cp = pytest.importorskip("cupy")
     dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)

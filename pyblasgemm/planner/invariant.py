@@ -202,9 +202,7 @@ def invariant_choice(desc, requested: str, arch: ArchSpec, cal: dict) -> tuple[C
     if ok and arch.cc < (8, 0):
         ok, why_not = False, f"they need sm_80+ (device is sm_{arch.cc[0]}{arch.cc[1]})"
     if not ok:
-        hint = ("; for float32, compute='3xtf32' keeps float32's accuracy on them"
-                if desc.prefix == "s" else "")
-        _refuse(desc, f"they cannot run this problem: {why_not}{hint}")
+        _refuse(desc, f"they cannot run this problem: {why_not}")
     found = invariant_config(desc, arch, cal)
     if found is None:
         _refuse(desc, "no sliced-k configuration of theirs runs this type and layout at every size")
