@@ -252,12 +252,12 @@ def _forms(m, a, b, c, cs, in_place) -> dict:
 
 def test_a_repeated_call_costs_within_10x_scipys():
     """At 4x4 a repeated call costs less than 10 times SciPy's own on the same arguments (each
-    ratio the median of 31 interleaved rounds, the 2-core dev host under a load of 1-4:
-    s/d/c/z gemm(1.0, a, b) 6.5-7.6x; 130-190x before, through SciPy's reading, gemm's
-    checks, describe and plan on every call). With beta and a copied c, and with trans_a /
-    trans_b: 4-9.3x, held under 15x. alpha other than 1 (the product then scaled: two NumPy
-    operations more) ~12.5-14.5x, and c written in place with beta (three more, where SciPy's
-    call allocates nothing) ~15-18x: held under 25x."""
+    ratio the median of 31 interleaved rounds; the 2-core dev host under a load of 1-4,
+    three runs): s/d/c/z gemm(1.0, a, b) 6.4-7.4x (130-190x before, through SciPy's reading,
+    gemm's checks, describe and plan on every call). With beta and a copied c, and with
+    trans_a / trans_b: 3.9-10.4x, held under 15x. alpha other than 1 (the product then
+    scaled: two NumPy operations more) 14.7-16.8x, and c written in place with beta (three
+    more, where SciPy's call allocates nothing) 10.6-12.1x: held under 25x."""
     sblas = pytest.importorskip("scipy.linalg.blas")
     rng = np.random.default_rng(5)
     a = {p: np.asfortranarray(rng.standard_normal((4, 4)) + (1j if p in "cz" else 0)
