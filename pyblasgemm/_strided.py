@@ -11,6 +11,7 @@ The common case (every stride describable, no overlap) is read straight off shap
 """
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -28,6 +29,31 @@ from .planner.overrides import current_settings
 #: a batch-invariant product of these forms is always described row-major (Cᵀ = op(B)ᵀ
 #: op(A)ᵀ), so the caller's rows are the description's n (GemmDesc.invariant)
 _ROWS_ALONG_N = "n"
+
+
+#: per thread: ``(desc, swapped)`` of the problem :func:`strided_gemm`'s fast branch last ran
+#: on the caller's own arrays with no launch to return (the host's work, a composite's), for
+#: :mod:`pyblasgemm.scipy` to record what its call ran (:func:`take_unlaunched`)
+_unlaunched = threading.local()
+
+
+def take_unlaunched():
+    """``(desc, swapped)`` of the last problem this thread's :func:`strided_gemm` ran on its
+    arrays themselves through one description with no launch to return (the host backend's
+    work; a composite's too: the caller asks the plan), ``swapped`` when it ran as
+    Cᵀ = op(B)ᵀ op(A)ᵀ on (b, a); or None. Forgotten once read (a caller reads it before its
+    call to forget an older one, and after).
+
+    >>> import numpy as np
+    >>> from pyblasgemm import gemm
+    >>> _ = take_unlaunched(); _ = gemm("N", "N", np.ones((2, 3)), np.ones((3, 4)))
+    >>> desc, swapped = take_unlaunched()
+    >>> (desc.m, desc.n, desc.k), swapped, take_unlaunched()      # C-ordered: Cᵀ = Bᵀ Aᵀ
+    ((4, 2, 3), True, None)
+    """
+    ran = getattr(_unlaunched, "ran", None)
+    _unlaunched.ran = None
+    return ran
 
 
 def _row_major_first(layouts: list) -> list:
@@ -80,6 +106,8 @@ def strided_gemm(routine, row, compute, backend, transa, transb, a, b, c, alpha,
     if fast is not None:
         desc, a, b, swapped = fast
         launch = execute(desc, a, b, c, backend, autotune, stream)
+        if launch is None and not copied:
+            _unlaunched.ran = (desc, swapped)
         # a launch that ran on a copy of the caller's a is not theirs to replay
         return None if launch is None or copied else (launch, swapped)
     with streams.on(stream):

@@ -36,13 +36,27 @@ _ND = np.ndarray
 _may_share = np.may_share_memory
 _peek = calls.cache.peek
 _matmul_raising = _host.matmul_raising
+_run_views = _host.run_views
+
+
+#: a plain view that is the array's own transpose (:attr:`_HostCall.plain`)
+_TRANSPOSED = "transposed"
+
+
+def _plain_view(x, view):
+    """``x`` as its :attr:`_HostCall.plain` entry ``view`` says: itself, its ``.T``, or a view
+    of the (shape, strides) given."""
+    if view is None:
+        return x
+    return x.T if view is _TRANSPOSED else _ND(view[0], x.dtype, x, 0, view[1])
 
 
 class _HostCall(NamedTuple):
-    """A repeated NumPy call of the BLAS form (the host's :class:`pyblasgemm.calls.Call`): the
-    described problem and op(A), op(B), C as shapes and byte strides of views of the buffers,
-    so a hit makes at most three ndarray headers instead of describing, planning and
-    ``as_strided``, and computes what the full path computes."""
+    """A repeated NumPy call of the BLAS form (the host's :class:`pyblasgemm.calls.Call`; also
+    the gemm a repeated call of :mod:`pyblasgemm.scipy` ran): the described problem and
+    op(A), op(B), C as shapes and byte strides of views of the buffers, so a hit makes at most
+    three ndarray headers instead of describing, planning and ``as_strided``, and computes
+    what the full path computes."""
 
     desc: object
     views: tuple            # (shape, strides) of op(A), op(B) (transposed already for 'T' /
@@ -52,27 +66,52 @@ class _HostCall(NamedTuple):
     conj_b: bool
     zero: object            # added to the scalars (int -> float, -0.0 -> +0.0), as describe does
     limit: object           # |alpha|, |beta| bound of the routine's scalar type
-    plain: tuple | None     # a host.MATMUL_PRODUCTS row, no conjugate: with alpha 1, beta 0 the
-                            # product is numpy.matmul on 2-D views into C's (the same bits as
-                            # the batch-1 views: one loop of the same strides); per operand its
-                            # (shape, strides), or None where the array itself is that view
+    plain: tuple | None     # a host.MATMUL_PRODUCTS row, no conjugate: the product is
+                            # numpy.matmul on 2-D views (the same bits as the batch-1 views:
+                            # one loop of the same strides; with alpha 1, beta 0 into C's);
+                            # per operand its (shape, strides), or None where the array itself
+                            # is that view, _TRANSPOSED where its .T is (an ndarray header
+                            # made: ~0.5 µs at 4x4, .T ~0.1 µs, the array itself nothing)
 
-    def run(self, a, b, c, alpha, beta):
-        """The product on the views, its floating-point exceptions reported as host.run
-        reports them (once each, in numpy.matmul's words, at the caller's line)."""
-        a_shape, a_strides, b_shape, b_strides, c_shape, c_strides = self.views
-        opa = _ND(a_shape, a.dtype, a, 0, a_strides)
-        opb = _ND(b_shape, b.dtype, b, 0, b_strides)
-        cv = _ND(c_shape, c.dtype, c, 0, c_strides)
-        if self.conj_a:
-            opa = opa.conj()
-        if self.conj_b:
-            opb = opb.conj()
-        raised: list = []
-        with _host._collecting(raised):
-            _host.compute_views(self.desc, opa, opb, cv, alpha, beta)
-        if raised:
-            _host._report_as_numpy(raised)
+    def plain_product(self, a, b, c) -> bool:
+        """With alpha 1 and beta 0, where the product is :attr:`plain`: numpy.matmul straight
+        into C's view, C unread. False where it is not plain, or raised a floating-point
+        exception: the caller then runs the product (:meth:`run`), reported as host.run
+        reports it."""
+        plain = self.plain
+        if plain is None:
+            return False
+        va, vb, vc = plain          # (_plain_view written out: three calls cost ~0.3 µs)
+        opa = a if va is None else a.T if va is _TRANSPOSED else _ND(va[0], a.dtype, a, 0, va[1])
+        opb = b if vb is None else b.T if vb is _TRANSPOSED else _ND(vb[0], b.dtype, b, 0, vb[1])
+        cv = c if vc is None else c.T if vc is _TRANSPOSED else _ND(vc[0], c.dtype, c, 0, vc[1])
+        try:
+            _matmul_raising(opa, opb, cv)
+            return True
+        except FloatingPointError:
+            return False
+
+    def run(self, a, b, c, alpha, beta) -> None:
+        """``c = alpha·op(a)·op(b) + beta·c`` as the described problem's host run computes it,
+        on arrays of the shapes and strides it was described on, with the scalars as the
+        description holds them (nonzero ``alpha``, both in range), its floating-point
+        exceptions reported as host.run reports them (once each, in numpy.matmul's words, at
+        the caller's line): on the :attr:`plain` 2-D views where there are, else on the full
+        path's."""
+        plain = self.plain
+        if plain is not None:
+            va, vb, vc = plain
+            opa, opb, cv = _plain_view(a, va), _plain_view(b, vb), _plain_view(c, vc)
+        else:
+            a_shape, a_strides, b_shape, b_strides, c_shape, c_strides = self.views
+            opa = _ND(a_shape, a.dtype, a, 0, a_strides)
+            opb = _ND(b_shape, b.dtype, b, 0, b_strides)
+            cv = _ND(c_shape, c.dtype, c, 0, c_strides)
+            if self.conj_a:
+                opa = opa.conj()
+            if self.conj_b:
+                opb = opb.conj()
+        _run_views(self.desc, opa, opb, cv, alpha, beta)
 
 
 def _host_call(desc, row, zero, limit, a, b, c):
@@ -86,7 +125,10 @@ def _host_call(desc, row, zero, limit, a, b, c):
         return (1, cols, rows), (0, ld * itemsize, itemsize)      # the stored matrix, transposed
 
     def plain_view(x, shape, strides):
-        return None if (x.shape, x.strides) == (shape[1:], strides[1:]) else (shape[1:], strides[1:])
+        view = shape[1:], strides[1:]
+        if (x.shape, x.strides) == view:
+            return None
+        return _TRANSPOSED if (x.shape[::-1], x.strides[::-1]) == view else view
 
     a_rows, a_cols = desc.a_shape()
     b_rows, b_cols = desc.b_shape()
@@ -327,18 +369,8 @@ def _make(prefix: str):
                     and ((c_flags.owndata and c is not a and c is not b and a.flags.owndata
                           and b.flags.owndata)
                          or (not _may_share(c, a) and not _may_share(c, b)))):
-                plain = host_call.plain
-                if plain is not None and alpha == 1 and beta == 0:
-                    # the plain product: numpy.matmul into C's view, C unread (a floating-point
-                    # exception: the product again, below, reported as the full path does)
-                    va, vb, vc = plain
-                    try:
-                        _matmul_raising(a if va is None else _ND(va[0], a.dtype, a, 0, va[1]),
-                                        b if vb is None else _ND(vb[0], b.dtype, b, 0, vb[1]),
-                                        c if vc is None else _ND(vc[0], c.dtype, c, 0, vc[1]))
-                        return c
-                    except FloatingPointError:
-                        pass
+                if alpha == 1 and beta == 0 and host_call.plain_product(a, b, c):
+                    return c
                 lim = host_call.limit
                 if -lim <= alpha <= lim and -lim <= beta <= lim and alpha != 0:
                     host_call.run(a, b, c, alpha + host_call.zero, beta + host_call.zero)

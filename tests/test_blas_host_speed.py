@@ -8,6 +8,7 @@ import pytest
 
 import pyblasgemm
 from pyblasgemm import blas
+from pyblasgemm.backends import host
 
 TRANS = ["N", "T", "C"]
 
@@ -296,15 +297,17 @@ def test_the_raising_product_raises_and_leaves_the_error_state_alone(name):
     assert np.geterr() == before
 
 
-def test_hits_in_threads_each_report_their_own_exceptions():
-    """The raising context is per thread (a Context cannot be entered by two threads at once):
-    threads hitting one signature at once each get their product, and their overflows are
-    reported in their own error state."""
+@pytest.mark.parametrize("alpha", [1.0, 2.0])
+def test_hits_in_threads_each_report_their_own_exceptions(alpha):
+    """The raising context (alpha 1: the plain product) and the collecting one (alpha 2: the
+    scaled product, host.run_views) are per thread (a Context cannot be entered by two threads
+    at once): threads hitting one signature at once each get their product, and their
+    overflows are reported in their own error state."""
     import threading
 
     pyblasgemm.clear_plan_cache()
     a = np.ones((4, 4), np.float32, order="F")
-    pyblasgemm.sgemm("N", "N", 4, 4, 4, 1.0, a, 4, a, 4, 0.0, np.empty((4, 4), np.float32, order="F"), 4)
+    pyblasgemm.sgemm("N", "N", 4, 4, 4, alpha, a, 4, a, 4, 0.0, np.empty((4, 4), np.float32, order="F"), 4)
     big = np.full((4, 4), 3e38, np.float32, order="F")
     errors, results = [], {}
 
@@ -315,12 +318,12 @@ def test_hits_in_threads_each_report_their_own_exceptions():
                 if i % 2:
                     with np.errstate(over="raise"):
                         try:
-                            pyblasgemm.sgemm("N", "N", 4, 4, 4, 1.0, big, 4, a, 4, 0.0, c, 4)
+                            pyblasgemm.sgemm("N", "N", 4, 4, 4, alpha, big, 4, a, 4, 0.0, c, 4)
                             errors.append("no FloatingPointError")
                         except FloatingPointError:
                             pass
                 else:
-                    pyblasgemm.sgemm("N", "N", 4, 4, 4, 1.0, a, 4, a, 4, 0.0, c, 4)
+                    pyblasgemm.sgemm("N", "N", 4, 4, 4, alpha, a, 4, a, 4, 0.0, c, 4)
             results[i] = c
             assert np.geterr()["over"] == "warn"
         except Exception as exc:               # reported by the main thread
@@ -333,4 +336,80 @@ def test_hits_in_threads_each_report_their_own_exceptions():
         t.join()
     assert errors == []
     for i in (0, 2):
-        np.testing.assert_array_equal(results[i], np.full((4, 4), 4, np.float32))
+        np.testing.assert_array_equal(results[i], np.full((4, 4), 4 * alpha, np.float32))
+
+
+# --- the product on a hit: host.run_views and compute_views' in-place scaling ---------------
+
+@pytest.mark.parametrize("prefix", ["s", "d", "c", "z"])
+def test_the_in_place_scaling_gives_the_general_steps_bits(prefix):
+    """host.compute_views' product in C's own type, scaled in place, against the general steps
+    it replaced (acc·alpha + c·beta, then cast): the same bits and the same exceptions, with
+    infinities, NaN and overflows among the values."""
+    from pyblasgemm._types import TYPE_ROWS
+    from pyblasgemm.desc import describe
+
+    row = TYPE_ROWS[prefix]
+    rng = np.random.default_rng(11)
+    dtype = row.c_dtype
+    desc = describe("gemm", row, row.computes[0], "N", "N", 6, 5, 40, 6, 40, 6, 1, 0, 0, 0,
+                    "numpy", -1, (16, 16, 16), 1.0, 0.0)
+    special = np.array([np.inf, -np.inf, np.nan, 3e38, -3e38, 1e-40, 0.0, -0.0])
+    for trial in range(12):
+        opa, opb, c = (rng.standard_normal(s) * 10.0 ** rng.integers(-3, 30)
+                       for s in ((1, 6, 40), (1, 40, 5), (1, 6, 5)))
+        for x in (opa, opb, c):
+            x.flat[rng.integers(0, x.size, 3)] = rng.choice(special, 3)
+        if prefix in "cz":
+            with np.errstate(invalid="ignore"):         # (1j·inf: a NaN real part)
+                opa, opb, c = [x + 1j * x[..., ::-1] for x in (opa, opb, c)]
+        opa, opb, c = (x.astype(dtype) for x in (opa, opb, c))
+        alpha, beta = [(2.5, 0.0), (1.0, -0.5), (-3.0, 1e30)][trial % 3]
+        if prefix in "cz":
+            alpha, beta = complex(alpha, 0.5), complex(beta, -1.0)
+        t = dtype.type
+        want_raised, got_raised = [], []
+        with host._collecting(want_raised):           # (alpha 1 and beta 0: matmul into C)
+            acc = np.matmul(opa, opb)
+            out = acc * t(alpha) if alpha != 1 else acc
+            if beta != 0:
+                out = out + c.astype(acc.dtype) * t(beta)
+            want = out.astype(dtype, copy=False)
+        got = np.asfortranarray(c)
+        with host._collecting(got_raised):
+            host.compute_views(desc, opa, opb, got, alpha, beta)
+        assert got.tobytes() == want.tobytes()
+        assert sorted(set(got_raised)) == sorted(set(want_raised))
+
+
+def test_run_views_collects_without_its_context_too(monkeypatch):
+    """NumPy 1 (no context state) and a call from inside a call (a signal handler's, the
+    context entered already) enter an np.errstate: the same product, reported once."""
+    from pyblasgemm._types import TYPE_ROWS
+    from pyblasgemm.desc import describe
+
+    desc = describe("gemm", TYPE_ROWS["s"], "fp32", "N", "N", 2, 2, 2, 2, 2, 2, 1, 0, 0, 0,
+                    "numpy", -1, (16, 16, 16), 2.0, 0.0)
+    big = np.full((1, 2, 2), 3e38, np.float32)
+    made = host._collecting_run()
+    assert made, "NumPy 2 keeps its error state in a context"
+    out, inner = np.zeros((1, 2, 2), np.float32), np.zeros((1, 2, 2), np.float32)
+    with pytest.warns(RuntimeWarning, match="overflow encountered in matmul") as rec:
+        monkeypatch.setattr(host._collector, "made", False)
+        host.run_views(desc, big, big, out, 2.0, 0.0)
+    assert len(rec) == 1 and np.isinf(out).all()
+    monkeypatch.setattr(host._collector, "made", made)
+    real = host.compute_views
+
+    def reentering(*args):
+        monkeypatch.setattr(host, "compute_views", real)
+        host.run_views(desc, big, big, inner, 2.0, 0.0)     # as a signal handler inside ours
+        real(*args)
+
+    monkeypatch.setattr(host, "compute_views", reentering)
+    out[...] = 0
+    with pytest.warns(RuntimeWarning, match="overflow encountered in matmul") as rec:
+        host.run_views(desc, big, big, out, 2.0, 0.0)
+    assert len(rec) == 1 and np.isinf(out).all() and np.isinf(inner).all()
+    assert host._collector.made is made and made[1] == []
+    assert np.geterr()["over"] == "warn"

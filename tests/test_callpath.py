@@ -263,6 +263,45 @@ def test_repeated_matmul_hits_its_signature_and_stays_right(backend, dtype):
 
 
 @gpu
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_repeated_gemm_replays_its_launch_in_the_order_it_ran(order, monkeypatch):
+    """C-ordered operands with a fresh result run as Cᵀ = Bᵀ·Aᵀ (the launch takes (b, a):
+    calls.ordered binds that order into Call.run when the call is recorded), F-ordered ones as
+    C = A·B (Call.run is the launch itself): the replays, which enter no full path, give the
+    first call's bits, fresh and into out=."""
+    import cupy as cp
+
+    from pyblasgemm import calls, gemm as gemm_module
+
+    pyblasgemm.clear_plan_cache()
+    a = cp.array(_rand(cp, (64, 96), np.float32, 1), order=order)
+    b = cp.array(_rand(cp, (96, 40), np.float32, 2), order=order)
+    first = pyblasgemm.gemm("N", "N", a, b)
+    np.testing.assert_allclose(first.get(), _ref(a, b), rtol=1e-4, atol=1e-4)
+    recorded = calls.last_recorded()
+    assert recorded is not None and recorded.swap == (order == "C")
+    assert (recorded.run is recorded.launch) == (order == "F")
+    full = []
+    real = gemm_module.check_operands
+
+    def counting(*args, **kw):
+        full.append(args)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(gemm_module, "check_operands", counting)
+    outs = []
+    for _ in range(3):
+        np.testing.assert_array_equal(pyblasgemm.gemm("N", "N", a, b).get(), first.get())
+        out = cp.full((64, 40), np.nan, np.float32, order=order)
+        assert pyblasgemm.gemm("N", "N", a, b, out=out) is out
+        outs.append(out.get())
+    assert len(full) == 1                   # the first call with out=; every other one replayed
+    np.testing.assert_allclose(outs[0], _ref(a, b), rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(outs[1], outs[0])
+    np.testing.assert_array_equal(outs[2], outs[0])
+
+
+@gpu
 def test_each_bound_launch_is_held_under_one_key():
     """After plain, batched and split-k calls of ours and cuBLAS's: every bound launch in the
     plan cache is the value of exactly one entry (a call signature refers to it), and clearing
