@@ -269,10 +269,14 @@ def test_repeated_gemm_replays_its_launch_in_the_order_it_ran(order, monkeypatch
     calls.ordered binds that order into Call.run when the call is recorded), F-ordered ones as
     C = A·B (Call.run is the launch itself): the replays, which enter no full path, give the
     first call's bits, fresh and into out=."""
+    import importlib
+
     import cupy as cp
 
-    from pyblasgemm import calls, gemm as gemm_module
+    from pyblasgemm import calls
 
+    # (the module: the package's attribute ``gemm`` is the function)
+    gemm_module = importlib.import_module("pyblasgemm.gemm")
     pyblasgemm.clear_plan_cache()
     a = cp.array(_rand(cp, (64, 96), np.float32, 1), order=order)
     b = cp.array(_rand(cp, (96, 40), np.float32, 2), order=order)
