@@ -378,7 +378,11 @@ def test_the_in_place_scaling_gives_the_general_steps_bits(prefix):
         got = np.asfortranarray(c)
         with host._collecting(got_raised):
             host.compute_views(desc, opa, opb, got, alpha, beta)
-        assert got.tobytes() == want.tobytes()
+        # the same bits, a NaN's sign and payload aside: IEEE leaves them unspecified, and
+        # NumPy's complex products differ in them between versions (CI's Python 3.10 venv)
+        g, w = (np.ascontiguousarray(x).view(x.real.dtype) for x in (got, want))
+        assert np.array_equal(np.isnan(g), np.isnan(w))
+        assert g[~np.isnan(g)].tobytes() == w[~np.isnan(w)].tobytes()
         assert sorted(set(got_raised)) == sorted(set(want_raised))
 
 
