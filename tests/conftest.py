@@ -28,6 +28,14 @@ def gpu_available() -> bool:
         return False
 
 
+def gpu_cupy():
+    """CuPy where a CUDA device is there; otherwise the calling test is skipped."""
+    if not gpu_available():
+        pytest.skip("needs CuPy and a CUDA device")
+    import cupy
+    return cupy
+
+
 def pytest_collection_modifyitems(config, items):
     if gpu_available():
         return

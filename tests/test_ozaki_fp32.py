@@ -16,6 +16,7 @@ import pytest
 import pyblasgemm
 from pyblasgemm import ozaki as oz
 from _ref import count_violations, exact, op
+from conftest import gpu_cupy
 
 U32 = 2.0**-24
 #: float32's smallest subnormal: a product or sum below the normal range rounds to its grid
@@ -397,14 +398,7 @@ def test_plans_and_explain_state_bits_and_bound(dtype, native):
 
 # --------------------------------------------------------------------------- GPU
 
-def _cupy():
-    cupy = pytest.importorskip("cupy")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() > 0:
-            return cupy
-    except Exception:  # pragma: no cover - no driver
-        pass
-    pytest.skip("needs CuPy and a CUDA device")
+_cupy = gpu_cupy        # (conftest's: CuPy, or the test skipped without a device)
 
 
 def _gpu_and_host(transa, transb, a, b, c, alpha, beta, compute="int8-ozaki", routes=None):

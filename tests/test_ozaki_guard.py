@@ -14,6 +14,7 @@ import pytest
 import pyblasgemm
 from pyblasgemm import ozaki as oz
 from _ref import count_violations, exact
+from conftest import gpu_cupy
 
 U = 2.0**-53
 
@@ -166,14 +167,7 @@ def test_dials_below_the_default_have_no_guard():
 
 # --------------------------------------------------------------------------- GPU
 
-def _cupy():
-    cupy = pytest.importorskip("cupy")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() > 0:
-            return cupy
-    except Exception:  # pragma: no cover - no driver
-        pass
-    pytest.skip("needs CuPy and a CUDA device")
+_cupy = gpu_cupy        # (conftest's: CuPy, or the test skipped without a device)
 
 
 @pytest.mark.gpu

@@ -213,7 +213,13 @@ class GroupedLaunch:
         (at most one CTA per SM slot), reading the count there: two launches on CuPy's current
         stream, no copy to or from the host, so a CUDA graph of the call replays any sizes.
         ``values``: the table kernel's scalars and base pointers (:data:`OFFSETS_FIELDS`; the
-        group and row strides in bytes, ``rows`` the tokens' count)."""
+        group and row strides in bytes, ``rows`` the tokens' count).
+
+        Example (on a GPU; pyblasgemm.grouped builds ``values`` from the arrays)::
+
+            launch = GroupedLaunch("f16", "N", "N", vec=True)
+            launch.launch_offsets(groups, offsets.data.ptr, 4, values)   # int32 offsets
+        """
         if groups == 0:
             return
         with self._lock:
@@ -270,7 +276,13 @@ _offsets_lock = threading.Lock()
 
 def offsets_kernel(device: int, offsets_bytes: int):
     """The table-building kernel for int32 (4) or int64 (8) offsets on ``device`` (a driver
-    function handle), compiled once per (device, headers)."""
+    function handle), compiled once per (device, headers).
+
+    Example (on a GPU)::
+
+        fn = offsets_kernel(0, 4)          # impls/grouped_offsets.cuh for int32 offsets
+        fn is offsets_kernel(0, 4)         # True: compiled once
+    """
     import cupy
 
     from . import jit
