@@ -11,8 +11,9 @@ tensors against CuPy arrays of the same bytes and against torch.matmul, same pro
   memory) and the same pyblasgemm call on CuPy views of the same memory; the fused
   ``bias=`` + ``activation='gelu'`` call against ``torch.addmm`` + ``torch.nn.functional.gelu``;
   ``Matmul.execute()`` against ``torch.matmul(out=)`` (target <= 0.6x its host time);
-* jax: the same 64³ ``matmul`` on JAX GPU arrays against ``jnp.matmul`` (eager dispatch) and
-  against the same call on CuPy arrays;
+* jax: the same 64³ ``matmul`` on JAX GPU arrays (an XLA operation: pyblasgemm.jax) against
+  ``jnp.matmul`` (eager dispatch) and against the same call on CuPy arrays; and both under
+  ``jax.jit``;
 * layers: x @ W.T as ``torch.nn.Linear`` holds W, bfloat16, projections of public model
   configurations (Llama-3-8B: 4096 -> 6144 qkv, 4096 -> 4096 o, 4096 -> 14336 gate/up,
   14336 -> 4096 down; Qwen2-7B: 3584 -> 4608 qkv, 3584 -> 18944 up, 18944 -> 3584 down;
@@ -155,10 +156,15 @@ def jax_rows(cp, pb):
             assert isinstance(got, jax.Array) and str(got.dtype) == name, (type(got), got.dtype)
             np.testing.assert_allclose(np.asarray(got.astype("float32")),
                                        np.asarray(jnp.matmul(a, b).astype("float32")), rtol=0.1, atol=0.1)
+            ours_jit, jnp_jit = jax.jit(pb.matmul), jax.jit(jnp.matmul)
+            assert np.array_equal(np.asarray(ours_jit(a, b)), np.asarray(got))
             us = paired_host_us({"jax arrays": lambda: pb.matmul(a, b), "cupy arrays": lambda: pb.matmul(ca, cb),
-                                 "jnp.matmul": lambda: jnp.matmul(a, b)}, calls=200, rounds=9)
+                                 "jnp.matmul": lambda: jnp.matmul(a, b),
+                                 "jax.jit(pyblasgemm.matmul)": lambda: ours_jit(a, b),
+                                 "jax.jit(jnp.matmul)": lambda: jnp_jit(a, b)}, calls=200, rounds=9)
             row.update({k + "_us": v for k, v in us.items()})
             row["speedup_vs_jnp"] = us["jnp.matmul"] / us["jax arrays"]
+            row["jit_speedup_vs_jnp_jit"] = us["jax.jit(jnp.matmul)"] / us["jax.jit(pyblasgemm.matmul)"]
             row["jax_vs_cupy"] = us["jax arrays"] / us["cupy arrays"]
         except Exception as e:
             row["failure"] = f"{type(e).__name__}: {e}"[:300]

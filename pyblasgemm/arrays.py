@@ -9,6 +9,9 @@ Two ways through:
   a hit launches the recorded launch on the raw pointers, on PyTorch's current stream, into a
   result from ``torch.empty_strided`` (PyTorch's caching allocator: its memory statistics, CUDA
   graph pools and ``record_stream`` hold). No DLPack exchange, no CuPy array.
+* **JAX** (:func:`jax_matmul`): ``matmul`` on JAX GPU arrays, and on tracers inside
+  ``jax.jit`` / ``jax.grad`` / ``jax.vmap``, runs as an XLA operation (:mod:`pyblasgemm.jax`):
+  XLA allocates the result and calls the launch on its own stream.
 * **Every other call** (:func:`convert`): the arrays are viewed as NumPy / CuPy arrays, the call
   runs on the views, and the result goes back in the caller's framework. For PyTorch on the
   GPU every CuPy allocation of the call (the result, temporaries) is made by PyTorch's
@@ -344,9 +347,10 @@ def convert(routine: str, named, writes=()) -> Converted:
                 places.add("gpu")
             continue
         if k == "jax" and _is_tracer(x):
-            raise TypeError(f"{routine}: {name} is a JAX tracer ({type(x).__name__}): pyblasgemm is "
-                            f"not a JAX primitive and cannot be traced by jax.jit, jax.grad or "
-                            f"jax.vmap; call it outside them, on eager (concrete) JAX arrays")
+            raise TypeError(f"{routine}: {name} is a JAX tracer ({type(x).__name__}): under jax.jit, "
+                            f"jax.grad and jax.vmap pyblasgemm.matmul runs (a, b, "
+                            f"{', '.join(JAX_TRACED_KEYWORDS)}: pyblasgemm.jax), {routine} with these "
+                            f"arguments does not; call it outside them, on eager (concrete) JAX arrays")
         if k == "jax" and name in writes:
             raise TypeError(f"{routine}: {name} is a JAX array, which is immutable; pass a "
                             f"PyTorch, CuPy or NumPy array to be written, or leave {name} out")
@@ -474,7 +478,10 @@ def torch_replay(words, a, b, out, stream, alpha=None, beta=None):
     # object per call (``a.device``)
     dev = a.get_device()
     if out is None:
-        c = sys.modules["torch"].empty_strided(hit.shape, hit.strides, dtype=hit.dtype, device=dev)
+        # the operands' own dtype and device: ``a.new_empty_strided`` parses no keyword (4.0 µs
+        # against empty_strided's 4.3; one H100 host, .dev probe of 2026-11-27)
+        c = a.new_empty_strided(hit.shape, hit.strides) if hit.dtype is a.dtype else \
+            sys.modules["torch"].empty_strided(hit.shape, hit.strides, dtype=hit.dtype, device=dev)
         pc = c.data_ptr()
         if pc & call.c_mask:
             return None
@@ -530,43 +537,45 @@ def jax_type():
     return impl
 
 
-def jax_replay(words, a, b):
-    """The recorded launch of the call ``words`` on JAX GPU arrays (a, b), its result imported
-    into JAX (:class:`_JaxImport`), or None (not a recorded signature, or the result's pointer
-    outside the launch's alignment class: the caller takes the converting path). The launch
-    runs on CuPy's current stream, as the converting path's does: JAX's stream waits for it
-    through the import's handshake; the operands are waited for first (JAX may still be
-    computing them on its own stream), as the converting path's views wait."""
-    sig = calls.key(words, a, b)
-    if sig is None:
-        return None
-    k, pa, pb, _ = sig
-    call = calls.get(k)
-    if call is None:
-        return None
-    a.block_until_ready()
-    b.block_until_ready()
-    c = calls.cupy_type()(call.shape, call.dtype)
-    pc = c.data.ptr
-    if pc & call.c_mask:
-        return None
-    call.run(pa, pb, pc, call.one, call.zero, streams.current())
-    out = _JAX_IMPORT.take(c)
-    return out if out is not None else _from_native(c, "jax", a)
+#: pyblasgemm.jax, once a JAX call has needed it (it imports JAX)
+_JAX_OPS: list = []
+
+#: what pyblasgemm.jax.matmul takes besides a and b (under jit / grad / vmap nothing else has a
+#: meaning: no memory to write into, no stream to name)
+JAX_TRACED_KEYWORDS = ("bias", "activation", "compute", "backend")
 
 
-def jax_record(words, a, b, result) -> None:
-    """After a converting call on JAX GPU arrays (a, b): if the call on the views was recorded
-    as one launch into a fresh C-ordered array of the result's dtype and shape, record it under
-    the arrays' own key (:func:`jax_replay`)."""
-    call = calls.last_recorded()
-    if call is None or call.shape is None or call.order != "C" or call.one is None:
-        return
-    if np.dtype(result.dtype) != call.dtype or tuple(result.shape) != tuple(call.shape):
-        return              # (the result was converted after the launch: not one launch)
-    sig = calls.key(words, a, b)
-    if sig is not None:
-        calls.put(sig[0], call, refers_to=call.launch)
+def jax_matmul(routine: str, a, b, bias, activation, compute, backend, others: dict):
+    """``matmul`` on JAX arrays as an XLA operation (:mod:`pyblasgemm.jax`): for tracers
+    (inside ``jax.jit`` / ``jax.grad`` / ``jax.vmap``) always, for eager arrays when both
+    operands are on one GPU and no keyword of ``others`` ({name: value}: ``out``, ``dtype``,
+    ``stream``...) is given. None otherwise (the converting path runs the call); a TypeError
+    for a tracer with a keyword the operation cannot take."""
+    traced = any(_is_tracer(x) for x in (a, b, bias))
+    given = [name for name, value in others.items()
+             if value is not None and not (type(value) is dict and not value)]
+    if traced:
+        if given:
+            raise TypeError(f"{routine}: under jax.jit, jax.grad and jax.vmap (JAX tracers) "
+                            f"pyblasgemm.matmul takes a, b, {', '.join(JAX_TRACED_KEYWORDS)}; "
+                            f"not {', '.join(given)} (call it on eager JAX arrays for those)")
+    else:
+        jt = jax_type()
+        if given or type(a) is not jt or type(b) is not jt or (bias is not None and type(bias) is not jt) \
+                or not (calls.on_one_gpu(a.sharding) and calls.on_one_gpu(b.sharding)):
+            return None
+    if not (activation is None or type(activation) is str) or not (compute is None or type(compute) is str) \
+            or not (backend is None or type(backend) is str):
+        if not traced:
+            return None             # (the converting path names the bad word)
+        raise TypeError(f"{routine}: activation, compute and backend are words (str) or None")
+    if not _JAX_OPS:
+        from . import jax as jax_ops
+
+        _JAX_OPS.append(jax_ops)
+    if traced:
+        return _JAX_OPS[0].matmul(a, b, bias=bias, activation=activation, compute=compute, backend=backend)
+    return _JAX_OPS[0].compiled(bias is not None, activation, compute, backend)(a, b, bias)
 
 
 def needs_grad(*xs) -> bool:

@@ -112,7 +112,7 @@ _NDARRAY = np.ndarray
 _ONE_GPU: dict = {}
 
 
-def _on_one_gpu(sharding) -> bool:
+def on_one_gpu(sharding) -> bool:
     """Whether a JAX sharding places the whole array on one GPU (remembered per sharding: the
     few a process uses; bounded, as every cache here)."""
     hit = _ONE_GPU.get(sharding)
@@ -142,8 +142,6 @@ def key(words: tuple, a, b, c=None, extra: tuple = ()):
       the same alignment class; None for a CPU tensor (the converting path) and for a tensor
       that requires grad while autograd records (the differentiable path: such a call must
       never replay into a detached launch, even one recorded under ``torch.no_grad()``);
-    * JAX arrays (operands only; JAX arrays are immutable): dtype, shape and sharding (the
-      device) of each, the current device, the operands' alignment class;
     * NumPy: dtype, shape and strides (a host call runs on views: no pointers, no device).
 
     ``pa``, ``pb``, ``pc``: the pointers the key was read from (0 for NumPy and for a missing
@@ -200,21 +198,6 @@ def key(words: tuple, a, b, c=None, extra: tuple = ()):
         if (ga or gb or gc) and sys.modules["torch"].is_grad_enabled():
             return None             # autograd records it: the differentiable path, never a replay
         return k, pa, pb, pc
-    if jax_array and t is jax_array[0]:
-        if c is not None or extra:
-            return None                 # (JAX arrays are never written; the forms' extras: full path)
-        # the sharding names the device (0.16 µs, where ``.device`` costs 1.5 µs on a host core)
-        sa, sb = a.sharding, b.sharding
-        if not (_on_one_gpu(sa) and _on_one_gpu(sb)):
-            return None                 # (host arrays run on the host: no launch to replay)
-        try:
-            # a deleted array has no buffer: the converting path says why
-            pa, pb = a.unsafe_buffer_pointer(), b.unsafe_buffer_pointer()
-        except Exception:
-            return None
-        # JAX buffers are dense row-major: the shape is the layout
-        return (("call", t, words, a.dtype, a.shape, sa, b.dtype, b.shape, sb, _current_device(),
-                 (pa | pb) & 15), pa, pb, 0)
     if t is _NDARRAY:
         return (("call", t, words, a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides,
                  None if c is None else (c.dtype, c.shape, c.strides)), 0, 0, 0)

@@ -328,9 +328,9 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
         if c is not None:
             return c
     elif t is _JAX[0] and stream is None and autotune is None and dtype is None and not numpy_kwargs \
-            and out is None:
-        # a repeated call on JAX GPU arrays: their attributes make the key (calls.key)
-        c = arrays.jax_replay((_ROUTINE, compute, backend, None, calls.flag(invariant)), a, b)
+            and out is None and invariant is None:
+        # JAX GPU arrays: an XLA operation (pyblasgemm.jax), its launch on XLA's stream
+        c = arrays.jax_matmul(_ROUTINE, a, b, None, None, compute, backend, {})
         if c is not None:
             return c
     elif _CUPY[0] is None and calls.cupy_type() is not None:
@@ -341,6 +341,14 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
         # PyTorch / JAX / CUDA-array-interface arrays: run on views, answer in their type
         if _TORCH[0] is None:
             _TORCH[0] = arrays.torch_type()
+        if _JAX[0] is None:
+            _JAX[0] = arrays.jax_type()
+        if _JAX[0] is not None and "jax" in (arrays.framework(a), arrays.framework(b)):
+            c = arrays.jax_matmul(_ROUTINE, a, b, None, None, compute, backend,
+                                  dict(out=out, dtype=dtype, autotune=autotune, stream=stream,
+                                       invariant=invariant, numpy_kwargs=numpy_kwargs))
+            if c is not None:
+                return c
         if arrays.needs_grad(a, b):
             # a tensor that needs a gradient: the differentiable product (pyblasgemm.torch), not
             # a silent detach
@@ -360,11 +368,6 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
                 and _plain_word(compute) and _plain_word(backend)):
             arrays.torch_record((_ROUTINE, compute, backend, None, calls.flag(invariant)), a, b, out,
                                 back)
-        elif (conv.kind == "jax" and conv.gpu and out is None and stream is None and dtype is None
-              and autotune is None and not numpy_kwargs and _plain_word(compute) and _plain_word(backend)):
-            if _JAX[0] is None:
-                _JAX[0] = arrays.jax_type()
-            arrays.jax_record((_ROUTINE, compute, backend, None, calls.flag(invariant)), a, b, back)
         return back
     return _core(a, b, out, dtype, compute, backend, autotune, stream, numpy_kwargs, invariant)
 
@@ -830,6 +833,13 @@ def _foreign_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias
                 run.launch(pa, pb, pc, run.alpha, run.beta, sptr, bias=pbias)
                 note_route(run.route)
                 return c
+    if "jax" in (arrays.framework(a), arrays.framework(b)):
+        c = arrays.jax_matmul("matmul", a, b, bias, activation, compute, backend,
+                              dict(out=out, dtype=dtype, autotune=autotune, stream=stream,
+                                   preactivation_out=pre, scale_a=scale_a, scale_b=scale_b,
+                                   invariant=invariant))
+        if c is not None:
+            return c
     if arrays.needs_grad(a, b, out, bias, pre, scale_a, scale_b):
         return _differentiable_linear(a, b, out, dtype, compute, backend, autotune, stream, bias,
                                       activation, pre, scale_a, scale_b, invariant)

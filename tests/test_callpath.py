@@ -693,7 +693,11 @@ def test_jax_gpu_arrays_in_jax_out():
     h = pyblasgemm.matmul(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16))
     assert h.dtype == jnp.bfloat16 and isinstance(h, jax.Array)
     np.testing.assert_allclose(np.asarray(h, np.float32), np.asarray(got), rtol=3e-2, atol=3e-2)
-    # the results came through jaxlib's import called directly (arrays._JaxImport), not retired
+    # matmul runs inside XLA (pyblasgemm.jax); the forms on views give their results back
+    # through jaxlib's import called directly (arrays._JaxImport), not retired
+    g = pyblasgemm.gemm("N", "N", a, b)
+    assert isinstance(g, jax.Array)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(got), rtol=1e-5, atol=1e-5)
     assert arrays._JAX_IMPORT.usable is True and "float32" not in arrays._JAX_IMPORT.retired
 
 
@@ -933,11 +937,13 @@ def test_jax_host_arrays_make_no_replay_key():
 
 @gpu
 def test_a_repeated_jax_call_replays_its_launch(monkeypatch):
-    """The second call with the same JAX signature goes straight to the launch (the array
-    door is not entered), gives the first call's bits, and a changed shape, dtype or stream=
-    takes the full path again."""
+    """matmul on JAX GPU arrays is an XLA operation (pyblasgemm.jax): the second call with the
+    same signature replays the launch its first run recorded (no full path, no array door),
+    gives the first call's bits, and new arrays of the same signature replay too."""
     jax = pytest.importorskip("jax")
     jnp = jax.numpy
+    from pyblasgemm import jax as pbj
+
     gpus = [d for d in jax.devices() if d.platform == "gpu"]
     if not gpus:
         pytest.skip("JAX sees no GPU here")
@@ -949,19 +955,28 @@ def test_a_repeated_jax_call_replays_its_launch(monkeypatch):
 
         def no_door(*args, **kwargs):
             raise AssertionError("the replay went through the array door")
+        full_runs = []
+        full = pbj._Callback._full
+
+        def counting(self, *args):
+            full_runs.append(args)
+            return full(self, *args)
         with monkeypatch.context() as m:
             m.setattr(arrays, "convert", no_door)
+            m.setattr(pbj._Callback, "_full", counting)
             again = [pyblasgemm.matmul(a, b) for _ in range(3)]
             # new arrays of the same signature (other buffers) replay too
             a2 = jax.device_put(jnp.asarray(rng.uniform(-1, 1, (96, 80)), dtype=dtype), gpus[0])
             other = pyblasgemm.matmul(a2, b)
+            jax.block_until_ready(other)
+        assert not full_runs, dtype
         for x in again:
             assert isinstance(x, jax.Array) and x.dtype == first.dtype
             assert np.array_equal(np.asarray(x), np.asarray(first)), dtype
         ref = np.asarray(a2, np.float64) @ np.asarray(b, np.float64)
         tol = 1e-4 if dtype == jnp.float32 else 3e-2
         np.testing.assert_allclose(np.asarray(other, np.float64), ref, rtol=tol, atol=tol)
-        # another shape: the door again (and right)
+        # another shape: a new trace and its own first run (and right)
         c = pyblasgemm.matmul(a[:50], b)
         np.testing.assert_allclose(np.asarray(c, np.float64), np.asarray(a[:50], np.float64)
                                    @ np.asarray(b, np.float64), rtol=tol, atol=tol)

@@ -4,7 +4,7 @@ with PyTorch CPU tensors and JAX CPU arrays on the host backend, in float32, flo
 bfloat16: values against NumPy float64 of the same data within the dtype's rounding, the
 result's type and dtype (bfloat16 stays bfloat16), ``out=`` / ``preactivation_out=`` tensors
 written in place, JAX's immutable arrays refused as outputs, JAX tracers (jit, grad, vmap)
-refused by the door with what works, and tensors that require grad routed to
+running ``matmul`` as an XLA operation and refused by the other forms with what works, and tensors that require grad routed to
 ``pyblasgemm.torch`` where the call is differentiable, else refused. GPU-marked: the same forms
 with CUDA tensors."""
 import ml_dtypes
@@ -302,19 +302,41 @@ def test_jax_out_is_refused():
 
 
 @pytest.mark.parametrize("transform", ["jit", "grad", "vmap"])
-def test_jax_tracers_are_refused_by_the_door(transform):
-    """Under jit / grad / vmap the arrays are tracers (no memory): a TypeError that says what
-    works, from every form (it was an AttributeError from DLPack)."""
+def test_jax_tracers_run_matmul_and_are_refused_by_the_other_forms(transform):
+    """Under jit / grad / vmap the arrays are tracers (no memory): ``matmul`` (with its
+    epilogue words) runs as an XLA operation (pyblasgemm.jax) and gives jnp's values; every
+    other form raises a TypeError that says what works (it was an AttributeError from DLPack)."""
     jax, jnp = _jax()
-    x = jnp.ones((4, 4), jnp.float32)
+    x = jnp.asarray(np.random.default_rng(5).uniform(-1, 1, (4, 4)), jnp.float32)
+    bias = jnp.ones(4, jnp.float32)
+    refs = {"matmul": lambda t: t @ t, "matmul epilogue": lambda t: jax.nn.relu(t @ t + bias)}
     for name in _every_form(jnp, x):
         def f(t, name=name):
             return jnp.sum(_every_form(jnp, t)[name]() if name != "grouped list" else
                            _every_form(jnp, t)[name]()[0])
         run = {"jit": jax.jit(f), "grad": jax.grad(f),
-               "vmap": lambda t: jax.vmap(f)(jnp.stack([t, t]))}[transform]
-        with pytest.raises(TypeError, match="JAX tracer .* on eager"):
+               "vmap": lambda t: jax.vmap(f)(jnp.stack([t, 2 * t]))}[transform]
+        if name in refs:
+            def g(t, name=name):
+                return jnp.sum(refs[name](t))
+            want = {"jit": jax.jit(g), "grad": jax.grad(g),
+                    "vmap": lambda t: jax.vmap(g)(jnp.stack([t, 2 * t]))}[transform](x)
+            np.testing.assert_allclose(np.asarray(run(x)), np.asarray(want), rtol=1e-5, atol=1e-5)
+            continue
+        with pytest.raises(TypeError, match="JAX tracer .*pyblasgemm.matmul runs.* on eager"):
             run(x)
+
+
+def test_jax_tracers_refuse_what_an_xla_operation_cannot_take():
+    """``matmul`` on tracers with a keyword the XLA operation has no meaning for (``out=``,
+    ``dtype=``, ``stream=``, ``preactivation_out=``...) names it and what it takes."""
+    jax, jnp = _jax()
+    x = jnp.ones((4, 4), jnp.float32)
+    for kw in (dict(dtype=jnp.float32), dict(stream=0), dict(invariant=True),
+               dict(activation="relu", preactivation_out=jnp.zeros((4, 4)))):
+        with pytest.raises(TypeError, match=f"takes a, b, bias, activation, compute, backend; not "
+                                            f"{next(k for k in kw if k != 'activation')}"):
+            jax.jit(lambda t, kw=kw: pyblasgemm.matmul(t, t, **kw))(x)
 
 
 # ---------------------------------------------------------------------------------------------
