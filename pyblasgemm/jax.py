@@ -33,6 +33,7 @@ Array([[1., 0.]], dtype=float32)
 from __future__ import annotations
 
 import functools
+import importlib
 
 import numpy as np
 
@@ -46,6 +47,11 @@ except ImportError as error:      # the module is optional: say what to install
 
 from . import calls
 from .epilogue import ACTIVATIONS
+from .matmul import matmul as _pb_matmul
+
+#: the module (the package's attribute ``pyblasgemm.matmul`` is the function): the fused run
+#: a CuPy call just made is read there
+_matmul_module = importlib.import_module("pyblasgemm.matmul")
 
 __all__ = ["matmul", "compiled"]
 
@@ -233,9 +239,7 @@ class _Callback:
     def _full(self, outs, a, b, bias, device, stream):
         import cupy
 
-        from . import matmul as matmul_module
-        from .matmul import matmul as pb_matmul
-
+        matmul_module, pb_matmul = _matmul_module, _pb_matmul
         with cupy.cuda.Device(device):
             va, vb, vc = _view(a, device), _view(b, device), _view(outs[0], device)
             vbias = None if bias is None else _view(bias, device)
@@ -259,8 +263,7 @@ class _Callback:
         return lambda pa, pb, pc, pbias, s: launch(pa, pb, pc, alpha, beta, s, bias=pbias)
 
     def _host(self, outs, a, b, bias):
-        from .matmul import matmul as pb_matmul
-
+        pb_matmul = _pb_matmul
         out = np.asarray(outs[0])
         pre = np.asarray(outs[1]) if self.pre else None
         kw = self._kw(None if bias is None else np.asarray(bias), pre)

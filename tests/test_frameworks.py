@@ -319,8 +319,9 @@ def test_jax_tracers_run_matmul_and_are_refused_by_the_other_forms(transform):
         if name in refs:
             def g(t, name=name):
                 return jnp.sum(refs[name](t))
-            want = {"jit": jax.jit(g), "grad": jax.grad(g),
-                    "vmap": lambda t: jax.vmap(g)(jnp.stack([t, 2 * t]))}[transform](x)
+            with jax.default_matmul_precision("highest"):      # (a GPU's default is TF32)
+                want = {"jit": jax.jit(g), "grad": jax.grad(g),
+                        "vmap": lambda t: jax.vmap(g)(jnp.stack([t, 2 * t]))}[transform](x)
             np.testing.assert_allclose(np.asarray(run(x)), np.asarray(want), rtol=1e-5, atol=1e-5)
             continue
         with pytest.raises(TypeError, match="JAX tracer .*pyblasgemm.matmul runs.* on eager"):

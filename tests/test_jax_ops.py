@@ -21,6 +21,9 @@ JAX_ACTIVATIONS = {None: lambda x: x, "relu": jax.nn.relu,
                    "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
                    "silu": jax.nn.silu, "sigmoid": jax.nn.sigmoid}
 TOL = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+#: JAX's references in full float32 (on a GPU its default float32 dot is TF32)
+def exact():
+    return jax.default_matmul_precision("highest")
 
 
 def test_every_activation_has_a_jax_reference():
@@ -73,8 +76,9 @@ def test_bias_activation_and_their_gradients(activation):
 
     def theirs(a, b, bias):
         return jnp.sum(jnp.sin(act(a @ b + bias)))
-    np.testing.assert_allclose(ours(a, b, bias), theirs(a, b, bias), rtol=1e-5)
-    want = jax.grad(theirs, argnums=(0, 1, 2))(a, b, bias)
+    with exact():
+        np.testing.assert_allclose(ours(a, b, bias), theirs(a, b, bias), rtol=1e-5)
+        want = jax.grad(theirs, argnums=(0, 1, 2))(a, b, bias)
     for grad in (jax.grad(ours, argnums=(0, 1, 2)), jax.jit(jax.grad(ours, argnums=(0, 1, 2)))):
         for g, w in zip(grad(a, b, bias), want):
             np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-6)
@@ -86,7 +90,8 @@ def test_gradients_of_broadcast_batches_and_vectors():
     for sa, sb in cases:
         a, b = _data(rng, sa, "float32"), _data(rng, sb, "float32")
         ours = jax.grad(lambda a, b: jnp.sum(pbj.matmul(a, b) ** 2), argnums=(0, 1))(a, b)
-        want = jax.grad(lambda a, b: jnp.sum(jnp.matmul(a, b) ** 2), argnums=(0, 1))(a, b)
+        with exact():
+            want = jax.grad(lambda a, b: jnp.sum(jnp.matmul(a, b) ** 2), argnums=(0, 1))(a, b)
         for g, w, s in zip(ours, want, (sa, sb)):
             assert g.shape == s
             np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-5)
@@ -95,13 +100,16 @@ def test_gradients_of_broadcast_batches_and_vectors():
 def test_vmap_with_and_without_bias():
     rng = np.random.default_rng(3)
     xs, w, bias = _data(rng, (4, 3, 6), "float32"), _data(rng, (6, 5), "float32"), _data(rng, (5,), "float32")
+    with exact():
+        plain, silu = jnp.einsum("bmk,kn->bmn", xs, w), jax.nn.silu(xs @ w + bias)
     np.testing.assert_allclose(np.asarray(jax.vmap(lambda x: pbj.matmul(x, w))(xs)),
-                               np.asarray(jnp.einsum("bmk,kn->bmn", xs, w)), rtol=1e-5, atol=1e-6)
+                               np.asarray(plain), rtol=1e-5, atol=1e-6)
     ws = jnp.stack([w, 2 * w, -w, w])
-    np.testing.assert_allclose(np.asarray(jax.vmap(pbj.matmul)(xs, ws)),
-                               np.asarray(jnp.einsum("bmk,bkn->bmn", xs, ws)), rtol=1e-5, atol=1e-6)
+    with exact():
+        want = jnp.einsum("bmk,bkn->bmn", xs, ws)
+    np.testing.assert_allclose(np.asarray(jax.vmap(pbj.matmul)(xs, ws)), np.asarray(want), rtol=1e-5, atol=1e-6)
     got = jax.vmap(lambda x: pbj.matmul(x, w, bias=bias, activation="silu"))(xs)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(jax.nn.silu(xs @ w + bias)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(silu), rtol=1e-5, atol=1e-6)
 
 
 def test_errors_name_the_argument_before_any_work():
