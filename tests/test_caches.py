@@ -389,7 +389,7 @@ class _Context:
         return False
 
 
-def test_raw_function_compiles_once_per_device_source_and_name(monkeypatch):
+def test_raw_function_compiles_once_per_device_source_and_name(monkeypatch, caplog):
     from pyblasgemm.kernels import driver
 
     compiled: list = []
@@ -399,9 +399,12 @@ def test_raw_function_compiles_once_per_device_source_and_name(monkeypatch):
     monkeypatch.setattr(jit, "_noticed", [True])
     src = "#include <pyblasgemm/impls/grouped_offsets.cuh>\n"
     name = "pyblasgemm::grouped_offsets_kernel<int>"
-    fn = jit.raw_function(src, name, 0)
-    assert fn == ("CUfunction", 1) and jit.raw_function(src, name, 0) is fn
+    with caplog.at_level("INFO", logger="pyblasgemm"):
+        fn = jit.raw_function(src, name, 0)
+        assert fn == ("CUfunction", 1) and jit.raw_function(src, name, 0) is fn
     assert compiled == [(src, (name,))]
+    assert [r.getMessage().split(" (")[0].split(" in ")[0] for r in caplog.records] == [
+        f"compiling {name}", f"compiled {name}"]          # the observability guide's pair, once
     assert jit.raw_function(src, name, 1) is not fn                        # another device
     assert jit.raw_function(src, name.replace("int", "long long"), 0) is not fn
     assert len(compiled) == 3

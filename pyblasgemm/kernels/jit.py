@@ -277,8 +277,9 @@ def raw_function(source: str, name: str, device: int):
     """The driver function handle (``CUfunction``) of the instantiation ``name`` of a raw CUDA
     ``source`` that includes the shipped headers (``-I`` :data:`INCLUDE_DIR`), on ``device``,
     compiled once per (device, headers' fingerprint, source, name) with NVRTC through CuPy; its
-    module stays alive beside the handle. :class:`KernelCompileError` with NVRTC's log if it
-    fails. For the small helper kernels that a bound launch enqueues with
+    module stays alive beside the handle; the compile is logged at INFO as
+    :func:`get_kernels`' is. :class:`KernelCompileError` with NVRTC's log if it fails. For the
+    small helper kernels that a bound launch enqueues with
     :func:`~pyblasgemm.kernels.driver.launch_kernel` (the epilogue pass, the grouped table).
 
     Example (on a GPU)::
@@ -297,11 +298,14 @@ def raw_function(source: str, name: str, device: int):
 
         with cupy.cuda.Device(device):
             _first_compile_notice()
+            log.info("compiling %s (NVRTC, CuPy's cache)", name)
+            t0 = time.perf_counter()
             mod = cupy.RawModule(code=source, options=_options(), name_expressions=[name])
             try:
                 kern = mod.get_function(name)
             except cupy.cuda.compiler.CompileException as e:
                 raise KernelCompileError(f"NVRTC failed to compile {name}", str(e), name) from e
+            log.info("compiled %s in %.2f s", name, time.perf_counter() - t0)
         with _raw_lock:
             hit = _raw.setdefault(key, (function(kern.kernel.ptr), kern))
     return hit[0]
