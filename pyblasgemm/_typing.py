@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     import jax
     import torch
 
-__all__ = ["Trans", "GemmTrans", "Compute", "Backend", "NDArray", "HostScalar", "BlasRoutine"]
+__all__ = ["Trans", "GemmTrans", "Compute", "Backend", "Activation", "MlpMethod", "NDArray", "HostScalar",
+           "BlasRoutine"]
 
 #: op(X) of the BLAS form: X, Xᵀ, Xᴴ
 Trans = Literal["N", "T", "C", "n", "t", "c"]
@@ -44,6 +45,10 @@ Compute = Literal[
     "int8-ozaki-61", "int8-ozaki-62"]
 #: backend= names (pyblasgemm.desc.BACKEND_NAMES and BACKEND_ALIASES)
 Backend = Literal["auto", "tensorcore", "cublas", "host", "pyblasgemm"]
+#: activation= names (pyblasgemm.epilogue.ACTIVATIONS; the run-time check takes these exactly)
+Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "sigmoid"]
+#: fused_mlp's method= (pyblasgemm.mlp.METHODS, None aside)
+MlpMethod = Literal["on_chip", "two_gemms"]
 NDArray = npt.NDArray[Any]
 #: alpha / beta: Python numbers or NumPy scalars (0-d arrays too, for gemm)
 HostScalar = Union[int, float, complex, np.number[Any], np.bool_]

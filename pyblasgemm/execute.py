@@ -186,24 +186,36 @@ def _unfused_launch(desc: GemmDesc, backend, autotune):
     return launch
 
 
-def execute_group(desc: GemmDesc, columns, backend=None, stream=None):
-    """Run a grouped problem as its plan says: one persistent launch of the problems' table
-    (``columns``: the table's columns, :data:`pyblasgemm.kernels.grouped.COLUMNS`), returned
-    as ``(launch, rows, tiles, the plan's Route)`` for the call signature; or None for the
-    loop the form runs (one planned GEMM per non-empty problem)."""
+def _group_launch(desc: GemmDesc, backend):
+    """A grouped problem's plan and its one persistent launch, with what both grouped forms
+    pack beside them: ``(plan, launch, is_int, bias_mode)`` (``is_int``: int8 products with an
+    int32 C, whose scalars are integers; ``bias_mode``: the epilogue's bias code,
+    :data:`~pyblasgemm.kernels.mma_sync.BIAS_MODE`); None where the plan is the loop of
+    planned GEMMs. A ``backend`` asked for is checked against the arrays' place first."""
     if backend is not None:
         check_backend_place(desc.routine, backend, desc.xp)
     plan = plan_for(desc, backend)
     if plan.group.kind != "one launch":
         return None
-    launch = launch_for(desc, plan)
     epi = desc.epilogue
     is_int = desc.prefix == "i" and (epi is None or epi.dequantize is None)
+    return plan, launch_for(desc, plan), is_int, BIAS_MODE[None if epi is None else epi.bias]
+
+
+def execute_group(desc: GemmDesc, columns, backend=None, stream=None):
+    """Run a grouped problem as its plan says: one persistent launch of the problems' table
+    (``columns``: the table's columns, :data:`pyblasgemm.kernels.grouped.COLUMNS`), returned
+    as ``(launch, rows, tiles, the plan's Route)`` for the call signature; or None for the
+    loop the form runs (one planned GEMM per non-empty problem)."""
+    found = _group_launch(desc, backend)
+    if found is None:
+        return None
+    plan, launch, is_int, bias_mode = found
+    epi = desc.epilogue
     alpha, beta = (1, 0) if is_int else (1.0, 0.0)
     out_bytes = _OUT_BYTES[epi.dequantize] if epi is not None and epi.dequantize else \
         desc.row.c_dtype.itemsize
-    rows, tiles = pack_table(columns, launch.config, is_int, out_bytes,
-                             BIAS_MODE[None if epi is None else epi.bias], alpha, beta)
+    rows, tiles = pack_table(columns, launch.config, is_int, out_bytes, bias_mode, alpha, beta)
     with streams.on(stream):
         launch.launch_rows(rows, tiles)
     note_route(plan.group)
@@ -217,17 +229,13 @@ def execute_group_offsets(desc: GemmDesc, groups: int, offsets_ptr: int, offsets
     <pyblasgemm.kernels.grouped.GroupedLaunch.launch_offsets>`; ``values``: the arrays' bases,
     strides and sizes), returned as ``(launch, the table kernel's values, the plan's Route)``
     for the call signature; None when the plan is the loop (its sizes are needed on the host)."""
-    if backend is not None:
-        check_backend_place(desc.routine, backend, desc.xp)
-    plan = plan_for(desc, backend)
-    if plan.group.kind != "one launch":
+    found = _group_launch(desc, backend)
+    if found is None:
         return None
-    launch = launch_for(desc, plan)
-    epi = desc.epilogue
-    is_int = desc.prefix == "i" and (epi is None or epi.dequantize is None)
+    plan, launch, is_int, bias_mode = found
     scalars = dict(ialpha=1, ibeta=0, alpha=0.0, beta=0.0) if is_int else dict(ialpha=0, ibeta=0, alpha=1.0,
                                                                                  beta=0.0)
-    values = dict(values, bias_mode=BIAS_MODE[None if epi is None else epi.bias], **scalars)
+    values = dict(values, bias_mode=bias_mode, **scalars)
     with streams.on(stream):
         launch.launch_offsets(groups, offsets_ptr, offsets_bytes, values)
     note_route(plan.group)

@@ -8,7 +8,7 @@ if TYPE_CHECKING:     # types only: importing pyblasgemm imports none of these
     import jax
     import torch
 
-    from ._typing import Backend, Compute, GemmTrans, NDArray
+    from ._typing import Activation, Backend, Compute, GemmTrans, NDArray
 
 import numpy as np
 
@@ -36,7 +36,7 @@ def gemm(transa: GemmTrans, transb: GemmTrans, a: NDArray, b: NDArray, out: NDAr
         alpha: Any = 1, beta: Any = 0, *,
         compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
-        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        activation: Activation | None = None, preactivation_out: Any = None, scale_a: Any = None,
         scale_b: Any = None, invariant: bool | None = None) -> NDArray: ...
 
 
@@ -45,7 +45,7 @@ def gemm(transa: GemmTrans, transb: GemmTrans, a: torch.Tensor, b: torch.Tensor,
         alpha: Any = 1, beta: Any = 0, *,
         compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
-        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        activation: Activation | None = None, preactivation_out: Any = None, scale_a: Any = None,
         scale_b: Any = None, invariant: bool | None = None) -> torch.Tensor: ...
 
 
@@ -54,7 +54,7 @@ def gemm(transa: GemmTrans, transb: GemmTrans, a: jax.Array, b: jax.Array, out: 
         alpha: Any = 1, beta: Any = 0, *,
         compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
-        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        activation: Activation | None = None, preactivation_out: Any = None, scale_a: Any = None,
         scale_b: Any = None, invariant: bool | None = None) -> jax.Array: ...
 
 
@@ -63,7 +63,7 @@ def gemm(transa: GemmTrans, transb: GemmTrans, a: cupy.ndarray, b: cupy.ndarray,
         alpha: Any = 1, beta: Any = 0, *,
         compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
-        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        activation: Activation | None = None, preactivation_out: Any = None, scale_a: Any = None,
         scale_b: Any = None, invariant: bool | None = None) -> cupy.ndarray: ...
 
 
@@ -72,7 +72,7 @@ def gemm(transa: GemmTrans, transb: GemmTrans, a: Any, b: Any, out: Any | None =
         alpha: Any = 1, beta: Any = 0, *,
         compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
-        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        activation: Activation | None = None, preactivation_out: Any = None, scale_a: Any = None,
         scale_b: Any = None, invariant: bool | None = None) -> Any: ...
 
 

@@ -53,7 +53,7 @@ if TYPE_CHECKING:     # types only: importing pyblasgemm imports none of these
     import jax
     import torch
 
-    from ._typing import Backend, Compute, NDArray
+    from ._typing import Activation, Backend, Compute, NDArray
 
 from . import _arrays, arrays, calls, streams
 from ._layout import may_overlap
@@ -167,7 +167,7 @@ def _offsets_of_sizes(group_sizes, a, b) -> list[int]:
 @overload
 def grouped_matmul(a: Sequence[NDArray], b: Sequence[NDArray], *, offsets: None = None,
                    out: Sequence[NDArray] | None = None, dtype: Any = None,
-                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   bias: Any = None, activation: Activation | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
                    group_sizes: None = None) -> list[NDArray]: ...
@@ -176,7 +176,7 @@ def grouped_matmul(a: Sequence[NDArray], b: Sequence[NDArray], *, offsets: None 
 @overload
 def grouped_matmul(a: NDArray, b: NDArray, *, offsets: Any = None,
                    out: NDArray | None = None, dtype: Any = None,
-                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   bias: Any = None, activation: Activation | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
                    group_sizes: Any = None, invariant: bool | None = None) -> NDArray: ...
@@ -185,7 +185,7 @@ def grouped_matmul(a: NDArray, b: NDArray, *, offsets: Any = None,
 @overload
 def grouped_matmul(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], *, offsets: None = None,
                    out: Sequence[torch.Tensor] | None = None, dtype: Any = None,
-                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   bias: Any = None, activation: Activation | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
                    group_sizes: None = None) -> list[torch.Tensor]: ...
@@ -194,7 +194,7 @@ def grouped_matmul(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], *, offs
 @overload
 def grouped_matmul(a: torch.Tensor, b: torch.Tensor, *, offsets: Any = None,
                    out: torch.Tensor | None = None, dtype: Any = None,
-                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   bias: Any = None, activation: Activation | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
                    group_sizes: Any = None, invariant: bool | None = None) -> torch.Tensor: ...
@@ -203,7 +203,7 @@ def grouped_matmul(a: torch.Tensor, b: torch.Tensor, *, offsets: Any = None,
 @overload
 def grouped_matmul(a: Sequence[jax.Array], b: Sequence[jax.Array], *, offsets: None = None,
                    out: Sequence[jax.Array] | None = None, dtype: Any = None,
-                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   bias: Any = None, activation: Activation | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
                    group_sizes: None = None) -> list[jax.Array]: ...
@@ -212,7 +212,7 @@ def grouped_matmul(a: Sequence[jax.Array], b: Sequence[jax.Array], *, offsets: N
 @overload
 def grouped_matmul(a: jax.Array, b: jax.Array, *, offsets: Any = None,
                    out: jax.Array | None = None, dtype: Any = None,
-                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   bias: Any = None, activation: Activation | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
                    group_sizes: Any = None, invariant: bool | None = None) -> jax.Array: ...
@@ -221,7 +221,7 @@ def grouped_matmul(a: jax.Array, b: jax.Array, *, offsets: Any = None,
 @overload
 def grouped_matmul(a: Sequence[cupy.ndarray], b: Sequence[cupy.ndarray], *, offsets: None = None,
                    out: Sequence[cupy.ndarray] | None = None, dtype: Any = None,
-                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   bias: Any = None, activation: Activation | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
                    group_sizes: None = None) -> list[cupy.ndarray]: ...
@@ -230,7 +230,7 @@ def grouped_matmul(a: Sequence[cupy.ndarray], b: Sequence[cupy.ndarray], *, offs
 @overload
 def grouped_matmul(a: cupy.ndarray, b: cupy.ndarray, *, offsets: Any = None,
                    out: cupy.ndarray | None = None, dtype: Any = None,
-                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   bias: Any = None, activation: Activation | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
                    group_sizes: Any = None, invariant: bool | None = None) -> cupy.ndarray: ...
@@ -238,14 +238,14 @@ def grouped_matmul(a: cupy.ndarray, b: cupy.ndarray, *, offsets: Any = None,
 
 @overload
 def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtype: Any = None,
-                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   bias: Any = None, activation: Activation | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
                    group_sizes: Any = None, invariant: bool | None = None) -> Any: ...
 
 
 def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtype: Any = None,
-                   bias: Any = None, activation: str | None = None, scale_a: Any = None,
+                   bias: Any = None, activation: Activation | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
                    group_sizes: Any = None, invariant: bool | None = None) -> Any:

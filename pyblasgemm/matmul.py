@@ -15,7 +15,7 @@ if TYPE_CHECKING:     # types only: importing pyblasgemm imports none of these
     import jax
     import torch
 
-    from ._typing import Backend, Compute, GemmTrans, NDArray
+    from ._typing import Activation, Backend, Compute, GemmTrans, NDArray
 
 import itertools
 import math
@@ -169,7 +169,7 @@ def _with_dtype(xp_name, a, b, dtype):
 def matmul(a: NDArray, b: NDArray, out: NDArray | None = None, *,
         dtype: Any = None, compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
-        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        activation: Activation | None = None, preactivation_out: Any = None, scale_a: Any = None,
         scale_b: Any = None, invariant: bool | None = None, **numpy_kwargs: Any) -> NDArray: ...
 
 
@@ -177,7 +177,7 @@ def matmul(a: NDArray, b: NDArray, out: NDArray | None = None, *,
 def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
         dtype: Any = None, compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
-        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        activation: Activation | None = None, preactivation_out: Any = None, scale_a: Any = None,
         scale_b: Any = None, invariant: bool | None = None, **numpy_kwargs: Any) -> torch.Tensor: ...
 
 
@@ -185,7 +185,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
 def matmul(a: jax.Array, b: jax.Array, out: jax.Array | None = None, *,
         dtype: Any = None, compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
-        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        activation: Activation | None = None, preactivation_out: Any = None, scale_a: Any = None,
         scale_b: Any = None, invariant: bool | None = None, **numpy_kwargs: Any) -> jax.Array: ...
 
 
@@ -193,7 +193,7 @@ def matmul(a: jax.Array, b: jax.Array, out: jax.Array | None = None, *,
 def matmul(a: cupy.ndarray, b: cupy.ndarray, out: cupy.ndarray | None = None, *,
         dtype: Any = None, compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
-        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        activation: Activation | None = None, preactivation_out: Any = None, scale_a: Any = None,
         scale_b: Any = None, invariant: bool | None = None, **numpy_kwargs: Any) -> cupy.ndarray: ...
 
 
@@ -201,7 +201,7 @@ def matmul(a: cupy.ndarray, b: cupy.ndarray, out: cupy.ndarray | None = None, *,
 def matmul(a: Any, b: Any, out: Any | None = None, *,
         dtype: Any = None, compute: Compute | None = None, backend: Backend | None = None,
         autotune: bool | None = None, stream: Any = None, bias: Any = None,
-        activation: Any = None, preactivation_out: Any = None, scale_a: Any = None,
+        activation: Activation | None = None, preactivation_out: Any = None, scale_a: Any = None,
         scale_b: Any = None, invariant: bool | None = None, **numpy_kwargs: Any) -> Any: ...
 
 

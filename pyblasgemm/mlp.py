@@ -36,7 +36,7 @@ if TYPE_CHECKING:     # types only: importing pyblasgemm imports none of these
     import jax
     import torch
 
-    from ._typing import Backend, Compute, NDArray
+    from ._typing import Activation, Backend, Compute, MlpMethod, NDArray
 
 import sys
 
@@ -163,37 +163,37 @@ def _device_plan(x, w2, w1) -> MlpPlan:
 # x's framework in gives it out (pyblasgemm._typing)
 @overload
 def fused_mlp(x: NDArray, w1: NDArray, w2: NDArray, b1: NDArray | None = None, b2: NDArray | None = None,
-              activation: str = "gelu", *, compute: Compute | None = None,
+              activation: Activation = "gelu", *, compute: Compute | None = None,
               backend: Backend | None = None, stream: Any = None,
-              method: str | None = None) -> NDArray: ...
+              method: MlpMethod | None = None) -> NDArray: ...
 
 
 @overload
 def fused_mlp(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, b1: torch.Tensor | None = None, b2: torch.Tensor | None = None,
-              activation: str = "gelu", *, compute: Compute | None = None,
+              activation: Activation = "gelu", *, compute: Compute | None = None,
               backend: Backend | None = None, stream: Any = None,
-              method: str | None = None) -> torch.Tensor: ...
+              method: MlpMethod | None = None) -> torch.Tensor: ...
 
 
 @overload
 def fused_mlp(x: jax.Array, w1: jax.Array, w2: jax.Array, b1: jax.Array | None = None, b2: jax.Array | None = None,
-              activation: str = "gelu", *, compute: Compute | None = None,
+              activation: Activation = "gelu", *, compute: Compute | None = None,
               backend: Backend | None = None, stream: Any = None,
-              method: str | None = None) -> jax.Array: ...
+              method: MlpMethod | None = None) -> jax.Array: ...
 
 
 @overload
 def fused_mlp(x: cupy.ndarray, w1: cupy.ndarray, w2: cupy.ndarray, b1: cupy.ndarray | None = None, b2: cupy.ndarray | None = None,
-              activation: str = "gelu", *, compute: Compute | None = None,
+              activation: Activation = "gelu", *, compute: Compute | None = None,
               backend: Backend | None = None, stream: Any = None,
-              method: str | None = None) -> cupy.ndarray: ...
+              method: MlpMethod | None = None) -> cupy.ndarray: ...
 
 
 @overload
 def fused_mlp(x: Any, w1: Any, w2: Any, b1: Any | None = None, b2: Any | None = None,
-              activation: str = "gelu", *, compute: Compute | None = None,
+              activation: Activation = "gelu", *, compute: Compute | None = None,
               backend: Backend | None = None, stream: Any = None,
-              method: str | None = None) -> Any: ...
+              method: MlpMethod | None = None) -> Any: ...
 
 
 def fused_mlp(x, w1, w2, b1=None, b2=None, activation="gelu", *, compute=None, backend=None,

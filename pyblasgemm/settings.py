@@ -32,12 +32,30 @@ from typing import Callable
 __all__ = ["SettingError", "Variable", "VARIABLES", "get", "in_environment", "describe"]
 
 
+#: the characters of a refused value an error message quotes (the environment is untrusted
+#: input: a value of any length, with control characters, is quoted escaped and clipped)
+SHOWN_CHARS = 64
+
+
+def shown(value: str) -> str:
+    """``value`` as an error message quotes it: its ``repr`` (control characters escaped), the
+    first :data:`SHOWN_CHARS` characters of a longer one and its length.
+
+    >>> shown("tf32"), shown("x" * 100)[-24:]
+    ("'tf32'", "xxx'... (100 characters)")
+    """
+    if len(value) <= SHOWN_CHARS:
+        return repr(value)
+    return f"{value[:SHOWN_CHARS]!r}... ({len(value)} characters)"
+
+
 class SettingError(ValueError):
-    """A ``PYBLASGEMM_*`` variable holds a value that is not allowed."""
+    """A ``PYBLASGEMM_*`` variable holds a value that is not allowed: the message names the
+    variable, the value (:func:`shown`) and what is allowed; ``.value`` holds it whole."""
 
     def __init__(self, name: str, value: str, allowed: str):
         self.name, self.value, self.allowed = name, value, allowed
-        super().__init__(f"{name}={value!r} is not allowed: {allowed}")
+        super().__init__(f"{name}={shown(value)} is not allowed: {allowed}")
 
 
 @dataclass(frozen=True)

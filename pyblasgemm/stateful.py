@@ -16,7 +16,7 @@ if TYPE_CHECKING:     # types only: importing pyblasgemm imports none of these
     import jax
     import torch
 
-    from ._typing import Backend, Compute
+    from ._typing import Activation, Backend, Compute
 
 import numpy as np
 
@@ -96,29 +96,29 @@ class Matmul(Generic[_Array]):
     def __init__(self: Matmul[torch.Tensor], a: torch.Tensor, b: torch.Tensor,
                  out: torch.Tensor | None = None, *, compute: Compute | None = None,
                  backend: Backend | None = None, stream: Any = None, bias: Any = None,
-                 activation: str | None = None, preactivation_out: Any = None) -> None: ...
+                 activation: Activation | None = None, preactivation_out: Any = None) -> None: ...
 
     @overload
     def __init__(self: Matmul[jax.Array], a: jax.Array, b: jax.Array,
                  out: jax.Array | None = None, *, compute: Compute | None = None,
                  backend: Backend | None = None, stream: Any = None, bias: Any = None,
-                 activation: str | None = None, preactivation_out: Any = None) -> None: ...
+                 activation: Activation | None = None, preactivation_out: Any = None) -> None: ...
 
     @overload
     def __init__(self: Matmul[cupy.ndarray], a: cupy.ndarray, b: cupy.ndarray,
                  out: cupy.ndarray | None = None, *, compute: Compute | None = None,
                  backend: Backend | None = None, stream: Any = None, bias: Any = None,
-                 activation: str | None = None, preactivation_out: Any = None) -> None: ...
+                 activation: Activation | None = None, preactivation_out: Any = None) -> None: ...
 
     @overload
     def __init__(self: Matmul[Any], a: Any, b: Any, out: Any = None, *,
                  compute: Compute | None = None, backend: Backend | None = None,
-                 stream: Any = None, bias: Any = None, activation: str | None = None,
+                 stream: Any = None, bias: Any = None, activation: Activation | None = None,
                  preactivation_out: Any = None) -> None: ...
 
     def __init__(self, a: Any, b: Any, out: Any = None, *, compute: Compute | None = None,
                  backend: Backend | None = None, stream: Any = None, bias: Any = None,
-                 activation: str | None = None, preactivation_out: Any = None) -> None:
+                 activation: Activation | None = None, preactivation_out: Any = None) -> None:
         if arrays.is_foreign(a, b, out, bias, preactivation_out):
             self._init_foreign(a, b, out, compute, backend, stream, bias, activation,
                                preactivation_out)

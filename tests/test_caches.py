@@ -14,7 +14,8 @@ checked for shape and type. Covers:
   null, not JSON, of the old format, for other names or mistyped are never returned
   (``_read_cached_cubin``: None and one ``KernelCacheWarning``); a written entry reads back;
   a cache that cannot be written does not raise; ``_cached_cubin`` recompiles and overwrites a
-  bad entry;
+  bad entry; ``raw_function`` (the helper kernels' compile, a fake CuPy) compiles once per
+  (device, headers, source, name) and turns NVRTC's failure into ``KernelCompileError``;
 * tables: a measured-choice table that is unreadable, not JSON or of the wrong shape is ignored
   with one ``ChoicesWarning`` and planning still works; a malformed calibration raises a
   ValueError naming the file.
@@ -27,6 +28,8 @@ import hashlib
 import json
 import math
 import re
+import sys
+import types
 import warnings
 
 import pytest
@@ -356,6 +359,64 @@ def test_sm90_cubin_recompiles_and_overwrites_a_bad_entry(monkeypatch):
             warnings.simplefilter("error")            # overwritten: served again, silently
             assert jit._cached_cubin(cfg, "f16", "T", "N") == (cubin, lowered)
     assert fake.compiles == 5
+
+
+def _fake_cupy(compiled: list, fail: bool = False):
+    """A stand-in for CuPy's device context, RawModule and CompileException (no GPU)."""
+    class CompileException(Exception):
+        pass
+
+    class RawModule:
+        def __init__(self, code, options, name_expressions):
+            compiled.append((code, tuple(name_expressions)))
+            self.names = name_expressions
+
+        def get_function(self, name):
+            if fail:
+                raise CompileException("error: a deliberate failure")
+            return types.SimpleNamespace(kernel=types.SimpleNamespace(ptr=len(compiled)))
+
+    cuda = types.SimpleNamespace(Device=lambda d: _Context(),
+                                 compiler=types.SimpleNamespace(CompileException=CompileException))
+    return types.SimpleNamespace(RawModule=RawModule, cuda=cuda)
+
+
+class _Context:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_raw_function_compiles_once_per_device_source_and_name(monkeypatch, caplog):
+    from pyblasgemm.kernels import driver
+
+    compiled: list = []
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(compiled))
+    monkeypatch.setattr(driver, "function", lambda ptr: ("CUfunction", ptr))
+    monkeypatch.setattr(jit, "_raw", {})
+    monkeypatch.setattr(jit, "_noticed", [True])
+    src = "#include <pyblasgemm/impls/grouped_offsets.cuh>\n"
+    name = "pyblasgemm::grouped_offsets_kernel<int>"
+    with caplog.at_level("INFO", logger="pyblasgemm"):
+        fn = jit.raw_function(src, name, 0)
+        assert fn == ("CUfunction", 1) and jit.raw_function(src, name, 0) is fn
+    assert compiled == [(src, (name,))]
+    assert [r.getMessage().split(" (")[0].split(" in ")[0] for r in caplog.records] == [
+        f"compiling {name}", f"compiled {name}"]          # the observability guide's pair, once
+    assert jit.raw_function(src, name, 1) is not fn                        # another device
+    assert jit.raw_function(src, name.replace("int", "long long"), 0) is not fn
+    assert len(compiled) == 3
+
+
+def test_raw_function_compile_failure_names_the_kernel(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy([], fail=True))
+    monkeypatch.setattr(jit, "_raw", {})
+    monkeypatch.setattr(jit, "_noticed", [True])
+    with pytest.raises(jit.KernelCompileError, match="NVRTC failed to compile k<float>") as info:
+        jit.raw_function("// nothing\n", "k<float>", 0)
+    assert "a deliberate failure" in info.value.log and jit._raw == {}
 
 
 def test_sm90_cubin_real_compile_round_trip(monkeypatch):

@@ -50,6 +50,26 @@ def test_bad_value_names_variable_value_and_allowed(monkeypatch, name, value):
     assert isinstance(info.value, ValueError)
 
 
+@pytest.mark.parametrize("name", ["PYBLASGEMM_BACKEND", "PYBLASGEMM_FP32_COMPUTE", "PYBLASGEMM_SPLITS",
+                                  "PYBLASGEMM_CONFIG"])
+def test_a_long_or_control_character_value_is_quoted_escaped_and_clipped(monkeypatch, name):
+    """The environment is untrusted input: a refused value is quoted escaped (no terminal
+    control sequence reaches a log) and clipped to SHOWN_CHARS characters with its length;
+    the error keeps the whole value in ``.value``."""
+    value = "\x1b[31m" + "x" * 5000
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingError) as info:
+        if name == "PYBLASGEMM_CONFIG":
+            from pyblasgemm.planner.overrides import _read_settings
+            _read_settings()
+        else:
+            settings.get(name, OPTIONS.get(name))
+    message = str(info.value)
+    assert message.startswith(f"{name}='\\x1b[31mxxx") and "\x1b" not in message
+    assert f"... ({len(value)} characters) is not allowed: " in message and len(message) < 600
+    assert info.value.value == value
+
+
 @pytest.mark.parametrize("text, value", [("1", True), ("0", False), ("true", True),
                                          ("FALSE", False), ("Yes", True), ("no", False),
                                          ("ON", True), ("off", False), (" on ", True),

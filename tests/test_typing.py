@@ -104,6 +104,13 @@ reveal_type(pyblasgemm.grouped_matmul([x, x], [x, x]))  # R: list[numpy.ndarray
 reveal_type(pyblasgemm.grouped_matmul(x, x, offsets=[2]))  # R: numpy.ndarray
 reveal_type(pyblasgemm.grouped_matmul(x, x, group_sizes=[2], compute="tf32x3"))  # R: numpy.ndarray
 pyblasgemm.grouped_matmul(x, x, offsets=[2], backend="gpu")  # E: backend
+pyblasgemm.matmul(x, x, bias=x[0], activation="gelu_tanh")
+pyblasgemm.matmul(x, x, activation="tanh")  # E: activation
+pyblasgemm.gemm("N", "N", x, x, activation="RELU")  # E: activation (the check is exact)
+pyblasgemm.grouped_matmul([x], [x], activation="swish")  # E: activation
+pyblasgemm.fused_mlp(x, x, x, activation="silu", method="on_chip")
+pyblasgemm.fused_mlp(x, x, x, activation="elu")  # E: activation
+pyblasgemm.fused_mlp(x, x, x, method="fast")  # E: method
 
 
 def frameworks(t: torch.Tensor, j: jax.Array) -> None:
@@ -117,6 +124,8 @@ def frameworks(t: torch.Tensor, j: jax.Array) -> None:
     reveal_type(pyblasgemm.Matmul(t, t).execute(a=t, c=t))  # R: torch.Tensor
     pyblasgemm.Matmul(t, t).execute(a=j)  # E: a JAX array into a torch Matmul
     pyblasgemm.Matmul(j, j, compute=3)  # E: compute
+    pyblasgemm.Matmul(t, t, activation="sigmoid")
+    pyblasgemm.Matmul(t, t, activation="softmax")  # E: activation
     with pyblasgemm.Matmul(t, t) as mm:
         reveal_type(mm.execute())  # R: torch.Tensor
 '''
@@ -129,8 +138,9 @@ mypy_path = {stubs}
 
 
 def test_mypy_on_a_user_file(tmp_path):
-    """NumPy in gives numpy.ndarray out (not Any: what mypy revealed before the overloads); compute=3, transa='X', backend='gpu' are
-    errors; the dial, the aliases and cuBLAS's int flags are not."""
+    """NumPy in gives numpy.ndarray out (not Any: what mypy revealed before the overloads); compute=3, transa='X', backend='gpu',
+    an activation or fused_mlp method= not in the tables are errors; the dial, the aliases and
+    cuBLAS's int flags are not."""
     api = pytest.importorskip("mypy.api")
     import os
 
@@ -191,18 +201,22 @@ def test_group_sizes_refusals(kw, err, match):
 
 
 def test_the_literal_types_name_exactly_what_the_tables_accept():
-    """_typing's Compute and Backend are a second spelling of the tables' names (typing needs
-    the words written out): a mode, alias, dial or backend added to the tables without the
-    Literal (or the reverse) fails here."""
+    """_typing's Compute, Backend, Activation and MlpMethod are a second spelling of the tables'
+    names (typing needs the words written out): a mode, alias, dial, backend, activation or
+    method added to the tables without the Literal (or the reverse) fails here."""
     from typing import get_args
 
     from pyblasgemm import _typing
     from pyblasgemm._types import COMPUTE_ALIASES
     from pyblasgemm.desc import BACKEND_ALIASES, BACKEND_NAMES
+    from pyblasgemm.epilogue import ACTIVATIONS
     from pyblasgemm.kinds import OZAKI, ROUTES
+    from pyblasgemm.mlp import METHODS
     from pyblasgemm.ozaki import MAX_BITS
 
     modes = {compute for _, compute in ROUTES} | set(COMPUTE_ALIASES)
     dials = {f"{OZAKI}-{bits}" for bits in range(1, MAX_BITS + 1)}
     assert set(get_args(_typing.Compute)) == modes | dials
     assert set(get_args(_typing.Backend)) == set(BACKEND_NAMES) | set(BACKEND_ALIASES)
+    assert set(get_args(_typing.Activation)) == set(ACTIVATIONS)
+    assert set(get_args(_typing.MlpMethod)) == set(METHODS) - {None}

@@ -10,8 +10,8 @@ import functools
 import sys
 import threading
 
-from .driver import function, launch_kernel, stream as cu_stream
-from .jit import INCLUDE_DIR
+from .driver import launch_kernel, stream as cu_stream
+from .jit import INCLUDE_DIR, raw_function
 
 
 @functools.lru_cache(maxsize=64)
@@ -117,32 +117,6 @@ _PASS_THREADS = 256
 #: at most this many CTAs per SM (a grid-stride loop covers the rest): 8 x 256 threads fill an
 #: SM's 2048 thread slots on sm_80 / sm_90
 _PASS_CTAS_PER_SM = 8
-_pass_kernels: dict = {}
-_pass_lock = threading.Lock()
-
-
-def _pass_kernel(device: int, dtype: str):
-    """The pass kernel for ``dtype`` on ``device``, compiled once per (device, headers)."""
-    import cupy
-
-    from . import jit
-
-    key = (device, jit.header_fingerprint(), dtype)
-    kern = _pass_kernels.get(key)
-    if kern is None:
-        name = _PASS_NAMES[dtype]
-        with cupy.cuda.Device(device):
-            jit._first_compile_notice()
-            mod = cupy.RawModule(code=_PASS_SOURCE, options=jit._options(), name_expressions=[name])
-            try:
-                kern = mod.get_function(name)
-            except cupy.cuda.compiler.CompileException as e:
-                raise jit.KernelCompileError(f"NVRTC failed to compile {name}", str(e), name) from e
-        with _pass_lock:
-            kern = _pass_kernels.setdefault(key, kern)
-    return kern
-
-
 class PassLaunch:
     """The epilogue pass of one problem class bound to its kernel: ``p(c_ptr, bias_ptr, pre_ptr,
     stream)`` enqueues ``pre = v; C = act(v)`` with ``v = C + bias`` on the raw stream handle
@@ -167,8 +141,7 @@ class PassLaunch:
 
         if dtype not in _PASS_NAMES:
             raise ValueError(f"PassLaunch: dtype={dtype!r} is not one of {PASS_DTYPES}")
-        kern = _pass_kernel(device, dtype)
-        self._dev, self._fptr = device, function(kern.kernel.ptr)
+        self._dev, self._fptr = device, raw_function(_PASS_SOURCE, _PASS_NAMES[dtype], device)
         sms = cupy.cuda.Device(device).attributes["MultiProcessorCount"]
         self._grid = max(1, min(-(-(m * n) // _PASS_THREADS), sms * _PASS_CTAS_PER_SM))
         fields = [("c", ct.c_void_p), ("bias", ct.c_void_p), ("pre", ct.c_void_p), ("m", ct.c_longlong),

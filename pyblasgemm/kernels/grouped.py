@@ -23,6 +23,7 @@ import numpy as np
 
 from .config import KernelConfig, SHIPPED_CONFIGS
 from .driver import copy_to_device_async, device_pointer, function, launch_kernel, record_event, stream, stream_handle
+from .jit import raw_function
 from .mma_sync import BIAS_MODE, _arg_ctypes, _ArgPack
 
 #: pinned host buffers per stream the tables go through (a call waits only for the copy made
@@ -270,8 +271,6 @@ OFFSETS_FIELDS = _offsets_fields()
 _OFFSETS_BLANK = {name: 0 for name, _ in OFFSETS_FIELDS}
 _OFFSETS_SOURCE = "#include <pyblasgemm/impls/grouped_offsets.cuh>\n"
 _OFFSETS_NAMES = {4: "pyblasgemm::grouped_offsets_kernel<int>", 8: "pyblasgemm::grouped_offsets_kernel<long long>"}
-_offsets_kernels: dict = {}
-_offsets_lock = threading.Lock()
 
 
 def offsets_kernel(device: int, offsets_bytes: int):
@@ -283,22 +282,4 @@ def offsets_kernel(device: int, offsets_bytes: int):
         fn = offsets_kernel(0, 4)          # impls/grouped_offsets.cuh for int32 offsets
         fn is offsets_kernel(0, 4)         # True: compiled once
     """
-    import cupy
-
-    from . import jit
-
-    key = (device, jit.header_fingerprint(), offsets_bytes)
-    fn = _offsets_kernels.get(key)
-    if fn is None:
-        name = _OFFSETS_NAMES[offsets_bytes]
-        with cupy.cuda.Device(device):
-            jit._first_compile_notice()
-            mod = cupy.RawModule(code=_OFFSETS_SOURCE, options=jit._options(), name_expressions=[name])
-            try:
-                kern = mod.get_function(name)
-            except cupy.cuda.compiler.CompileException as e:
-                raise jit.KernelCompileError(f"NVRTC failed to compile {name}", str(e), name) from e
-        with _offsets_lock:
-            # the module stays alive with the function handle (kept beside it)
-            fn = _offsets_kernels.setdefault(key, (function(kern.kernel.ptr), kern))
-    return fn[0]
+    return raw_function(_OFFSETS_SOURCE, _OFFSETS_NAMES[offsets_bytes], device)

@@ -43,6 +43,7 @@ from .problem import ACCUMULATE
 __all__ = [
     "KernelCompileError", "KernelCacheWarning", "INCLUDE_DIR", "header_fingerprint", "kernel_name",
     "reduce_name", "get_kernels", "compile_offline", "ptxas_resources", "warm", "KERNEL_HEADER", "all_headers",
+    "raw_function",
 ]
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
@@ -266,6 +267,48 @@ def _get_module_kernels(config, kind, transa, transb, accumulate, vec, device_id
     with _lock:
         _cache[key] = result
     return result
+
+
+_raw: dict = {}
+_raw_lock = threading.Lock()
+
+
+def raw_function(source: str, name: str, device: int):
+    """The driver function handle (``CUfunction``) of the instantiation ``name`` of a raw CUDA
+    ``source`` that includes the shipped headers (``-I`` :data:`INCLUDE_DIR`), on ``device``,
+    compiled once per (device, headers' fingerprint, source, name) with NVRTC through CuPy; its
+    module stays alive beside the handle; the compile is logged at INFO as
+    :func:`get_kernels`' is. :class:`KernelCompileError` with NVRTC's log if it fails. For the
+    small helper kernels that a bound launch enqueues with
+    :func:`~pyblasgemm.kernels.driver.launch_kernel` (the epilogue pass, the grouped table).
+
+    Example (on a GPU)::
+
+        fn = raw_function("#include <pyblasgemm/impls/grouped_offsets.cuh>\n",
+                          "pyblasgemm::grouped_offsets_kernel<int>", 0)
+        fn is raw_function("#include <pyblasgemm/impls/grouped_offsets.cuh>\n",
+                           "pyblasgemm::grouped_offsets_kernel<int>", 0)   # True: compiled once
+    """
+    key = (device, header_fingerprint(), source, name)
+    hit = _raw.get(key)
+    if hit is None:
+        import cupy
+
+        from .driver import function
+
+        with cupy.cuda.Device(device):
+            _first_compile_notice()
+            log.info("compiling %s (NVRTC, CuPy's cache)", name)
+            t0 = time.perf_counter()
+            mod = cupy.RawModule(code=source, options=_options(), name_expressions=[name])
+            try:
+                kern = mod.get_function(name)
+            except cupy.cuda.compiler.CompileException as e:
+                raise KernelCompileError(f"NVRTC failed to compile {name}", str(e), name) from e
+            log.info("compiled %s in %.2f s", name, time.perf_counter() - t0)
+        with _raw_lock:
+            hit = _raw.setdefault(key, (function(kern.kernel.ptr), kern))
+    return hit[0]
 
 
 _noticed = []

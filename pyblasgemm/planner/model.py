@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .._files import DOCUMENT_BYTES, read_regular
+from ..settings import shown
 from ..kernels.config import KERNEL_FAMILIES, KernelConfig, families_on
 from ..kernels.geometry import launch_geometry
 from ..kernels.problem import BASE_KIND, C_BYTES, ELEM_BYTES, KernelProblem
@@ -260,7 +261,7 @@ def parse_config_name(name: str) -> KernelConfig:
     family_by_prefix = {f.name_prefix: f.name for f in KERNEL_FAMILIES.values()}
     m = _name_pattern(tuple(family_by_prefix)).match(name.strip())
     if not m:
-        raise ValueError(f"{name!r} is not a kernel config name such as "
+        raise ValueError(f"{shown(name)} is not a kernel config name such as "
                          f"'sliced_128x128x32_w2x2_s4_g8', 'splitk_parallel_128x128x32_w2x2_s4_k8_g8' "
                          f"or 'sm90a_sliced_256x128x64_w2x1_s4_g8'")
     fam, d, bm, bn, bk, wm, wn, st, k, c, sync, g = m.groups()
