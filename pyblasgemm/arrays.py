@@ -575,7 +575,9 @@ def jax_matmul(routine: str, a, b, bias, activation, compute, backend, others: d
         _JAX_OPS.append(jax_ops)
     if traced:
         return _JAX_OPS[0].matmul(a, b, bias=bias, activation=activation, compute=compute, backend=backend)
-    return _JAX_OPS[0].compiled(bias is not None, activation, compute, backend)(a, b, bias)
+    if bias is None:
+        return _JAX_OPS[0].compiled(False, activation, compute, backend)(a, b)
+    return _JAX_OPS[0].compiled(True, activation, compute, backend)(a, b, bias)
 
 
 def needs_grad(*xs) -> bool:

@@ -118,14 +118,17 @@ def matmul(a, b, *, bias=None, activation=None, compute=None, backend=None):
 def compiled(has_bias: bool, activation, compute, backend):
     """:func:`matmul` with these words, compiled by ``jax.jit`` (what an eager
     :func:`pyblasgemm.matmul` on JAX GPU arrays calls: a repeated call then costs JAX's
-    dispatch of a compiled program, not a trace), as ``f(a, b, bias)``.
+    dispatch of a compiled program, not a trace), as ``f(a, b)`` or, ``has_bias``,
+    ``f(a, b, bias)`` (every argument an array: JAX's compiled-call fast path).
 
     >>> import jax.numpy as jnp
-    >>> compiled(False, None, None, None)(jnp.ones((1, 2)), jnp.ones((2, 1)), None)
+    >>> compiled(False, None, None, None)(jnp.ones((1, 2)), jnp.ones((2, 1)))
     Array([[2.]], dtype=float32)
     """
-    return jax.jit(lambda a, b, bias: matmul(a, b, bias=bias, activation=activation, compute=compute,
-                                             backend=backend))
+    if has_bias:
+        return jax.jit(lambda a, b, bias: matmul(a, b, bias=bias, activation=activation,
+                                                 compute=compute, backend=backend))
+    return jax.jit(lambda a, b: matmul(a, b, activation=activation, compute=compute, backend=backend))
 
 
 # ------------------------------------------------------------------------------------------
