@@ -552,6 +552,28 @@ def _block_order(key):
     return (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
 
 
+def _references(task, key) -> int:
+    """How many times ``task``'s arguments refer to ``key``, at any depth.
+
+    >>> from dask.task_spec import List, Task, TaskRef
+    >>> _references(Task("t", max, TaskRef("a"), List(TaskRef("a"), TaskRef("b"))), "a")
+    2
+    """
+    from dask.task_spec import Task, TaskRef
+
+    n, work = 0, list(task.args) + list(task.kwargs.values())
+    while work:
+        node = work.pop()
+        if isinstance(node, TaskRef):
+            n += node.key == key
+        elif isinstance(node, Task):
+            work.extend(node.args)
+            work.extend(node.kwargs.values())
+        elif isinstance(node, (list, tuple)):
+            work.extend(node)
+    return n
+
+
 def _ipc_rewrite(dsk, where, priority, holders, hosts, token):
     """Blocks that cross workers go through CUDA IPC (:mod:`pyblasgemm._dask_ipc`), in place,
     with as few tasks as the sharing allows (each costs Dask ~0.5 ms between ``persist`` and
@@ -650,13 +672,15 @@ def _ipc_rewrite(dsk, where, priority, holders, hosts, token):
                      and [getattr(r, "key", None) for r in a.args] == unit["blocks"]]
             if lists:                   # the argument listing these blocks: the fetch's tuple of them
                 n = lists[0]
-                dsk[key] = Task(key, task.func, *task.args[:n], Task(None, _dask_ipc.fetch, *args),
-                                *task.args[n + 1:], **task.kwargs)
-                continue
-            if len(unit["blocks"]) == 1:
+                folded = Task(key, task.func, *task.args[:n], Task(None, _dask_ipc.fetch, *args),
+                              *task.args[n + 1:], **task.kwargs)
+                if not folded.dependencies & set(unit["blocks"]):      # read nowhere else in the task
+                    dsk[key] = folded
+                    continue
+            if len(unit["blocks"]) == 1 and _references(task, unit["blocks"][0]) == 1:
                 subs_of.setdefault(key, {})[unit["blocks"][0]] = Task(
                     None, _dask_ipc.pick, Task(None, _dask_ipc.fetch, *args), 0)
-                continue
+                continue                # (read twice, the inline fetch would run twice: a fetch task)
         fkey = (fetch_name, tokenize(w, ekey, indices))
         dsk[fkey] = Task(fkey, _dask_ipc.fetch, *args)
         where[fkey], priority[fkey] = w, 1

@@ -1074,6 +1074,27 @@ def test_ipc_rewrite_leaves_local_blocks_and_other_hosts_to_dask():
     assert get_sync({**data, **dsk}, [("c", 0), ("c", 1)]) == (5, 7)      # max(3, 5, 4), max(5, 7)
 
 
+def test_ipc_rewrite_folds_a_fetch_only_into_a_task_that_reads_its_blocks_once():
+    """One task alone reads a remote block on its worker: folded into it (an inline fetch),
+    unless the task refers to the block twice, where an inline fetch would run twice (each
+    recording the same CUDA IPC done event): a fetch task then."""
+    from dask.local import get_sync
+    from dask.task_spec import Task, TaskRef
+
+    on = {("y", 0): {"w1"}, ("y", 1): {"w1"}}
+    dsk = {("c", 0): Task(("c", 0), max, TaskRef(("y", 0)), 1),
+           ("c", 1): Task(("c", 1), max, TaskRef(("y", 1)), TaskRef(("y", 1)))}
+    where, priority = {("c", 0): "w0", ("c", 1): "w2"}, {("c", 0): -1, ("c", 1): -1}
+    pbd._ipc_rewrite(dsk, where, priority, lambda k: on.get(k, set()), dict.fromkeys(("w0", "w1", "w2"), "h"), "t")
+    fetches = [k for k in dsk if _kind(k) == "fetch"]
+    assert [where[k] for k in fetches] == ["w2"] and dsk["c", 1].dependencies == set(fetches)
+    assert len(_nested_fetches(dsk["c", 0])) == 1 and {_kind(d) for d in dsk["c", 0].dependencies} == {"export"}
+    (export,) = [k for k in dsk if _kind(k) == "export"]
+    assert dsk[export].kwargs == {"readers": 2}
+    assert sorted(_fetch_blocks(dsk, f)[1] for f in [dsk[fetches[0]]] + _nested_fetches(dsk["c", 0])) == [0, 1]
+    assert get_sync({("y", 0): 3, ("y", 1): 5, **dsk}, [("c", 0), ("c", 1)]) == (3, 5)
+
+
 def _as_if_on(monkeypatch, n, x_owner, y_owner):
     """pyblasgemm.dask placing products as on a cluster of ``n`` workers of one host whose
     memory holds x's block (i, k) on worker ``x_owner(i, k)`` and y's (k, j) on ``y_owner(k, j)``
