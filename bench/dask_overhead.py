@@ -24,6 +24,9 @@ the host's clock (time.time(), one clock for every process):
 * ``first_processing_ms``: the first of the product's tasks sent to a worker (transition to
   ``processing``, after persist's start);
 * ``worker_received_ms``: the first compute-task message a worker handled;
+  ``first_executing_ms``: the first task's transition to executing in a worker's state
+  machine; ``first_submitted_ms``: the event loop handing it to the executor (its
+  ``start_time``); ``first_thread_ms``: the executor's thread starting it;
 * ``first_start_ms``: the first task function's start on any worker (a wrapper on the task
   functions, as bench/dask_scaling.py's --trace); ``first_start_by_worker_ms``: each worker's;
 * ``done_ms``: ``wait`` on the persisted result returned;
@@ -65,7 +68,7 @@ def _state():
     mod = sys.modules.get(_TRACE)
     if mod is None:
         mod = sys.modules[_TRACE] = types.ModuleType(_TRACE)
-        mod.starts, mod.installed = [], False
+        mod.starts, mod.threads, mod.installed = [], [], False
     return mod
 
 
@@ -77,6 +80,15 @@ def _install(dask_worker=None):
     state = _state()
     if state.installed:
         return True
+    import distributed.worker as dw
+
+    run_task = dw._run_task
+
+    def _run_task(*args, **kwargs):         # the executor thread's start of a task
+        state.threads.append(time.time())
+        return run_task(*args, **kwargs)
+
+    dw._run_task = _run_task
     for modname, name in TRACED:
         mod = importlib.import_module(modname)
         fn = getattr(mod, name, None)
@@ -102,11 +114,18 @@ def _starts(dask_worker=None):
 
 
 def _worker_log(since, dask_worker=None):
-    """(first compute-task handled, first executing) on this worker after ``since``."""
+    """(first compute-task handled, first executing, first task handed to the executor by the
+    event loop, first task started by the executor's thread) on this worker after ``since``."""
+    state = _state()
     received = [e[-1] for e in dask_worker.state.log if len(e) == 5 and e[1] == "compute-task" and e[-1] >= since]
     executing = [e[-1] for e in dask_worker.state.log
                  if len(e) == 7 and e[3] == "executing" and e[-1] >= since]
-    return min(received, default=None), min(executing, default=None)
+    submitted = [ts.start_time for ts in dask_worker.state.tasks.values()
+                 if getattr(ts, "start_time", None) and ts.start_time >= since]
+    threads = [t for t in state.threads if t >= since]
+    state.threads = []
+    return min(received, default=None), min(executing, default=None), min(submitted, default=None), \
+        min(threads, default=None)
 
 
 def _scheduler_first(since, prefix, dask_scheduler=None):
@@ -174,8 +193,10 @@ def one_run(client, blocks, chunk, persist_kw):
 
     row = {"tasks": tasks, "build_ms": round((t1 - t0) * 1e3, 3), "persist_call_ms": ms(t2),
            "first_processing_ms": ms(first_proc),
-           "worker_received_ms": ms(min((r for r, _ in wl.values() if r), default=None)),
-           "first_executing_ms": ms(min((e for _, e in wl.values() if e), default=None)),
+           "worker_received_ms": ms(min((v[0] for v in wl.values() if v[0]), default=None)),
+           "first_executing_ms": ms(min((v[1] for v in wl.values() if v[1]), default=None)),
+           "first_submitted_ms": ms(min((v[2] for v in wl.values() if v[2]), default=None)),
+           "first_thread_ms": ms(min((v[3] for v in wl.values() if v[3]), default=None)),
            "first_start_ms": ms(min((t for s in starts.values() for _, t in s), default=None)),
            "first_start_by_worker_ms": {w[-5:]: ms(min((t for _, t in s), default=None)) for w, s in starts.items()},
            "first_task_by_worker": {w[-5:]: min(s, key=lambda e: e[1])[0] if s else None for w, s in starts.items()},
