@@ -11,15 +11,17 @@ where a block crosses workers:
   device's PCI bus id, with the host name and this process's id; and two kinds of CUDA IPC
   event (``CU_EVENT_INTERPROCESS``, :class:`_Exported`): *ready*, recorded on the exporting
   thread's stream after the work queued there (the blocks' writers), and one *done* event per
-  reader (``readers``: the fetch tasks the graph gives the export), which each reader records
+  reader (``readers``: the fetches the graph gives the export), which each reader records
   after its copy. The object keeps the arrays alive for as long as Dask keeps its key (until
   every reader's task has ended); when Dask lets it go, the stream that wrote the blocks is made
   to wait for every *done* event before the blocks' memory can be handed out again. It pickles
   to that metadata alone. A block that cannot be exported (NumPy, a CuPy array whose allocator
   refuses IPC, no CUDA) is carried as data: Dask's own transfer; when no block of the group can
   be exported, the task returns the blocks themselves and Dask moves them as it always does;
-* :func:`fetch`, on the worker that reads them: opens each handle once per (producer process,
-  handle, device) (``cuIpcOpenMemHandle`` with ``CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS``; a cache
+* :func:`fetch`, on the worker that reads them (a task of its own, or an inline task of the one
+  task there that reads them; ``indices``: the export's blocks it takes): opens each handle
+  once per (producer process, handle, device) (``cuIpcOpenMemHandle`` with
+  ``CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS``; a cache
   of at most :data:`OPEN_MAX`, closed by :func:`close_handles`), and on a copy stream of its own
   waits for the *ready* event, copies each block into memory of its own (``cuMemcpyDtoDAsync``,
   peer to peer over NVLink where the GPUs have it), records its *done* event, and makes the

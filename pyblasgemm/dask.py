@@ -30,9 +30,11 @@ products, the accumulation and the order of the sums. For ``x @ y`` with NumPy o
   (an array derived from the result is Dask's own again, and Dask places its tasks);
 * where a placed task needs a block another worker of the same host holds, the block moves
   through CUDA IPC (``transport="auto"`` for CuPy chunks, or ``"ipc"``; :mod:`pyblasgemm._dask_ipc`):
-  an export task makes the IPC handle where the block is, a fetch task copies it device to
-  device where it is read, once per worker; NumPy blocks, memory that refuses IPC and other
-  hosts keep Dask's transfer (``transport="dask"`` for all of them);
+  an export task makes the IPC handles where the blocks are (one a worker for the blocks in
+  memory that others read), a fetch copies them device to device where they are read, once
+  per worker (a task of its own, or folded into the one task there that reads them: few
+  tasks, since each costs Dask time before the first product starts); NumPy blocks, memory
+  that refuses IPC and other hosts keep Dask's transfer (``transport="dask"`` for all of them);
 * K chunks of the two operands are aligned (rechunked to their common refinement only when
   they differ, logged at DEBUG on ``logging.getLogger("pyblasgemm.dask")``); batch dimensions
   broadcast as in ``numpy.matmul``.

@@ -1415,3 +1415,34 @@ def test_the_guide_shows_the_2_gpu_ipc_event_run():
                                  for k in ("first_task_ms", "gpu_busy_ms", "gpu_idle_ms"))
             row = f"   * - {case['transport']}\n     - {first:.1f}\n     - {busy:.1f}\n     - {idle:.2f}"
             assert row in guide, row
+
+
+def test_the_guide_shows_the_host_overhead_run():
+    """docs/guide/dask.rst's table of where Dask's time goes is the results file's medians
+    (bench/dask_overhead.py, main against this schedule, 2 and 4 workers), with the task counts
+    this schedule gives the benchmark's graph."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    name = "bench/results/dask_overhead_host_2026-11-28_1b26854.json"
+    doc = json.loads((root / name).read_text())
+    guide = " ".join((root / "docs" / "guide" / "dask.rst").read_text().split())
+    assert name in guide
+
+    def med(src, n, key):
+        return statistics.median(run[key] for r in doc["results"] if r["name"] == src
+                                 for run in r["by_workers"][n]["runs"] if run.get(key) is not None)
+
+    for src, tasks in (("before", (24, 32)), ("after", (20, 20))):
+        assert (med(src, "2", "tasks"), med(src, "4", "tasks")) == tasks
+        assert len([r for r in doc["results"] if r["name"] == src]) == 3
+        for key in ("first_processing_ms", "worker_received_ms", "first_start_ms"):
+            cell = f"- {med(src, '2', key):.1f} ({med(src, '4', key):.1f})"
+            assert cell in guide, (src, key, cell)
+        cell = (f"- {med(src, '2', 'update_graph_ms'):.1f} ({med(src, '4', 'update_graph_ms'):.1f}): "
+                f"{med(src, '2', 'materialize_ms'):.1f}, {med(src, '2', 'order_ms'):.1f}, "
+                f"{med(src, '2', 'task_states_ms'):.1f}")
+        assert cell in guide, (src, cell)
+    assert "main: 24 (32) tasks" in guide and "now: 20 (20) tasks" in guide
