@@ -1015,6 +1015,10 @@ def child(args, cases) -> int:
                 print(f"cluster: {n_gpus} {'GPU' if device else 'worker'}, {transport}, up in "
                       f"{time.perf_counter() - t0:.1f} s", flush=True)
                 events = sorted(set(client.run(_set_ipc_events, IPC_EVENTS.get(transport, True)).values()))
+                if args.switch_interval:    # the GIL's switch interval on the workers and the scheduler
+                    client.run(sys.setswitchinterval, args.switch_interval)
+                    client.run_on_scheduler(sys.setswitchinterval, args.switch_interval)
+                    doc["config"]["switch_interval_s"] = args.switch_interval
                 if args.trace:              # before any task: a worker resolves a task's function when it arrives
                     client.run(_install_trace)
                 if n_gpus >= 2 and (args.probe_only or args.probe_here):
@@ -1185,6 +1189,11 @@ def main(argv=None) -> int:
     ap.add_argument("--message-bytes-limit", default="1GiB",
                     help="distributed.worker.transfer.message-bytes-limit of the clusters (Dask's default: 50MB)")
     ap.add_argument("--budget-s", type=float, default=None, help="stop every transport's process by then (default 560)")
+    ap.add_argument("--switch-interval", type=float, default=None,
+                    help="sys.setswitchinterval on each cluster's workers and scheduler (the scheduler of a "
+                         "LocalCUDACluster runs in the transport's process: its client too); Python's default "
+                         "0.005 s lets a thread that wants the GIL wait that long behind a busy event loop "
+                         "(bench/dask_overhead.py)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--probe-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--probe-here", action="store_true", help=argparse.SUPPRESS)
@@ -1231,7 +1240,7 @@ def main(argv=None) -> int:
     out = pathlib.Path(args.out)
     doc = {"schema": "pyblasgemm-dask-scaling/2", **_metadata(device), "method": __doc__, "smoke": not device,
            "cases": [], "failures": [], "transports": {}, "argv": sys.argv[1:] if argv is None else list(argv),
-           "message_bytes_limit": args.message_bytes_limit}
+           "message_bytes_limit": args.message_bytes_limit, "switch_interval_s": args.switch_interval}
     import dask
     import distributed
 
@@ -1283,7 +1292,8 @@ def main(argv=None) -> int:
         sum((["--" + k.replace("_", "-"), v] for k in ("dask_array_gpus", "dask_array_cases")
              if (v := getattr(args, k)) is not None), []) + \
         (["--smoke"] if args.smoke else []) + (["--no-dask-array"] if args.no_dask_array else []) + \
-        (["--trace"] if args.trace else [])
+        (["--trace"] if args.trace else []) + \
+        (["--switch-interval", str(args.switch_interval)] if args.switch_interval else [])
 
     def gpus(t):
         return ["--gpus", gpus_of.get(t, args.gpus)]

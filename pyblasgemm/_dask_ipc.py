@@ -11,15 +11,17 @@ where a block crosses workers:
   device's PCI bus id, with the host name and this process's id; and two kinds of CUDA IPC
   event (``CU_EVENT_INTERPROCESS``, :class:`_Exported`): *ready*, recorded on the exporting
   thread's stream after the work queued there (the blocks' writers), and one *done* event per
-  reader (``readers``: the fetch tasks the graph gives the export), which each reader records
+  reader (``readers``: the fetches the graph gives the export), which each reader records
   after its copy. The object keeps the arrays alive for as long as Dask keeps its key (until
   every reader's task has ended); when Dask lets it go, the stream that wrote the blocks is made
   to wait for every *done* event before the blocks' memory can be handed out again. It pickles
   to that metadata alone. A block that cannot be exported (NumPy, a CuPy array whose allocator
   refuses IPC, no CUDA) is carried as data: Dask's own transfer; when no block of the group can
   be exported, the task returns the blocks themselves and Dask moves them as it always does;
-* :func:`fetch`, on the worker that reads them: opens each handle once per (producer process,
-  handle, device) (``cuIpcOpenMemHandle`` with ``CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS``; a cache
+* :func:`fetch`, on the worker that reads them (a task of its own, or an inline task of the one
+  task there that reads them; ``indices``: the export's blocks it takes): opens each handle
+  once per (producer process, handle, device) (``cuIpcOpenMemHandle`` with
+  ``CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS``; a cache
   of at most :data:`OPEN_MAX`, closed by :func:`close_handles`), and on a copy stream of its own
   waits for the *ready* event, copies each block into memory of its own (``cuMemcpyDtoDAsync``,
   peer to peer over NVLink where the GPUs have it), records its *done* event, and makes the
@@ -423,20 +425,26 @@ def _imported(device: int, handle: bytes):
     return drv.call_in_context(device, "cuIpcOpenEventHandle", cu.cuIpcOpenEventHandle, h)
 
 
-def fetch(group, slot: int = 0):
+def fetch(group, slot: int = 0, indices=None):
     """The blocks of an :func:`export` in this worker's memory, as a tuple (see the module
     docstring); blocks Dask moved are returned as they came. ``slot``: which of the export's
-    *done* events this reader records (each fetch task of one export has its own).
+    *done* events this reader records (each fetch of one export has its own, a fetch task or
+    one folded into the task that reads the blocks). ``indices``: the blocks of the export this
+    reader takes, in this order (None: all of them); only those are copied.
 
     >>> fetch(export(np.ones(2)))[0].tolist()
     [1.0, 1.0]
+    >>> [b.tolist() for b in fetch(export(np.ones(1), np.zeros(2), np.full(1, 7.0)), 0, (2, 0))]
+    [[7.0], [1.0]]
     """
     if not isinstance(group, IpcBlocks):
-        return tuple(group)
+        blocks = tuple(group)
+        return blocks if indices is None else tuple(blocks[i] for i in indices)
+    entries = group.entries if indices is None else tuple(group.entries[i] for i in indices)
     if group.arrays is not None:        # never pickled: the exporting process itself
         with _LOCK:
-            _STATS["same_process_blocks"] += len(group.entries)
-        return tuple(group.arrays)
+            _STATS["same_process_blocks"] += len(entries)
+        return tuple(group.arrays) if indices is None else tuple(group.arrays[i] for i in indices)
     if group.pid == os.getpid():        # pickled and read back in its own process (spilled): the arrays are gone
         raise RuntimeError("pyblasgemm.dask: a CUDA IPC export came back to the process that made it without "
                            "its arrays (spilled to disk?); transport='dask' moves blocks through Dask instead")
@@ -468,7 +476,7 @@ def fetch(group, slot: int = 0):
             with cupy.cuda.Device(device), stream:
                 if ready is not None:       # the producer's writes of the blocks, on the GPU
                     drv.call_in_context(device, "cuStreamWaitEvent", cu.cuStreamWaitEvent, raw_stream, ready, 0)
-                for handle, offset, shape, dtype, _strides, _bus, data in group.entries:
+                for handle, offset, shape, dtype, _strides, _bus, data in entries:
                     if handle is None:          # carried as data (counted where it was exported)
                         out.append(data)
                         continue

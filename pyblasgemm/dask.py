@@ -30,9 +30,11 @@ products, the accumulation and the order of the sums. For ``x @ y`` with NumPy o
   (an array derived from the result is Dask's own again, and Dask places its tasks);
 * where a placed task needs a block another worker of the same host holds, the block moves
   through CUDA IPC (``transport="auto"`` for CuPy chunks, or ``"ipc"``; :mod:`pyblasgemm._dask_ipc`):
-  an export task makes the IPC handle where the block is, a fetch task copies it device to
-  device where it is read, once per worker; NumPy blocks, memory that refuses IPC and other
-  hosts keep Dask's transfer (``transport="dask"`` for all of them);
+  an export task makes the IPC handles where the blocks are (one a worker for the blocks in
+  memory that others read), a fetch copies them device to device where they are read, once
+  per worker (a task of its own, or folded into the one task there that reads them: few
+  tasks, since each costs Dask time before the first product starts); NumPy blocks, memory
+  that refuses IPC and other hosts keep Dask's transfer (``transport="dask"`` for all of them);
 * K chunks of the two operands are aligned (rechunked to their common refinement only when
   they differ, logged at DEBUG on ``logging.getLogger("pyblasgemm.dask")``); batch dimensions
   broadcast as in ``numpy.matmul``.
@@ -552,83 +554,154 @@ def _block_order(key):
     return (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
 
 
-def _ipc_rewrite(dsk, where, priority, holders, hosts, token):
-    """Blocks that cross workers go through CUDA IPC (:mod:`pyblasgemm._dask_ipc`), in place:
-    for each placed task, in the graph's order, the inputs that its worker neither holds nor
-    computes are grouped by the worker that has them (the first address of those holding
-    one); each group gets one export task on that worker (shared by every worker that needs
-    the same group), and each worker that needs it one fetch task, which depends on the export's
-    key only (never on a block's: Dask would move the block). A block is fetched once per
-    worker: a later task there reads it from the earlier fetch (an inline ``pick``). Inputs on
-    another host stay with Dask's transfer. Exports run first on their worker (priority 2,
-    fetches 1): a worker's first tasks are the exports the others wait for. Each export is told
-    how many fetches read it (``readers``: one CUDA IPC *done* event each) and each fetch its
-    ``slot`` among them (the event it records once its copy is queued).
+def _references(task, key) -> int:
+    """How many times ``task``'s arguments refer to ``key``, at any depth.
 
-    >>> from dask.task_spec import Task, TaskRef
-    >>> dsk = {("c", 0): Task(("c", 0), sum, TaskRef(("x", 0)), TaskRef(("y", 0)))}
-    >>> where, priority = {("c", 0): "w0"}, {("c", 0): -1}
-    >>> on = {("x", 0): {"w0"}, ("y", 0): {"w1"}}
+    >>> from dask.task_spec import List, Task, TaskRef
+    >>> _references(Task("t", max, TaskRef("a"), List(TaskRef("a"), TaskRef("b"))), "a")
+    2
+    """
+    from dask.task_spec import Task, TaskRef
+
+    n, work = 0, list(task.args) + list(task.kwargs.values())
+    while work:
+        node = work.pop()
+        if isinstance(node, TaskRef):
+            n += node.key == key
+        elif isinstance(node, Task):
+            work.extend(node.args)
+            work.extend(node.kwargs.values())
+        elif isinstance(node, (list, tuple)):
+            work.extend(node)
+    return n
+
+
+def _ipc_rewrite(dsk, where, priority, holders, hosts, token):
+    """Blocks that cross workers go through CUDA IPC (:mod:`pyblasgemm._dask_ipc`), in place,
+    with as few tasks as the sharing allows (each costs Dask ~0.5 ms between ``persist`` and
+    the first task: bench/dask_overhead.py). For each placed task, in the graph's order, the
+    inputs that its worker neither holds nor computes are taken from the worker that has them
+    (the first address of those holding one), on the same host (another host: Dask's transfer):
+
+    * export tasks, on that worker: one for every block in cluster memory that any other worker
+      reads from it (they are all ready at once), and one for each group of computed inputs
+      (partial sums) a task reads from it (they are ready at different times; one export of
+      them all could wait for a sum that waits for another worker's export: a cycle);
+    * a fetch of an export for each worker that reads it (of the blocks that worker reads,
+      ``indices`` into the export's, where it reads fewer than all): a block is fetched once
+      per worker. Where one task alone on that worker reads them, the fetch is folded into it:
+      an inline task in place of the argument that lists exactly those blocks (a product's
+      K chunks of one operand), or of a single block's reference; else a fetch task of its
+      own, which every task there reads them from (an inline ``pick``);
+    * no task depends on a block's key from another worker (Dask would move the block):
+      exports depend on the blocks, fetches on the export's key.
+
+    Exports run first on their worker (priority 2, fetch tasks 1): a worker's first tasks are
+    the exports the others wait for. Each export is told how many fetches read it (``readers``:
+    one CUDA IPC *done* event each) and each fetch its ``slot`` among them (the event it
+    records once its copies are queued); a folded fetch has its own slot as a fetch task does.
+
+    >>> from dask.task_spec import List, Task, TaskRef
+    >>> def product(xs, ys):
+    ...     return xs, ys
+    >>> dsk = {("c", j): Task(("c", j), product, List(TaskRef(("x", 0))), List(TaskRef(("y", j)))) for j in (0, 1)}
+    >>> where, priority = {("c", 0): "w0", ("c", 1): "w0"}, {("c", 0): 0, ("c", 1): -1}
+    >>> on = {("x", 0): {"w0"}, ("y", 0): {"w0"}, ("y", 1): {"w1"}}
     >>> _ipc_rewrite(dsk, where, priority, lambda k: on.get(k, set()), {"w0": "h", "w1": "h"}, "t")
-    >>> sorted(k[0] for k in dsk)
-    ['c', 'pyblasgemm-ipc-export-t', 'pyblasgemm-ipc-fetch-t']
-    >>> sorted((k[0], where[k], priority[k]) for k in dsk)
-    [('c', 'w0', -1), ('pyblasgemm-ipc-export-t', 'w1', 2), ('pyblasgemm-ipc-fetch-t', 'w0', 1)]
-    >>> sorted(k[0] for k in dsk["c", 0].dependencies)
-    ['pyblasgemm-ipc-fetch-t', 'x']
-    >>> [(t.kwargs, t.args[1:]) for k, t in sorted(dsk.items()) if k[0].startswith("pyblasgemm-")]
-    [({'readers': 1}, ()), ({}, (0,))]
+    >>> sorted((k[0], where[k], priority[k]) for k in dsk)      # c[0, 1] alone reads y[1]: no fetch task
+    [('c', 'w0', -1), ('c', 'w0', 0), ('pyblasgemm-ipc-export-t', 'w1', 2)]
+    >>> sorted(k[0] for k in dsk["c", 1].dependencies)
+    ['pyblasgemm-ipc-export-t', 'x']
+    >>> export = dsk[[k for k in dsk if k[0] == "pyblasgemm-ipc-export-t"][0]]
+    >>> export.kwargs, sorted(export.dependencies)
+    ({'readers': 1}, [('y', 1)])
     """
     from dask.base import tokenize
-    from dask.task_spec import Task, TaskRef
+    from dask.task_spec import List, Task, TaskRef
 
     from . import _dask_ipc
 
     export_name, fetch_name = "pyblasgemm-ipc-export-" + token, "pyblasgemm-ipc-fetch-" + token
-    exports, fetched = {}, {}           # (producer, blocks) -> export key; (worker, block) -> (fetch key, index)
-    readers = {}                        # export key -> (its blocks, [fetch keys]): the slots
-    for key in [k for k in dsk if k in where]:
+    exports = {}                        # export id -> (producer, [its blocks])
+    units = {}                          # (reader, export id) -> {"blocks": [...], "tasks": [...]}
+    unit_of = {}                        # (reader, block) -> its unit
+    placed = [k for k in dsk if k in where]
+    for key in placed:
         w = where[key]
-        task = dsk[key]
-        subs, groups = {}, {}
-        for dep in sorted(task.dependencies, key=_block_order):
-            if (w, dep) in fetched:
-                fkey, index = fetched[w, dep]
-                subs[dep] = Task(None, _dask_ipc.pick, TaskRef(fkey), index)
-                continue
-            has = {where[dep]} if dep in where else set(holders(dep))
-            if not has or w in has:
-                continue                # Dask's (not in memory) or already here
-            producer = sorted(has)[0]
-            if hosts.get(producer) != hosts.get(w):
-                continue                # another host: Dask's transfer
-            groups.setdefault(producer, []).append(dep)
-        for producer, deps in groups.items():
-            ekey = exports.get((producer, tuple(deps)))
-            if ekey is None:
-                # named by what they hold: a graph built on the same operands after blocks moved
-                # must not meet another group's export or fetch under the same key
-                ekey = exports[producer, tuple(deps)] = (export_name, tokenize(producer, deps))
-                readers[ekey] = (deps, [])
-                where[ekey], priority[ekey] = producer, 2
-            fkey = (fetch_name, tokenize(w, ekey))
-            slots = readers[ekey][1]
-            if fkey not in slots:
-                slots.append(fkey)
-            dsk[fkey] = Task(fkey, _dask_ipc.fetch, TaskRef(ekey), slots.index(fkey))
-            where[fkey], priority[fkey] = w, 1
-            for index, dep in enumerate(deps):
-                fetched[w, dep] = (fkey, index)
-                subs[dep] = Task(None, _dask_ipc.pick, TaskRef(fkey), index)
-        if subs:
-            dsk[key] = task.substitute(subs)
-    for ekey, (deps, slots) in readers.items():
-        dsk[ekey] = Task(ekey, _dask_ipc.export, *[TaskRef(d) for d in deps], readers=len(slots))
+        computed = {}                   # producer -> [computed inputs of this task not yet fetched here]
+        for dep in sorted(dsk[key].dependencies, key=_block_order):
+            unit = unit_of.get((w, dep))
+            if unit is None:
+                has = {where[dep]} if dep in where else set(holders(dep))
+                if not has or w in has:
+                    continue            # Dask's (not in memory) or already here
+                producer = sorted(has)[0]
+                if hosts.get(producer) != hosts.get(w):
+                    continue            # another host: Dask's transfer
+                if dep in where:
+                    computed.setdefault(producer, []).append(dep)
+                    continue
+                eid = ("memory", producer)
+                blocks = exports.setdefault(eid, (producer, []))[1]
+                if dep not in blocks:
+                    blocks.append(dep)
+                unit = unit_of[w, dep] = (w, eid)
+                units.setdefault(unit, {"blocks": [], "tasks": []})["blocks"].append(dep)
+            tasks = units[unit]["tasks"]
+            if key not in tasks:
+                tasks.append(key)
+        for producer, deps in computed.items():
+            eid = ("computed", producer, tuple(deps))
+            exports.setdefault(eid, (producer, list(deps)))
+            units[w, eid] = {"blocks": list(deps), "tasks": [key]}
+            for dep in deps:
+                unit_of[w, dep] = (w, eid)
+    # keys named by what they hold: a graph built on the same operands after blocks moved must
+    # not meet another group's export or fetch under the same key
+    ekeys = {eid: (export_name, tokenize(producer, blocks)) for eid, (producer, blocks) in exports.items()}
+    readers = dict.fromkeys(exports, 0)
+    subs_of = {}                        # task -> {block: what replaces its reference}
+    for (w, eid), unit in units.items():
+        ekey, blocks = ekeys[eid], exports[eid][1]
+        slot = readers[eid]
+        readers[eid] += 1
+        indices = None if unit["blocks"] == blocks else tuple(blocks.index(b) for b in unit["blocks"])
+        args = (TaskRef(ekey), slot) + (() if indices is None else (indices,))
+        if len(unit["tasks"]) == 1:
+            (key,) = unit["tasks"]
+            task = dsk[key]
+            lists = [n for n, a in enumerate(task.args) if isinstance(a, List)
+                     and [getattr(r, "key", None) for r in a.args] == unit["blocks"]]
+            if lists:                   # the argument listing these blocks: the fetch's tuple of them
+                n = lists[0]
+                folded = Task(key, task.func, *task.args[:n], Task(None, _dask_ipc.fetch, *args),
+                              *task.args[n + 1:], **task.kwargs)
+                if not folded.dependencies & set(unit["blocks"]):      # read nowhere else in the task
+                    dsk[key] = folded
+                    continue
+            if len(unit["blocks"]) == 1 and _references(task, unit["blocks"][0]) == 1:
+                subs_of.setdefault(key, {})[unit["blocks"][0]] = Task(
+                    None, _dask_ipc.pick, Task(None, _dask_ipc.fetch, *args), 0)
+                continue                # (read twice, the inline fetch would run twice: a fetch task)
+        fkey = (fetch_name, tokenize(w, ekey, indices))
+        dsk[fkey] = Task(fkey, _dask_ipc.fetch, *args)
+        where[fkey], priority[fkey] = w, 1
+        for key in unit["tasks"]:
+            subs = subs_of.setdefault(key, {})
+            for index, dep in enumerate(unit["blocks"]):
+                if dep in dsk[key].dependencies:
+                    subs[dep] = Task(None, _dask_ipc.pick, TaskRef(fkey), index)
+    for key, subs in subs_of.items():
+        dsk[key] = dsk[key].substitute(subs)
+    for eid, (producer, blocks) in exports.items():
+        ekey = ekeys[eid]
+        dsk[ekey] = Task(ekey, _dask_ipc.export, *[TaskRef(d) for d in blocks], readers=readers[eid])
+        where[ekey], priority[ekey] = producer, 2
 
 
 def transport_of(z) -> str:
     """How the blocks of ``z``'s graph cross workers: ``"ipc"`` if its graph has CUDA IPC
-    fetches (a product placed on a cluster holding its operands, with ``transport`` ``"ipc"``,
+    exports (a product placed on a cluster holding its operands, with ``transport`` ``"ipc"``,
     or ``"auto"`` and CuPy chunks), else ``"dask"``. What ran is per worker process:
     :func:`ipc_stats`.
 
@@ -639,7 +712,7 @@ def transport_of(z) -> str:
     """
     for key in dict(z.__dask_graph__()):
         name = key[0] if isinstance(key, tuple) else key
-        if isinstance(name, str) and name.startswith("pyblasgemm-ipc-fetch-"):
+        if isinstance(name, str) and name.startswith("pyblasgemm-ipc-export-"):
             return "ipc"
     return "dask"
 
@@ -743,15 +816,58 @@ def _optimize_unfused(dsk, keys, **kwargs):
         return da.optimization.optimize(dsk, keys, **kwargs)
 
 
+def _cull(dsk, keys) -> dict:
+    """The tasks of ``dsk`` that ``keys`` need, in ``dsk``'s order: a walk over each task's
+    dependencies (:mod:`dask.task_spec` nodes state theirs; anything else, a Future of a
+    persisted operand or a legacy tuple, through :func:`dask.core.get_dependencies`).
+
+    >>> from dask.task_spec import Task, TaskRef
+    >>> dsk = {"a": 1, "b": Task("b", abs, TaskRef("a")), "c": Task("c", abs, TaskRef("a")), "d": (abs, "c")}
+    >>> list(_cull(dsk, ["b"])), list(_cull(dsk, [["d"]]))
+    (['a', 'b'], ['a', 'c', 'd'])
+    """
+    from dask.core import flatten, get_dependencies
+    from dask.task_spec import GraphNode
+
+    needed, work = set(), list(flatten(keys))
+    while work:
+        key = work.pop()
+        if key in needed or key not in dsk:
+            continue
+        needed.add(key)
+        task = dsk[key]
+        work.extend(task.dependencies if isinstance(task, GraphNode) else get_dependencies(dsk, task=task))
+    return {k: v for k, v in dsk.items() if k in needed}
+
+
+def _optimize_placed(dsk, keys, **kwargs):
+    """A placed product's optimization: none, when its graph holds nothing that ``keys`` do
+    not need (the usual case: persisted operands, whose graphs are their blocks' futures), else
+    :func:`_optimize_unfused`. Its graph is one layer, a plain dict (the operands' graphs merged
+    as dicts, then our tasks: :func:`_contract`), so Dask's array optimization would find no
+    blockwise layers to fuse, and low-level fusion is off; what it did was a cull through the
+    high-level graph's generic walk, ~2 ms on the scheduler of a 2-core host for the 56 keys of
+    a 4 x 4 x 4 block product on 2 workers (bench/dask_overhead.py), where this check
+    (:func:`_cull`) takes ~0.1 ms. The graph, and so the layer's annotations (the placement),
+    are handed back as they came."""
+    layers = getattr(dsk, "layers", None)
+    if layers is not None and len(layers) == 1:
+        (layer,) = layers.values()
+        mapping = getattr(layer, "mapping", None)
+        if isinstance(mapping, dict) and len(_cull(mapping, keys)) == len(mapping):
+            return dsk
+    return _optimize_unfused(dsk, keys, **kwargs)
+
+
 @functools.lru_cache(maxsize=1)
 def _placed_array_type():
-    """``dask.array.Array`` optimized by :func:`_optimize_unfused` (made on first use: Dask is
+    """``dask.array.Array`` optimized by :func:`_optimize_placed` (made on first use: Dask is
     an optional dependency of this module)."""
     da = _dask_array()
     return type("PlacedArray", (da.Array,), {
         "__slots__": (), "__module__": __name__,
         "__doc__": "A dask.array.Array whose tasks carry their placement (pyblasgemm.dask).",
-        "__dask_optimize__": staticmethod(_optimize_unfused)})
+        "__dask_optimize__": staticmethod(_optimize_placed)})
 
 
 def _placed_array(dsk, name, chunks, meta, where, priority):

@@ -879,13 +879,47 @@ def _kind(key):
     return "operand"
 
 
+def _nested_fetches(task):
+    """The fetches folded into a task: the inline :func:`pyblasgemm._dask_ipc.fetch` nodes among
+    its arguments, at any depth."""
+    from dask.task_spec import Task
+
+    from pyblasgemm import _dask_ipc
+
+    found, work = [], list(task.args) + list(task.kwargs.values())
+    while work:
+        node = work.pop()
+        if isinstance(node, Task):
+            if node.func is _dask_ipc.fetch:
+                found.append(node)
+            work.extend(node.args)
+            work.extend(node.kwargs.values())
+    return found
+
+
+def _fetch_blocks(graph, fetch):
+    """(export key, slot, the blocks it copies) of a fetch, a task of its own or folded."""
+    export, slot = fetch.args[0].key, fetch.args[1]
+    blocks = [a.key for a in graph[export].args]
+    indices = fetch.args[2] if len(fetch.args) > 2 else range(len(blocks))
+    return export, slot, [blocks[i] for i in indices]
+
+
+def _ipc_counts(z):
+    """(products and sums, export tasks, fetch tasks, fetches folded into other tasks) of z's graph."""
+    graph = dict(z.__dask_graph__())
+    kinds = [_kind(k) for k in graph]
+    folded = sum(len(_nested_fetches(t)) for k, t in graph.items() if _kind(k) not in ("operand", "fetch"))
+    return (sum(k in ("partial", "sum", "matmul") for k in kinds), kinds.count("export"), kinds.count("fetch"), folded)
+
+
 def _check_ipc_graph(z, holder):
     """The IPC graph's rules, given ``holder(key)``: the worker that holds an operand block.
     Returns {worker: [blocks it fetches]}."""
     graph = dict(z.__dask_graph__())
     where = _annotated(z)
     priority = _annotated(z, "priority")
-    fetched = {}
+    fetched, slots = {}, {}
     for key, task in graph.items():
         kind = _kind(key)
         if kind == "operand":
@@ -896,14 +930,22 @@ def _check_ipc_graph(z, holder):
             assert priority[key] == 2, key
             assert all((holder(d) if _kind(d) == "operand" else where[d]) == w for d in deps), (key, w, deps)
             continue
+        fetches = [task] if kind == "fetch" else _nested_fetches(task)
         if kind == "fetch":
             (export,) = deps
-            assert _kind(export) == "export" and where[export] != w and priority[key] == 1, (key, export)
-            fetched.setdefault(w, []).extend(graph[export].dependencies)
+            assert _kind(export) == "export" and priority[key] == 1, (key, export)
+        for f in fetches:
+            export, slot, blocks = _fetch_blocks(graph, f)
+            assert where[export] != w, (key, export)
+            fetched.setdefault(w, []).extend(blocks)
+            slots.setdefault(export, []).append(slot)
+        if kind == "fetch":
             continue
         for d in deps:                      # a product or a sum: nothing of another worker's
             if _kind(d) == "operand":
                 assert holder(d) == w, (key, d)
+            elif _kind(d) == "export":      # read through a fetch folded into this task
+                assert any(f.args[0].key == d for f in fetches), (key, d)
             else:                           # a fetch, or a partial sum computed here
                 assert where[d] == w, (key, d)
     for w, blocks in fetched.items():
@@ -911,8 +953,7 @@ def _check_ipc_graph(z, holder):
     # each export knows its readers, and each of them records its own CUDA IPC done event
     for key, task in graph.items():
         if _kind(key) == "export":
-            slots = sorted(graph[f].args[1] for f in graph if _kind(f) == "fetch" and key in graph[f].dependencies)
-            assert slots == list(range(task.kwargs["readers"])), (key, slots, task.kwargs)
+            assert sorted(slots.get(key, [])) == list(range(task.kwargs["readers"])), (key, slots.get(key), task.kwargs)
     return fetched
 
 
@@ -944,7 +985,8 @@ def test_without_a_cluster_every_transport_is_the_same_plain_graph():
 def test_the_ipc_graph_fetches_each_block_once_per_worker_and_falls_back_to_dasks_transfer(local_cluster):
     """A's row panels and B's column panels on worker i and j of 4, transport='ipc': one export
     per B column panel on its worker, shared by the 3 workers that need it, one fetch a worker
-    and panel, no product depending on a block another worker holds. NumPy blocks cannot go
+    and panel, folded into the one task there that reads it, no product depending on a block
+    another worker holds. NumPy blocks cannot go
     through CUDA IPC: each export hands its blocks to Dask (counted in ipc_stats with the
     reason), each worker receives each export's blocks once, and the bits are the threaded
     scheduler's. 'auto' on NumPy chunks is Dask's own graph."""
@@ -961,8 +1003,8 @@ def test_the_ipc_graph_fetches_each_block_once_per_worker_and_falls_back_to_dask
         return workers[key[1] if key[0] == X.name else key[2]]
 
     fetched = _check_ipc_graph(z, holder)
-    kinds = [_kind(k) for k in dict(z.__dask_graph__())]
-    assert kinds.count("export") == 4 and kinds.count("fetch") == 12
+    # one export a B column panel; each worker's one task that reads a panel fetches it itself
+    assert _ipc_counts(z) == (16, 4, 0, 12)
     for n, w in enumerate(workers):
         assert sorted(fetched[w]) == sorted((Y.name, k, j) for k in range(4) for j in range(4) if j != n)
     client.run(pbd.ipc_stats, True)
@@ -998,8 +1040,7 @@ def test_the_ipc_graph_of_a_long_k_moves_partial_sums_through_exports(local_clus
 
     z = pbd.matmul(X, Y, transport="ipc")
     _check_ipc_graph(z, holder)
-    kinds = [_kind(k) for k in dict(z.__dask_graph__())]
-    assert kinds.count("export") == 3 and kinds.count("fetch") == 3          # the 3 adds across workers
+    assert _ipc_counts(z) == (8 + 6 + 1, 3, 0, 3)       # the 3 adds across workers, each fetching its input
     threaded = pbd.matmul(da.from_array(x, chunks=X.chunks), da.from_array(y, chunks=Y.chunks)).compute(scheduler="threads")
     np.testing.assert_array_equal(client.compute(z).result().view(np.uint16), threaded.view(np.uint16))
     g = pbd.gemm("N", "N", X, Y, c=C, alpha=0.5, beta=-2, transport="ipc")
@@ -1011,7 +1052,8 @@ def test_the_ipc_graph_of_a_long_k_moves_partial_sums_through_exports(local_clus
 
 def test_ipc_rewrite_leaves_local_blocks_and_other_hosts_to_dask():
     """A block the task's worker holds (one of two replicas) is read there; one on another
-    host is Dask's to move; blocks fetched for one task are picked from that fetch by the next."""
+    host is Dask's to move; the blocks a worker reads from another (in memory) are one export
+    there and one fetch task here when two tasks read them, which each picks its blocks from."""
     from dask.task_spec import Task, TaskRef
 
     on = {("x", 0): {"w0", "w1"}, ("y", 0): {"w1"}, ("y", 1): {"w1"}, ("z", 0): {"w2"}}
@@ -1021,11 +1063,112 @@ def test_ipc_rewrite_leaves_local_blocks_and_other_hosts_to_dask():
     pbd._ipc_rewrite(dsk, where, priority, lambda k: on.get(k, set()), {"w0": "h0", "w1": "h0", "w2": "h1"}, "t")
     exports = [k for k in dsk if _kind(k) == "export"]
     fetches = [k for k in dsk if _kind(k) == "fetch"]
-    assert len(exports) == 2 and len(fetches) == 2 and {where[k] for k in exports} == {"w1"}
+    assert len(exports) == 1 and len(fetches) == 1 and where[exports[0]] == "w1" and where[fetches[0]] == "w0"
+    assert [a.key for a in dsk[exports[0]].args] == [("y", 0), ("y", 1)] and dsk[exports[0]].kwargs == {"readers": 1}
+    assert dsk[fetches[0]].args[1:] == (0,)                     # slot 0, all of the export's blocks
     assert {_kind(d) if _kind(d) != "operand" else d for d in dsk["c", 0].dependencies} == {("x", 0), ("z", 0), "fetch"}
-    assert [len(dsk[k].dependencies) for k in exports] == [1, 1]
-    assert dsk[exports[1]].dependencies == {("y", 1)}          # y[0] is picked from the first fetch
-    assert {_kind(d) for d in dsk["c", 1].dependencies} == {"fetch"} and len(dsk["c", 1].dependencies) == 2
+    assert dsk["c", 1].dependencies == {fetches[0]}
+    from dask.local import get_sync
+
+    data = {("x", 0): 3, ("y", 0): 5, ("y", 1): 7, ("z", 0): 4}
+    assert get_sync({**data, **dsk}, [("c", 0), ("c", 1)]) == (5, 7)      # max(3, 5, 4), max(5, 7)
+
+
+def test_ipc_rewrite_folds_a_fetch_only_into_a_task_that_reads_its_blocks_once():
+    """One task alone reads a remote block on its worker: folded into it (an inline fetch),
+    unless the task refers to the block twice, where an inline fetch would run twice (each
+    recording the same CUDA IPC done event): a fetch task then."""
+    from dask.local import get_sync
+    from dask.task_spec import Task, TaskRef
+
+    on = {("y", 0): {"w1"}, ("y", 1): {"w1"}}
+    dsk = {("c", 0): Task(("c", 0), max, TaskRef(("y", 0)), 1),
+           ("c", 1): Task(("c", 1), max, TaskRef(("y", 1)), TaskRef(("y", 1)))}
+    where, priority = {("c", 0): "w0", ("c", 1): "w2"}, {("c", 0): -1, ("c", 1): -1}
+    pbd._ipc_rewrite(dsk, where, priority, lambda k: on.get(k, set()), dict.fromkeys(("w0", "w1", "w2"), "h"), "t")
+    fetches = [k for k in dsk if _kind(k) == "fetch"]
+    assert [where[k] for k in fetches] == ["w2"] and dsk["c", 1].dependencies == set(fetches)
+    assert len(_nested_fetches(dsk["c", 0])) == 1 and {_kind(d) for d in dsk["c", 0].dependencies} == {"export"}
+    (export,) = [k for k in dsk if _kind(k) == "export"]
+    assert dsk[export].kwargs == {"readers": 2}
+    assert sorted(_fetch_blocks(dsk, f)[1] for f in [dsk[fetches[0]]] + _nested_fetches(dsk["c", 0])) == [0, 1]
+    assert get_sync({("y", 0): 3, ("y", 1): 5, **dsk}, [("c", 0), ("c", 1)]) == (3, 5)
+
+
+def _as_if_on(monkeypatch, n, x_owner, y_owner):
+    """pyblasgemm.dask placing products as on a cluster of ``n`` workers of one host whose
+    memory holds x's block (i, k) on worker ``x_owner(i, k)`` and y's (k, j) on ``y_owner(k, j)``
+    (the scheduler's who_has, without a cluster): the placed graph, IPC tasks included, is
+    built as it is for the GPUs."""
+    workers = [f"tcp://10.0.0.1:{4000 + w}" for w in range(n)]
+
+    def holders_for(operands, dsk):
+        x, y = operands[:2]
+
+        def holders(key):
+            if not isinstance(key, tuple) or len(key) != 3:
+                return frozenset()
+            if key[0] == x.name:
+                return frozenset({workers[x_owner(key[1], key[2])]})
+            if key[0] == y.name:
+                return frozenset({workers[y_owner(key[1], key[2])]})
+            return frozenset()
+
+        return workers, holders, dict.fromkeys(workers, "10.0.0.1")
+
+    monkeypatch.setattr(pbd, "_cluster_holders", holders_for)
+    return workers
+
+
+@pytest.mark.parametrize("n, counts", [(1, (16, 0, 0, 0)), (2, (16, 2, 2, 0)), (4, (16, 4, 0, 12))])
+def test_the_gpu_benchmarks_graph_has_one_task_per_block_and_few_ipc_tasks(monkeypatch, n, counts):
+    """bench/dask_scaling.py's 32768^3 float16 in 8192^2 chunks (4 x 4 x 4 blocks; here 8^2 NumPy
+    blocks), A's row panels and B's column panels spread over n workers in contiguous ranges:
+    one task per output block, C[i, j] where A's row panel is; on 2 workers one export a worker
+    (the 8 blocks of B the other reads) and one fetch task a worker (4 products read each block
+    there); on 4, one export a B column panel and its fetches folded into the one product that
+    reads it on each worker: 20 tasks on 2 and on 4 workers, where there were 24 and 32. Each
+    worker copies each block it lacks once. The placed graph computes, on the synchronous
+    scheduler, bitwise what the plain graph does."""
+    rng = np.random.default_rng(70)
+    x, y = _data(rng, (32, 32), np.float16), _data(rng, (32, 32), np.float16)
+    X, Y = da.from_array(x, chunks=8), da.from_array(y, chunks=8)
+    plain = pbd.matmul(X, Y).compute(scheduler="sync")
+    workers = _as_if_on(monkeypatch, n, lambda i, k: i * n // 4, lambda k, j: j * n // 4)
+    z = pbd.matmul(X, Y, transport="ipc")
+    assert type(z).__name__ == "PlacedArray" and _ipc_counts(z) == counts
+    assert pbd.transport_of(z) == ("ipc" if n > 1 else "dask")
+    where = _annotated(z)
+    assert {k: where[k] for k in where if _kind(k) == "matmul"} == {
+        (z.name, i, j): workers[i * n // 4] for i in range(4) for j in range(4)}
+    fetched = _check_ipc_graph(z, lambda k: workers[k[1] * n // 4 if k[0] == X.name else k[2] * n // 4])
+    for w, blocks in fetched.items():
+        mine = workers.index(w)
+        assert sorted(blocks) == sorted((Y.name, k, j) for k in range(4) for j in range(4) if j * n // 4 != mine)
+    assert len(dict(z.__dask_graph__())) - 32 == sum(counts[:3])
+    got = z.compute(scheduler="sync")
+    np.testing.assert_array_equal(got.view(np.uint16), plain.view(np.uint16))
+    # nothing to cull: Dask gets the graph itself, placement annotations and all
+    graph = z.__dask_graph__()
+    assert z.__dask_optimize__(graph, z.__dask_keys__()) is graph
+
+
+def test_a_placed_graph_with_more_than_its_keys_need_is_culled(monkeypatch):
+    """An operand whose graph holds more than the product reads (a slice of a larger array):
+    the placed product's optimization culls it, with Dask's array optimization, placement kept."""
+    rng = np.random.default_rng(71)
+    big, y = _data(rng, (16, 24), np.float32), _data(rng, (16, 8), np.float32)
+    X = da.from_array(big, chunks=8)[:, :16]
+    Y = da.from_array(y, chunks=8)
+    _as_if_on(monkeypatch, 2, lambda i, k: i, lambda k, j: 0)
+    z = pbd.matmul(X, Y, transport="dask")
+    assert type(z).__name__ == "PlacedArray"
+    graph = z.__dask_graph__()
+    optimized = z.__dask_optimize__(graph, z.__dask_keys__())
+    assert optimized is not graph and len(dict(optimized)) < len(dict(graph))
+    assert _annotated(z) and all(k in dict(optimized) for k in _annotated(z))
+    np.testing.assert_array_equal(z.compute(scheduler="sync"), pbd.matmul(da.from_array(big[:, :16], chunks=8), Y)
+                                  .compute(scheduler="sync"))
 
 
 def test_an_ipc_handle_pickles_to_its_metadata_alone():
@@ -1272,3 +1415,34 @@ def test_the_guide_shows_the_2_gpu_ipc_event_run():
                                  for k in ("first_task_ms", "gpu_busy_ms", "gpu_idle_ms"))
             row = f"   * - {case['transport']}\n     - {first:.1f}\n     - {busy:.1f}\n     - {idle:.2f}"
             assert row in guide, row
+
+
+def test_the_guide_shows_the_host_overhead_run():
+    """docs/guide/dask.rst's table of where Dask's time goes is the results file's medians
+    (bench/dask_overhead.py, main against this schedule, 2 and 4 workers), with the task counts
+    this schedule gives the benchmark's graph."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    name = "bench/results/dask_overhead_host_2026-11-28_1b26854.json"
+    doc = json.loads((root / name).read_text())
+    guide = " ".join((root / "docs" / "guide" / "dask.rst").read_text().split())
+    assert name in guide
+
+    def med(src, n, key):
+        return statistics.median(run[key] for r in doc["results"] if r["name"] == src
+                                 for run in r["by_workers"][n]["runs"] if run.get(key) is not None)
+
+    for src, tasks in (("before", (24, 32)), ("after", (20, 20))):
+        assert (med(src, "2", "tasks"), med(src, "4", "tasks")) == tasks
+        assert len([r for r in doc["results"] if r["name"] == src]) == 3
+        for key in ("first_processing_ms", "worker_received_ms", "first_start_ms"):
+            cell = f"- {med(src, '2', key):.1f} ({med(src, '4', key):.1f})"
+            assert cell in guide, (src, key, cell)
+        cell = (f"- {med(src, '2', 'update_graph_ms'):.1f} ({med(src, '4', 'update_graph_ms'):.1f}): "
+                f"{med(src, '2', 'materialize_ms'):.1f}, {med(src, '2', 'order_ms'):.1f}, "
+                f"{med(src, '2', 'task_states_ms'):.1f}")
+        assert cell in guide, (src, cell)
+    assert "main: 24 (32) tasks" in guide and "now: 20 (20) tasks" in guide
