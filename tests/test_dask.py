@@ -1417,6 +1417,38 @@ def test_the_guide_shows_the_2_gpu_ipc_event_run():
             assert row in guide, row
 
 
+def test_the_guide_shows_the_h100_runs_of_the_20_task_schedule():
+    """docs/guide/dask.rst's H100 table is the results files' 2- and 4-GPU rows (the 24-task
+    schedule and this one on one 2-GPU machine, this one on 4 GPUs), every run bitwise equal."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    guide = (root / "docs" / "guide" / "dask.rst").read_text()
+    for name, label, gpus, tasks in (
+            ("dask_scaling_h100x2_2026-11-28_9f40e58_before.json", "24-task (9f40e58)", 2, 24),
+            ("dask_scaling_h100x2_2026-11-28_1d6aa90.json", "this one", 2, 20),
+            ("dask_scaling_h100x4_2026-11-28_235a76b.json", "this one", 4, 20),
+            ("dask_scaling_h100x4_2026-11-28_235a76b_switch.json", "this one, 0.5 ms switch", 4, 20)):
+        doc = json.loads((root / "bench" / "results" / name).read_text())
+        assert name in guide or name.replace("_switch", "") in guide
+        assert doc["gpu_count"] == gpus and doc["device"]["name"].startswith("NVIDIA H100")
+        assert doc["failures"] == [] and all(b["all_runs_equal"] for b in doc["bitwise"].values())
+        assert doc["bitwise"]["32768^3 float16"]["threaded_equal"] is True
+        for case in doc["cases"]:
+            run = case["pyblasgemm.dask.matmul"]
+            if case["gpus"] == 1:
+                continue
+            assert run["tasks"] == tasks
+            workers = [w for r in run["trace"]["timed"] for w in r["workers"].values()]
+            first, idle = (statistics.median(w[k] for w in workers) for k in ("first_task_ms", "gpu_idle_ms"))
+            row = (f"   * - {case['case']}\n     - {case['gpus']}\n     - {label}\n     - {tasks}\n"
+                   f"     - {run['median_s'] * 1e3:.1f} ms\n     - {run['speedup_vs_one_call']:.2f}x "
+                   f"({run['efficiency']:.2f})\n     - {first:.1f}\n     - {idle:.2f}\n")
+            assert row in guide, row
+
+
 def test_the_guide_shows_the_host_overhead_run():
     """docs/guide/dask.rst's table of where Dask's time goes is the results file's medians
     (bench/dask_overhead.py, main against this schedule, 2 and 4 workers), with the task counts
