@@ -537,7 +537,7 @@ def jax_type():
     return impl
 
 
-#: pyblasgemm.jax, once a JAX call has needed it (it imports JAX)
+#: pyblasgemm.jax, once a JAX call has needed it (it imports JAX and the forms: loaded by name)
 _JAX_OPS: list = []
 
 #: what pyblasgemm.jax.matmul takes besides a and b (under jit / grad / vmap nothing else has a
@@ -570,9 +570,8 @@ def jax_matmul(routine: str, a, b, bias, activation, compute, backend, others: d
             return None             # (the converting path names the bad word)
         raise TypeError(f"{routine}: activation, compute and backend are words (str) or None")
     if not _JAX_OPS:
-        from . import jax as jax_ops
-
-        _JAX_OPS.append(jax_ops)
+        # a plug-in above the forms (it imports them), loaded by name as the PyTorch one is
+        _JAX_OPS.append(importlib.import_module("pyblasgemm.jax"))
     if traced:
         return _JAX_OPS[0].matmul(a, b, bias=bias, activation=activation, compute=compute, backend=backend)
     if bias is None:

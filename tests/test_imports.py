@@ -4,8 +4,9 @@ interpreter), and the hot path imports nothing per call.
 
 The graph: every ``import pyblasgemm...`` / relative import of every module, at any depth,
 except under ``if TYPE_CHECKING:`` (types only, never executed). Modules loaded by name at run
-time are plug-ins, not edges: the backends (``backends.get_backend``) and the PyTorch
-integration (``arrays.differentiable``), each of which imports the forms, never the reverse.
+time are plug-ins, not edges: the backends (``backends.get_backend``), the PyTorch
+integration (``arrays.differentiable``) and the JAX one (``arrays.jax_matmul``), each of which
+imports the forms, never the reverse.
 """
 from __future__ import annotations
 
