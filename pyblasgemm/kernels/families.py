@@ -43,7 +43,7 @@ from abc import ABC, abstractmethod
 from dataclasses import replace
 
 from . import jit, mma_sync, sm90
-from .config import (DECOMPOSITIONS, FUSED_KINDS, GROUPED, KERNEL_FAMILIES, SHIPPED_CONFIGS, SM90_CONFIGS,
+from .config import (DECOMPOSITIONS, DEQUANT_KINDS, FUSED_KINDS, GROUPED, KERNEL_FAMILIES, SHIPPED_CONFIGS, SM90_CONFIGS,
                      SM90_CONFIGS_BY_TILE, SM90_DECOMPOSITIONS, SM90_KINDS, SM90_PREP_KINDS,
                      SM90_SMALL_CONFIGS, KernelConfig, sm90_prep_shape)
 from .geometry import tile_geometry
@@ -289,7 +289,7 @@ class MmaSyncFamily(KernelFamily):
     def fusable(self, kind, cfg, dequantize):
         # the store is staged through shared memory: the epilogue adds no registers to the
         # mainloop's (CI compiles the fused variants spill-free)
-        return kind == "s8" if dequantize else kind in FUSED_KINDS
+        return kind in DEQUANT_KINDS if dequantize else kind in FUSED_KINDS
 
     def geometry(self, problem, cfg, sm_count, occupancy):
         g = tile_geometry(problem, cfg, sm_count, occupancy)

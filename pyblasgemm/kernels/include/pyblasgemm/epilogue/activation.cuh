@@ -6,11 +6,17 @@
 namespace pyblasgemm {
 
 // The fused epilogue's template argument EPI (0: none): kEpiOn | the activation code; for int8
-// operands also kEpiDequant | (output type << kEpiOutShift) (0 float32, 1 float16, 2 bfloat16).
+// operands also kEpiDequant | (output type << kEpiOutShift) (0 float32, 1 float16, 2 bfloat16);
+// for float8 operands the same, with kEpiScaleMOne / kEpiScaleNOne for per-tensor scales.
 // The host's twin: pyblasgemm.kernels.jit.epilogue_code.
 constexpr int kEpiOn = 8;
 constexpr int kEpiDequant = 16;
 constexpr int kEpiOutShift = 5;
+// Per-tensor scales of a dequantized product (float8 operands): scale_m / scale_n point at one
+// float, read on the device (a CUDA graph replays the pointer, never a copied value); without
+// the bit they hold one value per C row / column.
+constexpr int kEpiScaleMOne = 128;
+constexpr int kEpiScaleNOne = 256;
 
 enum Activation : int { kActNone = 0, kActRelu = 1, kActGelu = 2, kActGeluTanh = 3, kActSilu = 4, kActSigmoid = 5 };
 
