@@ -1,0 +1,238 @@
+"""The GPU route of float8 products (:func:`pyblasgemm.fp8.scaled_matmul` with CuPy arrays, and
+CUDA tensors / JAX GPU arrays through the array door): the mma.sync kernel's float8 kinds
+(``KindFp8F32``, sm_89+) with the scales in the dequantizing store.
+
+``out = act(alpha·(scale_a ⊙ a) @ (scale_b ⊙ b) + beta·out + bias)`` in one launch: the
+kernel accumulates the raw float8 products in float32 and its store multiplies each element
+by ``scale_m[row] · scale_n[col]`` (or the one value of a per-tensor scale: a pointer read on
+the device, so a captured CUDA graph replays whatever the scale holds then), then alpha,
+beta·C, bias and the activation, in that order (``epilogue/sm80_smem_epilogue.cuh``).
+
+Orientation. The kernel is column-major; a row-major result ``c`` (m x n) is computed as
+``c^T = b^T a^T`` (kernel m = n, n = m, A = b, B = a: scale_b scales the kernel's rows); a
+column-major result directly. Each operand is read in place in whichever of its two layouts
+it has: K-contiguous operands (``a`` row-major, ``b`` column-major: ``torch._scaled_mm``'s
+layout) take ldmatrix fragments, the others the s8 kind's byte gathers (the m16n8k32
+fragments of float8 and int8 are the same bytes), so no layout is packed or refused. An
+operand with neither layout (strided both ways, negative strides) is copied to a row-major one
+first. A result (or ``preactivation_out``) that is neither C- nor F-contiguous in whole
+16-byte rows, is misaligned or overlaps an operand is computed into a padded temporary and
+copied (with ``beta != 0`` the old values are copied in first).
+
+Not on the GPU: block scales (1 x 128 / 128 x 128): :func:`run` refuses them with
+NotImplementedError naming the layout before any work (the mainloop promotion they need is
+not built); the host computes them exactly.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..kinds import FP8_KINDS
+
+__all__ = ["run", "check_layouts", "check_device", "MIN_CC"]
+
+#: mma.sync with e4m3 / e5m2 operands exists from sm_89 (Ada) on
+MIN_CC = (8, 9)
+
+_launches: dict = {}
+_launches_lock = threading.Lock()
+#: bound launches kept (each owns its split-k workspace); the oldest is dropped past this
+MAX_LAUNCHES = 64
+
+
+def _layout(x) -> tuple | None:
+    """``('row', ld)`` when ``x[i, j]`` (2-D, 1-byte elements) is at ``i*ld + j``, ``('col', ld)``
+    when at ``i + j*ld``, None when neither (size-1 extents take any stride)."""
+    r, c = x.shape
+    s0, s1 = x.strides
+    if (c == 1 or s1 == 1) and (r == 1 or s0 >= c):
+        return "row", s0 if r > 1 else c
+    if (r == 1 or s0 == 1) and (c == 1 or s1 >= r):
+        return "col", s1 if c > 1 else r
+    return None
+
+
+def _dense(cp, x):
+    """A row-major copy of a float8 CuPy array (copied as its bytes: CuPy has no float8 kernels)."""
+    return cp.ascontiguousarray(x.view(np.uint8)).view(x.dtype)
+
+
+def _writable_in_place(x, isz: int, ops) -> str | None:
+    """'row' / 'col' when the kernel can store into ``x`` as it is (C- or F-ordered rows of
+    whole 16-byte multiples, 16-byte aligned, not overlapping an operand), else None."""
+    from .._layout import may_overlap
+
+    r, c = x.shape
+    s0, s1 = (s // isz for s in x.strides)
+    if x.data.ptr % 16 or any(may_overlap(x, o) for o in ops):
+        return None
+    if (c == 1 or s1 == 1) and (r == 1 or s0 >= c) and (s0 * isz) % 16 == 0 and s0 > 0:
+        return "row"
+    if (r == 1 or s0 == 1) and (c == 1 or s1 >= r) and (s1 * isz) % 16 == 0 and s1 > 0:
+        return "col"
+    return None
+
+
+def _padded(cp, m: int, n: int, dtype):
+    """An (m, n) row-major view of a buffer whose rows are whole 16-byte multiples."""
+    per = 16 // np.dtype(dtype).itemsize
+    return cp.empty((m, -(-n // per) * per), dtype)[:, :n]
+
+
+def _bound(problem, config, epi: int, bias_axis):
+    """The bound launch of this problem class, config and epilogue on the current device."""
+    from cupy.cuda import runtime
+
+    from .launch import bind
+    from .spec import problem_class
+
+    key = (runtime.getDevice(), problem_class(problem), config, epi, bias_axis)
+    hit = _launches.get(key)
+    if hit is None:
+        hit = bind(problem, config, epilogue=(epi, bias_axis))
+        with _launches_lock:
+            if len(_launches) >= MAX_LAUNCHES:
+                _launches.pop(next(iter(_launches)))
+            _launches[key] = hit
+    return hit
+
+
+def check_layouts(routine: str, layouts: tuple) -> None:
+    """NotImplementedError naming the layout for block scales (the GPU route takes per-tensor
+    and per-row / per-column scales; the host takes every layout).
+
+    >>> check_layouts("matmul", ("tensor", "blocks"))
+    Traceback (most recent call last):
+        ...
+    NotImplementedError: matmul: block scales are not built on the GPU yet (scale_b has the 128 x 128 block layout): the mainloop's per-128-k promotion is the next step; per-tensor and per-row / per-column scales run on the GPU, and NumPy arrays take every layout on the host
+    """
+    if "blocks" in layouts:
+        which = "scale_a has the 1 x 128 block layout" if layouts[0] == "blocks" else \
+            "scale_b has the 128 x 128 block layout"
+        raise NotImplementedError(
+            f"{routine}: block scales are not built on the GPU yet ({which}): the mainloop's "
+            f"per-128-k promotion is the next step; per-tensor and per-row / per-column scales "
+            f"run on the GPU, and NumPy arrays take every layout on the host")
+
+
+def check_device(routine: str) -> None:
+    """NotImplementedError (the host route is the way) when the current device is older than
+    sm_89, whose tensor cores take no float8 operands."""
+    import cupy
+
+    cc = cupy.cuda.Device().compute_capability
+    major, minor = int(cc[:-1]), int(cc[-1])
+    if (major, minor) < MIN_CC:
+        raise NotImplementedError(
+            f"{routine}: float8 products on the GPU need compute capability "
+            f"{MIN_CC[0]}.{MIN_CC[1]} or newer (mma.sync with e4m3 / e5m2 operands); this device is "
+            f"{major}.{minor}: pass NumPy arrays for the host route")
+
+
+def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: float, beta: float,
+        bias, bias_axis, activation_code: int, pre, stream=None):
+    """``result = act(alpha·(scale_a ⊙ a) @ (scale_b ⊙ b) + beta·result + bias)`` on the GPU,
+    everything checked by the caller (:func:`pyblasgemm.fp8.scaled_matmul`): CuPy float8 ``a``
+    (m x k, k >= 1) and ``b`` (k x n), ``result`` (m x n, float32 / float16 / bfloat16),
+    ``layouts`` what :func:`pyblasgemm.fp8.check_scales` returned, ``bias_axis`` 'cols' /
+    'rows' / None (the epilogue's), ``pre`` the pre-activation array or None. Returns
+    ``result``. Enqueued on ``stream`` (a raw handle; None: CuPy's current stream).
+
+    Example::
+
+        run("matmul", a, b, out, ("tensor", "cols"), sa, sb, 1.0, 0.0, None, None, 0, None)
+    """
+    import cupy as cp
+
+    from .config import fp8_config
+    from .jit import epilogue_code
+    from .problem import KernelProblem
+    from ..streams import current
+
+    check_layouts(routine, layouts)
+    check_device(routine)
+    m, k = a.shape
+    n = b.shape[1]
+    sptr = current() if stream is None else stream
+    out_name = result.dtype.name
+    isz = result.dtype.itemsize
+    with cp.cuda.ExternalStream(sptr) if stream is not None else _nothing():
+        la = _layout(a)
+        if la is None:
+            a, la = _dense(cp, a), ("row", k)
+        lb = _layout(b)
+        if lb is None:
+            b, lb = _dense(cp, b), ("row", n)
+        target = _writable_in_place(result, isz, (a, b))
+        if pre is not None and (target is None or pre.strides != result.strides or pre.data.ptr % 16
+                                or _writable_in_place(pre, isz, (a, b, result)) != target):
+            target = None
+        c, p = result, pre
+        if target is None:
+            target = "row"
+            c = _padded(cp, m, n, result.dtype)
+            if beta != 0:
+                c[...] = result
+            p = None if pre is None else _padded(cp, m, n, result.dtype)
+        swap = target == "row"
+        ldc = (c.strides[0] if swap else c.strides[1]) // isz
+        if swap:
+            ldc = ldc if m > 1 else -(-n // (16 // isz)) * (16 // isz)
+        else:
+            ldc = ldc if n > 1 else -(-m // (16 // isz)) * (16 // isz)
+        sa = _device_scale(cp, scale_a)
+        sb = _device_scale(cp, scale_b)
+        if swap:        # c^T (n x m, column-major) = b^T a^T
+            kind = FP8_KINDS[(b.dtype.name, a.dtype.name)]
+            km, kn = n, m
+            ta, lda = ("T", lb[1]) if lb[0] == "col" else ("N", lb[1])
+            tb, ldb = ("N", la[1]) if la[0] == "row" else ("T", la[1])
+            pa, pb = b.data.ptr, a.data.ptr
+            scale_m, scale_n, m_one, n_one = sb, sa, layouts[1] == "tensor", layouts[0] == "tensor"
+            axis = {"cols": "m", "rows": "n", None: None}[bias_axis]
+        else:           # c (m x n, column-major) = a b
+            kind = FP8_KINDS[(a.dtype.name, b.dtype.name)]
+            km, kn = m, n
+            ta, lda = ("T", la[1]) if la[0] == "row" else ("N", la[1])
+            tb, ldb = ("N", lb[1]) if lb[0] == "col" else ("T", lb[1])
+            pa, pb = a.data.ptr, b.data.ptr
+            scale_m, scale_n, m_one, n_one = sa, sb, layouts[0] == "tensor", layouts[1] == "tensor"
+            axis = {"cols": "n", "rows": "m", None: None}[bias_axis]
+        # the kernel needs ld >= its stored rows even where one row is all there is
+        lda = max(lda, k if ta == "T" else km)
+        ldb = max(ldb, kn if tb == "T" else k)
+        vbias = None
+        if bias is not None:
+            vbias = cp.ascontiguousarray(bias.reshape(-1)).astype(result.dtype, copy=False)
+        problem = KernelProblem(kind, ta, tb, km, kn, k, lda, ldb, ldc, pa, pb, c.data.ptr,
+                                float(alpha), float(beta))
+        config = fp8_config(km, kn, k, cp.cuda.Device().attributes["MultiProcessorCount"])
+        epi = epilogue_code(activation_code, out_name, m_one, n_one)
+        launch = _bound(problem, config, epi, axis)
+        launch(pa, pb, c.data.ptr, float(alpha), float(beta), sptr,
+               bias=0 if vbias is None else vbias.data.ptr, pre=0 if p is None else p.data.ptr,
+               scale_m=scale_m.data.ptr, scale_n=scale_n.data.ptr)
+        if c is not result:
+            result[...] = c
+        if p is not pre:
+            pre[...] = p
+    return result
+
+
+def _device_scale(cp, s):
+    """A scale as a contiguous float32 device array (a per-tensor scalar stays one element:
+    the kernel reads it through its pointer; a NumPy float32 scalar is copied to the device)."""
+    if not isinstance(s, cp.ndarray):
+        return cp.asarray(np.asarray(s, np.float32).reshape(1))
+    s = s.reshape(-1) if s.ndim else s.reshape(1)
+    return s if s.flags.c_contiguous else cp.ascontiguousarray(s)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
