@@ -21,6 +21,12 @@ power of two (e4m3: units of 2^-9, at most 448; e5m2: units of 2^-16, at most 57
 first: their products would pass 2^63), and only the scaling and the sum over blocks round, in
 float64 (2^-53 relative, far below any output type's rounding).
 
+GPU arrays (CuPy; CUDA tensors and JAX GPU arrays through the array door) run on the float8
+kinds of our mma.sync kernel (sm_89+; :mod:`pyblasgemm.kernels.fp8`): float32 accumulation of
+the raw products, the per-tensor or per-row / per-column scales read on the device in the
+fused store, then alpha, beta·out, bias and the activation in this module's order. Block
+scales are not built on the GPU (NotImplementedError naming the layout).
+
 >>> import numpy as np, ml_dtypes, pyblasgemm
 >>> a = np.array([[1.5, -2.0], [0.25, 448.0]], dtype=ml_dtypes.float8_e4m3fn)
 >>> b = np.array([[2.0, 1.0], [0.5, -0.125]], dtype=ml_dtypes.float8_e4m3fn)
