@@ -7,9 +7,10 @@ Rows: 4096³ and 8192³, and decode M = 1, 16, 64 tokens over public model layer
 4096 -> 4096 o projection, 4096 -> 14336 gate/up, 14336 -> 4096 down: N x K = 4096 x 4096,
 14336 x 4096, 4096 x 14336); e4m3 operands, ``a`` (M x K) row-major, ``b`` (K x N)
 column-major (``torch._scaled_mm``'s layout: both K-contiguous), bfloat16 output; scales
-per-tensor (one float32 each) and row-wise (``scale_a`` per row of a, ``scale_b`` per column
-of b: ``_scaled_mm``'s row-wise mode). Block scales are not built on the GPU (refused), so
-they have no row.
+per-tensor (one float32 each), row-wise (``scale_a`` per row of a, ``scale_b`` per column
+of b: ``_scaled_mm``'s row-wise mode) and blocks (1 x 128 of a, 128 x 128 of b: ours against
+``_scaled_mm`` only where this PyTorch takes those scales as given and agrees with the
+dequantized product; otherwise the row records why and has our times alone).
 
 Contenders: ``pyblasgemm.matmul`` on the CUDA tensors (the array door), the same call on
 CuPy views of the same memory, and ``torch._scaled_mm``. steady = CUDA events around 20
@@ -35,7 +36,7 @@ from bench.heldout import geomean, meta, write_doc  # noqa: E402
 SQUARE = (4096, 8192)
 LAYERS = {"llama3-8b o": (4096, 4096), "llama3-8b gate/up": (14336, 4096), "llama3-8b down": (4096, 14336)}
 TOKENS = (1, 16, 64)
-SCALES = ("tensor", "rowwise")
+SCALES = ("tensor", "rowwise", "blocks")
 
 
 def shapes():
@@ -101,10 +102,15 @@ def rows(cp, torch, pb):
             if mode == "tensor":
                 sa, sb = torch.tensor(0.75, device="cuda"), torch.tensor(1.25, device="cuda")
                 ours_sa, ours_sb = sa, sb
-            else:
+            elif mode == "rowwise":
                 sa = torch.rand(m, 1, device="cuda") + 0.5
                 sb = torch.rand(1, n, device="cuda") + 0.5
                 ours_sa, ours_sb = sa.reshape(-1), sb.reshape(-1)
+            else:                               # 1 x 128 blocks of a, 128 x 128 of b
+                kb, nb = -(-k // 128), -(-n // 128)
+                ours_sa = torch.rand(m, kb, device="cuda") + 0.5
+                ours_sb = torch.rand(kb, nb, device="cuda") + 0.5
+                sa, sb = ours_sa, ours_sb       # (_scaled_mm's blockwise form may differ: tried, else recorded)
             csa, csb = cp.from_dlpack(ours_sa), cp.from_dlpack(ours_sb)
             fns = {"torch tensors": lambda: pb.matmul(a, b, scale_a=ours_sa, scale_b=ours_sb, dtype=torch.bfloat16),
                    "cupy arrays": lambda: pb.matmul(ca, cb, scale_a=csa, scale_b=csb,
@@ -113,12 +119,22 @@ def rows(cp, torch, pb):
             row = {"shape": label, "m": m, "n": n, "k": k, "scales": mode, "dtype": "e4m3 -> bfloat16"}
             try:
                 got = fns["torch tensors"]().float()
-                mag = (x.float().abs() @ w.float().abs().t()) * (sa.abs() * sb.abs())
+                if mode == "blocks":            # the dequantized operands, float32
+                    da = x.float() * ours_sa.repeat_interleave(128, 1)[:, :k]
+                    db = w.float() * ours_sb.t().repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+                    mag = da.abs() @ db.abs().t()
+                    ref = da @ db.t()
+                else:
+                    mag = (x.float().abs() @ w.float().abs().t()) * (sa.abs() * sb.abs())
+                    ref = (x.float() @ w.float().t()) * (sa * sb)
                 try:
                     want = fns["torch._scaled_mm"]().float()
-                except Exception as e:          # cuBLASLt's shape rules (e.g. M = 1)
+                    if mode == "blocks":        # trusted only where it agrees with the dequantized product
+                        assert ((want - ref).abs() <= 2.0**-7 * ref.abs() + 2.0**-10 * mag).all(), \
+                            "_scaled_mm read these block scales otherwise"
+                except Exception as e:          # cuBLASLt's shape rules (e.g. M = 1), blockwise forms
                     row["scaled_mm_failure"] = f"{type(e).__name__}: {e}"[:300]
-                    want = (x.float() @ w.float().t()) * (sa * sb)
+                    want = ref
                     fns.pop("torch._scaled_mm")
                 bad = ((got - want).abs() > 2.0**-7 * want.abs() + 2.0**-12 * mag).sum().item()
                 row["elements_off"] = bad
@@ -157,6 +173,8 @@ def main(argv=None) -> int:
     ok = [r for r in doc["rows"] if "failure" not in r]
     doc["summary"] = {}
     for mode in SCALES:
+        doc["summary"][f"{mode}_geomean_tflops_steady_ours_cupy"] = geomean(
+            [r.get("tflops_steady_ours_cupy") for r in ok if r["scales"] == mode])
         for key in ("speedup_vs_scaled_mm_steady", "speedup_vs_scaled_mm_single",
                     "speedup_vs_scaled_mm_cupy_steady", "speedup_vs_scaled_mm_cupy_single"):
             doc["summary"][f"{mode}_geomean_{key}"] = geomean([r.get(key) for r in ok if r["scales"] == mode])

@@ -24,8 +24,9 @@ float64 (2^-53 relative, far below any output type's rounding).
 GPU arrays (CuPy; CUDA tensors and JAX GPU arrays through the array door) run on the float8
 kinds of our mma.sync kernel (sm_89+; :mod:`pyblasgemm.kernels.fp8`): float32 accumulation of
 the raw products, the per-tensor or per-row / per-column scales read on the device in the
-fused store, then alpha, beta·out, bias and the activation in this module's order. Block
-scales are not built on the GPU (NotImplementedError naming the layout).
+fused store (block scales: each 128-wide K block promoted into the accumulator scaled, in the
+mainloop, as DeepGEMM does), then alpha, beta·out, bias and the activation in this module's
+order.
 
 >>> import numpy as np, ml_dtypes, pyblasgemm
 >>> a = np.array([[1.5, -2.0], [0.25, 448.0]], dtype=ml_dtypes.float8_e4m3fn)
@@ -221,9 +222,8 @@ def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivatio
     argument checked before any work. NumPy arrays: the host computes it exactly
     (:func:`scaled_product`). CuPy arrays (CUDA tensors and JAX GPU arrays arrive as CuPy views
     through the array door): our mma.sync kernel's float8 kinds on sm_89+, the scales read on
-    the device in the fused store (:mod:`pyblasgemm.kernels.fp8`; per-tensor and per-row /
-    per-column scales; block scales are refused there with NotImplementedError, naming the
-    layout). ``backend``: None / 'auto', 'host' (NumPy arrays) or 'tensorcore' (GPU arrays);
+    the device (:mod:`pyblasgemm.kernels.fp8`: per-tensor and per-row / per-column scales in
+    the fused store, block scales in the mainloop's per-128-k promotion). ``backend``: None / 'auto', 'host' (NumPy arrays) or 'tensorcore' (GPU arrays);
     'cublas' is refused (cuBLASLt's FP8 GEMM is not wired). ``stream``: the GPU route's stream
     (a raw handle or a stream object; None: CuPy's current stream).
 
@@ -299,7 +299,6 @@ def _on_gpu(r, a, b, out, want, epi, layouts, bias, pre, scale_a, scale_b, alpha
     from .epilogue import note_route
     from .kernels import fp8 as gpu
 
-    gpu.check_layouts(r, layouts)
     gpu.check_device(r)
     xp = _arrays.xp_of("cupy")
     m, k = a.shape

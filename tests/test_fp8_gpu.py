@@ -3,7 +3,8 @@ sm_89+) against the exact float64 product (fp8.scaled_product) on fresh random d
 7, 33, 257 and a tile ± 1, both operand types and their mixes, the per-tensor and per-row /
 per-column scales, every operand and result layout, bias and every activation, alpha and beta,
 beta = 0 over NaN, poisoned outputs, bitwise repeats, CuPy / torch / JAX inputs,
-``torch._scaled_mm``'s results where its semantics apply, and the refusals (block scales).
+``torch._scaled_mm``'s results where its semantics apply; block scales (1 x 128 of a,
+128 x 128 of b, promoted per 128-wide K block in the mainloop) alone and beside the others.
 
 The distinct kernel instantiations stay few (a cold NVRTC cache compiles each once: ~1-2 s):
 sizes and layouts run on one epilogue, the epilogue cases on the K-major layout.
@@ -252,14 +253,69 @@ def test_nan_operand_and_degenerate_shapes(cp):
     assert pyblasgemm.matmul(dev(cp, a[:0]), dev(cp, b), scale_a=one, scale_b=one).shape == (0, 5)
 
 
-def test_block_scales_are_refused_on_the_gpu_naming_the_layout(cp):
+BLOCK_CASES = [  # (scale_a layout, scale_b layout, m, n, k, a order, b order, out order, out dtype)
+    ("blocks", "blocks", 129, 257, 300, "C", "F", "C", "bfloat16"),      # DeepGEMM's pair, K-major
+    ("blocks", "blocks", 200, 130, 1000, "C", "C", "F", "float32"),      # not K-major b, no swap
+    ("blocks", "tensor", 33, 65, 129, "F", "F", "C", "float16"),
+    ("rows", "blocks", 64, 128, 256, "C", "F", "C", "float32"),
+    ("tensor", "blocks", 7, 300, 127, "C", "C", "C", "float32"),
+    ("blocks", "cols", 16, 4096, 4096, "C", "F", "C", "bfloat16"),      # decode: serial split-k
+]
+
+
+@pytest.mark.parametrize("la, lb, m, n, k, oa, ob, oc, out_name", BLOCK_CASES,
+                         ids=[f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-{c[5]}{c[6]}{c[7]}-{c[8]}" for c in BLOCK_CASES])
+def test_block_scales(cp, la, lb, m, n, k, oa, ob, oc, out_name):
+    """1 x 128 blocks of a and 128 x 128 blocks of b (DeepGEMM's), alone or beside the other
+    layouts: every 128-wide K block promoted into the accumulator with its scales (k not a
+    multiple of 128 included: the last block is partial), in both orientations; bitwise
+    repeatable."""
+    rng = np.random.default_rng(zlib.crc32(f"{la}{lb}{m}{n}{k}".encode()))
+    a, b = _fp8(rng, (m, k), E4M3), _fp8(rng, (k, n), E4M3 if lb != "tensor" else E5M2)
+    kb, nb = -(-k // 128), -(-n // 128)
+    # block scales over two decades: a product where the blocks' scales did not apply per
+    # block would be far off
+    sa = (np.exp2(rng.integers(-4, 5, (m, kb))).astype(np.float32) if la == "blocks" else _scales(rng, la, m))
+    sb = (np.exp2(rng.integers(-4, 5, (kb, nb))).astype(np.float32) * rng.uniform(0.5, 1.5, (kb, nb)).astype(np.float32)
+          if lb == "blocks" else _scales(rng, lb, n))
+    dt = BF16 if out_name == "bfloat16" else np.dtype(out_name)
+    out = cp.full((m, n), np.nan, dt, order=oc) if out_name != "bfloat16" else None
+    kw = dict(scale_a=cp.asarray(sa), scale_b=cp.asarray(sb))
+    got = pyblasgemm.matmul(dev(cp, a, oa), dev(cp, b, ob), out=out, dtype=None if out is not None else dt, **kw)
+    _, want, scale = reference(a, b, sa, sb)
+    first = host(cp, got)
+    check(first, want, scale, out_name)
+    again = host(cp, pyblasgemm.matmul(dev(cp, a, oa), dev(cp, b, ob), dtype=dt, **kw))
+    bits = {4: np.uint32, 2: np.uint16}[first.dtype.itemsize]
+    assert np.array_equal(np.ascontiguousarray(again).view(bits), np.ascontiguousarray(first).view(bits))
+
+
+def test_block_scales_with_the_epilogue(cp):
+    """Block scales and bias, GELU, alpha, beta, the pre-activation, through gemm's form."""
+    rng = np.random.default_rng(21)
+    m, n, k = 96, 200, 384
+    a, b = _fp8(rng, (m, k), E4M3), _fp8(rng, (k, n), E4M3)
+    sa = rng.uniform(0.1, 2, (m, 3)).astype(np.float32)
+    sb = rng.uniform(0.1, 2, (3, 2)).astype(np.float32)
+    old = rng.standard_normal((m, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    out, pre = cp.asarray(old), cp.empty((m, n), np.float32)
+    pyblasgemm.gemm("N", "N", dev(cp, a), dev(cp, b, "F"), alpha=0.5, beta=2.0, out=out, bias=cp.asarray(bias),
+                    activation="gelu", preactivation_out=pre, scale_a=cp.asarray(sa), scale_b=cp.asarray(sb))
+    v, want, scale = reference(a, b, sa, sb, 0.5, 2.0, old, bias, "cols", "gelu")
+    check(cp.asnumpy(out), want, scale, "float32")
+    check(cp.asnumpy(pre), v, scale, "float32")
+
+
+def test_backend_refusals_on_gpu_arrays(cp):
     a, b = dev(cp, np.ones((4, 300), E4M3)), dev(cp, np.ones((300, 8), E4M3))
-    with pytest.raises(NotImplementedError, match="scale_a has the 1 x 128 block layout"):
-        pyblasgemm.matmul(a, b, scale_a=cp.ones((4, 3), cp.float32), scale_b=cp.float32(1))
-    with pytest.raises(NotImplementedError, match="scale_b has the 128 x 128 block layout"):
-        pyblasgemm.matmul(a, b, scale_a=cp.ones(4, cp.float32), scale_b=cp.ones((3, 1), cp.float32))
+    one = cp.asarray(np.float32(1))
     with pytest.raises(ValueError, match="backend='host' runs"):
-        pyblasgemm.matmul(a, b, scale_a=cp.float32(1), scale_b=cp.float32(1), backend="host")
+        pyblasgemm.matmul(a, b, scale_a=one, scale_b=one, backend="host")
+    with pytest.raises(ValueError, match="backend='cublas' does not run float8 products"):
+        pyblasgemm.matmul(a, b, scale_a=one, scale_b=one, backend="cublas")
+    got = pyblasgemm.matmul(a, b, scale_a=one, scale_b=one, backend="tensorcore")
+    assert (cp.asnumpy(got) == 300).all()
 
 
 def _torch_cuda():

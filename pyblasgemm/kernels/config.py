@@ -235,15 +235,19 @@ FP8_CONFIGS: dict[str, KernelConfig] = {
     "medium_splitk": _cfg(bm=128, bn=128, bk=64, warps_m=2, warps_n=4, stages=4, decomposition="splitk_serial"),
     "small": _cfg(bm=64, bn=64, bk=64, warps_m=2, warps_n=2, stages=4),
     "small_splitk": _cfg(bm=64, bn=64, bk=64, warps_m=2, warps_n=2, stages=4, decomposition="splitk_serial"),
+    # block scales (the mainloop's promotion keeps a second accumulator set: 64x32 warp tiles
+    # spill 112-176 bytes in the K-major layout on sm_90, ptxas): 8 warps of 32x32
+    "block": _cfg(bm=128, bn=64, bk=64, warps_m=4, warps_n=2, stages=4),
+    "block_splitk": _cfg(bm=128, bn=64, bk=64, warps_m=4, warps_n=2, stages=4, decomposition="splitk_serial"),
 }
 
 
-def fp8_config(m: int, n: int, k: int, sm_count: int) -> KernelConfig:
+def fp8_config(m: int, n: int, k: int, sm_count: int, block: bool = False) -> KernelConfig:
     """The float8 product's tile (of :data:`FP8_CONFIGS`) for the kernel's m x n x k, a rule
     in the shape of :func:`default_config` (the planner does not price float8 yet):
 
     1. 64x64 when a 128x128 tile would be mostly padding (m or n <= 64, or m*n <= 128*128);
-       else 128x128.
+       else 128x128 (block scales, ``block``: 128x64 with 32x32 warp tiles).
     2. Fewer tiles than SMs and at least 16 BK steps (long K, decode): serial split-k over
        min(kt // 4, ceil(sms / tiles), 16) splits, summed in split order (reproducible bits).
 
@@ -253,12 +257,13 @@ def fp8_config(m: int, n: int, k: int, sm_count: int) -> KernelConfig:
     'sliced_128x128x64_w2x4_s4_g8'
     """
     small = min(m, n) <= 64 or m * n <= 128 * 128
-    base = FP8_CONFIGS["small" if small else "medium"]
+    name = "small" if small else "block" if block else "medium"
+    base = FP8_CONFIGS[name]
     tiles = -(-m // base.bm) * -(-n // base.bn)
     kt = -(-k // base.bk)
     if tiles < sm_count and kt >= 16:
         splits = max(2, min(kt // 4, -(-sm_count // tiles), 16))
-        return replace(FP8_CONFIGS["small_splitk" if small else "medium_splitk"], splits=splits)
+        return replace(FP8_CONFIGS[name + "_splitk"], splits=splits)
     return base
 
 

@@ -6,7 +6,8 @@ CUDA tensors / JAX GPU arrays through the array door): the mma.sync kernel's flo
 kernel accumulates the raw float8 products in float32 and its store multiplies each element
 by ``scale_m[row] · scale_n[col]`` (or the one value of a per-tensor scale: a pointer read on
 the device, so a captured CUDA graph replays whatever the scale holds then), then alpha,
-beta·C, bias and the activation, in that order (``epilogue/sm80_smem_epilogue.cuh``).
+beta·C, bias and the activation, in that order (``epilogue/sm80_smem_epilogue.cuh``); block
+scales are applied in the mainloop instead (below).
 
 Orientation. The kernel is column-major; a row-major result ``c`` (m x n) is computed as
 ``c^T = b^T a^T`` (kernel m = n, n = m, A = b, B = a: scale_b scales the kernel's rows); a
@@ -19,9 +20,13 @@ first. A result (or ``preactivation_out``) that is neither C- nor F-contiguous i
 16-byte rows, is misaligned or overlaps an operand is computed into a padded temporary and
 copied (with ``beta != 0`` the old values are copied in first).
 
-Not on the GPU: block scales (1 x 128 / 128 x 128): :func:`run` refuses them with
-NotImplementedError naming the layout before any work (the mainloop promotion they need is
-not built); the host computes them exactly.
+Block scales (``scale_a`` per 1 x 128 block of a, ``scale_b`` per 128 x 128 block of b, or
+either beside the other layouts): DeepGEMM's promotion on mma.sync. The mainloop sums each
+128-wide K block (two BK = 64 steps) into a second accumulator set and adds it into the first
+scaled by the block's ``scale_m · scale_n`` (a round-to-nearest FMA, in registers: the scales
+are read from global memory once per block per lane); the store then scales nothing. The two
+accumulator sets take the 128 x 64 tile of 32 x 32 warp tiles (``FP8_CONFIGS['block']``): the
+64 x 32 warp tiles spill.
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ import numpy as np
 
 from ..kinds import FP8_KINDS
 
-__all__ = ["run", "check_layouts", "check_device", "MIN_CC"]
+__all__ = ["run", "check_device", "MIN_CC"]
 
 #: mma.sync with e4m3 / e5m2 operands exists from sm_89 (Ada) on
 MIN_CC = (8, 9)
@@ -99,24 +104,6 @@ def _bound(problem, config, epi: int, bias_axis):
     return hit
 
 
-def check_layouts(routine: str, layouts: tuple) -> None:
-    """NotImplementedError naming the layout for block scales (the GPU route takes per-tensor
-    and per-row / per-column scales; the host takes every layout).
-
-    >>> check_layouts("matmul", ("tensor", "blocks"))
-    Traceback (most recent call last):
-        ...
-    NotImplementedError: matmul: block scales are not built on the GPU yet (scale_b has the 128 x 128 block layout): the mainloop's per-128-k promotion is the next step; per-tensor and per-row / per-column scales run on the GPU, and NumPy arrays take every layout on the host
-    """
-    if "blocks" in layouts:
-        which = "scale_a has the 1 x 128 block layout" if layouts[0] == "blocks" else \
-            "scale_b has the 128 x 128 block layout"
-        raise NotImplementedError(
-            f"{routine}: block scales are not built on the GPU yet ({which}): the mainloop's "
-            f"per-128-k promotion is the next step; per-tensor and per-row / per-column scales "
-            f"run on the GPU, and NumPy arrays take every layout on the host")
-
-
 def check_device(routine: str) -> None:
     """NotImplementedError (the host route is the way) when the current device is older than
     sm_89, whose tensor cores take no float8 operands."""
@@ -147,11 +134,10 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
     import cupy as cp
 
     from .config import fp8_config
-    from .jit import epilogue_code
+    from .jit import BLOCK_MODE, epilogue_code
     from .problem import KernelProblem
     from ..streams import current
 
-    check_layouts(routine, layouts)
     check_device(routine)
     m, k = a.shape
     n = b.shape[1]
@@ -208,8 +194,15 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
             vbias = cp.ascontiguousarray(bias.reshape(-1)).astype(result.dtype, copy=False)
         problem = KernelProblem(kind, ta, tb, km, kn, k, lda, ldb, ldc, pa, pb, c.data.ptr,
                                 float(alpha), float(beta))
-        config = fp8_config(km, kn, k, cp.cuda.Device().attributes["MultiProcessorCount"])
-        epi = epilogue_code(activation_code, out_name, m_one, n_one)
+        blocked = "blocks" in layouts
+        config = fp8_config(km, kn, k, cp.cuda.Device().attributes["MultiProcessorCount"], blocked)
+        if blocked:     # each side's layout; the mainloop promotes every 128-wide K block
+            mode_a = BLOCK_MODE[{"tensor": "tensor", "rows": "vector", "blocks": "a_blocks"}[layouts[0]]]
+            mode_b = BLOCK_MODE[{"tensor": "tensor", "cols": "vector", "blocks": "b_blocks"}[layouts[1]]]
+            modes = (mode_b, mode_a) if swap else (mode_a, mode_b)
+            epi = epilogue_code(activation_code, out_name, block_m=modes[0], block_n=modes[1])
+        else:
+            epi = epilogue_code(activation_code, out_name, m_one, n_one)
         launch = _bound(problem, config, epi, axis)
         launch(pa, pb, c.data.ptr, float(alpha), float(beta), sptr,
                bias=0 if vbias is None else vbias.data.ptr, pre=0 if p is None else p.data.ptr,

@@ -157,22 +157,34 @@ DEQUANT_OUT = {"float32": 0, "float16": 1, "bfloat16": 2}
 #: pointer to it: float8's per-tensor scales), not one per C row / column
 EPI_SCALE_M_ONE = 128
 EPI_SCALE_N_ONE = 256
+#: kEpiBlockShift: a block-scaled float8 product's two 3-bit scale layouts (C's rows, then its
+#: columns), by pyblasgemm.fp8's layout name of the scale on that side: 'tensor' one value,
+#: 'rows' / 'cols' one per row / column, 'blocks' of a (dim, ceil(k/128)) or of b
+#: (ceil(k/128), ceil(dim/128))
+EPI_BLOCK_SHIFT = 9
+BLOCK_MODE = {"tensor": 1, "vector": 2, "a_blocks": 3, "b_blocks": 4}
 
 
 def epilogue_code(activation_code: int, dequantize_to: str | None = None, scale_m_one: bool = False,
-                  scale_n_one: bool = False) -> int:
+                  scale_n_one: bool = False, block_m: int = 0, block_n: int = 0) -> int:
     """The kernels' EPI template argument for a fused epilogue with this activation (0: bias
     and/or pre-activation only); 0 itself means no fused epilogue. ``dequantize_to``: an int8
     or float8 product scaled to this float type (``DEQUANT_OUT``); ``scale_m_one`` /
-    ``scale_n_one``: its scale of C's rows / columns is one value (per-tensor).
+    ``scale_n_one``: its scale of C's rows / columns is one value (per-tensor). ``block_m`` /
+    ``block_n``: a block-scaled float8 product's layout of each side's scale (``BLOCK_MODE``;
+    the mainloop promotes every 128-wide K block, the store scales nothing).
 
     >>> epilogue_code(0), epilogue_code(2), epilogue_code(2, "float16")   # bias only; GELU; int8 -> f16
     (8, 10, 58)
     >>> epilogue_code(0, "bfloat16", scale_m_one=True, scale_n_one=True)   # float8, per-tensor scales
     472
     """
-    if (scale_m_one or scale_n_one) and dequantize_to is None:
-        raise ValueError("per-tensor scales (scale_m_one / scale_n_one) belong to a dequantized product")
+    if (scale_m_one or scale_n_one or block_m or block_n) and dequantize_to is None:
+        raise ValueError("per-tensor and block scales belong to a dequantized product")
+    if (block_m or block_n) and not (block_m in BLOCK_MODE.values() and block_n in BLOCK_MODE.values()
+                                     and not (scale_m_one or scale_n_one)):
+        raise ValueError(f"block scale modes must both be one of {sorted(BLOCK_MODE.values())} "
+                         f"(got {block_m}, {block_n}), without the per-tensor bits")
     if not 0 <= activation_code < EPI_ON:
         raise ValueError(f"activation code {activation_code} is outside 0..{EPI_ON - 1}")
     if dequantize_to is None:
@@ -180,7 +192,8 @@ def epilogue_code(activation_code: int, dequantize_to: str | None = None, scale_
     if dequantize_to not in DEQUANT_OUT:
         raise ValueError(f"dequantize_to={dequantize_to!r} is not one of {tuple(DEQUANT_OUT)}")
     return (EPI_ON | activation_code | EPI_DEQUANT | DEQUANT_OUT[dequantize_to] << EPI_OUT_SHIFT
-            | (EPI_SCALE_M_ONE if scale_m_one else 0) | (EPI_SCALE_N_ONE if scale_n_one else 0))
+            | (EPI_SCALE_M_ONE if scale_m_one else 0) | (EPI_SCALE_N_ONE if scale_n_one else 0)
+            | block_m << EPI_BLOCK_SHIFT | block_n << (EPI_BLOCK_SHIFT + 3))
 
 
 def _names(config, kind, transa, transb, accumulate, vec, epi: int = 0) -> list[str]:
