@@ -208,6 +208,25 @@ def _dequantized(x: np.ndarray, scale, is_a: bool, k: int) -> np.ndarray:
     return v * (s.reshape(-1, 1) if is_a else s.reshape(1, -1))
 
 
+def _out_dtype(routine: str, dtype) -> np.dtype:
+    """``dtype=`` as a NumPy dtype; a PyTorch or JAX dtype of an output type by its name
+    (``torch.bfloat16``, as ``torch._scaled_mm``'s ``out_dtype`` takes it).
+
+    >>> _out_dtype("matmul", "bfloat16"), _out_dtype("matmul", np.float16)
+    (dtype(bfloat16), dtype('float16'))
+    """
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        name = str(dtype).rpartition(".")[2]
+        if name in OUT_DTYPES:
+            import ml_dtypes
+
+            return np.dtype(getattr(ml_dtypes, name, None) or getattr(np, name))
+        raise TypeError(f"{routine}: dtype={dtype!r} is not a dtype; a float8 product is "
+                        f"{', '.join(OUT_DTYPES)}") from None
+
+
 #: ``backend=`` of a float8 product: where each value runs it (the others are refused, naming
 #: these): 'auto' (None) is the host for NumPy arrays and our kernel for GPU arrays
 BACKENDS = {"auto": "the host for NumPy arrays, our mma.sync kernel for CuPy arrays / CUDA tensors",
@@ -248,7 +267,7 @@ def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivatio
     k2, n = b.shape
     if k != k2:
         raise ValueError(f"{r}: a is {m} x {k} but b is {k2} x {n}; the inner dimensions must agree")
-    want = np.dtype(dtype) if dtype is not None else (out.dtype if out is not None else np.dtype(np.float32))
+    want = _out_dtype(r, dtype) if dtype is not None else (out.dtype if out is not None else np.dtype(np.float32))
     if want.name not in OUT_DTYPES:
         raise TypeError(f"{r}: a float8 product is {', '.join(OUT_DTYPES)}, not {dtype_text(want)}")
     if out is not None and (tuple(out.shape) != (m, n) or out.dtype != want):

@@ -186,3 +186,18 @@ def test_pytorch_and_jax_cpu_arrays():
                             scale_a=jnp.float32(0.5), scale_b=jnp.float32(2))
     assert isinstance(got, jax.Array)
     np.testing.assert_array_equal(np.asarray(got), want.astype(np.float32))
+
+
+def test_a_framework_dtype_names_the_output_type():
+    """``dtype=torch.bfloat16`` (``torch._scaled_mm``'s ``out_dtype`` habit) is the output
+    type of that name; a framework dtype of no output type is refused, naming it."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(9)
+    x, w = rng.standard_normal((4, 64)), rng.standard_normal((64, 3))
+    a, b = torch.from_numpy(x).to(torch.float8_e4m3fn), torch.from_numpy(w).to(torch.float8_e4m3fn)
+    got = pyblasgemm.matmul(a, b, scale_a=torch.tensor(0.5), scale_b=torch.ones(3), dtype=torch.bfloat16)
+    assert got.dtype == torch.bfloat16
+    want = fp8.scaled_product(x.astype(E4M3), w.astype(E4M3), np.float32(0.5), np.float32(1))
+    np.testing.assert_array_equal(got.float().numpy(), want.astype(ml_dtypes.bfloat16).astype(np.float32))
+    with pytest.raises(TypeError, match="dtype=torch.int8 is not a dtype; a float8 product is float32"):
+        pyblasgemm.matmul(a, b, scale_a=torch.tensor(0.5), scale_b=torch.ones(3), dtype=torch.int8)
