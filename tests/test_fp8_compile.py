@@ -23,13 +23,13 @@ OUTS = tuple(jit.DEQUANT_OUT)
 
 def _specs():
     """(arch, config name, kind, layout, vec, epi): e4m3 on every config, layouts TN (the
-    ldmatrix path) and NN / TT (byte gathers), vectorized and scalar; the other pairs on the
+    ldmatrix path) and NN / TT / NT (byte gathers), vectorized and scalar; the other pairs on the
     workhorse in TN and NN; EPI rotating over activations, output types and scale layouts; the
     block-scaled variants (the mainloop's promotion) on the tiles block scales take."""
     out, i = [], 0
     for arch in ("sm_89", "sm_90"):
         for name in FP8_CONFIGS:
-            for lay, vec in (("TN", True), ("NN", True), ("TT", False)):
+            for lay, vec in (("TN", True), ("NN", True), ("TT", False), ("NT", True)):
                 if not name.startswith("block"):
                     out.append((arch, name, "e4m3", lay, vec, _epi(i)))
                 if name.startswith(("block", "small")):

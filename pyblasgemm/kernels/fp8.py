@@ -31,12 +31,13 @@ accumulator sets take the 128 x 64 tile of 32 x 32 warp tiles (``FP8_CONFIGS['bl
 from __future__ import annotations
 
 import threading
+from typing import NamedTuple
 
 import numpy as np
 
 from ..kinds import FP8_KINDS
 
-__all__ = ["run", "check_device", "MIN_CC"]
+__all__ = ["run", "plan", "Fp8Plan", "check_device", "MIN_CC"]
 
 #: mma.sync with e4m3 / e5m2 operands exists from sm_89 (Ada) on
 MIN_CC = (8, 9)
@@ -118,6 +119,70 @@ def check_device(routine: str) -> None:
             f"{major}.{minor}: pass NumPy arrays for the host route")
 
 
+class Fp8Plan(NamedTuple):
+    """How one float8 product is launched (:func:`plan`): the kernel's column-major problem."""
+
+    swap: bool          # c^T = b^T a^T (a row-major result): kernel A is b, its rows c's columns
+    kind: str
+    transa: str
+    transb: str
+    m: int              # the kernel's m, n, k and leading dimensions (elements)
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+    config: object      # the KernelConfig (fp8_config's rule)
+    epi: int            # the EPI template argument
+    bias_axis: str | None   # the kernel's 'm' / 'n' axis of the bias
+
+
+def plan(m: int, n: int, k: int, a_dtype: str, b_dtype: str, la: tuple, lb: tuple, target: str, ldc: int,
+         layouts: tuple, out_name: str, activation_code: int, bias_axis, sm_count: int) -> Fp8Plan:
+    """The launch of ``(scale_a ⊙ a) @ (scale_b ⊙ b)`` for a (m x k) and b (k x n) of layouts
+    ``la`` / ``lb`` (:func:`_layout`'s ``('row' | 'col', ld)``) into a result stored ``target``
+    ('row': C-ordered rows ``ldc`` apart, computed as c^T = b^T a^T; 'col': F-ordered):
+    pure arithmetic, no device. The kernel's scale_m is then scale_b when ``swap`` (else
+    scale_a), its scale_n the other.
+
+    >>> p = plan(16, 4096, 4096, "float8_e4m3fn", "float8_e5m2", ("row", 4096), ("col", 4096), "row",
+    ...          4096, ("rows", "tensor"), "bfloat16", 0, "cols", 132)
+    >>> p.swap, p.kind, p.transa, p.transb, (p.m, p.n, p.k), p.bias_axis, p.config.decomposition
+    (True, 'e5m2_e4m3', 'T', 'N', (4096, 16, 4096), 'm', 'splitk_serial')
+    """
+    from .config import fp8_config
+    from .jit import BLOCK_MODE, epilogue_code
+
+    swap = target == "row"
+    if swap:        # c^T (n x m, column-major) = b^T a^T
+        kind = FP8_KINDS[(b_dtype, a_dtype)]
+        km, kn = n, m
+        ta, lda = ("T", lb[1]) if lb[0] == "col" else ("N", lb[1])
+        tb, ldb = ("N", la[1]) if la[0] == "row" else ("T", la[1])
+        first, second = layouts[1], layouts[0]          # the scales of the kernel's m, n sides
+        axis = {"cols": "m", "rows": "n", None: None}[bias_axis]
+    else:           # c (m x n, column-major) = a b
+        kind = FP8_KINDS[(a_dtype, b_dtype)]
+        km, kn = m, n
+        ta, lda = ("T", la[1]) if la[0] == "row" else ("N", la[1])
+        tb, ldb = ("N", lb[1]) if lb[0] == "col" else ("T", lb[1])
+        first, second = layouts[0], layouts[1]
+        axis = {"cols": "n", "rows": "m", None: None}[bias_axis]
+    # the kernel needs ld >= its stored rows even where one row is all there is
+    lda = max(lda, k if ta == "T" else km)
+    ldb = max(ldb, kn if tb == "T" else k)
+    blocked = "blocks" in layouts
+    config = fp8_config(km, kn, k, sm_count, blocked)
+    if blocked:     # each side's layout; the mainloop promotes every 128-wide K block
+        mode_a = BLOCK_MODE[{"tensor": "tensor", "rows": "vector", "blocks": "a_blocks"}[layouts[0]]]
+        mode_b = BLOCK_MODE[{"tensor": "tensor", "cols": "vector", "blocks": "b_blocks"}[layouts[1]]]
+        modes = (mode_b, mode_a) if swap else (mode_a, mode_b)
+        epi = epilogue_code(activation_code, out_name, block_m=modes[0], block_n=modes[1])
+    else:
+        epi = epilogue_code(activation_code, out_name, first == "tensor", second == "tensor")
+    return Fp8Plan(swap, kind, ta, tb, km, kn, k, lda, ldb, ldc, config, epi, axis)
+
+
 def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: float, beta: float,
         bias, bias_axis, activation_code: int, pre, stream=None):
     """``result = act(alpha·(scale_a ⊙ a) @ (scale_b ⊙ b) + beta·result + bias)`` on the GPU,
@@ -133,8 +198,6 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
     """
     import cupy as cp
 
-    from .config import fp8_config
-    from .jit import BLOCK_MODE, epilogue_code
     from .problem import KernelProblem
     from ..streams import current
 
@@ -142,7 +205,6 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
     m, k = a.shape
     n = b.shape[1]
     sptr = current() if stream is None else stream
-    out_name = result.dtype.name
     isz = result.dtype.itemsize
     with cp.cuda.ExternalStream(sptr) if stream is not None else _nothing():
         la = _layout(a)
@@ -162,48 +224,22 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
             if beta != 0:
                 c[...] = result
             p = None if pre is None else _padded(cp, m, n, result.dtype)
-        swap = target == "row"
-        ldc = (c.strides[0] if swap else c.strides[1]) // isz
-        if swap:
-            ldc = ldc if m > 1 else -(-n // (16 // isz)) * (16 // isz)
+        per = 16 // isz
+        if target == "row":     # one row (m == 1): any ldc >= n in whole 16-byte multiples
+            ldc = c.strides[0] // isz if m > 1 else -(-n // per) * per
         else:
-            ldc = ldc if n > 1 else -(-m // (16 // isz)) * (16 // isz)
-        sa = _device_scale(cp, scale_a)
-        sb = _device_scale(cp, scale_b)
-        if swap:        # c^T (n x m, column-major) = b^T a^T
-            kind = FP8_KINDS[(b.dtype.name, a.dtype.name)]
-            km, kn = n, m
-            ta, lda = ("T", lb[1]) if lb[0] == "col" else ("N", lb[1])
-            tb, ldb = ("N", la[1]) if la[0] == "row" else ("T", la[1])
-            pa, pb = b.data.ptr, a.data.ptr
-            scale_m, scale_n, m_one, n_one = sb, sa, layouts[1] == "tensor", layouts[0] == "tensor"
-            axis = {"cols": "m", "rows": "n", None: None}[bias_axis]
-        else:           # c (m x n, column-major) = a b
-            kind = FP8_KINDS[(a.dtype.name, b.dtype.name)]
-            km, kn = m, n
-            ta, lda = ("T", la[1]) if la[0] == "row" else ("N", la[1])
-            tb, ldb = ("N", lb[1]) if lb[0] == "col" else ("T", lb[1])
-            pa, pb = a.data.ptr, b.data.ptr
-            scale_m, scale_n, m_one, n_one = sa, sb, layouts[0] == "tensor", layouts[1] == "tensor"
-            axis = {"cols": "n", "rows": "m", None: None}[bias_axis]
-        # the kernel needs ld >= its stored rows even where one row is all there is
-        lda = max(lda, k if ta == "T" else km)
-        ldb = max(ldb, kn if tb == "T" else k)
+            ldc = c.strides[1] // isz if n > 1 else -(-m // per) * per
+        pl = plan(m, n, k, a.dtype.name, b.dtype.name, la, lb, target, ldc, layouts, result.dtype.name,
+                  activation_code, bias_axis, cp.cuda.Device().attributes["MultiProcessorCount"])
+        sa, sb = _device_scale(cp, scale_a), _device_scale(cp, scale_b)
+        (pa, pb), (scale_m, scale_n) = ((b.data.ptr, a.data.ptr), (sb, sa)) if pl.swap else \
+            ((a.data.ptr, b.data.ptr), (sa, sb))
         vbias = None
         if bias is not None:
             vbias = cp.ascontiguousarray(bias.reshape(-1)).astype(result.dtype, copy=False)
-        problem = KernelProblem(kind, ta, tb, km, kn, k, lda, ldb, ldc, pa, pb, c.data.ptr,
-                                float(alpha), float(beta))
-        blocked = "blocks" in layouts
-        config = fp8_config(km, kn, k, cp.cuda.Device().attributes["MultiProcessorCount"], blocked)
-        if blocked:     # each side's layout; the mainloop promotes every 128-wide K block
-            mode_a = BLOCK_MODE[{"tensor": "tensor", "rows": "vector", "blocks": "a_blocks"}[layouts[0]]]
-            mode_b = BLOCK_MODE[{"tensor": "tensor", "cols": "vector", "blocks": "b_blocks"}[layouts[1]]]
-            modes = (mode_b, mode_a) if swap else (mode_a, mode_b)
-            epi = epilogue_code(activation_code, out_name, block_m=modes[0], block_n=modes[1])
-        else:
-            epi = epilogue_code(activation_code, out_name, m_one, n_one)
-        launch = _bound(problem, config, epi, axis)
+        problem = KernelProblem(pl.kind, pl.transa, pl.transb, pl.m, pl.n, pl.k, pl.lda, pl.ldb, pl.ldc, pa, pb,
+                                c.data.ptr, float(alpha), float(beta))
+        launch = _bound(problem, pl.config, pl.epi, pl.bias_axis)
         launch(pa, pb, c.data.ptr, float(alpha), float(beta), sptr,
                bias=0 if vbias is None else vbias.data.ptr, pre=0 if p is None else p.data.ptr,
                scale_m=scale_m.data.ptr, scale_n=scale_n.data.ptr)
