@@ -359,7 +359,8 @@ def test_fused_epilogue_names_and_rules():
     assert [jit.epilogue_code(c) for c in range(5)] == [8, 9, 10, 11, 12]
     header = (jit.INCLUDE_DIR / "pyblasgemm/epilogue/activation.cuh").read_text()
     for flag, value in (("kEpiOn", jit.EPI_ON), ("kEpiDequant", jit.EPI_DEQUANT),
-                        ("kEpiOutShift", jit.EPI_OUT_SHIFT)):
+                        ("kEpiOutShift", jit.EPI_OUT_SHIFT), ("kEpiScaleMOne", jit.EPI_SCALE_M_ONE),
+                        ("kEpiScaleNOne", jit.EPI_SCALE_N_ONE), ("kEpiBlockShift", jit.EPI_BLOCK_SHIFT)):
         assert f"constexpr int {flag} = {value};" in header      # one flag, two languages
     with pytest.raises(ValueError, match="activation code"):
         jit.epilogue_code(8)
@@ -367,7 +368,7 @@ def test_fused_epilogue_names_and_rules():
         jit.epilogue_code(1, "int32")
     dq = jit.epilogue_code(0, "float16")
     assert jit._names(SM90_CONFIGS_BY_TILE["s8"][256], "s8", "T", "N", None, True, dq)[0].endswith(f", {dq}>")
-    with pytest.raises(ValueError, match="s8 kind only"):
+    with pytest.raises(ValueError, match="fused for the s8, e4m3, .* kinds only"):
         jit._names(SHIPPED_CONFIGS["f16"][0], "f16", "N", "N", None, True, dq)
     assert jit._names(SHIPPED_CONFIGS["f16"][0], "f16", "N", "N", None, True, 9)[0].endswith("true, 9>")
     assert fusable("f16", cfg) and fusable("bf16_out32", SM90_CONFIGS["bf16_out32"][0])
