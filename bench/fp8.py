@@ -91,7 +91,8 @@ def cupy_view(cp, t):
     return cp.from_dlpack(t.view(bits[0])).view(bits[2])
 
 
-def rows(cp, torch, pb):
+def rows(cp, torch, pb, done=lambda rows: None):
+    """Every row (``done(rows so far)`` after each: the caller writes the JSON as it grows)."""
     out = []
     for label, m, n, k in shapes():
         x = (torch.randn(m, k, device="cuda") * 0.5).to(torch.float8_e4m3fn)
@@ -150,6 +151,7 @@ def rows(cp, torch, pb):
                 row["failure"] = f"{type(e).__name__}: {e}"[:300]
             out.append(row)
             print({k_: v for k_, v in row.items() if not isinstance(v, dict)}, flush=True)
+            done(out)
     return out
 
 
@@ -169,7 +171,11 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     doc = {"schema": "pyblasgemm-fp8/1", **meta(types.SimpleNamespace(torch=torch), seed="torch.manual_seed(0)"),
            "method": __doc__}
-    doc["rows"] = rows(cp, torch, pb)
+    def partial(done):          # a run cut short still leaves its rows
+        doc["rows"] = done
+        write_doc(doc, args.out)
+
+    doc["rows"] = rows(cp, torch, pb, partial)
     ok = [r for r in doc["rows"] if "failure" not in r]
     doc["summary"] = {}
     for mode in SCALES:
