@@ -78,6 +78,11 @@ def _single_s(fn, samples=5):
     return statistics.median(out)
 
 
+def _first(r):
+    """``torch._scaled_mm``'s result (a tuple ``(out, amax)`` before PyTorch 2.4)."""
+    return r[0] if isinstance(r, tuple) else r
+
+
 def cupy_view(cp, t):
     """A CuPy array on a tensor's memory (float8 / bfloat16 through their bits)."""
     import ml_dtypes
@@ -116,7 +121,7 @@ def rows(cp, torch, pb, done=lambda rows: None):
             fns = {"torch tensors": lambda: pb.matmul(a, b, scale_a=ours_sa, scale_b=ours_sb, dtype=torch.bfloat16),
                    "cupy arrays": lambda: pb.matmul(ca, cb, scale_a=csa, scale_b=csb,
                                                     dtype=__import__("ml_dtypes").bfloat16),
-                   "torch._scaled_mm": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)}
+                   "torch._scaled_mm": lambda: _first(torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16))}
             row = {"shape": label, "m": m, "n": n, "k": k, "scales": mode, "dtype": "e4m3 -> bfloat16"}
             try:
                 got = fns["torch tensors"]().float()
