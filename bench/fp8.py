@@ -13,7 +13,9 @@ of b: ``_scaled_mm``'s row-wise mode) and blocks (1 x 128 of a, 128 x 128 of b: 
 dequantized product; otherwise the row records why and has our times alone).
 
 Contenders: ``pyblasgemm.matmul`` on the CUDA tensors (the array door), the same call on
-CuPy views of the same memory, and ``torch._scaled_mm``. steady = CUDA events around 20
+CuPy views of the same memory (on sm_90 the Hopper kernel for these K-major operands, block
+scales excepted; also forced onto the mma.sync kernel: ``cupy arrays, mma.sync``), and
+``torch._scaled_mm``. steady = CUDA events around 20
 back-to-back calls (torch's current stream, where every contender queues), single = one call
 waited for (host time included), median of 5 each; ``speedup_vs_scaled_mm_*`` =
 ``_scaled_mm``'s time / ours (above 1: ours faster). Every result is checked against
@@ -78,6 +80,19 @@ def _single_s(fn, samples=5):
     return statistics.median(out)
 
 
+def _on_mma_sync(fn):
+    """``fn`` with float8 products kept on the mma.sync kernel (pyblasgemm.kernels.fp8.FAMILY)."""
+    from pyblasgemm.kernels import fp8 as gpu
+
+    def call():
+        gpu.FAMILY = "sm80"
+        try:
+            return fn()
+        finally:
+            gpu.FAMILY = None
+    return call
+
+
 def _first(r):
     """``torch._scaled_mm``'s result (a tuple ``(out, amax)`` before PyTorch 2.4)."""
     return r[0] if isinstance(r, tuple) else r
@@ -122,6 +137,8 @@ def rows(cp, torch, pb, done=lambda rows: None):
                    "cupy arrays": lambda: pb.matmul(ca, cb, scale_a=csa, scale_b=csb,
                                                     dtype=__import__("ml_dtypes").bfloat16),
                    "torch._scaled_mm": lambda: _first(torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16))}
+            if mode != "blocks":        # on sm_90 the Hopper kernel runs these: mma.sync beside it
+                fns["cupy arrays, mma.sync"] = _on_mma_sync(fns["cupy arrays"])
             row = {"shape": label, "m": m, "n": n, "k": k, "scales": mode, "dtype": "e4m3 -> bfloat16"}
             try:
                 got = fns["torch tensors"]().float()
@@ -150,7 +167,10 @@ def rows(cp, torch, pb, done=lambda rows: None):
                 if "torch._scaled_mm" in fns:
                     for kind in ("steady_s", "single_s"):
                         for who, key in (("torch tensors", "speedup_vs_scaled_mm"),
-                                         ("cupy arrays", "speedup_vs_scaled_mm_cupy")):
+                                         ("cupy arrays", "speedup_vs_scaled_mm_cupy"),
+                                         ("cupy arrays, mma.sync", "speedup_vs_scaled_mm_mma_sync")):
+                            if who not in row:
+                                continue
                             row[f"{key}_{kind[:-2]}"] = row["torch._scaled_mm"][kind] / row[who][kind]
             except Exception as e:
                 row["failure"] = f"{type(e).__name__}: {e}"[:300]
@@ -158,6 +178,28 @@ def rows(cp, torch, pb, done=lambda rows: None):
             print({k_: v for k_, v in row.items() if not isinstance(v, dict)}, flush=True)
             done(out)
     return out
+
+
+def _warm(cp):
+    """Compile every row's kernels in parallel first (a cold NVRTC cache), timed apart."""
+    from pyblasgemm.kernels import fp8 as gpu
+    from pyblasgemm.kernels import jit
+
+    dev = cp.cuda.Device()
+    cc = (int(dev.compute_capability[:-1]), int(dev.compute_capability[-1]))
+    sms = dev.attributes["MultiProcessorCount"]
+    lay = {"tensor": ("tensor", "tensor"), "rowwise": ("rows", "cols"), "blocks": ("blocks", "blocks")}
+    cases = [(m, n, k, "float8_e4m3fn", "float8_e4m3fn", "C", "F", "C", lay[mode], "bfloat16", 0, None)
+             for _, m, n, k in shapes() for mode in SCALES]
+    specs = gpu.warm_specs(cases, sms, cc, dev.id)
+    gpu.FAMILY = "sm80"
+    try:
+        specs += gpu.warm_specs(cases, sms, cc, dev.id)
+    finally:
+        gpu.FAMILY = None
+    t0 = time.perf_counter()
+    jit.warm(list(dict.fromkeys(specs)))
+    print(f"warmed {len(set(specs))} kernels in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
 def main(argv=None) -> int:
@@ -173,6 +215,7 @@ def main(argv=None) -> int:
     if args.quick:
         global SQUARE
         SQUARE = ()
+    _warm(cp)
     torch.manual_seed(0)
     doc = {"schema": "pyblasgemm-fp8/1", **meta(types.SimpleNamespace(torch=torch), seed="torch.manual_seed(0)"),
            "method": __doc__}
@@ -187,7 +230,8 @@ def main(argv=None) -> int:
         doc["summary"][f"{mode}_geomean_tflops_steady_ours_cupy"] = geomean(
             [r.get("tflops_steady_ours_cupy") for r in ok if r["scales"] == mode])
         for key in ("speedup_vs_scaled_mm_steady", "speedup_vs_scaled_mm_single",
-                    "speedup_vs_scaled_mm_cupy_steady", "speedup_vs_scaled_mm_cupy_single"):
+                    "speedup_vs_scaled_mm_cupy_steady", "speedup_vs_scaled_mm_cupy_single",
+                    "speedup_vs_scaled_mm_mma_sync_steady"):
             doc["summary"][f"{mode}_geomean_{key}"] = geomean([r.get(key) for r in ok if r["scales"] == mode])
     doc["summary"]["rows_with_elements_off"] = sum(1 for r in ok if r.get("elements_off"))
     doc["summary"]["failures"] = len(doc["rows"]) - len(ok)

@@ -307,9 +307,10 @@ def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivatio
     return run_unfused(epi, "numpy", t, None, None, None, bias, None, None, preactivation_out, result)
 
 
-#: how a GPU float8 product ran, as :func:`pyblasgemm.epilogue.last_route` says it
-GPU_ROUTE = UnfusedRoute("ours", "ours: the float8 mma.sync kernel, scales, alpha, beta, bias and "
-                                 "activation fused in its store")
+def _gpu_route(config) -> UnfusedRoute:
+    """How a GPU float8 product ran, as :func:`pyblasgemm.epilogue.last_route` says it."""
+    return UnfusedRoute("ours", f"ours: float8 on {config.kernel_family.title} ({config.name}); scales, "
+                                f"alpha, beta, bias and activation fused")
 
 
 def _on_gpu(r, a, b, out, want, epi, layouts, bias, pre, scale_a, scale_b, alpha, beta, stream):
@@ -333,7 +334,7 @@ def _on_gpu(r, a, b, out, want, epi, layouts, bias, pre, scale_a, scale_b, alpha
                 t += np.float32(beta) * out.astype(np.float32)
             return run_unfused(epi, "cupy", t, None, None, None, bias, None, None, pre, result)
         code = 0 if epi.activation is None else epi.activation.code
-        gpu.run(r, a, b, result, layouts, scale_a, scale_b, alpha, beta if out is not None else 0.0, bias,
-                epi.bias_axis, code, pre, sptr)
-    note_route(GPU_ROUTE)
+        ran = gpu.run(r, a, b, result, layouts, scale_a, scale_b, alpha, beta if out is not None else 0.0,
+                      bias, epi.bias_axis, code, pre, sptr)
+    note_route(_gpu_route(ran))
     return result

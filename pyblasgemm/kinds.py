@@ -117,14 +117,15 @@ KERNEL_KINDS = {k.name: k for k in (
     # float8 operands (either type each), float accumulators, a float32 C: the staging tile,
     # which the fused store scales (per tensor or per row / column, read on the device) and
     # writes as float32 / float16 / bfloat16 (pyblasgemm.fp8). mma.sync m16n8k32 with e4m3 /
-    # e5m2 operands needs sm_89+ (FP8_KINDS below: the kinds no BLAS route names)
-    _kind("e4m3", "float8_e4m3fn", "float32", 1, 4, ("f32",), {"f32": "KindE4M3F32"}, None, "UINT8",
+    # e5m2 operands needs sm_89+; the Hopper kernel runs them K-major (wgmma m64nNk32, every
+    # 128-k stage promoted into the accumulator). FP8_KINDS below: the kinds no BLAS route names
+    _kind("e4m3", "float8_e4m3fn", "float32", 1, 4, ("f32",), {"f32": "KindE4M3F32"}, "Sm90KindE4M3", "UINT8",
           "FLOAT32"),
-    _kind("e4m3_e5m2", "float8_e4m3fn", "float32", 1, 4, ("f32",), {"f32": "KindE4M3E5M2F32"}, None,
+    _kind("e4m3_e5m2", "float8_e4m3fn", "float32", 1, 4, ("f32",), {"f32": "KindE4M3E5M2F32"}, "Sm90KindE4M3E5M2",
           "UINT8", "FLOAT32", b="float8_e5m2"),
-    _kind("e5m2_e4m3", "float8_e5m2", "float32", 1, 4, ("f32",), {"f32": "KindE5M2E4M3F32"}, None,
+    _kind("e5m2_e4m3", "float8_e5m2", "float32", 1, 4, ("f32",), {"f32": "KindE5M2E4M3F32"}, "Sm90KindE5M2E4M3",
           "UINT8", "FLOAT32", b="float8_e4m3fn"),
-    _kind("e5m2", "float8_e5m2", "float32", 1, 4, ("f32",), {"f32": "KindE5M2F32"}, None, "UINT8",
+    _kind("e5m2", "float8_e5m2", "float32", 1, 4, ("f32",), {"f32": "KindE5M2F32"}, "Sm90KindE5M2", "UINT8",
           "FLOAT32"),
 )}
 

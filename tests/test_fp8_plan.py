@@ -135,3 +135,25 @@ def test_block_products_take_the_tiles_without_spills():
     q = plan(16, 4096, 4096, "float8_e4m3fn", "float8_e4m3fn", ("row", 4096), ("col", 4096), "row", 4096,
              ("blocks", "blocks"), "bfloat16", 0, None, 132)
     assert (q.config.bm, q.config.bn) == (64, 64)
+
+
+def test_sm90_takes_the_hopper_kernel_for_k_major_operands(monkeypatch):
+    """On sm_90: both operands K-major without block scales -> the Hopper (wgmma) kernel; any
+    other layout, or block scales -> mma.sync; FAMILY = 'sm80' keeps mma.sync."""
+    from pyblasgemm.kernels import fp8 as gpu
+
+    def family(la, lb, layouts=("tensor", "cols"), cc=(9, 0), n=4096):
+        return plan(64, n, 4096, "float8_e4m3fn", "float8_e4m3fn", la, lb, "row", n, layouts, "bfloat16", 0,
+                    None, 132, cc).config.family
+
+    k_major = (("row", 4096), ("col", 4096))
+    assert family(*k_major) == "sm90a"
+    assert family(*k_major, cc=(8, 9)) == "sm80"
+    assert family(("row", 4096), ("row", 4096)) == "sm80"
+    assert family(*k_major, layouts=("blocks", "blocks")) == "sm80"
+    monkeypatch.setattr(gpu, "FAMILY", "sm80")
+    assert family(*k_major) == "sm80"
+    # decode on Hopper: 64 x 64 tiles, parallel split-k; its config validates for the kind
+    cfg = gpu.sm90_config("e5m2_e4m3", 4096, 16, 4096, 132)
+    assert (cfg.bm, cfg.bn, cfg.decomposition) == (64, 64, "splitk_parallel")
+    assert cfg.validate(kind="e5m2_e4m3")[0]

@@ -280,6 +280,8 @@ for _kind in SM90_KINDS:
     _small = [dict(bm=128, stages=8), dict(bm=64, stages=12)]
     if _kind == "tf32":
         _tiles, _small = [dict(bm=256, stages=4), dict(bm=128, stages=6)], [dict(bm=64, stages=12)]
+    elif _kind in FP8_KINDS:   # two accumulator sets (the promotion): wgmma N <= 128, sliced + split-k
+        _tiles, _small = [dict(bm=128, stages=6)], [dict(bm=64, stages=8)]
     elif _kind in _OUT32_KINDS:   # two accumulator sets: wgmma N <= 128
         _tiles, _small = [dict(bm=128, stages=6), dict(bm=64, stages=8)], [dict(bm=64, stages=12)]
     elif _kind == "3xtf32":   # two accumulator sets: wgmma N <= 128; stages hold big + small halves
@@ -290,6 +292,9 @@ for _kind in SM90_KINDS:
         KernelConfig(bn=128, bk=_bk, warps_m=2, warps_n=1, family="sm90a", cluster=2, **t) for t in _tiles) + tuple(
         KernelConfig(bn=64, bk=_bk, warps_m=1, warps_n=1, family="sm90a", decomposition=d, **t)
         for t in _small for d in SM90_DECOMPOSITIONS)
+    if _kind in FP8_KINDS:     # what pyblasgemm.kernels.fp8.sm90_config picks: sliced, parallel split-k
+        SM90_CONFIGS[_kind] = tuple(c for c in SM90_CONFIGS[_kind]
+                                    if c.cluster == 1 and c.decomposition in ("sliced", "splitk_parallel"))
 #: kind -> {bm: the sliced Hopper config with that tile}
 SM90_CONFIGS_BY_TILE = {k: {c.bm: c for c in v if c.decomposition == "sliced" and c.cluster == 1 and c.bn == 128}
                         for k, v in SM90_CONFIGS.items()}

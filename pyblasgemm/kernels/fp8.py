@@ -1,6 +1,8 @@
 """The GPU route of float8 products (:func:`pyblasgemm.fp8.scaled_matmul` with CuPy arrays, and
 CUDA tensors / JAX GPU arrays through the array door): the mma.sync kernel's float8 kinds
-(``KindFp8F32``, sm_89+) with the scales in the dequantizing store.
+(``KindFp8F32``, sm_89+) with the scales in the dequantizing store; on sm_90 the Hopper
+kernel's (``Sm90KindFp8``: wgmma, TMA) for K-major operands without block scales
+(:func:`sm90_config`; :data:`FAMILY` = 'sm80' keeps mma.sync).
 
 ``out = act(alpha·(scale_a ⊙ a) @ (scale_b ⊙ b) + beta·out + bias)`` in one launch: the
 kernel accumulates the raw float8 products in float32 and its store multiplies each element
@@ -37,7 +39,8 @@ import numpy as np
 
 from ..kinds import FP8_KINDS
 
-__all__ = ["run", "plan", "Fp8Plan", "check_device", "MIN_CC"]
+__all__ = ["run", "plan", "problem_of", "warm_specs", "sm90_config", "Fp8Plan", "check_device", "MIN_CC",
+           "FAMILY"]
 
 #: mma.sync with e4m3 / e5m2 operands exists from sm_89 (Ada) on
 MIN_CC = (8, 9)
@@ -137,13 +140,42 @@ class Fp8Plan(NamedTuple):
     bias_axis: str | None   # the kernel's 'm' / 'n' axis of the bias
 
 
+#: which kernel runs float8 products on sm_90: None (the rule of :func:`sm90_config`: the
+#: Hopper kernel for K-major operands without block scales, else mma.sync) or 'sm80' (always
+#: mma.sync: the tests run both)
+FAMILY = None
+
+
+def sm90_config(kind: str, m: int, n: int, k: int, sm_count: int):
+    """The Hopper kernel's config for a float8 product of the kernel's m x n x k: 128 x 128
+    tiles (64 x 64 when n <= 64: decode, or m*n <= 128*128), parallel split-k (the launcher's
+    split count) when there are fewer tiles than SMs and at least 8 stages of 128 k.
+
+    >>> sm90_config("e4m3", 4096, 16, 4096, 132).name
+    'sm90a_splitk_parallel_64x64x128_w1x1_s8_g8'
+    """
+    from dataclasses import replace
+
+    from .config import SM90_CONFIGS_BY_TILE, SM90_SMALL_CONFIGS
+
+    small = n <= 64 or m * n <= 128 * 128
+    cfg = SM90_SMALL_CONFIGS[kind][64] if small else SM90_CONFIGS_BY_TILE[kind][128]
+    tiles = -(-m // cfg.bm) * -(-n // cfg.bn)
+    if tiles < sm_count and -(-k // 128) >= 8:
+        cfg = replace(cfg, decomposition="splitk_parallel", splits=0)
+    return cfg
+
+
 def plan(m: int, n: int, k: int, a_dtype: str, b_dtype: str, la: tuple, lb: tuple, target: str, ldc: int,
-         layouts: tuple, out_name: str, activation_code: int, bias_axis, sm_count: int) -> Fp8Plan:
+         layouts: tuple, out_name: str, activation_code: int, bias_axis, sm_count: int,
+         cc: tuple = (8, 9)) -> Fp8Plan:
     """The launch of ``(scale_a ⊙ a) @ (scale_b ⊙ b)`` for a (m x k) and b (k x n) of layouts
     ``la`` / ``lb`` (:func:`_layout`'s ``('row' | 'col', ld)``) into a result stored ``target``
     ('row': C-ordered rows ``ldc`` apart, computed as c^T = b^T a^T; 'col': F-ordered):
     pure arithmetic, no device. The kernel's scale_m is then scale_b when ``swap`` (else
-    scale_a), its scale_n the other.
+    scale_a), its scale_n the other. On sm_90 (``cc``) a product with both operands K-major and
+    no block scales takes the Hopper kernel (:func:`sm90_config`; :data:`FAMILY` = 'sm80'
+    keeps mma.sync); the caller falls back to mma.sync where its TMA rules refuse the problem.
 
     >>> p = plan(16, 4096, 4096, "float8_e4m3fn", "float8_e5m2", ("row", 4096), ("col", 4096), "row",
     ...          4096, ("rows", "tensor"), "bfloat16", 0, "cols", 132)
@@ -173,6 +205,8 @@ def plan(m: int, n: int, k: int, a_dtype: str, b_dtype: str, la: tuple, lb: tupl
     ldb = max(ldb, kn if tb == "T" else k)
     blocked = "blocks" in layouts
     config = fp8_config(km, kn, k, sm_count, blocked)
+    if tuple(cc) == (9, 0) and FAMILY != "sm80" and not blocked and (ta, tb) == ("T", "N"):
+        config = sm90_config(kind, km, kn, k, sm_count)
     if blocked:     # each side's layout; the mainloop promotes every 128-wide K block
         mode_a = BLOCK_MODE[{"tensor": "tensor", "rows": "vector", "blocks": "a_blocks"}[layouts[0]]]
         mode_b = BLOCK_MODE[{"tensor": "tensor", "cols": "vector", "blocks": "b_blocks"}[layouts[1]]]
@@ -183,14 +217,58 @@ def plan(m: int, n: int, k: int, a_dtype: str, b_dtype: str, la: tuple, lb: tupl
     return Fp8Plan(swap, kind, ta, tb, km, kn, k, lda, ldb, ldc, config, epi, axis)
 
 
+def problem_of(pl: Fp8Plan, pa: int, pb: int, pc: int, alpha: float, beta: float, sm_count: int) -> tuple:
+    """``(KernelProblem, KernelConfig)`` of a plan on these pointers: the plan's config, or
+    mma.sync's where the Hopper kernel's TMA rules refuse the problem (16-byte leading
+    dimensions and pointers)."""
+    from .config import fp8_config
+    from .problem import KernelProblem
+
+    problem = KernelProblem(pl.kind, pl.transa, pl.transb, pl.m, pl.n, pl.k, pl.lda, pl.ldb, pl.ldc, pa, pb, pc,
+                            float(alpha), float(beta))
+    config = pl.config
+    if config.family != "sm80" and not config.validate(problem)[0]:
+        config = fp8_config(pl.m, pl.n, pl.k, sm_count, False)
+    return problem, config
+
+
+def warm_specs(cases, sm_count: int, cc: tuple, device_id: int | None = None) -> list:
+    """The :func:`pyblasgemm.kernels.jit.warm` specs of float8 products on dense, 256-byte
+    aligned arrays (the tests' and benches' warm-up: a cold cache compiles them in parallel).
+    ``cases``: ``(m, n, k, a dtype name, b dtype name, a order, b order, result order,
+    layouts, output dtype name, activation code, bias axis)`` with orders 'C' / 'F'.
+
+    >>> from pyblasgemm.kernels.jit import kernel_name
+    >>> [s[1] for s in warm_specs([(16, 4096, 4096, "float8_e4m3fn", "float8_e4m3fn", "C", "F", "C",
+    ...                             ("tensor", "cols"), "bfloat16", 0, None)], 132, (8, 9))]
+    ['e4m3']
+    """
+    out = []
+    for m, n, k, ta, tb, oa, ob, oc, layouts, out_name, act, axis in cases:
+        isz = 4 if out_name == "float32" else 2
+        per = 16 // isz
+        la = ("row", k) if oa == "C" else ("col", m)
+        lb = ("row", n) if ob == "C" else ("col", k)
+        if oc == "F" and (n == 1 or m % per == 0):
+            target, ldc = "col", (m if n > 1 else -(-m // per) * per)
+        else:       # C-ordered in place, or a padded C-ordered temporary
+            target, ldc = "row", -(-n // per) * per
+        pl = plan(m, n, k, ta, tb, la, lb, target, ldc, layouts, out_name, act, axis, sm_count, cc)
+        base = 0x7F00_0000_0000
+        problem, config = problem_of(pl, base, base + (1 << 32), base + (2 << 32), 1.0, 0.0, sm_count)
+        out.append((config, pl.kind, pl.transa, pl.transb, None, problem.operands_vectorizable(), device_id,
+                    pl.epi))
+    return list(dict.fromkeys(out))
+
+
 def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: float, beta: float,
         bias, bias_axis, activation_code: int, pre, stream=None):
     """``result = act(alpha·(scale_a ⊙ a) @ (scale_b ⊙ b) + beta·result + bias)`` on the GPU,
     everything checked by the caller (:func:`pyblasgemm.fp8.scaled_matmul`): CuPy float8 ``a``
     (m x k, k >= 1) and ``b`` (k x n), ``result`` (m x n, float32 / float16 / bfloat16),
     ``layouts`` what :func:`pyblasgemm.fp8.check_scales` returned, ``bias_axis`` 'cols' /
-    'rows' / None (the epilogue's), ``pre`` the pre-activation array or None. Returns
-    ``result``. Enqueued on ``stream`` (a raw handle; None: CuPy's current stream).
+    'rows' / None (the epilogue's), ``pre`` the pre-activation array or None. Returns the
+    KernelConfig that ran. Enqueued on ``stream`` (a raw handle; None: CuPy's current stream).
 
     Example::
 
@@ -198,7 +276,6 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
     """
     import cupy as cp
 
-    from .problem import KernelProblem
     from ..streams import current
 
     check_device(routine)
@@ -229,17 +306,18 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
             ldc = c.strides[0] // isz if m > 1 else -(-n // per) * per
         else:
             ldc = c.strides[1] // isz if n > 1 else -(-m // per) * per
+        dev = cp.cuda.Device()
+        cc = dev.compute_capability
         pl = plan(m, n, k, a.dtype.name, b.dtype.name, la, lb, target, ldc, layouts, result.dtype.name,
-                  activation_code, bias_axis, cp.cuda.Device().attributes["MultiProcessorCount"])
+                  activation_code, bias_axis, dev.attributes["MultiProcessorCount"], (int(cc[:-1]), int(cc[-1])))
         sa, sb = _device_scale(cp, scale_a), _device_scale(cp, scale_b)
         (pa, pb), (scale_m, scale_n) = ((b.data.ptr, a.data.ptr), (sb, sa)) if pl.swap else \
             ((a.data.ptr, b.data.ptr), (sa, sb))
         vbias = None
         if bias is not None:
             vbias = cp.ascontiguousarray(bias.reshape(-1)).astype(result.dtype, copy=False)
-        problem = KernelProblem(pl.kind, pl.transa, pl.transb, pl.m, pl.n, pl.k, pl.lda, pl.ldb, pl.ldc, pa, pb,
-                                c.data.ptr, float(alpha), float(beta))
-        launch = _bound(problem, pl.config, pl.epi, pl.bias_axis)
+        problem, config = problem_of(pl, pa, pb, c.data.ptr, alpha, beta, dev.attributes["MultiProcessorCount"])
+        launch = _bound(problem, config, pl.epi, pl.bias_axis)
         launch(pa, pb, c.data.ptr, float(alpha), float(beta), sptr,
                bias=0 if vbias is None else vbias.data.ptr, pre=0 if p is None else p.data.ptr,
                scale_m=scale_m.data.ptr, scale_n=scale_n.data.ptr)
@@ -247,7 +325,7 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
             result[...] = c
         if p is not pre:
             pre[...] = p
-    return result
+    return config
 
 
 def _device_scale(cp, s):
