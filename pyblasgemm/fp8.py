@@ -21,6 +21,13 @@ power of two (e4m3: units of 2^-9, at most 448; e5m2: units of 2^-16, at most 57
 first: their products would pass 2^63), and only the scaling and the sum over blocks round, in
 float64 (2^-53 relative, far below any output type's rounding).
 
+GPU arrays (CuPy; CUDA tensors and JAX GPU arrays through the array door) run on the float8
+kinds of our mma.sync kernel (sm_89+; :mod:`pyblasgemm.kernels.fp8`): float32 accumulation of
+the raw products, the per-tensor or per-row / per-column scales read on the device in the
+fused store (block scales: each 128-wide K block promoted into the accumulator scaled, in the
+mainloop, as DeepGEMM does), then alpha, beta·out, bias and the activation in this module's
+order.
+
 >>> import numpy as np, ml_dtypes, pyblasgemm
 >>> a = np.array([[1.5, -2.0], [0.25, 448.0]], dtype=ml_dtypes.float8_e4m3fn)
 >>> b = np.array([[2.0, 1.0], [0.5, -0.125]], dtype=ml_dtypes.float8_e4m3fn)
@@ -37,9 +44,9 @@ import numpy as np
 from . import _arrays
 from ._types import dtype_text
 from .epilogue import check as check_epilogue
-from .epilogue_pass import run_unfused
+from .epilogue_pass import UnfusedRoute, run_unfused
 
-__all__ = ["FP8_TYPES", "BLOCK", "is_fp8", "check_scales", "scaled_product", "scaled_matmul"]
+__all__ = ["FP8_TYPES", "BLOCK", "BACKENDS", "is_fp8", "check_scales", "scaled_product", "scaled_matmul"]
 
 #: the output types of a float8 product (``dtype=``; float32 by default)
 OUT_DTYPES = ("float32", "float16", "bfloat16")
@@ -201,13 +208,43 @@ def _dequantized(x: np.ndarray, scale, is_a: bool, k: int) -> np.ndarray:
     return v * (s.reshape(-1, 1) if is_a else s.reshape(1, -1))
 
 
+def _out_dtype(routine: str, dtype) -> np.dtype:
+    """``dtype=`` as a NumPy dtype; a PyTorch or JAX dtype of an output type by its name
+    (``torch.bfloat16``, as ``torch._scaled_mm``'s ``out_dtype`` takes it).
+
+    >>> _out_dtype("matmul", "bfloat16"), _out_dtype("matmul", np.float16)
+    (dtype(bfloat16), dtype('float16'))
+    """
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        name = str(dtype).rpartition(".")[2]
+        if name in OUT_DTYPES:
+            import ml_dtypes
+
+            return np.dtype(getattr(ml_dtypes, name, None) or getattr(np, name))
+        raise TypeError(f"{routine}: dtype={dtype!r} is not a dtype; a float8 product is "
+                        f"{', '.join(OUT_DTYPES)}") from None
+
+
+#: ``backend=`` of a float8 product: where each value runs it (the others are refused, naming
+#: these): 'auto' (None) is the host for NumPy arrays and our kernel for GPU arrays
+BACKENDS = {"auto": "the host for NumPy arrays, our mma.sync kernel for CuPy arrays / CUDA tensors",
+            "host": "NumPy arrays", "tensorcore": "CuPy arrays / CUDA tensors (sm_89+)"}
+
+
 def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivation_out, scale_a,
-                  scale_b, backend=None, names=None, alpha=1.0, beta=0.0):
+                  scale_b, backend=None, names=None, alpha=1.0, beta=0.0, stream=None):
     """The float8 route of :func:`pyblasgemm.matmul` / :func:`pyblasgemm.gemm` with scales:
     ``out = act(alpha·scaled_product + beta·out + bias)`` for 2-D float8 ``a`` (m x k) and
     ``b`` (k x n) (op() already applied; ``beta`` reads ``out`` only when it is not 0), every
-    argument checked before any work. The host computes it (:func:`scaled_product`); CuPy
-    arrays are refused (NotImplementedError): the GPU route is not built yet.
+    argument checked before any work. NumPy arrays: the host computes it exactly
+    (:func:`scaled_product`). CuPy arrays (CUDA tensors and JAX GPU arrays arrive as CuPy views
+    through the array door): our mma.sync kernel's float8 kinds on sm_89+, the scales read on
+    the device (:mod:`pyblasgemm.kernels.fp8`: per-tensor and per-row / per-column scales in
+    the fused store, block scales in the mainloop's per-128-k promotion). ``backend``: None / 'auto', 'host' (NumPy arrays) or 'tensorcore' (GPU arrays);
+    'cublas' is refused (cuBLASLt's FP8 GEMM is not wired). ``stream``: the GPU route's stream
+    (a raw handle or a stream object; None: CuPy's current stream).
 
     >>> import ml_dtypes
     >>> a = np.full((2, 3), 2, ml_dtypes.float8_e4m3fn); b = np.ones((3, 2), ml_dtypes.float8_e5m2)
@@ -215,6 +252,11 @@ def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivatio
     ...               np.float32(-1), alpha=2.0)
     array([[0., 0.],
            [0., 0.]], dtype=float16)
+    >>> scaled_matmul("gemm", a, b, None, None, None, None, None, np.float32(1), np.float32(1),
+    ...               backend="cublas")
+    Traceback (most recent call last):
+        ...
+    ValueError: gemm: backend='cublas' does not run float8 products (cuBLASLt's FP8 GEMM is not wired); use 'auto' (the host for NumPy arrays, our mma.sync kernel for CuPy arrays / CUDA tensors), 'host' (NumPy arrays) or 'tensorcore' (CuPy arrays / CUDA tensors (sm_89+))
     """
     r = routine
     for name, x in (("a", a), ("b", b)):
@@ -225,27 +267,37 @@ def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivatio
     k2, n = b.shape
     if k != k2:
         raise ValueError(f"{r}: a is {m} x {k} but b is {k2} x {n}; the inner dimensions must agree")
-    want = np.dtype(dtype) if dtype is not None else (out.dtype if out is not None else np.dtype(np.float32))
+    want = _out_dtype(r, dtype) if dtype is not None else (out.dtype if out is not None else np.dtype(np.float32))
     if want.name not in OUT_DTYPES:
         raise TypeError(f"{r}: a float8 product is {', '.join(OUT_DTYPES)}, not {dtype_text(want)}")
     if out is not None and (tuple(out.shape) != (m, n) or out.dtype != want):
         raise ValueError(f"{r}: out has shape {tuple(out.shape)} and dtype {dtype_text(out.dtype)}; "
                          f"the result is ({m}, {n}) {want.name}")
     xp_name = _arrays.array_module_name(a)
+    if _arrays.array_module_name(b) != xp_name:
+        raise TypeError(f"{r}: a and b must be arrays of one kind, got {type(a).__name__} and "
+                        f"{type(b).__name__}")
+    if out is not None and _arrays.array_module_name(out) != xp_name:
+        raise TypeError(f"{r}: out must be an array of the operands' kind ({xp_name}), not "
+                        f"{type(out).__name__}")
     epi = check_epilogue(r, (m, n), (m, n), want, xp_name, bias, activation, preactivation_out,
                          None, None, np.float32, names)
-    check_scales(r, scale_a, scale_b, m, n, k, names)
+    layouts = check_scales(r, scale_a, scale_b, m, n, k, names)
     for key, x in (("scale_a", scale_a), ("scale_b", scale_b)):
         if _arrays.array_module_name(x) not in (xp_name, None) or (
                 xp_name == "numpy" and not isinstance(x, (np.ndarray, np.generic))):
             raise TypeError(f"{r}: {key} must be an array of the operands' kind ({xp_name})")
-    if backend not in (None, "auto", "host"):
-        raise ValueError(f"{r}: backend={backend!r}: float8 products run on the host backend only "
-                         f"(their GPU route is not built yet)")
+    if backend not in (None, *BACKENDS):
+        raise ValueError(f"{r}: backend={backend!r} does not run float8 products (cuBLASLt's FP8 "
+                         f"GEMM is not wired); use "
+                         + ", ".join(f"{w!r} ({where})" for w, where in BACKENDS.items()
+                                     if w != "tensorcore") + f" or 'tensorcore' ({BACKENDS['tensorcore']})")
+    if backend not in (None, "auto") and (backend == "host") != (xp_name == "numpy"):
+        raise ValueError(f"{r}: backend={backend!r} runs float8 products on {BACKENDS[backend]}, but "
+                         f"the operands are {'NumPy' if xp_name == 'numpy' else 'CuPy'} arrays")
     if xp_name != "numpy":
-        raise NotImplementedError(
-            f"{r}: float8 products on the GPU are not built yet (our wgmma kernel's FP8 kind, with "
-            f"cuBLASLt as fallback, is the next step); the host computes them: pass NumPy arrays")
+        return _on_gpu(r, a, b, out, want, epi, layouts, bias, preactivation_out, scale_a, scale_b,
+                       alpha, beta, stream)
     result = out if out is not None else np.empty((m, n), want)
     t = scaled_product(a, b, scale_a, scale_b)
     if alpha != 1:
@@ -253,3 +305,36 @@ def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivatio
     if beta != 0 and out is not None:
         t = t + float(beta) * out.astype(np.float64)
     return run_unfused(epi, "numpy", t, None, None, None, bias, None, None, preactivation_out, result)
+
+
+def _gpu_route(config) -> UnfusedRoute:
+    """How a GPU float8 product ran, as :func:`pyblasgemm.epilogue.last_route` says it."""
+    return UnfusedRoute("ours", f"ours: float8 on {config.kernel_family.title} ({config.name}); scales, "
+                                f"alpha, beta, bias and activation fused")
+
+
+def _on_gpu(r, a, b, out, want, epi, layouts, bias, pre, scale_a, scale_b, alpha, beta, stream):
+    """The GPU route (:func:`pyblasgemm.kernels.fp8.run`), the degenerate shapes answered here."""
+    from . import streams
+    from .epilogue import note_route
+    from .kernels import fp8 as gpu
+
+    gpu.check_device(r)
+    xp = _arrays.xp_of("cupy")
+    m, k = a.shape
+    n = b.shape[1]
+    sptr = streams.handle(stream)
+    with streams.on(sptr):
+        result = out if out is not None else xp.empty((m, n), want)
+        if m == 0 or n == 0:
+            return result
+        if k == 0:      # an empty sum: act(beta·out + bias), the pass on the device
+            t = xp.zeros((m, n), np.float32)
+            if beta != 0 and out is not None:
+                t += np.float32(beta) * out.astype(np.float32)
+            return run_unfused(epi, "cupy", t, None, None, None, bias, None, None, pre, result)
+        code = 0 if epi.activation is None else epi.activation.code
+        ran = gpu.run(r, a, b, result, layouts, scale_a, scale_b, alpha, beta if out is not None else 0.0,
+                      bias, epi.bias_axis, code, pre, sptr)
+    note_route(_gpu_route(ran))
+    return result

@@ -357,7 +357,8 @@ def _with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend, aut
         return scaled_matmul(r, a if ta == "N" else a.T, b if tb == "N" else b.T, out, None, bias,
                              activation, preactivation_out, scale_a, scale_b, check_backend(r, backend),
                              alpha=check_scalar(r, 6, "alpha", _scalar_value(alpha), real),
-                             beta=check_scalar(r, 7, "beta", _scalar_value(beta), real))
+                             beta=check_scalar(r, 7, "beta", _scalar_value(beta), real),
+                             stream=stream)
     xp_name, row = check_operands(r, a, b)
     ta = check_gemm_flag(r, 1, "transa", transa, row)
     tb = check_gemm_flag(r, 2, "transb", transb, row)

@@ -3,7 +3,7 @@
 Two tables, joined by the kernel kind:
 
 * :data:`KERNEL_KINDS`: one row per kind of our kernels ('f16', 'bf16', 's8', 'tf32', '3xtf32',
-  'f16_out32', 'bf16_out32', 'f32'): operand and output types and sizes, the accumulators, the
+  'f16_out32', 'bf16_out32', 'f32', and the float8 pairs 'e4m3', 'e4m3_e5m2', 'e5m2_e4m3', 'e5m2'): operand and output types and sizes, the accumulators, the
   C++ structs NVRTC instantiates (mma.sync per accumulator, the Hopper kernel's, None where the
   Hopper kernel does not run it), the TMA element types, the kind whose mainloop it shares
   (calibration, peaks), whether fp32 operands pass a prep kernel on Hopper, and whether it runs
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["KernelKind", "Route", "KERNEL_KINDS", "ROUTES", "CUDA", "CUBLAS_COMPUTE", "OZAKI",
+__all__ = ["KernelKind", "Route", "KERNEL_KINDS", "FP8_KINDS", "ROUTES", "CUDA", "CUBLAS_COMPUTE", "OZAKI",
            "base_compute", "ozaki_bits", "route_of"]
 
 #: cudaDataType_t values (library_types.h)
@@ -60,6 +60,8 @@ class KernelKind:
     #: IEEE float32 FMAs on the CUDA cores (the mma.sync kernel's tiling and epilogue around a
     #: scalar mainloop): peaks are the FP32 FMA rate, not a tensor-core rate
     simt: bool = False
+    #: NumPy name of B where it differs from A's (the float8 kinds take either type per operand)
+    b_dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,9 +87,10 @@ class Route:
     native: str | None = None
 
 
-def _kind(name, ab, c, eb, cb, accs, structs, sm90, tma_ab, tma_c, base=None, prep=False, simt=False):
+def _kind(name, ab, c, eb, cb, accs, structs, sm90, tma_ab, tma_c, base=None, prep=False, simt=False,
+          b=None):
     return KernelKind(name, ab, c, eb, cb, accs, structs, sm90, _TMA[tma_ab], _TMA[tma_c],
-                      base or name, prep, simt)
+                      base or name, prep, simt, b)
 
 
 KERNEL_KINDS = {k.name: k for k in (
@@ -111,7 +114,24 @@ KERNEL_KINDS = {k.name: k for k in (
     # bench/results/launch_bindings_h200_2026-11-27_bf0adaa.json) against ~4.5 µs a launch
     _kind("f32", "float32", "float32", 4, 4, ("f32",), {"f32": "KindF32Simt"}, None, "FLOAT32",
           "FLOAT32", simt=True),
+    # float8 operands (either type each), float accumulators, a float32 C: the staging tile,
+    # which the fused store scales (per tensor or per row / column, read on the device) and
+    # writes as float32 / float16 / bfloat16 (pyblasgemm.fp8). mma.sync m16n8k32 with e4m3 /
+    # e5m2 operands needs sm_89+; the Hopper kernel runs them K-major (wgmma m64nNk32, every
+    # 128-k stage promoted into the accumulator). FP8_KINDS below: the kinds no BLAS route names
+    _kind("e4m3", "float8_e4m3fn", "float32", 1, 4, ("f32",), {"f32": "KindE4M3F32"}, "Sm90KindE4M3", "UINT8",
+          "FLOAT32"),
+    _kind("e4m3_e5m2", "float8_e4m3fn", "float32", 1, 4, ("f32",), {"f32": "KindE4M3E5M2F32"}, "Sm90KindE4M3E5M2",
+          "UINT8", "FLOAT32", b="float8_e5m2"),
+    _kind("e5m2_e4m3", "float8_e5m2", "float32", 1, 4, ("f32",), {"f32": "KindE5M2E4M3F32"}, "Sm90KindE5M2E4M3",
+          "UINT8", "FLOAT32", b="float8_e4m3fn"),
+    _kind("e5m2", "float8_e5m2", "float32", 1, 4, ("f32",), {"f32": "KindE5M2F32"}, "Sm90KindE5M2", "UINT8",
+          "FLOAT32"),
 )}
+
+#: (A's dtype name, B's dtype name) -> the float8 kind that multiplies them (pyblasgemm.fp8)
+FP8_KINDS = {(k.ab_dtype, k.b_dtype or k.ab_dtype): k.name for k in KERNEL_KINDS.values()
+             if k.ab_dtype.startswith("float8")}
 
 
 def _route(prefix, compute, ab, c, cublas, kind=None, acc=None, rtol=1e-5, scale=None, composite=None,

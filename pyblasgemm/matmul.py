@@ -669,7 +669,7 @@ def _with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, a
                         f"(both of one kind), got {type(a).__name__} and {type(b).__name__}")
     if is_fp8(a.dtype) or is_fp8(b.dtype):
         return scaled_matmul(r, a, b, out, dtype, bias, activation, preactivation_out, scale_a,
-                             scale_b, check_backend(r, backend))
+                             scale_b, check_backend(r, backend), stream=stream)
     shape = _matmul_shape(a, b)
     dequant = scale_a is not None or scale_b is not None
     # NumPy's result type (bfloat16 @ bfloat16 is float32 with ml_dtypes), and NumPy's rule

@@ -158,8 +158,11 @@ def test_refusals_name_the_argument_before_any_work():
         pyblasgemm.matmul(np.ones((2, 3, 200), E4M3), b, scale_a=one, scale_b=one)
     with pytest.raises(TypeError, match="b is 2-D float16"):
         pyblasgemm.matmul(a, b.astype(np.float16), scale_a=one, scale_b=one)
-    with pytest.raises(ValueError, match="float8 products run on the host backend only"):
+    with pytest.raises(ValueError, match="backend='cublas' does not run float8 products .* use 'auto'"):
         pyblasgemm.matmul(a, b, scale_a=one, scale_b=one, backend="cublas")
+    with pytest.raises(ValueError, match="backend='tensorcore' runs float8 products on CuPy arrays .* "
+                                         "but the operands are NumPy arrays"):
+        pyblasgemm.matmul(a, b, scale_a=one, scale_b=one, backend="tensorcore")
     with pytest.raises(ValueError, match=r"out has shape \(5, 3\) and dtype float32; the result is \(3, 5\)"):
         pyblasgemm.gemm("N", "N", a, b, out=np.empty((5, 3), np.float32), scale_a=one, scale_b=one)
     with pytest.raises(ValueError, match="activation='bogus' is not one of"):
@@ -185,12 +188,16 @@ def test_pytorch_and_jax_cpu_arrays():
     np.testing.assert_array_equal(np.asarray(got), want.astype(np.float32))
 
 
-@gpu
-def test_the_gpu_route_is_refused_with_the_reason():
-    cp = pytest.importorskip("cupy")
-    try:
-        a = cp.asarray(np.ones((4, 4), E4M3))
-    except Exception as exc:       # a CuPy without float8 arrays: nothing reaches the route
-        pytest.skip(f"CuPy holds no float8 arrays here: {exc}")
-    with pytest.raises(NotImplementedError, match="float8 products on the GPU are not built yet"):
-        pyblasgemm.matmul(a, a, scale_a=cp.float32(1), scale_b=cp.float32(1))
+def test_a_framework_dtype_names_the_output_type():
+    """``dtype=torch.bfloat16`` (``torch._scaled_mm``'s ``out_dtype`` habit) is the output
+    type of that name; a framework dtype of no output type is refused, naming it."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(9)
+    x, w = rng.standard_normal((4, 64)), rng.standard_normal((64, 3))
+    a, b = torch.from_numpy(x).to(torch.float8_e4m3fn), torch.from_numpy(w).to(torch.float8_e4m3fn)
+    got = pyblasgemm.matmul(a, b, scale_a=torch.tensor(0.5), scale_b=torch.ones(3), dtype=torch.bfloat16)
+    assert got.dtype == torch.bfloat16
+    want = fp8.scaled_product(x.astype(E4M3), w.astype(E4M3), np.float32(0.5), np.float32(1))
+    np.testing.assert_array_equal(got.float().numpy(), want.astype(ml_dtypes.bfloat16).astype(np.float32))
+    with pytest.raises(TypeError, match="dtype=torch.int8 is not a dtype; a float8 product is float32"):
+        pyblasgemm.matmul(a, b, scale_a=torch.tensor(0.5), scale_b=torch.ones(3), dtype=torch.int8)

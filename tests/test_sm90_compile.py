@@ -43,6 +43,7 @@ import nvrtc_under_test
 nvrtc_under_test.choose()   # PYBLASGEMM_TEST_NVRTC: before anything loads an NVRTC
 
 from pyblasgemm.kernels import jit  # noqa: E402
+from pyblasgemm.kinds import KERNEL_KINDS  # noqa: E402
 from pyblasgemm.kernels.config import SHIPPED_CONFIGS, SM90_CONFIGS, SM90_KINDS, SM90_MMA_SYNC_CONFIGS  # noqa: E402
 from pyblasgemm.kernels.problem import BASE_KIND, KernelProblem  # noqa: E402
 
@@ -54,7 +55,9 @@ LAYOUTS = ("NN", "NT", "TN", "TT")
 EXPECTED_LAYOUTS = {"f16": set(LAYOUTS), "bf16": set(LAYOUTS), "s8": {"TN"},
                     "f16_out32": set(LAYOUTS), "bf16_out32": set(LAYOUTS),
                     # fp32: the prep kernel hands over K-major operands in every layout
-                    "tf32": set(LAYOUTS), "3xtf32": set(LAYOUTS)}
+                    "tf32": set(LAYOUTS), "3xtf32": set(LAYOUTS),
+                    # float8: wgmma has no transpose for 8-bit types
+                    "e4m3": {"TN"}, "e4m3_e5m2": {"TN"}, "e5m2_e4m3": {"TN"}, "e5m2": {"TN"}}
 SM90_HEADERS = ("pyblasgemm/impls/sm90_gemm.cuh", "pyblasgemm/ptx/sm90_tma.cuh", "pyblasgemm/ptx/sm90_wgmma.cuh",
                 "pyblasgemm/impls/sm90_tf32_prep.cuh")
 def max_regs(threads: int) -> int:
@@ -153,6 +156,13 @@ def _fused_specs():
         for d, bm, bn, out_type, act in picks:
             if ALL or (cfg.decomposition, cfg.bm, cfg.bn) == (d, bm, bn):
                 out.append(("s8", cfg, "TN", jit.epilogue_code(act, out_type)))
+    # float8 scaled in the store (the route always dequantizes): every config of e4m3, one of
+    # each other pair; the output type, activation and per-tensor bits rotating
+    from pyblasgemm.kernels.config import FP8_KINDS
+    for j, (kind, cfg) in enumerate([("e4m3", c) for c in SM90_CONFIGS["e4m3"]]
+                                    + [(k, SM90_CONFIGS[k][0]) for k in FP8_KINDS[1:]]):
+        out.append((kind, cfg, "TN", jit.epilogue_code(j % 5, tuple(jit.DEQUANT_OUT)[j % 3], scale_m_one=bool(j & 1),
+                                                       scale_n_one=bool(j & 2))))
     return out
 
 
@@ -359,7 +369,8 @@ def test_fused_epilogue_names_and_rules():
     assert [jit.epilogue_code(c) for c in range(5)] == [8, 9, 10, 11, 12]
     header = (jit.INCLUDE_DIR / "pyblasgemm/epilogue/activation.cuh").read_text()
     for flag, value in (("kEpiOn", jit.EPI_ON), ("kEpiDequant", jit.EPI_DEQUANT),
-                        ("kEpiOutShift", jit.EPI_OUT_SHIFT)):
+                        ("kEpiOutShift", jit.EPI_OUT_SHIFT), ("kEpiScaleMOne", jit.EPI_SCALE_M_ONE),
+                        ("kEpiScaleNOne", jit.EPI_SCALE_N_ONE), ("kEpiBlockShift", jit.EPI_BLOCK_SHIFT)):
         assert f"constexpr int {flag} = {value};" in header      # one flag, two languages
     with pytest.raises(ValueError, match="activation code"):
         jit.epilogue_code(8)
@@ -367,7 +378,7 @@ def test_fused_epilogue_names_and_rules():
         jit.epilogue_code(1, "int32")
     dq = jit.epilogue_code(0, "float16")
     assert jit._names(SM90_CONFIGS_BY_TILE["s8"][256], "s8", "T", "N", None, True, dq)[0].endswith(f", {dq}>")
-    with pytest.raises(ValueError, match="s8 kind only"):
+    with pytest.raises(ValueError, match="fused for the s8, e4m3, .* kinds only"):
         jit._names(SHIPPED_CONFIGS["f16"][0], "f16", "N", "N", None, True, dq)
     assert jit._names(SHIPPED_CONFIGS["f16"][0], "f16", "N", "N", None, True, 9)[0].endswith("true, 9>")
     assert fusable("f16", cfg) and fusable("bf16_out32", SM90_CONFIGS["bf16_out32"][0])
@@ -384,7 +395,7 @@ def test_fused_specs_cover_every_kind_decomposition_and_activation():
 
     assert {(k, c.decomposition) for k, c, _, _ in FUSED_SPECS} >= {
         (k, d) for k in FUSED_KINDS if k in SM90_CONFIGS for d in ("sliced", "streamk", "splitk_parallel")}
-    assert {e for k, *_, e in FUSED_SPECS if k != "s8"} == {jit.epilogue_code(c) for c in range(5)}
+    assert {e for k, *_, e in FUSED_SPECS if k in FUSED_KINDS} == {jit.epilogue_code(c) for c in range(5)}
     dq = {(c.decomposition, e >> jit.EPI_OUT_SHIFT) for k, c, _, e in FUSED_SPECS if k == "s8"}
     assert {d for d, _ in dq} >= {"sliced", "streamk", "splitk_parallel"} and {o for _, o in dq} == {0, 1, 2}
 
@@ -443,12 +454,17 @@ def test_sass_has_the_fast_path(spec):
         assert re.search(hmma, text) and "LDSM" in text, f"no {hmma} / LDSM in {name}"
         assert not re.search(r"\b[HI]GMMA\.", text), f"wgmma in the mma.sync-consumer kernel {name}"
     else:
+        # float8: QGMMA with the wgmma's operand types, B's first (its A is P = op(B)^T)
+        row = KERNEL_KINDS[kind]
+        f8 = {"float8_e4m3fn": "E4M3", "float8_e5m2": "E5M2"}
+        fp8 = (rf"QGMMA\.64x{cfg.bm}x32\.F32\.{f8[row.b_dtype or row.ab_dtype]}\.{f8[row.ab_dtype]}\b"
+               if row.ab_dtype in f8 else None)
         mma = {"f16": rf"HGMMA\.64x{cfg.bm}x16\.F32(?!\.BF16)\b",
                "bf16": rf"HGMMA\.64x{cfg.bm}x16\.F32\.BF16\b",
                "s8": rf"IGMMA\.64x{cfg.bm}x32\.S8\.S8\b",
                "tf32": rf"HGMMA\.64x{cfg.bm}x8\.F32\.TF32\b",
-               "3xtf32": rf"HGMMA\.64x{cfg.bm}x8\.F32\.TF32\b"}[BASE_KIND[kind]]
-        found = sorted(set(re.findall(r"\b[HI]GMMA\.\S+", text)))
+               "3xtf32": rf"HGMMA\.64x{cfg.bm}x8\.F32\.TF32\b"}.get(BASE_KIND[kind], fp8)
+        found = sorted(set(re.findall(r"\b[HIQ]GMMA\.\S+", text)))
         assert re.search(mma, text), f"no {mma} in {name} (found {found})"
         other = [f for f in found if not re.fullmatch(mma.replace(r"\b", ""), f.rstrip(" ,;"))]
         assert not other, f"unexpected MMA shapes in {name}: {other}"

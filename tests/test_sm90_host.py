@@ -27,9 +27,12 @@ from pyblasgemm.kernels.sm90 import prepared_problem, tma_maps
 
 LAYOUTS = ("NN", "NT", "TN", "TT")
 LAYOUTS_OF = {"f16": LAYOUTS, "bf16": LAYOUTS, "s8": ("TN",), "f16_out32": LAYOUTS, "bf16_out32": LAYOUTS,
-              "tf32": LAYOUTS, "3xtf32": LAYOUTS}
+              "tf32": LAYOUTS, "3xtf32": LAYOUTS,
+              "e4m3": ("TN",), "e4m3_e5m2": ("TN",), "e5m2_e4m3": ("TN",), "e5m2": ("TN",)}
+#: the float8 kinds: K-major only (as s8), their tiles what pyblasgemm.kernels.fp8 picks
+FP8 = ("e4m3", "e4m3_e5m2", "e5m2_e4m3", "e5m2")
 #: kinds with a second (rounding) accumulator set: tiles at most 128 wide
-TWO_ACC = ("3xtf32", "f16_out32", "bf16_out32")
+TWO_ACC = ("3xtf32", "f16_out32", "bf16_out32") + FP8
 #: the kinds whose operands TMA reads as stored (fp32 kinds read a prepared K-major copy)
 TMA_KINDS = tuple(k for k in SM90_KINDS if k not in SM90_PREP_KINDS)
 #: fake device pointers, 256-byte aligned like the CuPy pool's
@@ -95,6 +98,10 @@ def test_every_shipped_config_accepts_its_layouts(kind):
 
 def test_shipped_configs_cover_tiles_and_decompositions():
     for kind in SM90_KINDS:
+        if kind in FP8:     # 128 x 128 and 64 x 64, sliced and parallel split-k
+            assert {(c.bm, c.bn, c.decomposition, c.cluster) for c in SM90_CONFIGS[kind]} == {
+                (t, t, d, 1) for t in (64, 128) for d in ("sliced", "splitk_parallel")}
+            continue
         # fp32-output kinds: fewer tiles (the mainloops are the 16-bit kinds', tested in full)
         # (3xTF32: two accumulator sets, wgmma N <= 128)
         wide = (64, 128) if kind in TWO_ACC else (128, 256) if kind == "tf32" else (64, 128, 192, 256)

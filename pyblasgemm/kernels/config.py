@@ -26,7 +26,8 @@ from .problem import ELEM_BYTES, KernelProblem
 
 __all__ = ["KernelConfig", "DECOMPOSITIONS", "SHIPPED_CONFIGS", "SM90_CONFIGS", "default_config", "MAX_SMEM_SM90",
            "SM90_KINDS", "SM90_DECOMPOSITIONS", "SM90_CONFIGS_BY_TILE", "SM90_MMA_SYNC_CONFIGS",
-           "SM90_SMALL_CONFIGS", "SM90_PREP_KINDS", "sm90_prep_shape", "KERNEL_FAMILIES", "families_on"]
+           "SM90_SMALL_CONFIGS", "SM90_PREP_KINDS", "sm90_prep_shape", "KERNEL_FAMILIES", "families_on",
+           "FP8_KINDS", "FP8_CONFIGS", "DEQUANT_KINDS", "fp8_config"]
 
 DECOMPOSITIONS = ("sliced", "splitk_serial", "splitk_parallel", "streamk", "hybrid")
 #: template MODE of impls/sm80_gemm.cuh (hybrid and streamk share the kernel)
@@ -49,6 +50,11 @@ SM90_DECOMPOSITIONS = ("sliced", "splitk_parallel", "streamk", "hybrid")
 #: the kinds whose kernels take a fused epilogue (float accumulators; the fp32 operand kinds
 #: pass a prep kernel on Hopper and are left out everywhere)
 FUSED_KINDS = ("f16", "bf16", "f16_out32", "bf16_out32", "f32")
+#: the float8 kinds (either type per operand; mma.sync on sm_89+): they always run with the
+#: dequantizing store (the scales and the float output type), never plain
+FP8_KINDS = tuple(k for k, r in KERNEL_KINDS.items() if r.ab_dtype.startswith("float8"))
+#: the kinds whose product the fused store dequantizes (EPI & kEpiDequant): int8 and float8
+DEQUANT_KINDS = ("s8",) + FP8_KINDS
 
 #: The kernel-family registry: ``KernelConfig.family`` -> its entry (a
 #: :class:`~pyblasgemm.kernels.families.KernelFamily`), in the order the planner offers their
@@ -217,6 +223,50 @@ SHIPPED_CONFIGS["f32"] = tuple(
     + [_cfg(bm=64, bn=64, bk=16, warps_m=2, warps_n=2, stages=4)])
 
 
+# float8 on mma.sync (pyblasgemm.fp8's GPU route; kept out of SHIPPED_CONFIGS: no BLAS route
+# plans them, and sm_80 cannot compile them). 8 warps of 64x32 warp tiles with 64-byte K rows
+# (the workhorse, and its serial split-k for long K on few tiles), and 64x64 for the small
+# products (decode: m of 1..64 tokens is the kernel's n, after the swap to C^T = B^T A^T).
+# The s8 kind's 128x256 tile and 128-byte K rows spill here (ptxas, sm_90: 12-180 bytes in
+# the K-major layout): each k32 step's fresh accumulators live beside the pipelined fragments.
+# BK = 64 divides the 128-wide K blocks of the block scales.
+FP8_CONFIGS: dict[str, KernelConfig] = {
+    "medium": _cfg(bm=128, bn=128, bk=64, warps_m=2, warps_n=4, stages=4),
+    "medium_splitk": _cfg(bm=128, bn=128, bk=64, warps_m=2, warps_n=4, stages=4, decomposition="splitk_serial"),
+    "small": _cfg(bm=64, bn=64, bk=64, warps_m=2, warps_n=2, stages=4),
+    "small_splitk": _cfg(bm=64, bn=64, bk=64, warps_m=2, warps_n=2, stages=4, decomposition="splitk_serial"),
+    # block scales (the mainloop's promotion keeps a second accumulator set: 64x32 warp tiles
+    # spill 112-176 bytes in the K-major layout on sm_90, ptxas): 8 warps of 32x32
+    "block": _cfg(bm=128, bn=64, bk=64, warps_m=4, warps_n=2, stages=4),
+    "block_splitk": _cfg(bm=128, bn=64, bk=64, warps_m=4, warps_n=2, stages=4, decomposition="splitk_serial"),
+}
+
+
+def fp8_config(m: int, n: int, k: int, sm_count: int, block: bool = False) -> KernelConfig:
+    """The float8 product's tile (of :data:`FP8_CONFIGS`) for the kernel's m x n x k, a rule
+    in the shape of :func:`default_config` (the planner does not price float8 yet):
+
+    1. 64x64 when a 128x128 tile would be mostly padding (m or n <= 64, or m*n <= 128*128);
+       else 128x128 (block scales, ``block``: 128x64 with 32x32 warp tiles).
+    2. Fewer tiles than SMs and at least 16 BK steps (long K, decode): serial split-k over
+       min(kt // 4, ceil(sms / tiles), 16) splits, summed in split order (reproducible bits).
+
+    >>> c = fp8_config(4096, 16, 4096, 132); (c.bm, c.bn, c.decomposition, c.splits)
+    (64, 64, 'splitk_serial', 3)
+    >>> fp8_config(8192, 8192, 8192, 132).name
+    'sliced_128x128x64_w2x4_s4_g8'
+    """
+    small = min(m, n) <= 64 or m * n <= 128 * 128
+    name = "small" if small else "block" if block else "medium"
+    base = FP8_CONFIGS[name]
+    tiles = -(-m // base.bm) * -(-n // base.bn)
+    kt = -(-k // base.bk)
+    if tiles < sm_count and kt >= 16:
+        splits = max(2, min(kt // 4, -(-sm_count // tiles), 16))
+        return replace(FP8_CONFIGS[name + "_splitk"], splits=splits)
+    return base
+
+
 #: the Hopper kernel's shipped tiles per kind (bm = the wgmma N over m, bn = 128 over n): CI
 #: compiles each for sm_90a with every decomposition and layout it accepts.
 SM90_CONFIGS: dict[str, tuple[KernelConfig, ...]] = {}
@@ -230,6 +280,8 @@ for _kind in SM90_KINDS:
     _small = [dict(bm=128, stages=8), dict(bm=64, stages=12)]
     if _kind == "tf32":
         _tiles, _small = [dict(bm=256, stages=4), dict(bm=128, stages=6)], [dict(bm=64, stages=12)]
+    elif _kind in FP8_KINDS:   # two accumulator sets (the promotion): wgmma N <= 128, sliced + split-k
+        _tiles, _small = [dict(bm=128, stages=6)], [dict(bm=64, stages=8)]
     elif _kind in _OUT32_KINDS:   # two accumulator sets: wgmma N <= 128
         _tiles, _small = [dict(bm=128, stages=6), dict(bm=64, stages=8)], [dict(bm=64, stages=12)]
     elif _kind == "3xtf32":   # two accumulator sets: wgmma N <= 128; stages hold big + small halves
@@ -240,6 +292,9 @@ for _kind in SM90_KINDS:
         KernelConfig(bn=128, bk=_bk, warps_m=2, warps_n=1, family="sm90a", cluster=2, **t) for t in _tiles) + tuple(
         KernelConfig(bn=64, bk=_bk, warps_m=1, warps_n=1, family="sm90a", decomposition=d, **t)
         for t in _small for d in SM90_DECOMPOSITIONS)
+    if _kind in FP8_KINDS:     # what pyblasgemm.kernels.fp8.sm90_config picks: sliced, parallel split-k
+        SM90_CONFIGS[_kind] = tuple(c for c in SM90_CONFIGS[_kind]
+                                    if c.cluster == 1 and c.decomposition in ("sliced", "splitk_parallel"))
 #: kind -> {bm: the sliced Hopper config with that tile}
 SM90_CONFIGS_BY_TILE = {k: {c.bm: c for c in v if c.decomposition == "sliced" and c.cluster == 1 and c.bn == 128}
                         for k, v in SM90_CONFIGS.items()}

@@ -43,7 +43,7 @@ from abc import ABC, abstractmethod
 from dataclasses import replace
 
 from . import jit, mma_sync, sm90
-from .config import (DECOMPOSITIONS, FUSED_KINDS, GROUPED, KERNEL_FAMILIES, SHIPPED_CONFIGS, SM90_CONFIGS,
+from .config import (DECOMPOSITIONS, DEQUANT_KINDS, FP8_KINDS, FUSED_KINDS, GROUPED, KERNEL_FAMILIES, SHIPPED_CONFIGS, SM90_CONFIGS,
                      SM90_CONFIGS_BY_TILE, SM90_DECOMPOSITIONS, SM90_KINDS, SM90_PREP_KINDS,
                      SM90_SMALL_CONFIGS, KernelConfig, sm90_prep_shape)
 from .geometry import tile_geometry
@@ -59,7 +59,7 @@ _GRID_YZ_MAX = 65535
 SM90_PREP_MAX_BYTES = 4 << 30
 #: kinds whose wgmma chains go into fresh registers added to the accumulator by a rounding FADD
 #: (3xTF32; a float32 C shows the tensor cores' truncating accumulation): two register sets
-_TWO_ACCUMULATOR_KINDS = ("3xtf32", "f16_out32", "bf16_out32")
+_TWO_ACCUMULATOR_KINDS = ("3xtf32", "f16_out32", "bf16_out32") + FP8_KINDS
 
 
 class KernelFamily(ABC):
@@ -289,7 +289,7 @@ class MmaSyncFamily(KernelFamily):
     def fusable(self, kind, cfg, dequantize):
         # the store is staged through shared memory: the epilogue adds no registers to the
         # mainloop's (CI compiles the fused variants spill-free)
-        return kind == "s8" if dequantize else kind in FUSED_KINDS
+        return kind in DEQUANT_KINDS if dequantize else kind in FUSED_KINDS
 
     def geometry(self, problem, cfg, sm_count, occupancy):
         g = tile_geometry(problem, cfg, sm_count, occupancy)
@@ -406,8 +406,8 @@ class HopperFamily(KernelFamily):
             return False, f"the Hopper kernel accumulates in fp32/s32 (accumulate={p.acc!r} is mma.sync's)"
         if p.transa not in ("N", "T") or p.transb not in ("N", "T"):
             return False, f"transa/transb must be 'N' or 'T' (got {p.transa!r}, {p.transb!r})"
-        if kind == "s8" and (p.transa, p.transb) != ("T", "N"):
-            return False, (f"s8 wgmma reads K-major operands only: needs transa='T', transb='N' "
+        if kind in DEQUANT_KINDS and (p.transa, p.transb) != ("T", "N"):
+            return False, (f"{kind} wgmma reads K-major operands only: needs transa='T', transb='N' "
                            f"(got {p.transa!r}, {p.transb!r})")
         eb = ELEM_BYTES[kind]
         for name, ld in (("lda", p.lda), ("ldb", p.ldb)):
@@ -438,7 +438,7 @@ class HopperFamily(KernelFamily):
     def fusable(self, kind, cfg, dequantize):
         # wgmma consumers only; stream-k / hybrid on 256-wide tiles spill 12-300 bytes per
         # thread when fused (ptxas: 128 accumulators beside the stream-k walker's state)
-        return (cfg.consumer == "wgmma" and (kind == "s8" if dequantize else kind in FUSED_KINDS)
+        return (cfg.consumer == "wgmma" and (kind in DEQUANT_KINDS if dequantize else kind in FUSED_KINDS)
                 and not (cfg.decomposition in ("streamk", "hybrid") and cfg.bm == 256))
 
     def geometry(self, problem, cfg, sm_count, occupancy):

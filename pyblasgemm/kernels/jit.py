@@ -37,7 +37,7 @@ from pathlib import Path
 from .. import settings as _env
 from .._files import CACHE_ENTRY_BYTES, CUBIN_BYTES, cache_home, read_regular, trim_cache
 from .._warnings import PyblasgemmWarning, log
-from .config import KernelConfig
+from .config import DEQUANT_KINDS, KernelConfig
 from .problem import ACCUMULATE
 
 __all__ = [
@@ -153,30 +153,55 @@ EPI_DEQUANT = 16
 EPI_OUT_SHIFT = 5
 #: a dequantized int8 product's output type -> its code in EPI (DequantOut in the header)
 DEQUANT_OUT = {"float32": 0, "float16": 1, "bfloat16": 2}
+#: kEpiScaleMOne / kEpiScaleNOne: a dequantized product's scale_m / scale_n is one value (a
+#: pointer to it: float8's per-tensor scales), not one per C row / column
+EPI_SCALE_M_ONE = 128
+EPI_SCALE_N_ONE = 256
+#: kEpiBlockShift: a block-scaled float8 product's two 3-bit scale layouts (C's rows, then its
+#: columns), by pyblasgemm.fp8's layout name of the scale on that side: 'tensor' one value,
+#: 'rows' / 'cols' one per row / column, 'blocks' of a (dim, ceil(k/128)) or of b
+#: (ceil(k/128), ceil(dim/128))
+EPI_BLOCK_SHIFT = 9
+BLOCK_MODE = {"tensor": 1, "vector": 2, "a_blocks": 3, "b_blocks": 4}
 
 
-def epilogue_code(activation_code: int, dequantize_to: str | None = None) -> int:
+def epilogue_code(activation_code: int, dequantize_to: str | None = None, scale_m_one: bool = False,
+                  scale_n_one: bool = False, block_m: int = 0, block_n: int = 0) -> int:
     """The kernels' EPI template argument for a fused epilogue with this activation (0: bias
     and/or pre-activation only); 0 itself means no fused epilogue. ``dequantize_to``: an int8
-    product scaled to this float type (``DEQUANT_OUT``).
+    or float8 product scaled to this float type (``DEQUANT_OUT``); ``scale_m_one`` /
+    ``scale_n_one``: its scale of C's rows / columns is one value (per-tensor). ``block_m`` /
+    ``block_n``: a block-scaled float8 product's layout of each side's scale (``BLOCK_MODE``;
+    the mainloop promotes every 128-wide K block, the store scales nothing).
 
     >>> epilogue_code(0), epilogue_code(2), epilogue_code(2, "float16")   # bias only; GELU; int8 -> f16
     (8, 10, 58)
+    >>> epilogue_code(0, "bfloat16", scale_m_one=True, scale_n_one=True)   # float8, per-tensor scales
+    472
     """
+    if (scale_m_one or scale_n_one or block_m or block_n) and dequantize_to is None:
+        raise ValueError("per-tensor and block scales belong to a dequantized product")
+    if (block_m or block_n) and not (block_m in BLOCK_MODE.values() and block_n in BLOCK_MODE.values()
+                                     and not (scale_m_one or scale_n_one)):
+        raise ValueError(f"block scale modes must both be one of {sorted(BLOCK_MODE.values())} "
+                         f"(got {block_m}, {block_n}), without the per-tensor bits")
     if not 0 <= activation_code < EPI_ON:
         raise ValueError(f"activation code {activation_code} is outside 0..{EPI_ON - 1}")
     if dequantize_to is None:
         return EPI_ON | activation_code
     if dequantize_to not in DEQUANT_OUT:
         raise ValueError(f"dequantize_to={dequantize_to!r} is not one of {tuple(DEQUANT_OUT)}")
-    return EPI_ON | activation_code | EPI_DEQUANT | DEQUANT_OUT[dequantize_to] << EPI_OUT_SHIFT
+    return (EPI_ON | activation_code | EPI_DEQUANT | DEQUANT_OUT[dequantize_to] << EPI_OUT_SHIFT
+            | (EPI_SCALE_M_ONE if scale_m_one else 0) | (EPI_SCALE_N_ONE if scale_n_one else 0)
+            | block_m << EPI_BLOCK_SHIFT | block_n << (EPI_BLOCK_SHIFT + 3))
 
 
 def _names(config, kind, transa, transb, accumulate, vec, epi: int = 0) -> list[str]:
     """The name expressions one module of ``config`` compiles: its family's GEMM kernel, the
     split-k reduction with ``splitk_parallel``, the operand-prep kernel where the kind has one."""
-    if epi & EPI_DEQUANT and kind != "s8":
-        raise ValueError(f"int8 dequantization is fused for the s8 kind only, not {config.name} ({kind})")
+    if epi & EPI_DEQUANT and kind not in DEQUANT_KINDS:
+        raise ValueError(f"dequantization is fused for the {', '.join(DEQUANT_KINDS)} kinds only, not "
+                         f"{config.name} ({kind})")
     family = config.kernel_family
     names = [family.kernel_name(config, kind, transa, transb, accumulate, vec, epi)]
     if config.decomposition == "splitk_parallel":

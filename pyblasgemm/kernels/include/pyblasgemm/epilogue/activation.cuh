@@ -6,11 +6,30 @@
 namespace pyblasgemm {
 
 // The fused epilogue's template argument EPI (0: none): kEpiOn | the activation code; for int8
-// operands also kEpiDequant | (output type << kEpiOutShift) (0 float32, 1 float16, 2 bfloat16).
+// operands also kEpiDequant | (output type << kEpiOutShift) (0 float32, 1 float16, 2 bfloat16);
+// for float8 operands the same, with kEpiScaleMOne / kEpiScaleNOne for per-tensor scales.
 // The host's twin: pyblasgemm.kernels.jit.epilogue_code.
 constexpr int kEpiOn = 8;
 constexpr int kEpiDequant = 16;
 constexpr int kEpiOutShift = 5;
+// Per-tensor scales of a dequantized product (float8 operands): scale_m / scale_n point at one
+// float, read on the device (a CUDA graph replays the pointer, never a copied value); without
+// the bit they hold one value per C row / column.
+constexpr int kEpiScaleMOne = 128;
+constexpr int kEpiScaleNOne = 256;
+// Block-scaled float8 products: 3 bits per side from kEpiBlockShift (C's rows, then its
+// columns) say how that side's scale is laid out; any nonzero side makes the mainloop promote
+// every 128-wide K block into the accumulator scaled (GemmCore::tile_to_smem), and the store
+// then scales nothing. 1: one value; 2: one per row / column (every K block); 3: (dim, kb)
+// row-major, one per row per K block (1 x 128); 4: (kb, ceil(dim / 128)) row-major, one per
+// 128 x 128 block. kb = ceil(k / 128).
+constexpr int kEpiBlockShift = 9;
+template <int EPI> struct EpiBlock {
+  static constexpr int kModeM = (EPI >> kEpiBlockShift) & 7;
+  static constexpr int kModeN = (EPI >> (kEpiBlockShift + 3)) & 7;
+  static constexpr bool kOn = kModeM != 0 || kModeN != 0;
+  static_assert(kModeM <= 4 && kModeN <= 4, "block scale modes are 0..4");
+};
 
 enum Activation : int { kActNone = 0, kActRelu = 1, kActGelu = 2, kActGeluTanh = 3, kActSilu = 4, kActSigmoid = 5 };
 

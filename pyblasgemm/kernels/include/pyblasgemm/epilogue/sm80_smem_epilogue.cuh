@@ -63,6 +63,21 @@ struct DequantOut {
     return CODE == 0 ? __float_as_uint(v) : CODE == 1 ? u32(f32_to_f16(v)) : u32(f32_to_bf16(v));
   }
 };
+// A dequantized product's scale of C row i / column j: one per row / column, or (per-tensor:
+// kEpiScaleMOne / kEpiScaleNOne) the one value every element shares.
+template <int EPI>
+PBG_DEVICE float scale_of_m(const float* s, int i) { return s[(EPI & kEpiScaleMOne) ? 0 : i]; }
+template <int EPI>
+PBG_DEVICE float scale_of_n(const float* s, int j) { return s[(EPI & kEpiScaleNOne) ? 0 : j]; }
+// A block-scaled product's scale (EpiBlock's MODE) of row / column `idx` of a side whose extent
+// is `dim`, in K block q of kbn.
+template <int MODE>
+PBG_DEVICE float block_scale(const float* s, int idx, int dim, int q, int kbn) {
+  if constexpr (MODE == 1) return s[0];
+  else if constexpr (MODE == 2) return s[idx];
+  else if constexpr (MODE == 3) return s[static_cast<i64>(idx) * kbn + q];
+  else return s[static_cast<i64>(q) * ((dim + 127) >> 7) + (idx >> 7)];
+}
 // The type the store writes: the kind's C, or the dequantized output.
 template <class Kind, int EPI, bool DQ = (EPI & kEpiDequant) != 0>
 struct EpiOut { typedef Kind type; };
@@ -223,7 +238,7 @@ struct SmemEpilogue {
       const i64 off = (static_cast<i64>(gn) * p.ldc + gm) * OCB;
       char* cp = Cb + off;
       const Stage* sv = s + c * LDS + r;
-      const float sn = DQ ? p.scale_n[gn] : 1.f;
+      const float sn = DQ && !EpiBlock<EPI>::kOn ? scale_of_n<EPI>(p.scale_n, gn) : 1.f;
       const float bn = p.bias_mode == 2 ? Out::load_c(p.bias + static_cast<i64>(gn) * OCB) : 0.f;
       const int cnt = p.m - gm < OOV ? p.m - gm : OOV;
       const bool vec = p.c_vec && cnt == OOV;
@@ -239,7 +254,7 @@ struct SmemEpilogue {
           if (vec) c_old = Out::c_from_bits(OCB == 2 ? (ow[e / 2] >> (16 * (e & 1))) & 0xffffu : ow[e]);
           else c_old = Out::load_c(cp + e * OCB);
         }
-        const float scale = DQ ? mul_ieee(p.scale_m[gm + e], sn) : 1.f;
+        const float scale = DQ && !EpiBlock<EPI>::kOn ? mul_ieee(scale_of_m<EPI>(p.scale_m, gm + e), sn) : 1.f;
         const float bias = p.bias_mode == 1 ? Out::load_c(p.bias + static_cast<i64>(gm + e) * OCB) : bn;
         const float v = epi_value<Kind, EPI>(sv[e], alpha, beta, read_c, c_old, scale, p.bias_mode != 0, bias);
         const u32 ov = Out::cvt_c(activate(v, EPI & 7)), pw = Out::cvt_c(v);

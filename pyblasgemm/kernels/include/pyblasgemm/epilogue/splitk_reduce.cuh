@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(256) splitk_reduce_kernel(const void* ws_, voi
       if (gm + e < m) {
         char* ep = static_cast<char*>(C_) + off + e * OCB;
         const float c_old = fb != 0.f ? Out::load_c(ep) : 0.f;
-        const float scale = DQ ? mul_ieee(scale_m[gm + e], scale_n[gn]) : 1.f;
+        const float scale = DQ && !EpiBlock<EPI>::kOn ? mul_ieee(scale_of_m<EPI>(scale_m, gm + e), scale_of_n<EPI>(scale_n, gn)) : 1.f;
         const float bv = bias_mode == 1 ? Out::load_c(bias + static_cast<i64>(gm + e) * OCB) : bn;
         const float v = epi_value<Kind, EPI>(acc[e], fa, fb, fb != 0.f, c_old, scale, bias_mode != 0, bv);
         const u32 ov = Out::cvt_c(activate(v, EPI & 7));

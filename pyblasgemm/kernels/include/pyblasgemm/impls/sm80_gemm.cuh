@@ -31,6 +31,12 @@ struct GemmCore {
   typedef typename Kind::Stage Stage;
 
   // Accumulate tile `tc` over BK steps [kb0, kb1) and leave the sum in the smem stage tile.
+  // Block-scaled float8 (EpiBlock<EPI>::kOn): DeepGEMM's promotion on mma.sync: the mainloop
+  // sums each 128-wide K block into `acc`, and after its last BK step (or the range's last)
+  // `main += (scale_m(row, q) * scale_n(col, q)) * acc` with a round-to-nearest FMA, acc = 0.
+  // A K range split across CTAs (split-k, stream-k) promotes its part of a block with the
+  // block's scales: the partials add up to the scaled block.
+  template <int EPI = 0>
   static PBG_DEVICE void tile_to_smem(char* smem, const GemmParams& p, const TileCoord& tc, int kb0, int kb1) {
     AccReg acc[MI][NI][R];
 #pragma unroll
@@ -41,8 +47,56 @@ struct GemmCore {
         for (int r = 0; r < R; ++r) acc[i][j][r] = AccReg(0);
     const char* A = p.A + static_cast<i64>(tc.b) * p.sa * Kind::kElemBytes;
     const char* B = p.B + static_cast<i64>(tc.b) * p.sb * Kind::kElemBytes;
-    Mainloop::run(smem, p, A, B, tc.tm * BM, tc.tn * BN, kb0, kb1, acc);
-    Epi::stage_acc(reinterpret_cast<Stage*>(smem), acc);
+    if constexpr (EpiBlock<EPI>::kOn) {
+      static_assert(128 % (BKB / Kind::kElemBytes) == 0, "block scales: BK must divide 128");
+      constexpr int BKE = BKB / Kind::kElemBytes;
+      float main[MI][NI][R];
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int r = 0; r < R; ++r) main[i][j][r] = 0.f;
+      const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+      const int g = lane >> 2, t = lane & 3;
+      const int r0 = tc.tm * BM + (warp % WM) * (BM / WM) + g;   // this lane's first row, column
+      const int c0 = tc.tn * BN + (warp / WM) * (BN / WN) + 2 * t;
+      const int kbn = (p.k + 127) >> 7;
+      auto promote = [&](int kb, bool last) {
+        if (!last && ((kb + 1) * BKE) % 128 != 0) return;
+        const int q = (kb * BKE) >> 7;
+        float sm[MI][2], sn[NI][2];
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = r0 + 16 * i + 8 * h;
+            sm[i][h] = row < p.m ? block_scale<EpiBlock<EPI>::kModeM>(p.scale_m, row, p.m, q, kbn) : 0.f;
+          }
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int col = c0 + 8 * j + h;
+            sn[j][h] = col < p.n ? block_scale<EpiBlock<EPI>::kModeN>(p.scale_n, col, p.n, q, kbn) : 0.f;
+          }
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+              // c0,c1 at (g, 2t..2t+1), c2,c3 at (g+8, ...): row half r >> 1, column r & 1
+              main[i][j][r] = fma_ieee(mul_ieee(sm[i][r >> 1], sn[j][r & 1]), acc[i][j][r], main[i][j][r]);
+              acc[i][j][r] = 0.f;
+            }
+      };
+      Mainloop::run(smem, p, A, B, tc.tm * BM, tc.tn * BN, kb0, kb1, acc, promote);
+      Epi::stage_acc(reinterpret_cast<Stage*>(smem), main);
+    } else {
+      Mainloop::run(smem, p, A, B, tc.tm * BM, tc.tn * BN, kb0, kb1, acc);
+      Epi::stage_acc(reinterpret_cast<Stage*>(smem), acc);
+    }
     __syncthreads();  // stage tile complete before any thread reads other warps' values
   }
 
@@ -152,7 +206,7 @@ __global__ void __launch_bounds__(WM * WN * 32, 1)
       kb1 = kb0 + p.kt_per_split < sched.kt ? kb0 + p.kt_per_split : sched.kt;
       if (kb0 > kb1) kb0 = kb1;  // an empty split still takes part (adds zero)
     }
-    Core::tile_to_smem(smem, p, tc, kb0, kb1);
+    Core::template tile_to_smem<EPI>(smem, p, tc, kb0, kb1);
     if constexpr (MODE == kSliced) {
       Core::template finish<EPI>(smem, p, tc);
     } else if constexpr (MODE == kSplitKSerial) {
@@ -195,7 +249,7 @@ __global__ void __launch_bounds__(WM * WN * 32, 1)
         kb1 = kb0 + static_cast<int>((tile_end < end ? tile_end : end) - it);
         tile = p.dp_tiles + local;
       }
-      Core::tile_to_smem(smem, p, sched.coord(tile, p.group_m), kb0, kb1);
+      Core::template tile_to_smem<EPI>(smem, p, sched.coord(tile, p.group_m), kb0, kb1);
       asm volatile("" : "+r"(t), "+l"(it));
       if (t < p.dp_tiles) {
         Core::template finish<EPI>(smem, p, sched.coord(t, p.group_m));

@@ -94,6 +94,36 @@ struct Sm90KindS8 : KindS8S32 {
   }
 };
 
+// float8 on wgmma (m64nNk32, sm_90a, K-major only; ATYPE / BTYPE of the kernel's A and B: 0
+// e4m3, 1 e5m2). The wgmma's first operand is P = op(B)^T, so its type is BTYPE. Hopper's FP8
+// tensor cores keep fewer accumulator bits than fp32 (DeepGEMM's finding), so every stage
+// (128 k) runs in fresh registers that a round-to-nearest FADD adds to the accumulator: the
+// kRoundEvery chain of one stage, DeepGEMM's promotion interval. Per-tensor and per-row /
+// per-column scales are the fused store's (EPI & kEpiDequant); block scales stay on mma.sync.
+template <int ATYPE, int BTYPE>
+struct Sm90KindFp8 : KindFp8F32<ATYPE, BTYPE> {
+  typedef float Acc;
+  static constexpr int kBKE = 128;
+  static constexpr bool kSplit = false;
+  static constexpr int kRoundEvery = 1;
+  template <int N, int TA, int TB>
+  static PBG_DEVICE void mma(float (&d)[N / 2], u64 a, u64 b, int scale_d) {
+    static_assert(TA == 0 && TB == 0, "float8 wgmma reads K-major operands only");
+    WgmmaFp8<N, BTYPE, ATYPE>::mma(d, a, b, scale_d);
+  }
+};
+struct Sm90KindE4M3 : Sm90KindFp8<0, 0> {};
+struct Sm90KindE4M3E5M2 : Sm90KindFp8<0, 1> {};
+struct Sm90KindE5M2E4M3 : Sm90KindFp8<1, 0> {};
+struct Sm90KindE5M2 : Sm90KindFp8<1, 1> {};
+
+// A dequantized product's accumulator register as the float it holds from the fused
+// epilogue on: int8's carry the float's bits, float8's are floats already.
+PBG_DEVICE float dq_read(int v) { return __int_as_float(v); }
+PBG_DEVICE float dq_read(float v) { return v; }
+PBG_DEVICE void dq_write(int& v, float x) { v = __float_as_int(x); }
+PBG_DEVICE void dq_write(float& v, float x) { v = x; }
+
 // fp32 operands on wgmma (tf32, m64nNk8, K-major only). The kernel reads operands that the
 // prep kernel (impls/sm90_tf32_prep.cuh) already rounded to tf32 and laid out K-major:
 //   tf32:   op(A), op(B) rounded to nearest tf32 (cvt.rna, as the mma.sync kind).
@@ -443,6 +473,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   typedef Sm90Tile<Kind, PK, QK, BNT, STAGES, CONSUMERS> T;
   static_assert(!SYNC || EPI == 0, "fused epilogues: wgmma consumers");
+  static_assert(!EpiBlock<EPI>::kOn, "block-scaled float8 products run on the mma.sync kernel");
   typedef typename Kind::Acc Acc;
   typedef typename Kind::Scale Scale;
   // What the store writes: the kind's C, or (int8 dequantized, EPI & kEpiDequant) a float type;
@@ -754,7 +785,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
       const bool interior = (tm + 1) * BMT <= mt && (tn + 1) * BNT <= nt;
       // an accumulator register's value in the output's arithmetic (dequantized: a float's bits)
       auto value = [](Acc v) -> OAcc {
-        if constexpr (DQ) return __int_as_float(v);
+        if constexpr (DQ) return dq_read(v);
         else return v;
       };
       if constexpr (EPI != 0) {
@@ -771,7 +802,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
         for (int h = 0; h < 2; ++h) {
           if (row0 + 8 * h >= mt) continue;
           if (bias_mode == 2) brow[h] = OK::load_c(bias_c + static_cast<i64>(row0 + 8 * h) * CB);
-          if constexpr (DQ) srow[h] = scale_n[row0 + 8 * h];
+          if constexpr (DQ) srow[h] = scale_of_n<EPI>(scale_n, row0 + 8 * h);
         }
         // Column chunks of 8 fragments: their bias pairs (8 registers of 16-bit pairs) in
         // flight at once; all of a 256-wide tile at once spilled (1.3 KB), one fragment at a
@@ -794,8 +825,8 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
             else if constexpr (CB == 2) bcol[jj] = *reinterpret_cast<const u16*>(bp);
             else bcol[jj] = make_uint2(*reinterpret_cast<const u32*>(bp), 0u);
             if constexpr (DQ) {
-              scol[jj][0] = c < nt ? scale_m[c] : 0.f;
-              scol[jj][1] = c + 1 < nt ? scale_m[c + 1] : 0.f;
+              scol[jj][0] = c < nt ? scale_of_m<EPI>(scale_m, c) : 0.f;
+              scol[jj][1] = c + 1 < nt ? scale_of_m<EPI>(scale_m, c + 1) : 0.f;
             }
           }
 #pragma unroll
@@ -815,7 +846,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
                   if (read_old && r < mt && c < nt)
                     x = add_ieee(x, mul_ieee(beta, OK::load_c(Ce + (static_cast<i64>(r) * ldc + c) * CB)));
                   if (bias_mode) x = add_ieee(x, bias_mode == 1 ? bv : brow[h]);
-                  v = __float_as_int(x);   // the registers carry the float's bits from here on
+                  dq_write(v, x);   // (int8: the registers carry the float's bits from here on)
                 } else {
                   v = read_old && r < mt && c < nt
                           ? axpby(e_alpha, v, e_beta, Kind::load_c(Ce + (static_cast<i64>(r) * ldc + c) * CB))
@@ -841,7 +872,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
       // the activation, applied as each value is stored: as a pass over all registers before
       // the store it spilled (1 KB at 256 x 128 tiles: the scheduler overlapped too many)
       auto fin = [](Acc v) -> OAcc {
-        if constexpr (DQ) return activate(__int_as_float(v), EPI & 7);
+        if constexpr (DQ) return activate(dq_read(v), EPI & 7);
         else if constexpr (EPI != 0) return activate(v, EPI & 7);
         else return v;
       };
@@ -976,8 +1007,9 @@ __global__ void __launch_bounds__(256)
   const int r = static_cast<int>(rc / nt), c = static_cast<int>(rc - static_cast<i64>(r) * nt);
   char* cp = static_cast<char*>(C_) + (static_cast<i64>(b) * sc + static_cast<i64>(r) * ldc + c) * CB;
   if constexpr ((EPI & kEpiDequant) != 0) {
-    // the summed int32 product, dequantized in pyblasgemm.epilogue's order, then the epilogue
-    float x = mul_ieee(alpha, mul_ieee(mul_ieee(scale_m[c], scale_n[r]), static_cast<float>(sum)));
+    // the summed int32 / float8 product, dequantized in pyblasgemm.epilogue's order, then the epilogue
+    float x = mul_ieee(alpha, mul_ieee(mul_ieee(scale_of_m<EPI>(scale_m, c), scale_of_n<EPI>(scale_n, r)),
+                                       static_cast<float>(sum)));
     if (beta != 0.f) x = add_ieee(x, mul_ieee(beta, OK::load_c(cp)));
     const Sm90Epi e{static_cast<const char*>(bias),
                     pre != nullptr ? static_cast<char*>(pre) - static_cast<char*>(C_) : 0, bias_mode, pre != nullptr};

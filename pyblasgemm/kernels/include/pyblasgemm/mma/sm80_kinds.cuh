@@ -4,8 +4,25 @@
 #include "../arch.cuh"
 #include "../ptx/sm80_mma.cuh"
 #include "../ptx/sm80_cvt.cuh"
+#include "../ptx/sm89_mma_fp8.cuh"
 
 namespace pyblasgemm {
+
+// Float accumulators staged as float32 with a float32 C: the members every float-C kind shares
+// (tf32, 3xTF32, the FP32 FMA kind, the float8 kinds).
+struct FloatC32 {
+  typedef float AccReg;
+  static constexpr int kAccRegs = 4;
+  typedef float Stage;
+  typedef float Scale;
+  static constexpr int kCBytes = 4;
+  static PBG_DEVICE void acc_to_stage(const AccReg* d, Stage* s) {
+    s[0] = d[0]; s[1] = d[1]; s[2] = d[2]; s[3] = d[3];
+  }
+  static PBG_DEVICE float load_c(const char* p) { return *reinterpret_cast<const float*>(p); }
+  static PBG_DEVICE u32 cvt_c(float v) { return __float_as_uint(v); }
+  static PBG_DEVICE float c_from_bits(u32 h) { return __uint_as_float(h); }
+};
 
 // Shared shape facts: every atom is 16x8 and consumes 32 bytes of K per row, so a BK tile of
 // BKB bytes holds BKB/32 MMA k-steps whatever the element width.
@@ -113,15 +130,10 @@ struct KindS8S32 {
 // SPLIT=true (3xTF32): x = big + small with big = tf32(x), small = tf32(x - big); the product
 // keeps big*big + big*small + small*big (small*small is below fp32 rounding), ~fp32 accuracy.
 template <bool SPLIT>
-struct KindTF32T {
+struct KindTF32T : FloatC32 {
   static constexpr int kElemBytes = 4;
   static constexpr int kParts = SPLIT ? 2 : 1;
   static constexpr bool kSimt = false;
-  typedef float AccReg;
-  static constexpr int kAccRegs = 4;
-  typedef float Stage;
-  typedef float Scale;
-  static constexpr int kCBytes = 4;
   static PBG_DEVICE void prep(const u32* raw, u32 (*out)[4], int n) {
     for (int i = 0; i < n; ++i) {
       float x = __uint_as_float(raw[i]);
@@ -146,12 +158,6 @@ struct KindTF32T {
       SM80_16x8x8_F32TF32TF32F32_TN::fma(d, a[0], b[0]);
     }
   }
-  static PBG_DEVICE void acc_to_stage(const AccReg* d, Stage* s) {
-    s[0] = d[0]; s[1] = d[1]; s[2] = d[2]; s[3] = d[3];
-  }
-  static PBG_DEVICE float load_c(const char* p) { return *reinterpret_cast<const float*>(p); }
-  static PBG_DEVICE u32 cvt_c(float v) { return __float_as_uint(v); }
-  static PBG_DEVICE float c_from_bits(u32 h) { return __uint_as_float(h); }
 };
 typedef KindTF32T<false> KindTF32;
 typedef KindTF32T<true> Kind3xTF32;
@@ -160,15 +166,10 @@ typedef KindTF32T<true> Kind3xTF32;
 // ascending order within a tile's K range). No tensor-core atom: the warp tile's lanes own the
 // accumulator elements an m16n8 atom would give them (WarpMma::compute_stage_simt), so the
 // staging, split-k / stream-k partials and every fused epilogue are the tensor-core kinds'.
-struct KindF32Simt {
+struct KindF32Simt : FloatC32 {
   static constexpr int kElemBytes = 4;
   static constexpr int kParts = 1;
   static constexpr bool kSimt = true;
-  typedef float AccReg;
-  static constexpr int kAccRegs = 4;
-  typedef float Stage;
-  typedef float Scale;
-  static constexpr int kCBytes = 4;
   // fma.rn.f32 in PTX: CuPy compiles with -ftz=true, which would flush subnormal products and
   // sums (SGEMM keeps them); inline PTX is not rewritten, and it is the same FFMA.
   static PBG_DEVICE float fma(float a, float b, float c) {
@@ -176,12 +177,33 @@ struct KindF32Simt {
     asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
     return r;
   }
-  static PBG_DEVICE void acc_to_stage(const AccReg* d, Stage* s) {
-    s[0] = d[0]; s[1] = d[1]; s[2] = d[2]; s[3] = d[3];
-  }
-  static PBG_DEVICE float load_c(const char* p) { return *reinterpret_cast<const float*>(p); }
-  static PBG_DEVICE u32 cvt_c(float v) { return __float_as_uint(v); }
-  static PBG_DEVICE float c_from_bits(u32 h) { return __uint_as_float(h); }
 };
+
+// float8 x float8 -> f32 (sm_89+; ATYPE / BTYPE 0 = e4m3, 1 = e5m2): the s8 kind's operand path
+// (1-byte elements, the same m16n8k32 fragments: ldmatrix when K-contiguous, byte gathers
+// otherwise) with float accumulators and a float32 C (the staging tile; the fused store scales
+// it and writes float32 / float16 / bfloat16, EPI & kEpiDequant). Each MMA sums its 32 products
+// in fresh registers that a round-to-nearest FADD adds to the accumulator: the tensor core adds
+// into an fp32 accumulator with truncation (Kind16F32Rounded's measurement), and the FP8 units
+// of Hopper keep fewer bits still (DeepGEMM's reason to promote), so no chain longer than one
+// k32 step stays inside the tensor core.
+template <int ATYPE, int BTYPE>
+struct KindFp8F32 : FloatC32 {
+  static constexpr int kElemBytes = 1;
+  static constexpr int kParts = 1;
+  static constexpr bool kSimt = false;
+  static PBG_DEVICE void prep(const u32* raw, u32 (*out)[4], int n) {
+    for (int i = 0; i < n; ++i) out[0][i] = raw[i];
+  }
+  static PBG_DEVICE void mma(AccReg* d, const u32 (*a)[4], const u32 (*b)[4]) {
+    float t[4] = {0.f, 0.f, 0.f, 0.f};
+    SM89_16x8x32_F32F8F8F32_TN<ATYPE, BTYPE>::fma(t, a[0], b[0]);
+    d[0] += t[0]; d[1] += t[1]; d[2] += t[2]; d[3] += t[3];
+  }
+};
+typedef KindFp8F32<0, 0> KindE4M3F32;
+typedef KindFp8F32<0, 1> KindE4M3E5M2F32;
+typedef KindFp8F32<1, 0> KindE5M2E4M3F32;
+typedef KindFp8F32<1, 1> KindE5M2F32;
 
 }  // namespace pyblasgemm

@@ -50,9 +50,10 @@ struct Multistage {
   // (the fragment load of iteration i-1's last k-step) ran before iteration i-1's barrier.
   // Visibility: the barrier of iteration i-1 follows cp.async.wait_group(S-2), which leaves
   // stages 0..i complete, and stage i's first fragments are loaded only after it.
+  template <class Promote>
   static PBG_DEVICE void run_pipelined(char* smem, const GemmParams& p, const char* A, const char* B, int m0,
                                        int n0, int kb_begin, int nk, int tid, int lane, int wm0, int wn0,
-                                       AccReg (&acc)[WMma::MI][WMma::NI][Kind::kAccRegs]) {
+                                       AccReg (&acc)[WMma::MI][WMma::NI][Kind::kAccRegs], Promote& promote) {
     static_assert(STAGES >= 3, "the pipelined mainloop needs >= 3 stages");
     constexpr int KS = WMma::KSTEPS;
     static_assert(KS >= 2 && KS % 2 == 0, "fragment double buffer needs an even number of k-steps");
@@ -127,6 +128,7 @@ struct Multistage {
           __syncthreads();
         }
       }
+      promote(kb_begin + i, i == nk - 1);   // block scales: after BK step kb_begin + i
     }
     cp_async_wait<0>();
     __syncthreads();
@@ -135,24 +137,37 @@ struct Multistage {
   // acc += A[m0:+BM, kb_begin*BK : kb_end*BK] * B[...]; acc is NOT zeroed here.
   // On return all cp.async groups are drained and the CTA is past a barrier, so the caller
   // may reuse the ring's shared memory (the epilogue stages through it).
+  // `promote(kb, last)` runs after every BK step kb (last: the range's final one): the block
+  // scales' hook (GemmCore::tile_to_smem), a no-op that compiles to nothing otherwise.
+  struct NoPromote {
+    PBG_DEVICE void operator()(int, bool) const {}
+  };
   static PBG_DEVICE void run(char* smem, const GemmParams& p, const char* A, const char* B, int m0, int n0,
                              int kb_begin, int kb_end, AccReg (&acc)[WMma::MI][WMma::NI][Kind::kAccRegs]) {
+    NoPromote none;
+    run(smem, p, A, B, m0, n0, kb_begin, kb_end, acc, none);
+  }
+  template <class Promote>
+  static PBG_DEVICE void run(char* smem, const GemmParams& p, const char* A, const char* B, int m0, int n0,
+                             int kb_begin, int kb_end, AccReg (&acc)[WMma::MI][WMma::NI][Kind::kAccRegs],
+                             Promote& promote) {
     const int tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
     const int wm0 = (warp % WM) * WMma::WTM;
     const int wn0 = (warp / WM) * WMma::WTN;
     const int nk = kb_end - kb_begin;
     if constexpr (WMma::kPipelined) {
-      run_pipelined(smem, p, A, B, m0, n0, kb_begin, nk, tid, lane, wm0, wn0, acc);
+      run_pipelined(smem, p, A, B, m0, n0, kb_begin, nk, tid, lane, wm0, wn0, acc, promote);
     } else {
-      run_plain(smem, p, A, B, m0, n0, kb_begin, nk, tid, lane, wm0, wn0, acc);
+      run_plain(smem, p, A, B, m0, n0, kb_begin, nk, tid, lane, wm0, wn0, acc, promote);
     }
   }
   // The plain mainloop (tf32/3xTF32 and the s8 byte-gather layouts): wait, barrier, issue the
   // next stage's copies, then all k-steps of the current stage.
+  template <class Promote>
   static PBG_DEVICE void run_plain(char* smem, const GemmParams& p, const char* A, const char* B, int m0,
                                    int n0, int kb_begin, int nk, int tid, int lane, int wm0, int wn0,
-                                   AccReg (&acc)[WMma::MI][WMma::NI][Kind::kAccRegs]) {
+                                   AccReg (&acc)[WMma::MI][WMma::NI][Kind::kAccRegs], Promote& promote) {
     // Prologue: fill STAGES-1 slots. Empty groups are still committed so that the group
     // count stays in step with the slot index in wait_group below.
 #pragma unroll
@@ -171,6 +186,7 @@ struct Multistage {
       cp_async_commit();
       const int slot = i % STAGES;
       WMma::compute_stage(smem + slot * A_STAGE, smem + STAGES * A_STAGE + slot * B_STAGE, wm0, wn0, lane, acc);
+      promote(kb_begin + i, i == nk - 1);
     }
     cp_async_wait<0>();
     __syncthreads();

@@ -1,0 +1,345 @@
+"""The GPU route of float8 products (:func:`pyblasgemm.fp8.scaled_matmul` with CuPy arrays, and
+CUDA tensors / JAX GPU arrays through the array door): the mma.sync kernel's float8 kinds
+(``KindFp8F32``, sm_89+) with the scales in the dequantizing store; on sm_90 the Hopper
+kernel's (``Sm90KindFp8``: wgmma, TMA) for K-major operands without block scales
+(:func:`sm90_config`; :data:`FAMILY` = 'sm80' keeps mma.sync).
+
+``out = act(alpha·(scale_a ⊙ a) @ (scale_b ⊙ b) + beta·out + bias)`` in one launch: the
+kernel accumulates the raw float8 products in float32 and its store multiplies each element
+by ``scale_m[row] · scale_n[col]`` (or the one value of a per-tensor scale: a pointer read on
+the device, so a captured CUDA graph replays whatever the scale holds then), then alpha,
+beta·C, bias and the activation, in that order (``epilogue/sm80_smem_epilogue.cuh``); block
+scales are applied in the mainloop instead (below).
+
+Orientation. The kernel is column-major; a row-major result ``c`` (m x n) is computed as
+``c^T = b^T a^T`` (kernel m = n, n = m, A = b, B = a: scale_b scales the kernel's rows); a
+column-major result directly. Each operand is read in place in whichever of its two layouts
+it has: K-contiguous operands (``a`` row-major, ``b`` column-major: ``torch._scaled_mm``'s
+layout) take ldmatrix fragments, the others the s8 kind's byte gathers (the m16n8k32
+fragments of float8 and int8 are the same bytes), so no layout is packed or refused. An
+operand with neither layout (strided both ways, negative strides) is copied to a row-major one
+first. A result (or ``preactivation_out``) that is neither C- nor F-contiguous in whole
+16-byte rows, is misaligned or overlaps an operand is computed into a padded temporary and
+copied (with ``beta != 0`` the old values are copied in first).
+
+Block scales (``scale_a`` per 1 x 128 block of a, ``scale_b`` per 128 x 128 block of b, or
+either beside the other layouts): DeepGEMM's promotion on mma.sync. The mainloop sums each
+128-wide K block (two BK = 64 steps) into a second accumulator set and adds it into the first
+scaled by the block's ``scale_m · scale_n`` (a round-to-nearest FMA, in registers: the scales
+are read from global memory once per block per lane); the store then scales nothing. The two
+accumulator sets take the 128 x 64 tile of 32 x 32 warp tiles (``FP8_CONFIGS['block']``): the
+64 x 32 warp tiles spill.
+"""
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple
+
+import numpy as np
+
+from ..kinds import FP8_KINDS
+
+__all__ = ["run", "plan", "problem_of", "warm_specs", "sm90_config", "Fp8Plan", "check_device", "MIN_CC",
+           "FAMILY"]
+
+#: mma.sync with e4m3 / e5m2 operands exists from sm_89 (Ada) on
+MIN_CC = (8, 9)
+
+_launches: dict = {}
+_launches_lock = threading.Lock()
+#: bound launches kept (each owns its split-k workspace); the oldest is dropped past this
+MAX_LAUNCHES = 64
+
+
+def _layout(x) -> tuple | None:
+    """``('row', ld)`` when ``x[i, j]`` (2-D, 1-byte elements) is at ``i*ld + j``, ``('col', ld)``
+    when at ``i + j*ld``, None when neither (size-1 extents take any stride)."""
+    r, c = x.shape
+    s0, s1 = x.strides
+    if (c == 1 or s1 == 1) and (r == 1 or s0 >= c):
+        return "row", s0 if r > 1 else c
+    if (r == 1 or s0 == 1) and (c == 1 or s1 >= r):
+        return "col", s1 if c > 1 else r
+    return None
+
+
+def _dense(cp, x):
+    """A row-major copy of a float8 CuPy array (copied as its bytes: CuPy has no float8 kernels)."""
+    return cp.ascontiguousarray(x.view(np.uint8)).view(x.dtype)
+
+
+def _writable_in_place(x, isz: int, ops) -> str | None:
+    """'row' / 'col' when the kernel can store into ``x`` as it is (C- or F-ordered rows of
+    whole 16-byte multiples, 16-byte aligned, not overlapping an operand), else None."""
+    from .._layout import may_overlap
+
+    r, c = x.shape
+    s0, s1 = (s // isz for s in x.strides)
+    if x.data.ptr % 16 or any(may_overlap(x, o) for o in ops):
+        return None
+    if (c == 1 or s1 == 1) and (r == 1 or s0 >= c) and (s0 * isz) % 16 == 0 and s0 > 0:
+        return "row"
+    if (r == 1 or s0 == 1) and (c == 1 or s1 >= r) and (s1 * isz) % 16 == 0 and s1 > 0:
+        return "col"
+    return None
+
+
+def _padded(cp, m: int, n: int, dtype):
+    """An (m, n) row-major view of a buffer whose rows are whole 16-byte multiples."""
+    per = 16 // np.dtype(dtype).itemsize
+    return cp.empty((m, -(-n // per) * per), dtype)[:, :n]
+
+
+def _bound(problem, config, epi: int, bias_axis):
+    """The bound launch of this problem class, config and epilogue on the current device."""
+    from cupy.cuda import runtime
+
+    from .launch import bind
+    from .spec import problem_class
+
+    key = (runtime.getDevice(), problem_class(problem), config, epi, bias_axis)
+    hit = _launches.get(key)
+    if hit is None:
+        hit = bind(problem, config, epilogue=(epi, bias_axis))
+        with _launches_lock:
+            if len(_launches) >= MAX_LAUNCHES:
+                _launches.pop(next(iter(_launches)))
+            _launches[key] = hit
+    return hit
+
+
+def check_device(routine: str) -> None:
+    """NotImplementedError (the host route is the way) when the current device is older than
+    sm_89, whose tensor cores take no float8 operands."""
+    import cupy
+
+    cc = cupy.cuda.Device().compute_capability
+    major, minor = int(cc[:-1]), int(cc[-1])
+    if (major, minor) < MIN_CC:
+        raise NotImplementedError(
+            f"{routine}: float8 products on the GPU need compute capability "
+            f"{MIN_CC[0]}.{MIN_CC[1]} or newer (mma.sync with e4m3 / e5m2 operands); this device is "
+            f"{major}.{minor}: pass NumPy arrays for the host route")
+
+
+class Fp8Plan(NamedTuple):
+    """How one float8 product is launched (:func:`plan`): the kernel's column-major problem."""
+
+    swap: bool          # c^T = b^T a^T (a row-major result): kernel A is b, its rows c's columns
+    kind: str
+    transa: str
+    transb: str
+    m: int              # the kernel's m, n, k and leading dimensions (elements)
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+    config: object      # the KernelConfig (fp8_config's rule)
+    epi: int            # the EPI template argument
+    bias_axis: str | None   # the kernel's 'm' / 'n' axis of the bias
+
+
+#: which kernel runs float8 products on sm_90: None (the rule of :func:`sm90_config`: the
+#: Hopper kernel for K-major operands without block scales, else mma.sync) or 'sm80' (always
+#: mma.sync: the tests run both)
+FAMILY = None
+
+
+def sm90_config(kind: str, m: int, n: int, k: int, sm_count: int):
+    """The Hopper kernel's config for a float8 product of the kernel's m x n x k: 128 x 128
+    tiles (64 x 64 when n <= 64: decode, or m*n <= 128*128), parallel split-k (the launcher's
+    split count) when there are fewer tiles than SMs and at least 8 stages of 128 k.
+
+    >>> sm90_config("e4m3", 4096, 16, 4096, 132).name
+    'sm90a_splitk_parallel_64x64x128_w1x1_s8_g8'
+    """
+    from dataclasses import replace
+
+    from .config import SM90_CONFIGS_BY_TILE, SM90_SMALL_CONFIGS
+
+    small = n <= 64 or m * n <= 128 * 128
+    cfg = SM90_SMALL_CONFIGS[kind][64] if small else SM90_CONFIGS_BY_TILE[kind][128]
+    tiles = -(-m // cfg.bm) * -(-n // cfg.bn)
+    if tiles < sm_count and -(-k // 128) >= 8:
+        cfg = replace(cfg, decomposition="splitk_parallel", splits=0)
+    return cfg
+
+
+def plan(m: int, n: int, k: int, a_dtype: str, b_dtype: str, la: tuple, lb: tuple, target: str, ldc: int,
+         layouts: tuple, out_name: str, activation_code: int, bias_axis, sm_count: int,
+         cc: tuple = (8, 9)) -> Fp8Plan:
+    """The launch of ``(scale_a ⊙ a) @ (scale_b ⊙ b)`` for a (m x k) and b (k x n) of layouts
+    ``la`` / ``lb`` (:func:`_layout`'s ``('row' | 'col', ld)``) into a result stored ``target``
+    ('row': C-ordered rows ``ldc`` apart, computed as c^T = b^T a^T; 'col': F-ordered):
+    pure arithmetic, no device. The kernel's scale_m is then scale_b when ``swap`` (else
+    scale_a), its scale_n the other. On sm_90 (``cc``) a product with both operands K-major and
+    no block scales takes the Hopper kernel (:func:`sm90_config`; :data:`FAMILY` = 'sm80'
+    keeps mma.sync); the caller falls back to mma.sync where its TMA rules refuse the problem.
+
+    >>> p = plan(16, 4096, 4096, "float8_e4m3fn", "float8_e5m2", ("row", 4096), ("col", 4096), "row",
+    ...          4096, ("rows", "tensor"), "bfloat16", 0, "cols", 132)
+    >>> p.swap, p.kind, p.transa, p.transb, (p.m, p.n, p.k), p.bias_axis, p.config.decomposition
+    (True, 'e5m2_e4m3', 'T', 'N', (4096, 16, 4096), 'm', 'splitk_serial')
+    """
+    from .config import fp8_config
+    from .jit import BLOCK_MODE, epilogue_code
+
+    swap = target == "row"
+    if swap:        # c^T (n x m, column-major) = b^T a^T
+        kind = FP8_KINDS[(b_dtype, a_dtype)]
+        km, kn = n, m
+        ta, lda = ("T", lb[1]) if lb[0] == "col" else ("N", lb[1])
+        tb, ldb = ("N", la[1]) if la[0] == "row" else ("T", la[1])
+        first, second = layouts[1], layouts[0]          # the scales of the kernel's m, n sides
+        axis = {"cols": "m", "rows": "n", None: None}[bias_axis]
+    else:           # c (m x n, column-major) = a b
+        kind = FP8_KINDS[(a_dtype, b_dtype)]
+        km, kn = m, n
+        ta, lda = ("T", la[1]) if la[0] == "row" else ("N", la[1])
+        tb, ldb = ("N", lb[1]) if lb[0] == "col" else ("T", lb[1])
+        first, second = layouts[0], layouts[1]
+        axis = {"cols": "n", "rows": "m", None: None}[bias_axis]
+    # the kernel needs ld >= its stored rows even where one row is all there is
+    lda = max(lda, k if ta == "T" else km)
+    ldb = max(ldb, kn if tb == "T" else k)
+    blocked = "blocks" in layouts
+    config = fp8_config(km, kn, k, sm_count, blocked)
+    if tuple(cc) == (9, 0) and FAMILY != "sm80" and not blocked and (ta, tb) == ("T", "N"):
+        config = sm90_config(kind, km, kn, k, sm_count)
+    if blocked:     # each side's layout; the mainloop promotes every 128-wide K block
+        mode_a = BLOCK_MODE[{"tensor": "tensor", "rows": "vector", "blocks": "a_blocks"}[layouts[0]]]
+        mode_b = BLOCK_MODE[{"tensor": "tensor", "cols": "vector", "blocks": "b_blocks"}[layouts[1]]]
+        modes = (mode_b, mode_a) if swap else (mode_a, mode_b)
+        epi = epilogue_code(activation_code, out_name, block_m=modes[0], block_n=modes[1])
+    else:
+        epi = epilogue_code(activation_code, out_name, first == "tensor", second == "tensor")
+    return Fp8Plan(swap, kind, ta, tb, km, kn, k, lda, ldb, ldc, config, epi, axis)
+
+
+def problem_of(pl: Fp8Plan, pa: int, pb: int, pc: int, alpha: float, beta: float, sm_count: int) -> tuple:
+    """``(KernelProblem, KernelConfig)`` of a plan on these pointers: the plan's config, or
+    mma.sync's where the Hopper kernel's TMA rules refuse the problem (16-byte leading
+    dimensions and pointers)."""
+    from .config import fp8_config
+    from .problem import KernelProblem
+
+    problem = KernelProblem(pl.kind, pl.transa, pl.transb, pl.m, pl.n, pl.k, pl.lda, pl.ldb, pl.ldc, pa, pb, pc,
+                            float(alpha), float(beta))
+    config = pl.config
+    if not config.validate(problem)[0]:     # (the mma.sync tiles take every problem)
+        config = fp8_config(pl.m, pl.n, pl.k, sm_count, False)
+    return problem, config
+
+
+def warm_specs(cases, sm_count: int, cc: tuple, device_id: int | None = None) -> list:
+    """The :func:`pyblasgemm.kernels.jit.warm` specs of float8 products on dense, 256-byte
+    aligned arrays (the tests' and benches' warm-up: a cold cache compiles them in parallel).
+    ``cases``: ``(m, n, k, a dtype name, b dtype name, a order, b order, result order,
+    layouts, output dtype name, activation code, bias axis)`` with orders 'C' / 'F'.
+
+    >>> from pyblasgemm.kernels.jit import kernel_name
+    >>> [s[1] for s in warm_specs([(16, 4096, 4096, "float8_e4m3fn", "float8_e4m3fn", "C", "F", "C",
+    ...                             ("tensor", "cols"), "bfloat16", 0, None)], 132, (8, 9))]
+    ['e4m3']
+    """
+    out = []
+    for m, n, k, ta, tb, oa, ob, oc, layouts, out_name, act, axis in cases:
+        isz = 4 if out_name == "float32" else 2
+        per = 16 // isz
+        la = ("row", k) if oa == "C" else ("col", m)
+        lb = ("row", n) if ob == "C" else ("col", k)
+        if oc == "F" and (n == 1 or m % per == 0):
+            target, ldc = "col", (m if n > 1 else -(-m // per) * per)
+        else:       # C-ordered in place, or a padded C-ordered temporary
+            target, ldc = "row", -(-n // per) * per
+        pl = plan(m, n, k, ta, tb, la, lb, target, ldc, layouts, out_name, act, axis, sm_count, cc)
+        base = 0x7F00_0000_0000
+        problem, config = problem_of(pl, base, base + (1 << 32), base + (2 << 32), 1.0, 0.0, sm_count)
+        out.append((config, pl.kind, pl.transa, pl.transb, None, problem.operands_vectorizable(), device_id,
+                    pl.epi))
+    return list(dict.fromkeys(out))
+
+
+def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: float, beta: float,
+        bias, bias_axis, activation_code: int, pre, stream=None):
+    """``result = act(alpha·(scale_a ⊙ a) @ (scale_b ⊙ b) + beta·result + bias)`` on the GPU,
+    everything checked by the caller (:func:`pyblasgemm.fp8.scaled_matmul`): CuPy float8 ``a``
+    (m x k, k >= 1) and ``b`` (k x n), ``result`` (m x n, float32 / float16 / bfloat16),
+    ``layouts`` what :func:`pyblasgemm.fp8.check_scales` returned, ``bias_axis`` 'cols' /
+    'rows' / None (the epilogue's), ``pre`` the pre-activation array or None. Returns the
+    KernelConfig that ran. Enqueued on ``stream`` (a raw handle; None: CuPy's current stream).
+
+    Example::
+
+        run("matmul", a, b, out, ("tensor", "cols"), sa, sb, 1.0, 0.0, None, None, 0, None)
+    """
+    import cupy as cp
+
+    from ..streams import current
+
+    check_device(routine)
+    m, k = a.shape
+    n = b.shape[1]
+    sptr = current() if stream is None else stream
+    isz = result.dtype.itemsize
+    with cp.cuda.ExternalStream(sptr) if stream is not None else _nothing():
+        la = _layout(a)
+        if la is None:
+            a, la = _dense(cp, a), ("row", k)
+        lb = _layout(b)
+        if lb is None:
+            b, lb = _dense(cp, b), ("row", n)
+        target = _writable_in_place(result, isz, (a, b))
+        if pre is not None and (target is None or pre.strides != result.strides or pre.data.ptr % 16
+                                or _writable_in_place(pre, isz, (a, b, result)) != target):
+            target = None
+        c, p = result, pre
+        if target is None:
+            target = "row"
+            c = _padded(cp, m, n, result.dtype)
+            if beta != 0:
+                c[...] = result
+            p = None if pre is None else _padded(cp, m, n, result.dtype)
+        per = 16 // isz
+        if target == "row":     # one row (m == 1): any ldc >= n in whole 16-byte multiples
+            ldc = c.strides[0] // isz if m > 1 else -(-n // per) * per
+        else:
+            ldc = c.strides[1] // isz if n > 1 else -(-m // per) * per
+        dev = cp.cuda.Device()
+        cc = dev.compute_capability
+        pl = plan(m, n, k, a.dtype.name, b.dtype.name, la, lb, target, ldc, layouts, result.dtype.name,
+                  activation_code, bias_axis, dev.attributes["MultiProcessorCount"], (int(cc[:-1]), int(cc[-1])))
+        sa, sb = _device_scale(cp, scale_a), _device_scale(cp, scale_b)
+        (pa, pb), (scale_m, scale_n) = ((b.data.ptr, a.data.ptr), (sb, sa)) if pl.swap else \
+            ((a.data.ptr, b.data.ptr), (sa, sb))
+        vbias = None
+        if bias is not None:
+            vbias = cp.ascontiguousarray(bias.reshape(-1)).astype(result.dtype, copy=False)
+        problem, config = problem_of(pl, pa, pb, c.data.ptr, alpha, beta, dev.attributes["MultiProcessorCount"])
+        launch = _bound(problem, config, pl.epi, pl.bias_axis)
+        launch(pa, pb, c.data.ptr, float(alpha), float(beta), sptr,
+               bias=0 if vbias is None else vbias.data.ptr, pre=0 if p is None else p.data.ptr,
+               scale_m=scale_m.data.ptr, scale_n=scale_n.data.ptr)
+        if c is not result:
+            result[...] = c
+        if p is not pre:
+            pre[...] = p
+    return config
+
+
+def _device_scale(cp, s):
+    """A scale as a contiguous float32 device array (a per-tensor scalar stays one element:
+    the kernel reads it through its pointer; a NumPy float32 scalar is copied to the device)."""
+    if not isinstance(s, cp.ndarray):
+        return cp.asarray(np.asarray(s, np.float32).reshape(1))
+    s = s.reshape(-1) if s.ndim else s.reshape(1)
+    return s if s.flags.c_contiguous else cp.ascontiguousarray(s)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
