@@ -32,6 +32,12 @@ pytestmark = pytest.mark.gpu
 #: then round-to-nearest adds), so far below these bounds for a correct kernel; a wrong
 #: element, row or scale is off by O(1) of the scale.
 RTOL = {"float32": 2.0**-12, "float16": 2.0**-12, "bfloat16": 2.0**-12}
+#: the wgmma/TMA kernel's bound: sm_90's float8 tensor core adds each k32 step's products into
+#: its accumulator with ~14 bits kept (DeepSeek-V3 report, sec. 3.3.2), not round-to-nearest
+#: fp32; the kernel promotes every 128-wide K stage into fresh fp32 registers (as cuBLASLt's
+#: non-fast-accumulation mode and DeepGEMM do), so the error is a few 2^-14 of each stage's
+#: sum of |terms|. Measured on an H100 (2026-11-28): at most 3.4 x 2^-12 of the sum of |terms|.
+RTOL_WGMMA = 2.0**-9
 ROUND = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 
 
@@ -135,9 +141,12 @@ def reference(a, b, sa, sb, alpha=1.0, beta=0.0, out=None, bias=None, bias_axis=
 
 
 def check(got, want, scale, out_name):
+    """``got`` within the bound of the route that computed it (the last route: the wgmma
+    kernel's float8 sums are looser than mma.sync's, :data:`RTOL_WGMMA`)."""
     g = got.astype(np.float64)
     err = np.abs(g - want)
-    bound = RTOL[out_name] * scale + ROUND[out_name] * np.abs(want) + 1e-30
+    rtol = RTOL_WGMMA if "wgmma" in last_route() else RTOL[out_name]
+    bound = rtol * scale + ROUND[out_name] * np.abs(want) + 1e-30
     bad = ~(err <= bound)
     assert not bad.any(), (f"{bad.sum()} of {bad.size} elements off; worst {np.nanmax(err / bound):.3g}x "
                            f"the bound at {np.unravel_index(np.nanargmax(err / bound), err.shape)}")
