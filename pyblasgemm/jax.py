@@ -45,12 +45,13 @@ except ImportError as error:      # the module is optional: say what to install
     raise ImportError("pyblasgemm.jax needs JAX with jax.experimental.buffer_callback: "
                       "pip install 'pyblasgemm[jax]'") from error
 
-from . import calls
-from .epilogue import ACTIVATIONS
-from .matmul import matmul as _pb_matmul
+import pyblasgemm as _pb
 
-#: the module (the package's attribute ``pyblasgemm.matmul`` is the function): the fused run
-#: a CuPy call just made is read there
+calls = _pb.calls
+ACTIVATIONS = _pb.epilogue.ACTIVATIONS
+#: the forms' module, loaded by name (the package's attribute ``pyblasgemm.matmul`` is the
+#: function): its ``matmul`` runs a traced call's first run, and the fused run a CuPy call just
+#: made is read there
 _matmul_module = importlib.import_module("pyblasgemm.matmul")
 
 __all__ = ["matmul", "compiled"]
@@ -242,7 +243,8 @@ class _Callback:
     def _full(self, outs, a, b, bias, device, stream):
         import cupy
 
-        matmul_module, pb_matmul = _matmul_module, _pb_matmul
+        matmul_module = _matmul_module
+        pb_matmul = matmul_module.matmul
         with cupy.cuda.Device(device):
             va, vb, vc = _view(a, device), _view(b, device), _view(outs[0], device)
             vbias = None if bias is None else _view(bias, device)
@@ -266,7 +268,7 @@ class _Callback:
         return lambda pa, pb, pc, pbias, s: launch(pa, pb, pc, alpha, beta, s, bias=pbias)
 
     def _host(self, outs, a, b, bias):
-        pb_matmul = _pb_matmul
+        pb_matmul = _matmul_module.matmul
         out = np.asarray(outs[0])
         pre = np.asarray(outs[1]) if self.pre else None
         kw = self._kw(None if bias is None else np.asarray(bias), pre)
