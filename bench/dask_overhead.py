@@ -309,7 +309,17 @@ def main(argv=None) -> int:
         pathlib.Path(args.out).write_text(json.dumps(doc, indent=1))
         return 0
     srcs = [s.split("=", 1) for s in (args.src or f"here={pathlib.Path.cwd()}").split(",")]
-    doc = {"argv": sys.argv[1:] if argv is None else argv, "results": []}
+    from pyblasgemm.benchmarks.suite import provenance
+
+    import dask
+    import distributed
+
+    # the stand-in blocks' values do not enter the timings; each is drawn from its own seed
+    doc = {"argv": sys.argv[1:] if argv is None else argv,
+           "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git_sha": os.environ.get("GIT_SHA"),
+           "python": sys.version.split()[0], "dask": dask.__version__, "distributed": distributed.__version__,
+           **provenance(seed="hash((operand, i, j)) % 2**31 per block (Python's string hash: not fixed "
+                                "across processes)"), "results": []}
     for rnd in range(args.rounds):
         for name, path in srcs:
             path = str(pathlib.Path(path).resolve())
