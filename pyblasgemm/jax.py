@@ -13,14 +13,17 @@ import of a foreign array. The first run of a compiled call on a device plans in
 CuPy views of XLA's buffers); later runs replay the launch it recorded with the buffers'
 pointers. On the CPU the host backend computes into XLA's buffer.
 
-Measured, one H100, 64³ float16, eager calls (``.dev`` probe of 2026-11-27, same process): 54 µs
-a call, against 74 µs for the earlier route (the launch on CuPy's stream and jaxlib's DLPack
-import of the result) and 41 µs for ``jnp.matmul``: XLA's dispatch and its Python callback
-cost more than cuBLAS's host work on so small a product, and a pure-Python package cannot
-register a compiled XLA handler.
+Measured (one H100, 64³, ``bench/results/torch_callpath_quick_h100_2026-11-28_ea86fdf.json``):
+an eager call 0.62-0.64x ``jnp.matmul`` (float16: 72 µs against 45), under ``jax.jit``
+0.65-0.77x ``jax.jit(jnp.matmul)``; the earlier route (the launch on CuPy's stream and
+jaxlib's DLPack import of the result) measured 0.50-0.62x eager and could not be traced. XLA's
+dispatch and its Python callback cost more than cuBLAS's host work on so small a product, and a
+pure-Python package cannot register a compiled XLA handler.
 
-Example (JAX on the CPU: the host backend inside XLA)
+Example
 -------
+On JAX's CPU (the host backend inside XLA):
+
 >>> import jax, jax.numpy as jnp, pyblasgemm.jax as pbj
 >>> x = jnp.array([[1.0, -2.0]]); w = jnp.array([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])
 >>> pbj.matmul(x, w, activation="relu")
