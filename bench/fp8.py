@@ -25,7 +25,6 @@ row that fails (or that ``_scaled_mm`` refuses) records why.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 import types
@@ -34,6 +33,7 @@ sys.path.insert(0, __import__("pathlib").Path(__file__).resolve().parent.as_posi
 sys.path.insert(0, __import__("pathlib").Path(__file__).resolve().parents[1].as_posix())
 
 from bench.heldout import geomean, meta, write_doc  # noqa: E402
+from timing import torch_single_s, torch_steady_s  # noqa: E402
 
 SQUARE = (4096, 8192)
 LAYERS = {"llama3-8b o": (4096, 4096), "llama3-8b gate/up": (14336, 4096), "llama3-8b down": (4096, 14336)}
@@ -47,37 +47,6 @@ def shapes():
     for layer, (n, k) in LAYERS.items():
         out += [(f"{layer} decode", m, n, k) for m in TOKENS]
     return out
-
-
-def _steady_s(fn, calls=20, samples=5):
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(samples):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        stop.record()
-        stop.synchronize()
-        out.append(start.elapsed_time(stop) / 1e3 / calls)
-    return statistics.median(out)
-
-
-def _single_s(fn, samples=5):
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(samples):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
 
 
 def _on_mma_sync(fn):
@@ -162,7 +131,7 @@ def rows(cp, torch, pb, done=lambda rows: None):
                 bad = ((got - want).abs() > 2.0**-7 * want.abs() + 2.0**-12 * mag).sum().item()
                 row["elements_off"] = bad
                 for name, fn in fns.items():
-                    row[name] = {"steady_s": _steady_s(fn), "single_s": _single_s(fn)}
+                    row[name] = {"steady_s": torch_steady_s(fn), "single_s": torch_single_s(fn)}
                 row["tflops_steady_ours_cupy"] = 2 * m * n * k / row["cupy arrays"]["steady_s"] / 1e12
                 if "torch._scaled_mm" in fns:
                     for kind in ("steady_s", "single_s"):

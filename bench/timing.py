@@ -84,3 +84,39 @@ def paired_single_us(fns: dict, calls=200, warmup=20):
             dev.synchronize()
             samples[name].append((time.perf_counter() - t0) * 1e6)
     return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def torch_steady_s(fn, calls=20, samples=5):
+    """Seconds per call of ``calls`` back-to-back calls, CUDA events on torch's current stream
+    (where a torch caller's work is queued), median of ``samples``."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(samples):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        stop.record()
+        stop.synchronize()
+        out.append(start.elapsed_time(stop) / 1e3 / calls)
+    return statistics.median(out)
+
+
+def torch_single_s(fn, samples=5):
+    """Seconds of one call, issue to completion (host cost included), median of ``samples``."""
+    import time
+
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)

@@ -27,9 +27,7 @@ Every pyblasgemm result is compared with torch.matmul's within the dtype's toler
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 import types
 
 import numpy as np
@@ -38,7 +36,7 @@ sys.path.insert(0, __import__("pathlib").Path(__file__).resolve().parent.as_posi
 sys.path.insert(0, __import__("pathlib").Path(__file__).resolve().parents[1].as_posix())
 
 from bench.heldout import geomean, meta, write_doc  # noqa: E402
-from timing import paired_host_us  # noqa: E402
+from timing import paired_host_us, torch_single_s, torch_steady_s  # noqa: E402
 
 LAYERS = {"llama3-8b qkv": (4096, 6144), "llama3-8b o": (4096, 4096), "llama3-8b gate/up": (4096, 14336),
           "llama3-8b down": (14336, 4096), "qwen2-7b qkv": (3584, 4608), "qwen2-7b up": (3584, 18944),
@@ -211,39 +209,6 @@ def _jax_primitives(cp, device):
     return row
 
 
-def _steady_s(cp, fn, calls=20, samples=5):
-    """Seconds per call of ``calls`` back-to-back calls, CUDA events on torch's current stream
-    (where every contender's work is queued), median of ``samples``."""
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(samples):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        stop.record()
-        stop.synchronize()
-        out.append(start.elapsed_time(stop) / 1e3 / calls)
-    return statistics.median(out)
-
-
-def _single_s(cp, fn, samples=5):
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(samples):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
-
-
 def layer_rows(cp, torch, pb):
     rows = []
     for layer, (k, n) in LAYERS.items():
@@ -259,7 +224,7 @@ def layer_rows(cp, torch, pb):
                 got, want = fns["torch tensors"](), fns["torch.matmul"]()
                 torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
                 for name, fn in fns.items():
-                    row[name] = {"steady_s": _steady_s(cp, fn), "single_s": _single_s(cp, fn)}
+                    row[name] = {"steady_s": torch_steady_s(fn), "single_s": torch_single_s(fn)}
                 for kind in ("steady_s", "single_s"):
                     row[f"torch_vs_cupy_{kind[:-2]}"] = row["torch tensors"][kind] / row["cupy arrays"][kind]
                     row[f"speedup_vs_torch_{kind[:-2]}"] = row["torch.matmul"][kind] / row["torch tensors"][kind]
