@@ -271,14 +271,9 @@ class _Callback:
         return lambda pa, pb, pc, pbias, s: launch(pa, pb, pc, alpha, beta, s, bias=pbias)
 
     def _host(self, outs, a, b, bias):
-        pb_matmul = _matmul_module.matmul
-        out = np.asarray(outs[0])
         pre = np.asarray(outs[1]) if self.pre else None
         kw = self._kw(None if bias is None else np.asarray(bias), pre)
-        if bias is None and self.activation is None:
-            pb_matmul(np.asarray(a), np.asarray(b), out=out, compute=self.compute, backend=self.backend)
-        else:
-            pb_matmul(np.asarray(a), np.asarray(b), out=out, **kw)
+        _matmul_module.matmul(np.asarray(a), np.asarray(b), out=np.asarray(outs[0]), **kw)
         return None
 
 
