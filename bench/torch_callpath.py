@@ -11,9 +11,10 @@ tensors against CuPy arrays of the same bytes and against torch.matmul, same pro
   memory) and the same pyblasgemm call on CuPy views of the same memory; the fused
   ``bias=`` + ``activation='gelu'`` call against ``torch.addmm`` + ``torch.nn.functional.gelu``;
   ``Matmul.execute()`` against ``torch.matmul(out=)`` (target <= 0.6x its host time);
-* jax: the same 64³ ``matmul`` on JAX GPU arrays (an XLA operation: pyblasgemm.jax) against
-  ``jnp.matmul`` (eager dispatch) and against the same call on CuPy arrays; and both under
-  ``jax.jit``;
+* jax: ``matmul`` on JAX GPU arrays (pyblasgemm.jax: a small eager product outside XLA, waited
+  for; larger ones and traced calls an XLA operation) at 64³ and at a decode step (16 x 4096 x
+  4096) against ``jnp.matmul`` (eager dispatch) and against the same call on CuPy arrays; and both
+  under ``jax.jit``;
 * layers: x @ W.T as ``torch.nn.Linear`` holds W, bfloat16, projections of public model
   configurations (Llama-3-8B: 4096 -> 6144 qkv, 4096 -> 4096 o, 4096 -> 14336 gate/up,
   14336 -> 4096 down; Qwen2-7B: 3584 -> 4608 qkv, 3584 -> 18944 up, 18944 -> 3584 down;
@@ -27,6 +28,7 @@ Every pyblasgemm result is compared with torch.matmul's within the dtype's toler
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import types
 
@@ -42,6 +44,9 @@ LAYERS = {"llama3-8b qkv": (4096, 6144), "llama3-8b o": (4096, 4096), "llama3-8b
           "llama3-8b down": (14336, 4096), "qwen2-7b qkv": (3584, 4608), "qwen2-7b up": (3584, 18944),
           "qwen2-7b down": (18944, 3584)}
 TOKENS = (1, 16, 64, 512, 2048)
+#: (m, n, k) of the JAX rows: the host-bound 64³, and a decode step of a 4096-wide layer (its
+#: 32 MiB weight read takes ~10 µs of HBM time: the eager route's wait is no longer free)
+JAX_SHAPES = ((64, 64, 64), (16, 4096, 4096))
 
 
 def cupy_view(cp, t):
@@ -142,12 +147,12 @@ def jax_rows(cp, pb):
     gpu = [d for d in jax.devices() if d.platform == "gpu"]
     if not gpu:
         return [{"failure": "JAX sees no GPU"}]
-    for name in ("float16", "bfloat16", "float32"):
-        row = {"dtype": name, "form": "matmul"}
+    for (m, n, k), name in itertools.product(JAX_SHAPES, ("float16", "bfloat16", "float32")):
+        row = {"dtype": name, "form": "matmul", "m": m, "n": n, "k": k}
         try:
             key = jax.random.PRNGKey(0)
-            a = jax.device_put(jax.random.normal(key, (64, 64), dtype=name), gpu[0])
-            b = jax.device_put(jax.random.normal(jax.random.PRNGKey(1), (64, 64), dtype=name), gpu[0])
+            a = jax.device_put(jax.random.normal(key, (m, k), dtype=name), gpu[0])
+            b = jax.device_put(jax.random.normal(jax.random.PRNGKey(1), (k, n), dtype=name), gpu[0])
             ca = cp.asarray(np.asarray(a.astype("float32"))).astype(name if name != "bfloat16" else "float32")
             cb = cp.asarray(np.asarray(b.astype("float32"))).astype(ca.dtype)
             got = pb.matmul(a, b)

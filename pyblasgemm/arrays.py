@@ -574,9 +574,7 @@ def jax_matmul(routine: str, a, b, bias, activation, compute, backend, others: d
         _JAX_OPS.append(importlib.import_module("pyblasgemm.jax"))
     if traced:
         return _JAX_OPS[0].matmul(a, b, bias=bias, activation=activation, compute=compute, backend=backend)
-    if bias is None:
-        return _JAX_OPS[0].compiled(False, activation, compute, backend)(a, b)
-    return _JAX_OPS[0].compiled(True, activation, compute, backend)(a, b, bias)
+    return _JAX_OPS[0].eager(a, b, bias, activation, compute, backend)
 
 
 def needs_grad(*xs) -> bool:

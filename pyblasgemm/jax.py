@@ -57,7 +57,7 @@ ACTIVATIONS = _pb.epilogue.ACTIVATIONS
 #: made is read there
 _matmul_module = importlib.import_module("pyblasgemm.matmul")
 
-__all__ = ["matmul", "compiled"]
+__all__ = ["matmul", "compiled", "eager"]
 
 #: operand dtypes the products take (NumPy names)
 _DTYPES = frozenset(("float16", "bfloat16", "float32", "float64", "complex64", "complex128", "int8"))
@@ -133,6 +133,165 @@ def compiled(has_bias: bool, activation, compute, backend):
         return jax.jit(lambda a, b, bias: matmul(a, b, bias=bias, activation=activation,
                                                  compute=compute, backend=backend))
     return jax.jit(lambda a, b: matmul(a, b, activation=activation, compute=compute, backend=backend))
+
+
+# ------------------------------------------------------------------------------------------
+# Small eager products: outside XLA
+# ------------------------------------------------------------------------------------------
+
+#: An eager call on concrete JAX GPU arrays runs outside XLA when its product is at most this
+#: small: 2·m·n·k·batch flops (<= ~40 µs on an H100 even at float32's ~50 TF/s without tensor
+#: cores), operands and result in bytes (<= ~20 µs at its 3.35 TB/s), and the result (its pool
+#: holds several). Its launch is waited for before the result is returned (JAX cannot be told
+#: that a write it did not make is pending), which costs less than the 35-45 µs of host time
+#: an XLA dispatch takes on an H100 host (bench/results/torch_callpath_quick_h100_2026-11-28_
+#: ea86fdf.json: ``jnp.matmul`` and ``jax.jit`` at 64³). Larger products stay XLA operations,
+#: asynchronous as JAX's own.
+EAGER_MAX_FLOPS = 1 << 31
+EAGER_MAX_BYTES = 64 << 20
+EAGER_MAX_RESULT_BYTES = 1 << 20
+
+#: signature -> _EagerProduct, or None where the call goes to :func:`compiled` (bounded: a
+#: product owns its pool's GPU memory, given back to JAX when it is dropped)
+_EAGER: dict = {}
+_EAGER_LIMIT = 64
+_MISSING = object()
+
+
+def eager(a, b, bias=None, activation=None, compute=None, backend=None):
+    """:func:`pyblasgemm.matmul` on concrete JAX arrays on one GPU (what it calls for them):
+    a small product (:data:`EAGER_MAX_FLOPS`, :data:`EAGER_MAX_BYTES`,
+    :data:`EAGER_MAX_RESULT_BYTES`) of >= 2-D operands runs outside XLA, on a stream of
+    pyblasgemm's, into a fresh JAX array from a pool (one XLA dispatch makes many), after the
+    operands are ready, and is waited for; the rest runs as :func:`compiled`'s XLA operation.
+    Both give the same bits (one recorded launch: the traced route's own).
+
+    >>> import jax.numpy as jnp
+    >>> eager(jnp.ones((2, 3)), jnp.ones((3, 1)), activation="relu")     # (a CPU array: compiled)
+    Array([[3.],
+           [3.]], dtype=float32)
+    """
+    if activation == "none":
+        activation = None
+    sig = (a.shape, b.shape, a.dtype, b.dtype, a.sharding, b.sharding,
+           None if bias is None else (bias.shape, bias.dtype, bias.sharding), activation, compute, backend)
+    product = _EAGER.get(sig, _MISSING)
+    if product is _MISSING:
+        product = _EagerProduct.of(a, b, bias, activation, compute, backend)
+        if len(_EAGER) >= _EAGER_LIMIT:
+            _EAGER.clear()
+        _EAGER[sig] = product
+    if product is not None:
+        return product(a, b, bias)
+    if bias is None:
+        return compiled(False, activation, compute, backend)(a, b)
+    return compiled(True, activation, compute, backend)(a, b, bias)
+
+
+class _EagerProduct:
+    """One call signature's small eager product on one GPU: its results' pool, the stream it
+    runs on and its launch (a :class:`_Callback`, recorded on its first run)."""
+
+    def __init__(self, shape, dtype, device, activation, compute, backend):
+        self.pool = _ResultPool(shape, dtype, device)
+        self.cuda_device = device.local_hardware_id
+        self.stream = _eager_stream(self.cuda_device)
+        self.callback = _Callback(activation, compute, backend, False)
+
+    @classmethod
+    def of(cls, a, b, bias, activation, compute, backend):
+        """The product for this call, or None where it goes to :func:`compiled` (1-D operands
+        and broadcasts need XLA's reshapes; an empty or large product; two devices; anything
+        :func:`matmul` would refuse, so that it names the fault)."""
+        if type(a) is not type(b) or a.ndim < 2 or b.ndim < 2 or a.sharding != b.sharding \
+                or (bias is not None and (type(bias) is not type(a) or bias.sharding != a.sharding)):
+            return None
+        if np.dtype(a.dtype).name not in _DTYPES or np.dtype(b.dtype).name not in _DTYPES \
+                or not (activation is None or activation in ACTIVATIONS) \
+                or not all(word is None or type(word) is str for word in (compute, backend)):
+            return None
+        (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
+        try:
+            batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        except ValueError:
+            return None
+        if k != k2 or min(m, n, k) < 1 or (bias is not None and bias.shape != (n,)):
+            return None
+        dtype = np.dtype(jnp.result_type(a.dtype, b.dtype))
+        count = int(np.prod(batch, dtype=np.int64))
+        result_bytes = count * m * n * dtype.itemsize
+        moved = a.nbytes + b.nbytes + result_bytes
+        if 2 * count * m * n * k > EAGER_MAX_FLOPS or moved > EAGER_MAX_BYTES \
+                or result_bytes > EAGER_MAX_RESULT_BYTES:
+            return None
+        devices = a.sharding.device_set
+        if len(devices) != 1 or next(iter(devices)).platform != "gpu":
+            return None
+        return cls(tuple(batch) + (m, n), dtype, next(iter(devices)), activation, compute, backend)
+
+    def __call__(self, a, b, bias):
+        a.block_until_ready()           # (JAX's work that makes them is done: no wait on its stream)
+        b.block_until_ready()
+        pbias = 0
+        if bias is not None:
+            pbias = bias.block_until_ready().unsafe_buffer_pointer()
+        c = self.pool.take()
+        runtime = _runtime()
+        before = runtime.getDevice()
+        if before != self.cuda_device:
+            runtime.setDevice(self.cuda_device)
+        try:
+            self.callback.launch(self.stream, self.cuda_device, (c,), a, b, bias, a.unsafe_buffer_pointer(),
+                                 b.unsafe_buffer_pointer(), c.unsafe_buffer_pointer(), pbias)
+            runtime.streamSynchronize(self.stream)
+        finally:
+            if before != self.cuda_device:
+                runtime.setDevice(before)
+        return c
+
+
+class _ResultPool:
+    """Ready JAX arrays of one shape and dtype on one device that nothing else holds, for eager
+    results: one compiled XLA program makes :attr:`depth` of them at a time (one dispatch, not
+    one per result), each filled with its own value so that no two can share a buffer (and
+    that is checked)."""
+
+    #: the bytes one pool holds at most, and the arrays
+    BYTES = 4 << 20
+    DEPTH = 32
+
+    def __init__(self, shape, dtype, device):
+        nbytes = max(1, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+        depth = self.depth = max(1, min(self.DEPTH, self.BYTES // nbytes))
+        self.device = device
+        self.make = jax.jit(lambda: tuple(jnp.full(shape, i, dtype) for i in range(depth)))
+        self.ready: list = []
+
+    def take(self):
+        """A fresh array (its contents undefined to the caller, who writes all of it)."""
+        if not self.ready:
+            with jax.default_device(self.device):
+                made = jax.block_until_ready(self.make())   # (its fills run before our writes)
+            if len({x.unsafe_buffer_pointer() for x in made}) != len(made):
+                raise RuntimeError("pyblasgemm.jax: XLA gave two results of one program one buffer; "
+                                   "please report this with your JAX version")
+            self.ready = list(made)
+        return self.ready.pop()
+
+
+_EAGER_STREAMS: dict = {}
+
+
+def _eager_stream(cuda_device: int) -> int:
+    """The stream eager products run on, one per device (a non-blocking one of CuPy's, kept
+    for the process)."""
+    if cuda_device not in _EAGER_STREAMS:
+        import cupy
+
+        with cupy.cuda.Device(cuda_device):
+            stream = cupy.cuda.Stream(non_blocking=True)
+        _EAGER_STREAMS[cuda_device] = (stream, stream.ptr)
+    return _EAGER_STREAMS[cuda_device][1]
 
 
 # ------------------------------------------------------------------------------------------
@@ -224,20 +383,23 @@ class _Callback:
             stream = ctx.stream
         except Exception:           # (the CPU has no GPU context: the host backend)
             return self._host(outs, a, b, bias)
-        pa, pb, pc = _pointer(a), _pointer(b), _pointer(outs[0])
-        pbias = 0 if bias is None else _pointer(bias)
-        device = _runtime().getDevice()
+        self.launch(stream, _runtime().getDevice(), outs, a, b, bias,
+                    _pointer(a), _pointer(b), _pointer(outs[0]), 0 if bias is None else _pointer(bias))
+        return None
+
+    def launch(self, stream: int, device: int, outs, a, b, bias, pa: int, pb: int, pc: int, pbias: int):
+        """The product on ``stream`` of CUDA ``device`` (current), into ``outs``: the recorded
+        launch with these pointers, or the full path (which records it)."""
         align = (pa | pb | pc | pbias) & 15
         hit = self.replays.get(device)
         if hit is not None and hit[0] == align:
             hit[1](pa, pb, pc, pbias, stream)
-            return None
+            return
         replay = self._full(outs, a, b, bias, device, stream)
         if replay is not None:
             if len(self.replays) >= 16:
                 self.replays.clear()
             self.replays[device] = (align, replay)
-        return None
 
     def _kw(self, bias, pre):
         return dict(bias=bias, activation=self.activation, preactivation_out=pre,

@@ -207,3 +207,139 @@ def test_gpu_fused_epilogue_replays_without_the_full_path(monkeypatch):
         assert np.array_equal(np.asarray(pyblasgemm.matmul(a, b, bias=bias, activation="gelu")),
                               np.asarray(first))
     assert not runs
+
+
+# ------------------------------------------------------------------------------------------
+# Small eager products outside XLA (pyblasgemm.jax.eager)
+# ------------------------------------------------------------------------------------------
+
+def test_result_pool_gives_unshared_ready_arrays_and_refills():
+    """The pool's arrays: the asked shape and dtype, on the asked device, no two with one buffer,
+    each handed out once (a refill after ``depth``), depth bounded by the pool's bytes."""
+    cpu = jax.devices("cpu")[0]
+    pool = pbj._ResultPool((3, 5), np.dtype("float32"), cpu)
+    assert pool.depth == pbj._ResultPool.DEPTH
+    taken = [pool.take() for _ in range(pool.depth + 3)]
+    assert all(x.shape == (3, 5) and x.dtype == jnp.float32 and list(x.devices()) == [cpu] for x in taken)
+    pointers = {x.unsafe_buffer_pointer() for x in taken}
+    assert len(pointers) == len(taken)
+    big = pbj._ResultPool((1024, 1024), np.dtype("float16"), cpu)     # 2 MiB a result
+    assert big.depth == pbj._ResultPool.BYTES // (2 << 20)
+
+
+def test_result_pool_refuses_a_program_whose_results_share_a_buffer(monkeypatch):
+    pool = pbj._ResultPool((2, 2), np.dtype("float32"), jax.devices("cpu")[0])
+    one = jnp.zeros((2, 2))
+    pool.make = lambda: (one, one)
+    with pytest.raises(RuntimeError, match="one buffer"):
+        pool.take()
+
+
+@pytest.mark.parametrize("case", ["cpu", "one_d", "broadcast_fault", "empty", "flops", "bytes", "result",
+                                  "bias_shape", "word"])
+def test_which_eager_calls_stay_xla_operations(case, monkeypatch):
+    """_EagerProduct.of says None (the compiled XLA operation runs, and names any fault) for
+    arrays off the GPU, 1-D operands, shapes that do not fit, empty products, products over
+    each bound, a bias of the wrong shape and an unknown activation; each bound is checked on
+    its own (the others lifted)."""
+    monkeypatch.setattr(pbj._ResultPool, "__init__", lambda self, *args: None)
+    gpu_set = {type("Gpu", (), {"platform": "gpu"})()}
+
+    class Fake:
+        def __init__(self, shape, dtype="float16", device_set=gpu_set):
+            self.shape, self.dtype, self.ndim = shape, np.dtype(dtype), len(shape)
+            self.nbytes = int(np.prod(shape)) * self.dtype.itemsize
+            self.sharding = type("Sharding", (), {"device_set": device_set, "__eq__": lambda s, o: True,
+                                                  "__hash__": lambda s: 0})()
+    monkeypatch.setattr(pbj._EagerProduct, "__init__", lambda self, *args: None)
+    a, b, bias, act = Fake((64, 32)), Fake((32, 16)), None, None
+    assert pbj._EagerProduct.of(a, b, None, None, None, None) is not None     # the baseline runs eagerly
+    if case == "cpu":
+        a = b = Fake((8, 8), device_set={type("Cpu", (), {"platform": "cpu"})()})
+    elif case == "one_d":
+        b = Fake((32,))
+    elif case == "broadcast_fault":
+        a, b = Fake((2, 64, 32)), Fake((3, 32, 16))
+    elif case == "empty":
+        a = Fake((0, 32))
+    elif case == "flops":
+        monkeypatch.setattr(pbj, "EAGER_MAX_FLOPS", 2 * 64 * 32 * 16 - 1)
+    elif case == "bytes":
+        monkeypatch.setattr(pbj, "EAGER_MAX_BYTES", a.nbytes + b.nbytes + 64 * 16 * 2 - 1)
+    elif case == "result":
+        monkeypatch.setattr(pbj, "EAGER_MAX_RESULT_BYTES", 64 * 16 * 2 - 1)
+    elif case == "bias_shape":
+        bias = Fake((17,))
+    elif case == "word":
+        act = "swish"
+    assert pbj._EagerProduct.of(a, b, bias, act, None, None) is None
+
+
+def test_eager_on_host_arrays_is_the_compiled_operation(monkeypatch):
+    """Eager JAX CPU arrays (and any call the eager route does not take) run through
+    :func:`pyblasgemm.jax.compiled`, once per signature decision."""
+    used = []
+    real = pbj.compiled
+    monkeypatch.setattr(pbj, "compiled", lambda *words: used.append(words) or real(*words))
+    a, b = jnp.ones((4, 3)), jnp.ones((3, 2))
+    np.testing.assert_array_equal(np.asarray(pbj.eager(a, b, None, "none")), np.full((4, 2), 3.0))
+    assert used == [(False, None, None, None)]
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_gpu_small_eager_products_run_outside_xla(dtype, monkeypatch):
+    """A small eager product never calls XLA's compiled operation, gives the traced route's
+    bits, fills every element of its pooled result (a pool value left behind fails the
+    reference) and hands out each result once: 80 calls (past two refills) on fresh operands,
+    every result kept and checked afterwards."""
+    d = _gpu_or_skip()
+    rng = np.random.default_rng(11)
+    b = _data(rng, (96, 72), dtype, d)
+    b64 = np.asarray(b, np.float64)
+    a0 = _data(rng, (40, 96), dtype, d)
+    traced = np.asarray(jax.jit(pbj.matmul)(a0, b))
+    monkeypatch.setattr(pbj, "compiled", lambda *words: pytest.fail("the eager route called XLA"))
+    assert np.array_equal(np.asarray(pyblasgemm.matmul(a0, b)), traced)
+    operands = [_data(rng, (40, 96), dtype, d) for _ in range(80)]
+    results = [pyblasgemm.matmul(a, b) for a in operands]
+    assert len({r.unsafe_buffer_pointer() for r in results}) == len(results)
+    for a, r in zip(operands, results):
+        a64 = np.asarray(a, np.float64)
+        _close(r, a64 @ b64, dtype, np.abs(a64) @ np.abs(b64))
+    with_bias = pyblasgemm.matmul(a0, b, bias=_data(rng, (72,), dtype, d), activation="relu")
+    assert float(jnp.min(with_bias.astype(jnp.float32))) >= 0
+
+
+@gpu
+def test_gpu_eager_waits_for_its_operands_and_is_read_at_once():
+    """Operands that JAX is still computing (a long chain just dispatched) are read finished, and
+    the result is final when returned: read by the host and by an XLA operation at once."""
+    d = _gpu_or_skip()
+    rng = np.random.default_rng(12)
+    x = _data(rng, (4096, 4096), "float32", d)
+    b = _data(rng, (256, 64), "float32", d)
+    for _ in range(3):
+        slow = x
+        for _ in range(8):                        # ~8 big products queued on XLA's stream
+            slow = jnp.tanh(slow @ x * 1e-3)
+        a = slow[:128, :256] + 1.0
+        got = pyblasgemm.matmul(a, b)
+        doubled = got * 2                         # an XLA operation reading it at once
+        want = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(np.asarray(doubled), 2 * want, rtol=1e-4, atol=1e-4)
+
+
+@gpu
+def test_gpu_large_eager_products_stay_xla_operations(monkeypatch):
+    d = _gpu_or_skip()
+    used = []
+    real = pbj.compiled
+    monkeypatch.setattr(pbj, "compiled", lambda *words: used.append(words) or real(*words))
+    rng = np.random.default_rng(13)
+    a, b = _data(rng, (1024, 1024), "float16", d), _data(rng, (1024, 1024), "float16", d)
+    got = pyblasgemm.matmul(a, b)          # a 2 MiB result: over EAGER_MAX_RESULT_BYTES
+    assert used == [(False, None, None, None)]
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    _close(got, a64 @ b64, "float16", np.abs(a64) @ np.abs(b64))
