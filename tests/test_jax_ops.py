@@ -281,9 +281,26 @@ def test_eager_on_host_arrays_is_the_compiled_operation(monkeypatch):
     used = []
     real = pbj.compiled
     monkeypatch.setattr(pbj, "compiled", lambda *words: used.append(words) or real(*words))
-    a, b = jnp.ones((4, 3)), jnp.ones((3, 2))
+    cpu = jax.devices("cpu")[0]
+    a, b = jax.device_put(jnp.ones((4, 3)), cpu), jax.device_put(jnp.ones((3, 2)), cpu)
     np.testing.assert_array_equal(np.asarray(pbj.eager(a, b, None, "none")), np.full((4, 2), 3.0))
     assert used == [(False, None, None, None)]
+
+
+def _nan_pool_program(shape, dtype, depth):
+    """A pool program whose arrays hold NaNs, each array its own NaN payload (distinct values,
+    so no two share a buffer)."""
+    bits = np.dtype(f"uint{8 * dtype.itemsize}")
+    nan = int(np.array(np.nan, dtype).view(bits))
+    return jax.jit(lambda: tuple(jax.lax.bitcast_convert_type(jnp.full(shape, nan + i, bits), dtype)
+                                 for i in range(depth)))
+
+
+def test_nan_pool_program_is_nan_and_unshared():
+    for dtype in (np.dtype("float32"), np.dtype(jnp.bfloat16), np.dtype("float16")):
+        made = _nan_pool_program((2, 3), dtype, 5)()
+        assert all(bool(jnp.all(jnp.isnan(x.astype(jnp.float32)))) for x in made)
+        assert len({x.unsafe_buffer_pointer() for x in made}) == 5
 
 
 @gpu
@@ -291,9 +308,12 @@ def test_eager_on_host_arrays_is_the_compiled_operation(monkeypatch):
 def test_gpu_small_eager_products_run_outside_xla(dtype, monkeypatch):
     """A small eager product never calls XLA's compiled operation, gives the traced route's
     bits, fills every element of its pooled result (a pool value left behind fails the
-    reference) and hands out each result once: 80 calls (past two refills) on fresh operands,
-    every result kept and checked afterwards."""
+    reference) and hands out each result once: 140 calls (past two refills) on fresh operands,
+    every result kept and checked afterwards. The pool's arrays come filled with NaN here (its
+    own are uninitialized), so an element the launch skips fails the reference."""
     d = _gpu_or_skip()
+    real_program = pbj._ResultPool._program
+    monkeypatch.setattr(pbj._ResultPool, "_program", staticmethod(_nan_pool_program))
     rng = np.random.default_rng(11)
     b = _data(rng, (96, 72), dtype, d)
     b64 = np.asarray(b, np.float64)
@@ -301,7 +321,7 @@ def test_gpu_small_eager_products_run_outside_xla(dtype, monkeypatch):
     traced = np.asarray(jax.jit(pbj.matmul)(a0, b))
     monkeypatch.setattr(pbj, "compiled", lambda *words: pytest.fail("the eager route called XLA"))
     assert np.array_equal(np.asarray(pyblasgemm.matmul(a0, b)), traced)
-    operands = [_data(rng, (40, 96), dtype, d) for _ in range(80)]
+    operands = [_data(rng, (40, 96), dtype, d) for _ in range(140)]
     results = [pyblasgemm.matmul(a, b) for a in operands]
     assert len({r.unsafe_buffer_pointer() for r in results}) == len(results)
     for a, r in zip(operands, results):
@@ -309,6 +329,10 @@ def test_gpu_small_eager_products_run_outside_xla(dtype, monkeypatch):
         _close(r, a64 @ b64, dtype, np.abs(a64) @ np.abs(b64))
     with_bias = pyblasgemm.matmul(a0, b, bias=_data(rng, (72,), dtype, d), activation="relu")
     assert float(jnp.min(with_bias.astype(jnp.float32))) >= 0
+    # the library's own (unfilled) pool: the same bits as the poisoned one
+    monkeypatch.setattr(pbj._ResultPool, "_program", staticmethod(real_program))
+    pbj._EAGER.clear()
+    assert np.array_equal(np.asarray(pyblasgemm.matmul(a0, b)), traced)
 
 
 @gpu
