@@ -267,6 +267,7 @@ class _ResultPool:
         self.device = device
         self.make = self._program(tuple(shape), np.dtype(dtype), self.depth)
         self.ready: list = []
+        self.checked = False
 
     @staticmethod
     def _program(shape, dtype, depth):
@@ -278,10 +279,15 @@ class _ResultPool:
         """A fresh array (its contents undefined: the caller writes all of it)."""
         if not self.ready:
             with jax.default_device(self.device):
-                made = jax.block_until_ready(self.make())
-            if len({x.unsafe_buffer_pointer() for x in made}) != len(made):
-                raise RuntimeError("pyblasgemm.jax: XLA gave two results of one program one buffer; "
-                                   "please report this with your JAX version")
+                made = self.make()
+            # one run of one program: its results are ready together, and then the work XLA
+            # queued earlier on memory its allocator gave them is done too
+            made[-1].block_until_ready()
+            if not self.checked:        # (an executable's buffer assignment is fixed: once)
+                if len({x.unsafe_buffer_pointer() for x in made}) != len(made):
+                    raise RuntimeError("pyblasgemm.jax: XLA gave two results of one program one "
+                                       "buffer; please report this with your JAX version")
+                self.checked = True
             self.ready = list(made)
         return self.ready.pop()
 
