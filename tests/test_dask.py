@@ -934,6 +934,9 @@ def _check_ipc_graph(z, holder):
         if kind == "fetch":
             (export,) = deps
             assert _kind(export) == "export" and priority[key] == 1, (key, export)
+            assert task.kwargs == {"wait": False}, (key, task.kwargs)   # its readers wait, each for its own blocks
+        for f in _nested_fetches(task) if kind != "fetch" else []:
+            assert f.kwargs == {}, (key, f.kwargs)          # folded: the product right after it waits for its copy
         for f in fetches:
             export, slot, blocks = _fetch_blocks(graph, f)
             assert where[export] != w, (key, export)
@@ -944,12 +947,25 @@ def _check_ipc_graph(z, holder):
         for d in deps:                      # a product or a sum: nothing of another worker's
             if _kind(d) == "operand":
                 assert holder(d) == w, (key, d)
+            elif _kind(d) == "export" and where[d] == w:   # this worker's export: an order, no data
+                assert task.func is pbd._after_export and task.args[0].key == d, (key, d)
+                assert all(_kind(e) == "operand" for e in graph[d].dependencies), (key, d)
             elif _kind(d) == "export":      # read through a fetch folded into this task
                 assert any(f.args[0].key == d for f in fetches), (key, d)
             else:                           # a fetch, or a partial sum computed here
                 assert where[d] == w, (key, d)
     for w, blocks in fetched.items():
         assert len(blocks) == len(set(blocks)), (w, blocks)              # once per worker
+    # a worker exporting blocks in memory runs that export before its first product: every
+    # task there whose inputs are none of them computed there depends on it (its ready event
+    # then follows no product on the GPU); no export of blocks in memory depends on a product
+    for key, task in graph.items():
+        if _kind(key) != "export" or not all(_kind(d) == "operand" for d in task.dependencies):
+            continue
+        for other, t in graph.items():
+            if _kind(other) in ("partial", "matmul") and where[other] == where[key] and not any(
+                    _kind(d) in ("partial", "sum", "matmul") and where[d] == where[key] for d in t.dependencies):
+                assert key in t.dependencies, (other, key)
     # each export knows its readers, and each of them records its own CUDA IPC done event
     for key, task in graph.items():
         if _kind(key) == "export":
