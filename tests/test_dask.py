@@ -1226,7 +1226,7 @@ def test_the_scaling_benchmarks_ipc_transport_on_the_host(tmp_path):
     out = tmp_path / "smoke.json"
     case = "smoke 128^3 bfloat16"
     done = subprocess.run([sys.executable, str(root / "bench/dask_scaling.py"), "--smoke", "--gpus", "2",
-                           "--cases", case, "--probe", "ipc", "--transport", "ipc", "--no-dask-array",
+                           "--cases", case, "--probe", "ipc", "--transport", "ipc", "--no-dask-array", "--trace",
                            "--out", str(out)], cwd=root,
                           capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(root)))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -1240,6 +1240,13 @@ def test_the_scaling_benchmarks_ipc_transport_on_the_host(tmp_path):
     assert ours["ipc_bytes_per_run"] == 0 and ours["ipc_fallback_blocks"] > 0
     assert ours["ipc_fallback_reasons"] == ["export: not a CuPy array (numpy.ndarray)"]
     assert doc["bitwise"][case]["threaded_equal"] is True
+    # --trace: every timed run's entries per worker, each task's kind, host times and Dask key
+    for run in ours["trace"]["timed"]:
+        entries = [e for w in run["entries"].values() for e in w]
+        assert {e[0] for e in entries} >= {"export", "fetch", "product"}, {e[0] for e in entries}
+        assert all(len(e) == 6 and e[1] <= e[2] and e[3] is None for e in entries)
+        exports = [e for e in entries if e[0] == "export"]
+        assert exports and all("pyblasgemm-ipc-export-" in e[5] for e in exports)
     from bench.dask_scaling import QUICK
 
     assert QUICK["probe"] == "tcp,ipc" and QUICK["transport"] == "ipc" and QUICK["gpus"] == "1,2,4"
