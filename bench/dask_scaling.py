@@ -600,8 +600,15 @@ def cluster(transport, n, device, message_bytes):
                                             dashboard_address=None, silence_logs=logging.CRITICAL)
     import dask_cuda
 
+    # the first n of this process's GPUs: dask-cuda sets each worker's CUDA_VISIBLE_DEVICES to
+    # the list it is given, so a limit of the caller's (CUDA_VISIBLE_DEVICES=2,3) is passed on
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if visible and len(visible) < n:
+        raise ValueError(f"--gpus: a cluster of n={n} GPUs, but CUDA_VISIBLE_DEVICES={','.join(visible)!r} "
+                         f"shows {len(visible)}")
+    devices = visible[:n] if visible else [str(i) for i in range(n)]
     with dask.config.set(settings):
-        return dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(str(i) for i in range(n)), n_workers=n,
+        return dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(devices), n_workers=n,
                                           dashboard_address=None, silence_logs=logging.CRITICAL,
                                           **TRANSPORTS[transport][0])
 
