@@ -65,10 +65,14 @@ Method:
   output blocks ended up, tasks stolen by Dask's work stealing; and Dask's task stream of the
   last run summed per action (compute, transfer, ...) and per worker. A task ends when its
   kernels are queued, so the task stream says little of a GPU: ``--trace`` wraps the task
-  functions on the workers and records, per timed run and worker, each task's host start and
-  end and a timing event on its stream before and after it, all on the host's clock
-  (:func:`trace_summary`: when the first task began, the GPU's first start and last end, its
-  busy and idle ms between products, each product's and each copy's ms);
+  functions on the workers and records, per timed run and worker, each task's key, host start
+  and end and a timing event on its stream before and after it, and timing events where the
+  CUDA IPC transport records an export's ready event and where a fetch's copies start (after
+  that event) and end (``pyblasgemm._dask_ipc.TRACE``; None, a global read, when not
+  tracing), all on the host's clock; every entry goes into the results (``trace.timed[*].entries``)
+  with a summary per worker (:func:`trace_summary`: when the first task began, the GPU's first
+  start and last end, its busy and idle ms between products, each product's and each copy's ms,
+  when each ready event passed);
 * the block products alone (``--blocks-alone``): each case's output-block tasks called in turn
   in this process on one GPU, without Dask, and each block as one GEMM over the whole of K
   (:func:`blocks_alone`): how much of the gap to one call is in the blocks, how much in Dask.
@@ -273,6 +277,7 @@ def _trace_state():
     if mod is None:
         mod = sys.modules[_TRACE_MODULE] = types.ModuleType(_TRACE_MODULE)
         mod.entries, mod.ref, mod.gpu, mod.local, mod.installed = [], None, False, threading.local(), False
+        mod.thread_state = None
     return mod
 
 
@@ -280,7 +285,8 @@ def _traced(fn, kind, state):
     """``fn`` recording, while a run is traced, its host start and end (time.time(): one clock
     for every process of the host) and, on a GPU, a timing event before and after it on the
     stream its GPU work goes to (a fetch: pyblasgemm._dask_ipc's copy stream; else CuPy's
-    current stream). A call inside a traced call (_product_finish calls _product) counts once."""
+    current stream), with the Dask key of the task it runs in. A call inside a traced call
+    (_product_finish calls _product) counts once."""
     import functools
 
     @functools.wraps(fn)
@@ -308,23 +314,54 @@ def _traced(fn, kind, state):
             if ev0 is not None:
                 ev1 = cp.cuda.Event()
                 ev1.record(stream)
-            state.entries.append((kind, t0, t1, ev0, ev1))
+            state.entries.append((kind, t0, t1, ev0, ev1, _task_key(state)))
             return out
         finally:
             local.depth = 0
     return wrapper
 
 
+def _task_key(state):
+    """The Dask key of the task running on this thread (a string), or None."""
+    key = getattr(state.thread_state, "key", None) if state.thread_state is not None else None
+    return None if key is None else str(key)
+
+
+def _ipc_hook(state):
+    """pyblasgemm._dask_ipc.TRACE while this worker is traced: a timing event where the
+    transport queues its GPU work (``ready``: an export's ready event, on the exporting stream;
+    ``copy_start``: a fetch's copy stream once it waits for the producer's ready event;
+    ``copy_end``: after its copies), as an entry of the run with the same host time twice."""
+    def hook(what, device, stream_handle):
+        if state.ref is None or not state.gpu:
+            return
+        import cupy as cp
+
+        stream = cp.cuda.Stream.null if stream_handle in (0, 1) else cp.cuda.ExternalStream(stream_handle)
+        ev = cp.cuda.Event()
+        ev.record(stream)
+        now = time.time()
+        state.entries.append((what, now, now, ev, ev, _task_key(state)))
+    return hook
+
+
 def _install_trace(dask_worker=None):
-    """Wrap the task functions of TRACED on this worker (once; before its first task: Dask
-    resolves a task's function by name when the task arrives)."""
+    """Wrap the task functions of TRACED on this worker and set pyblasgemm._dask_ipc.TRACE
+    (once; before its first task: Dask resolves a task's function by name when the task
+    arrives). Nothing is recorded outside a traced run (:func:`_trace_begin`)."""
     import importlib
 
     state = _trace_state()
     if not state.installed:
+        try:
+            from distributed.worker import thread_state
+        except ImportError:             # no distributed: no task keys
+            thread_state = None
+        state.thread_state = thread_state
         for modname, name, kind in TRACED:
             mod = importlib.import_module(modname)
             setattr(mod, name, _traced(getattr(mod, name), kind, state))
+        importlib.import_module("pyblasgemm._dask_ipc").TRACE = _ipc_hook(state)
         state.installed = True
     return True
 
@@ -347,8 +384,8 @@ def _trace_begin(device, dask_worker=None):
 
 
 def _trace_end(dask_worker=None):
-    """The traced run's entries, (kind, host start, host end, GPU start, GPU end) in seconds of
-    the host clock (GPU times None on the host); tracing stops."""
+    """The traced run's entries, (kind, host start, host end, GPU start, GPU end, task key) in
+    seconds of the host clock (GPU times None on the host); tracing stops."""
     state = _trace_state()
     if state.ref is None:
         return []
@@ -358,14 +395,19 @@ def _trace_end(dask_worker=None):
         import cupy as cp
 
         cp.cuda.Device().synchronize()
-    for kind, t0, t1, e0, e1 in state.entries:
+    for kind, t0, t1, e0, e1, key in state.entries:
         g0 = g1 = None
         if e0 is not None:
             g0 = ref_t + cp.cuda.get_elapsed_time(ref, e0) / 1e3
             g1 = ref_t + cp.cuda.get_elapsed_time(ref, e1) / 1e3
-        out.append((kind, t0, t1, g0, g1))
+        out.append((kind, t0, t1, g0, g1, key))
     state.entries, state.ref = [], None
     return out
+
+
+#: trace entries that mark a point of the IPC transport's GPU work (pyblasgemm._dask_ipc.TRACE),
+#: not a task
+IPC_MARKS = ("ready", "copy_start", "copy_end")
 
 
 def trace_summary(entries, t0) -> dict:
@@ -374,18 +416,26 @@ def trace_summary(entries, t0) -> dict:
     products and adds on the compute stream (one after the other: a gap between two is the GPU
     idle, waiting for the host or a copy): first start, last end, busy, idle between them,
     each product's ms; each fetch's copy stream interval (from its queueing, so it includes
-    the wait for the producer's ready event).
+    the wait for the producer's ready event); and, from the transport's own marks, when each
+    export's ready event passed on the GPU (``ready_ms``) and each fetch's copies ran
+    (``copies_ms``: [start, end], from the ready event's passing to the last copy's end).
+    Entries: (kind, host start, host end, GPU start, GPU end[, task key]).
 
     >>> s = trace_summary([("product", 1.0, 1.001, 1.0005, 1.0105), ("product", 1.002, 1.003, 1.0125, 1.0225),
-    ...                    ("fetch", 1.0, 1.0001, 1.0, 1.002)], 1.0)
+    ...                    ("fetch", 1.0, 1.0001, 1.0, 1.002), ("copy_start", 1.0, 1.0, 1.0004, 1.0004),
+    ...                    ("copy_end", 1.0, 1.0, 1.002, 1.002), ("ready", 1.0, 1.0, 1.0001, 1.0001)], 1.0)
     >>> s["tasks"], s["gpu_busy_ms"], s["gpu_idle_ms"], s["gpu_last_ms"], s["copy_ms"]
     ({'product': 2, 'fetch': 1}, 20.0, 2.0, 22.5, [2.0])
+    >>> s["ready_ms"], s["copies_ms"]
+    ([0.1], [[0.4, 2.0]])
     """
     def ms(t):
         return round((t - t0) * 1e3, 3)
 
+    marks = [e for e in entries if e[0] in IPC_MARKS]
+    entries = [e for e in entries if e[0] not in IPC_MARKS]
     out = {"tasks": {}, "host_ms": {}}
-    for kind, a, b, _, _ in entries:
+    for kind, a, b, *_ in entries:
         out["tasks"][kind] = out["tasks"].get(kind, 0) + 1
         out["host_ms"][kind] = round(out["host_ms"].get(kind, 0.0) + (b - a) * 1e3, 3)
     if not entries:
@@ -403,6 +453,12 @@ def trace_summary(entries, t0) -> dict:
     if copies:
         out["copy_ms"] = [round((e[4] - e[3]) * 1e3, 3) for e in copies]
         out["copy_end_ms"] = [ms(e[4]) for e in copies]
+    timed = [e for e in marks if e[3] is not None]
+    if timed:
+        out["ready_ms"] = [ms(e[3]) for e in timed if e[0] == "ready"]
+        starts = [e[3] for e in timed if e[0] == "copy_start"]
+        ends = [e[3] for e in timed if e[0] == "copy_end"]      # one thread: each start, then its end
+        out["copies_ms"] = [[ms(a), ms(b)] for a, b in zip(starts, ends)]
     return out
 
 
@@ -544,8 +600,15 @@ def cluster(transport, n, device, message_bytes):
                                             dashboard_address=None, silence_logs=logging.CRITICAL)
     import dask_cuda
 
+    # the first n of this process's GPUs: dask-cuda sets each worker's CUDA_VISIBLE_DEVICES to
+    # the list it is given, so a limit of the caller's (CUDA_VISIBLE_DEVICES=2,3) is passed on
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if visible and len(visible) < n:
+        raise ValueError(f"--gpus: a cluster of n={n} GPUs, but CUDA_VISIBLE_DEVICES={','.join(visible)!r} "
+                         f"shows {len(visible)}")
+    devices = visible[:n] if visible else [str(i) for i in range(n)]
     with dask.config.set(settings):
-        return dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(str(i) for i in range(n)), n_workers=n,
+        return dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(devices), n_workers=n,
                                           dashboard_address=None, silence_logs=logging.CRITICAL,
                                           **TRANSPORTS[transport][0])
 
@@ -786,11 +849,12 @@ def timed_runs(client, case, product, reps, device, with_bits, trace=False):
             entries = client.run(_trace_end)
             run["trace"] = {"wait_ms": round(waited * 1e3, 3), "elapsed_ms": round(elapsed * 1e3, 3),
                             "workers": {w: trace_summary(e, since) for w, e in entries.items()}}
-            if last:
-                run["trace"]["entries"] = {w: [(k, round((a - since) * 1e3, 3), round((b - since) * 1e3, 3),
-                                                None if g0 is None else round((g0 - since) * 1e3, 3),
-                                                None if g1 is None else round((g1 - since) * 1e3, 3))
-                                               for k, a, b, g0, g1 in e] for w, e in entries.items()}
+            # every entry, per worker: (kind, host start, host end, GPU start, GPU end) in ms after
+            # persist, and the task's key (kinds IPC_MARKS: a point of the transport's GPU work)
+            run["trace"]["entries"] = {w: [(k, round((a - since) * 1e3, 3), round((b - since) * 1e3, 3),
+                                            None if g0 is None else round((g0 - since) * 1e3, 3),
+                                            None if g1 is None else round((g1 - since) * 1e3, 3), key)
+                                           for k, a, b, g0, g1, key in e] for w, e in entries.items()}
         if with_bits:
             run["digest"] = client.compute(digests(done), sync=True).tolist()
         if rep:
@@ -806,7 +870,8 @@ def _print_trace(trace) -> None:
     for w, t in trace["workers"].items():
         print(f"    trace {w[-5:]}: first task {t.get('first_task_ms')} ms, GPU {t.get('gpu_first_ms')}-"
               f"{t.get('gpu_last_ms')} ms busy {t.get('gpu_busy_ms')} idle {t.get('gpu_idle_ms')}, tasks {t['tasks']}, "
-              f"host {t['host_ms']}, copies {t.get('copy_ms')} ending {t.get('copy_end_ms')}; "
+              f"host {t['host_ms']}, copies {t.get('copy_ms')} ending {t.get('copy_end_ms')}, "
+              f"ready at {t.get('ready_ms')}, copying {t.get('copies_ms')}; "
               f"wait {trace['wait_ms']} ms, elapsed {trace['elapsed_ms']} ms", flush=True)
 
 
