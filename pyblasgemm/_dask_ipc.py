@@ -12,29 +12,22 @@ where a block crosses workers:
   event (``CU_EVENT_INTERPROCESS``, :class:`_Exported`): *ready*, recorded on the exporting
   thread's stream after the work queued there (the blocks' writers), and one *done* event per
   reader (``readers``: the fetches the graph gives the export), which each reader records
-  after its copy. The graph runs a worker's export of blocks in memory before that worker's
-  products (they depend on it), so *ready* covers the blocks' writers and none of the
-  products. The object keeps the arrays alive for as long as Dask keeps its key; when Dask lets
-  it go, the arrays are held on (:func:`_reap`) until every *done* event has completed, so their
-  memory returns to the pool only once no reader copies from it: the producer's stream waits
-  for nothing. It pickles to that metadata alone. A block that cannot be exported (NumPy, a
-  CuPy array whose allocator refuses IPC, no CUDA) is carried as data: Dask's own transfer;
-  when no block of the group can be exported, the task returns the blocks themselves and Dask
-  moves them as it always does;
+  after its copy. The object keeps the arrays alive for as long as Dask keeps its key (until
+  every reader's task has ended); when Dask lets it go, the stream that wrote the blocks is made
+  to wait for every *done* event before the blocks' memory can be handed out again. It pickles
+  to that metadata alone. A block that cannot be exported (NumPy, a CuPy array whose allocator
+  refuses IPC, no CUDA) is carried as data: Dask's own transfer; when no block of the group can
+  be exported, the task returns the blocks themselves and Dask moves them as it always does;
 * :func:`fetch`, on the worker that reads them (a task of its own, or an inline task of the one
   task there that reads them; ``indices``: the export's blocks it takes): opens each handle
   once per (producer process, handle, device) (``cuIpcOpenMemHandle`` with
   ``CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS``; a cache
   of at most :data:`OPEN_MAX`, closed by :func:`close_handles`), and on a copy stream of its own
   waits for the *ready* event, copies each block into memory of its own (``cuMemcpyDtoDAsync``,
-  peer to peer over NVLink where the GPUs have it), records an event after each block's copy
-  and its *done* event after them all. Folded into the task that reads the blocks, it makes the
-  stream current on its thread (CuPy's, where the products run) wait for its copies; a fetch
-  task does not: each task that reads a block from it (:func:`pick`) makes its stream wait for
-  that block's copy alone, so the products queued before it, and those of blocks already
-  copied, do not wait for the rest. No thread waits for a GPU: the export does not synchronize
-  the producer's device, the fetch returns once its copy is queued, and the products queued
-  after it run when the copy has landed.
+  peer to peer over NVLink where the GPUs have it), records its *done* event, and makes the
+  stream current on its thread (CuPy's, where the products run) wait for the copy. No thread
+  waits for a GPU: the export does not synchronize the producer's device, the fetch returns
+  once its copy is queued, and the products queued after it run when the copy has landed.
 
 Which writes the *ready* event covers: those queued on the exporting thread's stream, and, when
 that is the legacy default stream (CuPy's default), on every blocking stream of the process,
@@ -45,16 +38,9 @@ synchronizes the device first, as a fetch does when its thread's stream is not t
 events: every export synchronizes its device and every fetch its copy.
 
 Memory of fetched blocks comes from CuPy's pool on the copy stream; when a fetched block is
-released, an event is recorded on the stream that was current when it was fetched (after the
-products that read it), and the memory is held until that event has completed: a later copy
-gets memory that no queued product reads, and so waits for no product (it used to make the
-copy stream wait for every product queued so far: on 4 H100s each copy then began when the
-product before it ended, 6.3 ms apart). Held objects are let go by :func:`_reap`, at the next
-export or fetch of the process, at :func:`stats` and :func:`close_handles`, and all at once
-(after their events) when the pool runs out of memory.
-
-:data:`TRACE`: a function the benchmark sets (bench/dask_scaling.py ``--trace``) to time the
-*ready* record and each fetch's copy on the GPU; None (the default) costs a global read.
+released, the copy stream is made to wait for the work queued on the stream that was current
+when it was fetched (the products that read it), so a later copy into the same memory cannot
+overtake them.
 
 :func:`stats` says, per worker process, how many blocks went through IPC, how many fell back to
 Dask's transfer and why, and how many exports and fetches had to synchronize.
@@ -62,14 +48,13 @@ Dask's transfer and why, and how many exports and fetches had to synchronize.
 from __future__ import annotations
 
 import collections
-import ctypes
 import os
 import socket
 import threading
 
 import numpy as np
 
-__all__ = ["IpcBlocks", "FetchedBlocks", "export", "fetch", "pick", "stats", "close_handles", "OPEN_MAX", "EVENTS",
+__all__ = ["IpcBlocks", "export", "fetch", "pick", "stats", "close_handles", "OPEN_MAX", "EVENTS",
            "TRACE"]
 
 #: opened IPC handles kept per process (each maps one allocation of a producer: CuPy's pool
@@ -81,45 +66,36 @@ OPEN_MAX = 64
 #: (the transport as it was before events, kept to compare: bench/dask_scaling.py's ipc-sync)
 EVENTS = True
 
-#: None, or ``f(what, device, stream_handle)``, called where the GPU work of the transport is
-#: queued: ``"ready"`` (an export's *ready* event, on its stream), ``"copy_start"`` (a fetch's
-#: copy stream, once it waits for *ready*) and ``"copy_end"`` (after its copies); the benchmark's
-#: ``--trace`` records a timing event there. Off the graph's path: one global read when None.
+#: a function the benchmark sets (bench/dask_scaling.py ``--trace``) where the transport's GPU
+#: work is queued: ``"ready"`` (an export's ready event, on its stream), ``"copy_start"`` (a
+#: fetch's copy stream, once it waits for ready) and ``"copy_end"`` (after its copies), each
+#: with the device and the stream; None (the default) costs one global read
 TRACE = None
-
-#: CUresult CUDA_ERROR_NOT_READY (cuda.h): cuEventQuery of an event whose work has not completed
-NOT_READY = 600
 
 #: reentrant: a finalizer (_Exported, _Fetched) may run while this thread holds it
 _LOCK = threading.RLock()
-#: objects whose memory queued GPU work may still read (:class:`_Held`), let go by :func:`_reap`
-_HELD: list = []
 #: (producer pid, handle bytes, device) -> base address of the opened mapping
 _OPENED: collections.OrderedDict = collections.OrderedDict()
 _STREAMS = threading.local()
 _STATS = {"ipc_blocks": 0, "ipc_bytes": 0, "fallback_blocks": 0, "same_process_blocks": 0,
           "exported_blocks": 0, "opened": 0, "closed": 0, "event_exports": 0, "synchronized_exports": 0,
-          "synchronized_fetches": 0, "held_released": 0, "fallback_reasons": {}}
+          "synchronized_fetches": 0, "fallback_reasons": {}}
 
 
 def stats(reset: bool = False) -> dict:
     """This process's counts: blocks fetched through IPC (and their bytes), blocks that fell
     back to Dask's transfer (with the reasons), blocks read in the process that exported them,
     handles opened, closed and open now; exports that made IPC events, exports that
-    synchronized their device, fetches that waited for their copy on the host; released blocks
-    held until the GPU work reading them completed (``held_now``: still held, after letting go
-    of those whose work has: :func:`_reap`). Run it on the workers with ``client.run``.
+    synchronized their device, fetches that waited for their copy on the host. Run it on the
+    workers with ``client.run``.
 
     >>> sorted(stats())       # doctest: +NORMALIZE_WHITESPACE
-    ['closed', 'event_exports', 'exported_blocks', 'fallback_blocks', 'fallback_reasons', 'held_now',
-     'held_released', 'ipc_blocks', 'ipc_bytes', 'open_now', 'opened', 'same_process_blocks', 'synchronized_exports',
-     'synchronized_fetches']
+    ['closed', 'event_exports', 'exported_blocks', 'fallback_blocks', 'fallback_reasons', 'ipc_blocks',
+     'ipc_bytes', 'open_now', 'opened', 'same_process_blocks', 'synchronized_exports', 'synchronized_fetches']
     """
-    _reap()
     with _LOCK:
         out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in _STATS.items()}
         out["open_now"] = len(_OPENED)
-        out["held_now"] = len(_HELD)
         if reset:
             for k, v in _STATS.items():
                 _STATS[k] = {} if isinstance(v, dict) else 0
@@ -136,82 +112,6 @@ def _fallback(reason: str) -> None:
         _STATS["fallback_blocks"] += 1
         reasons = _STATS["fallback_reasons"]
         reasons[reason] = reasons.get(reason, 0) + 1
-
-
-class _Held:
-    """Objects let go by their owner whose memory GPU work may still read: ``keep`` (arrays, a
-    pool allocation) stays referenced until every one of ``events`` (driver events on
-    ``device``: a reader's *done*, or one recorded after the products that read a fetched
-    block) has completed; then the events are destroyed (``destroy``: those this process
-    made) and ``keep`` is let go, its memory back in CuPy's pool with no work queued on it.
-    Holding memory, instead of making the stream that reuses it wait (the stream would wait for
-    every product queued so far), keeps each copy and product ordered by its own data alone."""
-
-    __slots__ = ("device", "events", "destroy", "keep")
-
-    def __init__(self, device: int, events, destroy, keep):
-        self.device, self.events, self.destroy, self.keep = device, list(events), list(destroy), keep
-
-    def completed(self) -> bool:
-        """Whether every event has completed (an event never recorded counts as completed: no
-        reader copied, so no reader reads)."""
-        drv = _driver()
-        cu = drv.bindings()
-        for event in self.events:
-            try:
-                drv.call_in_context(self.device, "cuEventQuery", cu.cuEventQuery, event)
-            except drv.CudaDriverError as e:
-                if e.status == NOT_READY:
-                    return False
-                raise
-        return True
-
-    def wait(self) -> None:
-        """Wait on the host for every event (memory is short: it is needed back now)."""
-        drv = _driver()
-        cu = drv.bindings()
-        for event in self.events:
-            drv.call_in_context(self.device, "cuEventSynchronize", cu.cuEventSynchronize, event)
-
-    def finish(self) -> None:
-        drv = _driver()
-        cu = drv.bindings()
-        for event in self.destroy:
-            drv.call_in_context(self.device, "cuEventDestroy", cu.cuEventDestroy, event)
-        self.events, self.destroy, self.keep = [], [], None
-
-
-def _hold(held: _Held) -> None:
-    with _LOCK:
-        _HELD.append(held)
-
-
-def _reap(wait: bool = False) -> int:
-    """Let go of the held objects whose GPU work has completed (all of them, after waiting for
-    it on the host, with ``wait``); the number let go. A failure (a lost context) lets the
-    object go too, said in ``fallback_reasons``: nothing would ever complete it."""
-    with _LOCK:
-        if not _HELD:
-            return 0
-        held = list(_HELD)
-        _HELD.clear()
-    kept, n = [], 0
-    for h in held:
-        try:
-            if wait:
-                h.wait()
-            elif not h.completed():
-                kept.append(h)
-                continue
-            h.finish()
-        except Exception as e:
-            _fallback_reason(f"reap: {type(e).__name__}: {e}"[:160])
-            h.keep = None
-        n += 1
-    with _LOCK:
-        _HELD[:0] = kept                # in front: the oldest first, as they were held
-        _STATS["held_released"] += n
-    return n
 
 
 class IpcBlocks:
@@ -255,19 +155,6 @@ class IpcBlocks:
         return f"IpcBlocks({len(self.entries)} blocks, {ipc} by IPC, {how}, host={self.host!r}, pid={self.pid})"
 
 
-_CUPY = None
-
-
-def _cupy():
-    """CuPy (an optional dependency), imported once."""
-    global _CUPY
-    if _CUPY is None:
-        import cupy
-
-        _CUPY = cupy
-    return _CUPY
-
-
 def _driver():
     from .kernels import driver
 
@@ -277,12 +164,15 @@ def _driver():
 def _handle_bytes(handle) -> bytes:
     """The 64 bytes of a ``CUipcMemHandle`` or ``CUipcEventHandle``: cuda-bindings 13.5 exposes
     no field of the structs, only their address."""
+    import ctypes
+
     return ctypes.string_at(handle.getPtr(), 64)
 
 
 def _entry(block):
     """The IPC entry of a C-contiguous CuPy block (CudaDriverError if the driver refuses)."""
-    cupy = _cupy()
+    import cupy
+
     drv = _driver()
     cu = drv.bindings()
     dev = block.device.id
@@ -298,11 +188,12 @@ class _Exported:
     exporting thread's, where the blocks were written) when the export is made, and one *done*
     event a reader. When the export is let go (:meth:`release`, from ``__del__``: Dask drops
     the key once every reader's task has ended, so each reader has recorded its *done* event,
-    though its copy may still run), the events and the arrays are held (:class:`_Held`) until
-    every *done* event has completed: the blocks' memory cannot go back to the pool while a
-    reader copies from it, and no stream of the producer waits for a reader. This object holds
-    the arrays too, so that their memory returns to the pool only through that, whatever order
-    the export's references go in."""
+    though its copy may still run), ``stream`` is made to wait for every *done* event (on the
+    GPU: no thread waits), so work queued there after it (CuPy's pool hands a freed block's
+    memory to the stream it was allocated on) cannot overwrite a block a reader is copying;
+    then the events are destroyed (the driver frees them once they have completed) and the
+    arrays let go: this object holds them too, so that their memory returns to the pool only
+    after the waits are queued, whatever order the export's references go in."""
 
     __slots__ = ("device", "stream", "ready", "done", "arrays", "released")
 
@@ -336,16 +227,22 @@ class _Exported:
     def release(self) -> None:
         if self.released:
             return
-        self.released = True            # once; a failure later is said in stats()
-        made = [e for e in [self.ready] + self.done if e is not None]
-        # from Dask's event loop thread, maybe without a current context: no driver call here
-        _hold(_Held(self.device, self.done, made, self.arrays))
-        self.arrays, self.ready, self.done = None, None, []
+        self.released = True            # once; a failure below is said in stats() (from __del__)
+        drv = _driver()
+        cu = drv.bindings()
+        # from Dask's event loop thread, which may have no current context: call_in_context
+        for event in self.done:
+            drv.call_in_context(self.device, "cuStreamWaitEvent", cu.cuStreamWaitEvent, drv.stream(self.stream),
+                                event, 0)
+        for event in [self.ready] + self.done:
+            if event is not None:
+                drv.call_in_context(self.device, "cuEventDestroy", cu.cuEventDestroy, event)
+        self.arrays = None
 
     def __del__(self):
         try:
             self.release()
-        except Exception as e:          # interpreter shutdown: said in stats()
+        except Exception as e:          # interpreter shutdown, a lost context: said in stats()
             try:
                 _fallback_reason(f"release: {type(e).__name__}: {e}"[:160])
             except Exception:
@@ -370,12 +267,12 @@ def export(*blocks, readers: int = 1):
     """
     if isinstance(readers, (bool, np.bool_)) or not isinstance(readers, (int, np.integer)) or readers < 0:
         raise ValueError(f"pyblasgemm.dask: an export's readers={readers!r} must be an integer >= 0")
-    _reap()
     entries, arrays, devices = [], [], []
     for block in blocks:
         entry = None
         if type(block).__module__.startswith("cupy") and block.size:
-            cupy = _cupy()
+            import cupy
+
             try:
                 block = cupy.ascontiguousarray(block)       # a copy, if any, is queued on this thread's stream
                 entry = _entry(block)
@@ -395,7 +292,8 @@ def export(*blocks, readers: int = 1):
     if not devices:
         return tuple(blocks)
     events = owner = None
-    cupy = _cupy()
+    import cupy
+
     if EVENTS and len(devices) == 1:
         try:
             with cupy.cuda.Device(devices[0]):
@@ -426,44 +324,15 @@ def _fallback_reason(reason: str) -> None:
 
 
 def pick(blocks, index: int):
-    """Block ``index`` of a fetched group (an inline task of a product that reads it). From a
-    fetch task (:class:`FetchedBlocks`), the stream current on this thread first waits for that
-    block's copy alone (on the host, if that stream is not the legacy one, which the copy's
-    event cannot order: as :func:`fetch` does)."""
-    copied = getattr(blocks, "copied", None)
-    if copied is not None and copied[index] is not None:
-        stream = _cupy().cuda.get_current_stream()
-        if _is_legacy(stream):
-            stream.wait_event(copied[index])
-        else:
-            copied[index].synchronize()
+    """Block ``index`` of a fetched group (an inline task of a product that reads it)."""
     return blocks[index]
-
-
-class FetchedBlocks(tuple):
-    """The blocks of a fetch task (:func:`fetch` with ``wait=False``), each with the CuPy event
-    recorded after its copy on the copy stream (``copied``; None for a block Dask carried):
-    :func:`pick` makes the task that reads a block wait for that block alone. Pickled (Dask
-    moved or spilled the task's result), the copies are waited for on the host and it is the
-    tuple of blocks."""
-
-    def __new__(cls, blocks, copied):
-        self = super().__new__(cls, blocks)
-        self.copied = tuple(copied)
-        return self
-
-    def __reduce__(self):
-        for event in self.copied:       # the copy stream orders nothing Dask's transfer queues
-            if event is not None:
-                event.synchronize()
-        return tuple, (tuple(self),)
-
 
 
 def _copy_stream(device: int):
     """This thread's copy stream on ``device`` (non-blocking: it does not wait for the legacy
     default stream, where CuPy queues the products)."""
-    cupy = _cupy()
+    import cupy
+
     streams = getattr(_STREAMS, "by_device", None)
     if streams is None:
         streams = _STREAMS.by_device = {}
@@ -476,48 +345,24 @@ def _copy_stream(device: int):
 
 class _Fetched:
     """The owner of a fetched block's memory (from CuPy's pool, on the copy stream). Released
-    when the block is: an event is recorded on the compute stream (after the products that read
-    the block, queued there before this) and the memory is held until it has completed
-    (:class:`_Held`), so that a later copy into this memory can neither overtake those products
-    nor has to wait for them, or for any other product."""
+    when the block is: the copy stream then waits for what was queued on the compute stream
+    (the products that read the block), so a later copy into this memory cannot overtake them."""
 
     __slots__ = ("memory", "copy_stream", "compute_stream", "device")
 
     def __init__(self, memory, copy_stream, compute_stream, device):
         self.memory, self.copy_stream, self.compute_stream, self.device = memory, copy_stream, compute_stream, device
 
-    def release(self) -> None:
-        if self.memory is None:
-            return
-        drv = _driver()
-        cu = drv.bindings()
-        # from Dask's event loop thread when it drops a fetch task's key: call_in_context
-        read = drv.call_in_context(self.device, "cuEventCreate", cu.cuEventCreate,
-                                   int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING))
-        try:
-            drv.call_in_context(self.device, "cuEventRecord", cu.cuEventRecord, read,
-                                drv.stream(int(self.compute_stream.ptr)))
-        finally:
-            _hold(_Held(self.device, [read], [read], self.memory))
-            self.memory = None
-
     def __del__(self):
         try:
-            self.release()
+            import cupy
+
+            with cupy.cuda.Device(self.device):
+                done = cupy.cuda.Event(block=False, disable_timing=True)
+                done.record(self.compute_stream)
+                self.copy_stream.wait_event(done)
         except Exception:               # interpreter shutdown: nothing is queued any more
             pass
-
-
-def _alloc(nbytes: int):
-    """``nbytes`` of CuPy's pool on the current stream; when the pool is out of memory, the
-    held blocks (:func:`_reap`) are let go after their readers, and it is asked again."""
-    cupy = _cupy()
-    try:
-        return cupy.cuda.alloc(nbytes)
-    except cupy.cuda.memory.OutOfMemoryError:
-        if not _reap(wait=True):
-            raise
-        return cupy.cuda.alloc(nbytes)
 
 
 def _open(pid: int, handle: bytes, device: int) -> int:
@@ -555,7 +400,6 @@ def close_handles() -> int:
     >>> close_handles()
     0
     """
-    _reap(wait=True)                    # held blocks: their readers are done, or waited for here
     with _LOCK:
         if not _OPENED:
             return 0
@@ -573,7 +417,8 @@ def close_handles() -> int:
 
 
 def _empty_like_entry(nbytes, shape, dtype, owner, device):
-    cupy = _cupy()
+    import cupy
+
     memory = cupy.cuda.UnownedMemory(owner.memory.ptr, nbytes, owner, device)
     raw = cupy.ndarray((nbytes,), np.uint8, memptr=cupy.cuda.MemoryPointer(memory, 0))
     return raw.view(dtype).reshape(shape)
@@ -589,15 +434,12 @@ def _imported(device: int, handle: bytes):
     return drv.call_in_context(device, "cuIpcOpenEventHandle", cu.cuIpcOpenEventHandle, h)
 
 
-def fetch(group, slot: int = 0, indices=None, *, wait: bool = True):
+def fetch(group, slot: int = 0, indices=None):
     """The blocks of an :func:`export` in this worker's memory, as a tuple (see the module
     docstring); blocks Dask moved are returned as they came. ``slot``: which of the export's
     *done* events this reader records (each fetch of one export has its own, a fetch task or
     one folded into the task that reads the blocks). ``indices``: the blocks of the export this
-    reader takes, in this order (None: all of them); only those are copied. ``wait``: the
-    stream current on this thread waits for the copies here (a fetch folded into the task
-    that reads them); False (a fetch task): a :class:`FetchedBlocks`, and each task that
-    reads a block waits for its copy alone (:func:`pick`).
+    reader takes, in this order (None: all of them); only those are copied.
 
     >>> fetch(export(np.ones(2)))[0].tolist()
     [1.0, 1.0]
@@ -618,8 +460,8 @@ def fetch(group, slot: int = 0, indices=None, *, wait: bool = True):
     if group.host != socket.gethostname():
         raise RuntimeError(f"pyblasgemm.dask: CUDA IPC handles from host {group.host!r} reached host "
                            f"{socket.gethostname()!r}; IPC works within one host: pass transport='dask'")
-    _reap()
-    cupy = _cupy()
+    import cupy
+
     drv = _driver()
     cu = drv.bindings()
     device = cupy.cuda.Device().id
@@ -627,7 +469,7 @@ def fetch(group, slot: int = 0, indices=None, *, wait: bool = True):
     stream = _copy_stream(device)
     raw_stream = drv.stream(stream.ptr)
     ready = done = None
-    out, copied = [], []
+    out = []
     try:
         if group.events is not None:
             ready_handle, done_handles = group.events
@@ -648,7 +490,6 @@ def fetch(group, slot: int = 0, indices=None, *, wait: bool = True):
                 for handle, offset, shape, dtype, _strides, _bus, data in entries:
                     if handle is None:          # carried as data (counted where it was exported)
                         out.append(data)
-                        copied.append(None)
                         continue
                     nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
                     try:
@@ -657,31 +498,24 @@ def fetch(group, slot: int = 0, indices=None, *, wait: bool = True):
                         raise RuntimeError(f"pyblasgemm.dask: cannot open the CUDA IPC handle of a block of process "
                                            f"{group.pid} (GPU {_bus}) on GPU {cupy.cuda.Device(device).pci_bus_id}: "
                                            f"{e}; transport='dask' moves blocks through Dask instead") from e
-                    owner = _Fetched(_alloc(nbytes), stream, compute, device)
+                    owner = _Fetched(cupy.cuda.alloc(nbytes), stream, compute, device)
                     drv.call_in_context(device, "cuMemcpyDtoDAsync", cu.cuMemcpyDtoDAsync,
                                         cu.CUdeviceptr(owner.memory.ptr), cu.CUdeviceptr(base + offset), nbytes,
                                         raw_stream)
-                    landed = cupy.cuda.Event(block=False, disable_timing=True)
-                    landed.record(stream)
                     out.append(_empty_like_entry(nbytes, shape, dtype, owner, device))
-                    copied.append(landed)
                     _STATS["ipc_blocks"] += 1
                     _STATS["ipc_bytes"] += nbytes
                 if TRACE is not None:
                     TRACE("copy_end", device, int(stream.ptr))
                 if done is not None:        # the producer may reuse the blocks' memory once this is reached
                     drv.call_in_context(device, "cuEventRecord", cu.cuEventRecord, done, raw_stream)
-                if done is None or not _is_legacy(compute):
-                    # no done event (the producer holds nothing for this reader), or the products on
-                    # a stream the copy's events cannot order: the copies land before this returns
-                    stream.synchronize()
+                if done is not None and _is_legacy(compute):
+                    copied = cupy.cuda.Event(block=False, disable_timing=True)
+                    copied.record(stream)
+                    compute.wait_event(copied)      # the products queued after this read the copies
+                else:                       # no done event (the producer waits for nothing), or the
+                    stream.synchronize()    # products on a stream the copy cannot order: wait here
                     _STATS["synchronized_fetches"] += 1
-                    return tuple(out)
-                landed = [e for e in copied if e is not None]
-                if not wait:
-                    return FetchedBlocks(out, copied)
-                if landed:              # events of one stream: the last one lands after them all
-                    compute.wait_event(landed[-1])
     finally:
         for event in (ready, done):
             if event is not None:

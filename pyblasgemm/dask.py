@@ -241,12 +241,6 @@ def _add(p, q):
     return p + q
 
 
-def _after_export(_export, value):
-    """``value``, computed after ``_export`` (an IPC export of this worker's blocks, which its
-    task only orders: :func:`_ipc_rewrite`)."""
-    return value
-
-
 def _to_bfloat16(x):
     """float32 -> bfloat16, rounded to nearest even, NaN kept quiet, with integer operations on
     the bits: what ``ml_dtypes`` does on the host, for any array module (CuPy has no bfloat16
@@ -603,15 +597,9 @@ def _ipc_rewrite(dsk, where, priority, holders, hosts, token):
       exports depend on the blocks, fetches on the export's key.
 
     Exports run first on their worker (priority 2, fetch tasks 1): a worker's first tasks are
-    the exports the others wait for; and the first task of each chain on a worker that exports
-    blocks in memory depends on that export (wrapped in :func:`_after_export`), since Dask may
-    start a product before a higher-priority task that reached the worker later, and the
-    export's *ready* event would then follow that product on the GPU. Each export is told how
-    many fetches read it (``readers``: one CUDA IPC *done* event each) and each fetch its
-    ``slot`` among them (the event it records once its copies are queued); a folded fetch has
-    its own slot as a fetch task does. A fetch task (``wait=False``) leaves the products
-    queued after it free to run: each task that picks a block from it waits for that block's
-    copy alone.
+    the exports the others wait for. Each export is told how many fetches read it (``readers``:
+    one CUDA IPC *done* event each) and each fetch its ``slot`` among them (the event it
+    records once its copies are queued); a folded fetch has its own slot as a fetch task does.
 
     >>> from dask.task_spec import List, Task, TaskRef
     >>> def product(xs, ys):
@@ -696,7 +684,7 @@ def _ipc_rewrite(dsk, where, priority, holders, hosts, token):
                     None, _dask_ipc.pick, Task(None, _dask_ipc.fetch, *args), 0)
                 continue                # (read twice, the inline fetch would run twice: a fetch task)
         fkey = (fetch_name, tokenize(w, ekey, indices))
-        dsk[fkey] = Task(fkey, _dask_ipc.fetch, *args, wait=False)     # each reader waits for its blocks
+        dsk[fkey] = Task(fkey, _dask_ipc.fetch, *args)
         where[fkey], priority[fkey] = w, 1
         for key in unit["tasks"]:
             subs = subs_of.setdefault(key, {})
@@ -709,21 +697,6 @@ def _ipc_rewrite(dsk, where, priority, holders, hosts, token):
         ekey = ekeys[eid]
         dsk[ekey] = Task(ekey, _dask_ipc.export, *[TaskRef(d) for d in blocks], readers=readers[eid])
         where[ekey], priority[ekey] = producer, 2
-    # the export of blocks in memory records its ready event on its worker's stream, after all
-    # queued there: it must run before that worker's products, or its readers' copies wait for
-    # them (priority alone did not: on 4 H100s each worker's first product came first, and the
-    # others' copies began after it, 6.3 ms later). So the first task of each chain on the
-    # producer (none of its inputs computed there) depends on that export
-    placed_on = {key: where[key] for key in placed}
-    for eid, (producer, _blocks) in exports.items():
-        if eid[0] != "memory":
-            continue                    # sums are exported once computed: after their products
-        ekey = ekeys[eid]
-        for key, w in placed_on.items():
-            task = dsk[key]
-            if w != producer or any(placed_on.get(d) == producer for d in task.dependencies):
-                continue
-            dsk[key] = Task(key, _after_export, TaskRef(ekey), Task(None, task.func, *task.args, **task.kwargs))
 
 
 def transport_of(z) -> str:

@@ -934,9 +934,6 @@ def _check_ipc_graph(z, holder):
         if kind == "fetch":
             (export,) = deps
             assert _kind(export) == "export" and priority[key] == 1, (key, export)
-            assert task.kwargs == {"wait": False}, (key, task.kwargs)   # its readers wait, each for its own blocks
-        for f in _nested_fetches(task) if kind != "fetch" else []:
-            assert f.kwargs == {}, (key, f.kwargs)          # folded: the product right after it waits for its copy
         for f in fetches:
             export, slot, blocks = _fetch_blocks(graph, f)
             assert where[export] != w, (key, export)
@@ -947,25 +944,12 @@ def _check_ipc_graph(z, holder):
         for d in deps:                      # a product or a sum: nothing of another worker's
             if _kind(d) == "operand":
                 assert holder(d) == w, (key, d)
-            elif _kind(d) == "export" and where[d] == w:   # this worker's export: an order, no data
-                assert task.func is pbd._after_export and task.args[0].key == d, (key, d)
-                assert all(_kind(e) == "operand" for e in graph[d].dependencies), (key, d)
             elif _kind(d) == "export":      # read through a fetch folded into this task
                 assert any(f.args[0].key == d for f in fetches), (key, d)
             else:                           # a fetch, or a partial sum computed here
                 assert where[d] == w, (key, d)
     for w, blocks in fetched.items():
         assert len(blocks) == len(set(blocks)), (w, blocks)              # once per worker
-    # a worker exporting blocks in memory runs that export before its first product: every
-    # task there whose inputs are none of them computed there depends on it (its ready event
-    # then follows no product on the GPU); no export of blocks in memory depends on a product
-    for key, task in graph.items():
-        if _kind(key) != "export" or not all(_kind(d) == "operand" for d in task.dependencies):
-            continue
-        for other, t in graph.items():
-            if _kind(other) in ("partial", "matmul") and where[other] == where[key] and not any(
-                    _kind(d) in ("partial", "sum", "matmul") and where[d] == where[key] for d in t.dependencies):
-                assert key in t.dependencies, (other, key)
     # each export knows its readers, and each of them records its own CUDA IPC done event
     for key, task in graph.items():
         if _kind(key) == "export":
@@ -1314,281 +1298,83 @@ def test_ipc_handles_are_opened_once_bounded_and_closed(monkeypatch):
     ipc.stats(reset=True)
 
 
-class _StandInDriver:
-    """The CUDA driver calls of pyblasgemm._dask_ipc, logged: events are numbered as created,
-    ``not_ready`` holds the events cuEventQuery says are still pending."""
-
-    def __init__(self):
-        from pyblasgemm.kernels import driver as real
-
-        self.calls, self.created, self.not_ready = [], 0, set()
-        self.CudaDriverError, self.check = real.CudaDriverError, real.check
-        outer = self
-
-        class Bindings:
-            class CUevent_flags:
-                CU_EVENT_DISABLE_TIMING = 2
-                CU_EVENT_INTERPROCESS = 4
-
-            class _Handle:
-                def __init__(self, event):
-                    self.raw = bytes([event]) * 64
-
-                def getPtr(self):
-                    import ctypes
-                    self.buf = ctypes.create_string_buffer(self.raw, 64)
-                    return ctypes.addressof(self.buf)
-
-            @staticmethod
-            def CUdeviceptr(ptr):
-                return int(ptr)
-
-            @staticmethod
-            def cuEventCreate(flags):
-                outer.created += 1
-                outer.calls.append(("create", flags))
-                return (0, outer.created)
-
-            @staticmethod
-            def cuEventRecord(event, stream):
-                outer.calls.append(("record", event, stream))
-                return (0,)
-
-            @staticmethod
-            def cuIpcGetEventHandle(event):
-                return (0, Bindings._Handle(event))
-
-            @staticmethod
-            def cuStreamWaitEvent(stream, event, flags):
-                outer.calls.append(("wait", stream, event))
-                return (0,)
-
-            @staticmethod
-            def cuEventQuery(event):
-                return (600 if event in outer.not_ready else 0,)       # CUDA_ERROR_NOT_READY
-
-            @staticmethod
-            def cuEventSynchronize(event):
-                outer.calls.append(("host waits", event))
-                outer.not_ready.discard(event)
-                return (0,)
-
-            @staticmethod
-            def cuEventDestroy(event):
-                outer.calls.append(("destroy", event))
-                return (0,)
-
-            @staticmethod
-            def cuMemcpyDtoDAsync(dst, src, nbytes, stream):
-                outer.calls.append(("copy", stream, src))
-                return (0,)
-
-        self.Bindings = Bindings
-
-    def bindings(self):
-        return self.Bindings
-
-    def stream(self, handle):
-        return f"stream{handle}"
-
-    def call_in_context(self, device, name, fn, *args):
-        return self.check(fn(*args), name)
-
-
-def test_an_export_records_ready_and_holds_its_blocks_until_the_readers_copies_with_a_stand_in_driver(monkeypatch):
+def test_ipc_events_order_the_copies_and_the_release_with_a_stand_in_driver(monkeypatch):
     """With a stand-in for the driver, the producer's side of the CUDA IPC events: the export
     creates interprocess events without timing (ready + one done a reader) and records ready on
-    its stream; when the export is let go (its finalizer), no stream of the producer waits for
-    anything (its products would wait for the readers' copies): the arrays and the events are
-    held until every done event has completed, then the events are destroyed and the arrays let
-    go; a failure half-way holds and then destroys what was made."""
+    its stream; when the export is let go (its finalizer), that stream waits for every reader's
+    done event before the events are destroyed, once; a fetch of an export whose producer
+    synchronized (no events) is refused nothing: it waits for its copy on the host instead."""
     import gc
-    import weakref
-
-    from pyblasgemm import _dask_ipc as ipc
-
-    fake = _StandInDriver()
-    monkeypatch.setattr(ipc, "_driver", lambda: fake)
-    monkeypatch.setattr(ipc, "_HELD", [])
-    calls = fake.calls
-
-    class Block:                        # a weak reference says when the arrays are let go
-        pass
-
-    block = Block()
-    gone = weakref.ref(block)
-    owner = ipc._Exported(0, 0, readers=2, arrays=[block])
-    assert calls == [("create", 6), ("create", 6), ("create", 6), ("record", 1, "stream0")]
-    ready, done = owner.handles()
-    assert ready == bytes([1]) * 64 and done == (bytes([2]) * 64, bytes([3]) * 64)
-    h = ipc.IpcBlocks([], host="h", pid=1, arrays=[block], events=(ready, done), owner=owner)
-    del calls[:], h, owner, block
-    gc.collect()
-    assert calls == [] and gone() is not None and len(ipc._HELD) == 1     # no wait queued: held
-    fake.not_ready.update({3})          # reader 1 copied, reader 2 still copies
-    assert ipc._reap() == 0 and calls == [] and gone() is not None
-    fake.not_ready.clear()
-    assert ipc._reap() == 1 and gone() is None and ipc._HELD == []
-    assert calls == [("destroy", 1), ("destroy", 2), ("destroy", 3)]
-    # a failure half-way: what was made is held (its events were never recorded), then destroyed
-    del calls[:]
-    monkeypatch.setattr(fake.Bindings, "cuEventRecord", staticmethod(lambda event, stream: (1,)))
-    with pytest.raises(fake.CudaDriverError, match="cuEventRecord"):
-        ipc._Exported(0, 7, readers=1)
-    gc.collect()
-    assert ipc._reap() == 1 and [c[0] for c in calls] == ["create", "create", "destroy", "destroy"]
-    assert not any(c[0] == "wait" for c in calls)
-    with pytest.raises(ValueError, match=r"readers=-1 must be an integer >= 0"):
-        ipc.export(np.ones(2), readers=-1)
-
-
-def _stand_in_fetch(monkeypatch, oom_once=False):
-    """pyblasgemm._dask_ipc with a stand-in driver and CuPy: (module, driver, log of CuPy's
-    stream calls, an export of 3 blocks of another process with ready and one done event)."""
-    import os
-    import socket
     import types
 
     from pyblasgemm import _dask_ipc as ipc
+    from pyblasgemm.kernels import driver as real
 
-    fake = _StandInDriver()
-    log = []
+    calls = []
 
-    class Stream:
-        def __init__(self, ptr):
-            self.ptr = ptr
+    class Bindings:
+        class CUevent_flags:
+            CU_EVENT_DISABLE_TIMING = 2
+            CU_EVENT_INTERPROCESS = 4
 
-        def __enter__(self):
-            return self
+        class _Handle:
+            def __init__(self, event):
+                self.raw = bytes([event]) * 64
 
-        def __exit__(self, *exc):
-            return False
+            def getPtr(self):
+                import ctypes
+                self.buf = ctypes.create_string_buffer(self.raw, 64)
+                return ctypes.addressof(self.buf)
 
-        def wait_event(self, event):
-            log.append(("stream waits", self.ptr, event.name))
+        @staticmethod
+        def cuEventCreate(flags):
+            calls.append(("create", flags))
+            return (0, len([c for c in calls if c[0] == "create"]))
 
-        def synchronize(self):
-            log.append(("host waits for stream", self.ptr))
+        @staticmethod
+        def cuEventRecord(event, stream):
+            calls.append(("record", event, stream))
+            return (0,)
 
-    class Event:
-        made = 0
+        @staticmethod
+        def cuIpcGetEventHandle(event):
+            return (0, Bindings._Handle(event))
 
-        def __init__(self, block=False, disable_timing=True):
-            Event.made += 1
-            self.name = f"copied{Event.made}"
+        @staticmethod
+        def cuStreamWaitEvent(stream, event, flags):
+            calls.append(("wait", stream, event))
+            return (0,)
 
-        def record(self, stream):
-            fake.calls.append(("record", self.name, f"stream{stream.ptr}"))
+        @staticmethod
+        def cuEventDestroy(event):
+            calls.append(("destroy", event))
+            return (0,)
 
-        def synchronize(self):
-            log.append(("host waits for", self.name))
-
-    class OutOfMemory(Exception):
-        pass
-
-    class Device:
-        def __init__(self, device=None):
-            self.id, self.pci_bus_id = 0, "0000:18:00.0"
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-    allocations = iter(range(1, 100))
-    failures = [True] if oom_once else []
-
-    def alloc(nbytes):
-        if failures:
-            failures.pop()
-            raise OutOfMemory(nbytes)
-        return types.SimpleNamespace(ptr=0x100000 * next(allocations))
-
-    compute, copy = Stream(0), Stream(77)
-    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(
-        Device=Device, Event=Event, alloc=alloc, get_current_stream=lambda: compute,
-        memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemory)))
-
-    class Block:
-        def __init__(self, owner):
-            self.owner = owner
-
+    fake = types.SimpleNamespace(bindings=lambda: Bindings, check=real.check, stream=lambda h: f"stream{h}",
+                                 call_in_context=lambda dev, name, fn, *args: real.check(fn(*args), name))
     monkeypatch.setattr(ipc, "_driver", lambda: fake)
-    monkeypatch.setattr(ipc, "_cupy", lambda: cupy)
-    monkeypatch.setattr(ipc, "_copy_stream", lambda device: copy)
-    monkeypatch.setattr(ipc, "_open", lambda pid, handle, device: 0x7000000)
-    monkeypatch.setattr(ipc, "_imported", lambda device, handle: {1: "ready", 2: "done"}[handle[0]])
-    monkeypatch.setattr(ipc, "_empty_like_entry", lambda nbytes, shape, dtype, owner, device: Block(owner))
-    monkeypatch.setattr(ipc, "_HELD", [])
-    entry = [(bytes([9]) * 64, 4096 * i, (8, 8), np.dtype(np.float32), (32, 4), "0000:19:00.0", None) for i in range(3)]
-    group = ipc.IpcBlocks(entry, host=socket.gethostname(), pid=os.getpid() + 1,
-                          events=(bytes([1]) * 64, (bytes([2]) * 64,)))
-    return ipc, fake, log, group
-
-
-def test_a_fetch_task_copies_after_the_ready_event_alone_and_each_reader_waits_for_its_block(monkeypatch):
-    """A fetch task (wait=False), with stand-ins for the driver and CuPy: its copy stream waits
-    for the producer's ready event and for nothing of this worker (no product), each block's
-    copy is followed by an event of its own, done after them all; the compute stream waits for
-    nothing at the fetch: the products queued after it run. A task picking block 1 makes its
-    stream wait for block 1's copy alone; moved by Dask, the group waits for its copies first."""
-    import gc
-
-    ipc, fake, log, group = _stand_in_fetch(monkeypatch)
-    got = ipc.fetch(group, 0, wait=False)
-    assert isinstance(got, ipc.FetchedBlocks) and len(got) == 3
-    assert [c for c in fake.calls if c[0] == "wait"] == [("wait", "stream77", "ready")]
-    assert [c for c in fake.calls if c[0] in ("copy", "record")] == [
-        ("copy", "stream77", 0x7000000), ("record", "copied1", "stream77"),
-        ("copy", "stream77", 0x7000000 + 4096), ("record", "copied2", "stream77"),
-        ("copy", "stream77", 0x7000000 + 8192), ("record", "copied3", "stream77"),
-        ("record", "done", "stream77")]
-    assert log == []                    # the compute stream waits for nothing here
-    assert ipc.pick(got, 1) is got[1] and log == [("stream waits", 0, "copied2")]
-    assert ipc.pick(got, 0) is got[0] and log[-1] == ("stream waits", 0, "copied1")
-    del log[:]
-    rebuild, args = got.__reduce__()    # what pickle (Dask's transfer, a spill) stores
-    assert rebuild is tuple and args == (tuple(got),) and log == [("host waits for", f"copied{i}") for i in (1, 2, 3)]
-    del got, args
-    gc.collect()                        # released: held, nothing waits
-    assert not [c for c in fake.calls if c[0] == "wait" and c[2] != "ready"] and len(ipc._HELD) == 3
-    assert ipc._reap() == 3
-
-
-def test_a_folded_fetch_makes_its_product_wait_for_its_copies_and_released_blocks_are_held(monkeypatch):
-    """A fetch folded into the task that reads its blocks (wait=True, the default): the compute
-    stream waits for the last copy (one stream: after all of them). When the blocks are let go,
-    an event is recorded on the compute stream (after the products that read them) and their
-    memory is held until it has completed: no stream waits, so the next copy does not wait for
-    this worker's products. Out of memory, the held blocks are let go after their events and the
-    allocation is asked again."""
-    import gc
-
+    owner = ipc._Exported(0, 0, readers=2)
+    assert calls == [("create", 6), ("create", 6), ("create", 6), ("record", 1, "stream0")]
+    ready, done = owner.handles()
+    assert ready == bytes([1]) * 64 and done == (bytes([2]) * 64, bytes([3]) * 64)
+    h = ipc.IpcBlocks([], host="h", pid=1, arrays=[], events=(ready, done), owner=owner)
+    del calls[:]
+    del h, owner
     gc.collect()
-    ipc, fake, log, group = _stand_in_fetch(monkeypatch)
-    got = ipc.fetch(group, 0, (2, 0))
-    assert type(got) is tuple and len(got) == 2
-    assert log == [("stream waits", 0, "copied2")]
-    assert [c[2] for c in fake.calls if c[0] == "copy"] == [0x7000000 + 8192, 0x7000000]
-    del fake.calls[:]
-    fake.not_ready.update({fake.created + 1, fake.created + 2})       # the products still read them
-    del got
+    assert calls == [("wait", "stream0", 2), ("wait", "stream0", 3), ("destroy", 1), ("destroy", 2), ("destroy", 3)]
+    kept = ipc._Exported(0, 3, readers=0, arrays=[np.ones(1)])      # the arrays go after the waits
+    assert len(kept.arrays) == 1
+    kept.release()
+    assert kept.arrays is None
+    # a failure half-way destroys what was made
+    del calls[:]
+    monkeypatch.setattr(Bindings, "cuEventRecord", staticmethod(lambda event, stream: (1,)))
+    with pytest.raises(real.CudaDriverError, match="cuEventRecord"):
+        ipc._Exported(0, 7, readers=1)
     gc.collect()
-    assert [c[0] for c in fake.calls] == ["create", "record", "create", "record"]
-    assert {c[2] for c in fake.calls if c[0] == "record"} == {"stream0"}     # on the compute stream
-    assert len(ipc._HELD) == 2 and ipc._reap() == 0 and len(ipc._HELD) == 2
-    ipc.fetch(group, 0, (1,))          # the next copy waits for the ready event alone (its block let go: held)
-    assert [c for c in fake.calls if c[0] == "wait"] == [("wait", "stream77", "ready")]
-    fake.not_ready.clear()
-    assert ipc._reap() == 3 and ipc._HELD == [] and ipc.stats()["held_now"] == 0     # with the last fetch's
-    # out of memory: the held blocks go (after waiting for their readers), then the allocation
-    ipc, fake, log, group = _stand_in_fetch(monkeypatch, oom_once=True)
-    monkeypatch.setattr(ipc, "_HELD", [ipc._Held(0, [5], [5], object())])
-    fake.not_ready.add(5)
-    assert len(ipc.fetch(group, 0, (0,))) == 1
-    assert fake.calls[1:3] == [("host waits", 5), ("destroy", 5)] and fake.calls[3][0] == "copy"
-    assert [h.events for h in ipc._HELD] == [[fake.created]]         # the new block, let go: held
+    assert [c[0] for c in calls] == ["create", "create", "wait", "destroy", "destroy"]
+    with pytest.raises(ValueError, match=r"readers=-1 must be an integer >= 0"):
+        ipc.export(np.ones(2), readers=-1)
 
 
 def test_the_guide_shows_the_ipc_scaling_run():

@@ -305,9 +305,8 @@ def _fetch_and_count(group, value):
 
 
 def _overwrite(n, value):
-    """A block of the same size as _late_block's, filled with ``value``: CuPy's pool would hand it
-    the memory of the block freed last, on the same stream, were it not held until the reader's
-    copy is done."""
+    """A block of the same size as _late_block's, filled with ``value``: CuPy's pool hands it the
+    memory of the block freed last, on the same stream."""
     out = cupy.empty((n, n), cupy.float32)
     out.fill(value)
     return out
@@ -316,10 +315,9 @@ def _overwrite(n, value):
 def test_two_gpus_ipc_events_order_a_copy_after_the_producers_writes_and_before_its_reuse(two_gpu_cluster):
     """The CUDA IPC events on 2 GPUs: a block exported while its writes are still queued (its
     task ended long before) is copied only after them (the ready event); and once the reader's
-    task has ended, its copy may still be queued, yet the producer lets the block go and fills
-    a block of the same size: the block's memory is held until the copy is done (the done
-    event), so the fill cannot overwrite what is being copied. Both without a thread waiting for
-    a GPU (ipc_stats)."""
+    task has ended, its copy may still be queued, yet the producer frees the block and fills the
+    same memory with something else: the fill waits for the copy (the done event). Both without
+    a thread waiting for a GPU (ipc_stats)."""
     from distributed import wait
 
     from pyblasgemm import _dask_ipc
