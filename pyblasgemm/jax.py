@@ -13,12 +13,17 @@ import of a foreign array. The first run of a compiled call on a device plans in
 CuPy views of XLA's buffers); later runs replay the launch it recorded with the buffers'
 pointers. On the CPU the host backend computes into XLA's buffer.
 
-Measured (one H100, 64³, ``bench/results/torch_callpath_quick_h100_2026-11-28_ea86fdf.json``):
-an eager call 0.62-0.64x ``jnp.matmul`` (float16: 72 µs against 45), under ``jax.jit``
-0.65-0.77x ``jax.jit(jnp.matmul)``; the earlier route (the launch on CuPy's stream and
-jaxlib's DLPack import of the result) measured 0.50-0.62x eager and could not be traced. XLA's
-dispatch and its Python callback cost more than cuBLAS's host work on so small a product, and a
-pure-Python package cannot register a compiled XLA handler.
+An eager :func:`pyblasgemm.matmul` on small products (:func:`eager`) skips XLA's dispatch: it
+waits for the operands, runs the same recorded launch on a stream of pyblasgemm's into a JAX
+array from a pool (one compiled program makes many), and waits for it before returning, since
+JAX cannot be told of a write it did not make.
+
+Measured (one H100, ``bench/results/torch_callpath_quick_h100_2026-11-28_0a7e3f4.json``): an
+eager call at 64³ 0.98-1.07x ``jnp.matmul`` (float16: 47 µs against 50; 0.62-0.64x as an XLA
+operation), a 16 x 4096 x 4096 decode step 0.83x (the wait holds its ~11 µs of HBM time);
+under ``jax.jit`` 0.64-0.77x ``jax.jit(jnp.matmul)``: XLA's dispatch and its Python callback
+cost more than cuBLAS's host work on so small a product, and a pure-Python package cannot
+register a compiled XLA handler.
 
 Example
 -------
