@@ -13,9 +13,12 @@ of b: ``_scaled_mm``'s row-wise mode) and blocks (1 x 128 of a, 128 x 128 of b: 
 dequantized product; otherwise the row records why and has our times alone).
 
 Contenders: ``pyblasgemm.matmul`` on the CUDA tensors (the array door), the same call on
-CuPy views of the same memory (on sm_90 the Hopper kernel for these K-major operands, block
-scales excepted; also forced onto the mma.sync kernel: ``cupy arrays, mma.sync``), and
-``torch._scaled_mm``. steady = CUDA events around 20
+CuPy views of the same memory (the route rule: cuBLASLt for per-tensor and row-wise scales,
+our kernels for block scales), that call with each route forced (``cupy arrays, ours``:
+``backend='tensorcore'``, on sm_90 the Hopper kernel, block scales excepted; ``cupy arrays,
+cuBLASLt``: ``backend='cublas'``, block scales included; a refusal is recorded), ours forced
+onto the mma.sync kernel (``cupy arrays, mma.sync``), and ``torch._scaled_mm``;
+``lt_over_ours_*`` = ours' time / the cuBLASLt route's. steady = CUDA events around 20
 back-to-back calls (torch's current stream, where every contender queues), single = one call
 waited for (host time included), median of 5 each; ``speedup_vs_scaled_mm_*`` =
 ``_scaled_mm``'s time / ours (above 1: ours faster). Every result is checked against
@@ -60,6 +63,24 @@ def _on_mma_sync(fn):
         finally:
             gpu.FAMILY = None
     return call
+
+
+def _forced(fns, ca, cb, csa, csb, backend):
+    """pyblasgemm.matmul on the CuPy views with ``backend=`` forcing one float8 route."""
+    import ml_dtypes
+
+    import pyblasgemm as pb
+
+    def call():
+        return pb.matmul(ca, cb, scale_a=csa, scale_b=csb, dtype=ml_dtypes.bfloat16, backend=backend)
+    return call
+
+
+def _as_torch(torch, x):
+    """A CuPy bfloat16 result as a float32 CUDA tensor (through its bits)."""
+    import cupy as cp
+
+    return torch.from_dlpack(x.view(cp.int16)).view(torch.bfloat16).float()
 
 
 def _first(r):
@@ -108,6 +129,10 @@ def rows(cp, torch, pb, done=lambda rows: None):
                    "torch._scaled_mm": lambda: _first(torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16))}
             if mode != "blocks":        # on sm_90 the Hopper kernel runs these: mma.sync beside it
                 fns["cupy arrays, mma.sync"] = _on_mma_sync(fns["cupy arrays"])
+            # the routes forced: our kernels (the rule sends these K-major products to cuBLASLt)
+            # and cuBLASLt's FP8 GEMM through pyblasgemm (block scales too)
+            fns["cupy arrays, ours"] = _forced(fns, ca, cb, csa, csb, "tensorcore")
+            fns["cupy arrays, cuBLASLt"] = _forced(fns, ca, cb, csa, csb, "cublas")
             row = {"shape": label, "m": m, "n": n, "k": k, "scales": mode, "dtype": "e4m3 -> bfloat16"}
             try:
                 got = fns["torch tensors"]().float()
@@ -130,14 +155,28 @@ def rows(cp, torch, pb, done=lambda rows: None):
                     fns.pop("torch._scaled_mm")
                 bad = ((got - want).abs() > 2.0**-7 * want.abs() + 2.0**-12 * mag).sum().item()
                 row["elements_off"] = bad
-                for name, fn in fns.items():
-                    row[name] = {"steady_s": torch_steady_s(fn), "single_s": torch_single_s(fn)}
+                for name, fn in list(fns.items()):
+                    try:
+                        if name.startswith("cupy arrays, "):        # a forced route, checked like the first
+                            res = _as_torch(torch, fn())
+                            row[f"{name} elements_off"] = ((res - want).abs()
+                                                           > 2.0**-7 * want.abs() + 2.0**-12 * mag).sum().item()
+                        row[name] = {"steady_s": torch_steady_s(fn), "single_s": torch_single_s(fn)}
+                    except ValueError as e:                         # a forced route that refuses the case
+                        row[f"{name} refused"] = str(e)[:300]
+                        fns.pop(name)
+                if "cupy arrays, cuBLASLt" in row and "cupy arrays, ours" in row:
+                    for kind in ("steady_s", "single_s"):
+                        row[f"lt_over_ours_{kind[:-2]}"] = (row["cupy arrays, ours"][kind]
+                                                            / row["cupy arrays, cuBLASLt"][kind])
                 row["tflops_steady_ours_cupy"] = 2 * m * n * k / row["cupy arrays"]["steady_s"] / 1e12
                 if "torch._scaled_mm" in fns:
                     for kind in ("steady_s", "single_s"):
                         for who, key in (("torch tensors", "speedup_vs_scaled_mm"),
                                          ("cupy arrays", "speedup_vs_scaled_mm_cupy"),
-                                         ("cupy arrays, mma.sync", "speedup_vs_scaled_mm_mma_sync")):
+                                         ("cupy arrays, mma.sync", "speedup_vs_scaled_mm_mma_sync"),
+                                         ("cupy arrays, ours", "speedup_vs_scaled_mm_ours"),
+                                         ("cupy arrays, cuBLASLt", "speedup_vs_scaled_mm_lt")):
                             if who not in row:
                                 continue
                             row[f"{key}_{kind[:-2]}"] = row["torch._scaled_mm"][kind] / row[who][kind]
@@ -200,7 +239,8 @@ def main(argv=None) -> int:
             [r.get("tflops_steady_ours_cupy") for r in ok if r["scales"] == mode])
         for key in ("speedup_vs_scaled_mm_steady", "speedup_vs_scaled_mm_single",
                     "speedup_vs_scaled_mm_cupy_steady", "speedup_vs_scaled_mm_cupy_single",
-                    "speedup_vs_scaled_mm_mma_sync_steady"):
+                    "speedup_vs_scaled_mm_mma_sync_steady", "speedup_vs_scaled_mm_ours_steady",
+                    "speedup_vs_scaled_mm_lt_steady", "speedup_vs_scaled_mm_lt_single", "lt_over_ours_steady"):
             doc["summary"][f"{mode}_geomean_{key}"] = geomean([r.get(key) for r in ok if r["scales"] == mode])
     doc["summary"]["rows_with_elements_off"] = sum(1 for r in ok if r.get("elements_off"))
     doc["summary"]["failures"] = len(doc["rows"]) - len(ok)

@@ -228,9 +228,11 @@ def _out_dtype(routine: str, dtype) -> np.dtype:
 
 
 #: ``backend=`` of a float8 product: where each value runs it (the others are refused, naming
-#: these): 'auto' (None) is the host for NumPy arrays and our kernel for GPU arrays
-BACKENDS = {"auto": "the host for NumPy arrays, our mma.sync kernel for CuPy arrays / CUDA tensors",
-            "host": "NumPy arrays", "tensorcore": "CuPy arrays / CUDA tensors (sm_89+)"}
+#: these): 'auto' (None) is the host for NumPy arrays and, for GPU arrays, cuBLASLt where it
+#: takes the case, else our kernels (pyblasgemm.kernels.fp8.choose_route)
+BACKENDS = {"auto": "the host for NumPy arrays, cuBLASLt or our kernels for CuPy arrays / CUDA tensors",
+            "host": "NumPy arrays", "tensorcore": "CuPy arrays / CUDA tensors (sm_89+)",
+            "cublas": "CuPy arrays / CUDA tensors on cuBLASLt's FP8 GEMM (sm_89+)"}
 
 
 def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivation_out, scale_a,
@@ -242,9 +244,11 @@ def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivatio
     (:func:`scaled_product`). CuPy arrays (CUDA tensors and JAX GPU arrays arrive as CuPy views
     through the array door): our mma.sync kernel's float8 kinds on sm_89+, the scales read on
     the device (:mod:`pyblasgemm.kernels.fp8`: per-tensor and per-row / per-column scales in
-    the fused store, block scales in the mainloop's per-128-k promotion). ``backend``: None / 'auto', 'host' (NumPy arrays) or 'tensorcore' (GPU arrays);
-    'cublas' is refused (cuBLASLt's FP8 GEMM is not wired). ``stream``: the GPU route's stream
-    (a raw handle or a stream object; None: CuPy's current stream).
+    the fused store, block scales in the mainloop's per-128-k promotion), or cuBLASLt's FP8 GEMM
+    where it takes the case (:func:`pyblasgemm.kernels.fp8.choose_route`). ``backend``: None /
+    'auto', 'host' (NumPy arrays), 'tensorcore' (GPU arrays, our kernels) or 'cublas' (GPU
+    arrays, cuBLASLt). ``stream``: the GPU route's stream (a raw handle or a stream object;
+    None: CuPy's current stream).
 
     >>> import ml_dtypes
     >>> a = np.full((2, 3), 2, ml_dtypes.float8_e4m3fn); b = np.ones((3, 2), ml_dtypes.float8_e5m2)
@@ -256,7 +260,7 @@ def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivatio
     ...               backend="cublas")
     Traceback (most recent call last):
         ...
-    ValueError: gemm: backend='cublas' does not run float8 products (cuBLASLt's FP8 GEMM is not wired); use 'auto' (the host for NumPy arrays, our mma.sync kernel for CuPy arrays / CUDA tensors), 'host' (NumPy arrays) or 'tensorcore' (CuPy arrays / CUDA tensors (sm_89+))
+    ValueError: gemm: backend='cublas' runs float8 products on CuPy arrays / CUDA tensors on cuBLASLt's FP8 GEMM (sm_89+), but the operands are NumPy arrays
     """
     r = routine
     for name, x in (("a", a), ("b", b)):
@@ -288,16 +292,14 @@ def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivatio
                 xp_name == "numpy" and not isinstance(x, (np.ndarray, np.generic))):
             raise TypeError(f"{r}: {key} must be an array of the operands' kind ({xp_name})")
     if backend not in (None, *BACKENDS):
-        raise ValueError(f"{r}: backend={backend!r} does not run float8 products (cuBLASLt's FP8 "
-                         f"GEMM is not wired); use "
-                         + ", ".join(f"{w!r} ({where})" for w, where in BACKENDS.items()
-                                     if w != "tensorcore") + f" or 'tensorcore' ({BACKENDS['tensorcore']})")
+        raise ValueError(f"{r}: backend={backend!r} does not run float8 products; use "
+                         + ", ".join(f"{w!r} ({where})" for w, where in BACKENDS.items()))
     if backend not in (None, "auto") and (backend == "host") != (xp_name == "numpy"):
         raise ValueError(f"{r}: backend={backend!r} runs float8 products on {BACKENDS[backend]}, but "
                          f"the operands are {'NumPy' if xp_name == 'numpy' else 'CuPy'} arrays")
     if xp_name != "numpy":
         return _on_gpu(r, a, b, out, want, epi, layouts, bias, preactivation_out, scale_a, scale_b,
-                       alpha, beta, stream)
+                       alpha, beta, stream, backend)
     result = out if out is not None else np.empty((m, n), want)
     t = scaled_product(a, b, scale_a, scale_b)
     if alpha != 1:
@@ -307,13 +309,13 @@ def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivatio
     return run_unfused(epi, "numpy", t, None, None, None, bias, None, None, preactivation_out, result)
 
 
-def _gpu_route(config) -> UnfusedRoute:
-    """How a GPU float8 product ran, as :func:`pyblasgemm.epilogue.last_route` says it."""
-    return UnfusedRoute("ours", f"ours: float8 on {config.kernel_family.title} ({config.name}); scales, "
-                                f"alpha, beta, bias and activation fused")
+def _gpu_route(ran) -> UnfusedRoute:
+    """How a GPU float8 product ran (:class:`pyblasgemm.kernels.fp8.Ran`: cuBLASLt or our
+    kernel, and why), as :func:`pyblasgemm.epilogue.last_route` says it."""
+    return UnfusedRoute(ran.route, ran.line)
 
 
-def _on_gpu(r, a, b, out, want, epi, layouts, bias, pre, scale_a, scale_b, alpha, beta, stream):
+def _on_gpu(r, a, b, out, want, epi, layouts, bias, pre, scale_a, scale_b, alpha, beta, stream, backend=None):
     """The GPU route (:func:`pyblasgemm.kernels.fp8.run`), the degenerate shapes answered here."""
     from . import streams
     from .epilogue import note_route
@@ -335,6 +337,6 @@ def _on_gpu(r, a, b, out, want, epi, layouts, bias, pre, scale_a, scale_b, alpha
             return run_unfused(epi, "cupy", t, None, None, None, bias, None, None, pre, result)
         code = 0 if epi.activation is None else epi.activation.code
         ran = gpu.run(r, a, b, result, layouts, scale_a, scale_b, alpha, beta if out is not None else 0.0,
-                      bias, epi.bias_axis, code, pre, sptr)
+                      bias, epi.bias_axis, code, pre, sptr, backend)
     note_route(_gpu_route(ran))
     return result

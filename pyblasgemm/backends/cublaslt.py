@@ -27,19 +27,26 @@ from __future__ import annotations
 import ctypes as ct
 import threading
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
 from .._warnings import PyblasgemmWarning, log
 from ..kernels.driver import is_capturing, make_context_current
 
-__all__ = ["LtLaunch", "LtEpilogueLaunch", "make_launch", "LT_EPILOGUES", "LT_EPILOGUE_NAMES", "status",
-           "version", "CublasLtWarning", "LtUnavailable"]
+__all__ = ["LtLaunch", "LtEpilogueLaunch", "LtFp8Launch", "Fp8Desc", "make_launch", "fp8_launch", "LT_EPILOGUES",
+           "LT_EPILOGUE_NAMES", "status", "version", "CublasLtWarning", "LtUnavailable"]
 
 # cublasLt.h's values, by the names nvmath.bindings.cublasLt gives them (one table per enum)
 #: cublasLtMatmulDescAttributes_t
 DESC_ATTR = {"TRANSA": 3, "TRANSB": 4, "EPILOGUE": 7, "BIAS_POINTER": 8, "EPILOGUE_AUX_POINTER": 11,
-             "EPILOGUE_AUX_LD": 12, "EPILOGUE_AUX_BATCH_STRIDE": 13}
+             "EPILOGUE_AUX_LD": 12, "EPILOGUE_AUX_BATCH_STRIDE": 13,
+             # the float8 route's (LtFp8Launch): CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = 17,
+             # _B_SCALE_POINTER = 18 (device pointers to float32 scales), _FAST_ACCUM = 25 (int8_t),
+             # _BIAS_DATA_TYPE = 26 (int32_t cudaDataType_t), _A_SCALE_MODE = 31, _B_SCALE_MODE = 32
+             # (int32_t cublasLtMatmulMatrixScale_t; cuBLAS 12.9+)
+             "A_SCALE_POINTER": 17, "B_SCALE_POINTER": 18, "FAST_ACCUM": 25, "BIAS_DATA_TYPE": 26,
+             "A_SCALE_MODE": 31, "B_SCALE_MODE": 32}
 #: cublasLtMatrixLayoutAttribute_t
 LAYOUT_ATTR = {"BATCH_COUNT": 5, "STRIDED_BATCH_OFFSET": 6}
 #: cublasLtMatmulPreferenceAttributes_t
@@ -50,6 +57,28 @@ EPILOGUE = {"RELU": 2, "BIAS": 4, "RELU_BIAS": 6, "GELU": 32, "GELU_BIAS": 36, "
             "GELU_AUX_BIAS": 164}
 #: the bits of an epilogue code that ask for a bias vector and for the aux (pre-activation) output
 _BIAS_BIT, _AUX_BIT = 4, 128
+#: cublasLtMatmulMatrixScale_t: how a scale pointer is read. CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F
+#: = 0 (one float32), _OUTER_VEC_32F = 3 (one float32 per row of op(A) / column of op(B)),
+#: _VEC128_32F = 4 (one per 128 elements of the innermost dimension, K), _BLK128x128_32F = 5
+#: (one per 128 x 128 block); the last three from cuBLAS 12.9 on
+MATRIX_SCALE = {"SCALAR_32F": 0, "OUTER_VEC_32F": 3, "VEC128_32F": 4, "BLK128x128_32F": 5}
+#: cudaDataType_t of the float8 route's matrices (library_types.h): CUDA_R_8F_E4M3 = 28,
+#: CUDA_R_8F_E5M2 = 29, CUDA_R_16F = 2, CUDA_R_16BF = 14, CUDA_R_32F = 0
+FP8_DATA_TYPE = {"float8_e4m3fn": 28, "float8_e5m2": 29, "float16": 2, "bfloat16": 14, "float32": 0}
+#: cublasComputeType_t CUBLAS_COMPUTE_32F = 68: the one compute type cuBLASLt's FP8 GEMM takes
+#: (with scale type CUDA_R_32F = 0 for alpha and beta)
+COMPUTE_32F = 68
+#: CUBLASLT_MATMUL_DESC_FAST_ACCUM's value on the float8 route: 0, cuBLASLt's default and
+#: ``torch._scaled_mm``'s (use_fast_accum=False). With 1 sm_90's float8 tensor core keeps adding
+#: k32 steps into its ~14-bit-mantissa accumulator for the whole K (cublasLt.h: "intermediate
+#: results will not periodically be promoted"); with 0 they are promoted to float32 registers
+#: periodically, the error bound the GPU tests hold (2^-9 of the terms' magnitude).
+FAST_ACCUM = 0
+#: cuBLASLt versions from which the outer-vector and 128-block scale modes exist (cuBLAS 12.9)
+FP8_SCALE_MODES_VERSION = 120900
+#: bound launches of float8 products kept (each owns its descriptors and per-stream
+#: workspace); the oldest is dropped past this
+MAX_FP8_LAUNCHES = 64
 #: cublasOperation_t
 _OPS = {"N": 0, "T": 1, "C": 2}
 #: cublasStatus_t CUBLAS_STATUS_EXECUTION_FAILED: what cuBLASLt answers when its kernel launch fails
@@ -118,7 +147,8 @@ class _NvmathBinding(_Binding):
     name = "nvmath"
 
     def __init__(self, lt):
-        super().__init__({k: int(getattr(lt.MatmulDescAttribute, k)) for k in DESC_ATTR},
+        # (an nvmath older than cuBLAS 12.9's scale modes lacks their names: cublasLt.h's values)
+        super().__init__({k: int(getattr(lt.MatmulDescAttribute, k, v)) for k, v in DESC_ATTR.items()},
                          {k: int(getattr(lt.MatrixLayoutAttribute, k)) for k in LAYOUT_ATTR},
                          {k: int(getattr(lt.MatmulPreferenceAttribute, k)) for k in PREF_ATTR})
         self._lt, self.error, self.matmul = lt, lt.cuBLASLtError, lt.matmul
@@ -384,6 +414,7 @@ class LtLaunch:
 
     def __init__(self, desc, types, device: int, epilogue: int = 0):
         ab_type, c_type, compute_type, scalar = types
+        a_type, b_type = ab_type if isinstance(ab_type, tuple) else (ab_type, ab_type)
         self._desc, self._layouts, self._results = None, [], []
         lib = self._lib = _library()
         self._mm, self._err = lib.matmul, lib.error      # the call, as the binding gives it
@@ -395,8 +426,8 @@ class LtLaunch:
         self._set_desc("TRANSB", ct.c_int32(_OPS[desc.transb]))
         a_rows, a_cols = desc.a_shape()
         b_rows, b_cols = desc.b_shape()
-        self._layout(ab_type, a_rows, a_cols, desc.lda, desc.batch, desc.stride_a)
-        self._layout(ab_type, b_rows, b_cols, desc.ldb, desc.batch, desc.stride_b)
+        self._layout(a_type, a_rows, a_cols, desc.lda, desc.batch, desc.stride_a)
+        self._layout(b_type, b_rows, b_cols, desc.ldb, desc.batch, desc.stride_b)
         self._layout(c_type, desc.m, desc.n, desc.ldc, desc.batch, desc.stride_c)
         self._align = desc.align
         if epilogue:
@@ -409,6 +440,7 @@ class LtLaunch:
                 self._set_desc("EPILOGUE_AUX_POINTER", ct.c_uint64(EPILOGUE_ALIGN))
                 self._set_desc("EPILOGUE_AUX_LD", ct.c_int64(desc.ldc))
                 self._set_desc("EPILOGUE_AUX_BATCH_STRIDE", ct.c_int64(desc.stride_c))
+        self._configure(desc)
         result = self._heuristic(MAX_WORKSPACE_BYTES)
         if result is None:
             self._destroy()
@@ -430,6 +462,10 @@ class LtLaunch:
         one_zero = np.array([1, 0], dtype=self._scalar)
         self._one_zero = (one_zero, one_zero.ctypes.data, one_zero.ctypes.data + one_zero.itemsize)
         self._local = threading.local()
+
+    def _configure(self, desc) -> None:
+        """More descriptor attributes before the heuristic (none here; the float8 launch's
+        scale modes)."""
 
     def _set_desc(self, name: str, cell) -> None:
         lib = self._lib
@@ -599,3 +635,123 @@ def make_launch(desc, types, device: int):
     except LtUnavailable as e:
         log.info("cuBLAS route: cublasGemmEx for m=%d n=%d k=%d (%s)", desc.m, desc.n, desc.k, e)
         return None
+
+
+class Fp8Desc(NamedTuple):
+    """One float8 problem as cuBLASLt sees it (column-major; what :class:`LtFp8Launch` binds):
+    ``D (m x n) = alpha · op(A) op(B) + beta · C`` with op(A) = A^T (A stored k x m) and op(B) = B
+    (stored k x n): the "TN" form, the one cuBLASLt's FP8 GEMM takes on sm_89 / sm_90. C and D
+    are one matrix of the output type (``out``: 'float32', 'float16', 'bfloat16').
+    ``scale_modes``: the :data:`MATRIX_SCALE` names of A's and B's scales; ``epilogue``: a
+    cublasLtEpilogue_t code of :data:`LT_EPILOGUES` or 0."""
+
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+    a_type: str
+    b_type: str
+    out: str
+    scale_modes: tuple
+    epilogue: int = 0
+    transa: str = "T"
+    transb: str = "N"
+    batch: int = 1
+    stride_a: int = 0
+    stride_b: int = 0
+    stride_c: int = 0
+    #: the pointer alignment (bytes) the algorithm is chosen for: cuBLASLt's FP8 kernels need 16
+    align: int = 16
+
+    def a_shape(self) -> tuple:
+        """(rows, cols) of A as stored: k x m (op(A) = A^T)."""
+        return (self.k, self.m)
+
+    def b_shape(self) -> tuple:
+        """(rows, cols) of B as stored: k x n."""
+        return (self.k, self.n)
+
+
+class LtFp8Launch(LtLaunch):
+    """A float8 product on cuBLASLt (:class:`Fp8Desc`): ``launch(a, b, c, alpha, beta, stream,
+    bias=, scale_a=, scale_b=)`` with ``scale_a`` / ``scale_b`` device pointers to cuBLASLt's A
+    and B scales in their modes' layouts (float32). The scale and bias pointers are descriptor
+    attributes set before each call under the launch's lock: cuBLASLt copies them into the
+    kernel's parameters when the call is queued, and the kernel reads the scales themselves on
+    the device, so a CUDA graph that captured the call replays whatever they hold then.
+
+    Example (on an H100, pointers of 16-byte aligned CuPy arrays)::
+
+        launch = LtFp8Launch(Fp8Desc(4096, 16, 4096, 4096, 4096, 4096, "float8_e4m3fn",
+                                     "float8_e4m3fn", "bfloat16", ("SCALAR_32F", "SCALAR_32F")), 0)
+        launch(w.data.ptr, x.data.ptr, y.data.ptr, 1.0, 0.0, 0, scale_a=sw.data.ptr, scale_b=sx.data.ptr)
+    """
+
+    __slots__ = ("epilogue", "scale_modes", "_scale_cells", "_bias_cell")
+
+    def __init__(self, desc: Fp8Desc, device: int):
+        self.epilogue, self.scale_modes = desc.epilogue, desc.scale_modes
+        self._scale_cells = (ct.c_uint64(0), ct.c_uint64(0))
+        self._bias_cell = ct.c_uint64(0)
+        types = ((FP8_DATA_TYPE[desc.a_type], FP8_DATA_TYPE[desc.b_type]), FP8_DATA_TYPE[desc.out], COMPUTE_32F,
+                 np.float32)
+        super().__init__(desc, types, device, desc.epilogue)
+
+    def _configure(self, desc: Fp8Desc) -> None:
+        for side, mode in zip("AB", desc.scale_modes):
+            if mode != "SCALAR_32F":      # (the default: cuBLASLt before 12.9 has no such attribute)
+                self._set_desc(f"{side}_SCALE_MODE", ct.c_int32(MATRIX_SCALE[mode]))
+            # a stand-in with EPILOGUE_ALIGN's alignment: the heuristic chooses for scaled operands
+            self._set_desc(f"{side}_SCALE_POINTER", ct.c_uint64(EPILOGUE_ALIGN))
+        self._set_desc("FAST_ACCUM", ct.c_int8(FAST_ACCUM))
+        if desc.epilogue & _BIAS_BIT:     # the output's type (a float32 output's bias is refused)
+            self._set_desc("BIAS_DATA_TYPE", ct.c_int32(FP8_DATA_TYPE[desc.out]))
+
+    def __call__(self, a_ptr, b_ptr, c_ptr, alpha=1.0, beta=0.0, stream: int = 0, bias: int = 0,
+                 scale_a: int = 0, scale_b: int = 0):
+        cell_a, cell_b = self._scale_cells
+        with self._lock:
+            cell_a.value, cell_b.value = scale_a, scale_b
+            self._set_desc("A_SCALE_POINTER", cell_a)
+            self._set_desc("B_SCALE_POINTER", cell_b)
+            if self.epilogue & _BIAS_BIT:
+                self._bias_cell.value = bias
+                self._set_desc("BIAS_POINTER", self._bias_cell)
+            self._matmul(a_ptr, b_ptr, c_ptr, alpha, beta, stream)
+
+
+#: (device, Fp8Desc) -> LtFp8Launch, or the reason cuBLASLt refused it (str): refusals are kept
+#: too, so a refused class asks the heuristic once
+_fp8_launches: dict = {}
+
+
+def fp8_launch(desc: Fp8Desc, device: int) -> LtFp8Launch:
+    """The bound :class:`LtFp8Launch` of ``desc`` on ``device`` (made once, kept in a cache of
+    :data:`MAX_FP8_LAUNCHES`), or :class:`LtUnavailable` saying why cuBLASLt cannot run it
+    (no library, no algorithm for this problem): the caller falls back to our kernels.
+
+    Example::
+
+        try:
+            launch = fp8_launch(desc, 0)
+        except LtUnavailable as why:
+            ...     # our kernels, str(why) in the route's line
+    """
+    key = (device, desc)
+    hit = _fp8_launches.get(key)
+    if hit is None:
+        try:
+            with _make_lock:
+                hit = LtFp8Launch(desc, device)
+        except LtUnavailable as e:
+            hit = f"cuBLASLt refused it: {e}"
+            log.info("cuBLASLt float8 %s: %s", desc, hit)
+        with _make_lock:
+            if len(_fp8_launches) >= MAX_FP8_LAUNCHES:
+                _fp8_launches.pop(next(iter(_fp8_launches)))
+            _fp8_launches[key] = hit
+    if isinstance(hit, str):
+        raise LtUnavailable(hit)
+    return hit

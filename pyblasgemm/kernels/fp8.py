@@ -22,6 +22,25 @@ first. A result (or ``preactivation_out``) that is neither C- nor F-contiguous i
 16-byte rows, is misaligned or overlaps an operand is computed into a padded temporary and
 copied (with ``beta != 0`` the old values are copied in first).
 
+Routes (:func:`choose_route`, the plan's ``route`` and ``why``). cuBLASLt's FP8 GEMM
+(:class:`pyblasgemm.backends.cublaslt.LtFp8Launch`) runs a product where it can take it and is
+the faster: on an H100 (bench/results/fp8_h100_2026-11-28_ea86fdf.json) our kernels ran
+0.52-0.59x ``torch._scaled_mm`` (which is cuBLASLt) at 4096³ / 8192³ and 0.16-0.43x on decode
+shapes, per-tensor and per-row / per-column scales alike, so every case cuBLASLt takes goes to
+it. It takes only the "TN" form on sm_89 / sm_90 (``a`` row-major, ``b`` column-major: both
+K-contiguous, ``torch._scaled_mm``'s layout), K and the leading dimensions multiples of 16
+bytes, 16-byte aligned pointers, not e5m2 x e5m2, per-tensor scales everywhere, per-row /
+per-column and 128-block scales on sm_90 with cuBLAS 12.9+ only (one kind for both operands),
+block scales only for a row-major result, bias only along the result's columns (rows for an
+F-ordered result) and not with a float32 output, and of the activations only relu and
+gelu_tanh (cuBLASLt's GELU is the tanh form), without ``preactivation_out``. The other layouts
+are not transposed for it: a float8 transpose copy is a full extra pass over an operand
+(at decode shapes the weight: more bytes than the GEMM reads), and our kernels read every
+layout in place. Block scales stay on our kernels under the rule until bench/fp8.py measures
+cuBLASLt's block-scaled route (``torch._scaled_mm`` refused those rows). ``backend='cublas'``
+(or :data:`ROUTE` = 'cublaslt') forces cuBLASLt, refused with the reason where it cannot;
+``backend='tensorcore'`` (or :data:`ROUTE` = 'ours') forces our kernels.
+
 Block scales (``scale_a`` per 1 x 128 block of a, ``scale_b`` per 128 x 128 block of b, or
 either beside the other layouts): DeepGEMM's promotion on mma.sync. The mainloop sums each
 128-wide K block (two BK = 64 steps) into a second accumulator set and adds it into the first
@@ -37,10 +56,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..backends import cublaslt as lt
+from ..epilogue import ACTIVATIONS
 from ..kinds import FP8_KINDS
 
 __all__ = ["run", "plan", "problem_of", "warm_specs", "sm90_config", "Fp8Plan", "check_device", "MIN_CC",
-           "FAMILY"]
+           "FAMILY", "ROUTE", "choose_route", "lt_refusal", "Ran"]
 
 #: mma.sync with e4m3 / e5m2 operands exists from sm_89 (Ada) on
 MIN_CC = (8, 9)
@@ -138,12 +159,129 @@ class Fp8Plan(NamedTuple):
     config: object      # the KernelConfig (fp8_config's rule)
     epi: int            # the EPI template argument
     bias_axis: str | None   # the kernel's 'm' / 'n' axis of the bias
+    route: str = "ours"     # 'cublaslt' or 'ours' (choose_route's rule)
+    why: str = ""           # the rule's reason, in words
+
+    def explain(self) -> str:
+        """Which route the plan takes and why, in one line.
+
+        >>> plan(16, 4096, 4096, "float8_e4m3fn", "float8_e4m3fn", ("row", 4096), ("col", 4096), "row",
+        ...      4096, ("tensor", "tensor"), "bfloat16", 0, None, 132, (9, 0), lt_version=130100).explain()
+        'cublaslt: cuBLASLt takes this case and ran 1.7-6x our kernels on an H100 (ours 0.16-0.59x torch._scaled_mm, per-tensor and row-wise scales)'
+        """
+        return f"{self.route}: {self.why}"
+
+
+class Ran(NamedTuple):
+    """What :func:`run` ran: ``route`` ('cublaslt' / 'ours'), ``line`` (the route report's
+    line), ``config`` (our KernelConfig; None on cuBLASLt)."""
+
+    route: str
+    line: str
+    config: object
 
 
 #: which kernel runs float8 products on sm_90: None (the rule of :func:`sm90_config`: the
 #: Hopper kernel for K-major operands without block scales, else mma.sync) or 'sm80' (always
 #: mma.sync: the tests run both)
 FAMILY = None
+
+#: which route runs float8 products when ``backend=`` leaves it open: None (:func:`choose_route`'s
+#: rule), 'cublaslt' or 'ours' (forced, as ``backend='cublas'`` / ``'tensorcore'`` force them)
+ROUTE = None
+#: ``backend=`` words -> the route they force
+_FORCED = {"cublas": "cublaslt", "tensorcore": "ours"}
+#: why the rule picks cuBLASLt: the measured ratios (bench/results/fp8_h100_2026-11-28_ea86fdf.json)
+_LT_FASTER = ("cuBLASLt takes this case and ran 1.7-6x our kernels on an H100 (ours 0.16-0.59x "
+              "torch._scaled_mm, per-tensor and row-wise scales)")
+#: activation code -> cuBLASLt's name for it (LT_EPILOGUES' keys)
+_ACTIVATION_NAMES = {a.code: a.name for a in ACTIVATIONS.values()}
+_SCALE_PAIRS = {("tensor", "tensor"): ("SCALAR_32F", "SCALAR_32F"),
+                ("rows", "cols"): ("OUTER_VEC_32F", "OUTER_VEC_32F"),
+                ("blocks", "blocks"): ("VEC128_32F", "BLK128x128_32F")}
+
+
+def lt_refusal(a_dtype: str, b_dtype: str, la: tuple, lb: tuple, target: str, k: int, ldc: int, out_name: str,
+               layouts: tuple, activation_code: int, bias_axis, has_pre: bool, aligned: bool, cc: tuple,
+               lt_version) -> str | None:
+    """Why cuBLASLt's FP8 GEMM cannot run this product (None: it can), from its documented
+    rules (the module docstring; :func:`plan`'s arguments). Pure: no device.
+
+    >>> lt_refusal("float8_e4m3fn", "float8_e4m3fn", ("row", 64), ("row", 32), "row", 64, 32, "float32",
+    ...            ("tensor", "tensor"), 0, None, False, True, (9, 0), 130100)
+    "cuBLASLt's FP8 GEMM takes only the TN form (a row-major, b column-major: both K-contiguous); b is row-major"
+    """
+    if lt_version is None:
+        return "cuBLASLt could not be loaded (pyblasgemm.backends.cublaslt.status() says why)"
+    if tuple(cc) < MIN_CC:
+        return f"cuBLASLt's FP8 GEMM needs sm_89+, this device is sm_{cc[0]}{cc[1]}"
+    if a_dtype == b_dtype == "float8_e5m2":
+        return "cuBLASLt has no e5m2 x e5m2 FP8 GEMM"
+    if la[0] != "row" or lb[0] != "col":
+        bad = [f"{name} is {'row' if x[0] == 'row' else 'column'}-major"
+               for name, x, good in (("a", la, "row"), ("b", lb, "col")) if x[0] != good]
+        return ("cuBLASLt's FP8 GEMM takes only the TN form (a row-major, b column-major: both "
+                f"K-contiguous); {' and '.join(bad)}")
+    osz = 4 if out_name == "float32" else 2
+    if k % 16 or la[1] % 16 or lb[1] % 16 or (ldc * osz) % 16:
+        return (f"cuBLASLt's FP8 GEMM needs K and the leading dimensions in multiples of 16 bytes; "
+                f"k={k}, lda={la[1]}, ldb={lb[1]}, ldc={ldc} ({osz}-byte elements)")
+    if not aligned:
+        return "cuBLASLt's FP8 GEMM needs 16-byte aligned pointers (an operand, the result or the bias is not)"
+    modes = _SCALE_PAIRS.get(tuple(layouts))
+    if modes is None:
+        return (f"cuBLASLt takes scale pairs of one kind (tensor/tensor, rows/cols, blocks/blocks); "
+                f"got {layouts[0]}/{layouts[1]}")
+    if modes[0] != "SCALAR_32F":
+        if tuple(cc) != (9, 0) or lt_version < lt.FP8_SCALE_MODES_VERSION:
+            return (f"cuBLASLt's {'row/column' if layouts[0] == 'rows' else '128-block'} FP8 scales need "
+                    f"sm_90 and cuBLAS 12.9+; this is sm_{cc[0]}{cc[1]}, cuBLAS {lt_version}")
+        if layouts[0] == "blocks" and target != "row":
+            return "cuBLASLt's block scales are wired for a row-major (C-ordered) result only"
+    if has_pre:
+        return "cuBLASLt's FP8 epilogues do not write preactivation_out here"
+    activation = _ACTIVATION_NAMES.get(activation_code)
+    if (activation, bias_axis is not None, False) not in lt.LT_EPILOGUES and (activation, bias_axis) != (None, None):
+        return f"cuBLASLt's epilogues have no {activation} (only relu and gelu_tanh, with or without bias)"
+    if bias_axis is not None:
+        if out_name == "float32":
+            return "cuBLASLt's FP8 bias epilogue takes no float32 result (its bias would be bfloat16)"
+        if bias_axis != ("cols" if target == "row" else "rows"):
+            return (f"cuBLASLt's bias runs along the result's {'columns' if target == 'row' else 'rows'} "
+                    f"for this result order; bias_axis is {bias_axis!r}")
+    return None
+
+
+def choose_route(refusal: str | None, layouts: tuple, backend=None) -> tuple:
+    """``(route, why)``: 'cublaslt' where cuBLASLt takes the case (``refusal`` None: see
+    :func:`lt_refusal`) and is measured faster, 'ours' elsewhere; ``backend`` 'cublas' /
+    'tensorcore' (or :data:`ROUTE`) forces one, and a forced cuBLASLt it refuses is a
+    ValueError naming why. Pure.
+
+    >>> choose_route(None, ("rows", "cols"))[0], choose_route(None, ("blocks", "blocks"))[0]
+    ('cublaslt', 'ours')
+    >>> choose_route("cuBLASLt has no e5m2 x e5m2 FP8 GEMM", ("tensor", "tensor"), "cublas")
+    Traceback (most recent call last):
+        ...
+    ValueError: backend='cublas' cannot run this float8 product: cuBLASLt has no e5m2 x e5m2 FP8 GEMM; backend='tensorcore' (or None) runs it on our kernels
+    """
+    forced = _FORCED.get(backend) or ROUTE
+    if forced not in (None, "cublaslt", "ours"):
+        raise ValueError(f"pyblasgemm.kernels.fp8.ROUTE={ROUTE!r} must be None, 'cublaslt' or 'ours'")
+    said = f"backend={backend!r}" if backend in _FORCED else f"pyblasgemm.kernels.fp8.ROUTE={ROUTE!r}"
+    if forced == "ours":
+        return "ours", f"forced by {said}"
+    if forced == "cublaslt":
+        if refusal is not None:
+            raise ValueError(f"{said} cannot run this float8 product: {refusal}; backend='tensorcore' (or None) "
+                             f"runs it on our kernels")
+        return "cublaslt", f"forced by {said}"
+    if refusal is not None:
+        return "ours", refusal
+    if "blocks" in layouts:
+        return "ours", ("block scales: cuBLASLt's block-scaled FP8 GEMM is not yet measured against ours "
+                        "(backend='cublas' forces it)")
+    return "cublaslt", _LT_FASTER
 
 
 def sm90_config(kind: str, m: int, n: int, k: int, sm_count: int):
@@ -168,7 +306,7 @@ def sm90_config(kind: str, m: int, n: int, k: int, sm_count: int):
 
 def plan(m: int, n: int, k: int, a_dtype: str, b_dtype: str, la: tuple, lb: tuple, target: str, ldc: int,
          layouts: tuple, out_name: str, activation_code: int, bias_axis, sm_count: int,
-         cc: tuple = (8, 9)) -> Fp8Plan:
+         cc: tuple = (8, 9), lt_version=None, backend=None, aligned: bool = True, has_pre: bool = False) -> Fp8Plan:
     """The launch of ``(scale_a ⊙ a) @ (scale_b ⊙ b)`` for a (m x k) and b (k x n) of layouts
     ``la`` / ``lb`` (:func:`_layout`'s ``('row' | 'col', ld)``) into a result stored ``target``
     ('row': C-ordered rows ``ldc`` apart, computed as c^T = b^T a^T; 'col': F-ordered):
@@ -176,6 +314,9 @@ def plan(m: int, n: int, k: int, a_dtype: str, b_dtype: str, la: tuple, lb: tupl
     scale_a), its scale_n the other. On sm_90 (``cc``) a product with both operands K-major and
     no block scales takes the Hopper kernel (:func:`sm90_config`; :data:`FAMILY` = 'sm80'
     keeps mma.sync); the caller falls back to mma.sync where its TMA rules refuse the problem.
+    ``route`` / ``why``: :func:`choose_route` on :func:`lt_refusal` (``lt_version``: cuBLASLt's,
+    None when it is not loaded; ``aligned``: all pointers 16-byte aligned; ``has_pre``: a
+    ``preactivation_out``); our kernel's fields are filled either way (the fallback's).
 
     >>> p = plan(16, 4096, 4096, "float8_e4m3fn", "float8_e5m2", ("row", 4096), ("col", 4096), "row",
     ...          4096, ("rows", "tensor"), "bfloat16", 0, "cols", 132)
@@ -214,7 +355,10 @@ def plan(m: int, n: int, k: int, a_dtype: str, b_dtype: str, la: tuple, lb: tupl
         epi = epilogue_code(activation_code, out_name, block_m=modes[0], block_n=modes[1])
     else:
         epi = epilogue_code(activation_code, out_name, first == "tensor", second == "tensor")
-    return Fp8Plan(swap, kind, ta, tb, km, kn, k, lda, ldb, ldc, config, epi, axis)
+    refusal = lt_refusal(a_dtype, b_dtype, la, lb, target, k, ldc, out_name, layouts, activation_code, bias_axis,
+                         has_pre, aligned, cc, lt_version)
+    route, why = choose_route(refusal, layouts, backend)
+    return Fp8Plan(swap, kind, ta, tb, km, kn, k, lda, ldb, ldc, config, epi, axis, route, why)
 
 
 def problem_of(pl: Fp8Plan, pa: int, pb: int, pc: int, alpha: float, beta: float, sm_count: int) -> tuple:
@@ -262,13 +406,16 @@ def warm_specs(cases, sm_count: int, cc: tuple, device_id: int | None = None) ->
 
 
 def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: float, beta: float,
-        bias, bias_axis, activation_code: int, pre, stream=None):
+        bias, bias_axis, activation_code: int, pre, stream=None, backend=None):
     """``result = act(alpha·(scale_a ⊙ a) @ (scale_b ⊙ b) + beta·result + bias)`` on the GPU,
     everything checked by the caller (:func:`pyblasgemm.fp8.scaled_matmul`): CuPy float8 ``a``
     (m x k, k >= 1) and ``b`` (k x n), ``result`` (m x n, float32 / float16 / bfloat16),
     ``layouts`` what :func:`pyblasgemm.fp8.check_scales` returned, ``bias_axis`` 'cols' /
-    'rows' / None (the epilogue's), ``pre`` the pre-activation array or None. Returns the
-    KernelConfig that ran. Enqueued on ``stream`` (a raw handle; None: CuPy's current stream).
+    'rows' / None (the epilogue's), ``pre`` the pre-activation array or None, ``backend``
+    None / 'auto' / 'cublas' / 'tensorcore' (:func:`choose_route`). Returns the :class:`Ran`
+    (route, report line, our KernelConfig or None). Enqueued on ``stream`` (a raw handle; None:
+    CuPy's current stream). A cuBLASLt route whose heuristic finds no algorithm falls back to
+    our kernels (a ValueError where ``backend='cublas'`` forced it), before any launch.
 
     Example::
 
@@ -290,6 +437,8 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
         lb = _layout(b)
         if lb is None:
             b, lb = _dense(cp, b), ("row", n)
+        elif n == 1 and b.strides[0] == 1:      # one K-contiguous column: both layouts; say K-major
+            lb = ("col", k)
         target = _writable_in_place(result, isz, (a, b))
         if pre is not None and (target is None or pre.strides != result.strides or pre.data.ptr % 16
                                 or _writable_in_place(pre, isz, (a, b, result)) != target):
@@ -308,14 +457,28 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
             ldc = c.strides[1] // isz if n > 1 else -(-m // per) * per
         dev = cp.cuda.Device()
         cc = dev.compute_capability
-        pl = plan(m, n, k, a.dtype.name, b.dtype.name, la, lb, target, ldc, layouts, result.dtype.name,
-                  activation_code, bias_axis, dev.attributes["MultiProcessorCount"], (int(cc[:-1]), int(cc[-1])))
-        sa, sb = _device_scale(cp, scale_a), _device_scale(cp, scale_b)
-        (pa, pb), (scale_m, scale_n) = ((b.data.ptr, a.data.ptr), (sb, sa)) if pl.swap else \
-            ((a.data.ptr, b.data.ptr), (sa, sb))
         vbias = None
         if bias is not None:
             vbias = cp.ascontiguousarray(bias.reshape(-1)).astype(result.dtype, copy=False)
+        aligned = not (a.data.ptr % 16 or b.data.ptr % 16 or c.data.ptr % 16
+                       or (vbias is not None and vbias.data.ptr % 16))
+        pl = plan(m, n, k, a.dtype.name, b.dtype.name, la, lb, target, ldc, layouts, result.dtype.name,
+                  activation_code, bias_axis, dev.attributes["MultiProcessorCount"], (int(cc[:-1]), int(cc[-1])),
+                  lt_version(), backend, aligned, p is not None)
+        if pl.route == "cublaslt":
+            ran = _run_lt(cp, pl, a, b, c, layouts, scale_a, scale_b, alpha, beta, vbias, activation_code, sptr,
+                          dev.id)
+            if isinstance(ran, Ran):
+                if c is not result:
+                    result[...] = c
+                return ran
+            if backend == "cublas" or ROUTE == "cublaslt":
+                raise ValueError(f"{routine}: backend='cublas' cannot run this float8 product: {ran}; "
+                                 f"backend='tensorcore' (or None) runs it on our kernels")
+            pl = pl._replace(route="ours", why=ran)
+        sa, sb = _device_scale(cp, scale_a), _device_scale(cp, scale_b)
+        (pa, pb), (scale_m, scale_n) = ((b.data.ptr, a.data.ptr), (sb, sa)) if pl.swap else \
+            ((a.data.ptr, b.data.ptr), (sa, sb))
         problem, config = problem_of(pl, pa, pb, c.data.ptr, alpha, beta, dev.attributes["MultiProcessorCount"])
         launch = _bound(problem, config, pl.epi, pl.bias_axis)
         launch(pa, pb, c.data.ptr, float(alpha), float(beta), sptr,
@@ -325,7 +488,73 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
             result[...] = c
         if p is not pre:
             pre[...] = p
-    return config
+    return Ran("ours", f"ours: float8 on {config.kernel_family.title} ({config.name}); scales, alpha, beta, "
+                       f"bias and activation fused; {pl.explain()}", config)
+
+
+_lt_version: list = []
+
+
+def lt_version() -> int | None:
+    """cuBLASLt's version (130100 for 13.1.0), None when it cannot be loaded; asked once."""
+    if not _lt_version:
+        _lt_version.append(lt.version())
+    return _lt_version[0]
+
+
+def _lt_desc(pl: Fp8Plan, a, b, layouts: tuple, out_name: str, activation_code: int, has_bias: bool):
+    """The :class:`~pyblasgemm.backends.cublaslt.Fp8Desc` of a plan on the cuBLASLt route: the
+    plan's own orientation (its kernel A is cuBLASLt's A: ``b`` when ``swap``), TN."""
+    first, second = (b, a) if pl.swap else (a, b)
+    modes = _SCALE_PAIRS[tuple(layouts)]
+    if pl.swap:     # cuBLASLt's A scale is scale_b's, its B scale scale_a's
+        modes = modes[::-1]
+    epilogue = lt.LT_EPILOGUES.get((_ACTIVATION_NAMES.get(activation_code), has_bias, False), 0)
+    return lt.Fp8Desc(pl.m, pl.n, pl.k, pl.lda, pl.ldb, pl.ldc, first.dtype.name, second.dtype.name, out_name,
+                      modes, epilogue)
+
+
+def _lt_scales(cp, pl: Fp8Plan, layouts: tuple, scale_a, scale_b, m: int, n: int, k: int) -> tuple:
+    """(cuBLASLt's A scale, B scale) as device float32 arrays in their modes' layouts: one value,
+    a contiguous vector, or the block scales rearranged as cuBLASLt reads them (one small copy
+    each, captured with the call in a CUDA graph): the 1 x 128 scales of ``a`` (VEC128_32F, m x
+    kb) M-contiguous, element (i, q) at q·m + i; the 128 x 128 scales of ``b``
+    (BLK128x128_32F, kb x nb) K-block-contiguous, element (q, j) at j·ldq + q with ldq = kb
+    rounded up to 4 (16-byte rows) -- the layouts ``torch._scaled_mm`` hands cuBLASLt."""
+    if layouts == ("blocks", "blocks"):
+        kb, nb = -(-k // 128), -(-n // 128)
+        sa = cp.ascontiguousarray(cp.asarray(scale_a).T)                 # (kb, m)
+        sb = cp.zeros((nb, -(-kb // 4) * 4), np.float32)
+        sb[:, :kb] = cp.asarray(scale_b).T
+        scales = (sa, sb)
+    else:
+        scales = tuple(_aligned16(cp, _device_scale(cp, s)) for s in (scale_a, scale_b))
+    return scales[::-1] if pl.swap else scales
+
+
+def _aligned16(cp, x):
+    """``x`` or a copy of it at a 16-byte aligned address (cuBLASLt reads scale vectors in 16 bytes)."""
+    return x if x.data.ptr % 16 == 0 else x.copy()
+
+
+def _run_lt(cp, pl: Fp8Plan, a, b, c, layouts, scale_a, scale_b, alpha, beta, vbias, activation_code, sptr,
+            device: int):
+    """The plan on cuBLASLt: a :class:`Ran`, or why cuBLASLt refused it (a str) before any launch."""
+    m, k = a.shape
+    n = b.shape[1]
+    desc = _lt_desc(pl, a, b, layouts, c.dtype.name, activation_code, vbias is not None)
+    try:
+        launch = lt.fp8_launch(desc, device)
+    except lt.LtUnavailable as e:
+        return str(e)
+    s_first, s_second = _lt_scales(cp, pl, tuple(layouts), scale_a, scale_b, m, n, k)
+    pa, pb = (b.data.ptr, a.data.ptr) if pl.swap else (a.data.ptr, b.data.ptr)
+    launch(pa, pb, c.data.ptr, float(alpha), float(beta), sptr, bias=0 if vbias is None else vbias.data.ptr,
+           scale_a=s_first.data.ptr, scale_b=s_second.data.ptr)
+    epi = lt.LT_EPILOGUE_NAMES.get(desc.epilogue, "none")
+    return Ran("cublaslt", f"cuBLASLt: float8 TN (cublasLtMatmul, scales {desc.scale_modes[0]} x "
+                           f"{desc.scale_modes[1]}, epilogue {epi}, fast accumulation {lt.FAST_ACCUM}); "
+                           f"{pl.explain()}", None)
 
 
 def _device_scale(cp, s):
