@@ -38,17 +38,38 @@ from typing import NamedTuple
 import numpy as np
 
 from ..kinds import FP8_KINDS
+from ..plancache import get_plan_cache
 
-__all__ = ["run", "plan", "problem_of", "warm_specs", "sm90_config", "Fp8Plan", "check_device", "MIN_CC",
-           "FAMILY"]
+__all__ = ["run", "plan", "problem_of", "warm_specs", "sm90_config", "Fp8Plan", "Fp8Launch", "last_launch",
+           "check_device", "MIN_CC", "FAMILY"]
 
 #: mma.sync with e4m3 / e5m2 operands exists from sm_89 (Ada) on
 MIN_CC = (8, 9)
 
-_launches: dict = {}
-_launches_lock = threading.Lock()
-#: bound launches kept (each owns its split-k workspace); the oldest is dropped past this
-MAX_LAUNCHES = 64
+#: the bound launches live in the plan cache (bounded, LRU; ``free()`` returns their split-k
+#: workspace), each under one key, so that a call signature replaying one refers to it and
+#: goes when it goes (:meth:`pyblasgemm.plancache.PlanCache.put`)
+_cache = get_plan_cache()
+_last = threading.local()
+
+
+class Fp8Launch(NamedTuple):
+    """How :func:`run` ran a product as one launch on the caller's own memory (operands, result,
+    scales and bias read and written in place: no copy, no temporary), so that a repeated call
+    can run it again on its pointers: ``launch(pm, pn, pc, alpha, beta, stream, bias=, pre=0,
+    scale_m=, scale_n=)`` with the operands and their scales in the kernel's order (b's first
+    when ``swap``: c^T = b^T a^T)."""
+
+    launch: object
+    swap: bool
+    config: object          # the KernelConfig that ran
+
+
+def last_launch():
+    """The :class:`Fp8Launch` of this thread's last :func:`run`, or None when that run copied
+    an operand, a scale or the bias, or computed into a temporary (then no replay may stand
+    for it)."""
+    return getattr(_last, "launch", None)
 
 
 def _layout(x) -> tuple | None:
@@ -97,14 +118,11 @@ def _bound(problem, config, epi: int, bias_axis):
     from .launch import bind
     from .spec import problem_class
 
-    key = (runtime.getDevice(), problem_class(problem), config, epi, bias_axis)
-    hit = _launches.get(key)
+    key = ("launch", "float8", runtime.getDevice(), problem_class(problem), config, epi, bias_axis)
+    hit = _cache.get(key)
     if hit is None:
         hit = bind(problem, config, epilogue=(epi, bias_axis))
-        with _launches_lock:
-            if len(_launches) >= MAX_LAUNCHES:
-                _launches.pop(next(iter(_launches)))
-            _launches[key] = hit
+        _cache.put(key, hit)        # (a size-0 cache keeps nothing: bound anew each call)
     return hit
 
 
@@ -279,9 +297,11 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
     from ..streams import current
 
     check_device(routine)
+    _last.launch = None
     m, k = a.shape
     n = b.shape[1]
     sptr = current() if stream is None else stream
+    given_a, given_b = a, b
     isz = result.dtype.itemsize
     with cp.cuda.ExternalStream(sptr) if stream is not None else _nothing():
         la = _layout(a)
@@ -325,7 +345,18 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
             result[...] = c
         if p is not pre:
             pre[...] = p
+        if (a is given_a and b is given_b and c is result and p is pre
+                and _in_place(scale_a, sa) and _in_place(scale_b, sb) and _in_place(bias, vbias)):
+            _last.launch = Fp8Launch(launch, pl.swap, config)
     return config
+
+
+def _in_place(given, used) -> bool:
+    """Whether the launch read ``given`` (a CuPy array, or None) at its own address: no copy
+    (a strided or NumPy scale, a bias of another dtype, are copied first)."""
+    if given is None:
+        return used is None
+    return type(given) is type(used) and given.data.ptr == used.data.ptr
 
 
 def _device_scale(cp, s):
