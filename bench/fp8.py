@@ -24,6 +24,14 @@ waited for (host time included), median of 5 each; ``speedup_vs_scaled_mm_*`` =
 ``_scaled_mm``'s time / ours (above 1: ours faster). Every result is checked against
 ``_scaled_mm``'s first (within two bfloat16 steps plus 2^-12 of the terms' magnitude); a
 row that fails (or that ``_scaled_mm`` refuses) records why.
+
+Host rows (``host``): µs of host time per repeated call (the replay of the recorded launch,
+pyblasgemm.fp8.replay) at 64 x 256 x 256 (e4m3, bfloat16 out; the GPU's few µs per product
+never throttle the host), per scale layout: torch tensors, CuPy arrays of the same bytes,
+``torch._scaled_mm`` (per-tensor and row-wise); bench/timing.py's paired rounds (200 calls a
+round, 15 rounds, each contender's rounds interleaved), after checking that the tensors' and
+the CuPy arrays' results are the same bits. ``torch_vs_cupy`` (the bar: the plain products'
+torch calls cost what CuPy calls cost) and ``speedup_vs_scaled_mm_host``.
 """
 from __future__ import annotations
 
@@ -36,12 +44,14 @@ sys.path.insert(0, __import__("pathlib").Path(__file__).resolve().parent.as_posi
 sys.path.insert(0, __import__("pathlib").Path(__file__).resolve().parents[1].as_posix())
 
 from bench.heldout import geomean, meta, write_doc  # noqa: E402
-from timing import torch_single_s, torch_steady_s  # noqa: E402
+from timing import paired_host_us, torch_single_s, torch_steady_s  # noqa: E402
 
 SQUARE = (4096, 8192)
 LAYERS = {"llama3-8b o": (4096, 4096), "llama3-8b gate/up": (14336, 4096), "llama3-8b down": (4096, 14336)}
 TOKENS = (1, 16, 64)
 SCALES = ("tensor", "rowwise", "blocks")
+#: the host rows' product (m, n, k): small enough that the GPU keeps up with the host
+HOST_SHAPE = (64, 256, 256)
 
 
 def shapes():
@@ -110,18 +120,8 @@ def rows(cp, torch, pb, done=lambda rows: None):
         a, b = x, w.t()                        # b: K x N, column-major
         ca, cb = cupy_view(cp, x), cupy_view(cp, w).T
         for mode in SCALES:
-            if mode == "tensor":
-                sa, sb = torch.tensor(0.75, device="cuda"), torch.tensor(1.25, device="cuda")
-                ours_sa, ours_sb = sa, sb
-            elif mode == "rowwise":
-                sa = torch.rand(m, 1, device="cuda") + 0.5
-                sb = torch.rand(1, n, device="cuda") + 0.5
-                ours_sa, ours_sb = sa.reshape(-1), sb.reshape(-1)
-            else:                               # 1 x 128 blocks of a, 128 x 128 of b
-                kb, nb = -(-k // 128), -(-n // 128)
-                ours_sa = torch.rand(m, kb, device="cuda") + 0.5
-                ours_sb = torch.rand(kb, nb, device="cuda") + 0.5
-                sa, sb = ours_sa, ours_sb       # (_scaled_mm's blockwise form may differ: tried, else recorded)
+            # (blocks: _scaled_mm's blockwise form may differ: tried, else recorded)
+            (sa, sb), (ours_sa, ours_sb) = _scales(torch, mode, m, n, k)
             csa, csb = cp.from_dlpack(ours_sa), cp.from_dlpack(ours_sb)
             fns = {"torch tensors": lambda: pb.matmul(a, b, scale_a=ours_sa, scale_b=ours_sb, dtype=torch.bfloat16),
                    "cupy arrays": lambda: pb.matmul(ca, cb, scale_a=csa, scale_b=csb,
@@ -188,7 +188,56 @@ def rows(cp, torch, pb, done=lambda rows: None):
     return out
 
 
-def _warm(cp):
+def _scales(torch, mode, m, n, k):
+    """(scale_a, scale_b) for ``torch._scaled_mm``, and ours (the same memory, ours 1-D for
+    row-wise), as CUDA tensors."""
+    if mode == "tensor":
+        sa, sb = torch.tensor(0.75, device="cuda"), torch.tensor(1.25, device="cuda")
+        return (sa, sb), (sa, sb)
+    if mode == "rowwise":
+        sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+        return (sa, sb), (sa.reshape(-1), sb.reshape(-1))
+    kb, nb = -(-k // 128), -(-n // 128)         # 1 x 128 blocks of a, 128 x 128 of b
+    sa, sb = torch.rand(m, kb, device="cuda") + 0.5, torch.rand(kb, nb, device="cuda") + 0.5
+    return (sa, sb), (sa, sb)
+
+
+def host_rows(cp, torch, pb):
+    """Host µs per repeated call: torch tensors, CuPy arrays of the same bytes, _scaled_mm."""
+    import ml_dtypes
+
+    m, n, k = HOST_SHAPE
+    x = (torch.randn(m, k, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+    w = (torch.randn(n, k, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+    a, b = x, w.t()
+    ca, cb = cupy_view(cp, x), cupy_view(cp, w).T
+    out = []
+    for mode in SCALES:
+        (sa, sb), (ours_sa, ours_sb) = _scales(torch, mode, m, n, k)
+        csa, csb = cp.from_dlpack(ours_sa), cp.from_dlpack(ours_sb)
+        fns = {"torch tensors": lambda: pb.matmul(a, b, scale_a=ours_sa, scale_b=ours_sb, dtype=torch.bfloat16),
+               "cupy arrays": lambda: pb.matmul(ca, cb, scale_a=csa, scale_b=csb, dtype=ml_dtypes.bfloat16)}
+        if mode != "blocks":
+            fns["torch._scaled_mm"] = lambda: _first(torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16))
+        row = {"form": "matmul", "m": m, "n": n, "k": k, "scales": mode, "dtype": "e4m3 -> bfloat16"}
+        try:
+            got_t, got_c = fns["torch tensors"](), fns["cupy arrays"]()
+            same = torch.equal(got_t.view(torch.int16), torch.from_dlpack(got_c.view("int16")))
+            assert same, "the tensors' and the CuPy arrays' results differ"
+            us = paired_host_us(fns, calls=200, rounds=15)
+            row.update({name + "_us": v for name, v in us.items()})
+            row["torch_vs_cupy"] = us["torch tensors"] / us["cupy arrays"]
+            if "torch._scaled_mm" in us:
+                row["speedup_vs_scaled_mm_host"] = us["torch._scaled_mm"] / us["torch tensors"]
+                row["speedup_vs_scaled_mm_host_cupy"] = us["torch._scaled_mm"] / us["cupy arrays"]
+        except Exception as e:         # recorded, not hidden
+            row["failure"] = f"{type(e).__name__}: {e}"[:300]
+        out.append(row)
+        print(row, flush=True)
+    return out
+
+
+def _warm(cp, host_only=False):
     """Compile every row's kernels in parallel first (a cold NVRTC cache), timed apart."""
     from pyblasgemm.kernels import fp8 as gpu
     from pyblasgemm.kernels import jit
@@ -198,7 +247,7 @@ def _warm(cp):
     sms = dev.attributes["MultiProcessorCount"]
     lay = {"tensor": ("tensor", "tensor"), "rowwise": ("rows", "cols"), "blocks": ("blocks", "blocks")}
     cases = [(m, n, k, "float8_e4m3fn", "float8_e4m3fn", "C", "F", "C", lay[mode], "bfloat16", 0, None)
-             for _, m, n, k in shapes() for mode in SCALES]
+             for _, m, n, k in ([] if host_only else shapes()) + [("host", *HOST_SHAPE)] for mode in SCALES]
     specs = gpu.warm_specs(cases, sms, cc, dev.id)
     gpu.FAMILY = "sm80"
     try:
@@ -213,7 +262,8 @@ def _warm(cp):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--quick", action="store_true", help="the decode rows only")
+    ap.add_argument("--quick", action="store_true", help="the host rows and the decode rows only")
+    ap.add_argument("--host-only", action="store_true", help="the host rows only")
     args = ap.parse_args(argv)
     import cupy as cp
     import torch
@@ -223,7 +273,7 @@ def main(argv=None) -> int:
     if args.quick:
         global SQUARE
         SQUARE = ()
-    _warm(cp)
+    _warm(cp, args.host_only)
     torch.manual_seed(0)
     doc = {"schema": "pyblasgemm-fp8/1", **meta(types.SimpleNamespace(torch=torch), seed="torch.manual_seed(0)"),
            "method": __doc__}
@@ -231,6 +281,21 @@ def main(argv=None) -> int:
         doc["rows"] = done
         write_doc(doc, args.out)
 
+    doc["host"] = host_rows(cp, torch, pb)
+    host_ok = [r for r in doc["host"] if "failure" not in r]
+    host_summary = {}
+    for r in host_ok:
+        host_summary[f"host_{r['scales']}_torch_vs_cupy"] = r["torch_vs_cupy"]
+        host_summary[f"host_{r['scales']}_torch_tensors_us"] = r["torch tensors_us"]
+        if "speedup_vs_scaled_mm_host" in r:
+            host_summary[f"host_{r['scales']}_speedup_vs_scaled_mm_host"] = r["speedup_vs_scaled_mm_host"]
+    host_summary["host_failures"] = len(doc["host"]) - len(host_ok)
+    write_doc(doc, args.out)
+    if args.host_only:
+        doc["summary"] = host_summary
+        print(doc["summary"], flush=True)
+        write_doc(doc, args.out)
+        return 0
     doc["rows"] = rows(cp, torch, pb, partial)
     ok = [r for r in doc["rows"] if "failure" not in r]
     doc["summary"] = {}
@@ -244,6 +309,7 @@ def main(argv=None) -> int:
             doc["summary"][f"{mode}_geomean_{key}"] = geomean([r.get(key) for r in ok if r["scales"] == mode])
     doc["summary"]["rows_with_elements_off"] = sum(1 for r in ok if r.get("elements_off"))
     doc["summary"]["failures"] = len(doc["rows"]) - len(ok)
+    doc["summary"].update(host_summary)
     print(doc["summary"], flush=True)
     write_doc(doc, args.out)
     return 0

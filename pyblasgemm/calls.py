@@ -132,8 +132,11 @@ def key(words: tuple, a, b, c=None, extra: tuple = ()):
     The one place a signature is assembled. ``words``: the form's own part (its name, the
     keywords and scalar types as given: hashable values the full path read); ``a``, ``b``: the
     operands; ``c``: the array written in place, or None for a fresh result; ``extra``: more
-    input arrays (a bias, scales; None entries allowed), each with its own alignment class.
-    Per array kind:
+    input arrays (a bias, a float8 product's scales; None entries allowed), each with its own
+    dtype, shape, strides, device and alignment class, so that a scale's layout (per tensor,
+    per row / column, per block: its shape), its dtype and its contiguity are key facts; an
+    extra of another kind than the operands' (a NumPy scale beside CuPy arrays, a CPU tensor)
+    gives no key. Per array kind:
 
     * CuPy: dtype, shape, strides and device of each array, the current device, and the
       16-byte alignment class of the operands' and output's pointers together (the plan's
@@ -167,9 +170,14 @@ def key(words: tuple, a, b, c=None, extra: tuple = ()):
             cpart, align = (c.dtype, c.shape, c.strides, mc.device_id), pa | pb | pc
         k = ("call", t, words, a.dtype, a.shape, a.strides, ma.device_id, b.dtype, b.shape,
              b.strides, mb.device_id, cpart, _current_device(), align & 15)
-        if extra:
-            k += tuple(None if x is None else (x.dtype, x.shape, x.strides, x.data.device_id,
-                                               x.data.ptr & 15) for x in extra)
+        for x in extra:
+            if x is None:
+                k += (None,)
+                continue
+            if type(x) is not t:
+                return None         # a host scale, a tensor beside CuPy arrays: the full path
+            mx = x.data
+            k += ((x.dtype, x.shape, x.strides, mx.device_id, mx.ptr & 15),)
         return k, pa, pb, pc
     if torch_tensor and t is torch_tensor[0]:
         da, db = a.get_device(), b.get_device()

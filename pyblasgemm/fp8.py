@@ -37,16 +37,20 @@ array([[  1.  ,   1.75],
 """
 from __future__ import annotations
 
+import sys
+import threading
 from typing import NamedTuple
 
 import numpy as np
 
-from . import _arrays
+from . import _arrays, arrays, calls, streams
 from ._types import dtype_text
-from .epilogue import check as check_epilogue
+from .epilogue import check as check_epilogue, note_route
 from .epilogue_pass import UnfusedRoute, run_unfused
+from .kernels import fp8 as gpu
 
-__all__ = ["FP8_TYPES", "BLOCK", "BACKENDS", "is_fp8", "check_scales", "scaled_product", "scaled_matmul"]
+__all__ = ["FP8_TYPES", "BLOCK", "BACKENDS", "is_fp8", "check_scales", "scaled_product", "scaled_matmul",
+           "Fp8Call", "replay", "record", "forget_last", "torch_fp8_dtypes"]
 
 #: the output types of a float8 product (``dtype=``; float32 by default)
 OUT_DTYPES = ("float32", "float16", "bfloat16")
@@ -316,11 +320,9 @@ def _gpu_route(ran) -> UnfusedRoute:
 
 
 def _on_gpu(r, a, b, out, want, epi, layouts, bias, pre, scale_a, scale_b, alpha, beta, stream, backend=None):
-    """The GPU route (:func:`pyblasgemm.kernels.fp8.run`), the degenerate shapes answered here."""
-    from . import streams
-    from .epilogue import note_route
-    from .kernels import fp8 as gpu
-
+    """The GPU route (:func:`pyblasgemm.kernels.fp8.run`), the degenerate shapes answered here.
+    A product that ran as one launch on the caller's memory is left for :func:`record`."""
+    _last.call = None
     gpu.check_device(r)
     xp = _arrays.xp_of("cupy")
     m, k = a.shape
@@ -338,5 +340,144 @@ def _on_gpu(r, a, b, out, want, epi, layouts, bias, pre, scale_a, scale_b, alpha
         code = 0 if epi.activation is None else epi.activation.code
         ran = gpu.run(r, a, b, result, layouts, scale_a, scale_b, alpha, beta if out is not None else 0.0,
                       bias, epi.bias_axis, code, pre, sptr, backend)
-    note_route(_gpu_route(ran))
+    route = _gpu_route(ran)
+    note_route(route)
+    one = gpu.last_launch()
+    if one is not None:
+        spans = (calls.span_bytes(a), calls.span_bytes(b), calls.span_bytes(result))
+        if None not in spans:
+            _last.call = Fp8Call(one.launch, one.swap, route, *spans, False, None, None, None)
     return result
+
+
+# ------------------------------------------------------------------------------------------
+# The repeated call: its recorded launch on new pointers (pyblasgemm.calls)
+# ------------------------------------------------------------------------------------------
+
+#: the float8 product this thread ran last as one launch on the caller's memory (or None)
+_last = threading.local()
+
+
+class Fp8Call(NamedTuple):
+    """A float8 product recorded under its call signature (:func:`record`): the launch and what
+    the key cannot prove. The key (:func:`pyblasgemm.calls.key` of a, b, out and the extras
+    scale_a, scale_b, bias) holds every fact the full path decided by: dtypes, shapes (so the
+    scale layouts), strides (so the operand layouts, the result's orientation and whether a
+    scale or the bias was copied), devices, alignment classes, and the words (``dtype=``,
+    ``activation=``, ``backend=``, the kernel family rule)."""
+
+    launch: object          # the bound launch (kernels.fp8.Fp8Launch.launch)
+    swap: bool              # run as c^T = b^T a^T: b and scale_b are the kernel's first
+    route: object           # what last_route() says (the first call's)
+    a_bytes: int            # bytes each array spans (an out= that meets a or b: the full path)
+    b_bytes: int
+    c_bytes: int
+    torch: bool             # the caller's arrays are torch tensors (else CuPy arrays)
+    shape: tuple | None     # a fresh result's shape, strides (torch) and dtype; None with out=
+    strides: tuple | None
+    dtype: object
+
+
+def forget_last() -> None:
+    """Forget this thread's last one-launch product (before a converting call, so that a call
+    that ran otherwise never records the launch of the call before it)."""
+    _last.call = None
+
+
+def record(key, out, result) -> None:
+    """Store this thread's last one-launch float8 product (:func:`_on_gpu` or :func:`replay`
+    left it) under
+    ``key`` (:func:`replay`'s second answer), for a result ``result`` in the caller's framework
+    (a CuPy array or a torch tensor: its shape, strides and dtype are what a replay allocates)
+    or into the given ``out``. Nothing for a key of None, a call that copied or used a
+    temporary, a torch result that is not contiguous; nothing under
+    ``PYBLASGEMM_NO_PLAN_CACHE=1`` (:func:`pyblasgemm.calls.put`)."""
+    ran = getattr(_last, "call", None)
+    if key is None or ran is None:
+        return
+    on_torch = type(result) is not calls.cupy_type()
+    if out is not None:
+        ran = ran._replace(torch=on_torch, shape=None, strides=None, dtype=None)
+    elif on_torch:
+        if not result.is_contiguous():
+            return
+        ran = ran._replace(torch=True, shape=tuple(result.shape), strides=result.stride(), dtype=result.dtype)
+    else:
+        if not result.flags.c_contiguous:
+            return
+        ran = ran._replace(torch=False, shape=result.shape, strides=None, dtype=result.dtype)
+    calls.put(key, ran, refers_to=ran.launch)
+
+
+_TORCH_FP8: list = []
+
+
+def torch_fp8_dtypes() -> frozenset:
+    """PyTorch's float8 operand dtypes (``torch.float8_e4m3fn``, ``torch.float8_e5m2``), once
+    PyTorch is imported (empty before: never imports it).
+
+    >>> torch_fp8_dtypes() == frozenset() or len(torch_fp8_dtypes()) == 2
+    True
+    """
+    if not _TORCH_FP8:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return frozenset()
+        _TORCH_FP8.append(frozenset(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2")))
+    return _TORCH_FP8[0]
+
+
+def replay(words: tuple, a, b, out, bias, scale_a, scale_b, stream):
+    """``(result, key)``: a repeated float8 product ``act((scale_a ⊙ a) @ (scale_b ⊙ b) +
+    bias)`` on CuPy arrays or CUDA tensors run as its recorded launch on these pointers (the
+    scales' and the bias' too: a scale rewritten on the device, or another scale array of the
+    same layout, is read as it is now) on the caller's stream (PyTorch's current stream for
+    tensors, CuPy's for CuPy arrays; ``stream=`` when given), into a result allocated by the
+    caller's framework (``torch.empty_strided``: PyTorch's caching allocator) or ``out``.
+    ``result`` None: no record, or what the key cannot prove fails (a fresh result's 16-byte
+    alignment, an ``out`` that meets a or b); the caller then takes the full path and records
+    under ``key`` (None: arrays :func:`pyblasgemm.calls.key` does not key, e.g. a NumPy scale).
+    ``words``: the form's part of the key (its name, keywords as given, the device and kernel
+    family rule).
+
+    >>> import numpy as np
+    >>> a = np.ones((2, 3), np.float32)                 # NumPy arrays: keyed, never recorded
+    >>> replay(("doc",), a, a.T, None, None, a[:, 0], a[0], None)[0] is None
+    True
+    """
+    sig = calls.key(words, a, b, out, (scale_a, scale_b, bias))
+    if sig is None:
+        return None, None
+    k, pa, pb, pc = sig
+    hit = calls.get(k)
+    if hit is None:
+        return None, k
+    if hit.torch:
+        dev = a.get_device()        # (an ordinal: no torch.device object a call)
+        if out is None:
+            c = sys.modules["torch"].empty_strided(hit.shape, hit.strides, dtype=hit.dtype, device=dev)
+            pc = c.data_ptr()
+        else:
+            c = out
+        psa, psb = scale_a.data_ptr(), scale_b.data_ptr()
+        pbias = 0 if bias is None else bias.data_ptr()
+        sptr = arrays.torch_raw_stream(dev) if stream is None else streams.handle(stream)
+    else:
+        if out is None:
+            # the ndarray constructor: C-ordered from CuPy's pool, as the full path's xp.empty
+            c = type(a)(hit.shape, hit.dtype)
+            pc = c.data.ptr
+        else:
+            c = out
+        psa, psb = scale_a.data.ptr, scale_b.data.ptr
+        pbias = 0 if bias is None else bias.data.ptr
+        sptr = streams.current() if stream is None else streams.handle(stream)
+    if pc & 15 or (out is not None and calls.overlaps(hit, pa, pb, pc)):
+        return None, k      # the full path: a temporary (the kernel stores whole 16-byte rows)
+    if hit.swap:
+        hit.launch(pb, pa, pc, 1.0, 0.0, sptr, bias=pbias, pre=0, scale_m=psb, scale_n=psa)
+    else:
+        hit.launch(pa, pb, pc, 1.0, 0.0, sptr, bias=pbias, pre=0, scale_m=psa, scale_n=psb)
+    note_route(hit.route)
+    _last.call = hit        # a replayed product counts as run (the torch door records it too)
+    return c, k

@@ -34,7 +34,9 @@ from ._layout import may_overlap
 from .desc import check_backend
 from .epilogue import acc_dtype, check as check_epilogue, check_activation, note_route, numpy_result
 from .epilogue_pass import run_unfused
-from .fp8 import is_fp8, scaled_matmul
+from . import fp8
+from .fp8 import FP8_TYPES, is_fp8, scaled_matmul
+from .kernels import fp8 as fp8_kernels
 from .planner import overrides as _overrides
 from .planner.overrides import check_forced_backend, current_settings, resolve_invariant
 
@@ -621,6 +623,19 @@ def _epilogue_signature(a, b, dtype, compute, backend, bias, activation, invaria
     return None if sig is None else sig[0]
 
 
+def _fp8_words(dtype, compute, backend, activation, invariant, operand_dtype_type):
+    """The form's part of a float8 product's key (:func:`pyblasgemm.calls.key`'s ``words``), or
+    None for a keyword value a key cannot hold as given (the full path then names it): the
+    keywords as given (``dtype=`` a NumPy dtype word or the operands' framework's dtype, such as
+    ``torch.bfloat16``), the route setting (:data:`pyblasgemm.kernels.fp8.ROUTE`), and the kernel family rule (:data:`pyblasgemm.kernels.fp8.FAMILY`: the
+    same call runs the Hopper kernel or mma.sync by it)."""
+    if not (_plain_word(activation) and _plain_word(compute) and _plain_word(backend)
+            and (dtype is None or isinstance(dtype, _DTYPE_WORDS) or type(dtype) is operand_dtype_type)):
+        return None
+    return (_ROUTINE, "float8", dtype, compute, backend, activation, calls.flag(invariant), fp8_kernels.FAMILY,
+            fp8_kernels.ROUTE)
+
+
 def epilogue_named(a, b, out, bias, pre, scale_a, scale_b):
     """The arrays of a call with an epilogue, named as the forms name them."""
     return [("a", a), ("b", b), ("out", out), ("bias", bias), ("preactivation_out", pre),
@@ -635,7 +650,7 @@ def _with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, a
         # would only say so, ~1 µs of a ~20 µs call)
         return _foreign_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias,
                                  activation, preactivation_out, scale_a, scale_b, invariant)
-    key = None
+    key = fp8_key = None
     if out is None and preactivation_out is None and scale_a is None and scale_b is None and autotune is None:
         # a repeated fused call goes straight to its launch (16 x 11008 x 4096 on an H100:
         # the full path's checks, description and plan lookups are most of a ~40 µs call)
@@ -658,6 +673,18 @@ def _with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, a
                 run.launch(pa, pb, pc, run.alpha, run.beta, sptr, bias=0 if bias is None else bias.data.ptr)
                 note_route(run.route)
                 return c
+    elif scale_a is not None and preactivation_out is None and autotune is None:
+        # a repeated float8 product: its launch on the new pointers (~100 µs a call through
+        # the checks, the device queries and the plan below; H100, decode shapes,
+        # bench/results/fp8_h100_2026-11-28_ea86fdf.json)
+        if _CUPY[0] is None:
+            _CUPY[0] = calls.cupy_type()
+        if type(a) is _CUPY[0] and a.dtype in FP8_TYPES:
+            words = _fp8_words(dtype, compute, backend, activation, invariant, type(a.dtype))
+            if words is not None:
+                c, fp8_key = fp8.replay(words, a, b, out, bias, scale_a, scale_b, stream)
+                if c is not None:
+                    return c
     r = _ROUTINE
     if arrays.is_foreign(a, b, out, bias, preactivation_out, scale_a, scale_b):
         # (after the CuPy replay: its key refuses every other type)
@@ -668,8 +695,10 @@ def _with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, a
         raise TypeError(f"{r}: an epilogue needs a and b to be NumPy arrays or CuPy arrays "
                         f"(both of one kind), got {type(a).__name__} and {type(b).__name__}")
     if is_fp8(a.dtype) or is_fp8(b.dtype):
-        return scaled_matmul(r, a, b, out, dtype, bias, activation, preactivation_out, scale_a,
-                             scale_b, check_backend(r, backend), stream=stream)
+        result = scaled_matmul(r, a, b, out, dtype, bias, activation, preactivation_out, scale_a,
+                               scale_b, check_backend(r, backend), stream=stream)
+        fp8.record(fp8_key, out, result)        # (one launch on these arrays: replayed next time)
+        return result
     shape = _matmul_shape(a, b)
     dequant = scale_a is not None or scale_b is not None
     # NumPy's result type (bfloat16 @ bfloat16 is float32 with ml_dtypes), and NumPy's rule
@@ -814,8 +843,22 @@ def _torch_epilogue_key(a, b, dtype, compute, backend, bias, activation, invaria
 
 def _foreign_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, activation, pre,
                       scale_a, scale_b, invariant=None):
-    sig = None
-    if out is None and pre is None and scale_a is None and scale_b is None and autotune is None:
+    sig = fp8_key = None
+    if scale_a is not None and pre is None and autotune is None:
+        # a repeated float8 product on CUDA tensors: its launch on their pointers, the result
+        # from torch's allocator (the converting path below: ~300 µs a call on an H100,
+        # decode shapes, bench/results/fp8_h100_2026-11-28_ea86fdf.json)
+        if _TORCH[0] is None:
+            _TORCH[0] = arrays.torch_type()
+        if type(a) is _TORCH[0] and a.dtype in fp8.torch_fp8_dtypes() and a.get_device() >= 0:
+            # (a CPU tensor runs on the host: no device to ask for)
+            words = _fp8_words(dtype, compute, backend, activation, invariant, type(a.dtype))
+            if words is not None:
+                # (+ the current device: the launch is bound on it, as _torch_epilogue_key's)
+                c, fp8_key = fp8.replay(words + (_get_device(),), a, b, out, bias, scale_a, scale_b, stream)
+                if c is not None:
+                    return c
+    elif out is None and pre is None and scale_a is None and scale_b is None and autotune is None:
         # a repeated fused call on CUDA tensors: its launch on their pointers, the result from
         # torch's allocator (the converting path below costs ~200 µs a call; H200, 64³ fp16)
         sig = _torch_epilogue_key(a, b, dtype, compute, backend, bias, activation, invariant)
@@ -848,11 +891,14 @@ def _foreign_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias
     na, nb, nout, nbias, npre, nsa, nsb = conv.arrays
     dtype = _framework_dtype(conv, dtype, out, scale_a is not None or scale_b is not None)
     _last_fused.run = None
+    fp8.forget_last()
     with conv.allocating():
         result = _with_epilogue(na, nb, nout, dtype, compute, backend, autotune,
                                 conv.stream if stream is None else stream, nbias, activation, npre,
                                 nsa, nsb, invariant)
     back = out if out is not None else conv.back(result, framework_type=False)
+    if fp8_key is not None:
+        fp8.record(fp8_key, out, back)          # the views' one launch, under the tensors' key
     ran, _last_fused.run = _last_fused.run, None
     if sig is not None and ran is not None and ran.widen is None and back.is_contiguous():
         calls.put(sig[0], _TorchReplay(ran, tuple(back.shape), back.stride(), back.dtype),

@@ -131,7 +131,9 @@ def test_no_import_cycle_counting_imports_inside_functions():
 #: ~0.3-0.4 µs per call even when the module is loaded (the host budget is a few µs)
 HOT_PATHS = {
     "blas.py": ["xgemm"], "gemm.py": ["gemm", "_with_epilogue"],
-    "matmul.py": ["matmul", "_core", "_with_epilogue", "_epilogue_signature", "_signature"],
+    "matmul.py": ["matmul", "_core", "_with_epilogue", "_epilogue_signature", "_signature", "_foreign_epilogue",
+                  "_fp8_words"],
+    "fp8.py": ["replay", "torch_fp8_dtypes"],
     "calls.py": ["key", "get", "overlaps"], "arrays.py": ["torch_replay"],
     "execute.py": ["execute", "launch_for", "execute_epilogue", "execute_group", "execute_mlp"],
     "_strided.py": ["strided_gemm", "_fast_desc", "epilogue_gemm", "dequant_gemm", "_int32_shadow"],

@@ -59,17 +59,38 @@ import numpy as np
 from ..backends import cublaslt as lt
 from ..epilogue import ACTIVATIONS
 from ..kinds import FP8_KINDS
+from ..plancache import get_plan_cache
 
-__all__ = ["run", "plan", "problem_of", "warm_specs", "sm90_config", "Fp8Plan", "check_device", "MIN_CC",
-           "FAMILY", "ROUTE", "choose_route", "lt_refusal", "Ran"]
+__all__ = ["run", "plan", "problem_of", "warm_specs", "sm90_config", "Fp8Plan", "Fp8Launch", "last_launch",
+           "check_device", "MIN_CC", "FAMILY", "ROUTE", "choose_route", "lt_refusal", "Ran"]
 
 #: mma.sync with e4m3 / e5m2 operands exists from sm_89 (Ada) on
 MIN_CC = (8, 9)
 
-_launches: dict = {}
-_launches_lock = threading.Lock()
-#: bound launches kept (each owns its split-k workspace); the oldest is dropped past this
-MAX_LAUNCHES = 64
+#: the bound launches live in the plan cache (bounded, LRU; ``free()`` returns their split-k
+#: workspace), each under one key, so that a call signature replaying one refers to it and
+#: goes when it goes (:meth:`pyblasgemm.plancache.PlanCache.put`)
+_cache = get_plan_cache()
+_last = threading.local()
+
+
+class Fp8Launch(NamedTuple):
+    """How :func:`run` ran a product as one launch on the caller's own memory (operands, result,
+    scales and bias read and written in place: no copy, no temporary), so that a repeated call
+    can run it again on its pointers: ``launch(pm, pn, pc, alpha, beta, stream, bias=, pre=0,
+    scale_m=, scale_n=)`` with the operands and their scales in the kernel's order (b's first
+    when ``swap``: c^T = b^T a^T)."""
+
+    launch: object
+    swap: bool
+    config: object          # the KernelConfig that ran
+
+
+def last_launch():
+    """The :class:`Fp8Launch` of this thread's last :func:`run`, or None when that run copied
+    an operand, a scale or the bias, or computed into a temporary (then no replay may stand
+    for it)."""
+    return getattr(_last, "launch", None)
 
 
 def _layout(x) -> tuple | None:
@@ -118,14 +139,11 @@ def _bound(problem, config, epi: int, bias_axis):
     from .launch import bind
     from .spec import problem_class
 
-    key = (runtime.getDevice(), problem_class(problem), config, epi, bias_axis)
-    hit = _launches.get(key)
+    key = ("launch", "float8", runtime.getDevice(), problem_class(problem), config, epi, bias_axis)
+    hit = _cache.get(key)
     if hit is None:
         hit = bind(problem, config, epilogue=(epi, bias_axis))
-        with _launches_lock:
-            if len(_launches) >= MAX_LAUNCHES:
-                _launches.pop(next(iter(_launches)))
-            _launches[key] = hit
+        _cache.put(key, hit)        # (a size-0 cache keeps nothing: bound anew each call)
     return hit
 
 
@@ -426,9 +444,11 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
     from ..streams import current
 
     check_device(routine)
+    _last.launch = None
     m, k = a.shape
     n = b.shape[1]
     sptr = current() if stream is None else stream
+    given_a, given_b = a, b
     isz = result.dtype.itemsize
     with cp.cuda.ExternalStream(sptr) if stream is not None else _nothing():
         la = _layout(a)
@@ -471,6 +491,8 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
             if isinstance(ran, Ran):
                 if c is not result:
                     result[...] = c
+                elif a is given_a and b is given_b and p is pre and _in_place(bias, vbias):
+                    _last.launch = _last_lt_launch(scale_a, scale_b, pl.swap)
                 return ran
             if backend == "cublas" or ROUTE == "cublaslt":
                 raise ValueError(f"{routine}: backend='cublas' cannot run this float8 product: {ran}; "
@@ -488,6 +510,9 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
             result[...] = c
         if p is not pre:
             pre[...] = p
+        if (a is given_a and b is given_b and c is result and p is pre
+                and _in_place(scale_a, sa) and _in_place(scale_b, sb) and _in_place(bias, vbias)):
+            _last.launch = Fp8Launch(launch, pl.swap, config)
     return Ran("ours", f"ours: float8 on {config.kernel_family.title} ({config.name}); scales, alpha, beta, "
                        f"bias and activation fused; {pl.explain()}", config)
 
@@ -551,10 +576,40 @@ def _run_lt(cp, pl: Fp8Plan, a, b, c, layouts, scale_a, scale_b, alpha, beta, vb
     pa, pb = (b.data.ptr, a.data.ptr) if pl.swap else (a.data.ptr, b.data.ptr)
     launch(pa, pb, c.data.ptr, float(alpha), float(beta), sptr, bias=0 if vbias is None else vbias.data.ptr,
            scale_a=s_first.data.ptr, scale_b=s_second.data.ptr)
+    _last.lt = (launch, s_first, s_second)
     epi = lt.LT_EPILOGUE_NAMES.get(desc.epilogue, "none")
     return Ran("cublaslt", f"cuBLASLt: float8 TN (cublasLtMatmul, scales {desc.scale_modes[0]} x "
                            f"{desc.scale_modes[1]}, epilogue {epi}, fast accumulation {lt.FAST_ACCUM}); "
                            f"{pl.explain()}", None)
+
+
+class _LtAsKernelLaunch(NamedTuple):
+    """A bound cuBLASLt float8 launch called as our kernel's bound launch is
+    (:class:`Fp8Launch`'s ``launch``), so that a repeated call replays either route alike."""
+
+    lt_launch: object
+
+    def __call__(self, pm, pn, pc, alpha, beta, stream, bias=0, pre=0, scale_m=0, scale_n=0):
+        self.lt_launch(pm, pn, pc, alpha, beta, stream, bias=bias, scale_a=scale_m, scale_b=scale_n)
+
+
+def _last_lt_launch(scale_a, scale_b, swap: bool):
+    """The :class:`Fp8Launch` of the cuBLASLt run :func:`_run_lt` just made, when it read both
+    scales where the caller holds them (not block scales, which it rearranges; not a scale it
+    copied to the device or to an aligned address), else None."""
+    launch, s_first, s_second = _last.lt
+    sm, sn = (scale_b, scale_a) if swap else (scale_a, scale_b)
+    if not (_in_place(sm, s_first) and _in_place(sn, s_second)):
+        return None
+    return Fp8Launch(_LtAsKernelLaunch(launch), swap, None)
+
+
+def _in_place(given, used) -> bool:
+    """Whether the launch read ``given`` (a CuPy array, or None) at its own address: no copy
+    (a strided or NumPy scale, a bias of another dtype, are copied first)."""
+    if given is None:
+        return used is None
+    return type(given) is type(used) and given.data.ptr == used.data.ptr
 
 
 def _device_scale(cp, s):
