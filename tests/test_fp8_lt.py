@@ -210,7 +210,7 @@ def test_what_cublaslt_cannot_take_goes_to_our_kernels_saying_why(kw, words):
 def test_block_scales_stay_ours_unless_forced():
     assert _refusal(layouts=("blocks", "blocks")) is None
     route, why = choose_route(None, ("blocks", "blocks"))
-    assert route == "ours" and "not yet measured" in why
+    assert route == "ours" and "a CUDA graph cannot hold" in why
     assert choose_route(None, ("blocks", "blocks"), "cublas") == ("cublaslt", "forced by backend='cublas'")
 
 
@@ -231,8 +231,12 @@ def test_forcing_either_route(monkeypatch):
 def test_the_plan_carries_the_route_and_says_why():
     args = (16, 4096, 4096, E4, E4, ("row", 4096), ("col", 4096), "row", 4096, ("rows", "cols"), "bfloat16", 0,
             None, 132, H100)
-    p = plan(*args, lt_version=V13)
+    p = plan(*args, lt_version=V13)                     # 16 rows: decode, our kernels
+    assert p.route == "ours" and p.why == gpu_fp8._OURS_FOR_DECODE and p.config is not None
+    p = plan(*((65,) + args[1:]), lt_version=V13)       # one row past DECODE_ROWS: cuBLASLt
     assert p.route == "cublaslt" and p.explain().startswith("cublaslt: cuBLASLt takes this case")
+    p = plan(*((4096, 64) + args[2:]), lt_version=V13)  # the smaller side counts (n)
+    assert p.route == "ours"
     p = plan(*args)                                      # cuBLASLt not loaded: ours, and our kernel's plan
     assert p.route == "ours" and "could not be loaded" in p.explain() and p.config is not None
     p = plan(*args, lt_version=V13, has_pre=True)

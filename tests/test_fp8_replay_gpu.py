@@ -304,7 +304,7 @@ def test_a_cupy_replay_runs_on_the_given_stream(cp, monkeypatch):
             except ImportError:
                 pass
             x.view(np.uint8)[...] = x2.view(np.uint8)
-        got = pyblasgemm.matmul(x, y, scale_a=sa, scale_b=sb, stream=side)
+        got = pyblasgemm.matmul(x, y, scale_a=sa, scale_b=sb, stream=side, dtype=fw.out_dtype("float32"))
         side.synchronize()
     assert np.array_equal(fw.bits(got), want)
 

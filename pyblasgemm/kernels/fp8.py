@@ -183,9 +183,9 @@ class Fp8Plan(NamedTuple):
     def explain(self) -> str:
         """Which route the plan takes and why, in one line.
 
-        >>> plan(16, 4096, 4096, "float8_e4m3fn", "float8_e4m3fn", ("row", 4096), ("col", 4096), "row",
+        >>> plan(256, 4096, 4096, "float8_e4m3fn", "float8_e4m3fn", ("row", 4096), ("col", 4096), "row",
         ...      4096, ("tensor", "tensor"), "bfloat16", 0, None, 132, (9, 0), lt_version=130100).explain()
-        'cublaslt: cuBLASLt takes this case and ran 1.7-6x our kernels on an H100 (ours 0.16-0.59x torch._scaled_mm, per-tensor and row-wise scales)'
+        'cublaslt: cuBLASLt takes this case and ran 1.75-2.0x our kernels at 4096³ / 8192³ on an H100 (per-tensor and row-wise scales)'
         """
         return f"{self.route}: {self.why}"
 
@@ -209,9 +209,16 @@ FAMILY = None
 ROUTE = None
 #: ``backend=`` words -> the route they force
 _FORCED = {"cublas": "cublaslt", "tensorcore": "ours"}
-#: why the rule picks cuBLASLt: the measured ratios (bench/results/fp8_h100_2026-11-28_ea86fdf.json)
-_LT_FASTER = ("cuBLASLt takes this case and ran 1.7-6x our kernels on an H100 (ours 0.16-0.59x "
-              "torch._scaled_mm, per-tensor and row-wise scales)")
+#: products with at most this many rows or columns (decode) stay on our kernels: there they ran
+#: 1.02-1.6x the cuBLASLt route (M = 1-64 on Llama-3-8B's projections, per-tensor and row-wise
+#: scales, replayed calls; one H100, bench/results/fp8_h100_2026-11-28_743700e.json), where at
+#: 4096³ / 8192³ cuBLASLt ran 1.75-2.0x ours
+DECODE_ROWS = 64
+#: why the rule picks cuBLASLt (the same file)
+_LT_FASTER = ("cuBLASLt takes this case and ran 1.75-2.0x our kernels at 4096³ / 8192³ on an H100 "
+              "(per-tensor and row-wise scales)")
+_OURS_FOR_DECODE = (f"at most {DECODE_ROWS} rows or columns (decode): our kernels ran 1.02-1.6x the cuBLASLt "
+                    f"route there on an H100")
 #: activation code -> cuBLASLt's name for it (LT_EPILOGUES' keys)
 _ACTIVATION_NAMES = {a.code: a.name for a in ACTIVATIONS.values()}
 _SCALE_PAIRS = {("tensor", "tensor"): ("SCALAR_32F", "SCALAR_32F"),
@@ -270,14 +277,17 @@ def lt_refusal(a_dtype: str, b_dtype: str, la: tuple, lb: tuple, target: str, k:
     return None
 
 
-def choose_route(refusal: str | None, layouts: tuple, backend=None) -> tuple:
+def choose_route(refusal: str | None, layouts: tuple, backend=None, rows: int | None = None) -> tuple:
     """``(route, why)``: 'cublaslt' where cuBLASLt takes the case (``refusal`` None: see
-    :func:`lt_refusal`) and is measured faster, 'ours' elsewhere; ``backend`` 'cublas' /
+    :func:`lt_refusal`) and is measured faster (``rows``, the product's smaller side m or n,
+    above :data:`DECODE_ROWS`; None: not known, taken as large), 'ours' elsewhere; ``backend`` 'cublas' /
     'tensorcore' (or :data:`ROUTE`) forces one, and a forced cuBLASLt it refuses is a
     ValueError naming why. Pure.
 
     >>> choose_route(None, ("rows", "cols"))[0], choose_route(None, ("blocks", "blocks"))[0]
     ('cublaslt', 'ours')
+    >>> choose_route(None, ("rows", "cols"), rows=16)[0]            # decode: our kernels
+    'ours'
     >>> choose_route("cuBLASLt has no e5m2 x e5m2 FP8 GEMM", ("tensor", "tensor"), "cublas")
     Traceback (most recent call last):
         ...
@@ -297,8 +307,11 @@ def choose_route(refusal: str | None, layouts: tuple, backend=None) -> tuple:
     if refusal is not None:
         return "ours", refusal
     if "blocks" in layouts:
-        return "ours", ("block scales: cuBLASLt's block-scaled FP8 GEMM is not yet measured against ours "
-                        "(backend='cublas' forces it)")
+        return "ours", ("block scales: cuBLASLt's block-scaled FP8 GEMM ran 3.4-6.5x ours at 4096³ / 8192³ "
+                        "on an H100, but it reads the scales rearranged into temporaries made each call, "
+                        "which a CUDA graph cannot hold (backend='cublas' forces it)")
+    if rows is not None and rows <= DECODE_ROWS:
+        return "ours", _OURS_FOR_DECODE
     return "cublaslt", _LT_FASTER
 
 
@@ -375,7 +388,7 @@ def plan(m: int, n: int, k: int, a_dtype: str, b_dtype: str, la: tuple, lb: tupl
         epi = epilogue_code(activation_code, out_name, first == "tensor", second == "tensor")
     refusal = lt_refusal(a_dtype, b_dtype, la, lb, target, k, ldc, out_name, layouts, activation_code, bias_axis,
                          has_pre, aligned, cc, lt_version)
-    route, why = choose_route(refusal, layouts, backend)
+    route, why = choose_route(refusal, layouts, backend, min(m, n))
     return Fp8Plan(swap, kind, ta, tb, km, kn, k, lda, ldb, ldc, config, epi, axis, route, why)
 
 
