@@ -157,10 +157,13 @@ def test_both_routes_agree(cp, layouts):
 
 def test_the_rule_sends_torch_s_layout_to_cublaslt_and_the_rest_to_ours(cp):
     rng = np.random.default_rng(32)
-    a, b = _operands(rng, 32, 64, 128)
+    a, b = _operands(rng, 96, 80, 128)      # more than DECODE_ROWS rows and columns
     one = np.float32(1)
     _lt_call(cp, a, b, one, one, backend=None)
     assert last_route().startswith("cuBLASLt"), last_route()
+    # at most DECODE_ROWS rows (decode): our kernels, and the rule's reason
+    _lt_call(cp, a[:gpu_fp8.DECODE_ROWS], b, one, one, backend=None)
+    assert last_route().startswith("ours") and "decode" in last_route(), last_route()
     # b row-major: not the TN form -> our kernels, the reason in the route's line
     pyblasgemm.matmul(dev(cp, a), dev(cp, np.ascontiguousarray(b)), scale_a=cp.asarray(one), scale_b=cp.asarray(one))
     assert last_route().startswith("ours") and "TN form" in last_route(), last_route()
@@ -174,7 +177,7 @@ def test_a_heuristic_refusal_falls_back_or_raises_when_forced(cp, monkeypatch):
     monkeypatch.setattr(cublaslt, "fp8_launch", refuse)
     pyblasgemm.get_plan_cache().free()      # (no replay of an earlier test's recorded launch)
     rng = np.random.default_rng(33)
-    a, b = _operands(rng, 32, 64, 128)
+    a, b = _operands(rng, 96, 80, 128)      # past DECODE_ROWS: the rule would take cuBLASLt
     sa, sb = np.float32(0.5), np.float32(2)
     got = _lt_call(cp, a, b, sa, sb, backend=None)
     assert last_route().startswith("ours") and "no algorithm" in last_route(), last_route()
