@@ -18,9 +18,10 @@ waits for the operands, runs the same recorded launch on a stream of pyblasgemm'
 array from a pool (one compiled program makes many), and waits for it before returning, since
 JAX cannot be told of a write it did not make.
 
-Measured (one H100, ``bench/results/torch_callpath_quick_h100_2026-11-28_0a7e3f4.json``): an
-eager call at 64³ 0.98-1.07x ``jnp.matmul`` (float16: 47 µs against 50; 0.62-0.64x as an XLA
-operation), a 16 x 4096 x 4096 decode step 0.83x (the wait holds its ~11 µs of HBM time);
+Measured (one H100, two runs: ``bench/results/torch_callpath_quick_h100_2026-11-28_0a7e3f4.json``
+and ``..._743700e.json``): an eager call at 64³ 0.97-1.13x ``jnp.matmul`` (float16: 47 µs
+against 50-53; 0.62-0.64x as an XLA operation), a 16 x 4096 x 4096 decode step 0.83-0.90x (the
+wait holds its ~11 µs of HBM time);
 under ``jax.jit`` 0.64-0.77x ``jax.jit(jnp.matmul)``: XLA's dispatch and its Python callback
 cost more than cuBLAS's host work on so small a product, and a pure-Python package cannot
 register a compiled XLA handler.
