@@ -34,7 +34,7 @@ __all__ = ["KernelKind", "Route", "KERNEL_KINDS", "FP8_KINDS", "ROUTES", "CUDA",
 
 #: cudaDataType_t values (library_types.h)
 CUDA = {"R_32F": 0, "R_64F": 1, "R_16F": 2, "R_8I": 3, "C_32F": 4, "C_64F": 5, "R_32I": 10,
-        "R_16BF": 14}
+        "R_16BF": 14, "R_8F_E4M3": 28, "R_8F_E5M2": 29}
 #: cublasComputeType_t values (cublas_api.h)
 CUBLAS_COMPUTE = {"16F": 64, "32F": 68, "64F": 70, "32I": 72, "32F_FAST_TF32": 77}
 #: CUtensorMapDataType values (cuda.h): the Hopper kernel's TMA element types

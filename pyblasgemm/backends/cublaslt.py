@@ -32,6 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._warnings import PyblasgemmWarning, log
+from ..kinds import CUBLAS_COMPUTE, CUDA
 from ..kernels.driver import is_capturing, make_context_current
 
 __all__ = ["LtLaunch", "LtEpilogueLaunch", "LtFp8Launch", "Fp8Desc", "make_launch", "fp8_launch", "LT_EPILOGUES",
@@ -62,12 +63,12 @@ _BIAS_BIT, _AUX_BIT = 4, 128
 #: _VEC128_32F = 4 (one per 128 elements of the innermost dimension, K), _BLK128x128_32F = 5
 #: (one per 128 x 128 block); the last three from cuBLAS 12.9 on
 MATRIX_SCALE = {"SCALAR_32F": 0, "OUTER_VEC_32F": 3, "VEC128_32F": 4, "BLK128x128_32F": 5}
-#: cudaDataType_t of the float8 route's matrices (library_types.h): CUDA_R_8F_E4M3 = 28,
-#: CUDA_R_8F_E5M2 = 29, CUDA_R_16F = 2, CUDA_R_16BF = 14, CUDA_R_32F = 0
-FP8_DATA_TYPE = {"float8_e4m3fn": 28, "float8_e5m2": 29, "float16": 2, "bfloat16": 14, "float32": 0}
-#: cublasComputeType_t CUBLAS_COMPUTE_32F = 68: the one compute type cuBLASLt's FP8 GEMM takes
-#: (with scale type CUDA_R_32F = 0 for alpha and beta)
-COMPUTE_32F = 68
+#: cudaDataType_t of the float8 route's matrices, by NumPy name (the values: kinds.CUDA)
+FP8_DATA_TYPE = {"float8_e4m3fn": CUDA["R_8F_E4M3"], "float8_e5m2": CUDA["R_8F_E5M2"], "float16": CUDA["R_16F"],
+                 "bfloat16": CUDA["R_16BF"], "float32": CUDA["R_32F"]}
+#: CUBLAS_COMPUTE_32F: the one compute type cuBLASLt's FP8 GEMM takes (with scale type
+#: CUDA_R_32F for alpha and beta)
+COMPUTE_32F = CUBLAS_COMPUTE["32F"]
 #: CUBLASLT_MATMUL_DESC_FAST_ACCUM's value on the float8 route: 0, cuBLASLt's default and
 #: ``torch._scaled_mm``'s (use_fast_accum=False). With 1 sm_90's float8 tensor core keeps adding
 #: k32 steps into its ~14-bit-mantissa accumulator for the whole K (cublasLt.h: "intermediate
