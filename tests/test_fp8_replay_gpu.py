@@ -19,11 +19,10 @@ import numpy as np
 import pytest
 
 import pyblasgemm
-from conftest import gpu_cupy
 from pyblasgemm import arrays
 from pyblasgemm.epilogue import last_route
 from pyblasgemm.kernels import fp8 as gpu_fp8
-from test_fp8_gpu import _fp8, check, reference
+from test_fp8_gpu import _fp8, check, cp, reference  # noqa: F401 (cp: the sm_89+ CuPy fixture)
 
 E4M3 = ml_dtypes.float8_e4m3fn
 BF16 = ml_dtypes.bfloat16
@@ -35,15 +34,6 @@ KB, NB = -(-K // 128), -(-N // 128)
 CASES = [("tensor", "tensor", "bfloat16", False), ("tensor1", "cols", "float32", True),
          ("rows", "cols", "bfloat16", False), ("blocks", "blocks", "float32", False)]
 LAYOUT = {"tensor": "tensor", "tensor1": "tensor", "rows": "rows", "cols": "cols", "blocks": "blocks"}
-
-
-@pytest.fixture(scope="module")
-def cp():
-    cupy = gpu_cupy()
-    cc = cupy.cuda.Device().compute_capability
-    if (int(cc[:-1]), int(cc[-1])) < (8, 9):
-        pytest.skip(f"float8 mma.sync needs sm_89+ (device: sm_{cc})")
-    return cupy
 
 
 @pytest.fixture(scope="module", autouse=True)
