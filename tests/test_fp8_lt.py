@@ -207,11 +207,13 @@ def test_what_cublaslt_cannot_take_goes_to_our_kernels_saying_why(kw, words):
         choose_route(why, ("tensor", "tensor"), "cublas")
 
 
-def test_block_scales_stay_ours_unless_forced():
+def test_block_scales_go_to_cublaslt_past_decode_as_the_other_scales():
     assert _refusal(layouts=("blocks", "blocks")) is None
     route, why = choose_route(None, ("blocks", "blocks"))
-    assert route == "ours" and "a CUDA graph cannot hold" in why
-    assert choose_route(None, ("blocks", "blocks"), "cublas") == ("cublaslt", "forced by backend='cublas'")
+    assert route == "cublaslt" and "3.4-6.5x ours" in why and "capturable" in why
+    assert choose_route(None, ("blocks", "blocks"), rows=gpu_fp8.DECODE_ROWS)[0] == "ours"
+    assert choose_route(None, ("blocks", "blocks"), rows=gpu_fp8.DECODE_ROWS + 1)[0] == "cublaslt"
+    assert choose_route(None, ("blocks", "blocks"), "tensorcore") == ("ours", "forced by backend='tensorcore'")
 
 
 def test_forcing_either_route(monkeypatch):

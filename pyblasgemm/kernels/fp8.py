@@ -36,8 +36,11 @@ F-ordered result) and not with a float32 output, and of the activations only rel
 gelu_tanh (cuBLASLt's GELU is the tanh form), without ``preactivation_out``. The other layouts
 are not transposed for it: a float8 transpose copy is a full extra pass over an operand
 (at decode shapes the weight: more bytes than the GEMM reads), and our kernels read every
-layout in place. Block scales stay on our kernels under the rule until bench/fp8.py measures
-cuBLASLt's block-scaled route (``torch._scaled_mm`` refused those rows). ``backend='cublas'``
+layout in place. Block scales go to cuBLASLt above :data:`DECODE_ROWS` too (it ran 3.4-6.5x
+ours at 4096³ / 8192³ on an H100): it reads them rearranged, and :class:`LtBlockScaled`
+rearranges them with a kernel of ours into buffers the launch owns, in the call's stream, so
+a CUDA graph holds the call (scales that are not CuPy float32 arrays of the block shapes are
+rearranged into per-call temporaries instead, which a graph cannot hold). ``backend='cublas'``
 (or :data:`ROUTE` = 'cublaslt') forces cuBLASLt, refused with the reason where it cannot;
 ``backend='tensorcore'`` (or :data:`ROUTE` = 'ours') forces our kernels.
 
@@ -62,7 +65,7 @@ from ..kinds import FP8_KINDS
 from ..plancache import get_plan_cache
 
 __all__ = ["run", "plan", "problem_of", "warm_specs", "sm90_config", "Fp8Plan", "Fp8Launch", "last_launch",
-           "check_device", "MIN_CC", "FAMILY", "ROUTE", "choose_route", "lt_refusal", "Ran"]
+           "check_device", "MIN_CC", "FAMILY", "ROUTE", "choose_route", "lt_refusal", "Ran", "LtBlockScaled"]
 
 #: mma.sync with e4m3 / e5m2 operands exists from sm_89 (Ada) on
 MIN_CC = (8, 9)
@@ -217,6 +220,8 @@ DECODE_ROWS = 64
 #: why the rule picks cuBLASLt (the same file)
 _LT_FASTER = ("cuBLASLt takes this case and ran 1.75-2.0x our kernels at 4096³ / 8192³ on an H100 "
               "(per-tensor and row-wise scales)")
+_LT_BLOCKS_FASTER = ("block scales: cuBLASLt's block-scaled FP8 GEMM ran 3.4-6.5x ours at 4096³ / 8192³ on an "
+                     "H100; their relayout runs into buffers the launch owns (LtBlockScaled: capturable)")
 _OURS_FOR_DECODE = (f"at most {DECODE_ROWS} rows or columns (decode): our kernels ran 1.02-1.6x the cuBLASLt "
                     f"route there on an H100")
 #: activation code -> cuBLASLt's name for it (LT_EPILOGUES' keys)
@@ -285,7 +290,7 @@ def choose_route(refusal: str | None, layouts: tuple, backend=None, rows: int | 
     ValueError naming why. Pure.
 
     >>> choose_route(None, ("rows", "cols"))[0], choose_route(None, ("blocks", "blocks"))[0]
-    ('cublaslt', 'ours')
+    ('cublaslt', 'cublaslt')
     >>> choose_route(None, ("rows", "cols"), rows=16)[0]            # decode: our kernels
     'ours'
     >>> choose_route("cuBLASLt has no e5m2 x e5m2 FP8 GEMM", ("tensor", "tensor"), "cublas")
@@ -306,12 +311,10 @@ def choose_route(refusal: str | None, layouts: tuple, backend=None, rows: int | 
         return "cublaslt", f"forced by {said}"
     if refusal is not None:
         return "ours", refusal
-    if "blocks" in layouts:
-        return "ours", ("block scales: cuBLASLt's block-scaled FP8 GEMM ran 3.4-6.5x ours at 4096³ / 8192³ "
-                        "on an H100, but it reads the scales rearranged into temporaries made each call, "
-                        "which a CUDA graph cannot hold (backend='cublas' forces it)")
     if rows is not None and rows <= DECODE_ROWS:
         return "ours", _OURS_FOR_DECODE
+    if "blocks" in layouts:
+        return "cublaslt", _LT_BLOCKS_FASTER
     return "cublaslt", _LT_FASTER
 
 
@@ -570,6 +573,26 @@ def _lt_scales(cp, pl: Fp8Plan, layouts: tuple, scale_a, scale_b, m: int, n: int
     return scales[::-1] if pl.swap else scales
 
 
+def _block_scaled_in_place(cp, pl: Fp8Plan, desc, launch, layouts: tuple, scale_a, scale_b, m: int, n: int,
+                           k: int, device: int, sptr: int):
+    """The :class:`LtBlockScaled` launch for block scales read where the caller holds them
+    (CuPy float32 arrays of the block shapes, element strides), or None (other scales, a
+    swapped plan, a stream past the launch's buffers): then :func:`_lt_scales`' temporaries."""
+    if layouts != ("blocks", "blocks") or pl.swap:
+        return None
+    kb, nb = -(-k // 128), -(-n // 128)
+    for s, shape in ((scale_a, (m, kb)), (scale_b, (kb, nb))):
+        if not (isinstance(s, cp.ndarray) and s.dtype == np.float32 and s.shape == shape
+                and s.strides[0] % 4 == 0 and s.strides[1] % 4 == 0 and s.data.device_id == device):
+            return None
+    key = ("fp8 lt block scales", device, desc, scale_a.strides, scale_b.strides)
+    hit = _cache.get(key)
+    if hit is None or hit.lt_launch is not launch:
+        hit = LtBlockScaled(launch, device, m, n, k, scale_a.strides, scale_b.strides)
+        _cache.put(key, hit)
+    return hit if hit.buffers(sptr) is not None else None
+
+
 def _aligned16(cp, x):
     """``x`` or a copy of it at a 16-byte aligned address (cuBLASLt reads scale vectors in 16 bytes)."""
     return x if x.data.ptr % 16 == 0 else x.copy()
@@ -585,11 +608,18 @@ def _run_lt(cp, pl: Fp8Plan, a, b, c, layouts, scale_a, scale_b, alpha, beta, vb
         launch = lt.fp8_launch(desc, device)
     except lt.LtUnavailable as e:
         return str(e)
-    s_first, s_second = _lt_scales(cp, pl, tuple(layouts), scale_a, scale_b, m, n, k)
     pa, pb = (b.data.ptr, a.data.ptr) if pl.swap else (a.data.ptr, b.data.ptr)
-    launch(pa, pb, c.data.ptr, float(alpha), float(beta), sptr, bias=0 if vbias is None else vbias.data.ptr,
-           scale_a=s_first.data.ptr, scale_b=s_second.data.ptr)
-    _last.lt = (launch, s_first, s_second)
+    blocks = _block_scaled_in_place(cp, pl, desc, launch, tuple(layouts), scale_a, scale_b, m, n, k, device, sptr)
+    if blocks is not None:
+        # the scales' relayout into the launch's own buffers, then cuBLASLt: both capturable
+        blocks(pa, pb, c.data.ptr, float(alpha), float(beta), sptr, bias=0 if vbias is None else vbias.data.ptr,
+               scale_m=scale_a.data.ptr, scale_n=scale_b.data.ptr)
+        _last.lt = (blocks, scale_a, scale_b)
+    else:
+        s_first, s_second = _lt_scales(cp, pl, tuple(layouts), scale_a, scale_b, m, n, k)
+        launch(pa, pb, c.data.ptr, float(alpha), float(beta), sptr, bias=0 if vbias is None else vbias.data.ptr,
+               scale_a=s_first.data.ptr, scale_b=s_second.data.ptr)
+        _last.lt = (launch, s_first, s_second)
     epi = lt.LT_EPILOGUE_NAMES.get(desc.epilogue, "none")
     return Ran("cublaslt", f"cuBLASLt: float8 TN (cublasLtMatmul, scales {desc.scale_modes[0]} x "
                            f"{desc.scale_modes[1]}, epilogue {epi}, fast accumulation {lt.FAST_ACCUM}); "
@@ -606,14 +636,126 @@ class _LtAsKernelLaunch(NamedTuple):
         self.lt_launch(pm, pn, pc, alpha, beta, stream, bias=bias, scale_a=scale_m, scale_b=scale_n)
 
 
+_BLOCK_SCALES_SOURCE = r"""
+// cuBLASLt's block-scaled float8 GEMM reads its scales in other layouts than the ones callers
+// hold (DeepGEMM's and torch._scaled_mm's inputs: a's 1 x 128 scales as (m, kb), b's 128 x 128
+// scales as (kb, nb), any strides, in elements): a's as VEC128_32F, (kb, m) M-contiguous; b's
+// as BLK128x128_32F, (nb, ldq) K-block-contiguous with ldq = kb rounded up to 4 (16-byte rows,
+// the padding zero). One grid-stride pass writes both into buffers the launch owns.
+extern "C" __global__ void pyblasgemm_fp8_lt_block_scales(
+    const float* __restrict__ sa, long long sa_row, long long sa_col, float* __restrict__ sa_out,
+    long long m, long long kb,
+    const float* __restrict__ sb, long long sb_row, long long sb_col, float* __restrict__ sb_out,
+    long long nb, long long ldq) {
+  const long long total_a = m * kb, total = total_a + nb * ldq;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+       i += (long long)gridDim.x * blockDim.x) {
+    if (i < total_a) {
+      const long long q = i / m, r = i - q * m;            // sa_out[q * m + r] = sa[r, q]
+      sa_out[i] = sa[r * sa_row + q * sa_col];
+    } else {
+      const long long j = i - total_a, col = j / ldq, q = j - col * ldq;
+      sb_out[j] = q < kb ? sb[q * sb_row + col * sb_col] : 0.0f;   // sb_out[col, q] = sb[q, col]
+    }
+  }
+}
+"""
+#: the relayout's CTAs: 256 threads each, at most 2 per SM (it moves at most a few MB: 8192 x 64
+#: floats for a's 1 x 128 scales at m = 8192, k = 8192 is 2 MB)
+_BLOCK_SCALE_THREADS = 256
+#: the most streams one launch keeps relayout buffers for (a stream beyond them gets the
+#: per-call temporaries, and no replay)
+MAX_BLOCK_SCALE_STREAMS = 8
+
+
+class LtBlockScaled:
+    """cuBLASLt's block-scaled float8 launch that reads the caller's scales where they are:
+    ``launch(pm, pn, pc, alpha, beta, stream, bias=, scale_m=, scale_n=)`` enqueues, on
+    ``stream``, the relayout of a's (m, kb) and b's (kb, nb) float32 scales (strides in
+    elements, fixed per launch) into buffers it owns, then the cuBLASLt call that reads them:
+    two launches on stable memory, so a CUDA graph captures both, and a repeated call replays
+    them on new pointers (against ``torch._scaled_mm``'s and the per-call route's temporaries,
+    which a graph cannot hold). One pair of buffers per stream (at most
+    :data:`MAX_BLOCK_SCALE_STREAMS`): calls on two streams never share one.
+
+    Example (on a GPU with cuBLASLt 12.9+)::
+
+        launch = LtBlockScaled(lt.fp8_launch(desc, 0), 0, m, n, k, sa.strides, sb.strides)
+        launch(a.data.ptr, b.data.ptr, c.data.ptr, 1.0, 0.0, sptr, scale_m=sa.data.ptr, scale_n=sb.data.ptr)
+    """
+
+    __slots__ = ("lt_launch", "_dev", "_fptr", "_grid", "_pack", "_lock", "_buffers", "workspace_nbytes",
+                 "__weakref__")
+
+    def __init__(self, lt_launch, device: int, m: int, n: int, k: int, strides_a: tuple, strides_b: tuple):
+        import ctypes as ct
+
+        import cupy
+
+        from .jit import raw_function
+        from .mma_sync import _ArgPack
+
+        kb, nb = -(-k // 128), -(-n // 128)
+        ldq = -(-kb // 4) * 4
+        self.lt_launch, self._dev = lt_launch, device
+        self._fptr = raw_function(_BLOCK_SCALES_SOURCE, "pyblasgemm_fp8_lt_block_scales", device)
+        sms = cupy.cuda.Device(device).attributes["MultiProcessorCount"]
+        self._grid = max(1, min(-(-(m * kb + nb * ldq) // _BLOCK_SCALE_THREADS), 2 * sms))
+        ll, vp = ct.c_longlong, ct.c_void_p
+        fields = [("sa", vp), ("sa_row", ll), ("sa_col", ll), ("sa_out", vp), ("m", ll), ("kb", ll),
+                  ("sb", vp), ("sb_row", ll), ("sb_col", ll), ("sb_out", vp), ("nb", ll), ("ldq", ll)]
+        self._pack = _ArgPack(fields, dict(sa=0, sa_row=strides_a[0] // 4, sa_col=strides_a[1] // 4, sa_out=0,
+                                           m=m, kb=kb, sb=0, sb_row=strides_b[0] // 4, sb_col=strides_b[1] // 4,
+                                           sb_out=0, nb=nb, ldq=ldq))
+        self._lock = threading.Lock()
+        self._buffers: dict = {}        # stream handle -> (a's buffer, b's buffer), CuPy arrays
+        self.workspace_nbytes = 0
+
+    def buffers(self, stream: int):
+        """This stream's (a's, b's) relayout buffers, made on its first call; None past
+        :data:`MAX_BLOCK_SCALE_STREAMS` streams."""
+        held = self._buffers.get(stream)
+        if held is None:
+            import cupy
+
+            with self._lock:
+                if len(self._buffers) >= MAX_BLOCK_SCALE_STREAMS:
+                    return None
+                cells = self._pack.cells
+                with cupy.cuda.Device(self._dev):
+                    held = (cupy.empty((cells["kb"].value, cells["m"].value), np.float32),
+                            cupy.empty((cells["nb"].value, cells["ldq"].value), np.float32))
+                self._buffers[stream] = held
+                self.workspace_nbytes += held[0].nbytes + held[1].nbytes
+        return held
+
+    def __call__(self, pm, pn, pc, alpha, beta, stream, bias=0, pre=0, scale_m=0, scale_n=0):
+        from .driver import launch_kernel, stream as cu_stream
+
+        held = self.buffers(stream)
+        if held is None:
+            raise RuntimeError(f"LtBlockScaled: more than {MAX_BLOCK_SCALE_STREAMS} streams")
+        sa_out, sb_out = held[0].data.ptr, held[1].data.ptr
+        cells = self._pack.cells
+        with self._lock:            # (cuLaunchKernel copies the argument cells)
+            cells["sa"].value, cells["sb"].value = scale_m, scale_n
+            cells["sa_out"].value, cells["sb_out"].value = sa_out, sb_out
+            launch_kernel(self._dev, self._fptr, self._grid, 1, 1, _BLOCK_SCALE_THREADS, 1, 1, 0,
+                          cu_stream(stream), self._pack.addr)
+        self.lt_launch(pm, pn, pc, alpha, beta, stream, bias=bias, scale_a=sa_out, scale_b=sb_out)
+
+
 def _last_lt_launch(scale_a, scale_b, swap: bool):
     """The :class:`Fp8Launch` of the cuBLASLt run :func:`_run_lt` just made, when it read both
-    scales where the caller holds them (not block scales, which it rearranges; not a scale it
-    copied to the device or to an aligned address), else None."""
+    scales where the caller holds them (block scales through :class:`LtBlockScaled`'s relayout;
+    not the per-call temporaries of :func:`_lt_scales`, nor a scale it copied to the device or
+    to an aligned address), else None."""
     launch, s_first, s_second = _last.lt
     sm, sn = (scale_b, scale_a) if swap else (scale_a, scale_b)
     if not (_in_place(sm, s_first) and _in_place(sn, s_second)):
         return None
+    if isinstance(launch, LtBlockScaled):       # (already called as our kernels' launch is)
+        return Fp8Launch(launch, swap, None)
     return Fp8Launch(_LtAsKernelLaunch(launch), swap, None)
 
 
