@@ -577,18 +577,18 @@ def _block_scaled_in_place(cp, pl: Fp8Plan, desc, launch, layouts: tuple, scale_
                            k: int, device: int, sptr: int):
     """The :class:`LtBlockScaled` launch for block scales read where the caller holds them
     (CuPy float32 arrays of the block shapes, element strides), or None (other scales, a
-    swapped plan, a stream past the launch's buffers): then :func:`_lt_scales`' temporaries."""
-    if layouts != ("blocks", "blocks") or pl.swap:
+    stream past the launch's buffers): then :func:`_lt_scales`' temporaries."""
+    if layouts != ("blocks", "blocks"):
         return None
     kb, nb = -(-k // 128), -(-n // 128)
     for s, shape in ((scale_a, (m, kb)), (scale_b, (kb, nb))):
         if not (isinstance(s, cp.ndarray) and s.dtype == np.float32 and s.shape == shape
                 and s.strides[0] % 4 == 0 and s.strides[1] % 4 == 0 and s.data.device_id == device):
             return None
-    key = ("fp8 lt block scales", device, desc, scale_a.strides, scale_b.strides)
+    key = ("fp8 lt block scales", device, desc, pl.swap, scale_a.strides, scale_b.strides)
     hit = _cache.get(key)
     if hit is None or hit.lt_launch is not launch:
-        hit = LtBlockScaled(launch, device, m, n, k, scale_a.strides, scale_b.strides)
+        hit = LtBlockScaled(launch, device, m, n, k, scale_a.strides, scale_b.strides, pl.swap)
         _cache.put(key, hit)
     return hit if hit.buffers(sptr) is not None else None
 
@@ -612,9 +612,11 @@ def _run_lt(cp, pl: Fp8Plan, a, b, c, layouts, scale_a, scale_b, alpha, beta, vb
     blocks = _block_scaled_in_place(cp, pl, desc, launch, tuple(layouts), scale_a, scale_b, m, n, k, device, sptr)
     if blocks is not None:
         # the scales' relayout into the launch's own buffers, then cuBLASLt: both capturable
+        # (the scales in the kernel's order, as a replay passes them: b's first when swapped)
+        s_first, s_second = (scale_b, scale_a) if pl.swap else (scale_a, scale_b)
         blocks(pa, pb, c.data.ptr, float(alpha), float(beta), sptr, bias=0 if vbias is None else vbias.data.ptr,
-               scale_m=scale_a.data.ptr, scale_n=scale_b.data.ptr)
-        _last.lt = (blocks, scale_a, scale_b)
+               scale_m=s_first.data.ptr, scale_n=s_second.data.ptr)
+        _last.lt = (blocks, s_first, s_second)
     else:
         s_first, s_second = _lt_scales(cp, pl, tuple(layouts), scale_a, scale_b, m, n, k)
         launch(pa, pb, c.data.ptr, float(alpha), float(beta), sptr, bias=0 if vbias is None else vbias.data.ptr,
@@ -670,9 +672,11 @@ MAX_BLOCK_SCALE_STREAMS = 8
 
 class LtBlockScaled:
     """cuBLASLt's block-scaled float8 launch that reads the caller's scales where they are:
-    ``launch(pm, pn, pc, alpha, beta, stream, bias=, scale_m=, scale_n=)`` enqueues, on
-    ``stream``, the relayout of a's (m, kb) and b's (kb, nb) float32 scales (strides in
-    elements, fixed per launch) into buffers it owns, then the cuBLASLt call that reads them:
+    ``launch(pm, pn, pc, alpha, beta, stream, bias=, scale_m=, scale_n=)`` (the operands and
+    scales in the kernel's order, :class:`Fp8Launch`'s: b's first when ``swap``, the plan
+    computing c^T = b^T a^T) enqueues, on ``stream``, the relayout of a's (m, kb) and b's
+    (kb, nb) float32 scales (strides in elements, fixed per launch) into buffers it owns, then
+    the cuBLASLt call that reads them (cuBLASLt's A scale b's when swapped):
     two launches on stable memory, so a CUDA graph captures both, and a repeated call replays
     them on new pointers (against ``torch._scaled_mm``'s and the per-call route's temporaries,
     which a graph cannot hold). One pair of buffers per stream (at most
@@ -680,14 +684,15 @@ class LtBlockScaled:
 
     Example (on a GPU with cuBLASLt 12.9+)::
 
-        launch = LtBlockScaled(lt.fp8_launch(desc, 0), 0, m, n, k, sa.strides, sb.strides)
+        launch = LtBlockScaled(lt.fp8_launch(desc, 0), 0, m, n, k, sa.strides, sb.strides, swap=False)
         launch(a.data.ptr, b.data.ptr, c.data.ptr, 1.0, 0.0, sptr, scale_m=sa.data.ptr, scale_n=sb.data.ptr)
     """
 
-    __slots__ = ("lt_launch", "_dev", "_fptr", "_grid", "_pack", "_lock", "_buffers", "workspace_nbytes",
+    __slots__ = ("lt_launch", "swap", "_dev", "_fptr", "_grid", "_pack", "_lock", "_buffers", "workspace_nbytes",
                  "__weakref__")
 
-    def __init__(self, lt_launch, device: int, m: int, n: int, k: int, strides_a: tuple, strides_b: tuple):
+    def __init__(self, lt_launch, device: int, m: int, n: int, k: int, strides_a: tuple, strides_b: tuple,
+                 swap: bool):
         import ctypes as ct
 
         import cupy
@@ -697,7 +702,7 @@ class LtBlockScaled:
 
         kb, nb = -(-k // 128), -(-n // 128)
         ldq = -(-kb // 4) * 4
-        self.lt_launch, self._dev = lt_launch, device
+        self.lt_launch, self.swap, self._dev = lt_launch, swap, device
         self._fptr = raw_function(_BLOCK_SCALES_SOURCE, "pyblasgemm_fp8_lt_block_scales", device)
         sms = cupy.cuda.Device(device).attributes["MultiProcessorCount"]
         self._grid = max(1, min(-(-(m * kb + nb * ldq) // _BLOCK_SCALE_THREADS), 2 * sms))
@@ -736,13 +741,18 @@ class LtBlockScaled:
         if held is None:
             raise RuntimeError(f"LtBlockScaled: more than {MAX_BLOCK_SCALE_STREAMS} streams")
         sa_out, sb_out = held[0].data.ptr, held[1].data.ptr
+        if self.swap:
+            scale_m, scale_n = scale_n, scale_m         # a's and b's, as the relayout reads them
         cells = self._pack.cells
         with self._lock:            # (cuLaunchKernel copies the argument cells)
             cells["sa"].value, cells["sb"].value = scale_m, scale_n
             cells["sa_out"].value, cells["sb_out"].value = sa_out, sb_out
             launch_kernel(self._dev, self._fptr, self._grid, 1, 1, _BLOCK_SCALE_THREADS, 1, 1, 0,
                           cu_stream(stream), self._pack.addr)
-        self.lt_launch(pm, pn, pc, alpha, beta, stream, bias=bias, scale_a=sa_out, scale_b=sb_out)
+        if self.swap:
+            self.lt_launch(pm, pn, pc, alpha, beta, stream, bias=bias, scale_a=sb_out, scale_b=sa_out)
+        else:
+            self.lt_launch(pm, pn, pc, alpha, beta, stream, bias=bias, scale_a=sa_out, scale_b=sb_out)
 
 
 def _last_lt_launch(scale_a, scale_b, swap: bool):
