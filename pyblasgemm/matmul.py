@@ -650,9 +650,29 @@ def _with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, a
         # would only say so, ~1 µs of a ~20 µs call)
         if out is None and preactivation_out is None and scale_a is None and scale_b is None \
                 and autotune is None:
-            c = _torch_fused_replay(a, b, dtype, compute, backend, bias, activation, invariant, stream)
-            if c is not None:
-                return c
+            # a repeated fused call on CUDA tensors: its recorded launch on their pointers, the
+            # result from torch's allocator (a miss: the converting path, ~200 µs a call on an
+            # H200 at 64³ fp16, runs and records it). Written out here, in no function of its
+            # own: a frame is ~0.15 µs of a ~17 µs call on an H100 host, where this call's bar
+            # is 1.1x the same call on CuPy arrays (bench/results/torch_callpath_h100_*.json)
+            sig = _torch_epilogue_key(a, b, dtype, compute, backend, bias, activation, invariant)
+            hit = None if sig is None else calls.get(sig[0])
+            if hit is not None:
+                k, pa, pb, pbias = sig
+                dev = k[calls.TORCH_DEVICE]
+                # the operands' own dtype and device (as arrays.torch_replay): no keyword parsed
+                c = a.new_empty_strided(hit.shape, hit.strides) if hit.dtype is a.dtype else \
+                    sys.modules["torch"].empty_strided(hit.shape, hit.strides, dtype=hit.dtype, device=dev)
+                pc = c.data_ptr()
+                if not pc & 15:
+                    run = hit.run
+                    if run.swap:
+                        pa, pb = pb, pa
+                    run.launch(pa, pb, pc, run.alpha, run.beta,
+                               arrays.torch_raw_stream(dev) if stream is None else streams.handle(stream),
+                               bias=pbias)
+                    note_route(run.route)
+                    return c
         return _foreign_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias,
                                  activation, preactivation_out, scale_a, scale_b, invariant)
     key = fp8_key = None
@@ -844,33 +864,6 @@ def _torch_epilogue_key(a, b, dtype, compute, backend, bias, activation, invaria
     if sig is None:
         return None
     return sig[0], sig[1], sig[2], 0 if bias is None else bias.data_ptr()
-
-
-def _torch_fused_replay(a, b, dtype, compute, backend, bias, activation, invariant, stream):
-    """A repeated fused call on CUDA tensors (a fresh result, no pre-activation, no scales):
-    its recorded launch on their pointers, the result from torch's allocator; or None (not
-    such a call, or not recorded: the converting path, ~200 µs a call on an H200 at 64³ fp16,
-    runs and records it)."""
-    sig = _torch_epilogue_key(a, b, dtype, compute, backend, bias, activation, invariant)
-    hit = None if sig is None else calls.get(sig[0])
-    if hit is None:
-        return None
-    k, pa, pb, pbias = sig
-    # the operands' own dtype and device (as arrays.torch_replay): no keyword parsed, ~0.3 µs
-    c = a.new_empty_strided(hit.shape, hit.strides) if hit.dtype is a.dtype else \
-        sys.modules["torch"].empty_strided(hit.shape, hit.strides, dtype=hit.dtype,
-                                           device=k[calls.TORCH_DEVICE])
-    pc = c.data_ptr()
-    if pc & 15:
-        return None
-    run = hit.run
-    if run.swap:
-        pa, pb = pb, pa
-    run.launch(pa, pb, pc, run.alpha, run.beta,
-               arrays.torch_raw_stream(k[calls.TORCH_DEVICE]) if stream is None else streams.handle(stream),
-               bias=pbias)
-    note_route(run.route)
-    return c
 
 
 def _foreign_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, activation, pre,
