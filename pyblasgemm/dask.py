@@ -576,11 +576,6 @@ def _references(task, key) -> int:
     return n
 
 
-#: the Dask priority of a fetch task (:func:`_ipc_rewrite`): below the chains whose inputs are
-#: all local (0), level with those that wait for a transfer (-1), below the exports (2)
-FETCH_PRIORITY = -1
-
-
 def _ipc_rewrite(dsk, where, priority, holders, hosts, token):
     """Blocks that cross workers go through CUDA IPC (:mod:`pyblasgemm._dask_ipc`), in place,
     with as few tasks as the sharing allows (each costs Dask ~0.5 ms between ``persist`` and
@@ -601,11 +596,8 @@ def _ipc_rewrite(dsk, where, priority, holders, hosts, token):
     * no task depends on a block's key from another worker (Dask would move the block):
       exports depend on the blocks, fetches on the export's key.
 
-    Exports run first on their worker (priority 2): a worker's first tasks are the exports the
-    others wait for. Fetch tasks run after the chains whose blocks are all on their worker
-    (priority -1, below their 0): those products are queued on the GPU before the fetch's
-    host work (opening handles, allocating, queueing copies: up to tens of ms when the pool
-    grows) can hold the worker's thread, and the copy then runs behind them. Each export is told how many fetches read it (``readers``:
+    Exports run first on their worker (priority 2, fetch tasks 1): a worker's first tasks are
+    the exports the others wait for. Each export is told how many fetches read it (``readers``:
     one CUDA IPC *done* event each) and each fetch its ``slot`` among them (the event it
     records once its copies are queued); a folded fetch has its own slot as a fetch task does.
 
@@ -693,7 +685,7 @@ def _ipc_rewrite(dsk, where, priority, holders, hosts, token):
                 continue                # (read twice, the inline fetch would run twice: a fetch task)
         fkey = (fetch_name, tokenize(w, ekey, indices))
         dsk[fkey] = Task(fkey, _dask_ipc.fetch, *args)
-        where[fkey], priority[fkey] = w, FETCH_PRIORITY
+        where[fkey], priority[fkey] = w, 1
         for key in unit["tasks"]:
             subs = subs_of.setdefault(key, {})
             for index, dep in enumerate(unit["blocks"]):

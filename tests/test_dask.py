@@ -933,7 +933,7 @@ def _check_ipc_graph(z, holder):
         fetches = [task] if kind == "fetch" else _nested_fetches(task)
         if kind == "fetch":
             (export,) = deps
-            assert _kind(export) == "export" and priority[key] == pbd.FETCH_PRIORITY == -1, (key, export)
+            assert _kind(export) == "export" and priority[key] == 1, (key, export)
         for f in fetches:
             export, slot, blocks = _fetch_blocks(graph, f)
             assert where[export] != w, (key, export)
