@@ -385,12 +385,18 @@ def _trace_begin(device, dask_worker=None):
 
 def _trace_end(dask_worker=None):
     """The traced run's entries, (kind, host start, host end, GPU start, GPU end, task key) in
-    seconds of the host clock (GPU times None on the host); tracing stops."""
+    seconds of the host clock (GPU times None on the host); tracing stops. With them, one
+    ``arrive`` entry a task: when the scheduler's compute-task message for it reached this
+    worker (its state machine's log), to tell Dask's latency from the worker's."""
     state = _trace_state()
     if state.ref is None:
         return []
     ref, ref_t = state.ref
     out = []
+    log = getattr(getattr(dask_worker, "state", None), "log", None) or ()
+    for rec in list(log):
+        if len(rec) >= 5 and rec[1] == "compute-task" and isinstance(rec[-1], float) and rec[-1] >= ref_t:
+            out.append(("arrive", rec[-1], rec[-1], None, None, str(rec[0])))
     if state.gpu:
         import cupy as cp
 
@@ -433,8 +439,16 @@ def trace_summary(entries, t0) -> dict:
         return round((t - t0) * 1e3, 3)
 
     marks = [e for e in entries if e[0] in IPC_MARKS]
-    entries = [e for e in entries if e[0] not in IPC_MARKS]
+    arrivals = [e for e in entries if e[0] == "arrive"]
+    entries = [e for e in entries if e[0] not in IPC_MARKS and e[0] != "arrive"]
     out = {"tasks": {}, "host_ms": {}}
+    if arrivals:                        # [first, last] compute-task message received, by kind
+        by = {}
+        for e in arrivals:
+            key = e[5] if len(e) > 5 else ""
+            kind = "export" if "ipc-export" in key else "fetch" if "ipc-fetch" in key else "product"
+            by.setdefault(kind, []).append(e[1])
+        out["arrive_ms"] = {k: [ms(min(v)), ms(max(v))] for k, v in sorted(by.items())}
     for kind, a, b, *_ in entries:
         out["tasks"][kind] = out["tasks"].get(kind, 0) + 1
         out["host_ms"][kind] = round(out["host_ms"].get(kind, 0.0) + (b - a) * 1e3, 3)

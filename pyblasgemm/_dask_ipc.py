@@ -79,7 +79,10 @@ _OPENED: collections.OrderedDict = collections.OrderedDict()
 _STREAMS = threading.local()
 _STATS = {"ipc_blocks": 0, "ipc_bytes": 0, "fallback_blocks": 0, "same_process_blocks": 0,
           "exported_blocks": 0, "opened": 0, "closed": 0, "event_exports": 0, "synchronized_exports": 0,
-          "synchronized_fetches": 0, "fallback_reasons": {}}
+          "synchronized_fetches": 0, "peer_blocks": 0, "no_peer_blocks": 0, "fallback_reasons": {}}
+#: (this process's device, the producer's PCI bus id) -> whether the device can read the
+#: producer's GPU peer to peer (cuDeviceCanAccessPeer); else the driver stages the copy
+_PEER: dict = {}
 
 
 def stats(reset: bool = False) -> dict:
@@ -89,9 +92,14 @@ def stats(reset: bool = False) -> dict:
     synchronized their device, fetches that waited for their copy on the host. Run it on the
     workers with ``client.run``.
 
+    ``peer_blocks`` / ``no_peer_blocks``: fetched blocks whose GPUs can / cannot reach each
+    other peer to peer (cuDeviceCanAccessPeer; without it the driver stages the copy through
+    the host, at PCIe speed).
+
     >>> sorted(stats())       # doctest: +NORMALIZE_WHITESPACE
     ['closed', 'event_exports', 'exported_blocks', 'fallback_blocks', 'fallback_reasons', 'ipc_blocks',
-     'ipc_bytes', 'open_now', 'opened', 'same_process_blocks', 'synchronized_exports', 'synchronized_fetches']
+     'ipc_bytes', 'no_peer_blocks', 'open_now', 'opened', 'peer_blocks', 'same_process_blocks',
+     'synchronized_exports', 'synchronized_fetches']
     """
     with _LOCK:
         out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in _STATS.items()}
@@ -365,6 +373,23 @@ class _Fetched:
             pass
 
 
+def _peer(device: int, bus: str):
+    """Whether ``device`` (this process's ordinal) can access the GPU at PCI bus id ``bus`` peer
+    to peer; None when the driver cannot say (the GPU is not visible here, say). Cached."""
+    key = (device, bus)
+    if key not in _PEER:
+        drv = _driver()
+        cu = drv.bindings()
+        try:
+            other = drv.call_in_context(device, "cuDeviceGetByPCIBusId", cu.cuDeviceGetByPCIBusId, bus.encode())
+            mine = drv.call_in_context(device, "cuDeviceGet", cu.cuDeviceGet, device)
+            _PEER[key] = True if int(other) == int(mine) else bool(
+                drv.call_in_context(device, "cuDeviceCanAccessPeer", cu.cuDeviceCanAccessPeer, mine, other))
+        except Exception:
+            _PEER[key] = None
+    return _PEER[key]
+
+
 def _open(pid: int, handle: bytes, device: int) -> int:
     """The base address of the producer's allocation, mapped in this process (opened once per
     (pid, handle, device): opening a handle this context holds open fails on older drivers with
@@ -505,6 +530,10 @@ def fetch(group, slot: int = 0, indices=None):
                     out.append(_empty_like_entry(nbytes, shape, dtype, owner, device))
                     _STATS["ipc_blocks"] += 1
                     _STATS["ipc_bytes"] += nbytes
+                    if _bus:
+                        peer = _peer(device, _bus)
+                        if peer is not None:
+                            _STATS["peer_blocks" if peer else "no_peer_blocks"] += 1
                 if TRACE is not None:
                     TRACE("copy_end", device, int(stream.ptr))
                 if done is not None:        # the producer may reuse the blocks' memory once this is reached
