@@ -59,8 +59,9 @@ def test_repeated_call_reuses_its_plan_and_is_right(routine, dtype, ta, tb, desc
         got = f(ta, tb, m, n, k, 1.5, a, lda, b, ldb, 0.5, c, m)
         assert got is c
         np.testing.assert_allclose(c, want, rtol=tol, atol=tol)
-    # real scalars on complex routines are not cached (as the GPU path): two describes there
-    assert described[0] == (1 if np.dtype(dtype).kind != "c" else 3)
+    # real scalars on complex routines are remembered on the host too (issue 35 item 6; the
+    # GPU path keeps no complex signature)
+    assert described[0] == 1
 
 
 def test_beta_zero_does_not_read_c_on_a_hit(described):
@@ -440,3 +441,97 @@ def test_run_views_collects_without_its_context_too(monkeypatch):
     assert len(rec) == 1 and np.isinf(out).all() and np.isinf(inner).all()
     assert host._collector.made is made and made[1] == []
     assert np.geterr()["over"] == "warn"
+
+
+# --- the view recipe made once per signature (blas._plain_product): the bits of matmul on the
+# full path's views, in either orientation, through numpy.matmul or numpy.dot ----------------
+
+def _column_major(x, rows, cols, ld):
+    """The rows x cols column-major matrix at the start of buffer ``x`` (1-D, or 2-D F)."""
+    return x.reshape(-1, order="F")[:ld * cols].reshape(cols, ld).T[:rows]
+
+
+@pytest.mark.parametrize("prefix", ["s", "d", "c", "z"])
+@pytest.mark.parametrize("mnk", [(33, 17, 1000), (4, 4, 4), (2, 2, 2), (1, 5, 7), (5, 1, 7),
+                                 (5, 7, 1), (2, 3, 1)])
+@pytest.mark.parametrize("layout", ["1-D", "1-D padded", "2-D"])
+def test_a_hit_gives_matmuls_bits_on_the_callers_views(prefix, mnk, layout):
+    """Every flag pair, C poisoned: the first call (full path) and two hits give, bit for
+    bit, numpy.matmul straight into C's view of op(A) and op(B)'s views (what the hit ran
+    before its recipe: views in the orientation numpy.matmul itself multiplies, and
+    numpy.dot for C-contiguous ones), or for 'C' on complex data the first call's bits."""
+    m, n, k = mnk
+    dtype = {"s": np.float32, "d": np.float64, "c": np.complex64, "z": np.complex128}[prefix]
+    f = getattr(pyblasgemm, prefix + "gemm")
+    rng = np.random.default_rng(m * 100 + n * 10 + k)
+    extra = 3 if layout == "1-D padded" else 0
+    for ta in TRANS:
+        for tb in TRANS:
+            ar, ac = (m, k) if ta == "N" else (k, m)
+            br, bc = (k, n) if tb == "N" else (n, k)
+            lda, ldb, ldc = ar + extra, br + extra, m + extra
+
+            def buffer(rows, cols, ld):
+                x = rng.standard_normal(ld * cols) * 10.0 ** rng.integers(-2, 3)
+                if prefix in "cz":
+                    x = x + 1j * rng.standard_normal(ld * cols)
+                x = x.astype(dtype)
+                return x.reshape(cols, ld).T.copy(order="F") if layout == "2-D" else x
+
+            a, b = buffer(ar, ac, lda), buffer(br, bc, ldb)
+            pyblasgemm.clear_plan_cache()
+            got = []
+            for _ in range(3):                       # described, then two hits
+                c = np.full((ldc, n) if layout == "2-D" else ldc * n, np.nan, dtype,
+                            order="F")
+                assert f(ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc) is c
+                got.append(c)
+            assert got[1].tobytes() == got[0].tobytes(), (ta, tb)
+            assert got[2].tobytes() == got[0].tobytes(), (ta, tb)
+            if prefix in "cz" and "C" in (ta, tb):
+                continue
+            opa = _column_major(a, ar, ac, lda)
+            opb = _column_major(b, br, bc, ldb)
+            want = np.full((ldc, n), np.nan, dtype, order="F")
+            np.matmul(opa if ta == "N" else opa.T, opb if tb == "N" else opb.T, out=want[:m])
+            assert got[0].reshape(-1, order="F").tobytes() == want.reshape(-1, order="F").tobytes(), (ta, tb)
+
+
+@pytest.mark.parametrize("ta,tb", [("N", "T"), ("T", "N")])
+@pytest.mark.parametrize("layout", ["1-D", "2-D"])
+def test_a_times_its_transpose_on_a_hit(ta, tb, layout):
+    """One buffer as A and B (numpy.matmul's syrk case: the same pointer, one side
+    transposed): the hit gives matmul's bits on the full path's views."""
+    rng = np.random.default_rng(3)
+    n, k = 6, 50
+    rows, cols = (n, k) if ta == "N" else (k, n)
+    a = rng.standard_normal(rows * cols)
+    if layout == "2-D":
+        a = a.reshape(cols, rows).T.copy(order="F")
+    pyblasgemm.clear_plan_cache()
+    got = []
+    for _ in range(3):
+        c = np.full(n * n, np.nan)
+        pyblasgemm.dgemm(ta, tb, n, n, k, 1.0, a, rows, a, rows, 0.0, c, n)
+        got.append(c)
+    opa = _column_major(a, rows, cols, rows)
+    want = np.full((n, n), np.nan, order="F")
+    np.matmul(opa if ta == "N" else opa.T, opa.T if ta == "N" else opa, out=want)
+    for c in got:
+        assert c.tobytes() == want.reshape(-1, order="F").tobytes()
+
+
+def test_the_recipe_takes_the_cheaper_orientation():
+    """1-D buffers, 'N' flags: op(B)ᵀ, op(A)ᵀ, Cᵀ are the buffers reshaped (numpy.dot, where
+    it reports as matmul does); a vector dimension keeps numpy.matmul's own orientation."""
+    recipes = {}
+    for m, n, k in [(4, 4, 4), (1, 4, 4)]:
+        pyblasgemm.clear_plan_cache()
+        x, y, c = np.ones(m * k), np.ones(k * n), np.zeros(m * n)
+        pyblasgemm.dgemm("N", "N", m, n, k, 1.0, x, m, y, k, 0.0, c, m)
+        (hit,) = [v for key, v in pyblasgemm.calls.cache._entries.items() if key[0] == "call"]
+        recipes[m] = hit.product.__code__
+    assert recipes[4] is not recipes[1]
+    assert ("dot" in recipes[4].co_freevars) == blas._DOT_OUT[0]
+    assert blas._transposed_entry(blas._transposed_entry(("columns", (4, 5)))) == ("columns", (4, 5))
+    assert blas._transposed_entry(((4, 5), (8, 40))) == ((5, 4), (40, 8))
