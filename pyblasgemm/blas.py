@@ -115,35 +115,52 @@ def _dot_reports_like_matmul() -> bool:
     return True
 
 
-def _plain_product(plain, m: int, n: int, k: int, lds: tuple):
-    """The recipe of a :attr:`_HostCall.plain` product, made once per signature: ``(a, b,
-    c) -> bool`` that runs numpy.matmul into C's view with every floating-point exception
-    raised (False then: the caller runs and reports it), or None where it is not plain.
+def _contiguous(shape, strides, itemsize, c_only=False) -> bool:
+    """Whether a 2-D view of (shape, strides) is C-contiguous (or, unless ``c_only``,
+    F-contiguous): numpy.dot then runs on it as it is, no copy."""
+    rows, cols = shape
+    if strides == (cols * itemsize, itemsize):
+        return True
+    return not c_only and strides == (itemsize, rows * itemsize)
 
-    Views are made in the orientation that costs fewer steps (:func:`_view_steps`):
-    ``matmul(op(A), op(B), C)`` or ``matmul(op(B)ᵀ, op(A)ᵀ, Cᵀ)``. The second is the call
-    numpy.matmul itself makes of the first (C's view is F-blasable and not C-blasable for
-    m >= 2: "use transpose equivalence", the same ``matmul_matrixmatrix`` arguments, so the
-    same cblas call and the same bits), taken only where both reach that branch: m, n, k >= 2
-    (no vector special case) and every view BLAS-able (dimensions and leading dimensions
-    within ``BLAS_MAXSIZE``; each view has unit stride on one axis and its leading dimension,
-    at least that axis's length, on the other). For the reference-BLAS caller's 1-D buffers
-    with 'N' flags that is three reshapes and no transpose, all C-contiguous: there
-    numpy.dot with ``out=`` makes that same call (``cblas_matrixproduct``: no transpose on
-    either side, lda, ldb, ldc the row lengths, alpha 1, beta 0; its syrk case needs one side
-    transposed) at ~0.5 µs less than matmul's ufunc machinery (4x4, 2-core dev host), where
-    it reports floating-point exceptions as matmul does (:func:`_dot_reports_like_matmul`:
-    NumPy 2). F-ordered 2-D arrays stay as they are."""
+
+def _plain_product(plain, views: tuple, itemsizes: tuple, m: int, n: int, k: int, lds: tuple):
+    """The recipe of a :attr:`_HostCall.plain` product, made once per signature: ``(a, b,
+    c) -> bool`` that runs numpy.matmul's product into C's view with every floating-point
+    exception raised (False then: the caller runs and reports it), or None where it is not
+    plain. ``views``: the 2-D (shape, strides) of op(A), op(B), C, flat; ``itemsizes``: of
+    A and B, of C.
+
+    It runs ``matmul(op(A), op(B), C)`` or ``matmul(op(B)ᵀ, op(A)ᵀ, Cᵀ)``. The second is the
+    call numpy.matmul itself makes of the first (C's view is F-blasable and not C-blasable
+    for m >= 2: "use transpose equivalence", the same ``matmul_matrixmatrix`` arguments, so
+    the same cblas call, gemm or syrk, and the same bits), taken only where both reach that
+    branch: m, n, k >= 2 (no vector special case) and every view BLAS-able (dimensions and
+    leading dimensions within ``BLAS_MAXSIZE``; each view has unit stride on one axis and its
+    leading dimension, at least that axis's length, on the other). Where op(B)ᵀ and op(A)ᵀ
+    are C- or F-contiguous and Cᵀ C-contiguous (the reference-BLAS caller's 1-D buffers,
+    F-ordered 2-D arrays, with no padding) numpy.dot with ``out=`` makes that same call
+    (``cblas_matrixproduct``: a C-contiguous side untransposed, an F-contiguous one
+    transposed, each leading dimension its row length, alpha 1, beta 0; syrk on one buffer
+    with one side transposed, as matmul) at ~0.5 µs less than matmul's ufunc machinery (4x4,
+    2-core dev host), where it reports floating-point exceptions as matmul does
+    (:func:`_dot_reports_like_matmul`: NumPy 2). Otherwise the orientation whose views cost
+    fewer steps (:func:`_view_steps`) is taken."""
     if plain is None:
         return None
     va, vb, vc = plain
-    swap = False
+    swap = use_dot = False
     if min(m, n, k) >= 2 and max(m, n, k, *lds) <= _BLAS_MAXSIZE:
         ta, tb, tc = (_transposed_entry(v) for v in plain)
-        swap = (_view_steps(ta) + _view_steps(tb) + _view_steps(tc)
-                < _view_steps(va) + _view_steps(vb) + _view_steps(vc))
+        isz, csz = itemsizes
+        (a_shape, a_strides, b_shape, b_strides, c_shape, c_strides) = views
+        use_dot = (_DOT_OUT[0] and _contiguous(b_shape[::-1], b_strides[::-1], isz)
+                   and _contiguous(a_shape[::-1], a_strides[::-1], isz)
+                   and _contiguous(c_shape[::-1], c_strides[::-1], csz, c_only=True))
+        swap = use_dot or (_view_steps(ta) + _view_steps(tb) + _view_steps(tc)
+                           < _view_steps(va) + _view_steps(vb) + _view_steps(vc))
         if swap:
-            va, vb, vc = ta, tb, tc
+            va, vb, vc = tb, ta, tc             # the first operand is op(B)ᵀ, made of b
 
     def fallback(x, y, z):
         # host.matmul_raising: NumPy 1's errstate, or NumPy 2 with no raising context made in
@@ -156,36 +173,69 @@ def _plain_product(plain, m: int, n: int, k: int, lds: tuple):
 
     in_context = _matmul_raising is _host._matmul_raising_in_context
     raising = _host._raising               # this thread's raising context, run inline
-    if (swap and in_context and _DOT_OUT[0]
-            and all(v is not None and v is not _TRANSPOSED and v[0] is _ROWS
-                    for v in (va, vb, vc))):
-        # op(B)ᵀ, op(A)ᵀ, Cᵀ: the buffers reshaped (two ints: ~0.05 µs less a reshape than
-        # one tuple), C-contiguous, numpy.dot's gemm
-        (ra, ca), (rb, cb), (rc, cc) = va[1], vb[1], vc[1]
-        dot, matmul = np.dot, np.matmul
+    fn = np.dot if use_dot else np.matmul
+    # per view: 0 the array itself, 1 its .T, 2 a reshape, 3 a reshape's .T, 4 an ndarray
+    # header, with its shape and strides (written out below: three _plain_view calls cost
+    # ~0.25 µs more; a reshape to two ints ~0.05 µs less than to one tuple)
+    (kx, sx, dx), (ky, sy, dy), (kz, sz, dz) = (_view_code(v) for v in (va, vb, vc))
+    if in_context and swap and kx == ky == kz == 2:
+        (rx, cx), (ry, cy), (rz, cz) = sx, sy, sz
 
-        def product(a, b, c):
-            x, y, z = b.reshape(rb, cb), a.reshape(ra, ca), c.reshape(rc, cc)
+        def product(a, b, c):               # 1-D buffers, 'N', 'N': three reshapes
+            x, y, z = b.reshape(rx, cx), a.reshape(ry, cy), c.reshape(rz, cz)
             try:
-                raising.run(dot, x, y, z)
+                raising.run(fn, x, y, z)
             except FloatingPointError:
                 return False
             except (AttributeError, RuntimeError):
                 return fallback(x, y, z)
             return True
         return product
-    if in_context and not swap and va is None and vb is None and vc is None:
-        matmul = np.matmul
-
-        def product(a, b, c):               # the arrays are their views (F-ordered 2-D)
+    if in_context and not swap and kx == ky == kz == 0:
+        def product(a, b, c):               # the arrays are their views
             try:
-                raising.run(matmul, a, b, c)
+                raising.run(fn, a, b, c)
             except FloatingPointError:
                 return False
             except (AttributeError, RuntimeError):
                 return fallback(a, b, c)
             return True
         return product
+
+    def product(a, b, c):
+        if swap:
+            a, b = b, a
+        x = (a if kx == 0 else a.T if kx == 1 else a.reshape(sx) if kx == 2
+             else a.reshape(sx).T if kx == 3 else _ND(sx, a.dtype, a, 0, dx))
+        y = (b if ky == 0 else b.T if ky == 1 else b.reshape(sy) if ky == 2
+             else b.reshape(sy).T if ky == 3 else _ND(sy, b.dtype, b, 0, dy))
+        z = (c if kz == 0 else c.T if kz == 1 else c.reshape(sz) if kz == 2
+             else c.reshape(sz).T if kz == 3 else _ND(sz, c.dtype, c, 0, dz))
+        if not in_context:
+            return fallback(x, y, z)
+        try:
+            raising.run(fn, x, y, z)
+        except FloatingPointError:
+            return False
+        except (AttributeError, RuntimeError):
+            return fallback(x, y, z)
+        return True
+    return product
+
+
+def _view_code(view) -> tuple:
+    """A :attr:`_HostCall.plain` entry as ``(code, shape, strides)`` (:func:`_plain_view`'s
+    cases: 0 the array, 1 its .T, 2 a reshape to shape, 3 that reshape's .T, 4 the ndarray
+    of shape and strides)."""
+    if view is None:
+        return 0, None, None
+    if view is _TRANSPOSED:
+        return 1, None, None
+    if view[0] is _ROWS:
+        return 2, view[1], None
+    if view[0] is _COLUMNS:
+        return 3, view[1], None
+    return 4, view[0], view[1]
     if swap:
         va, vb = vb, va                     # the first operand is op(B)ᵀ, made of b
 
@@ -314,7 +364,9 @@ def _host_call(desc, row, zero, limit, a, b, c):
             and not desc.invariant):          # (numpy.matmul's bits depend on the shape)
         plain = (plain_view(a, *views[0:2]), plain_view(b, *views[2:4]),
                  plain_view(c, *views[4:6]))
-    product = _plain_product(plain, desc.m, desc.n, desc.k, (desc.lda, desc.ldb, desc.ldc))
+    flat = tuple(x[1:] for x in views)                 # the 2-D views, no batch axis
+    product = _plain_product(plain, flat, (isz, csz), desc.m, desc.n, desc.k,
+                             (desc.lda, desc.ldb, desc.ldc))
     return _HostCall(desc, views, conj_a, conj_b, zero, limit, plain, product)
 
 #: [whether numpy.dot may stand for numpy.matmul on a hit] (:func:`_dot_reports_like_matmul`)

@@ -521,17 +521,28 @@ def test_a_times_its_transpose_on_a_hit(ta, tb, layout):
         assert c.tobytes() == want.reshape(-1, order="F").tobytes()
 
 
+def _runs(product):
+    """What a recipe calls: numpy.dot or numpy.matmul."""
+    cells = [cell.cell_contents for cell in product.__closure__]
+    return "dot" if any(x is np.dot for x in cells) else "matmul"
+
+
 def test_the_recipe_takes_the_cheaper_orientation():
-    """1-D buffers, 'N' flags: op(B)ᵀ, op(A)ᵀ, Cᵀ are the buffers reshaped (numpy.dot, where
-    it reports as matmul does); a vector dimension keeps numpy.matmul's own orientation."""
+    """Contiguous views (1-D buffers, F-ordered 2-D arrays, no padding): op(B)ᵀ, op(A)ᵀ, Cᵀ
+    through numpy.dot where it reports as matmul does; a padded buffer or a vector dimension:
+    numpy.matmul."""
     recipes = {}
-    for m, n, k in [(4, 4, 4), (1, 4, 4)]:
+    for name, (m, n, k), extra, two_d in [("1-D", (4, 4, 4), 0, False), ("2-D", (4, 4, 4), 0, True),
+                                          ("padded", (4, 4, 4), 1, False),
+                                          ("vector", (1, 4, 4), 0, False)]:
         pyblasgemm.clear_plan_cache()
-        x, y, c = np.ones(m * k), np.ones(k * n), np.zeros(m * n)
-        pyblasgemm.dgemm("N", "N", m, n, k, 1.0, x, m, y, k, 0.0, c, m)
+        x, y, c = np.ones((m + extra) * k), np.ones(k * n), np.zeros((m + extra) * n)
+        if two_d:
+            x, y, c = (v.reshape(-1, r).T for v, r in ((x, m), (y, k), (c, m)))
+        pyblasgemm.dgemm("N", "N", m, n, k, 1.0, x, m + extra, y, k, 0.0, c, m + extra)
         (hit,) = [v for key, v in pyblasgemm.calls.cache._entries.items() if key[0] == "call"]
-        recipes[m] = hit.product.__code__
-    assert recipes[4] is not recipes[1]
-    assert ("dot" in recipes[4].co_freevars) == blas._DOT_OUT[0]
+        recipes[name] = _runs(hit.product)
+    dot = "dot" if blas._DOT_OUT[0] else "matmul"
+    assert recipes == {"1-D": dot, "2-D": dot, "padded": "matmul", "vector": "matmul"}
     assert blas._transposed_entry(blas._transposed_entry(("columns", (4, 5)))) == ("columns", (4, 5))
     assert blas._transposed_entry(((4, 5), (8, 40))) == ((5, 4), (40, 8))
