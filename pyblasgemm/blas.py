@@ -191,6 +191,28 @@ def _plain_product(plain, views: tuple, itemsizes: tuple, m: int, n: int, k: int
                 return fallback(x, y, z)
             return True
         return product
+    if in_context and kx in (2, 3) and ky in (2, 3) and kz in (2, 3):
+        (rx, cx), (ry, cy), (rz, cz) = sx, sy, sz
+        tx, ty, tz = kx == 3, ky == 3, kz == 3
+
+        def product(a, b, c):               # 1-D buffers, a flag 'T': reshapes, a .T or two
+            if swap:
+                a, b = b, a
+            x, y, z = a.reshape(rx, cx), b.reshape(ry, cy), c.reshape(rz, cz)
+            if tx:
+                x = x.T
+            if ty:
+                y = y.T
+            if tz:
+                z = z.T
+            try:
+                raising.run(fn, x, y, z)
+            except FloatingPointError:
+                return False
+            except (AttributeError, RuntimeError):
+                return fallback(x, y, z)
+            return True
+        return product
     if in_context and not swap and kx == ky == kz == 0:
         def product(a, b, c):               # the arrays are their views
             try:
