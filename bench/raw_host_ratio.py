@@ -22,6 +22,7 @@ import scipy
 import scipy.linalg.blas as sblas
 
 import pyblasgemm
+from pyblasgemm.benchmarks.suite import provenance
 
 
 def ratios(fns: dict, against: str, rounds: int, calls: int = 200, repeat: int = 5) -> dict:
@@ -69,7 +70,7 @@ def main() -> None:
             print(f"{prefix}gemm {name:22s} {r['ratio']:6.2f}x  {r['us']:6.2f} us", flush=True)
     if args.out:
         with open(args.out, "w") as fh:
-            json.dump({"numpy": np.__version__, "scipy": scipy.__version__,
+            json.dump({**provenance(5), "numpy": np.__version__, "scipy": scipy.__version__,
                        "python": platform.python_version(), "machine": platform.machine(),
                        "rounds": args.rounds, "results": results}, fh, indent=1)
 

@@ -258,39 +258,6 @@ def _view_code(view) -> tuple:
     if view[0] is _COLUMNS:
         return 3, view[1], None
     return 4, view[0], view[1]
-    if swap:
-        va, vb = vb, va                     # the first operand is op(B)ᵀ, made of b
-
-    def product(a, b, c):
-        if swap:
-            a, b = b, a
-        x, y, z = _plain_view(a, va), _plain_view(b, vb), _plain_view(c, vc)
-        if not in_context:
-            return fallback(x, y, z)
-        try:
-            raising.run(np.matmul, x, y, z)
-        except FloatingPointError:
-            return False
-        except (AttributeError, RuntimeError):
-            return fallback(x, y, z)
-        return True
-    return product
-    raising = _host._raising                # (this thread's raising context, run inline:
-    matmul = np.matmul                      # host.matmul_raising's frame saved)
-
-    def product(a, b, c):
-        x, y, z = views(a, b, c)
-        try:
-            raising.run(matmul, x, y, z)
-        except FloatingPointError:
-            return False
-        except (AttributeError, RuntimeError):  # no context in this thread yet, or it is
-            try:                                # entered (a call from a signal handler
-                _matmul_raising(x, y, z)        # inside ours): host's, which makes one or
-            except FloatingPointError:          # enters a fresh error state
-                return False
-        return True
-    return product
 
 
 class _HostCall(NamedTuple):
@@ -391,8 +358,11 @@ def _host_call(desc, row, zero, limit, a, b, c):
                              (desc.lda, desc.ldb, desc.ldc))
     return _HostCall(desc, views, conj_a, conj_b, zero, limit, plain, product)
 
-#: [whether numpy.dot may stand for numpy.matmul on a hit] (:func:`_dot_reports_like_matmul`)
+
+#: [whether numpy.dot may stand for numpy.matmul on a hit] (:func:`_dot_reports_like_matmul`:
+#: checked once, at import)
 _DOT_OUT = [_dot_reports_like_matmul()]
+
 
 _DOC = """{title}
 

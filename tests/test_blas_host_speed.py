@@ -549,3 +549,33 @@ def test_the_recipe_takes_the_cheaper_orientation():
     assert recipes == {"1-D": dot, "2-D": dot, "padded": "matmul", "vector": "matmul"}
     assert blas._transposed_entry(blas._transposed_entry(("columns", (4, 5)))) == ("columns", (4, 5))
     assert blas._transposed_entry(((4, 5), (8, 40))) == ((5, 4), (40, 8))
+
+
+@pytest.mark.parametrize("prefix", ["c", "z"])
+@pytest.mark.parametrize("alpha,beta", [(1.5, 0.5), (2, 1), (1 + 2j, -0.5j), (complex(-0.0, 2.0), 0.0),
+                                        (complex(2.0, -0.0), complex(0.5, -0.0)), (1.0, 0.0),
+                                        (1j, complex(-0.0, -0.0))])
+def test_complex_scalars_on_a_hit_give_the_first_calls_bits(prefix, alpha, beta, described):
+    """Complex routines are remembered on the host for complex, float and int scalars: a hit
+    reads them as describe_blas does (complex(), -0.0 parts kept) and gives the first call's
+    bits, C's NaN unread where beta is 0."""
+    dtype = np.complex64 if prefix == "c" else np.complex128
+    f = getattr(pyblasgemm, prefix + "gemm")
+    rng = np.random.default_rng(17)
+    a = (rng.standard_normal(5 * 40) + 1j * rng.standard_normal(5 * 40)).astype(dtype)
+    b = (rng.standard_normal(40 * 3) + 1j * rng.standard_normal(40 * 3)).astype(dtype)
+    c0 = (rng.standard_normal(15) + 1j * rng.standard_normal(15)).astype(dtype)
+    if beta == 0:
+        c0[:] = np.nan
+    for ta, tb in [("N", "N"), ("T", "C"), ("C", "N")]:
+        lda, ldb = (5 if ta == "N" else 40), (40 if tb == "N" else 3)
+        pyblasgemm.clear_plan_cache()
+        described[0] = 0
+        got = []
+        for _ in range(3):
+            c = c0.copy()
+            f(ta, tb, 5, 3, 40, alpha, a, lda, b, ldb, beta, c, 5)
+            got.append(c)
+        assert described[0] == 1, (ta, tb)
+        assert got[1].tobytes() == got[0].tobytes() and got[2].tobytes() == got[0].tobytes()
+        assert not np.isnan(got[0]).any()
