@@ -337,7 +337,9 @@ def _ipc_hook(state):
             return
         import cupy as cp
 
-        stream = cp.cuda.Stream.null if stream_handle in (0, 1) else cp.cuda.ExternalStream(stream_handle)
+        from pyblasgemm.streams import cupy_stream
+
+        stream = cp.cuda.Stream.null if stream_handle in (0, 1) else cupy_stream(stream_handle)
         ev = cp.cuda.Event()
         ev.record(stream)
         now = time.time()

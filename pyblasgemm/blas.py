@@ -35,6 +35,10 @@ _TORCH = [None]
 _ND = np.ndarray
 _may_share = _layout.may_share_ndarrays      # (the arrays are exact ndarrays there)
 _peek = calls.cache.peek
+#: the scalar types whose NumPy calls are remembered (:class:`_HostCall`): the GPU's
+#: (gemm._PLAIN) and, on the host, the complex routines' too (a float or int alpha read as
+#: complex() reads it, as describe_blas does)
+_HOST_SCALARS = dict(_PLAIN, complex=(complex, float, int))
 _matmul_raising = _host.matmul_raising
 _run_views = _host.run_views
 
@@ -65,6 +69,197 @@ def _plain_view(x, view):
     return x.reshape(view[1]) if view[0] is _ROWS else _ND(view[0], x.dtype, x, 0, view[1])
 
 
+def _transposed_entry(view):
+    """The :attr:`_HostCall.plain` entry whose view is the transpose of ``view``'s."""
+    if view is None:
+        return _TRANSPOSED
+    if view is _TRANSPOSED:
+        return None
+    if view[0] is _COLUMNS:
+        return (_ROWS, view[1])               # x.reshape(s).T transposed: x.reshape(s)
+    if view[0] is _ROWS:
+        return (_COLUMNS, view[1])
+    return (view[0][::-1], view[1][::-1])
+
+
+def _view_steps(view) -> int:
+    """What making ``view``'s view costs a hit, in steps of ~0.1-0.25 µs: the array itself
+    none, a .T or a reshape one, a reshape and its .T two, an ndarray header three."""
+    if view is None:
+        return 0
+    if view is _TRANSPOSED or view[0] is _ROWS:
+        return 1
+    return 2 if view[0] is _COLUMNS else 3
+
+
+#: NumPy's BLAS bound on a dimension and on a stride in elements (INT_MAX - 1: matmul's
+#: ``BLAS_MAXSIZE``); past it numpy.matmul runs its own loop
+_BLAS_MAXSIZE = 2**31 - 2
+
+
+def _dot_reports_like_matmul() -> bool:
+    """Whether numpy.dot, given an ``out``, checks the floating-point status as numpy.matmul
+    does (NumPy 2 reports "overflow encountered in dot"; checked once, in the raising context
+    the hit runs it in, on an overflow and an underflow)."""
+    if _matmul_raising is not _host._matmul_raising_in_context:
+        return False
+    run = _host._raising_run()
+    out = np.empty((2, 2), np.float32)
+    for value in (3e38, 1e-30):
+        x = np.full((2, 2), value, np.float32)
+        try:
+            run(np.dot, x, x, out)
+        except FloatingPointError:
+            continue
+        return False
+    return True
+
+
+def _contiguous(shape, strides, itemsize, c_only=False) -> bool:
+    """Whether a 2-D view of (shape, strides) is C-contiguous (or, unless ``c_only``,
+    F-contiguous): numpy.dot then runs on it as it is, no copy."""
+    rows, cols = shape
+    if strides == (cols * itemsize, itemsize):
+        return True
+    return not c_only and strides == (itemsize, rows * itemsize)
+
+
+def _plain_product(plain, views: tuple, itemsizes: tuple, m: int, n: int, k: int, lds: tuple):
+    """The recipe of a :attr:`_HostCall.plain` product, made once per signature: ``(a, b,
+    c) -> bool`` that runs numpy.matmul's product into C's view with every floating-point
+    exception raised (False then: the caller runs and reports it), or None where it is not
+    plain. ``views``: the 2-D (shape, strides) of op(A), op(B), C, flat; ``itemsizes``: of
+    A and B, of C.
+
+    It runs ``matmul(op(A), op(B), C)`` or ``matmul(op(B)ᵀ, op(A)ᵀ, Cᵀ)``. The second is the
+    call numpy.matmul itself makes of the first (C's view is F-blasable and not C-blasable
+    for m >= 2: "use transpose equivalence", the same ``matmul_matrixmatrix`` arguments, so
+    the same cblas call, gemm or syrk, and the same bits), taken only where both reach that
+    branch: m, n, k >= 2 (no vector special case) and every view BLAS-able (dimensions and
+    leading dimensions within ``BLAS_MAXSIZE``; each view has unit stride on one axis and its
+    leading dimension, at least that axis's length, on the other). Where op(B)ᵀ and op(A)ᵀ
+    are C- or F-contiguous and Cᵀ C-contiguous (the reference-BLAS caller's 1-D buffers,
+    F-ordered 2-D arrays, with no padding) numpy.dot with ``out=`` makes that same call
+    (``cblas_matrixproduct``: a C-contiguous side untransposed, an F-contiguous one
+    transposed, each leading dimension its row length, alpha 1, beta 0; syrk on one buffer
+    with one side transposed, as matmul) at ~0.5 µs less than matmul's ufunc machinery (4x4,
+    2-core dev host), where it reports floating-point exceptions as matmul does
+    (:func:`_dot_reports_like_matmul`: NumPy 2). Otherwise the orientation whose views cost
+    fewer steps (:func:`_view_steps`) is taken."""
+    if plain is None:
+        return None
+    va, vb, vc = plain
+    swap = use_dot = False
+    if min(m, n, k) >= 2 and max(m, n, k, *lds) <= _BLAS_MAXSIZE:
+        ta, tb, tc = (_transposed_entry(v) for v in plain)
+        isz, csz = itemsizes
+        (a_shape, a_strides, b_shape, b_strides, c_shape, c_strides) = views
+        use_dot = (_DOT_OUT[0] and _contiguous(b_shape[::-1], b_strides[::-1], isz)
+                   and _contiguous(a_shape[::-1], a_strides[::-1], isz)
+                   and _contiguous(c_shape[::-1], c_strides[::-1], csz, c_only=True))
+        swap = use_dot or (_view_steps(ta) + _view_steps(tb) + _view_steps(tc)
+                           < _view_steps(va) + _view_steps(vb) + _view_steps(vc))
+        if swap:
+            va, vb, vc = tb, ta, tc             # the first operand is op(B)ᵀ, made of b
+
+    def fallback(x, y, z):
+        # host.matmul_raising: NumPy 1's errstate, or NumPy 2 with no raising context made in
+        # this thread yet or the context entered (a call from a signal handler inside ours)
+        try:
+            _matmul_raising(x, y, z)
+        except FloatingPointError:
+            return False
+        return True
+
+    in_context = _matmul_raising is _host._matmul_raising_in_context
+    raising = _host._raising               # this thread's raising context, run inline
+    fn = np.dot if use_dot else np.matmul
+    # per view: 0 the array itself, 1 its .T, 2 a reshape, 3 a reshape's .T, 4 an ndarray
+    # header, with its shape and strides (written out below: three _plain_view calls cost
+    # ~0.25 µs more; a reshape to two ints ~0.05 µs less than to one tuple)
+    (kx, sx, dx), (ky, sy, dy), (kz, sz, dz) = (_view_code(v) for v in (va, vb, vc))
+    if in_context and swap and kx == ky == kz == 2:
+        (rx, cx), (ry, cy), (rz, cz) = sx, sy, sz
+
+        def product(a, b, c):               # 1-D buffers, 'N', 'N': three reshapes
+            x, y, z = b.reshape(rx, cx), a.reshape(ry, cy), c.reshape(rz, cz)
+            try:
+                raising.run(fn, x, y, z)
+            except FloatingPointError:
+                return False
+            except (AttributeError, RuntimeError):
+                return fallback(x, y, z)
+            return True
+        return product
+    if in_context and kx in (2, 3) and ky in (2, 3) and kz in (2, 3):
+        (rx, cx), (ry, cy), (rz, cz) = sx, sy, sz
+        tx, ty, tz = kx == 3, ky == 3, kz == 3
+
+        def product(a, b, c):               # 1-D buffers, a flag 'T': reshapes, a .T or two
+            if swap:
+                a, b = b, a
+            x, y, z = a.reshape(rx, cx), b.reshape(ry, cy), c.reshape(rz, cz)
+            if tx:
+                x = x.T
+            if ty:
+                y = y.T
+            if tz:
+                z = z.T
+            try:
+                raising.run(fn, x, y, z)
+            except FloatingPointError:
+                return False
+            except (AttributeError, RuntimeError):
+                return fallback(x, y, z)
+            return True
+        return product
+    if in_context and not swap and kx == ky == kz == 0:
+        def product(a, b, c):               # the arrays are their views
+            try:
+                raising.run(fn, a, b, c)
+            except FloatingPointError:
+                return False
+            except (AttributeError, RuntimeError):
+                return fallback(a, b, c)
+            return True
+        return product
+
+    def product(a, b, c):
+        if swap:
+            a, b = b, a
+        x = (a if kx == 0 else a.T if kx == 1 else a.reshape(sx) if kx == 2
+             else a.reshape(sx).T if kx == 3 else _ND(sx, a.dtype, a, 0, dx))
+        y = (b if ky == 0 else b.T if ky == 1 else b.reshape(sy) if ky == 2
+             else b.reshape(sy).T if ky == 3 else _ND(sy, b.dtype, b, 0, dy))
+        z = (c if kz == 0 else c.T if kz == 1 else c.reshape(sz) if kz == 2
+             else c.reshape(sz).T if kz == 3 else _ND(sz, c.dtype, c, 0, dz))
+        if not in_context:
+            return fallback(x, y, z)
+        try:
+            raising.run(fn, x, y, z)
+        except FloatingPointError:
+            return False
+        except (AttributeError, RuntimeError):
+            return fallback(x, y, z)
+        return True
+    return product
+
+
+def _view_code(view) -> tuple:
+    """A :attr:`_HostCall.plain` entry as ``(code, shape, strides)`` (:func:`_plain_view`'s
+    cases: 0 the array, 1 its .T, 2 a reshape to shape, 3 that reshape's .T, 4 the ndarray
+    of shape and strides)."""
+    if view is None:
+        return 0, None, None
+    if view is _TRANSPOSED:
+        return 1, None, None
+    if view[0] is _ROWS:
+        return 2, view[1], None
+    if view[0] is _COLUMNS:
+        return 3, view[1], None
+    return 4, view[0], view[1]
+
+
 class _HostCall(NamedTuple):
     """A repeated NumPy call of the BLAS form (the host's :class:`pyblasgemm.calls.Call`; also
     the gemm a repeated call of :mod:`pyblasgemm.scipy` ran): the described problem and
@@ -88,28 +283,16 @@ class _HostCall(NamedTuple):
                             # (_ROWS, shape) where a 1-D buffer reshaped is (an ndarray header
                             # made: ~0.43 µs at 4x4, a reshape ~0.21 µs and .T ~0.11 µs, the
                             # array itself nothing)
+    product: object         # (a, b, c) -> bool: the plain product with alpha 1 and beta 0
+                            # (_plain_product's recipe, made once), or None where not plain
 
     def plain_product(self, a, b, c) -> bool:
         """With alpha 1 and beta 0, where the product is :attr:`plain`: numpy.matmul straight
         into C's view, C unread. False where it is not plain, or raised a floating-point
         exception: the caller then runs the product (:meth:`run`), reported as host.run
-        reports it."""
-        plain = self.plain
-        if plain is None:
-            return False
-        va, vb, vc = plain          # (_plain_view's common cases written out: three calls
-        # cost ~0.3 µs; a 2-D array is itself or its .T, a 1-D buffer its columns)
-        opa = a if va is None else a.T if va is _TRANSPOSED else a.reshape(va[1]).T if va[0] is _COLUMNS \
-            else _plain_view(a, va)
-        opb = b if vb is None else b.T if vb is _TRANSPOSED else b.reshape(vb[1]).T if vb[0] is _COLUMNS \
-            else _plain_view(b, vb)
-        cv = c if vc is None else c.T if vc is _TRANSPOSED else c.reshape(vc[1]).T if vc[0] is _COLUMNS \
-            else _plain_view(c, vc)
-        try:
-            _matmul_raising(opa, opb, cv)
-            return True
-        except FloatingPointError:
-            return False
+        reports it. (:attr:`product` itself, where a hot path has the entry at hand.)"""
+        product = self.product
+        return False if product is None else product(a, b, c)
 
     def run(self, a, b, c, alpha, beta) -> None:
         """``c = alpha·op(a)·op(b) + beta·c`` as the described problem's host run computes it,
@@ -170,7 +353,16 @@ def _host_call(desc, row, zero, limit, a, b, c):
             and not desc.invariant):          # (numpy.matmul's bits depend on the shape)
         plain = (plain_view(a, *views[0:2]), plain_view(b, *views[2:4]),
                  plain_view(c, *views[4:6]))
-    return _HostCall(desc, views, conj_a, conj_b, zero, limit, plain)
+    flat = tuple(x[1:] for x in views)                 # the 2-D views, no batch axis
+    product = _plain_product(plain, flat, (isz, csz), desc.m, desc.n, desc.k,
+                             (desc.lda, desc.ldb, desc.ldc))
+    return _HostCall(desc, views, conj_a, conj_b, zero, limit, plain, product)
+
+
+#: [whether numpy.dot may stand for numpy.matmul on a hit] (:func:`_dot_reports_like_matmul`:
+#: checked once, at import)
+_DOT_OUT = [_dot_reports_like_matmul()]
+
 
 _DOC = """{title}
 
@@ -385,23 +577,33 @@ def _make(prefix: str):
               and type(ldc) is int):
             # a repeated NumPy call: the key proves flags, sizes, dtypes and that the buffers
             # hold their spans; pointers (overlap), writability and scalar values it cannot
-            sig = calls.key(words, a, b, c)
             try:
-                host_call = None if sig is None else _peek(sig[0])
+                # (a key of None, arrays of another kind beside a: no entry either)
+                host_call = _peek(calls.key(words, a, b, c)[0])
             except TypeError:       # an unhashable word (compute=[...]): the full path names it
                 host_call = None
-            c_flags = None if host_call is None else c.flags
             # arrays that own their memory are apart unless one is another (three flags reads
             # cost ~0.3 µs, two numpy.may_share_memory calls ~0.4 µs undispatched on the 2-core
             # dev host)
-            if (c_flags is not None and c_flags.writeable
-                    and ((c_flags.owndata and c is not a and c is not b and a.flags.owndata
-                          and b.flags.owndata)
-                         or (not _may_share(c, a) and not _may_share(c, b)))):
-                if alpha == 1 and beta == 0 and host_call.plain_product(a, b, c):
-                    return c
+            if host_call is not None and (c_flags := c.flags).writeable and (
+                    (c_flags.owndata and c is not a and c is not b and a.flags.owndata
+                     and b.flags.owndata)
+                    or (not _may_share(c, a) and not _may_share(c, b))):
+                if alpha == 1 and beta == 0:
+                    product = host_call.product
+                    if product is not None and product(a, b, c):
+                        return c
                 lim = host_call.limit
-                if -lim <= alpha <= lim and -lim <= beta <= lim and alpha != 0:
+                if complex_scalars:
+                    # each part in range, as describe_blas_checked reads them; complex() as
+                    # describe_blas converts them (a float's imaginary part +0.0, a given
+                    # complex kept as it is, -0.0 parts too: alpha and beta nonzero here or
+                    # beta 0, which is not read)
+                    if (alpha != 0 and -lim <= alpha.real <= lim and -lim <= alpha.imag <= lim
+                            and -lim <= beta.real <= lim and -lim <= beta.imag <= lim):
+                        host_call.run(a, b, c, complex(alpha), complex(beta))
+                        return c
+                elif -lim <= alpha <= lim and -lim <= beta <= lim and alpha != 0:
                     host_call.run(a, b, c, alpha + host_call.zero, beta + host_call.zero)
                     return c
         elif _CUPY[0] is None and calls.cupy_type() is not None:
@@ -447,7 +649,8 @@ def _make(prefix: str):
         elif (launch is None and type(a) is _ND and type(b) is _ND and type(c) is _ND
               and autotune is None and given_stream is None and _plain_word(given_compute)
               and _plain_word(given_backend) and type(transa) is str and type(transb) is str
-              and type(alpha) in _PLAIN[row.scalar_kind] and type(beta) in _PLAIN[row.scalar_kind]
+              and type(alpha) in _HOST_SCALARS[row.scalar_kind]
+              and type(beta) in _HOST_SCALARS[row.scalar_kind]
               and desc.batch == 1 and not desc.is_noop and not desc.scales_only
               and current_settings().cache):
             plan = plan_for(desc, backend)        # cached: the plan that just ran
@@ -458,6 +661,7 @@ def _make(prefix: str):
 
     zero = 0 if row.scalar_kind == "int" else 0.0
     limit = _scalar_limit(row)
+    complex_scalars = row.scalar_kind == "complex"
 
     xgemm.__signature__ = _SIGNATURE
     xgemm.__name__ = xgemm.__qualname__ = row.routine

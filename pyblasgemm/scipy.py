@@ -568,8 +568,9 @@ def _make(prefix: str):
                     if out is not None:
                         first, second = (b, a) if hit.swap else (a, b)
                         host = hit.host
-                        if not (alpha_read == 1 and beta_read == 0
-                                and host.plain_product(first, second, out)):
+                        product = host.product          # (the recipe: no method's frame)
+                        if not (alpha_read == 1 and beta_read == 0 and product is not None
+                                and product(first, second, out)):
                             host.run(first, second, out, alpha_read, beta_read)
                         return out
         # SciPy's order (its wrapper's): which refusal comes first when several apply

@@ -75,6 +75,15 @@ def on(stream_handle: int | None):
     cupy = sys.modules.get("cupy") or importlib.import_module("cupy")
     if stream_handle == cupy.cuda.get_current_stream().ptr:
         return contextlib.nullcontext()
+    return cupy_stream(stream_handle)
+
+
+def cupy_stream(stream_handle: int):
+    """A CuPy stream object for a raw ``cudaStream_t`` handle, not managed by CuPy (usable as a
+    context, or where CuPy wants a stream: ``Event.record``): ``cupy.cuda.Stream.from_external``
+    on the handle in the ``__cuda_stream__`` protocol (CuPy 14 deprecates ``ExternalStream``;
+    an older CuPy gets that)."""
+    cupy = sys.modules.get("cupy") or importlib.import_module("cupy")
     from_external = getattr(cupy.cuda.Stream, "from_external", None)
     if from_external is not None:         # CuPy >= 14: the stream protocol
         return from_external(_Handle(stream_handle))

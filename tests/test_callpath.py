@@ -162,6 +162,18 @@ def test_stream_handles():
         streams.handle(3.5)
 
 
+def test_a_raw_handle_as_a_cupy_stream_without_the_deprecated_class():
+    """streams.cupy_stream (streams.on's, the GEMV and float8 launches' stream, bench's events):
+    CuPy 14's Stream.from_external, no ExternalStream DeprecationWarning; made without a GPU."""
+    cupy = pytest.importorskip("cupy")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        s = streams.cupy_stream(0x1234)
+    assert s.ptr == 0x1234 and isinstance(s, cupy.cuda.Stream)
+
+
 @pytest.mark.parametrize("stream", [None, 0, 7, _CoreStream()])
 def test_stream_is_ignored_only_where_nothing_runs_on_a_gpu(stream):
     """NumPy arrays run on the host: a stream changes nothing there, and needs no GPU (a

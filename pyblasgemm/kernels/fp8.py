@@ -457,7 +457,7 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
     """
     import cupy as cp
 
-    from ..streams import current
+    from ..streams import current, on
 
     check_device(routine)
     _last.launch = None
@@ -466,7 +466,7 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
     sptr = current() if stream is None else stream
     given_a, given_b = a, b
     isz = result.dtype.itemsize
-    with cp.cuda.ExternalStream(sptr) if stream is not None else _nothing():
+    with on(sptr) if stream is not None else _nothing():
         la = _layout(a)
         if la is None:
             a, la = _dense(cp, a), ("row", k)

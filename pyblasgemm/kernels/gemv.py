@@ -494,9 +494,10 @@ class GemvLaunch:
         not wait for CuPy's could otherwise run the kernel before the memset)."""
         import cupy
 
+        from ..streams import on
         from .mma_sync import _ArgPack
 
-        with cupy.cuda.Device(self._dev), cupy.cuda.ExternalStream(sptr):
+        with cupy.cuda.Device(self._dev), on(sptr):
             ws = cupy.empty(max(1, self.spec.slots * self.spec.slot_bytes), dtype=cupy.uint8)
             counters = cupy.zeros(self.spec.row_tiles, dtype=cupy.int32)   # the kernel keeps them 0
         pack = _ArgPack(self._fields, dict(self._base, ws=ws.data.ptr, counters=counters.data.ptr))
