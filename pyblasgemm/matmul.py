@@ -629,8 +629,8 @@ def _fp8_words(dtype, compute, backend, activation, invariant, operand_dtype_typ
     keywords as given (``dtype=`` a NumPy dtype word or the operands' framework's dtype, such as
     ``torch.bfloat16``), the route setting (:data:`pyblasgemm.kernels.fp8.ROUTE`), and the kernel family rule (:data:`pyblasgemm.kernels.fp8.FAMILY`: the
     same call runs the Hopper kernel or mma.sync by it). (The checks written out, not
-    :func:`_plain_word` / :func:`pyblasgemm.calls.flag` called: 0.5 against 0.9 µs on the 2-core
-    dev host, bench/fp8_host_profile.py.)"""
+    :func:`_plain_word` / :func:`pyblasgemm.calls.flag` called: 0.33 against 0.50 µs on the
+    2-core dev host, bench/fp8_host_profile.py.)"""
     if not ((activation is None or type(activation) is str) and (compute is None or type(compute) is str)
             and (backend is None or type(backend) is str)
             and (dtype is None or isinstance(dtype, _DTYPE_WORDS) or type(dtype) is operand_dtype_type)):
