@@ -28,7 +28,9 @@ row that fails (or that ``_scaled_mm`` refuses) records why.
 Host rows (``host``): µs of host time per repeated call (the replay of the recorded launch,
 pyblasgemm.fp8.replay) at 64 x 256 x 256 (e4m3, bfloat16 out; the GPU's few µs per product
 never throttle the host), per scale layout: torch tensors, CuPy arrays of the same bytes,
-``torch._scaled_mm`` (per-tensor and row-wise); bench/timing.py's paired rounds (200 calls a
+``torch._scaled_mm`` (per-tensor and row-wise), the CuPy call forced onto cuBLASLt
+(``cupy arrays, cuBLASLt``: that route's replay) and ``pyblasgemm.gemm('N', 'N', ...)`` on
+the CuPy arrays (``cupy gemm``, float32 out); bench/timing.py's paired rounds (200 calls a
 round, 15 rounds, each contender's rounds interleaved), after checking that the tensors' and
 the CuPy arrays' results are the same bits. ``torch_vs_cupy`` (the bar: the plain products'
 torch calls cost what CuPy calls cost) and ``speedup_vs_scaled_mm_host``.
@@ -219,6 +221,11 @@ def host_rows(cp, torch, pb):
                "cupy arrays": lambda: pb.matmul(ca, cb, scale_a=csa, scale_b=csb, dtype=ml_dtypes.bfloat16)}
         if mode != "blocks":
             fns["torch._scaled_mm"] = lambda: _first(torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16))
+            # the cuBLASLt route's replay (the rule keeps 64 rows on ours: forced here)
+            fns["cupy arrays, cuBLASLt"] = lambda: pb.matmul(ca, cb, scale_a=csa, scale_b=csb,
+                                                             dtype=ml_dtypes.bfloat16, backend="cublas")
+        # gemm's form (cupy.cublas.gemm's): float32 out, its own replay where the tree has one
+        fns["cupy gemm"] = lambda: pb.gemm("N", "N", ca, cb, scale_a=csa, scale_b=csb)
         row = {"form": "matmul", "m": m, "n": n, "k": k, "scales": mode, "dtype": "e4m3 -> bfloat16"}
         try:
             got_t, got_c = fns["torch tensors"](), fns["cupy arrays"]()

@@ -427,40 +427,50 @@ def torch_fp8_dtypes() -> frozenset:
     return _TORCH_FP8[0]
 
 
-def replay(words: tuple, a, b, out, bias, scale_a, scale_b, stream):
-    """``(result, key)``: a repeated float8 product ``act((scale_a ⊙ a) @ (scale_b ⊙ b) +
-    bias)`` on CuPy arrays or CUDA tensors run as its recorded launch on these pointers (the
-    scales' and the bias' too: a scale rewritten on the device, or another scale array of the
-    same layout, is read as it is now) on the caller's stream (PyTorch's current stream for
-    tensors, CuPy's for CuPy arrays; ``stream=`` when given), into a result allocated by the
-    caller's framework (``torch.empty_strided``: PyTorch's caching allocator) or ``out``.
+#: ``torch.empty_strided``, once a tensor call replayed (PyTorch is imported by then)
+_torch_empty: list = []
+
+
+def replay(words: tuple, a, b, out, bias, scale_a, scale_b, stream, alpha=1.0, beta=0.0):
+    """``(result, key)``: a repeated float8 product ``act(alpha·(scale_a ⊙ a) @ (scale_b ⊙ b) +
+    beta·out + bias)`` on CuPy arrays or CUDA tensors run as its recorded launch on these
+    pointers (the scales' and the bias' too: a scale rewritten on the device, or another scale
+    array of the same layout, is read as it is now) on the caller's stream (PyTorch's current
+    stream for tensors, CuPy's for CuPy arrays; ``stream=`` when given), into a result allocated
+    by the caller's framework (``torch.empty_strided``: PyTorch's caching allocator) or ``out``.
     ``result`` None: no record, or what the key cannot prove fails (a fresh result's 16-byte
     alignment, an ``out`` that meets a or b); the caller then takes the full path and records
-    under ``key`` (None: arrays :func:`pyblasgemm.calls.key` does not key, e.g. a NumPy scale).
-    ``words``: the form's part of the key (its name, keywords as given, the device and kernel
-    family rule).
+    under ``key`` (None: arrays :func:`pyblasgemm.calls.key_scaled` does not key, e.g. a NumPy
+    scale). ``words``: the form's part of the key (its name, keywords as given, the kernel
+    family rule). ``alpha`` / ``beta``: the form's values, checked by the caller (matmul's
+    fixed 1 and 0; beta reaches the launch only with ``out``).
+
+    One key build, every pointer read once (by the key builder), one dict lookup
+    (:func:`pyblasgemm.calls.peek`), the result the only allocation, the launch called
+    positionally (``launch(pm, pn, pc, alpha, beta, stream, bias, pre, scale_m, scale_n)``,
+    b's pointers first when the product ran as c^T = b^T a^T).
 
     >>> import numpy as np
-    >>> a = np.ones((2, 3), np.float32)                 # NumPy arrays: keyed, never recorded
-    >>> replay(("doc",), a, a.T, None, None, a[:, 0], a[0], None)[0] is None
-    True
+    >>> a = np.ones((2, 3), np.float32)                 # NumPy arrays: never keyed
+    >>> replay(("doc",), a, a.T, None, None, a[:, 0], a[0], None)
+    (None, None)
     """
-    sig = calls.key(words, a, b, out, (scale_a, scale_b, bias))
+    sig = calls.key_scaled(words, a, b, out, scale_a, scale_b, bias)
     if sig is None:
         return None, None
-    k, pa, pb, pc = sig
-    hit = calls.get(k)
+    k, pa, pb, pc, psa, psb, pbias = sig
+    hit = calls.peek(k)
     if hit is None:
         return None, k
     if hit.torch:
         dev = a.get_device()        # (an ordinal: no torch.device object a call)
         if out is None:
-            c = sys.modules["torch"].empty_strided(hit.shape, hit.strides, dtype=hit.dtype, device=dev)
+            if not _torch_empty:
+                _torch_empty.append(sys.modules["torch"].empty_strided)
+            c = _torch_empty[0](hit.shape, hit.strides, dtype=hit.dtype, device=dev)
             pc = c.data_ptr()
         else:
             c = out
-        psa, psb = scale_a.data_ptr(), scale_b.data_ptr()
-        pbias = 0 if bias is None else bias.data_ptr()
         sptr = arrays.torch_raw_stream(dev) if stream is None else streams.handle(stream)
     else:
         if out is None:
@@ -469,15 +479,17 @@ def replay(words: tuple, a, b, out, bias, scale_a, scale_b, stream):
             pc = c.data.ptr
         else:
             c = out
-        psa, psb = scale_a.data.ptr, scale_b.data.ptr
-        pbias = 0 if bias is None else bias.data.ptr
         sptr = streams.current() if stream is None else streams.handle(stream)
-    if pc & 15 or (out is not None and calls.overlaps(hit, pa, pb, pc)):
-        return None, k      # the full path: a temporary (the kernel stores whole 16-byte rows)
+        _last.call = hit    # a replayed product counts as run (the torch door records it too)
+    if out is None:
+        if pc & 15:
+            return None, k  # the full path: a temporary (the kernel stores whole 16-byte rows)
+        beta = 0.0
+    elif calls.overlaps(hit, pa, pb, pc):
+        return None, k      # out meets a or b: the full path computes via a temporary
     if hit.swap:
-        hit.launch(pb, pa, pc, 1.0, 0.0, sptr, bias=pbias, pre=0, scale_m=psb, scale_n=psa)
+        hit.launch(pb, pa, pc, alpha, beta, sptr, pbias, 0, psb, psa)
     else:
-        hit.launch(pa, pb, pc, 1.0, 0.0, sptr, bias=pbias, pre=0, scale_m=psa, scale_n=psb)
+        hit.launch(pa, pb, pc, alpha, beta, sptr, pbias, 0, psa, psb)
     note_route(hit.route)
-    _last.call = hit        # a replayed product counts as run (the torch door records it too)
     return c, k

@@ -20,7 +20,9 @@ from .desc import (INT32_MAX, _SCALAR_LIMITS, _scalar_value, check_backend, chec
                    check_same_place, check_scalar)
 from .epilogue import acc_dtype, check as check_epilogue
 from .epilogue_pass import run_unfused
-from .fp8 import is_fp8, scaled_matmul
+from . import fp8
+from .fp8 import FP8_TYPES, is_fp8, scaled_matmul
+from .kernels import fp8 as fp8_kernels
 from .planner.overrides import resolve_invariant
 
 _ROUTINE = "gemm"
@@ -343,10 +345,48 @@ def _product(row, ta, tb, a, b, c, alpha, beta, compute, backend, autotune, stre
     return c
 
 
+#: the largest |alpha| / |beta| of a float8 product (float32 scalars, as check_scalar's real row)
+_FP8_SCALAR_LIMIT = _SCALAR_LIMITS[ROW_BY_DTYPE[np.dtype(np.float32)].prefix]
+
+
+def _fp8_replay(transa, transb, a, b, out, alpha, beta, compute, backend, stream, bias, activation,
+                scale_a, scale_b, invariant):
+    """``(result, key)`` of a repeated float8 ``gemm`` on CuPy arrays or CUDA tensors
+    (:func:`pyblasgemm.fp8.replay`, as :func:`pyblasgemm.matmul` replays its float8 products):
+    result None on a miss (key None: not a call a key holds). Keyed on the flags, the
+    keywords and the scalars' types as given (``'N'`` / ``'T'`` / ``'C'`` / ``'H'`` / 0-2;
+    plain words and float / int scalars only: anything else takes the full path, which
+    checks or refuses it); the scalars' values go to the launch, within the float32 range
+    (beyond it, NaN or infinity: the full path, which names or keeps them)."""
+    ta, tb, fa, fb = type(transa), type(transb), type(alpha), type(beta)
+    if not ((ta is str or ta is int) and (tb is str or tb is int) and (fa is float or fa is int)
+            and (fb is float or fb is int) and (activation is None or type(activation) is str)
+            and (compute is None or type(compute) is str) and (backend is None or type(backend) is str)):
+        return None, None
+    alpha = float(alpha) + 0.0      # (+ 0.0: -0.0 is +0.0, as check_scalar gives it)
+    beta = float(beta) + 0.0
+    if not (abs(alpha) <= _FP8_SCALAR_LIMIT and abs(beta) <= _FP8_SCALAR_LIMIT):
+        return None, None
+    words = calls.words(_ROUTINE, compute, backend, invariant,
+                        ("float8", transa, transb, fa, None if out is None else fb, activation, fp8_kernels.FAMILY,
+                         fp8_kernels.ROUTE))
+    return fp8.replay(words, a, b, out, bias, scale_a, scale_b, stream, alpha, beta)
+
+
 def _with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend, autotune, stream, bias,
                    activation, preactivation_out, scale_a, scale_b, invariant=None):
     """:func:`gemm` with an epilogue (see :mod:`pyblasgemm.epilogue`)."""
     r = _ROUTINE
+    fp8_key = None
+    if scale_a is not None and preactivation_out is None and autotune is None:
+        # a repeated float8 product on CuPy arrays: its recorded launch on the new pointers
+        if _CUPY[0] is None:
+            _CUPY[0] = calls.cupy_type()
+        if type(a) is _CUPY[0] and _CUPY[0] is not None and a.dtype in FP8_TYPES:
+            c, fp8_key = _fp8_replay(transa, transb, a, b, out, alpha, beta, compute, backend, stream, bias,
+                                     activation, scale_a, scale_b, invariant)
+            if c is not None:
+                return c
     if arrays.is_foreign(a, b, out, bias, preactivation_out, scale_a, scale_b):
         return _foreign_gemm(transa, transb, a, b, out, alpha, beta, compute, backend, autotune,
                              stream, bias, activation, preactivation_out, scale_a, scale_b, invariant)
@@ -354,11 +394,13 @@ def _with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend, aut
         real = ROW_BY_DTYPE[np.dtype(np.float32)]      # float8 is real: 'C' means 'T'
         ta = check_gemm_flag(r, 1, "transa", transa, real)
         tb = check_gemm_flag(r, 2, "transb", transb, real)
-        return scaled_matmul(r, a if ta == "N" else a.T, b if tb == "N" else b.T, out, None, bias,
-                             activation, preactivation_out, scale_a, scale_b, check_backend(r, backend),
-                             alpha=check_scalar(r, 6, "alpha", _scalar_value(alpha), real),
-                             beta=check_scalar(r, 7, "beta", _scalar_value(beta), real),
-                             stream=stream)
+        result = scaled_matmul(r, a if ta == "N" else a.T, b if tb == "N" else b.T, out, None, bias,
+                               activation, preactivation_out, scale_a, scale_b, check_backend(r, backend),
+                               alpha=check_scalar(r, 6, "alpha", _scalar_value(alpha), real),
+                               beta=check_scalar(r, 7, "beta", _scalar_value(beta), real),
+                               stream=stream)
+        fp8.record(fp8_key, out, result)        # (one launch on these arrays: replayed next time)
+        return result
     xp_name, row = check_operands(r, a, b)
     ta = check_gemm_flag(r, 1, "transa", transa, row)
     tb = check_gemm_flag(r, 2, "transb", transb, row)
@@ -417,6 +459,17 @@ def _with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend, aut
 
 def _foreign_gemm(transa, transb, a, b, out, alpha, beta, compute, backend, autotune, stream, bias,
                   activation, pre, scale_a, scale_b, invariant=None):
+    fp8_key = None
+    if scale_a is not None and pre is None and autotune is None:
+        # a repeated float8 product on CUDA tensors: its launch on their pointers, the result
+        # from torch's allocator (a CPU tensor gives no key: the host runs it)
+        if _TORCH[0] is None:
+            _TORCH[0] = arrays.torch_type()
+        if type(a) is _TORCH[0] and _TORCH[0] is not None and a.dtype in fp8.torch_fp8_dtypes():
+            c, fp8_key = _fp8_replay(transa, transb, a, b, out, alpha, beta, compute, backend, stream, bias,
+                                     activation, scale_a, scale_b, invariant)
+            if c is not None:
+                return c
     if arrays.needs_grad(a, b, out, bias, pre, scale_a, scale_b):
         raise TypeError("gemm: a tensor requires grad, and gemm is not differentiable: "
                         "pyblasgemm.matmul(x, w, bias=, activation=) is (it runs "
@@ -425,9 +478,13 @@ def _foreign_gemm(transa, transb, a, b, out, alpha, beta, compute, backend, auto
     conv = arrays.convert("gemm", epilogue_named(a, b, out, bias, pre, scale_a, scale_b),
                           writes=("out", "preactivation_out"))
     na, nb, nout, nbias, npre, nsa, nsb = conv.arrays
+    fp8.forget_last()
     with conv.allocating():
         result = _with_epilogue(transa, transb, na, nb, nout, alpha, beta, compute, backend,
                                 autotune, conv.stream if stream is None else stream, nbias,
                                 activation, npre, nsa, nsb, invariant)
     # (gemm's result type is the operands' own: bfloat16 stays bfloat16)
-    return out if out is not None else conv.back(result, framework_type=False)
+    back = out if out is not None else conv.back(result, framework_type=False)
+    if fp8_key is not None:
+        fp8.record(fp8_key, out, back)          # the views' one launch, under the tensors' key
+    return back

@@ -109,19 +109,70 @@ def test_a_bias_epilogue_sets_the_bias_type_to_the_output_s(out, dtype):
     assert calls["BIAS_DATA_TYPE"] == dtype
 
 
-def test_a_call_sets_the_scale_and_bias_pointers_under_the_lock(monkeypatch):
+def _recording_launch(calls, epilogue, fail=()):
+    """An LtFp8Launch whose descriptor sets and matmul calls are recorded (no library); a set of
+    an attribute named in ``fail`` raises once."""
     import threading
 
-    calls = []
+    failing = set(fail)
+
+    def set_desc(self, name, cell):
+        if name in failing:
+            failing.discard(name)
+            raise cublaslt.LtUnavailable(f"{name} refused")
+        calls.append((name, cell.value))
+
     cls = type("Rec", (cublaslt.LtFp8Launch,), {
-        "_set_desc": lambda self, n, c: calls.append((n, c.value)),
-        "_matmul": lambda self, *args: calls.append(("matmul", args))})
+        "_set_desc": set_desc, "_matmul": lambda self, *args: calls.append(("matmul", args))})
     launch = object.__new__(cls)
     launch._scale_cells, launch._bias_cell = (ct.c_uint64(0), ct.c_uint64(0)), ct.c_uint64(0)
-    launch._lock, launch.epilogue = threading.Lock(), cublaslt.EPILOGUE["BIAS"]
+    launch._lock, launch.epilogue = threading.Lock(), epilogue
+    launch._held = [None, None, None if epilogue & cublaslt._BIAS_BIT else 0]
+    return launch
+
+
+def test_a_call_sets_the_scale_and_bias_pointers_under_the_lock(monkeypatch):
+    calls = []
+    launch = _recording_launch(calls, cublaslt.EPILOGUE["BIAS"])
     launch(0xA0, 0xB0, 0xC0, 2.0, 0.5, 7, bias=0x100, scale_a=0x200, scale_b=0x300)
     assert calls == [("A_SCALE_POINTER", 0x200), ("B_SCALE_POINTER", 0x300), ("BIAS_POINTER", 0x100),
                      ("matmul", (0xA0, 0xB0, 0xC0, 2.0, 0.5, 7))]
+
+
+def test_the_pointers_are_set_only_when_they_change():
+    """The descriptor keeps the scale and bias pointers it was given: a call with the same ones
+    sets nothing (the replay's steady state: one weight scale, one activation scale buffer), a
+    call with one changed sets that one; the kernel-order entry (a recorded product's replay:
+    scale_m / scale_n, pre ignored) shares the held pointers; a set that fails is tried again
+    by the next call (never taken as held)."""
+    calls = []
+    launch = _recording_launch(calls, cublaslt.EPILOGUE["BIAS"])
+    launch(0xA0, 0xB0, 0xC0, 1.0, 0.0, 7, bias=0x100, scale_a=0x200, scale_b=0x300)
+    calls.clear()
+    launch(0xA1, 0xB1, 0xC1, 1.0, 0.0, 7, bias=0x100, scale_a=0x200, scale_b=0x300)
+    assert calls == [("matmul", (0xA1, 0xB1, 0xC1, 1.0, 0.0, 7))]
+    calls.clear()
+    launch.kernel_order(0xA2, 0xB2, 0xC2, 1.0, 0.0, 9, 0x100, 0, 0x200, 0x310)
+    assert calls == [("B_SCALE_POINTER", 0x310), ("matmul", (0xA2, 0xB2, 0xC2, 1.0, 0.0, 9))]
+    calls.clear()
+    launch.kernel_order(0xA2, 0xB2, 0xC2, 1.0, 0.0, 9, 0x180, 0, 0x200, 0x310)
+    assert calls == [("BIAS_POINTER", 0x180), ("matmul", (0xA2, 0xB2, 0xC2, 1.0, 0.0, 9))]
+
+    # no bias epilogue: the bias is never set, and a call with bias 0 sets nothing
+    calls.clear()
+    plain = _recording_launch(calls, 0)
+    plain.kernel_order(1, 2, 3, 1.0, 0.0, 7, 0, 0, 0x200, 0x300)
+    plain.kernel_order(4, 5, 6, 1.0, 0.0, 7, 0, 0, 0x200, 0x300)
+    assert calls == [("A_SCALE_POINTER", 0x200), ("B_SCALE_POINTER", 0x300), ("matmul", (1, 2, 3, 1.0, 0.0, 7)),
+                     ("matmul", (4, 5, 6, 1.0, 0.0, 7))]
+
+    # a failed set: the call raises before its matmul; the next call sets it again
+    calls.clear()
+    flaky = _recording_launch(calls, 0, fail=("B_SCALE_POINTER",))
+    with pytest.raises(cublaslt.LtUnavailable):
+        flaky(1, 2, 3, 1.0, 0.0, 7, scale_a=0x200, scale_b=0x300)
+    flaky(1, 2, 3, 1.0, 0.0, 7, scale_a=0x200, scale_b=0x300)
+    assert calls == [("A_SCALE_POINTER", 0x200), ("B_SCALE_POINTER", 0x300), ("matmul", (1, 2, 3, 1.0, 0.0, 7))]
 
 
 def test_the_fp8_desc_is_tn():

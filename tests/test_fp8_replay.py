@@ -95,8 +95,9 @@ class Launches:
     def __init__(self):
         self.calls = []
 
-    def __call__(self, pa, pb, pc, alpha, beta, stream, **pointers):
-        self.calls.append(((pa, pb, pc, alpha, beta, stream), pointers))
+    def __call__(self, pa, pb, pc, alpha, beta, stream, bias=0, pre=0, scale_m=0, scale_n=0):
+        self.calls.append(((pa, pb, pc, alpha, beta, stream),
+                           dict(bias=bias, pre=pre, scale_m=scale_m, scale_n=scale_n)))
 
 
 def put_record(key, launch, swap=False, shape=(M, N), dtype=np.float32, on_torch=False, strides=None,
@@ -167,14 +168,16 @@ def test_another_current_device_is_another_key(fake_cupy, monkeypatch):
 
 def test_scales_of_another_kind_give_no_key(fake_cupy):
     """A NumPy scale beside CuPy operands (copied to the device by the full path), a scale
-    missing: no key, or one that nothing is recorded under; never a crash in the builder."""
+    missing, a NumPy bias: no key (the full path, which copies or refuses them; nothing is
+    recorded); never a crash in the builder."""
     a, b = operands()
     sa, sb = scales()
     assert fp8.replay(WORDS, a, b, None, None, np.float32(1), sb, 5) == (None, None)
     assert fp8.replay(WORDS, a, b, None, None, sa, np.ones(N, np.float32), 5) == (None, None)
+    assert fp8.replay(WORDS, a, b, None, np.ones(N, np.float32), sa, sb, 5) == (None, None)
     assert calls.key(WORDS, a, b, None, (sa, sb, np.ones(N, np.float32))) is None      # a NumPy bias
-    hit, key = fp8.replay(WORDS, a, b, None, None, sa, None, 5)
-    assert hit is None and key is not None and key != key_of()
+    assert fp8.replay(WORDS, a, b, None, None, sa, None, 5) == (None, None)
+    assert fp8.replay(WORDS, a, b, None, None, None, sb, 5) == (None, None)
 
 
 def test_matmul_words_hold_the_keywords_as_given_and_the_family_rule(monkeypatch):
@@ -300,6 +303,7 @@ def test_the_torch_branch_reads_the_tensors_pointers_and_its_stream(monkeypatch)
 
     monkeypatch.setattr(calls, "torch_tensor", [FakeTensor])
     monkeypatch.setattr(calls, "cache", PlanCache(size=8))
+    monkeypatch.setattr(calls, "_current_device", lambda: 0)
     e4 = torch.float8_e4m3fn
 
     def tensors(base):
@@ -309,7 +313,7 @@ def test_the_torch_branch_reads_the_tensors_pointers_and_its_stream(monkeypatch)
 
     a, b, out, sa, sb, bias = tensors(0x1000_0000)
     launch = Launches()
-    words = WORDS + (0,)
+    words = WORDS
     _, key = fp8.replay(words, a, b, out, bias, sa, sb, 3)
     put_record(key, launch, swap=True, shape=None, on_torch=True)
     a, b, out, sa, sb, bias = tensors(0x2000_0000)
@@ -397,3 +401,187 @@ def test_float8_launches_and_records_live_in_the_bounded_plan_cache(monkeypatch)
     (launch_key,) = [k for k in cache._entries if k[0] == "launch" and cache.peek(k) is launches[-1]]
     cache.pop(launch_key)
     assert cache.get(record_key) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# gemm's form (cupy.cublas.gemm's): the same replay, its flags and scalars in the key
+# ---------------------------------------------------------------------------------------------
+
+gemm_module = importlib.import_module("pyblasgemm.gemm")
+
+
+@pytest.fixture
+def fake_gemm(fake_cupy, monkeypatch):
+    monkeypatch.setattr(gemm_module, "_CUPY", [FakeCupy])
+    return fake_cupy
+
+
+def gemm_key(transa="N", transb="N", alpha=1.0, beta=0.0, out=None, activation=None, bias=None, a=None, b=None,
+             sa=None, sb=None):
+    """The key gemm's float8 replay looks up (None: a call no key holds)."""
+    if a is None:
+        a, b = operands()
+    if sa is None:
+        sa, sb = scales()
+    hit, key = gemm_module._fp8_replay(transa, transb, a, b, out, alpha, beta, None, None, 5, bias, activation,
+                                       sa, sb, None)
+    assert hit is None
+    return key
+
+
+def test_the_gemm_key_holds_the_flags_and_the_scalars_types(fake_gemm):
+    """transa / transb as given ('T', 'C', lowercase and cuBLAS's ints each their own), the
+    scalars' types (beta's only with out=: gemm reads out only then), the activation, a bias;
+    the scalars' values are no key fact. A matmul call on the same arrays never shares gemm's
+    key."""
+    base = gemm_key()
+    assert base is not None and gemm_key(alpha=2.5) == base and gemm_key(beta=3.0) == base
+    out = FakeCupy((M, N), np.float32)
+    with_out = gemm_key(out=out)
+    assert gemm_key(out=out, beta=-1.0) == with_out
+    variants = [gemm_key(transa="T", a=FakeCupy((K, M), E4M3, 0x1000_0000)), gemm_key(transb="C"),
+                gemm_key(transb="n"), gemm_key(transb=0), gemm_key(alpha=1), with_out, gemm_key(out=out, beta=0),
+                gemm_key(activation="relu"), gemm_key(bias=FakeCupy((N,), np.float32)), key_of()]
+    keys = [base] + variants
+    assert len(set(keys)) == len(keys)
+
+
+def test_gemm_calls_no_key_holds_take_the_full_path(fake_gemm):
+    """Scalars the full path checks or refuses (beyond float32's range, NaN, infinity, bool,
+    NumPy or 0-d array scalars), keyword values a key cannot hold as given, flags of other
+    types: no key, nothing replayed or recorded."""
+    for kw in (dict(alpha=1e39), dict(beta=-1e39), dict(alpha=float("nan")), dict(alpha=float("inf")),
+               dict(alpha=True), dict(alpha=np.float32(2)), dict(beta=np.float64(0)), dict(activation=len),
+               dict(transa=b"N"), dict(transb=None)):
+        assert gemm_key(**kw) is None, kw
+    a, b = operands()
+    sa, sb = scales()
+    assert gemm_module._fp8_replay("N", "N", a, b, None, 1.0, 0.0, 3, None, 5, None, None, sa, sb, None) == \
+        (None, None)                                                # compute=3
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_a_gemm_hit_runs_the_launch_with_its_alpha_and_beta(fake_gemm, monkeypatch, swap):
+    """A recorded gemm runs its launch with this call's alpha (int or float, as a float), beta
+    only into a given out (0 for a fresh result, whatever beta says), the pointers in the
+    kernel's order; the full path is never reached."""
+    def full_path(*args, **kwargs):
+        raise AssertionError("a recorded float8 gemm took the full path")
+
+    monkeypatch.setattr(gemm_module, "scaled_matmul", full_path)
+    launch = Launches()
+    a, b = operands()
+    sa, sb = scales()
+    put_record(gemm_key(beta=7.0), launch, swap)
+    got = gemm_module.gemm("N", "N", a, b, alpha=2.5, beta=7.0, scale_a=sa, scale_b=sb, stream=11)
+    assert type(got) is FakeCupy and got.shape == (M, N)
+    first, second = (b, a) if swap else (a, b)
+    (args, ptrs), = launch.calls
+    assert args == (first.data.ptr, second.data.ptr, got.data.ptr, 2.5, 0.0, 11)
+    s_first, s_second = (sb, sa) if swap else (sa, sb)
+    assert ptrs == dict(bias=0, pre=0, scale_m=s_first.data.ptr, scale_n=s_second.data.ptr)
+    out = FakeCupy((M, N), np.float32, 0x7200_0000)
+    put_record(gemm_key(out=out, alpha=2), launch, swap, shape=None)
+    assert gemm_module.gemm("N", "N", a, b, out, alpha=3, beta=-0.5, scale_a=sa, scale_b=sb, stream=11) is out
+    assert launch.calls[1][0][2:5] == (out.data.ptr, 3.0, -0.5)
+    inside_b = FakeCupy((M, N), np.float32, b.data.ptr + 64)        # out over b's bytes: the full path
+    with pytest.raises(AssertionError, match="full path"):
+        gemm_module.gemm("N", "N", a, b, inside_b, alpha=3, beta=-0.5, scale_a=sa, scale_b=sb, stream=11)
+
+
+def test_a_torch_gemm_replays_before_the_array_door(monkeypatch):
+    """gemm on float8 CUDA tensors looks its signature up before converting them: a hit never
+    reaches the door; a CPU tensor gives no key (and asks no GPU for a device)."""
+    torch = pytest.importorskip("torch")
+
+    class FakeTensor:
+        def __init__(self, ptr, shape, dtype, strides=None, device=0):
+            self._ptr, self.shape, self.dtype, self._device = ptr, tuple(shape), dtype, device
+            self._strides = strides or tuple(int(np.prod(self.shape[i + 1:])) for i in range(len(self.shape)))
+            self.requires_grad = False
+
+        def get_device(self):
+            return self._device
+
+        def data_ptr(self):
+            return self._ptr
+
+        def stride(self):
+            return self._strides
+
+    def door(*args, **kwargs):
+        raise AssertionError("a recorded float8 gemm on tensors went through the array door")
+
+    monkeypatch.setattr(calls, "torch_tensor", [FakeTensor])
+    monkeypatch.setattr(calls, "cache", PlanCache(size=8))
+    monkeypatch.setattr(calls, "_current_device", lambda: 0)
+    monkeypatch.setattr(gemm_module, "_TORCH", [FakeTensor])
+    monkeypatch.setattr(fp8, "_TORCH_FP8", [frozenset((torch.float8_e4m3fn, torch.float8_e5m2))])
+    monkeypatch.setattr(gemm_module.arrays, "convert", door)
+    monkeypatch.setattr(gemm_module.arrays, "is_foreign", lambda *xs: True)     # (a stand-in tensor)
+    e4 = torch.float8_e4m3fn
+    a, b = FakeTensor(0x1000_0000, (M, K), e4), FakeTensor(0x2000_0000, (K, N), e4, (1, K))
+    out = FakeTensor(0x3000_0000, (M, N), torch.float32)
+    sa, sb = FakeTensor(0x4000_0000, (), torch.float32), FakeTensor(0x5000_0000, (N,), torch.float32)
+    _, key = gemm_module._fp8_replay("N", "N", a, b, out, 1.0, 0.0, None, None, None, None, None, sa, sb, None)
+    launch = Launches()
+    put_record(key, launch, on_torch=True, shape=None)
+    assert gemm_module.gemm("N", "N", a, b, out, alpha=1.0, beta=0.0, scale_a=sa, scale_b=sb, stream=13) is out
+    assert launch.calls[0][0] == (a._ptr, b._ptr, out._ptr, 1.0, 0.0, 13)
+    cpu_a = FakeTensor(0x1000_0000, (M, K), e4, device=-1)
+    assert gemm_module._fp8_replay("N", "N", cpu_a, b, out, 1.0, 0.0, None, None, None, None, None, sa, sb,
+                                   None) == (None, None)
+
+
+def test_the_scaled_key_reads_each_pointer_once_and_hands_it_back(fake_cupy):
+    """calls.key_scaled: the operands', result's, scales' and bias' pointers as it read them (the
+    replay launches on these, reading none again), 0 for a missing result or bias; a bias
+    given where there was none, or none where there was one, is another key."""
+    a, b = operands()
+    sa, sb = scales()
+    bias, out = FakeCupy((N,), np.float32, 0x4400_0000), FakeCupy((M, N), np.float32, 0x4500_0000)
+    k, pa, pb, pc, psa, psb, pbias = calls.key_scaled(WORDS, a, b, out, sa, sb, bias)
+    assert (pa, pb, pc, psa, psb, pbias) == (a.data.ptr, b.data.ptr, out.data.ptr, sa.data.ptr, sb.data.ptr,
+                                             bias.data.ptr)
+    plain = calls.key_scaled(WORDS, a, b, None, sa, sb, None)
+    assert plain[1:] == (a.data.ptr, b.data.ptr, 0, sa.data.ptr, sb.data.ptr, 0)
+    assert len({k, plain[0], calls.key_scaled(WORDS, a, b, out, sa, sb, None)[0],
+                calls.key_scaled(WORDS, a, b, None, sa, sb, bias)[0]}) == 4
+
+
+def test_the_scaled_key_of_tensors_holds_the_current_device_and_refuses_autograd(monkeypatch):
+    """Tensors: the current device is a key fact (the launch is bound on it); a tensor that
+    requires grad while autograd records gives no key (the differentiable path), under
+    no_grad its own key; a CPU scale or bias gives no key."""
+    torch = pytest.importorskip("torch")
+
+    class FakeTensor:
+        def __init__(self, ptr, shape, dtype, device=0, grad=False):
+            self._ptr, self.shape, self.dtype, self._device, self.requires_grad = ptr, tuple(shape), dtype, device, grad
+
+        def get_device(self):
+            return self._device
+
+        def data_ptr(self):
+            return self._ptr
+
+        def stride(self):
+            return tuple(int(np.prod(self.shape[i + 1:])) for i in range(len(self.shape)))
+
+    monkeypatch.setattr(calls, "torch_tensor", [FakeTensor])
+    device = [0]
+    monkeypatch.setattr(calls, "_current_device", lambda: device[0])
+    e4 = torch.float8_e4m3fn
+    a, b = FakeTensor(0x1000_0000, (M, K), e4), FakeTensor(0x2000_0000, (K, N), e4)
+    sa, sb = FakeTensor(0x3000_0000, (), torch.float32), FakeTensor(0x4000_0000, (), torch.float32)
+    base = calls.key_scaled(WORDS, a, b, None, sa, sb, None)[0]
+    device[0] = 1
+    assert calls.key_scaled(WORDS, a, b, None, sa, sb, None)[0] != base
+    device[0] = 0
+    grad_sb = FakeTensor(0x4000_0000, (), torch.float32, grad=True)
+    assert calls.key_scaled(WORDS, a, b, None, sa, grad_sb, None) is None
+    with torch.no_grad():
+        assert calls.key_scaled(WORDS, a, b, None, sa, grad_sb, None)[0] not in (None, base)
+    cpu = FakeTensor(0x5000_0000, (N,), torch.float32, device=-1)
+    assert calls.key_scaled(WORDS, a, b, None, sa, cpu, None) is None
+    assert calls.key_scaled(WORDS, a, b, None, sa, sb, cpu) is None

@@ -690,12 +690,15 @@ class LtFp8Launch(LtLaunch):
         launch(w.data.ptr, x.data.ptr, y.data.ptr, 1.0, 0.0, 0, scale_a=sw.data.ptr, scale_b=sx.data.ptr)
     """
 
-    __slots__ = ("epilogue", "scale_modes", "_scale_cells", "_bias_cell")
+    __slots__ = ("epilogue", "scale_modes", "_scale_cells", "_bias_cell", "_held")
 
     def __init__(self, desc: Fp8Desc, device: int):
         self.epilogue, self.scale_modes = desc.epilogue, desc.scale_modes
         self._scale_cells = (ct.c_uint64(0), ct.c_uint64(0))
         self._bias_cell = ct.c_uint64(0)
+        #: the A scale, B scale and bias pointers the descriptor holds now (None: a stand-in;
+        #: 0 for the bias of an epilogue without one): a call sets only the ones that changed
+        self._held = [None, None, None if desc.epilogue & _BIAS_BIT else 0]
         types = ((FP8_DATA_TYPE[desc.a_type], FP8_DATA_TYPE[desc.b_type]), FP8_DATA_TYPE[desc.out], COMPUTE_32F,
                  np.float32)
         super().__init__(desc, types, device, desc.epilogue)
@@ -710,17 +713,44 @@ class LtFp8Launch(LtLaunch):
         if desc.epilogue & _BIAS_BIT:     # the output's type (a float32 output's bias is refused)
             self._set_desc("BIAS_DATA_TYPE", ct.c_int32(FP8_DATA_TYPE[desc.out]))
 
+    def _repoint(self, scale_a: int, scale_b: int, bias: int) -> None:
+        """Set the descriptor's scale (and bias) pointers that differ from those it holds; the
+        caller holds the lock. Each is noted as held only once set (a failed set is retried)."""
+        held = self._held
+        cell_a, cell_b = self._scale_cells
+        if scale_a != held[0]:
+            cell_a.value = scale_a
+            self._set_desc("A_SCALE_POINTER", cell_a)
+            held[0] = scale_a
+        if scale_b != held[1]:
+            cell_b.value = scale_b
+            self._set_desc("B_SCALE_POINTER", cell_b)
+            held[1] = scale_b
+        if bias != held[2] and self.epilogue & _BIAS_BIT:
+            self._bias_cell.value = bias
+            self._set_desc("BIAS_POINTER", self._bias_cell)
+            held[2] = bias
+
     def __call__(self, a_ptr, b_ptr, c_ptr, alpha=1.0, beta=0.0, stream: int = 0, bias: int = 0,
                  scale_a: int = 0, scale_b: int = 0):
-        cell_a, cell_b = self._scale_cells
         with self._lock:
-            cell_a.value, cell_b.value = scale_a, scale_b
-            self._set_desc("A_SCALE_POINTER", cell_a)
-            self._set_desc("B_SCALE_POINTER", cell_b)
-            if self.epilogue & _BIAS_BIT:
-                self._bias_cell.value = bias
-                self._set_desc("BIAS_POINTER", self._bias_cell)
+            held = self._held
+            # (the pointers are attributes of the descriptor, which cuBLASLt reads when the call
+            # is queued: set only when they change, three cublasLtMatmulDescSetAttribute calls
+            # through the binding a call before)
+            if scale_a != held[0] or scale_b != held[1] or bias != held[2]:
+                self._repoint(scale_a, scale_b, bias)
             self._matmul(a_ptr, b_ptr, c_ptr, alpha, beta, stream)
+
+    def kernel_order(self, pm, pn, pc, alpha, beta, stream, bias=0, pre=0, scale_m=0, scale_n=0):
+        """The call in our kernels' bound-launch convention (what a recorded float8 product
+        replays: :class:`pyblasgemm.kernels.fp8.Fp8Launch`): ``scale_m`` / ``scale_n`` are
+        cuBLASLt's A and B scales, ``pre`` is not taken (no recorded float8 product has one)."""
+        with self._lock:
+            held = self._held
+            if scale_m != held[0] or scale_n != held[1] or bias != held[2]:
+                self._repoint(scale_m, scale_n, bias)
+            self._matmul(pm, pn, pc, alpha, beta, stream)
 
 
 #: (device, Fp8Desc) -> LtFp8Launch, or the reason cuBLASLt refused it (str): refusals are kept

@@ -466,7 +466,9 @@ def run(routine: str, a, b, result, layouts: tuple, scale_a, scale_b, alpha: flo
     sptr = current() if stream is None else stream
     given_a, given_b = a, b
     isz = result.dtype.itemsize
-    with on(sptr) if stream is not None else _nothing():
+    # (streams.on: CuPy's Stream.from_external where it has it, which CuPy 14 asks for instead of
+    # the ExternalStream it warns about; nothing to do on the current stream)
+    with on(stream):
         la = _layout(a)
         if la is None:
             a, la = _dense(cp, a), ("row", k)
@@ -628,16 +630,6 @@ def _run_lt(cp, pl: Fp8Plan, a, b, c, layouts, scale_a, scale_b, alpha, beta, vb
                            f"{pl.explain()}", None)
 
 
-class _LtAsKernelLaunch(NamedTuple):
-    """A bound cuBLASLt float8 launch called as our kernel's bound launch is
-    (:class:`Fp8Launch`'s ``launch``), so that a repeated call replays either route alike."""
-
-    lt_launch: object
-
-    def __call__(self, pm, pn, pc, alpha, beta, stream, bias=0, pre=0, scale_m=0, scale_n=0):
-        self.lt_launch(pm, pn, pc, alpha, beta, stream, bias=bias, scale_a=scale_m, scale_b=scale_n)
-
-
 _BLOCK_SCALES_SOURCE = r"""
 // cuBLASLt's block-scaled float8 GEMM reads its scales in other layouts than the ones callers
 // hold (DeepGEMM's and torch._scaled_mm's inputs: a's 1 x 128 scales as (m, kb), b's 128 x 128
@@ -766,7 +758,7 @@ def _last_lt_launch(scale_a, scale_b, swap: bool):
         return None
     if isinstance(launch, LtBlockScaled):       # (already called as our kernels' launch is)
         return Fp8Launch(launch, swap, None)
-    return Fp8Launch(_LtAsKernelLaunch(launch), swap, None)
+    return Fp8Launch(launch.kernel_order, swap, None)
 
 
 def _in_place(given, used) -> bool:
@@ -784,11 +776,3 @@ def _device_scale(cp, s):
         return cp.asarray(np.asarray(s, np.float32).reshape(1))
     s = s.reshape(-1) if s.ndim else s.reshape(1)
     return s if s.flags.c_contiguous else cp.ascontiguousarray(s)
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
