@@ -11,7 +11,8 @@ the table kernel, then the grouped GEMM), timed with CUDA events around back-to-
 on the same bytes as the yardstick. Each config's output is compared bitwise with the
 first config's and with PyTorch's (max relative error) before it is timed. The report gives
 µs per call, the weight bytes streamed per µs (every expert's k x n weight read once) and
-the CTAs per SM the driver allows.
+the CTAs per SM the driver allows; the first case adds the host's µs to issue one full
+``grouped_matmul`` call and one ``torch._grouped_mm`` call (bench/timing.py paired_host_us).
 """
 from __future__ import annotations
 
@@ -90,6 +91,17 @@ def case(experts, max_rows, width, configs) -> dict:
         print(experts, max_rows, width, cfg.name, f"{us:.1f} us", f"x{row['torch._grouped_mm_us'] / us:.3f}",
               f"ctas/SM {row['configs'][cfg.name]['ctas_per_sm']}", f"err {err:.2g}", same, flush=True)
     print(experts, max_rows, width, f"torch._grouped_mm {row['torch._grouped_mm_us']:.1f} us", flush=True)
+    if (experts, max_rows, width) == CASES[0]:
+        # the host's µs to issue one call (a steady-state floor where it exceeds the GPU time)
+        import pyblasgemm as pb
+
+        from bench.timing import paired_host_us
+
+        row["host_us"] = paired_host_us({"pyblasgemm.grouped_matmul, offsets on the GPU":
+                                         lambda: pb.grouped_matmul(a, b, offsets=dev_ends),
+                                         "torch._grouped_mm": lambda: torch._grouped_mm(ta, tb, offs=offs)},
+                                        calls=300, rounds=3, warmup=20)
+        print("host us per call", row["host_us"], flush=True)
     return row
 
 
