@@ -22,7 +22,7 @@ Cases (the issue's targets):
   ``torch._grouped_mm`` where it runs, for 8 and 64 experts; and 64 small experts (M 0..64,
   N = K = 1024) and 128 (M 0..64, N = K = 2048), where the loop is host-bound; pyblasgemm with
   the offsets on the host and on the GPU (int32, as ``offs``: the table built on the device).
-  ``--grouped`` runs these cases alone.
+  ``--grouped`` runs these cases alone, ``--grouped-small`` the small-expert ones alone.
 
 Each contender's output is compared with the fastest PyTorch sequence's first (max relative
 error over the whole output) before it is timed. Steady: CUDA events around back-to-back
@@ -294,8 +294,11 @@ GROUPED_CASES = ((8, 2048, 4096), (64, 2048, 4096), (64, 64, 1024), (128, 64, 20
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    grouped_only = "--grouped" in argv          # (the grouped cases alone: one short device call)
-    if grouped_only:
+    small_only = "--grouped-small" in argv      # (the small-expert cases alone: a shorter one)
+    if small_only:
+        argv.remove("--grouped-small")
+    grouped_only = "--grouped" in argv or small_only   # (the grouped cases alone: one short device call)
+    if "--grouped" in argv:
         argv.remove("--grouped")
     args = plot_or_args(__doc__.split("\n")[0], "the first shape of each list only", plot, argv)
     if args is None:
@@ -332,7 +335,8 @@ def main(argv=None) -> int:
                "out": o, **mlp(gpu, t, f, h, o)}
         doc["cases"].append(row)
         print(row["case"], t, f, h, o, {key: v for key, v in row.items() if key.startswith("ratio")}, flush=True)
-    for experts, max_rows, width in (GROUPED_CASES[:1] if args.quick else GROUPED_CASES):
+    cases = GROUPED_CASES[:1] if args.quick else GROUPED_CASES
+    for experts, max_rows, width in [c for c in cases if c[1] <= 64] if small_only else cases:
         row = {"case": "grouped experts", "dtype": "bfloat16", "experts": experts,
                **grouped(gpu, experts, max_rows=max_rows, width=width)}
         doc["cases"].append(row)

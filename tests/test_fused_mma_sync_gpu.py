@@ -275,6 +275,84 @@ def test_grouped_offsets_on_the_gpu_replay_in_a_cuda_graph_with_new_sizes():
         assert cupy.array_equal(out, want), ends
 
 
+@pytest.mark.parametrize("dtype,act,k,n", [(ml_dtypes.bfloat16, None, 1024, 1024), (np.float16, "gelu", 264, 136),
+                                           (ml_dtypes.bfloat16, "silu", 72, 200), (np.float16, None, 37, 50)])
+def test_grouped_small_groups_run_the_small_tile(dtype, act, k, n):
+    """Experts of few tokens (0, 1, odd counts, 64, 65, 129: a mean under SMALL_GROUP_ROWS) take
+    the 64-wide tile (GROUPED_SMALL_CONFIGS): NaN-poisoned output against float64 with the
+    offsets on the host, the same bits with them on the GPU, repeatable. n = 136, 200 and 50
+    leave warps wholly past the m edge (they run no MMAs), k = 72 a partial last K step, k = 37
+    rows that are no 16-byte multiple (the scalar operand path)."""
+    import cupy
+
+    from pyblasgemm.epilogue import last_route
+    from pyblasgemm.kernels.grouped import GROUPED_SMALL_CONFIGS
+
+    tile = GROUPED_SMALL_CONFIGS["f16" if dtype == np.float16 else "bf16"].name
+    rng = np.random.default_rng(46)
+    sizes = [0, 1, 3, 64, 0, 17, 33, 65, 2, 0, 129, 31, 5, 1, 0, 40]
+    a, b, ends = _expert_case(rng, dtype, sizes, k, n)
+    bias = _data(rng, (len(sizes), n), dtype) if act else None
+    kw = dict(activation=act, bias=None if bias is None else cupy.asarray(bias), backend="tensorcore")
+    ga, gb = cupy.asarray(a), cupy.asarray(b)
+    out = cupy.full((a.shape[0], n), np.nan, dtype)
+    y = pyblasgemm.grouped_matmul(ga, gb, offsets=ends, out=out, **kw)
+    assert tile in last_route() and "one persistent launch" in last_route(), last_route()
+    start = 0
+    for g, end in enumerate(ends):
+        x64, w64 = a[start:end].astype(np.float64), b[g].astype(np.float64)
+        v = x64 @ w64 + (0 if bias is None else bias[g].astype(np.float64))
+        _check(to_host(y)[start:end], v, act, np.abs(x64) @ np.abs(w64) + 1, (g, act, dtype, k, n))
+        start = end
+    dev = cupy.full((a.shape[0], n), np.nan, dtype)
+    pyblasgemm.grouped_matmul(ga, gb, offsets=cupy.asarray(ends, dtype=np.int32), out=dev, **kw)
+    assert tile in last_route(), last_route()
+    assert cupy.array_equal(dev, y), "device offsets differ from host offsets"
+    assert cupy.array_equal(pyblasgemm.grouped_matmul(ga, gb, offsets=ends, **kw), y), "not repeatable"
+
+
+def test_grouped_small_groups_replay_in_a_cuda_graph_with_new_sizes():
+    """The small tile in one CUDA graph (16 experts over 256 tokens: a mean of 16 rows),
+    replayed with new sizes: all tokens in one expert (four 64-row tiles), empty experts,
+    decreasing and out-of-range offsets; each replay gives the host-offsets call's bits, and
+    rows past the last offset keep their poison."""
+    import cupy
+
+    from pyblasgemm.epilogue import last_route
+    from pyblasgemm.kernels.grouped import GROUPED_SMALL_CONFIGS
+
+    rng = np.random.default_rng(47)
+    rows, k, n, groups = 256, 136, 264, 16
+    a = cupy.asarray(_data(rng, (rows, k), np.float16))
+    b = cupy.asarray(_data(rng, (groups, k, n), np.float16))
+    offsets = cupy.asarray(np.arange(1, groups + 1) * (rows // groups), np.int32)
+    out = cupy.zeros((rows, n), np.float16)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        pyblasgemm.grouped_matmul(a, b, offsets=offsets, out=out, backend="tensorcore")   # compiled, planned
+        assert GROUPED_SMALL_CONFIGS["f16"].name in last_route(), last_route()
+        stream.begin_capture()
+        pyblasgemm.grouped_matmul(a, b, offsets=offsets, out=out, backend="tensorcore")
+        graph = stream.end_capture()
+    cases = [[0] * (groups - 1) + [rows], [rows] * groups, list(range(1, groups)) + [rows],
+             sorted(rng.integers(0, rows + 1, groups).tolist()),
+             [7, 3, 70, 69, 140, 141, 141, 200, 199, 210, 211, 212, 230, 231, 250, 300],
+             [5 * (g + 1) for g in range(groups)]]
+    for ends in cases:
+        out[...] = cupy.nan
+        offsets[...] = cupy.asarray(ends, np.int32)
+        a[...] = cupy.asarray(_data(rng, (rows, k), np.float16))
+        graph.launch(stream)
+        stream.synchronize()
+        host = [min(max(e, 0), rows) for e in ends]
+        for g in range(1, groups):
+            host[g] = max(host[g], host[g - 1])      # a decreasing offset: an empty group
+        want = cupy.full((rows, n), np.nan, np.float16)
+        if host[-1]:
+            pyblasgemm.grouped_matmul(a[:host[-1]], b, offsets=host, out=want[:host[-1]], backend="tensorcore")
+        assert cupy.array_equal(out, want, equal_nan=True), ends
+
+
 def test_grouped_list_form_sizes_alignments_and_k_zero():
     """Problems of different shapes in one launch: 1 x 1, prime sizes, a K whose rows are not
     16-byte multiples (the scalar operand path for the launch), K = 0 (bias alone), an empty

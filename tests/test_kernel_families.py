@@ -21,7 +21,7 @@ from pyblasgemm.kernels import families, jit
 from pyblasgemm.kernels.config import (KERNEL_FAMILIES, SHIPPED_CONFIGS, SM90_CONFIGS, SM90_MMA_SYNC_CONFIGS,
                                        KernelConfig, families_on)
 from pyblasgemm.kernels.geometry import launch_geometry
-from pyblasgemm.kernels.grouped import GROUPED_CONFIGS
+from pyblasgemm.kernels.grouped import GROUPED_CONFIGS, GROUPED_SMALL_CONFIGS
 from pyblasgemm.kernels.launch import fusable
 from pyblasgemm.kernels.problem import KernelProblem
 from pyblasgemm.kernels.spec import launch_spec
@@ -38,6 +38,7 @@ def _all_shipped():
             for c in cfgs:
                 yield kind, c
     yield from GROUPED_CONFIGS.items()
+    yield from GROUPED_SMALL_CONFIGS.items()
 
 
 def test_registry_holds_both_families_in_the_planners_order():

@@ -144,8 +144,8 @@ def _fused_specs() -> list:
     """The fused-epilogue variants of the mma.sync kernel (sm_80), always compiled: every
     shipped config of every fused kind once (activation and layout rotating, so every
     activation and layout appears), every s8 config dequantizing (output type rotating), and
-    the grouped launch's configs plain and fused (~40 compiles, ~35 CPU-s)."""
-    from pyblasgemm.kernels.grouped import GROUPED_CONFIGS
+    the grouped launch's configs (both tiles) plain and fused (~46 compiles, ~40 CPU-s)."""
+    from pyblasgemm.kernels.grouped import GROUPED_CONFIGS, GROUPED_SMALL_CONFIGS
     from pyblasgemm.kernels.launch import FUSED_KINDS
 
     out, i = [], 0
@@ -157,7 +157,7 @@ def _fused_specs() -> list:
     for j, cfg in enumerate(SHIPPED_CONFIGS["s8"]):
         out.append(Spec("sm_80", "s8", "s32", cfg, LAYOUTS[j % 4], True,
                         jit.epilogue_code(j % 5, tuple(jit.DEQUANT_OUT)[j % 3])))
-    for kind, cfg in GROUPED_CONFIGS.items():
+    for kind, cfg in list(GROUPED_CONFIGS.items()) + list(GROUPED_SMALL_CONFIGS.items()):
         fused = jit.epilogue_code(2, "float16") if kind == "s8" else jit.epilogue_code(2)
         out += [Spec("sm_80", kind, ACCUMULATE[kind][0], cfg, "NN", vec, epi)
                 for vec, epi in ((True, 0), (True, fused), (False, fused))]

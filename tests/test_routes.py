@@ -170,6 +170,22 @@ def test_a_grouped_launch_is_keyed_by_its_class_not_its_sizes():
     assert c.group.kind == "one launch" and c.group.code
 
 
+def test_a_grouped_launch_takes_the_small_tile_when_its_groups_average_few_rows():
+    """The tile follows the groups' mean rows (the kernel's n; all the host knows with the sizes
+    on the device): 64-wide n tiles up to SMALL_GROUP_ROWS, the 128 x 128 tile above; each
+    tile is its own launch class."""
+    from pyblasgemm.kernels.grouped import GROUPED_CONFIGS, GROUPED_SMALL_CONFIGS, SMALL_GROUP_ROWS
+
+    small = plan_for(_group([(1024, 0, 1024), (1024, 1, 1024), (1024, 127, 1024), (1024, 2, 1024)]))
+    assert small.config == GROUPED_SMALL_CONFIGS["f16"] and small.config.name in small.group.line
+    edge = plan_for(_group([(1024, SMALL_GROUP_ROWS, 1024)] * 8))
+    large = plan_for(_group([(1024, SMALL_GROUP_ROWS + 1, 1024)] * 8))
+    assert edge.config == GROUPED_SMALL_CONFIGS["f16"] and large.config == GROUPED_CONFIGS["f16"]
+    assert small.group.launch_key == edge.group.launch_key != large.group.launch_key
+    int8 = plan_for(_group([(128, 16, 256)] * 64, "i8"), "tensorcore")
+    assert int8.config == GROUPED_CONFIGS["s8"]          # (no small tile for int8)
+
+
 def test_every_activation_plans_a_route():
     for name in ACTIVATIONS:
         p = _plan(2048, 2048, 2048, activation=name, bias="m")

@@ -38,14 +38,14 @@ def bind(desc: GemmDesc, plan):
     launch then takes ``bias=``, ``pre=`` (and ``scale_m=`` / ``scale_n=`` when it dequantizes
     an int8 product) pointers per call; None for another route. A grouped description whose
     plan runs it as one launch gets the :class:`~pyblasgemm.kernels.grouped.GroupedLaunch` of
-    its launch class (``plan.group.launch_key``: kind, operand path, epilogue)."""
+    its launch class (``plan.group.launch_key``: kind, operand path, epilogue, tile)."""
     from ..kernels.launch import bind as bind_kernels
 
     if desc.group is not None:
         from ..kernels.grouped import GroupedLaunch
 
-        _, _, kind, vec, code, bias_axis = plan.group.launch_key
-        return GroupedLaunch(kind, "N", "N", vec, (code, bias_axis))
+        _, _, kind, vec, code, bias_axis, config = plan.group.launch_key
+        return GroupedLaunch(kind, "N", "N", vec, (code, bias_axis), config)
 
     # bound for addresses with exactly the alignment every caller's pointers have
     config = plan.config if plan is not None else None

@@ -34,8 +34,8 @@ _BLANK = dict(a=0, b=0, c=0, ws=0, flags=0, m=0, n=0, k=0, lda=0, ldb=0, ldc=0, 
               alpha=0.0, beta=0.0, ialpha=0, ibeta=0, c_vec=0, group_m=8, splits=1, kt_per_split=0,
               dp_tiles=0, sk_tiles=0, bias=0, pre=0, bias_mode=0, scale_m=0, scale_n=0)
 
-__all__ = ["GROUPED_CONFIGS", "PROBLEM_ROW", "COLUMNS", "GroupedLaunch", "pack_table", "OFFSETS_FIELDS",
-           "offsets_kernel"]
+__all__ = ["GROUPED_CONFIGS", "GROUPED_SMALL_CONFIGS", "SMALL_GROUP_ROWS", "grouped_config", "PROBLEM_ROW",
+           "COLUMNS", "GroupedLaunch", "pack_table", "OFFSETS_FIELDS", "offsets_kernel"]
 
 #: kind -> the tile the grouped launch runs. 16-bit: 128 x 128 with 128-byte K rows over 8 warps
 #: (the 4-warp workhorse spills 36 B in the grouped walk: its problem fields come from global
@@ -46,6 +46,36 @@ GROUPED_CONFIGS = {
     "bf16": KernelConfig(bm=128, bn=128, bk=64, warps_m=2, warps_n=4, stages=3, decomposition="grouped"),
     "s8": replace(SHIPPED_CONFIGS["s8"][0], decomposition="grouped"),
 }
+
+#: kind -> the tile for groups of few rows (mixture-of-experts layers at small batch: each
+#: expert's tokens are the kernel's n). A 128-wide n tile idles past the group's rows and the
+#: launch is bound by streaming the experts' weights (op(A)); 64-wide n tiles of 4 stages
+#: (96 KB) with 8 warps of 32x32 warp tiles in at most 128 registers (124; launch bounds: 2 CTAs
+#: per SM) keep two CTAs per SM, twice the weight bytes in flight of the one 128x128 CTA.
+#: H100, the kernel alone (bench/grouped_tiles.py, grouped_tiles_h100_2026-11-28_b60283a.json):
+#: 64 experts of <= 64 tokens, k = n = 1024: 69.9 µs against 86.0 for 128x128 (4-warp 128x64
+#: 67.2, 256x64 with one CTA 67.0, 64x64 with three 75.5); 128 experts, 2048: 407 against 529
+#: (256x64 406, 4-warp 128x64 420); mean 62 rows: 76.8 against 97.5 (the best of the five).
+GROUPED_SMALL_CONFIGS = {
+    "f16": KernelConfig(bm=128, bn=64, bk=64, warps_m=4, warps_n=2, stages=4, decomposition="grouped"),
+    "bf16": KernelConfig(bm=128, bn=64, bk=64, warps_m=4, warps_n=2, stages=4, decomposition="grouped"),
+}
+#: a grouped launch whose groups average at most this many rows (the kernel's n) takes
+#: :data:`GROUPED_SMALL_CONFIGS`' tile
+SMALL_GROUP_ROWS = 64
+
+
+def grouped_config(kind: str, mean_rows: float) -> KernelConfig:
+    """The grouped launch's tile for ``kind`` when its groups average ``mean_rows`` rows (the
+    kernel's n; with the sizes on the device the host knows only the total and the group
+    count, so the mean is what every caller can give).
+
+    >>> grouped_config("bf16", 31.0).name, grouped_config("bf16", 500.0).name
+    ('grouped_128x64x64_w4x2_s4_g8', 'grouped_128x128x64_w2x4_s3_g8')
+    """
+    if mean_rows <= SMALL_GROUP_ROWS and kind in GROUPED_SMALL_CONFIGS:
+        return GROUPED_SMALL_CONFIGS[kind]
+    return GROUPED_CONFIGS[kind]
 
 #: params.cuh's GroupedProblem, field by field (offsets fixed: the device reads this layout)
 PROBLEM_ROW = np.dtype({
@@ -115,7 +145,8 @@ class GroupedLaunch:
     buffers into a device table it keeps per stream, and launches once on CuPy's current
     stream, through ``cuLaunchKernel`` with a pre-packed argument block.
 
-    ``epilogue``: (EPI, bias axis 'm' / 'n' / None) as for
+    ``config``: the tile (default :data:`GROUPED_CONFIGS`' for ``kind``; see
+    :func:`grouped_config`). ``epilogue``: (EPI, bias axis 'm' / 'n' / None) as for
     :func:`~pyblasgemm.kernels.launch.bind`; a dequantizing EPI gives s8 problems float scales
     and ``out_bytes``-wide results (16-byte aligned C with whole 16-byte columns: checked).
 
@@ -125,14 +156,18 @@ class GroupedLaunch:
         launch(columns, out_bytes=2)         # float16 results, bias per m index, erf GELU
     """
 
-    def __init__(self, kind: str, transa: str, transb: str, vec: bool, epilogue: tuple = (0, None)):
+    def __init__(self, kind: str, transa: str, transb: str, vec: bool, epilogue: tuple = (0, None),
+                 config: KernelConfig | None = None):
         import cupy
 
         from .jit import EPI_DEQUANT, get_kernels
 
         if kind not in GROUPED_CONFIGS:
             raise ValueError(f"grouped launch: kind {kind!r} is not one of {tuple(GROUPED_CONFIGS)}")
-        self.kind, self.config, self.epilogue = kind, GROUPED_CONFIGS[kind], epilogue
+        if config is not None and config.decomposition != "grouped":
+            raise ValueError(f"grouped launch: {config.name} is not a grouped config")
+        self.kind, self.epilogue = kind, epilogue
+        self.config = GROUPED_CONFIGS[kind] if config is None else config
         self.dequant = bool(epilogue[0] & EPI_DEQUANT)
         self.kern, _ = get_kernels(self.config, kind, transa, transb, None, vec, epi=epilogue[0])
         self.smem = self.config.smem_bytes(kind)

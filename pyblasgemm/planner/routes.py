@@ -30,7 +30,7 @@ from dataclasses import replace
 from ..backends.cublas import lt_types
 from ..backends.cublaslt import EPILOGUE_ALIGN, LT_EPILOGUE_NAMES, LT_EPILOGUES
 from ..epilogue_pass import UNFUSED
-from ..kernels.grouped import GROUPED_CONFIGS
+from ..kernels.grouped import GROUPED_CONFIGS, grouped_config
 from ..kernels.jit import epilogue_code
 from ..kinds import KERNEL_KINDS
 from ..kernels.launch import fusable
@@ -213,7 +213,9 @@ def group_plan(desc, requested: str, arch: ArchSpec) -> Plan:
                f"(few large problems: cuBLAS's mainloop is the faster)")
         return Plan("loop", f"grouped: {why}", problem=desc, predicted_s=loop, arch=arch,
                     group=Route("loop", loop_line, why, options))
-    config = GROUPED_CONFIGS[kind]
+    # the tile from the groups' mean rows (the kernel's n; with the sizes on the device the
+    # nominal sizes still sum to the tokens' count)
+    config = grouped_config(kind, sum(n for _, n, _ in g.sizes) / max(len(g.sizes), 1))
     vec = g.ab_align >= 16
     code = 0 if epi is None else epilogue_code(epi.code, epi.dequantize)
     why = ("forced by backend='tensorcore'" if requested == "tensorcore" else
@@ -222,6 +224,6 @@ def group_plan(desc, requested: str, arch: ArchSpec) -> Plan:
     line = (f"pyblasgemm grouped kernel {config.name}: {g.live} problems in one persistent launch"
             + (", the epilogue fused in its store" if code else ""))
     route = Route("one launch", line, why, options, code,
-                  ("grouped", desc.device, kind, vec, code, None if epi is None else epi.bias))
+                  ("grouped", desc.device, kind, vec, code, None if epi is None else epi.bias, config))
     return Plan("tensorcore", f"grouped: {why}", config, None, 1, (), 0, one, "heuristic", arch, desc,
                 group=route)

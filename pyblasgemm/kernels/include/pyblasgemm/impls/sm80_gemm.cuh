@@ -36,7 +36,8 @@ struct GemmCore {
   // `main += (scale_m(row, q) * scale_n(col, q)) * acc` with a round-to-nearest FMA, acc = 0.
   // A K range split across CTAs (split-k, stream-k) promotes its part of a block with the
   // block's scales: the partials add up to the scaled block.
-  template <int EPI = 0>
+  // GROUPED: the grouped walk's mainloop (Multistage::run).
+  template <int EPI = 0, bool GROUPED = false>
   static PBG_DEVICE void tile_to_smem(char* smem, const GemmParams& p, const TileCoord& tc, int kb0, int kb1) {
     AccReg acc[MI][NI][R];
 #pragma unroll
@@ -94,7 +95,7 @@ struct GemmCore {
       Mainloop::run(smem, p, A, B, tc.tm * BM, tc.tn * BN, kb0, kb1, acc, promote);
       Epi::stage_acc(reinterpret_cast<Stage*>(smem), main);
     } else {
-      Mainloop::run(smem, p, A, B, tc.tm * BM, tc.tn * BN, kb0, kb1, acc);
+      Mainloop::template run<GROUPED>(smem, p, A, B, tc.tm * BM, tc.tn * BN, kb0, kb1, acc);
       Epi::stage_acc(reinterpret_cast<Stage*>(smem), acc);
     }
     __syncthreads();  // stage tile complete before any thread reads other warps' values
@@ -142,9 +143,12 @@ PBG_DEVICE int grouped_find(const GroupedProblem* table, int count, int tile) {
   return lo;
 }
 
+// Launch bounds: 1 CTA per SM (up to 255 registers), except the grouped walk's 8-warp tiles of
+// at most 128 x 64 (kernels/grouped.py GROUPED_SMALL_CONFIGS): 2, so that two CTAs fit the
+// register file beside their 2 x 96 KB of shared memory.
 template <class Kind, bool AK, bool BK, int BM, int BN, int BKB, int WM, int WN, int STAGES, int MODE, bool VEC,
           int EPI = 0>
-__global__ void __launch_bounds__(WM * WN * 32, 1)
+__global__ void __launch_bounds__(WM * WN * 32, (MODE == kGrouped && WM * WN == 8 && BM * BN <= 128 * 64) ? 2 : 1)
     gemm_kernel(const void* A, const void* B, void* C, void* ws, int* flags, int m, int n, int k, long long lda,
                 long long ldb, long long ldc, long long sa, long long sb, long long sc, int batch, float alpha,
                 float beta, int ialpha, int ibeta, int c_vec, int group_m, int splits, int kt_per_split,
@@ -180,7 +184,7 @@ __global__ void __launch_bounds__(WM * WN * 32, 1)
         const int g = grouped_find(table, count, t);
         const GemmParams q = grouped_params(p, table[g]);
         const typename Core::Sched gs(q);
-        Core::tile_to_smem(smem, q, gs.coord(t - table[g].tile_begin, q.group_m), 0, gs.kt);
+        Core::template tile_to_smem<0, true>(smem, q, gs.coord(t - table[g].tile_begin, q.group_m), 0, gs.kt);
       }
       asm volatile("" : "+r"(t));
       const int g = grouped_find(table, count, t);

@@ -23,16 +23,25 @@ struct Multistage {
   typedef TileCopy<(BK ? BN : BKE), WMma::CPR_B, THREADS, EB, VEC> CopyB;
   typedef typename Kind::AccReg AccReg;
 
-  // Issue the loads of BK step kb into ring slot `slot` (A, B: batch-adjusted base pointers).
+  // Issue the loads of BK step kb into ring slot `slot` (A, B: batch-adjusted base pointers):
+  // A's tile, B's tile, or both.
+  template <bool FULL>
+  static PBG_DEVICE void load_a_t(char* smem, int slot, const GemmParams& p, const char* A, int m0, int k0, int tid) {
+    char* sA = smem + slot * A_STAGE;
+    if constexpr (AK) CopyA::template load<FULL>(sA, A + (static_cast<i64>(m0) * p.lda + k0) * EB, p.lda, p.m - m0, p.k - k0, tid);
+    else CopyA::template load<FULL>(sA, A + (static_cast<i64>(k0) * p.lda + m0) * EB, p.lda, p.k - k0, p.m - m0, tid);
+  }
+  template <bool FULL>
+  static PBG_DEVICE void load_b_t(char* smem, int slot, const GemmParams& p, const char* B, int n0, int k0, int tid) {
+    char* sB = smem + STAGES * A_STAGE + slot * B_STAGE;
+    if constexpr (BK) CopyB::template load<FULL>(sB, B + (static_cast<i64>(n0) * p.ldb + k0) * EB, p.ldb, p.n - n0, p.k - k0, tid);
+    else CopyB::template load<FULL>(sB, B + (static_cast<i64>(k0) * p.ldb + n0) * EB, p.ldb, p.k - k0, p.n - n0, tid);
+  }
   template <bool FULL>
   static PBG_DEVICE void load_stage_t(char* smem, int slot, const GemmParams& p, const char* A, const char* B,
                                       int m0, int n0, int k0, int tid) {
-    char* sA = smem + slot * A_STAGE;
-    char* sB = smem + STAGES * A_STAGE + slot * B_STAGE;
-    if constexpr (AK) CopyA::template load<FULL>(sA, A + (static_cast<i64>(m0) * p.lda + k0) * EB, p.lda, p.m - m0, p.k - k0, tid);
-    else CopyA::template load<FULL>(sA, A + (static_cast<i64>(k0) * p.lda + m0) * EB, p.lda, p.k - k0, p.m - m0, tid);
-    if constexpr (BK) CopyB::template load<FULL>(sB, B + (static_cast<i64>(n0) * p.ldb + k0) * EB, p.ldb, p.n - n0, p.k - k0, tid);
-    else CopyB::template load<FULL>(sB, B + (static_cast<i64>(k0) * p.ldb + n0) * EB, p.ldb, p.k - k0, p.n - n0, tid);
+    load_a_t<FULL>(smem, slot, p, A, m0, k0, tid);
+    load_b_t<FULL>(smem, slot, p, B, n0, k0, tid);
   }
   static PBG_DEVICE void load_stage(char* smem, int slot, const GemmParams& p, const char* A, const char* B,
                                     int m0, int n0, int kb, int tid) {
@@ -50,10 +59,18 @@ struct Multistage {
   // (the fragment load of iteration i-1's last k-step) ran before iteration i-1's barrier.
   // Visibility: the barrier of iteration i-1 follows cp.async.wait_group(S-2), which leaves
   // stages 0..i complete, and stage i's first fragments are loaded only after it.
-  template <class Promote>
+  // SPLIT (the grouped walk): A's and B's copies each take the fast interior path when their
+  // own operand is whole (a group of few tokens has every B tile cut by n, never A's);
+  // and `live` false (a warp whose warp tile lies wholly past the m or n edge: warp-uniform)
+  // issues its copies and meets the barriers as every warp does, but loads no fragments and
+  // runs no MMAs (its accumulators stay zero and are never stored). A predicate, not a second
+  // copy of the loop: two loops cost the 8-warp 128x64 tile 20 registers (past the 128 that
+  // two CTAs per SM allow).
+  template <bool SPLIT, class Promote>
   static PBG_DEVICE void run_pipelined(char* smem, const GemmParams& p, const char* A, const char* B, int m0,
                                        int n0, int kb_begin, int nk, int tid, int lane, int wm0, int wn0,
-                                       AccReg (&acc)[WMma::MI][WMma::NI][Kind::kAccRegs], Promote& promote) {
+                                       AccReg (&acc)[WMma::MI][WMma::NI][Kind::kAccRegs], Promote& promote,
+                                       bool live = true) {
     static_assert(STAGES >= 3, "the pipelined mainloop needs >= 3 stages");
     constexpr int KS = WMma::KSTEPS;
     static_assert(KS >= 2 && KS % 2 == 0, "fragment double buffer needs an even number of k-steps");
@@ -75,6 +92,7 @@ struct Multistage {
     // Interior tiles: per-thread copy pointers advanced by a constant per BK step.
     constexpr bool kFast = CopyA::kFast && CopyB::kFast;
     const bool mn_full = m0 + BM <= p.m && n0 + BN <= p.n;
+    const bool m_full = m0 + BM <= p.m, n_full = n0 + BN <= p.n;
     const char* ga = A;
     const char* gb = B;
     i64 a_pass = 0, b_pass = 0, a_step = 0, b_step = 0;
@@ -92,23 +110,30 @@ struct Multistage {
       ga += (kb_begin + STAGES - 1) * a_step;
       gb += (kb_begin + STAGES - 1) * b_step;
     }
-    WMma::load_frag(0u, 0u, aoff, boff_abs, 0, wm0, wn0, lane, fa[0], fb[0]);
+    if (!SPLIT || live) WMma::load_frag(0u, 0u, aoff, boff_abs, 0, wm0, wn0, lane, fa[0], fb[0]);
     for (int i = 0; i < nk; ++i) {
 #pragma unroll
       for (int ks = 0; ks < KS; ++ks) {
         if (ks == KS - 1) rd = (rd + 1 == STAGES) ? 0 : rd + 1;
         // next k-step's fragments (the next stage's first step when ks is the last one;
         // after the last iteration that is a harmless in-bounds read of a stale slot)
-        WMma::load_frag(static_cast<u32>(rd * A_STAGE), static_cast<u32>(rd * B_STAGE), aoff, boff_abs,
-                        (ks + 1) % KS, wm0, wn0, lane, fa[(ks + 1) & 1], fb[(ks + 1) & 1]);
+        if (!SPLIT || live)
+          WMma::load_frag(static_cast<u32>(rd * A_STAGE), static_cast<u32>(rd * B_STAGE), aoff, boff_abs,
+                          (ks + 1) % KS, wm0, wn0, lane, fa[(ks + 1) & 1], fb[(ks + 1) & 1]);
         // MMAs first: the branchy copy issue below ends the basic block, and ptxas keeps
         // these MMAs ahead of it, so they are in the tensor pipe while warps meet at the barrier.
-        WMma::mma_frag(fa[ks & 1], fb[ks & 1], acc);
+        if (!SPLIT || live) WMma::mma_frag(fa[ks & 1], fb[ks & 1], acc);
         if (ks == 0) {
           const int nxt = i + STAGES - 1;
           if (nxt < nk) {
             const int kb = kb_begin + nxt;
-            if constexpr (kFast) {
+            if constexpr (kFast && SPLIT) {
+              const bool k_full = (kb + 1) * BKE <= p.k;
+              if (m_full && k_full) CopyA::load_fast(smem + wr * A_STAGE + sa_off, ga, a_pass);
+              else load_a_t<false>(smem, wr, p, A, m0, kb * BKE, tid);
+              if (n_full && k_full) CopyB::load_fast(smem + STAGES * A_STAGE + wr * B_STAGE + sb_off, gb, b_pass);
+              else load_b_t<false>(smem, wr, p, B, n0, kb * BKE, tid);
+            } else if constexpr (kFast) {
               if (mn_full && (kb + 1) * BKE <= p.k) {
                 CopyA::load_fast(smem + wr * A_STAGE + sa_off, ga, a_pass);
                 CopyB::load_fast(smem + STAGES * A_STAGE + wr * B_STAGE + sb_off, gb, b_pass);
@@ -142,12 +167,14 @@ struct Multistage {
   struct NoPromote {
     PBG_DEVICE void operator()(int, bool) const {}
   };
+  // GROUPED: the grouped walk's mainloop (run_pipelined's SPLIT and `live`).
+  template <bool GROUPED = false>
   static PBG_DEVICE void run(char* smem, const GemmParams& p, const char* A, const char* B, int m0, int n0,
                              int kb_begin, int kb_end, AccReg (&acc)[WMma::MI][WMma::NI][Kind::kAccRegs]) {
     NoPromote none;
-    run(smem, p, A, B, m0, n0, kb_begin, kb_end, acc, none);
+    run<GROUPED>(smem, p, A, B, m0, n0, kb_begin, kb_end, acc, none);
   }
-  template <class Promote>
+  template <bool GROUPED = false, class Promote>
   static PBG_DEVICE void run(char* smem, const GemmParams& p, const char* A, const char* B, int m0, int n0,
                              int kb_begin, int kb_end, AccReg (&acc)[WMma::MI][WMma::NI][Kind::kAccRegs],
                              Promote& promote) {
@@ -156,8 +183,12 @@ struct Multistage {
     const int wm0 = (warp % WM) * WMma::WTM;
     const int wn0 = (warp / WM) * WMma::WTN;
     const int nk = kb_end - kb_begin;
-    if constexpr (WMma::kPipelined) {
-      run_pipelined(smem, p, A, B, m0, n0, kb_begin, nk, tid, lane, wm0, wn0, acc, promote);
+    if constexpr (WMma::kPipelined && GROUPED) {
+      // (warp-uniform: warps on both sides meet the same barriers, the same number of times)
+      run_pipelined<true>(smem, p, A, B, m0, n0, kb_begin, nk, tid, lane, wm0, wn0, acc, promote,
+                          m0 + wm0 < p.m && n0 + wn0 < p.n);
+    } else if constexpr (WMma::kPipelined) {
+      run_pipelined<false>(smem, p, A, B, m0, n0, kb_begin, nk, tid, lane, wm0, wn0, acc, promote);
     } else {
       run_plain(smem, p, A, B, m0, n0, kb_begin, nk, tid, lane, wm0, wn0, acc, promote);
     }
