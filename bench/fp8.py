@@ -271,15 +271,18 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="the host rows and the decode rows only")
     ap.add_argument("--host-only", action="store_true", help="the host rows only")
+    ap.add_argument("--square", action="store_true", help="the host rows and the square rows only")
     args = ap.parse_args(argv)
     import cupy as cp
     import torch
 
     import pyblasgemm as pb
 
+    global SQUARE, TOKENS
     if args.quick:
-        global SQUARE
         SQUARE = ()
+    if args.square:
+        TOKENS = ()
     _warm(cp, args.host_only)
     torch.manual_seed(0)
     doc = {"schema": "pyblasgemm-fp8/1", **meta(types.SimpleNamespace(torch=torch), seed="torch.manual_seed(0)"),

@@ -30,6 +30,8 @@ import types
 import ml_dtypes
 import numpy as np
 
+from pyblasgemm.benchmarks.suite import provenance
+
 M, N, K = 64, 256, 256
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -172,7 +174,7 @@ def main(argv=None) -> int:
 
         sha = os.environ.get("GIT_SHA") or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
                                                           capture_output=True, text=True).stdout.strip()
-        doc = {"schema": "pyblasgemm-fp8-host-profile/1", "host": platform.processor() or platform.machine(),
+        doc = {"schema": "pyblasgemm-fp8-host-profile/1", **provenance(None), "host": platform.processor() or platform.machine(),
                "python": sys.version.split()[0], "git_sha": sha, "shape": [M, N, K], "us": us,
                "method": __doc__}
         with open(args.out, "w") as f:
