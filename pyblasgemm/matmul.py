@@ -662,7 +662,7 @@ def _with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, a
             # is 1.1x the same call on CuPy arrays (bench/results/torch_callpath_h100_*.json)
             sig = _torch_epilogue_key(a, b, dtype, compute, backend, bias, activation, invariant)
             hit = None if sig is None else calls.get(sig[0])
-            if hit is not None:
+            if hit is not None and hit.device == _get_device():
                 k, pa, pb, pbias = sig
                 dev = k[calls.TORCH_DEVICE]
                 # the operands' own dtype and device (as arrays.torch_replay): no keyword parsed
@@ -848,12 +848,15 @@ class _TorchReplay(NamedTuple):
     shape: tuple
     strides: tuple
     dtype: object           # the torch dtype
+    device: int             # CuPy's current device when it ran (the launch is bound on it)
 
 
 def _torch_epilogue_key(a, b, dtype, compute, backend, bias, activation, invariant=None):
     """``(key, pa, pb, pbias)`` of a repeatable fused call on CUDA tensors, or None: the
-    :func:`pyblasgemm.calls.key` of the tensors with the bias (its own alignment class) and the
-    current device (the launch is bound on it)."""
+    :func:`pyblasgemm.calls.key` of the tensors with the bias (its own alignment class). The
+    current device, on which the launch is bound, is not in the key but in the record
+    (:class:`_TorchReplay`'s ``device``), checked by the replay: the key of a CPU tensor is None
+    before any device is asked for, with no ``get_device()`` read of its own (~0.1 µs)."""
     if not (activation is None or type(activation) is str) or not (
             dtype is None or isinstance(dtype, _DTYPE_WORDS)) or not (
             compute is None or type(compute) is str) or not (backend is None or type(backend) is str) \
@@ -861,11 +864,10 @@ def _torch_epilogue_key(a, b, dtype, compute, backend, bias, activation, invaria
         return None
     if _TORCH[0] is None:
         _TORCH[0] = arrays.torch_type()
-    if type(a) is not _TORCH[0] or (bias is not None and type(bias) is not _TORCH[0]) \
-            or a.get_device() < 0:
-        return None         # (CPU tensors run on the host: no device to ask for)
-    sig = calls.key((_ROUTINE, "epilogue", dtype, compute, backend, activation, invariant,
-                     _get_device()), a, b, None, (bias,))
+    if type(a) is not _TORCH[0] or (bias is not None and type(bias) is not _TORCH[0]):
+        return None
+    sig = calls.key((_ROUTINE, "epilogue", dtype, compute, backend, activation, invariant), a, b, None,
+                    (bias,))
     if sig is None:
         return None
     return sig[0], sig[1], sig[2], 0 if bias is None else bias.data_ptr()
@@ -917,7 +919,7 @@ def _foreign_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias
         fp8.record(fp8_key, out, back)          # the views' one launch, under the tensors' key
     ran, _last_fused.run = _last_fused.run, None
     if sig is not None and ran is not None and ran.widen is None and back.is_contiguous():
-        calls.put(sig[0], _TorchReplay(ran, tuple(back.shape), back.stride(), back.dtype),
+        calls.put(sig[0], _TorchReplay(ran, tuple(back.shape), back.stride(), back.dtype, _get_device()),
                   refers_to=ran.launch)
     return back
 
