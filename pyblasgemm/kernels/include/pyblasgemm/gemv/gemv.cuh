@@ -228,7 +228,8 @@ struct MmaK {
   // bytes in flight for the memory's latency x bandwidth (H200: ~4.8 TB/s x ~1.5 us / 132 SMs)
   static constexpr int STAGES = !WVEC ? 1 : ((PIPE & 7) != 0 ? (PIPE & 7)
                                                 : (!XVEC ? (TG <= 2 ? 2 : 1) : (TG == 1 ? 3 : 2)));
-  static constexpr bool ASYNC = (PIPE & kAsync) != 0 && WVEC && XVEC && STAGES > 1 && TG <= 2;
+  // (the depth is explicit: the host sizes the ring from PIPE alone, gemv.ring_bytes)
+  static constexpr bool ASYNC = (PIPE & kAsync) != 0 && (PIPE & 7) >= 2 && WVEC && XVEC && TG <= 2;
   static constexpr bool XPRE = ((PIPE & kXPre) != 0 || ASYNC) && WVEC && XVEC && STAGES > 1 && TG <= 2;
   static constexpr int XT = XPRE ? TG : 1;
   // ASYNC: a slot holds vector v of every lane at v * 512 + lane * 16 (a warp's 16-byte reads of
