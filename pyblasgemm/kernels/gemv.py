@@ -31,7 +31,7 @@ Example
 >>> s.path, s.R, s.T, s.K, s.threads, s.ctas, s.row_tiles, s.csteps
 ('mma_k', 4096, 1, 4096, 128, 528, 128, 32)
 >>> s.kernel_name
-'pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::KindBF16, 0, 2, 1, 1, 3, 1, 4, 20>'
+'pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::KindBF16, 0, 2, 1, 1, 3, 1, 4, 10>'
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ from ..kinds import base_compute
 from .driver import function, launch_kernel, occupancy, set_max_dynamic_shared_memory, set_scales, stream_handle
 from .driver import stream as cu_stream
 
-__all__ = ["MAX_TOKENS", "GemvKind", "GEMV_KINDS", "TILES", "PIPES", "X_PRE", "ASYNC", "pipe_of", "ring_bytes",
+__all__ = ["MAX_TOKENS", "GemvKind", "GEMV_KINDS", "TILES", "PIPES", "X_PRE", "ASYNC", "NO_PREFETCH", "pipe_of", "ring_bytes",
            "GemvSpec", "gemv_applies", "plan",
            "kernel_name", "all_instantiations", "compile_offline", "get_kernel", "warm", "GemvLaunch",
            "bind", "run", "HEADER", "MAX_REGISTERS", "MAX_EXTENT"]
@@ -122,7 +122,9 @@ TILES = MappingProxyType({
 X_PRE = 8
 #: bit 4 of PIPE: the ring in shared memory, filled by cp.async (implies X_PRE)
 ASYNC = 16
-PIPES = MappingProxyType({"mma_k": {1: ASYNC | 4, 2: ASYNC | 3, 4: 0, 8: 0}})
+#: bit 5 of PIPE: the weight's loads without the 256-byte L2 prefetch hint
+NO_PREFETCH = 32
+PIPES = MappingProxyType({"mma_k": {1: 2 | X_PRE, 2: 2 | X_PRE, 4: 0, 8: 0}})
 #: token groups of 8 the kernel is instantiated for (a T between two runs the larger; the
 #: kernel skips the groups past T)
 TOKEN_GROUPS = (1, 2, 4, 8)

@@ -39,7 +39,7 @@ constexpr int kWVec = 1, kXVec = 2;
 // template PIPE of the kMmaK mainloop: bits 0-2 ring depth (0: its default), bit 3 activations in
 // the ring, bit 4 the ring in shared memory, filled by cp.async (each lane copies and reads back
 // only its own 16-byte vectors: no barrier, only cp.async.wait_group)
-constexpr int kXPre = 8, kAsync = 16;
+constexpr int kXPre = 8, kAsync = 16, kNoPrefetch = 32;
 
 // ---- element kinds: operand width, accumulator, output conversion ---------------------------
 struct OutF16 {
@@ -119,6 +119,14 @@ PBG_DEVICE u64 evict_first_policy() {
 PBG_DEVICE U32x4 ld_stream16(const char* p, u64 pol) {
   U32x4 v;
   asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4], %5;\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
+  return v;
+}
+// The same load without the L2 prefetch-size hint (the L2 fetches only the requested sectors):
+// PIPE bit 5 of the kMmaK mainloop (an experiment against the 256-byte fetch's L2 traffic).
+PBG_DEVICE U32x4 ld_stream16_nopf(const char* p, u64 pol) {
+  U32x4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
   return v;
 }
@@ -261,7 +269,9 @@ struct MmaK {
         for (int j = 0; j < KV; ++j) {
           const int k = k0 + (4 * j + q) * VE;
           if constexpr (!WVEC) gather<EB, 4, true>(&t.v[rg][h][j].x, rp, 1, k, p.K);
-          else if (!TAIL || k < p.K) t.v[rg][h][j] = ld_stream16(rp + static_cast<i64>(k) * EB, pol);
+          else if (!TAIL || k < p.K)
+            t.v[rg][h][j] = (PIPE & kNoPrefetch) ? ld_stream16_nopf(rp + static_cast<i64>(k) * EB, pol)
+                                                 : ld_stream16(rp + static_cast<i64>(k) * EB, pol);
           else zero<4>(&t.v[rg][h][j].x);
         }
       }
