@@ -29,9 +29,9 @@ Example
 (True, '')
 >>> s = plan(d, sm_count=132, occupancy=4)
 >>> s.path, s.R, s.T, s.K, s.threads, s.ctas, s.row_tiles, s.csteps
-('mma_k', 4096, 1, 4096, 128, 528, 128, 32)
+('mma_k', 4096, 1, 4096, 128, 528, 256, 16)
 >>> s.kernel_name
-'pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::KindBF16, 0, 2, 1, 1, 3, 1, 4, 10>'
+'pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::KindBF16, 0, 1, 2, 1, 3, 1, 4, 10>'
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ from ..kinds import base_compute
 from .driver import function, launch_kernel, occupancy, set_max_dynamic_shared_memory, set_scales, stream_handle
 from .driver import stream as cu_stream
 
-__all__ = ["MAX_TOKENS", "GemvKind", "GEMV_KINDS", "TILES", "PIPES", "X_PRE", "ASYNC", "NO_PREFETCH", "pipe_of", "ring_bytes",
+__all__ = ["MAX_TOKENS", "GemvKind", "GEMV_KINDS", "TILES", "TILES_X_ELEM", "tiles_of", "PIPES", "X_PRE", "ASYNC", "NO_PREFETCH", "pipe_of", "ring_bytes",
            "GemvSpec", "gemv_applies", "plan",
            "kernel_name", "all_instantiations", "compile_offline", "get_kernel", "warm", "GemvLaunch",
            "bind", "run", "HEADER", "MAX_REGISTERS", "MAX_EXTENT"]
@@ -109,11 +109,24 @@ PATHS = {"mma_k": 0, "mma_r": 1, "fma_k": 2, "fma_r": 3}
 #: memory, so a CTA publishes one partial, not WK). Every instantiation stays within
 #: MAX_REGISTERS without spilling, with 2-8 KB of weight in flight per warp.
 TILES = MappingProxyType({
-    "mma_k": {1: (2, 1, 1, 4), 2: (2, 1, 2, 2), 4: (1, 2, 4, 2), 8: (1, 1, 8, 1)},
+    "mma_k": {1: (1, 2, 1, 4), 2: (2, 1, 2, 2), 4: (1, 2, 4, 2), 8: (1, 1, 8, 1)},
     "mma_r": {1: (8, 0, 1, 4), 2: (4, 0, 2, 2), 4: (4, 0, 4, 2), 8: (2, 0, 8, 1)},
     "fma_k": {1: (4, 1, 2, 2), 2: (2, 1, 4, 1), 4: (2, 2, 8, 1), 8: (2, 4, 8, 1)},
     "fma_r": {1: (1, 0, 1, 4), 2: (2, 0, 2, 2), 4: (4, 0, 4, 2), 8: (8, 0, 8, 1)},
 })
+#: where the activations take no aligned vector loads (the warp stages them through its parking
+#: area, which a 128-byte step does not fit at T <= 8): these tiles instead of :data:`TILES`'
+TILES_X_ELEM = MappingProxyType({"mma_k": {1: (2, 1, 1, 4)}})
+
+
+def tiles_of(path: str, tg: int, loads: int) -> tuple:
+    """(P1, P2, WR, WK) of the shipped instantiation for this mainloop, token groups and load
+    class (:data:`TILES`, or :data:`TILES_X_ELEM` without aligned activation vectors)."""
+    if not loads & X_VEC and tg in TILES_X_ELEM.get(path, {}):
+        return TILES_X_ELEM[path][tg]
+    return TILES[path][tg]
+
+
 #: the mma_k mainloop's register ring per token groups (the header's template PIPE, applied
 #: where both operands take aligned vector loads, else 0: the header's defaults): bits 0-2 the
 #: ring's depth, bit 3 (:data:`X_PRE`) the activations' vectors loaded with the weight's, steps
@@ -185,8 +198,8 @@ def all_instantiations() -> list[tuple]:
     for kind in _KINDS.values():
         for path in (kind.path_k, kind.path_r):
             for tg in TOKEN_GROUPS:
-                p1, p2, wr, wk = TILES[path][tg]
                 for loads in range(4):
+                    p1, p2, wr, wk = tiles_of(path, tg, loads)
                     out.append((kind.name, path, tg, loads,
                                 kernel_name(kind, path, p1, p2, tg, loads, wr, wk, pipe_of(path, tg, loads))))
     return out
@@ -390,6 +403,10 @@ def plan(desc, sm_count: int, occupancy: int | None = None, align: tuple | None 
     a_al, b_al = align if align is not None else (desc.ptr_align, desc.ptr_align)
     w_al, x_al = (a_al, b_al) if cn.orient == "n" else (b_al, a_al)
     loads = _loads(cn, path, w_vb, x_vb, eb, w_al, x_al)
+    if tiles is None and tiles_of(path, tg, loads) != (p1, p2, wr, wk):
+        # (the load class depends on the vector widths only, the same for both tile sets)
+        p1, p2, wr, wk = tiles_of(path, tg, loads)
+        rows, kstep, out, w_vb, x_vb = _geometry(path, p1, p2, tg, eb)
     pipe = pipe_of(path, tg, loads, asked_pipe)
     threads = 32 * wr * wk
     if occupancy is None:
