@@ -170,7 +170,8 @@ def measure(cp, torch, gemv, layer, m, dtype_name, tiles=None, occupancy=None, w
 
     s = launch.spec
     row = {"layer": layer, "m": m, "n": n, "k": k, "dtype": dtype_name, "weight_copies": copies,
-           "spec": {"path": s.path, "tiles": [s.p1, s.p2, s.wr, s.wk], "threads": s.threads, "ctas": s.ctas,
+           "spec": {"path": s.path, "tiles": [s.p1, s.p2, s.wr, s.wk], "pipe": s.pipe, "threads": s.threads,
+                    "ctas": s.ctas, "smem": s.smem,
                     "occupancy": s.occupancy, "row_tiles": s.row_tiles, "csteps": s.csteps,
                     "shared_tiles": s.slots > 0, "loads": s.loads, "kernel": s.kernel_name}}
     ours()
@@ -241,7 +242,7 @@ def summarize(rows) -> dict:
     out = {"geomean_ratio_steady": _geomean([r["ratio_steady"] for r in ok]),
            "geomean_ratio_single": _geomean([r["ratio_single"] for r in ok]),
            "failures": sum("failure" in r for r in rows)}
-    for m in TOKENS:
+    for m in sorted({r["m"] for r in ok}):
         sel = [r for r in ok if r["m"] == m]
         if sel:
             out[f"m{m}"] = {"geomean_ratio_steady": _geomean([r["ratio_steady"] for r in sel]),
@@ -264,7 +265,7 @@ def _line(r) -> str:
     graph = f" graph {o['graph_s'] * 1e6:7.2f} us {o.get('graph_pct_peak', 0):5.1f}%" if "graph_s" in o else ""
     return (f"{r['layer']:18s} m={r['m']:3d} {r['dtype']:8s} ours {o['steady_s'] * 1e6:8.2f} us "
             f"{o['gbps']:7.0f} GB/s {pct} host {o.get('host_us', 0):5.1f} us{graph}  {yard}  "
-            f"{r['spec']['path']} {r['spec']['tiles']} ctas={r['spec']['ctas']}")
+            f"{r['spec']['path']} {r['spec']['tiles']} pipe={r['spec'].get('pipe', 0)} ctas={r['spec']['ctas']}")
 
 
 def main(argv=None) -> int:
@@ -273,6 +274,11 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="two layers, M = 1 and 16")
     ap.add_argument("--dtypes", default="bfloat16,float16", help="comma list of bfloat16,float16")
     ap.add_argument("--sweep", action="store_true", help="also other tiles / residencies on two layers")
+    ap.add_argument("--tokens", default=None, help="comma list of token counts (default 1,4,16,64)")
+    ap.add_argument("--layers", default=None, help="comma list of layer names (default all)")
+    ap.add_argument("--tiles-json", default=None,
+                    help="bench/gemv_sweep.py's picks: {token groups: [P1, P2, WR, WK, PIPE, CTAs per SM]} "
+                         "in place of gemv.TILES / PIPES for the mma_k mainloop")
     args = ap.parse_args(argv)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     bad = [d for d in dtypes if d not in ("bfloat16", "float16")]
@@ -288,16 +294,31 @@ def main(argv=None) -> int:
            "tiles": {path: {str(tg): list(t) for tg, t in v.items()} for path, v in gemv.TILES.items()}}
     layers = QUICK_LAYERS if args.quick else tuple(LAYERS)
     tokens = (1, 16) if args.quick else TOKENS
+    if args.layers:
+        layers = tuple(x.strip() for x in args.layers.split(",") if x.strip())
+    if args.tokens:
+        tokens = tuple(int(x) for x in args.tokens.split(","))
+    picks = {}
+    if args.tiles_json:
+        with open(args.tiles_json) as f:
+            picks = {int(g): v for g, v in __import__("json").load(f).items()}
+        doc["tiles_override"] = {str(g): v for g, v in picks.items()}
+
+    def override(m):
+        """(tiles, occupancy) of the picks for m tokens, or (None, None)."""
+        v = picks.get(gemv._token_groups(m))
+        return (tuple(v[:5]), v[5]) if v else (None, None)
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     # compile every instantiation the run needs in parallel first (seconds each, once)
-    gemv.warm({gemv.plan(_desc(m, LAYERS[lay][1], LAYERS[lay][0], d, (16,)), sms).kernel_name
+    gemv.warm({gemv.plan(_desc(m, LAYERS[lay][1], LAYERS[lay][0], d, (16,)), sms, tiles=override(m)[0]).kernel_name
                for d in dtypes for lay in layers for m in tokens})
     rows = []
     for dtype_name in dtypes:
         for layer in layers:
             for m in tokens:
                 try:
-                    r = measure(cp, torch, gemv, layer, m, dtype_name)
+                    tiles, occ = override(m)
+                    r = measure(cp, torch, gemv, layer, m, dtype_name, tiles=tiles, occupancy=occ)
                 except Exception as e:      # recorded, not hidden
                     r = {"layer": layer, "m": m, "dtype": dtype_name, "failure": f"{type(e).__name__}: {e}"[:400]}
                 rows.append(r)

@@ -190,3 +190,70 @@ def test_large_k_split_is_exact_for_int8():
     assert launch.spec.slots > 0
     launch(p.pa, p.pb, p.pc, 1, 0)
     p.check(p.result(), "int8 K=65536")
+
+
+def _sweep_variants():
+    """bench/gemv_sweep.py's VARIANTS ({token groups: [(name, tiles, CTAs per SM)]}): every ring
+    the sweep may pick is checked here first."""
+    import importlib.util
+    import pathlib
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location("gemv_sweep", root / "bench" / "gemv_sweep.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(root / "bench"))
+    return mod.VARIANTS
+
+
+#: (weight rows, K) with K a multiple of every kind's vector (so the weight takes aligned vector
+#: loads and the ring runs): odd rows, K tails past the last whole step (1000 % 32 = 8 for 16-bit,
+#: 1008 % 64 = 48 for int8), one row, and a 4096-row layer slice
+RING_SIZES = {"b": [(1, 64), (33, 1000), (257, 4104), (4096, 1000)], "h": [(1000, 1000), (7, 256)],
+              "i": [(257, 1008), (33, 4112)]}
+
+
+def _ring_cases():
+    out = []
+    for g, variants in _sweep_variants().items():
+        for name, tiles, occ in variants:
+            for prefix, sizes in RING_SIZES.items():
+                for i, (R, K) in enumerate(sizes):
+                    for t in ((1, 3, 8) if g == 1 else (9, 16)):
+                        out.append((g, name, tiles, occ, prefix, R, K, t, i % 2 == 1))
+    return out
+
+
+RING_CASES = _ring_cases()
+
+
+@pytest.mark.parametrize("g,name", sorted({(c[0], c[1]) for c in RING_CASES}),
+                         ids=[f"tg{g}-{n}" for g, n in sorted({(c[0], c[1]) for c in RING_CASES})])
+def test_ring_variants_of_the_sweep(g, name):
+    """Each mma_k ring the sweep times (register ring, activations prefetched, cp.async ring in
+    shared memory, its depth and tiles), x @ W.T (token side n) and its transpose (token side m),
+    T in the token group, every case's C poisoned outside the matrix, every other case on a
+    3-SM grid (row tiles shared: the in-kernel reduction), bitwise equal on a second call."""
+    rng = np.random.default_rng(zlib.crc32(f"ring {g} {name}".encode()))
+    cases = [c for c in RING_CASES if c[0] == g and c[1] == name]
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    for n_case, (_, _, tiles, occ, prefix, R, K, t, few) in enumerate(cases):
+        compute = "int32" if prefix == "i" else "fp32"
+        orient_n = n_case % 3 != 2
+        m, n = (R, t) if orient_n else (t, R)
+        alpha, beta = _scales(prefix, n_case)
+        p = Problem(prefix, compute, "T", "N", m, n, K, 0, alpha, beta, rng)
+        launch = gemv.bind(p.desc, tiles=tiles, occupancy=occ, sm_count=3 if few else None)
+        s = launch.spec
+        assert s.path == "mma_k" and s.loads == 3 and s.pipe == gemv.pipe_of("mma_k", s.token_groups, 3, tiles[4])
+        what = f"{name} {prefix} m={m} n={n} k={K} ctas={s.ctas}/{sms * s.occupancy} pipe={s.pipe} smem={s.smem}"
+        launch(p.pa, p.pb, p.pc, alpha, beta)
+        first = p.result()
+        p.check(first, what)
+        p.reset()
+        launch(p.pa, p.pb, p.pc, alpha, beta)
+        assert np.array_equal(first.view(np.uint8), p.result().view(np.uint8)), f"{what}: not bitwise repeatable"

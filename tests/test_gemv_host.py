@@ -290,3 +290,29 @@ def test_launch_packs_the_kernel_arguments(monkeypatch):
         launch8(0x1000, 0x2000, 0x3000, 1.5, 0, 0)
     launch8(0x1000, 0x2000, 0x3000, 2, -1, 0)
     assert (launch8._slots[0][2].cells["ialpha"].value, launch8._slots[0][2].cells["ibeta"].value) == (2, -1)
+
+
+def test_ring_pipe_and_shared_memory():
+    """PIPE reaches the kernel only for the mma_k mainloop with both operands vectorized, and a
+    cp.async ring's shared memory (the header's STAGES x NVEC x 512 bytes per warp) is planned
+    beside the parking area."""
+    d = describe("t", TYPE_ROWS["b"], "fp32", "T", "N", 4096, 1, 4096, 4096, 4096, 4096, 1, 0, 0, 0,
+                 "cupy", 0, (16,), 1.0, 0.0)
+    s = gemv.plan(d, 132)
+    assert s.path == "mma_k" and s.loads == 3 and s.pipe == gemv.PIPES["mma_k"][1]
+    assert s.kernel_name.endswith(f", {s.pipe}>")
+    for pipe, ring in ((0, 0), (2 | gemv.X_PRE, 0), (gemv.ASYNC | 4, 4 * (2 * 2 + 1) * 512),
+                       (gemv.ASYNC, 0)):
+        t = gemv.plan(d, 132, tiles=(2, 1, 1, 4, pipe))
+        assert t.pipe == pipe and t.smem == 4 * 128 * 8 + 4 * ring, (pipe, t.smem)
+    # T = 16: two token groups' activation vectors per slot
+    d16 = describe("t", TYPE_ROWS["b"], "fp32", "T", "N", 4096, 16, 4096, 4096, 4096, 4096, 1, 0, 0, 0,
+                   "cupy", 0, (16,), 1.0, 0.0)
+    t = gemv.plan(d16, 132, tiles=(2, 1, 2, 2, gemv.ASYNC | 3))
+    assert t.smem == 4 * 128 * 16 + 4 * 3 * (4 + 2) * 512
+    # element loads (an odd K): no ring parameter, the header's defaults
+    odd = describe("t", TYPE_ROWS["b"], "fp32", "T", "N", 4096, 1, 4095, 4095, 4095, 4096, 1, 0, 0, 0,
+                   "cupy", 0, (16,), 1.0, 0.0)
+    assert gemv.plan(odd, 132).pipe == 0 and gemv.plan(odd, 132, tiles=(2, 1, 1, 4, gemv.ASYNC | 4)).pipe == 0
+    # other mainloops never take one
+    assert gemv.pipe_of("mma_r", 1, 3) == gemv.pipe_of("fma_k", 1, 3) == 0

@@ -50,6 +50,10 @@ def bind(desc: GemmDesc, plan):
     # bound for addresses with exactly the alignment every caller's pointers have
     config = plan.config if plan is not None else None
     spec = getattr(plan, "launch", None)
+    if getattr(plan, "decomposition", None) == "gemv":     # the decode route (planner/decode.py)
+        from ..kernels import gemv
+
+        return gemv.bind(desc)
     pack = getattr(plan, "pack", ())
     epi = desc.epilogue
     if epi is not None:

@@ -29,9 +29,9 @@ Example
 (True, '')
 >>> s = plan(d, sm_count=132, occupancy=4)
 >>> s.path, s.R, s.T, s.K, s.threads, s.ctas, s.row_tiles, s.csteps
-('mma_k', 4096, 1, 4096, 128, 528, 128, 32)
+('mma_k', 4096, 1, 4096, 128, 528, 256, 16)
 >>> s.kernel_name
-'pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::KindBF16, 0, 2, 1, 1, 3, 1, 4>'
+'pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::KindBF16, 0, 1, 2, 1, 3, 1, 4, 10>'
 """
 from __future__ import annotations
 
@@ -40,10 +40,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from ..kinds import base_compute
-from .driver import function, launch_kernel, occupancy, set_scales, stream_handle
+from .driver import function, launch_kernel, occupancy, set_max_dynamic_shared_memory, set_scales, stream_handle
 from .driver import stream as cu_stream
 
-__all__ = ["MAX_TOKENS", "GemvKind", "GEMV_KINDS", "TILES", "GemvSpec", "gemv_applies", "plan",
+__all__ = ["MAX_TOKENS", "GemvKind", "GEMV_KINDS", "TILES", "TILES_X_ELEM", "tiles_of", "PIPES", "X_PRE", "ASYNC", "NO_PREFETCH", "pipe_of", "ring_bytes",
+           "GemvSpec", "gemv_applies", "plan",
            "kernel_name", "all_instantiations", "compile_offline", "get_kernel", "warm", "GemvLaunch",
            "bind", "run", "HEADER", "MAX_REGISTERS", "MAX_EXTENT"]
 
@@ -108,11 +109,35 @@ PATHS = {"mma_k": 0, "mma_r": 1, "fma_k": 2, "fma_r": 3}
 #: memory, so a CTA publishes one partial, not WK). Every instantiation stays within
 #: MAX_REGISTERS without spilling, with 2-8 KB of weight in flight per warp.
 TILES = MappingProxyType({
-    "mma_k": {1: (2, 1, 1, 4), 2: (2, 1, 2, 2), 4: (1, 2, 4, 2), 8: (1, 1, 8, 1)},
+    "mma_k": {1: (1, 2, 1, 4), 2: (2, 1, 2, 2), 4: (1, 2, 4, 2), 8: (1, 1, 8, 1)},
     "mma_r": {1: (8, 0, 1, 4), 2: (4, 0, 2, 2), 4: (4, 0, 4, 2), 8: (2, 0, 8, 1)},
     "fma_k": {1: (4, 1, 2, 2), 2: (2, 1, 4, 1), 4: (2, 2, 8, 1), 8: (2, 4, 8, 1)},
     "fma_r": {1: (1, 0, 1, 4), 2: (2, 0, 2, 2), 4: (4, 0, 4, 2), 8: (8, 0, 8, 1)},
 })
+#: where the activations take no aligned vector loads (the warp stages them through its parking
+#: area, which a 128-byte step does not fit at T <= 8): these tiles instead of :data:`TILES`'
+TILES_X_ELEM = MappingProxyType({"mma_k": {1: (2, 1, 1, 4)}})
+
+
+def tiles_of(path: str, tg: int, loads: int) -> tuple:
+    """(P1, P2, WR, WK) of the shipped instantiation for this mainloop, token groups and load
+    class (:data:`TILES`, or :data:`TILES_X_ELEM` without aligned activation vectors)."""
+    if not loads & X_VEC and tg in TILES_X_ELEM.get(path, {}):
+        return TILES_X_ELEM[path][tg]
+    return TILES[path][tg]
+
+
+#: the mma_k mainloop's register ring per token groups (the header's template PIPE, applied
+#: where both operands take aligned vector loads, else 0: the header's defaults): bits 0-2 the
+#: ring's depth, bit 3 (:data:`X_PRE`) the activations' vectors loaded with the weight's, steps
+#: ahead, bit 4 (:data:`ASYNC`) the ring in shared memory (MmaK's comment says why). Other
+#: mainloops: 0.
+X_PRE = 8
+#: bit 4 of PIPE: the ring in shared memory, filled by cp.async (implies X_PRE)
+ASYNC = 16
+#: bit 5 of PIPE: the weight's loads without the 256-byte L2 prefetch hint
+NO_PREFETCH = 32
+PIPES = MappingProxyType({"mma_k": {1: 2 | X_PRE, 2: 2 | X_PRE, 4: 0, 8: 0}})
 #: token groups of 8 the kernel is instantiated for (a T between two runs the larger; the
 #: kernel skips the groups past T)
 TOKEN_GROUPS = (1, 2, 4, 8)
@@ -138,15 +163,32 @@ def _geometry(path: str, p1: int, p2: int, tg: int, eb: int) -> tuple:
     return 4 * lr, 4, 4 * (8 * tg // p1), 4 * eb, 4 * eb
 
 
-def kernel_name(kind: GemvKind, path: str, p1: int, p2: int, tg: int, loads: int, wr: int, wk: int) -> str:
+def kernel_name(kind: GemvKind, path: str, p1: int, p2: int, tg: int, loads: int, wr: int, wk: int,
+                pipe: int = 0) -> str:
     """The header's name expression for one instantiation.
 
     >>> kernel_name(GEMV_KINDS[("h", "fp32")], "mma_r", 8, 0, 2, 3, 2, 2)
-    'pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::KindF16, 1, 8, 0, 2, 3, 2, 2>'
+    'pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::KindF16, 1, 8, 0, 2, 3, 2, 2, 0>'
     """
     struct = kind.struct_k if path == kind.path_k else kind.struct_r
     return (f"pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::{struct}, {PATHS[path]}, {p1}, {p2}, {tg}, {loads}, "
-            f"{wr}, {wk}>")
+            f"{wr}, {wk}, {pipe}>")
+
+
+def ring_bytes(path: str, p1: int, p2: int, tg: int, pipe: int) -> int:
+    """Shared memory of one warp's cp.async ring (the header's MmaK::RING_BYTES): 0 unless the
+    mma_k mainloop runs with :data:`ASYNC` (two or more stages, at most two token groups)."""
+    if path != "mma_k" or not pipe & ASYNC or (pipe & 7) < 2 or tg > 2:
+        return 0
+    return (pipe & 7) * (p1 * 2 * p2 + tg * p2) * 512
+
+
+def pipe_of(path: str, tg: int, loads: int, asked: int | None = None) -> int:
+    """The template PIPE of an instantiation: :data:`PIPES` (or ``asked``) for the mma_k
+    mainloop where both operands take aligned vectors, else 0."""
+    if path != "mma_k" or loads != (W_VEC | X_VEC):
+        return 0
+    return PIPES[path][tg] if asked is None else asked
 
 
 def all_instantiations() -> list[tuple]:
@@ -156,9 +198,10 @@ def all_instantiations() -> list[tuple]:
     for kind in _KINDS.values():
         for path in (kind.path_k, kind.path_r):
             for tg in TOKEN_GROUPS:
-                p1, p2, wr, wk = TILES[path][tg]
                 for loads in range(4):
-                    out.append((kind.name, path, tg, loads, kernel_name(kind, path, p1, p2, tg, loads, wr, wk)))
+                    p1, p2, wr, wk = tiles_of(path, tg, loads)
+                    out.append((kind.name, path, tg, loads,
+                                kernel_name(kind, path, p1, p2, tg, loads, wr, wk, pipe_of(path, tg, loads))))
     return out
 
 
@@ -283,6 +326,7 @@ class GemvSpec:
     x_align: int
     sm_count: int
     occupancy: int
+    pipe: int = 0           # the header's template PIPE (:func:`pipe_of`)
 
     @property
     def R(self) -> int:
@@ -306,7 +350,8 @@ class GemvSpec:
 
     @property
     def kernel_name(self) -> str:
-        return kernel_name(self.kind, self.path, self.p1, self.p2, self.token_groups, self.loads, self.wr, self.wk)
+        return kernel_name(self.kind, self.path, self.p1, self.p2, self.token_groups, self.loads, self.wr, self.wk,
+                           self.pipe)
 
     @property
     def workspace_bytes(self) -> int:
@@ -330,8 +375,8 @@ def plan(desc, sm_count: int, occupancy: int | None = None, align: tuple | None 
     SM (default: as many as make :data:`ASSUMED_RESIDENT_THREADS` threads). The grid is one wave
     (``sm_count x occupancy`` CTAs, fewer when the units are fewer): every CTA streams the same
     number of weight bytes, within one CTA step. ``align``: (A's, B's) pointer alignment in bytes
-    (default: the description's ``ptr_align`` for both). ``tiles``: (P1, P2, WR, WK) in place of
-    :data:`TILES`' (experiments: bench/gemv_bench.py --sweep; such instantiations are not in the
+    (default: the description's ``ptr_align`` for both). ``tiles``: (P1, P2, WR, WK) or (P1, P2,
+    WR, WK, PIPE) in place of :data:`TILES`' and :data:`PIPES`' (experiments: bench/gemv_bench.py --sweep; such instantiations are not in the
     compile checks). ValueError where :func:`gemv_applies` says no.
 
     >>> from pyblasgemm._types import TYPE_ROWS
@@ -351,12 +396,18 @@ def plan(desc, sm_count: int, occupancy: int | None = None, align: tuple | None 
     cn = canonical(desc)
     path = kind.path_k if cn.w_k_contiguous else kind.path_r
     tg = _token_groups(cn.T)
-    p1, p2, wr, wk = tiles if tiles is not None else TILES[path][tg]
+    p1, p2, wr, wk = tiles[:4] if tiles is not None else TILES[path][tg]
+    asked_pipe = tiles[4] if tiles is not None and len(tiles) > 4 else None
     eb = kind.elem_bytes
     rows, kstep, out, w_vb, x_vb = _geometry(path, p1, p2, tg, eb)
     a_al, b_al = align if align is not None else (desc.ptr_align, desc.ptr_align)
     w_al, x_al = (a_al, b_al) if cn.orient == "n" else (b_al, a_al)
     loads = _loads(cn, path, w_vb, x_vb, eb, w_al, x_al)
+    if tiles is None and tiles_of(path, tg, loads) != (p1, p2, wr, wk):
+        # (the load class depends on the vector widths only, the same for both tile sets)
+        p1, p2, wr, wk = tiles_of(path, tg, loads)
+        rows, kstep, out, w_vb, x_vb = _geometry(path, p1, p2, tg, eb)
+    pipe = pipe_of(path, tg, loads, asked_pipe)
     threads = 32 * wr * wk
     if occupancy is None:
         occupancy = max(1, ASSUMED_RESIDENT_THREADS // threads)
@@ -370,8 +421,9 @@ def plan(desc, sm_count: int, occupancy: int | None = None, align: tuple | None 
     shared = ctas > row_tiles or any(_tile_is_shared(rt, csteps, units, ctas) for rt in range(row_tiles))
     entries = wr * out * 32                  # one CTA partial: the header's n_entries
     return GemvSpec(kind, cn, path, tg, p1, p2, wr, wk, loads, cta_rows, row_tiles, csteps, ctas,
-                    row_tiles + ctas if shared else 0, 4 * entries, 4 * threads * out,
-                    w_vb if loads & W_VEC else eb, x_vb if loads & X_VEC else eb, sm_count, occupancy)
+                    row_tiles + ctas if shared else 0, 4 * entries,
+                    -(-4 * threads * out // 16) * 16 + (threads // 32) * ring_bytes(path, p1, p2, tg, pipe),
+                    w_vb if loads & W_VEC else eb, x_vb if loads & X_VEC else eb, sm_count, occupancy, pipe)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -563,6 +615,8 @@ def bind(desc, *, sm_count: int | None = None, tiles: tuple | None = None,
     sms = min(sm_count, sms) if sm_count else sms
     spec = plan(desc, sms, occupancy, tiles=tiles)
     kern = get_kernel(spec.kernel_name, dev.id)
+    if spec.smem > 48 * 1024:       # above the default dynamic limit: opt in (a larger cp.async ring)
+        set_max_dynamic_shared_memory(kern.kernel.ptr, spec.smem)
     occ = _occupancy(kern, spec.threads, spec.smem)
     if occ is not None and occ < spec.occupancy:   # one wave: never more CTAs than fit at once
         spec = plan(desc, sms, occ, tiles=tiles)

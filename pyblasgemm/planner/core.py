@@ -34,6 +34,7 @@ from .overrides import current_settings
 from .plan import Candidate, Plan
 from .invariant import check_route as check_invariant_route, invariant_choice
 from .routes import epilogue_plan, group_plan
+from .decode import decode_plan
 
 __all__ = ["Plan", "Candidate", "plan_for", "clear_plan_cache", "current_settings", "kernel_problem_for"]
 
@@ -175,6 +176,10 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
         from .composite import plan_composite
 
         return plan_composite(desc, requested, arch, plan_for)
+    if not autotune:
+        decode = decode_plan(desc, requested, arch, current_settings())
+        if decode is not None:          # measured: bench/results/gemv_*; planner/decode.py
+            return decode
     cal = M.load_calibration()
     ours_ok, why_not_ours = _supports("tensorcore", desc)   # the kernels' rules included
     if ours_ok and arch.cc < (8, 0):

@@ -48,7 +48,8 @@ def epilogue_plan(desc, base: Plan, requested: str, arch: ArchSpec | None) -> Pl
     product: the route chosen among the priced options (see the module docstring)."""
     unfused_line = UNFUSED[desc.xp].line
     if base.backend == "host" or base.arch is None or arch is None or base.predicted_s is None \
-            or base.backend not in ("tensorcore", "cublas") or isinstance(base.launch, CompositeSpec):
+            or base.backend not in ("tensorcore", "cublas") or isinstance(base.launch, CompositeSpec) \
+            or base.decomposition == "gemv":
         why = ("the arrays are on the host: NumPy computes the product, then the epilogue"
                if base.backend == "host" else "the planned route runs the product on its own "
                "(no fused store)")

@@ -36,6 +36,17 @@ struct alignas(8) U32x2 { u32 x, y; };
 enum Path : int { kMmaK = 0, kMmaR = 1, kFmaK = 2, kFmaR = 3 };
 // template LOADS: bit 0 = W rows allow aligned vector loads, bit 1 = X rows do (K-contiguous X)
 constexpr int kWVec = 1, kXVec = 2;
+// template PIPE of the kMmaK mainloop: bits 0-2 ring depth (0: its default), bit 3 activations in
+// the ring, bit 4 the ring in shared memory, filled by cp.async (each lane copies and reads back
+// only its own 16-byte vectors: no barrier, only cp.async.wait_group)
+constexpr int kXPre = 8, kAsync = 16, kNoPrefetch = 32;
+// sm_90's ptxas keeps two token groups' prefetched activations within 128 registers; sm_80's
+// spills them (tests/test_gemv_compile.py), so there kXPre applies to one token group only
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr int kXPreMaxTG = 1;
+#else
+constexpr int kXPreMaxTG = 2;
+#endif
 
 // ---- element kinds: operand width, accumulator, output conversion ---------------------------
 struct OutF16 {
@@ -118,6 +129,14 @@ PBG_DEVICE U32x4 ld_stream16(const char* p, u64 pol) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
   return v;
 }
+// The same load without the L2 prefetch-size hint (the L2 fetches only the requested sectors):
+// PIPE bit 5 of the kMmaK mainloop (an experiment against the 256-byte fetch's L2 traffic).
+PBG_DEVICE U32x4 ld_stream16_nopf(const char* p, u64 pol) {
+  U32x4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
+  return v;
+}
 PBG_DEVICE U32x2 ld_stream8(const char* p, u64 pol) {
   U32x2 v;
   asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v2.u32 {%0,%1}, [%2], %3;\n"
@@ -130,6 +149,20 @@ PBG_DEVICE u32 ld_stream4(const char* p, u64 pol) {
                : "=r"(v) : "l"(p), "l"(pol));
   return v;
 }
+// The same 16 bytes of weight into shared memory (cp.async: the bytes in flight hold no
+// registers), L2 only, evict-first, 256-byte L2 fetch; activations: cp.async.ca (L1 kept).
+PBG_DEVICE u32 smem_u32(const void* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
+PBG_DEVICE void cp_stream16(u32 dst, const char* src, u64 pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2;\n"
+               :: "r"(dst), "l"(src), "l"(pol) : "memory");
+}
+PBG_DEVICE void cp_x16(u32 dst, const char* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src) : "memory");
+}
+PBG_DEVICE void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+PBG_DEVICE void cp_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
+
 // Activations: small and re-read by every warp of the CTA (and the SM's other CTAs): cached.
 PBG_DEVICE U32x4 ld_x16(const char* p) {
   const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
@@ -193,7 +226,14 @@ struct Params {
 // columns / B rows 2q, 2q+1, 2q+8, 2q+9; int8: 4q..4q+3, 16+4q..) are the same actual k in both
 // operands, so each pair of MMAs sums all 4 * VE k values of the vector column exactly once.
 // Accumulator (rg, tg, e): row 16 rg + g + 8 (e / 2), token 8 tg + 2 q + e % 2.
-template <class Kind, int RG, int KV, int TG, int LOADS>
+// PIPE (0: the defaults below): bits 0-2 the register ring's depth (tiles per warp, the loads of
+// the next STAGES - 1 steps in flight while one is consumed); bit 3 (kXPre): the activations'
+// vectors travel in the ring with the weight's (issued STAGES - 1 steps ahead, not at the step:
+// without it every step waits one L2 round trip for its activations, which no other warp's
+// bytes hide once every warp does the same; K-contiguous aligned activations, TG <= 2); bit 4
+// (kAsync): the ring lives in shared memory, STAGES slots of NVEC 16-byte vectors per lane, filled
+// by cp.async (implies kXPre), so the bytes in flight cost no registers.
+template <class Kind, int RG, int KV, int TG, int LOADS, int PIPE = 0>
 struct MmaK {
   typedef typename Kind::Acc Acc;
   static constexpr int EB = Kind::kElemBytes, VE = 16 / EB;
@@ -201,11 +241,24 @@ struct MmaK {
   static constexpr bool WVEC = (LOADS & kWVec) != 0, XVEC = (LOADS & kXVec) != 0;
   // weight tiles in flight per warp (a register ring; 1: load and use, element loads): enough
   // bytes in flight for the memory's latency x bandwidth (H200: ~4.8 TB/s x ~1.5 us / 132 SMs)
-  static constexpr int STAGES = !WVEC ? 1 : (!XVEC ? (TG <= 2 ? 2 : 1) : (TG == 1 ? 3 : 2));
+  static constexpr int STAGES = !WVEC ? 1 : ((PIPE & 7) != 0 ? (PIPE & 7)
+                                                : (!XVEC ? (TG <= 2 ? 2 : 1) : (TG == 1 ? 3 : 2)));
+  // (the depth is explicit: the host sizes the ring from PIPE alone, gemv.ring_bytes)
+  static constexpr bool ASYNC = (PIPE & kAsync) != 0 && (PIPE & 7) >= 2 && WVEC && XVEC && TG <= 2;
+  static constexpr bool XPRE = ((PIPE & kXPre) != 0 && TG <= kXPreMaxTG || ASYNC) && WVEC && XVEC && STAGES > 1 &&
+                               TG <= 2;
+  static constexpr int XT = XPRE ? TG : 1;
+  // ASYNC: a slot holds vector v of every lane at v * 512 + lane * 16 (a warp's 16-byte reads of
+  // one vector are 512 contiguous bytes: no bank conflict)
+  static constexpr int NVEC = RG * 2 * KV + XT * KV, SLOT_BYTES = NVEC * 512;
+  static constexpr int RING_BYTES = ASYNC ? STAGES * SLOT_BYTES : 0;   // per warp
   // float accumulators: each step's MMA chain goes into fresh registers, then one rounding add
   // (the tensor cores accumulate with truncation, visible in a float32 C over long K)
   static constexpr bool kFresh = IsFloat<Acc>::value;
-  struct Tile { U32x4 v[RG][2][KV]; };
+  struct Tile {
+    U32x4 v[RG][2][KV];
+    U32x4 x[XT][KV];   // XPRE: the step's activation vectors (token group, vector)
+  };
 
   // WVEC (host): 16-byte aligned rows and K % VE == 0, so in the tail step a vector lies wholly
   // below K or wholly past it
@@ -224,10 +277,73 @@ struct MmaK {
         for (int j = 0; j < KV; ++j) {
           const int k = k0 + (4 * j + q) * VE;
           if constexpr (!WVEC) gather<EB, 4, true>(&t.v[rg][h][j].x, rp, 1, k, p.K);
-          else if (!TAIL || k < p.K) t.v[rg][h][j] = ld_stream16(rp + static_cast<i64>(k) * EB, pol);
+          else if (!TAIL || k < p.K)
+            t.v[rg][h][j] = (PIPE & kNoPrefetch) ? ld_stream16_nopf(rp + static_cast<i64>(k) * EB, pol)
+                                                 : ld_stream16(rp + static_cast<i64>(k) * EB, pol);
           else zero<4>(&t.v[rg][h][j].x);
         }
       }
+    if constexpr (XPRE) load_x<TAIL>(p, ks, t.x);
+  }
+
+  // ASYNC: step ks's vectors into the slot at shared address `slot` (this lane's: + lane * 16)
+  static PBG_DEVICE void issue(const Params& p, int row0, int ks, u32 slot, u64 pol) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int k0 = ks * KSTEP;
+#pragma unroll
+    for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = imin(row0 + 16 * rg + 8 * h + g, p.R - 1);
+        const char* rp = p.w + static_cast<i64>(row) * p.w_rs * EB;
+#pragma unroll
+        for (int j = 0; j < KV; ++j)
+          cp_stream16(slot + ((rg * 2 + h) * KV + j) * 512, rp + static_cast<i64>(k0 + (4 * j + q) * VE) * EB, pol);
+      }
+#pragma unroll
+    for (int tg = 0; tg < XT; ++tg) {
+      if (8 * tg >= p.T) continue;
+      const int tok = imin(8 * tg + g, p.T - 1);
+      const char* xr = p.x + static_cast<i64>(tok) * p.x_ts * EB;
+#pragma unroll
+      for (int j = 0; j < KV; ++j)
+        cp_x16(slot + (RG * 2 * KV + tg * KV + j) * 512, xr + static_cast<i64>(k0 + (4 * j + q) * VE) * EB);
+    }
+  }
+  // ASYNC: this lane's vectors of a filled slot (`s`: the slot's address + lane * 16) into a tile
+  static PBG_DEVICE void fetch(const unsigned char* s, Tile& t) {
+#pragma unroll
+    for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int j = 0; j < KV; ++j)
+          t.v[rg][h][j] = *reinterpret_cast<const U32x4*>(s + ((rg * 2 + h) * KV + j) * 512);
+#pragma unroll
+    for (int tg = 0; tg < XT; ++tg)
+#pragma unroll
+      for (int j = 0; j < KV; ++j)
+        t.x[tg][j] = *reinterpret_cast<const U32x4*>(s + (RG * 2 * KV + tg * KV + j) * 512);
+  }
+
+  // the activation vectors of step ks, token groups < TG (groups past T are skipped: their
+  // registers are never read)
+  template <bool TAIL>
+  static PBG_DEVICE void load_x(const Params& p, int ks, U32x4 (*xv)[KV]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int k0 = ks * KSTEP;
+#pragma unroll
+    for (int tg = 0; tg < XT; ++tg) {
+      if (8 * tg >= p.T) continue;
+      const int tok = imin(8 * tg + g, p.T - 1);   // tokens past T: a copy of T - 1, never stored
+      const char* xr = p.x + static_cast<i64>(tok) * p.x_ts * EB;
+#pragma unroll
+      for (int j = 0; j < KV; ++j) {
+        const int k = k0 + (4 * j + q) * VE;
+        if (!TAIL || k < p.K) xv[tg][j] = ld_x16(xr + static_cast<i64>(k) * EB);
+        else zero<4>(&xv[tg][j].x);
+      }
+    }
   }
 
   // token-group outer: one group's activation vectors are live at a time
@@ -240,7 +356,10 @@ struct MmaK {
       if (8 * tg >= p.T) continue;
       const int tok = imin(8 * tg + g, p.T - 1);   // tokens past T: a copy of T - 1, never stored
       U32x4 xv[KV];
-      if constexpr (XVEC) {
+      if constexpr (XPRE) {
+#pragma unroll
+        for (int j = 0; j < KV; ++j) xv[j] = t.x[tg][j];
+      } else if constexpr (XVEC) {
         const char* xr = p.x + static_cast<i64>(tok) * p.x_ts * EB;
 #pragma unroll
         for (int j = 0; j < KV; ++j) {
@@ -329,6 +448,8 @@ struct MmaR {
   static constexpr int WORDS = RPT / 2;   // 32-bit words per lane per k column
   static constexpr bool WVEC = (LOADS & kWVec) != 0, XVEC = (LOADS & kXVec) != 0;
   static constexpr int STAGES = WVEC && XVEC ? 2 : 1;   // the PRMT pairs' registers leave room for two
+  static constexpr bool ASYNC = false;
+  static constexpr int RING_BYTES = 0;
   struct Tile { u32 v[4][WORDS]; };
 
   template <bool TAIL>
@@ -426,6 +547,8 @@ struct FmaK {
   // one token group: the weight's bytes bound the step (prefetch); more: the FFMAs (T per weight
   // element) do, and the registers go to the sums
   static constexpr int STAGES = WVEC && TG == 1 ? 2 : 1;
+  static constexpr bool ASYNC = false;
+  static constexpr int RING_BYTES = 0;
   struct Tile { U32x4 v[RPT]; };
 
   template <bool TAIL>
@@ -494,6 +617,8 @@ struct FmaR {
   static constexpr int WORDS = VB / 4;
   static constexpr bool WVEC = (LOADS & kWVec) != 0, XVEC = (LOADS & kXVec) != 0;
   static constexpr int STAGES = WVEC && TG <= 2 ? 2 : 1;   // more tokens: FFMA-bound, registers to sums
+  static constexpr bool ASYNC = false;
+  static constexpr int RING_BYTES = 0;
   struct Tile { u32 v[KSTEP][WORDS]; };
 
   template <bool TAIL>
@@ -563,16 +688,17 @@ struct FmaR {
   }
 };
 
-template <class Kind, int PATH, int P1, int P2, int TG, int LOADS>
+// PIPE: the kMmaK mainloop's ring (see MmaK); the other mainloops take 0 (their own depths)
+template <class Kind, int PATH, int P1, int P2, int TG, int LOADS, int PIPE>
 struct MainloopOf;
+template <class Kind, int P1, int P2, int TG, int LOADS, int PIPE>
+struct MainloopOf<Kind, kMmaK, P1, P2, TG, LOADS, PIPE> { typedef MmaK<Kind, P1, P2, TG, LOADS, PIPE> type; };
 template <class Kind, int P1, int P2, int TG, int LOADS>
-struct MainloopOf<Kind, kMmaK, P1, P2, TG, LOADS> { typedef MmaK<Kind, P1, P2, TG, LOADS> type; };
+struct MainloopOf<Kind, kMmaR, P1, P2, TG, LOADS, 0> { typedef MmaR<Kind, P1, TG, LOADS> type; };
 template <class Kind, int P1, int P2, int TG, int LOADS>
-struct MainloopOf<Kind, kMmaR, P1, P2, TG, LOADS> { typedef MmaR<Kind, P1, TG, LOADS> type; };
+struct MainloopOf<Kind, kFmaK, P1, P2, TG, LOADS, 0> { typedef FmaK<Kind, P1, P2, TG, LOADS> type; };
 template <class Kind, int P1, int P2, int TG, int LOADS>
-struct MainloopOf<Kind, kFmaK, P1, P2, TG, LOADS> { typedef FmaK<Kind, P1, P2, TG, LOADS> type; };
-template <class Kind, int P1, int P2, int TG, int LOADS>
-struct MainloopOf<Kind, kFmaR, P1, P2, TG, LOADS> { typedef FmaR<Kind, P1, TG, LOADS> type; };
+struct MainloopOf<Kind, kFmaR, P1, P2, TG, LOADS, 0> { typedef FmaR<Kind, P1, TG, LOADS> type; };
 
 // ---- the CTA framework -----------------------------------------------------------------------
 // The CTA whose unit range [c U / G, (c+1) U / G) holds unit u (every CTA has >= 1 unit: G <= U).
@@ -593,11 +719,36 @@ PBG_DEVICE int ld_partial(const int* p) { return __ldcg(p); }
 // activations are read and its products formed; 1: load, then use), then the row tile's last
 // step where K % KSTEP != 0, with guarded loads.
 template <class M>
-PBG_DEVICE void mainloop(const Params& p, int row0, int ks0, int ks1, int stride, typename M::Acc* acc, u64 pol) {
+PBG_DEVICE void mainloop(const Params& p, int row0, int ks0, int ks1, int stride, typename M::Acc* acc, u64 pol,
+                         unsigned char* ring) {
   constexpr int S = M::STAGES;
   const int body_end = imin(ks1, p.K / M::KSTEP);
   int ks = ks0;
-  if constexpr (S > 1) {
+  if constexpr (M::ASYNC) {
+    // `ring`: this warp's S slots; the lane's vectors at + lane * 16. One commit group per step
+    // (empty past the segment's end), so wait_group<S - 1> means: step ks's copies have landed.
+    // A slot is refilled one step after it was read: the read's registers fed that step's MMAs,
+    // issued (in order) before the refill.
+    unsigned char* mine = ring + (threadIdx.x & 31) * 16;
+    const u32 mine_s = smem_u32(mine);
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) {
+      if (ks + i * stride < body_end) M::issue(p, row0, ks + i * stride, mine_s + i * M::SLOT_BYTES, pol);
+      cp_commit();
+    }
+    int slot = 0;
+    for (; ks < body_end; ks += stride) {
+      const int ahead = slot == 0 ? S - 1 : slot - 1;
+      if (ks + (S - 1) * stride < body_end)
+        M::issue(p, row0, ks + (S - 1) * stride, mine_s + ahead * M::SLOT_BYTES, pol);
+      cp_commit();
+      cp_wait<S - 1>();
+      typename M::Tile t;
+      M::fetch(mine + slot * M::SLOT_BYTES, t);
+      M::template step<false>(p, ks, t, acc);
+      slot = slot == S - 1 ? 0 : slot + 1;
+    }
+  } else if constexpr (S > 1) {
     typename M::Tile ring[S];
 #pragma unroll
     for (int i = 0; i < S - 1; ++i)
@@ -661,11 +812,11 @@ PBG_DEVICE Vec<Acc, VW> ld_vec(const Acc* p, const Vec<Acc, VW>&) {
 // the whole row tile and stores C, or it publishes its partial to slot rt + c and counts itself
 // in; the last contributor to arrive adds the slots in contributor order and stores C. The
 // sums' order never depends on timing: every launch gives the same bits.
-template <class Kind, int PATH, int P1, int P2, int TG, int LOADS, int WR, int WK>
+template <class Kind, int PATH, int P1, int P2, int TG, int LOADS, int WR, int WK, int PIPE>
 __global__ void __launch_bounds__(256, 2)
 gemv_kernel(const char* w, const char* x, char* c, void* ws, int* counters, int R, int T, int K, i64 w_rs, i64 w_ks,
             i64 x_ts, i64 x_ks, i64 c_rs, i64 c_ts, float alpha, float beta, int ialpha, int ibeta, int row_tiles) {
-  typedef typename MainloopOf<Kind, PATH, P1, P2, TG, LOADS>::type M;
+  typedef typename MainloopOf<Kind, PATH, P1, P2, TG, LOADS, PIPE>::type M;
   typedef typename Kind::Acc Acc;
   typedef typename Kind::Scale Scale;
   typedef typename Kind::O Out;
@@ -680,6 +831,8 @@ gemv_kernel(const char* w, const char* x, char* c, void* ws, int* counters, int 
   const Scale sb = pick_scale(static_cast<Scale*>(nullptr), beta, ibeta);
   extern __shared__ __align__(16) unsigned char gemv_smem[];
   Acc* park = reinterpret_cast<Acc*>(gemv_smem);        // [warp][OUT][32]
+  // then (kAsync) each warp's ring of weight and activation slots (the host sizes both)
+  constexpr int PARK_BYTES = (THREADS * OUT * 4 + 15) / 16 * 16;
   __shared__ int s_prev;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wr = warp % WR, wk = warp / WR;
@@ -699,7 +852,8 @@ gemv_kernel(const char* w, const char* x, char* c, void* ws, int* counters, int 
       Acc acc[M::FRAG];
 #pragma unroll
       for (int i = 0; i < M::FRAG; ++i) acc[i] = Acc(0);
-      mainloop<M>(p, rt * CTA_ROWS + wr * M::ROWS, s0 * WK + wk, imin(s1 * WK, wsteps), WK, acc, pol);
+      mainloop<M>(p, rt * CTA_ROWS + wr * M::ROWS, s0 * WK + wk, imin(s1 * WK, wsteps), WK, acc, pol,
+                  gemv_smem + PARK_BYTES + warp * M::RING_BYTES);
       M::finish(acc);
 #pragma unroll
       for (int i = 0; i < OUT; ++i) park[(warp * OUT + i) * 32 + lane] = acc[i];
