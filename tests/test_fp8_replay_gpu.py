@@ -320,3 +320,38 @@ def test_a_replay_records_nothing_new_and_the_cache_stays_bounded(cp):
     finally:
         cache.set_size(old)
         cache.free()
+
+
+def test_gemm_float8_replays_with_new_alpha_beta_and_arrays_bitwise(cp):
+    """gemm's float8 replay (gemm._fp8_replay): a call recorded once, then repeated on other
+    arrays of the same layout with other alpha / beta (beta into out=), gives the bits a fresh
+    call (the full path, its plan cache freed) gives; the poisoned result is overwritten."""
+    from test_fp8_gpu import dev
+
+    m, n, k = 96, 160, 256
+    E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
+
+    def arrays_(seed):
+        r = np.random.default_rng(seed)
+        return (dev(cp, _fp8(r, (m, k), E4M3)), dev(cp, _fp8(r, (n, k), E4M3)),
+                cp.asarray(np.float32(0.5)), cp.asarray(np.float32(2.0)),
+                r.standard_normal((m, n)).astype(np.float32))
+
+    def call(a, w, sa, sb, c0, alpha, beta):
+        out = cp.asarray(c0)
+        got = pyblasgemm.gemm("N", "T", a, w, out=out, alpha=alpha, beta=beta, scale_a=sa, scale_b=sb)
+        assert got is out
+        return cp.asnumpy(out)
+
+    first, second = arrays_(1), arrays_(2)
+    fresh = []
+    for args, alpha, beta in ((first, 1.0, 0.5), (second, -0.75, 2.0)):
+        pyblasgemm.get_plan_cache().free()
+        fresh.append(call(*args, alpha, beta))
+    pyblasgemm.get_plan_cache().free()
+    call(*first, 1.0, 0.5)                                  # recorded
+    hits = pyblasgemm.get_plan_cache().hits
+    again = call(*second, -0.75, 2.0)                       # replayed: new pointers, scalars
+    assert np.array_equal(again.view(np.uint32), fresh[1].view(np.uint32))
+    assert np.array_equal(call(*first, 1.0, 0.5).view(np.uint32), fresh[0].view(np.uint32))
+    assert pyblasgemm.get_plan_cache().hits == hits         # (a replay peeks: no plan looked up)
