@@ -559,8 +559,9 @@ def _lt_desc(pl: Fp8Plan, a, b, layouts: tuple, out_name: str, activation_code: 
 
 def _lt_scales(cp, pl: Fp8Plan, layouts: tuple, scale_a, scale_b, m: int, n: int, k: int) -> tuple:
     """(cuBLASLt's A scale, B scale) as device float32 arrays in their modes' layouts: one value,
-    a contiguous vector, or the block scales rearranged as cuBLASLt reads them (one small copy
-    each, captured with the call in a CUDA graph): the 1 x 128 scales of ``a`` (VEC128_32F, m x
+    a contiguous vector, or the block scales rearranged as cuBLASLt reads them into per-call
+    temporaries (which a CUDA graph cannot hold: the scales :class:`LtBlockScaled` cannot read
+    in place come here): the 1 x 128 scales of ``a`` (VEC128_32F, m x
     kb) M-contiguous, element (i, q) at q·m + i; the 128 x 128 scales of ``b``
     (BLK128x128_32F, kb x nb) K-block-contiguous, element (q, j) at j·ldq + q with ldq = kb
     rounded up to 4 (16-byte rows) -- the layouts ``torch._scaled_mm`` hands cuBLASLt."""
