@@ -11,10 +11,13 @@ For each case (experts, most rows an expert gets, k, n; sizes numpy default_rng(
   into slices of one output (empty experts skipped);
 * pyblasgemm's expert form with the offsets on the GPU, launched directly (GroupedLaunch,
   the tile ``grouped_config`` picks for the mean rows): ``fused`` (one launch,
-  impls/grouped_fused.cuh) and ``two launches`` (the table kernel, then the GEMM); and the
-  public ``pyblasgemm.grouped_matmul(x, w, offsets=ends, out=out)`` call;
-* the fixed cost: the same calls with every offset 0 (no tile: what remains is launches,
-  the offsets' scan and the grid's start);
+  impls/grouped_fused.cuh) at the shipped L2 prefetch distance (FUSED_L2_AHEAD BK steps), at
+  0 and at 8, and ``two launches`` (the table kernel, then the GEMM); and the public
+  ``pyblasgemm.grouped_matmul(x, w, offsets=ends, out=out)`` call;
+* the same without the host: ``torch._grouped_mm`` and the launches captured 20 times (4 for
+  the large layers) in one CUDA graph, the replay's time per call (``graph`` rows), also with
+  every offset 0 (no tile: what remains is the launch, the offsets' scan and the grid's start
+  and end);
 * a yardstick of the memory system: one read of the weights by a plain vectorized kernel
   (16-byte loads, grid-stride), giving the HBM read rate this GPU reaches on these bytes.
 
@@ -62,13 +65,45 @@ def _timed(fn, big):
     return event_median_s(fn, inner=3, samples=15) if big else event_median_s(fn)
 
 
+def _graph_us(fn, big, torch_side):
+    """µs per call of ``fn`` captured 20 times (4 where a call takes ~0.3 ms or more) in one
+    CUDA graph (PyTorch's capture for its calls, CuPy's stream capture for ours), replayed back
+    to back."""
+    calls = 4 if big else 20
+    import cupy as cp
+    import torch
+
+    if torch_side:
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+        torch.cuda.synchronize()
+        return _timed(graph.replay, big) * 1e6 / calls
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        fn()
+        stream.begin_capture()
+        for _ in range(calls):
+            fn()
+        graph = stream.end_capture()
+        t = _timed(lambda: graph.launch(stream), big)
+    return t * 1e6 / calls
+
+
 def case(experts, max_rows, k, n) -> dict:
     import cupy as cp
     import ml_dtypes
     import torch
 
     import pyblasgemm as pb
-    from pyblasgemm.kernels.grouped import GroupedLaunch, grouped_config
+    from pyblasgemm.kernels.grouped import FUSED_L2_AHEAD, GroupedLaunch, grouped_config
 
     sizes = np.random.default_rng(5).integers(0, max_rows + 1, experts)
     ends = np.cumsum(sizes)
@@ -101,10 +136,6 @@ def case(experts, max_rows, k, n) -> dict:
     read_rate = weight_bytes / (us["read weights once (16-byte loads)"] * 1e-6)
 
     us["torch._grouped_mm"] = _timed(lambda: torch._grouped_mm(ta, tb, offs=offs), big) * 1e6
-    try:
-        us["torch._grouped_mm, every offset 0"] = _timed(lambda: torch._grouped_mm(ta, tb, offs=zero_offs), big) * 1e6
-    except RuntimeError as e:          # (a refusal is recorded, not fatal)
-        row["torch_zero_offsets_error"] = str(e)[:200]
     tout = torch.empty(rows, n, dtype=torch.bfloat16, device="cuda")
     pieces = [(ta[s:e], tb[g], tout[s:e]) for g, (s, e) in enumerate(zip([0, *ends[:-1]], ends)) if e > s]
 
@@ -119,26 +150,37 @@ def case(experts, max_rows, k, n) -> dict:
     row["tile"] = config.name
     launch = GroupedLaunch("bf16", "N", "N", True, (0, None), config)
     outs = {}
-    for label, fused in (("pyblasgemm fused (one launch)", True), ("pyblasgemm two launches", False)):
+    variants = (("pyblasgemm fused (one launch)", True, FUSED_L2_AHEAD), ("pyblasgemm fused, L2 prefetch 0", True, 0),
+                ("pyblasgemm fused, L2 prefetch 8", True, 8), ("pyblasgemm two launches", False, FUSED_L2_AHEAD))
+    for label, fused, ahead in variants:
         out = cp.full((rows, n), np.nan, ml_dtypes.bfloat16)
         values = dict(weights=b.data.ptr, tokens=a.data.ptr, out=out.data.ptr, bias=0, scale_w=0, scale_x=0,
                       w_group_bytes=b.strides[0], x_row_bytes=a.strides[0], out_row_bytes=out.strides[0],
                       bias_group_bytes=0, scale_w_group_bytes=0, lda=n, ldb=k, ldc=n, rows=rows, m=n, k=k,
                       out_bytes=2, bias_mode=0, alpha=1.0, beta=0.0, ialpha=0, ibeta=0)
 
-        def run(values=values, fused=fused, ends_ptr=dev_ends.data.ptr):
-            launch.launch_offsets(experts, ends_ptr, 4, values, fused=fused)
+        def run(values=values, fused=fused, ahead=ahead, ends_ptr=dev_ends.data.ptr):
+            launch.launch_offsets(experts, ends_ptr, 4, values, fused=fused, l2_ahead=ahead)
 
         run()
         cp.cuda.Device().synchronize()
         outs[label] = out
         us[label] = _timed(run, big) * 1e6
-        us[label + ", every offset 0"] = _timed(
-            lambda values=values, fused=fused: launch.launch_offsets(experts, zero_ends.data.ptr, 4, values,
-                                                                     fused=fused), big) * 1e6
+        if label in ("pyblasgemm two launches", "pyblasgemm fused (one launch)"):
+            us[label + ", graph"] = _graph_us(run, big, False)
+            us[label + ", graph, every offset 0"] = _graph_us(
+                lambda values=values, fused=fused: launch.launch_offsets(experts, zero_ends.data.ptr, 4, values,
+                                                                         fused=fused), big, False)
+    us["torch._grouped_mm, graph"] = _graph_us(lambda: torch._grouped_mm(ta, tb, offs=offs), big, True)
+    try:
+        us["torch._grouped_mm, graph, every offset 0"] = _graph_us(
+            lambda: torch._grouped_mm(ta, tb, offs=zero_offs), big, True)
+    except RuntimeError as e:          # (a refusal is recorded, not fatal)
+        row["torch_zero_offsets_graph_error"] = str(e)[:200]
     fused_out = outs["pyblasgemm fused (one launch)"]
-    row["fused_bits_equal_two_launches"] = bool(cp.array_equal(fused_out.view(cp.uint16),
-                                                               outs["pyblasgemm two launches"].view(cp.uint16)))
+    row["bits_equal_two_launches"] = {label: bool(cp.array_equal(o.view(cp.uint16),
+                                                                 outs["pyblasgemm two launches"].view(cp.uint16)))
+                                      for label, o in outs.items()}
     got = torch.as_tensor(fused_out.view(cp.uint16), device="cuda").view(torch.bfloat16).float()
     row["max_rel_err_vs_torch"] = float((got - ref).abs().max() / ref.abs().max())
     pub = cp.empty((rows, n), ml_dtypes.bfloat16)
@@ -147,7 +189,7 @@ def case(experts, max_rows, k, n) -> dict:
     us["pyblasgemm.grouped_matmul (public call, offsets on the GPU)"] = _timed(
         lambda: pb.grouped_matmul(a, b, offsets=dev_ends, out=pub), big) * 1e6
 
-    best = us["pyblasgemm fused (one launch)"]
+    best = us["pyblasgemm fused (one launch)"]      # (the shipped prefetch distance, FUSED_L2_AHEAD)
     row["roofline_us"] = {"memory at the measured read rate": layer_bytes / read_rate * 1e6,
                           "memory at 3.35 TB/s": layer_bytes / HBM_DATASHEET * 1e6,
                           "compute at 989 TF/s": flops / BF16_DENSE_PEAK * 1e6}
@@ -157,14 +199,20 @@ def case(experts, max_rows, k, n) -> dict:
     row["achieved_TF_per_s"] = {name: flops / t / 1e6 for name, t in us.items() if "offset 0" not in name
                                 and "read weights" not in name}
     row["ratios"] = {"fused vs torch._grouped_mm": us["torch._grouped_mm"] / best,
+                     "fused, L2 prefetch 0 vs torch._grouped_mm": us["torch._grouped_mm"]
+                     / us["pyblasgemm fused, L2 prefetch 0"],
+                     "fused, L2 prefetch 8 vs torch._grouped_mm": us["torch._grouped_mm"]
+                     / us["pyblasgemm fused, L2 prefetch 8"],
                      "fused vs cuBLAS loop": us["cuBLAS loop (torch.mm per expert)"] / best,
                      "fused vs two launches": us["pyblasgemm two launches"] / best,
+                     "fused vs torch._grouped_mm, both in CUDA graphs": us["torch._grouped_mm, graph"]
+                     / us["pyblasgemm fused (one launch), graph"],
                      "public call vs torch._grouped_mm": us["torch._grouped_mm"]
                      / us["pyblasgemm.grouped_matmul (public call, offsets on the GPU)"],
                      "roofline (measured read rate) vs torch._grouped_mm": us["torch._grouped_mm"]
                      / row["roofline_us"]["memory at the measured read rate"]}
     print(json.dumps({key: row[key] for key in ("experts", "max_rows", "k", "n", "tokens", "tile", "us", "ratios",
-                                                "roofline_us", "fused_bits_equal_two_launches",
+                                                "roofline_us", "bits_equal_two_launches",
                                                 "max_rel_err_vs_torch")}, indent=1), flush=True)
     del a, b, ta, tb, ref, tout, outs, pub, pieces
     cp.get_default_memory_pool().free_all_blocks()
