@@ -13,7 +13,8 @@ For each case (experts, most rows an expert gets, k, n; sizes numpy default_rng(
   the tile ``grouped_config`` picks for the mean rows): ``fused`` (one launch,
   impls/grouped_fused.cuh) at the shipped L2 prefetch distance (FUSED_L2_AHEAD BK steps), at
   0 and at 8, and ``two launches`` (the table kernel, then the GEMM); and the public
-  ``pyblasgemm.grouped_matmul(x, w, offsets=ends, out=out)`` call;
+  ``pyblasgemm.grouped_matmul(x, w, offsets=ends, out=out)`` call; where that tile is not the
+  small-group one, the fused launch with the small-group tile too;
 * the same without the host: ``torch._grouped_mm`` and the launches captured 20 times (4 for
   the large layers) in one CUDA graph, the replay's time per call (``graph`` rows), also with
   every offset 0 (no tile: what remains is the launch, the offsets' scan and the grid's start
@@ -103,7 +104,7 @@ def case(experts, max_rows, k, n) -> dict:
     import torch
 
     import pyblasgemm as pb
-    from pyblasgemm.kernels.grouped import FUSED_L2_AHEAD, GroupedLaunch, grouped_config
+    from pyblasgemm.kernels.grouped import FUSED_L2_AHEAD, GROUPED_SMALL_CONFIGS, GroupedLaunch, grouped_config
 
     sizes = np.random.default_rng(5).integers(0, max_rows + 1, experts)
     ends = np.cumsum(sizes)
@@ -171,6 +172,19 @@ def case(experts, max_rows, k, n) -> dict:
             us[label + ", graph, every offset 0"] = _graph_us(
                 lambda values=values, fused=fused: launch.launch_offsets(experts, zero_ends.data.ptr, 4, values,
                                                                          fused=fused), big, False)
+    if config.name != GROUPED_SMALL_CONFIGS["bf16"].name:
+        # the small-group tile on this layer too (two CTAs per SM, 64 tokens a tile)
+        small = GroupedLaunch("bf16", "N", "N", True, (0, None), GROUPED_SMALL_CONFIGS["bf16"])
+        out = cp.full((rows, n), np.nan, ml_dtypes.bfloat16)
+        values = dict(values, out=out.data.ptr)
+
+        def run_small(values=values):
+            small.launch_offsets(experts, dev_ends.data.ptr, 4, values)
+
+        run_small()
+        label = f"pyblasgemm fused, tile {small.config.name}"
+        outs[label] = out
+        us[label] = _timed(run_small, big) * 1e6
     us["torch._grouped_mm, graph"] = _graph_us(lambda: torch._grouped_mm(ta, tb, offs=offs), big, True)
     try:
         us["torch._grouped_mm, graph, every offset 0"] = _graph_us(
