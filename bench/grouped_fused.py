@@ -11,8 +11,7 @@ For each case (experts, most rows an expert gets, k, n; sizes numpy default_rng(
   into slices of one output (empty experts skipped);
 * pyblasgemm's expert form with the offsets on the GPU, launched directly (GroupedLaunch,
   the tile ``grouped_config`` picks for the mean rows): ``fused`` (one launch,
-  impls/grouped_fused.cuh) at the shipped L2 prefetch distance (FUSED_L2_AHEAD BK steps), at
-  0 and at 8, and ``two launches`` (the table kernel, then the GEMM); and the public
+  impls/grouped_fused.cuh) and ``two launches`` (the table kernel, then the GEMM); and the public
   ``pyblasgemm.grouped_matmul(x, w, offsets=ends, out=out)`` call; where that tile is not the
   small-group one, the fused launch with the small-group tile too;
 * the same without the host: ``torch._grouped_mm`` and the launches captured 20 times (4 for
@@ -104,7 +103,7 @@ def case(experts, max_rows, k, n) -> dict:
     import torch
 
     import pyblasgemm as pb
-    from pyblasgemm.kernels.grouped import FUSED_L2_AHEAD, GROUPED_SMALL_CONFIGS, GroupedLaunch, grouped_config
+    from pyblasgemm.kernels.grouped import GROUPED_SMALL_CONFIGS, GroupedLaunch, grouped_config
 
     sizes = np.random.default_rng(5).integers(0, max_rows + 1, experts)
     ends = np.cumsum(sizes)
@@ -151,27 +150,25 @@ def case(experts, max_rows, k, n) -> dict:
     row["tile"] = config.name
     launch = GroupedLaunch("bf16", "N", "N", True, (0, None), config)
     outs = {}
-    variants = (("pyblasgemm fused (one launch)", True, FUSED_L2_AHEAD), ("pyblasgemm fused, L2 prefetch 0", True, 0),
-                ("pyblasgemm fused, L2 prefetch 8", True, 8), ("pyblasgemm two launches", False, FUSED_L2_AHEAD))
-    for label, fused, ahead in variants:
+    variants = (("pyblasgemm fused (one launch)", True), ("pyblasgemm two launches", False))
+    for label, fused in variants:
         out = cp.full((rows, n), np.nan, ml_dtypes.bfloat16)
         values = dict(weights=b.data.ptr, tokens=a.data.ptr, out=out.data.ptr, bias=0, scale_w=0, scale_x=0,
                       w_group_bytes=b.strides[0], x_row_bytes=a.strides[0], out_row_bytes=out.strides[0],
                       bias_group_bytes=0, scale_w_group_bytes=0, lda=n, ldb=k, ldc=n, rows=rows, m=n, k=k,
                       out_bytes=2, bias_mode=0, alpha=1.0, beta=0.0, ialpha=0, ibeta=0)
 
-        def run(values=values, fused=fused, ahead=ahead, ends_ptr=dev_ends.data.ptr):
-            launch.launch_offsets(experts, ends_ptr, 4, values, fused=fused, l2_ahead=ahead)
+        def run(values=values, fused=fused, ends_ptr=dev_ends.data.ptr):
+            launch.launch_offsets(experts, ends_ptr, 4, values, fused=fused)
 
         run()
         cp.cuda.Device().synchronize()
         outs[label] = out
         us[label] = _timed(run, big) * 1e6
-        if label in ("pyblasgemm two launches", "pyblasgemm fused (one launch)"):
-            us[label + ", graph"] = _graph_us(run, big, False)
-            us[label + ", graph, every offset 0"] = _graph_us(
-                lambda values=values, fused=fused: launch.launch_offsets(experts, zero_ends.data.ptr, 4, values,
-                                                                         fused=fused), big, False)
+        us[label + ", graph"] = _graph_us(run, big, False)
+        us[label + ", graph, every offset 0"] = _graph_us(
+            lambda values=values, fused=fused: launch.launch_offsets(experts, zero_ends.data.ptr, 4, values,
+                                                                     fused=fused), big, False)
     if config.name != GROUPED_SMALL_CONFIGS["bf16"].name:
         # the small-group tile on this layer too (two CTAs per SM, 64 tokens a tile)
         small = GroupedLaunch("bf16", "N", "N", True, (0, None), GROUPED_SMALL_CONFIGS["bf16"])
@@ -203,7 +200,7 @@ def case(experts, max_rows, k, n) -> dict:
     us["pyblasgemm.grouped_matmul (public call, offsets on the GPU)"] = _timed(
         lambda: pb.grouped_matmul(a, b, offsets=dev_ends, out=pub), big) * 1e6
 
-    best = us["pyblasgemm fused (one launch)"]      # (the shipped prefetch distance, FUSED_L2_AHEAD)
+    best = us["pyblasgemm fused (one launch)"]
     row["roofline_us"] = {"memory at the measured read rate": layer_bytes / read_rate * 1e6,
                           "memory at 3.35 TB/s": layer_bytes / HBM_DATASHEET * 1e6,
                           "compute at 989 TF/s": flops / BF16_DENSE_PEAK * 1e6}
@@ -213,10 +210,6 @@ def case(experts, max_rows, k, n) -> dict:
     row["achieved_TF_per_s"] = {name: flops / t / 1e6 for name, t in us.items() if "offset 0" not in name
                                 and "read weights" not in name}
     row["ratios"] = {"fused vs torch._grouped_mm": us["torch._grouped_mm"] / best,
-                     "fused, L2 prefetch 0 vs torch._grouped_mm": us["torch._grouped_mm"]
-                     / us["pyblasgemm fused, L2 prefetch 0"],
-                     "fused, L2 prefetch 8 vs torch._grouped_mm": us["torch._grouped_mm"]
-                     / us["pyblasgemm fused, L2 prefetch 8"],
                      "fused vs cuBLAS loop": us["cuBLAS loop (torch.mm per expert)"] / best,
                      "fused vs two launches": us["pyblasgemm two launches"] / best,
                      "fused vs torch._grouped_mm, both in CUDA graphs": us["torch._grouped_mm, graph"]

@@ -1,6 +1,6 @@
 """CPU-only NVRTC checks of the one-launch expert kernel (impls/grouped_fused.cuh): it compiles
 for sm_80 and sm_90 with every grouped tile, with and without a fused epilogue, for int32 and
-int64 offsets, with and without its L2 prefetches, with no spill; the 8-warp small tile stays within the 128 registers that two
+int64 offsets, with no spill; the 8-warp small tile stays within the 128 registers that two
 CTAs per SM allow, and its shared arrays fit beside two rings on an SM; the host's argument
 block and group cap match the header.
 """
@@ -15,9 +15,8 @@ import pytest
 pytest.importorskip("cupy")
 
 from pyblasgemm.kernels import jit  # noqa: E402
-from pyblasgemm.kernels.grouped import (FUSED_FIELDS, FUSED_L2_AHEAD, FUSED_MAX_GROUPS,  # noqa: E402
-                                        GROUPED_CONFIGS, GROUPED_SMALL_CONFIGS, OFFSETS_FIELDS, _FUSED_SOURCE,
-                                        fused_kernel_name)
+from pyblasgemm.kernels.grouped import (FUSED_FIELDS, FUSED_MAX_GROUPS, GROUPED_CONFIGS,  # noqa: E402
+                                        GROUPED_SMALL_CONFIGS, OFFSETS_FIELDS, _FUSED_SOURCE, fused_kernel_name)
 
 HEADER = jit.INCLUDE_DIR / "pyblasgemm/impls/grouped_fused.cuh"
 #: shared memory of one H100 SM (228 KB) less the 1 KB the driver keeps per CTA
@@ -28,15 +27,15 @@ def _specs():
     out = []
     for kind, cfg in list(GROUPED_CONFIGS.items()) + [(k, c) for k, c in GROUPED_SMALL_CONFIGS.items()]:
         fused = jit.epilogue_code(2, "float16") if kind == "s8" else jit.epilogue_code(2)
-        for epi, off, ahead in ((0, 4, FUSED_L2_AHEAD), (fused, 8, FUSED_L2_AHEAD), (0, 4, 0)):
+        for epi, off in ((0, 4), (fused, 8)):
             for arch in ("sm_80", "sm_90"):
-                out.append((arch, kind, cfg, epi, off, ahead))
+                out.append((arch, kind, cfg, epi, off))
     return out
 
 
 def _compile(spec):
-    arch, kind, cfg, epi, off, ahead = spec
-    name = fused_kernel_name(cfg, kind, "N", "N", True, epi, off, ahead)
+    arch, kind, cfg, epi, off = spec
+    name = fused_kernel_name(cfg, kind, "N", "N", True, epi, off)
     _, log, lowered = jit.compile_program(_FUSED_SOURCE, "grouped_fused.cu", [name], arch)
     return jit.ptxas_resources(log)[lowered[name]], log
 
@@ -49,9 +48,9 @@ def compiled():
 
 
 def test_every_grouped_tile_compiles_without_spills(compiled):
-    assert len(compiled) == 3 * 2 * (len(GROUPED_CONFIGS) + len(GROUPED_SMALL_CONFIGS))
-    for (arch, kind, cfg, epi, off, ahead), (res, log) in compiled.items():
-        where = f"{arch} {kind} {cfg.name} epi={epi} offsets={off} l2_ahead={ahead}:\n{log}"
+    assert len(compiled) == 2 * 2 * (len(GROUPED_CONFIGS) + len(GROUPED_SMALL_CONFIGS))
+    for (arch, kind, cfg, epi, off), (res, log) in compiled.items():
+        where = f"{arch} {kind} {cfg.name} epi={epi} offsets={off}:\n{log}"
         assert res.get("spill_stores", 0) == 0 and res.get("spill_loads", 0) == 0, where
         assert res.get("stack", 0) == 0, where
         assert 0 < res["registers"] <= 255, where

@@ -1,5 +1,5 @@
 """The one-launch expert form (impls/grouped_fused.cuh: every CTA scans the device-side end
-offsets into shared memory; with and without its L2 prefetches) against the two-launch form it replaces (table kernel, then the
+offsets into shared memory) against the two-launch form it replaces (table kernel, then the
 table-driven grouped GEMM) and a float64 reference: both grouped tiles, 16-bit kinds, ragged
 groups of 1, 7, 33 and 257 rows between empty ones, NaN-poisoned outputs, bitwise repeats, the
 scan's carry across its 256-group chunks, clamped and decreasing offsets, CUDA-graph replays
@@ -7,8 +7,6 @@ with new sizes, and the group cap. GPU only."""
 import ml_dtypes
 import numpy as np
 import pytest
-
-from pyblasgemm.kernels.grouped import FUSED_L2_AHEAD
 
 pytestmark = pytest.mark.gpu
 
@@ -49,13 +47,12 @@ class Case:
                     ldb=self.k, ldc=out.strides[0] // isz, rows=self.rows, m=self.n, k=self.k,
                     out_bytes=isz, alpha=1.0, beta=0.0, ialpha=0, ibeta=0, bias_mode=0)
 
-    def run(self, launch, offsets, fused, l2_ahead=FUSED_L2_AHEAD):
+    def run(self, launch, offsets, fused):
         """A NaN-poisoned output after one launch_offsets call with device ``offsets``."""
         import cupy
 
         out = cupy.full((self.rows, self.n), np.nan, self.dtype)
-        launch.launch_offsets(self.groups, offsets.data.ptr, offsets.dtype.itemsize, self.values(out), fused=fused,
-                              l2_ahead=l2_ahead)
+        launch.launch_offsets(self.groups, offsets.data.ptr, offsets.dtype.itemsize, self.values(out), fused=fused)
         cupy.cuda.get_current_stream().synchronize()
         return out
 
@@ -91,10 +88,9 @@ def _check_against_float64(case, got, ends):
                                              ("large", np.float16, 40, 264)])
 @pytest.mark.parametrize("offsets_type", [np.int32, np.int64])
 def test_fused_launch_has_the_two_launch_bits_and_the_float64_values(which, dtype, k, n, offsets_type):
-    """Groups of 0, 1, 7, 33, 257 rows (and a trailing empty group): the one launch (with the
-    L2 prefetches and without) and the two launches give the same bits, within rounding of
-    float64, repeatable; n = 200 / 136 leave warps past the m edge, k = 72 / 40 a partial K
-    step (and fewer BK steps than the prefetch distance), k = 1024 sixteen."""
+    """Groups of 0, 1, 7, 33, 257 rows (and a trailing empty group): the one launch and the two
+    launches give the same bits, within rounding of float64, repeatable; n = 200 / 136 leave
+    warps past the m edge, k = 72 / 40 a partial K step."""
     import cupy
 
     from pyblasgemm.kernels.grouped import GroupedLaunch
@@ -109,8 +105,6 @@ def test_fused_launch_has_the_two_launch_bits_and_the_float64_values(which, dtyp
     fused = case.run(launch, offsets, True)
     two = case.run(launch, offsets, False)
     assert cupy.array_equal(fused.view(np.uint16), two.view(np.uint16)), "one launch differs from two"
-    no_prefetch = case.run(launch, offsets, True, l2_ahead=0)
-    assert cupy.array_equal(no_prefetch.view(np.uint16), fused.view(np.uint16)), "the L2 prefetches changed bits"
     _check_against_float64(case, fused, ends)
     assert cupy.array_equal(case.run(launch, offsets, True).view(np.uint16), fused.view(np.uint16)), "not repeatable"
 

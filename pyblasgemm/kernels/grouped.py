@@ -36,7 +36,7 @@ _BLANK = dict(a=0, b=0, c=0, ws=0, flags=0, m=0, n=0, k=0, lda=0, ldb=0, ldc=0, 
 
 __all__ = ["GROUPED_CONFIGS", "GROUPED_SMALL_CONFIGS", "SMALL_GROUP_ROWS", "grouped_config", "PROBLEM_ROW",
            "COLUMNS", "GroupedLaunch", "pack_table", "OFFSETS_FIELDS", "offsets_kernel", "FUSED_FIELDS",
-           "FUSED_MAX_GROUPS", "FUSED_L2_AHEAD", "fused_kernel_name"]
+           "FUSED_MAX_GROUPS", "fused_kernel_name"]
 
 #: kind -> the tile the grouped launch runs. 16-bit: 128 x 128 with 128-byte K rows over 8 warps
 #: (the 4-warp workhorse spills 36 B in the grouped walk: its problem fields come from global
@@ -64,13 +64,6 @@ GROUPED_SMALL_CONFIGS = {
 #: a grouped launch whose groups average at most this many rows (the kernel's n) takes
 #: :data:`GROUPED_SMALL_CONFIGS`' tile
 SMALL_GROUP_ROWS = 64
-
-#: groups the one-launch expert form scans into shared memory (impls/grouped_fused.cuh's
-#: kFusedMaxGroups: 12 bytes a group, 6 KB beside the tile's ring); more take two launches
-FUSED_MAX_GROUPS = 512
-#: BK steps of op(A) the one-launch form asks the L2 for beyond its cp.async ring (and across
-#: a tile's end into the CTA's next tile; impls/grouped_fused.cuh L2_AHEAD)
-FUSED_L2_AHEAD = 4
 
 
 def grouped_config(kind: str, mean_rows: float) -> KernelConfig:
@@ -192,8 +185,7 @@ class GroupedLaunch:
         self._offset_slots = {}
         # stream handle -> (the one-launch kernel's arguments, CUstream)
         self._fused_slots = {}
-        # (offsets' bytes, L2 prefetch distance) -> (CUfunction, grid cap: SMs x CTAs per SM) of
-        # the one-launch form
+        # offsets' bytes (4, 8) -> (CUfunction, grid cap: SMs x CTAs per SM) of the one-launch form
         self._fused_kernels = {}
         self._lock = threading.Lock()   # calls from several threads take turns on the ring and table
 
@@ -256,7 +248,7 @@ class GroupedLaunch:
                       cs, pack.addr)
 
     def launch_offsets(self, groups: int, offsets_ptr: int, offsets_bytes: int, values: dict,
-                       fused: bool | None = None, l2_ahead: int = FUSED_L2_AHEAD) -> None:
+                       fused: bool | None = None) -> None:
         """The expert form with device-side end offsets (``offsets_ptr``: ``groups`` int32 or
         int64 on the launch's device, ``offsets_bytes`` 4 or 8), on CuPy's current stream, with
         no copy to or from the host, so a CUDA graph of the call replays any sizes.
@@ -286,7 +278,7 @@ class GroupedLaunch:
         if bound >= 2**31:
             raise ValueError(f"grouped launch: up to {bound} tiles exceed 2^31")
         if fused:
-            self._launch_fused(groups, offsets_ptr, offsets_bytes, values, tiles_m, bound, l2_ahead)
+            self._launch_fused(groups, offsets_ptr, offsets_bytes, values, tiles_m, bound)
             return
         with self._lock:
             sptr = stream_handle(None)
@@ -316,9 +308,9 @@ class GroupedLaunch:
             launch_kernel(self._dev, self._fptr, max(1, min(bound, self.ctas)), 1, 1, self.config.threads, 1, 1,
                           self.smem, cs, gemm.addr)
 
-    def _launch_fused(self, groups, offsets_ptr, offsets_bytes, values, tiles_m, bound, l2_ahead) -> None:
+    def _launch_fused(self, groups, offsets_ptr, offsets_bytes, values, tiles_m, bound) -> None:
         """:meth:`launch_offsets`' one-launch form (its checks made)."""
-        fn, cap = self._fused_kernel(offsets_bytes, l2_ahead)
+        fn, cap = self._fused_kernel(offsets_bytes)
         with self._lock:
             sptr = stream_handle(None)
             slot = self._fused_slots.get(sptr)
@@ -333,19 +325,18 @@ class GroupedLaunch:
             launch_kernel(self._dev, fn, max(1, min(bound, cap)), 1, 1, self.config.threads, 1, 1, self.smem, cs,
                           pack.addr)
 
-    def _fused_kernel(self, offsets_bytes: int, l2_ahead: int = FUSED_L2_AHEAD):
+    def _fused_kernel(self, offsets_bytes: int):
         """(CUfunction, CTAs of the whole GPU) of the one-launch form for int32 (4) or int64
-        (8) offsets and an L2 prefetch distance, compiled on first use (its static shared
-        arrays lower the CTAs per SM only where they do not fit beside the tile's ring)."""
-        hit = self._fused_kernels.get((offsets_bytes, l2_ahead))
+        (8) offsets, compiled on first use (its static shared arrays lower the CTAs per SM
+        only where they do not fit beside the tile's ring)."""
+        hit = self._fused_kernels.get(offsets_bytes)
         if hit is None:
             import cupy
 
             from .driver import occupancy, set_max_dynamic_shared_memory
 
             transa, transb, vec = self.layout
-            name = fused_kernel_name(self.config, self.kind, transa, transb, vec, self.epilogue[0], offsets_bytes,
-                                     l2_ahead)
+            name = fused_kernel_name(self.config, self.kind, transa, transb, vec, self.epilogue[0], offsets_bytes)
             fn = raw_function(_FUSED_SOURCE, name, self._dev)
             with cupy.cuda.Device(self._dev):
                 if self.smem > 48 * 1024:
@@ -353,7 +344,7 @@ class GroupedLaunch:
                 sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
                 hit = (fn, sms * occupancy(int(fn), self.config.threads, self.smem))
             with self._lock:
-                hit = self._fused_kernels.setdefault((offsets_bytes, l2_ahead), hit)
+                hit = self._fused_kernels.setdefault(offsets_bytes, hit)
         return hit
 
 
@@ -375,6 +366,9 @@ _OFFSETS_SOURCE = "#include <pyblasgemm/impls/grouped_offsets.cuh>\n"
 _OFFSETS_NAMES = {4: "pyblasgemm::grouped_offsets_kernel<int>", 8: "pyblasgemm::grouped_offsets_kernel<long long>"}
 
 
+#: groups the one-launch expert form scans into shared memory (impls/grouped_fused.cuh's
+#: kFusedMaxGroups: 12 bytes a group, 6 KB beside the tile's ring); more take two launches
+FUSED_MAX_GROUPS = 512
 #: the one-launch kernel's arguments: the table kernel's without the table and its tile count,
 #: and the tile raster's group height
 FUSED_FIELDS = [f for f in OFFSETS_FIELDS if f[0] not in ("table", "total")] + [("group_m", OFFSETS_FIELDS[-1][1])]
@@ -384,19 +378,17 @@ _OFFSET_TYPES = {4: "int", 8: "long long"}
 
 
 def fused_kernel_name(config: KernelConfig, kind: str, transa: str, transb: str, vec: bool, epi: int,
-                      offsets_bytes: int, l2_ahead: int = FUSED_L2_AHEAD) -> str:
-    """The C++ name expression of the one-launch expert kernel for a grouped ``config``
-    (``l2_ahead``: its L2 prefetch distance in BK steps, 0 for none).
+                      offsets_bytes: int) -> str:
+    """The C++ name expression of the one-launch expert kernel for a grouped ``config``.
 
-    >>> fused_kernel_name(GROUPED_SMALL_CONFIGS["bf16"], "bf16", "N", "N", True, 0, 4, 4)
-    'pyblasgemm::grouped_fused_kernel<pyblasgemm::KindBF16F32, false, true, 128, 64, 128, 4, 2, 4, true, 0, int, 4>'
+    >>> fused_kernel_name(GROUPED_SMALL_CONFIGS["bf16"], "bf16", "N", "N", True, 0, 4)
+    'pyblasgemm::grouped_fused_kernel<pyblasgemm::KindBF16F32, false, true, 128, 64, 128, 4, 2, 4, true, 0, int>'
     """
     from .jit import kind_struct
 
     return (f"pyblasgemm::grouped_fused_kernel<{kind_struct(kind)}, {str(transa == 'T').lower()}, "
             f"{str(transb == 'N').lower()}, {config.bm}, {config.bn}, {config.bk_bytes(kind)}, {config.warps_m}, "
-            f"{config.warps_n}, {config.stages}, {str(vec).lower()}, {epi}, {_OFFSET_TYPES[offsets_bytes]}, "
-            f"{int(l2_ahead)}>")
+            f"{config.warps_n}, {config.stages}, {str(vec).lower()}, {epi}, {_OFFSET_TYPES[offsets_bytes]}>")
 
 
 def offsets_kernel(device: int, offsets_bytes: int):
