@@ -8,6 +8,11 @@ binary search over the rows' ``tile_begin``. Every problem shares the kind, the 
 ('N'/'T' of A and B), the operand path and the fused epilogue of the launch; sizes, pointers,
 leading dimensions, alpha and beta are per problem.
 
+With the expert form's end offsets on the device (:meth:`GroupedLaunch.launch_offsets`) the
+problems are found there: up to :data:`FUSED_MAX_GROUPS` groups every CTA of one launch scans
+the offsets into shared memory (impls/grouped_fused.cuh); past that a table kernel writes the
+table first (impls/grouped_offsets.cuh).
+
 Example::
 
     launch = GroupedLaunch("f16", "N", "N", vec=True)
@@ -15,6 +20,7 @@ Example::
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 
 from dataclasses import replace
@@ -371,7 +377,7 @@ _OFFSETS_NAMES = {4: "pyblasgemm::grouped_offsets_kernel<int>", 8: "pyblasgemm::
 FUSED_MAX_GROUPS = 512
 #: the one-launch kernel's arguments: the table kernel's without the table and its tile count,
 #: and the tile raster's group height
-FUSED_FIELDS = [f for f in OFFSETS_FIELDS if f[0] not in ("table", "total")] + [("group_m", OFFSETS_FIELDS[-1][1])]
+FUSED_FIELDS = [f for f in OFFSETS_FIELDS if f[0] not in ("table", "total")] + [("group_m", ctypes.c_int)]
 _FUSED_BLANK = {name: 0 for name, _ in FUSED_FIELDS}
 _FUSED_SOURCE = "#include <pyblasgemm/impls/grouped_fused.cuh>\n"
 _OFFSET_TYPES = {4: "int", 8: "long long"}
