@@ -225,7 +225,7 @@ def execute_group(desc: GemmDesc, columns, backend=None, stream=None):
 def execute_group_offsets(desc: GemmDesc, groups: int, offsets_ptr: int, offsets_bytes: int, values: dict,
                           backend=None, stream=None):
     """The expert form with device-side end offsets as its plan's one persistent launch, the
-    table built on the device (:meth:`GroupedLaunch.launch_offsets
+    problems found on the device (:meth:`GroupedLaunch.launch_offsets
     <pyblasgemm.kernels.grouped.GroupedLaunch.launch_offsets>`; ``values``: the arrays' bases,
     strides and sizes), returned as ``(launch, the table kernel's values, the plan's Route)``
     for the call signature; None when the plan is the loop (its sizes are needed on the host)."""

@@ -263,12 +263,13 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
     offsets : sequence of int, or a 1-D int32 / int64 GPU array, optional
         Each group's end row in ``a`` (the expert form). On the GPU (a CuPy array, or a CUDA
         tensor: ``torch._grouped_mm``'s ``offs``) the offsets are never read on the host: the
-        problems' table is built on the device and the grouped kernel reads its tile count
-        there, so the call may be captured in a CUDA graph and replayed with new sizes. The
-        values are not checked then (that would read them): a group ends at the largest offset
-        so far, clamped to ``a``'s rows, so any values stay inside the arrays, and rows past the
-        last offset are not written. Where the call cannot be one launch (an invariant call, a
-        layout off the kernel) they are read back and checked as host offsets.
+        grouped kernel's CTAs scan them on the device (a table kernel builds the problems
+        first past 512 groups), so the call may be captured in a CUDA graph and replayed with
+        new sizes. The values are not checked then (that would read them): a group ends at the
+        largest offset so far, clamped to ``a``'s rows, so any values stay inside the arrays,
+        and rows past the last offset are not written. Where the call cannot be one launch (an
+        invariant call, a layout off the kernel) they are read back and checked as host
+        offsets.
     group_sizes : sequence of int, optional
         Instead of ``offsets``: each group's row count (JAX's ``ragged_dot`` word; must sum
         to ``a``'s rows). ``group_sizes=[1, 3]`` is ``offsets=[1, 4]``.
@@ -578,7 +579,7 @@ def _device_offsets(offsets, groups: int, xp_name: str):
     or a CUDA tensor: ``torch._grouped_mm``'s ``offs``), 1-D, contiguous, int32 or int64, for
     CuPy operands; None for host offsets (a sequence, a NumPy array), which are read and checked
     on the host. A wrong length or type is refused here, before any work; the values are not
-    read (that is the point: no copy to the host), so the table kernel clamps them instead (see
+    read (that is the point: no copy to the host), so the device's scan clamps them instead (see
     :func:`grouped_matmul`)."""
     if xp_name != "cupy" or offsets is None:
         return None

@@ -8,6 +8,11 @@ binary search over the rows' ``tile_begin``. Every problem shares the kind, the 
 ('N'/'T' of A and B), the operand path and the fused epilogue of the launch; sizes, pointers,
 leading dimensions, alpha and beta are per problem.
 
+With the expert form's end offsets on the device (:meth:`GroupedLaunch.launch_offsets`) the
+problems are found there: up to :data:`FUSED_MAX_GROUPS` groups every CTA of one launch scans
+the offsets into shared memory (impls/grouped_fused.cuh); past that a table kernel writes the
+table first (impls/grouped_offsets.cuh).
+
 Example::
 
     launch = GroupedLaunch("f16", "N", "N", vec=True)
@@ -15,6 +20,7 @@ Example::
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 
 from dataclasses import replace
@@ -35,7 +41,8 @@ _BLANK = dict(a=0, b=0, c=0, ws=0, flags=0, m=0, n=0, k=0, lda=0, ldb=0, ldc=0, 
               dp_tiles=0, sk_tiles=0, bias=0, pre=0, bias_mode=0, scale_m=0, scale_n=0)
 
 __all__ = ["GROUPED_CONFIGS", "GROUPED_SMALL_CONFIGS", "SMALL_GROUP_ROWS", "grouped_config", "PROBLEM_ROW",
-           "COLUMNS", "GroupedLaunch", "pack_table", "OFFSETS_FIELDS", "offsets_kernel"]
+           "COLUMNS", "GroupedLaunch", "pack_table", "OFFSETS_FIELDS", "offsets_kernel", "FUSED_FIELDS",
+           "FUSED_MAX_GROUPS", "fused_kernel_name"]
 
 #: kind -> the tile the grouped launch runs. 16-bit: 128 x 128 with 128-byte K rows over 8 warps
 #: (the 4-warp workhorse spills 36 B in the grouped walk: its problem fields come from global
@@ -167,6 +174,7 @@ class GroupedLaunch:
         if config is not None and config.decomposition != "grouped":
             raise ValueError(f"grouped launch: {config.name} is not a grouped config")
         self.kind, self.epilogue = kind, epilogue
+        self.layout = (transa, transb, vec)
         self.config = GROUPED_CONFIGS[kind] if config is None else config
         self.dequant = bool(epilogue[0] & EPI_DEQUANT)
         self.kern, _ = get_kernels(self.config, kind, transa, transb, None, vec, epi=epilogue[0])
@@ -181,6 +189,10 @@ class GroupedLaunch:
         self._slots = {}
         # stream handle -> (device table, tile count, GEMM arguments, table kernel's arguments, CUstream)
         self._offset_slots = {}
+        # stream handle -> (the one-launch kernel's arguments, CUstream)
+        self._fused_slots = {}
+        # offsets' bytes (4, 8) -> (CUfunction, grid cap: SMs x CTAs per SM) of the one-launch form
+        self._fused_kernels = {}
         self._lock = threading.Lock()   # calls from several threads take turns on the ring and table
 
     def __call__(self, cols: dict, out_bytes: int, alpha=1, beta=0) -> int:
@@ -241,15 +253,20 @@ class GroupedLaunch:
         launch_kernel(self._dev, self._fptr, min(tiles, self.ctas), 1, 1, self.config.threads, 1, 1, self.smem,
                       cs, pack.addr)
 
-    def launch_offsets(self, groups: int, offsets_ptr: int, offsets_bytes: int, values: dict) -> None:
+    def launch_offsets(self, groups: int, offsets_ptr: int, offsets_bytes: int, values: dict,
+                       fused: bool | None = None) -> None:
         """The expert form with device-side end offsets (``offsets_ptr``: ``groups`` int32 or
-        int64 on the launch's device, ``offsets_bytes`` 4 or 8): the table-building kernel
-        (impls/grouped_offsets.cuh) writes the problems and their tile count on the device, then
-        the grouped GEMM walks them with a grid of the bound ``tiles_m * (row tiles + groups)``
-        (at most one CTA per SM slot), reading the count there: two launches on CuPy's current
-        stream, no copy to or from the host, so a CUDA graph of the call replays any sizes.
-        ``values``: the table kernel's scalars and base pointers (:data:`OFFSETS_FIELDS`; the
-        group and row strides in bytes, ``rows`` the tokens' count).
+        int64 on the launch's device, ``offsets_bytes`` 4 or 8), on CuPy's current stream, with
+        no copy to or from the host, so a CUDA graph of the call replays any sizes.
+        ``values``: the scalars and base pointers (:data:`OFFSETS_FIELDS`; the group and row
+        strides in bytes, ``rows`` the tokens' count).
+
+        ``fused`` (None: up to :data:`FUSED_MAX_GROUPS` groups): one launch, whose CTAs each
+        scan the offsets into shared memory before walking the tiles
+        (impls/grouped_fused.cuh); False: two, the table-building kernel
+        (impls/grouped_offsets.cuh) writing the problems and their tile count to global memory,
+        then the grouped GEMM reading them. Both grids are the bound ``tiles_m * (row tiles +
+        groups)``, at most one CTA per SM slot; both give the same bits.
 
         Example (on a GPU; pyblasgemm.grouped builds ``values`` from the arrays)::
 
@@ -257,6 +274,17 @@ class GroupedLaunch:
             launch.launch_offsets(groups, offsets.data.ptr, 4, values)   # int32 offsets
         """
         if groups == 0:
+            return
+        if fused is None:
+            fused = groups <= FUSED_MAX_GROUPS
+        elif fused and groups > FUSED_MAX_GROUPS:
+            raise ValueError(f"grouped launch: fused=True takes at most {FUSED_MAX_GROUPS} groups, got {groups}")
+        tiles_m = -(-values["m"] // self.config.bm)
+        bound = tiles_m * (-(-values["rows"] // self.config.bn) + groups)
+        if bound >= 2**31:
+            raise ValueError(f"grouped launch: up to {bound} tiles exceed 2^31")
+        if fused:
+            self._launch_fused(groups, offsets_ptr, offsets_bytes, values, tiles_m, bound)
             return
         with self._lock:
             sptr = stream_handle(None)
@@ -279,15 +307,51 @@ class GroupedLaunch:
                 cells[name].value = value
             cells["offsets"].value, cells["groups"].value = offsets_ptr, groups
             cells["bn"].value = self.config.bn
-            cells["tiles_m"].value = tiles_m = -(-values["m"] // self.config.bm)
+            cells["tiles_m"].value = tiles_m
             kern = offsets_kernel(self._dev, offsets_bytes)
             launch_kernel(self._dev, kern, 1, 1, 1, 1024, 1, 1, 0, cs, build.addr)
-            bound = tiles_m * (-(-values["rows"] // self.config.bn) + groups)
-            if bound >= 2**31:
-                raise ValueError(f"grouped launch: up to {bound} tiles exceed 2^31")
             gemm.cells["m"].value = groups
             launch_kernel(self._dev, self._fptr, max(1, min(bound, self.ctas)), 1, 1, self.config.threads, 1, 1,
                           self.smem, cs, gemm.addr)
+
+    def _launch_fused(self, groups, offsets_ptr, offsets_bytes, values, tiles_m, bound) -> None:
+        """:meth:`launch_offsets`' one-launch form (its checks made)."""
+        fn, cap = self._fused_kernel(offsets_bytes)
+        with self._lock:
+            sptr = stream_handle(None)
+            slot = self._fused_slots.get(sptr)
+            if slot is None:
+                pack = _ArgPack(FUSED_FIELDS, dict(_FUSED_BLANK, group_m=self.config.group_m, bn=self.config.bn))
+                slot = self._fused_slots[sptr] = (pack, stream(sptr))
+            pack, cs = slot
+            cells = pack.cells
+            for name, value in values.items():
+                cells[name].value = value
+            cells["offsets"].value, cells["groups"].value, cells["tiles_m"].value = offsets_ptr, groups, tiles_m
+            launch_kernel(self._dev, fn, max(1, min(bound, cap)), 1, 1, self.config.threads, 1, 1, self.smem, cs,
+                          pack.addr)
+
+    def _fused_kernel(self, offsets_bytes: int):
+        """(CUfunction, CTAs of the whole GPU) of the one-launch form for int32 (4) or int64
+        (8) offsets, compiled on first use (its static shared arrays lower the CTAs per SM
+        only where they do not fit beside the tile's ring)."""
+        hit = self._fused_kernels.get(offsets_bytes)
+        if hit is None:
+            import cupy
+
+            from .driver import occupancy, set_max_dynamic_shared_memory
+
+            transa, transb, vec = self.layout
+            name = fused_kernel_name(self.config, self.kind, transa, transb, vec, self.epilogue[0], offsets_bytes)
+            fn = raw_function(_FUSED_SOURCE, name, self._dev)
+            with cupy.cuda.Device(self._dev):
+                if self.smem > 48 * 1024:
+                    set_max_dynamic_shared_memory(int(fn), self.smem)
+                sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+                hit = (fn, sms * occupancy(int(fn), self.config.threads, self.smem))
+            with self._lock:
+                hit = self._fused_kernels.setdefault(offsets_bytes, hit)
+        return hit
 
 
 def _offsets_fields():
@@ -306,6 +370,31 @@ OFFSETS_FIELDS = _offsets_fields()
 _OFFSETS_BLANK = {name: 0 for name, _ in OFFSETS_FIELDS}
 _OFFSETS_SOURCE = "#include <pyblasgemm/impls/grouped_offsets.cuh>\n"
 _OFFSETS_NAMES = {4: "pyblasgemm::grouped_offsets_kernel<int>", 8: "pyblasgemm::grouped_offsets_kernel<long long>"}
+
+
+#: groups the one-launch expert form scans into shared memory (impls/grouped_fused.cuh's
+#: kFusedMaxGroups: 12 bytes a group, 6 KB beside the tile's ring); more take two launches
+FUSED_MAX_GROUPS = 512
+#: the one-launch kernel's arguments: the table kernel's without the table and its tile count,
+#: and the tile raster's group height
+FUSED_FIELDS = [f for f in OFFSETS_FIELDS if f[0] not in ("table", "total")] + [("group_m", ctypes.c_int)]
+_FUSED_BLANK = {name: 0 for name, _ in FUSED_FIELDS}
+_FUSED_SOURCE = "#include <pyblasgemm/impls/grouped_fused.cuh>\n"
+_OFFSET_TYPES = {4: "int", 8: "long long"}
+
+
+def fused_kernel_name(config: KernelConfig, kind: str, transa: str, transb: str, vec: bool, epi: int,
+                      offsets_bytes: int) -> str:
+    """The C++ name expression of the one-launch expert kernel for a grouped ``config``.
+
+    >>> fused_kernel_name(GROUPED_SMALL_CONFIGS["bf16"], "bf16", "N", "N", True, 0, 4)
+    'pyblasgemm::grouped_fused_kernel<pyblasgemm::KindBF16F32, false, true, 128, 64, 128, 4, 2, 4, true, 0, int>'
+    """
+    from .jit import kind_struct
+
+    return (f"pyblasgemm::grouped_fused_kernel<{kind_struct(kind)}, {str(transa == 'T').lower()}, "
+            f"{str(transb == 'N').lower()}, {config.bm}, {config.bn}, {config.bk_bytes(kind)}, {config.warps_m}, "
+            f"{config.warps_n}, {config.stages}, {str(vec).lower()}, {epi}, {_OFFSET_TYPES[offsets_bytes]}>")
 
 
 def offsets_kernel(device: int, offsets_bytes: int):

@@ -1,0 +1,87 @@
+"""CPU-only NVRTC checks of the one-launch expert kernel (impls/grouped_fused.cuh): it compiles
+for sm_80 and sm_90 with every grouped tile, with and without a fused epilogue, for int32 and
+int64 offsets, with no spill; the 8-warp small tile stays within the 128 registers that two
+CTAs per SM allow, and its shared arrays fit beside two rings on an SM; the host's argument
+block and group cap match the header.
+"""
+from __future__ import annotations
+
+import ctypes as ct
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+pytest.importorskip("cupy")
+
+from pyblasgemm.kernels import jit  # noqa: E402
+from pyblasgemm.kernels.grouped import (FUSED_FIELDS, FUSED_MAX_GROUPS, GROUPED_CONFIGS,  # noqa: E402
+                                        GROUPED_SMALL_CONFIGS, OFFSETS_FIELDS, _FUSED_SOURCE, fused_kernel_name)
+
+HEADER = jit.INCLUDE_DIR / "pyblasgemm/impls/grouped_fused.cuh"
+#: shared memory of one H100 SM (228 KB) less the 1 KB the driver keeps per CTA
+SM_SMEM, PER_CTA_RESERVED = 228 * 1024, 1024
+
+
+def _specs():
+    out = []
+    for kind, cfg in list(GROUPED_CONFIGS.items()) + [(k, c) for k, c in GROUPED_SMALL_CONFIGS.items()]:
+        fused = jit.epilogue_code(2, "float16") if kind == "s8" else jit.epilogue_code(2)
+        for epi, off in ((0, 4), (fused, 8)):
+            for arch in ("sm_80", "sm_90"):
+                out.append((arch, kind, cfg, epi, off))
+    return out
+
+
+def _compile(spec):
+    arch, kind, cfg, epi, off = spec
+    name = fused_kernel_name(cfg, kind, "N", "N", True, epi, off)
+    _, log, lowered = jit.compile_program(_FUSED_SOURCE, "grouped_fused.cu", [name], arch)
+    return jit.ptxas_resources(log)[lowered[name]], log
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    specs = _specs()
+    with ThreadPoolExecutor(4) as ex:
+        return dict(zip(specs, ex.map(_compile, specs)))
+
+
+def test_every_grouped_tile_compiles_without_spills(compiled):
+    assert len(compiled) == 2 * 2 * (len(GROUPED_CONFIGS) + len(GROUPED_SMALL_CONFIGS))
+    for (arch, kind, cfg, epi, off), (res, log) in compiled.items():
+        where = f"{arch} {kind} {cfg.name} epi={epi} offsets={off}:\n{log}"
+        assert res.get("spill_stores", 0) == 0 and res.get("spill_loads", 0) == 0, where
+        assert res.get("stack", 0) == 0, where
+        assert 0 < res["registers"] <= 255, where
+        if cfg.warps_m * cfg.warps_n == 8 and cfg.bm * cfg.bn <= 128 * 64:
+            assert res["registers"] <= 128, where     # two CTAs per SM: 65536 / (2 x 256 threads)
+
+
+def test_the_small_tile_keeps_two_ctas_per_sm():
+    """The fused kernel's static arrays (the groups' ends and tile starts, the scan's scratch)
+    plus the small tile's ring, twice, fit one SM's shared memory."""
+    _, log, _ = jit.compile_program(_FUSED_SOURCE, "grouped_fused.cu",
+                                    [fused_kernel_name(GROUPED_SMALL_CONFIGS["bf16"], "bf16", "N", "N", True, 0, 4)],
+                                    "sm_90")
+    static = int(re.search(r"(\d+) bytes smem", log).group(1))
+    assert static >= 12 * FUSED_MAX_GROUPS
+    ring = GROUPED_SMALL_CONFIGS["bf16"].smem_bytes("bf16")
+    assert 2 * (ring + static + PER_CTA_RESERVED) <= SM_SMEM, (ring, static)
+
+
+def test_argument_block_and_group_cap_match_the_header():
+    src = HEADER.read_text()
+    m = re.search(r"grouped_fused_kernel\(([^)]*)\)", src, re.S)
+    names, widths = [], []
+    for decl in m.group(1).split(","):
+        decl = " ".join(decl.split())
+        typ, name = decl.rsplit(" ", 1)
+        names.append(name.lstrip("*"))
+        widths.append(8 if "*" in typ + name or typ == "long long" else 4)
+    size = {ct.c_void_p: 8, ct.c_longlong: 8, ct.c_int: 4, ct.c_float: 4}
+    assert names == [n for n, _ in FUSED_FIELDS]
+    assert widths == [size[t] for _, t in FUSED_FIELDS]
+    # the table kernel's arguments, less the table and its count, then group_m
+    assert FUSED_FIELDS[:-1] == [f for f in OFFSETS_FIELDS if f[0] not in ("table", "total")]
+    assert int(re.search(r"kFusedMaxGroups = (\d+);", src).group(1)) == FUSED_MAX_GROUPS
