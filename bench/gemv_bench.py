@@ -25,8 +25,9 @@
 * where the kernel takes the row-block split by default (gemv.SPLITS: T <= 16, 16-byte vectors),
   the stream-k split of the same problem is timed beside it on the same bytes (``stream_k``,
   with ``ratio_*_stream_k``): the before / after of the split in one run.
-* ``--rows-sweep``: the row-block split's variants (warps resident per SM as the driver counts
-  them or 16; a ring of three steps at T <= 8), graph replay on three layers at M = 1 and 16.
+* ``--rows-sweep``: first the row-block split's variants (ROWS_VARIANTS: rings with fewer
+  registers, so more warps resident), graph replay on every layer at M = 1 and 16; the pick per
+  token-group count (smallest geometric-mean time) then serves the main table's rows.
 * ``--sweep``: a few other tile shapes and residencies of the kernel on two layers (M = 1, 16),
   for choosing gemv.TILES; ``--quick``: two layers, M = 1 and 16.
 
@@ -157,7 +158,7 @@ def _check(torch, rot, m, n, k, dtype_name) -> dict:
 
 
 def measure(cp, torch, gemv, layer, m, dtype_name, tiles=None, occupancy=None, with_yardsticks=True, split=None,
-            resident_warps=None) -> dict:
+            resident_warps=None, rows_tiles=None) -> dict:
     k, n = LAYERS[layer]
     dtype = getattr(torch, dtype_name)
     eb = 2
@@ -166,6 +167,8 @@ def measure(cp, torch, gemv, layer, m, dtype_name, tiles=None, occupancy=None, w
     copies = max(2, math.ceil(2 * l2 / (w_bytes + xy_bytes)))
     rot = Rotation(torch, n, k, m, dtype, copies, seed=zlib.crc32(f"{layer} {m} {dtype_name}".encode()))
     desc = _desc(m, n, k, dtype_name, (rot.w[0].data_ptr(), rot.x[0].data_ptr(), rot.y[0].data_ptr()))
+    if rows_tiles is not None and tiles is None and split is None and gemv.plan(desc, 132).split == "rows":
+        tiles, split = rows_tiles, "rows"       # the row-block sweep's pick in place of gemv.ROWS_TILES
     launch = gemv.bind(desc, tiles=tiles, occupancy=occupancy, split=split, resident_warps=resident_warps)
     ptrs = [(w.data_ptr(), x.data_ptr(), y.data_ptr()) for w, x, y in zip(rot.w, rot.x, rot.y)]
     stream = torch.cuda.current_stream().cuda_stream
@@ -312,16 +315,27 @@ def _line(r) -> str:
             f"ctas={r['spec']['ctas']}{before}")
 
 
-#: --rows-sweep: (name, tiles (RG, KV, _, _, PIPE) or None, resident warps per SM or None)
-ROWS_VARIANTS = [("driver", None, None), ("w16", None, 16), ("ring3", (1, 2, 0, 0, 3 | 8), None)]
+#: --rows-sweep: token groups -> [(name, tiles (RG, KV, _, _, PIPE) of the row-block split or None
+#: for gemv.ROWS_TILES')]: rings with fewer registers (more warps resident per SM, so more blocks x
+#: warps in flight at once) beside the default; ptxas (sm_90): T <= 8 base 90 registers (20 warps
+#: per SM), kv1r4x 76, rg2r2 72, kv1r3x 80 (24); T = 16 base 124 (16), kv2r2 92 (20), kv1r3 62
+#: (32), kv1r2 52 (32)
+ROWS_VARIANTS = {1: [("base", None), ("kv1r4x", (1, 1, 0, 0, 4 | 8)), ("rg2r2", (2, 1, 0, 0, 2)),
+                     ("kv1r3x", (1, 1, 0, 0, 3 | 8))],
+                 2: [("base", None), ("kv2r2", (1, 2, 0, 0, 2)), ("kv1r3", (1, 1, 0, 0, 3)),
+                     ("kv1r2", (1, 1, 0, 0, 2))]}
+ROWS_SWEEP_TOKENS = {1: 1, 2: 16}
 
 
-def rows_sweep(cp, torch, gemv) -> list:
-    """Graph replays of the row-block split's variants beside torch.matmul's, bfloat16."""
-    out = []
-    for layer in ("llama3-8b o", "llama3-8b gate/up", "qwen2-7b up"):
-        k, n = LAYERS[layer]
-        for m in (1, 16):
+def rows_sweep(cp, torch, gemv, layers) -> tuple:
+    """Graph replays of the row-block split's variants (ROWS_VARIANTS) beside torch.matmul's,
+    bfloat16, every layer at M = 1 and 16; (rows, picks): picks = {token groups: the tiles of the
+    variant with the smallest geometric-mean time (ties: the earlier)}."""
+    out, times = [], {g: {nm: [] for nm, _ in v} for g, v in ROWS_VARIANTS.items()}
+    for g, variants in ROWS_VARIANTS.items():
+        m = ROWS_SWEEP_TOKENS[g]
+        for layer in layers:
+            k, n = LAYERS[layer]
             copies = max(2, math.ceil(2 * cp.cuda.Device().attributes["L2CacheSize"] / (n * k * 2)))
             rot = Rotation(torch, n, k, m, torch.bfloat16, copies, seed=zlib.crc32(f"{layer} {m} bfloat16".encode()))
 
@@ -330,33 +344,42 @@ def rows_sweep(cp, torch, gemv) -> list:
                 torch.matmul(rot.x[i], rot.w[i].T, out=rot.y[i])
             t_torch = _graph_s(cp, torch, torch_mm)
             line = [f"rows-sweep {layer:18s} m={m:2d} torch {t_torch * 1e6:6.2f} us |"]
-            for name, tiles, warps in ROWS_VARIANTS:
-                if tiles is not None and m > 8:
-                    continue
-                r = {"layer": layer, "m": m, "variant": name, "torch_graph_s": t_torch}
+            for name, tiles in variants:
+                r = {"layer": layer, "m": m, "variant": name, "tiles": tiles, "torch_graph_s": t_torch}
                 try:
                     desc = _desc(m, n, k, "bfloat16", (rot.w[0].data_ptr(), rot.x[0].data_ptr(), rot.y[0].data_ptr()))
-                    launch = gemv.bind(desc, tiles=tiles, split="rows", resident_warps=warps)
+                    launch = gemv.bind(desc, tiles=tiles, split="rows")
                     ptrs = [(w.data_ptr(), x.data_ptr(), y.data_ptr()) for w, x, y in zip(rot.w, rot.x, rot.y)]
                     launch(*ptrs[rot.next()], 1.0, 0.0, torch.cuda.current_stream().cuda_stream)
                     torch.cuda.synchronize()
                     r["check"] = _check(torch, rot, m, n, k, "bfloat16")
                     sp = launch.spec
-                    r.update(wk=sp.wk, ctas=sp.ctas, occupancy=sp.occupancy, kernel=sp.kernel_name)
+                    r.update(wk=sp.wk, ctas=sp.ctas, occupancy=sp.occupancy, resident_warps=sp.occupancy * sp.wk,
+                             blocks=sp.row_tiles, kernel=sp.kernel_name)
                     if r["check"]["ok"]:
                         t = _graph_s(cp, torch, lambda h: launch(*ptrs[rot.next()], 1.0, 0.0, h))
-                        r.update(graph_s=t, ratio_graph_vs_torch=t_torch / t)
-                        line.append(f"{name} {t * 1e6:6.2f} (wk {sp.wk})")
+                        r.update(graph_s=t, ratio_graph_vs_torch=t_torch / t, weight_tbps=n * k * 2 / t / 1e12)
+                        times[g][name].append(t)
+                        line.append(f"{name} {t * 1e6:6.2f} (wk {sp.wk} x{t_torch / t:.3f})")
                     else:
+                        times[g][name].append(float("inf"))
                         line.append(f"{name} WRONG")
                 except Exception as e:      # recorded, not hidden
                     r["failure"] = f"{type(e).__name__}: {e}"[:300]
+                    times[g][name].append(float("inf"))
                     line.append(f"{name} FAIL")
                 out.append(r)
             print(" ".join(line), flush=True)
             del rot
             torch.cuda.empty_cache()
-    return out
+    picks, geo = {}, {}
+    for g, variants in ROWS_VARIANTS.items():
+        geo[g] = {nm: float(np.exp(np.mean(np.log(ts)))) for nm, ts in times[g].items()}
+        best = min(variants, key=lambda v: geo[g][v[0]])
+        picks[g] = best[1]
+        print(f"rows-sweep token groups {g}: geomean us " + " ".join(f"{nm} {t * 1e6:.2f}" for nm, t in geo[g].items())
+              + f" -> {best[0]}", flush=True)
+    return out, picks, geo
 
 
 def main(argv=None) -> int:
@@ -405,13 +428,20 @@ def main(argv=None) -> int:
     gemv.warm({gemv.plan(_desc(m, LAYERS[lay][1], LAYERS[lay][0], d, (16,)), sms, tiles=override(m)[0],
                          split=split).kernel_name
                for d in dtypes for lay in layers for m in tokens for split in (None, "stream_k")})
+    rows_picks = {}
+    if args.rows_sweep:
+        sw_rows, rows_picks, geo = rows_sweep(cp, torch, gemv, layers)
+        doc["rows_sweep"] = {"rows": sw_rows, "picks": {str(g): t for g, t in rows_picks.items()},
+                             "geomean_graph_s": {str(g): v for g, v in geo.items()},
+                             "variants": {str(g): v for g, v in ROWS_VARIANTS.items()}}
     rows = []
     for dtype_name in dtypes:
         for layer in layers:
             for m in tokens:
                 try:
                     tiles, occ = override(m)
-                    r = measure(cp, torch, gemv, layer, m, dtype_name, tiles=tiles, occupancy=occ)
+                    r = measure(cp, torch, gemv, layer, m, dtype_name, tiles=tiles, occupancy=occ,
+                                rows_tiles=rows_picks.get(gemv._token_groups(m)))
                 except Exception as e:      # recorded, not hidden
                     r = {"layer": layer, "m": m, "dtype": dtype_name, "failure": f"{type(e).__name__}: {e}"[:400]}
                 rows.append(r)
@@ -420,8 +450,6 @@ def main(argv=None) -> int:
     doc["rows"] = rows
     doc["summary"] = summarize(rows)
     print(doc["summary"], flush=True)
-    if args.rows_sweep:
-        doc["rows_sweep"] = rows_sweep(cp, torch, gemv)
     if args.sweep:
         sweep = []
         for layer in QUICK_LAYERS:

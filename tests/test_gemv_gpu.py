@@ -306,6 +306,52 @@ def test_rows_split(prefix, compute):
             p.check(p.result(), what + " (stream-k)")
 
 
+def _rows_variants():
+    """bench/gemv_bench.py's ROWS_VARIANTS ({token groups: [(name, tiles or None)]}): every ring
+    the row-block sweep may pick is checked here first."""
+    import importlib.util
+    import pathlib
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location("gemv_bench_rows", root / "bench" / "gemv_bench.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(root / "bench"))
+    return [(g, name, tiles) for g, v in mod.ROWS_VARIANTS.items() for name, tiles in v if tiles is not None]
+
+
+ROWS_VARIANT_CASES = _rows_variants()
+
+
+@pytest.mark.parametrize("g,name,tiles", ROWS_VARIANT_CASES, ids=[f"tg{g}-{n}" for g, n, _ in ROWS_VARIANT_CASES])
+def test_rows_split_variants_of_the_sweep(g, name, tiles):
+    """Each row-block ring the bench's sweep times: bfloat16 and int8, odd rows, K tails, token
+    counts of the group, the device's grid and a grid-stride one, C poisoned, bitwise repeat."""
+    rng = np.random.default_rng(zlib.crc32(f"rows variant {g} {name}".encode()))
+    i = 0
+    for prefix in ("b", "i"):
+        for (R, K), t in itertools.product(ROWS_SIZES[1:], (1, 5, 8) if g == 1 else (9, 16)):
+            K = K if prefix != "i" else 16 * (-(-K // 16))
+            sms, warps = ROWS_GRIDS[i % len(ROWS_GRIDS)]
+            alpha, beta = _scales(prefix, i)
+            i += 1
+            p = Problem(prefix, "int32" if prefix == "i" else "fp32", "T", "N", R, t, K, 0, alpha, beta, rng)
+            launch = gemv.bind(p.desc, tiles=tiles, split="rows", sm_count=sms, resident_warps=warps)
+            s = launch.spec
+            assert s.split == "rows" and (s.p1, s.p2, s.pipe) == (tiles[0], tiles[1], tiles[4])
+            what = f"rows {name} {prefix} R={R} T={t} K={K} wk={s.wk} ctas={s.ctas}/{s.row_tiles}"
+            launch(p.pa, p.pb, p.pc, alpha, beta)
+            first = p.result()
+            p.check(first, what)
+            p.reset()
+            launch(p.pa, p.pb, p.pc, alpha, beta)
+            assert np.array_equal(first.view(np.uint8), p.result().view(np.uint8)), f"{what}: not bitwise repeatable"
+
+
 def test_rows_split_grid_fits_the_device():
     """On the device: decode layers take the row-block split by default, their CTAs all resident
     at once (the driver's count for the chosen CTA size), one block per CTA."""
