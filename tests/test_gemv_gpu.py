@@ -138,15 +138,15 @@ def _desc(c):
                     "cupy", 0, (isz if offset else 16,), 1.0, 0.0)
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def _warm():
-    """Compile every instantiation the module uses, in parallel threads, first."""
+    """Compile every instantiation CASES uses, in parallel threads, first."""
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     gemv.warm({gemv.plan(_desc(c), sms).kernel_name for c in CASES})
 
 
 @pytest.mark.parametrize("prefix,compute", ROUTES, ids=[f"{p}-{c}" for p, c in ROUTES])
-def test_every_layout_token_count_and_size(prefix, compute):
+def test_every_layout_token_count_and_size(prefix, compute, _warm):
     rng = np.random.default_rng(zlib.crc32(f"{prefix} {compute}".encode()))
     mine = [c for c in CASES if c[0] == prefix]
     for n_case, (_, _, lay, m, n, k, pad, (alpha, beta), offset) in enumerate(mine):
