@@ -317,10 +317,11 @@ def _line(r) -> str:
 
 #: --rows-sweep: token groups -> [(name, tiles (RG, KV, _, _, PIPE) of the row-block split or None
 #: for gemv.ROWS_TILES')]: rings with fewer registers (more warps resident per SM, so more blocks x
-#: warps in flight at once) beside the default; ptxas (sm_90): T <= 8 base 90 registers (20 warps
+#: warps in flight at once) beside the default; ptxas (sm_90): T <= 8 kv2r2x 90 registers (20 warps
 #: per SM), kv1r4x 76, rg2r2 72, kv1r3x 80 (24); T = 16 base 124 (16), kv2r2 92 (20), kv1r3 62
-#: (32), kv1r2 52 (32)
-ROWS_VARIANTS = {1: [("base", None), ("kv1r4x", (1, 1, 0, 0, 4 | 8)), ("rg2r2", (2, 1, 0, 0, 2)),
+#: (32), kv1r2 52 (32). The first H100 sweep (2ea2fde) picked kv1r4x at T <= 8 over the then base
+#: kv2r2x (gemv.ROWS_TILES now holds it: "base" below is kv1r4x), base at T = 16.
+ROWS_VARIANTS = {1: [("base", None), ("kv2r2x", (1, 2, 0, 0, 2 | 8)), ("rg2r2", (2, 1, 0, 0, 2)),
                      ("kv1r3x", (1, 1, 0, 0, 3 | 8))],
                  2: [("base", None), ("kv2r2", (1, 2, 0, 0, 2)), ("kv1r3", (1, 1, 0, 0, 3)),
                      ("kv1r2", (1, 1, 0, 0, 2))]}

@@ -366,3 +366,30 @@ def test_rows_split_grid_fits_the_device():
         assert s.split == "rows", (n, k, t)
         resident = occupancy(launch.kern.kernel.ptr, s.threads, s.smem)
         assert s.ctas == s.row_tiles <= sms * resident, (n, k, t, s.ctas, resident, s.wk)
+
+
+def test_decode_route_through_matmul():
+    """``pyblasgemm.matmul(x, W.T)`` (CuPy float16, W as torch.nn.Linear holds it) at 1-8 tokens
+    on a 7168 x 4608 weight: the planner's decode route (the GEMV kernel's row-block split) on the
+    device it was measured on (sm_90 with H100 memory), against float64; 16 tokens, and other
+    devices, stay on the ordinary planner. Bitwise equal on a second call."""
+    import pyblasgemm
+    from pyblasgemm.planner import decode
+    from pyblasgemm.planner.arch import arch_for_device
+
+    arch = arch_for_device(cp.cuda.Device().id)
+    measured_device = arch.cc == decode.MEASURED_CC and arch.dram_bw < decode.MAX_DRAM_BW
+    rng = np.random.default_rng(33)
+    k, n = 4608, 7168                                   # 63 MiB of float16 weight
+    w = cp.asarray((rng.standard_normal((n, k)) * 0.02).astype(np.float16))
+    for t in (1, 3, 8, 16):
+        x = cp.asarray(rng.standard_normal((t, k)).astype(np.float16))
+        text = pyblasgemm.explain(x, w.T)
+        assert ("decode:" in text) == (measured_device and t <= decode.MAX_TOKENS), text
+        y = pyblasgemm.matmul(x, w.T)
+        ref = x.get().astype(np.float64) @ w.get().astype(np.float64).T
+        scale = np.abs(x.get().astype(np.float64)) @ np.abs(w.get().astype(np.float64)).T
+        err = np.max(np.abs(y.get().astype(np.float64) - ref) / (scale + 1e-30))
+        assert y.shape == (t, n) and err <= 2.0 ** -10, (t, err)
+        again = pyblasgemm.matmul(x, w.T)
+        assert cp.array_equal(y.view(cp.uint16), again.view(cp.uint16)), t

@@ -300,8 +300,9 @@ def test_ring_pipe_and_shared_memory():
     beside the parking area."""
     d = describe("t", TYPE_ROWS["b"], "fp32", "T", "N", 4096, 1, 4096, 4096, 4096, 4096, 1, 0, 0, 0,
                  "cupy", 0, (16,), 1.0, 0.0)
-    s = gemv.plan(d, 132)
+    s = gemv.plan(d, 132, split="stream_k")
     assert s.path == "mma_k" and s.loads == 3 and s.pipe == gemv.PIPES["mma_k"][1]
+    assert gemv.plan(d, 132).pipe == gemv.ROWS_TILES[1][2]            # the row-block split's own ring
     assert s.kernel_name.endswith(f", {s.pipe}>")
     for pipe, ring in ((0, 0), (2 | gemv.X_PRE, 0), (gemv.ASYNC | 4, 4 * (2 * 2 + 1) * 512),
                        (gemv.ASYNC, 0)):
@@ -336,7 +337,7 @@ def test_rows_split_sizes_one_wave_of_whole_blocks():
                 assert s.workspace_bytes == 0 and s.slots == 0
                 assert s.row_tiles == -(-n // 16) and s.ctas == min(s.row_tiles, sms * s.occupancy)
                 assert s.occupancy == warps // s.wk and 1 <= s.wk <= gemv.MAX_ROWS_WARPS
-                wsteps = -(-k // 64)
+                wsteps = -(-k // gemv._geometry("mma_k", s.p1, s.p2, s.token_groups, 2)[1])
                 if s.wk < min(gemv.MAX_ROWS_WARPS, wsteps, warps):
                     # one more warp per CTA would leave a block without a resident CTA
                     assert s.row_tiles > sms * (warps // (s.wk + 1))
@@ -344,9 +345,11 @@ def test_rows_split_sizes_one_wave_of_whole_blocks():
                     assert s.ctas == s.row_tiles                    # one wave, no grid-stride
                 assert s.smem == s.wk * 4 * s.token_groups * 128
                 assert any(s.kernel_name == i[4] for i in gemv.all_instantiations())
-    # llama3-8b o at T = 1: 256 blocks, 8 warps of 8 steps each, two CTAs per SM
+    # llama3-8b o at T = 1: 256 blocks, 8 warps of 16 steps each (16 warps per SM), two CTAs per SM
     s = gemv.plan(_desc("b", "T", "N", 4096, 1, 4096), 132, resident_warps=16)
-    assert (s.row_tiles, s.wk, s.ctas, s.csteps) == (256, 8, 256, 8)
+    assert (s.row_tiles, s.wk, s.ctas, s.csteps) == (256, 8, 256, 16)
+    # the default residency is the instantiation's (ROWS_RESIDENT_WARPS): 24 warps -> 12 per CTA
+    assert gemv.plan(_desc("b", "T", "N", 4096, 1, 4096), 132).wk == 12
     assert gemv.plan(_desc("b", "T", "N", 4096, 33, 4096), 132).split == "stream_k"
     assert gemv.plan(_desc("b", "T", "N", 4096, 1, 4099), 132).split == "stream_k"     # element loads
     assert gemv.plan(_desc("b", "T", "N", 4096, 1, 4096), 132, tiles=(1, 2, 1, 4, 10)).split == "stream_k"
@@ -371,7 +374,8 @@ def test_emulated_rows_split_is_exact(prefix, t):
         d = _desc(prefix, "T", "N", R, t, K)
         rows = gemv.plan(d, sms, split="rows", resident_warps=warps)
         assert rows.split == "rows"
-        assert rows.wk <= -(-K // (4 * 2 * (16 // rows.kind.elem_bytes)))     # never more warps than steps
+        kstep = gemv._geometry("mma_k", rows.p1, rows.p2, rows.token_groups, rows.kind.elem_bytes)[1]
+        assert rows.wk <= -(-K // kstep)                                       # never more warps than steps
         _check(rows, rng, *((2, -1) if prefix == "i" else (0.5, -1.5)))
         _check(gemv.plan(d, sms, 1, split="stream_k"), rng)
     # grid-stride: 3 blocks on one CTA slot

@@ -27,11 +27,11 @@ Example
 ...              0, "cupy", 0, (16,), 1.0, 0.0)
 >>> gemv_applies(d)
 (True, '')
->>> s = plan(d, sm_count=132)                 # the row-block split: 256 blocks of 16 rows, 8 warps each
+>>> s = plan(d, sm_count=132)                 # the row-block split: 256 blocks of 16 rows, 12 warps each
 >>> s.split, s.path, s.R, s.T, s.K, s.threads, s.ctas, s.row_tiles, s.csteps
-('rows', 'mma_k', 4096, 1, 4096, 256, 256, 256, 8)
+('rows', 'mma_k', 4096, 1, 4096, 384, 256, 256, 11)
 >>> s.kernel_name
-'pyblasgemm::gemv::gemv_rows_kernel<pyblasgemm::gemv::KindBF16, 1, 2, 1, 10>'
+'pyblasgemm::gemv::gemv_rows_kernel<pyblasgemm::gemv::KindBF16, 1, 1, 1, 12>'
 >>> s = plan(d, sm_count=132, occupancy=4, split="stream_k")
 >>> s.threads, s.ctas, s.row_tiles, s.csteps
 (128, 528, 256, 16)
@@ -49,7 +49,7 @@ from .driver import function, launch_kernel, occupancy, set_max_dynamic_shared_m
 from .driver import stream as cu_stream
 
 __all__ = ["MAX_TOKENS", "GemvKind", "GEMV_KINDS", "TILES", "TILES_X_ELEM", "tiles_of", "PIPES", "X_PRE", "ASYNC", "NO_PREFETCH", "pipe_of", "ring_bytes",
-           "SPLITS", "ROWS_TILES", "MAX_ROWS_WARPS", "rows_kernel_name",
+           "SPLITS", "ROWS_TILES", "ROWS_RESIDENT_WARPS", "MAX_ROWS_WARPS", "rows_kernel_name",
            "GemvSpec", "gemv_applies", "plan",
            "kernel_name", "all_instantiations", "compile_offline", "get_kernel", "warm", "GemvLaunch",
            "bind", "run", "HEADER", "MAX_REGISTERS", "MAX_EXTENT"]
@@ -159,9 +159,17 @@ W_VEC, X_VEC = 1, 2
 #: 'stream_k'. docs/design/gemv.md, fourth round, says why and what was measured.
 SPLITS = MappingProxyType({1: "rows", 2: "rows", 4: "stream_k", 8: "stream_k"})
 #: the row-block split's mma_k tiles per token groups: (row groups of 16 per warp, 16-byte vectors
-#: per row per step, PIPE): one 16-row MMA tile x 128 bytes of each row per warp step, a register
-#: ring of two steps with the activations prefetched (the round-3 sweep's pick for gemv_kernel)
-ROWS_TILES = MappingProxyType({1: (1, 2, 2 | X_PRE), 2: (1, 2, 2 | X_PRE)})
+#: per row per step, PIPE). T <= 8: one 16-row MMA tile x 64 bytes of each row per warp step, a
+#: register ring of four steps with the activations prefetched: 76 registers, so 24 warps per SM
+#: and more blocks x warps in flight (the H100 sweep, bench/results/gemv_rows_*_2ea2fde: geomean
+#: 3% under the 128-byte two-step ring at 90 registers / 20 warps, gate/up 0.93x -> 1.0x of
+#: cuBLAS). T = 16: 128 bytes per row step, two steps, activations prefetched (124 registers; the
+#: leaner rings lost 5% there)
+ROWS_TILES = MappingProxyType({1: (1, 1, 4 | X_PRE), 2: (1, 2, 2 | X_PRE)})
+#: warps resident per SM with ROWS_TILES' instantiation (sm_90 ptxas: 76 registers -> 24, 124 ->
+#: 16; the driver's count on an H100): the plan's default, which bind() replaces by the
+#: driver's count on the device
+ROWS_RESIDENT_WARPS = MappingProxyType({1: 24, 2: 16})
 #: the most warps of a row-block CTA (the header's __launch_bounds__(512, 1))
 MAX_ROWS_WARPS = 16
 
@@ -424,7 +432,7 @@ def plan(desc, sm_count: int, occupancy: int | None = None, align: tuple | None 
     split applies, the mma_k mainloop with both operands in 16-byte vectors and at most 16
     tokens, and no ``tiles`` are given; else 'stream_k'). The row-block split reads ``tiles`` as
     (row groups, vectors per row, PIPE), ignores ``occupancy`` and sizes its CTAs for
-    ``resident_warps`` warps per SM (default :data:`ASSUMED_RESIDENT_THREADS` / 32): the
+    ``resident_warps`` warps per SM (default :data:`ROWS_RESIDENT_WARPS`): the
     largest number of warps per CTA with one resident CTA per row block (:func:`_plan_rows`).
     ValueError where :func:`gemv_applies` says no, or where 'rows' is asked and does not apply.
 
@@ -498,12 +506,12 @@ def _plan_rows(kind, cn, tg, loads, rg, kv, pipe, sm_count, resident_warps) -> G
     >>> from pyblasgemm._types import TYPE_ROWS
     >>> d = describe("doc", TYPE_ROWS["b"], "fp32", "T", "N", 4096, 1, 4096, 4096, 4096, 4096, 1, 0, 0,
     ...              0, "cupy", 0, (16,), 1.0, 0.0)
-    >>> s = plan(d, 132, split="rows")          # 256 blocks of 16 rows, 8 warps each, 2 CTAs per SM
+    >>> s = plan(d, 132, split="rows")          # 256 blocks of 16 rows, 12 warps each, 2 CTAs per SM
     >>> s.row_tiles, s.wk, s.ctas, s.occupancy, s.threads
-    (256, 8, 256, 2, 256)
+    (256, 12, 256, 2, 384)
     """
     if resident_warps is None:
-        resident_warps = ASSUMED_RESIDENT_THREADS // 32
+        resident_warps = ROWS_RESIDENT_WARPS[tg]
     if type(resident_warps) is not int or resident_warps < 1:
         raise ValueError(f"gemv.plan: resident_warps={resident_warps!r} must be an int >= 1")
     eb = kind.elem_bytes
