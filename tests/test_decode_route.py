@@ -75,3 +75,12 @@ def test_rule_reasons_name_the_limit():
     assert spec is None and "hgemm / bgemm" in why
     spec, why = decode.decode_rule(_linear(4, 3584, 4608), 132)      # the smallest layer measured: taken
     assert spec is not None and spec.split == "rows" and spec.weight_bytes >= decode.MIN_WEIGHT_BYTES
+
+
+def test_matmuls_one_row_view_takes_the_route():
+    """pyblasgemm.matmul(x, W.T) with x of one row is planned column-major as given: NN, m = 1,
+    lda = 1 (the device run of e428603 found the route refused there: the unit token stride
+    denied the activations their vectors). One token reads no stride: the route takes it."""
+    p = plan(1, 7168, 4608, "f16", arch="sm_90")
+    assert p.problem.lda == 1 and p.decomposition == "gemv", p.explain()
+    assert p.launch.split == "rows" and p.launch.T == 1 and p.launch.R == 7168

@@ -384,3 +384,18 @@ def test_emulated_rows_split_is_exact(prefix, t):
     assert (s.ctas, s.row_tiles, s.wk) == (1, 3, 1)
     e = gemv_emulator.run_rows(s, np.ones((40, 4 * unit)), np.ones((t, 4 * unit)))
     assert e.contributors == {0: [0], 1: [0], 2: [0]} and np.all(e.c == 4 * unit)
+
+
+def test_one_token_with_a_unit_leading_dimension_takes_vectors():
+    """matmul's view of a 1 x K activation row: column-major NN, m = 1, lda = 1 (the token stride
+    is 1, never used). Both operands still take 16-byte vectors, the row-block split runs it, and
+    the emulation is exact; with two tokens the same stride forbids vectors."""
+    d = describe("t", TYPE_ROWS["h"], "fp32", "N", "N", 1, 700, 4096, 1, 4096, 1, 1, 0, 0, 0,
+                 "cupy", 0, (256,), 1.0, 0.0)
+    s = gemv.plan(d, 132)
+    assert (s.orient, s.T, s.R, s.canonical.x_ts, s.canonical.x_ks) == ("m", 1, 700, 1, 1)
+    assert s.loads == gemv.W_VEC | gemv.X_VEC and s.split == "rows"
+    _check(s, np.random.default_rng(1))
+    d2 = describe("t", TYPE_ROWS["h"], "fp32", "N", "N", 2, 700, 4096, 2, 4096, 2, 1, 0, 0, 0,
+                  "cupy", 0, (256,), 1.0, 0.0)
+    assert not gemv.plan(d2, 132).loads & gemv.X_VEC

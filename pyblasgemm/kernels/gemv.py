@@ -335,7 +335,10 @@ def _loads(cn: Canonical, path: str, w_vb: int, x_vb: int, eb: int, w_align: int
             bits |= W_VEC
     elif w_align % w_vb == 0 and (cn.w_ks * eb) % w_vb == 0 and cn.R % (w_vb // eb) == 0:
         bits |= W_VEC
-    if cn.x_ks == 1 and x_align % x_vb == 0 and (cn.x_ts * eb) % x_vb == 0 and cn.K % (x_vb // eb) == 0:
+    # one token: its stride is never used (tokens past T read token T - 1 = 0), so a 1 x K row
+    # that a caller describes with ld = 1 (matmul's 1-row x) still takes vectors
+    if cn.x_ks == 1 and x_align % x_vb == 0 and (cn.T == 1 or (cn.x_ts * eb) % x_vb == 0) \
+            and cn.K % (x_vb // eb) == 0:
         bits |= X_VEC
     return bits
 
