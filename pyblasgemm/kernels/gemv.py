@@ -3,7 +3,7 @@
 A problem whose C has at most :data:`MAX_TOKENS` rows or columns reads its larger operand (the
 *weight*, R x K) once and the smaller one (the *activations*, T x K, T <= 64) many times from
 cache: its time is the weight's bytes over the memory bandwidth. This module is a separate
-entry point for that kernel: the lead wires it into the planner after measuring it.
+entry point for that kernel; the planner's decode route (:mod:`pyblasgemm.planner.decode`) calls it.
 
 * :func:`gemv_applies` (pure): can the kernel compute this :class:`~pyblasgemm.desc.GemmDesc`?
 * :func:`plan` (pure): kernel instantiation, grid, workspace, and every argument but pointers
