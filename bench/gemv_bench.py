@@ -22,6 +22,12 @@
   yardstick s / ours s (> 1: ours faster).
 * checked first: the kernel's y on 64 sampled output features against float64 from host copies
   (error within 2^-7 (bf16) / 2^-10 (fp16) of |W| @ |x|); a failing shape is not timed.
+* where the kernel takes the row-block split by default (gemv.SPLITS: T <= 16, 16-byte vectors),
+  the stream-k split of the same problem is timed beside it on the same bytes (``stream_k``,
+  with ``ratio_*_stream_k``): the before / after of the split in one run.
+* ``--rows-sweep``: first the row-block split's variants (ROWS_VARIANTS: rings with fewer
+  registers, so more warps resident), graph replay on every layer at M = 1 and 16; the pick per
+  token-group count (smallest geometric-mean time) then serves the main table's rows.
 * ``--sweep``: a few other tile shapes and residencies of the kernel on two layers (M = 1, 16),
   for choosing gemv.TILES; ``--quick``: two layers, M = 1 and 16.
 
@@ -151,7 +157,8 @@ def _check(torch, rot, m, n, k, dtype_name) -> dict:
     return {"max_rel_err": err, "tolerance": tol, "ok": bool(np.isfinite(got).all() and err <= tol)}
 
 
-def measure(cp, torch, gemv, layer, m, dtype_name, tiles=None, occupancy=None, with_yardsticks=True) -> dict:
+def measure(cp, torch, gemv, layer, m, dtype_name, tiles=None, occupancy=None, with_yardsticks=True, split=None,
+            resident_warps=None, rows_tiles=None) -> dict:
     k, n = LAYERS[layer]
     dtype = getattr(torch, dtype_name)
     eb = 2
@@ -160,7 +167,9 @@ def measure(cp, torch, gemv, layer, m, dtype_name, tiles=None, occupancy=None, w
     copies = max(2, math.ceil(2 * l2 / (w_bytes + xy_bytes)))
     rot = Rotation(torch, n, k, m, dtype, copies, seed=zlib.crc32(f"{layer} {m} {dtype_name}".encode()))
     desc = _desc(m, n, k, dtype_name, (rot.w[0].data_ptr(), rot.x[0].data_ptr(), rot.y[0].data_ptr()))
-    launch = gemv.bind(desc, tiles=tiles, occupancy=occupancy)
+    if rows_tiles is not None and tiles is None and split is None and gemv.plan(desc, 132).split == "rows":
+        tiles, split = rows_tiles, "rows"       # the row-block sweep's pick in place of gemv.ROWS_TILES
+    launch = gemv.bind(desc, tiles=tiles, occupancy=occupancy, split=split, resident_warps=resident_warps)
     ptrs = [(w.data_ptr(), x.data_ptr(), y.data_ptr()) for w, x, y in zip(rot.w, rot.x, rot.y)]
     stream = torch.cuda.current_stream().cuda_stream
 
@@ -168,12 +177,15 @@ def measure(cp, torch, gemv, layer, m, dtype_name, tiles=None, occupancy=None, w
         pw, px, py = ptrs[rot.next()]
         launch(pw, px, py, 1.0, 0.0, stream)
 
+    def spec_of(s):
+        return {"split": s.split, "path": s.path, "tiles": [s.p1, s.p2, s.wr, s.wk], "pipe": s.pipe,
+                "threads": s.threads, "ctas": s.ctas, "smem": s.smem, "occupancy": s.occupancy,
+                "row_tiles": s.row_tiles, "csteps": s.csteps, "shared_tiles": s.slots > 0, "loads": s.loads,
+                "kernel": s.kernel_name}
     s = launch.spec
-    row = {"layer": layer, "m": m, "n": n, "k": k, "dtype": dtype_name, "weight_copies": copies,
-           "spec": {"path": s.path, "tiles": [s.p1, s.p2, s.wr, s.wk], "pipe": s.pipe, "threads": s.threads,
-                    "ctas": s.ctas, "smem": s.smem,
-                    "occupancy": s.occupancy, "row_tiles": s.row_tiles, "csteps": s.csteps,
-                    "shared_tiles": s.slots > 0, "loads": s.loads, "kernel": s.kernel_name}}
+    row = {"layer": layer, "m": m, "n": n, "k": k, "dtype": dtype_name, "weight_copies": copies, "spec": spec_of(s)}
+    # the row-block split's before: the stream-k split of the same problem, same bytes
+    alt = gemv.bind(desc, split="stream_k") if with_yardsticks and s.split == "rows" else None
     ours()
     torch.cuda.synchronize()
     row["check"] = _check(torch, rot, m, n, k, dtype_name)
@@ -181,6 +193,18 @@ def measure(cp, torch, gemv, layer, m, dtype_name, tiles=None, occupancy=None, w
         row["failure"] = "the GEMV kernel's result is outside the tolerance: not timed"
         return row
     fns = {"ours": ours}
+    if alt is not None:
+        row["stream_k_spec"] = spec_of(alt.spec)
+
+        def ours_stream_k():
+            pw, px, py = ptrs[rot.next()]
+            alt(pw, px, py, 1.0, 0.0, stream)
+        fns["stream_k"] = ours_stream_k
+        ours_stream_k()
+        torch.cuda.synchronize()
+        row["stream_k_check"] = _check(torch, rot, m, n, k, dtype_name)
+        if not row["stream_k_check"]["ok"]:
+            del fns["stream_k"]
     if with_yardsticks:
         def torch_mm():
             i = rot.next()
@@ -202,6 +226,8 @@ def measure(cp, torch, gemv, layer, m, dtype_name, tiles=None, occupancy=None, w
     host = paired_host_us(fns, calls=200, rounds=3, warmup=5)
     # the graph-captured form of each contender: the stream comes from the capture
     in_graph = {"ours": lambda h: launch(*ptrs[rot.next()], 1.0, 0.0, h)}
+    if "stream_k" in fns:
+        in_graph["stream_k"] = lambda h: alt(*ptrs[rot.next()], 1.0, 0.0, h)
     if "torch" in fns:
         in_graph["torch"] = lambda h: fns["torch"]()
     for name, fn in fns.items():
@@ -228,6 +254,11 @@ def measure(cp, torch, gemv, layer, m, dtype_name, tiles=None, occupancy=None, w
         row["ratio_single"] = row[best1]["single_s"] / row["ours"]["single_s"]
         if "graph_s" in row["ours"] and "graph_s" in row.get("torch", {}):
             row["ratio_graph_vs_torch"] = row["torch"]["graph_s"] / row["ours"]["graph_s"]
+        if "stream_k" in fns:
+            row["ratio_steady_stream_k"] = row[best]["steady_s"] / row["stream_k"]["steady_s"]
+            row["ratio_single_stream_k"] = row[best1]["single_s"] / row["stream_k"]["single_s"]
+            if "graph_s" in row["stream_k"] and "graph_s" in row.get("torch", {}):
+                row["ratio_graph_vs_torch_stream_k"] = row["torch"]["graph_s"] / row["stream_k"]["graph_s"]
     del rot
     return row
 
@@ -246,6 +277,15 @@ def summarize(rows) -> dict:
         sel = [r for r in ok if r["m"] == m]
         if sel:
             out[f"m{m}"] = {"geomean_ratio_steady": _geomean([r["ratio_steady"] for r in sel]),
+                            "geomean_ratio_single": _geomean([r["ratio_single"] for r in sel]),
+                            "min_ratio_graph_vs_torch": min((r["ratio_graph_vs_torch"] for r in sel
+                                                             if r.get("ratio_graph_vs_torch")), default=None),
+                            "min_ratio_single": min(r["ratio_single"] for r in sel),
+                            "geomean_ratio_graph_vs_torch_stream_k":
+                                _geomean([r.get("ratio_graph_vs_torch_stream_k") for r in sel]),
+                            "geomean_ratio_single_stream_k": _geomean([r.get("ratio_single_stream_k") for r in sel]),
+                            "min_graph_pct_peak": min((r["ours"].get("graph_pct_peak") for r in sel
+                                                       if r["ours"].get("graph_pct_peak")), default=None),
                             "geomean_ratio_graph_vs_torch": _geomean([r.get("ratio_graph_vs_torch") for r in sel]),
                             "max_graph_pct_peak": max((r["ours"].get("graph_pct_peak") for r in sel
                                                        if r["ours"].get("graph_pct_peak")), default=None),
@@ -263,9 +303,84 @@ def _line(r) -> str:
     pct = f"{o['pct_peak']:5.1f}%" if "pct_peak" in o else "   - "
     yard = f"{r.get('yardstick', '-'):5s} x{r.get('ratio_steady', float('nan')):.3f}" if "ratio_steady" in r else ""
     graph = f" graph {o['graph_s'] * 1e6:7.2f} us {o.get('graph_pct_peak', 0):5.1f}%" if "graph_s" in o else ""
+    sk = r.get("stream_k", {})
+    before = (f" | stream_k graph {sk['graph_s'] * 1e6:7.2f} us x{r.get('ratio_graph_vs_torch_stream_k', 0):.3f}"
+              if "graph_s" in sk else "")
+    torch_g = r.get("torch", {}).get("graph_s")
+    vs = f" torch graph {torch_g * 1e6:7.2f} us x{r.get('ratio_graph_vs_torch', 0):.3f} single x{r.get('ratio_single', 0):.3f}" \
+        if torch_g else ""
     return (f"{r['layer']:18s} m={r['m']:3d} {r['dtype']:8s} ours {o['steady_s'] * 1e6:8.2f} us "
-            f"{o['gbps']:7.0f} GB/s {pct} host {o.get('host_us', 0):5.1f} us{graph}  {yard}  "
-            f"{r['spec']['path']} {r['spec']['tiles']} pipe={r['spec'].get('pipe', 0)} ctas={r['spec']['ctas']}")
+            f"{o['gbps']:7.0f} GB/s {pct} host {o.get('host_us', 0):5.1f} us{graph}  {yard}{vs}  "
+            f"{r['spec'].get('split', '')} {r['spec']['path']} {r['spec']['tiles']} pipe={r['spec'].get('pipe', 0)} "
+            f"ctas={r['spec']['ctas']}{before}")
+
+
+#: --rows-sweep: token groups -> [(name, tiles (RG, KV, _, _, PIPE) of the row-block split or None
+#: for gemv.ROWS_TILES')]: rings with fewer registers (more warps resident per SM, so more blocks x
+#: warps in flight at once) beside the default; ptxas (sm_90): T <= 8 kv2r2x 90 registers (20 warps
+#: per SM), kv1r4x 76, rg2r2 72, kv1r3x 80 (24); T = 16 base 124 (16), kv2r2 92 (20), kv1r3 62
+#: (32), kv1r2 52 (32). The first H100 sweep (2ea2fde) picked kv1r4x at T <= 8 over the then base
+#: kv2r2x (gemv.ROWS_TILES now holds it: "base" below is kv1r4x), base at T = 16.
+ROWS_VARIANTS = {1: [("base", None), ("kv2r2x", (1, 2, 0, 0, 2 | 8)), ("rg2r2", (2, 1, 0, 0, 2)),
+                     ("kv1r3x", (1, 1, 0, 0, 3 | 8))],
+                 2: [("base", None), ("kv2r2", (1, 2, 0, 0, 2)), ("kv1r3", (1, 1, 0, 0, 3)),
+                     ("kv1r2", (1, 1, 0, 0, 2))]}
+ROWS_SWEEP_TOKENS = {1: 1, 2: 16}
+
+
+def rows_sweep(cp, torch, gemv, layers) -> tuple:
+    """Graph replays of the row-block split's variants (ROWS_VARIANTS) beside torch.matmul's,
+    bfloat16, every layer at M = 1 and 16; (rows, picks): picks = {token groups: the tiles of the
+    variant with the smallest geometric-mean time (ties: the earlier)}."""
+    out, times = [], {g: {nm: [] for nm, _ in v} for g, v in ROWS_VARIANTS.items()}
+    for g, variants in ROWS_VARIANTS.items():
+        m = ROWS_SWEEP_TOKENS[g]
+        for layer in layers:
+            k, n = LAYERS[layer]
+            copies = max(2, math.ceil(2 * cp.cuda.Device().attributes["L2CacheSize"] / (n * k * 2)))
+            rot = Rotation(torch, n, k, m, torch.bfloat16, copies, seed=zlib.crc32(f"{layer} {m} bfloat16".encode()))
+
+            def torch_mm(h):
+                i = rot.next()
+                torch.matmul(rot.x[i], rot.w[i].T, out=rot.y[i])
+            t_torch = _graph_s(cp, torch, torch_mm)
+            line = [f"rows-sweep {layer:18s} m={m:2d} torch {t_torch * 1e6:6.2f} us |"]
+            for name, tiles in variants:
+                r = {"layer": layer, "m": m, "variant": name, "tiles": tiles, "torch_graph_s": t_torch}
+                try:
+                    desc = _desc(m, n, k, "bfloat16", (rot.w[0].data_ptr(), rot.x[0].data_ptr(), rot.y[0].data_ptr()))
+                    launch = gemv.bind(desc, tiles=tiles, split="rows")
+                    ptrs = [(w.data_ptr(), x.data_ptr(), y.data_ptr()) for w, x, y in zip(rot.w, rot.x, rot.y)]
+                    launch(*ptrs[rot.next()], 1.0, 0.0, torch.cuda.current_stream().cuda_stream)
+                    torch.cuda.synchronize()
+                    r["check"] = _check(torch, rot, m, n, k, "bfloat16")
+                    sp = launch.spec
+                    r.update(wk=sp.wk, ctas=sp.ctas, occupancy=sp.occupancy, resident_warps=sp.occupancy * sp.wk,
+                             blocks=sp.row_tiles, kernel=sp.kernel_name)
+                    if r["check"]["ok"]:
+                        t = _graph_s(cp, torch, lambda h: launch(*ptrs[rot.next()], 1.0, 0.0, h))
+                        r.update(graph_s=t, ratio_graph_vs_torch=t_torch / t, weight_tbps=n * k * 2 / t / 1e12)
+                        times[g][name].append(t)
+                        line.append(f"{name} {t * 1e6:6.2f} (wk {sp.wk} x{t_torch / t:.3f})")
+                    else:
+                        times[g][name].append(float("inf"))
+                        line.append(f"{name} WRONG")
+                except Exception as e:      # recorded, not hidden
+                    r["failure"] = f"{type(e).__name__}: {e}"[:300]
+                    times[g][name].append(float("inf"))
+                    line.append(f"{name} FAIL")
+                out.append(r)
+            print(" ".join(line), flush=True)
+            del rot
+            torch.cuda.empty_cache()
+    picks, geo = {}, {}
+    for g, variants in ROWS_VARIANTS.items():
+        geo[g] = {nm: float(np.exp(np.mean(np.log(ts)))) for nm, ts in times[g].items()}
+        best = min(variants, key=lambda v: geo[g][v[0]])
+        picks[g] = best[1]
+        print(f"rows-sweep token groups {g}: geomean us " + " ".join(f"{nm} {t * 1e6:.2f}" for nm, t in geo[g].items())
+              + f" -> {best[0]}", flush=True)
+    return out, picks, geo
 
 
 def main(argv=None) -> int:
@@ -274,6 +389,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="two layers, M = 1 and 16")
     ap.add_argument("--dtypes", default="bfloat16,float16", help="comma list of bfloat16,float16")
     ap.add_argument("--sweep", action="store_true", help="also other tiles / residencies on two layers")
+    ap.add_argument("--rows-sweep", action="store_true", help="also the row-block split's variants (graph replay)")
     ap.add_argument("--tokens", default=None, help="comma list of token counts (default 1,4,16,64)")
     ap.add_argument("--layers", default=None, help="comma list of layer names (default all)")
     ap.add_argument("--tiles-json", default=None,
@@ -310,15 +426,23 @@ def main(argv=None) -> int:
         return (tuple(v[:5]), v[5]) if v else (None, None)
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     # compile every instantiation the run needs in parallel first (seconds each, once)
-    gemv.warm({gemv.plan(_desc(m, LAYERS[lay][1], LAYERS[lay][0], d, (16,)), sms, tiles=override(m)[0]).kernel_name
-               for d in dtypes for lay in layers for m in tokens})
+    gemv.warm({gemv.plan(_desc(m, LAYERS[lay][1], LAYERS[lay][0], d, (16,)), sms, tiles=override(m)[0],
+                         split=split).kernel_name
+               for d in dtypes for lay in layers for m in tokens for split in (None, "stream_k")})
+    rows_picks = {}
+    if args.rows_sweep:
+        sw_rows, rows_picks, geo = rows_sweep(cp, torch, gemv, layers)
+        doc["rows_sweep"] = {"rows": sw_rows, "picks": {str(g): t for g, t in rows_picks.items()},
+                             "geomean_graph_s": {str(g): v for g, v in geo.items()},
+                             "variants": {str(g): v for g, v in ROWS_VARIANTS.items()}}
     rows = []
     for dtype_name in dtypes:
         for layer in layers:
             for m in tokens:
                 try:
                     tiles, occ = override(m)
-                    r = measure(cp, torch, gemv, layer, m, dtype_name, tiles=tiles, occupancy=occ)
+                    r = measure(cp, torch, gemv, layer, m, dtype_name, tiles=tiles, occupancy=occ,
+                                rows_tiles=rows_picks.get(gemv._token_groups(m)))
                 except Exception as e:      # recorded, not hidden
                     r = {"layer": layer, "m": m, "dtype": dtype_name, "failure": f"{type(e).__name__}: {e}"[:400]}
                 rows.append(r)

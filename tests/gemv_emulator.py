@@ -8,7 +8,10 @@ It mirrors the device code's index arithmetic, so the CPU tests can prove it exa
   sums; it returns the lanes' accumulators, which :func:`coord` places in C;
 * :func:`run` - the CTA framework: the grid's unit ranges, each row tile's contributors, the
   workspace slots ``rt + c``, the warps-along-k and KSPLIT sums in order, and the finisher's sum
-  in contributor order; it returns C and the bookkeeping tests check (coverage, slot use).
+  in contributor order; it returns C and the bookkeeping tests check (coverage, slot use);
+* :func:`run_rows` - the row-block split (gemv_rows_kernel): CTA c takes row blocks c, c + G,
+  ...; its WK warps take warp steps w, w + WK, ...; their sums are added in warp order and
+  stored, no workspace.
 
 Example::
 
@@ -33,7 +36,7 @@ import numpy as np
 
 from pyblasgemm.kernels import gemv
 
-__all__ = ["mma", "warp_accumulators", "coord", "lane_at", "run", "Emulation"]
+__all__ = ["mma", "warp_accumulators", "coord", "lane_at", "run", "run_rows", "Emulation"]
 
 
 # ---- mma.sync fragments (PTX ISA, "Matrix fragments for mma.m16n8k16 / m16n8k32") -----------------
@@ -344,3 +347,40 @@ def run(spec, w, x, alpha=1.0, beta=0.0, c=None) -> Emulation:
             stored[r, tok] += 1
     return Emulation(result, coverage.reshape(spec.row_tiles * WR, wsteps), stored, sorted(ws),
                      contributors)
+
+
+def run_rows(spec, w, x, alpha=1.0, beta=0.0, c=None) -> Emulation:
+    """C (R x T) = alpha W Xᵀ + beta C the way gemv_rows_kernel computes it (``spec.split ==
+    'rows'``): blocks grid-stride over the CTAs, warp steps interleaved over the CTA's warps,
+    the warps' sums added in warp order."""
+    assert spec.split == "rows" and spec.wr == 1 and spec.slots == 0
+    R, T, K = spec.R, spec.T, spec.K
+    rows, kstep, out = _geometry(spec)
+    WK, G = spec.wk, spec.ctas
+    wsteps = -(-K // kstep)
+    assert spec.cta_rows == rows and spec.row_tiles == -(-R // rows) and spec.csteps == -(-wsteps // WK)
+    c = np.zeros((R, T)) if c is None else np.array(c, dtype=float)
+    result = c.copy()
+    coverage = np.zeros((spec.row_tiles, 1, wsteps), dtype=int)
+    stored = np.zeros((R, T), dtype=int)
+    contributors: dict = {}
+    for cta in range(G):
+        for blk in range(cta, spec.row_tiles, G):
+            contributors.setdefault(blk, []).append(cta)
+            park = np.zeros((WK, out * 32))
+            for warp in range(WK):
+                steps = list(range(warp, wsteps, WK))
+                for ks in steps:
+                    coverage[blk, 0, ks] += 1
+                park[warp] = warp_accumulators(spec, w, x, blk * rows, steps)[:, :out].T.reshape(-1)
+            for e in range(out * 32):
+                r, tok = coord(spec, e >> 5, e & 31)
+                r += blk * rows
+                if r >= R or tok >= T:
+                    continue
+                v = park[0, e]
+                for k in range(1, WK):
+                    v += park[k, e]
+                result[r, tok] = alpha * v + (beta * c[r, tok] if beta != 0 else 0.0)
+                stored[r, tok] += 1
+    return Emulation(result, coverage.reshape(spec.row_tiles, wsteps), stored, [], contributors)

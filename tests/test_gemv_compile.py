@@ -111,6 +111,9 @@ def test_register_bound_is_the_headers_launch_bounds():
     assert 65536 // (threads * blocks) == gemv.MAX_REGISTERS
     # every tile's CTA fits the launch bound
     assert max(32 * wr * wk for tiles in gemv.TILES.values() for (_, _, wr, wk) in tiles.values()) <= threads
+    # the row-block kernel: up to MAX_ROWS_WARPS warps in one CTA, the same register bound
+    threads, blocks = map(int, re.search(r"__launch_bounds__\((\d+), (\d+)\)\ngemv_rows_kernel", text).groups())
+    assert threads == 32 * gemv.MAX_ROWS_WARPS and 65536 // (threads * blocks) == gemv.MAX_REGISTERS
 
 
 def test_wrong_arch_fails_loudly():

@@ -138,15 +138,15 @@ def _desc(c):
                     "cupy", 0, (isz if offset else 16,), 1.0, 0.0)
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def _warm():
-    """Compile every instantiation the module uses, in parallel threads, first."""
+    """Compile every instantiation CASES uses, in parallel threads, first."""
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     gemv.warm({gemv.plan(_desc(c), sms).kernel_name for c in CASES})
 
 
 @pytest.mark.parametrize("prefix,compute", ROUTES, ids=[f"{p}-{c}" for p, c in ROUTES])
-def test_every_layout_token_count_and_size(prefix, compute):
+def test_every_layout_token_count_and_size(prefix, compute, _warm):
     rng = np.random.default_rng(zlib.crc32(f"{prefix} {compute}".encode()))
     mine = [c for c in CASES if c[0] == prefix]
     for n_case, (_, _, lay, m, n, k, pad, (alpha, beta), offset) in enumerate(mine):
@@ -186,10 +186,16 @@ def test_large_k_split_is_exact_for_int8():
     """int8 at K = 65536: every partial and the cross-CTA sum exact (int32), bitwise repeatable."""
     rng = np.random.default_rng(3)
     p = Problem("i", "int32", "T", "N", 512, 3, 65536, 0, 1, 0, rng)
-    launch = gemv.bind(p.desc)
+    launch = gemv.bind(p.desc, split="stream_k")
     assert launch.spec.slots > 0
     launch(p.pa, p.pb, p.pc, 1, 0)
     p.check(p.result(), "int8 K=65536")
+    # the row-block split of the same problem: 32 blocks, 16 warps each, sums in warp order
+    p.reset()
+    rows = gemv.bind(p.desc, split="rows")
+    assert rows.spec.split == "rows" and rows.spec.wk == 16
+    rows(p.pa, p.pb, p.pc, 1, 0)
+    p.check(p.result(), "int8 K=65536, row blocks")
 
 
 def _sweep_variants():
@@ -257,3 +263,133 @@ def test_ring_variants_of_the_sweep(g, name):
         p.reset()
         launch(p.pa, p.pb, p.pc, alpha, beta)
         assert np.array_equal(first.view(np.uint8), p.result().view(np.uint8)), f"{what}: not bitwise repeatable"
+
+
+#: the row-block split (gemv_rows_kernel): weight rows (partial last block, one row, a block per
+#: CTA and grid-stride), K in vectors of 16 bytes with tails past the last whole 64-element step
+#: (8, 56, 264, 1000, 4104: every K % 64 but one nonzero), tokens across both token groups
+ROWS_SIZES = [(1, 8), (7, 56), (33, 264), (257, 1000), (1000, 4104), (4096, 1000), (4099, 64)]
+ROWS_TOKENS = [1, 3, 7, 8, 9, 16]
+#: (grid SMs or None for the device's, warps resident per SM or None for the driver's count)
+ROWS_GRIDS = [(None, None), (3, 2), (1, 1), (5, 20)]
+
+
+@pytest.mark.parametrize("prefix,compute", [("b", "fp32"), ("h", "fp32"), ("sb", "fp32"), ("i", "int32")],
+                         ids=["b", "h", "sb", "i"])
+def test_rows_split(prefix, compute):
+    """The row-block split (x @ W.T, 16-byte vectors, T <= 16) against float64 (int64): every
+    size of ROWS_SIZES with every token count, the grid of the device and grids that put several
+    blocks on one CTA (grid-stride) or one warp per CTA; alpha / beta with beta = 0 over a
+    NaN-filled C, C poisoned outside the matrix, bitwise equal on a second call, and the
+    stream-k split of the same problem within the same tolerance."""
+    rng = np.random.default_rng(zlib.crc32(f"rows {prefix}".encode()))
+    i = 0
+    for (R, K), t in itertools.product(ROWS_SIZES, ROWS_TOKENS):
+        K = K if prefix != "i" else 16 * (-(-K // 16))          # int8 vectors: 16 elements
+        sms, warps = ROWS_GRIDS[i % len(ROWS_GRIDS)]
+        alpha, beta = _scales(prefix, i)
+        i += 1
+        p = Problem(prefix, compute, "T", "N", R, t, K, 0, alpha, beta, rng)
+        launch = gemv.bind(p.desc, split="rows", sm_count=sms, resident_warps=warps)
+        s = launch.spec
+        assert s.split == "rows" and s.loads == 3 and s.workspace_bytes == 0
+        what = f"rows {prefix} R={R} T={t} K={K} wk={s.wk} ctas={s.ctas}/{s.row_tiles} sms={sms} warps={warps}"
+        launch(p.pa, p.pb, p.pc, alpha, beta)
+        first = p.result()
+        p.check(first, what)
+        p.reset()
+        launch(p.pa, p.pb, p.pc, alpha, beta)
+        assert np.array_equal(first.view(np.uint8), p.result().view(np.uint8)), f"{what}: not bitwise repeatable"
+        if i % 3 == 0:
+            p.reset()
+            gemv.bind(p.desc, split="stream_k", sm_count=sms)(p.pa, p.pb, p.pc, alpha, beta)
+            p.check(p.result(), what + " (stream-k)")
+
+
+def _rows_variants():
+    """bench/gemv_bench.py's ROWS_VARIANTS ({token groups: [(name, tiles or None)]}): every ring
+    the row-block sweep may pick is checked here first."""
+    import importlib.util
+    import pathlib
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location("gemv_bench_rows", root / "bench" / "gemv_bench.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(root / "bench"))
+    return [(g, name, tiles) for g, v in mod.ROWS_VARIANTS.items() for name, tiles in v if tiles is not None]
+
+
+ROWS_VARIANT_CASES = _rows_variants()
+
+
+@pytest.mark.parametrize("g,name,tiles", ROWS_VARIANT_CASES, ids=[f"tg{g}-{n}" for g, n, _ in ROWS_VARIANT_CASES])
+def test_rows_split_variants_of_the_sweep(g, name, tiles):
+    """Each row-block ring the bench's sweep times: bfloat16 and int8, odd rows, K tails, token
+    counts of the group, the device's grid and a grid-stride one, C poisoned, bitwise repeat."""
+    rng = np.random.default_rng(zlib.crc32(f"rows variant {g} {name}".encode()))
+    i = 0
+    for prefix in ("b", "i"):
+        for (R, K), t in itertools.product(ROWS_SIZES[1:], (1, 5, 8) if g == 1 else (9, 16)):
+            K = K if prefix != "i" else 16 * (-(-K // 16))
+            sms, warps = ROWS_GRIDS[i % len(ROWS_GRIDS)]
+            alpha, beta = _scales(prefix, i)
+            i += 1
+            p = Problem(prefix, "int32" if prefix == "i" else "fp32", "T", "N", R, t, K, 0, alpha, beta, rng)
+            launch = gemv.bind(p.desc, tiles=tiles, split="rows", sm_count=sms, resident_warps=warps)
+            s = launch.spec
+            assert s.split == "rows" and (s.p1, s.p2, s.pipe) == (tiles[0], tiles[1], tiles[4])
+            what = f"rows {name} {prefix} R={R} T={t} K={K} wk={s.wk} ctas={s.ctas}/{s.row_tiles}"
+            launch(p.pa, p.pb, p.pc, alpha, beta)
+            first = p.result()
+            p.check(first, what)
+            p.reset()
+            launch(p.pa, p.pb, p.pc, alpha, beta)
+            assert np.array_equal(first.view(np.uint8), p.result().view(np.uint8)), f"{what}: not bitwise repeatable"
+
+
+def test_rows_split_grid_fits_the_device():
+    """On the device: decode layers take the row-block split by default, their CTAs all resident
+    at once (the driver's count for the chosen CTA size), one block per CTA."""
+    from pyblasgemm.kernels.driver import occupancy
+
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    for n, k, t in ((4096, 4096, 1), (14336, 4096, 4), (4096, 14336, 16), (18944, 3584, 1), (6144, 4096, 16)):
+        d = describe("test", TYPE_ROWS["b"], "fp32", "T", "N", n, t, k, k, k, n, 1, 0, 0, 0, "cupy",
+                     cp.cuda.Device().id, (16,), 1.0, 0.0)
+        launch = gemv.bind(d)
+        s = launch.spec
+        assert s.split == "rows", (n, k, t)
+        resident = occupancy(launch.kern.kernel.ptr, s.threads, s.smem)
+        assert s.ctas == s.row_tiles <= sms * resident, (n, k, t, s.ctas, resident, s.wk)
+
+
+def test_decode_route_through_matmul():
+    """``pyblasgemm.matmul(x, W.T)`` (CuPy float16, W as torch.nn.Linear holds it) at 1-8 tokens
+    on a 7168 x 4608 weight: the planner's decode route (the GEMV kernel's row-block split) on the
+    device it was measured on (sm_90 with H100 memory), against float64; 16 tokens, and other
+    devices, stay on the ordinary planner. Bitwise equal on a second call."""
+    import pyblasgemm
+    from pyblasgemm.planner import decode
+    from pyblasgemm.planner.arch import arch_for_device
+
+    arch = arch_for_device(cp.cuda.Device().id)
+    measured_device = arch.cc == decode.MEASURED_CC and arch.dram_bw < decode.MAX_DRAM_BW
+    rng = np.random.default_rng(33)
+    k, n = 4608, 7168                                   # 63 MiB of float16 weight
+    w = cp.asarray((rng.standard_normal((n, k)) * 0.02).astype(np.float16))
+    for t in (1, 3, 8, 16):
+        x = cp.asarray(rng.standard_normal((t, k)).astype(np.float16))
+        text = pyblasgemm.explain(x, w.T)
+        assert ("decode:" in text) == (measured_device and t <= decode.MAX_TOKENS), text
+        y = pyblasgemm.matmul(x, w.T)
+        ref = x.get().astype(np.float64) @ w.get().astype(np.float64).T
+        scale = np.abs(x.get().astype(np.float64)) @ np.abs(w.get().astype(np.float64)).T
+        err = np.max(np.abs(y.get().astype(np.float64) - ref) / (scale + 1e-30))
+        assert y.shape == (t, n) and err <= 2.0 ** -10, (t, err)
+        again = pyblasgemm.matmul(x, w.T)
+        assert cp.array_equal(y.view(cp.uint16), again.view(cp.uint16)), t

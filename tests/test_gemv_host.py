@@ -114,7 +114,7 @@ def test_plan_bounds(prefix, ta, tb, t):
             units = s.row_tiles * s.csteps
             assert 1 <= s.ctas <= min(units, sms * s.occupancy)
             assert s.smem <= 48 * 1024                     # no opt-in needed
-            assert s.threads <= 256 and s.threads % 32 == 0
+            assert s.threads <= (256 if s.split == "stream_k" else 32 * gemv.MAX_ROWS_WARPS) and s.threads % 32 == 0
             assert s.T <= 8 * s.token_groups and s.cta_rows * s.row_tiles >= s.R
             assert s.slots in (0, s.row_tiles + s.ctas)
             if s.ctas > s.row_tiles:
@@ -147,8 +147,10 @@ def test_load_classes():
 
 def test_instantiation_list_covers_every_kind_path_and_class():
     insts = gemv.all_instantiations()
-    assert len(insts) == len({i[4] for i in insts}) == 6 * 2 * 4 * 4
-    assert {(i[0], i[1]) for i in insts} == {
+    # 6 kinds x 2 weight layouts x 4 token groups x 4 load classes, then the row-block split: 5
+    # kinds on the mma_k mainloop x its token groups
+    assert len(insts) == len({i[4] for i in insts}) == 6 * 2 * 4 * 4 + 5 * len(gemv.ROWS_TILES)
+    assert {(i[0], i[1]) for i in insts if i[1] != "mma_k/rows"} == {
         ("f16", "mma_k"), ("f16", "mma_r"), ("bf16", "mma_k"), ("bf16", "mma_r"), ("f16_out32", "mma_k"),
         ("f16_out32", "mma_r"), ("bf16_out32", "mma_k"), ("bf16_out32", "mma_r"), ("s8", "mma_k"), ("s8", "fma_r"),
         ("f32", "fma_k"), ("f32", "fma_r")}
@@ -160,7 +162,7 @@ def _check(spec, rng, alpha=1.0, beta=0.0):
     w = rng.integers(-4, 5, size=(spec.R, spec.K))
     x = rng.integers(-4, 5, size=(spec.T, spec.K))
     c0 = rng.integers(-4, 5, size=(spec.R, spec.T))
-    e = gemv_emulator.run(spec, w, x, alpha, beta, c0)
+    e = (gemv_emulator.run_rows if spec.split == "rows" else gemv_emulator.run)(spec, w, x, alpha, beta, c0)
     want = alpha * (w @ x.T) + beta * c0
     assert np.array_equal(e.c, want), (spec.path, spec.R, spec.T, spec.K)
     assert e.coverage.min() == e.coverage.max() == 1, "every warp step of every row block once"
@@ -207,7 +209,7 @@ def test_mma_fragments_are_a_bijection():
 def test_one_contributor_stores_directly():
     # a grid of one CTA per row tile, no split: no workspace
     d = _desc("h", "T", "N", 64, 1, 64)
-    spec = gemv.plan(d, 1, 1)
+    spec = gemv.plan(d, 1, 1, split="stream_k")
     assert spec.slots == 0 and spec.workspace_bytes == 4 * spec.row_tiles
     e = gemv_emulator.run(spec, np.ones((64, 64)), np.ones((1, 64)))
     assert e.slots_used == [] and np.all(e.c == 64)
@@ -298,8 +300,9 @@ def test_ring_pipe_and_shared_memory():
     beside the parking area."""
     d = describe("t", TYPE_ROWS["b"], "fp32", "T", "N", 4096, 1, 4096, 4096, 4096, 4096, 1, 0, 0, 0,
                  "cupy", 0, (16,), 1.0, 0.0)
-    s = gemv.plan(d, 132)
+    s = gemv.plan(d, 132, split="stream_k")
     assert s.path == "mma_k" and s.loads == 3 and s.pipe == gemv.PIPES["mma_k"][1]
+    assert gemv.plan(d, 132).pipe == gemv.ROWS_TILES[1][2]            # the row-block split's own ring
     assert s.kernel_name.endswith(f", {s.pipe}>")
     for pipe, ring in ((0, 0), (2 | gemv.X_PRE, 0), (gemv.ASYNC | 4, 4 * (2 * 2 + 1) * 512),
                        (gemv.ASYNC, 0)):
@@ -316,3 +319,83 @@ def test_ring_pipe_and_shared_memory():
     assert gemv.plan(odd, 132).pipe == 0 and gemv.plan(odd, 132, tiles=(2, 1, 1, 4, gemv.ASYNC | 4)).pipe == 0
     # other mainloops never take one
     assert gemv.pipe_of("mma_r", 1, 3) == gemv.pipe_of("fma_k", 1, 3) == 0
+
+
+# ---- the row-block split -------------------------------------------------------------------------
+
+def test_rows_split_sizes_one_wave_of_whole_blocks():
+    """Decode layers (x @ W.T, 16-byte vectors, T <= 16) take the row-block split by default: every
+    block on its own resident CTA, the warps per CTA as many as that allows (<= the block's steps,
+    <= 16), no workspace; T > 16, tiles given, or element loads keep the stream-k split, and
+    asking for 'rows' where it cannot run is an error naming the reason."""
+    layers = [(4096, 6144), (4096, 4096), (4096, 14336), (14336, 4096), (3584, 4608), (3584, 18944), (18944, 3584)]
+    for k, n in layers:
+        for t in (1, 7, 16):
+            for sms, warps in ((132, 16), (132, 20), (78, 16)):
+                s = gemv.plan(_desc("b", "T", "N", n, t, k), sms, split=None, resident_warps=warps)
+                assert s.split == "rows" and s.path == "mma_k" and s.loads == 3 and s.wr == 1
+                assert s.workspace_bytes == 0 and s.slots == 0
+                assert s.row_tiles == -(-n // 16) and s.ctas == min(s.row_tiles, sms * s.occupancy)
+                assert s.occupancy == warps // s.wk and 1 <= s.wk <= gemv.MAX_ROWS_WARPS
+                wsteps = -(-k // gemv._geometry("mma_k", s.p1, s.p2, s.token_groups, 2)[1])
+                if s.wk < min(gemv.MAX_ROWS_WARPS, wsteps, warps):
+                    # one more warp per CTA would leave a block without a resident CTA
+                    assert s.row_tiles > sms * (warps // (s.wk + 1))
+                if s.row_tiles <= sms * warps:
+                    assert s.ctas == s.row_tiles                    # one wave, no grid-stride
+                assert s.smem == s.wk * 4 * s.token_groups * 128
+                assert any(s.kernel_name == i[4] for i in gemv.all_instantiations())
+    # llama3-8b o at T = 1: 256 blocks, 8 warps of 16 steps each (16 warps per SM), two CTAs per SM
+    s = gemv.plan(_desc("b", "T", "N", 4096, 1, 4096), 132, resident_warps=16)
+    assert (s.row_tiles, s.wk, s.ctas, s.csteps) == (256, 8, 256, 16)
+    # the default residency is the instantiation's (ROWS_RESIDENT_WARPS): 24 warps -> 12 per CTA
+    assert gemv.plan(_desc("b", "T", "N", 4096, 1, 4096), 132).wk == 12
+    assert gemv.plan(_desc("b", "T", "N", 4096, 33, 4096), 132).split == "stream_k"
+    assert gemv.plan(_desc("b", "T", "N", 4096, 1, 4099), 132).split == "stream_k"     # element loads
+    assert gemv.plan(_desc("b", "T", "N", 4096, 1, 4096), 132, tiles=(1, 2, 1, 4, 10)).split == "stream_k"
+    with pytest.raises(ValueError, match="split='rows' needs the mma_k mainloop"):
+        gemv.plan(_desc("b", "T", "N", 4096, 33, 4096), 132, split="rows")
+    with pytest.raises(ValueError, match="split='diagonal'"):
+        gemv.plan(_desc("b", "T", "N", 4096, 1, 4096), 132, split="diagonal")
+    with pytest.raises(ValueError, match="resident_warps=0"):
+        gemv.plan(_desc("b", "T", "N", 4096, 1, 4096), 132, split="rows", resident_warps=0)
+
+
+@pytest.mark.parametrize("prefix", ["h", "b", "i", "sb"])
+@pytest.mark.parametrize("t", [1, 7, 9, 16])
+def test_emulated_rows_split_is_exact(prefix, t):
+    """The row-block split emulated: odd R (a partial last block), K tails past the last whole
+    step, more warps than steps, one CTA for several blocks (grid-stride), alpha / beta; the
+    stream-k split of the same problems alike."""
+    rng = np.random.default_rng(100 + t)
+    unit = 16 if prefix == "i" else 8
+    for R, K, sms, warps in ((37, 10 * unit, 3, 4), (33, 3 * unit, 1, 2), (16, 130 * unit, 1, 16), (70, unit, 2, 1),
+                             (16, 3 * unit, 1, 16)):
+        d = _desc(prefix, "T", "N", R, t, K)
+        rows = gemv.plan(d, sms, split="rows", resident_warps=warps)
+        assert rows.split == "rows"
+        kstep = gemv._geometry("mma_k", rows.p1, rows.p2, rows.token_groups, rows.kind.elem_bytes)[1]
+        assert rows.wk <= -(-K // kstep)                                       # never more warps than steps
+        _check(rows, rng, *((2, -1) if prefix == "i" else (0.5, -1.5)))
+        _check(gemv.plan(d, sms, 1, split="stream_k"), rng)
+    # grid-stride: 3 blocks on one CTA slot
+    d = _desc(prefix, "T", "N", 40, t, 4 * unit)
+    s = gemv.plan(d, 1, split="rows", resident_warps=1)
+    assert (s.ctas, s.row_tiles, s.wk) == (1, 3, 1)
+    e = gemv_emulator.run_rows(s, np.ones((40, 4 * unit)), np.ones((t, 4 * unit)))
+    assert e.contributors == {0: [0], 1: [0], 2: [0]} and np.all(e.c == 4 * unit)
+
+
+def test_one_token_with_a_unit_leading_dimension_takes_vectors():
+    """matmul's view of a 1 x K activation row: column-major NN, m = 1, lda = 1 (the token stride
+    is 1, never used). Both operands still take 16-byte vectors, the row-block split runs it, and
+    the emulation is exact; with two tokens the same stride forbids vectors."""
+    d = describe("t", TYPE_ROWS["h"], "fp32", "N", "N", 1, 700, 4096, 1, 4096, 1, 1, 0, 0, 0,
+                 "cupy", 0, (256,), 1.0, 0.0)
+    s = gemv.plan(d, 132)
+    assert (s.orient, s.T, s.R, s.canonical.x_ts, s.canonical.x_ks) == ("m", 1, 700, 1, 1)
+    assert s.loads == gemv.W_VEC | gemv.X_VEC and s.split == "rows"
+    _check(s, np.random.default_rng(1))
+    d2 = describe("t", TYPE_ROWS["h"], "fp32", "N", "N", 2, 700, 4096, 2, 4096, 2, 1, 0, 0, 0,
+                  "cupy", 0, (256,), 1.0, 0.0)
+    assert not gemv.plan(d2, 132).loads & gemv.X_VEC

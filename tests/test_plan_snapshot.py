@@ -94,6 +94,9 @@ def _digest(lines) -> str:
 def _launch_lines(spec) -> list:
     if spec is None:
         return ["none"]
+    if hasattr(spec, "kernel_name") and hasattr(spec, "split"):      # the decode route's GemvSpec
+        return [f"{spec.kernel_name} split={spec.split} ctas={spec.ctas} threads={spec.threads} smem={spec.smem} "
+                f"blocks={spec.row_tiles} steps={spec.csteps} sms={spec.sm_count} occ={spec.occupancy}"]
     out = [f"{spec.config.name} sms={spec.sm_count} occ={spec.occupancy} smem={spec.smem} "
            f"block={spec.block}", "geometry " + repr(sorted(dict(spec.geometry).items()))]
     out.append("args " + repr(sorted(dict(spec.args).items())))

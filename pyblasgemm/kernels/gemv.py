@@ -3,7 +3,7 @@
 A problem whose C has at most :data:`MAX_TOKENS` rows or columns reads its larger operand (the
 *weight*, R x K) once and the smaller one (the *activations*, T x K, T <= 64) many times from
 cache: its time is the weight's bytes over the memory bandwidth. This module is a separate
-entry point for that kernel: the lead wires it into the planner after measuring it.
+entry point for that kernel; the planner's decode route (:mod:`pyblasgemm.planner.decode`) calls it.
 
 * :func:`gemv_applies` (pure): can the kernel compute this :class:`~pyblasgemm.desc.GemmDesc`?
 * :func:`plan` (pure): kernel instantiation, grid, workspace, and every argument but pointers
@@ -27,9 +27,14 @@ Example
 ...              0, "cupy", 0, (16,), 1.0, 0.0)
 >>> gemv_applies(d)
 (True, '')
->>> s = plan(d, sm_count=132, occupancy=4)
->>> s.path, s.R, s.T, s.K, s.threads, s.ctas, s.row_tiles, s.csteps
-('mma_k', 4096, 1, 4096, 128, 528, 256, 16)
+>>> s = plan(d, sm_count=132)                 # the row-block split: 256 blocks of 16 rows, 12 warps each
+>>> s.split, s.path, s.R, s.T, s.K, s.threads, s.ctas, s.row_tiles, s.csteps
+('rows', 'mma_k', 4096, 1, 4096, 384, 256, 256, 11)
+>>> s.kernel_name
+'pyblasgemm::gemv::gemv_rows_kernel<pyblasgemm::gemv::KindBF16, 1, 1, 1, 12>'
+>>> s = plan(d, sm_count=132, occupancy=4, split="stream_k")
+>>> s.threads, s.ctas, s.row_tiles, s.csteps
+(128, 528, 256, 16)
 >>> s.kernel_name
 'pyblasgemm::gemv::gemv_kernel<pyblasgemm::gemv::KindBF16, 0, 1, 2, 1, 3, 1, 4, 10>'
 """
@@ -44,6 +49,7 @@ from .driver import function, launch_kernel, occupancy, set_max_dynamic_shared_m
 from .driver import stream as cu_stream
 
 __all__ = ["MAX_TOKENS", "GemvKind", "GEMV_KINDS", "TILES", "TILES_X_ELEM", "tiles_of", "PIPES", "X_PRE", "ASYNC", "NO_PREFETCH", "pipe_of", "ring_bytes",
+           "SPLITS", "ROWS_TILES", "ROWS_RESIDENT_WARPS", "MAX_ROWS_WARPS", "rows_kernel_name",
            "GemvSpec", "gemv_applies", "plan",
            "kernel_name", "all_instantiations", "compile_offline", "get_kernel", "warm", "GemvLaunch",
            "bind", "run", "HEADER", "MAX_REGISTERS", "MAX_EXTENT"]
@@ -145,6 +151,29 @@ TOKEN_GROUPS = (1, 2, 4, 8)
 W_VEC, X_VEC = 1, 2
 
 
+#: token groups -> how the mma_k mainloop with both operands in 16-byte vectors splits the work
+#: by default: 'rows' (gemv_rows_kernel: whole row blocks per CTA, K split over the CTA's warps
+#: only, no workspace; the weight's rows must give every resident warp a share, which decode
+#: layers' 3584-18944 rows do) or 'stream_k' (gemv_kernel: equal unit ranges across the grid,
+#: partials of shared row tiles summed in the kernel). Other mainloops and load classes:
+#: 'stream_k'. docs/design/gemv.md, fourth round, says why and what was measured.
+SPLITS = MappingProxyType({1: "rows", 2: "rows", 4: "stream_k", 8: "stream_k"})
+#: the row-block split's mma_k tiles per token groups: (row groups of 16 per warp, 16-byte vectors
+#: per row per step, PIPE). T <= 8: one 16-row MMA tile x 64 bytes of each row per warp step, a
+#: register ring of four steps with the activations prefetched: 76 registers, so 24 warps per SM
+#: and more blocks x warps in flight (the H100 sweep, bench/results/gemv_rows_*_2ea2fde: geomean
+#: 3% under the 128-byte two-step ring at 90 registers / 20 warps, gate/up 0.93x -> 1.0x of
+#: cuBLAS). T = 16: 128 bytes per row step, two steps, activations prefetched (124 registers; the
+#: leaner rings lost 5% there)
+ROWS_TILES = MappingProxyType({1: (1, 1, 4 | X_PRE), 2: (1, 2, 2 | X_PRE)})
+#: warps resident per SM with ROWS_TILES' instantiation (sm_90 ptxas: 76 registers -> 24, 124 ->
+#: 16; the driver's count on an H100): the plan's default, which bind() replaces by the
+#: driver's count on the device
+ROWS_RESIDENT_WARPS = MappingProxyType({1: 24, 2: 16})
+#: the most warps of a row-block CTA (the header's __launch_bounds__(512, 1))
+MAX_ROWS_WARPS = 16
+
+
 def _token_groups(t: int) -> int:
     return next(g for g in TOKEN_GROUPS if 8 * g >= t)
 
@@ -175,6 +204,15 @@ def kernel_name(kind: GemvKind, path: str, p1: int, p2: int, tg: int, loads: int
             f"{wr}, {wk}, {pipe}>")
 
 
+def rows_kernel_name(kind: GemvKind, rg: int, kv: int, tg: int, pipe: int) -> str:
+    """The header's name expression for one row-block instantiation (gemv_rows_kernel).
+
+    >>> rows_kernel_name(GEMV_KINDS[("b", "fp32")], 1, 2, 1, 10)
+    'pyblasgemm::gemv::gemv_rows_kernel<pyblasgemm::gemv::KindBF16, 1, 2, 1, 10>'
+    """
+    return f"pyblasgemm::gemv::gemv_rows_kernel<pyblasgemm::gemv::{kind.struct_k}, {rg}, {kv}, {tg}, {pipe}>"
+
+
 def ring_bytes(path: str, p1: int, p2: int, tg: int, pipe: int) -> int:
     """Shared memory of one warp's cp.async ring (the header's MmaK::RING_BYTES): 0 unless the
     mma_k mainloop runs with :data:`ASYNC` (two or more stages, at most two token groups)."""
@@ -193,7 +231,8 @@ def pipe_of(path: str, tg: int, loads: int, asked: int | None = None) -> int:
 
 def all_instantiations() -> list[tuple]:
     """Every (kind name, path, token groups, loads, name expression) the kernel ships: each
-    kind on both weight layouts, every token group count, every load class."""
+    kind on both weight layouts, every token group count, every load class; then the row-block
+    split's (path 'mma_k/rows', both operands in vectors) for every kind on the mma_k mainloop."""
     out = []
     for kind in _KINDS.values():
         for path in (kind.path_k, kind.path_r):
@@ -202,6 +241,10 @@ def all_instantiations() -> list[tuple]:
                     p1, p2, wr, wk = tiles_of(path, tg, loads)
                     out.append((kind.name, path, tg, loads,
                                 kernel_name(kind, path, p1, p2, tg, loads, wr, wk, pipe_of(path, tg, loads))))
+    for kind in _KINDS.values():
+        if kind.path_k == "mma_k":
+            for tg, (rg, kv, pipe) in ROWS_TILES.items():
+                out.append((kind.name, "mma_k/rows", tg, W_VEC | X_VEC, rows_kernel_name(kind, rg, kv, tg, pipe)))
     return out
 
 
@@ -292,7 +335,10 @@ def _loads(cn: Canonical, path: str, w_vb: int, x_vb: int, eb: int, w_align: int
             bits |= W_VEC
     elif w_align % w_vb == 0 and (cn.w_ks * eb) % w_vb == 0 and cn.R % (w_vb // eb) == 0:
         bits |= W_VEC
-    if cn.x_ks == 1 and x_align % x_vb == 0 and (cn.x_ts * eb) % x_vb == 0 and cn.K % (x_vb // eb) == 0:
+    # one token: its stride is never used (tokens past T read token T - 1 = 0), so a 1 x K row
+    # that a caller describes with ld = 1 (matmul's 1-row x) still takes vectors
+    if cn.x_ks == 1 and x_align % x_vb == 0 and (cn.T == 1 or (cn.x_ts * eb) % x_vb == 0) \
+            and cn.K % (x_vb // eb) == 0:
         bits |= X_VEC
     return bits
 
@@ -304,7 +350,10 @@ class GemvSpec:
     ``ctas`` CTAs of ``wr x wk`` warps split the ``row_tiles x csteps`` units (row tile of
     ``cta_rows`` rows, CTA step of ``wk`` warp steps) evenly, in one wave; ``slots`` workspace
     slots of ``slot_bytes`` hold the partials of row tiles several CTAs share (one int32
-    counter per row tile counts their arrivals); ``smem`` bytes of shared memory per CTA."""
+    counter per row tile counts their arrivals); ``smem`` bytes of shared memory per CTA.
+    ``split`` 'rows' (gemv_rows_kernel): ``ctas`` CTAs of ``wk`` warps (``wr`` = 1) take whole row
+    tiles (blocks), grid-stride; ``occupancy`` is then the CTAs of ``wk`` warps resident per SM;
+    no workspace."""
 
     kind: GemvKind
     canonical: Canonical
@@ -327,6 +376,7 @@ class GemvSpec:
     sm_count: int
     occupancy: int
     pipe: int = 0           # the header's template PIPE (:func:`pipe_of`)
+    split: str = "stream_k"  # 'stream_k' (gemv_kernel) or 'rows' (gemv_rows_kernel)
 
     @property
     def R(self) -> int:
@@ -350,11 +400,15 @@ class GemvSpec:
 
     @property
     def kernel_name(self) -> str:
+        if self.split == "rows":
+            return rows_kernel_name(self.kind, self.p1, self.p2, self.token_groups, self.pipe)
         return kernel_name(self.kind, self.path, self.p1, self.p2, self.token_groups, self.loads, self.wr, self.wk,
                            self.pipe)
 
     @property
     def workspace_bytes(self) -> int:
+        if self.split == "rows":
+            return 0
         return self.slots * self.slot_bytes + 4 * self.row_tiles
 
     @property
@@ -370,14 +424,20 @@ def _tile_is_shared(rt: int, csteps: int, units: int, ctas: int) -> bool:
 
 
 def plan(desc, sm_count: int, occupancy: int | None = None, align: tuple | None = None,
-         tiles: tuple | None = None) -> GemvSpec:
+         tiles: tuple | None = None, split: str | None = None, resident_warps: int | None = None) -> GemvSpec:
     """The :class:`GemvSpec` of ``desc`` on ``sm_count`` SMs with ``occupancy`` CTAs resident per
     SM (default: as many as make :data:`ASSUMED_RESIDENT_THREADS` threads). The grid is one wave
     (``sm_count x occupancy`` CTAs, fewer when the units are fewer): every CTA streams the same
     number of weight bytes, within one CTA step. ``align``: (A's, B's) pointer alignment in bytes
     (default: the description's ``ptr_align`` for both). ``tiles``: (P1, P2, WR, WK) or (P1, P2,
     WR, WK, PIPE) in place of :data:`TILES`' and :data:`PIPES`' (experiments: bench/gemv_bench.py --sweep; such instantiations are not in the
-    compile checks). ValueError where :func:`gemv_applies` says no.
+    compile checks). ``split``: 'stream_k' or 'rows' (default: :data:`SPLITS` where the row-block
+    split applies, the mma_k mainloop with both operands in 16-byte vectors and at most 16
+    tokens, and no ``tiles`` are given; else 'stream_k'). The row-block split reads ``tiles`` as
+    (row groups, vectors per row, PIPE), ignores ``occupancy`` and sizes its CTAs for
+    ``resident_warps`` warps per SM (default :data:`ROWS_RESIDENT_WARPS`): the
+    largest number of warps per CTA with one resident CTA per row block (:func:`_plan_rows`).
+    ValueError where :func:`gemv_applies` says no, or where 'rows' is asked and does not apply.
 
     >>> from pyblasgemm._types import TYPE_ROWS
     >>> from pyblasgemm.desc import describe
@@ -408,6 +468,17 @@ def plan(desc, sm_count: int, occupancy: int | None = None, align: tuple | None 
         p1, p2, wr, wk = tiles_of(path, tg, loads)
         rows, kstep, out, w_vb, x_vb = _geometry(path, p1, p2, tg, eb)
     pipe = pipe_of(path, tg, loads, asked_pipe)
+    rows_fit = path == "mma_k" and loads == (W_VEC | X_VEC) and tg in ROWS_TILES
+    if split is None:
+        split = SPLITS[tg] if rows_fit and tiles is None else "stream_k"
+    if split not in ("rows", "stream_k"):
+        raise ValueError(f"gemv.plan: split={split!r} must be 'rows' or 'stream_k'")
+    if split == "rows":
+        if not rows_fit:
+            raise ValueError(f"gemv.plan: split='rows' needs the mma_k mainloop with 16-byte loads of both operands "
+                             f"and T <= {8 * max(ROWS_TILES)}; this problem: path {path}, loads {loads}, T = {cn.T}")
+        rg, kv, rpipe = tiles[:2] + (tiles[4],) if tiles is not None else ROWS_TILES[tg]
+        return _plan_rows(kind, cn, tg, loads, rg, kv, rpipe, sm_count, resident_warps)
     threads = 32 * wr * wk
     if occupancy is None:
         occupancy = max(1, ASSUMED_RESIDENT_THREADS // threads)
@@ -424,6 +495,41 @@ def plan(desc, sm_count: int, occupancy: int | None = None, align: tuple | None 
                     row_tiles + ctas if shared else 0, 4 * entries,
                     -(-4 * threads * out // 16) * 16 + (threads // 32) * ring_bytes(path, p1, p2, tg, pipe),
                     w_vb if loads & W_VEC else eb, x_vb if loads & X_VEC else eb, sm_count, occupancy, pipe)
+
+
+def _plan_rows(kind, cn, tg, loads, rg, kv, pipe, sm_count, resident_warps) -> GemvSpec:
+    """The row-block split (gemv_rows_kernel): blocks of 16 rg rows; WK warps per CTA split a
+    block's warp steps (warp w: steps w, w + WK, ...). WK is the largest (<= the block's steps,
+    <= :data:`MAX_ROWS_WARPS`) with every block on its own resident CTA (``blocks <= sm_count x
+    (resident_warps // WK)``): one wave, each warp streaming the same bytes within one step, no
+    CTA left to start after the others end. More blocks than one warp each can take: WK = 1,
+    grid-stride over the blocks.
+
+    >>> from pyblasgemm.desc import describe
+    >>> from pyblasgemm._types import TYPE_ROWS
+    >>> d = describe("doc", TYPE_ROWS["b"], "fp32", "T", "N", 4096, 1, 4096, 4096, 4096, 4096, 1, 0, 0,
+    ...              0, "cupy", 0, (16,), 1.0, 0.0)
+    >>> s = plan(d, 132, split="rows")          # 256 blocks of 16 rows, 12 warps each, 2 CTAs per SM
+    >>> s.row_tiles, s.wk, s.ctas, s.occupancy, s.threads
+    (256, 12, 256, 2, 384)
+    """
+    if resident_warps is None:
+        resident_warps = ROWS_RESIDENT_WARPS[tg]
+    if type(resident_warps) is not int or resident_warps < 1:
+        raise ValueError(f"gemv.plan: resident_warps={resident_warps!r} must be an int >= 1")
+    eb = kind.elem_bytes
+    rows, kstep, out, w_vb, x_vb = _geometry("mma_k", rg, kv, tg, eb)
+    blocks = -(-cn.R // rows)
+    wsteps = -(-cn.K // kstep)
+    wk = 1
+    for cand in range(min(MAX_ROWS_WARPS, wsteps, resident_warps), 0, -1):
+        if blocks <= sm_count * (resident_warps // cand):
+            wk = cand
+            break
+    per_sm = max(1, resident_warps // wk)
+    ctas = min(blocks, sm_count * per_sm)
+    return GemvSpec(kind, cn, "mma_k", tg, rg, kv, 1, wk, loads, rows, blocks, -(-wsteps // wk), ctas, 0, 0,
+                    wk * out * 128, w_vb, x_vb, sm_count, per_sm, pipe, "rows")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -551,7 +657,8 @@ class GemvLaunch:
 
         with cupy.cuda.Device(self._dev), on(sptr):
             ws = cupy.empty(max(1, self.spec.slots * self.spec.slot_bytes), dtype=cupy.uint8)
-            counters = cupy.zeros(self.spec.row_tiles, dtype=cupy.int32)   # the kernel keeps them 0
+            # (the row-block split reads no counters: one word for the argument)
+            counters = cupy.zeros(self.spec.row_tiles if self.spec.split != "rows" else 1, dtype=cupy.int32)
         pack = _ArgPack(self._fields, dict(self._base, ws=ws.data.ptr, counters=counters.data.ptr))
         slot = (ws, counters, pack, [(float("nan"), float("nan"))], cu_stream(sptr))
         self._slots[sptr] = slot
@@ -590,12 +697,14 @@ def _occupancy(kern, threads: int, smem: int) -> int | None:
 
 
 def bind(desc, *, sm_count: int | None = None, tiles: tuple | None = None,
-         occupancy: int | None = None) -> GemvLaunch:
+         occupancy: int | None = None, split: str | None = None, resident_warps: int | None = None) -> GemvLaunch:
     """A cached :class:`GemvLaunch` for ``desc``'s problem class on the current device (the
     plan cache, tag 'gemv': bounded, and :func:`pyblasgemm.get_plan_cache` frees it). The grid
     uses the driver's count of resident CTAs. ``sm_count``: fewer SMs than the device has
     (tests); ``tiles``: see :func:`plan`; ``occupancy``: CTAs per SM to plan for (at most what
-    the driver fits). ValueError where :func:`gemv_applies` says no.
+    the driver fits); ``split``: see :func:`plan` (the row-block split's CTAs are sized for the
+    warps the driver keeps resident, or ``resident_warps``). ValueError where
+    :func:`gemv_applies` says no.
 
     Example (on a GPU)::
 
@@ -607,14 +716,33 @@ def bind(desc, *, sm_count: int | None = None, tiles: tuple | None = None,
 
     dev = cupy.cuda.Device()
     cache = get_plan_cache()
-    key = ("gemv", dev.id, desc.key, sm_count, tiles, occupancy)
+    key = ("gemv", dev.id, desc.key, sm_count, tiles, occupancy, split, resident_warps)
     hit = cache.get(key)
     if hit is not None:
         return hit
     sms = dev.attributes["MultiProcessorCount"]
     sms = min(sm_count, sms) if sm_count else sms
-    spec = plan(desc, sms, occupancy, tiles=tiles)
+    spec = plan(desc, sms, occupancy, tiles=tiles, split=split)
     kern = get_kernel(spec.kernel_name, dev.id)
+    if spec.split == "rows":
+        # warps resident per SM: the driver's count for 2-warp CTAs of this instantiation
+        # (registers decide: 90 at T <= 8 -> 20 warps, 124 at T = 16 -> 16), unless asked
+        warps = resident_warps
+        if warps is None:
+            occ2 = _occupancy(kern, 64, 2 * (spec.smem // spec.wk))
+            warps = min(2 * MAX_ROWS_WARPS, 2 * occ2) if occ2 else ASSUMED_RESIDENT_THREADS // 32
+        spec = plan(desc, sms, tiles=tiles, split="rows", resident_warps=warps)
+        # one resident CTA per row block: fewer CTAs of this size resident than planned ->
+        # plan for fewer warps, until the plan's CTAs all fit at once
+        for _ in range(2 * MAX_ROWS_WARPS):
+            occ = _occupancy(kern, spec.threads, spec.smem)
+            if occ is None or occ >= spec.occupancy or warps <= 1:
+                break
+            warps = min(warps - 1, occ * spec.wk)
+            spec = plan(desc, sms, tiles=tiles, split="rows", resident_warps=max(1, warps))
+        launch = GemvLaunch(spec, kern, dev.id)
+        cache.put(key, launch)
+        return launch
     if spec.smem > 48 * 1024:       # above the default dynamic limit: opt in (a larger cp.async ring)
         set_max_dynamic_shared_memory(kern.kernel.ptr, spec.smem)
     occ = _occupancy(kern, spec.threads, spec.smem)

@@ -6,29 +6,42 @@ no :class:`~pyblasgemm.kernels.config.KernelConfig` and the
 :class:`~pyblasgemm.kernels.gemv.GemvSpec` as its ``launch``;
 :func:`pyblasgemm.backends.tensorcore.bind` binds it through :func:`pyblasgemm.kernels.gemv.bind`.
 
-The rule (:func:`decode_rule`) is narrow on purpose: 16-bit operands with float32 accumulation
-and a 16-bit C (``hgemm`` / ``bgemm``: the ``x @ W.T`` of a decoder's linear layers), the
-weight K-contiguous with 16-byte vector loads (the tuned mma_k mainloop and its ring), one
-problem, no epilogue, at most :data:`MAX_TOKENS` tokens, and a weight of at least
-:data:`MIN_WEIGHT_BYTES` (below it the launch's fixed costs, not the stream, decide).
+The rule (:func:`decode_rule`) is the range where it was measured to win (H100, same run as
+torch.matmul and cupy.matmul, bench/results/gemv_rows_h100_*_2026-11-28_*): 16-bit operands
+with float32 accumulation and a 16-bit C (``hgemm`` / ``bgemm``: the ``x @ W.T`` of a decoder's
+linear layers), the weight and the activations K-contiguous with 16-byte vector loads (the
+kernel's row-block split: whole 16-row blocks per CTA, no workspace), one problem, no epilogue,
+at most :data:`MAX_TOKENS` tokens, a weight of at least :data:`MIN_WEIGHT_BYTES` (the smallest
+layer measured), and every row block on its own resident CTA (one wave: the regime measured;
+weights with more blocks than resident CTAs stream grid-stride, not measured). There, on seven
+projections of Llama-3-8B and Qwen2-7B at 1-8 tokens, graph replay 0.99-1.18x of cuBLAS
+(geomean 1.07), single call 0.99-1.57x (geomean 1.26-1.31); at 16 tokens three of the seven
+lose on device time (0.90-0.93x), so 16 stays on cuBLAS.
 ``PYBLASGEMM_CONFIG`` / ``PYBLASGEMM_DECOMPOSITION``, autotuning and batch-invariant problems
 keep the ordinary planner.
 """
 from __future__ import annotations
 
-__all__ = ["ENABLED", "MAX_TOKENS", "MIN_WEIGHT_BYTES", "KINDS", "decode_rule", "decode_plan"]
+__all__ = ["ENABLED", "MAX_TOKENS", "MIN_WEIGHT_BYTES", "KINDS", "MEASURED_CC", "MAX_DRAM_BW", "decode_rule",
+           "decode_plan"]
 
-#: whether the planner takes the route at all (off until a device run shows it winning)
-ENABLED = False
-#: the most tokens (C's smaller side) the route takes
-MAX_TOKENS = 16
-#: the smallest weight (bytes) the route takes
-MIN_WEIGHT_BYTES = 8 << 20
+#: whether the planner takes the route at all (on: the H100 run of 2026-11-28, module docstring)
+ENABLED = True
+#: the most tokens (C's smaller side) the route takes: at 16 the row-block split's stream
+#: (2.80 TB/s against cuBLAS's 2.97) loses on device time on half the layers
+MAX_TOKENS = 8
+#: the smallest weight (bytes) the route takes: Qwen2-7B's qkv, 3584 x 4608 x 2 B, the smallest
+#: layer measured (14.1 us graph replay, 1.0x of cuBLAS: below it nothing was measured)
+MIN_WEIGHT_BYTES = 30 << 20
 #: (BLAS prefix, base compute mode) the route takes
 KINDS = (("h", "fp32"), ("b", "fp32"))
-#: the GEMV kernel's streaming rate assumed for the predicted time (fraction of DRAM bandwidth)
-#: and its fixed cost per launch (ramp and the in-kernel reduction)
-STREAM_FRACTION, FIXED_S = 0.85, 4e-6
+#: the GEMV kernel's streaming rate for the predicted time (fraction of DRAM bandwidth) and its
+#: fixed cost per launch: the o -> down fit of the H100 graph replays at T = 1 (3.04 TB/s of
+#: 3.35, intercept 3.1 us; cuBLAS's 3.01 TB/s and 5.6 us)
+STREAM_FRACTION, FIXED_S = 0.91, 3.1e-6
+#: the devices measured: sm_90 with H100 memory (below 4 TB/s; the H200's 4.8 TB/s favoured
+#: cuBLAS in round 1 and this split was not run there)
+MEASURED_CC, MAX_DRAM_BW = (9, 0), 4e12
 
 
 def decode_rule(desc, sm_count: int) -> tuple:
@@ -39,8 +52,8 @@ def decode_rule(desc, sm_count: int) -> tuple:
     >>> spec, why = decode_rule(make_desc(1, 4096, 4096, "bf16", transa="T"), 132)
     >>> spec.path, spec.T, why.startswith("decode")
     ('mma_k', 1, True)
-    >>> decode_rule(make_desc(64, 4096, 4096, "bf16", transa="T"), 132)[1]
-    '64 tokens: the decode route takes at most 16'
+    >>> decode_rule(make_desc(16, 4096, 4096, "bf16", transa="T"), 132)[1]
+    '16 tokens: the decode route takes at most 8'
     """
     from ..kernels import gemv
     from ..kinds import base_compute
@@ -56,12 +69,15 @@ def decode_rule(desc, sm_count: int) -> tuple:
     if cn.T > MAX_TOKENS:
         return None, f"{cn.T} tokens: the decode route takes at most {MAX_TOKENS}"
     spec = gemv.plan(desc, sm_count)
-    if spec.path != "mma_k" or spec.loads != (gemv.W_VEC | gemv.X_VEC):
+    if spec.path != "mma_k" or spec.loads != (gemv.W_VEC | gemv.X_VEC) or spec.split != "rows":
         return None, "the weight or the activations do not take 16-byte K-contiguous loads"
     if spec.weight_bytes < MIN_WEIGHT_BYTES:
         return None, f"a {spec.weight_bytes / 2**20:.1f} MiB weight: below the route's {MIN_WEIGHT_BYTES >> 20} MiB"
+    if spec.ctas < spec.row_tiles:
+        return None, (f"{spec.row_tiles} row blocks on {spec.ctas} resident CTAs: grid-stride, "
+                      f"outside the range measured")
     return spec, (f"decode: {cn.T} token(s) x a {spec.R} x {spec.K} weight streamed once by the GEMV kernel "
-                  f"({spec.ctas} CTAs, K split across the grid, one launch)")
+                  f"({spec.ctas} CTAs of {spec.wk} warps, a 16-row block each, K split over its warps, one launch)")
 
 
 def decode_plan(desc, requested: str, arch, settings):
@@ -69,7 +85,9 @@ def decode_plan(desc, requested: str, arch, settings):
     does not apply (``requested``: 'auto' or 'tensorcore'; ``settings``: the planner's)."""
     from .plan import Plan
 
-    if not ENABLED or requested not in ("auto", "tensorcore") or desc.xp != "cupy" or arch is None or arch.cc < (8, 0):
+    if not ENABLED or requested not in ("auto", "tensorcore") or desc.xp != "cupy" or arch is None:
+        return None
+    if arch.cc != MEASURED_CC or arch.dram_bw >= MAX_DRAM_BW:
         return None
     if settings.config is not None or settings.decomposition is not None or settings.autotune:
         return None

@@ -978,5 +978,64 @@ gemv_kernel(const char* w, const char* x, char* c, void* ws, int* counters, int 
   }
 }
 
+// ---- the row-block split (template ROWS of the host's plan: gemv.ROWS_TILES) ------------------
+// For x @ W.T with 16-byte K-contiguous loads of both operands and T <= 16. A CTA is
+// WK = blockDim.x / 32 warps (chosen per problem by the host) over whole row blocks of
+// M::ROWS rows: warp w takes warp steps w, w + WK, ... of the block's K (the same mainloop and ring
+// as gemv_kernel), the WK warps' sums meet in shared memory and are added in warp order, and the
+// CTA stores C. No workspace, no atomics, no second segment: the host sizes WK so that every
+// row block has its own resident CTA (one wave, every warp streaming the same bytes within one
+// step), so no CTA publishes a partial or waits on an L2 round trip after its last weight byte;
+// blocks past the grid (a weight with more row blocks than resident CTAs) go grid-stride.
+// Sums in a fixed order: bitwise reproducible. The parameters are gemv_kernel's (ws, counters
+// unused; row_tiles = row blocks).
+template <class Kind, int RG, int KV, int TG, int PIPE>
+__global__ void __launch_bounds__(512, 1)
+gemv_rows_kernel(const char* w, const char* x, char* c, void*, int*, int R, int T, int K, i64 w_rs, i64 w_ks,
+                 i64 x_ts, i64 x_ks, i64 c_rs, i64 c_ts, float alpha, float beta, int ialpha, int ibeta,
+                 int row_blocks) {
+  typedef MmaK<Kind, RG, KV, TG, kWVec | kXVec, PIPE> M;
+  static_assert(!M::ASYNC, "the row-block split keeps its ring in registers (shared memory holds the sums)");
+  typedef typename Kind::Acc Acc;
+  typedef typename Kind::Scale Scale;
+  typedef typename Kind::O Out;
+  constexpr int OUT = M::OUT, NE = OUT * 32;
+  const Params p{w, x, c, nullptr, nullptr, R, T, K, w_rs, w_ks, x_ts, x_ks, c_rs, c_ts, row_blocks};
+  const Scale sa = pick_scale(static_cast<Scale*>(nullptr), alpha, ialpha);
+  const Scale sb = pick_scale(static_cast<Scale*>(nullptr), beta, ibeta);
+  const bool read_c = sb != Scale(0);
+  extern __shared__ __align__(16) unsigned char gemv_smem[];
+  Acc* park = reinterpret_cast<Acc*>(gemv_smem);        // [warp][OUT][32]
+  const int wk_count = static_cast<int>(blockDim.x >> 5);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wsteps = (K + M::KSTEP - 1) / M::KSTEP;
+  const u64 pol = evict_first_policy();
+  for (int blk = blockIdx.x; blk < row_blocks; blk += gridDim.x) {
+    {
+      Acc acc[M::FRAG];
+#pragma unroll
+      for (int i = 0; i < M::FRAG; ++i) acc[i] = Acc(0);
+      mainloop<M>(p, blk * M::ROWS, warp, wsteps, wk_count, acc, pol, nullptr);
+#pragma unroll
+      for (int i = 0; i < OUT; ++i) park[(warp * OUT + i) * 32 + lane] = acc[i];
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int e = threadIdx.x; e < NE; e += blockDim.x) {
+      int row, tok;
+      M::coord(e >> 5, e & 31, row, tok);
+      row += blk * M::ROWS;
+      if (row < R && tok < T) {
+        Acc sum = park[e];
+#pragma unroll 1
+        for (int k = 1; k < wk_count; ++k) sum = acc_add(sum, park[k * NE + e]);
+        char* cp = c + (static_cast<i64>(row) * c_rs + static_cast<i64>(tok) * c_ts) * Kind::kCBytes;
+        Out::store(cp, read_c ? axpby(sa, sum, sb, Out::load(cp)) : ax(sa, sum));
+      }
+    }
+    __syncthreads();   // park is rewritten by the next block
+  }
+}
+
 }  // namespace gemv
 }  // namespace pyblasgemm

@@ -1,0 +1,86 @@
+"""The planner's decode route (pyblasgemm/planner/decode.py) on the CPU: exactly the range the H100
+run measured it winning (bench/results/gemv_rows_h100_*_2026-11-28_*) goes to the GEMV kernel's
+row-block split; everything next to that range keeps the ordinary planner."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pyblasgemm.kernels import gemv
+from pyblasgemm.planner import decode, plan
+from pyblasgemm.planner.arch import FAMILIES
+from pyblasgemm.planner.problem import make_desc
+
+H100 = FAMILIES["sm_90"]
+#: (K, N) of the seven projections measured (Llama-3-8B, Qwen2-7B)
+LAYERS = [(4096, 6144), (4096, 4096), (4096, 14336), (14336, 4096), (3584, 4608), (3584, 18944), (18944, 3584)]
+
+
+def _linear(tokens, k, n, dtype="bf16", **kw):
+    """y = x @ W.T (W n x k as torch.nn.Linear holds it), column-major: m = n, n = tokens, transa='T'."""
+    return make_desc(n, tokens, k, dtype, transa="T", **kw)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("tokens", [1, 2, 4, 7, 8])
+def test_measured_range_takes_the_row_block_split(dtype, tokens):
+    for k, n in LAYERS:
+        p = plan(n, tokens, k, dtype, transa="T", arch="sm_90")
+        assert p.backend == "tensorcore" and p.decomposition == "gemv", p.explain()
+        spec = p.launch
+        assert spec.split == "rows" and spec.T == tokens and spec.R == n and spec.K == k
+        assert spec.ctas == spec.row_tiles and spec.workspace_bytes == 0
+        assert p.reason.startswith("decode:")
+        # predicted: the fit's rate and fixed cost
+        assert p.predicted_s == pytest.approx(n * k * 2 / (decode.STREAM_FRACTION * H100.dram_bw) + decode.FIXED_S)
+        # the token side as m (C with `tokens` rows, X = op(A), W = op(B)ᵀ K-contiguous): the same
+        # canonical problem
+        q = plan(tokens, n, k, dtype, transa="T", transb="N", arch="sm_90")
+        assert q.decomposition == "gemv" and gemv.canonical(q.problem).orient == "m", q.explain()
+        assert q.launch.split == "rows" and (q.launch.R, q.launch.T) == (n, tokens)
+
+
+def test_outside_the_range_keeps_the_ordinary_planner():
+    k, n = 4096, 4096
+    outside = {
+        "16 tokens": dict(m=n, n=16, k=k, dtype="bf16", transa="T"),
+        "9 tokens": dict(m=n, n=9, k=k, dtype="bf16", transa="T"),
+        "float32": dict(m=n, n=1, k=k, dtype="f32", transa="T"),
+        "a small weight": dict(m=2048, n=1, k=4096, dtype="bf16", transa="T"),            # 16 MiB
+        "an R-contiguous weight": dict(m=n, n=1, k=k, dtype="bf16", transa="N"),
+        "an odd K (element loads)": dict(m=n, n=1, k=k + 3, dtype="bf16", transa="T"),
+        "a batch": dict(m=n, n=1, k=k, dtype="bf16", transa="T", batch=2),
+    }
+    for what, kw in outside.items():
+        m_, n_, k_, dt = kw.pop("m"), kw.pop("n"), kw.pop("k"), kw.pop("dtype")
+        p = plan(m_, n_, k_, dt, arch="sm_90", **kw)
+        assert p.decomposition != "gemv", (what, p.explain())
+    # more row blocks than resident CTAs (grid-stride): not measured, not taken
+    spec, why = decode.decode_rule(_linear(1, 4096, 128256 * 4), 132)
+    assert spec is None and "grid-stride" in why
+    # other devices: an A100, and an sm_90 with H200 memory
+    assert plan(n, 1, k, "bf16", transa="T", arch="sm_80").decomposition != "gemv"
+    h200 = dataclasses.replace(H100, name="H200 (test)", dram_bw=4.8e12)
+    assert plan(n, 1, k, "bf16", transa="T", arch=h200).decomposition != "gemv"
+    # host arrays, a forced backend
+    assert plan(n, 1, k, "bf16", transa="T", arch="sm_90", backend="cublas").backend == "cublas"
+
+
+def test_rule_reasons_name_the_limit():
+    assert decode.decode_rule(_linear(16, 4096, 4096), 132)[1] == "16 tokens: the decode route takes at most 8"
+    spec, why = decode.decode_rule(_linear(1, 4096, 2048), 132)
+    assert spec is None and "MiB weight: below the route's 30 MiB" in why
+    spec, why = decode.decode_rule(_linear(1, 4096, 4096, "f32"), 132)
+    assert spec is None and "hgemm / bgemm" in why
+    spec, why = decode.decode_rule(_linear(4, 3584, 4608), 132)      # the smallest layer measured: taken
+    assert spec is not None and spec.split == "rows" and spec.weight_bytes >= decode.MIN_WEIGHT_BYTES
+
+
+def test_matmuls_one_row_view_takes_the_route():
+    """pyblasgemm.matmul(x, W.T) with x of one row is planned column-major as given: NN, m = 1,
+    lda = 1 (the device run of e428603 found the route refused there: the unit token stride
+    denied the activations their vectors). One token reads no stride: the route takes it."""
+    p = plan(1, 7168, 4608, "f16", arch="sm_90")
+    assert p.problem.lda == 1 and p.decomposition == "gemv", p.explain()
+    assert p.launch.split == "rows" and p.launch.T == 1 and p.launch.R == 7168
