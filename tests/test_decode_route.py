@@ -8,11 +8,20 @@ import dataclasses
 import pytest
 
 from pyblasgemm.kernels import gemv
-from pyblasgemm.planner import decode, plan
+from pyblasgemm.planner import clear_plan_cache, decode, plan
 from pyblasgemm.planner.arch import FAMILIES
 from pyblasgemm.planner.problem import make_desc
 
 H100 = FAMILIES["sm_90"]
+
+
+@pytest.fixture(autouse=True)
+def _route_on(monkeypatch):
+    """The rule as it will ship once its matmul test passes on a GPU (decode.ENABLED's comment)."""
+    monkeypatch.setattr(decode, "ENABLED", True)
+    clear_plan_cache()          # (plans are memoized: none made under the other setting is reused)
+    yield
+    clear_plan_cache()
 #: (K, N) of the seven projections measured (Llama-3-8B, Qwen2-7B)
 LAYERS = [(4096, 6144), (4096, 4096), (4096, 14336), (14336, 4096), (3584, 4608), (3584, 18944), (18944, 3584)]
 
@@ -84,3 +93,13 @@ def test_matmuls_one_row_view_takes_the_route():
     p = plan(1, 7168, 4608, "f16", arch="sm_90")
     assert p.problem.lda == 1 and p.decomposition == "gemv", p.explain()
     assert p.launch.split == "rows" and p.launch.T == 1 and p.launch.R == 7168
+
+
+def test_route_off_keeps_the_ordinary_planner(monkeypatch):
+    """decode.ENABLED False (the shipped default until the GPU test passes): the measured range
+    plans as before, never on the GEMV kernel."""
+    monkeypatch.setattr(decode, "ENABLED", False)
+    clear_plan_cache()
+    for tokens in (1, 8):
+        p = plan(4096, tokens, 4096, "bf16", transa="T", arch="sm_90")
+        assert p.decomposition != "gemv" and not p.reason.startswith("decode:"), p.explain()
