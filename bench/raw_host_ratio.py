@@ -2,8 +2,10 @@
 
 For each of s, d, c, z: a repeated ``pyblasgemm.<x>gemm('N', 'N', 4, 4, 4, 1.0, a, 4, b, 4,
 0.0, c, 4)`` on F-ordered 2-D arrays and on 1-D buffers (the reference-BLAS caller's), over
-``scipy.linalg.blas.<x>gemm(1.0, a, b)`` on the same arrays; also alpha 2, beta 0.5, the 'T'
-flag on A, and ``pyblasgemm.matmul`` and ``numpy.matmul`` on C-ordered 4x4 float32. Rounds with
+``scipy.linalg.blas.<x>gemm(1.0, a, b)`` on the same arrays; also the 'T' flag on A, other
+scalars (alpha 2 and beta 0.5 on 2-D arrays and 1-D buffers, alpha 2, beta 1), padded 1-D
+buffers (leading dimensions 5), SciPy's own alpha 2, beta 0.5 call (``<x>gemm(2.0, a, b, 0.5,
+c)``), and ``pyblasgemm.matmul`` and ``numpy.matmul`` on C-ordered 4x4 float32. Rounds with
 the contenders interleaved, each the best of 5 runs of ``calls`` calls, less an empty call's
 cost; the ratio taken within each round (its neighbours share the round's load), the median
 over rounds. CPU only (NumPy arrays).
@@ -53,11 +55,20 @@ def main() -> None:
         b = np.asfortranarray(rng.standard_normal((4, 4)).astype(dtype))
         c = np.zeros((4, 4), dtype, order="F")
         a1, b1, c1 = a.ravel("F"), b.ravel("F"), np.zeros(16, dtype)
+        # the reference-BLAS caller's padded buffers: leading dimensions 5, not 4
+        a5, b5, c5 = (np.zeros(20, dtype) for _ in range(3))
+        a5.reshape(4, 5)[:, :4] = a.T
+        b5.reshape(4, 5)[:, :4] = b.T
         f, g = getattr(pyblasgemm, prefix + "gemm"), getattr(sblas, prefix + "gemm")
         fns = {"2-D": lambda: f("N", "N", 4, 4, 4, 1.0, a, 4, b, 4, 0.0, c, 4),
                "1-D": lambda: f("N", "N", 4, 4, 4, 1.0, a1, 4, b1, 4, 0.0, c1, 4),
                "1-D T,N": lambda: f("T", "N", 4, 4, 4, 1.0, a1, 4, b1, 4, 0.0, c1, 4),
                "2-D alpha 2 beta 0.5": lambda: f("N", "N", 4, 4, 4, 2.0, a, 4, b, 4, 0.5, c, 4),
+               "2-D alpha 2": lambda: f("N", "N", 4, 4, 4, 2.0, a, 4, b, 4, 0.0, c, 4),
+               "2-D beta 1": lambda: f("N", "N", 4, 4, 4, 1.0, a, 4, b, 4, 1.0, c, 4),
+               "1-D alpha 2 beta 0.5": lambda: f("N", "N", 4, 4, 4, 2.0, a1, 4, b1, 4, 0.5, c1, 4),
+               "1-D padded": lambda: f("N", "N", 4, 4, 4, 1.0, a5, 5, b5, 5, 0.0, c5, 5),
+               "scipy alpha 2 beta 0.5": lambda: g(2.0, a, b, 0.5, c),
                "scipy": lambda: g(1.0, a, b)}
         if prefix == "s":
             ac, bc = np.ascontiguousarray(a), np.ascontiguousarray(b)

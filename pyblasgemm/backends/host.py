@@ -379,10 +379,7 @@ def _collecting_run():
 
 def run_views(desc: GemmDesc, opa, opb, cv, alpha, beta) -> None:
     """:func:`compute_views`, its floating-point exceptions reported as :func:`run` reports
-    them (once each, in numpy.matmul's words, at the user's line), collected in this thread's
-    collecting context: ~0.05 µs at 4x4 against ~1.8 µs to enter an ``np.errstate`` (2-core
-    dev host, NumPy 2.4). NumPy 1, and a call from inside ours (a signal handler's: the
-    context is entered already), enter one.
+    them (once each, in numpy.matmul's words, at the user's line): :func:`run_collected`.
 
     >>> from pyblasgemm._types import TYPE_ROWS
     >>> from pyblasgemm.desc import describe
@@ -397,6 +394,15 @@ def run_views(desc: GemmDesc, opa, opb, cv, alpha, beta) -> None:
         ...
     FloatingPointError: overflow encountered in matmul
     """
+    run_collected(compute_views, desc, opa, opb, cv, alpha, beta)
+
+
+def run_collected(compute, *args) -> None:
+    """``compute(*args)`` with its floating-point exceptions reported as :func:`run` reports
+    them (once each, in numpy.matmul's words, at the user's line), collected in this thread's
+    collecting context: ~0.05 µs at 4x4 against ~1.8 µs to enter an ``np.errstate`` (2-core
+    dev host, NumPy 2.4). NumPy 1, and a call from inside ours (a signal handler's: the
+    context is entered already), enter one."""
     made = getattr(_collector, "made", None)
     if made is None:
         made = _collecting_run()
@@ -404,7 +410,7 @@ def run_views(desc: GemmDesc, opa, opb, cv, alpha, beta) -> None:
         run, raised = made
         _collector.made = False             # entered (a call from inside: an np.errstate)
         try:
-            run(compute_views, desc, opa, opb, cv, alpha, beta)
+            run(compute, *args)
         except BaseException:
             raised.clear()                  # (what it collected goes with it, as from run)
             raise
@@ -417,7 +423,7 @@ def run_views(desc: GemmDesc, opa, opb, cv, alpha, beta) -> None:
         return
     raised_here: list[tuple[str, int]] = []
     with _collecting(raised_here):
-        compute_views(desc, opa, opb, cv, alpha, beta)
+        compute(*args)
     _report_as_numpy(raised_here)
 
 
@@ -484,6 +490,65 @@ def _compute(desc: GemmDesc, a, b, c) -> None:
 MATMUL_PRODUCTS = frozenset({("s", "fp32"), ("d", "fp64"), ("c", "fp32"), ("z", "fp64")})
 
 
+_multiply, _add = np.multiply, np.add
+
+
+def scale_into(product, x, y, cv, alpha, beta):
+    """``cv = alpha·product(x, y) + beta·cv`` for a product in C's own type: the product
+    scaled in its own layout (in place), C's in C's, one copy between the two layouts, then
+    the sum in C's (a ufunc over two layouts costs ~0.8 µs more at 4x4 than the copy; 2-core
+    dev host). ``alpha`` / ``beta``: C's type's scalars or 0-d arrays, or None for 1 / 0 (C
+    then unread: its NaN and Inf never propagate). The steps of :func:`compute_views` and of
+    the BLAS form's repeated call (:func:`run_scaled`), so both give the same bits. Returns
+    None, or where the sum raised (a raising error state: :func:`run_scaled`'s; C written)
+    its inputs, ``(product, scaled C)``, to be redone (:func:`_sum_into`).
+
+    >>> c = np.array([[10.0, np.nan]])
+    >>> scale_into(np.multiply, np.array([[1.0, 2.0]]), np.ones((1, 2)), c, np.float64(3.0), None); c
+    array([[3., 6.]])
+    """
+    acc = product(x, y)
+    if alpha is not None:
+        _multiply(acc, alpha, acc)
+    if beta is None:
+        cv[...] = acc
+        return None
+    scaled_c = _multiply(cv, beta)
+    cv[...] = acc
+    try:
+        _add(cv, scaled_c, cv)
+    except FloatingPointError:
+        return acc, scaled_c
+    return None
+
+
+def _sum_into(cv, acc, scaled_c) -> None:
+    """:func:`scale_into`'s last steps, ``cv = acc + scaled_c``, redone."""
+    cv[...] = acc
+    _add(cv, scaled_c, cv)
+
+
+def run_scaled(product, x, y, cv, alpha, beta) -> None:
+    """:func:`scale_into` run in this thread's raising context: ~0.5 µs less than
+    :func:`run_collected`'s frames at 4x4 (2-core dev host). A floating-point exception is
+    then reported as :func:`run` reports it: the steps are redone in the collecting context,
+    all of them where C is not written yet, else the last (the sum, whose inputs are kept).
+    NumPy 1 (no raising context) and a call from inside ours run them collected."""
+    run = getattr(_raising, "run", None)
+    if run is None and matmul_raising is _matmul_raising_in_context:
+        run = _raising_run()
+    if run is not None:
+        try:
+            redo = run(scale_into, product, x, y, cv, alpha, beta)
+        except (FloatingPointError, RuntimeError):      # (RuntimeError: the context entered)
+            pass
+        else:
+            if redo is not None:
+                run_collected(_sum_into, cv, *redo)
+            return
+    run_collected(scale_into, product, x, y, cv, alpha, beta)
+
+
 def compute_views(desc: GemmDesc, opa, opb, cv, alpha, beta) -> None:
     """``cv = alpha·opa @ opb + beta·cv`` on views already made (the repeated NumPy calls of
     the BLAS form and of :mod:`pyblasgemm.scipy` make them themselves, through
@@ -497,21 +562,14 @@ def compute_views(desc: GemmDesc, opa, opb, cv, alpha, beta) -> None:
         acc = product(desc, opa, opb, invariant_matmul)
     elif (desc.prefix, desc.compute) in MATMUL_PRODUCTS:
         # the product in C's own type (product()'s numpy.matmul): the general steps below,
-        # operation for operation in their order, with each product scaled in its own layout
-        # (a ufunc over two layouts, the product's and C's, costs ~0.8 µs more at 4x4 than a
-        # copy between them; two temporaries fewer: ~3 µs less with alpha and beta, 2-core
-        # dev host)
+        # operation for operation in their order (scale_into; two temporaries fewer: ~3 µs
+        # less with alpha and beta, 2-core dev host)
         if alpha == 1 and beta == 0:
             np.matmul(opa, opb, out=cv)
             return
-        acc = np.matmul(opa, opb)
-        scalar = acc.dtype.type
-        if alpha != 1:
-            np.multiply(acc, scalar(alpha), out=acc)
-        scaled_c = None if beta == 0 else np.multiply(cv, scalar(beta))
-        cv[...] = acc
-        if scaled_c is not None:
-            np.add(cv, scaled_c, out=cv)
+        scalar = cv.dtype.type
+        scale_into(np.matmul, opa, opb, cv, None if alpha == 1 else scalar(alpha),
+                   None if beta == 0 else scalar(beta))
         return
     else:
         acc = product(desc, opa, opb)
