@@ -676,6 +676,31 @@ def test_a_times_its_transpose_on_a_hit(ta, tb, layout):
         assert c.tobytes() == want.reshape(-1, order="F").tobytes()
 
 
+@pytest.mark.parametrize("ta,tb", [("N", "T"), ("T", "N")])
+@pytest.mark.parametrize("layout", ["1-D", "2-D"])
+def test_a_times_its_transpose_with_scalars_on_a_hit(ta, tb, layout):
+    """One buffer as A and B (the syrk case) with alpha 2, beta 0.5: the scaled recipe's
+    product (numpy.dot on contiguous views) gives the first call's bits."""
+    rng = np.random.default_rng(4)
+    n, k = 6, 50
+    rows, cols = (n, k) if ta == "N" else (k, n)
+    a = rng.standard_normal(rows * cols)
+    if layout == "2-D":
+        a = a.reshape(cols, rows).T.copy(order="F")
+    c0 = rng.standard_normal(n * n)
+    pyblasgemm.clear_plan_cache()
+    got = []
+    for _ in range(3):
+        c = c0.copy()
+        pyblasgemm.dgemm(ta, tb, n, n, k, 2.0, a, rows, a, rows, 0.5, c, n)
+        got.append(c)
+    assert got[1].tobytes() == got[0].tobytes() and got[2].tobytes() == got[0].tobytes()
+    opa = _column_major(a, rows, cols, rows)
+    product = opa @ opa.T if ta == "N" else opa.T @ opa
+    np.testing.assert_allclose(got[0].reshape(n, n).T, 2.0 * product + 0.5 * c0.reshape(n, n).T,
+                               rtol=1e-12, atol=1e-12)
+
+
 def _runs(product):
     """What a recipe calls: numpy.dot or numpy.matmul."""
     cells = [cell.cell_contents for cell in product.__closure__]
