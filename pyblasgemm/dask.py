@@ -849,36 +849,14 @@ def _optimize_placed(dsk, keys, **kwargs):
     high-level graph's generic walk, ~2 ms on the scheduler of a 2-core host for the 56 keys of
     a 4 x 4 x 4 block product on 2 workers (bench/dask_overhead.py), where this check
     (:func:`_cull`) takes ~0.1 ms. The graph, and so the layer's annotations (the placement),
-    are handed back as they came, less the persisted operands' blocks
-    (:func:`_without_futures`)."""
+    are handed back as they came."""
     layers = getattr(dsk, "layers", None)
     if layers is not None and len(layers) == 1:
         (layer,) = layers.values()
         mapping = getattr(layer, "mapping", None)
         if isinstance(mapping, dict) and len(_cull(mapping, keys)) == len(mapping):
-            return _without_futures(dsk)
+            return dsk
     return _optimize_unfused(dsk, keys, **kwargs)
-
-
-def _without_futures(dsk):
-    """A placed product's one-layer graph as it goes to the scheduler: the entries that are
-    ``distributed`` futures (the persisted operands' blocks, 32 of the 52 keys of a 4 x 4 x 4
-    block product on 2 workers) left out, the layer's annotations kept. The tasks still name
-    those blocks; the scheduler holds them (in memory, wanted by this client's futures, which
-    the product's own graph keeps alive until it is submitted), so each is one key less for
-    the client to pickle and the scheduler to unpickle, order and give a state between
-    ``persist`` and the first task. ``dsk`` itself (an array derived from the product, another
-    scheduler) keeps them. ``dsk`` as it is where it holds no future."""
-    distributed = sys.modules.get("distributed")
-    if distributed is None:
-        return dsk
-    (name, layer), = dsk.layers.items()
-    kept = {k: v for k, v in layer.mapping.items() if not isinstance(v, distributed.Future)}
-    if len(kept) == len(layer.mapping):
-        return dsk
-    from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
-
-    return HighLevelGraph({name: MaterializedLayer(kept, annotations=layer.annotations)}, {name: set()})
 
 
 @functools.lru_cache(maxsize=1)

@@ -682,35 +682,6 @@ def test_each_output_block_is_computed_where_its_row_panel_is_and_each_block_mov
     np.testing.assert_array_equal(done.compute().view(np.uint8), threaded.view(np.uint8))
 
 
-def test_a_placed_product_goes_to_the_scheduler_without_its_operands_futures(local_cluster):
-    """What ``persist`` sends of a placed product: its own tasks, annotations and all, none of
-    the persisted operands' blocks (futures; the scheduler holds them), while the product's graph
-    and an array derived from it keep them; the operands dropped by the caller right after the
-    product is submitted, or before a derived array is, still give the threaded scheduler's bits."""
-    import gc
-
-    from distributed import Future, wait
-
-    client = local_cluster
-    x, y, X, Y = _panels_on_workers(client, 41)
-    z = pbd.matmul(X, Y)
-    graph = z.__dask_graph__()
-    sent = z.__dask_optimize__(graph, z.__dask_keys__())
-    futures = {k for k, v in dict(graph).items() if isinstance(v, Future)}
-    assert len(futures) == 32 and not futures & set(dict(sent))
-    assert set(dict(sent)) == set(dict(graph)) - futures
-    (layer,) = sent.layers.values()
-    assert layer.annotations == next(iter(graph.layers.values())).annotations and _annotated(z)
-    threaded = pbd.matmul(da.from_array(x, chunks=X.chunks), da.from_array(y, chunks=Y.chunks)).compute(scheduler="threads")
-    done = client.persist(z)
-    derived = (pbd.matmul(X, Y) + 0).T
-    del X, Y, z, graph, sent
-    gc.collect()
-    wait(done)
-    np.testing.assert_array_equal(done.compute().view(np.uint8), threaded.view(np.uint8))
-    np.testing.assert_array_equal(np.ascontiguousarray(derived.compute().T).view(np.uint8), threaded.view(np.uint8))
-
-
 def test_a_long_k_is_computed_where_its_k_chunks_are_and_only_partial_sums_move(local_cluster):
     """One output block, K in 8 chunks, chunk k of A and of B on worker k // 2 of 4: the
     default's 8 partial products run where their data is (2 a worker), the fixed pairwise tree
