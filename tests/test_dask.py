@@ -1485,3 +1485,41 @@ def test_the_guide_shows_the_host_overhead_run():
                 f"{med(src, '2', 'task_states_ms'):.1f}")
         assert cell in guide, (src, cell)
     assert "main: 24 (32) tasks" in guide and "now: 20 (20) tasks" in guide
+
+
+def test_the_guide_shows_where_the_first_milliseconds_go_on_2_h200():
+    """docs/guide/dask.rst's table of the first milliseconds on 2 H200 is the four results files'
+    medians over runs and workers (main and the reverted trial, alternately on one machine),
+    every product bitwise equal across runs, and on 1 and 2 GPUs and the threaded scheduler's
+    where the file has them."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    guide = (root / "docs" / "guide" / "dask.rst").read_text()
+    for tag, label in (("1a7cefb_main", "main 1a7cefb"), ("1a7cefb_main_r2", "main 1a7cefb"),
+                       ("c994cf5", "c994cf5"), ("c994cf5_r2", "c994cf5")):
+        name = f"dask_scaling_h200x2_2026-11-28_{tag}.json"
+        doc = json.loads((root / "bench" / "results" / name).read_text())
+        assert name in guide or f"..._{tag}.json" in guide
+        assert doc["device"]["name"] == "NVIDIA H200" and doc["gpu_count"] == 2 and doc["failures"] == []
+        assert all(b["all_runs_equal"] for b in doc["bitwise"].values())
+        if "1 GPU ipc" in doc["bitwise"]["32768^3 float16"]["runs"]:
+            assert doc["bitwise"]["32768^3 float16"]["threaded_equal"] is True
+        (case,) = [c for c in doc["cases"] if c["case"] == "32768^3 float16" and c["gpus"] == 2]
+        run = case["pyblasgemm.dask.matmul"]
+        timed = run["trace"]["timed"]
+        workers = [w for r in timed for w in r["workers"].values()]
+
+        def med(values):
+            return statistics.median(values)
+
+        row = (f"   * - {label} ({len(timed)})\n"
+               f"     - {med(w['arrive_ms']['product'][0] for w in workers):.2f}\n"
+               f"     - {med(w['first_task_ms'] for w in workers):.2f}\n"
+               f"     - {med(w['gpu_busy_ms'] for w in workers):.2f} / {med(w['gpu_idle_ms'] for w in workers):.2f}\n"
+               f"     - {med(w['gpu_last_ms'] for w in workers):.2f}\n"
+               f"     - {med(r['elapsed_ms'] for r in timed):.2f}\n"
+               f"     - {run['speedup_vs_one_call']:.3f}x ({doc['baselines_s']['32768^3 float16'] * 1e3:.2f} ms)\n")
+        assert row in guide, row
