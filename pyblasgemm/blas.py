@@ -316,6 +316,8 @@ def _scaled_product(plain, views: tuple, itemsizes: tuple, m: int, n: int, k: in
         return held
 
     def scaled(a, b, c, alpha, beta):
+        # the views written out as in ``product`` above: a shared helper is three more Python
+        # calls a hit, on a recipe held to 10x SciPy's ~0.3 µs call
         x = (a if kx == 0 else a.T if kx == 1 else a.reshape(sx) if kx == 2
              else a.reshape(sx).T if kx == 3 else _ND(sx, a.dtype, a, 0, dx))
         y = (b if ky == 0 else b.T if ky == 1 else b.reshape(sy) if ky == 2

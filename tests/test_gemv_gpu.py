@@ -99,6 +99,16 @@ class Problem:
         ref, scale = expected(self.alpha, self.opa, self.opb, self.beta, self.c0)
         check_close(full[: self.m, :], ref, scale, self.prefix, self.compute, what)
 
+    def run_checked(self, launch, what: str) -> None:
+        """``launch`` on this problem: checked against the reference and C's poison, then run
+        again on C's starting bytes and compared bit for bit."""
+        launch(self.pa, self.pb, self.pc, self.alpha, self.beta)
+        first = self.result()
+        self.check(first, what)
+        self.reset()
+        launch(self.pa, self.pb, self.pc, self.alpha, self.beta)
+        assert np.array_equal(first.view(np.uint8), self.result().view(np.uint8)), f"{what}: not bitwise repeatable"
+
 
 def _scales(prefix, i):
     if prefix == "i":
@@ -156,12 +166,7 @@ def test_every_layout_token_count_and_size(prefix, compute, _warm):
         # every other case on a 3-SM grid: row tiles shared by CTAs, the in-kernel reduction
         launch = gemv.bind(p.desc, sm_count=3 if n_case % 2 else None)
         what = f"{prefix}/{compute} {lay} m={m} n={n} k={k} pad={pad} off={offset} {launch.spec.path}"
-        launch(p.pa, p.pb, p.pc, alpha, beta)
-        first = p.result()
-        p.check(first, what)
-        p.reset()
-        launch(p.pa, p.pb, p.pc, alpha, beta)
-        assert np.array_equal(first.view(np.uint8), p.result().view(np.uint8)), f"{what}: not bitwise repeatable"
+        p.run_checked(launch, what)
 
 
 def test_run_entry_point_and_streams():
@@ -257,12 +262,7 @@ def test_ring_variants_of_the_sweep(g, name):
         s = launch.spec
         assert s.path == "mma_k" and s.loads == 3 and s.pipe == gemv.pipe_of("mma_k", s.token_groups, 3, tiles[4])
         what = f"{name} {prefix} m={m} n={n} k={K} ctas={s.ctas}/{sms * s.occupancy} pipe={s.pipe} smem={s.smem}"
-        launch(p.pa, p.pb, p.pc, alpha, beta)
-        first = p.result()
-        p.check(first, what)
-        p.reset()
-        launch(p.pa, p.pb, p.pc, alpha, beta)
-        assert np.array_equal(first.view(np.uint8), p.result().view(np.uint8)), f"{what}: not bitwise repeatable"
+        p.run_checked(launch, what)
 
 
 #: the row-block split (gemv_rows_kernel): weight rows (partial last block, one row, a block per
@@ -294,12 +294,7 @@ def test_rows_split(prefix, compute):
         s = launch.spec
         assert s.split == "rows" and s.loads == 3 and s.workspace_bytes == 0
         what = f"rows {prefix} R={R} T={t} K={K} wk={s.wk} ctas={s.ctas}/{s.row_tiles} sms={sms} warps={warps}"
-        launch(p.pa, p.pb, p.pc, alpha, beta)
-        first = p.result()
-        p.check(first, what)
-        p.reset()
-        launch(p.pa, p.pb, p.pc, alpha, beta)
-        assert np.array_equal(first.view(np.uint8), p.result().view(np.uint8)), f"{what}: not bitwise repeatable"
+        p.run_checked(launch, what)
         if i % 3 == 0:
             p.reset()
             gemv.bind(p.desc, split="stream_k", sm_count=sms)(p.pa, p.pb, p.pc, alpha, beta)
@@ -344,12 +339,7 @@ def test_rows_split_variants_of_the_sweep(g, name, tiles):
             s = launch.spec
             assert s.split == "rows" and (s.p1, s.p2, s.pipe) == (tiles[0], tiles[1], tiles[4])
             what = f"rows {name} {prefix} R={R} T={t} K={K} wk={s.wk} ctas={s.ctas}/{s.row_tiles}"
-            launch(p.pa, p.pb, p.pc, alpha, beta)
-            first = p.result()
-            p.check(first, what)
-            p.reset()
-            launch(p.pa, p.pb, p.pc, alpha, beta)
-            assert np.array_equal(first.view(np.uint8), p.result().view(np.uint8)), f"{what}: not bitwise repeatable"
+            p.run_checked(launch, what)
 
 
 def test_rows_split_grid_fits_the_device():
