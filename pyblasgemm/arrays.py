@@ -305,8 +305,6 @@ class Converted:
         the result has NumPy's type for the product and takes the framework's (bfloat16 @
         bfloat16 is bfloat16); False when the call asked for its type (``dtype=``, an epilogue's
         result) and it stays as it is."""
-        from . import streams
-
         if (framework_type and self.kind in ("torch", "jax") and getattr(result, "dtype", None) == np.float32
                 and len(self.arrays) >= 2 and all(getattr(x, "dtype", None) is not None
                                                   and x.dtype.name == "bfloat16" for x in self.arrays[:2])):
@@ -330,8 +328,6 @@ def convert(routine: str, named, writes=()) -> Converted:
     Raises TypeError for an array on the GPU mixed with one on the host, for a JAX tracer
     (inside ``jax.jit`` / ``jax.grad`` / ``jax.vmap``: no memory to view), and for a JAX array
     given to be written (JAX arrays are immutable)."""
-    from . import streams
-
     kind = like = None
     places = set()
     kinds = []
