@@ -14,8 +14,9 @@ checked for shape and type. Covers:
   null, not JSON, of the old format, for other names or mistyped are never returned
   (``_read_cached_cubin``: None and one ``KernelCacheWarning``); a written entry reads back;
   a cache that cannot be written does not raise; ``_cached_cubin`` recompiles and overwrites a
-  bad entry; ``raw_function`` (the helper kernels' compile, a fake CuPy) compiles once per
-  (device, headers, source, name) and turns NVRTC's failure into ``KernelCompileError``;
+  bad entry; ``raw_function`` compiles once per (device, headers, source, name);
+  ``cached_program`` compiles an entry once across threads and processes (one compiles, the
+  others wait and read) and turns NVRTC's failure into ``KernelCompileError``, writing nothing;
 * tables: a measured-choice table that is unreadable, not JSON or of the wrong shape is ignored
   with one ``ChoicesWarning`` and planning still works; a malformed calibration raises a
   ValueError naming the file.
@@ -361,62 +362,118 @@ def test_sm90_cubin_recompiles_and_overwrites_a_bad_entry(monkeypatch):
     assert fake.compiles == 5
 
 
-def _fake_cupy(compiled: list, fail: bool = False):
-    """A stand-in for CuPy's device context, RawModule and CompileException (no GPU)."""
-    class CompileException(Exception):
-        pass
+def _fake_loader(monkeypatch, compiled: list):
+    """``cached_program`` counting its calls and ``_load`` handing out stand-in kernels (no GPU)."""
+    def cached_program(source, names, target):
+        compiled.append((source, tuple(names), target))
+        return CUBIN, {n: f"_lowered_{i}" for i, n in enumerate(names)}
 
-    class RawModule:
-        def __init__(self, code, options, name_expressions):
-            compiled.append((code, tuple(name_expressions)))
-            self.names = name_expressions
-
-        def get_function(self, name):
-            if fail:
-                raise CompileException("error: a deliberate failure")
-            return types.SimpleNamespace(kernel=types.SimpleNamespace(ptr=len(compiled)))
-
-    cuda = types.SimpleNamespace(Device=lambda d: _Context(),
-                                 compiler=types.SimpleNamespace(CompileException=CompileException))
-    return types.SimpleNamespace(RawModule=RawModule, cuda=cuda)
+    monkeypatch.setattr(jit, "cached_program", cached_program)
+    monkeypatch.setattr(jit, "_load", lambda cubin, lowered, names, device:
+                        {n: types.SimpleNamespace(ptr=len(compiled)) for n in names})
+    monkeypatch.setattr(jit, "device_target", lambda device: "sm_90")
+    monkeypatch.setattr(jit, "_raw", {})
+    monkeypatch.setattr(jit, "_loaded", {})
 
 
-class _Context:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def test_raw_function_compiles_once_per_device_source_and_name(monkeypatch, caplog):
+def test_raw_function_compiles_once_per_device_source_and_name(monkeypatch):
     from pyblasgemm.kernels import driver
 
     compiled: list = []
-    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(compiled))
+    _fake_loader(monkeypatch, compiled)
     monkeypatch.setattr(driver, "function", lambda ptr: ("CUfunction", ptr))
-    monkeypatch.setattr(jit, "_raw", {})
-    monkeypatch.setattr(jit, "_noticed", [True])
     src = "#include <pyblasgemm/impls/grouped_offsets.cuh>\n"
     name = "pyblasgemm::grouped_offsets_kernel<int>"
-    with caplog.at_level("INFO", logger="pyblasgemm"):
-        fn = jit.raw_function(src, name, 0)
-        assert fn == ("CUfunction", 1) and jit.raw_function(src, name, 0) is fn
-    assert compiled == [(src, (name,))]
-    assert [r.getMessage().split(" (")[0].split(" in ")[0] for r in caplog.records] == [
-        f"compiling {name}", f"compiled {name}"]          # the observability guide's pair, once
+    fn = jit.raw_function(src, name, 0)
+    assert fn == ("CUfunction", 1) and jit.raw_function(src, name, 0) is fn
+    assert compiled == [(src, (name,), "sm_90")]
     assert jit.raw_function(src, name, 1) is not fn                        # another device
     assert jit.raw_function(src, name.replace("int", "long long"), 0) is not fn
     assert len(compiled) == 3
 
 
-def test_raw_function_compile_failure_names_the_kernel(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy([], fail=True))
-    monkeypatch.setattr(jit, "_raw", {})
-    monkeypatch.setattr(jit, "_noticed", [True])
-    with pytest.raises(jit.KernelCompileError, match="NVRTC failed to compile k<float>") as info:
-        jit.raw_function("// nothing\n", "k<float>", 0)
-    assert "a deliberate failure" in info.value.log and jit._raw == {}
+def _counting_compile(calls, delay=0.0):
+    """A stand-in for NVRTC: counts its compiles (a list, or a shared counter across processes)."""
+    import time
+
+    def compile():
+        time.sleep(delay)               # long enough for the other callers to arrive meanwhile
+        if isinstance(calls, list):
+            calls.append(1)
+        else:
+            with calls.get_lock():
+                calls.value += 1
+        return CUBIN, "", {"k<float>": "_lowered_0"}
+    return compile
+
+
+def test_cached_program_logs_the_compile_pair_once(caplog):
+    calls: list = []
+    with caplog.at_level("INFO", logger="pyblasgemm"):
+        for _ in range(2):
+            assert jit.cached_program("// k\n", ["k<float>"], "sm_90",
+                                      compile=_counting_compile(calls)) == (CUBIN, {"k<float>": "_lowered_0"})
+    assert len(calls) == 1                                                # the second call read the disk
+    assert [r.getMessage().split(" in ")[0] for r in caplog.records if "k<float>" in r.getMessage()] == [
+        "compiling k<float> for sm_90 (kernel cache miss)", "compiled k<float>"]   # the observability guide's pair
+
+
+def test_cached_program_compiles_an_entry_once_across_threads():
+    """Callers that want the same entry at once wait on its compile lock and read what the
+    first one wrote (flock: separate descriptors exclude each other, also in one process)."""
+    pytest.importorskip("fcntl")
+    import threading
+
+    calls: list = []
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(jit.cached_program(
+        "// k\n", ["k<float>"], "sm_90", compile=_counting_compile(calls, delay=0.3)))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(calls) == 1 and got == [(CUBIN, {"k<float>": "_lowered_0"})] * 4
+
+
+def _compile_in_child(barrier, calls, cache_home):
+    import os
+
+    os.environ["XDG_CACHE_HOME"] = cache_home
+    barrier.wait(10)
+    jit.cached_program("// k\n", ["k<float>"], "sm_90", compile=_counting_compile(calls, delay=0.3))
+
+
+def test_cached_program_compiles_an_entry_once_across_processes(tmp_path):
+    """Four processes (pytest-xdist's workers, a job's ranks) asking for one kernel at the same
+    moment: one compiles, three read its entry."""
+    pytest.importorskip("fcntl")
+    import multiprocessing
+
+    try:
+        ctx = multiprocessing.get_context("fork")
+    except ValueError:
+        pytest.skip("no fork on this platform")
+    barrier, calls = ctx.Barrier(4), ctx.Value("i", 0)
+    children = [ctx.Process(target=_compile_in_child, args=(barrier, calls, str(tmp_path))) for _ in range(4)]
+    for c in children:
+        c.start()
+    for c in children:
+        c.join(20)
+    assert [c.exitcode for c in children] == [0] * 4
+    assert calls.value == 1
+
+
+def test_cached_program_compile_failure_names_the_kernel_and_writes_nothing():
+    try:
+        from pyblasgemm.kernels import nvrtc
+        nvrtc.getVersion()
+    except (ImportError, OSError, RuntimeError) as exc:
+        pytest.skip(f"NVRTC unavailable: {exc}")
+    with pytest.raises(jit.KernelCompileError, match=r"NVRTC failed to compile k<float> for sm_90") as info:
+        jit.cached_program("template <typename T> __global__ void k(T* x) { x[0] = undeclared; }\n",
+                           ["k<float>"], "sm_90")
+    assert "undeclared" in info.value.log
+    assert list(jit.kernel_cache_dir().glob("*.cubin")) == []
 
 
 def test_sm90_cubin_real_compile_round_trip(monkeypatch):

@@ -577,13 +577,7 @@ def get_kernel(name: str, device_id: int | None = None):
     hit = _kernels.get(key)
     if hit is not None:
         return hit
-    with dev:
-        jit._first_compile_notice()
-        mod = cupy.RawModule(code=_source(), options=jit._options(), name_expressions=[name])
-        try:
-            kern = mod.get_function(name)
-        except cupy.cuda.compiler.CompileException as e:
-            raise jit.KernelCompileError(f"NVRTC failed to compile {name}", str(e), name) from e
+    kern = jit.load_kernels(_source(), [name], dev.id)[name]
     with _kernels_lock:
         _kernels[key] = kern
     return kern

@@ -1,22 +1,22 @@
-"""Run-time compilation of the kernel headers with NVRTC (through CuPy).
+"""Run-time compilation of the kernel headers with NVRTC (the public cuda.bindings).
 
-The generated source is two lines: a fingerprint comment and ``#include`` of the kernel
-header; the instantiation is named through ``name_expressions``. CuPy's on-disk cache
-(``CUPY_CACHE_DIR``) keys on source + options + arch + NVRTC version + name expressions but
-cannot see headers pulled in with ``-I``; the fingerprint comment (sha256 of every shipped
-header + package version) puts them into the key. In front of it, a dict per device.
+The generated source is two lines: a fingerprint comment (sha256 of every shipped header +
+package version) and ``#include`` of the kernel header; the instantiations are named through
+NVRTC's name expressions. Every kernel of the package is compiled by :func:`compile_program`
+to a cubin for one target (the device's own ``sm_XY``, or a family's arch-specific one such as
+the Hopper kernel's ``sm_90a``), kept on disk by :func:`cached_program` and loaded by
+:func:`load_kernels`; in front of it, a dict per device.
 
-``compile_offline`` compiles with NVRTC directly (:mod:`~pyblasgemm.kernels.nvrtc`: the public
-cuda.bindings) and needs no GPU and no CUDA context: CI uses it to check every shipped
-instantiation for errors, spills and local memory.
+``compile_offline`` compiles with NVRTC directly and needs no GPU and no CUDA context: CI uses
+it to check every shipped instantiation for errors, spills and local memory.
 
-The Hopper (sm_90a) kernels, which CuPy cannot build, are compiled here and kept under
-:func:`kernel_cache_dir` as ``<key>.cubin`` + ``<key>.json`` (lowered names, the cubin's size
-and sha256). The cache is untrusted input: an entry whose metadata has the wrong shape or names
-other instantiations, whose cubin's size or sha256 differs from the metadata, or which is not
-an ELF file, is never handed to the module loader: one :class:`KernelCacheWarning` names the
-file and the reason, and the kernel is compiled again and the entry overwritten. Both files
-are opened only if they are regular files, and read up to a bound
+The disk cache lies under :func:`kernel_cache_dir` as ``<key>.cubin`` + ``<key>.json`` (lowered
+names, the cubin's size and sha256). One process compiles an entry; the others wait for it
+and read it. The cache is untrusted input: an entry whose metadata has the wrong shape or
+names other instantiations, whose cubin's size or sha256 differs from the metadata, or which
+is not an ELF file, is never handed to the module loader: one :class:`KernelCacheWarning`
+names the file and the reason, and the kernel is compiled again and the entry overwritten.
+Both files are opened only if they are regular files, and read up to a bound
 (:func:`pyblasgemm._files.read_regular`): a FIFO or a link to a device in their place is
 unreadable, never a hang. A cache that cannot be written warns once per directory; the kernel
 still runs.
@@ -43,7 +43,7 @@ from .problem import ACCUMULATE
 __all__ = [
     "KernelCompileError", "KernelCacheWarning", "INCLUDE_DIR", "header_fingerprint", "kernel_name",
     "reduce_name", "get_kernels", "compile_offline", "ptxas_resources", "warm", "KERNEL_HEADER", "all_headers",
-    "raw_function",
+    "raw_function", "load_kernels", "cached_program", "device_target", "CompiledKernel",
 ]
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
@@ -257,55 +257,116 @@ def _get_module_kernels(config, kind, transa, transb, accumulate, vec, device_id
     if hit is not None:
         return hit
     family = config.kernel_family
-    with dev:
-        if family.compile_target is not None:
-            # CuPy's RawModule compiles for the device's arch (sm_90), not an arch-specific
-            # target (sm_90a): compile (and cache) ourselves
-            cubin, lowered = _cached_cubin(config, kind, transa, transb, epi)
-            mod = cupy.cuda.function.Module()
-            mod.load(cubin)
-            funcs = [mod.get_function(lowered[n]) for n in names]  # each Function holds the Module
-        else:
-            _first_compile_notice()
-            log.info("compiling %s (NVRTC, CuPy's cache)", names[0])
-            t0 = time.perf_counter()
-            mod = cupy.RawModule(code=_source(family.header), options=_options(), name_expressions=names)
-            try:
-                funcs = [mod.get_function(n) for n in names]
-                log.info("compiled %s in %.2f s", names[0], time.perf_counter() - t0)
-            except cupy.cuda.compiler.CompileException as e:
-                raise KernelCompileError(f"NVRTC failed to compile {names[0]}", str(e), names[0]) from e
+    if family.compile_target is not None:      # the Hopper family: its own arch-specific target (sm_90a)
+        cubin, lowered = _cached_cubin(config, kind, transa, transb, epi)
+        by_name = _load(cubin, lowered, names, dev.id)
+    else:                                      # any sm_80+ device: its own sm_XY
+        by_name = load_kernels(_source(family.header), names, dev.id)
     smem = config.smem_bytes(kind)
     if smem > 48 * 1024:
         # Blocks get more than 48 KB of dynamic shared memory only after opting in.
-        if family.compile_target is not None:    # a driver Function of our own module
-            from .driver import set_max_dynamic_shared_memory
-
-            with dev:
-                set_max_dynamic_shared_memory(funcs[0].ptr, smem)
-        else:
-            funcs[0].max_dynamic_shared_size_bytes = smem
-    by_name = dict(zip(names, funcs))
+        with dev:
+            by_name[names[0]].allow_dynamic_shared_memory(smem)
+    by_name = dict(by_name)
     prep = by_name.pop(family.prep_name(kind), None)
     red = [f for n, f in by_name.items() if n != names[0]]
-    result = (funcs[0], red[0] if red else None, prep)
+    result = (by_name[names[0]], red[0] if red else None, prep)
     with _lock:
         _cache[key] = result
     return result
 
 
-_raw: dict = {}
-_raw_lock = threading.Lock()
+class CompiledKernel:
+    """One kernel of a module loaded from a cached cubin, called as CuPy's ``RawKernel`` is:
+    ``kern(grid, block, args, shared_mem=...)`` on the current stream; ``kern.kernel`` is CuPy's
+    ``Function`` (which holds its module alive), ``kern.ptr`` the ``CUfunction``.
+
+    Example (on a GPU)::
+
+        kern = load_kernels(source, ["k<float>"], 0)["k<float>"]
+        kern((blocks,), (256,), (x, n), shared_mem=0)
+    """
+
+    __slots__ = ("kernel",)
+
+    def __init__(self, function):
+        self.kernel = function
+
+    @property
+    def ptr(self) -> int:
+        return self.kernel.ptr
+
+    def __call__(self, grid, block, args, *, shared_mem: int = 0):
+        self.kernel(tuple(grid), tuple(block), args, shared_mem)
+
+    def allow_dynamic_shared_memory(self, nbytes: int) -> None:
+        """Opt in to ``nbytes`` of dynamic shared memory per block (past 48 KB needs it)."""
+        from .driver import set_max_dynamic_shared_memory
+
+        set_max_dynamic_shared_memory(self.kernel.ptr, nbytes)
+
+
+def _load(cubin: bytes, lowered: dict, names, device: int) -> dict:
+    """{name expression: CompiledKernel} of ``cubin`` loaded on ``device``."""
+    import cupy
+
+    with cupy.cuda.Device(device):
+        mod = cupy.cuda.function.Module()
+        mod.load(cubin)
+        return {n: CompiledKernel(mod.get_function(lowered[n])) for n in names}
+
+
+_targets: dict = {}
+
+
+def device_target(device: int) -> str:
+    """The NVRTC target of a device: its own ``sm_XY`` (a cubin, no JIT at load time).
+
+    Example (on an H100)::
+
+        device_target(0)     # 'sm_90'
+    """
+    target = _targets.get(device)
+    if target is None:
+        import cupy
+
+        target = _targets[device] = f"sm_{cupy.cuda.Device(device).compute_capability}"
+    return target
+
+
+_loaded: dict = {}
+_loaded_lock = threading.Lock()
+
+
+def load_kernels(source: str, names, device: int, *, target: str | None = None) -> dict:
+    """{name expression: :class:`CompiledKernel`} of a CUDA ``source`` that includes the shipped
+    headers (``-I`` :data:`INCLUDE_DIR`), compiled for ``target`` (default: the device's own
+    ``sm_XY``) through :func:`cached_program` (the disk cache, one compile across processes)
+    and loaded on ``device`` once per process. The one way every kernel family outside the
+    GEMM configs is built: the GEMV, the Ozaki passes, the on-chip MLP, the packing copies, the
+    epilogue pass, the grouped table.
+
+    Example (on a GPU)::
+
+        kernels = load_kernels("#include <pyblasgemm/impls/grouped_offsets.cuh>\n",
+                               ["pyblasgemm::grouped_offsets_kernel<int>"], 0)
+    """
+    names = list(names)
+    key = (device, header_fingerprint(), source, tuple(names), target)
+    hit = _loaded.get(key)
+    if hit is None:
+        target = target or device_target(device)
+        cubin, lowered = cached_program(source, names, target)
+        with _loaded_lock:
+            hit = _loaded.setdefault(key, _load(cubin, lowered, names, device))
+    return hit
 
 
 def raw_function(source: str, name: str, device: int):
     """The driver function handle (``CUfunction``) of the instantiation ``name`` of a raw CUDA
-    ``source`` that includes the shipped headers (``-I`` :data:`INCLUDE_DIR`), on ``device``,
-    compiled once per (device, headers' fingerprint, source, name) with NVRTC through CuPy; its
-    module stays alive beside the handle; the compile is logged at INFO as
-    :func:`get_kernels`' is. :class:`KernelCompileError` with NVRTC's log if it fails. For the
-    small helper kernels that a bound launch enqueues with
-    :func:`~pyblasgemm.kernels.driver.launch_kernel` (the epilogue pass, the grouped table).
+    ``source`` that includes the shipped headers, on ``device``: :func:`load_kernels`' kernel
+    as :func:`~pyblasgemm.kernels.driver.launch_kernel` takes it. For the small helper kernels
+    that a bound launch enqueues (the epilogue pass, the grouped table).
 
     Example (on a GPU)::
 
@@ -317,23 +378,16 @@ def raw_function(source: str, name: str, device: int):
     key = (device, header_fingerprint(), source, name)
     hit = _raw.get(key)
     if hit is None:
-        import cupy
-
         from .driver import function
 
-        with cupy.cuda.Device(device):
-            _first_compile_notice()
-            log.info("compiling %s (NVRTC, CuPy's cache)", name)
-            t0 = time.perf_counter()
-            mod = cupy.RawModule(code=source, options=_options(), name_expressions=[name])
-            try:
-                kern = mod.get_function(name)
-            except cupy.cuda.compiler.CompileException as e:
-                raise KernelCompileError(f"NVRTC failed to compile {name}", str(e), name) from e
-            log.info("compiled %s in %.2f s", name, time.perf_counter() - t0)
+        kern = load_kernels(source, [name], device)[name]
         with _raw_lock:
-            hit = _raw.setdefault(key, (function(kern.kernel.ptr), kern))
+            hit = _raw.setdefault(key, (function(kern.ptr), kern))
     return hit[0]
+
+
+_raw: dict = {}
+_raw_lock = threading.Lock()
 
 
 _noticed = []
@@ -445,40 +499,66 @@ def kernel_cache_dir() -> Path:
 
 
 def _cached_cubin(config: KernelConfig, kind: str, transa: str, transb: str, epi: int = 0):
-    """(cubin, lowered names) for an instantiation of a family with its own arch-specific
-    ``compile_target`` (the Hopper kernel's sm_90a), from the disk cache when present.
-
-    The key covers the source (which carries the headers' sha256), the options, the arch, the
-    NVRTC version and the name expressions; files are written atomically (rename), so
-    concurrent processes never read half a file. An entry is used only if it passes
-    :func:`_read_cached_cubin`; otherwise (one :class:`KernelCacheWarning`) the kernel is
-    compiled and the entry overwritten. ``PYBLASGEMM_NO_KERNEL_CACHE=1`` skips the disk.
-    """
-    from . import nvrtc
-
+    """(cubin, lowered names) of a GEMM instantiation of a family with its own arch-specific
+    ``compile_target`` (the Hopper kernel's sm_90a), through :func:`cached_program`."""
     names = _names(config, kind, transa, transb, None, True, epi)
     family = config.kernel_family
     target = family.compile_target
+    return cached_program(_source(family.header), names, target,
+                          compile=lambda: _nvrtc(names, config, target, verbose=False))
+
+
+def cached_program(source: str, names, target: str, *, compile=None) -> tuple[bytes, dict]:
+    """(cubin, {name expression: lowered name}) of ``source`` compiled for ``target``, from the
+    disk cache (:func:`kernel_cache_dir`) when present; ``compile`` (default
+    :func:`compile_program` with the package's options; its ``(cubin, log, lowered)``) makes it
+    otherwise.
+
+    The key covers the source (which carries the headers' sha256), the options, the target,
+    the NVRTC version and the name expressions. One process compiles an entry: the others
+    that want it at the same time wait on its ``<key>.compile`` lock and then read what it
+    wrote (pytest-xdist's 14 workers, or the ranks of one job, each warming the same ~350
+    kernels compiled each ~14 times before; flock is released when a process dies, so a
+    killed compiler blocks nobody). Files are written atomically (rename), so concurrent
+    processes never read half a file. An entry is used only if it passes
+    :func:`_read_cached_cubin`; otherwise (one :class:`KernelCacheWarning`) the kernel is
+    compiled and the entry overwritten. ``PYBLASGEMM_NO_KERNEL_CACHE=1`` skips the disk.
+
+    Example::
+
+        cubin, lowered = cached_program('#include "pyblasgemm/impls/sm80_gemm.cuh"\n',
+                                        names, "sm_90")     # NVRTC, no GPU needed
+    """
+    from . import nvrtc
+
+    names = list(names)
+    if compile is None:
+        def compile():
+            return compile_program(source, "pyblasgemm_kernel.cu", names, target, verbose=False)
     h = hashlib.sha256()
-    for part in (_source(family.header), " ".join(_options()), target, str(nvrtc.getVersion()), *names):
+    for part in (source, " ".join(_options()), target, str(nvrtc.getVersion()), *names):
         h.update(part.encode() + b"\0")
     key = h.hexdigest()[:40]
-    use_disk = not _env.get("PYBLASGEMM_NO_KERNEL_CACHE")
+    if _env.get("PYBLASGEMM_NO_KERNEL_CACHE"):
+        return _compile_logged(compile, names[0], target, "off")
     d = kernel_cache_dir()
     cub_path, meta_path = d / f"{key}.cubin", d / f"{key}.json"
-    if use_disk:
+    with _entry_lock(meta_path, exclusive=True, suffix=".compile"):
         hit = _read_cached_cubin(cub_path, meta_path, names)
         if hit is not None:
             return hit
-    _first_compile_notice()
-    log.info("compiling %s for %s (kernel cache %s)", names[0], target,
-             "miss" if use_disk else "off")
-    t0 = time.perf_counter()
-    cubin, _, lowered = _nvrtc(names, config, target, verbose=False)
-    log.info("compiled %s in %.2f s", names[0], time.perf_counter() - t0)
-    if use_disk and _write_cached_cubin(cub_path, meta_path, cubin, lowered):
-        if d == cache_home() / "kernels":
+        cubin, lowered = _compile_logged(compile, names[0], target, "miss")
+        if _write_cached_cubin(cub_path, meta_path, cubin, lowered) and d == cache_home() / "kernels":
             trim_cache("kernels")      # the size cap (cold: a compile just ran)
+    return cubin, lowered
+
+
+def _compile_logged(compile, name: str, target: str, cache: str) -> tuple[bytes, dict]:
+    _first_compile_notice()
+    log.info("compiling %s for %s (kernel cache %s)", name, target, cache)
+    t0 = time.perf_counter()
+    cubin, _, lowered = compile()
+    log.info("compiled %s in %.2f s", name, time.perf_counter() - t0)
     return cubin, lowered
 
 
@@ -547,7 +627,7 @@ def _read_cached_cubin(cub_path: Path, meta_path: Path, names) -> tuple[bytes, d
 
 
 @contextlib.contextmanager
-def _entry_lock(meta_path: Path, exclusive: bool):
+def _entry_lock(meta_path: Path, exclusive: bool, suffix: str = ".lock"):
     """An advisory lock on one cache entry (``<key>.lock`` beside it): writers of the entry's
     two files exclude each other and its readers. Without it two processes compiling the same
     kernel at once could leave one's cubin beside the other's metadata (NVRTC's cubins differ
@@ -556,7 +636,8 @@ def _entry_lock(meta_path: Path, exclusive: bool):
     file cannot be made, no lock (the reader's checks still catch a mixed pair)."""
     try:
         import fcntl
-        fd = os.open(meta_path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        meta_path.parent.mkdir(parents=True, exist_ok=True)    # the first entry of a new cache
+        fd = os.open(meta_path.with_suffix(suffix), os.O_RDWR | os.O_CREAT, 0o644)
     except (ImportError, OSError):
         fd = None
     try:

@@ -178,7 +178,7 @@ _lock = threading.Lock()
 
 
 def get_kernel(dtype, activation_code: int, device_id: int | None = None):
-    """The compiled kernel (a CuPy ``RawKernel``) for the current (or given) device, compiled
+    """The compiled kernel (a :class:`~pyblasgemm.kernels.jit.CompiledKernel`) for the current (or given) device, compiled
     once per (device, headers' fingerprint, name expression), with its dynamic shared memory
     opted in up to the device's maximum (blocks get more than 48 KB only after opting in).
 
@@ -196,15 +196,11 @@ def get_kernel(dtype, activation_code: int, device_id: int | None = None):
     hit = _cache.get(key)
     if hit is not None:
         return hit
-    with dev:
-        mod = cupy.RawModule(code=_source(), options=jit._options(), name_expressions=[name])
-        try:
-            kern = mod.get_function(name)
-        except cupy.cuda.compiler.CompileException as e:
-            raise jit.KernelCompileError(f"NVRTC failed to compile {name}", str(e), name) from e
-        optin = max_smem(dev.id)
-        if optin > 48 * 1024:
-            kern.max_dynamic_shared_size_bytes = optin
+    kern = jit.load_kernels(_source(), [name], dev.id)[name]
+    optin = max_smem(dev.id)
+    if optin > 48 * 1024:
+        with dev:
+            kern.allow_dynamic_shared_memory(optin)
     with _lock:
         _cache[key] = kern
     return kern

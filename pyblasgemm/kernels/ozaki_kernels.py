@@ -129,7 +129,7 @@ _lock = threading.Lock()
 
 
 def get_kernels(count: int, device_id: int | None = None, element: str = "double") -> dict:
-    """{name expression: RawKernel} for ``count`` moduli and ``element`` on the current (or
+    """{name expression: CompiledKernel} for ``count`` moduli and ``element`` on the current (or
     given) device, compiled once per (device, headers' fingerprint, count, element).
 
     Example (on a GPU)::
@@ -147,12 +147,7 @@ def get_kernels(count: int, device_id: int | None = None, element: str = "double
     if hit is not None:
         return hit
     names = kernel_names(count, element)
-    with dev:
-        mod = cupy.RawModule(code=_source(count), options=jit._options(), name_expressions=names)
-        try:
-            kernels = {name: mod.get_function(name) for name in names}
-        except cupy.cuda.compiler.CompileException as e:
-            raise jit.KernelCompileError("NVRTC failed to compile the Ozaki kernels", str(e), names[0]) from e
+    kernels = jit.load_kernels(_source(count), names, dev.id)
     with _lock:
         _cache[key] = kernels
     return kernels
