@@ -17,7 +17,7 @@ H100 = FAMILIES["sm_90"]
 
 @pytest.fixture(autouse=True)
 def _route_on(monkeypatch):
-    """The rule as it will ship once its matmul test passes on a GPU (decode.ENABLED's comment)."""
+    """The rule as it ships (decode.ENABLED), whatever another test set."""
     monkeypatch.setattr(decode, "ENABLED", True)
     clear_plan_cache()          # (plans are memoized: none made under the other setting is reused)
     yield
@@ -96,7 +96,7 @@ def test_matmuls_one_row_view_takes_the_route():
 
 
 def test_route_off_keeps_the_ordinary_planner(monkeypatch):
-    """decode.ENABLED False (the shipped default until the GPU test passes): the measured range
+    """decode.ENABLED False (the switch that gives these shapes back to cuBLAS): the measured range
     plans as before, never on the GEMV kernel."""
     monkeypatch.setattr(decode, "ENABLED", False)
     clear_plan_cache()

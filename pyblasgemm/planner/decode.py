@@ -25,11 +25,11 @@ from __future__ import annotations
 __all__ = ["ENABLED", "MAX_TOKENS", "MIN_WEIGHT_BYTES", "KINDS", "MEASURED_CC", "MAX_DRAM_BW", "decode_rule",
            "decode_plan"]
 
-#: whether the planner takes the route at all. Off: the H100 run of 2026-11-28 measured the range
-#: (module docstring) and passed the kernel's GPU tests, but its test through ``matmul``
-#: (tests/test_gemv_gpu.py::test_decode_route_through_matmul) failed at one token and the fix
-#: (one token reads no token stride) has not run on a GPU yet: on once it passes there
-ENABLED = False
+#: whether the planner takes the route at all: on since its test through ``matmul``
+#: (tests/test_gemv_gpu.py::test_decode_route_through_matmul, one token included) passed on an
+#: H200 on 2026-11-28 beside the kernel's 32 other GPU tests; the range is the H100 run's
+#: (module docstring). False gives cuBLAS these shapes again
+ENABLED = True
 #: the most tokens (C's smaller side) the route takes: at 16 the row-block split's stream
 #: (2.80 TB/s against cuBLAS's 2.97) loses on device time on half the layers
 MAX_TOKENS = 8
