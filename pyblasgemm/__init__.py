@@ -26,6 +26,23 @@ from . import desc, epilogue, planner, scipy
 from .describe_call import explain
 from .planner import Plan, clear_plan_cache, plan, precompile, tune
 from ._warnings import PyblasgemmWarning
+from . import arrays as _arrays
+
+
+def _load_jax():
+    from . import jax as module     # imports JAX: only when a JAX call needs it
+    return module
+
+
+def _load_torch():
+    from . import torch as module   # imports PyTorch: only when a tensor needs autograd
+    return module
+
+
+# the integrations sit above the forms (they import them): the top registers them, the forms
+# load them through arrays when a call needs one
+_arrays.register_integration("jax", _load_jax)
+_arrays.register_integration("torch", _load_torch)
 
 
 __all__ = [

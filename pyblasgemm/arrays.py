@@ -37,7 +37,6 @@ Example (on a GPU with PyTorch)::
 from __future__ import annotations
 
 import contextlib
-import importlib
 import sys
 from typing import NamedTuple
 
@@ -537,8 +536,31 @@ def jax_type():
     return impl
 
 
-#: pyblasgemm.jax, once a JAX call has needed it (it imports JAX and the forms: loaded by name)
+#: the integrations above the forms ({'jax' | 'torch': a function that imports and returns the
+#: module}): each imports the forms, so no form may import it; the package's ``__init__``
+#: (which imports every layer) registers them, and a call that needs one loads it then
+_INTEGRATIONS: dict = {}
+#: pyblasgemm.jax, once a JAX call has needed it (it imports JAX: loaded on first need)
 _JAX_OPS: list = []
+#: pyblasgemm.torch, once a tensor that requires grad has needed it
+_TORCH_OPS: list = []
+
+
+def register_integration(name: str, loader) -> None:
+    """Name the function that loads the integration ``name`` (``'jax'``, ``'torch'``): called by
+    the package's ``__init__``, so that this layer, below the forms, never names a module above
+    them.
+
+    >>> register_integration("jax", _INTEGRATIONS["jax"])    # what pyblasgemm/__init__.py does
+    """
+    _INTEGRATIONS[name] = loader
+
+
+def _integration(name: str):
+    loader = _INTEGRATIONS.get(name)
+    if loader is None:      # (only if this module was imported without the package's __init__)
+        raise RuntimeError(f"pyblasgemm's {name} integration is not registered: import pyblasgemm first")
+    return loader()
 
 #: what pyblasgemm.jax.matmul takes besides a and b (under jit / grad / vmap nothing else has a
 #: meaning: no memory to write into, no stream to name)
@@ -573,8 +595,7 @@ def jax_matmul(routine: str, a, b, bias, activation, compute, backend, others: d
             return None             # (the converting path names the bad word)
         raise TypeError(f"{routine}: activation, compute and backend are words (str) or None")
     if not _JAX_OPS:
-        # a plug-in above the forms (it imports them), loaded by name as the PyTorch one is
-        _JAX_OPS.append(importlib.import_module("pyblasgemm.jax"))
+        _JAX_OPS.append(_integration("jax"))
     if traced:
         return _JAX_OPS[0].matmul(a, b, bias=bias, activation=activation, compute=compute, backend=backend)
     return _JAX_OPS[0].eager(a, b, bias, activation, compute, backend)
@@ -601,17 +622,16 @@ def needs_grad(*xs) -> bool:
 def differentiable(name: str):
     """:mod:`pyblasgemm.torch`'s differentiable operator ``name`` (``'matmul'``, ``'linear'``):
     where the forms send tensors that require grad. The integration is a plug-in above the
-    forms (it imports them): loaded by name on first use, as :mod:`pyblasgemm.backends` loads
-    the backends, so that no form imports it.
+    forms (it imports them): loaded on first use through the loader the package's ``__init__``
+    registered (:func:`register_integration`), so that no form imports it.
 
     >>> import pyblasgemm.torch    # doctest: +SKIP
     >>> differentiable("linear") is pyblasgemm.torch.linear    # doctest: +SKIP
     True
     """
-    module = sys.modules.get("pyblasgemm.torch")
-    if module is None:
-        module = importlib.import_module("pyblasgemm.torch")
-    return getattr(module, name)
+    if not _TORCH_OPS:
+        _TORCH_OPS.append(_integration("torch"))
+    return getattr(_TORCH_OPS[0], name)
 
 
 def check_differentiable(routine: str, **given) -> None:

@@ -54,10 +54,9 @@ except ImportError as error:      # the module is optional: say what to install
     raise ImportError("pyblasgemm.jax needs JAX with jax.experimental.buffer_callback: "
                       "pip install 'pyblasgemm[jax]'") from error
 
-import pyblasgemm as _pb
+from . import calls
+from .epilogue import ACTIVATIONS
 
-calls = _pb.calls
-ACTIVATIONS = _pb.epilogue.ACTIVATIONS
 #: the forms' module, loaded by name (the package's attribute ``pyblasgemm.matmul`` is the
 #: function): its ``matmul`` runs a traced call's first run, and the fused run a CuPy call just
 #: made is read there

@@ -56,7 +56,8 @@ except ImportError as error:      # the module is optional: say what to install
     raise ImportError("pyblasgemm.torch needs PyTorch (2.4 or later): "
                       "pip install 'pyblasgemm[torch]'") from error
 
-import pyblasgemm as _pb
+from . import epilogue
+from .matmul import matmul as _matmul
 
 __all__ = ["ACTIVATIONS", "matmul", "linear", "Linear"]
 
@@ -71,7 +72,7 @@ def _rows_of_the_table():
     def row(a):
         return (lambda p: a.torch_forward(p, torch)), (lambda p: a.derivative(p, torch))
 
-    return {name: row(a) for name, a in _pb.epilogue.ACTIVATIONS.items()}
+    return {name: row(a) for name, a in epilogue.ACTIVATIONS.items()}
 
 
 #: activation name: (the activation, its derivative), both on the pre-activation tensor
@@ -226,7 +227,7 @@ def _fused_epilogue(device) -> bool:
     if known is None:
         one = torch.ones((1, 1), device=device)
         try:
-            _pb.matmul(one, one, bias=torch.zeros(1, device=device), activation="relu")
+            _matmul(one, one, bias=torch.zeros(1, device=device), activation="relu")
             known = True
         except TypeError:       # "an epilogue needs a and b to be NumPy arrays or CuPy arrays"
             known = False
@@ -240,9 +241,9 @@ def _epilogue_unfused(x2, wt, bias, name, y, pre, invariant=None):
     operands: their products are exact in float32), rounded to y's dtype once."""
     if y.dtype in _HALF:
         acc = torch.empty(y.shape, dtype=torch.float32, device=y.device)
-        _pb.matmul(x2, wt, out=acc, dtype=np.float32, invariant=invariant)
+        _matmul(x2, wt, out=acc, dtype=np.float32, invariant=invariant)
     else:
-        acc = _pb.matmul(x2, wt, out=y, invariant=invariant)
+        acc = _matmul(x2, wt, out=y, invariant=invariant)
     if bias is not None:
         acc.add_(bias)
     if pre is not None:
@@ -271,7 +272,7 @@ def _linear_into(x, weight, bias, name, want_pre, invariant=None):
         wt = weight.t()     # (in, out): nn.Linear's storage, read transposed, not copied
         with _on(x.device):
             if _fused_epilogue(x.device):
-                _pb.matmul(x2, wt, out=y, bias=bias, activation=None if name == "none" else name,
+                _matmul(x2, wt, out=y, bias=bias, activation=None if name == "none" else name,
                            preactivation_out=pre, invariant=invariant)
             else:
                 _epilogue_unfused(x2, wt, bias, name, y, pre, invariant)
@@ -289,7 +290,7 @@ def _matmul_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     out = torch.empty(shape, dtype=a.dtype, device=a.device)
     if out.numel():
         with _on(a.device):
-            _pb.matmul(a, b, out=out)
+            _matmul(a, b, out=out)
     return out
 
 

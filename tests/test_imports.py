@@ -3,10 +3,11 @@ import deferred into a function is still a dependency: it only hides the cycle f
 interpreter), and the hot path imports nothing per call.
 
 The graph: every ``import pyblasgemm...`` / relative import of every module, at any depth,
-except under ``if TYPE_CHECKING:`` (types only, never executed). Modules loaded by name at run
-time are plug-ins, not edges: the backends (``backends.get_backend``), the PyTorch
-integration (``arrays.differentiable``) and the JAX one (``arrays.jax_matmul``), each of which
-imports the forms, never the reverse.
+except under ``if TYPE_CHECKING:`` (types only, never executed), and every module loaded by
+name (a ``"pyblasgemm..."`` string literal naming a module: ``importlib.import_module``, a
+table of modules to load): loading by name is an import all the same. The integrations above
+the forms (PyTorch, JAX) are registered by the package's ``__init__`` (which imports every
+layer), so no form names a module above it.
 """
 from __future__ import annotations
 
@@ -73,6 +74,9 @@ def import_graph() -> tuple[dict, dict]:
                     continue
                 targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in modules else module
                            for a in node.names]
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in modules \
+                    and node.value.startswith("pyblasgemm."):
+                targets = [node.value]       # loaded by name
             for target in targets:
                 while target not in modules and "." in target:
                     target = target.rpartition(".")[0]

@@ -181,7 +181,7 @@ def test_backward_products_run_through_pyblasgemm(monkeypatch):
         return real(a, b, *args, **kw)
 
     pbt._fused_epilogue(torch.device("cpu"))      # the probe's own call, before counting
-    monkeypatch.setattr(pyblasgemm, "matmul", counting)
+    monkeypatch.setattr(pbt, "_matmul", counting)
     x, w, b = _tensors((2, 3, 4), 5, torch.float64)
     y = pbt.linear(x, w, b, activation="gelu")
     assert calls == [((6, 4), (4, 5))]
@@ -256,7 +256,7 @@ def test_fused_epilogue_route(monkeypatch, dtype, act):
     x, w, b = _tensors((2, 3, 32), 8, dtype)
     with torch.no_grad():
         unfused = OPS.linear_with_preactivation(x, w, b, act)
-        monkeypatch.setattr(pyblasgemm, "matmul", tensor_epilogue)
+        monkeypatch.setattr(pbt, "_matmul", tensor_epilogue)
         monkeypatch.setitem(pbt._FUSED_EPILOGUE, "cpu", True)
         fused = OPS.linear_with_preactivation(x, w, b, act)
     want = ["activation", "bias", "preactivation_out"] if act != "none" else ["bias", "preactivation_out"]
@@ -326,7 +326,7 @@ def test_errors_name_the_argument_before_any_work(monkeypatch, call, error, mess
     def no_product(*a, **k):
         raise AssertionError("a product ran before the arguments were checked")
 
-    monkeypatch.setattr(pyblasgemm, "matmul", no_product)
+    monkeypatch.setattr(pbt, "_matmul", no_product)
     with pytest.raises(error, match=message):
         call()
 
