@@ -302,12 +302,14 @@ def test_a_cuda_graph_replays_with_a_changed_per_tensor_scale(cp):
         stream.begin_capture()
         pyblasgemm.matmul(da, db, out=out, scale_a=sa, scale_b=sb, backend="cublas")
         graph = stream.end_capture()
-    assert last_route().startswith("cuBLASLt")
-    sa[...] = 4.0
-    sb[...] = 0.5
-    out[...] = np.nan
-    graph.launch(stream)
-    stream.synchronize()
+        assert last_route().startswith("cuBLASLt")
+        # on the graph's own stream: a non-blocking stream does not wait for the legacy
+        # default stream, where these writes raced the replay (an H200 run saw all NaN)
+        sa[...] = 4.0
+        sb[...] = 0.5
+        out[...] = np.nan
+        graph.launch(stream)
+        stream.synchronize()
     np.testing.assert_array_equal(cp.asnumpy(out), 2 * one)
     _, want, scale = reference(a, b, np.float32(1), np.float32(1))
     check(one, want, scale, "float32")
