@@ -19,16 +19,25 @@ from __future__ import annotations
 import math
 import threading
 
-__all__ = ["HEADER", "BLOCK_STATS", "ELEMENTS", "element_of", "table_values", "tables_source", "kernel_names",
-           "compile_offline", "get_kernels", "OzakiPasses"]
+__all__ = ["HEADER", "BLOCK_STATS", "ELEMENTS", "RECONSTRUCT_KERNELS", "ROWS_DEFAULT", "element_of", "table_values",
+           "tables_source", "kernel_names", "compile_offline", "get_kernels", "rows_kernel_applies", "OzakiPasses"]
 
 HEADER = "pyblasgemm/ozaki/ozaki.cuh"
 #: the line-statistics kernel's block: 32 lines x 32 walkers
 BLOCK_STATS = (32, 32, 1)
 #: the residue kernel's block: a 32 x 32 tile, 8 rows of threads
 BLOCK_RESIDUES = (32, 8, 1)
-#: the reconstruction kernel's block: 256 rows of one column
+#: the element reconstruction kernel's block: 256 rows of one column
 BLOCK_RECONSTRUCT = 256
+#: the row reconstruction kernel's block: 128 threads of 4 rows each, 512 rows of one column
+BLOCK_RECONSTRUCT_ROWS = 128
+#: rows per thread of the row kernel: one int4 (16 bytes) of each int32 plane
+ROWS_PER_THREAD = 4
+#: the reconstruction kernels: the row kernel with its planes staged through shared memory by
+#: cp.async, the row kernel loading into registers, the element kernel (any m, any alignment)
+RECONSTRUCT_KERNELS = ("rows-staged", "rows", "elements")
+#: the row kernel :meth:`OzakiPasses.reconstruct` picks where :func:`rows_kernel_applies`
+ROWS_DEFAULT = "rows-staged"
 #: grid dimension y's limit (the residue and reconstruction kernels walk past it)
 _MAX_GRID_Y = 65535
 #: the C++ element type of the operands' and C's real parts, per NumPy dtype kind and size
@@ -50,7 +59,14 @@ def element_of(dtype) -> str:
 def table_values(count: int) -> dict:
     """The constant tables of one moduli count, as Python values (what :func:`tables_source`
     writes): the moduli, their Barrett magics ``ceil(2^38 / p)`` (exact quotients below
-    2^30), ``2^16``, ``2^32``, ``2^48`` mod each, and :func:`pyblasgemm.ozaki.crt_tables`."""
+    2^30), ``2^16``, ``2^32``, ``2^48`` mod each, :func:`pyblasgemm.ozaki.crt_tables`, and
+    for the row kernel's one-step digit ``(x y) mod p`` (``crt_digit``) ``(2^16 y) mod p`` and
+    ``(-2^31 y) mod p`` of each CRT multiplier ``y``.
+
+    >>> t = table_values(3)
+    >>> t["kOzCrtY"], t["kOzCrtY16"], t["kOzCrtYNeg31"]
+    ([171, 127, 211], [0, 127, 128], [0, 64, 183])
+    """
     from ..ozaki import MODULI, crt_chunks, crt_tables
 
     mods = list(MODULI[:count])
@@ -58,8 +74,9 @@ def table_values(count: int) -> dict:
     return {"kOzMod": mods, "kOzMagic": [-(-2**38 // p) for p in mods],
             "kOzPow16": [2**16 % p for p in mods], "kOzPow32": [2**32 % p for p in mods],
             "kOzPow48": [2**48 % p for p in mods], "kOzChunks": crt_chunks(count),
-            "kOzCrtY": t["y"], "kOzCrtM": [list(c) for c in t["m"]], "kOzCrtP": list(t["p"]),
-            "kOzCrtInvP": t["inv_p"]}
+            "kOzCrtY": t["y"], "kOzCrtY16": [(y << 16) % p for y, p in zip(t["y"], mods)],
+            "kOzCrtYNeg31": [(-y << 31) % p for y, p in zip(t["y"], mods)],
+            "kOzCrtM": [list(c) for c in t["m"]], "kOzCrtP": list(t["p"]), "kOzCrtInvP": t["inv_p"]}
 
 
 def tables_source(count: int) -> str:
@@ -81,7 +98,8 @@ def tables_source(count: int) -> str:
             f"constexpr int kOzChunks = {nch};\n"
             + decl("kOzMod", "int", [n]) + decl("kOzMagic", "unsigned", [n])
             + "".join(decl(f"kOzPow{w}", "unsigned", [n]) for w in (16, 32, 48))
-            + decl("kOzCrtY", "unsigned", [n]) + decl("kOzCrtM", "double", [n, nch])
+            + decl("kOzCrtY", "unsigned", [n]) + decl("kOzCrtY16", "unsigned", [n])
+            + decl("kOzCrtYNeg31", "unsigned", [n]) + decl("kOzCrtM", "double", [n, nch])
             + decl("kOzCrtP", "double", [nch]) + decl("kOzCrtInvP", "double", []))
 
 
@@ -89,8 +107,10 @@ def kernel_names(count: int, element: str = "double") -> list[str]:
     """The name expressions one moduli count and element type need: stats, scale, the guard's
     count, residues, both reconstructions.
 
-    >>> kernel_names(16)[3:]
+    >>> kernel_names(16)[3:6]
     ['ozaki_residues<16, double>', 'ozaki_reconstruct<16, false, double>', 'ozaki_reconstruct<16, true, double>']
+    >>> kernel_names(16)[6:8]
+    ['ozaki_reconstruct_rows<16, false, double, false>', 'ozaki_reconstruct_rows<16, true, double, false>']
     >>> kernel_names(9, "float")[0]
     'ozaki_line_stats<float>'
     """
@@ -98,7 +118,25 @@ def kernel_names(count: int, element: str = "double") -> list[str]:
         raise ValueError(f"element={element!r}: one of 'double', 'float'")
     return [f"ozaki_line_stats<{element}>", "ozaki_line_scale", "ozaki_guard_count",
             f"ozaki_residues<{count}, {element}>", f"ozaki_reconstruct<{count}, false, {element}>",
-            f"ozaki_reconstruct<{count}, true, {element}>"]
+            f"ozaki_reconstruct<{count}, true, {element}>"] + [
+            f"ozaki_reconstruct_rows<{count}, {cplx}, {element}, {stage}>"
+            for stage in ("false", "true") for cplx in ("false", "true")]
+
+
+def rows_kernel_applies(prod, m: int) -> bool:
+    """Whether the row reconstruction kernel (``ozaki_reconstruct_rows``) can read the planes
+    ``prod``: it loads rows 4t .. 4t + 3 of a column as one 16-byte int4, which must start on a
+    16-byte boundary. Column j of plane l starts ``(l * m * n_prod + j * m)`` int32 after the
+    planes' first, so both hold for every j and l when ``m % 4 == 0`` and ``prod`` itself is
+    16-byte aligned (CuPy's allocations are 256-byte aligned; a view may not be). Otherwise
+    :meth:`OzakiPasses.reconstruct` launches the element kernel: the same bits.
+
+    Example (on a GPU)::
+
+        prod = cupy.empty((16, n, m), cupy.int32)
+        rows_kernel_applies(prod, m)            # True when m % 4 == 0
+    """
+    return m % ROWS_PER_THREAD == 0 and prod.data.ptr % 16 == 0
 
 
 def _source(count: int) -> str:
@@ -215,20 +253,42 @@ class OzakiPasses:
             failed))
 
     def reconstruct(self, prod, m: int, n: int, ea, eb, lost_a, lost_b, c, cs_i: int, cs_j: int,
-                    alpha: complex, beta: complex, is_complex: bool, guard=None):
+                    alpha: complex, beta: complex, is_complex: bool, guard=None, kernel: str | None = None):
         """C (a view of C's real type, strides in its elements) = alpha * 2^-(e+f) X + beta * C from the int32
         products ``prod`` (count planes, each column-major m x n, 2n for complex). ``guard``:
         ``(sum_a, sum_b, c_sum, c_hi, failed)`` (:func:`pyblasgemm.ozaki.guard_constants`;
-        ``failed`` an int32 counter) with the guard's plane after the moduli's."""
+        ``failed`` an int32 counter) with the guard's plane after the moduli's.
+
+        ``kernel``: None picks :data:`ROWS_DEFAULT` where :func:`rows_kernel_applies` (16-byte
+        loads of 4 rows; bench/ozaki_passes.py times each) and the element kernel otherwise;
+        one of :data:`RECONSTRUCT_KERNELS` forces it (the tests and the benchmark compare them).
+        All give the same bits. Returns the kernel's name."""
+        if kernel is not None and kernel not in RECONSTRUCT_KERNELS:
+            raise ValueError(f"kernel={kernel!r}: None or one of {RECONSTRUCT_KERNELS}")
+        fits = rows_kernel_applies(prod, m)
+        if kernel not in (None, "elements") and not fits:
+            raise ValueError(f"kernel={kernel!r} needs m % {ROWS_PER_THREAD} == 0 and a 16-byte aligned prod, got "
+                             f"m={m} and prod at {prod.data.ptr} (address % 16 = {prod.data.ptr % 16})")
+        kernel = kernel or (ROWS_DEFAULT if fits else "elements")
         flags = int(alpha != 1) | (int(beta != 0) << 1)
-        grid = (-(-m // BLOCK_RECONSTRUCT), min(n, _MAX_GRID_Y), 1)
-        name = f"ozaki_reconstruct<{self.count}, {'true' if is_complex else 'false'}, {self.element}>"
+        cplx = "true" if is_complex else "false"
+        if kernel != "elements":
+            threads = m // ROWS_PER_THREAD
+            grid = (-(-threads // BLOCK_RECONSTRUCT_ROWS), min(n, _MAX_GRID_Y), 1)
+            block = (BLOCK_RECONSTRUCT_ROWS, 1, 1)
+            stage = "true" if kernel == "rows-staged" else "false"
+            name = f"ozaki_reconstruct_rows<{self.count}, {cplx}, {self.element}, {stage}>"
+        else:
+            grid = (-(-m // BLOCK_RECONSTRUCT), min(n, _MAX_GRID_Y), 1)
+            block = (BLOCK_RECONSTRUCT, 1, 1)
+            name = f"ozaki_reconstruct<{self.count}, {cplx}, {self.element}>"
         a, b = complex(alpha), complex(beta)
         sum_a, sum_b, c_sum, c_hi, failed = guard if guard is not None else (None, None, 0.0, 0.0, None)
-        self._k[name](grid, (BLOCK_RECONSTRUCT, 1, 1), (
+        self._k[name](grid, block, (
             prod, _ll(m), _ll(n), ea, eb, lost_a, lost_b, c, _ll(cs_i), _ll(cs_j),
             _d(a.real), _d(a.imag), _d(b.real), _d(b.imag), _i(flags), _null(sum_a), _null(sum_b),
             _d(c_sum), _d(c_hi), _null(failed)))
+        return kernel
 
 
 def _ll(v):

@@ -21,6 +21,9 @@
 //      column j with column n + j as the real and imaginary parts of a complex result. With
 //      the guard, an element whose error bound the guard plane cannot prove is left alone and
 //      counted (pyblasgemm.ozaki.guard_failures): the host computes it natively.
+//      ozaki_reconstruct_rows<COUNT, CPLX, TC, STAGE> gives the same bits 4 rows a thread, one
+//      16-byte load per plane, where m % 4 == 0 and the planes are 16-byte aligned (the host's
+//      rows_kernel_applies); ozaki_reconstruct, one element a thread, everywhere else.
 //
 // Every floating-point step is written with _rn intrinsics (no contraction into FMA), in the
 // order pyblasgemm.ozaki runs it on the host: both produce the same bits.
@@ -30,6 +33,8 @@
 // read per element), the reconstruction on C's type TC (float: the double result rounded once
 // by store_c, subnormals kept).
 #pragma once
+
+#include "../ptx/sm80_cp_async.cuh"
 
 #ifndef PBG_OZAKI_TABLES
 #error "ozaki.cuh needs one moduli count's tables first: pyblasgemm.kernels.ozaki_kernels.tables_source"
@@ -252,6 +257,50 @@ ozaki_residues(const T* __restrict__ x, long long lines, long long len, long lon
 // integer X in (-P/2, P/2) as float64 (pyblasgemm.ozaki.reconstruct's steps, in its order):
 // S_j = sum_l u_l * M_j[l] with u_l = (r_l * y_l) mod p_l (39-bit chunks keep every product and
 // sum exact), q = rint(S_1 / P), X = D_1 + D_2 + ... with D_j = S_j - q P_j (exact).
+// The floating-point steps are crt_add and crt_finish, which both reconstruction kernels call:
+// their bits cannot differ.
+namespace pyblasgemm {
+namespace ozaki {
+
+// s_j += u_l M_j[l]: one fused multiply-add; the product and the sum are both exact (see
+// CRT_CHUNK_BITS), so it gives the host's separately rounded multiply and add bit for bit
+__device__ __forceinline__ void crt_add(double (&s)[kOzChunks], double u, int l) {
+#pragma unroll
+    for (int j = 0; j < kOzChunks; ++j) s[j] = __fma_rn(u, kOzCrtM[l][j], s[j]);
+}
+
+// X from the chunk sums S_j: q = rint(S / P) from S to 53 bits (the quotient needs no more),
+// then the chunks' differences D_j = S_j - q P_j summed in order
+__device__ __forceinline__ double crt_finish(const double (&s)[kOzChunks]) {
+    double whole = s[0];
+#pragma unroll
+    for (int j = 1; j < kOzChunks; ++j) whole = __dadd_rn(whole, s[j]);
+    const double q = rint(__dmul_rn(whole, kOzCrtInvP));
+    double x = __dsub_rn(s[0], __dmul_rn(q, kOzCrtP[0]));
+#pragma unroll
+    for (int j = 1; j < kOzChunks; ++j) x = __dadd_rn(x, __dsub_rn(s[j], __dmul_rn(q, kOzCrtP[j])));
+    return x;
+}
+
+// u_l = (x y_l) mod p_l for any int32 x in ONE Barrett step (ozaki_value takes two and a sign
+// fix-up; both give the one integer in [0, p_l), so the doubles built from it are the same):
+// x = (h - 2^15) 2^16 + lo with h = (x >> 16) + 2^15 and lo = x & 0xffff, both in [0, 2^16),
+// so x y = h (2^16 y) + lo y - 2^31 y, and with the tables' (2^16 y) mod p and (-2^31 y) mod p
+// the sum stays below 2 * 65535 * 255 + 255 < 2^25, inside mod_wide's 2^30.
+__device__ __forceinline__ unsigned crt_digit(unsigned h, unsigned lo, int l) {
+    return mod_wide(h * kOzCrtY16[l] + lo * kOzCrtY[l] + kOzCrtYNeg31[l], l);
+}
+
+// An integer below 2^32 as a double, exactly: 2^52 + u holds u in its low mantissa bits, and
+// one subtraction of 2^52 leaves it. One DADD instead of I2F.F64, a conversion that runs on a
+// slower pipe than the FP64 adds (the programming guide's throughput table, sm_80 / sm_90).
+__device__ __forceinline__ double u32_to_double(unsigned u) {
+    return __dsub_rn(__hiloint2double(0x43300000, (int)u), 4503599627370496.0);
+}
+
+}  // namespace ozaki
+}  // namespace pyblasgemm
+
 template <int COUNT>
 __device__ __forceinline__ double ozaki_value(const int* __restrict__ prod, long long plane) {
     using namespace pyblasgemm::ozaki;
@@ -264,19 +313,73 @@ __device__ __forceinline__ double ozaki_value(const int* __restrict__ prod, long
         int r = (int)mod_u32(x < 0 ? 0u - (unsigned)x : (unsigned)x, l);
         if (x < 0 && r != 0) r = kOzMod[l] - r;                       // x mod p in [0, p)
         const double u = (double)mod_wide((unsigned)r * kOzCrtY[l], l);
-#pragma unroll
-        // one fused multiply-add: the product and the sum are both exact (see CRT_CHUNK_BITS),
-        // so it gives the host's separately rounded multiply and add bit for bit
-        for (int j = 0; j < kOzChunks; ++j) s[j] = __fma_rn(u, kOzCrtM[l][j], s[j]);
+        crt_add(s, u, l);
     }
-    double whole = s[0];                        // S to 53 bits: q's quotient needs no more
+    return crt_finish(s);
+}
+
+// Planes read together by ozaki_values4: all up to 16, else even batches of at most 16
+// (17: 9 + 8; 34: 12 + 12 + 10), as 34 planes' int4 alone would take 136 registers.
+template <int COUNT>
+struct OzakiBatch {
+    static constexpr int kBatches = (COUNT + 15) / 16;
+    static constexpr int kPlanes = (COUNT + kBatches - 1) / kBatches;
+};
+
+// X of 4 consecutive rows of one column (ozaki_value's integers, ozaki_value's floating-point
+// steps) from one 16-byte load per plane: col is the group's int4 in plane 0, plane4 a plane's
+// length in int4. A batch's loads are all issued before its arithmetic (16 x 16 B in flight
+// per thread: the pass is a stream of 4 bytes per plane and element, its latency hidden by
+// bytes in flight). STAGE: through shared memory with cp.async (stage: this thread's column
+// of the block's [kPlanes][128] int4), which no scheduling can sink below the arithmetic; else
+// straight into registers (__ldg), where ptxas placed the 16 loads among the arithmetic
+// (sm_90a: ~100 instructions apart), not all first. Each thread reads back only the slots it
+// copied, after its own cp.async.wait_group: no barrier.
+template <int COUNT, bool STAGE>
+__device__ __forceinline__ void ozaki_values4(const int4* __restrict__ col, long long plane4, double (&x)[4],
+                                              int4* stage) {
+    using namespace pyblasgemm::ozaki;
+    constexpr int kBatch = OzakiBatch<COUNT>::kPlanes;
+    double s[4][kOzChunks];
 #pragma unroll
-    for (int j = 1; j < kOzChunks; ++j) whole = __dadd_rn(whole, s[j]);
-    const double q = rint(__dmul_rn(whole, kOzCrtInvP));
-    double x = __dsub_rn(s[0], __dmul_rn(q, kOzCrtP[0]));
+    for (int e = 0; e < 4; ++e) {
 #pragma unroll
-    for (int j = 1; j < kOzChunks; ++j) x = __dadd_rn(x, __dsub_rn(s[j], __dmul_rn(q, kOzCrtP[j])));
-    return x;
+        for (int j = 0; j < kOzChunks; ++j) s[e][j] = 0.0;
+    }
+#pragma unroll
+    for (int l0 = 0; l0 < COUNT; l0 += kBatch) {
+        int4 v[kBatch];
+        if (STAGE) {
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+                if (l0 + b < COUNT) pyblasgemm::SM80_CP_ASYNC_CG_16B_ZFILL::copy(stage + b * 128, col + (l0 + b) * plane4, 16);
+            }
+            pyblasgemm::cp_async_commit();
+            pyblasgemm::cp_async_wait<0>();
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+                if (l0 + b < COUNT) v[b] = stage[b * 128];
+            }
+        } else {
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+                if (l0 + b < COUNT) v[b] = __ldg(col + (l0 + b) * plane4);
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int l = l0 + b;
+            if (l >= COUNT) break;
+            const int w[4] = {v[b].x, v[b].y, v[b].z, v[b].w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const unsigned h = ((unsigned)w[e] >> 16) ^ 0x8000u;   // (x >> 16) + 2^15
+                crt_add(s[e], u32_to_double(crt_digit(h, (unsigned)w[e] & 0xffffu, l)), l);
+            }
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[e] = crt_finish(s[e]);
 }
 
 // C = alpha * 2^-(e_i + f_j) X_ij + beta * C (beta == 0: C not read) for the m x n result, the
@@ -319,6 +422,33 @@ ozaki_guard_count(const int* __restrict__ low, long long m, long long n, int cpl
     if ((threadIdx.x & 31) == 0 && fails) atomicAdd(failed, fails);
 }
 
+// C's element (i, j) at dst from X's parts (already scaled by 2^-(e_i + f_j)): alpha, beta
+// and the one rounding to TC; both reconstruction kernels end in it.
+template <bool CPLX, typename TC>
+__device__ __forceinline__ void ozaki_store(TC* dst, double x_re, double x_im, double alpha_re, double alpha_im,
+                                            double beta_re, double beta_im, int flags) {
+    if (!CPLX) {
+        double v = (flags & 1) ? __dmul_rn(x_re, alpha_re) : x_re;
+        if (flags & 2) v = __dadd_rn(v, __dmul_rn(pyblasgemm::ozaki::to_double(dst[0]), beta_re));
+        pyblasgemm::ozaki::store_c(dst, v);
+    } else {
+        double re = x_re, im = x_im;
+        if (flags & 1) {        // NumPy's complex product: (ac - bd) + (ad + bc) i
+            re = __dsub_rn(__dmul_rn(x_re, alpha_re), __dmul_rn(x_im, alpha_im));
+            im = __dadd_rn(__dmul_rn(x_re, alpha_im), __dmul_rn(x_im, alpha_re));
+        }
+        if (flags & 2) {
+            const double c_re = pyblasgemm::ozaki::to_double(dst[0]), c_im = pyblasgemm::ozaki::to_double(dst[1]);
+            re = __dadd_rn(re, __dsub_rn(__dmul_rn(c_re, beta_re), __dmul_rn(c_im, beta_im)));
+            im = __dadd_rn(im, __dadd_rn(__dmul_rn(c_re, beta_im), __dmul_rn(c_im, beta_re)));
+        }
+        pyblasgemm::ozaki::store_c(dst, re);
+        pyblasgemm::ozaki::store_c(dst + 1, im);
+    }
+}
+
+// The element kernel: one thread per row i (block 256 along the rows), one element per column
+// it walks; any m and any alignment of prod (the fallback of ozaki_reconstruct_rows).
 template <int COUNT, bool CPLX, typename TC>
 __global__ void __launch_bounds__(256)
 ozaki_reconstruct(const int* __restrict__ prod, long long m, long long n, const int* __restrict__ ea,
@@ -344,25 +474,97 @@ ozaki_reconstruct(const int* __restrict__ prod, long long m, long long n, const 
     }
     const int shift = -(ea[i] + eb[j]);
     const double x_re = ldexp(ozaki_value<COUNT>(prod + i + j * m, plane), shift);
-    TC* dst = c + i * cs_i + j * cs_j;
-    if (!CPLX) {
-        double v = (flags & 1) ? __dmul_rn(x_re, alpha_re) : x_re;
-        if (flags & 2) v = __dadd_rn(v, __dmul_rn(pyblasgemm::ozaki::to_double(dst[0]), beta_re));
-        pyblasgemm::ozaki::store_c(dst, v);
-    } else {
-        const double x_im = ldexp(ozaki_value<COUNT>(prod + i + (j + n) * m, plane), shift);
-        double re = x_re, im = x_im;
-        if (flags & 1) {        // NumPy's complex product: (ac - bd) + (ad + bc) i
-            re = __dsub_rn(__dmul_rn(x_re, alpha_re), __dmul_rn(x_im, alpha_im));
-            im = __dadd_rn(__dmul_rn(x_re, alpha_im), __dmul_rn(x_im, alpha_re));
-        }
-        if (flags & 2) {
-            const double c_re = pyblasgemm::ozaki::to_double(dst[0]), c_im = pyblasgemm::ozaki::to_double(dst[1]);
-            re = __dadd_rn(re, __dsub_rn(__dmul_rn(c_re, beta_re), __dmul_rn(c_im, beta_im)));
-            im = __dadd_rn(im, __dadd_rn(__dmul_rn(c_re, beta_im), __dmul_rn(c_im, beta_re)));
-        }
-        pyblasgemm::ozaki::store_c(dst, re);
-        pyblasgemm::ozaki::store_c(dst + 1, im);
+    const double x_im = CPLX ? ldexp(ozaki_value<COUNT>(prod + i + (j + n) * m, plane), shift) : 0.0;
+    ozaki_store<CPLX>(c + i * cs_i + j * cs_j, x_re, x_im, alpha_re, alpha_im, beta_re, beta_im, flags);
     }
+}
+
+// The row kernel: ozaki_reconstruct's result, bit for bit (the same crt_add / crt_finish /
+// ldexp / ozaki_store per element), with each thread taking rows 4t .. 4t + 3 of one column
+// at a time and reading each plane's 4 int32 as one int4 (ozaki_values4). Needs m % 4 == 0 and
+// prod 16-byte aligned, so that every column (at j m) and plane (at l m n_prod) starts on a
+// 16-byte boundary: the host's one predicate (ozaki_kernels.rows_kernel_applies) checks both
+// and otherwise launches ozaki_reconstruct. C is written element by element (any stride, any
+// alignment: C's bytes are 1/8 (float64) of the planes' at 16 moduli). Block 128 (512 rows);
+// grid.y walks the columns. Guard and lost lines as ozaki_reconstruct's, per element; a
+// thread adds its failures to *failed in one atomic (a count: the total is the same).
+// CPLX reads the real part's planes, then the imaginary part's, in a loop that is not
+// unrolled: unrolled, ptxas hoisted the second part's loads over the first's arithmetic and
+// spilled (255 registers and 16 bytes at 17 moduli, 1408 at 34). Launch bounds: 3 blocks of
+// 128 per SM (170 registers; sm_90a used up to 152; at 4 blocks' 128 both spilled: the real
+// kernel at 11 and 12 moduli, the complex one from 15 on).
+template <int COUNT, bool CPLX, typename TC, bool STAGE>
+__global__ void __launch_bounds__(128, 3)
+ozaki_reconstruct_rows(const int* __restrict__ prod, long long m, long long n, const int* __restrict__ ea,
+                       const int* __restrict__ eb, const unsigned char* __restrict__ lost_a,
+                       const unsigned char* __restrict__ lost_b, TC* __restrict__ c, long long cs_i,
+                       long long cs_j, double alpha_re, double alpha_im, double beta_re, double beta_im,
+                       int flags, const unsigned long long* __restrict__ sum_a,
+                       const unsigned long long* __restrict__ sum_b, double c_sum, double c_hi,
+                       int* __restrict__ failed) {
+    // STAGE: 128 x kPlanes x 16 B (32 KB at 16 moduli; 3 blocks take 96 KB of an SM's 164-228)
+    __shared__ int4 stage[STAGE ? OzakiBatch<COUNT>::kPlanes : 1][128];
+    const long long i0 = 4 * ((long long)blockIdx.x * blockDim.x + threadIdx.x);
+    if (i0 >= m) return;                        // m % 4 == 0: rows i0 .. i0 + 3 all exist
+    bool live[4];
+    int e_row[4];
+    bool any = false;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        live[e] = !lost_a[i0 + e];
+        e_row[e] = ea[i0 + e];
+        any = any || live[e];
     }
+    if (!any) return;
+    const long long m4 = m / 4, n_prod = CPLX ? 2 * n : n, plane4 = m4 * n_prod;
+    const int4* rows = reinterpret_cast<const int4*>(prod + i0);
+    int fails = 0;
+    for (long long j = blockIdx.y; j < n; j += gridDim.y) {
+        if (lost_b[j]) continue;
+        bool ok[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) ok[e] = live[e];
+        if (sum_a != nullptr) {
+            const int4 g = __ldg(rows + COUNT * plane4 + j * m4);
+            const int g_re[4] = {g.x, g.y, g.z, g.w};
+            int g_im[4] = {0, 0, 0, 0};
+            if (CPLX) {
+                const int4 gi = __ldg(rows + COUNT * plane4 + (n + j) * m4);
+                g_im[0] = gi.x, g_im[1] = gi.y, g_im[2] = gi.z, g_im[3] = gi.w;
+            }
+            const unsigned long long sb = sum_b[j], sb_im = CPLX ? sum_b[n + j] : 0;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                if (!ok[e]) continue;
+                const unsigned long long sa = sum_a[i0 + e];
+                bool f = ozaki_guard_fails(sa, sb, g_re[e], c_sum, c_hi);
+                if (CPLX) f = f || ozaki_guard_fails(sa, sb_im, g_im[e], c_sum, c_hi);
+                if (f) {
+                    ++fails;
+                    ok[e] = false;
+                }
+            }
+            if (!(ok[0] || ok[1] || ok[2] || ok[3])) continue;
+        }
+        double x_re[4], x_im[4] = {0.0, 0.0, 0.0, 0.0};
+#pragma unroll 1
+        for (int part = 0; part < (CPLX ? 2 : 1); ++part) {
+            double x[4];
+            ozaki_values4<COUNT, STAGE>(rows + (part ? n + j : j) * m4, plane4, x, &stage[0][threadIdx.x]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {       // constant indices: the parts stay in registers
+                if (part) x_im[e] = x[e];
+                else x_re[e] = x[e];
+            }
+        }
+        const int f_col = eb[j];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            if (!ok[e]) continue;
+            const int shift = -(e_row[e] + f_col);
+            ozaki_store<CPLX>(c + (i0 + e) * cs_i + j * cs_j, ldexp(x_re[e], shift),
+                              CPLX ? ldexp(x_im[e], shift) : 0.0, alpha_re, alpha_im, beta_re, beta_im, flags);
+        }
+    }
+    if (fails) atomicAdd(failed, fails);
 }
