@@ -199,8 +199,9 @@ def clear_cache(names=tuple(CACHES)) -> int:
 def trim_cache(name: str, max_bytes: int | None = None) -> int:
     """Delete the least recently written entries of cache ``name`` until it holds at most
     ``max_bytes`` (default: the ``PYBLASGEMM_CACHE_MAX_MB`` cap); an entry's files (a kernel's
-    ``.cubin``, ``.json`` and ``.lock``) go together. Called after a write (a cold path: a
-    compile or a tuning just ran). Returns the bytes freed; never raises for the file system.
+    ``.cubin``, ``.json``, ``.lock`` and ``.compile``) go together. Called after a write (a cold
+    path: a compile or a tuning just ran). Returns the bytes freed; never raises for the file
+    system.
     """
     if max_bytes is None:
         max_bytes = max_cache_bytes()
