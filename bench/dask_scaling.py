@@ -1494,6 +1494,8 @@ def main(argv=None) -> int:
         entry = doc["transports"].setdefault(t, {"config": TRANSPORTS[t][0], "doc": TRANSPORTS[t][1]})
         if got.get("probes"):
             entry["probes"] = got["probes"]
+        if got.get("latency"):
+            entry["latency"] = got["latency"]
         if why:
             doc["failures"].append({"transport": t, "cases": why})
         write_doc(doc, out)
