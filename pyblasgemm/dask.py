@@ -27,7 +27,9 @@ products, the accumulation and the order of the sums. For ``x @ y`` with NumPy o
   worker fetches a block it lacks once and partial sums stay where they are; the placement
   travels as Dask annotations (``workers``, ``allow_other_workers``, ``priority``) on a
   ``dask.array.Array`` subclass optimized without low-level fusion, which would drop them
-  (an array derived from the result is Dask's own again, and Dask places its tasks);
+  (an array derived from the result is Dask's own again, and Dask places its tasks); the
+  placed blocks of a worker that read the same other workers' blocks run as one task, each
+  output block a pick of it (:data:`RUNS`);
 * where a placed task needs a block another worker of the same host holds, the block moves
   through CUDA IPC (``transport="auto"`` for CuPy chunks, or ``"ipc"``; :mod:`pyblasgemm._dask_ipc`):
   an export task makes the IPC handles where the blocks are (one a worker for the blocks in

@@ -1611,3 +1611,42 @@ def test_the_guide_shows_where_the_first_milliseconds_go_on_2_h200():
                f"     - {med(r['elapsed_ms'] for r in timed):.2f}\n"
                f"     - {run['speedup_vs_one_call']:.3f}x ({doc['baselines_s']['32768^3 float16'] * 1e3:.2f} ms)\n")
         assert row in guide, row
+
+
+def test_the_guide_shows_the_run_schedule_against_one_task_a_block_on_2_h200():
+    """docs/guide/dask.rst's table of runs against the per-block schedule is the results file's
+    (both schedules alternately in one run on 2 H200): medians of the timed runs, and of the
+    trace over runs and workers; every product bitwise equal across runs, GPU counts and
+    schedules, 32768^3 float16 the threaded scheduler's too; the latency probe's figures quoted."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    guide = (root / "docs" / "guide" / "dask.rst").read_text()
+    name = "dask_scaling_h200x2_2026-11-28_2712161_runs.json"
+    doc = json.loads((root / "bench" / "results" / name).read_text())
+    assert name in guide
+    assert doc["device"]["name"] == "NVIDIA H200" and doc["gpu_count"] == 2 and doc["failures"] == []
+    for case, bits in doc["bitwise"].items():
+        assert bits["all_runs_equal"] and len(bits["runs"]) == 4, case
+        assert {r.split()[-1] for r in bits["runs"]} == {"runs", "blocks"}
+    assert doc["bitwise"]["32768^3 float16"]["threaded_equal"] is True
+    med = statistics.median
+    for case in doc["cases"]:
+        run = case["pyblasgemm.dask.matmul"]
+        timed = run["trace"]["timed"]
+        workers = [w for r in timed for w in r["workers"].values()]
+        arrive = med(min(v[0] for v in w["arrive_ms"].values()) for w in workers)
+        row = (f"   * - {case['case']}\n     - {case['gpus']}\n     - {case['schedule']}\n     - {run['tasks']}\n"
+               f"     - {run['median_s'] * 1e3:.1f} ms\n"
+               f"     - {run['speedup_vs_one_call']:.3f}x ({run['efficiency']:.3f})\n"
+               f"     - {arrive:.2f}\n     - {med(w['first_task_ms'] for w in workers):.2f}\n"
+               f"     - {med(w['gpu_first_ms'] for w in workers):.2f}\n"
+               f"     - {med(w['gpu_last_ms'] for w in workers):.2f}\n")
+        assert row in guide, row
+    latency = doc["transports"]["ipc"]["latency"]
+    for n, persist, submit in (("2", "7.26", "4.60"), ("1", "7.00", "4.13")):
+        assert f"{latency[n]['persist_one_task']['start_ms']:.2f}" == persist
+        assert f"{latency[n]['submit_one_task']['start_ms']:.2f}" == submit
+        assert persist in guide and submit in guide
