@@ -73,6 +73,12 @@ Method:
   with a summary per worker (:func:`trace_summary`: when the first task began, the GPU's first
   start and last end, its busy and idle ms between products, each product's and each copy's ms,
   when each ready event passed);
+* schedules (``--schedule runs,blocks``): each case on each cluster in pyblasgemm.dask's run
+  schedule (``pyblasgemm.dask.RUNS = True``, the default) and in one task an output block
+  (``False``), one after the other, each row tagged with its ``schedule``; the client's batched
+  stream's wait at each ``persist`` (``pending_send_ms``: it sends one batch every 10 ms at
+  most); ``--latency``: on each cluster, Dask's own time from a call to its one task's start
+  on a worker, for ``persist`` of a one-task array and for ``client.submit`` (:func:`latency_probe`);
 * the block products alone (``--blocks-alone``): each case's output-block tasks called in turn
   in this process on one GPU, without Dask, and each block as one GEMM over the whole of K
   (:func:`blocks_alone`): how much of the gap to one call is in the blocks, how much in Dask.
