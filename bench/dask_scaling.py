@@ -73,6 +73,12 @@ Method:
   with a summary per worker (:func:`trace_summary`: when the first task began, the GPU's first
   start and last end, its busy and idle ms between products, each product's and each copy's ms,
   when each ready event passed);
+* schedules (``--schedule runs,blocks``): each case on each cluster in pyblasgemm.dask's run
+  schedule (``pyblasgemm.dask.RUNS = True``, the default) and in one task an output block
+  (``False``), one after the other, each row tagged with its ``schedule``; the client's batched
+  stream's wait at each ``persist`` (``pending_send_ms``: it sends one batch every 10 ms at
+  most); ``--latency``: on each cluster, Dask's own time from a call to its one task's start
+  on a worker, for ``persist`` of a one-task array and for ``client.submit`` (:func:`latency_probe`);
 * the block products alone (``--blocks-alone``): each case's output-block tasks called in turn
   in this process on one GPU, without Dask, and each block as one GEMM over the whole of K
   (:func:`blocks_alone`): how much of the gap to one call is in the blocks, how much in Dask.
@@ -448,7 +454,8 @@ def trace_summary(entries, t0) -> dict:
         by = {}
         for e in arrivals:
             key = e[5] if len(e) > 5 else ""
-            kind = "export" if "ipc-export" in key else "fetch" if "ipc-fetch" in key else "product"
+            kind = "export" if "ipc-export" in key else "fetch" if "ipc-fetch" in key else \
+                "run" if "pyblasgemm-run-" in key else "product"
             by.setdefault(kind, []).append(e[1])
         out["arrive_ms"] = {k: [ms(min(v)), ms(max(v))] for k, v in sorted(by.items())}
     for kind, a, b, *_ in entries:
@@ -476,6 +483,56 @@ def trace_summary(entries, t0) -> dict:
         ends = [e[3] for e in timed if e[0] == "copy_end"]      # one thread: each start, then its end
         out["copies_ms"] = [[ms(a), ms(b)] for a, b in zip(starts, ends)]
     return out
+
+
+#: --schedule: name -> pyblasgemm.dask.RUNS while the product's graph is built (in this process)
+SCHEDULES = {"runs": True, "blocks": False}
+
+
+def _stamp_block():
+    return np.full((1, 1), time.time())
+
+
+def _stamp(_=None):
+    return time.time()
+
+
+def latency_probe(client, reps=9):
+    """Dask's own time from a call on the client to its one task's start on a worker (the task
+    returns time.time(): one clock for the host's processes), median of ``reps`` after one
+    warm-up, each after 30 ms of an idle client: ``persist`` of a one-task Dask array (the path
+    of a product's persist, with the least graph) and ``client.submit`` of one task (no
+    expression, no ordering on the scheduler); and the client's batched stream's wait, if any,
+    when the call was made (it sends at most one message every 10 ms)."""
+    import dask.array as da
+    from dask.task_spec import Task
+    from distributed import wait
+
+    got = {"persist_one_task": [], "submit_one_task": []}
+    for rep in range(reps + 1):
+        for kind in got:
+            time.sleep(0.03)
+            name = f"latency-{uuid.uuid4().hex[:12]}"
+            pending = _pending_send_ms(client)
+            t0 = time.time()
+            if kind == "persist_one_task":
+                z = da.Array({(name, 0, 0): Task((name, 0, 0), _stamp_block)}, name, ((1,), (1,)), dtype=float)
+                done = client.persist(z)
+                wait(done)
+                start = float(done.compute()[0, 0])
+            else:
+                start = client.submit(_stamp, 0, key=name, pure=False).result()
+            if rep:
+                got[kind].append(((start - t0) * 1e3, pending))
+    return {k: {"start_ms": round(statistics.median(a for a, _ in v), 3), "runs_ms": [round(a, 3) for a, _ in v],
+                "pending_send_ms": [p for _, p in v]} for k, v in got.items()}
+
+
+def _pending_send_ms(client):
+    """How long the client's batched stream to the scheduler would hold a message sent now (it
+    sends at most one batch every 10 ms), ms; 0 when it would go at once."""
+    deadline = getattr(getattr(client, "scheduler_comm", None), "next_deadline", None)
+    return 0.0 if deadline is None else round(max(0.0, (deadline - time.time()) * 1e3), 3)
 
 
 #: pyblasgemm.dask's ``transport`` keyword on each cluster transport's rows
@@ -826,6 +883,7 @@ def timed_runs(client, case, product, reps, device, with_bits, trace=False):
             stream.__enter__()
         if trace:
             client.run(_trace_begin, device)
+        pending = _pending_send_ms(client)
         since = time.time()
         t0 = time.perf_counter()
         done = client.persist(z)
@@ -851,7 +909,7 @@ def timed_runs(client, case, product, reps, device, with_bits, trace=False):
         for holders in who.values():
             for w in holders:
                 out_blocks[w] = out_blocks.get(w, 0) + 1
-        run = {"s": elapsed, "graph_s": graph_s, "tasks": tasks, "placed": type(z).__name__ == "PlacedArray",
+        run = {"s": elapsed, "graph_s": graph_s, "tasks": tasks, "pending_send_ms": pending, "placed": type(z).__name__ == "PlacedArray",
                "received_bytes": sum(e[1] for log in logs.values() for e in log),
                "received_by_worker": {w: sum(e[1] for e in log) for w, log in logs.items()},
                "transfers": sum(len(log) for log in logs.values()),
@@ -928,6 +986,7 @@ def run_case(client, name, case, n_gpus, transport, reps, base_s, device, with_d
                    "output_blocks_by_worker": runs[-1]["output_blocks_by_worker"],
                    "stolen": sum(r["stolen"] for r in runs), "task_stream": stream, "tasks": runs[0]["tasks"],
                    "placed": all(r["placed"] for r in runs),
+                   "pending_send_ms": [r["pending_send_ms"] for r in runs],
                    "data_path": sorted({r["data_path"] for r in runs}),
                    "ipc_bytes_per_run": statistics.median(r["ipc_bytes"] for r in timed),
                    "ipc_blocks_per_run": statistics.median(r["ipc_blocks"] for r in timed),
@@ -1115,13 +1174,26 @@ def child(args, cases) -> int:
                     write_doc(doc, args.out)
                 if args.probe_only:
                     continue
-                for name in cases:
+                if args.latency:
+                    try:
+                        doc.setdefault("latency", {})[str(n_gpus)] = lat = latency_probe(client)
+                        print(f"  latency {n_gpus}: " + ", ".join(f"{k} {v['start_ms']} ms" for k, v in lat.items()),
+                              flush=True)
+                    except Exception as e:
+                        doc["failures"].append({"latency": n_gpus, "failure": f"{type(e).__name__}: {e}"[:400]})
+                scheds = args.schedule.split(",")
+                for name, sched in [(c, sc) for c in cases for sc in scheds]:
+                    from pyblasgemm import dask as pbd
+
+                    pbd.RUNS = SCHEDULES[sched]
+                    print(f"  schedule {sched} (pyblasgemm.dask.RUNS = {pbd.RUNS}):", flush=True)
                     try:
                         theirs = not args.no_dask_array and _listed(args.dask_array_gpus, str(n_gpus)) \
                             and _listed(args.dask_array_cases, name)
                         row = run_case(client, name, ALL_CASES[name], n_gpus, transport, args.reps, bases.get(name),
                                        device, with_dask=theirs, trace=args.trace)
                         row["ipc_events"] = events
+                        row["schedule"] = sched
                         try:                # the handles this case's fetches opened (bounded, but give them back)
                             row["ipc_handles_closed"] = sum(client.run(_close_ipc).values())
                         except Exception as e:
@@ -1275,6 +1347,13 @@ def main(argv=None) -> int:
                          "LocalCUDACluster runs in the transport's process: its client too); Python's default "
                          "0.005 s lets a thread that wants the GIL wait that long behind a busy event loop "
                          "(bench/dask_overhead.py)")
+    ap.add_argument("--schedule", default="runs",
+                    help="pyblasgemm.dask's schedules to run each case on, comma-separated, alternating: runs "
+                         "(pyblasgemm.dask.RUNS = True: a worker's block products that read the same workers' "
+                         "blocks in one task), blocks (RUNS = False: one task an output block)")
+    ap.add_argument("--latency", action="store_true",
+                    help="on each cluster, Dask's own time from a call to its task's start on a worker: "
+                         "persist of a one-task array, client.submit of one task (latency_probe)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--probe-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--probe-here", action="store_true", help=argparse.SUPPRESS)
@@ -1297,6 +1376,9 @@ def main(argv=None) -> int:
     for c in cases:
         if c not in table:
             ap.error(f"--cases: unknown case {c!r}; known: {', '.join(table)}")
+    for sched in args.schedule.split(","):
+        if sched not in SCHEDULES:
+            ap.error(f"--schedule: unknown schedule {sched!r}; known: {', '.join(SCHEDULES)}")
     if args.child:
         return child(args, cases)
     started = time.perf_counter()
@@ -1373,7 +1455,8 @@ def main(argv=None) -> int:
         sum((["--" + k.replace("_", "-"), v] for k in ("dask_array_gpus", "dask_array_cases")
              if (v := getattr(args, k)) is not None), []) + \
         (["--smoke"] if args.smoke else []) + (["--no-dask-array"] if args.no_dask_array else []) + \
-        (["--trace"] if args.trace else []) + \
+        (["--trace"] if args.trace else []) + (["--latency"] if args.latency else []) + \
+        ["--schedule", args.schedule] + \
         (["--switch-interval", str(args.switch_interval)] if args.switch_interval else [])
 
     def gpus(t):
@@ -1417,6 +1500,8 @@ def main(argv=None) -> int:
         entry = doc["transports"].setdefault(t, {"config": TRANSPORTS[t][0], "doc": TRANSPORTS[t][1]})
         if got.get("probes"):
             entry["probes"] = got["probes"]
+        if got.get("latency"):
+            entry["latency"] = got["latency"]
         if why:
             doc["failures"].append({"transport": t, "cases": why})
         write_doc(doc, out)
@@ -1427,7 +1512,7 @@ def main(argv=None) -> int:
         if "digest" not in ours:
             continue
         entry = bits.setdefault(row["case"], {"runs": [], "first": ours["digest"], "all_runs_equal": True})
-        entry["runs"].append(f"{row['gpus']} GPU {row['transport']}")
+        entry["runs"].append(f"{row['gpus']} GPU {row['transport']} {row.get('schedule', 'blocks')}")
         entry["all_runs_equal"] &= ours["digest"] == entry["first"] and bool(ours["bitwise_all_runs"])
     for name, entry in bits.items():
         if name in threaded:

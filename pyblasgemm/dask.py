@@ -27,7 +27,9 @@ products, the accumulation and the order of the sums. For ``x @ y`` with NumPy o
   worker fetches a block it lacks once and partial sums stay where they are; the placement
   travels as Dask annotations (``workers``, ``allow_other_workers``, ``priority``) on a
   ``dask.array.Array`` subclass optimized without low-level fusion, which would drop them
-  (an array derived from the result is Dask's own again, and Dask places its tasks);
+  (an array derived from the result is Dask's own again, and Dask places its tasks); the
+  placed blocks of a worker that read the same other workers' blocks run as one task, each
+  output block a pick of it (:data:`RUNS`);
 * where a placed task needs a block another worker of the same host holds, the block moves
   through CUDA IPC (``transport="auto"`` for CuPy chunks, or ``"ipc"``; :mod:`pyblasgemm._dask_ipc`):
   an export task makes the IPC handles where the blocks are (one a worker for the blocks in
@@ -91,6 +93,16 @@ MIN_TASKS = 8
 #: Dask's own comm (TCP, UCX, ...); ``"auto"`` (the default): ``"ipc"`` when the chunks are
 #: CuPy arrays, else ``"dask"``
 TRANSPORTS = ("auto", "ipc", "dask")
+
+#: on a cluster holding the operands (a placed product, one task per output block over all of
+#: K): True bundles the block products of a worker that read the same other workers' blocks
+#: into one *run* task, which computes them back to back and returns them as a tuple, each
+#: output block then a pick of it (:func:`_bundle_runs`). A worker's first message from the
+#: scheduler then holds one run (and its export) instead of each of its products, and it starts
+#: its GPU work once that run is unpacked, not once every product's is; the sums and so the
+#: bits are the same. False: one task per output block, as before 2026-11-28 (kept to compare:
+#: bench/dask_scaling.py ``--schedule``)
+RUNS = True
 
 
 def _dask_array():
@@ -280,6 +292,32 @@ def _sum_finish(p, q, out_dtype, alpha, beta, c, c_type):
     return _finish(p + q, out_dtype, alpha, beta, c, c_type)
 
 
+def _run(plan, types, acc, compute, backend, out_dtype, alpha, beta, c_type, *groups):
+    """Several output blocks of one worker, back to back: ``plan`` holds per block the
+    ``(group, index)`` of its K chunks of x and of y (and of c, or None) in ``groups`` (lists
+    of blocks, one argument each: the worker's own, or those fetched from one other worker,
+    where a fetch folds in); each block is
+    :func:`_product_finish` of them, what its own task would compute, so the bits are the same.
+
+    >>> a, b = np.ones((2, 3), np.float32), np.full((3, 2), 2, np.float32)
+    >>> out = _run([([(0, 0)], [(0, 1)], None)] * 2, (a.dtype, b.dtype), np.dtype(np.float32), None, None,
+    ...            np.float32, 1, 0, None, [a, b])
+    >>> len(out), out[0].tolist()
+    (2, [[6.0, 6.0], [6.0, 6.0]])
+    """
+    out = []
+    for xs, ys, c in plan:
+        out.append(_product_finish([groups[g][n] for g, n in xs], [groups[g][n] for g, n in ys], types, acc,
+                                   compute, backend, out_dtype, alpha, beta,
+                                   None if c is None else groups[c[0]][c[1]], c_type))
+    return tuple(out)
+
+
+def _pick(blocks, index: int):
+    """Block ``index`` of a run's tuple: an output block's own key."""
+    return blocks[index]
+
+
 # ---------------------------------------------------------------------------------------------
 # Graph
 # ---------------------------------------------------------------------------------------------
@@ -426,6 +464,7 @@ def _contract(x, y, out_dtype, compute, backend, k_group, alpha=1, beta=0, c=Non
     # for the placement: each chain of K chunks (a task of products) with its input blocks and
     # their bytes, and each add with its left input, which it joins
     products, joins = [], []
+    runs_of = {}                        # output block -> (x's blocks, y's blocks, c's block): for _bundle_runs
 
     def inputs(bidx, i, j, ks):
         return ([((x.name, *bidx, i, k), rows[i] * depth[k] * x.dtype.itemsize, "x") for k in ks]
@@ -443,6 +482,8 @@ def _contract(x, y, out_dtype, compute, backend, k_group, alpha=1, beta=0, c=Non
                 where = (*bidx, i, j)
                 root = (name, *where)
                 if len(starts) == 1:
+                    runs_of[root] = ([(x.name, *bidx, i, k) for k in range(nk)],
+                                     [(y.name, *bidx, k, j) for k in range(nk)], (c.name, i, j) if with_c else None)
                     dsk[root] = Task(root, _product_finish, *blocks(bidx, i, j, range(nk)), types, acc, compute,
                                      backend, out_dtype, alpha, beta, c_ref, c_type)
                     products.append((root, rows[i] * cols[j] * sum(depth), inputs(bidx, i, j, range(nk)) + c_in))
@@ -477,6 +518,9 @@ def _contract(x, y, out_dtype, compute, backend, k_group, alpha=1, beta=0, c=Non
     where, priority = _placement(products, joins, workers, holders)
     if not where:
         return da.Array(dsk, name, chunks, meta=meta)
+    if RUNS and runs_of:
+        _bundle_runs(dsk, runs_of, where, priority, holders, token,
+                     (types, acc, compute, backend, out_dtype, alpha, beta, c_type))
     if transport == "ipc" or (transport == "auto" and _is_cupy(x._meta) and _is_cupy(y._meta)):
         _ipc_rewrite(dsk, where, priority, holders, hosts, token)
     return _placed_array(dsk, name, chunks, meta, where, priority)
@@ -494,6 +538,65 @@ SHARE_SLACK = 0.5
 #: how many tasks deep a block that is not itself in cluster memory (a transpose, a
 #: rechunked piece, a broadcast of a persisted block) is traced back to the blocks it is made of
 _TRACE_DEPTH = 4
+
+
+def _bundle_runs(dsk, runs_of, where, priority, holders, token, args):
+    """Bundle placed output blocks (each one task over all of K) into run tasks (:data:`RUNS`),
+    in place: the blocks of one worker whose inputs come from the same set of other workers
+    become one task of :func:`_run`, in the graph's order, and each block's key a
+    :func:`_pick` of it on the same worker. The run's blocks are passed as one list per worker
+    they come from (its own first), each sorted as :func:`_ipc_rewrite` sorts a task's
+    dependencies, so that a fetch of another worker's blocks folds into the run that alone
+    reads them there. Priority: 0 for a run of local blocks, -1 for one that waits for others'.
+
+    >>> from dask.task_spec import Task, TaskRef
+    >>> runs_of = {("c", i, j): ([("x", i, 0)], [("y", 0, j)], None) for i in range(2) for j in range(2)}
+    >>> dsk = {k: Task(k, abs, 0) for k in runs_of}
+    >>> where = {("c", i, j): f"w{i}" for i in range(2) for j in range(2)}
+    >>> on = {("x", 0, 0): "w0", ("x", 1, 0): "w1", ("y", 0, 0): "w0", ("y", 0, 1): "w1"}
+    >>> priority = dict.fromkeys(where, 0)
+    >>> _bundle_runs(dsk, runs_of, where, priority, lambda k: {on[k]}, "t", (None,) * 8)
+    >>> sorted((k[1], where[k], priority[k]) for k in dsk if k[0] == "pyblasgemm-run-t")
+    [(0, 'w0', 0), (1, 'w0', -1), (2, 'w1', -1), (3, 'w1', 0)]
+    >>> dsk["c", 0, 1].args[0].key, dsk["c", 0, 1].args[1]
+    (('pyblasgemm-run-t', 1), 0)
+    """
+    from dask.task_spec import List, Task, TaskRef
+
+    types, acc, compute, backend, out_dtype, alpha, beta, c_type = args
+    run_name = "pyblasgemm-run-" + token
+    bundles = {}                        # (worker, its sources) -> [output blocks]
+    for root, (xs, ys, c) in runs_of.items():
+        w = where.get(root)
+        if w is None:
+            continue                    # left to Dask: its own task
+        sources = set()
+        for block in xs + ys + ([c] if c is not None else []):
+            has = holders(block)
+            if has and w not in has:
+                sources.add(sorted(has)[0])
+        bundles.setdefault((w, tuple(sorted(sources))), []).append(root)
+    for n, ((w, sources), roots) in enumerate(bundles.items()):
+        key = (run_name, n)
+        groups = {}                     # source (None: this worker or Dask) -> [blocks]
+        for root in roots:
+            xs, ys, c = runs_of[root]
+            for block in xs + ys + ([c] if c is not None else []):
+                has = holders(block)
+                src = sorted(has)[0] if has and w not in has else None
+                if block not in groups.setdefault(src, []):
+                    groups[src].append(block)
+        order = [None] + list(sources)
+        lists = [sorted(groups.get(src, []), key=_block_order) for src in order]
+        at = {b: (g, lists[g].index(b)) for g in range(len(lists)) for b in lists[g]}
+        plan = tuple(([at[b] for b in runs_of[r][0]], [at[b] for b in runs_of[r][1]],
+                      None if runs_of[r][2] is None else at[runs_of[r][2]]) for r in roots)
+        dsk[key] = Task(key, _run, plan, types, acc, compute, backend, out_dtype, alpha, beta, c_type,
+                        *[List(*[TaskRef(b) for b in blocks]) for blocks in lists])
+        where[key], priority[key] = w, (0 if not sources else -1)
+        for index, root in enumerate(roots):
+            dsk[root] = Task(root, _pick, TaskRef(key), index)
+            priority[root] = 0
 
 
 def _cluster_holders(operands, dsk):

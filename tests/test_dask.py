@@ -847,7 +847,8 @@ def test_the_scaling_benchmark_runs_end_to_end_on_the_host(tmp_path):
     long_k = rows["smoke 32x32x512 float16", 2]
     assert long_k["layout"] == "A by K chunks, B by K chunks"
     assert long_k["pyblasgemm.dask.matmul"]["received_bytes_per_run"] == 32 * 32 * 4
-    assert doc["bitwise"] == {c: {"runs": ["1 GPU tcp", "2 GPU tcp"], "all_runs_equal": True, "threaded_equal": True}
+    assert doc["bitwise"] == {c: {"runs": ["1 GPU tcp runs", "2 GPU tcp runs"], "all_runs_equal": True,
+                                  "threaded_equal": True}
                               for c in cases}
 
 
@@ -873,7 +874,7 @@ def _annotated(z, what="workers"):
 
 def _kind(key):
     name = key[0] if isinstance(key, tuple) else key
-    for kind in ("export", "fetch", "partial", "sum", "matmul"):
+    for kind in ("export", "fetch", "partial", "sum", "matmul", "run"):
         if name.startswith(f"pyblasgemm-ipc-{kind}-") or name.startswith(f"pyblasgemm-{kind}-"):
             return kind
     return "operand"
@@ -982,8 +983,9 @@ def test_without_a_cluster_every_transport_is_the_same_plain_graph():
         np.testing.assert_array_equal(got[t], got["auto"])
 
 
-def test_the_ipc_graph_fetches_each_block_once_per_worker_and_falls_back_to_dasks_transfer(local_cluster):
-    """A's row panels and B's column panels on worker i and j of 4, transport='ipc': one export
+def test_the_ipc_graph_fetches_each_block_once_per_worker_and_falls_back_to_dasks_transfer(local_cluster,
+                                                                                          monkeypatch):
+    """The per-block schedule (pyblasgemm.dask.RUNS = False). A's row panels and B's column panels on worker i and j of 4, transport='ipc': one export
     per B column panel on its worker, shared by the 3 workers that need it, one fetch a worker
     and panel, folded into the one task there that reads it, no product depending on a block
     another worker holds. NumPy blocks cannot go
@@ -992,6 +994,7 @@ def test_the_ipc_graph_fetches_each_block_once_per_worker_and_falls_back_to_dask
     scheduler's. 'auto' on NumPy chunks is Dask's own graph."""
     from distributed import wait
 
+    monkeypatch.setattr(pbd, "RUNS", False)
     client = local_cluster
     workers = sorted(client.nthreads())
     x, y, X, Y = _panels_on_workers(client, 61)
@@ -1122,7 +1125,7 @@ def _as_if_on(monkeypatch, n, x_owner, y_owner):
 
 @pytest.mark.parametrize("n, counts", [(1, (16, 0, 0, 0)), (2, (16, 2, 2, 0)), (4, (16, 4, 0, 12))])
 def test_the_gpu_benchmarks_graph_has_one_task_per_block_and_few_ipc_tasks(monkeypatch, n, counts):
-    """bench/dask_scaling.py's 32768^3 float16 in 8192^2 chunks (4 x 4 x 4 blocks; here 8^2 NumPy
+    """The per-block schedule (pyblasgemm.dask.RUNS = False), as before 2026-11-28: bench/dask_scaling.py's 32768^3 float16 in 8192^2 chunks (4 x 4 x 4 blocks; here 8^2 NumPy
     blocks), A's row panels and B's column panels spread over n workers in contiguous ranges:
     one task per output block, C[i, j] where A's row panel is; on 2 workers one export a worker
     (the 8 blocks of B the other reads) and one fetch task a worker (4 products read each block
@@ -1130,6 +1133,7 @@ def test_the_gpu_benchmarks_graph_has_one_task_per_block_and_few_ipc_tasks(monke
     reads it on each worker: 20 tasks on 2 and on 4 workers, where there were 24 and 32. Each
     worker copies each block it lacks once. The placed graph computes, on the synchronous
     scheduler, bitwise what the plain graph does."""
+    monkeypatch.setattr(pbd, "RUNS", False)
     rng = np.random.default_rng(70)
     x, y = _data(rng, (32, 32), np.float16), _data(rng, (32, 32), np.float16)
     X, Y = da.from_array(x, chunks=8), da.from_array(y, chunks=8)
@@ -1151,6 +1155,90 @@ def test_the_gpu_benchmarks_graph_has_one_task_per_block_and_few_ipc_tasks(monke
     # nothing to cull: Dask gets the graph itself, placement annotations and all
     graph = z.__dask_graph__()
     assert z.__dask_optimize__(graph, z.__dask_keys__()) is graph
+
+
+def _run_counts(z):
+    """(run tasks, output blocks picked from a run, export tasks, fetch tasks, fetches folded) of z's graph."""
+    from pyblasgemm.dask import _pick
+
+    graph = dict(z.__dask_graph__())
+    kinds = [_kind(k) for k in graph]
+    picks = sum(_kind(k) == "matmul" and graph[k].func is _pick for k in graph)
+    folded = sum(len(_nested_fetches(t)) for k, t in graph.items() if _kind(k) == "run")
+    return kinds.count("run"), picks, kinds.count("export"), kinds.count("fetch"), folded
+
+
+@pytest.mark.parametrize("n, counts", [(1, (1, 16, 0, 0, 0)), (2, (4, 16, 2, 0, 2)), (4, (16, 16, 4, 0, 12))])
+def test_the_gpu_benchmarks_graph_in_runs_has_a_run_a_worker_and_source(monkeypatch, n, counts):
+    """The default schedule (pyblasgemm.dask.RUNS): bench/dask_scaling.py's 32768^3 float16 in
+    8192^2 chunks (4 x 4 x 4 blocks; here 8^2), A's row panels and B's column panels over n
+    workers of one host. A worker's products that read the same other workers' blocks are one
+    run task (its own blocks first): on 1 worker one run of all 16, on 2 a run of the 4 local
+    products and a run of the 4 that read the other's blocks, whose fetch folds into it, on 4
+    one run a product (each reads one other worker's column panel); each output block is a
+    pick of its run, placed with it. The run's placement and priority (local first), one export
+    a worker whose blocks others read, each block copied once per worker; on the synchronous
+    scheduler the bits of the plain graph."""
+    rng = np.random.default_rng(72)
+    x, y = _data(rng, (32, 32), np.float16), _data(rng, (32, 32), np.float16)
+    X, Y = da.from_array(x, chunks=8), da.from_array(y, chunks=8)
+    plain = pbd.matmul(X, Y).compute(scheduler="sync")
+    workers = _as_if_on(monkeypatch, n, lambda i, k: i * n // 4, lambda k, j: j * n // 4)
+    z = pbd.matmul(X, Y, transport="ipc")
+    assert pbd.RUNS and type(z).__name__ == "PlacedArray" and _run_counts(z) == counts
+    graph, where, priority = dict(z.__dask_graph__()), _annotated(z), _annotated(z, "priority")
+    for i in range(4):
+        for j in range(4):
+            pick = graph[z.name, i, j]
+            (run,) = pick.dependencies
+            assert _kind(run) == "run" and where[z.name, i, j] == where[run] == workers[i * n // 4], (i, j)
+    for key in graph:
+        if _kind(key) == "run":
+            local = all(_kind(d) == "operand" and where[key] == workers[(d[1] if d[0] == X.name else d[2]) * n // 4]
+                        for d in graph[key].dependencies)
+            assert priority[key] == (0 if local else -1), key
+    _check_ipc_graph_runs = {w: [] for w in workers}
+    for key, task in graph.items():
+        if _kind(key) == "run":
+            for f in _nested_fetches(task):
+                _check_ipc_graph_runs[where[key]] += [graph[f.args[0].key].args[i].key for i in
+                                                      (f.args[2] if len(f.args) > 2 else range(len(graph[f.args[0].key].args)))]
+    for w, blocks in _check_ipc_graph_runs.items():
+        mine = workers.index(w)
+        assert sorted(blocks) == sorted((Y.name, k, j) for k in range(4) for j in range(4) if j * n // 4 != mine), w
+    got = z.compute(scheduler="sync")
+    np.testing.assert_array_equal(got.view(np.uint16), plain.view(np.uint16))
+    graph = z.__dask_graph__()
+    assert z.__dask_optimize__(graph, z.__dask_keys__()) is graph
+
+
+def test_runs_on_a_cluster_give_the_threaded_bits_and_move_each_block_once(local_cluster):
+    """The run schedule on a distributed.LocalCluster of 4 workers (A's row panel i and B's
+    column panel j on worker i and j), transport 'ipc' (NumPy blocks: each export hands its
+    blocks to Dask) and 'dask', and gemm with c, alpha and beta: each output block lands on
+    its row panel's worker, each worker receives each export once, and the bits are the
+    threaded scheduler's."""
+    from distributed import wait
+
+    client = local_cluster
+    workers = sorted(client.nthreads())
+    for transport, seed in (("ipc", 73), ("dask", 75)):      # fresh operands: the product's keys are new
+        x, y, X, Y = _panels_on_workers(client, seed)
+        threaded = pbd.matmul(da.from_array(x, chunks=X.chunks),
+                              da.from_array(y, chunks=Y.chunks)).compute(scheduler="threads")
+        z = pbd.matmul(X, Y, transport=transport)
+        assert _run_counts(z)[0] == 16, transport
+        done = client.persist(z)
+        wait(done)
+        assert {k: tuple(w) for k, w in client.who_has(done).items()} == {
+            (z.name, i, j): (workers[i],) for i in range(4) for j in range(4)}
+        np.testing.assert_array_equal(done.compute().view(np.uint8), threaded.view(np.uint8), transport)
+    c = _data(np.random.default_rng(74), (64, 40), np.float16)
+    C = da.from_array(c, chunks=(16, 10))
+    ref = pbd.gemm("N", "N", da.from_array(x, chunks=X.chunks), da.from_array(y, chunks=Y.chunks), c=C, alpha=0.5,
+                   beta=2).compute(scheduler="threads")
+    got = client.compute(pbd.gemm("N", "N", X, Y, c=C, alpha=0.5, beta=2)).result()
+    np.testing.assert_array_equal(got.view(np.uint8), ref.view(np.uint8))
 
 
 def test_a_placed_graph_with_more_than_its_keys_need_is_culled(monkeypatch):
@@ -1523,3 +1611,42 @@ def test_the_guide_shows_where_the_first_milliseconds_go_on_2_h200():
                f"     - {med(r['elapsed_ms'] for r in timed):.2f}\n"
                f"     - {run['speedup_vs_one_call']:.3f}x ({doc['baselines_s']['32768^3 float16'] * 1e3:.2f} ms)\n")
         assert row in guide, row
+
+
+def test_the_guide_shows_the_run_schedule_against_one_task_a_block_on_2_h200():
+    """docs/guide/dask.rst's table of runs against the per-block schedule is the results file's
+    (both schedules alternately in one run on 2 H200): medians of the timed runs, and of the
+    trace over runs and workers; every product bitwise equal across runs, GPU counts and
+    schedules, 32768^3 float16 the threaded scheduler's too; the latency probe's figures quoted."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    guide = (root / "docs" / "guide" / "dask.rst").read_text()
+    name = "dask_scaling_h200x2_2026-11-28_2712161_runs.json"
+    doc = json.loads((root / "bench" / "results" / name).read_text())
+    assert name in guide
+    assert doc["device"]["name"] == "NVIDIA H200" and doc["gpu_count"] == 2 and doc["failures"] == []
+    for case, bits in doc["bitwise"].items():
+        assert bits["all_runs_equal"] and len(bits["runs"]) == 4, case
+        assert {r.split()[-1] for r in bits["runs"]} == {"runs", "blocks"}
+    assert doc["bitwise"]["32768^3 float16"]["threaded_equal"] is True
+    med = statistics.median
+    for case in doc["cases"]:
+        run = case["pyblasgemm.dask.matmul"]
+        timed = run["trace"]["timed"]
+        workers = [w for r in timed for w in r["workers"].values()]
+        arrive = med(min(v[0] for v in w["arrive_ms"].values()) for w in workers)
+        row = (f"   * - {case['case']}\n     - {case['gpus']}\n     - {case['schedule']}\n     - {run['tasks']}\n"
+               f"     - {run['median_s'] * 1e3:.1f} ms\n"
+               f"     - {run['speedup_vs_one_call']:.3f}x ({run['efficiency']:.3f})\n"
+               f"     - {arrive:.2f}\n     - {med(w['first_task_ms'] for w in workers):.2f}\n"
+               f"     - {med(w['gpu_first_ms'] for w in workers):.2f}\n"
+               f"     - {med(w['gpu_last_ms'] for w in workers):.2f}\n")
+        assert row in guide, row
+    latency = doc["transports"]["ipc"]["latency"]
+    for n, persist, submit in (("2", "7.26", "4.60"), ("1", "7.00", "4.13")):
+        assert f"{latency[n]['persist_one_task']['start_ms']:.2f}" == persist
+        assert f"{latency[n]['submit_one_task']['start_ms']:.2f}" == submit
+        assert persist in guide and submit in guide
