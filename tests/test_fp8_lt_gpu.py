@@ -251,11 +251,12 @@ def test_block_scales_on_cublaslt_replay_and_a_cuda_graph_reads_changed_scales(c
         stream.begin_capture()
         pyblasgemm.matmul(da, db, out=out, scale_a=csa, scale_b=csb)
         graph = stream.end_capture()
-    csa[...] = cp.asarray(sa2)
-    csb[...] = cp.asarray(sb2)
-    out[...] = np.nan
-    graph.launch(stream)
-    stream.synchronize()
+        # on the graph's own stream (it does not wait for the legacy default stream)
+        csa[...] = cp.asarray(sa2)
+        csb[...] = cp.asarray(sb2)
+        out[...] = np.nan
+        graph.launch(stream)
+        stream.synchronize()
     np.testing.assert_array_equal(cp.asnumpy(out), first * 0.5)
 
 

@@ -262,11 +262,12 @@ def test_grouped_offsets_on_the_gpu_replay_in_a_cuda_graph_with_new_sizes():
         graph = stream.end_capture()
     for ends in ([0, 0, 0, 0, 0, 600], [600] * 6, [1, 2, 3, 4, 5, 600], [10, 300, 290, 400, 500, 600],
                  [50, 60, 70, 80, 90, 590]):
-        out[...] = 0
-        offsets[...] = cupy.asarray(ends)
-        a[...] = cupy.asarray(_data(rng, (rows, k), np.float16))
-        graph.launch(stream)
-        stream.synchronize()
+        with stream:        # a non-blocking stream does not wait for writes on the legacy one
+            out[...] = 0
+            offsets[...] = cupy.asarray(ends)
+            a[...] = cupy.asarray(_data(rng, (rows, k), np.float16))
+            graph.launch(stream)
+            stream.synchronize()
         host = [min(max(e, 0), rows) for e in ends]
         for g in range(1, groups):
             host[g] = max(host[g], host[g - 1])      # a decreasing offset: an empty group
@@ -339,11 +340,12 @@ def test_grouped_small_groups_replay_in_a_cuda_graph_with_new_sizes():
              [7, 3, 70, 69, 140, 141, 141, 200, 199, 210, 211, 212, 230, 231, 250, 300],
              [5 * (g + 1) for g in range(groups)]]
     for ends in cases:
-        out[...] = cupy.nan
-        offsets[...] = cupy.asarray(ends, np.int32)
-        a[...] = cupy.asarray(_data(rng, (rows, k), np.float16))
-        graph.launch(stream)
-        stream.synchronize()
+        with stream:        # a non-blocking stream does not wait for writes on the legacy one
+            out[...] = cupy.nan
+            offsets[...] = cupy.asarray(ends, np.int32)
+            a[...] = cupy.asarray(_data(rng, (rows, k), np.float16))
+            graph.launch(stream)
+            stream.synchronize()
         host = [min(max(e, 0), rows) for e in ends]
         for g in range(1, groups):
             host[g] = max(host[g], host[g - 1])      # a decreasing offset: an empty group
