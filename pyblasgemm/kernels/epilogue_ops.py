@@ -1,7 +1,7 @@
 """The epilogue pass on a GPU: one elementwise kernel over the product (pyblasgemm.epilogue).
 
 The kernel is generated per epilogue structure (dequantize, bias, beta, activation,
-pre-activation output), compiled once per process through CuPy, and includes
+pre-activation output), compiled once (:func:`~pyblasgemm.kernels.jit.raw_function`), and includes
 ``epilogue/activation.cuh``: the same device definitions the fused GEMM stores will use.
 """
 from __future__ import annotations

@@ -72,9 +72,9 @@ class KernelFamily(ABC):
     ``title``              how messages name it ('the mma.sync kernel')
     ``name_prefix``        prefix of its configs' names and calibration tile keys ('' or 'sm90a_')
     ``header``             the device header NVRTC compiles (under ``kernels/include``)
-    ``compile_target``     None: CuPy compiles for the device's arch (any sm_80+); else the one
-                           arch-specific target (``'sm_90a'``) it is compiled for by
-                           :mod:`~pyblasgemm.kernels.jit` itself, cubins kept in the kernel cache
+    ``compile_target``     None: compiled for the device's own arch (any sm_80+); else the one
+                           arch-specific target (``'sm_90a'``) it is compiled for; either way by
+                           :mod:`~pyblasgemm.kernels.jit`, cubins kept in the kernel cache
     ``decompositions``     the decompositions its kernel runs
     ``kinds``              the kernel kinds it runs
     ``prep_kinds``         kinds whose operands a prep kernel rewrites first (one launch per operand)

@@ -533,7 +533,7 @@ def _plan_rows(kind, cn, tg, loads, rg, kv, pipe, sm_count, resident_warps) -> G
 
 
 # ---------------------------------------------------------------------------------------------
-# Compile (NVRTC through CuPy, as the mma.sync kernels)
+# Compile (jit.load_kernels: NVRTC, the kernel cache, as every family)
 # ---------------------------------------------------------------------------------------------
 
 def _source() -> str:

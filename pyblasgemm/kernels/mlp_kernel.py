@@ -1,5 +1,6 @@
 """The on-chip back-to-back MLP kernel (``impls/sm80_fused_mlp.cuh``): its constants, the
-bounds it needs (:func:`fits`), its compile (online through CuPy, offline for CI) and its launch.
+bounds it needs (:func:`fits`), its compile (online through the kernel cache, offline for CI) and
+its launch.
 
 ``y = act(x @ w1 + b1) @ w2 + b2`` in one kernel: each CTA owns :data:`BM` rows of ``x``,
 computes their whole row slice of ``h`` in 128-column chunks into shared memory (rounded once to

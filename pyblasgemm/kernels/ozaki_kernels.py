@@ -1,5 +1,5 @@
 """The Ozaki scheme II's GPU passes (``ozaki/ozaki.cuh``): their constant tables, compile
-(online through CuPy, offline for CI) and launches. The int8 GEMMs between them are ordinary
+(online through the kernel cache, offline for CI) and launches. The int8 GEMMs between them are ordinary
 planned GEMMs (:mod:`pyblasgemm.composite`).
 
 Each moduli count and element type (``'double'``: float64 / complex128; ``'float'``: float32 /
