@@ -1123,6 +1123,18 @@ def _as_if_on(monkeypatch, n, x_owner, y_owner):
     return workers
 
 
+def _bench_graph_on(monkeypatch, n, seed):
+    """The benchmark's product in miniature (32^2 float16 in 8^2 chunks, 4 x 4 x 4 blocks), A's
+    row panels and B's column panels as if on n workers: (X, Y, the plain graph's result on the
+    synchronous scheduler, the workers, the placed product over IPC)."""
+    rng = np.random.default_rng(seed)
+    x, y = _data(rng, (32, 32), np.float16), _data(rng, (32, 32), np.float16)
+    X, Y = da.from_array(x, chunks=8), da.from_array(y, chunks=8)
+    plain = pbd.matmul(X, Y).compute(scheduler="sync")
+    workers = _as_if_on(monkeypatch, n, lambda i, k: i * n // 4, lambda k, j: j * n // 4)
+    return X, Y, plain, workers, pbd.matmul(X, Y, transport="ipc")
+
+
 @pytest.mark.parametrize("n, counts", [(1, (16, 0, 0, 0)), (2, (16, 2, 2, 0)), (4, (16, 4, 0, 12))])
 def test_the_gpu_benchmarks_graph_has_one_task_per_block_and_few_ipc_tasks(monkeypatch, n, counts):
     """The per-block schedule (pyblasgemm.dask.RUNS = False), as before 2026-11-28: bench/dask_scaling.py's 32768^3 float16 in 8192^2 chunks (4 x 4 x 4 blocks; here 8^2 NumPy
@@ -1134,12 +1146,7 @@ def test_the_gpu_benchmarks_graph_has_one_task_per_block_and_few_ipc_tasks(monke
     worker copies each block it lacks once. The placed graph computes, on the synchronous
     scheduler, bitwise what the plain graph does."""
     monkeypatch.setattr(pbd, "RUNS", False)
-    rng = np.random.default_rng(70)
-    x, y = _data(rng, (32, 32), np.float16), _data(rng, (32, 32), np.float16)
-    X, Y = da.from_array(x, chunks=8), da.from_array(y, chunks=8)
-    plain = pbd.matmul(X, Y).compute(scheduler="sync")
-    workers = _as_if_on(monkeypatch, n, lambda i, k: i * n // 4, lambda k, j: j * n // 4)
-    z = pbd.matmul(X, Y, transport="ipc")
+    X, Y, plain, workers, z = _bench_graph_on(monkeypatch, n, seed=70)
     assert type(z).__name__ == "PlacedArray" and _ipc_counts(z) == counts
     assert pbd.transport_of(z) == ("ipc" if n > 1 else "dask")
     where = _annotated(z)
@@ -1179,12 +1186,7 @@ def test_the_gpu_benchmarks_graph_in_runs_has_a_run_a_worker_and_source(monkeypa
     pick of its run, placed with it. The run's placement and priority (local first), one export
     a worker whose blocks others read, each block copied once per worker; on the synchronous
     scheduler the bits of the plain graph."""
-    rng = np.random.default_rng(72)
-    x, y = _data(rng, (32, 32), np.float16), _data(rng, (32, 32), np.float16)
-    X, Y = da.from_array(x, chunks=8), da.from_array(y, chunks=8)
-    plain = pbd.matmul(X, Y).compute(scheduler="sync")
-    workers = _as_if_on(monkeypatch, n, lambda i, k: i * n // 4, lambda k, j: j * n // 4)
-    z = pbd.matmul(X, Y, transport="ipc")
+    X, Y, plain, workers, z = _bench_graph_on(monkeypatch, n, seed=72)
     assert pbd.RUNS and type(z).__name__ == "PlacedArray" and _run_counts(z) == counts
     graph, where, priority = dict(z.__dask_graph__()), _annotated(z), _annotated(z, "priority")
     for i in range(4):
