@@ -662,7 +662,7 @@ def _with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, a
             # is 1.1x the same call on CuPy arrays (bench/results/torch_callpath_h100_*.json)
             sig = _torch_epilogue_key(a, b, dtype, compute, backend, bias, activation, invariant)
             hit = None if sig is None else calls.get(sig[0])
-            if hit is not None and hit.device == _get_device():
+            if hit is not None and hit.device == _arrays.current_device():     # (a frame less)
                 k, pa, pb, pbias = sig
                 dev = k[calls.TORCH_DEVICE]
                 # the operands' own dtype and device (as arrays.torch_replay): no keyword parsed
