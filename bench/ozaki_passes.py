@@ -1,10 +1,13 @@
 """Ozaki-II dgemm, pass by pass (issue 34, item 1): CUDA-event times of each pass of one
-default ``compute='int8-ozaki'`` float64 product (scaling, residues, the guard's int8 GEMM, the
-moduli's batched int8 GEMM, the reconstruction with each of its kernels: the element kernel,
-the row kernel loading into registers and the row kernel staging through shared memory), then
-the whole call with each reconstruction kernel against CuPy's native DGEMM (cuBLAS), in the
-same run. The passes are the calls the composite route made (recorded while it ran once), timed
-again on the same arrays; the whole-call outputs of the kernels are compared bit for bit.
+default ``compute='int8-ozaki'`` float64 product (scaling, residues with each of its kernels:
+the word kernel and the tile kernels of 16 and 8 positions a thread; the guard's int8 GEMM,
+the moduli's batched int8 GEMM, the reconstruction with each of its kernels: the element
+kernel, the row kernel loading into registers and the row kernel staging through shared
+memory), then the whole call with each residue kernel (the default reconstruction) against
+CuPy's native DGEMM (cuBLAS), in the same run. The passes are the calls the composite route
+made (recorded while it ran once), timed again on the same arrays; the kernels' outputs (the
+residue planes and guard sums, C after the reconstruction, C of the whole call) are compared
+bit for bit.
 
 Run (on a GPU)::
 
@@ -87,7 +90,25 @@ def passes_row(cp, pb, size, inner=5, samples=10) -> dict:
 
     t = row["passes_ms"]
     t["scaling (stats + exponents, A and B)"] = event_median_s(group({"scale"}), inner, samples) * 1e3
-    t["residues (A and B)"] = event_median_s(group({"residues"}), inner, samples) * 1e3
+    res_calls = [(s, a, k) for n, s, a, k in calls if n == "residues"]
+    row["residues_bytes"] = int(sum(a[0].dtype.itemsize * a[1] * a[2] + a[6].nbytes for _, a, _ in res_calls))
+    res_out = {}
+    for kernel in ok.RESIDUE_KERNELS:
+        def run_res(kernel=kernel):
+            for s_, a, k in res_calls:
+                s_.residues(*a, **dict(k, kernel=kernel))
+        ms = event_median_s(run_res, inner, samples) * 1e3
+        t[f"residues (A and B, {kernel})"] = ms
+        row.setdefault("residues_TBps", {})[kernel] = row["residues_bytes"] / (ms * 1e-3) / 1e12
+        for _, a, _ in res_calls:                   # the sums accumulate: zero them, run once
+            if a[8] is not None:
+                a[8][...] = 0
+        run_res()
+        res_out[kernel] = b"".join(cp.asnumpy(a[6]).tobytes() + (b"" if a[8] is None else cp.asnumpy(a[8]).tobytes())
+                                   for _, a, _ in res_calls)
+    row["residues_bits_equal"] = all(res_out[k] == res_out["words"] for k in ok.RESIDUE_KERNELS)
+    row["residues_speedup_default_vs_words"] = (t["residues (A and B, words)"]
+                                                / t[f"residues (A and B, {ok.RESIDUES_DEFAULT})"])
     gemms = [c for c in calls if c[0] == "gemm"]
     if setting.guard:
         g = gemms[0]
@@ -116,8 +137,8 @@ def passes_row(cp, pb, size, inner=5, samples=10) -> dict:
 
 
 def end_to_end_row(cp, pb, size, inner=3, samples=7) -> dict:
-    """The whole default call (C-ordered operands, as a user calls it), with each reconstruction
-    kernel, and CuPy's DGEMM on the same arrays."""
+    """The whole default call (C-ordered operands, as a user calls it), with each residue
+    kernel (the default reconstruction), and CuPy's DGEMM on the same arrays."""
     from pyblasgemm.composite import last_route
     from pyblasgemm.kernels import ozaki_kernels as ok
 
@@ -129,22 +150,22 @@ def end_to_end_row(cp, pb, size, inner=3, samples=7) -> dict:
     native = event_median_s(lambda: cp.matmul(a, b), inner, samples)
     row["ms"]["cupy.matmul (cuBLAS DGEMM)"] = native * 1e3
     outs = {}
-    saved = ok.ROWS_DEFAULT
+    saved = ok.RESIDUES_DEFAULT
     try:
-        for kernel in KERNELS:
-            # where the planes allow a row kernel, reconstruct picks ROWS_DEFAULT: point it at each
-            ok.ROWS_DEFAULT = kernel
+        for kernel in ok.RESIDUE_KERNELS:
+            # where the planes allow a tile kernel, residues picks RESIDUES_DEFAULT: point it at each
+            ok.RESIDUES_DEFAULT = kernel
             out = pb.matmul(a, b, compute="int8-ozaki", backend="tensorcore")
             outs[kernel] = cp.asnumpy(out).tobytes()
             row.setdefault("route", last_route())
             s = event_median_s(lambda: pb.matmul(a, b, compute="int8-ozaki", backend="tensorcore"), inner, samples)
-            row["ms"][f"pyblasgemm int8-ozaki (default), reconstruction {kernel}"] = s * 1e3
+            row["ms"][f"pyblasgemm int8-ozaki (default), residues {kernel}, reconstruction {ok.ROWS_DEFAULT}"] = s * 1e3
             row.setdefault("ratio_vs_dgemm", {})[kernel] = native / s
     finally:
-        ok.ROWS_DEFAULT = saved
+        ok.RESIDUES_DEFAULT = saved
     for name, ms in row["ms"].items():
         row["TFLOPs"][name] = flops / (ms * 1e-3) / 1e12
-    row["bits_equal_across_kernels"] = all(outs[k] == outs["elements"] for k in KERNELS)
+    row["bits_equal_across_kernels"] = all(outs[k] == outs["words"] for k in ok.RESIDUE_KERNELS)
     return row
 
 
@@ -165,7 +186,7 @@ def main(argv=None) -> int:
     sha = (info.get("git_sha") or "nosha")[:7]
     out = args.out or f"bench/results/ozaki_passes_{_device_tag(name)}_{date}_{sha}.json"
     doc = {"schema": "pyblasgemm-ozaki-passes/1", **info, "device_name": name, "date": date,
-           "rows_default": ok.ROWS_DEFAULT, "method": __doc__, "passes": [], "end_to_end": []}
+           "rows_default": ok.ROWS_DEFAULT, "residues_default": ok.RESIDUES_DEFAULT, "method": __doc__, "passes": [], "end_to_end": []}
     free = cp.cuda.runtime.memGetInfo()[0]
     for size in (int(s) for s in args.sizes.split(",")):
         # A, B, C float64, 17 int8 planes of each operand, 17 int32 planes: ~110 bytes an element
@@ -176,7 +197,7 @@ def main(argv=None) -> int:
         row = passes_row(cp, pb, size)
         doc["passes"].append(row)
         print(size, {k: round(v, 3) for k, v in row["passes_ms"].items()}, "bits equal:",
-              row["reconstruction_bits_equal"], flush=True)
+              row["reconstruction_bits_equal"], row["residues_bits_equal"], flush=True)
         cp.get_default_memory_pool().free_all_blocks()
         e2e = end_to_end_row(cp, pb, size)
         doc["end_to_end"].append(e2e)

@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 import threading
 
-__all__ = ["HEADER", "BLOCK_STATS", "ELEMENTS", "RECONSTRUCT_KERNELS", "ROWS_DEFAULT", "element_of", "table_values",
-           "tables_source", "kernel_names", "compile_offline", "get_kernels", "rows_kernel_applies", "OzakiPasses"]
+__all__ = ["HEADER", "BLOCK_STATS", "ELEMENTS", "RECONSTRUCT_KERNELS", "ROWS_DEFAULT", "RESIDUE_KERNELS",
+           "RESIDUES_DEFAULT", "element_of", "table_values", "tables_source", "kernel_names", "compile_offline",
+           "get_kernels", "rows_kernel_applies", "residues_kernel_applies", "OzakiPasses"]
 
 HEADER = "pyblasgemm/ozaki/ozaki.cuh"
 #: the line-statistics kernel's block: 32 lines x 32 walkers
@@ -38,6 +39,20 @@ ROWS_PER_THREAD = 4
 RECONSTRUCT_KERNELS = ("rows-staged", "rows", "elements")
 #: the row kernel :meth:`OzakiPasses.reconstruct` picks where :func:`rows_kernel_applies`
 ROWS_DEFAULT = "rows-staged"
+#: the residue kernels: one tile a block, 16 or 8 positions a thread written as one 16- or
+#: 8-byte store per plane (``ozaki_residues_tile``), and the 4-byte word kernel (any length)
+RESIDUE_KERNELS = ("tile16", "tile8", "words")
+#: positions a thread of ``ozaki_residues_tile`` takes, per kernel name
+RESIDUE_TILE_WIDTHS = {"tile16": 16, "tile8": 8}
+#: the residue kernel :meth:`OzakiPasses.residues` picks where :func:`residues_kernel_applies`
+RESIDUES_DEFAULT = "tile16"
+#: the fewest moduli for which the default picks ``'tile16'``: at one modulus ptxas spills 24
+#: bytes of it (sm_90a, NVRTC 13.0), and ``'tile8'`` does not
+RESIDUE_TILE16_MIN_COUNT = 2
+#: the residue tile kernels' block (both widths): 256 threads, a tile of 128 positions
+BLOCK_RESIDUES_TILE = 256
+#: positions a tile of ``ozaki_residues_tile`` covers (blockIdx.x walks them)
+RESIDUE_TILE_POSITIONS = 128
 #: grid dimension y's limit (the residue and reconstruction kernels walk past it)
 _MAX_GRID_Y = 65535
 #: the C++ element type of the operands' and C's real parts, per NumPy dtype kind and size
@@ -73,7 +88,8 @@ def table_values(count: int) -> dict:
     t = crt_tables(count)
     return {"kOzMod": mods, "kOzMagic": [-(-2**38 // p) for p in mods],
             "kOzPow16": [2**16 % p for p in mods], "kOzPow32": [2**32 % p for p in mods],
-            "kOzPow48": [2**48 % p for p in mods], "kOzChunks": crt_chunks(count),
+            "kOzPow48": [2**48 % p for p in mods], "kOzPow28d": [float(2**28 % p) for p in mods],
+            "kOzInvMod": [1.0 / p for p in mods], "kOzChunks": crt_chunks(count),
             "kOzCrtY": t["y"], "kOzCrtY16": [(y << 16) % p for y, p in zip(t["y"], mods)],
             "kOzCrtYNeg31": [(-y << 31) % p for y, p in zip(t["y"], mods)],
             "kOzCrtM": [list(c) for c in t["m"]], "kOzCrtP": list(t["p"]), "kOzCrtInvP": t["inv_p"]}
@@ -98,6 +114,7 @@ def tables_source(count: int) -> str:
             f"constexpr int kOzChunks = {nch};\n"
             + decl("kOzMod", "int", [n]) + decl("kOzMagic", "unsigned", [n])
             + "".join(decl(f"kOzPow{w}", "unsigned", [n]) for w in (16, 32, 48))
+            + decl("kOzPow28d", "double", [n]) + decl("kOzInvMod", "double", [n])
             + decl("kOzCrtY", "unsigned", [n]) + decl("kOzCrtY16", "unsigned", [n])
             + decl("kOzCrtYNeg31", "unsigned", [n]) + decl("kOzCrtM", "double", [n, nch])
             + decl("kOzCrtP", "double", [nch]) + decl("kOzCrtInvP", "double", []))
@@ -113,6 +130,8 @@ def kernel_names(count: int, element: str = "double") -> list[str]:
     ['ozaki_reconstruct_rows<16, false, double, false>', 'ozaki_reconstruct_rows<16, true, double, false>']
     >>> kernel_names(9, "float")[0]
     'ozaki_line_stats<float>'
+    >>> kernel_names(16)[-2:]
+    ['ozaki_residues_tile<16, double, 16>', 'ozaki_residues_tile<16, double, 8>']
     """
     if element not in ELEMENTS.values():
         raise ValueError(f"element={element!r}: one of 'double', 'float'")
@@ -120,7 +139,8 @@ def kernel_names(count: int, element: str = "double") -> list[str]:
             f"ozaki_residues<{count}, {element}>", f"ozaki_reconstruct<{count}, false, {element}>",
             f"ozaki_reconstruct<{count}, true, {element}>"] + [
             f"ozaki_reconstruct_rows<{count}, {cplx}, {element}, {stage}>"
-            for stage in ("false", "true") for cplx in ("false", "true")]
+            for stage in ("false", "true") for cplx in ("false", "true")] + [
+            f"ozaki_residues_tile<{count}, {element}, {v}>" for v in RESIDUE_TILE_WIDTHS.values()]
 
 
 def rows_kernel_applies(prod, m: int) -> bool:
@@ -137,6 +157,22 @@ def rows_kernel_applies(prod, m: int) -> bool:
         rows_kernel_applies(prod, m)            # True when m % 4 == 0
     """
     return m % ROWS_PER_THREAD == 0 and prod.data.ptr % 16 == 0
+
+
+def residues_kernel_applies(out, length: int, kernel: str = RESIDUES_DEFAULT) -> bool:
+    """Whether the residue tile kernel ``kernel`` (``'tile16'`` or ``'tile8'``) can write the
+    planes ``out`` (int8, planes x lines x ``length``, C order): each thread stores 16 (8)
+    consecutive bytes of a line as one store, which must be aligned, so ``length`` must be a
+    multiple of 16 (8) and ``out`` 16-byte aligned (CuPy's allocations are 256-byte aligned).
+    Otherwise :meth:`OzakiPasses.residues` launches the word kernel: the same bytes.
+
+    Example (on a GPU)::
+
+        out = cupy.empty((17, m, k), cupy.int8)
+        residues_kernel_applies(out, k)          # True when k % 16 == 0
+    """
+    width = RESIDUE_TILE_WIDTHS[kernel]
+    return length % width == 0 and out.data.ptr % 16 == 0
 
 
 def _source(count: int) -> str:
@@ -230,17 +266,41 @@ class OzakiPasses:
         return exps, lost
 
     def residues(self, x, lines: int, length: int, s_line: int, s_k: int, exps, out, bits: int = 0,
-                 sums=None):
+                 sums=None, kernel: str | None = None):
         """``out`` (int8, planes x lines x length, C order) = the symmetric residues; with the
         guard (``sums``: uint64[lines], zeroed by the caller) also plane ``count`` and the
-        line sums of :func:`pyblasgemm.ozaki.guard_planes` for ``bits``."""
+        line sums of :func:`pyblasgemm.ozaki.guard_planes` for ``bits``.
+
+        ``kernel``: None picks :data:`RESIDUES_DEFAULT` where :func:`residues_kernel_applies`,
+        else ``'tile8'`` where that applies, else ``'words'``; one of :data:`RESIDUE_KERNELS`
+        forces it (the tests and bench/ozaki_passes.py compare them). All write the same
+        bytes. Returns the kernel's name."""
         from ..ozaki import GUARD_HI_BITS, GUARD_SUM_BITS
 
+        if kernel is not None and kernel not in RESIDUE_KERNELS:
+            raise ValueError(f"kernel={kernel!r}: None or one of {RESIDUE_KERNELS}")
+        if kernel is None:
+            # the default first, then the wider tile, then the narrower, then the word kernel
+            order = (RESIDUES_DEFAULT, "tile16", "tile8", "words")
+            kernel = next(k for k in order[:order.index("words") + 1]
+                          if k == "words" or (residues_kernel_applies(out, length, k)
+                                              and (k != "tile16" or self.count >= RESIDUE_TILE16_MIN_COUNT)))
+        elif kernel != "words" and not residues_kernel_applies(out, length, kernel):
+            width = RESIDUE_TILE_WIDTHS[kernel]
+            raise ValueError(f"kernel={kernel!r} needs length % {width} == 0 and 16-byte aligned planes, got "
+                             f"length={length} and out at {out.data.ptr} (address % 16 = {out.data.ptr % 16})")
         k_contig = int(s_k == 1 and s_line != 1)
-        grid = (-(-length // 128), min(-(-lines // 32), _MAX_GRID_Y), 1)
-        self._k[f"ozaki_residues<{self.count}, {self.element}>"](grid, BLOCK_RESIDUES, (
-            x, _ll(lines), _ll(length), _ll(s_line), _ll(s_k), _i(k_contig), exps, out,
-            _i(max(bits - GUARD_HI_BITS, 0)), _i(max(bits - GUARD_SUM_BITS, 0)), _null(sums)))
+        shifts = (_i(max(bits - GUARD_HI_BITS, 0)), _i(max(bits - GUARD_SUM_BITS, 0)))
+        if kernel == "words":
+            grid = (-(-length // 128), min(-(-lines // 32), _MAX_GRID_Y), 1)
+            name, block = f"ozaki_residues<{self.count}, {self.element}>", BLOCK_RESIDUES
+        else:
+            width = RESIDUE_TILE_WIDTHS[kernel]
+            grid = (-(-length // RESIDUE_TILE_POSITIONS), min(-(-lines // (2 * width)), _MAX_GRID_Y), 1)
+            name, block = f"ozaki_residues_tile<{self.count}, {self.element}, {width}>", (BLOCK_RESIDUES_TILE, 1, 1)
+        self._k[name](grid, block, (x, _ll(lines), _ll(length), _ll(s_line), _ll(s_k), _i(k_contig), exps, out,
+                                    *shifts, _null(sums)))
+        return kernel
 
     def guard_count(self, low, m: int, n: int, is_complex: bool, lost_a, lost_b, guard) -> None:
         """Add to ``guard``'s counter the elements outside the lost lines whose error bound the

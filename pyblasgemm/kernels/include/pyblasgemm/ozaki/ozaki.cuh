@@ -253,6 +253,195 @@ ozaki_residues(const T* __restrict__ x, long long lines, long long len, long lon
     }
 }
 
+// The residue pass as one tile per block (ozaki_residues_tile): the same bytes as ozaki_residues
+// from fewer instructions. ozaki_residues spends ~13 integer instructions per element and
+// modulus (mod_u62's four digits, Barrett, the sign, the symmetric range): ~28 G of them at
+// 8192^2 x 2 operands x 16 moduli, on the 64-lane integer pipe, 2.0 ms on an H200 against the
+// 1.05 ms its 3.4 GB take at 3.2 TB/s. Here each element's q = trunc(x 2^e) is split once into
+// q = a 2^28 + b (doubles, exact: |a| < 2^34, |b| <= 2^27) and each modulus costs two DFMA, one
+// DADD, one IMAD and 3/4 of a PRMT (residue_byte).
+namespace pyblasgemm {
+namespace ozaki {
+
+// 1.5 * 2^52: m + y for |y| < 2^51 is a double of exponent 52 whose low 32 bits hold y mod 2^32
+// (two's complement), and fma(x, y, m) - m = rint(x y) while |x y| < 2^51
+constexpr double kRoundMagic = 6755399441055744.0;
+
+// q = a 2^28 + b with a = rint(q 2^-28): both exact (q 2^-28 is exact, |q| < 2^62)
+__device__ __forceinline__ void split28(double q, double& a, double& b) {
+    a = __dsub_rn(__fma_rn(q, 3.7252902984619140625e-09, kRoundMagic), kRoundMagic);
+    b = __fma_rn(-a, 268435456.0, q);
+}
+
+// The symmetric residue of q = a 2^28 + b modulo p_l (ozaki_residues's byte) in the low byte:
+// v = a (2^28 mod p) + b is q mod p's class and exact (|v| < 2^34 * 255 + 2^27 < 2^43); k =
+// rint(v / p) from v * fl(1/p), whose error |v| 2^-53 / p < 2^-10 / p cannot cross a half
+// integer (v / p is at least 1 / (2p) away from one for odd p); so v - k p is the residue in
+// [-(p-1)/2, (p-1)/2], which is ozaki_residues's symmetric range for odd p. p = 256: the low
+// byte of v - 256 k is v's, q mod 256's byte either way. The low 32 bits of v and k come from
+// m + v and m + k (kRoundMagic): one IMAD, wrapping mod 2^32, gives the byte.
+__device__ __forceinline__ unsigned residue_byte(double a, double b, int l) {
+    const double v = __fma_rn(a, kOzPow28d[l], b);
+    const double k = __fma_rn(v, kOzInvMod[l], kRoundMagic);
+    const double w = __dadd_rn(v, kRoundMagic);
+    return (unsigned)__double2loint(w) - (unsigned)__double2loint(k) * (unsigned)kOzMod[l];
+}
+
+// ozaki_residues's byte of q (u = |q|) modulo p_l, its steps: any q the conversion gave (the
+// tile kernel's path for |q| >= 2^62, Inf and NaN, which only lines the host runs natively hold)
+__device__ __forceinline__ unsigned residue_byte_wide(long long q, unsigned long long u, int l) {
+    const int p = kOzMod[l];
+    const int r_ = (int)mod_u62(u, l);
+    int s = (q < 0 && r_ != 0) ? p - r_ : r_;
+    if (s > p / 2 - (p % 2 == 0)) s -= p;
+    return (unsigned)(unsigned char)s;
+}
+
+// 4 low bytes into one word, byte v of the word from w[v]
+__device__ __forceinline__ unsigned pack4(unsigned w0, unsigned w1, unsigned w2, unsigned w3) {
+    return __byte_perm(__byte_perm(w0, w1, 0x0040), __byte_perm(w2, w3, 0x0040), 0x5410);
+}
+
+// V bytes of one plane as one store (V = 16: uint4, 8: uint2); dst is V-byte aligned
+template <int V>
+__device__ __forceinline__ void store_bytes(signed char* dst, const unsigned (&w)[V / 4]) {
+    if (V == 16) {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3 % (V / 4)]);
+    } else {
+        *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1 % (V / 4)]);
+    }
+}
+
+// A tile of 128 positions t by 2V lines (256 threads, V consecutive positions of one line each).
+// Shared memory holds it as doubles, line r at r * kStride, position p at slot(p) = p + (p / V)
+// (V / 8) (2 pads per 16): with an odd kStride (145) the three access patterns are free of bank
+// conflicts beyond the two wavefronts a warp's 8-byte accesses need: the fill along t (k_contig:
+// 32 consecutive p of one line), the fill along lines (32 lines, one p: r * 145 = r mod 16 bank
+// pairs) and the threads' reads (V = 16: 8 chunks of 2 lines per half-warp, 2c + r mod 16; V = 8:
+// 16 chunks of one line, 9c mod 16).
+template <int V>
+struct ResidueTile {
+    static constexpr int kThreads = 256;
+    static constexpr int kPositions = 128;
+    static constexpr int kChunks = kPositions / V;          // threads per line
+    static constexpr int kLines = kThreads / kChunks;       // 2 V
+    static constexpr int kStride = kPositions + 16 + 1;
+    static __device__ __forceinline__ int slot(int p) { return p + (p / V) * (V / 8); }
+};
+
+}  // namespace ozaki
+}  // namespace pyblasgemm
+
+// ozaki_residues's output, bit for bit (planes, the guard's plane, the line sums), where len % V
+// == 0 and out is 16-byte aligned (the host's residues_kernel_applies): block 256, grid
+// (ceil(len / 128), lines' tiles, walked past 65535). The fill loads V elements a thread (all
+// issued before the shared stores: V x 8 bytes in flight), coalesced along whichever of line /
+// t is contiguous; each thread then splits its V elements (split28) and writes V bytes of every
+// plane as one store (a warp: 128 contiguous bytes of 4 lines at V = 16, of 2 at V = 8). A
+// thread holding an element with |q| >= 2^62 (or Inf / NaN) takes ozaki_residues's steps for
+// all of its V (residue_byte_wide). The guard's sums: one atomic per line and tile.
+// Launch bounds: V = 16 keeps 2 x 16 doubles (a, b) live: 2 blocks of 256 (128 registers).
+template <int COUNT, typename T, int V>
+__global__ void __launch_bounds__(256, V == 16 ? 2 : 3)
+ozaki_residues_tile(const T* __restrict__ x, long long lines, long long len, long long s_line,
+                    long long s_k, int k_contig, const int* __restrict__ exps,
+                    signed char* __restrict__ out, int shift_hi, int shift_sum,
+                    unsigned long long* __restrict__ sums) {
+    using namespace pyblasgemm::ozaki;
+    using Tile = ResidueTile<V>;
+    static_assert(V == 8 || V == 16, "V: 8 or 16 positions a thread");
+    __shared__ double tile[Tile::kLines * Tile::kStride];
+    const int tid = threadIdx.x;
+    const int c = tid % Tile::kChunks, r = tid / Tile::kChunks;
+    const long long t0 = (long long)blockIdx.x * Tile::kPositions;
+    const long long plane = lines * len;
+    for (long long line0 = (long long)blockIdx.y * Tile::kLines; line0 < lines;
+         line0 += (long long)Tile::kLines * gridDim.y) {
+        __syncthreads();                        // the previous tile's readers are done
+        double fill[V];
+        if (k_contig) {                         // s_k == 1: a pass reads kThreads / kPositions lines
+            constexpr int kPass = Tile::kThreads / Tile::kPositions;
+            const int rr = tid / Tile::kPositions, pp = tid % Tile::kPositions;
+            const long long t = t0 + pp;
+#pragma unroll
+            for (int i = 0; i < V; ++i) {
+                const long long line = line0 + rr + kPass * i;
+                fill[i] = (line < lines && t < len) ? to_double(x[line * s_line + t]) : 0.0;
+            }
+#pragma unroll
+            for (int i = 0; i < V; ++i) tile[(rr + kPass * i) * Tile::kStride + Tile::slot(pp)] = fill[i];
+        } else {                                // lanes along lines: a pass reads kPass positions
+            constexpr int kPass = Tile::kThreads / Tile::kLines;
+            const int rr = tid % Tile::kLines, pp = tid / Tile::kLines;
+            const long long line = line0 + rr;
+#pragma unroll
+            for (int i = 0; i < V; ++i) {
+                const long long t = t0 + pp + kPass * i;
+                fill[i] = (line < lines && t < len) ? to_double(x[line * s_line + t * s_k]) : 0.0;
+            }
+#pragma unroll
+            for (int i = 0; i < V; ++i) tile[rr * Tile::kStride + Tile::slot(pp + kPass * i)] = fill[i];
+        }
+        __syncthreads();
+        const long long line = line0 + r, t = t0 + (long long)V * c;
+        const bool mine = line < lines && t < len;          // len % V == 0: all V positions
+        const int e = mine ? exps[line] : 0;
+        const double* src = tile + r * Tile::kStride + Tile::slot(V * c);   // V consecutive slots
+        double a[V], b[V];
+        unsigned hi[V / 4] = {};
+        unsigned long long part = 0;
+        bool wide = false;
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            const double xv = src[v];
+            // |x * 2^e| < 2^bits <= 2^62: exact in double, and its integer part fits an int64
+            const double qd = trunc(ldexp(xv, e));
+            wide = wide || !(fabs(qd) < 4611686018427387904.0);            // 2^62
+            if (sums != nullptr) {
+                const long long q = (long long)qd;
+                const unsigned long long u = q < 0 ? (unsigned long long)(-q) : (unsigned long long)q;
+                if (xv != 0.0) part += (u >> shift_sum) + 1;
+                hi[v / 4] |= (unsigned)(u >> shift_hi) << (8 * (v % 4));   // ozaki_residues's word
+            }
+            split28(qd, a[v], b[v]);
+        }
+        if (sums != nullptr) {                  // the threads of one line: kChunks adjacent lanes
+#pragma unroll
+            for (int o = Tile::kChunks / 2; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+            if (c == 0 && line < lines && part != 0) atomicAdd(sums + line, part);
+        }
+        if (!mine) continue;
+        signed char* dst = out + line * len + t;
+        if (sums != nullptr) store_bytes<V>(dst + COUNT * plane, hi);
+        if (!wide) {
+            // not unrolled: unrolled, ptxas interleaved several planes and spilled (168 bytes at
+            // V = 16, 16 moduli); rolled, the three constants are loads a plane (LDC)
+#pragma unroll 1
+            for (int l = 0; l < COUNT; ++l) {
+                unsigned w[V / 4];
+#pragma unroll
+                for (int g = 0; g < V / 4; ++g) {
+                    w[g] = pack4(residue_byte(a[4 * g], b[4 * g], l), residue_byte(a[4 * g + 1], b[4 * g + 1], l),
+                                 residue_byte(a[4 * g + 2], b[4 * g + 2], l), residue_byte(a[4 * g + 3], b[4 * g + 3], l));
+                }
+                store_bytes<V>(dst + l * plane, w);
+            }
+        } else {
+#pragma unroll 1
+            for (int l = 0; l < COUNT; ++l) {
+                unsigned w[V / 4] = {};
+#pragma unroll
+                for (int v = 0; v < V; ++v) {
+                    const long long q = (long long)trunc(ldexp(src[v], e));
+                    const unsigned long long u = q < 0 ? (unsigned long long)(-q) : (unsigned long long)q;
+                    w[v / 4] |= residue_byte_wide(q, u, l) << (8 * (v % 4));
+                }
+                store_bytes<V>(dst + l * plane, w);
+            }
+        }
+    }
+}
+
 // One element of the exact product from its COUNT residue products (int32, any sign): the
 // integer X in (-P/2, P/2) as float64 (pyblasgemm.ozaki.reconstruct's steps, in its order):
 // S_j = sum_l u_l * M_j[l] with u_l = (r_l * y_l) mod p_l (39-bit chunks keep every product and
