@@ -15,7 +15,7 @@ from pyblasgemm import ozaki as oz
 from pyblasgemm.kernels import ozaki_kernels as ok
 from conftest import gpu_cupy
 
-TILES = ("tile16", "tile8")
+TILES = ("tile16", "tile8", "tile16-pipe", "tile8-pipe")
 #: the counts whose float kernels the host compiles too (each count's compile is ~3.5 s here)
 FLOAT_COMPILES = (1, 2, 9, 16, 17, 34)
 M = 3 * 2**51                           # kRoundMagic, 1.5 * 2^52
@@ -68,8 +68,9 @@ def test_tables_carry_the_tile_constants():
 @pytest.mark.parametrize("count", range(1, len(oz.MODULI) + 1))
 def test_tile_kernels_compile_within_their_launch_bounds_without_spills(count):
     """Every shipped count (sm_90a; float operands at FLOAT_COMPILES' counts): no spill, no stack, registers within
-    the launch bounds (V = 16: 2 blocks of 256, 128; V = 8: 3 blocks, 80), except V = 16 at one
-    modulus, whose 24 spilled bytes keep it out of residues' default (RESIDUE_TILE16_MIN_COUNT)."""
+    the launch bounds (V = 16: 2 blocks of 256, 128; V = 8: 3 blocks, 80), both tile kernels
+    and both pipelined ones, except the tile kernel's V = 16 at one modulus, whose 24 spilled
+    bytes keep it out of residues' default (RESIDUE_TILE16_MIN_COUNT)."""
     pytest.importorskip("cupy")
     from pyblasgemm.kernels import jit
 
@@ -77,27 +78,31 @@ def test_tile_kernels_compile_within_their_launch_bounds_without_spills(count):
         _, log = ok.compile_offline(count, "sm_90a", element)
         if "ptxas" not in log:
             pytest.skip("this NVRTC puts no ptxas report in the program log")
-        res = {k: v for k, v in jit.ptxas_resources(log).items() if "residues_tile" in k}
-        assert len(res) == 2, res
+        res = {k: v for k, v in jit.ptxas_resources(log).items() if "residues_tile" in k or "residues_pipe" in k}
+        assert len(res) == 4, res
         for name, r in res.items():
             wide = "Li16EE" in name
             assert r["registers"] <= (128 if wide else 80), (name, r)
-            if wide and count < ok.RESIDUE_TILE16_MIN_COUNT:
+            if wide and "residues_tile" in name and count < ok.RESIDUE_TILE16_MIN_COUNT:
                 continue
             assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, (name, r)
 
 
 def test_tile_kernels_store_16_and_8_bytes_a_plane():
-    """PTX: V = 16 stores each plane's bytes as st.global.v4.u32, V = 8 as st.global.v2.u32."""
+    """PTX: V = 16 stores each plane's bytes as st.global.v4.u32, V = 8 as st.global.v2.u32
+    (the tile and the pipelined kernels)."""
     pytest.importorskip("cupy")
     ptx, _ = ok.compile_offline(16, "sm_90a", "double", ptx=True)
     text = ptx.decode() if isinstance(ptx, bytes) else ptx
     entries = {e.split("(")[0]: e for e in text.split(".entry ")[1:]}
-    v16 = [e for n, e in entries.items() if n.startswith("_Z19ozaki_residues_tileILi16EdLi16E")]
-    v8 = [e for n, e in entries.items() if n.startswith("_Z19ozaki_residues_tileILi16EdLi8E")]
-    assert len(v16) == 1 and len(v8) == 1
-    assert "st.global.v4.u32" in v16[0] and "st.global.v2.u32" not in v16[0]
-    assert "st.global.v2.u32" in v8[0]
+    for kind in ("tile", "pipe"):
+        v16 = [e for n, e in entries.items() if n.startswith(f"_Z19ozaki_residues_{kind}ILi16EdLi16E")]
+        v8 = [e for n, e in entries.items() if n.startswith(f"_Z19ozaki_residues_{kind}ILi16EdLi8E")]
+        assert len(v16) == 1 and len(v8) == 1
+        assert "st.global.v4.u32" in v16[0] and "st.global.v2.u32" not in v16[0]
+        assert "st.global.v2.u32" in v8[0]
+        # the pipelined kernels' loads are 8-byte cp.async copies, zero-filled past the edges
+        assert ("cp.async.ca.shared.global" in v16[0]) == (kind == "pipe")
 
 
 class _Planes:

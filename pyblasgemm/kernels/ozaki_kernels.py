@@ -40,10 +40,15 @@ RECONSTRUCT_KERNELS = ("rows-staged", "rows", "elements")
 #: the row kernel :meth:`OzakiPasses.reconstruct` picks where :func:`rows_kernel_applies`
 ROWS_DEFAULT = "rows-staged"
 #: the residue kernels: one tile a block, 16 or 8 positions a thread written as one 16- or
-#: 8-byte store per plane (``ozaki_residues_tile``), and the 4-byte word kernel (any length)
-RESIDUE_KERNELS = ("tile16", "tile8", "words")
-#: positions a thread of ``ozaki_residues_tile`` takes, per kernel name
-RESIDUE_TILE_WIDTHS = {"tile16": 16, "tile8": 8}
+#: 8-byte store per plane (``ozaki_residues_tile``), the same tiles walked by a persistent grid
+#: with the next tile's loads in flight (``ozaki_residues_pipe``), and the 4-byte word kernel
+#: (any length)
+RESIDUE_KERNELS = ("tile16", "tile8", "tile16-pipe", "tile8-pipe", "words")
+#: positions a thread of the tile kernels takes, per kernel name
+RESIDUE_TILE_WIDTHS = {"tile16": 16, "tile8": 8, "tile16-pipe": 16, "tile8-pipe": 8}
+#: blocks of the tile kernels resident on one SM (their launch bounds; the persistent grid's
+#: size is this times the SMs)
+RESIDUE_TILE_BLOCKS_PER_SM = {16: 2, 8: 3}
 #: the residue kernel :meth:`OzakiPasses.residues` picks where :func:`residues_kernel_applies`
 RESIDUES_DEFAULT = "tile16"
 #: the fewest moduli for which the default picks ``'tile16'``: at one modulus ptxas spills 24
@@ -130,8 +135,10 @@ def kernel_names(count: int, element: str = "double") -> list[str]:
     ['ozaki_reconstruct_rows<16, false, double, false>', 'ozaki_reconstruct_rows<16, true, double, false>']
     >>> kernel_names(9, "float")[0]
     'ozaki_line_stats<float>'
-    >>> kernel_names(16)[-2:]
+    >>> kernel_names(16)[-4:-2]
     ['ozaki_residues_tile<16, double, 16>', 'ozaki_residues_tile<16, double, 8>']
+    >>> kernel_names(16)[-1]
+    'ozaki_residues_pipe<16, double, 8>'
     """
     if element not in ELEMENTS.values():
         raise ValueError(f"element={element!r}: one of 'double', 'float'")
@@ -140,7 +147,7 @@ def kernel_names(count: int, element: str = "double") -> list[str]:
             f"ozaki_reconstruct<{count}, true, {element}>"] + [
             f"ozaki_reconstruct_rows<{count}, {cplx}, {element}, {stage}>"
             for stage in ("false", "true") for cplx in ("false", "true")] + [
-            f"ozaki_residues_tile<{count}, {element}, {v}>" for v in RESIDUE_TILE_WIDTHS.values()]
+            f"ozaki_residues_{kind}<{count}, {element}, {v}>" for kind in ("tile", "pipe") for v in (16, 8)]
 
 
 def rows_kernel_applies(prod, m: int) -> bool:
@@ -244,9 +251,12 @@ class OzakiPasses:
     """
 
     def __init__(self, count: int, device_id: int | None = None, element: str = "double"):
+        import cupy
+
         self.count = count
         self.element = element
         self._k = get_kernels(count, device_id, element)
+        self._sms = cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]
 
     def scale(self, x, lines: int, length: int, s_line: int, s_k: int, bits: int, counts):
         """(exponents int32[lines], lost uint8[lines]); ``counts`` (int32[2], zeroed by the
@@ -294,10 +304,15 @@ class OzakiPasses:
         if kernel == "words":
             grid = (-(-length // 128), min(-(-lines // 32), _MAX_GRID_Y), 1)
             name, block = f"ozaki_residues<{self.count}, {self.element}>", BLOCK_RESIDUES
-        else:
+        elif not kernel.endswith("-pipe"):
             width = RESIDUE_TILE_WIDTHS[kernel]
             grid = (-(-length // RESIDUE_TILE_POSITIONS), min(-(-lines // (2 * width)), _MAX_GRID_Y), 1)
             name, block = f"ozaki_residues_tile<{self.count}, {self.element}, {width}>", (BLOCK_RESIDUES_TILE, 1, 1)
+        else:
+            width = RESIDUE_TILE_WIDTHS[kernel]
+            tiles = -(-length // RESIDUE_TILE_POSITIONS) * -(-lines // (2 * width))
+            grid = (max(1, min(tiles, self._sms * RESIDUE_TILE_BLOCKS_PER_SM[width])), 1, 1)
+            name, block = f"ozaki_residues_pipe<{self.count}, {self.element}, {width}>", (BLOCK_RESIDUES_TILE, 1, 1)
         self._k[name](grid, block, (x, _ll(lines), _ll(length), _ll(s_line), _ll(s_k), _i(k_contig), exps, out,
                                     *shifts, _null(sums)))
         return kernel

@@ -14,7 +14,11 @@
 //   3. ozaki_residues<COUNT>: trunc(x * 2^e) mod p for each modulus, int8 in the symmetric
 //      range, written K-contiguous (the int8 GEMMs read both operands K-major: "TN"); with
 //      the guard, one more plane of |trunc(x * 2^e)| >> (bits - 7) and per line the sum of
-//      (|trunc| >> (bits - 16)) + 1 over its nonzero elements (pyblasgemm.ozaki.guard_planes);
+//      (|trunc| >> (bits - 16)) + 1 over its nonzero elements (pyblasgemm.ozaki.guard_planes).
+//      ozaki_residues_tile<COUNT, T, V> writes the same bytes from a split of each integer
+//      (two DFMA, a DADD and an IMAD a modulus), V = 16 or 8 positions a thread, one 16- or
+//      8-byte store a plane, where len % V == 0 (the host's residues_kernel_applies);
+//      ozaki_residues_pipe<COUNT, T, V> the same with the next tile's loads in flight;
 //   4. (COUNT int8 GEMMs with int32 results, batched, one more for the guard: not here)
 //   5. ozaki_reconstruct<COUNT, CPLX>: per element the CRT sum in 39-bit float64 chunks minus
 //      the nearest multiple of P, 2^-(e_i + f_j), alpha and beta; CPLX pairs
@@ -329,6 +333,76 @@ struct ResidueTile {
     static __device__ __forceinline__ int slot(int p) { return p + (p / V) * (V / 8); }
 };
 
+// A thread's V elements (load(v): element v as a double, e: the line's exponent): q split
+// into a, b (split28); with the guard (guard true) its plane's words (hi, ozaki_residues's
+// expression) and the line sum's part. Returns whether an element left the split's range
+// (|q| >= 2^62, Inf, NaN): then residue_planes_wide writes the thread's planes.
+template <int V, typename Load>
+__device__ __forceinline__ bool split_elements(Load load, int e, bool guard, int shift_hi, int shift_sum,
+                                               double (&a)[V], double (&b)[V], unsigned (&hi)[V / 4],
+                                               unsigned long long& part) {
+    bool wide = false;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+        const double xv = load(v);
+        // |x * 2^e| < 2^bits <= 2^62: exact in double, and its integer part fits an int64
+        const double qd = trunc(ldexp(xv, e));
+        wide = wide || !(fabs(qd) < 4611686018427387904.0);                // 2^62
+        if (guard) {
+            const long long q = (long long)qd;
+            const unsigned long long u = q < 0 ? (unsigned long long)(-q) : (unsigned long long)q;
+            if (xv != 0.0) part += (u >> shift_sum) + 1;
+            hi[v / 4] |= (unsigned)(u >> shift_hi) << (8 * (v % 4));       // ozaki_residues's word
+        }
+        split28(qd, a[v], b[v]);
+    }
+    return wide;
+}
+
+// Every modulus' V bytes from the split elements, one store a plane (plane: a plane's bytes).
+// Not unrolled: unrolled, ptxas interleaved several planes and spilled (168 bytes at V = 16,
+// 16 moduli); rolled, the three constants are loads a plane (LDC).
+template <int COUNT, int V>
+__device__ __forceinline__ void residue_planes(const double (&a)[V], const double (&b)[V], signed char* dst,
+                                               long long plane) {
+#pragma unroll 1
+    for (int l = 0; l < COUNT; ++l) {
+        unsigned w[V / 4];
+#pragma unroll
+        for (int g = 0; g < V / 4; ++g) {
+            w[g] = pack4(residue_byte(a[4 * g], b[4 * g], l), residue_byte(a[4 * g + 1], b[4 * g + 1], l),
+                         residue_byte(a[4 * g + 2], b[4 * g + 2], l), residue_byte(a[4 * g + 3], b[4 * g + 3], l));
+        }
+        store_bytes<V>(dst + l * plane, w);
+    }
+}
+
+// The same planes by ozaki_residues's steps (residue_byte_wide), the elements loaded again
+template <int COUNT, int V, typename Load>
+__device__ __forceinline__ void residue_planes_wide(Load load, int e, signed char* dst, long long plane) {
+#pragma unroll 1
+    for (int l = 0; l < COUNT; ++l) {
+        unsigned w[V / 4] = {};
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            const long long q = (long long)trunc(ldexp(load(v), e));
+            const unsigned long long u = q < 0 ? (unsigned long long)(-q) : (unsigned long long)q;
+            w[v / 4] |= residue_byte_wide(q, u, l) << (8 * (v % 4));
+        }
+        store_bytes<V>(dst + l * plane, w);
+    }
+}
+
+// cp.async of one element (4 or 8 bytes, .ca: the only sizes below 16 bytes), zero-filled
+// where in is false (no bytes read)
+template <typename T>
+__device__ __forceinline__ void copy_element_async(T* smem, const T* gmem, bool in) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(gmem), "n"((int)sizeof(T)),
+                 "r"(in ? (int)sizeof(T) : 0)
+                 : "memory");
+}
+
 }  // namespace ozaki
 }  // namespace pyblasgemm
 
@@ -390,21 +464,8 @@ ozaki_residues_tile(const T* __restrict__ x, long long lines, long long len, lon
         double a[V], b[V];
         unsigned hi[V / 4] = {};
         unsigned long long part = 0;
-        bool wide = false;
-#pragma unroll
-        for (int v = 0; v < V; ++v) {
-            const double xv = src[v];
-            // |x * 2^e| < 2^bits <= 2^62: exact in double, and its integer part fits an int64
-            const double qd = trunc(ldexp(xv, e));
-            wide = wide || !(fabs(qd) < 4611686018427387904.0);            // 2^62
-            if (sums != nullptr) {
-                const long long q = (long long)qd;
-                const unsigned long long u = q < 0 ? (unsigned long long)(-q) : (unsigned long long)q;
-                if (xv != 0.0) part += (u >> shift_sum) + 1;
-                hi[v / 4] |= (unsigned)(u >> shift_hi) << (8 * (v % 4));   // ozaki_residues's word
-            }
-            split28(qd, a[v], b[v]);
-        }
+        const bool wide = split_elements<V>([&](int v) { return src[v]; }, e, sums != nullptr, shift_hi, shift_sum,
+                                            a, b, hi, part);
         if (sums != nullptr) {                  // the threads of one line: kChunks adjacent lanes
 #pragma unroll
             for (int o = Tile::kChunks / 2; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
@@ -413,32 +474,85 @@ ozaki_residues_tile(const T* __restrict__ x, long long lines, long long len, lon
         if (!mine) continue;
         signed char* dst = out + line * len + t;
         if (sums != nullptr) store_bytes<V>(dst + COUNT * plane, hi);
-        if (!wide) {
-            // not unrolled: unrolled, ptxas interleaved several planes and spilled (168 bytes at
-            // V = 16, 16 moduli); rolled, the three constants are loads a plane (LDC)
-#pragma unroll 1
-            for (int l = 0; l < COUNT; ++l) {
-                unsigned w[V / 4];
+        if (!wide) residue_planes<COUNT, V>(a, b, dst, plane);
+        else residue_planes_wide<COUNT, V>([&](int v) { return src[v]; }, e, dst, plane);
+    }
+}
+
+// ozaki_residues_tile's bytes with the next tile's loads in flight while a tile's planes are
+// computed and stored: a persistent grid (the host launches the blocks that fit at once) walks
+// the tiles (t fastest); each tile arrives by cp.async (one element a copy, zero-filled past the
+// edges) into shared memory of the operand's own type, is read into registers and split, and
+// only then, after a barrier, the next tile's copies are issued into the same buffer. The
+// elements of a thread outside the split's range are loaded again from global memory.
+template <int COUNT, typename T, int V>
+__global__ void __launch_bounds__(256, V == 16 ? 2 : 3)
+ozaki_residues_pipe(const T* __restrict__ x, long long lines, long long len, long long s_line,
+                    long long s_k, int k_contig, const int* __restrict__ exps,
+                    signed char* __restrict__ out, int shift_hi, int shift_sum,
+                    unsigned long long* __restrict__ sums) {
+    using namespace pyblasgemm::ozaki;
+    using Tile = ResidueTile<V>;
+    static_assert(V == 8 || V == 16, "V: 8 or 16 positions a thread");
+    __shared__ T tile[Tile::kLines * Tile::kStride];
+    const int tid = threadIdx.x;
+    const int c = tid % Tile::kChunks, r = tid / Tile::kChunks;
+    const long long plane = lines * len;
+    const long long tiles_t = (len + Tile::kPositions - 1) / Tile::kPositions;
+    const long long tiles = tiles_t * ((lines + Tile::kLines - 1) / Tile::kLines);
+    auto issue = [&](long long id) {            // the copies of tile id, committed as one group
+        const long long line0 = (id / tiles_t) * Tile::kLines, t0 = (id % tiles_t) * Tile::kPositions;
+        if (k_contig) {
+            constexpr int kPass = Tile::kThreads / Tile::kPositions;
+            const int rr = tid / Tile::kPositions, pp = tid % Tile::kPositions;
+            const long long t = t0 + pp;
 #pragma unroll
-                for (int g = 0; g < V / 4; ++g) {
-                    w[g] = pack4(residue_byte(a[4 * g], b[4 * g], l), residue_byte(a[4 * g + 1], b[4 * g + 1], l),
-                                 residue_byte(a[4 * g + 2], b[4 * g + 2], l), residue_byte(a[4 * g + 3], b[4 * g + 3], l));
-                }
-                store_bytes<V>(dst + l * plane, w);
+            for (int i = 0; i < V; ++i) {
+                const long long line = line0 + rr + kPass * i;
+                const bool in = line < lines && t < len;
+                copy_element_async(&tile[(rr + kPass * i) * Tile::kStride + Tile::slot(pp)],
+                                   in ? x + line * s_line + t : x, in);
             }
         } else {
-#pragma unroll 1
-            for (int l = 0; l < COUNT; ++l) {
-                unsigned w[V / 4] = {};
+            constexpr int kPass = Tile::kThreads / Tile::kLines;
+            const int rr = tid % Tile::kLines, pp = tid / Tile::kLines;
+            const long long line = line0 + rr;
 #pragma unroll
-                for (int v = 0; v < V; ++v) {
-                    const long long q = (long long)trunc(ldexp(src[v], e));
-                    const unsigned long long u = q < 0 ? (unsigned long long)(-q) : (unsigned long long)q;
-                    w[v / 4] |= residue_byte_wide(q, u, l) << (8 * (v % 4));
-                }
-                store_bytes<V>(dst + l * plane, w);
+            for (int i = 0; i < V; ++i) {
+                const long long t = t0 + pp + kPass * i;
+                const bool in = line < lines && t < len;
+                copy_element_async(&tile[rr * Tile::kStride + Tile::slot(pp + kPass * i)],
+                                   in ? x + line * s_line + t * s_k : x, in);
             }
         }
+        pyblasgemm::cp_async_commit();
+    };
+    if ((long long)blockIdx.x < tiles) issue(blockIdx.x);
+    for (long long id = blockIdx.x; id < tiles; id += gridDim.x) {
+        pyblasgemm::cp_async_wait<0>();
+        __syncthreads();                        // tile id is in shared memory
+        const long long line = (id / tiles_t) * Tile::kLines + r, t = (id % tiles_t) * Tile::kPositions + (long long)V * c;
+        const bool mine = line < lines && t < len;          // len % V == 0: all V positions
+        const int e = mine ? exps[line] : 0;
+        const T* src = tile + r * Tile::kStride + Tile::slot(V * c);
+        double a[V], b[V];
+        unsigned hi[V / 4] = {};
+        unsigned long long part = 0;
+        const bool wide = split_elements<V>([&](int v) { return to_double(src[v]); }, e, sums != nullptr, shift_hi,
+                                            shift_sum, a, b, hi, part);
+        __syncthreads();                        // every thread has read its elements
+        if (id + gridDim.x < tiles) issue(id + gridDim.x);
+        if (sums != nullptr) {
+#pragma unroll
+            for (int o = Tile::kChunks / 2; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+            if (c == 0 && line < lines && part != 0) atomicAdd(sums + line, part);
+        }
+        if (!mine) continue;
+        signed char* dst = out + line * len + t;
+        if (sums != nullptr) store_bytes<V>(dst + COUNT * plane, hi);
+        if (!wide) residue_planes<COUNT, V>(a, b, dst, plane);
+        else residue_planes_wide<COUNT, V>([&](int v) { return to_double(x[line * s_line + (t + v) * s_k]); }, e,
+                                           dst, plane);
     }
 }
 
