@@ -92,6 +92,9 @@ def passes_row(cp, pb, size, inner=5, samples=10) -> dict:
     t["scaling (stats + exponents, A and B)"] = event_median_s(group({"scale"}), inner, samples) * 1e3
     res_calls = [(s, a, k) for n, s, a, k in calls if n == "residues"]
     row["residues_bytes"] = int(sum(a[0].dtype.itemsize * a[1] * a[2] + a[6].nbytes for _, a, _ in res_calls))
+    # the floor the prediction used: the operands read once, every plane written once, at 3.2 TB/s
+    # (what the reconstruction's stream reached on an H200)
+    row["residues_floor_ms_at_3.2TBps"] = row["residues_bytes"] / 3.2e12 * 1e3
     res_out = {}
     for kernel in ok.RESIDUE_KERNELS:
         def run_res(kernel=kernel):

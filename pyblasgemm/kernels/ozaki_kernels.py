@@ -51,9 +51,6 @@ RESIDUE_TILE_WIDTHS = {"tile16": 16, "tile8": 8, "tile16-pipe": 16, "tile8-pipe"
 RESIDUE_TILE_BLOCKS_PER_SM = {16: 2, 8: 3}
 #: the residue kernel :meth:`OzakiPasses.residues` picks where :func:`residues_kernel_applies`
 RESIDUES_DEFAULT = "tile16"
-#: the fewest moduli for which the default picks ``'tile16'``: at one modulus ptxas spills 24
-#: bytes of it (sm_90a, NVRTC 13.0), and ``'tile8'`` does not
-RESIDUE_TILE16_MIN_COUNT = 2
 #: the residue tile kernels' block (both widths): 256 threads, a tile of 128 positions
 BLOCK_RESIDUES_TILE = 256
 #: positions a tile of ``ozaki_residues_tile`` covers (blockIdx.x walks them)
@@ -293,8 +290,7 @@ class OzakiPasses:
             # the default first, then the wider tile, then the narrower, then the word kernel
             order = (RESIDUES_DEFAULT, "tile16", "tile8", "words")
             kernel = next(k for k in order[:order.index("words") + 1]
-                          if k == "words" or (residues_kernel_applies(out, length, k)
-                                              and (k != "tile16" or self.count >= RESIDUE_TILE16_MIN_COUNT)))
+                          if k == "words" or residues_kernel_applies(out, length, k))
         elif kernel != "words" and not residues_kernel_applies(out, length, kernel):
             width = RESIDUE_TILE_WIDTHS[kernel]
             raise ValueError(f"kernel={kernel!r} needs length % {width} == 0 and 16-byte aligned planes, got "

@@ -361,12 +361,16 @@ __device__ __forceinline__ bool split_elements(Load load, int e, bool guard, int
 
 // Every modulus' V bytes from the split elements, one store a plane (plane: a plane's bytes).
 // Not unrolled: unrolled, ptxas interleaved several planes and spilled (168 bytes at V = 16,
-// 16 moduli); rolled, the three constants are loads a plane (LDC).
+// 16 moduli); rolled, the three constants are loads a plane (LDC). The count is hidden from
+// the compiler (an empty asm), which otherwise straightened the one-plane loop and spilled
+// 24 bytes at V = 16.
 template <int COUNT, int V>
 __device__ __forceinline__ void residue_planes(const double (&a)[V], const double (&b)[V], signed char* dst,
                                                long long plane) {
+    int count = COUNT;
+    asm("" : "+r"(count));
 #pragma unroll 1
-    for (int l = 0; l < COUNT; ++l) {
+    for (int l = 0; l < count; ++l) {
         unsigned w[V / 4];
 #pragma unroll
         for (int g = 0; g < V / 4; ++g) {
