@@ -207,6 +207,7 @@ def main(argv=None) -> int:
         print(size, {k: round(v, 3) for k, v in e2e["ms"].items()}, "ratio vs DGEMM:",
               {k: round(v, 3) for k, v in e2e["ratio_vs_dgemm"].items()}, flush=True)
         cp.get_default_memory_pool().free_all_blocks()
+        write_doc(doc, out)                 # after each size: a call cut short keeps what it measured
     write_doc(doc, out)
     return 0
 
