@@ -117,6 +117,15 @@ def test_residues_kernel_applies_needs_the_width_and_16_byte_planes():
     assert ok.RESIDUES_DEFAULT in ok.RESIDUE_KERNELS
 
 
+@pytest.mark.parametrize("length,ptr,want", [(4096, 256, ok.RESIDUES_DEFAULT), (24, 256, "tile8-pipe"),
+                                             (20, 256, "words"), (7, 256, "words"), (4096, 264, "words")])
+def test_residues_kernel_for_falls_back_from_the_default(length, ptr, want):
+    """The default where it applies (length % 16 == 0), the pipelined 8-position tile where only
+    length % 8 == 0, the word kernel otherwise or for planes off a 16-byte boundary."""
+    assert ok.RESIDUES_DEFAULT == "tile16-pipe"
+    assert ok.residues_kernel_for(_Planes(ptr), length) == want
+
+
 # ---------------------------------------------------------------------------------------------
 # GPU: the kernels side by side on the same operands
 
@@ -207,13 +216,13 @@ def test_gpu_tile_kernels_take_the_word_steps_past_2_62(kernel):
 
 @pytest.mark.gpu
 def test_gpu_residues_default_and_forced_kernels():
-    """The default: tile16 where length % 16 == 0, tile8 where only length % 8 == 0, the word
-    kernel otherwise (the same bytes each); a forced tile kernel that cannot apply is a
+    """The default: tile16-pipe where length % 16 == 0, tile8-pipe where only length % 8 == 0, the
+    word kernel otherwise (the same bytes each); a forced tile kernel that cannot apply is a
     ValueError naming the length and the address."""
     cp = _cupy()
     passes = ok.OzakiPasses(16)
     rng = np.random.default_rng(11)
-    for length, default in ((32, ok.RESIDUES_DEFAULT), (24, "tile8"), (20, "words"), (7, "words")):
+    for length, default in ((32, ok.RESIDUES_DEFAULT), (24, "tile8-pipe"), (20, "words"), (7, "words")):
         host, s_line, s_k = _operand(rng, 9, length, np.float64, True, 0)
         x = cp.asarray(host)
         exps, _ = passes.scale(x, 9, length, s_line, s_k, 55, cp.zeros(2, cp.int32))

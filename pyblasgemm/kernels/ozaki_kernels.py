@@ -21,7 +21,7 @@ import threading
 
 __all__ = ["HEADER", "BLOCK_STATS", "ELEMENTS", "RECONSTRUCT_KERNELS", "ROWS_DEFAULT", "RESIDUE_KERNELS",
            "RESIDUES_DEFAULT", "element_of", "table_values", "tables_source", "kernel_names", "compile_offline",
-           "get_kernels", "rows_kernel_applies", "residues_kernel_applies", "OzakiPasses"]
+           "get_kernels", "rows_kernel_applies", "residues_kernel_applies", "residues_kernel_for", "OzakiPasses"]
 
 HEADER = "pyblasgemm/ozaki/ozaki.cuh"
 #: the line-statistics kernel's block: 32 lines x 32 walkers
@@ -49,8 +49,11 @@ RESIDUE_TILE_WIDTHS = {"tile16": 16, "tile8": 8, "tile16-pipe": 16, "tile8-pipe"
 #: blocks of the tile kernels resident on one SM (their launch bounds; the persistent grid's
 #: size is this times the SMs)
 RESIDUE_TILE_BLOCKS_PER_SM = {16: 2, 8: 3}
-#: the residue kernel :meth:`OzakiPasses.residues` picks where :func:`residues_kernel_applies`
-RESIDUES_DEFAULT = "tile16"
+#: the residue kernel :meth:`OzakiPasses.residues` picks where :func:`residues_kernel_applies`:
+#: the fastest pass on an H200 (bench/results/ozaki_passes_h200_2026-11-28_8f9dd54.json, A and B
+#: at 8192^2, 16 moduli + guard: 1.07 ms, 3.13 TB/s; tile16 1.16, tile8-pipe 1.17, tile8 1.21,
+#: words 2.03; at 4096^2 0.294 ms against 0.302-0.320 and 0.526)
+RESIDUES_DEFAULT = "tile16-pipe"
 #: the residue tile kernels' block (both widths): 256 threads, a tile of 128 positions
 BLOCK_RESIDUES_TILE = 256
 #: positions a tile of ``ozaki_residues_tile`` covers (blockIdx.x walks them)
@@ -179,6 +182,21 @@ def residues_kernel_applies(out, length: int, kernel: str = RESIDUES_DEFAULT) ->
     return length % width == 0 and out.data.ptr % 16 == 0
 
 
+def residues_kernel_for(out, length: int) -> str:
+    """The residue kernel :meth:`OzakiPasses.residues` picks for the planes ``out`` of lines of
+    ``length``: :data:`RESIDUES_DEFAULT` where it applies, else the first that applies of the
+    pipelined tiles (16, then 8 positions a thread; both faster than their one-tile kernels on an
+    H200), the one-tile kernels, and the word kernel (any length).
+
+    Example (on a GPU)::
+
+        residues_kernel_for(cupy.empty((17, 64, 24), cupy.int8), 24)      # 'tile8-pipe'
+    """
+    order = (RESIDUES_DEFAULT, "tile16-pipe", "tile8-pipe", "tile16", "tile8", "words")
+    return next(k for k in order[:order.index("words") + 1]
+                if k == "words" or residues_kernel_applies(out, length, k))
+
+
 def _source(count: int) -> str:
     from .jit import PACKAGE_VERSION, header_fingerprint
 
@@ -253,7 +271,7 @@ class OzakiPasses:
         self.count = count
         self.element = element
         self._k = get_kernels(count, device_id, element)
-        self._sms = cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]
+        self._sms = _sm_count(cupy.cuda.Device(device_id).id)
 
     def scale(self, x, lines: int, length: int, s_line: int, s_k: int, bits: int, counts):
         """(exponents int32[lines], lost uint8[lines]); ``counts`` (int32[2], zeroed by the
@@ -278,8 +296,8 @@ class OzakiPasses:
         guard (``sums``: uint64[lines], zeroed by the caller) also plane ``count`` and the
         line sums of :func:`pyblasgemm.ozaki.guard_planes` for ``bits``.
 
-        ``kernel``: None picks :data:`RESIDUES_DEFAULT` where :func:`residues_kernel_applies`,
-        else ``'tile8'`` where that applies, else ``'words'``; one of :data:`RESIDUE_KERNELS`
+        ``kernel``: None picks :func:`residues_kernel_for`'s (:data:`RESIDUES_DEFAULT` where
+        :func:`residues_kernel_applies`, else a narrower tile, else ``'words'``); one of :data:`RESIDUE_KERNELS`
         forces it (the tests and bench/ozaki_passes.py compare them). All write the same
         bytes. Returns the kernel's name."""
         from ..ozaki import GUARD_HI_BITS, GUARD_SUM_BITS
@@ -287,10 +305,7 @@ class OzakiPasses:
         if kernel is not None and kernel not in RESIDUE_KERNELS:
             raise ValueError(f"kernel={kernel!r}: None or one of {RESIDUE_KERNELS}")
         if kernel is None:
-            # the default first, then the wider tile, then the narrower, then the word kernel
-            order = (RESIDUES_DEFAULT, "tile16", "tile8", "words")
-            kernel = next(k for k in order[:order.index("words") + 1]
-                          if k == "words" or residues_kernel_applies(out, length, k))
+            kernel = residues_kernel_for(out, length)
         elif kernel != "words" and not residues_kernel_applies(out, length, kernel):
             width = RESIDUE_TILE_WIDTHS[kernel]
             raise ValueError(f"kernel={kernel!r} needs length % {width} == 0 and 16-byte aligned planes, got "
@@ -360,6 +375,21 @@ class OzakiPasses:
             _d(a.real), _d(a.imag), _d(b.real), _d(b.imag), _i(flags), _null(sum_a), _null(sum_b),
             _d(c_sum), _d(c_hi), _null(failed)))
         return kernel
+
+
+_sms: dict = {}
+
+
+def _sm_count(device: int) -> int:
+    """The device's SM count, asked once (the composite route makes an OzakiPasses per call;
+    CuPy's ``Device.attributes`` asks for every attribute)."""
+    n = _sms.get(device)
+    if n is None:
+        import cupy
+
+        rt = cupy.cuda.runtime
+        n = _sms[device] = rt.deviceGetAttribute(rt.cudaDevAttrMultiProcessorCount, device)
+    return n
 
 
 def _ll(v):
