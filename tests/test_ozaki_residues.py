@@ -1,4 +1,4 @@
-"""The residue tile kernel (issue 34, item 1): ``ozaki_residues_tile`` splits each scaled
+"""The residue tile kernel (issue 34, item 1): ``ozaki_residues_pipe`` splits each scaled
 integer q once into ``a 2^28 + b`` and takes each modulus' residue from two DFMA, one DADD and
 one IMAD, where the word kernel (``ozaki_residues``) spent ~13 integer instructions; it must
 write the word kernel's bytes (every plane, the guard's plane, the line sums). The host tests
@@ -15,7 +15,7 @@ from pyblasgemm import ozaki as oz
 from pyblasgemm.kernels import ozaki_kernels as ok
 from conftest import gpu_cupy
 
-TILES = ("tile16", "tile8", "tile16-pipe", "tile8-pipe")
+TILES = ("tile16-pipe", "tile8-pipe")
 #: the counts whose float kernels the host compiles too (each count's compile is ~3.5 s here)
 FLOAT_COMPILES = (1, 2, 9, 16, 17, 34)
 M = 3 * 2**51                           # kRoundMagic, 1.5 * 2^52
@@ -67,9 +67,9 @@ def test_tables_carry_the_tile_constants():
 
 @pytest.mark.parametrize("count", range(1, len(oz.MODULI) + 1))
 def test_tile_kernels_compile_within_their_launch_bounds_without_spills(count):
-    """Every shipped count (sm_90a; float operands at FLOAT_COMPILES' counts): no spill, no stack, registers within
-    the launch bounds (V = 16: 2 blocks of 256, 128; V = 8: 3 blocks, 80), both tile kernels
-    and both pipelined ones."""
+    """Every shipped count (sm_90a; float operands at FLOAT_COMPILES' counts), both widths: no
+    spill, no stack, registers within the launch bounds (V = 16: 2 blocks of 256, 128; V = 8:
+    3 blocks, 80)."""
     pytest.importorskip("cupy")
     from pyblasgemm.kernels import jit
 
@@ -77,8 +77,8 @@ def test_tile_kernels_compile_within_their_launch_bounds_without_spills(count):
         _, log = ok.compile_offline(count, "sm_90a", element)
         if "ptxas" not in log:
             pytest.skip("this NVRTC puts no ptxas report in the program log")
-        res = {k: v for k, v in jit.ptxas_resources(log).items() if "residues_tile" in k or "residues_pipe" in k}
-        assert len(res) == 4, res
+        res = {k: v for k, v in jit.ptxas_resources(log).items() if "residues_pipe" in k}
+        assert len(res) == 2, res
         for name, r in res.items():
             wide = "Li16EE" in name
             assert r["registers"] <= (128 if wide else 80), (name, r)
@@ -86,20 +86,18 @@ def test_tile_kernels_compile_within_their_launch_bounds_without_spills(count):
 
 
 def test_tile_kernels_store_16_and_8_bytes_a_plane():
-    """PTX: V = 16 stores each plane's bytes as st.global.v4.u32, V = 8 as st.global.v2.u32
-    (the tile and the pipelined kernels)."""
+    """PTX: V = 16 stores each plane's bytes as st.global.v4.u32, V = 8 as st.global.v2.u32;
+    both load by 8-byte cp.async copies (zero-filled past the edges)."""
     pytest.importorskip("cupy")
     ptx, _ = ok.compile_offline(16, "sm_90a", "double", ptx=True)
     text = ptx.decode() if isinstance(ptx, bytes) else ptx
     entries = {e.split("(")[0]: e for e in text.split(".entry ")[1:]}
-    for kind in ("tile", "pipe"):
-        v16 = [e for n, e in entries.items() if n.startswith(f"_Z19ozaki_residues_{kind}ILi16EdLi16E")]
-        v8 = [e for n, e in entries.items() if n.startswith(f"_Z19ozaki_residues_{kind}ILi16EdLi8E")]
-        assert len(v16) == 1 and len(v8) == 1
-        assert "st.global.v4.u32" in v16[0] and "st.global.v2.u32" not in v16[0]
-        assert "st.global.v2.u32" in v8[0]
-        # the pipelined kernels' loads are 8-byte cp.async copies, zero-filled past the edges
-        assert ("cp.async.ca.shared.global" in v16[0]) == (kind == "pipe")
+    v16 = [e for n, e in entries.items() if n.startswith("_Z19ozaki_residues_pipeILi16EdLi16E")]
+    v8 = [e for n, e in entries.items() if n.startswith("_Z19ozaki_residues_pipeILi16EdLi8E")]
+    assert len(v16) == 1 and len(v8) == 1
+    assert "st.global.v4.u32" in v16[0] and "st.global.v2.u32" not in v16[0]
+    assert "st.global.v2.u32" in v8[0]
+    assert "cp.async.ca.shared.global" in v16[0] and "cp.async.ca.shared.global" in v8[0]
 
 
 class _Planes:
@@ -110,10 +108,10 @@ class _Planes:
 
 
 def test_residues_kernel_applies_needs_the_width_and_16_byte_planes():
-    assert ok.residues_kernel_applies(_Planes(256), 4096, "tile16")
-    assert not ok.residues_kernel_applies(_Planes(256), 24, "tile16")
-    assert ok.residues_kernel_applies(_Planes(256), 24, "tile8")
-    assert not ok.residues_kernel_applies(_Planes(264), 4096, "tile8")
+    assert ok.residues_kernel_applies(_Planes(256), 4096, "tile16-pipe")
+    assert not ok.residues_kernel_applies(_Planes(256), 24, "tile16-pipe")
+    assert ok.residues_kernel_applies(_Planes(256), 24, "tile8-pipe")
+    assert not ok.residues_kernel_applies(_Planes(264), 4096, "tile8-pipe")
     assert ok.RESIDUES_DEFAULT in ok.RESIDUE_KERNELS
 
 
@@ -231,10 +229,10 @@ def test_gpu_residues_default_and_forced_kernels():
         assert got[0] == default and got[1:] == want[1:], length
     out = cp.empty((17, 9, 24), cp.int8)
     with pytest.raises(ValueError, match="length=24"):
-        passes.residues(x, 9, 24, 24, 1, exps, out, 55, None, kernel="tile16")
+        passes.residues(x, 9, 24, 24, 1, exps, out, 55, None, kernel="tile16-pipe")
     whole = cp.empty(17 * 9 * 32 + 8, cp.int8)
     shifted = whole[8:].reshape(17, 9, 32)
     with pytest.raises(ValueError, match="address % 16 = 8"):
-        passes.residues(x, 9, 32, 32, 1, exps, shifted, 55, None, kernel="tile8")
+        passes.residues(x, 9, 32, 32, 1, exps, shifted, 55, None, kernel="tile8-pipe")
     with pytest.raises(ValueError, match="kernel='fast'"):
         passes.residues(x, 9, 32, 32, 1, exps, out, 55, None, kernel="fast")

@@ -39,24 +39,24 @@ ROWS_PER_THREAD = 4
 RECONSTRUCT_KERNELS = ("rows-staged", "rows", "elements")
 #: the row kernel :meth:`OzakiPasses.reconstruct` picks where :func:`rows_kernel_applies`
 ROWS_DEFAULT = "rows-staged"
-#: the residue kernels: one tile a block, 16 or 8 positions a thread written as one 16- or
-#: 8-byte store per plane (``ozaki_residues_tile``), the same tiles walked by a persistent grid
-#: with the next tile's loads in flight (``ozaki_residues_pipe``), and the 4-byte word kernel
-#: (any length)
-RESIDUE_KERNELS = ("tile16", "tile8", "tile16-pipe", "tile8-pipe", "words")
+#: the residue kernels: tiles walked by a persistent grid, 16 or 8 positions a thread written
+#: as one 16- or 8-byte store per plane, the next tile's loads in flight
+#: (``ozaki_residues_pipe``), and the 4-byte word kernel (any length)
+RESIDUE_KERNELS = ("tile16-pipe", "tile8-pipe", "words")
 #: positions a thread of the tile kernels takes, per kernel name
-RESIDUE_TILE_WIDTHS = {"tile16": 16, "tile8": 8, "tile16-pipe": 16, "tile8-pipe": 8}
+RESIDUE_TILE_WIDTHS = {"tile16-pipe": 16, "tile8-pipe": 8}
 #: blocks of the tile kernels resident on one SM (their launch bounds; the persistent grid's
 #: size is this times the SMs)
 RESIDUE_TILE_BLOCKS_PER_SM = {16: 2, 8: 3}
 #: the residue kernel :meth:`OzakiPasses.residues` picks where :func:`residues_kernel_applies`:
 #: the fastest pass on an H200 (bench/results/ozaki_passes_h200_2026-11-28_8f9dd54.json, A and B
-#: at 8192^2, 16 moduli + guard: 1.07 ms, 3.13 TB/s; tile16 1.16, tile8-pipe 1.17, tile8 1.21,
-#: words 2.03; at 4096^2 0.294 ms against 0.302-0.320 and 0.526)
+#: at 8192^2, 16 moduli + guard: 1.07 ms, 3.13 TB/s; tile8-pipe 1.17, words 2.03; at 4096^2
+#: 0.294 ms against 0.302 and 0.526; the one-tile-a-block kernels measured there, 1.16 and
+#: 1.21 ms, are gone)
 RESIDUES_DEFAULT = "tile16-pipe"
 #: the residue tile kernels' block (both widths): 256 threads, a tile of 128 positions
 BLOCK_RESIDUES_TILE = 256
-#: positions a tile of ``ozaki_residues_tile`` covers (blockIdx.x walks them)
+#: positions a tile of ``ozaki_residues_pipe`` covers
 RESIDUE_TILE_POSITIONS = 128
 #: grid dimension y's limit (the residue and reconstruction kernels walk past it)
 _MAX_GRID_Y = 65535
@@ -135,10 +135,8 @@ def kernel_names(count: int, element: str = "double") -> list[str]:
     ['ozaki_reconstruct_rows<16, false, double, false>', 'ozaki_reconstruct_rows<16, true, double, false>']
     >>> kernel_names(9, "float")[0]
     'ozaki_line_stats<float>'
-    >>> kernel_names(16)[-4:-2]
-    ['ozaki_residues_tile<16, double, 16>', 'ozaki_residues_tile<16, double, 8>']
-    >>> kernel_names(16)[-1]
-    'ozaki_residues_pipe<16, double, 8>'
+    >>> kernel_names(16)[-2:]
+    ['ozaki_residues_pipe<16, double, 16>', 'ozaki_residues_pipe<16, double, 8>']
     """
     if element not in ELEMENTS.values():
         raise ValueError(f"element={element!r}: one of 'double', 'float'")
@@ -147,7 +145,7 @@ def kernel_names(count: int, element: str = "double") -> list[str]:
             f"ozaki_reconstruct<{count}, true, {element}>"] + [
             f"ozaki_reconstruct_rows<{count}, {cplx}, {element}, {stage}>"
             for stage in ("false", "true") for cplx in ("false", "true")] + [
-            f"ozaki_residues_{kind}<{count}, {element}, {v}>" for kind in ("tile", "pipe") for v in (16, 8)]
+            f"ozaki_residues_pipe<{count}, {element}, {v}>" for v in (16, 8)]
 
 
 def rows_kernel_applies(prod, m: int) -> bool:
@@ -167,7 +165,7 @@ def rows_kernel_applies(prod, m: int) -> bool:
 
 
 def residues_kernel_applies(out, length: int, kernel: str = RESIDUES_DEFAULT) -> bool:
-    """Whether the residue tile kernel ``kernel`` (``'tile16'`` or ``'tile8'``) can write the
+    """Whether the residue tile kernel ``kernel`` (``'tile16-pipe'`` or ``'tile8-pipe'``) can write the
     planes ``out`` (int8, planes x lines x ``length``, C order): each thread stores 16 (8)
     consecutive bytes of a line as one store, which must be aligned, so ``length`` must be a
     multiple of 16 (8) and ``out`` 16-byte aligned (CuPy's allocations are 256-byte aligned).
@@ -185,14 +183,13 @@ def residues_kernel_applies(out, length: int, kernel: str = RESIDUES_DEFAULT) ->
 def residues_kernel_for(out, length: int) -> str:
     """The residue kernel :meth:`OzakiPasses.residues` picks for the planes ``out`` of lines of
     ``length``: :data:`RESIDUES_DEFAULT` where it applies, else the first that applies of the
-    pipelined tiles (16, then 8 positions a thread; both faster than their one-tile kernels on an
-    H200), the one-tile kernels, and the word kernel (any length).
+    tiles of 16 and of 8 positions a thread, and the word kernel (any length).
 
     Example (on a GPU)::
 
         residues_kernel_for(cupy.empty((17, 64, 24), cupy.int8), 24)      # 'tile8-pipe'
     """
-    order = (RESIDUES_DEFAULT, "tile16-pipe", "tile8-pipe", "tile16", "tile8", "words")
+    order = (RESIDUES_DEFAULT, "tile16-pipe", "tile8-pipe", "words")
     return next(k for k in order[:order.index("words") + 1]
                 if k == "words" or residues_kernel_applies(out, length, k))
 
@@ -315,10 +312,6 @@ class OzakiPasses:
         if kernel == "words":
             grid = (-(-length // 128), min(-(-lines // 32), _MAX_GRID_Y), 1)
             name, block = f"ozaki_residues<{self.count}, {self.element}>", BLOCK_RESIDUES
-        elif not kernel.endswith("-pipe"):
-            width = RESIDUE_TILE_WIDTHS[kernel]
-            grid = (-(-length // RESIDUE_TILE_POSITIONS), min(-(-lines // (2 * width)), _MAX_GRID_Y), 1)
-            name, block = f"ozaki_residues_tile<{self.count}, {self.element}, {width}>", (BLOCK_RESIDUES_TILE, 1, 1)
         else:
             width = RESIDUE_TILE_WIDTHS[kernel]
             tiles = -(-length // RESIDUE_TILE_POSITIONS) * -(-lines // (2 * width))

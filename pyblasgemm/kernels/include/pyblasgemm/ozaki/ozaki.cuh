@@ -15,10 +15,10 @@
 //      range, written K-contiguous (the int8 GEMMs read both operands K-major: "TN"); with
 //      the guard, one more plane of |trunc(x * 2^e)| >> (bits - 7) and per line the sum of
 //      (|trunc| >> (bits - 16)) + 1 over its nonzero elements (pyblasgemm.ozaki.guard_planes).
-//      ozaki_residues_tile<COUNT, T, V> writes the same bytes from a split of each integer
+//      ozaki_residues_pipe<COUNT, T, V> writes the same bytes from a split of each integer
 //      (two DFMA, a DADD and an IMAD a modulus), V = 16 or 8 positions a thread, one 16- or
-//      8-byte store a plane, where len % V == 0 (the host's residues_kernel_applies);
-//      ozaki_residues_pipe<COUNT, T, V> the same with the next tile's loads in flight;
+//      8-byte store a plane, the next tile's loads in flight, where len % V == 0 (the host's
+//      residues_kernel_applies);
 //   4. (COUNT int8 GEMMs with int32 results, batched, one more for the guard: not here)
 //   5. ozaki_reconstruct<COUNT, CPLX>: per element the CRT sum in 39-bit float64 chunks minus
 //      the nearest multiple of P, 2^-(e_i + f_j), alpha and beta; CPLX pairs
@@ -257,7 +257,7 @@ ozaki_residues(const T* __restrict__ x, long long lines, long long len, long lon
     }
 }
 
-// The residue pass as one tile per block (ozaki_residues_tile): the same bytes as ozaki_residues
+// The residue pass by tiles (ozaki_residues_pipe): the same bytes as ozaki_residues
 // from fewer instructions. ozaki_residues spends ~13 integer instructions per element and
 // modulus (mod_u62's four digits, Barrett, the sign, the symmetric range): ~28 G of them at
 // 8192^2 x 2 operands x 16 moduli, on the 64-lane integer pipe, 2.0 ms on an H200 against the
@@ -411,84 +411,19 @@ __device__ __forceinline__ void copy_element_async(T* smem, const T* gmem, bool 
 }  // namespace pyblasgemm
 
 // ozaki_residues's output, bit for bit (planes, the guard's plane, the line sums), where len % V
-// == 0 and out is 16-byte aligned (the host's residues_kernel_applies): block 256, grid
-// (ceil(len / 128), lines' tiles, walked past 65535). The fill loads V elements a thread (all
-// issued before the shared stores: V x 8 bytes in flight), coalesced along whichever of line /
-// t is contiguous; each thread then splits its V elements (split28) and writes V bytes of every
-// plane as one store (a warp: 128 contiguous bytes of 4 lines at V = 16, of 2 at V = 8). A
-// thread holding an element with |q| >= 2^62 (or Inf / NaN) takes ozaki_residues's steps for
-// all of its V (residue_byte_wide). The guard's sums: one atomic per line and tile.
-// Launch bounds: V = 16 keeps 2 x 16 doubles (a, b) live: 2 blocks of 256 (128 registers).
-template <int COUNT, typename T, int V>
-__global__ void __launch_bounds__(256, V == 16 ? 2 : 3)
-ozaki_residues_tile(const T* __restrict__ x, long long lines, long long len, long long s_line,
-                    long long s_k, int k_contig, const int* __restrict__ exps,
-                    signed char* __restrict__ out, int shift_hi, int shift_sum,
-                    unsigned long long* __restrict__ sums) {
-    using namespace pyblasgemm::ozaki;
-    using Tile = ResidueTile<V>;
-    static_assert(V == 8 || V == 16, "V: 8 or 16 positions a thread");
-    __shared__ double tile[Tile::kLines * Tile::kStride];
-    const int tid = threadIdx.x;
-    const int c = tid % Tile::kChunks, r = tid / Tile::kChunks;
-    const long long t0 = (long long)blockIdx.x * Tile::kPositions;
-    const long long plane = lines * len;
-    for (long long line0 = (long long)blockIdx.y * Tile::kLines; line0 < lines;
-         line0 += (long long)Tile::kLines * gridDim.y) {
-        __syncthreads();                        // the previous tile's readers are done
-        double fill[V];
-        if (k_contig) {                         // s_k == 1: a pass reads kThreads / kPositions lines
-            constexpr int kPass = Tile::kThreads / Tile::kPositions;
-            const int rr = tid / Tile::kPositions, pp = tid % Tile::kPositions;
-            const long long t = t0 + pp;
-#pragma unroll
-            for (int i = 0; i < V; ++i) {
-                const long long line = line0 + rr + kPass * i;
-                fill[i] = (line < lines && t < len) ? to_double(x[line * s_line + t]) : 0.0;
-            }
-#pragma unroll
-            for (int i = 0; i < V; ++i) tile[(rr + kPass * i) * Tile::kStride + Tile::slot(pp)] = fill[i];
-        } else {                                // lanes along lines: a pass reads kPass positions
-            constexpr int kPass = Tile::kThreads / Tile::kLines;
-            const int rr = tid % Tile::kLines, pp = tid / Tile::kLines;
-            const long long line = line0 + rr;
-#pragma unroll
-            for (int i = 0; i < V; ++i) {
-                const long long t = t0 + pp + kPass * i;
-                fill[i] = (line < lines && t < len) ? to_double(x[line * s_line + t * s_k]) : 0.0;
-            }
-#pragma unroll
-            for (int i = 0; i < V; ++i) tile[rr * Tile::kStride + Tile::slot(pp + kPass * i)] = fill[i];
-        }
-        __syncthreads();
-        const long long line = line0 + r, t = t0 + (long long)V * c;
-        const bool mine = line < lines && t < len;          // len % V == 0: all V positions
-        const int e = mine ? exps[line] : 0;
-        const double* src = tile + r * Tile::kStride + Tile::slot(V * c);   // V consecutive slots
-        double a[V], b[V];
-        unsigned hi[V / 4] = {};
-        unsigned long long part = 0;
-        const bool wide = split_elements<V>([&](int v) { return src[v]; }, e, sums != nullptr, shift_hi, shift_sum,
-                                            a, b, hi, part);
-        if (sums != nullptr) {                  // the threads of one line: kChunks adjacent lanes
-#pragma unroll
-            for (int o = Tile::kChunks / 2; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
-            if (c == 0 && line < lines && part != 0) atomicAdd(sums + line, part);
-        }
-        if (!mine) continue;
-        signed char* dst = out + line * len + t;
-        if (sums != nullptr) store_bytes<V>(dst + COUNT * plane, hi);
-        if (!wide) residue_planes<COUNT, V>(a, b, dst, plane);
-        else residue_planes_wide<COUNT, V>([&](int v) { return src[v]; }, e, dst, plane);
-    }
-}
-
-// ozaki_residues_tile's bytes with the next tile's loads in flight while a tile's planes are
-// computed and stored: a persistent grid (the host launches the blocks that fit at once) walks
-// the tiles (t fastest); each tile arrives by cp.async (one element a copy, zero-filled past the
-// edges) into shared memory of the operand's own type, is read into registers and split, and
-// only then, after a barrier, the next tile's copies are issued into the same buffer. The
-// elements of a thread outside the split's range are loaded again from global memory.
+// == 0 and out is 16-byte aligned (the host's residues_kernel_applies): block 256, a persistent
+// grid (the host launches the blocks that fit at once) walking the tiles (t fastest). Each tile
+// arrives by cp.async (one element a copy, coalesced along whichever of line / t is contiguous,
+// zero-filled past the edges) into shared memory of the operand's own type; each thread reads its
+// V elements and splits them (split_elements), and only then, after a barrier, the next tile's
+// copies are issued into the same buffer, in flight while this tile's planes are written: V
+// bytes of every plane as one store (a warp: 128 contiguous bytes of 4 lines at V = 16, of 2 at
+// V = 8). A thread holding an element with |q| >= 2^62 (or Inf / NaN) takes ozaki_residues's
+// steps for all of its V (residue_planes_wide), its elements loaded again from global memory.
+// The guard's sums: one atomic per line and tile. Launch bounds: V = 16 keeps 2 x 16 doubles (a,
+// b) live: 2 blocks of 256 (128 registers). Measured against a one-block-a-tile version (loads
+// into registers, then shared memory): 1.07 against 1.16 ms at V = 16, 1.17 against 1.21 at V = 8
+// (H200, A and B at 8192^2, 16 moduli + guard; bench/results/ozaki_passes_h200_2026-11-28_8f9dd54.json).
 template <int COUNT, typename T, int V>
 __global__ void __launch_bounds__(256, V == 16 ? 2 : 3)
 ozaki_residues_pipe(const T* __restrict__ x, long long lines, long long len, long long s_line,
