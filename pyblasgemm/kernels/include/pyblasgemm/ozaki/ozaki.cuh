@@ -715,8 +715,16 @@ ozaki_reconstruct(const int* __restrict__ prod, long long m, long long n, const 
         }
     }
     const int shift = -(ea[i] + eb[j]);
-    const double x_re = ldexp(ozaki_value<COUNT>(prod + i + j * m, plane), shift);
-    const double x_im = CPLX ? ldexp(ozaki_value<COUNT>(prod + i + (j + n) * m, plane), shift) : 0.0;
+    double x_re = 0.0, x_im = 0.0;
+    // the parts one after the other, not unrolled: unrolled, ptxas hoisted the imaginary part's
+    // loads over the real part's arithmetic and spilled (sm_90a: 20 and 24 bytes at 29 and 30
+    // moduli, capped at 128 registers; 226-240 registers at 31-34)
+#pragma unroll 1
+    for (int part = 0; part < (CPLX ? 2 : 1); ++part) {
+        const double x = ldexp(ozaki_value<COUNT>(prod + i + (part ? j + n : j) * m, plane), shift);
+        if (part) x_im = x;                     // constant indices: the parts stay in registers
+        else x_re = x;
+    }
     ozaki_store<CPLX>(c + i * cs_i + j * cs_j, x_re, x_im, alpha_re, alpha_im, beta_re, beta_im, flags);
     }
 }
