@@ -1,10 +1,13 @@
 """Ozaki-II dgemm, pass by pass (issue 34, item 1): CUDA-event times of each pass of one
-default ``compute='int8-ozaki'`` float64 product (scaling, residues, the guard's int8 GEMM, the
-moduli's batched int8 GEMM, the reconstruction with each of its kernels: the element kernel,
-the row kernel loading into registers and the row kernel staging through shared memory), then
-the whole call with each reconstruction kernel against CuPy's native DGEMM (cuBLAS), in the
-same run. The passes are the calls the composite route made (recorded while it ran once), timed
-again on the same arrays; the whole-call outputs of the kernels are compared bit for bit.
+default ``compute='int8-ozaki'`` float64 product (scaling, residues with each of its kernels:
+the word kernel and the tile kernels of 16 and 8 positions a thread; the guard's int8 GEMM,
+the moduli's batched int8 GEMM, the reconstruction with each of its kernels: the element
+kernel, the row kernel loading into registers and the row kernel staging through shared
+memory), then the whole call with each residue kernel (the default reconstruction) against
+CuPy's native DGEMM (cuBLAS), in the same run. The passes are the calls the composite route
+made (recorded while it ran once), timed again on the same arrays; the kernels' outputs (the
+residue planes and guard sums, C after the reconstruction, C of the whole call) are compared
+bit for bit.
 
 Run (on a GPU)::
 
@@ -87,7 +90,34 @@ def passes_row(cp, pb, size, inner=5, samples=10) -> dict:
 
     t = row["passes_ms"]
     t["scaling (stats + exponents, A and B)"] = event_median_s(group({"scale"}), inner, samples) * 1e3
-    t["residues (A and B)"] = event_median_s(group({"residues"}), inner, samples) * 1e3
+    res_calls = [(s, a, k) for n, s, a, k in calls if n == "residues"]
+    row["residues_bytes"] = int(sum(a[0].dtype.itemsize * a[1] * a[2] + a[6].nbytes for _, a, _ in res_calls))
+    # the floor the prediction used: the operands read once, every plane written once, at 3.2 TB/s
+    # (what the reconstruction's stream reached on an H200)
+    row["residues_floor_ms_at_3.2TBps"] = row["residues_bytes"] / 3.2e12 * 1e3
+    def run_res(kernel):
+        for s_, a, k in res_calls:
+            s_.residues(*a, **dict(k, kernel=kernel))
+
+    def outputs(kernel):
+        """The planes and sums of one run (the sums accumulate: zeroed first), on the GPU."""
+        for _, a, _ in res_calls:
+            if a[8] is not None:
+                a[8][...] = 0
+        run_res(kernel)
+        return [x.copy() for _, a, _ in res_calls for x in (a[6], a[8]) if x is not None]
+
+    for kernel in ok.RESIDUE_KERNELS:
+        ms = event_median_s(lambda: run_res(kernel), inner, samples) * 1e3
+        t[f"residues (A and B, {kernel})"] = ms
+        row.setdefault("residues_TBps", {})[kernel] = row["residues_bytes"] / (ms * 1e-3) / 1e12
+    # compared on the GPU: copying 16384^2's 9 GB of planes to the host took longer than a call
+    want = outputs("words")
+    row["residues_bits_equal"] = all(all(bool(cp.array_equal(g, w)) for g, w in zip(outputs(k), want))
+                                     for k in ok.RESIDUE_KERNELS if k != "words")
+    del want
+    row["residues_speedup_default_vs_words"] = (t["residues (A and B, words)"]
+                                                / t[f"residues (A and B, {ok.RESIDUES_DEFAULT})"])
     gemms = [c for c in calls if c[0] == "gemm"]
     if setting.guard:
         g = gemms[0]
@@ -116,8 +146,8 @@ def passes_row(cp, pb, size, inner=5, samples=10) -> dict:
 
 
 def end_to_end_row(cp, pb, size, inner=3, samples=7) -> dict:
-    """The whole default call (C-ordered operands, as a user calls it), with each reconstruction
-    kernel, and CuPy's DGEMM on the same arrays."""
+    """The whole default call (C-ordered operands, as a user calls it), with each residue
+    kernel (the default reconstruction), and CuPy's DGEMM on the same arrays."""
     from pyblasgemm.composite import last_route
     from pyblasgemm.kernels import ozaki_kernels as ok
 
@@ -129,22 +159,22 @@ def end_to_end_row(cp, pb, size, inner=3, samples=7) -> dict:
     native = event_median_s(lambda: cp.matmul(a, b), inner, samples)
     row["ms"]["cupy.matmul (cuBLAS DGEMM)"] = native * 1e3
     outs = {}
-    saved = ok.ROWS_DEFAULT
+    saved = ok.RESIDUES_DEFAULT
     try:
-        for kernel in KERNELS:
-            # where the planes allow a row kernel, reconstruct picks ROWS_DEFAULT: point it at each
-            ok.ROWS_DEFAULT = kernel
+        for kernel in ok.RESIDUE_KERNELS:
+            # where the planes allow a tile kernel, residues picks RESIDUES_DEFAULT: point it at each
+            ok.RESIDUES_DEFAULT = kernel
             out = pb.matmul(a, b, compute="int8-ozaki", backend="tensorcore")
             outs[kernel] = cp.asnumpy(out).tobytes()
             row.setdefault("route", last_route())
             s = event_median_s(lambda: pb.matmul(a, b, compute="int8-ozaki", backend="tensorcore"), inner, samples)
-            row["ms"][f"pyblasgemm int8-ozaki (default), reconstruction {kernel}"] = s * 1e3
+            row["ms"][f"pyblasgemm int8-ozaki (default), residues {kernel}, reconstruction {ok.ROWS_DEFAULT}"] = s * 1e3
             row.setdefault("ratio_vs_dgemm", {})[kernel] = native / s
     finally:
-        ok.ROWS_DEFAULT = saved
+        ok.RESIDUES_DEFAULT = saved
     for name, ms in row["ms"].items():
         row["TFLOPs"][name] = flops / (ms * 1e-3) / 1e12
-    row["bits_equal_across_kernels"] = all(outs[k] == outs["elements"] for k in KERNELS)
+    row["bits_equal_across_kernels"] = all(outs[k] == outs["words"] for k in ok.RESIDUE_KERNELS)
     return row
 
 
@@ -165,7 +195,7 @@ def main(argv=None) -> int:
     sha = (info.get("git_sha") or "nosha")[:7]
     out = args.out or f"bench/results/ozaki_passes_{_device_tag(name)}_{date}_{sha}.json"
     doc = {"schema": "pyblasgemm-ozaki-passes/1", **info, "device_name": name, "date": date,
-           "rows_default": ok.ROWS_DEFAULT, "method": __doc__, "passes": [], "end_to_end": []}
+           "rows_default": ok.ROWS_DEFAULT, "residues_default": ok.RESIDUES_DEFAULT, "method": __doc__, "passes": [], "end_to_end": []}
     free = cp.cuda.runtime.memGetInfo()[0]
     for size in (int(s) for s in args.sizes.split(",")):
         # A, B, C float64, 17 int8 planes of each operand, 17 int32 planes: ~110 bytes an element
@@ -176,13 +206,14 @@ def main(argv=None) -> int:
         row = passes_row(cp, pb, size)
         doc["passes"].append(row)
         print(size, {k: round(v, 3) for k, v in row["passes_ms"].items()}, "bits equal:",
-              row["reconstruction_bits_equal"], flush=True)
+              row["reconstruction_bits_equal"], row["residues_bits_equal"], flush=True)
         cp.get_default_memory_pool().free_all_blocks()
         e2e = end_to_end_row(cp, pb, size)
         doc["end_to_end"].append(e2e)
         print(size, {k: round(v, 3) for k, v in e2e["ms"].items()}, "ratio vs DGEMM:",
               {k: round(v, 3) for k, v in e2e["ratio_vs_dgemm"].items()}, flush=True)
         cp.get_default_memory_pool().free_all_blocks()
+        write_doc(doc, out)                 # after each size: a call cut short keeps what it measured
     write_doc(doc, out)
     return 0
 

@@ -63,19 +63,21 @@ def test_kernel_names_carry_both_row_kernels():
 
 @pytest.mark.parametrize("count", range(1, len(oz.MODULI) + 1))
 def test_row_kernels_compile_within_their_launch_bounds_without_spills(count):
-    """Every shipped count (sm_90a): no spill, no stack, the registers within the launch
-    bounds (3 blocks of 128 threads: 170)."""
+    """Every shipped count (sm_90a): no spill, no stack, the row kernels' registers within
+    their launch bounds (3 blocks of 128 threads: 170); the element kernels spill-free too
+    (the complex one spilled 20 and 24 bytes at 29 and 30 moduli before its parts were rolled)."""
     pytest.importorskip("cupy")
     from pyblasgemm.kernels import jit
 
     _, log = ok.compile_offline(count, "sm_90a", "double")
     if "ptxas" not in log:      # NVRTC 13.0 leaves ptxas's report out (test_composite says so too)
         pytest.skip("this NVRTC puts no ptxas report in the program log")
-    res = {k: v for k, v in jit.ptxas_resources(log).items() if "reconstruct_rows" in k}
-    assert len(res) == 4, res
+    res = {k: v for k, v in jit.ptxas_resources(log).items() if "reconstruct" in k}
+    assert len(res) == 6, res                   # 4 row kernels, the real and complex element kernels
     for name, r in res.items():
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, (name, r)
-        assert r["registers"] <= 170, (name, r)
+        if "reconstruct_rows" in name:
+            assert r["registers"] <= 170, (name, r)
 
 
 def test_row_kernels_load_16_bytes_per_plane():

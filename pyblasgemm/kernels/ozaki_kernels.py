@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 import threading
 
-__all__ = ["HEADER", "BLOCK_STATS", "ELEMENTS", "RECONSTRUCT_KERNELS", "ROWS_DEFAULT", "element_of", "table_values",
-           "tables_source", "kernel_names", "compile_offline", "get_kernels", "rows_kernel_applies", "OzakiPasses"]
+__all__ = ["HEADER", "BLOCK_STATS", "ELEMENTS", "RECONSTRUCT_KERNELS", "ROWS_DEFAULT", "RESIDUE_KERNELS",
+           "RESIDUES_DEFAULT", "element_of", "table_values", "tables_source", "kernel_names", "compile_offline",
+           "get_kernels", "rows_kernel_applies", "residues_kernel_applies", "residues_kernel_for", "OzakiPasses"]
 
 HEADER = "pyblasgemm/ozaki/ozaki.cuh"
 #: the line-statistics kernel's block: 32 lines x 32 walkers
@@ -38,6 +39,25 @@ ROWS_PER_THREAD = 4
 RECONSTRUCT_KERNELS = ("rows-staged", "rows", "elements")
 #: the row kernel :meth:`OzakiPasses.reconstruct` picks where :func:`rows_kernel_applies`
 ROWS_DEFAULT = "rows-staged"
+#: the residue kernels: tiles walked by a persistent grid, 16 or 8 positions a thread written
+#: as one 16- or 8-byte store per plane, the next tile's loads in flight
+#: (``ozaki_residues_pipe``), and the 4-byte word kernel (any length)
+RESIDUE_KERNELS = ("tile16-pipe", "tile8-pipe", "words")
+#: positions a thread of the tile kernels takes, per kernel name
+RESIDUE_TILE_WIDTHS = {"tile16-pipe": 16, "tile8-pipe": 8}
+#: blocks of the tile kernels resident on one SM (their launch bounds; the persistent grid's
+#: size is this times the SMs)
+RESIDUE_TILE_BLOCKS_PER_SM = {16: 2, 8: 3}
+#: the residue kernel :meth:`OzakiPasses.residues` picks where :func:`residues_kernel_applies`:
+#: the fastest pass on an H200 (bench/results/ozaki_passes_h200_2026-11-28_8f9dd54.json, A and B
+#: at 8192^2, 16 moduli + guard: 1.07 ms, 3.13 TB/s; tile8-pipe 1.17, words 2.03; at 4096^2
+#: 0.294 ms against 0.302 and 0.526; the one-tile-a-block kernels measured there, 1.16 and
+#: 1.21 ms, are gone)
+RESIDUES_DEFAULT = "tile16-pipe"
+#: the residue tile kernels' block (both widths): 256 threads, a tile of 128 positions
+BLOCK_RESIDUES_TILE = 256
+#: positions a tile of ``ozaki_residues_pipe`` covers
+RESIDUE_TILE_POSITIONS = 128
 #: grid dimension y's limit (the residue and reconstruction kernels walk past it)
 _MAX_GRID_Y = 65535
 #: the C++ element type of the operands' and C's real parts, per NumPy dtype kind and size
@@ -73,7 +93,8 @@ def table_values(count: int) -> dict:
     t = crt_tables(count)
     return {"kOzMod": mods, "kOzMagic": [-(-2**38 // p) for p in mods],
             "kOzPow16": [2**16 % p for p in mods], "kOzPow32": [2**32 % p for p in mods],
-            "kOzPow48": [2**48 % p for p in mods], "kOzChunks": crt_chunks(count),
+            "kOzPow48": [2**48 % p for p in mods], "kOzPow28d": [float(2**28 % p) for p in mods],
+            "kOzInvMod": [1.0 / p for p in mods], "kOzChunks": crt_chunks(count),
             "kOzCrtY": t["y"], "kOzCrtY16": [(y << 16) % p for y, p in zip(t["y"], mods)],
             "kOzCrtYNeg31": [(-y << 31) % p for y, p in zip(t["y"], mods)],
             "kOzCrtM": [list(c) for c in t["m"]], "kOzCrtP": list(t["p"]), "kOzCrtInvP": t["inv_p"]}
@@ -98,6 +119,7 @@ def tables_source(count: int) -> str:
             f"constexpr int kOzChunks = {nch};\n"
             + decl("kOzMod", "int", [n]) + decl("kOzMagic", "unsigned", [n])
             + "".join(decl(f"kOzPow{w}", "unsigned", [n]) for w in (16, 32, 48))
+            + decl("kOzPow28d", "double", [n]) + decl("kOzInvMod", "double", [n])
             + decl("kOzCrtY", "unsigned", [n]) + decl("kOzCrtY16", "unsigned", [n])
             + decl("kOzCrtYNeg31", "unsigned", [n]) + decl("kOzCrtM", "double", [n, nch])
             + decl("kOzCrtP", "double", [nch]) + decl("kOzCrtInvP", "double", []))
@@ -113,6 +135,8 @@ def kernel_names(count: int, element: str = "double") -> list[str]:
     ['ozaki_reconstruct_rows<16, false, double, false>', 'ozaki_reconstruct_rows<16, true, double, false>']
     >>> kernel_names(9, "float")[0]
     'ozaki_line_stats<float>'
+    >>> kernel_names(16)[-2:]
+    ['ozaki_residues_pipe<16, double, 16>', 'ozaki_residues_pipe<16, double, 8>']
     """
     if element not in ELEMENTS.values():
         raise ValueError(f"element={element!r}: one of 'double', 'float'")
@@ -120,7 +144,8 @@ def kernel_names(count: int, element: str = "double") -> list[str]:
             f"ozaki_residues<{count}, {element}>", f"ozaki_reconstruct<{count}, false, {element}>",
             f"ozaki_reconstruct<{count}, true, {element}>"] + [
             f"ozaki_reconstruct_rows<{count}, {cplx}, {element}, {stage}>"
-            for stage in ("false", "true") for cplx in ("false", "true")]
+            for stage in ("false", "true") for cplx in ("false", "true")] + [
+            f"ozaki_residues_pipe<{count}, {element}, {v}>" for v in (16, 8)]
 
 
 def rows_kernel_applies(prod, m: int) -> bool:
@@ -137,6 +162,36 @@ def rows_kernel_applies(prod, m: int) -> bool:
         rows_kernel_applies(prod, m)            # True when m % 4 == 0
     """
     return m % ROWS_PER_THREAD == 0 and prod.data.ptr % 16 == 0
+
+
+def residues_kernel_applies(out, length: int, kernel: str = RESIDUES_DEFAULT) -> bool:
+    """Whether the residue tile kernel ``kernel`` (``'tile16-pipe'`` or ``'tile8-pipe'``) can write the
+    planes ``out`` (int8, planes x lines x ``length``, C order): each thread stores 16 (8)
+    consecutive bytes of a line as one store, which must be aligned, so ``length`` must be a
+    multiple of 16 (8) and ``out`` 16-byte aligned (CuPy's allocations are 256-byte aligned).
+    Otherwise :meth:`OzakiPasses.residues` launches the word kernel: the same bytes.
+
+    Example (on a GPU)::
+
+        out = cupy.empty((17, m, k), cupy.int8)
+        residues_kernel_applies(out, k)          # True when k % 16 == 0
+    """
+    width = RESIDUE_TILE_WIDTHS[kernel]
+    return length % width == 0 and out.data.ptr % 16 == 0
+
+
+def residues_kernel_for(out, length: int) -> str:
+    """The residue kernel :meth:`OzakiPasses.residues` picks for the planes ``out`` of lines of
+    ``length``: :data:`RESIDUES_DEFAULT` where it applies, else the first that applies of the
+    tiles of 16 and of 8 positions a thread, and the word kernel (any length).
+
+    Example (on a GPU)::
+
+        residues_kernel_for(cupy.empty((17, 64, 24), cupy.int8), 24)      # 'tile8-pipe'
+    """
+    order = (RESIDUES_DEFAULT, "tile16-pipe", "tile8-pipe", "words")
+    return next(k for k in order[:order.index("words") + 1]
+                if k == "words" or residues_kernel_applies(out, length, k))
 
 
 def _source(count: int) -> str:
@@ -208,9 +263,12 @@ class OzakiPasses:
     """
 
     def __init__(self, count: int, device_id: int | None = None, element: str = "double"):
+        import cupy
+
         self.count = count
         self.element = element
         self._k = get_kernels(count, device_id, element)
+        self._sms = _sm_count(cupy.cuda.Device(device_id).id)
 
     def scale(self, x, lines: int, length: int, s_line: int, s_k: int, bits: int, counts):
         """(exponents int32[lines], lost uint8[lines]); ``counts`` (int32[2], zeroed by the
@@ -230,17 +288,38 @@ class OzakiPasses:
         return exps, lost
 
     def residues(self, x, lines: int, length: int, s_line: int, s_k: int, exps, out, bits: int = 0,
-                 sums=None):
+                 sums=None, kernel: str | None = None):
         """``out`` (int8, planes x lines x length, C order) = the symmetric residues; with the
         guard (``sums``: uint64[lines], zeroed by the caller) also plane ``count`` and the
-        line sums of :func:`pyblasgemm.ozaki.guard_planes` for ``bits``."""
+        line sums of :func:`pyblasgemm.ozaki.guard_planes` for ``bits``.
+
+        ``kernel``: None picks :func:`residues_kernel_for`'s (:data:`RESIDUES_DEFAULT` where
+        :func:`residues_kernel_applies`, else a narrower tile, else ``'words'``); one of :data:`RESIDUE_KERNELS`
+        forces it (the tests and bench/ozaki_passes.py compare them). All write the same
+        bytes. Returns the kernel's name."""
         from ..ozaki import GUARD_HI_BITS, GUARD_SUM_BITS
 
+        if kernel is not None and kernel not in RESIDUE_KERNELS:
+            raise ValueError(f"kernel={kernel!r}: None or one of {RESIDUE_KERNELS}")
+        if kernel is None:
+            kernel = residues_kernel_for(out, length)
+        elif kernel != "words" and not residues_kernel_applies(out, length, kernel):
+            width = RESIDUE_TILE_WIDTHS[kernel]
+            raise ValueError(f"kernel={kernel!r} needs length % {width} == 0 and 16-byte aligned planes, got "
+                             f"length={length} and out at {out.data.ptr} (address % 16 = {out.data.ptr % 16})")
         k_contig = int(s_k == 1 and s_line != 1)
-        grid = (-(-length // 128), min(-(-lines // 32), _MAX_GRID_Y), 1)
-        self._k[f"ozaki_residues<{self.count}, {self.element}>"](grid, BLOCK_RESIDUES, (
-            x, _ll(lines), _ll(length), _ll(s_line), _ll(s_k), _i(k_contig), exps, out,
-            _i(max(bits - GUARD_HI_BITS, 0)), _i(max(bits - GUARD_SUM_BITS, 0)), _null(sums)))
+        shifts = (_i(max(bits - GUARD_HI_BITS, 0)), _i(max(bits - GUARD_SUM_BITS, 0)))
+        if kernel == "words":
+            grid = (-(-length // 128), min(-(-lines // 32), _MAX_GRID_Y), 1)
+            name, block = f"ozaki_residues<{self.count}, {self.element}>", BLOCK_RESIDUES
+        else:
+            width = RESIDUE_TILE_WIDTHS[kernel]
+            tiles = -(-length // RESIDUE_TILE_POSITIONS) * -(-lines // (2 * width))
+            grid = (max(1, min(tiles, self._sms * RESIDUE_TILE_BLOCKS_PER_SM[width])), 1, 1)
+            name, block = f"ozaki_residues_pipe<{self.count}, {self.element}, {width}>", (BLOCK_RESIDUES_TILE, 1, 1)
+        self._k[name](grid, block, (x, _ll(lines), _ll(length), _ll(s_line), _ll(s_k), _i(k_contig), exps, out,
+                                    *shifts, _null(sums)))
+        return kernel
 
     def guard_count(self, low, m: int, n: int, is_complex: bool, lost_a, lost_b, guard) -> None:
         """Add to ``guard``'s counter the elements outside the lost lines whose error bound the
@@ -289,6 +368,21 @@ class OzakiPasses:
             _d(a.real), _d(a.imag), _d(b.real), _d(b.imag), _i(flags), _null(sum_a), _null(sum_b),
             _d(c_sum), _d(c_hi), _null(failed)))
         return kernel
+
+
+_sms: dict = {}
+
+
+def _sm_count(device: int) -> int:
+    """The device's SM count, asked once (the composite route makes an OzakiPasses per call;
+    CuPy's ``Device.attributes`` asks for every attribute)."""
+    n = _sms.get(device)
+    if n is None:
+        import cupy
+
+        rt = cupy.cuda.runtime
+        n = _sms[device] = rt.deviceGetAttribute(rt.cudaDevAttrMultiProcessorCount, device)
+    return n
 
 
 def _ll(v):

@@ -14,7 +14,11 @@
 //   3. ozaki_residues<COUNT>: trunc(x * 2^e) mod p for each modulus, int8 in the symmetric
 //      range, written K-contiguous (the int8 GEMMs read both operands K-major: "TN"); with
 //      the guard, one more plane of |trunc(x * 2^e)| >> (bits - 7) and per line the sum of
-//      (|trunc| >> (bits - 16)) + 1 over its nonzero elements (pyblasgemm.ozaki.guard_planes);
+//      (|trunc| >> (bits - 16)) + 1 over its nonzero elements (pyblasgemm.ozaki.guard_planes).
+//      ozaki_residues_pipe<COUNT, T, V> writes the same bytes from a split of each integer
+//      (two DFMA, a DADD and an IMAD a modulus), V = 16 or 8 positions a thread, one 16- or
+//      8-byte store a plane, the next tile's loads in flight, where len % V == 0 (the host's
+//      residues_kernel_applies);
 //   4. (COUNT int8 GEMMs with int32 results, batched, one more for the guard: not here)
 //   5. ozaki_reconstruct<COUNT, CPLX>: per element the CRT sum in 39-bit float64 chunks minus
 //      the nearest multiple of P, 2^-(e_i + f_j), alpha and beta; CPLX pairs
@@ -253,6 +257,244 @@ ozaki_residues(const T* __restrict__ x, long long lines, long long len, long lon
     }
 }
 
+// The residue pass by tiles (ozaki_residues_pipe): the same bytes as ozaki_residues
+// from fewer instructions. ozaki_residues spends ~13 integer instructions per element and
+// modulus (mod_u62's four digits, Barrett, the sign, the symmetric range): ~28 G of them at
+// 8192^2 x 2 operands x 16 moduli, on the 64-lane integer pipe, 2.0 ms on an H200 against the
+// 1.05 ms its 3.4 GB take at 3.2 TB/s. Here each element's q = trunc(x 2^e) is split once into
+// q = a 2^28 + b (doubles, exact: |a| < 2^34, |b| <= 2^27) and each modulus costs two DFMA, one
+// DADD, one IMAD and 3/4 of a PRMT (residue_byte).
+namespace pyblasgemm {
+namespace ozaki {
+
+// 1.5 * 2^52: m + y for |y| < 2^51 is a double of exponent 52 whose low 32 bits hold y mod 2^32
+// (two's complement), and fma(x, y, m) - m = rint(x y) while |x y| < 2^51
+constexpr double kRoundMagic = 6755399441055744.0;
+
+// q = a 2^28 + b with a = rint(q 2^-28): both exact (q 2^-28 is exact, |q| < 2^62)
+__device__ __forceinline__ void split28(double q, double& a, double& b) {
+    a = __dsub_rn(__fma_rn(q, 3.7252902984619140625e-09, kRoundMagic), kRoundMagic);
+    b = __fma_rn(-a, 268435456.0, q);
+}
+
+// The symmetric residue of q = a 2^28 + b modulo p_l (ozaki_residues's byte) in the low byte:
+// v = a (2^28 mod p) + b is q mod p's class and exact (|v| < 2^34 * 255 + 2^27 < 2^43); k =
+// rint(v / p) from v * fl(1/p), whose error |v| 2^-53 / p < 2^-10 / p cannot cross a half
+// integer (v / p is at least 1 / (2p) away from one for odd p); so v - k p is the residue in
+// [-(p-1)/2, (p-1)/2], which is ozaki_residues's symmetric range for odd p. p = 256: the low
+// byte of v - 256 k is v's, q mod 256's byte either way. The low 32 bits of v and k come from
+// m + v and m + k (kRoundMagic): one IMAD, wrapping mod 2^32, gives the byte.
+__device__ __forceinline__ unsigned residue_byte(double a, double b, int l) {
+    const double v = __fma_rn(a, kOzPow28d[l], b);
+    const double k = __fma_rn(v, kOzInvMod[l], kRoundMagic);
+    const double w = __dadd_rn(v, kRoundMagic);
+    return (unsigned)__double2loint(w) - (unsigned)__double2loint(k) * (unsigned)kOzMod[l];
+}
+
+// ozaki_residues's byte of q (u = |q|) modulo p_l, its steps: any q the conversion gave (the
+// tile kernel's path for |q| >= 2^62, Inf and NaN, which only lines the host runs natively hold)
+__device__ __forceinline__ unsigned residue_byte_wide(long long q, unsigned long long u, int l) {
+    const int p = kOzMod[l];
+    const int r_ = (int)mod_u62(u, l);
+    int s = (q < 0 && r_ != 0) ? p - r_ : r_;
+    if (s > p / 2 - (p % 2 == 0)) s -= p;
+    return (unsigned)(unsigned char)s;
+}
+
+// 4 low bytes into one word, byte v of the word from w[v]
+__device__ __forceinline__ unsigned pack4(unsigned w0, unsigned w1, unsigned w2, unsigned w3) {
+    return __byte_perm(__byte_perm(w0, w1, 0x0040), __byte_perm(w2, w3, 0x0040), 0x5410);
+}
+
+// V bytes of one plane as one store (V = 16: uint4, 8: uint2); dst is V-byte aligned
+template <int V>
+__device__ __forceinline__ void store_bytes(signed char* dst, const unsigned (&w)[V / 4]) {
+    if (V == 16) {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3 % (V / 4)]);
+    } else {
+        *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1 % (V / 4)]);
+    }
+}
+
+// A tile of 128 positions t by 2V lines (256 threads, V consecutive positions of one line each).
+// Shared memory holds it as doubles, line r at r * kStride, position p at slot(p) = p + (p / V)
+// (V / 8) (2 pads per 16): with an odd kStride (145) the three access patterns are free of bank
+// conflicts beyond the two wavefronts a warp's 8-byte accesses need: the fill along t (k_contig:
+// 32 consecutive p of one line), the fill along lines (32 lines, one p: r * 145 = r mod 16 bank
+// pairs) and the threads' reads (V = 16: 8 chunks of 2 lines per half-warp, 2c + r mod 16; V = 8:
+// 16 chunks of one line, 9c mod 16).
+template <int V>
+struct ResidueTile {
+    static constexpr int kThreads = 256;
+    static constexpr int kPositions = 128;
+    static constexpr int kChunks = kPositions / V;          // threads per line
+    static constexpr int kLines = kThreads / kChunks;       // 2 V
+    static constexpr int kStride = kPositions + 16 + 1;
+    static __device__ __forceinline__ int slot(int p) { return p + (p / V) * (V / 8); }
+};
+
+// A thread's V elements (load(v): element v as a double, e: the line's exponent): q split
+// into a, b (split28); with the guard (guard true) its plane's words (hi, ozaki_residues's
+// expression) and the line sum's part. Returns whether an element left the split's range
+// (|q| >= 2^62, Inf, NaN): then residue_planes_wide writes the thread's planes.
+template <int V, typename Load>
+__device__ __forceinline__ bool split_elements(Load load, int e, bool guard, int shift_hi, int shift_sum,
+                                               double (&a)[V], double (&b)[V], unsigned (&hi)[V / 4],
+                                               unsigned long long& part) {
+    bool wide = false;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+        const double xv = load(v);
+        // |x * 2^e| < 2^bits <= 2^62: exact in double, and its integer part fits an int64
+        const double qd = trunc(ldexp(xv, e));
+        wide = wide || !(fabs(qd) < 4611686018427387904.0);                // 2^62
+        if (guard) {
+            const long long q = (long long)qd;
+            const unsigned long long u = q < 0 ? (unsigned long long)(-q) : (unsigned long long)q;
+            if (xv != 0.0) part += (u >> shift_sum) + 1;
+            hi[v / 4] |= (unsigned)(u >> shift_hi) << (8 * (v % 4));       // ozaki_residues's word
+        }
+        split28(qd, a[v], b[v]);
+    }
+    return wide;
+}
+
+// Every modulus' V bytes from the split elements, one store a plane (plane: a plane's bytes).
+// Not unrolled: unrolled, ptxas interleaved several planes and spilled (168 bytes at V = 16,
+// 16 moduli); rolled, the three constants are loads a plane (LDC). The count is hidden from
+// the compiler (an empty asm), which otherwise straightened the one-plane loop and spilled
+// 24 bytes at V = 16.
+template <int COUNT, int V>
+__device__ __forceinline__ void residue_planes(const double (&a)[V], const double (&b)[V], signed char* dst,
+                                               long long plane) {
+    int count = COUNT;
+    asm("" : "+r"(count));
+#pragma unroll 1
+    for (int l = 0; l < count; ++l) {
+        unsigned w[V / 4];
+#pragma unroll
+        for (int g = 0; g < V / 4; ++g) {
+            w[g] = pack4(residue_byte(a[4 * g], b[4 * g], l), residue_byte(a[4 * g + 1], b[4 * g + 1], l),
+                         residue_byte(a[4 * g + 2], b[4 * g + 2], l), residue_byte(a[4 * g + 3], b[4 * g + 3], l));
+        }
+        store_bytes<V>(dst + l * plane, w);
+    }
+}
+
+// The same planes by ozaki_residues's steps (residue_byte_wide), the elements loaded again
+template <int COUNT, int V, typename Load>
+__device__ __forceinline__ void residue_planes_wide(Load load, int e, signed char* dst, long long plane) {
+#pragma unroll 1
+    for (int l = 0; l < COUNT; ++l) {
+        unsigned w[V / 4] = {};
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            const long long q = (long long)trunc(ldexp(load(v), e));
+            const unsigned long long u = q < 0 ? (unsigned long long)(-q) : (unsigned long long)q;
+            w[v / 4] |= residue_byte_wide(q, u, l) << (8 * (v % 4));
+        }
+        store_bytes<V>(dst + l * plane, w);
+    }
+}
+
+// cp.async of one element (4 or 8 bytes, .ca: the only sizes below 16 bytes), zero-filled
+// where in is false (no bytes read)
+template <typename T>
+__device__ __forceinline__ void copy_element_async(T* smem, const T* gmem, bool in) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(gmem), "n"((int)sizeof(T)),
+                 "r"(in ? (int)sizeof(T) : 0)
+                 : "memory");
+}
+
+}  // namespace ozaki
+}  // namespace pyblasgemm
+
+// ozaki_residues's output, bit for bit (planes, the guard's plane, the line sums), where len % V
+// == 0 and out is 16-byte aligned (the host's residues_kernel_applies): block 256, a persistent
+// grid (the host launches the blocks that fit at once) walking the tiles (t fastest). Each tile
+// arrives by cp.async (one element a copy, coalesced along whichever of line / t is contiguous,
+// zero-filled past the edges) into shared memory of the operand's own type; each thread reads its
+// V elements and splits them (split_elements), and only then, after a barrier, the next tile's
+// copies are issued into the same buffer, in flight while this tile's planes are written: V
+// bytes of every plane as one store (a warp: 128 contiguous bytes of 4 lines at V = 16, of 2 at
+// V = 8). A thread holding an element with |q| >= 2^62 (or Inf / NaN) takes ozaki_residues's
+// steps for all of its V (residue_planes_wide), its elements loaded again from global memory.
+// The guard's sums: one atomic per line and tile. Launch bounds: V = 16 keeps 2 x 16 doubles (a,
+// b) live: 2 blocks of 256 (128 registers). Measured against a one-block-a-tile version (loads
+// into registers, then shared memory): 1.07 against 1.16 ms at V = 16, 1.17 against 1.21 at V = 8
+// (H200, A and B at 8192^2, 16 moduli + guard; bench/results/ozaki_passes_h200_2026-11-28_8f9dd54.json).
+template <int COUNT, typename T, int V>
+__global__ void __launch_bounds__(256, V == 16 ? 2 : 3)
+ozaki_residues_pipe(const T* __restrict__ x, long long lines, long long len, long long s_line,
+                    long long s_k, int k_contig, const int* __restrict__ exps,
+                    signed char* __restrict__ out, int shift_hi, int shift_sum,
+                    unsigned long long* __restrict__ sums) {
+    using namespace pyblasgemm::ozaki;
+    using Tile = ResidueTile<V>;
+    static_assert(V == 8 || V == 16, "V: 8 or 16 positions a thread");
+    __shared__ T tile[Tile::kLines * Tile::kStride];
+    const int tid = threadIdx.x;
+    const int c = tid % Tile::kChunks, r = tid / Tile::kChunks;
+    const long long plane = lines * len;
+    const long long tiles_t = (len + Tile::kPositions - 1) / Tile::kPositions;
+    const long long tiles = tiles_t * ((lines + Tile::kLines - 1) / Tile::kLines);
+    auto issue = [&](long long id) {            // the copies of tile id, committed as one group
+        const long long line0 = (id / tiles_t) * Tile::kLines, t0 = (id % tiles_t) * Tile::kPositions;
+        if (k_contig) {
+            constexpr int kPass = Tile::kThreads / Tile::kPositions;
+            const int rr = tid / Tile::kPositions, pp = tid % Tile::kPositions;
+            const long long t = t0 + pp;
+#pragma unroll
+            for (int i = 0; i < V; ++i) {
+                const long long line = line0 + rr + kPass * i;
+                const bool in = line < lines && t < len;
+                copy_element_async(&tile[(rr + kPass * i) * Tile::kStride + Tile::slot(pp)],
+                                   in ? x + line * s_line + t : x, in);
+            }
+        } else {
+            constexpr int kPass = Tile::kThreads / Tile::kLines;
+            const int rr = tid % Tile::kLines, pp = tid / Tile::kLines;
+            const long long line = line0 + rr;
+#pragma unroll
+            for (int i = 0; i < V; ++i) {
+                const long long t = t0 + pp + kPass * i;
+                const bool in = line < lines && t < len;
+                copy_element_async(&tile[rr * Tile::kStride + Tile::slot(pp + kPass * i)],
+                                   in ? x + line * s_line + t * s_k : x, in);
+            }
+        }
+        pyblasgemm::cp_async_commit();
+    };
+    if ((long long)blockIdx.x < tiles) issue(blockIdx.x);
+    for (long long id = blockIdx.x; id < tiles; id += gridDim.x) {
+        pyblasgemm::cp_async_wait<0>();
+        __syncthreads();                        // tile id is in shared memory
+        const long long line = (id / tiles_t) * Tile::kLines + r, t = (id % tiles_t) * Tile::kPositions + (long long)V * c;
+        const bool mine = line < lines && t < len;          // len % V == 0: all V positions
+        const int e = mine ? exps[line] : 0;
+        const T* src = tile + r * Tile::kStride + Tile::slot(V * c);
+        double a[V], b[V];
+        unsigned hi[V / 4] = {};
+        unsigned long long part = 0;
+        const bool wide = split_elements<V>([&](int v) { return to_double(src[v]); }, e, sums != nullptr, shift_hi,
+                                            shift_sum, a, b, hi, part);
+        __syncthreads();                        // every thread has read its elements
+        if (id + gridDim.x < tiles) issue(id + gridDim.x);
+        if (sums != nullptr) {
+#pragma unroll
+            for (int o = Tile::kChunks / 2; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+            if (c == 0 && line < lines && part != 0) atomicAdd(sums + line, part);
+        }
+        if (!mine) continue;
+        signed char* dst = out + line * len + t;
+        if (sums != nullptr) store_bytes<V>(dst + COUNT * plane, hi);
+        if (!wide) residue_planes<COUNT, V>(a, b, dst, plane);
+        else residue_planes_wide<COUNT, V>([&](int v) { return to_double(x[line * s_line + (t + v) * s_k]); }, e,
+                                           dst, plane);
+    }
+}
+
 // One element of the exact product from its COUNT residue products (int32, any sign): the
 // integer X in (-P/2, P/2) as float64 (pyblasgemm.ozaki.reconstruct's steps, in its order):
 // S_j = sum_l u_l * M_j[l] with u_l = (r_l * y_l) mod p_l (39-bit chunks keep every product and
@@ -473,8 +715,16 @@ ozaki_reconstruct(const int* __restrict__ prod, long long m, long long n, const 
         }
     }
     const int shift = -(ea[i] + eb[j]);
-    const double x_re = ldexp(ozaki_value<COUNT>(prod + i + j * m, plane), shift);
-    const double x_im = CPLX ? ldexp(ozaki_value<COUNT>(prod + i + (j + n) * m, plane), shift) : 0.0;
+    double x_re = 0.0, x_im = 0.0;
+    // the parts one after the other, not unrolled: unrolled, ptxas hoisted the imaginary part's
+    // loads over the real part's arithmetic and spilled (sm_90a: 20 and 24 bytes at 29 and 30
+    // moduli, capped at 128 registers; 226-240 registers at 31-34)
+#pragma unroll 1
+    for (int part = 0; part < (CPLX ? 2 : 1); ++part) {
+        const double x = ldexp(ozaki_value<COUNT>(prod + i + (part ? j + n : j) * m, plane), shift);
+        if (part) x_im = x;                     // constant indices: the parts stay in registers
+        else x_re = x;
+    }
     ozaki_store<CPLX>(c + i * cs_i + j * cs_j, x_re, x_im, alpha_re, alpha_im, beta_re, beta_im, flags);
     }
 }
