@@ -163,10 +163,35 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
         kk, nn = k, n
         a_lines = (a, 1, desc.lda) if desc.transa == "N" else (a, desc.lda, 1)
         b_lines = (b, desc.ldb, 1) if desc.transb == "N" else (b, 1, desc.ldb)
-    counts = cupy.zeros(2, cupy.int32)
+    # one wait for every verdict the host acts on: the scaling's (non-finite and lost lines)
+    # and the guard's (elements it cannot prove), after the residues and the guard's plane are
+    # queued (a wait between them left the GPU idle while the host queued the passes; the
+    # residues of an operand that then runs natively are the price of the rare early exit)
+    counts = cupy.zeros(4, cupy.int32)     # non-finite lines, lost lines, guard failures, recount
     ea, lost_a = passes.scale(a_lines[0], m, kk, a_lines[1], a_lines[2], setting.bits, counts)
     eb, lost_b = passes.scale(b_lines[0], nn, kk, b_lines[1], b_lines[2], setting.bits, counts)
-    non_finite, lost = (int(v) for v in counts.get())
+    planes = setting.planes
+    ares = cupy.empty((planes, m, kk), cupy.int8)
+    bres = cupy.empty((planes, nn, kk), cupy.int8)
+    sums = cupy.zeros(m + nn, cupy.uint64) if setting.guard else None
+    sum_a, sum_b = (sums[:m], sums[m:]) if setting.guard else (None, None)
+    passes.residues(a_lines[0], m, kk, a_lines[1], a_lines[2], ea, ares, setting.bits, sum_a)
+    passes.residues(b_lines[0], nn, kk, b_lines[1], b_lines[2], eb, bres, setting.bits, sum_b)
+    prod = cupy.empty((planes, nn, m), cupy.int32)      # planes column-major m x nn
+    moduli = spec.inner._replace(batch=setting.count)
+    guard = None
+    if setting.guard:
+        from .ozaki import guard_constants
+
+        # the guard's plane first (1/17 of the int8 work): its verdict decides whether the
+        # moduli's GEMMs are worth running (graded data: most elements fail, and the emulation
+        # followed by a native product took 2.2x native DGEMM, H200 8192³)
+        g = setting.count
+        run_inner(spec.inner._replace(batch=1), ares[g:], bres[g:], prod[g:],
+                  spec.inner_plan.backend)
+        guard = (sum_a, sum_b, *guard_constants(setting, k), counts[2:3])
+        passes.guard_count(prod[g], m, n, cplx, lost_a, lost_b[:n], guard)
+    non_finite, lost, failed = (int(v) for v in counts[:3].get())
     if non_finite:
         _last["route"] = "native: an operand holds Inf or NaN, which the scaling cannot hold"
         run_inner(native, a, b, c)
@@ -179,34 +204,12 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
                           f"(more than half: the whole product runs natively)")
         run_inner(native, a, b, c)
         return
-    planes = setting.planes
-    ares = cupy.empty((planes, m, kk), cupy.int8)
-    bres = cupy.empty((planes, nn, kk), cupy.int8)
-    sums = cupy.zeros(m + nn, cupy.uint64) if setting.guard else None
-    sum_a, sum_b = (sums[:m], sums[m:]) if setting.guard else (None, None)
-    passes.residues(a_lines[0], m, kk, a_lines[1], a_lines[2], ea, ares, setting.bits, sum_a)
-    passes.residues(b_lines[0], nn, kk, b_lines[1], b_lines[2], eb, bres, setting.bits, sum_b)
-    prod = cupy.empty((planes, nn, m), cupy.int32)      # planes column-major m x nn
-    moduli = spec.inner._replace(batch=setting.count)
-    guard, failed = None, 0
     if setting.guard:
-        from .ozaki import guard_constants
-
-        # the guard's plane first (1/17 of the int8 work): its verdict decides whether the
-        # moduli's GEMMs are worth running (graded data: most elements fail, and the emulation
-        # followed by a native product took 2.2x native DGEMM, H200 8192³)
-        g = setting.count
-        run_inner(spec.inner._replace(batch=1), ares[g:], bres[g:], prod[g:],
-                  spec.inner_plan.backend)
-        counts[:] = 0
-        guard = (sum_a, sum_b, *guard_constants(setting, k), counts[:1])
-        passes.guard_count(prod[g], m, n, cplx, lost_a, lost_b[:n], guard)
-        failed = int(counts[0].get())
         if 2 * failed > m * n:
             _last["route"] = setting._replace(native_elements=failed, whole_native=True).describe()
             run_inner(native, a, b, c)
             return
-        guard = (sum_a, sum_b, *guard[2:4], counts[1:])  # the reconstruction counts them again
+        guard = (sum_a, sum_b, *guard[2:4], counts[3:])  # the reconstruction counts them again
     run_inner(moduli, ares, bres, prod, spec.inner_plan.backend)
     cv = cupy.ndarray((1,), real, memptr=c.data)      # the kernel takes C's address (its real type)
     scale = 2 if cplx else 1
