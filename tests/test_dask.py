@@ -898,10 +898,18 @@ def _nested_fetches(task):
     return found
 
 
+def _exported_blocks(export):
+    """The keys of the blocks an export task exports, in its order (an export of blocks in
+    memory has the engine's ticket and slot first: pyblasgemm.dask.START)."""
+    from dask.task_spec import TaskRef
+
+    return [a.key for a in export.args if isinstance(a, TaskRef)]
+
+
 def _fetch_blocks(graph, fetch):
     """(export key, slot, the blocks it copies) of a fetch, a task of its own or folded."""
     export, slot = fetch.args[0].key, fetch.args[1]
-    blocks = [a.key for a in graph[export].args]
+    blocks = _exported_blocks(graph[export])
     indices = fetch.args[2] if len(fetch.args) > 2 else range(len(blocks))
     return export, slot, [blocks[i] for i in indices]
 
@@ -1067,7 +1075,7 @@ def test_ipc_rewrite_leaves_local_blocks_and_other_hosts_to_dask():
     exports = [k for k in dsk if _kind(k) == "export"]
     fetches = [k for k in dsk if _kind(k) == "fetch"]
     assert len(exports) == 1 and len(fetches) == 1 and where[exports[0]] == "w1" and where[fetches[0]] == "w0"
-    assert [a.key for a in dsk[exports[0]].args] == [("y", 0), ("y", 1)] and dsk[exports[0]].kwargs == {"readers": 1}
+    assert _exported_blocks(dsk[exports[0]]) == [("y", 0), ("y", 1)] and dsk[exports[0]].kwargs == {"readers": 1}
     assert dsk[fetches[0]].args[1:] == (0,)                     # slot 0, all of the export's blocks
     assert {_kind(d) if _kind(d) != "operand" else d for d in dsk["c", 0].dependencies} == {("x", 0), ("z", 0), "fetch"}
     assert dsk["c", 1].dependencies == {fetches[0]}
@@ -1203,8 +1211,9 @@ def test_the_gpu_benchmarks_graph_in_runs_has_a_run_a_worker_and_source(monkeypa
     for key, task in graph.items():
         if _kind(key) == "run":
             for f in _nested_fetches(task):
-                _check_ipc_graph_runs[where[key]] += [graph[f.args[0].key].args[i].key for i in
-                                                      (f.args[2] if len(f.args) > 2 else range(len(graph[f.args[0].key].args)))]
+                exported = _exported_blocks(graph[f.args[0].key])
+                _check_ipc_graph_runs[where[key]] += [exported[i] for i in
+                                                      (f.args[2] if len(f.args) > 2 else range(len(exported)))]
     for w, blocks in _check_ipc_graph_runs.items():
         mine = workers.index(w)
         assert sorted(blocks) == sorted((Y.name, k, j) for k in range(4) for j in range(4) if j * n // 4 != mine), w
@@ -1241,6 +1250,93 @@ def test_runs_on_a_cluster_give_the_threaded_bits_and_move_each_block_once(local
                    beta=2).compute(scheduler="threads")
     got = client.compute(pbd.gemm("N", "N", X, Y, c=C, alpha=0.5, beta=2)).result()
     np.testing.assert_array_equal(got.view(np.uint8), ref.view(np.uint8))
+
+
+def _engine_counts(client):
+    """The engines' counts summed over the workers (pyblasgemm.dask.engine_stats, reset)."""
+    got = client.run(pbd.engine_stats, True).values()
+    return {k: sum(v[k] for v in got) for k in ("started", "taken", "computed_in_task", "skipped", "dropped",
+                                                 "failed", "held")}
+
+
+def _released(client, z, timeout=10.0):
+    """Wait until the cluster holds none of z's blocks (Dask forgets released keys a little
+    after the client lets go of them)."""
+    import time
+
+    keys = {k for row in z.__dask_keys__() for k in row}
+    deadline = time.monotonic() + timeout
+    while keys & set(client.who_has()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_persist_starts_each_workers_own_runs_and_exports_through_its_engine(local_cluster):
+    """pyblasgemm.dask.START: ``z.persist()`` hands each worker's engine (a Dask actor there)
+    its exports and its runs of its own blocks before the graph reaches the scheduler, and the
+    tasks take them: on 4 workers with A's row panel i and B's column panel j on worker i and j
+    (transport 'ipc', NumPy blocks), 4 exports and 4 local runs started and taken (or, where a
+    task reached its worker first, computed by it), the 12 runs that read other workers' blocks
+    computed by their tasks; ``client.persist(z)`` and
+    another scheduler start nothing; work started for keys the cluster already
+    holds is dropped once newer work came. Every path gives the threaded scheduler's bits."""
+    from distributed import wait
+
+    client = local_cluster
+    assert pbd.START
+    x, y, X, Y = _panels_on_workers(client, 76)
+    threaded = _threaded_here(x, y, X.chunks, Y.chunks, k_group=None)
+    z = pbd.matmul(X, Y, transport="ipc")
+    assert _run_counts(z)[0] == 16
+    _engine_counts(client)
+    done = z.persist()
+    wait(done)
+    np.testing.assert_array_equal(done.compute().view(np.uint8), threaded.view(np.uint8))
+    counts = _engine_counts(client)      # a task that reaches its worker before the engine's call computes its slot
+    assert counts["started"] == counts["taken"] and counts["taken"] + counts["computed_in_task"] == 8, counts
+    assert counts["taken"] >= 1 and (counts["held"], counts["failed"], counts["dropped"]) == (0, 0, 0), counts
+    # while the cluster holds z's keys, Dask reads them and no task runs: the started work is
+    # held, then dropped once KEEP_TICKETS newer products were started
+    np.testing.assert_array_equal(z.compute().view(np.uint8), threaded.view(np.uint8))
+    counts = _engine_counts(client)
+    assert (counts["taken"], counts["computed_in_task"]) == (0, 0) and counts["held"] == counts["started"], counts
+    del done
+    for _ in range(pbd.KEEP_TICKETS):
+        _released(client, z)
+        np.testing.assert_array_equal(z.compute().view(np.uint8), threaded.view(np.uint8))
+    counts = _engine_counts(client)
+    assert counts["taken"] + counts["computed_in_task"] == 8 * pbd.KEEP_TICKETS and counts["held"] == 0, counts
+    assert counts["taken"] >= 1 and counts["dropped"] == 8, counts
+    x, y, X, Y = _panels_on_workers(client, 77)     # fresh keys: client.persist of a new product
+    threaded = _threaded_here(x, y, X.chunks, Y.chunks, k_group=None)
+    z = pbd.matmul(X, Y, transport="ipc")
+    done = client.persist(z)
+    wait(done)
+    np.testing.assert_array_equal(done.compute().view(np.uint8), threaded.view(np.uint8))
+    assert pbd._started_graph(z, {"scheduler": "threads"}) is z
+    counts = _engine_counts(client)
+    assert (counts["started"], counts["taken"], counts["computed_in_task"]) == (0, 0, 0), counts
+
+
+def test_started_work_is_taken_once_dropped_when_old_and_skipped_once_taken():
+    """The engine's store in a worker process: a task takes its slot's started value once (a
+    second task of the same slot computes its own), work no task took is dropped once
+    KEEP_TICKETS newer persists came, and an engine that arrives after its task skips."""
+    a = np.ones((2, 2), np.float32)
+    args = ([([(0, 0)], [(0, 0)], None)], (a.dtype, a.dtype), a.dtype, None, None, a.dtype, 1, 0, None)
+    pbd.engine_stats(True)
+    assert pbd._start_work("s1", [("run", 0, ["a"], args)], {"a": a}) == 1
+    assert pbd._take("s1", 0)[0].tolist() == [[2.0, 2.0], [2.0, 2.0]] and pbd._take("s1", 0) is None
+    assert pbd._take("s2", 0) is None                                   # the task first: the engine skips
+    assert pbd._start_work("s2", [("run", 0, ["a"], args)], {"a": a}) == 0
+    for n in range(pbd.KEEP_TICKETS + 1):
+        pbd._start_work(f"old{n}", [("run", 0, ["a"], args)], {"a": a})
+    assert pbd._take("old0", 0) is None and pbd._take(f"old{pbd.KEEP_TICKETS}", 0) is not None
+    counts = pbd.engine_stats(True)
+    assert (counts["started"], counts["taken"], counts["skipped"], counts["dropped"]) == (
+        pbd.KEEP_TICKETS + 2, 2, 1, 1), counts
+    for n in range(1, pbd.KEEP_TICKETS):                                # leave nothing held
+        pbd._take(f"old{n}", 0)
+    assert pbd.engine_stats()["held"] == 0
 
 
 def test_a_placed_graph_with_more_than_its_keys_need_is_culled(monkeypatch):
