@@ -1262,6 +1262,10 @@ def _started_graph(z, kwargs):
     if not ticketed:
         return z
     for w, work in jobs.items():        # first: the calls leave while the graph is still being sent
+        # exports first: an export's ready event covers the work queued before it on the
+        # worker's stream, and the other workers' copies wait for it (a run's 4 products of
+        # 8192^3 float16: ~26 ms on an H200)
+        work.sort(key=lambda job: job[0] != "export")
         try:
             engines[w].start(ticket, work)
         except Exception as e:          # a lost worker: its tasks compute everything
