@@ -1170,8 +1170,50 @@ def _optimize_placed(dsk, keys, **kwargs):
     return _optimize_unfused(dsk, keys, **kwargs)
 
 
-#: (client id, worker address) -> (the actor's future, the actor): each worker's engine (START)
+#: (client id, worker address) -> (the actor's future, the actor, whether the client reaches the
+#: worker directly): each worker's engine (START)
 _ENGINES: dict = {}
+#: the engine calls in flight (asyncio tasks on the client's loop keep a reference to them here)
+_SENDING: set = set()
+
+
+async def _call_engine(client, address, key, function, *args):
+    """``function(*args)`` of the engine ``key`` on the worker at ``address``, sent by the client
+    straight to that worker (Dask's actor call, ``actor_execute``, on the client's connection
+    pool): a client's own actor handle goes through the scheduler unless the client was made
+    with ``direct_to_workers``, and the scheduler is busy with the graph just sent. Its result,
+    or None if the call failed (said at DEBUG)."""
+    from distributed.protocol import to_serialize
+
+    try:
+        got = await client.rpc(address).actor_execute(actor=key, function=function,
+                                                      args=[to_serialize(a) for a in args], kwargs={})
+    except Exception as e:              # the worker is gone or unreachable: its tasks compute everything
+        log.debug("pyblasgemm.dask engine %s on %s: %s: %s", function, address, type(e).__name__, e)
+        return None
+    if got.get("status") != "OK":
+        log.debug("pyblasgemm.dask engine %s on %s: %s", function, address, got.get("exception"))
+        return None
+    return got.get("result")
+
+
+def _send_starts(client, calls) -> None:
+    """Send the engines' ``start`` calls ``[(address, key, ticket, jobs)]`` from the client's
+    loop and return once they are on their way (their replies are not awaited): each call's
+    message is written when its coroutine first runs, and the caller waits for the loop once.
+    Why wait: the loop's thread would otherwise get the GIL only every 5 ms (Python's switch
+    interval) while this thread goes on building and pickling the persist's graph (2 H200s: the
+    engines' first work 5.3 ms after persist, through the actor handles)."""
+    import asyncio
+
+    async def send():
+        for address, key, ticket, jobs in calls:
+            task = asyncio.ensure_future(_call_engine(client, address, key, "start", ticket, jobs))
+            _SENDING.add(task)
+            task.add_done_callback(_SENDING.discard)
+        await asyncio.sleep(0)          # the calls run to their first wait: the writes
+
+    client.sync(send)
 
 
 def _engines(workers) -> dict:
@@ -1197,11 +1239,15 @@ def _engines(workers) -> dict:
                                      key=f"pyblasgemm-engine-{uuid.uuid4().hex}") for w in missing]
             for w, future in zip(missing, futures):
                 actor = future.result(timeout=ENGINE_TIMEOUT_S)
-                actor.stats().result(timeout=ENGINE_TIMEOUT_S)
-                _ENGINES[client.id, w] = (future, actor)
+                # one call opens the client's connection to the worker, or finds there is none
+                direct = client.sync(_call_engine, client, w, future.key, "stats",
+                                     callback_timeout=ENGINE_TIMEOUT_S) is not None
+                if not direct:
+                    actor.stats().result(timeout=ENGINE_TIMEOUT_S)
+                _ENGINES[client.id, w] = (future, actor, direct)
         except Exception as e:          # no actors here (a restricted cluster, a lost worker): no engine
             log.debug("no pyblasgemm.dask engine on %s: %s: %s", missing, type(e).__name__, e)
-    return {w: _ENGINES[client.id, w][1] for w in workers if (client.id, w) in _ENGINES}
+    return {w: _ENGINES[client.id, w] for w in workers if (client.id, w) in _ENGINES}
 
 
 def _started_graph(z, kwargs):
@@ -1238,7 +1284,7 @@ def _started_graph(z, kwargs):
     placed = annotations.get("workers")
     if not isinstance(mapping, dict) or not isinstance(placed, _ByKey):
         return z
-    engines = {w: a for (cid, w), (_, a) in _ENGINES.items() if cid == client.id}
+    engines = {w: e for (cid, w), e in _ENGINES.items() if cid == client.id}
     ticket = uuid.uuid4().hex
     jobs, ticketed = {}, {}
     for key, task in mapping.items():
@@ -1261,15 +1307,25 @@ def _started_graph(z, kwargs):
         ticketed[key] = Task(key, task.func, ticket, *task.args[1:], **task.kwargs)
     if not ticketed:
         return z
-    for w, work in jobs.items():        # first: the calls leave while the graph is still being sent
+    direct = []
+    for w, work in jobs.items():        # first: the calls leave before the graph is sent
         # exports first: an export's ready event covers the work queued before it on the
         # worker's stream, and the other workers' copies wait for it (a run's 4 products of
         # 8192^3 float16: ~26 ms on an H200)
         work.sort(key=lambda job: job[0] != "export")
+        future, actor, straight = engines[w]
+        if straight:
+            direct.append((w, future.key, ticket, work))
+            continue
         try:
-            engines[w].start(ticket, work)
+            actor.start(ticket, work)   # through the scheduler
         except Exception as e:          # a lost worker: its tasks compute everything
             log.debug("pyblasgemm.dask engine on %s: %s: %s", w, type(e).__name__, e)
+    if direct:
+        try:
+            _send_starts(client, direct)
+        except Exception as e:          # a closed loop: the tasks compute everything
+            log.debug("pyblasgemm.dask engines: %s: %s", type(e).__name__, e)
     ranks = annotations.get("priority")
     return _placed_array({**mapping, **ticketed}, z.name, z.chunks, z._meta,
                          {k: ws[0] for k, ws in placed.values.items()}, ranks.values if isinstance(ranks, _ByKey) else {})
