@@ -1638,8 +1638,9 @@ def plot(path, out, protocol="ucx", schedule=None) -> None:
         if theirs:
             ax.plot(*zip(*theirs), marker="x", linestyle=":", color=line.get_color(),
                     label=f"{case}: dask.array.matmul")
-    ax.plot([1, 4], [1, 4], color="grey", linewidth=0.8, label="ideal")
-    ax.set_xticks([1, 2, 4])
+    top = max([r[1] for r in rows] or [4])      # the GPU counts measured (a 2-GPU run: 1 and 2)
+    ax.plot([1, top], [1, top], color="grey", linewidth=0.8, label="ideal")
+    ax.set_xticks([g for g in (1, 2, 4, 8) if g <= top])
     ax.set_xlabel(f"GPUs (one Dask worker each, {protocol})")
     ax.set_ylabel("speed / one pyblasgemm call on one GPU")
     ax.set_title(f"pyblasgemm.dask scaling, {doc['device']['name']}, git {doc['git_sha']}", fontsize=9)

@@ -1750,3 +1750,54 @@ def test_the_guide_shows_the_run_schedule_against_one_task_a_block_on_2_h200():
         assert f"{latency[n]['persist_one_task']['start_ms']:.2f}" == persist
         assert f"{latency[n]['submit_one_task']['start_ms']:.2f}" == submit
         assert persist in guide and submit in guide
+
+
+def test_the_guide_shows_the_started_work_against_the_graph_alone_on_2_h200():
+    """docs/guide/dask.rst's table of the started work (pyblasgemm.dask.START) against the graph
+    alone is the results file's (both alternately in one run on 2 H200): medians of the timed
+    runs, and of the trace over runs and workers; the engines started and took every slot (2
+    exports and 2 runs on 2 GPUs, the run on one) and no task computed one; every product
+    bitwise equal across runs, GPU counts and schedules, 32768^3 float16 the threaded
+    scheduler's too; the figure is drawn from it; the earlier run's dask.array.matmul quoted."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    guide = (root / "docs" / "guide" / "dask.rst").read_text()
+    name = "dask_scaling_h200x2_2026-11-28_ef0b596_start.json"
+    doc = json.loads((root / "bench" / "results" / name).read_text())
+    assert name in guide and "dask_scaling_2026-11-28_start.png" in guide
+    assert (root / "docs" / "_static" / "perf" / "dask_scaling_2026-11-28_start.png").is_file()
+    assert doc["device"]["name"] == "NVIDIA H200" and doc["gpu_count"] == 2 and doc["failures"] == []
+    assert doc["device_kind"] == "nvidia-h200-x2" and doc["git_sha"] == "ef0b596"
+    for case, bits in doc["bitwise"].items():
+        assert bits["all_runs_equal"] and len(bits["runs"]) == 4, case
+        assert {r.split()[-1] for r in bits["runs"]} == {"start", "runs"}
+    assert doc["bitwise"]["32768^3 float16"]["threaded_equal"] is True
+    med = statistics.median
+    for case in doc["cases"]:
+        run = case["pyblasgemm.dask.matmul"]
+        slots = {1: 1, 2: 4}[case["gpus"]] if case["schedule"] == "start" else 0
+        assert all((e["started"], e["taken"], e["computed_in_task"], e["held"]) == (slots, slots, 0, 0)
+                   for e in run["engine_per_run"]), case["case"]
+        timed = run["trace"]["timed"]
+        workers = [w for r in timed for w in r["workers"].values()]
+        arrive = med(min(v[0] for v in w["arrive_ms"].values()) for w in workers)
+        theirs = case.get("dask.array.matmul", {})
+        mine = (f"{theirs['median_s'] * 1e3:.1f} ms ({case['ratio_vs_dask_array']:.2f}x)" if "median_s" in theirs
+                else "not run")
+        row = (f"   * - {case['case']}\n     - {case['gpus']}\n     - {case['schedule']}\n     - {run['tasks']}\n"
+               f"     - {run['median_s'] * 1e3:.1f} ms\n"
+               f"     - {run['speedup_vs_one_call']:.3f}x ({run['efficiency']:.3f})\n"
+               f"     - {arrive:.2f}\n     - {med(w['first_task_ms'] for w in workers):.2f}\n"
+               f"     - {med(w['gpu_first_ms'] for w in workers):.2f}\n"
+               f"     - {med(w['gpu_last_ms'] for w in workers):.2f}\n     - {mine}\n")
+        assert row in guide, row
+    latency = doc["transports"]["ipc"]["latency"]["2"]
+    assert (f"{latency['persist_one_task']['start_ms']:.2f}", f"{latency['submit_one_task']['start_ms']:.2f}") == \
+        ("5.92", "3.42")
+    earlier = json.loads((root / "bench" / "results" / "dask_scaling_h200x2_2026-11-28_7725cb0_start.json").read_text())
+    (two,) = [c for c in earlier["cases"] if c["gpus"] == 2 and "dask.array.matmul" in c]
+    assert f"{two['dask.array.matmul']['median_s'] * 1e3:.1f} ms" == "3834.2 ms"
+    assert f"{two['ratio_vs_dask_array']:.1f}x" == "62.7x" and "62.7x" in guide and "3834.2 ms" in guide
