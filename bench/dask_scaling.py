@@ -73,9 +73,12 @@ Method:
   with a summary per worker (:func:`trace_summary`: when the first task began, the GPU's first
   start and last end, its busy and idle ms between products, each product's and each copy's ms,
   when each ready event passed);
-* schedules (``--schedule runs,blocks``): each case on each cluster in pyblasgemm.dask's run
-  schedule (``pyblasgemm.dask.RUNS = True``, the default) and in one task an output block
-  (``False``), one after the other, each row tagged with its ``schedule``; the client's batched
+* schedules (``--schedule start,runs,blocks``): each case on each cluster with each worker's
+  own work started through its engine at persist (``pyblasgemm.dask.START``, the default since
+  2026-11-28; the timed call is ``z.persist()``, for every product), in run tasks through the
+  scheduler alone (``RUNS`` without ``START``) and in one task an output block (neither), one
+  after the other, each row tagged with its ``schedule`` and each run's engine counts
+  (``engine_per_run``: work started, taken by its task, computed by its task); the client's batched
   stream's wait at each ``persist`` (``pending_send_ms``: it sends one batch every 10 ms at
   most); ``--latency``: on each cluster, Dask's own time from a call to its one task's start
   on a worker, for ``persist`` of a one-task array and for ``client.submit`` (:func:`latency_probe`);
@@ -250,6 +253,17 @@ def _ipc_read(handles):
 
         cp.cuda.Device().synchronize()
     return _nbytes(*got), time.perf_counter() - t0
+
+
+#: pyblasgemm.dask.engine_stats's counts a run records (summed over the workers)
+ENGINE_COUNTS = ("started", "taken", "computed_in_task", "skipped", "dropped", "failed", "held")
+
+
+def _engine_stats(dask_worker=None):
+    """This worker's started-work counts since the last call (pyblasgemm.dask.engine_stats)."""
+    from pyblasgemm import dask as pbd
+
+    return pbd.engine_stats(reset=True)
 
 
 def _ipc_stats(dask_worker=None):
@@ -485,8 +499,11 @@ def trace_summary(entries, t0) -> dict:
     return out
 
 
-#: --schedule: name -> pyblasgemm.dask.RUNS while the product's graph is built (in this process)
-SCHEDULES = {"runs": True, "blocks": False}
+#: --schedule: name -> (pyblasgemm.dask.RUNS, pyblasgemm.dask.START) while the product's graph is
+#: built and persisted (in this process): "start" the default since 2026-11-28 (each worker's own
+#: work handed to its engine at persist, off the scheduler's path), "runs" the graph alone (the
+#: default before), "blocks" one task an output block (before that)
+SCHEDULES = {"start": (True, True), "runs": (True, False), "blocks": (False, False)}
 
 
 def _stamp_block():
@@ -877,6 +894,7 @@ def timed_runs(client, case, product, reps, device, with_bits, trace=False):
         tasks = len(dict(z.__dask_graph__())) - len(dict(x.__dask_graph__())) - len(dict(y.__dask_graph__()))
         client.run(_clear_transfer_log)
         client.run(_ipc_stats)              # reset: the counts below are this run's
+        client.run(_engine_stats)
         last = rep == reps + 1
         stream = get_task_stream(client) if last else None
         if stream is not None:
@@ -886,7 +904,7 @@ def timed_runs(client, case, product, reps, device, with_bits, trace=False):
         pending = _pending_send_ms(client)
         since = time.time()
         t0 = time.perf_counter()
-        done = client.persist(z)
+        done = z.persist()                  # pyblasgemm.dask.START: z.persist starts the engines' work
         wait(done)
         waited = time.perf_counter() - t0
         client.run(_synchronize, device)
@@ -903,6 +921,7 @@ def timed_runs(client, case, product, reps, device, with_bits, trace=False):
                     per[act] = round(per.get(act, 0.0) + span, 4)
         logs = client.run(_transfer_log)
         ipc = client.run(_ipc_stats)
+        engine = client.run(_engine_stats)
         got = [(w, tuple(key) if isinstance(key, list) else key) for w, log in logs.items() for e in log for key in e[0]]
         who = client.who_has(done)
         out_blocks = {}
@@ -918,7 +937,8 @@ def timed_runs(client, case, product, reps, device, with_bits, trace=False):
                "ipc_bytes": sum(v["ipc_bytes"] for v in ipc.values()),
                "ipc_blocks": sum(v["ipc_blocks"] for v in ipc.values()),
                "ipc_fallback_blocks": sum(v["fallback_blocks"] for v in ipc.values()),
-               "ipc_fallback_reasons": sorted({r for v in ipc.values() for r in v["fallback_reasons"]})}
+               "ipc_fallback_reasons": sorted({r for v in ipc.values() for r in v["fallback_reasons"]}),
+               "engine": {k: sum(v[k] for v in engine.values()) for k in ENGINE_COUNTS}}
         if trace:
             entries = client.run(_trace_end)
             run["trace"] = {"wait_ms": round(waited * 1e3, 3), "elapsed_ms": round(elapsed * 1e3, 3),
@@ -991,7 +1011,8 @@ def run_case(client, name, case, n_gpus, transport, reps, base_s, device, with_d
                    "ipc_bytes_per_run": statistics.median(r["ipc_bytes"] for r in timed),
                    "ipc_blocks_per_run": statistics.median(r["ipc_blocks"] for r in timed),
                    "ipc_fallback_blocks": sum(r["ipc_fallback_blocks"] for r in runs),
-                   "ipc_fallback_reasons": sorted({x for r in runs for x in r["ipc_fallback_reasons"]})}
+                   "ipc_fallback_reasons": sorted({x for r in runs for x in r["ipc_fallback_reasons"]}),
+                   "engine_per_run": [r["engine"] for r in timed]}
             if runs[0].get("trace"):
                 res["trace"] = {"timed": [r["trace"] for r in timed], "task_stream_run": runs[-1]["trace"]}
                 _print_trace(runs[-2]["trace"])
@@ -1185,11 +1206,11 @@ def child(args, cases) -> int:
                 for name, sched in [(c, sc) for c in cases for sc in scheds]:
                     from pyblasgemm import dask as pbd
 
-                    pbd.RUNS = SCHEDULES[sched]
-                    print(f"  schedule {sched} (pyblasgemm.dask.RUNS = {pbd.RUNS}):", flush=True)
-                    try:
+                    pbd.RUNS, pbd.START = SCHEDULES[sched]
+                    print(f"  schedule {sched} (pyblasgemm.dask.RUNS = {pbd.RUNS}, START = {pbd.START}):", flush=True)
+                    try:                    # dask.array.matmul once a case and cluster (no schedule of ours)
                         theirs = not args.no_dask_array and _listed(args.dask_array_gpus, str(n_gpus)) \
-                            and _listed(args.dask_array_cases, name)
+                            and _listed(args.dask_array_cases, name) and sched == scheds[0]
                         row = run_case(client, name, ALL_CASES[name], n_gpus, transport, args.reps, bases.get(name),
                                        device, with_dask=theirs, trace=args.trace)
                         row["ipc_events"] = events
@@ -1314,6 +1335,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="the results file (JSON), or the figure (PNG) with --plot")
     ap.add_argument("--plot", metavar="RESULTS", help="draw --out (a PNG) from a results file; no run")
     ap.add_argument("--plot-transport", default="ucx", help="the transport whose rows --plot draws")
+    ap.add_argument("--plot-schedule", default=None, help="the schedule whose rows --plot draws (default all)")
     ap.add_argument("--smoke", action="store_true", help="on the host: NumPy chunks, LocalCluster, SMOKE_CASES")
     ap.add_argument("--gpus", default=None, help="GPU (worker) counts, e.g. 1,2,4 (default 1,2,4; --smoke 1,2)")
     ap.add_argument("--probe", default=None,
@@ -1347,10 +1369,12 @@ def main(argv=None) -> int:
                          "LocalCUDACluster runs in the transport's process: its client too); Python's default "
                          "0.005 s lets a thread that wants the GIL wait that long behind a busy event loop "
                          "(bench/dask_overhead.py)")
-    ap.add_argument("--schedule", default="runs",
-                    help="pyblasgemm.dask's schedules to run each case on, comma-separated, alternating: runs "
-                         "(pyblasgemm.dask.RUNS = True: a worker's block products that read the same workers' "
-                         "blocks in one task), blocks (RUNS = False: one task an output block)")
+    ap.add_argument("--schedule", default="start",
+                    help="pyblasgemm.dask's schedules to run each case on, comma-separated, alternating: start "
+                         "(pyblasgemm.dask.START and RUNS: each worker's own runs and exports started through its "
+                         "engine at persist), runs (RUNS alone: a worker's block products that read the same "
+                         "workers' blocks in one task, all through the scheduler), blocks (neither: one task an "
+                         "output block)")
     ap.add_argument("--latency", action="store_true",
                     help="on each cluster, Dask's own time from a call to its task's start on a worker: "
                          "persist of a one-task array, client.submit of one task (latency_probe)")
@@ -1366,7 +1390,7 @@ def main(argv=None) -> int:
     args.budget_s = 560.0 if args.budget_s is None else args.budget_s
     args.trace, args.blocks_alone = bool(args.trace), bool(args.blocks_alone)
     if args.plot:
-        plot(args.plot, args.out, args.plot_transport)
+        plot(args.plot, args.out, args.plot_transport, args.plot_schedule)
         return 0
     device = not args.smoke
     table = CASES if device else SMOKE_CASES
@@ -1552,15 +1576,21 @@ def summary(doc) -> None:
         print("failure:", json.dumps(f)[:300])
 
 
-def guide_rows(path) -> list:
+def guide_rows(path, schedule=None) -> list:
     """(case, gpus, protocol, ours ms, speedup over one call, efficiency, GiB received,
-    dask.array.matmul ms or None, ratio or None) per measured row of one results file."""
+    dask.array.matmul ms or None, ratio or None) per measured row of one results file (of one
+    ``schedule``, if given: dask.array.matmul's time from the case's row that has it)."""
     doc = json.loads(pathlib.Path(path).read_text())
     rows = []
+    theirs_of = {(c["case"], c["gpus"], c["protocol"]): c for c in doc["cases"] if "dask.array.matmul" in c}
     for c in doc["cases"]:
         ours = c.get("pyblasgemm.dask.matmul", {})
-        if "median_s" not in ours:
+        if "median_s" not in ours or schedule is not None and c.get("schedule") != schedule:
             continue
+        other = theirs_of.get((c["case"], c["gpus"], c["protocol"]))
+        if other is not None and "median_s" in other["dask.array.matmul"] and "dask.array.matmul" not in c:
+            c = dict(c, **{"dask.array.matmul": other["dask.array.matmul"],
+                           "ratio_vs_dask_array": other["dask.array.matmul"]["median_s"] / ours["median_s"]})
         theirs = c.get("dask.array.matmul", {})
         rows.append((c["case"], c["gpus"], c["protocol"], ours["median_s"] * 1e3, ours.get("speedup_vs_one_call"),
                      ours.get("efficiency"), ours["received_bytes_per_run"] / 2**30,
@@ -1568,7 +1598,7 @@ def guide_rows(path) -> list:
     return rows
 
 
-def guide_table(path, protocol="ucx") -> str:
+def guide_table(path, protocol="ucx", schedule=None) -> str:
     """The guide's scaling table (reStructuredText list-table) of one results file.
 
     >>> print(guide_table(ROOT / "bench/results/dask_scaling_h200x4_2026-11-27_0a13fa0.json").splitlines()[0])
@@ -1580,7 +1610,7 @@ def guide_table(path, protocol="ucx") -> str:
              "   :header-rows: 1", "",
              "   * - product", "     - GPUs", "     - pyblasgemm.dask", "     - x one call (efficiency)",
              "     - received", "     - dask.array.matmul (ours faster by)"]
-    for case, gpus, proto, ms, speed, eff, gib, theirs, ratio in guide_rows(path):
+    for case, gpus, proto, ms, speed, eff, gib, theirs, ratio in guide_rows(path, schedule):
         if proto != protocol:
             continue
         lines += [f"   * - {case}", f"     - {gpus}", f"     - {ms:.1f} ms", f"     - {speed:.2f}x ({eff:.2f})",
@@ -1589,15 +1619,15 @@ def guide_table(path, protocol="ucx") -> str:
     return "\n".join(lines)
 
 
-def plot(path, out, protocol="ucx") -> None:
+def plot(path, out, protocol="ucx", schedule=None) -> None:
     """Speed over one pyblasgemm call against GPUs, per product: ours and dask.array.matmul,
-    the rows of one transport."""
+    the rows of one transport (and one schedule, if given)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in guide_rows(path) if r[2] == protocol]
+    rows = [r for r in guide_rows(path, schedule) if r[2] == protocol]
     doc = json.loads(pathlib.Path(path).read_text())
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for case in dict.fromkeys(r[0] for r in rows):
@@ -1608,8 +1638,9 @@ def plot(path, out, protocol="ucx") -> None:
         if theirs:
             ax.plot(*zip(*theirs), marker="x", linestyle=":", color=line.get_color(),
                     label=f"{case}: dask.array.matmul")
-    ax.plot([1, 4], [1, 4], color="grey", linewidth=0.8, label="ideal")
-    ax.set_xticks([1, 2, 4])
+    top = max([r[1] for r in rows] or [4])      # the GPU counts measured (a 2-GPU run: 1 and 2)
+    ax.plot([1, top], [1, top], color="grey", linewidth=0.8, label="ideal")
+    ax.set_xticks([g for g in (1, 2, 4, 8) if g <= top])
     ax.set_xlabel(f"GPUs (one Dask worker each, {protocol})")
     ax.set_ylabel("speed / one pyblasgemm call on one GPU")
     ax.set_title(f"pyblasgemm.dask scaling, {doc['device']['name']}, git {doc['git_sha']}", fontsize=9)

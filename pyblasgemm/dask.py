@@ -29,7 +29,9 @@ products, the accumulation and the order of the sums. For ``x @ y`` with NumPy o
   ``dask.array.Array`` subclass optimized without low-level fusion, which would drop them
   (an array derived from the result is Dask's own again, and Dask places its tasks); the
   placed blocks of a worker that read the same other workers' blocks run as one task, each
-  output block a pick of it (:data:`RUNS`);
+  output block a pick of it (:data:`RUNS`); ``z.persist()`` and ``z.compute()`` hand each
+  worker the runs and exports it can do alone through its engine, a Dask actor, before the
+  graph goes to the scheduler, and the tasks take them (:data:`START`);
 * where a placed task needs a block another worker of the same host holds, the block moves
   through CUDA IPC (``transport="auto"`` for CuPy chunks, or ``"ipc"``; :mod:`pyblasgemm._dask_ipc`):
   an export task makes the IPC handles where the blocks are (one a worker for the blocks in
@@ -65,15 +67,19 @@ True
 """
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import logging
 import sys
+import threading
+import time
+import uuid
 
 import numpy as np
 
 __all__ = ["matmul", "gemm", "accumulation_dtype", "k_group_for", "transport_of", "ipc_stats", "close_ipc_handles",
-           "MIN_TASKS", "TRANSPORTS"]
+           "MIN_TASKS", "TRANSPORTS", "engine_stats"]
 
 log = logging.getLogger("pyblasgemm.dask")
 
@@ -103,6 +109,34 @@ TRANSPORTS = ("auto", "ipc", "dask")
 #: bits are the same. False: one task per output block, as before 2026-11-28 (kept to compare:
 #: bench/dask_scaling.py ``--schedule``)
 RUNS = True
+
+#: on a cluster holding the operands: True makes ``z.persist()`` and ``z.compute()`` of a placed
+#: product hand each worker the work it can do alone (its exports of the blocks others read, and
+#: its runs that read only its own blocks: :data:`RUNS`) directly, through a Dask actor on that
+#: worker (:class:`_Engine`, made once a worker when a product is first placed), before the graph
+#: goes to the scheduler; the graph's tasks then take what was started (:func:`_take`) or, where
+#: nothing was (``client.persist(z)``, ``dask.persist(z)``, another scheduler, an engine that
+#: failed), compute it themselves, the same function on the same blocks: the same bits. Why:
+#: on 2 H200s Dask takes 7.26 ms from a one-task ``persist`` to its task's start, against the
+#: ~4.7 ms that 1.85x one call leaves it at 32768^3 float16 (~55 ms); an actor's call goes from
+#: the client to its worker without the scheduler. False: the graph alone, as before 2026-11-28
+#: (kept to compare: bench/dask_scaling.py ``--schedule``)
+START = True
+
+#: a worker keeps the started work of at most this many persists (the newest) that no task has
+#: taken yet, none of it older than :data:`KEEP_S` seconds; older work is dropped (its tasks,
+#: if they still come, compute it): started work that no graph reads (a persist of keys the
+#: cluster already holds, a graph that failed to reach the scheduler) must not hold GPU memory
+KEEP_TICKETS = 2
+KEEP_S = 30.0
+
+#: how long a task waits for the engine's started work of its block before it computes the
+#: block itself (the engine runs it: this is a bound for a hung engine, not a timing)
+WAIT_S = 60.0
+
+#: how long making a worker's engine may take (once a worker; a worker that does not answer
+#: in time has none, and its tasks compute everything)
+ENGINE_TIMEOUT_S = 30.0
 
 
 def _dask_array():
@@ -318,6 +352,177 @@ def _pick(blocks, index: int):
     return blocks[index]
 
 
+def _run_task(ticket, slot, plan, types, acc, compute, backend, out_dtype, alpha, beta, c_type, *groups):
+    """A run task (:func:`_bundle_runs`): the run this worker's engine started under ``ticket``
+    (:data:`START`; ``slot``: the run's name in it), else :func:`_run` of ``groups`` here.
+
+    >>> a = np.ones((2, 2), np.float32)
+    >>> _run_task(None, 0, [([(0, 0)], [(0, 0)], None)], (a.dtype, a.dtype), a.dtype, None, None, a.dtype, 1, 0,
+    ...           None, [a])[0].tolist()
+    [[2.0, 2.0], [2.0, 2.0]]
+    """
+    if ticket is not None:
+        started = _take(ticket, slot)
+        if started is not None:
+            return started
+    return _run(plan, types, acc, compute, backend, out_dtype, alpha, beta, c_type, *groups)
+
+
+def _export_task(ticket, slot, *blocks, readers=1):
+    """An export task of blocks in memory (:func:`_ipc_rewrite`): the export this worker's
+    engine made under ``ticket``, else :func:`pyblasgemm._dask_ipc.export` of ``blocks`` here."""
+    if ticket is not None:
+        started = _take(ticket, slot)
+        if started is not None:
+            return started
+    from . import _dask_ipc
+
+    return _dask_ipc.export(*blocks, readers=readers)
+
+
+# ---------------------------------------------------------------------------------------------
+# The engine: work a worker starts before its tasks arrive (START); state of the worker process
+# ---------------------------------------------------------------------------------------------
+
+_PENDING = object()                     # a slot the engine is computing
+_ENGINE = threading.Condition()         # guards the three below; notified when a slot is done
+#: (ticket, slot) -> _PENDING, or the started value until a task takes it
+_STARTED: dict = {}
+#: ticket -> when its work arrived (monotonic s), newest last: KEEP_TICKETS, KEEP_S
+_TICKETS: collections.OrderedDict = collections.OrderedDict()
+#: (ticket, slot) that a task found unstarted (and so computes): an engine arriving later skips it
+_TAKEN: collections.OrderedDict = collections.OrderedDict()
+_TAKEN_MAX = 4096
+_ENGINE_COUNTS = {"started": 0, "taken": 0, "computed_in_task": 0, "skipped": 0, "dropped": 0, "failed": 0}
+
+
+def engine_stats(reset: bool = False) -> dict:
+    """This process's counts of started work (:data:`START`): slots the engine started, slots a
+    task took from it, slots a task computed itself (nothing started), slots the engine skipped
+    (a task was first, or a block was not in this worker's memory), started results dropped
+    unread (:data:`KEEP_TICKETS`, :data:`KEEP_S`) and slots that failed in the engine (their
+    task computes them); ``held``: started results waiting for their task. On a cluster:
+    ``client.run(pyblasgemm.dask.engine_stats)``.
+
+    >>> sorted(engine_stats())
+    ['computed_in_task', 'dropped', 'failed', 'held', 'skipped', 'started', 'taken']
+    """
+    with _ENGINE:
+        out = dict(_ENGINE_COUNTS, held=sum(v is not _PENDING for v in _STARTED.values()))
+        if reset:
+            for k in _ENGINE_COUNTS:
+                _ENGINE_COUNTS[k] = 0
+    return out
+
+
+def _forget_old(now: float) -> None:
+    """Drop the started results of tickets beyond the newest :data:`KEEP_TICKETS` or older than
+    :data:`KEEP_S` (under ``_ENGINE``); slots still computing are dropped when they finish."""
+    while _TICKETS and (len(_TICKETS) > KEEP_TICKETS or now - next(iter(_TICKETS.values())) > KEEP_S):
+        old, _ = _TICKETS.popitem(last=False)
+        for key in [k for k in _STARTED if k[0] == old]:
+            if _STARTED[key] is not _PENDING:
+                del _STARTED[key]
+                _ENGINE_COUNTS["dropped"] += 1
+
+
+def _take(ticket, slot):
+    """The engine's started value of ``(ticket, slot)`` (waiting while it computes it), or None:
+    then the caller computes it, and an engine that comes later skips it."""
+    key = (ticket, slot)
+    deadline = time.monotonic() + WAIT_S
+    with _ENGINE:
+        while _STARTED.get(key) is _PENDING and (left := deadline - time.monotonic()) > 0:
+            _ENGINE.wait(left)
+        value = _STARTED.pop(key, None)
+        if value is None or value is _PENDING:
+            _TAKEN[key] = True
+            while len(_TAKEN) > _TAKEN_MAX:
+                _TAKEN.popitem(last=False)
+            _ENGINE_COUNTS["computed_in_task"] += 1
+            return None
+        _ENGINE_COUNTS["taken"] += 1
+    return value
+
+
+def _start_work(ticket, jobs, data) -> int:
+    """Compute ``jobs`` (:func:`_started_graph`) under ``ticket``, each from the blocks in
+    ``data`` (a worker's memory), in order: ``("export", slot, keys, readers)`` is
+    :func:`pyblasgemm._dask_ipc.export` of those blocks, ``("run", slot, keys, args)`` is
+    :func:`_run` with the blocks as its one group. A job whose task came first, or one of whose
+    blocks is not in ``data``, is skipped; a job that raises is left to its task. The number
+    started.
+
+    >>> a = np.ones((2, 2), np.float32)
+    >>> args = ([([(0, 0)], [(0, 0)], None)], (a.dtype, a.dtype), a.dtype, None, None, a.dtype, 1, 0, None)
+    >>> _start_work("t-doc", [("run", 0, ["a"], args), ("run", 1, ["missing"], args)], {"a": a})
+    1
+    >>> _run_task("t-doc", 0, *args, None)[0].tolist(), _take("t-doc", 1)
+    ([[2.0, 2.0], [2.0, 2.0]], None)
+    """
+    now = time.monotonic()
+    with _ENGINE:
+        _TICKETS[ticket] = now
+        _TICKETS.move_to_end(ticket)
+        _forget_old(now)
+        mine = []
+        for job in jobs:
+            key = (ticket, job[1])
+            if key in _TAKEN or key in _STARTED:
+                _ENGINE_COUNTS["skipped"] += 1
+                continue
+            _STARTED[key] = _PENDING
+            mine.append(job)
+    started = 0
+    for kind, slot, keys, args in mine:
+        key = (ticket, slot)
+        value = None
+        try:
+            blocks = [data[k] for k in keys]
+        except KeyError:                # not here (moved, spilled away, released): its task reads it
+            blocks = None
+        if blocks is not None:
+            try:
+                if kind == "export":
+                    from . import _dask_ipc
+
+                    value = _dask_ipc.export(*blocks, readers=args)
+                else:
+                    value = _run(*args, blocks)
+            except Exception as e:      # its task computes it, and says what goes wrong there
+                log.debug("started %s %s failed: %s: %s", kind, slot, type(e).__name__, e)
+                value = None
+        with _ENGINE:
+            if _STARTED.get(key) is _PENDING and value is not None and ticket in _TICKETS:
+                _STARTED[key] = value
+                _ENGINE_COUNTS["started"] += 1
+                started += 1
+            else:
+                if _STARTED.get(key) is _PENDING:
+                    del _STARTED[key]
+                _ENGINE_COUNTS["failed" if blocks is not None and value is None else
+                               "skipped" if value is None else "dropped"] += 1
+            _ENGINE.notify_all()
+    return started
+
+
+class _Engine:
+    """A worker's engine (:data:`START`): a Dask actor that starts the work the client hands it
+    (:meth:`start`) on its worker, from the blocks in that worker's memory, in the actor's
+    thread; the work is kept in the worker process for the tasks that take it."""
+
+    def __init__(self):
+        from distributed import get_worker
+
+        self._worker = get_worker()
+
+    def start(self, ticket, jobs) -> int:
+        return _start_work(ticket, jobs, self._worker.data)
+
+    def stats(self) -> dict:
+        return engine_stats()
+
+
 # ---------------------------------------------------------------------------------------------
 # Graph
 # ---------------------------------------------------------------------------------------------
@@ -523,6 +728,8 @@ def _contract(x, y, out_dtype, compute, backend, k_group, alpha=1, beta=0, c=Non
                      (types, acc, compute, backend, out_dtype, alpha, beta, c_type))
     if transport == "ipc" or (transport == "auto" and _is_cupy(x._meta) and _is_cupy(y._meta)):
         _ipc_rewrite(dsk, where, priority, holders, hosts, token)
+    if START:
+        _engines(sorted(set(where.values())))
     return _placed_array(dsk, name, chunks, meta, where, priority)
 
 
@@ -591,7 +798,7 @@ def _bundle_runs(dsk, runs_of, where, priority, holders, token, args):
         at = {b: (g, lists[g].index(b)) for g in range(len(lists)) for b in lists[g]}
         plan = tuple(([at[b] for b in runs_of[r][0]], [at[b] for b in runs_of[r][1]],
                       None if runs_of[r][2] is None else at[runs_of[r][2]]) for r in roots)
-        dsk[key] = Task(key, _run, plan, types, acc, compute, backend, out_dtype, alpha, beta, c_type,
+        dsk[key] = Task(key, _run_task, None, n, plan, types, acc, compute, backend, out_dtype, alpha, beta, c_type,
                         *[List(*[TaskRef(b) for b in blocks]) for blocks in lists])
         where[key], priority[key] = w, (0 if not sources else -1)
         for index, root in enumerate(roots):
@@ -798,7 +1005,10 @@ def _ipc_rewrite(dsk, where, priority, holders, hosts, token):
         dsk[key] = dsk[key].substitute(subs)
     for eid, (producer, blocks) in exports.items():
         ekey = ekeys[eid]
-        dsk[ekey] = Task(ekey, _dask_ipc.export, *[TaskRef(d) for d in blocks], readers=readers[eid])
+        if eid[0] == "memory":          # ready at once: the engine can make it (START)
+            dsk[ekey] = Task(ekey, _export_task, None, ekey[1], *[TaskRef(d) for d in blocks], readers=readers[eid])
+        else:
+            dsk[ekey] = Task(ekey, _dask_ipc.export, *[TaskRef(d) for d in blocks], readers=readers[eid])
         where[ekey], priority[ekey] = producer, 2
 
 
@@ -962,6 +1172,177 @@ def _optimize_placed(dsk, keys, **kwargs):
     return _optimize_unfused(dsk, keys, **kwargs)
 
 
+#: (client id, worker address) -> (the actor's future, the actor, whether the client reaches the
+#: worker directly): each worker's engine (START)
+_ENGINES: dict = {}
+#: the engine calls in flight (asyncio tasks on the client's loop keep a reference to them here)
+_SENDING: set = set()
+
+
+async def _call_engine(client, address, key, function, *args):
+    """``function(*args)`` of the engine ``key`` on the worker at ``address``, sent by the client
+    straight to that worker (Dask's actor call, ``actor_execute``, on the client's connection
+    pool): a client's own actor handle goes through the scheduler unless the client was made
+    with ``direct_to_workers``, and the scheduler is busy with the graph just sent. Its result,
+    or None if the call failed (said at DEBUG)."""
+    from distributed.protocol import to_serialize
+
+    try:
+        got = await client.rpc(address).actor_execute(actor=key, function=function,
+                                                      args=[to_serialize(a) for a in args], kwargs={})
+    except Exception as e:              # the worker is gone or unreachable: its tasks compute everything
+        log.debug("pyblasgemm.dask engine %s on %s: %s: %s", function, address, type(e).__name__, e)
+        return None
+    if got.get("status") != "OK":
+        log.debug("pyblasgemm.dask engine %s on %s: %s", function, address, got.get("exception"))
+        return None
+    return got.get("result")
+
+
+def _send_starts(client, calls) -> None:
+    """Send the engines' ``start`` calls ``[(address, key, ticket, jobs)]`` from the client's
+    loop and return once they are on their way (their replies are not awaited): each call's
+    message is written when its coroutine first runs, and the caller waits for the loop once.
+    Why wait: the loop's thread would otherwise get the GIL only every 5 ms (Python's switch
+    interval) while this thread goes on building and pickling the persist's graph (2 H200s: the
+    engines' first work 5.3 ms after persist, through the actor handles)."""
+    import asyncio
+
+    async def send():
+        for address, key, ticket, jobs in calls:
+            task = asyncio.ensure_future(_call_engine(client, address, key, "start", ticket, jobs))
+            _SENDING.add(task)
+            task.add_done_callback(_SENDING.discard)
+        await asyncio.sleep(0)          # the calls run to their first wait: the writes
+
+    client.sync(send)
+
+
+def _engines(workers) -> dict:
+    """The engines (:class:`_Engine`) of ``workers`` on the default client's cluster, made on
+    first use (one actor a worker, kept for the client's life; each made with one call to it, so
+    that the connection to its worker is open before a persist needs it); {} without a client.
+    A worker whose engine cannot be made has none (its tasks compute everything)."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return {}
+    try:
+        client = distributed.default_client()
+    except ValueError:
+        return {}
+    if client.asynchronous or client.status != "running":
+        return {}
+    missing = [w for w in workers if (client.id, w) not in _ENGINES]
+    if missing:
+        try:
+            known = client.nthreads()
+            missing = [w for w in missing if w in known]
+            futures = [client.submit(_Engine, workers=[w], allow_other_workers=False, actor=True, pure=False,
+                                     key=f"pyblasgemm-engine-{uuid.uuid4().hex}") for w in missing]
+            for w, future in zip(missing, futures):
+                actor = future.result(timeout=ENGINE_TIMEOUT_S)
+                # one call opens the client's connection to the worker, or finds there is none
+                direct = client.sync(_call_engine, client, w, future.key, "stats",
+                                     callback_timeout=ENGINE_TIMEOUT_S) is not None
+                if not direct:
+                    actor.stats().result(timeout=ENGINE_TIMEOUT_S)
+                _ENGINES[client.id, w] = (future, actor, direct)
+        except Exception as e:          # no actors here (a restricted cluster, a lost worker): no engine
+            log.debug("no pyblasgemm.dask engine on %s: %s: %s", missing, type(e).__name__, e)
+    return {w: _ENGINES[client.id, w] for w in workers if (client.id, w) in _ENGINES}
+
+
+def _started_graph(z, kwargs):
+    """``z`` with its work started (:data:`START`), for ``z.persist(**kwargs)`` /
+    ``z.compute(**kwargs)``: when these run on the default client's cluster, a fresh ticket in
+    each run and export task that an engine can start (an export of blocks in memory, a run
+    whose blocks are all its worker's), each worker's such work handed to its engine, and ``z``
+    rebuilt on the ticketed graph (the same keys, placement and sums); else ``z`` itself.
+
+    >>> import dask.array as da
+    >>> x = da.ones((4, 4), chunks=2)
+    >>> z = matmul(x, x)                 # no cluster: nothing to start
+    >>> _started_graph(z, {}) is z
+    True
+    """
+    distributed = sys.modules.get("distributed")
+    if not START or distributed is None or type(z) is not _placed_array_type():
+        return z
+    from dask.base import get_scheduler
+    from dask.task_spec import Task, TaskRef
+
+    try:
+        client = distributed.default_client()
+        scheduler = get_scheduler(scheduler=kwargs.get("scheduler"), collections=[z])
+    except (ValueError, KeyError):
+        return z
+    if getattr(scheduler, "__self__", None) is not client:
+        return z                        # the threaded scheduler, another client: the graph alone
+    layers = z.__dask_graph__().layers
+    if len(layers) != 1:
+        return z
+    (layer,) = layers.values()
+    mapping, annotations = getattr(layer, "mapping", None), layer.annotations or {}
+    placed = annotations.get("workers")
+    if not isinstance(mapping, dict) or not isinstance(placed, _ByKey):
+        return z
+    engines = {w: e for (cid, w), e in _ENGINES.items() if cid == client.id}
+    ticket = uuid.uuid4().hex
+    jobs, ticketed = {}, {}
+    for key, task in mapping.items():
+        if not isinstance(task, Task) or task.func not in (_run_task, _export_task) or task.args[0] is not None:
+            continue
+        w = (placed(key) or [None])[0]
+        if w not in engines:
+            continue
+        if task.func is _export_task:
+            refs = task.args[2:]
+            if not all(isinstance(r, TaskRef) for r in refs):
+                continue
+            job = ("export", task.args[1], [r.key for r in refs], task.kwargs["readers"])
+        else:
+            groups = task.args[11:]
+            if len(groups) != 1 or not all(isinstance(r, TaskRef) for r in groups[0].args):
+                continue                # reads other workers' blocks: its task fetches them
+            job = ("run", task.args[1], [r.key for r in groups[0].args], task.args[2:11])
+        jobs.setdefault(w, []).append(job)
+        ticketed[key] = Task(key, task.func, ticket, *task.args[1:], **task.kwargs)
+    if not ticketed:
+        return z
+    direct = []
+    for w, work in jobs.items():        # first: the calls leave before the graph is sent
+        # exports first: an export's ready event covers the work queued before it on the
+        # worker's stream, and the other workers' copies wait for it (a run's 4 products of
+        # 8192^3 float16: ~26 ms on an H200)
+        work.sort(key=lambda job: job[0] != "export")
+        future, actor, straight = engines[w]
+        if straight:
+            direct.append((w, future.key, ticket, work))
+            continue
+        try:
+            actor.start(ticket, work)   # through the scheduler
+        except Exception as e:          # a lost worker: its tasks compute everything
+            log.debug("pyblasgemm.dask engine on %s: %s: %s", w, type(e).__name__, e)
+    if direct:
+        try:
+            _send_starts(client, direct)
+        except Exception as e:          # a closed loop: the tasks compute everything
+            log.debug("pyblasgemm.dask engines: %s: %s", type(e).__name__, e)
+    ranks = annotations.get("priority")
+    return _placed_array({**mapping, **ticketed}, z.name, z.chunks, z._meta,
+                         {k: ws[0] for k, ws in placed.values.items()}, ranks.values if isinstance(ranks, _ByKey) else {})
+
+
+def _persist(self, **kwargs):
+    """``dask.array.Array.persist``, with the work started first (:data:`START`)."""
+    return _dask_array().Array.persist(_started_graph(self, kwargs), **kwargs)
+
+
+def _compute(self, **kwargs):
+    """``dask.array.Array.compute``, with the work started first (:data:`START`)."""
+    return _dask_array().Array.compute(_started_graph(self, kwargs), **kwargs)
+
+
 @functools.lru_cache(maxsize=1)
 def _placed_array_type():
     """``dask.array.Array`` optimized by :func:`_optimize_placed` (made on first use: Dask is
@@ -970,7 +1351,7 @@ def _placed_array_type():
     return type("PlacedArray", (da.Array,), {
         "__slots__": (), "__module__": __name__,
         "__doc__": "A dask.array.Array whose tasks carry their placement (pyblasgemm.dask).",
-        "__dask_optimize__": staticmethod(_optimize_placed)})
+        "__dask_optimize__": staticmethod(_optimize_placed), "persist": _persist, "compute": _compute})
 
 
 def _placed_array(dsk, name, chunks, meta, where, priority):

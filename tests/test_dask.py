@@ -847,7 +847,7 @@ def test_the_scaling_benchmark_runs_end_to_end_on_the_host(tmp_path):
     long_k = rows["smoke 32x32x512 float16", 2]
     assert long_k["layout"] == "A by K chunks, B by K chunks"
     assert long_k["pyblasgemm.dask.matmul"]["received_bytes_per_run"] == 32 * 32 * 4
-    assert doc["bitwise"] == {c: {"runs": ["1 GPU tcp runs", "2 GPU tcp runs"], "all_runs_equal": True,
+    assert doc["bitwise"] == {c: {"runs": ["1 GPU tcp start", "2 GPU tcp start"], "all_runs_equal": True,
                                   "threaded_equal": True}
                               for c in cases}
 
@@ -898,10 +898,18 @@ def _nested_fetches(task):
     return found
 
 
+def _exported_blocks(export):
+    """The keys of the blocks an export task exports, in its order (an export of blocks in
+    memory has the engine's ticket and slot first: pyblasgemm.dask.START)."""
+    from dask.task_spec import TaskRef
+
+    return [a.key for a in export.args if isinstance(a, TaskRef)]
+
+
 def _fetch_blocks(graph, fetch):
     """(export key, slot, the blocks it copies) of a fetch, a task of its own or folded."""
     export, slot = fetch.args[0].key, fetch.args[1]
-    blocks = [a.key for a in graph[export].args]
+    blocks = _exported_blocks(graph[export])
     indices = fetch.args[2] if len(fetch.args) > 2 else range(len(blocks))
     return export, slot, [blocks[i] for i in indices]
 
@@ -1067,7 +1075,7 @@ def test_ipc_rewrite_leaves_local_blocks_and_other_hosts_to_dask():
     exports = [k for k in dsk if _kind(k) == "export"]
     fetches = [k for k in dsk if _kind(k) == "fetch"]
     assert len(exports) == 1 and len(fetches) == 1 and where[exports[0]] == "w1" and where[fetches[0]] == "w0"
-    assert [a.key for a in dsk[exports[0]].args] == [("y", 0), ("y", 1)] and dsk[exports[0]].kwargs == {"readers": 1}
+    assert _exported_blocks(dsk[exports[0]]) == [("y", 0), ("y", 1)] and dsk[exports[0]].kwargs == {"readers": 1}
     assert dsk[fetches[0]].args[1:] == (0,)                     # slot 0, all of the export's blocks
     assert {_kind(d) if _kind(d) != "operand" else d for d in dsk["c", 0].dependencies} == {("x", 0), ("z", 0), "fetch"}
     assert dsk["c", 1].dependencies == {fetches[0]}
@@ -1203,8 +1211,9 @@ def test_the_gpu_benchmarks_graph_in_runs_has_a_run_a_worker_and_source(monkeypa
     for key, task in graph.items():
         if _kind(key) == "run":
             for f in _nested_fetches(task):
-                _check_ipc_graph_runs[where[key]] += [graph[f.args[0].key].args[i].key for i in
-                                                      (f.args[2] if len(f.args) > 2 else range(len(graph[f.args[0].key].args)))]
+                exported = _exported_blocks(graph[f.args[0].key])
+                _check_ipc_graph_runs[where[key]] += [exported[i] for i in
+                                                      (f.args[2] if len(f.args) > 2 else range(len(exported)))]
     for w, blocks in _check_ipc_graph_runs.items():
         mine = workers.index(w)
         assert sorted(blocks) == sorted((Y.name, k, j) for k in range(4) for j in range(4) if j * n // 4 != mine), w
@@ -1241,6 +1250,93 @@ def test_runs_on_a_cluster_give_the_threaded_bits_and_move_each_block_once(local
                    beta=2).compute(scheduler="threads")
     got = client.compute(pbd.gemm("N", "N", X, Y, c=C, alpha=0.5, beta=2)).result()
     np.testing.assert_array_equal(got.view(np.uint8), ref.view(np.uint8))
+
+
+def _engine_counts(client):
+    """The engines' counts summed over the workers (pyblasgemm.dask.engine_stats, reset)."""
+    got = client.run(pbd.engine_stats, True).values()
+    return {k: sum(v[k] for v in got) for k in ("started", "taken", "computed_in_task", "skipped", "dropped",
+                                                 "failed", "held")}
+
+
+def _released(client, z, timeout=10.0):
+    """Wait until the cluster holds none of z's blocks (Dask forgets released keys a little
+    after the client lets go of them)."""
+    import time
+
+    keys = {k for row in z.__dask_keys__() for k in row}
+    deadline = time.monotonic() + timeout
+    while keys & set(client.who_has()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_persist_starts_each_workers_own_runs_and_exports_through_its_engine(local_cluster):
+    """pyblasgemm.dask.START: ``z.persist()`` hands each worker's engine (a Dask actor there)
+    its exports and its runs of its own blocks before the graph reaches the scheduler, and the
+    tasks take them: on 4 workers with A's row panel i and B's column panel j on worker i and j
+    (transport 'ipc', NumPy blocks), 4 exports and 4 local runs started and taken (or, where a
+    task reached its worker first, computed by it), the 12 runs that read other workers' blocks
+    computed by their tasks; ``client.persist(z)`` and
+    another scheduler start nothing; work started for keys the cluster already
+    holds is dropped once newer work came. Every path gives the threaded scheduler's bits."""
+    from distributed import wait
+
+    client = local_cluster
+    assert pbd.START
+    x, y, X, Y = _panels_on_workers(client, 76)
+    threaded = _threaded_here(x, y, X.chunks, Y.chunks, k_group=None)
+    z = pbd.matmul(X, Y, transport="ipc")
+    assert _run_counts(z)[0] == 16
+    _engine_counts(client)
+    done = z.persist()
+    wait(done)
+    np.testing.assert_array_equal(done.compute().view(np.uint8), threaded.view(np.uint8))
+    counts = _engine_counts(client)      # a task that reaches its worker before the engine's call computes its slot
+    assert counts["started"] == counts["taken"] and counts["taken"] + counts["computed_in_task"] == 8, counts
+    assert counts["taken"] >= 1 and (counts["held"], counts["failed"], counts["dropped"]) == (0, 0, 0), counts
+    # while the cluster holds z's keys, Dask reads them and no task runs: the started work is
+    # held, then dropped once KEEP_TICKETS newer products were started
+    np.testing.assert_array_equal(z.compute().view(np.uint8), threaded.view(np.uint8))
+    counts = _engine_counts(client)
+    assert (counts["taken"], counts["computed_in_task"]) == (0, 0) and counts["held"] == counts["started"], counts
+    del done
+    for _ in range(pbd.KEEP_TICKETS):
+        _released(client, z)
+        np.testing.assert_array_equal(z.compute().view(np.uint8), threaded.view(np.uint8))
+    counts = _engine_counts(client)
+    assert counts["taken"] + counts["computed_in_task"] == 8 * pbd.KEEP_TICKETS and counts["held"] == 0, counts
+    assert counts["taken"] >= 1 and counts["dropped"] == 8, counts
+    x, y, X, Y = _panels_on_workers(client, 77)     # fresh keys: client.persist of a new product
+    threaded = _threaded_here(x, y, X.chunks, Y.chunks, k_group=None)
+    z = pbd.matmul(X, Y, transport="ipc")
+    done = client.persist(z)
+    wait(done)
+    np.testing.assert_array_equal(done.compute().view(np.uint8), threaded.view(np.uint8))
+    assert pbd._started_graph(z, {"scheduler": "threads"}) is z
+    counts = _engine_counts(client)
+    assert (counts["started"], counts["taken"], counts["computed_in_task"]) == (0, 0, 0), counts
+
+
+def test_started_work_is_taken_once_dropped_when_old_and_skipped_once_taken():
+    """The engine's store in a worker process: a task takes its slot's started value once (a
+    second task of the same slot computes its own), work no task took is dropped once
+    KEEP_TICKETS newer persists came, and an engine that arrives after its task skips."""
+    a = np.ones((2, 2), np.float32)
+    args = ([([(0, 0)], [(0, 0)], None)], (a.dtype, a.dtype), a.dtype, None, None, a.dtype, 1, 0, None)
+    pbd.engine_stats(True)
+    assert pbd._start_work("s1", [("run", 0, ["a"], args)], {"a": a}) == 1
+    assert pbd._take("s1", 0)[0].tolist() == [[2.0, 2.0], [2.0, 2.0]] and pbd._take("s1", 0) is None
+    assert pbd._take("s2", 0) is None                                   # the task first: the engine skips
+    assert pbd._start_work("s2", [("run", 0, ["a"], args)], {"a": a}) == 0
+    for n in range(pbd.KEEP_TICKETS + 1):
+        pbd._start_work(f"old{n}", [("run", 0, ["a"], args)], {"a": a})
+    assert pbd._take("old0", 0) is None and pbd._take(f"old{pbd.KEEP_TICKETS}", 0) is not None
+    counts = pbd.engine_stats(True)
+    assert (counts["started"], counts["taken"], counts["skipped"], counts["dropped"]) == (
+        pbd.KEEP_TICKETS + 2, 2, 1, 1), counts
+    for n in range(1, pbd.KEEP_TICKETS):                                # leave nothing held
+        pbd._take(f"old{n}", 0)
+    assert pbd.engine_stats()["held"] == 0
 
 
 def test_a_placed_graph_with_more_than_its_keys_need_is_culled(monkeypatch):
@@ -1320,7 +1416,9 @@ def test_the_scaling_benchmarks_ipc_transport_on_the_host(tmp_path):
         assert {e[0] for e in entries} >= {"export", "fetch", "product"}, {e[0] for e in entries}
         assert all(len(e) == 6 and e[1] <= e[2] and e[3] is None for e in entries)
         exports = [e for e in entries if e[0] == "export"]
-        assert exports and all("pyblasgemm-ipc-export-" in e[5] for e in exports)
+        # an export runs in its task, or in its worker's engine (pyblasgemm.dask.START)
+        assert exports and all("pyblasgemm-ipc-export-" in e[5] or e[5].startswith("pyblasgemm-engine")
+                               for e in exports), exports
     from bench.dask_scaling import QUICK
 
     assert QUICK["probe"] == "tcp,ipc" and QUICK["transport"] == "ipc" and QUICK["gpus"] == "1,2,4"
@@ -1652,3 +1750,54 @@ def test_the_guide_shows_the_run_schedule_against_one_task_a_block_on_2_h200():
         assert f"{latency[n]['persist_one_task']['start_ms']:.2f}" == persist
         assert f"{latency[n]['submit_one_task']['start_ms']:.2f}" == submit
         assert persist in guide and submit in guide
+
+
+def test_the_guide_shows_the_started_work_against_the_graph_alone_on_2_h200():
+    """docs/guide/dask.rst's table of the started work (pyblasgemm.dask.START) against the graph
+    alone is the results file's (both alternately in one run on 2 H200): medians of the timed
+    runs, and of the trace over runs and workers; the engines started and took every slot (2
+    exports and 2 runs on 2 GPUs, the run on one) and no task computed one; every product
+    bitwise equal across runs, GPU counts and schedules, 32768^3 float16 the threaded
+    scheduler's too; the figure is drawn from it; the earlier run's dask.array.matmul quoted."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    guide = (root / "docs" / "guide" / "dask.rst").read_text()
+    name = "dask_scaling_h200x2_2026-11-28_ef0b596_start.json"
+    doc = json.loads((root / "bench" / "results" / name).read_text())
+    assert name in guide and "dask_scaling_2026-11-28_start.png" in guide
+    assert (root / "docs" / "_static" / "perf" / "dask_scaling_2026-11-28_start.png").is_file()
+    assert doc["device"]["name"] == "NVIDIA H200" and doc["gpu_count"] == 2 and doc["failures"] == []
+    assert doc["device_kind"] == "nvidia-h200-x2" and doc["git_sha"] == "ef0b596"
+    for case, bits in doc["bitwise"].items():
+        assert bits["all_runs_equal"] and len(bits["runs"]) == 4, case
+        assert {r.split()[-1] for r in bits["runs"]} == {"start", "runs"}
+    assert doc["bitwise"]["32768^3 float16"]["threaded_equal"] is True
+    med = statistics.median
+    for case in doc["cases"]:
+        run = case["pyblasgemm.dask.matmul"]
+        slots = {1: 1, 2: 4}[case["gpus"]] if case["schedule"] == "start" else 0
+        assert all((e["started"], e["taken"], e["computed_in_task"], e["held"]) == (slots, slots, 0, 0)
+                   for e in run["engine_per_run"]), case["case"]
+        timed = run["trace"]["timed"]
+        workers = [w for r in timed for w in r["workers"].values()]
+        arrive = med(min(v[0] for v in w["arrive_ms"].values()) for w in workers)
+        theirs = case.get("dask.array.matmul", {})
+        mine = (f"{theirs['median_s'] * 1e3:.1f} ms ({case['ratio_vs_dask_array']:.2f}x)" if "median_s" in theirs
+                else "not run")
+        row = (f"   * - {case['case']}\n     - {case['gpus']}\n     - {case['schedule']}\n     - {run['tasks']}\n"
+               f"     - {run['median_s'] * 1e3:.1f} ms\n"
+               f"     - {run['speedup_vs_one_call']:.3f}x ({run['efficiency']:.3f})\n"
+               f"     - {arrive:.2f}\n     - {med(w['first_task_ms'] for w in workers):.2f}\n"
+               f"     - {med(w['gpu_first_ms'] for w in workers):.2f}\n"
+               f"     - {med(w['gpu_last_ms'] for w in workers):.2f}\n     - {mine}\n")
+        assert row in guide, row
+    latency = doc["transports"]["ipc"]["latency"]["2"]
+    assert (f"{latency['persist_one_task']['start_ms']:.2f}", f"{latency['submit_one_task']['start_ms']:.2f}") == \
+        ("5.92", "3.42")
+    earlier = json.loads((root / "bench" / "results" / "dask_scaling_h200x2_2026-11-28_7725cb0_start.json").read_text())
+    (two,) = [c for c in earlier["cases"] if c["gpus"] == 2 and "dask.array.matmul" in c]
+    assert f"{two['dask.array.matmul']['median_s'] * 1e3:.1f} ms" == "3834.2 ms"
+    assert f"{two['ratio_vs_dask_array']:.1f}x" == "62.7x" and "62.7x" in guide and "3834.2 ms" in guide

@@ -340,3 +340,41 @@ def test_two_gpus_ipc_events_order_a_copy_after_the_producers_writes_and_before_
     assert stats[w0]["event_exports"] == 3 and stats[w0]["synchronized_exports"] == 0, stats
     assert stats[w1]["ipc_blocks"] == 3 and stats[w1]["synchronized_fetches"] == 0, stats
     client.run(pbd.close_ipc_handles)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float64], ids=lambda d: np.dtype(d).name)
+def test_two_gpus_persist_starts_each_workers_own_work_with_the_threaded_bits(two_gpu_cluster, dtype):
+    """pyblasgemm.dask.START on 2 GPUs over CUDA IPC: ``z.persist()`` hands each worker's
+    engine its export (the B blocks the other reads) and its run of its own blocks before the
+    graph reaches the scheduler; the tasks take them (or, where a task came first, compute
+    them), the run that reads the other GPU's blocks fetches them through the engine's export;
+    three runs on fresh operands give the threaded scheduler's bits on one GPU, nothing falls
+    back to Dask's transfer, and no started work is left held."""
+    from distributed import wait
+
+    client = two_gpu_cluster
+    assert pbd.START
+    rng = np.random.default_rng(53)
+    x, y = _data(rng, (512, 384), dtype), _data(rng, (384, 256), dtype)
+    threaded = _threaded(x, y)
+    client.run(pbd.ipc_stats, True)
+    client.run(pbd.engine_stats, True)
+    for run in range(3):
+        X = _on_gpus(client, x, 128, lambda i, k: i // 2, "a")
+        Y = _on_gpus(client, y, 128, lambda k, j: j, "b")
+        z = pbd.matmul(X, Y)
+        assert type(z).__name__ == "PlacedArray" and pbd.transport_of(z) == "ipc"
+        done = z.persist()
+        wait(done)
+        got = cupy.asnumpy(done.compute())
+        np.testing.assert_array_equal(got.view(np.uint8), threaded.view(np.uint8), f"run {run}")
+        del X, Y, z, done
+    counts = client.run(pbd.engine_stats)
+    for w, c in counts.items():           # a worker: one export and one run of its own a product
+        assert c["started"] == c["taken"] and c["taken"] + c["computed_in_task"] == 6, (w, c)
+        assert (c["held"], c["failed"]) == (0, 0), (w, c)
+    assert sum(c["taken"] for c in counts.values()) >= 1, counts
+    for w, s in client.run(pbd.ipc_stats).items():
+        assert s["ipc_blocks"] == 9 and s["fallback_blocks"] == 0 and s["synchronized_fetches"] == 0, (w, s)
+    client.run(pbd.close_ipc_handles)
+    _check(got, x, y, dtype)
