@@ -92,7 +92,7 @@ from __future__ import annotations
 import math
 import operator
 import struct
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -105,6 +105,9 @@ from .gemm import gemm as _gemm
 from .planner import plan_for
 from .planner.composite import CompositeSpec
 from .planner.overrides import current_settings
+
+if TYPE_CHECKING:     # types only
+    from ._typing import ScipyRoutine
 
 __all__ = ["sgemm", "dgemm", "cgemm", "zgemm", "hgemm", "bgemm", "igemm"]
 
@@ -620,10 +623,11 @@ def _make(prefix: str):
     return xgemm
 
 
-sgemm = _make("s")
-dgemm = _make("d")
-cgemm = _make("c")
-zgemm = _make("z")
-hgemm = _make("h")
-bgemm = _make("b")
-igemm = _make("i")
+# typed by one Protocol: NumPy in gives NumPy out, CuPy CuPy (pyblasgemm._typing.ScipyRoutine)
+sgemm: ScipyRoutine = _make("s")
+dgemm: ScipyRoutine = _make("d")
+cgemm: ScipyRoutine = _make("c")
+zgemm: ScipyRoutine = _make("z")
+hgemm: ScipyRoutine = _make("h")
+bgemm: ScipyRoutine = _make("b")
+igemm: ScipyRoutine = _make("i")
