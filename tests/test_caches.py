@@ -137,6 +137,33 @@ def test_tune_retunes_over_wrong_shaped_winner_and_rewrites_it(winner, reason):
         assert "autotune cache" in _tune(timer=_must_not_time).reason
 
 
+def test_tuning_a_miss_and_a_corrupt_entry_are_logged_and_a_served_entry_is_not(caplog):
+    """Issue 35 item 5: cache misses and corruption on the ``pyblasgemm`` logger (the autotune
+    cache's only warned; its misses said nothing), a stored winner served in silence."""
+    import logging
+
+    def said():
+        words = [r.getMessage() for r in caplog.records if r.name.startswith("pyblasgemm")]
+        caplog.clear()
+        return words
+
+    with caplog.at_level(logging.INFO, logger="pyblasgemm"):
+        _tune()
+        timing, won = said()
+        assert timing.startswith("autotune: timing 3 candidates for float16 TN m=3072 n=3072 k=3072 ")
+        assert "(no usable stored winner)" in timing
+        (path,) = AT.cache_dir().glob("tune-*.json")
+        assert won.startswith("autotune: ") and f"stored in {path}" in won
+        _tune(timer=_must_not_time)
+        assert said() == []
+        path.write_text("{not json")
+        with pytest.warns(AT.CacheWarning, match="corrupt"):
+            _tune()
+        corrupt, timing, won = said()
+    assert corrupt.startswith(f"autotune cache: ignoring corrupt autotune cache file {path}")
+    assert "timing 3 candidates" in timing and "stored in" in won
+
+
 @pytest.mark.parametrize("name", ["winner-string", "winner-list", "tensorcore-config-null",
                                   "tensorcore-config-number", "timings-not-numbers", "time_s-nan"])
 def test_plan_with_a_wrong_shaped_entry_does_not_raise(monkeypatch, name):
@@ -539,15 +566,20 @@ BAD_TABLES = {
 
 
 @pytest.mark.parametrize("text, reason", BAD_TABLES.values(), ids=BAD_TABLES)
-def test_bad_choices_file_is_ignored_with_one_warning(tmp_path, text, reason):
+def test_bad_choices_file_is_ignored_with_one_warning(tmp_path, text, reason, caplog):
+    import logging
+
     path = tmp_path / "choices.json"
     path.write_text(text)
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, \
+            caplog.at_level(logging.INFO, logger="pyblasgemm"):
         warnings.simplefilter("always")
         assert measured.load_choices(path) is None
         assert measured.load_choices(path) is None        # read once: no second warning
     message = _only(caught, measured.ChoicesWarning)
     assert str(path) in message and re.search(reason, message), message
+    # and once on the logger, in the warning's words (issue 35 item 5: corruption is logged)
+    assert [r.getMessage() for r in caplog.records] == [message.removeprefix("pyblasgemm: ")]
 
 
 def test_unreadable_choices_file_is_ignored(tmp_path):

@@ -40,6 +40,51 @@ def test_the_logger_is_silent_by_default(capsys):
     assert capsys.readouterr().err == ""
 
 
+def _package_warnings():
+    """The warning classes the package's source defines (module, name) and the category of
+    each ``warnings.warn`` call in it (path:line, name; None when the call names none, i.e.
+    UserWarning), read with ``ast``: a new module's class or call counts without a list here."""
+    import ast
+    from pathlib import Path
+
+    root = Path(pyblasgemm.__file__).resolve().parent
+    classes, calls = [], []
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(ast.unparse(b).endswith("Warning")
+                                                      for b in node.bases):
+                classes.append((module, node.name))
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) == "warnings.warn":
+                given = node.args[1:2] + [k.value for k in node.keywords if k.arg == "category"]
+                where = f"{path.relative_to(root.parent)}:{node.lineno}"
+                calls.append((where, ast.unparse(given[0]) if given else None))
+    return classes, calls
+
+
+#: NumPy's own floating-point warnings, raised where NumPy would raise them (the host backend
+#: reports a product's overflow as numpy.matmul does): not pyblasgemm's to rename
+NUMPY_WARNINGS = {("pyblasgemm/backends/host.py", "RuntimeWarning")}
+
+
+def test_every_warning_the_package_raises_is_a_pyblasgemm_warning():
+    """Issue 35 item 5: one base. The test named three classes and missed the fourth
+    (CublasLtWarning, item 1's); it now reads every class and every warn call from the source."""
+    import importlib
+
+    classes, calls = _package_warnings()
+    found = {name: getattr(importlib.import_module(module), name) for module, name in classes}
+    assert {"PyblasgemmWarning", "CacheWarning", "ChoicesWarning", "KernelCacheWarning",
+            "CublasLtWarning"} <= set(found)
+    for name, cls in found.items():
+        assert issubclass(cls, pyblasgemm.PyblasgemmWarning), name
+    assert len(calls) >= 5           # (the caches warn through one helper each)
+    for where, category in calls:
+        if (where.split(":")[0], category) not in NUMPY_WARNINGS:
+            assert category in found, (where, category)
+
+
 @pytest.mark.parametrize("cls", [CacheWarning, ChoicesWarning, KernelCacheWarning])
 def test_every_warning_class_derives_from_the_one_base(cls):
     assert issubclass(cls, pyblasgemm.PyblasgemmWarning)
@@ -190,6 +235,13 @@ def test_info_json_without_a_gpu(xdg, capsys):
                                     "cuda_driver", "cublas", "nvrtc"}
     assert doc["versions"]["pyblasgemm"] == pyblasgemm.__version__
     assert doc["caches"]["tune"]["path"] == str(xdg / "cache" / "pyblasgemm")
+    # each cache's location and size, and the cap (item 5: "cache locations and sizes")
+    _fill(xdg / "cache" / "pyblasgemm" / "kernels", "k.cubin", 30, 0)
+    assert main(["info", "--json"]) == 0
+    caches = json.loads(capsys.readouterr().out)["caches"]
+    assert caches["kernels"] == {"path": str(xdg / "cache" / "pyblasgemm" / "kernels"),
+                                 "files": 1, "bytes": 30}
+    assert caches["tune"]["files"] == 0 and caches["max_bytes"] == 1024 << 20
     assert doc["results_dir"] == str(xdg / "data" / "pyblasgemm" / "bench")
     assert isinstance(doc["device"]["gpu"], bool) and doc["device"]["name"]
 

@@ -71,8 +71,8 @@ value raises ``SettingError`` naming the variable, the value and what is allowed
                                 ``~/.local/share/pyblasgemm/bench/``).
 
 Logging: every new plan (never a memoized one) is logged at DEBUG on the ``pyblasgemm`` logger
-with its problem and reason, kernel compiles at INFO with their duration, an unusable
-kernel-cache entry at INFO beside its warning; ``pyblasgemm.explain(a, b)`` gives the plan of a
+with its problem and reason, kernel compiles at INFO with their duration, an autotune miss
+and its winner at INFO, an unusable kernel- or autotune-cache entry at INFO beside its warning; ``pyblasgemm.explain(a, b)`` gives the plan of a
 call from its arrays. Warnings derive from ``pyblasgemm.PyblasgemmWarning``.
 
 Command line: ``python -m pyblasgemm plan M N K --dtype f16 --trans NT`` prints the explanation
