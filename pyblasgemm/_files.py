@@ -103,23 +103,45 @@ def read_regular(path, limit: int) -> bytes:
 # Where the caches and results live (XDG base directories), their sizes, the size cap, clearing
 # ---------------------------------------------------------------------------------------------
 
-def _xdg(variable: str, *default: str):
+#: where no XDG variable is set, the platforms' own folders (platformdirs' choices for an app
+#: without an author) below the home folder (Windows: %LOCALAPPDATA%): (cache, data)
+_PLATFORM_HOMES = {
+    "darwin": (("Library", "Caches", "pyblasgemm"),
+               ("Library", "Application Support", "pyblasgemm")),
+    "win32": (("pyblasgemm", "Cache"), ("pyblasgemm",)),
+}
+
+
+def _home(variable: str, which: int, *xdg_default: str) -> pathlib.Path:
+    """``$variable/pyblasgemm`` when the XDG variable is an absolute path (on every platform: the
+    user asked for it), else the platform's folder (``_PLATFORM_HOMES``; ``which``: 0 cache,
+    1 data), else XDG's default below ``~`` (Linux and the rest)."""
+    import sys
+
     from . import settings
 
-    return settings.xdg_home(variable, *default)
+    own = _PLATFORM_HOMES.get(sys.platform)
+    if own is None or os.path.isabs(os.environ.get(variable, "")):
+        return settings.xdg_home(variable, *xdg_default) / "pyblasgemm"
+    base = pathlib.Path.home()
+    if sys.platform == "win32":
+        local = os.environ.get("LOCALAPPDATA", "")
+        base = pathlib.Path(local) if os.path.isabs(local) else base / "AppData" / "Local"
+    return base.joinpath(*own[which])
 
 
 def cache_home():
     """The caches' root: ``$PYBLASGEMM_CACHE_DIR``, else ``$XDG_CACHE_HOME/pyblasgemm``, else
-    ``~/.cache/pyblasgemm``. Autotuned winners are its ``tune-*.json`` files, compiled sm_90a
-    kernels live in ``kernels/``.
+    the platform's cache folder: ``~/.cache/pyblasgemm`` (Linux), ``~/Library/Caches/pyblasgemm``
+    (macOS), ``%LOCALAPPDATA%\\pyblasgemm\\Cache`` (Windows). Autotuned winners are its
+    ``tune-*.json`` files, compiled kernels live in ``kernels/``.
 
-    >>> cache_home().name == "pyblasgemm" or settings_dir_is_set()
+    >>> cache_home().name in ("pyblasgemm", "Cache") or settings_dir_is_set()
     True
     """
     from . import settings
 
-    return settings.get("PYBLASGEMM_CACHE_DIR") or _xdg("XDG_CACHE_HOME", ".cache") / "pyblasgemm"
+    return settings.get("PYBLASGEMM_CACHE_DIR") or _home("XDG_CACHE_HOME", 0, ".cache")
 
 
 def settings_dir_is_set() -> bool:
@@ -129,9 +151,10 @@ def settings_dir_is_set() -> bool:
 
 
 def data_home():
-    """Where results go by default: ``$XDG_DATA_HOME/pyblasgemm``, else
-    ``~/.local/share/pyblasgemm`` (never the package's own folder)."""
-    return _xdg("XDG_DATA_HOME", ".local", "share") / "pyblasgemm"
+    """Where results go by default: ``$XDG_DATA_HOME/pyblasgemm``, else the platform's data
+    folder: ``~/.local/share/pyblasgemm`` (Linux), ``~/Library/Application Support/pyblasgemm``
+    (macOS), ``%LOCALAPPDATA%\\pyblasgemm`` (Windows); never the package's own folder."""
+    return _home("XDG_DATA_HOME", 1, ".local", "share")
 
 
 #: cache name -> (its directory below cache_home(), the glob of its files)

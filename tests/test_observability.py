@@ -190,6 +190,38 @@ def test_caches_and_results_follow_xdg(xdg, monkeypatch):
     assert cache_dir() == xdg / "mine"
 
 
+@pytest.mark.parametrize("platform, local, cache, data", [
+    ("darwin", None, "home/Library/Caches/pyblasgemm",
+     "home/Library/Application Support/pyblasgemm"),
+    ("win32", "local", "local/pyblasgemm/Cache", "local/pyblasgemm"),
+    ("win32", None, "home/AppData/Local/pyblasgemm/Cache", "home/AppData/Local/pyblasgemm"),
+    ("linux", "local", "home/.cache/pyblasgemm", "home/.local/share/pyblasgemm")])
+def test_caches_and_results_in_the_platforms_folders(xdg, monkeypatch, platform, local, cache,
+                                                     data):
+    """Item 5's "XDG/platformdirs locations": without XDG variables, macOS and Windows get their
+    own cache and data folders (they got Linux's ~/.cache and ~/.local/share); an absolute XDG
+    variable still wins there, as the user asked for it."""
+    import sys
+    from pathlib import Path
+
+    from pyblasgemm.benchmarks.suite import results_dir
+    from pyblasgemm.kernels.jit import kernel_cache_dir
+
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: xdg / "home"))
+    if local is None:
+        monkeypatch.delenv("LOCALAPPDATA", raising=False)
+    else:
+        monkeypatch.setenv("LOCALAPPDATA", str(xdg / local))
+    monkeypatch.setattr(sys, "platform", platform)
+    assert _files.cache_home() == xdg / cache
+    assert kernel_cache_dir() == xdg / cache / "kernels"
+    assert _files.data_home() == xdg / data and results_dir() == xdg / data / "bench"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(xdg / "mine"))
+    assert _files.cache_home() == xdg / "mine" / "pyblasgemm"
+
+
 def test_trim_cache_drops_the_oldest_entries_whole(xdg):
     k = xdg / "cache" / "pyblasgemm" / "kernels"
     for i, age in enumerate((10, 30, 20)):
