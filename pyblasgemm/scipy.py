@@ -624,10 +624,11 @@ def _make(prefix: str):
 
 
 # typed by one Protocol: NumPy in gives NumPy out, CuPy CuPy (pyblasgemm._typing.ScipyRoutine)
-sgemm: ScipyRoutine = _make("s")
-dgemm: ScipyRoutine = _make("d")
-cgemm: ScipyRoutine = _make("c")
-zgemm: ScipyRoutine = _make("z")
-hgemm: ScipyRoutine = _make("h")
-bgemm: ScipyRoutine = _make("b")
-igemm: ScipyRoutine = _make("i")
+_ROUTINES: dict[str, ScipyRoutine] = {prefix: _make(prefix) for prefix in "sdczhbi"}
+sgemm = _ROUTINES["s"]
+dgemm = _ROUTINES["d"]
+cgemm = _ROUTINES["c"]
+zgemm = _ROUTINES["z"]
+hgemm = _ROUTINES["h"]
+bgemm = _ROUTINES["b"]
+igemm = _ROUTINES["i"]
