@@ -89,8 +89,9 @@ def test_sdist_manifest_carries_what_the_tests_read():
 
 
 def _setuptools_for_the_sdist():
-    """setuptools' own build_sdist, in this Python, where it is new enough (77: license-files);
-    Python 3.12+ venvs carry no setuptools (pip builds in an isolated one), so there: skip."""
+    """setuptools' own build_sdist, in this Python, where it is new enough (77: license-files):
+    the ``test`` extra brings it (a fresh venv has none on 3.12+, 65 on 3.10-3.11); without
+    it, skip."""
     setuptools = pytest.importorskip("setuptools")
     if int(setuptools.__version__.split(".")[0]) < 77:
         pytest.skip(f"setuptools {setuptools.__version__} < 77 (the build's requirement)")
