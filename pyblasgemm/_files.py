@@ -103,31 +103,10 @@ def read_regular(path, limit: int) -> bytes:
 # Where the caches and results live (XDG base directories), their sizes, the size cap, clearing
 # ---------------------------------------------------------------------------------------------
 
-#: where no XDG variable is set, the platforms' own folders (platformdirs' choices for an app
-#: without an author) below the home folder (Windows: %LOCALAPPDATA%): (cache, data)
-_PLATFORM_HOMES = {
-    "darwin": (("Library", "Caches", "pyblasgemm"),
-               ("Library", "Application Support", "pyblasgemm")),
-    "win32": (("pyblasgemm", "Cache"), ("pyblasgemm",)),
-}
-
-
 def _home(variable: str, which: int, *xdg_default: str) -> pathlib.Path:
-    """``$variable/pyblasgemm`` when the XDG variable is an absolute path (on every platform: the
-    user asked for it), else the platform's folder (``_PLATFORM_HOMES``; ``which``: 0 cache,
-    1 data), else XDG's default below ``~`` (Linux and the rest)."""
-    import sys
-
     from . import settings
 
-    own = _PLATFORM_HOMES.get(sys.platform)
-    if own is None or os.path.isabs(os.environ.get(variable, "")):
-        return settings.xdg_home(variable, *xdg_default) / "pyblasgemm"
-    base = pathlib.Path.home()
-    if sys.platform == "win32":
-        local = os.environ.get("LOCALAPPDATA", "")
-        base = pathlib.Path(local) if os.path.isabs(local) else base / "AppData" / "Local"
-    return base.joinpath(*own[which])
+    return settings.app_home(variable, which, *xdg_default)
 
 
 def cache_home():
