@@ -33,6 +33,37 @@ def test_first_call_logs_its_plan_and_a_repeated_call_logs_nothing(caplog):
     assert repeated == []
 
 
+def test_no_hot_path_function_logs_before_its_memoized_return():
+    """Item 5: the logger on cold paths only, read from the source: in the functions every
+    repeated call runs (tests/test_imports.py's HOT_PATHS), a log, print or warn call comes only
+    after the function's first ``return`` (plan_for's memoized plan), i.e. on a miss."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("_hot", Path(__file__).with_name("test_imports.py"))
+    hot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hot)
+    seen, early = 0, []
+    for relpath, names in hot.HOT_PATHS.items():
+        tree = ast.parse((hot.PACKAGE / relpath).read_text())
+        for fn in ast.walk(tree):
+            if not (isinstance(fn, ast.FunctionDef) and fn.name in names):
+                continue
+            returns = [x.lineno for x in ast.walk(fn) if isinstance(x, ast.Return)]
+            first = min(returns, default=fn.end_lineno)
+            for x in ast.walk(fn):
+                if isinstance(x, ast.Call):
+                    name = ast.unparse(x.func)
+                    if name.split(".")[0] in ("log", "logging", "logger") or name in (
+                            "print", "warnings.warn"):
+                        seen += 1
+                        if x.lineno <= first:
+                            early.append(f"{relpath}:{fn.name}:{x.lineno} {name}")
+    assert early == []
+    assert seen >= 1            # plan_for's, after its memoized return: the check reads them
+
+
 def test_the_logger_is_silent_by_default(capsys):
     # DEBUG/INFO records never reach logging's last-resort handler (WARNING and up)
     pyblasgemm.clear_plan_cache()
