@@ -41,7 +41,8 @@ def test_no_hot_path_function_logs_before_its_memoized_return():
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("_hot", Path(__file__).with_name("test_imports.py"))
+    spec = importlib.util.spec_from_file_location("_hot",
+                                                  Path(__file__).with_name("test_imports.py"))
     hot = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hot)
     seen, early = 0, []
