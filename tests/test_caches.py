@@ -453,6 +453,24 @@ def test_cached_program_logs_the_compile_pair_once(caplog, any_nvrtc):
         "compiling k<float> for sm_90 (kernel cache miss)", "compiled k<float>"]   # the observability guide's pair
 
 
+def test_a_kernel_compile_enforces_the_cap(any_nvrtc, monkeypatch):
+    """Issue 35 item 5's size cap on the kernel cache's own write (the tune cache's write and
+    ``trim_cache`` were tested alone): a compile's new entry pushes the oldest one out."""
+    import os
+
+    d = jit.kernel_cache_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    old = d / "old.cubin"
+    old.write_bytes(b"x" * (1 << 20))
+    os.utime(old, (1_700_000_000, 1_700_000_000))
+    monkeypatch.setenv("PYBLASGEMM_CACHE_MAX_MB", "1")
+    calls: list = []
+    assert jit.cached_program("// cap\n", ["cap<float>"], "sm_90",
+                              compile=_counting_compile(calls))[0] == CUBIN
+    assert len(calls) == 1 and not old.exists()
+    assert [p.suffix for p in d.glob("*.cubin")] == [".cubin"]        # the new entry stays
+
+
 def test_cached_program_compiles_an_entry_once_across_threads(any_nvrtc):
     """Callers that want the same entry at once wait on its compile lock and read what the
     first one wrote (flock: separate descriptors exclude each other, also in one process)."""
