@@ -296,8 +296,18 @@ def test_info_json_without_a_gpu(xdg, capsys):
     assert main(["info", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc["versions"]) >= {"pyblasgemm", "python", "numpy", "cupy", "cuda_runtime",
-                                    "cuda_driver", "cublas", "nvrtc"}
+                                    "cuda_driver", "cublas", "nvrtc", "ml_dtypes", "tqdm", "scipy",
+                                    "torch", "jax", "jaxlib", "dask", "distributed"}
     assert doc["versions"]["pyblasgemm"] == pyblasgemm.__version__
+    # the integrations' versions from their metadata (none imported: torch takes seconds)
+    from importlib import metadata
+
+    for dist in ("tqdm", "torch", "jax", "dask"):
+        try:
+            want = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            want = None
+        assert doc["versions"][dist] == want, dist
     assert doc["caches"]["tune"]["path"] == str(xdg / "cache" / "pyblasgemm")
     # each cache's location and size, and the cap (item 5: "cache locations and sizes")
     _fill(xdg / "cache" / "pyblasgemm" / "kernels", "k.cubin", 30, 0)
