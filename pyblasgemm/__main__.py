@@ -180,8 +180,10 @@ def _time(call, cupy, repeats: int = 10) -> float:
 
 def info_dict() -> dict:
     """Everything ``info --json`` prints: versions (pyblasgemm, Python, NumPy, CuPy, the CUDA
-    runtime and driver, cuBLAS, NVRTC, and the CUDA bindings: cuda-bindings, cuda-pathfinder,
-    nvmath-python; None where absent), the device, the cuBLAS route (which cuBLASLt binding, or
+    runtime and driver, cuBLAS, NVRTC, the CUDA bindings: cuda-bindings, cuda-pathfinder,
+    nvmath-python, and the other packages pyblasgemm uses where installed: ml_dtypes, tqdm,
+    SciPy, PyTorch, JAX and jaxlib, Dask and distributed, read from their metadata, so none is
+    imported; None where absent), the device, the cuBLAS route (which cuBLASLt binding, or
     why none: :func:`pyblasgemm.backends.cublaslt.status`), the default compute, the
     ``PYBLASGEMM_*`` settings, the cache locations and sizes. Works without a GPU.
 
@@ -201,7 +203,8 @@ def info_dict() -> dict:
     versions = {"pyblasgemm": pyblasgemm.__version__, "python": platform.python_version(),
                 "numpy": np.__version__, "cupy": None, "cuda_runtime": None, "cuda_driver": None,
                 "cublas": None, "nvrtc": None}
-    for dist in ("cuda-bindings", "cuda-pathfinder", "nvmath-python"):
+    for dist in ("cuda-bindings", "cuda-pathfinder", "nvmath-python", "ml_dtypes", "tqdm",
+                 "scipy", "torch", "jax", "jaxlib", "dask", "distributed"):
         try:
             versions[dist.replace("-", "_")] = metadata.version(dist)
         except metadata.PackageNotFoundError:

@@ -103,23 +103,24 @@ def read_regular(path, limit: int) -> bytes:
 # Where the caches and results live (XDG base directories), their sizes, the size cap, clearing
 # ---------------------------------------------------------------------------------------------
 
-def _xdg(variable: str, *default: str):
+def _home(variable: str, which: int, *xdg_default: str) -> pathlib.Path:
     from . import settings
 
-    return settings.xdg_home(variable, *default)
+    return settings.app_home(variable, which, *xdg_default)
 
 
 def cache_home():
     """The caches' root: ``$PYBLASGEMM_CACHE_DIR``, else ``$XDG_CACHE_HOME/pyblasgemm``, else
-    ``~/.cache/pyblasgemm``. Autotuned winners are its ``tune-*.json`` files, compiled sm_90a
-    kernels live in ``kernels/``.
+    the platform's cache folder: ``~/.cache/pyblasgemm`` (Linux), ``~/Library/Caches/pyblasgemm``
+    (macOS), ``%LOCALAPPDATA%\\pyblasgemm\\Cache`` (Windows). Autotuned winners are its
+    ``tune-*.json`` files, compiled kernels live in ``kernels/``.
 
-    >>> cache_home().name == "pyblasgemm" or settings_dir_is_set()
+    >>> cache_home().name in ("pyblasgemm", "Cache") or settings_dir_is_set()
     True
     """
     from . import settings
 
-    return settings.get("PYBLASGEMM_CACHE_DIR") or _xdg("XDG_CACHE_HOME", ".cache") / "pyblasgemm"
+    return settings.get("PYBLASGEMM_CACHE_DIR") or _home("XDG_CACHE_HOME", 0, ".cache")
 
 
 def settings_dir_is_set() -> bool:
@@ -129,9 +130,10 @@ def settings_dir_is_set() -> bool:
 
 
 def data_home():
-    """Where results go by default: ``$XDG_DATA_HOME/pyblasgemm``, else
-    ``~/.local/share/pyblasgemm`` (never the package's own folder)."""
-    return _xdg("XDG_DATA_HOME", ".local", "share") / "pyblasgemm"
+    """Where results go by default: ``$XDG_DATA_HOME/pyblasgemm``, else the platform's data
+    folder: ``~/.local/share/pyblasgemm`` (Linux), ``~/Library/Application Support/pyblasgemm``
+    (macOS), ``%LOCALAPPDATA%\\pyblasgemm`` (Windows); never the package's own folder."""
+    return _home("XDG_DATA_HOME", 1, ".local", "share")
 
 
 #: cache name -> (its directory below cache_home(), the glob of its files)

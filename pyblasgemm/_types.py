@@ -6,9 +6,13 @@ type is one new row, not a search through the code base.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import ml_dtypes
 import numpy as np
+
+if TYPE_CHECKING:     # types only (pyblasgemm._typing)
+    from ._typing import Fp32Compute
 
 float16 = np.dtype(np.float16)
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
@@ -91,7 +95,7 @@ FP32_DEFAULTS = tuple(c for c in TYPE_ROWS["s"].computes if c != "int8-ozaki")
 _default_compute_fp32: str | None = None
 
 
-def set_default_compute(mode: str) -> None:
+def set_default_compute(mode: Fp32Compute) -> None:
     """Set the package-wide default ``compute=`` for float32 problems.
 
     ``'fp32'`` (the default: IEEE float32 accuracy), ``'tf32'`` or ``'3xtf32'``, in any case,

@@ -8,7 +8,7 @@ the lower case the documentation uses (the run-time check takes any case).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     import jax
     import torch
 
-__all__ = ["Trans", "GemmTrans", "Compute", "Backend", "Activation", "MlpMethod", "NDArray", "HostScalar",
-           "BlasRoutine"]
+__all__ = ["Trans", "GemmTrans", "Compute", "Fp32Compute", "Backend", "Activation", "MlpMethod", "NDArray", "HostScalar",
+           "BlasRoutine", "ScipyRoutine"]
 
 #: op(X) of the BLAS form: X, Xᵀ, Xᴴ
 Trans = Literal["N", "T", "C", "n", "t", "c"]
@@ -43,6 +43,8 @@ Compute = Literal[
     "int8-ozaki-51", "int8-ozaki-52", "int8-ozaki-53", "int8-ozaki-54", "int8-ozaki-55",
     "int8-ozaki-56", "int8-ozaki-57", "int8-ozaki-58", "int8-ozaki-59", "int8-ozaki-60",
     "int8-ozaki-61", "int8-ozaki-62"]
+#: set_default_compute's words: float32's modes (pyblasgemm._types.FP32_DEFAULTS) and their aliases
+Fp32Compute = Literal["fp32", "tf32", "3xtf32", "tf32x3", "ieee", "highest", "high"]
 #: backend= names (pyblasgemm.desc.BACKEND_NAMES and BACKEND_ALIASES)
 Backend = Literal["auto", "tensorcore", "cublas", "host", "pyblasgemm"]
 #: activation= names (pyblasgemm.epilogue.ACTIVATIONS; the run-time check takes these exactly)
@@ -63,4 +65,28 @@ class BlasRoutine(Protocol):
                  alpha: HostScalar, a: ArrayT, lda: int, b: Any, ldb: int, beta: HostScalar,
                  c: ArrayT, ldc: int, *, compute: Compute | None = None,
                  backend: Backend | None = None, autotune: bool | None = None,
-                 stream: Any = None) -> ArrayT: ...
+                 stream: Any = None, invariant: bool | None = None) -> ArrayT: ...
+
+
+class ScipyRoutine(Protocol):
+    """``scipy.linalg.blas``'s GEMM signature (``pyblasgemm.scipy.sgemm``, ...): NumPy arrays
+    (and what NumPy reads) give ``numpy.ndarray``, CuPy arrays CuPy. ``trans_a`` / ``trans_b``
+    are SciPy's 0, 1, 2; ``compute`` and ``backend`` pyblasgemm's words."""
+
+    @overload
+    def __call__(self, alpha: HostScalar, a: NDArray, b: NDArray, beta: HostScalar | None = ...,
+                 c: NDArray | None = None, trans_a: int = 0, trans_b: int = 0,
+                 overwrite_c: int = 0, *, backend: Backend | None = None,
+                 compute: Compute | None = None) -> NDArray: ...
+
+    @overload
+    def __call__(self, alpha: HostScalar, a: cupy.ndarray, b: cupy.ndarray,
+                 beta: HostScalar | None = ..., c: cupy.ndarray | None = None, trans_a: int = 0,
+                 trans_b: int = 0, overwrite_c: int = 0, *, backend: Backend | None = None,
+                 compute: Compute | None = None) -> cupy.ndarray: ...
+
+    @overload
+    def __call__(self, alpha: HostScalar, a: npt.ArrayLike, b: npt.ArrayLike,
+                 beta: HostScalar | None = ..., c: npt.ArrayLike | None = None, trans_a: int = 0,
+                 trans_b: int = 0, overwrite_c: int = 0, *, backend: Backend | None = None,
+                 compute: Compute | None = None) -> NDArray: ...

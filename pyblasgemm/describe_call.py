@@ -3,12 +3,18 @@ arrays, found the way matmul finds it (its dtype rules, the row-major to column-
 m and n swapped, its batch merging), without running the product."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
+
+if TYPE_CHECKING:     # types only (pyblasgemm._typing)
+    from ._typing import Backend, Compute
 
 __all__ = ["explain"]
 
 
-def explain(a, b, *, dtype=None, compute=None, backend=None, limit: int = 12) -> str:
+def explain(a: Any, b: Any, *, dtype: Any = None, compute: Compute | None = None,
+            backend: Backend | None = None, limit: int = 12) -> str:
     """Describe what ``pyblasgemm.matmul(a, b, dtype=..., compute=..., backend=...)`` would do:
     the route, the column-major problem the planner sees and its plan's explanation
     (:meth:`Plan.explain`, ``limit`` candidates). Nothing is computed or launched; a plan made
@@ -67,14 +73,14 @@ def explain(a, b, *, dtype=None, compute=None, backend=None, limit: int = 12) ->
             f"{dtypes[1] if dtypes else '?'}")
     if dtypes is None:
         return head + f"\nroute: {xp_name}.matmul (no pyblasgemm type row for these dtypes)"
-    backend = check_backend("explain", backend)
-    if (xp_name == "numpy" and dtype is None and compute is None and backend is None
+    forced = check_backend("explain", backend)
+    if (xp_name == "numpy" and dtype is None and compute is None and forced is None
             and a.dtype == b.dtype and a.dtype.num in mm._HOST_DIRECT
             and (a.dtype.char != "f" or get_default_compute() == "fp32")):
         # matmul's first branch: no planner at all
         return head + "\nroute: NumPy's matmul directly (the host fast path: no plan)"
     row = row if dtype is not None and row is not None else ROW_BY_DTYPE[dtypes[0]]
-    compute = resolve_compute(row, compute, "explain")
+    mode = resolve_compute(row, compute, "explain")
     if 0 in shape or k == 0:
         return head + "\nroute: empty or k = 0 (no GEMM runs)"
     xp = np if xp_name == "numpy" else __import__("cupy")
@@ -99,7 +105,7 @@ def explain(a, b, *, dtype=None, compute=None, backend=None, limit: int = 12) ->
         inner, steps = 1, (0, 0, 0)
     fast = None
     if min(steps) >= 0:
-        fast = _fast_desc("matmul", row, compute, "N", "N", ac, bc, c, one, zero, inner, steps,
+        fast = _fast_desc("matmul", row, mode, "N", "N", ac, bc, c, one, zero, inner, steps,
                           m, n, k, fresh_c=True)
     if fast is not None:
         desc, _, _, swapped = fast
@@ -107,10 +113,10 @@ def explain(a, b, *, dtype=None, compute=None, backend=None, limit: int = 12) ->
                else "column-major as given")
     else:
         # strides no BLAS flag describes: matmul copies to tight storage first
-        desc = make_desc(n, m, k, row.ab_dtype.name, compute=compute, batch=inner,
+        desc = make_desc(n, m, k, row.ab_dtype.name, compute=mode, batch=inner,
                          xp=xp_name)
         how = "operands copied to tight storage first; C^T = B^T A^T"
-    plan = plan_for(desc, backend)
+    plan = plan_for(desc, forced)
     return f"{head}\nroute: planned ({how}){note}\n{plan.explain(limit)}"
 
 

@@ -87,7 +87,7 @@ def _dtype_name(dtype) -> str:
     return _kernel.dtype_name(dtype)
 
 
-def mlp_plan(tokens: int, features: int, hidden: int, out_features: int, dtype="float16", *,
+def mlp_plan(tokens: int, features: int, hidden: int, out_features: int, dtype: Any = "float16", *,
              max_smem: int | None = None, sm_count: int | None = None) -> MlpPlan:
     """The plan of a layer on a GPU (no arrays needed): two GEMMs with fused epilogues, and
     whether the on-chip kernel's bounds hold (:func:`pyblasgemm.kernels.mlp_kernel.fits`: then

@@ -92,7 +92,7 @@ from __future__ import annotations
 import math
 import operator
 import struct
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -105,6 +105,9 @@ from .gemm import gemm as _gemm
 from .planner import plan_for
 from .planner.composite import CompositeSpec
 from .planner.overrides import current_settings
+
+if TYPE_CHECKING:     # types only
+    from ._typing import ScipyRoutine
 
 __all__ = ["sgemm", "dgemm", "cgemm", "zgemm", "hgemm", "bgemm", "igemm"]
 
@@ -620,10 +623,12 @@ def _make(prefix: str):
     return xgemm
 
 
-sgemm = _make("s")
-dgemm = _make("d")
-cgemm = _make("c")
-zgemm = _make("z")
-hgemm = _make("h")
-bgemm = _make("b")
-igemm = _make("i")
+# typed by one Protocol: NumPy in gives NumPy out, CuPy CuPy (pyblasgemm._typing.ScipyRoutine)
+_ROUTINES: dict[str, ScipyRoutine] = {prefix: _make(prefix) for prefix in "sdczhbi"}
+sgemm = _ROUTINES["s"]
+dgemm = _ROUTINES["d"]
+cgemm = _ROUTINES["c"]
+zgemm = _ROUTINES["z"]
+hgemm = _ROUTINES["h"]
+bgemm = _ROUTINES["b"]
+igemm = _ROUTINES["i"]

@@ -25,6 +25,7 @@ pyblasgemm.settings.SettingError: PYBLASGEMM_SPLITS='1' is not allowed: an integ
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -230,6 +231,29 @@ def describe() -> str:
         lines.append(f"{v.name}: {v.allowed()}; default {v.default!r}")
         lines.append(f"    {v.doc}")
     return "\n".join(lines)
+
+
+#: where no XDG variable is set, the platforms' own folders (platformdirs' choices for an app
+#: without an author) below the home folder (Windows: %LOCALAPPDATA%): (cache, data)
+_PLATFORM_HOMES = {
+    "darwin": (("Library", "Caches", "pyblasgemm"),
+               ("Library", "Application Support", "pyblasgemm")),
+    "win32": (("pyblasgemm", "Cache"), ("pyblasgemm",)),
+}
+
+
+def app_home(variable: str, which: int, *xdg_default: str) -> Path:
+    """``$variable/pyblasgemm`` when the XDG variable is an absolute path (on every platform: the
+    user asked for it), else the platform's folder (``_PLATFORM_HOMES``; ``which``: 0 cache,
+    1 data), else XDG's default below ``~`` (Linux and the rest)."""
+    own = _PLATFORM_HOMES.get(sys.platform)
+    if own is None or os.path.isabs(os.environ.get(variable, "")):
+        return xdg_home(variable, *xdg_default) / "pyblasgemm"
+    base = Path.home()
+    if sys.platform == "win32":
+        local = os.environ.get("LOCALAPPDATA", "")
+        base = Path(local) if os.path.isabs(local) else base / "AppData" / "Local"
+    return base.joinpath(*own[which])
 
 
 def xdg_home(variable: str, *default: str) -> Path:

@@ -137,6 +137,33 @@ def test_tune_retunes_over_wrong_shaped_winner_and_rewrites_it(winner, reason):
         assert "autotune cache" in _tune(timer=_must_not_time).reason
 
 
+def test_tuning_a_miss_and_a_corrupt_entry_are_logged_and_a_served_entry_is_not(caplog):
+    """Issue 35 item 5: cache misses and corruption on the ``pyblasgemm`` logger (the autotune
+    cache's only warned; its misses said nothing), a stored winner served in silence."""
+    import logging
+
+    def said():
+        words = [r.getMessage() for r in caplog.records if r.name.startswith("pyblasgemm")]
+        caplog.clear()
+        return words
+
+    with caplog.at_level(logging.INFO, logger="pyblasgemm"):
+        _tune()
+        timing, won = said()
+        assert timing.startswith("autotune: timing 3 candidates for float16 TN m=3072 n=3072 k=3072 ")
+        assert "(no usable stored winner)" in timing
+        (path,) = AT.cache_dir().glob("tune-*.json")
+        assert won.startswith("autotune: ") and f"stored in {path}" in won
+        _tune(timer=_must_not_time)
+        assert said() == []
+        path.write_text("{not json")
+        with pytest.warns(AT.CacheWarning, match="corrupt"):
+            _tune()
+        corrupt, timing, won = said()
+    assert corrupt.startswith(f"autotune cache: ignoring corrupt autotune cache file {path}")
+    assert "timing 3 candidates" in timing and "stored in" in won
+
+
 @pytest.mark.parametrize("name", ["winner-string", "winner-list", "tensorcore-config-null",
                                   "tensorcore-config-number", "timings-not-numbers", "time_s-nan"])
 def test_plan_with_a_wrong_shaped_entry_does_not_raise(monkeypatch, name):
@@ -426,6 +453,24 @@ def test_cached_program_logs_the_compile_pair_once(caplog, any_nvrtc):
         "compiling k<float> for sm_90 (kernel cache miss)", "compiled k<float>"]   # the observability guide's pair
 
 
+def test_a_kernel_compile_enforces_the_cap(any_nvrtc, monkeypatch):
+    """Issue 35 item 5's size cap on the kernel cache's own write (the tune cache's write and
+    ``trim_cache`` were tested alone): a compile's new entry pushes the oldest one out."""
+    import os
+
+    d = jit.kernel_cache_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    old = d / "old.cubin"
+    old.write_bytes(b"x" * (1 << 20))
+    os.utime(old, (1_700_000_000, 1_700_000_000))
+    monkeypatch.setenv("PYBLASGEMM_CACHE_MAX_MB", "1")
+    calls: list = []
+    assert jit.cached_program("// cap\n", ["cap<float>"], "sm_90",
+                              compile=_counting_compile(calls))[0] == CUBIN
+    assert len(calls) == 1 and not old.exists()
+    assert [p.suffix for p in d.glob("*.cubin")] == [".cubin"]        # the new entry stays
+
+
 def test_cached_program_compiles_an_entry_once_across_threads(any_nvrtc):
     """Callers that want the same entry at once wait on its compile lock and read what the
     first one wrote (flock: separate descriptors exclude each other, also in one process)."""
@@ -539,15 +584,20 @@ BAD_TABLES = {
 
 
 @pytest.mark.parametrize("text, reason", BAD_TABLES.values(), ids=BAD_TABLES)
-def test_bad_choices_file_is_ignored_with_one_warning(tmp_path, text, reason):
+def test_bad_choices_file_is_ignored_with_one_warning(tmp_path, text, reason, caplog):
+    import logging
+
     path = tmp_path / "choices.json"
     path.write_text(text)
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, \
+            caplog.at_level(logging.INFO, logger="pyblasgemm"):
         warnings.simplefilter("always")
         assert measured.load_choices(path) is None
         assert measured.load_choices(path) is None        # read once: no second warning
     message = _only(caught, measured.ChoicesWarning)
     assert str(path) in message and re.search(reason, message), message
+    # and once on the logger, in the warning's words (issue 35 item 5: corruption is logged)
+    assert [r.getMessage() for r in caplog.records] == [message.removeprefix("pyblasgemm: ")]
 
 
 def test_unreadable_choices_file_is_ignored(tmp_path):

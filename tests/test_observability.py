@@ -33,11 +33,88 @@ def test_first_call_logs_its_plan_and_a_repeated_call_logs_nothing(caplog):
     assert repeated == []
 
 
+def test_no_hot_path_function_logs_before_its_memoized_return():
+    """Item 5: the logger on cold paths only, read from the source: in the functions every
+    repeated call runs (tests/test_imports.py's HOT_PATHS), a log, print or warn call comes only
+    after the function's first ``return`` (plan_for's memoized plan), i.e. on a miss."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("_hot",
+                                                  Path(__file__).with_name("test_imports.py"))
+    hot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hot)
+    seen, early = 0, []
+    for relpath, names in hot.HOT_PATHS.items():
+        tree = ast.parse((hot.PACKAGE / relpath).read_text())
+        for fn in ast.walk(tree):
+            if not (isinstance(fn, ast.FunctionDef) and fn.name in names):
+                continue
+            returns = [x.lineno for x in ast.walk(fn) if isinstance(x, ast.Return)]
+            first = min(returns, default=fn.end_lineno)
+            for x in ast.walk(fn):
+                if isinstance(x, ast.Call):
+                    name = ast.unparse(x.func)
+                    if name.split(".")[0] in ("log", "logging", "logger") or name in (
+                            "print", "warnings.warn"):
+                        seen += 1
+                        if x.lineno <= first:
+                            early.append(f"{relpath}:{fn.name}:{x.lineno} {name}")
+    assert early == []
+    assert seen >= 1            # plan_for's, after its memoized return: the check reads them
+
+
 def test_the_logger_is_silent_by_default(capsys):
     # DEBUG/INFO records never reach logging's last-resort handler (WARNING and up)
     pyblasgemm.clear_plan_cache()
     pyblasgemm.matmul(np.ones((5, 6)), np.ones((6, 7)), backend="host")
     assert capsys.readouterr().err == ""
+
+
+def _package_warnings():
+    """The warning classes the package's source defines (module, name) and the category of
+    each ``warnings.warn`` call in it (path:line, name; None when the call names none, i.e.
+    UserWarning), read with ``ast``: a new module's class or call counts without a list here."""
+    import ast
+    from pathlib import Path
+
+    root = Path(pyblasgemm.__file__).resolve().parent
+    classes, calls = [], []
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(ast.unparse(b).endswith("Warning")
+                                                      for b in node.bases):
+                classes.append((module, node.name))
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) == "warnings.warn":
+                given = node.args[1:2] + [k.value for k in node.keywords if k.arg == "category"]
+                where = f"{path.relative_to(root.parent)}:{node.lineno}"
+                calls.append((where, ast.unparse(given[0]) if given else None))
+    return classes, calls
+
+
+#: NumPy's own floating-point warnings, raised where NumPy would raise them (the host backend
+#: reports a product's overflow as numpy.matmul does): not pyblasgemm's to rename
+NUMPY_WARNINGS = {("pyblasgemm/backends/host.py", "RuntimeWarning")}
+
+
+def test_every_warning_the_package_raises_is_a_pyblasgemm_warning():
+    """Issue 35 item 5: one base. The test named three classes and missed the fourth
+    (CublasLtWarning, item 1's); it now reads every class and every warn call from the source."""
+    import importlib
+
+    classes, calls = _package_warnings()
+    found = {name: getattr(importlib.import_module(module), name) for module, name in classes}
+    assert {"PyblasgemmWarning", "CacheWarning", "ChoicesWarning", "KernelCacheWarning",
+            "CublasLtWarning"} <= set(found)
+    for name, cls in found.items():
+        assert issubclass(cls, pyblasgemm.PyblasgemmWarning), name
+    assert len(calls) >= 5           # (the caches warn through one helper each)
+    for where, category in calls:
+        if (where.split(":")[0], category) not in NUMPY_WARNINGS:
+            assert category in found, (where, category)
 
 
 @pytest.mark.parametrize("cls", [CacheWarning, ChoicesWarning, KernelCacheWarning])
@@ -145,6 +222,38 @@ def test_caches_and_results_follow_xdg(xdg, monkeypatch):
     assert cache_dir() == xdg / "mine"
 
 
+@pytest.mark.parametrize("platform, local, cache, data", [
+    ("darwin", None, "home/Library/Caches/pyblasgemm",
+     "home/Library/Application Support/pyblasgemm"),
+    ("win32", "local", "local/pyblasgemm/Cache", "local/pyblasgemm"),
+    ("win32", None, "home/AppData/Local/pyblasgemm/Cache", "home/AppData/Local/pyblasgemm"),
+    ("linux", "local", "home/.cache/pyblasgemm", "home/.local/share/pyblasgemm")])
+def test_caches_and_results_in_the_platforms_folders(xdg, monkeypatch, platform, local, cache,
+                                                     data):
+    """Item 5's "XDG/platformdirs locations": without XDG variables, macOS and Windows get their
+    own cache and data folders (they got Linux's ~/.cache and ~/.local/share); an absolute XDG
+    variable still wins there, as the user asked for it."""
+    import sys
+    from pathlib import Path
+
+    from pyblasgemm.benchmarks.suite import results_dir
+    from pyblasgemm.kernels.jit import kernel_cache_dir
+
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: xdg / "home"))
+    if local is None:
+        monkeypatch.delenv("LOCALAPPDATA", raising=False)
+    else:
+        monkeypatch.setenv("LOCALAPPDATA", str(xdg / local))
+    monkeypatch.setattr(sys, "platform", platform)
+    assert _files.cache_home() == xdg / cache
+    assert kernel_cache_dir() == xdg / cache / "kernels"
+    assert _files.data_home() == xdg / data and results_dir() == xdg / data / "bench"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(xdg / "mine"))
+    assert _files.cache_home() == xdg / "mine" / "pyblasgemm"
+
+
 def test_trim_cache_drops_the_oldest_entries_whole(xdg):
     k = xdg / "cache" / "pyblasgemm" / "kernels"
     for i, age in enumerate((10, 30, 20)):
@@ -187,9 +296,26 @@ def test_info_json_without_a_gpu(xdg, capsys):
     assert main(["info", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc["versions"]) >= {"pyblasgemm", "python", "numpy", "cupy", "cuda_runtime",
-                                    "cuda_driver", "cublas", "nvrtc"}
+                                    "cuda_driver", "cublas", "nvrtc", "ml_dtypes", "tqdm", "scipy",
+                                    "torch", "jax", "jaxlib", "dask", "distributed"}
     assert doc["versions"]["pyblasgemm"] == pyblasgemm.__version__
+    # the integrations' versions from their metadata (none imported: torch takes seconds)
+    from importlib import metadata
+
+    for dist in ("tqdm", "torch", "jax", "dask"):
+        try:
+            want = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            want = None
+        assert doc["versions"][dist] == want, dist
     assert doc["caches"]["tune"]["path"] == str(xdg / "cache" / "pyblasgemm")
+    # each cache's location and size, and the cap (item 5: "cache locations and sizes")
+    _fill(xdg / "cache" / "pyblasgemm" / "kernels", "k.cubin", 30, 0)
+    assert main(["info", "--json"]) == 0
+    caches = json.loads(capsys.readouterr().out)["caches"]
+    assert caches["kernels"] == {"path": str(xdg / "cache" / "pyblasgemm" / "kernels"),
+                                 "files": 1, "bytes": 30}
+    assert caches["tune"]["files"] == 0 and caches["max_bytes"] == 1024 << 20
     assert doc["results_dir"] == str(xdg / "data" / "pyblasgemm" / "bench")
     assert isinstance(doc["device"]["gpu"], bool) and doc["device"]["name"]
 

@@ -18,6 +18,17 @@ def test_readme_has_exactly_two_commands():
     assert "pytest" in cmds[1]
 
 
+def test_the_first_command_is_the_host_only_install():
+    """Issue 35 item 2: a machine without a GPU must not get 1-2 GB of CUDA wheels from the
+    first command (it installed ``.[cuda13,test]`` before); the installation guide's quick start
+    is the same line."""
+    first = _quick_start_commands()[0]
+    assert "pip install -e . &&" in first and "[" not in first, first     # no extras
+    guide = (ROOT / "docs" / "installation.rst").read_text()
+    quick = guide.split("Quick start\n-----------", 1)[1]
+    assert first in quick.split("installs the host-only package", 1)[0]
+
+
 def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert _quick_start_commands()[1] in ci

@@ -78,11 +78,13 @@ def test_every_public_form_documents_stream_and_foreign_arrays():
 # --- types (item 4): mypy on a user's file -----------------------------------------------------
 
 _USER = '''\
+import cupy
 import jax
 import numpy as np
 import torch
 
 import pyblasgemm
+from pyblasgemm import scipy as blas
 
 x = np.ones((2, 2), np.float32)
 reveal_type(pyblasgemm.matmul(x, x))  # R: numpy.ndarray
@@ -111,9 +113,39 @@ pyblasgemm.grouped_matmul([x], [x], activation="swish")  # E: activation
 pyblasgemm.fused_mlp(x, x, x, activation="silu", method="on_chip")
 pyblasgemm.fused_mlp(x, x, x, activation="elu")  # E: activation
 pyblasgemm.fused_mlp(x, x, x, method="fast")  # E: method
+reveal_type(pyblasgemm.sgemm("N", "N", 2, 2, 2, 1.0, x, 2, x, 2, 0.0, x, 2, invariant=True))  # R: numpy.ndarray
+reveal_type(blas.sgemm(1.0, x, x, trans_a=1))  # R: numpy.ndarray
+reveal_type(blas.zgemm(1.0, [[1j]], [[1j]], 0.5, [[0j]]))  # R: numpy.ndarray
+blas.dgemm(1.0, x, x, compute=3)  # E: compute
+blas.dgemm(1.0, x, x, backend="gpu")  # E: backend
+reveal_type(pyblasgemm.plan(64, 64, 64, "f16", transa="T", compute="fp32"))  # R: pyblasgemm.planner.plan.Plan
+pyblasgemm.plan(64, 64, 64, "f16", compute=3)  # E: compute
+pyblasgemm.plan(64, 64, 64, "f16", transa="X")  # E: transa
+pyblasgemm.plan(64, 64, 64, "f16", backend="gpu")  # E: backend
+pyblasgemm.plan(64, 64, 64, "f16", activation="relu", bias="k")  # E: bias is 'm' or 'n'
+pyblasgemm.tune(64, 64, 64, "f16", compute="fast")  # E: compute
+reveal_type(pyblasgemm.explain(x, x, compute="ieee"))  # R: str
+pyblasgemm.explain(x, x, backend="gpu")  # E: backend
+reveal_type(pyblasgemm.precompile([(64, 64, 64, "f16"), {"m": 64, "n": 64, "k": 64}]))  # R: list[pyblasgemm.planner.plan.Plan]
+pyblasgemm.precompile([(64, 64)])  # E: a problem is (m, n, k, dtype) or plan()'s keywords
+pyblasgemm.set_default_compute("high")
+pyblasgemm.set_default_compute("fp64")  # E: float32's modes only
 
 
-def frameworks(t: torch.Tensor, j: jax.Array) -> None:
+def frameworks(t: torch.Tensor, j: jax.Array, g: cupy.ndarray) -> None:
+    reveal_type(pyblasgemm.matmul(t, t))  # R: torch.Tensor
+    reveal_type(pyblasgemm.matmul(j, j))  # R: jax.Array
+    reveal_type(pyblasgemm.matmul(g, g, compute="tf32"))  # R: cupy.ndarray
+    reveal_type(pyblasgemm.gemm("N", "T", t, t))  # R: torch.Tensor
+    reveal_type(pyblasgemm.gemm("N", "T", g, g, out=g))  # R: cupy.ndarray
+    reveal_type(pyblasgemm.fused_mlp(t, t, t))  # R: torch.Tensor
+    reveal_type(pyblasgemm.fused_mlp(g, g, g))  # R: cupy.ndarray
+    reveal_type(pyblasgemm.sgemm("N", "N", 2, 2, 2, 1.0, g, 2, g, 2, 0.0, g, 2))  # R: cupy.ndarray
+    reveal_type(pyblasgemm.hgemm("N", "N", 2, 2, 2, 1.0, t, 2, t, 2, 0.0, t, 2))  # R: torch.Tensor
+    reveal_type(blas.sgemm(1.0, g, g))  # R: cupy.ndarray
+    reveal_type(pyblasgemm.grouped_matmul([g], [g]))  # R: list[cupy.ndarray]
+    reveal_type(pyblasgemm.Matmul(g, g).execute())  # R: cupy.ndarray
+    pyblasgemm.matmul(g, g, compute=3)  # E: compute
     reveal_type(pyblasgemm.grouped_matmul([t], [t]))  # R: list[torch.Tensor]
     reveal_type(pyblasgemm.grouped_matmul(t, t, offsets=[2]))  # R: torch.Tensor
     reveal_type(pyblasgemm.grouped_matmul([j], [j], compute="high"))  # R: list[jax.Array]
@@ -138,9 +170,11 @@ mypy_path = {stubs}
 
 
 def test_mypy_on_a_user_file(tmp_path):
-    """NumPy in gives numpy.ndarray out (not Any: what mypy revealed before the overloads); compute=3, transa='X', backend='gpu',
-    an activation or fused_mlp method= not in the tables are errors; the dial, the aliases and
-    cuBLAS's int flags are not."""
+    """NumPy in gives numpy.ndarray out (not Any: what mypy revealed before the overloads),
+    PyTorch torch.Tensor, JAX jax.Array, CuPy cupy.ndarray, in every form (the BLAS routines,
+    pyblasgemm.scipy's too); compute=3, transa='X', backend='gpu', an activation or fused_mlp
+    method= not in the tables are errors, in plan(), tune(), explain() and set_default_compute()
+    too (they took anything); the dial, the aliases and cuBLAS's int flags are not."""
     api = pytest.importorskip("mypy.api")
     import os
 
@@ -148,9 +182,10 @@ def test_mypy_on_a_user_file(tmp_path):
     user.write_text(_USER)
     # the frameworks as one-class stubs: their own types are not what is checked here (and
     # analysing torch takes ~30 s); a skipped import would make them Any, and Any overloads
-    # blur NumPy's answer to Any too
+    # blur NumPy's answer to Any too. CuPy ships no types: without a stub (or with CuPy's
+    # untyped package) a CuPy array is Any to a checker, and so is the answer
     stubs = tmp_path / "stubs"
-    for name, cls in (("torch", "Tensor"), ("jax", "Array")):
+    for name, cls in (("torch", "Tensor"), ("jax", "Array"), ("cupy", "ndarray")):
         (stubs / name).mkdir(parents=True)
         (stubs / name / "__init__.pyi").write_text(f"class {cls}: ...\n")
     config = tmp_path / "mypy.ini"
@@ -220,3 +255,5 @@ def test_the_literal_types_name_exactly_what_the_tables_accept():
     assert set(get_args(_typing.Backend)) == set(BACKEND_NAMES) | set(BACKEND_ALIASES)
     assert set(get_args(_typing.Activation)) == set(ACTIVATIONS)
     assert set(get_args(_typing.MlpMethod)) == set(METHODS) - {None}
+    from pyblasgemm._types import FP32_DEFAULTS, compute_aliases
+    assert set(get_args(_typing.Fp32Compute)) == set(FP32_DEFAULTS) | set(compute_aliases("s"))

@@ -488,8 +488,9 @@ def _get_cubin(prog) -> bytes:
 
 
 def kernel_cache_dir() -> Path:
-    """Where compiled sm_90a kernels are kept: ``$PYBLASGEMM_CACHE_DIR/kernels`` (default
-    ``$XDG_CACHE_HOME/pyblasgemm/kernels``, else ``~/.cache/pyblasgemm/kernels``).
+    """Where compiled kernels are kept: ``$PYBLASGEMM_CACHE_DIR/kernels`` (default
+    ``$XDG_CACHE_HOME/pyblasgemm/kernels``, else the platform's cache folder's: Linux
+    ``~/.cache/pyblasgemm/kernels``; see :func:`pyblasgemm._files.cache_home`).
 
     Example::
 

@@ -71,8 +71,8 @@ value raises ``SettingError`` naming the variable, the value and what is allowed
                                 ``~/.local/share/pyblasgemm/bench/``).
 
 Logging: every new plan (never a memoized one) is logged at DEBUG on the ``pyblasgemm`` logger
-with its problem and reason, kernel compiles at INFO with their duration, an unusable
-kernel-cache entry at INFO beside its warning; ``pyblasgemm.explain(a, b)`` gives the plan of a
+with its problem and reason, kernel compiles at INFO with their duration, an autotune miss
+and its winner at INFO, an unusable kernel- or autotune-cache entry at INFO beside its warning; ``pyblasgemm.explain(a, b)`` gives the plan of a
 call from its arrays. Warnings derive from ``pyblasgemm.PyblasgemmWarning``.
 
 Command line: ``python -m pyblasgemm plan M N K --dtype f16 --trans NT`` prints the explanation
@@ -81,10 +81,15 @@ tunes on the GPU and stores the winner.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
 from .core import Candidate, Plan, clear_plan_cache, plan_for
 from .arch import ArchSpec, FAMILIES
 from .problem import make_desc
 from .precompile import precompile
+
+if TYPE_CHECKING:     # types only (pyblasgemm._typing)
+    from .._typing import Activation, Backend, Compute, Trans
 
 __all__ = ["Plan", "Candidate", "ArchSpec", "FAMILIES", "plan", "tune", "plan_for",
            "clear_plan_cache", "make_desc", "precompile"]
@@ -98,10 +103,13 @@ def _arch_arg(arch):
     raise ValueError(f"arch={arch!r} must be an ArchSpec or one of {tuple(FAMILIES)}")
 
 
-def plan(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="N", transb="N",
-         lda=None, ldb=None, ldc=None, batch: int = 1, stride_a=None, stride_b=None,
-         stride_c=None, device: int = 0, align: int = 16, backend: str | None = None,
-         autotune: bool = False, arch=None, activation=None, bias=None,
+def plan(m: int, n: int, k: int, dtype: Any = "float16", *, compute: Compute | None = None,
+         transa: Trans = "N", transb: Trans = "N", lda: int | None = None,
+         ldb: int | None = None, ldc: int | None = None, batch: int = 1,
+         stride_a: int | None = None, stride_b: int | None = None, stride_c: int | None = None,
+         device: int = 0, align: int = 16, backend: Backend | None = None,
+         autotune: bool = False, arch: ArchSpec | str | None = None,
+         activation: Activation | None = None, bias: Literal["m", "n"] | None = None,
          preactivation: bool = False, invariant: bool | None = None) -> Plan:
     """The plan the library would use for a column-major GEMM of these sizes on the GPU.
 
@@ -139,11 +147,13 @@ def plan(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="N", t
     return plan_for(desc, check_backend("plan", backend), autotune=autotune, arch=_arch_arg(arch))
 
 
-def tune(m: int, n: int, k: int, dtype="float16", *, compute=None, transa="N", transb="N",
-         lda=None, ldb=None, ldc=None, batch: int = 1, stride_a=None, stride_b=None,
-         stride_c=None, device: int = 0, align: int = 16, top: int = 8, repeats: int = 20,
+def tune(m: int, n: int, k: int, dtype: Any = "float16", *, compute: Compute | None = None,
+         transa: Trans = "N", transb: Trans = "N", lda: int | None = None,
+         ldb: int | None = None, ldc: int | None = None, batch: int = 1,
+         stride_a: int | None = None, stride_b: int | None = None, stride_c: int | None = None,
+         device: int = 0, align: int = 16, top: int = 8, repeats: int = 20,
          warmup: int = 3, cache: bool = True, include_cublas: bool = True, progress: bool = True,
-         timer=None) -> Plan:
+         timer: Callable[[Any, Any], float] | None = None) -> Plan:
     """Autotune one problem on the GPU: time the ``top`` candidates the cost model ranks best
     (plus cuBLAS), honestly (warm-up, L2 flushed before each timed call, shuffled order, median
     of ``repeats``), persist the winner in the autotune cache and return its plan.

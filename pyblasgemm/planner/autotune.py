@@ -36,7 +36,7 @@ import warnings
 from pathlib import Path
 
 from .. import settings as _env
-from .._warnings import PyblasgemmWarning
+from .._warnings import PyblasgemmWarning, log
 from .._files import CACHE_ENTRY_BYTES, cache_home, read_regular, trim_cache
 from ..desc import GemmDesc, matrix_span
 from . import model as M
@@ -53,6 +53,14 @@ FORMAT = 1
 class CacheWarning(PyblasgemmWarning):
     """An autotune cache file was unreadable, corrupt, stale or of the wrong shape and is
     ignored, or could not be written (the result is used, just not stored)."""
+
+
+def _warn_cache(message: str, stacklevel: int) -> None:
+    """One :class:`CacheWarning`, and the same words on the ``pyblasgemm`` logger at INFO (an
+    unusable entry is a cold-path event: a tuning follows), as the kernel cache does.
+    ``stacklevel`` as ``warnings.warn``'s from the caller's frame (this one is added)."""
+    log.info("autotune cache: %s", message)
+    warnings.warn(f"pyblasgemm: {message}", CacheWarning, stacklevel=stacklevel + 1)
 
 
 #: the backends a stored winner may name
@@ -151,23 +159,19 @@ class TuneCache:
         except OSError as exc:     # the directory is a file, the entry a directory, a FIFO or
             # a device (RefusedFile: never opened for a blocking read), too large, no permission
             self._warned_unusable = True
-            warnings.warn(f"pyblasgemm: ignoring unreadable autotune cache file {path}: {exc}",
-                          CacheWarning, stacklevel=2)
+            _warn_cache(f"ignoring unreadable autotune cache file {path}: {exc}", 2)
             return None
         except (ValueError, RecursionError) as exc:    # not JSON (or not UTF-8, or nested absurdly)
-            warnings.warn(f"pyblasgemm: ignoring corrupt autotune cache file {path}: "
-                          f"{str(exc)[:200]}", CacheWarning, stacklevel=2)
+            _warn_cache(f"ignoring corrupt autotune cache file {path}: {str(exc)[:200]}", 2)
             return None
         want = json.loads(json.dumps(self._full_key(identity, fingerprint, key)))
         if not isinstance(data, dict) or data.get("key") != want or "winner" not in data:
-            warnings.warn(f"pyblasgemm: ignoring stale autotune cache file {path} (written for "
-                          f"another device, driver, NVRTC, kernel source or format)",
-                          CacheWarning, stacklevel=2)
+            _warn_cache(f"ignoring stale autotune cache file {path} (written for another "
+                        f"device, driver, NVRTC, kernel source or format)", 2)
             return None
         why = _why_invalid_winner(data["winner"])
         if why:
-            warnings.warn(f"pyblasgemm: ignoring malformed autotune cache file {path}: {why}",
-                          CacheWarning, stacklevel=2)
+            _warn_cache(f"ignoring malformed autotune cache file {path}: {why}", 2)
             return None
         return data["winner"]
 
@@ -197,8 +201,8 @@ class TuneCache:
             _remove_quietly(tmp)
             if self._warned_unusable:
                 return None
-            warnings.warn(f"pyblasgemm: cannot write autotune cache file {path}: {exc} (the tuned "
-                          f"plan is used, but not stored)", CacheWarning, stacklevel=2)
+            _warn_cache(f"cannot write autotune cache file {path}: {exc} (the tuned plan is "
+                        f"used, but not stored)", 2)
             return None
         except BaseException:      # KeyboardInterrupt, an unserializable winner: no torn file
             _remove_quietly(tmp)
@@ -266,14 +270,12 @@ def _plan_from_winner(desc, arch, cands, win, where, allow_cublas=True):
     try:
         cfg = M.parse_config_name(win["config"])
     except (KeyError, TypeError, ValueError):
-        warnings.warn(f"pyblasgemm: ignoring autotune entry with a bad config {win.get('config')!r}",
-                      CacheWarning, stacklevel=3)
+        _warn_cache(f"ignoring autotune entry with a bad config {win.get('config')!r}", 3)
         return None
     prob = kernel_problem_for(desc)
     ok, why = M.check(cfg, prob, arch)
     if not ok:
-        warnings.warn(f"pyblasgemm: ignoring stale autotune winner {cfg.name}: {why}",
-                      CacheWarning, stacklevel=3)
+        _warn_cache(f"ignoring stale autotune winner {cfg.name}: {why}", 3)
         return None
     occ = M.occupancy(cfg, prob.kind, arch)
     s = M.score_ours(cfg, prob, arch, M.load_calibration(), occ)
@@ -423,6 +425,10 @@ def tune_desc(desc: GemmDesc, *, arch: ArchSpec | None = None, candidates=None, 
         picked += [c for c in candidates if c.backend == "cublas" and c.score is not None]
     if not picked:
         raise NotImplementedError(f"{desc.routine}: nothing to tune: no candidate is valid")
+    log.info("autotune: timing %d candidates for %s %s%s m=%d n=%d k=%d batch=%d (%s)",
+             len(picked), desc.row.ab_dtype.name, desc.transa, desc.transb, desc.m, desc.n,
+             desc.k, desc.batch,
+             "no usable stored winner" if use_disk else "the disk cache is off")
     measure = None
     if timer is None:
         gt = GpuTimer(desc, arch)
@@ -462,8 +468,9 @@ def tune_desc(desc: GemmDesc, *, arch: ArchSpec | None = None, candidates=None, 
     winner = {"backend": best.backend, "config": best.config.name if best.config else None,
               "time_s": medians[best_label], "timings": medians, "failed": failed,
               "method": f"median of {repeats} after {warmup} warm-ups, L2 flushed, shuffled"}
-    if use_disk:
-        store.put(identity, fp, key, winner)
+    stored = store.put(identity, fp, key, winner) if use_disk else None
+    log.info("autotune: %s won in %.2f us (%s)", best_label, medians[best_label] * 1e6,
+             f"stored in {stored}" if stored is not None else "not stored")
     return _plan_from_winner(desc, arch, candidates, winner, "autotuned", True)
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._files import DOCUMENT_BYTES, read_regular
-from .._warnings import PyblasgemmWarning
+from .._warnings import PyblasgemmWarning, log
 from ._checks import describe, is_int, why_not_dict, why_not_number, why_not_numbers
 from .arch import ArchSpec
 
@@ -175,8 +175,9 @@ def _read(path: str) -> dict | None:
         if why is None:
             return table
     # stacklevel: past _read (lru_cache adds no Python frame) and load_choices
-    warnings.warn(f"pyblasgemm: ignoring the measured-choice table {path}: {why}; the cost model "
-                  f"decides", ChoicesWarning, stacklevel=3)
+    message = f"ignoring the measured-choice table {path}: {why}; the cost model decides"
+    log.info("%s", message)
+    warnings.warn(f"pyblasgemm: {message}", ChoicesWarning, stacklevel=3)
     return None
 
 

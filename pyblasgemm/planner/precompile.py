@@ -2,11 +2,20 @@
 that the first call of a problem does not wait for NVRTC (seconds per sm_90a kernel)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Tuple, Union
+
+if TYPE_CHECKING:     # types only
+    from .plan import Plan
+
 __all__ = ["precompile"]
 
+#: one problem: ``(m, n, k, dtype)``, or :func:`pyblasgemm.plan`'s keywords
+Problem = Union[Tuple[int, int, int, Any], Mapping[str, Any]]
 
-def precompile(problems, *, progress: bool = True, workers: int | None = None,
-               compiler=None) -> list:
+
+def precompile(problems: Iterable[Problem], *, progress: bool = True,
+               workers: int | None = None,
+               compiler: Callable[[Any], Any] | None = None) -> list[Plan]:
     """Plan every problem and compile the kernels of the plans that run ours (sm_90a cubins
     land in the kernel cache, so later processes load them); returns the plans.
 
@@ -39,7 +48,8 @@ def precompile(problems, *, progress: bool = True, workers: int | None = None,
         raise ValueError(f"precompile: workers={workers!r} must be an int >= 1")
     if compiler is None:
         compiler = _gpu_compiler()          # before any work: no GPU, no compile
-    plans, specs = [], {}
+    plans: list[Plan] = []
+    specs: dict[tuple, None] = {}          # (an ordered set: each kernel once)
     for i, prob in enumerate(problems):
         if isinstance(prob, dict):
             kw = dict(prob)
