@@ -68,10 +68,13 @@ def test_outside_the_range_keeps_the_ordinary_planner():
     # more row blocks than resident CTAs (grid-stride): not measured, not taken
     spec, why = decode.decode_rule(_linear(1, 4096, 128256 * 4), 132)
     assert spec is None and "grid-stride" in why
-    # other devices: an A100, and an sm_90 with H200 memory
+    # other devices: an A100, and an sm_90 with memory faster than the H200's (not measured);
+    # H200 memory takes the route (measured there too)
     assert plan(n, 1, k, "bf16", transa="T", arch="sm_80").decomposition != "gemv"
     h200 = dataclasses.replace(H100, name="H200 (test)", dram_bw=4.8e12)
-    assert plan(n, 1, k, "bf16", transa="T", arch=h200).decomposition != "gemv"
+    assert plan(n, 1, k, "bf16", transa="T", arch=h200).decomposition == "gemv"
+    faster = dataclasses.replace(H100, name="sm_90 with 6 TB/s (test)", dram_bw=6e12)
+    assert plan(n, 1, k, "bf16", transa="T", arch=faster).decomposition != "gemv"
     # host arrays, a forced backend
     assert plan(n, 1, k, "bf16", transa="T", arch="sm_90", backend="cublas").backend == "cublas"
 

@@ -361,7 +361,7 @@ def test_rows_split_grid_fits_the_device():
 def test_decode_route_through_matmul(monkeypatch):
     """``pyblasgemm.matmul(x, W.T)`` (CuPy float16, W as torch.nn.Linear holds it) at 1-8 tokens
     on a 7168 x 4608 weight: the planner's decode route (the GEMV kernel's row-block split) on the
-    device it was measured on (sm_90 with H100 memory), against float64; 16 tokens, and other
+    devices it was measured on (sm_90 with H100 or H200 memory), against float64; 16 tokens, and other
     devices, stay on the ordinary planner. Bitwise equal on a second call."""
     import pyblasgemm
     from pyblasgemm.planner import decode

@@ -6,8 +6,8 @@ no :class:`~pyblasgemm.kernels.config.KernelConfig` and the
 :class:`~pyblasgemm.kernels.gemv.GemvSpec` as its ``launch``;
 :func:`pyblasgemm.backends.tensorcore.bind` binds it through :func:`pyblasgemm.kernels.gemv.bind`.
 
-The rule (:func:`decode_rule`) is the range where it was measured to win (H100, same run as
-torch.matmul and cupy.matmul, bench/results/gemv_rows_h100_*_2026-11-28_*): 16-bit operands
+The rule (:func:`decode_rule`) is the range where it was measured to win (H100 and H200, same
+run as torch.matmul and cupy.matmul, bench/results/gemv_rows_h*_2026-11-28_*): 16-bit operands
 with float32 accumulation and a 16-bit C (``hgemm`` / ``bgemm``: the ``x @ W.T`` of a decoder's
 linear layers), the weight and the activations K-contiguous with 16-byte vector loads (the
 kernel's row-block split: whole 16-row blocks per CTA, no workspace), one problem, no epilogue,
@@ -42,9 +42,12 @@ KINDS = (("h", "fp32"), ("b", "fp32"))
 #: fixed cost per launch: the o -> down fit of the H100 graph replays at T = 1 (3.04 TB/s of
 #: 3.35, intercept 3.1 us; cuBLAS's 3.01 TB/s and 5.6 us)
 STREAM_FRACTION, FIXED_S = 0.91, 3.1e-6
-#: the devices measured: sm_90 with H100 memory (below 4 TB/s; the H200's 4.8 TB/s favoured
-#: cuBLAS in round 1 and this split was not run there)
-MEASURED_CC, MAX_DRAM_BW = (9, 0), 4e12
+#: the devices measured: sm_90 with H100 memory (3.35 TB/s) and with H200 memory (4.8 TB/s:
+#: the row-block split at 1-8 tokens on the same seven projections, one H200, same run, graph
+#: replay 1.03-1.06x torch.matmul by token count (0.91-1.21x), steady 1.19-1.22x, single call
+#: 1.37-1.41x; 16 tokens 0.85x graph: bench/results/gemv_rows_h200_2026-11-28_f5a2290.json).
+#: Faster memory than measured keeps cuBLAS
+MEASURED_CC, MAX_DRAM_BW = (9, 0), 5e12
 
 
 def decode_rule(desc, sm_count: int) -> tuple:
