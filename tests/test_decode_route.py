@@ -106,3 +106,24 @@ def test_route_off_keeps_the_ordinary_planner(monkeypatch):
     for tokens in (1, 8):
         p = plan(4096, tokens, 4096, "bf16", transa="T", arch="sm_90")
         assert p.decomposition != "gemv" and not p.reason.startswith("decode:"), p.explain()
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+def test_the_band_past_the_decode_route_keeps_cublas(arch):
+    """x @ W.T with 9-64 tokens and a measured-size weight runs cuBLAS under 'auto' (our tile
+    kernels measured 0.45-0.92x there), says so, and still runs ours when forced; outside the
+    band (65 tokens, a small weight, the other orientation, an epilogue-free batch) the model
+    decides as before."""
+    lo, hi = decode.CUBLAS_BAND_TOKENS
+    for t in (lo, 16, hi):
+        p = plan(14336, t, 4096, "bf16", transa="T", arch=arch)
+        assert p.backend == "cublas" and f"{t} tokens" in p.reason, p.explain()
+        forced = plan(14336, t, 4096, "bf16", transa="T", arch=arch, backend="tensorcore")
+        assert forced.backend == "tensorcore"
+    outside = [dict(m=14336, n=hi + 1, k=4096, transa="T"),      # past the band
+               dict(m=2048, n=16, k=4096, transa="T"),           # 16 MiB weight
+               dict(m=16, n=14336, k=4096, transa="T"),          # the other orientation
+               dict(m=14336, n=16, k=4096, transa="N")]          # an R-contiguous weight
+    for kw in outside:
+        m_, n_, k_ = kw.pop("m"), kw.pop("n"), kw.pop("k")
+        assert decode.cublas_band_reason(make_desc(m_, n_, k_, "bf16", **kw)) is None, (m_, n_, k_, kw)

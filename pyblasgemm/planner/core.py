@@ -34,7 +34,7 @@ from .overrides import current_settings
 from .plan import Candidate, Plan
 from .invariant import check_route as check_invariant_route, invariant_choice
 from .routes import epilogue_plan, group_plan
-from .decode import decode_plan
+from .decode import cublas_band_reason, decode_plan
 
 __all__ = ["Plan", "Candidate", "plan_for", "clear_plan_cache", "current_settings", "kernel_problem_for"]
 
@@ -230,6 +230,11 @@ def _choose(desc: GemmDesc, requested: str, arch: ArchSpec | None, autotune: boo
         raise NotImplementedError(f"{desc.routine}: no GPU backend runs compute={desc.compute!r} "
                                   f"for this problem: tensorcore: {why_not_ours}; "
                                   f"cublas: {why_not_theirs}")
+    if not autotune and _nothing_forced() and cublas_cand is not None:
+        band = cublas_band_reason(desc)     # measured: bench/results/torch_callpath_*; planner/decode.py
+        if band is not None:
+            return Plan("cublas", band, None, None, 1, (), 0, cublas_cand.score.time, "heuristic", arch, desc,
+                        tuple(cands))
     if not autotune and _nothing_forced() and cublas_cand is not None and ours_best is not None:
         # a call so small that the host decides it: ours wins even if cuBLAS's kernel took
         # no more than a launch's latency

@@ -23,7 +23,7 @@ keep the ordinary planner.
 from __future__ import annotations
 
 __all__ = ["ENABLED", "MAX_TOKENS", "MIN_WEIGHT_BYTES", "KINDS", "MEASURED_CC", "MAX_DRAM_BW", "decode_rule",
-           "decode_plan"]
+           "decode_plan", "CUBLAS_BAND_TOKENS", "cublas_band_reason"]
 
 #: whether the planner takes the route at all: on since its test through ``matmul``
 #: (tests/test_gemv_gpu.py::test_decode_route_through_matmul, one token included) passed on an
@@ -103,3 +103,43 @@ def decode_plan(desc, requested: str, arch, settings):
     predicted = spec.weight_bytes / (STREAM_FRACTION * arch.dram_bw) + FIXED_S
     return Plan("tensorcore", why, None, "gemv", 1, (spec.ctas,), spec.workspace_bytes, predicted,
                 "heuristic", arch, desc, (), launch=spec)
+
+
+#: the token counts past the decode route where cuBLAS keeps x @ W.T: our tile kernels measured
+#: 0.45-0.92x torch.matmul (cuBLAS) at 16 and 64 tokens on seven Llama-3-8B / Qwen2-7B
+#: projections, steady, on every run of the corpus (H100: geomean 0.84-0.90 at 16 and 64 in
+#: three runs; H200: 0.70-0.90 in three, as low as 0.45: bench/results/torch_callpath_h*_2026-11-2*),
+#: where the model predicted ours faster (it prices their stream of the weight at the datasheet's
+#: full rate; they reached 1.7-3.0 TB/s of the H200's 4.8, cuBLAS ~3.7)
+CUBLAS_BAND_TOKENS = (MAX_TOKENS + 1, 64)
+
+
+def cublas_band_reason(desc) -> str | None:
+    """Why cuBLAS runs ``desc`` without the model's say, or None: a 16-bit x @ W.T (the weight
+    K-contiguous, one problem, no epilogue) with :data:`CUBLAS_BAND_TOKENS` tokens and a weight
+    of at least :data:`MIN_WEIGHT_BYTES` (the layers measured: smaller weights, which stay in
+    L2, and the other orientation, where ours measured faster, keep the model's choice).
+
+    >>> from pyblasgemm.planner.problem import make_desc
+    >>> cublas_band_reason(make_desc(14336, 16, 4096, "bf16", transa="T")).startswith("16 tokens")
+    True
+    >>> cublas_band_reason(make_desc(14336, 4, 4096, "bf16", transa="T")) is None      # the decode route's
+    True
+    >>> cublas_band_reason(make_desc(16, 4096, 4096, "f16", transa="T")) is None       # the other orientation
+    True
+    """
+    from ..kernels import gemv
+    from ..kinds import base_compute
+
+    if (desc.prefix, base_compute(desc.compute)) not in KINDS or desc.epilogue is not None \
+            or desc.group is not None or desc.invariant or desc.batch != 1:
+        return None
+    lo, hi = CUBLAS_BAND_TOKENS
+    m, n, k = desc.m, desc.n, desc.k
+    if not (lo <= n <= hi < m) or desc.transa != "T":
+        return None
+    weight = m * k * desc.row.ab_dtype.itemsize
+    if weight < MIN_WEIGHT_BYTES:
+        return None
+    return (f"{n} tokens x a {m} x {k} weight (x @ W.T): cuBLAS, measured faster than our tile "
+            f"kernels at {lo}-{hi} tokens on the model layers (0.45-0.92x; planner/decode.py)")
