@@ -625,6 +625,28 @@ def _missing_message(routine: str, values: tuple) -> str:
     return text
 
 
+def _unexpected_message(routine: str, given: dict) -> str:
+    """What a call with keywords the BLAS form does not have is told (SciPy's ``trans_a=``,
+    ``trans_b=``, ``overwrite_c=`` land here: their form is pyblasgemm.scipy's). Python's own
+    words for the first one, then where the signatures are.
+
+    >>> text = _unexpected_message("sgemm", {"trans_a": 1})
+    >>> text.split(";")[0]
+    "sgemm() got an unexpected keyword argument 'trans_a'"
+    >>> text.endswith("use pyblasgemm.scipy.sgemm")
+    True
+    """
+    first = next(iter(given))
+    text = (f"{routine}() got an unexpected keyword argument {first!r}; pyblasgemm.{routine} is the "
+            f"reference-BLAS form (transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, and "
+            f"the keywords compute=, backend=, autotune=, stream=, invariant=)")
+    prefix = routine[:-4]
+    if prefix in _SCIPY_FORMS:
+        text += (f". For SciPy's signature ({routine}(alpha, a, b, beta=0, c=None, trans_a=0, "
+                 f"...)) use pyblasgemm.scipy.{routine}")
+    return text
+
+
 def _make(prefix: str):
     row = TYPE_ROWS[prefix]
 
@@ -633,7 +655,9 @@ def _make(prefix: str):
     def xgemm(transa=_MISSING, transb=_MISSING, m=_MISSING, n=_MISSING, k=_MISSING,
               alpha=_MISSING, a=_MISSING, lda=_MISSING, b=_MISSING, ldb=_MISSING, beta=_MISSING,
               c=_MISSING, ldc=_MISSING, *, compute=None, backend=None, autotune=None, stream=None,
-              invariant=None):
+              invariant=None, **unexpected):
+        if unexpected:      # (SciPy's trans_a= / overwrite_c=: told where that form lives)
+            raise TypeError(_unexpected_message(xgemm.__name__, unexpected))
         # the signature's words, as every branch below keys and records them
         words = calls.words(prefix, compute, backend, invariant,
                             (transa, transb, m, n, k, lda, ldb, ldc, type(alpha), type(beta)))

@@ -435,6 +435,25 @@ def test_scipy_signature_points_to_pyblasgemm_scipy():
     assert "pyblasgemm.scipy" not in str(info.value)      # no SciPy form of shgemm
 
 
+@pytest.mark.parametrize("keyword", ["trans_a", "trans_b", "overwrite_c", "lower"])
+def test_scipy_keywords_point_to_pyblasgemm_scipy_and_write_nothing(keyword):
+    """SciPy's keywords (and any other unknown one) are refused before any work, in Python's
+    words for the first, with the BLAS form's signature and the SciPy form's name; a full BLAS
+    call with one of them is refused too (never silently ignored), C untouched."""
+    a = np.ones((2, 2), np.float32, order="F")
+    with pytest.raises(TypeError, match=rf"unexpected keyword argument '{keyword}'.*pyblasgemm\.scipy\.sgemm"):
+        pyblasgemm.sgemm(1.0, a, a, **{keyword: 1})
+    c = np.full((2, 2), 7.0, np.float32, order="F")
+    pyblasgemm.sgemm("N", "N", 2, 2, 2, 1.0, a, 2, a, 2, 0.0, c, 2)       # recorded: a replay next
+    c[:] = 7.0
+    with pytest.raises(TypeError, match=rf"unexpected keyword argument '{keyword}'"):
+        pyblasgemm.sgemm("N", "N", 2, 2, 2, 1.0, a, 2, a, 2, 0.0, c, 2, **{keyword: 1})
+    assert (c == 7.0).all()
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'overwrite_c'") as info:
+        pyblasgemm.shgemm(1.0, a, a, overwrite_c=1)
+    assert "pyblasgemm.scipy" not in str(info.value)      # no SciPy form of shgemm
+
+
 def test_help_shows_the_blas_signature():
     import inspect
 
