@@ -75,8 +75,14 @@ import sys
 import threading
 import time
 import uuid
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:     # types only
+    from dask.array import Array as DaskArray
+
+    from ._typing import Backend, Compute, GemmTrans, HostScalar
 
 __all__ = ["matmul", "gemm", "accumulation_dtype", "k_group_for", "transport_of", "ipc_stats", "close_ipc_handles",
            "MIN_TASKS", "TRANSPORTS", "engine_stats"]
@@ -1368,7 +1374,9 @@ def _placed_array(dsk, name, chunks, meta, where, priority):
         return _placed_array_type()(dsk, name, chunks, meta=meta)
 
 
-def matmul(x, y, *, dtype=None, compute=None, backend=None, k_group=None, transport="auto", out=None):
+def matmul(x: DaskArray, y: DaskArray, *, dtype: Any = None, compute: Compute | None = None,
+           backend: Backend | None = None, k_group: int | None = None, transport: str = "auto",
+           out: DaskArray | None = None) -> DaskArray:
     """``x @ y`` for Dask arrays with NumPy or CuPy chunks (any array type pyblasgemm takes), as
     a Dask array: ``numpy.matmul``'s shapes, broadcasting and result type (``dtype=`` as in
     :func:`pyblasgemm.matmul`, plus ``dtype=ml_dtypes.bfloat16`` for bfloat16 operands, whose
@@ -1416,8 +1424,9 @@ def matmul(x, y, *, dtype=None, compute=None, backend=None, k_group=None, transp
     return z
 
 
-def gemm(transa, transb, a, b, c=None, alpha=1, beta=0, *, dtype=None, compute=None, backend=None,
-         k_group=None, transport="auto"):
+def gemm(transa: GemmTrans, transb: GemmTrans, a: DaskArray, b: DaskArray, c: DaskArray | None = None,
+         alpha: HostScalar = 1, beta: HostScalar = 0, *, dtype: Any = None, compute: Compute | None = None,
+         backend: Backend | None = None, k_group: int | None = None, transport: str = "auto") -> DaskArray:
     """``alpha * op(a) @ op(b) + beta * c`` for 2-D Dask arrays, as a new Dask array (``op``:
     'N', 'T' or 'C', as :func:`pyblasgemm.gemm`; ``c`` is read only when ``beta != 0`` and is
     rechunked to the result's blocks if needed). The result type is the product's (``dtype=``

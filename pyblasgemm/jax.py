@@ -54,8 +54,13 @@ except ImportError as error:      # the module is optional: say what to install
     raise ImportError("pyblasgemm.jax needs JAX with jax.experimental.buffer_callback: "
                       "pip install 'pyblasgemm[jax]'") from error
 
+from typing import TYPE_CHECKING
+
 from . import calls
 from .epilogue import ACTIVATIONS
+
+if TYPE_CHECKING:     # types only
+    from ._typing import Activation, Backend, Compute
 
 #: the forms' module, loaded by name (the package's attribute ``pyblasgemm.matmul`` is the
 #: function): its ``matmul`` runs a traced call's first run, and the fused run a CuPy call just
@@ -68,7 +73,8 @@ __all__ = ["matmul", "compiled", "eager"]
 _DTYPES = frozenset(("float16", "bfloat16", "float32", "float64", "complex64", "complex128", "int8"))
 
 
-def matmul(a, b, *, bias=None, activation=None, compute=None, backend=None):
+def matmul(a: jax.Array, b: jax.Array, *, bias: jax.Array | None = None, activation: Activation | None = None,
+           compute: Compute | None = None, backend: Backend | None = None) -> jax.Array:
     """``activation(a @ b + bias)`` as a JAX operation, with :func:`numpy.matmul`'s shapes (1-D
     operands promoted and their axis dropped, batch axes broadcast) and the result type of
     ``jnp.matmul``; ``bias`` has one value per column of the result. Runs eagerly and under
@@ -163,7 +169,8 @@ _EAGER_LIMIT = 64
 _MISSING = object()
 
 
-def eager(a, b, bias=None, activation=None, compute=None, backend=None):
+def eager(a: jax.Array, b: jax.Array, bias: jax.Array | None = None, activation: Activation | None = None,
+          compute: Compute | None = None, backend: Backend | None = None) -> jax.Array:
     """:func:`pyblasgemm.matmul` on concrete JAX arrays on one GPU (what it calls for them):
     a small product (:data:`EAGER_MAX_FLOPS`, :data:`EAGER_MAX_BYTES`,
     :data:`EAGER_MAX_RESULT_BYTES`) of >= 2-D operands runs outside XLA, on a stream of

@@ -57,6 +57,7 @@ except ImportError as error:      # the module is optional: say what to install
                       "pip install 'pyblasgemm[torch]'") from error
 
 from . import epilogue
+from ._typing import Activation
 from .matmul import matmul as _matmul
 
 __all__ = ["ACTIVATIONS", "matmul", "linear", "Linear"]
@@ -436,7 +437,7 @@ _linear_pre_op.register_autograd(_linear_pre_backward, setup_context=_linear_pre
 # the public entry points
 
 
-def matmul(a, b):
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``torch.matmul(a, b)`` through pyblasgemm, differentiable and traceable.
 
     The autograd-aware counterpart of :func:`pyblasgemm.matmul` (which calls it for tensors
@@ -475,7 +476,8 @@ def matmul(a, b):
     return _matmul_op(a, b)
 
 
-def linear(x, weight, bias=None, activation=None, *, invariant=None):
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+           activation: Optional[Activation] = None, *, invariant: Optional[bool] = None) -> torch.Tensor:
     """``act(x @ weight.T + bias)`` through pyblasgemm: ``torch.nn.functional.linear`` with an
     optional fused activation, differentiable and traceable.
 

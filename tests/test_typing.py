@@ -84,6 +84,8 @@ import numpy as np
 import torch
 
 import pyblasgemm
+import pyblasgemm.jax as pbj
+import pyblasgemm.torch as pbt
 from pyblasgemm import scipy as blas
 
 x = np.ones((2, 2), np.float32)
@@ -160,6 +162,13 @@ def frameworks(t: torch.Tensor, j: jax.Array, g: cupy.ndarray) -> None:
     pyblasgemm.Matmul(t, t, activation="softmax")  # E: activation
     with pyblasgemm.Matmul(t, t) as mm:
         reveal_type(mm.execute())  # R: torch.Tensor
+    reveal_type(pbt.linear(t, t, t, "silu"))  # R: torch.Tensor
+    reveal_type(pbt.matmul(t, t))  # R: torch.Tensor
+    pbt.linear(t, t, activation="tanh")  # E: activation
+    pbt.linear(t, t, invariant="yes")  # E: invariant
+    reveal_type(pbj.matmul(j, j, bias=j, activation="gelu"))  # R: jax.Array
+    pbj.matmul(j, j, compute=3)  # E: compute
+    pbj.matmul(j, j, backend="gpu")  # E: backend
 '''
 
 _CONFIG = '''\
