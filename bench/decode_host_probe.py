@@ -4,15 +4,22 @@ lays them out, plus a cProfile of the auto call on decode-06's shape.
 
     PYTHONPATH=. python bench/decode_host_probe.py OUT.json
 """
-import cProfile, io, json, pstats, sys, time
+import cProfile, io, json, pstats, sys, time, types
+from pathlib import Path
+
 import numpy as np, cupy as cp, torch, ml_dtypes
 import pyblasgemm as pb
+
+sys.path.insert(0, Path(__file__).resolve().parents[1].as_posix())
+from bench.heldout import meta  # noqa: E402
+
+SEED = 0
 
 ENTRIES = [("decode-00", 1, 4289, 1194, "float16", "N", "T"), ("decode-06", 1, 1043, 4124, "bfloat16", "N", "T"),
            ("decode-12", 10, 1451, 3010, "float16", "T", "N"), ("decode-21", 57, 3096, 1245, "float16", "T", "T"),
            ("decode-04", 34, 3807, 1179, "bfloat16", "T", "N"), ("decode-09", 11, 2340, 6497, "float16", "T", "T")]
-rs = np.random.RandomState(0)
-out = {"device": torch.cuda.get_device_name(), "rows": []}
+rs = np.random.RandomState(SEED)
+out = {"schema": "pyblasgemm-decode-host-probe/1", **meta(types.SimpleNamespace(torch=torch), seed=SEED), "rows": []}
 
 def store(r, c, dt):
     x = rs.uniform(-1, 1, size=(r, c)).astype(np.float32)
