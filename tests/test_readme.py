@@ -50,3 +50,19 @@ def test_readme_example_runs_on_the_host(capsys):
     np.testing.assert_allclose(scope["C"].reshape(n, m).T, want, rtol=1e-2, atol=1e-2)
     assert scope["c"].flags.f_contiguous and scope["c"].shape == (32, 16)
     assert capsys.readouterr().out.startswith("plan: backend")
+
+
+def test_the_dask_scaling_sentence_is_the_named_results_file():
+    """The README's two-GPU Dask ratios are the named results file's (2 H200, the started-work
+    schedule), not typed in."""
+    import json
+
+    readme = (ROOT / "README.md").read_text()
+    name = "dask_scaling_h200x2_2026-11-28_ef0b596_start.json"
+    assert f"bench/results/{name}" in readme
+    doc = json.loads((ROOT / "bench" / "results" / name).read_text())
+    ratio = {(c["case"], c["gpus"], c["schedule"]): c["pyblasgemm.dask.matmul"]["speedup_vs_one_call"]
+             for c in doc["cases"]}
+    text = " ".join(readme.split())
+    for case, words in (("32768^3 float16", "32768³ float16 runs at"), ("16384^3 float64", "16384³ float64 at")):
+        assert f"{words} {ratio[(case, 2, 'start')]:.3f}x" in text, case
