@@ -614,15 +614,8 @@ def _missing_message(routine: str, values: tuple) -> str:
     """What a call short of the 13 BLAS arguments is told (SciPy's ``sgemm(alpha, a, b)``
     lands here: its form is pyblasgemm.scipy's)."""
     missing = [name for name, v in zip(_PARAMS, values) if v is _MISSING]
-    text = (f"{routine}() missing {len(missing)} required argument"
-            f"{'s' if len(missing) > 1 else ''}: {', '.join(repr(x) for x in missing)}; "
-            f"pyblasgemm.{routine} is the reference-BLAS form (transa, transb, m, n, k, alpha, "
-            f"a, lda, b, ldb, beta, c, ldc)")
-    prefix = routine[:-4]
-    if prefix in _SCIPY_FORMS:
-        text += (f". For SciPy's signature ({routine}(alpha, a, b, beta=0, c=None, trans_a=0, "
-                 f"...)) use pyblasgemm.scipy.{routine}")
-    return text
+    return _pointed(routine, f"{routine}() missing {len(missing)} required argument"
+                             f"{'s' if len(missing) > 1 else ''}: {', '.join(repr(x) for x in missing)}", "")
 
 
 def _unexpected_message(routine: str, given: dict) -> str:
@@ -636,12 +629,16 @@ def _unexpected_message(routine: str, given: dict) -> str:
     >>> text.endswith("use pyblasgemm.scipy.sgemm")
     True
     """
-    first = next(iter(given))
-    text = (f"{routine}() got an unexpected keyword argument {first!r}; pyblasgemm.{routine} is the "
-            f"reference-BLAS form (transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, and "
-            f"the keywords compute=, backend=, autotune=, stream=, invariant=)")
-    prefix = routine[:-4]
-    if prefix in _SCIPY_FORMS:
+    return _pointed(routine, f"{routine}() got an unexpected keyword argument {next(iter(given))!r}",
+                    ", and the keywords compute=, backend=, autotune=, stream=, invariant=")
+
+
+def _pointed(routine: str, fault: str, keywords: str) -> str:
+    """``fault``, then the BLAS form's signature (with ``keywords``) and, for a routine
+    pyblasgemm.scipy has, where SciPy's signature lives."""
+    text = (f"{fault}; pyblasgemm.{routine} is the reference-BLAS form (transa, transb, m, n, k, "
+            f"alpha, a, lda, b, ldb, beta, c, ldc{keywords})")
+    if routine[:-4] in _SCIPY_FORMS:
         text += (f". For SciPy's signature ({routine}(alpha, a, b, beta=0, c=None, trans_a=0, "
                  f"...)) use pyblasgemm.scipy.{routine}")
     return text

@@ -128,7 +128,6 @@ def cublas_band_reason(desc) -> str | None:
     >>> cublas_band_reason(make_desc(16, 4096, 4096, "f16", transa="T")) is None       # the other orientation
     True
     """
-    from ..kernels import gemv
     from ..kinds import base_compute
 
     if (desc.prefix, base_compute(desc.compute)) not in KINDS or desc.epilogue is not None \
