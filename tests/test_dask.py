@@ -1713,25 +1713,33 @@ def test_the_guide_shows_where_the_first_milliseconds_go_on_2_h200():
         assert row in guide, row
 
 
-def test_the_guide_shows_the_run_schedule_against_one_task_a_block_on_2_h200():
-    """docs/guide/dask.rst's table of runs against the per-block schedule is the results file's
-    (both schedules alternately in one run on 2 H200): medians of the timed runs, and of the
-    trace over runs and workers; every product bitwise equal across runs, GPU counts and
-    schedules, 32768^3 float16 the threaded scheduler's too; the latency probe's figures quoted."""
+def _two_schedule_run(name: str, schedules: set):
+    """(repository root, the Dask guide's text, results file ``name``) of a run of two schedules
+    alternately on 2 H200, the guide naming the file: no failure, every product's four runs
+    (two a schedule) bitwise equal, 32768^3 float16 the threaded scheduler's too."""
     import json
-    import statistics
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     guide = (root / "docs" / "guide" / "dask.rst").read_text()
-    name = "dask_scaling_h200x2_2026-11-28_2712161_runs.json"
     doc = json.loads((root / "bench" / "results" / name).read_text())
     assert name in guide
     assert doc["device"]["name"] == "NVIDIA H200" and doc["gpu_count"] == 2 and doc["failures"] == []
     for case, bits in doc["bitwise"].items():
         assert bits["all_runs_equal"] and len(bits["runs"]) == 4, case
-        assert {r.split()[-1] for r in bits["runs"]} == {"runs", "blocks"}
+        assert {r.split()[-1] for r in bits["runs"]} == schedules
     assert doc["bitwise"]["32768^3 float16"]["threaded_equal"] is True
+    return root, guide, doc
+
+
+def test_the_guide_shows_the_run_schedule_against_one_task_a_block_on_2_h200():
+    """docs/guide/dask.rst's table of runs against the per-block schedule is the results file's
+    (both schedules alternately in one run on 2 H200): medians of the timed runs, and of the
+    trace over runs and workers; every product bitwise equal across runs, GPU counts and
+    schedules, 32768^3 float16 the threaded scheduler's too; the latency probe's figures quoted."""
+    import statistics
+
+    root, guide, doc = _two_schedule_run("dask_scaling_h200x2_2026-11-28_2712161_runs.json", {"runs", "blocks"})
     med = statistics.median
     for case in doc["cases"]:
         run = case["pyblasgemm.dask.matmul"]
@@ -1761,20 +1769,11 @@ def test_the_guide_shows_the_started_work_against_the_graph_alone_on_2_h200():
     scheduler's too; the figure is drawn from it; the earlier run's dask.array.matmul quoted."""
     import json
     import statistics
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
-    guide = (root / "docs" / "guide" / "dask.rst").read_text()
-    name = "dask_scaling_h200x2_2026-11-28_ef0b596_start.json"
-    doc = json.loads((root / "bench" / "results" / name).read_text())
-    assert name in guide and "dask_scaling_2026-11-28_start.png" in guide
+    root, guide, doc = _two_schedule_run("dask_scaling_h200x2_2026-11-28_ef0b596_start.json", {"start", "runs"})
+    assert "dask_scaling_2026-11-28_start.png" in guide
     assert (root / "docs" / "_static" / "perf" / "dask_scaling_2026-11-28_start.png").is_file()
-    assert doc["device"]["name"] == "NVIDIA H200" and doc["gpu_count"] == 2 and doc["failures"] == []
     assert doc["device_kind"] == "nvidia-h200-x2" and doc["git_sha"] == "ef0b596"
-    for case, bits in doc["bitwise"].items():
-        assert bits["all_runs_equal"] and len(bits["runs"]) == 4, case
-        assert {r.split()[-1] for r in bits["runs"]} == {"start", "runs"}
-    assert doc["bitwise"]["32768^3 float16"]["threaded_equal"] is True
     med = statistics.median
     for case in doc["cases"]:
         run = case["pyblasgemm.dask.matmul"]
