@@ -216,3 +216,10 @@ def resolve_compute(row: TypeRow, compute, routine: str) -> str:
         f"choose one of {', '.join(repr(c) for c in row.computes)}"
         + (f" (or 'int8-ozaki-<bits>', bits {OZAKI_BITS[0]}..{OZAKI_BITS[1]})"
            if "int8-ozaki" in row.computes else ""))
+
+
+def acc_dtype(out_dtype):
+    """The type the epilogue computes in: float32 for 16-bit and dequantized outputs, else the
+    output's own."""
+    d = np.dtype(out_dtype)
+    return np.dtype(np.float32) if d.itemsize == 2 or d.char == "f" else d

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from . import _arrays
 from ._types import TYPE_ROWS, TypeRow, dtype_text, resolve_compute
+from .epilogue import Epilogue, check_activation
 from ._types import resolve_compute as _resolve
 
 
@@ -519,3 +520,128 @@ def describe_blas_checked(row: TypeRow, transa, transb, m, n, k, alpha, a, lda, 
                              f"(pass a separate output buffer)")
     return describe(r, row, compute, ta, tb, m, n, k, lda, ldb, ldc, 1, 0, 0, 0, xp, dev,
                     (pa, pb, pc), alpha, beta), backend
+
+
+# ---------------------------------------------------------------------------------------------
+# The array forms' result type and epilogue keywords (matmul, gemm, Matmul, grouped, fused_mlp, fp8)
+
+def numpy_result(routine: str, a_dtype, b_dtype, dtype=None, out=None) -> tuple:
+    """``(loop dtype, result dtype)`` of ``numpy.matmul(a, b, dtype=dtype, out=out)`` for
+    operands of these dtypes, by NumPy's own rule (asked on empty stand-ins: no work); where
+    NumPy refuses ``dtype=`` or ``out``, a TypeError naming it, with NumPy's reason (a float
+    product is not cast to an integer or bool type). ``dtype=bfloat16`` has no NumPy loop at
+    all (ml_dtypes' bfloat16 products are float32): it is taken as an ``out`` of that type is,
+    NumPy's product cast to it (refused from complex operands).
+
+    >>> import numpy as np
+    >>> numpy_result("matmul", np.dtype(np.int16), np.dtype(np.int16), dtype=np.int64)
+    (dtype('int64'), dtype('int64'))
+    >>> numpy_result("matmul", np.dtype(np.float32), np.dtype(np.float32), dtype=np.uint8)
+    Traceback (most recent call last):
+        ...
+    TypeError: matmul: dtype=uint8 is refused for float32 @ float32, as numpy.matmul refuses it (Cannot cast ufunc 'matmul' input 0 from dtype('float32') to dtype('uint8') with casting rule 'same_kind')
+    """
+    cell_a, cell_b = np.empty((1, 0), a_dtype), np.empty((0, 1), b_dtype)
+    loop = np.matmul(cell_a, cell_b).dtype     # (dtypes NumPy cannot multiply raise here)
+    if dtype is None and out is None:
+        return loop, loop
+    try:
+        want = np.dtype(dtype) if dtype is not None else out.dtype
+    except TypeError as exc:
+        raise TypeError(f"{routine}: dtype={dtype!r} is not a dtype ({exc})") from None
+    try:
+        if dtype is not None and want.name != "bfloat16":
+            return np.matmul(cell_a, cell_b, dtype=want).dtype, want
+        np.matmul(cell_a, cell_b, out=np.empty((1, 1), want))
+        return loop, want
+    except TypeError as exc:        # numpy's UFuncTypeError (a TypeError): casting refused
+        what = f"dtype={want.name} is" if dtype is not None else f"out has dtype {want.name},"
+        raise TypeError(f"{routine}: {what} refused for {np.dtype(a_dtype).name} @ "
+                        f"{np.dtype(b_dtype).name}, as numpy.matmul refuses it ({exc})") from None
+
+
+def _check_vector(routine, name, x, xp_name, length, what):
+    if _arrays.array_module_name(x) != xp_name:
+        raise TypeError(f"{routine}: {name} must be a {'NumPy' if xp_name == 'numpy' else 'CuPy'} "
+                        f"array like the operands, not {type(x).__name__}")
+    if x.shape not in ((length,), ()):
+        raise ValueError(f"{routine}: {name} must have shape ({length},) ({what}) or be a scalar, "
+                         f"got shape {x.shape}")
+
+
+def check_epilogue(routine: str, out_shape: tuple, mn: tuple, out_dtype, xp_name: str, bias, activation,
+          preactivation_out, scale_a, scale_b, operand_dtype, names=None) -> Epilogue:
+    """The Epilogue of a call, or a ValueError / TypeError naming the argument, its value and
+    the rule, raised before any work. ``out_shape``: the result's shape; ``mn``: (m, n) of
+    the product (1 for a vector operand's missing side, as matmul promotes it). ``names``:
+    how the caller's user named the arguments where that is not ``bias``, ``scale_a``...
+    (``{'bias': 'b1'}`` for :func:`pyblasgemm.fused_mlp`, ``'bias[2]'`` for a group).
+
+    >>> import numpy as np
+    >>> check_epilogue("fused_mlp", (2, 4), (2, 4), np.float32, "numpy", np.ones(3, np.float32), None,
+    ...       None, None, None, np.float32, names={"bias": "b1"})
+    Traceback (most recent call last):
+        ...
+    ValueError: fused_mlp: b1 has shape (3,); it must be (4,) or (1, 4) (one value per column of the (2, 4) output) or (2, 1) (one per row)
+    """
+    names = {"bias": "bias", "preactivation_out": "preactivation_out", "scale_a": "scale_a",
+             "scale_b": "scale_b", **(names or {})}
+    act = check_activation(routine, activation)
+    m, n = mn
+    bias_axis = None
+    if bias is not None:
+        name = names["bias"]
+        if _arrays.array_module_name(bias) != xp_name:
+            raise TypeError(f"{routine}: {name} must be a {'NumPy' if xp_name == 'numpy' else 'CuPy'} "
+                            f"array like the operands, not {type(bias).__name__}")
+        # the output's dtype, or the operands' (bfloat16 @ bfloat16 is float32 in NumPy, and
+        # a bfloat16 bias is what a bfloat16 layer has), or float32 for a dequantized product
+        allowed = {np.dtype(out_dtype)}
+        allowed.add(np.dtype(np.float32) if np.dtype(operand_dtype) == np.int8 else np.dtype(operand_dtype))
+        if bias.dtype not in allowed:
+            raise TypeError(f"{routine}: {name} has dtype {dtype_text(bias.dtype)}; it must have the "
+                            f"output's dtype or the operands' "
+                            f"({' or '.join(sorted(d.name for d in allowed))})")
+        if bias.shape in ((n,), (1, n)):
+            bias_axis = "cols"
+        elif bias.shape == (m, 1):
+            bias_axis = "rows"
+        else:
+            raise ValueError(f"{routine}: {name} has shape {bias.shape}; it must be ({n},) or (1, {n}) "
+                             f"(one value per column of the {out_shape} output) or ({m}, 1) (one "
+                             f"per row)")
+    if preactivation_out is not None:
+        name = names["preactivation_out"]
+        if _arrays.array_module_name(preactivation_out) != xp_name:
+            raise TypeError(f"{routine}: {name} must be an array of the operands' kind")
+        if preactivation_out.shape != tuple(out_shape) or preactivation_out.dtype != out_dtype:
+            raise ValueError(f"{routine}: {name} has shape {preactivation_out.shape} and "
+                             f"dtype {dtype_text(preactivation_out.dtype)}; it must have the "
+                             f"output's, {tuple(out_shape)} and {np.dtype(out_dtype).name}")
+        if not _arrays.is_writeable(preactivation_out):
+            raise ValueError(f"{routine}: {name} is read-only")
+    dequant = scale_a is not None or scale_b is not None
+    if dequant:
+        if np.dtype(operand_dtype) != np.int8:
+            raise TypeError(f"{routine}: {names['scale_a']} / {names['scale_b']} dequantize int8 "
+                            f"products; the operands are {np.dtype(operand_dtype).name}")
+        if scale_a is None or scale_b is None:
+            raise ValueError(f"{routine}: dequantizing needs both {names['scale_a']} (per row of "
+                             f"op(a)) and {names['scale_b']} (per column of op(b)); got only "
+                             f"{names['scale_a'] if scale_b is None else names['scale_b']}")
+        for key, x, length, what in (("scale_a", scale_a, m, "one per row of op(a)"),
+                                     ("scale_b", scale_b, n, "one per column of op(b)")):
+            _check_vector(routine, names[key], x, xp_name, length, what)
+            if x.dtype != np.float32:
+                raise TypeError(f"{routine}: {names[key]} must be float32, got {dtype_text(x.dtype)}")
+        if np.dtype(out_dtype).char not in ("e", "f") and np.dtype(out_dtype).name != "bfloat16":
+            raise TypeError(f"{routine}: a dequantized int8 product is float16, bfloat16 or float32, "
+                            f"not {np.dtype(out_dtype).name}")
+    elif np.dtype(operand_dtype) == np.int8 and (bias is not None or act is not None):
+        raise TypeError(f"{routine}: {names['bias']} and activation on int8 operands need "
+                        f"dequantization ({names['scale_a']}= and {names['scale_b']}=): the int32 "
+                        f"product has no float scale")
+    if act is not None and np.dtype(out_dtype).kind == "c":
+        raise TypeError(f"{routine}: activation={act.name!r} is for real outputs, not "
+                        f"{np.dtype(out_dtype).name}")
+    return Epilogue(bias_axis, act, preactivation_out is not None, dequant)

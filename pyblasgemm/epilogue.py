@@ -24,10 +24,11 @@ the accumulator and the store is computed in the accumulation type (float32 for 
 int8 operands, the output's type otherwise) and rounded once, so 16-bit results do not round
 twice. NaN and Inf propagate as in the unfused sequence (``relu(NaN)`` is NaN).
 
-This module is a leaf (it imports only the array and dtype helpers): the activation table, one row per
-activation with its host definition, device code, derivative and PyTorch form; the checks of
-the keywords (:func:`check`); and the epilogue a description carries (:class:`EpilogueSpec`,
-``GemmDesc.epilogue``). How a call runs is the planner's choice among three routes, priced by
+This module is a leaf table (it imports only NumPy and the host erf, :mod:`pyblasgemm._erf`): one
+row per activation with its host definition, device code, derivative and PyTorch form; the
+checked epilogue of a call (:class:`Epilogue`; the keywords are checked with every other
+argument, in :func:`pyblasgemm.desc.check_epilogue`); and the epilogue a description carries
+(:class:`EpilogueSpec`, ``GemmDesc.epilogue``). How a call runs is the planner's choice among three routes, priced by
 its model and recorded in the plan (``Plan.epilogue``, shown by ``Plan.explain()``;
 :func:`last_route` reads the last one): fused in our kernel's store, fused in cuBLASLt's
 epilogue (relu and the tanh GELU), or unfused: the planned GEMM into the accumulation type,
@@ -57,10 +58,9 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from . import _arrays
-from ._types import dtype_text
+from ._erf import erf_function
 
-__all__ = ["ACTIVATIONS", "Activation", "Epilogue", "EpilogueSpec", "EPILOGUE_KEYWORDS", "check",
+__all__ = ["ACTIVATIONS", "Activation", "Epilogue", "EpilogueSpec", "EPILOGUE_KEYWORDS",
            "check_activation", "last_route"]
 
 #: the keywords that turn a gemm / matmul call into one with an epilogue
@@ -72,116 +72,8 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _GELU_C = 0.044715
 
 
-_ERF: list = []
-
-
-def _erf_function():
-    """scipy.special.erf where SciPy is installed (an optional dependency), else
-    :func:`_erf_numpy`. Looked up on first use: importing scipy.special costs ~0.3 s."""
-    if not _ERF:
-        try:
-            from scipy.special import erf
-        except ImportError:
-            erf = _erf_numpy
-        _ERF.append(erf)
-    return _ERF[0]
-
-
-def _dd_coefficients(terms: int) -> tuple:
-    """(hi, lo) float64 pairs of erf's Taylor coefficients 2/√π·(-1)ⁿ/(n!(2n+1)), exact to
-    ~2⁻¹⁰⁶ (from a 50-digit 2/√π in rationals)."""
-    from fractions import Fraction
-
-    two_over_sqrt_pi = Fraction("1.1283791670955125738961589031215451716881012586580")
-    hi, lo = [], []
-    for n in range(terms):
-        c = two_over_sqrt_pi * (-1) ** n / (math.factorial(n) * (2 * n + 1))
-        h = float(c)
-        hi.append(h)
-        lo.append(float(c - Fraction(h)))
-    return np.array(hi), np.array(lo)
-
-
-#: |x| below: the Taylor series in double-double (the alternating series loses up to
-#: log2(erfi(x)/erf(x)) ≈ 7 bits at 2.5 of its 106); above: 1 - erfc by continued fraction
-_ERF_SERIES_END = 2.5
-_ERF_TERMS = 48          # 6.25ⁿ/(n!(2n+1)) < 2⁻⁶⁰ from n = 44 on
-_ERF_TINY_TERMS = 19     # below 0.84375: 0.712ⁿ/(n!(2n+1)) < 2⁻⁶⁰ from n = 16 on
-_TWO_OVER_SQRT_PI_MINUS_1 = 0.12837916709551257390   # correctly rounded, not 1.128… - 1
-_ERF_CF_TERMS = 60       # the continued fraction at 2.5: erfc to ~1e-10 relative, 1e-14 of an ulp of erf
-_ERF_DD: list = []
-
-
-def _two_sum(a, b):
-    s = a + b
-    bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
-
-
-def _two_prod(a, b):
-    # Dekker: exact a·b = p + e without an FMA (|a|, |b| < 2**996: no overflow in the split)
-    p = a * b
-    ca, cb = 134217729.0 * a, 134217729.0 * b
-    ah, bh = ca - (ca - a), cb - (cb - b)
-    al, bl = a - ah, b - bh
-    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
-
-
-def _erf_numpy(x):
-    """erf in NumPy, float64-accurate (within 2 ulp of ``math.erf``; tested on a wide grid
-    with the tails, NaN, ±Inf and -0.0): the GELU's erf where SciPy is not installed.
-    Float16/32 inputs are computed in float64 and rounded once to their type.
-
-    >>> import math, numpy as np
-    >>> from pyblasgemm.epilogue import _erf_numpy
-    >>> float(_erf_numpy(np.float64(0.5))) == math.erf(0.5)
-    True
-    >>> _erf_numpy(np.array([-np.inf, -0.0, np.nan, 3.0], np.float32))
-    array([-1.       , -0.       ,        nan,  0.9999779], dtype=float32)
-    """
-    x = np.asarray(x)
-    dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
-    v = np.abs(x.astype(np.float64))
-    out = np.ones_like(v)                     # |x| ≥ 6 and ±Inf: erfc(6) < 2⁻⁵⁴ rounds away
-    out[np.isnan(v)] = np.nan
-    if not _ERF_DD:
-        _ERF_DD.append(_dd_coefficients(_ERF_TERMS))
-    chi, clo = _ERF_DD[0]
-    tiny = v < 0.84375
-    if tiny.any():                            # erf = x + x·r(x²), r small: one rounding dominates
-        a = v[tiny]
-        y = a * a
-        r = np.full_like(a, chi[_ERF_TINY_TERMS - 1])
-        for n in range(_ERF_TINY_TERMS - 2, 0, -1):
-            r = r * y + chi[n]
-        out[tiny] = a + a * (r * y + _TWO_OVER_SQRT_PI_MINUS_1)
-    small = (v >= 0.84375) & (v < _ERF_SERIES_END)
-    if small.any():
-        a = v[small]
-        yh, yl = _two_prod(a, a)              # x² exactly
-        sh, sl = np.full_like(a, chi[-1]), np.full_like(a, clo[-1])
-        for n in range(_ERF_TERMS - 2, -1, -1):   # Horner in x², double-double
-            ph, pl = _two_prod(sh, yh)
-            pl += sh * yl + sl * yh
-            sh, sl = _two_sum(ph, pl)
-            th, tl = _two_sum(sh, chi[n])
-            tl += sl + clo[n]
-            sh, sl = _two_sum(th, tl)
-        ph, pl = _two_prod(sh, a)
-        out[small] = ph + (pl + sl * a)
-    mid = (v >= _ERF_SERIES_END) & (v < 6.0)
-    if mid.any():
-        a = v[mid]
-        t = a.copy()                          # erfc(x)·√π·e^(x²) = 1/(x + ½/(x + 1/(x + 3/2/(x + …))))
-        for k in range(_ERF_CF_TERMS, 0, -1):
-            t = a + (0.5 * k) / t
-        out[mid] = 1.0 - np.exp(-a * a) / (math.sqrt(math.pi) * t)
-    out = np.copysign(out, x)                 # odd; keeps -0.0, NaN stays NaN
-    return out.astype(dtype, copy=False)
-
-
 def _gelu(x):
-    erf = _erf_function()
+    erf = erf_function()
 
     return x * x.dtype.type(0.5) * (x.dtype.type(1) + erf(x * x.dtype.type(_SQRT_HALF)))
 
@@ -242,7 +134,7 @@ class _HostMath:
 
     @staticmethod
     def erf(x):
-        return _erf_function()(x)
+        return erf_function()(x)
 
     @staticmethod
     def sigmoid(x):
@@ -380,135 +272,6 @@ def check_activation(routine: str, value) -> Activation | None:
         raise ValueError(f"{routine}: activation={value!r} is not one of "
                          f"{', '.join(map(repr, ACTIVATIONS))} (or None)")
     return row
-
-
-def _check_vector(routine, name, x, xp_name, length, what):
-    if _arrays.array_module_name(x) != xp_name:
-        raise TypeError(f"{routine}: {name} must be a {'NumPy' if xp_name == 'numpy' else 'CuPy'} "
-                        f"array like the operands, not {type(x).__name__}")
-    if x.shape not in ((length,), ()):
-        raise ValueError(f"{routine}: {name} must have shape ({length},) ({what}) or be a scalar, "
-                         f"got shape {x.shape}")
-
-
-def check(routine: str, out_shape: tuple, mn: tuple, out_dtype, xp_name: str, bias, activation,
-          preactivation_out, scale_a, scale_b, operand_dtype, names=None) -> Epilogue:
-    """The Epilogue of a call, or a ValueError / TypeError naming the argument, its value and
-    the rule, raised before any work. ``out_shape``: the result's shape; ``mn``: (m, n) of
-    the product (1 for a vector operand's missing side, as matmul promotes it). ``names``:
-    how the caller's user named the arguments where that is not ``bias``, ``scale_a``...
-    (``{'bias': 'b1'}`` for :func:`pyblasgemm.fused_mlp`, ``'bias[2]'`` for a group).
-
-    >>> import numpy as np
-    >>> check("fused_mlp", (2, 4), (2, 4), np.float32, "numpy", np.ones(3, np.float32), None,
-    ...       None, None, None, np.float32, names={"bias": "b1"})
-    Traceback (most recent call last):
-        ...
-    ValueError: fused_mlp: b1 has shape (3,); it must be (4,) or (1, 4) (one value per column of the (2, 4) output) or (2, 1) (one per row)
-    """
-    names = {"bias": "bias", "preactivation_out": "preactivation_out", "scale_a": "scale_a",
-             "scale_b": "scale_b", **(names or {})}
-    act = check_activation(routine, activation)
-    m, n = mn
-    bias_axis = None
-    if bias is not None:
-        name = names["bias"]
-        if _arrays.array_module_name(bias) != xp_name:
-            raise TypeError(f"{routine}: {name} must be a {'NumPy' if xp_name == 'numpy' else 'CuPy'} "
-                            f"array like the operands, not {type(bias).__name__}")
-        # the output's dtype, or the operands' (bfloat16 @ bfloat16 is float32 in NumPy, and
-        # a bfloat16 bias is what a bfloat16 layer has), or float32 for a dequantized product
-        allowed = {np.dtype(out_dtype)}
-        allowed.add(np.dtype(np.float32) if np.dtype(operand_dtype) == np.int8 else np.dtype(operand_dtype))
-        if bias.dtype not in allowed:
-            raise TypeError(f"{routine}: {name} has dtype {dtype_text(bias.dtype)}; it must have the "
-                            f"output's dtype or the operands' "
-                            f"({' or '.join(sorted(d.name for d in allowed))})")
-        if bias.shape in ((n,), (1, n)):
-            bias_axis = "cols"
-        elif bias.shape == (m, 1):
-            bias_axis = "rows"
-        else:
-            raise ValueError(f"{routine}: {name} has shape {bias.shape}; it must be ({n},) or (1, {n}) "
-                             f"(one value per column of the {out_shape} output) or ({m}, 1) (one "
-                             f"per row)")
-    if preactivation_out is not None:
-        name = names["preactivation_out"]
-        if _arrays.array_module_name(preactivation_out) != xp_name:
-            raise TypeError(f"{routine}: {name} must be an array of the operands' kind")
-        if preactivation_out.shape != tuple(out_shape) or preactivation_out.dtype != out_dtype:
-            raise ValueError(f"{routine}: {name} has shape {preactivation_out.shape} and "
-                             f"dtype {dtype_text(preactivation_out.dtype)}; it must have the "
-                             f"output's, {tuple(out_shape)} and {np.dtype(out_dtype).name}")
-        if not _arrays.is_writeable(preactivation_out):
-            raise ValueError(f"{routine}: {name} is read-only")
-    dequant = scale_a is not None or scale_b is not None
-    if dequant:
-        if np.dtype(operand_dtype) != np.int8:
-            raise TypeError(f"{routine}: {names['scale_a']} / {names['scale_b']} dequantize int8 "
-                            f"products; the operands are {np.dtype(operand_dtype).name}")
-        if scale_a is None or scale_b is None:
-            raise ValueError(f"{routine}: dequantizing needs both {names['scale_a']} (per row of "
-                             f"op(a)) and {names['scale_b']} (per column of op(b)); got only "
-                             f"{names['scale_a'] if scale_b is None else names['scale_b']}")
-        for key, x, length, what in (("scale_a", scale_a, m, "one per row of op(a)"),
-                                     ("scale_b", scale_b, n, "one per column of op(b)")):
-            _check_vector(routine, names[key], x, xp_name, length, what)
-            if x.dtype != np.float32:
-                raise TypeError(f"{routine}: {names[key]} must be float32, got {dtype_text(x.dtype)}")
-        if np.dtype(out_dtype).char not in ("e", "f") and np.dtype(out_dtype).name != "bfloat16":
-            raise TypeError(f"{routine}: a dequantized int8 product is float16, bfloat16 or float32, "
-                            f"not {np.dtype(out_dtype).name}")
-    elif np.dtype(operand_dtype) == np.int8 and (bias is not None or act is not None):
-        raise TypeError(f"{routine}: {names['bias']} and activation on int8 operands need "
-                        f"dequantization ({names['scale_a']}= and {names['scale_b']}=): the int32 "
-                        f"product has no float scale")
-    if act is not None and np.dtype(out_dtype).kind == "c":
-        raise TypeError(f"{routine}: activation={act.name!r} is for real outputs, not "
-                        f"{np.dtype(out_dtype).name}")
-    return Epilogue(bias_axis, act, preactivation_out is not None, dequant)
-
-
-def numpy_result(routine: str, a_dtype, b_dtype, dtype=None, out=None) -> tuple:
-    """``(loop dtype, result dtype)`` of ``numpy.matmul(a, b, dtype=dtype, out=out)`` for
-    operands of these dtypes, by NumPy's own rule (asked on empty stand-ins: no work); where
-    NumPy refuses ``dtype=`` or ``out``, a TypeError naming it, with NumPy's reason (a float
-    product is not cast to an integer or bool type). ``dtype=bfloat16`` has no NumPy loop at
-    all (ml_dtypes' bfloat16 products are float32): it is taken as an ``out`` of that type is,
-    NumPy's product cast to it (refused from complex operands).
-
-    >>> import numpy as np
-    >>> numpy_result("matmul", np.dtype(np.int16), np.dtype(np.int16), dtype=np.int64)
-    (dtype('int64'), dtype('int64'))
-    >>> numpy_result("matmul", np.dtype(np.float32), np.dtype(np.float32), dtype=np.uint8)
-    Traceback (most recent call last):
-        ...
-    TypeError: matmul: dtype=uint8 is refused for float32 @ float32, as numpy.matmul refuses it (Cannot cast ufunc 'matmul' input 0 from dtype('float32') to dtype('uint8') with casting rule 'same_kind')
-    """
-    cell_a, cell_b = np.empty((1, 0), a_dtype), np.empty((0, 1), b_dtype)
-    loop = np.matmul(cell_a, cell_b).dtype     # (dtypes NumPy cannot multiply raise here)
-    if dtype is None and out is None:
-        return loop, loop
-    try:
-        want = np.dtype(dtype) if dtype is not None else out.dtype
-    except TypeError as exc:
-        raise TypeError(f"{routine}: dtype={dtype!r} is not a dtype ({exc})") from None
-    try:
-        if dtype is not None and want.name != "bfloat16":
-            return np.matmul(cell_a, cell_b, dtype=want).dtype, want
-        np.matmul(cell_a, cell_b, out=np.empty((1, 1), want))
-        return loop, want
-    except TypeError as exc:        # numpy's UFuncTypeError (a TypeError): casting refused
-        what = f"dtype={want.name} is" if dtype is not None else f"out has dtype {want.name},"
-        raise TypeError(f"{routine}: {what} refused for {np.dtype(a_dtype).name} @ "
-                        f"{np.dtype(b_dtype).name}, as numpy.matmul refuses it ({exc})") from None
-
-
-def acc_dtype(out_dtype):
-    """The type the epilogue computes in: float32 for 16-bit and dequantized outputs, else the
-    output's own."""
-    d = np.dtype(out_dtype)
-    return np.dtype(np.float32) if d.itemsize == 2 or d.char == "f" else d
 
 
 # ---------------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ def run_unfused(epi: Epilogue, xp_name: str, t, alpha, beta, c_old, bias, scale_
 
 def apply(epi: Epilogue, t, alpha, beta, c_old, bias, scale_a, scale_b, preactivation_out, out):
     """``out[...] = act(v)`` (and ``preactivation_out[...] = v``) with ``v = t + bias``, where
-    ``t`` holds ``alpha·op(a)·op(b) + beta·out`` in :func:`acc_dtype`, a (..., m, n) array;
+    ``t`` holds ``alpha·op(a)·op(b) + beta·out`` in :func:`pyblasgemm._types.acc_dtype`, a (..., m, n) array;
     when dequantizing, ``t`` is the int32 product and ``v = alpha·scale_a·scale_b·t +
     beta·c_old + bias`` (``beta`` None: C not read). Runs where ``t`` lives. An integer or
     bool ``t`` (an integer result: NumPy's product, wrapped as its loop wraps) is summed and

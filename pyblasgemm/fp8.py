@@ -45,7 +45,8 @@ import numpy as np
 
 from . import _arrays, arrays, calls, streams
 from ._types import dtype_text
-from .epilogue import check as check_epilogue, note_route
+from .desc import check_epilogue
+from .epilogue import note_route
 from .epilogue_pass import UnfusedRoute, run_unfused
 from .kernels import fp8 as gpu
 

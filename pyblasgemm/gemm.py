@@ -15,10 +15,9 @@ import numpy as np
 from . import _arrays, arrays, calls, streams
 from .matmul import _plain_word, epilogue_named
 from ._strided import FusedRun, dequant_gemm, epilogue_gemm, row_for, strided_gemm
-from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, dtype_text, resolve_compute
-from .desc import (INT32_MAX, _SCALAR_LIMITS, _scalar_value, check_backend, check_gemm_flag,
-                   check_same_place, check_scalar)
-from .epilogue import acc_dtype, check as check_epilogue
+from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, acc_dtype, dtype_text, resolve_compute
+from .desc import (INT32_MAX, _SCALAR_LIMITS, _scalar_value, check_backend, check_epilogue,
+                   check_gemm_flag, check_same_place, check_scalar)
 from .epilogue_pass import run_unfused
 from . import fp8
 from .fp8 import FP8_TYPES, is_fp8, scaled_matmul

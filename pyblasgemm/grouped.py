@@ -58,8 +58,8 @@ if TYPE_CHECKING:     # types only: importing pyblasgemm imports none of these
 from . import _arrays, arrays, calls, streams
 from ._layout import may_overlap
 from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, dtype_text, resolve_compute
-from .desc import GroupSpec, alignment, check_backend, check_same_place, describe
-from .epilogue import EpilogueSpec, check as check_epilogue, note_route
+from .desc import GroupSpec, alignment, check_backend, check_epilogue, check_same_place, describe
+from .epilogue import EpilogueSpec, note_route
 from .execute import execute_group, execute_group_offsets
 from .gemm import check_operands, gemm
 from .kernels.grouped import PROBLEM_ROW

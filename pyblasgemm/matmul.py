@@ -29,10 +29,10 @@ from typing import NamedTuple
 from . import _arrays, arrays, calls, streams
 from ._strided import FusedRun, dequant_gemm, epilogue_gemm, row_for, strided_gemm
 from .backends import host as host_backend
-from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, get_default_compute, resolve_compute
+from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, acc_dtype, get_default_compute, resolve_compute
 from ._layout import may_overlap
-from .desc import check_backend
-from .epilogue import acc_dtype, check as check_epilogue, check_activation, note_route, numpy_result
+from .desc import check_backend, check_epilogue, numpy_result
+from .epilogue import check_activation, note_route
 from .epilogue_pass import run_unfused
 from . import fp8
 from .fp8 import FP8_TYPES, is_fp8, scaled_matmul

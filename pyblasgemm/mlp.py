@@ -44,8 +44,8 @@ import numpy as np
 
 from . import _arrays, arrays
 from ._types import ROW_BY_DTYPE, resolve_compute
-from .desc import check_backend, check_same_place
-from .epilogue import check as check_epilogue, check_activation
+from .desc import check_backend, check_epilogue, check_same_place
+from .epilogue import check_activation
 from .execute import execute_mlp
 from .kernels import mlp_kernel as _kernel
 from .matmul import matmul

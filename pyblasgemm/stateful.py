@@ -20,10 +20,10 @@ if TYPE_CHECKING:     # types only: importing pyblasgemm imports none of these
 
 import numpy as np
 
-from . import _arrays, arrays, calls, epilogue, streams
+from . import _arrays, arrays, calls, streams
 from ._layout import may_overlap
-from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, resolve_compute
-from .desc import check_backend
+from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, acc_dtype, resolve_compute
+from .desc import check_backend, check_epilogue
 from .epilogue_pass import apply as _epilogue_pass
 from .matmul import _batched, matmul as _matmul
 
@@ -348,9 +348,9 @@ def _epilogue_state(a, b, out, row, bias, activation, preactivation_out, xp_name
     if out is not None and (getattr(out, "dtype", None) != out_dtype or getattr(out, "shape", None) != shape):
         raise ValueError(f"Matmul: out must have dtype {out_dtype} and shape {shape}, got "
                          f"{getattr(out, 'dtype', None)} and {getattr(out, 'shape', None)}")
-    epi = epilogue.check("Matmul", shape, shape[-2:], out_dtype, xp_name, bias, activation,
+    epi = check_epilogue("Matmul", shape, shape[-2:], out_dtype, xp_name, bias, activation,
                          preactivation_out, None, None, a.dtype)
-    acc = epilogue.acc_dtype(out_dtype)
+    acc = acc_dtype(out_dtype)
     if acc != row.c_dtype and (a.dtype, acc) not in ROW_BY_DTYPES:
         raise TypeError(f"Matmul: no {acc} accumulation route for {a.dtype} operands")
     if xp_name == "numpy":

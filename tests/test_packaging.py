@@ -14,7 +14,7 @@ except ImportError:                     # Python 3.10: pytest brings tomli there
     import tomli as tomllib
 
 import pyblasgemm
-from pyblasgemm import epilogue
+from pyblasgemm import _erf, epilogue
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -168,7 +168,7 @@ def _grid():
 
 def test_erf_numpy_within_2_ulp_of_math_erf():
     x = _grid()
-    got = epilogue._erf_numpy(x)
+    got = _erf.erf_numpy(x)
     want = np.array([math.erf(v) for v in x.tolist()])
     assert got.dtype == np.float64
     u = _ulps(got, want)
@@ -176,17 +176,17 @@ def test_erf_numpy_within_2_ulp_of_math_erf():
 
 
 def test_erf_numpy_special_values():
-    got = epilogue._erf_numpy(np.array([np.nan, np.inf, -np.inf, -0.0, 0.0]))
+    got = _erf.erf_numpy(np.array([np.nan, np.inf, -np.inf, -0.0, 0.0]))
     assert np.isnan(got[0])
     assert got[1:3].tolist() == [1.0, -1.0]
     assert got[3] == 0 and np.signbit(got[3]) and not np.signbit(got[4])
-    assert epilogue._erf_numpy(np.float64(-0.0)).shape == ()
+    assert _erf.erf_numpy(np.float64(-0.0)).shape == ()
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 def test_erf_numpy_keeps_the_type(dtype):
     x = np.linspace(-4, 4, 101).astype(dtype)
-    got = epilogue._erf_numpy(x)
+    got = _erf.erf_numpy(x)
     assert got.dtype == dtype
     want = np.array([math.erf(v) for v in x.astype(np.float64).tolist()]).astype(dtype)
     np.testing.assert_array_equal(got, want)             # float64-accurate, rounded once
@@ -195,10 +195,10 @@ def test_erf_numpy_keeps_the_type(dtype):
 def test_gelu_runs_without_scipy(monkeypatch):
     # no SciPy: the NumPy erf; and the same GELU as with SciPy where SciPy is here
     monkeypatch.setitem(sys.modules, "scipy.special", None)   # makes the import fail
-    monkeypatch.setattr(epilogue, "_ERF", [])
+    monkeypatch.setattr(_erf, "_ERF", [])
     x = np.linspace(-5, 5, 2001)
     got = epilogue._gelu(x)
-    assert epilogue._ERF == [epilogue._erf_numpy]
+    assert _erf._ERF == [_erf.erf_numpy]
     want = np.array([v * 0.5 * (1 + math.erf(v * epilogue._SQRT_HALF)) for v in x.tolist()])
     # absolute: 1 + erf cancels in the negative tail, where both are ~1e-16 of x
     np.testing.assert_allclose(got, want, rtol=1e-15, atol=1e-15)
