@@ -1,0 +1,148 @@
+"""Host µs per call of one source tree's pyblasgemm at 64³ float16, on each route, beside
+``torch.matmul`` and ``cupy.matmul`` in the same process: run it once per tree, alternating the
+trees, and compare the trees by their ratios to the yardsticks (and by µs, where the runs
+alternate on one machine).
+
+Issue 35's condition for moving the launches and the cuBLASLt calls onto the public CUDA
+bindings: the host cost per call must be no worse than before the move. The old tree (before
+the move, e.g. ``git worktree add /tmp/old 25a6ec1``) and the new one import the same package
+name, so they cannot share a process; this file imports only the tree it is given.
+
+    python bench/tree_host_cost.py --tree /tmp/old --label old --out old_1.json
+    python bench/tree_host_cost.py --tree . --label new --out new_1.json
+    python bench/tree_host_cost.py --combine old_1.json new_1.json ... --out both.json
+
+Each row is the median of ``--rounds`` rounds of ``--calls`` back-to-back calls, timed on the
+host (``time.perf_counter``) with the device synchronized after each round (so a round's time
+is the host's issue time while the GPU keeps up: 64³ kernels take ~3-5 µs of GPU time).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import pathlib
+import platform
+import statistics
+import sys
+import time
+
+N = 64
+SEED = 0            # the operands: cupy.random.default_rng(SEED)
+FORMS = ("matmul", "matmul out=", "raw hgemm")
+ROUTES = ("auto", "tensorcore", "cublas")
+
+
+def _host_us(fn, sync, calls: int, rounds: int, warmup: int = 50) -> float:
+    for _ in range(warmup):
+        fn()
+    sync()
+    per_round = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        per_round.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(per_round)
+
+
+def measure(tree: str, label: str, calls: int, rounds: int) -> dict:
+    sys.path.insert(0, str(pathlib.Path(tree).resolve()))
+    import cupy as cp
+    import torch
+
+    import pyblasgemm as pbg
+
+    where = pathlib.Path(pbg.__file__).resolve()
+    if pathlib.Path(tree).resolve() not in where.parents:
+        raise SystemExit(f"tree_host_cost: pyblasgemm came from {where}, not from --tree {tree}")
+    rng = cp.random.default_rng(SEED)
+    a = rng.standard_normal((N, N), dtype=cp.float32).astype(cp.float16)
+    b = rng.standard_normal((N, N), dtype=cp.float32).astype(cp.float16)
+    c = cp.empty((N, N), cp.float16)
+    ta, tb = torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda")
+    tc = torch.empty((N, N), dtype=torch.float16, device="cuda")
+    sync = cp.cuda.Device().synchronize
+
+    def form(name, route):
+        kw = {} if route == "auto" else {"backend": route}
+        if name == "matmul":
+            return lambda: pbg.matmul(a, b, **kw)
+        if name == "matmul out=":
+            return lambda: pbg.matmul(a, b, out=c, **kw)
+        return lambda: pbg.hgemm("N", "N", N, N, N, 1.0, a, N, b, N, 0.0, c, N, **kw)
+
+    rows = []
+    for route in ROUTES:
+        for name in FORMS:
+            fn = form(name, route)
+            fn()
+            rows.append({"form": name, "route": route, "host_us": _host_us(fn, sync, calls, rounds)})
+    yard = {"torch.matmul": _host_us(lambda: torch.matmul(ta, tb), sync, calls, rounds),
+            "torch.matmul(out=)": _host_us(lambda: torch.matmul(ta, tb, out=tc), sync, calls, rounds),
+            "cupy.matmul": _host_us(lambda: cp.matmul(a, b), sync, calls, rounds),
+            "cupy.matmul(out=)": _host_us(lambda: cp.matmul(a, b, out=c), sync, calls, rounds)}
+    for r in rows:
+        base = "(out=)" if r["form"] != "matmul" else ""
+        r["ratio_to_torch"] = r["host_us"] / yard["torch.matmul" + base]
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    return {"label": label, "tree": str(pathlib.Path(tree).resolve()), "package_file": str(where),
+            "version": getattr(pbg, "__version__", "?"), "rows": rows, "yardsticks_us": yard,
+            "device": props["name"].decode(), "driver": cp.cuda.runtime.driverGetVersion(),
+            "cupy": cp.__version__, "torch": torch.__version__, "python": platform.python_version(),
+            "calls_per_round": calls, "rounds": rounds,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def combine(files: list[str]) -> dict:
+    """The runs side by side: per (form, route) and label, the median over the runs of the
+    host µs and of the ratio to torch.matmul; ``new_over_old``: the labels' µs ratio."""
+    runs = [json.loads(pathlib.Path(f).read_text()) for f in files]
+    table: dict = {}
+    for run in runs:
+        for r in run["rows"]:
+            cell = table.setdefault(f"{r['form']} | {r['route']}", {}).setdefault(run["label"], {"us": [], "ratio": []})
+            cell["us"].append(r["host_us"])
+            cell["ratio"].append(r["ratio_to_torch"])
+    summary = {}
+    for key, by_label in table.items():
+        summary[key] = {label: {"host_us_median": statistics.median(v["us"]),
+                                "ratio_to_torch_median": statistics.median(v["ratio"]),
+                                "host_us_runs": v["us"]} for label, v in by_label.items()}
+        if {"old", "new"} <= by_label.keys():
+            summary[key]["new_over_old"] = (summary[key]["new"]["host_us_median"]
+                                            / summary[key]["old"]["host_us_median"])
+    first = runs[0]
+    return {"schema": "tree_host_cost/1", "device_name": first["device"], "driver_version": first["driver"],
+            "cupy": first["cupy"], "torch": first["torch"], "python": first["python"],
+            "date": first["date"], "trees": {r["label"]: r["tree"] for r in runs},
+            "run_order": [r["label"] for r in runs], "summary": summary, "runs": runs}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tree")
+    ap.add_argument("--label")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--combine", nargs="+")
+    args = ap.parse_args()
+    if args.combine:
+        # run from the new tree: its collector records device, driver, versions, settings,
+        # NVRTC, date and commit (GIT_SHA where the tree's own git metadata is stale)
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+        from bench.heldout import Gpu, meta
+
+        doc = {**meta(Gpu(), seed=SEED), **combine(args.combine)}
+    else:
+        if not (args.tree and args.label):
+            ap.error("--tree and --label are needed (or --combine FILES)")
+        doc = measure(args.tree, args.label, args.calls, args.rounds)
+    pathlib.Path(args.out).write_text(json.dumps(doc, indent=1))
+    print(json.dumps(doc.get("summary", doc.get("rows")), indent=1))
+
+
+if __name__ == "__main__":
+    main()
