@@ -85,7 +85,7 @@ def measure(tree: str, label: str, calls: int, rounds: int) -> dict:
             "cupy.matmul(out=)": _host_us(lambda: cp.matmul(a, b, out=c), sync, calls, rounds)}
     for r in rows:
         base = "(out=)" if r["form"] != "matmul" else ""
-        r["ratio_to_torch"] = r["host_us"] / yard["torch.matmul" + base]
+        r["speedup_vs_torch"] = yard["torch.matmul" + base] / r["host_us"]   # > 1: faster
     props = cp.cuda.runtime.getDeviceProperties(0)
     return {"label": label, "tree": str(pathlib.Path(tree).resolve()), "package_file": str(where),
             "version": getattr(pbg, "__version__", "?"), "rows": rows, "yardsticks_us": yard,
@@ -97,22 +97,24 @@ def measure(tree: str, label: str, calls: int, rounds: int) -> dict:
 
 def combine(files: list[str]) -> dict:
     """The runs side by side: per (form, route) and label, the median over the runs of the
-    host µs and of the ratio to torch.matmul; ``new_over_old``: the labels' µs ratio."""
+    host µs and of the speedup over torch.matmul (> 1: faster); ``old_over_new``: the old
+    tree's µs over the new's (> 1: the new is faster)."""
     runs = [json.loads(pathlib.Path(f).read_text()) for f in files]
     table: dict = {}
     for run in runs:
         for r in run["rows"]:
-            cell = table.setdefault(f"{r['form']} | {r['route']}", {}).setdefault(run["label"], {"us": [], "ratio": []})
+            cell = table.setdefault(f"{r['form']} | {r['route']}", {}).setdefault(
+                run["label"], {"us": [], "ratio": []})
             cell["us"].append(r["host_us"])
-            cell["ratio"].append(r["ratio_to_torch"])
+            cell["ratio"].append(r["speedup_vs_torch"])
     summary = {}
     for key, by_label in table.items():
         summary[key] = {label: {"host_us_median": statistics.median(v["us"]),
-                                "ratio_to_torch_median": statistics.median(v["ratio"]),
+                                "speedup_vs_torch_median": statistics.median(v["ratio"]),
                                 "host_us_runs": v["us"]} for label, v in by_label.items()}
         if {"old", "new"} <= by_label.keys():
-            summary[key]["new_over_old"] = (summary[key]["new"]["host_us_median"]
-                                            / summary[key]["old"]["host_us_median"])
+            summary[key]["old_over_new"] = (summary[key]["old"]["host_us_median"]
+                                            / summary[key]["new"]["host_us_median"])
     first = runs[0]
     return {"schema": "tree_host_cost/1", "device_name": first["device"], "driver_version": first["driver"],
             "cupy": first["cupy"], "torch": first["torch"], "python": first["python"],
