@@ -1,0 +1,295 @@
+"""Where a small product's host time goes on the cuBLAS route, per way of issuing it (issue 33).
+
+    GIT_SHA=<sha> PYTHONPATH=. python bench/lt_host_cost.py OUT.json [--ids decode-00,...] [--max-seconds S]
+
+For each fp16/bf16 entry of the held-out corpus's decode class (bench/heldout.py's operands, the
+same bytes for every contender), one product ``C = A @ B`` issued each of these ways:
+
+``torch.matmul``, ``torch.mm(out=)``, ``cupy.matmul`` (float16)   the yardstick and its parts
+``pb auto`` / ``pb cublas``   ``pyblasgemm.matmul`` (fresh result), auto and forced cuBLAS
+``lt chosen``       the route's own ``LtLaunch`` (cuBLASLt's first heuristic choice, the
+                    workspace it asks for), called with pointers into a result made once
+``lt algo i``       the heuristic's other answers (up to :data:`TOP` within the workspace)
+``lt ws0``          the first answer with no workspace (no split-K reduction buffer)
+``gemmex``          ``cublasGemmEx`` (CUBLAS_GEMM_DEFAULT, host scalars), the handle's stream set
+                    once; ``gemmex+stream`` sets it per call (as the route's fallback does)
+``gemv``            pyblasgemm's GEMV kernel on the same problem (one launch; M <= 64)
+``cupy alloc`` / ``torch alloc``   the fresh result alone (``cupy.ndarray``, ``torch.empty``)
+
+Per contender: ``host_us`` (time to issue one call, 300 back to back, median of 5 rounds,
+contenders interleaved: bench/timing.py's paired_host_us), ``gpu_us`` (CUDA events around 20
+calls queued behind a ~1 ms ``torch.cuda._sleep``, so the host is hidden and only the GPU's time
+per call is left), ``steady_us`` (heldout.py's: 3 warm-up calls, 20 back to back, one synchronize,
+wall / 20, median of 5) and ``single_us`` (synchronize, call, synchronize, median of 30). Every
+way's result is checked against ``torch.matmul``'s first (max relative error).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes as ct
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import heldout  # noqa: E402
+from bench.timing import paired_host_us  # noqa: E402
+
+#: heuristic answers timed per problem beyond the first
+TOP = 4
+SCHEMA = "pyblasgemm-lt-host-cost/1"
+
+
+def _steady_us(sync, fn, calls=20, rounds=5):
+    out = []
+    for _ in range(rounds):
+        for _ in range(3):
+            fn()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        out.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(out)
+
+
+def _single_us(sync, fn, calls=30):
+    out = []
+    for _ in range(calls):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        out.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(out)
+
+
+def _gpu_us(cp, torch, fn, calls=20, rounds=5):
+    """GPU µs per call with the host hidden: the calls queue behind a sleep kernel."""
+    out = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(2_000_000)          # ~1 ms at 1.98 GHz: longer than issuing 20 calls
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        for _ in range(calls):
+            fn()
+        stop.record()
+        stop.synchronize()
+        out.append(cp.cuda.get_elapsed_time(start, stop) * 1e3 / calls)
+    return statistics.median(out)
+
+
+def _desc(e, make_desc):
+    """The column-major problem of the row-major ``C = A @ B`` (Cᵀ = op(B')·op(A'), B's store
+    as BLAS's A): (desc, swap) with launch(b_ptr, a_ptr, c_ptr)."""
+    m, n, k, ta, tb = e["m"], e["n"], e["k"], e["transa"], e["transb"]
+    dt = {"float16": "float16", "bfloat16": "bfloat16"}[e["dtype"]]
+    return make_desc(n, m, k, dt, transa="N" if tb == "N" else "T", transb="N" if ta == "N" else "T",
+                     lda=n if tb == "N" else k, ldb=k if ta == "N" else m, ldc=n, align=16)
+
+
+def _heuristic_algos(launch, count, max_ws):
+    """Up to ``count`` (result struct, algo address, workspace bytes) from cuBLASLt's heuristic
+    for ``launch``'s descriptors (the ctypes binding's library)."""
+    from pyblasgemm.backends import cublaslt as L
+
+    lib = launch._lib
+    if lib.name != "ctypes":
+        return []
+    pref = lib.matmul_preference_create()
+    try:
+        attr = lib.pref_attr
+        lib.set_cell(lib.matmul_preference_set_attribute, pref, attr["MAX_WORKSPACE_BYTES"], ct.c_uint64(max_ws))
+        for side in "ABCD":
+            lib.set_cell(lib.matmul_preference_set_attribute, pref, attr[f"MIN_ALIGNMENT_{side}_BYTES"],
+                         ct.c_uint32(launch._align))
+        results, got = (L._HeuristicResult * count)(), ct.c_int(0)
+        lay = launch._layouts
+        status = lib._lib.cublasLtMatmulAlgoGetHeuristic(launch._handle, launch._desc, lay[0], lay[1], lay[2],
+                                                         lay[2], pref, count, ct.addressof(results),
+                                                         ct.addressof(got))
+    finally:
+        lib.matmul_preference_destroy(pref)
+    if status:
+        return []
+    return [(results[i], ct.addressof(results[i]), int(results[i].workspace_size)) for i in range(got.value)]
+
+
+def _lt_variant(desc, types, algo):
+    """A fresh LtLaunch of ``desc`` running ``algo`` (result, address, workspace bytes)."""
+    from pyblasgemm.backends.cublaslt import LtLaunch
+
+    launch = LtLaunch(desc, types, 0)
+    launch._results.append(algo[0])
+    launch._algo, launch._ws_size = algo[1], algo[2]
+    return launch
+
+
+def row_of(gpu, e, deadline):
+    cp, torch, pb = gpu.cp, gpu.torch, gpu.pb
+    from pyblasgemm import calls, matmul as mm
+    from pyblasgemm.backends import cublas as blas_mod
+    from pyblasgemm.kernels import gemv
+    from pyblasgemm.planner.problem import make_desc
+
+    import hashlib
+    seed = int.from_bytes(hashlib.sha256(e["id"].encode()).digest()[:4], "little")
+    a, b, a_s, b_s = gpu.operands(e, seed)
+    tA, tB = gpu.tview(a_s, e["transa"]), gpu.tview(b_s, e["transb"])
+    m, n = e["m"], e["n"]
+    same = {"dtype": a.dtype} if e["dtype"] == "bfloat16" else {}
+    sptr = cp.cuda.get_current_stream().ptr
+    desc = _desc(e, make_desc)
+    types = blas_mod.lt_types(desc)
+    c = cp.empty((m, n), dtype=a.dtype)
+    tc = gpu.tview(c, "N")
+    pa, pb_, pc = a.data.ptr, b.data.ptr, c.data.ptr
+    ref = torch.matmul(tA, tB).float()
+    row = {"id": e["id"], "m": m, "n": n, "k": e["k"], "dtype": e["dtype"], "layout": e["transa"] + e["transb"]}
+
+    fns, checks = {}, {}
+
+    def add(name, fn, out=None):
+        fns[name] = fn
+        checks[name] = out
+
+    add("torch.matmul", lambda: torch.matmul(tA, tB))
+    add("torch.mm(out=)", lambda: torch.mm(tA, tB, out=tc), tc)
+    if e["dtype"] == "float16":
+        add("cupy.matmul", lambda: cp.matmul(a, b))
+    add("pb auto", lambda: pb.matmul(a, b, **same))
+    add("pb cublas", lambda: pb.matmul(a, b, backend="cublas", **same))
+    add("pb auto out=", lambda: pb.matmul(a, b, out=c, **same), tc)
+    pb.matmul(a, b, backend="cublas", **same)
+    key = mm._signature(a, b, None, backend="cublas", dtype=same.get("dtype"))
+    call = calls.get(key) if key is not None else None
+    lt = getattr(call, "launch", None)
+    row["route_launch"] = type(lt).__name__ if lt is not None else None
+    if lt is not None and hasattr(lt, "_algo"):
+        add("lt chosen", lambda: call.run(pa, pb_, pc, 1.0, 0.0, sptr), tc)
+        row["lt_chosen_ws"] = lt._ws_size
+        algos = _heuristic_algos(lt, TOP + 1, 32 << 20)
+        row["lt_algos"] = []
+        for i, al in enumerate(algos):
+            raw = list(al[0].algo)
+            row["lt_algos"].append({"i": i, "ws": al[2], "waves": round(float(al[0].waves), 3),
+                                    "algo_words": [hex(x) for x in raw[:4]]})
+            if i == 0:
+                continue
+            v = _lt_variant(desc, types, al)
+            add(f"lt algo {i}", lambda v=v: v(pb_, pa, pc, 1.0, 0.0, sptr), tc)
+        ws0 = _heuristic_algos(lt, 1, 0)
+        if ws0:
+            row["lt_ws0"] = {"ws": ws0[0][2], "waves": round(float(ws0[0][0].waves), 3),
+                             "algo_words": [hex(x) for x in list(ws0[0][0].algo)[:4]]}
+            v0 = _lt_variant(desc, types, ws0[0])
+            add("lt ws0", lambda: v0(pb_, pa, pc, 1.0, 0.0, sptr), tc)
+    # cublasGemmEx on pyblasgemm's cuBLAS handle (its fallback route's binding)
+    try:
+        blas = blas_mod._blas_binding()
+        h = blas_mod._blas_handle(blas, 0)
+        ab_t, c_t, comp_t, scal = types
+        pal, pbe = blas_mod._scalars.pointers(scal, 1.0, 0.0)
+        ta, tb = blas_mod._OPS[desc.transa], blas_mod._OPS[desc.transb]
+        blas.set_stream(h, sptr)
+        args = (h, ta, tb, desc.m, desc.n, desc.k, pal, pb_, ab_t, desc.lda, pa, ab_t, desc.ldb, pbe, pc, c_t,
+                desc.ldc, comp_t, -1)
+        gemm_ex = blas.gemm_ex
+        add("gemmex", lambda: gemm_ex(*args), tc)
+
+        def with_stream():
+            blas.set_stream(h, sptr)
+            gemm_ex(*args)
+        add("gemmex+stream", with_stream, tc)
+        row["blas_binding"] = blas.name
+    except Exception as exc:
+        row["gemmex_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    if min(m, n) <= gemv.MAX_TOKENS:
+        try:
+            g = gemv.bind(desc)
+            row["gemv"] = {"kernel": g.spec.kernel_name, "ctas": g.spec.ctas, "split": g.spec.split,
+                           "path": g.spec.path, "loads": g.spec.loads}
+            add("gemv", lambda: g(pb_, pa, pc, 1.0, 0.0, sptr), tc)
+        except Exception as exc:
+            row["gemv_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    add("cupy alloc", lambda: cp.ndarray((m, n), a.dtype))
+    tdt = tA.dtype
+    add("torch alloc", lambda: torch.empty((m, n), dtype=tdt, device="cuda"))
+
+    # check every way's product once against torch.matmul's
+    errs = {}
+    for name, fn in fns.items():
+        if "alloc" in name:
+            continue
+        tc.zero_()
+        out = fn()
+        torch.cuda.synchronize()
+        got = checks[name]
+        if got is None:
+            got = out if isinstance(out, torch.Tensor) else gpu.tview(out, "N")
+        errs[name] = float((got.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+    row["max_rel_err"] = errs
+    bad = [nm for nm, v in errs.items() if not v < 2e-2]
+    for nm in bad:                     # a wrong way is reported, not timed
+        fns.pop(nm)
+    row["failed"] = bad
+    host = paired_host_us(fns, calls=300, rounds=5, warmup=30)
+    res = {}
+    sync = torch.cuda.synchronize
+    for name, fn in fns.items():
+        r = {"host_us": round(host[name], 2)}
+        if "alloc" not in name and time.time() < deadline:
+            r["gpu_us"] = round(_gpu_us(cp, torch, fn), 2)
+            r["steady_us"] = round(_steady_us(sync, fn), 2)
+            r["single_us"] = round(_single_us(sync, fn), 2)
+        res[name] = r
+    row["ways"] = res
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--ids", default=None)
+    ap.add_argument("--max-seconds", type=float, default=240)
+    args = ap.parse_args(argv)
+    gpu = heldout.Gpu()
+    corpus = json.loads((ROOT / "bench" / "heldout_corpus_2026-11-24.json").read_text())
+    entries = [x for x in corpus["entries"] if x["class"] == "decode" and x["dtype"] in ("float16", "bfloat16")]
+    if args.ids:
+        want = set(args.ids.split(","))
+        entries = [x for x in entries if x["id"] in want]
+    from pyblasgemm.backends import cublaslt
+    doc = {"schema": SCHEMA, "meta": heldout.meta(gpu, seed="per row: heldout.py's (sha256 of the entry id)"),
+           "cublaslt": cublaslt.status(), "method": __doc__, "rows": []}
+    t0 = time.time()
+    deadline = t0 + args.max_seconds
+    for e in entries:
+        if time.time() > deadline:
+            doc["stopped"] = f"time limit after {len(doc['rows'])} rows"
+            break
+        try:
+            row = row_of(gpu, e, deadline)
+        except Exception as exc:
+            row = {"id": e["id"], "error": f"{type(exc).__name__}: {exc}"[:300]}
+        doc["rows"].append(row)
+        ways = row.get("ways", {})
+        print(e["id"], e["m"], e["n"], e["k"], e["dtype"][:4], e["transa"] + e["transb"],
+              " ".join(f"{k}={v['host_us']}/{v.get('gpu_us')}/{v.get('steady_us')}" for k, v in ways.items()),
+              row.get("error", ""), flush=True)
+        pathlib.Path(args.out).write_text(json.dumps(doc, indent=1, default=str))
+    doc["seconds"] = round(time.time() - t0, 1)
+    pathlib.Path(args.out).write_text(json.dumps(doc, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
