@@ -43,6 +43,11 @@ from bench.timing import paired_host_us  # noqa: E402
 
 #: heuristic answers timed per problem beyond the first
 TOP = 4
+#: whether nvmath-python's bindings load here (set by main)
+NVMATH = False
+#: cuBLAS bindings for cublasGemmEx ({name: binding}) and a handle of each (set by main)
+BLAS: dict = {}
+HANDLES: dict = {}
 SCHEMA = "pyblasgemm-lt-host-cost/1"
 
 
@@ -135,8 +140,11 @@ def _lt_variant(desc, types, algo):
 
 def row_of(gpu, e, deadline):
     cp, torch, pb = gpu.cp, gpu.torch, gpu.pb
-    from pyblasgemm import calls, matmul as mm
-    from pyblasgemm.backends import cublas as blas_mod
+    import importlib
+
+    from pyblasgemm import calls
+    from pyblasgemm.backends import cublas as blas_mod, cublaslt
+    mm = importlib.import_module("pyblasgemm.matmul")
     from pyblasgemm.kernels import gemv
     from pyblasgemm.planner.problem import make_desc
 
@@ -192,26 +200,35 @@ def row_of(gpu, e, deadline):
                              "algo_words": [hex(x) for x in list(ws0[0][0].algo)[:4]]}
             v0 = _lt_variant(desc, types, ws0[0])
             add("lt ws0", lambda: v0(pb_, pa, pc, 1.0, 0.0, sptr), tc)
-    # cublasGemmEx on pyblasgemm's cuBLAS handle (its fallback route's binding)
-    try:
-        blas = blas_mod._blas_binding()
-        h = blas_mod._blas_handle(blas, 0)
-        ab_t, c_t, comp_t, scal = types
-        pal, pbe = blas_mod._scalars.pointers(scal, 1.0, 0.0)
-        ta, tb = blas_mod._OPS[desc.transa], blas_mod._OPS[desc.transb]
-        blas.set_stream(h, sptr)
-        args = (h, ta, tb, desc.m, desc.n, desc.k, pal, pb_, ab_t, desc.lda, pa, ab_t, desc.ldb, pbe, pc, c_t,
-                desc.ldc, comp_t, -1)
-        gemm_ex = blas.gemm_ex
-        add("gemmex", lambda: gemm_ex(*args), tc)
-
-        def with_stream():
+        if NVMATH:
+            # the same launch through nvmath-python's binding (Cython), made here, then back
+            cublaslt.use_binding("nvmath")
+            try:
+                vn = cublaslt.LtLaunch(desc, types, 0)
+                add("lt chosen nvmath", lambda: vn(pb_, pa, pc, 1.0, 0.0, sptr), tc)
+            finally:
+                cublaslt.use_binding("ctypes")
+            vc = cublaslt.LtLaunch(desc, types, 0)
+            add("lt chosen ctypes", lambda: vc(pb_, pa, pc, 1.0, 0.0, sptr), tc)
+    # cublasGemmEx on a cuBLAS handle of each binding (the route's fallback's)
+    ab_t, c_t, comp_t, scal = types
+    pal, pbe = blas_mod._scalars.pointers(scal, 1.0, 0.0)
+    ta, tb = blas_mod._OPS[desc.transa], blas_mod._OPS[desc.transb]
+    for bname, blas in BLAS.items():
+        try:
+            h = HANDLES[bname]
             blas.set_stream(h, sptr)
-            gemm_ex(*args)
-        add("gemmex+stream", with_stream, tc)
-        row["blas_binding"] = blas.name
-    except Exception as exc:
-        row["gemmex_error"] = f"{type(exc).__name__}: {exc}"[:200]
+            args = (h, ta, tb, desc.m, desc.n, desc.k, pal, pb_, ab_t, desc.lda, pa, ab_t, desc.ldb, pbe, pc,
+                    c_t, desc.ldc, comp_t, -1)
+            gemm_ex = blas.gemm_ex
+            add(f"gemmex {bname}", lambda gemm_ex=gemm_ex, args=args: gemm_ex(*args), tc)
+
+            def with_stream(blas=blas, h=h, gemm_ex=gemm_ex, args=args):
+                blas.set_stream(h, sptr)
+                gemm_ex(*args)
+            add(f"gemmex+stream {bname}", with_stream, tc)
+        except Exception as exc:
+            row[f"gemmex_{bname}_error"] = f"{type(exc).__name__}: {exc}"[:200]
     if min(m, n) <= gemv.MAX_TOKENS:
         try:
             g = gemv.bind(desc)
@@ -267,9 +284,25 @@ def main(argv=None) -> int:
     if args.ids:
         want = set(args.ids.split(","))
         entries = [x for x in entries if x["id"] in want]
-    from pyblasgemm.backends import cublaslt
+    global NVMATH
+    from pyblasgemm.backends import cublas as blas_mod, cublaslt
+    from cuda.pathfinder import load_nvidia_dynamic_lib
+
+    cublaslt.use_binding("ctypes")        # pyblasgemm's own launches: the device's default binding
+    BLAS["ctypes"] = blas_mod._CtypesBlas(load_nvidia_dynamic_lib("cublas").abs_path)
+    try:
+        import nvmath.bindings.cublas as nvcb
+        import nvmath.bindings.cublasLt  # noqa: F401
+        NVMATH = True
+        BLAS["nvmath"] = blas_mod._NvmathBlas(nvcb)
+    except ImportError:
+        pass
+    for bname, blas in BLAS.items():
+        with gpu.cp.cuda.Device(0):
+            HANDLES[bname] = blas.create()
+        blas.set_pointer_mode(HANDLES[bname], 0)
     doc = {"schema": SCHEMA, "meta": heldout.meta(gpu, seed="per row: heldout.py's (sha256 of the entry id)"),
-           "cublaslt": cublaslt.status(), "method": __doc__, "rows": []}
+           "cublaslt": cublaslt.status(), "nvmath": NVMATH, "method": __doc__, "rows": []}
     t0 = time.time()
     deadline = t0 + args.max_seconds
     for e in entries:

@@ -2,7 +2,9 @@
 its duration, DRAM and SM throughput, occupancy (theoretical and achieved), registers, grid, and
 the top warp stall reasons (cycles per issued instruction).
 
-    python bench/ncu_compact.py RAW.csv OUT.json [--meta META.json]
+    PYTHONPATH=. python bench/ncu_compact.py RAW.csv OUT.json     # on the GPU machine that ran ncu
+
+The provenance is bench/targets33.py's (the profiled program): heldout.meta with its seed.
 """
 from __future__ import annotations
 
@@ -67,9 +69,11 @@ def _num(s: str):
 
 
 if __name__ == "__main__":
-    doc = {"kernels": compact(sys.argv[1])}
-    if "--meta" in sys.argv:
-        doc["meta"] = json.load(open(sys.argv[sys.argv.index("--meta") + 1]))
-    json.dump(doc, open(sys.argv[2], "w"), indent=1)
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    from bench import heldout, targets33
+
+    doc = {"schema": "pyblasgemm-ncu-compact/1", "program": "bench/targets33.py --ncu",
+           "meta": heldout.meta(heldout.Gpu(), seed=targets33.SEED), "kernels": compact(sys.argv[1])}
+    json.dump(doc, open(sys.argv[2], "w"), indent=1, default=str)
     for k in doc["kernels"]:
         print(json.dumps(k)[:300])

@@ -37,6 +37,8 @@ sys.path.insert(0, str(ROOT))
 from bench import heldout  # noqa: E402
 
 SCHEMA = "pyblasgemm-targets33/1"
+#: the operands: torch.Generator on the GPU (decode, long K) and CuPy's global generator, both seeded so
+SEED = 33
 HBM_BW = {"H200": 4.8e12, "H100": 3.35e12}
 
 
@@ -87,7 +89,8 @@ def cases(gpu):
     from pyblasgemm.kernels import gemv
 
     out = []
-    g = torch.Generator(device="cuda").manual_seed(33)
+    g = torch.Generator(device="cuda").manual_seed(SEED)
+    cp.random.seed(SEED)
     # decode: x @ W.T, W 14336 x 4096 bf16, two rotating copies
     n, k = 14336, 4096
     for m in (1, 16):
@@ -130,10 +133,12 @@ def cases(gpu):
                      if ln.startswith("plan:")][:1]
     except Exception as exc:     # the plan is only reported
         plan_line = [f"explain failed: {type(exc).__name__}: {exc}"[:200]]
-    out.append(("longk", "forced tensorcore", "ours", lambda: pb.matmul(cx, cw.T, dtype=cx.dtype, backend="tensorcore"),
+    out.append(("longk", "forced tensorcore", "ours",
+                lambda cx=cx, cw=cw: pb.matmul(cx, cw.T, dtype=cx.dtype, backend="tensorcore"),
                 {"flops": 2 * m * n * k, "plan": plan_line}))
-    out.append(("longk", "auto", "ours", lambda: pb.matmul(cx, cw.T, dtype=cx.dtype), {"flops": 2 * m * n * k}))
-    out.append(("longk", "torch.matmul", "torch", lambda: torch.matmul(x, w.T), {"flops": 2 * m * n * k}))
+    out.append(("longk", "auto", "ours", lambda cx=cx, cw=cw: pb.matmul(cx, cw.T, dtype=cx.dtype),
+                {"flops": 2 * m * n * k}))
+    out.append(("longk", "torch.matmul", "torch", lambda x=x, w=w: torch.matmul(x, w.T), {"flops": 2 * m * n * k}))
     # fused MLP, narrow: 65536 tokens, 256 -> 1024 -> 256 float16
     t, f, h = 65536, 256, 1024
     x = (cp.random.uniform(-1, 1, (t, f), dtype=cp.float32)).astype(cp.float16)
@@ -143,19 +148,21 @@ def cases(gpu):
     b2 = cp.random.uniform(-1, 1, (f,), dtype=cp.float32).astype(cp.float16)
     tx, tw1, tw2, tb1, tb2 = (torch.as_tensor(v, device="cuda") for v in (x, w1, w2, b1, b2))
     gelu = torch.nn.functional.gelu
-    out.append(("mlp", "fused_mlp", "ours", lambda: pb.fused_mlp(x, w1, w2, b1, b2),
+    out.append(("mlp", "fused_mlp", "ours", lambda x=x, w1=w1, w2=w2, b1=b1, b2=b2: pb.fused_mlp(x, w1, w2, b1, b2),
                 {"plan": pb.mlp_plan(t, f, h, f).explain()}))
     out.append(("mlp", "torch addmm-gelu-addmm", "torch",
-                lambda: torch.addmm(tb2, gelu(torch.addmm(tb1, tx, tw1)), tw2), {}))
+                lambda tx=tx, tw1=tw1, tw2=tw2, tb1=tb1, tb2=tb2: torch.addmm(tb2, gelu(torch.addmm(tb1, tx, tw1)), tw2),
+                {}))
     # bias + GELU, K <= 2048
     m, n, k = 8192, 8192, 1024
     x = (cp.random.uniform(-1, 1, (m, k), dtype=cp.float32)).astype(cp.float16)
     w = (cp.random.uniform(-1, 1, (k, n), dtype=cp.float32) / 64).astype(cp.float16)
     b = cp.random.uniform(-1, 1, (n,), dtype=cp.float32).astype(cp.float16)
     tx, tw, tb = (torch.as_tensor(v, device="cuda") for v in (x, w, b))
-    out.append(("bias_gelu", "matmul(bias, gelu)", "ours", lambda: pb.matmul(x, w, bias=b, activation="gelu"),
+    out.append(("bias_gelu", "matmul(bias, gelu)", "ours",
+                lambda x=x, w=w, b=b: pb.matmul(x, w, bias=b, activation="gelu"),
                 {"flops": 2 * m * n * k}))
-    out.append(("bias_gelu", "torch gelu(addmm)", "torch", lambda: gelu(torch.addmm(tb, tx, tw)),
+    out.append(("bias_gelu", "torch gelu(addmm)", "torch", lambda tx=tx, tw=tw, tb=tb: gelu(torch.addmm(tb, tx, tw)),
                 {"flops": 2 * m * n * k}))
     return out
 
@@ -181,7 +188,7 @@ def main(argv=None) -> int:
         return 0
     name = torch.cuda.get_device_name()
     bw = next((v for key, v in HBM_BW.items() if key in name), None)
-    doc = {"schema": SCHEMA, "meta": gpu.meta(), "method": __doc__, "rows": []}
+    doc = {"schema": SCHEMA, "meta": heldout.meta(gpu, seed=SEED), "method": __doc__, "rows": []}
     by = {}
     for target, label, side, fn, extra in cs:
         r = {"target": target, "label": label, "side": side, "steady_us": round(_steady_us(cp, fn), 2),
