@@ -11,6 +11,9 @@ same bytes for every contender), one product ``C = A @ B`` issued each of these 
                     workspace it asks for), called with pointers into a result made once
 ``lt algo i``       the heuristic's other answers (up to :data:`TOP` within the workspace)
 ``lt ws0``          the first answer with no workspace (no split-K reduction buffer)
+``lt per-call assembly`` / ``lt made once``   one LtLaunch's repeated call through its general path
+                    (arguments assembled per call, as before session 25) and its kept arguments
+``lt chosen nvmath`` / ``lt chosen ctypes``   the same launch through each cuBLASLt binding
 ``gemmex``          ``cublasGemmEx`` (CUBLAS_GEMM_DEFAULT, host scalars), the handle's stream set
                     once; ``gemmex+stream`` sets it per call (as the route's fallback does)
 ``gemv``            pyblasgemm's GEMV kernel on the same problem (one launch; M <= 64)
@@ -201,6 +204,16 @@ def row_of(gpu, e, deadline):
                              "algo_words": [hex(x) for x in list(ws0[0][0].algo)[:4]]}
             v0 = _lt_variant(desc, types, ws0[0])
             add("lt ws0", lambda: v0(pb_, pa, pc, 1.0, 0.0, sptr), tc)
+        # the repeated call's two forms on one launch: as a call assembled its arguments before
+        # this tree (LtLaunch._matmul under the lock) and with the arguments made once
+        vo = cublaslt.LtLaunch(desc, types, 0)
+        vo(pb_, pa, pc, 1.0, 0.0, sptr)
+
+        def assembled(vo=vo):
+            with vo._lock:
+                vo._matmul(pb_, pa, pc, 1.0, 0.0, sptr)
+        add("lt per-call assembly", assembled, tc)
+        add("lt made once", lambda: vo(pb_, pa, pc, 1.0, 0.0, sptr), tc)
         if NVMATH:
             # the same launch through nvmath-python's binding (Cython), made here, then back
             cublaslt.use_binding("nvmath")
