@@ -300,44 +300,6 @@ def test_use_binding_refuses_an_unknown_name():
         cublaslt.use_binding("cffi")
 
 
-def _fake_lt_launch(status=0):
-    """An LtLaunch over a recording stand-in of the binding's call (no library): handle,
-    descriptor and layouts 11-15, algorithm 0x500 with 64 bytes of workspace made for stream 7."""
-    import threading
-
-    seen = []
-    launch = object.__new__(cublaslt.LtLaunch)
-    launch._lib = types.SimpleNamespace(arg=int, size=int)
-    launch._mm = lambda *args: seen.append(args) or status
-    launch._err, launch._dev, launch._lock = cublaslt._NeverRaised, 0, threading.Lock()
-    launch._args, launch._algo, launch._capture_algo, launch._ws_size = (11, 12, 13, 14, 15), 0x500, None, 64
-    launch._ws, launch._hot, launch._local = {7: (None, 0x900)}, None, threading.local()
-    launch._scalar = np.dtype(np.float32)
-    one_zero = np.array([1, 0], np.float32)
-    launch._one_zero = (one_zero, one_zero.ctypes.data, one_zero.ctypes.data + 4)
-    return launch, seen
-
-
-def test_a_repeated_lt_call_passes_what_the_first_call_passed():
-    launch, seen = _fake_lt_launch()
-    launch(0xA0, 0xB0, 0xC0, 1.0, 0.0, 7)          # assembled per call, then kept
-    launch(0xA1, 0xB1, 0xC1, 1, 0, 7)              # the kept arguments
-    assert launch._hot is not None and launch._hot[0] == 7
-    pal, pbe = launch._one_zero[1:]
-    want = lambda a, b, c: (11, 12, pal, a, 13, b, 14, pbe, c, 15, c, 15, 0x500, 0x900, 64, 7)  # noqa: E731
-    assert seen == [want(0xA0, 0xB0, 0xC0), want(0xA1, 0xB1, 0xC1)]
-    launch(0xA2, 0xB2, 0xC2, 2.0, 0.0, 7)          # other scalars: this thread's buffer, not the kept pair
-    assert seen[2][2] not in (pal, launch._one_zero[1]) and seen[2][3] == 0xA2
-
-
-def test_a_failed_repeated_lt_call_raises_with_the_status():
-    launch, seen = _fake_lt_launch()
-    launch(0xA0, 0xB0, 0xC0, 1.0, 0.0, 7)
-    launch._mm = lambda *args: seen.append(args) or 7     # CUBLAS_STATUS_INVALID_VALUE
-    with pytest.raises(RuntimeError, match="cublasLtMatmul failed with cuBLAS status 7"):
-        launch(0xA1, 0xB1, 0xC1, 1.0, 0.0, 7)
-
-
 # ---- the driver layer, with and without cuda-bindings ---------------------------------------
 
 class _Res(enum.IntEnum):

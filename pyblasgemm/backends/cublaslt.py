@@ -131,8 +131,6 @@ class _Binding:
     error: type = _NeverRaised
     #: how a handle, descriptor or layout is passed to ``matmul`` (made once per launch)
     arg = staticmethod(int)
-    #: how the workspace size (``size_t``) is passed to ``matmul``
-    size = staticmethod(int)
 
     def __init__(self, desc_attr: dict, layout_attr: dict, pref_attr: dict):
         self.desc_attr, self.layout_attr, self.pref_attr = desc_attr, layout_attr, pref_attr
@@ -199,7 +197,6 @@ class _CtypesBinding(_Binding):
     # a c_void_p passes as it is; an int is converted on every call (0.2-0.7 µs over the six
     # handle arguments of cublasLtMatmul, measured on this package's host)
     arg = staticmethod(_vp)
-    size = staticmethod(_sz)
 
     def __init__(self, path: str):
         super().__init__(dict(DESC_ATTR), dict(LAYOUT_ATTR), dict(PREF_ATTR))
@@ -414,7 +411,7 @@ class LtLaunch:
 
     __slots__ = ("_lib", "_mm", "_err", "_handle", "_desc", "_layouts", "_results", "_algo", "_capture_algo",
                  "_ws_size", "_ws", "_lock", "_scalar", "_one_zero", "_local", "_dev", "_align", "align",
-                 "workspace_nbytes", "_args", "_hot", "__weakref__")
+                 "workspace_nbytes", "_args", "__weakref__")
 
     def __init__(self, desc, types, device: int, epilogue: int = 0):
         ab_type, c_type, compute_type, scalar = types
@@ -466,10 +463,6 @@ class LtLaunch:
         one_zero = np.array([1, 0], dtype=self._scalar)
         self._one_zero = (one_zero, one_zero.ctypes.data, one_zero.ctypes.data + one_zero.itemsize)
         self._local = threading.local()
-        #: the repeated call's arguments, made once: (stream, the eleven arguments but the
-        #: pointers in the binding's form, the same as ints), for alpha 1, beta 0 on a stream
-        #: whose workspace exists; None until such a call ran
-        self._hot = None
 
     def _configure(self, desc) -> None:
         """More descriptor attributes before the heuristic (none here; the float8 launch's
@@ -534,40 +527,7 @@ class LtLaunch:
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream: int = 0):
         with self._lock:
-            hot = self._hot
-            if hot is not None and hot[0] == stream and alpha == 1 and beta == 0:
-                # the repeated call: one cublasLtMatmul, every argument but the three pointers
-                # made once in the binding's form (ctypes: six fewer conversions, no scalar or
-                # workspace lookup)
-                h, d, la, lb, lc, pal, pbe, algo, ws, ws_size, s = hot[1]
-                try:
-                    status = self._mm(h, d, pal, a_ptr, la, b_ptr, lb, pbe, c_ptr, lc, c_ptr, lc, algo, ws,
-                                      ws_size, s)
-                except self._err as e:
-                    status = e.status
-                if status:
-                    pal, pbe, algo, ws, ws_size, s = hot[2]
-                    self._failed(status, pal, a_ptr, b_ptr, pbe, c_ptr, algo, ws, ws_size, s)
-                return
             self._matmul(a_ptr, b_ptr, c_ptr, alpha, beta, stream)
-            if alpha == 1 and beta == 0:
-                self._keep_hot(stream)
-
-    def _keep_hot(self, stream: int) -> None:
-        """Make the repeated call's arguments for ``stream`` (after a call that succeeded on it,
-        so its workspace exists when the algorithm needs one); the caller holds the lock."""
-        ws = 0
-        if self._ws_size:
-            slot = self._ws.get(stream)
-            if slot is None:          # (a capturing stream's first call ran the capture algo)
-                return
-            ws = slot[1]
-        pal, pbe = self._one_zero[1], self._one_zero[2]
-        arg = self._lib.arg
-        wrapped = (*self._args, arg(pal), arg(pbe), arg(self._algo), arg(ws), self._lib.size(self._ws_size),
-                   arg(stream))
-        # (and as ints, for _failed's retry)
-        self._hot = (stream, wrapped, (pal, pbe, self._algo, ws, self._ws_size, stream))
 
     def _matmul(self, a_ptr, b_ptr, c_ptr, alpha, beta, stream) -> None:
         """cublasLtMatmul on this class; the caller holds ``self._lock``."""
