@@ -15,6 +15,8 @@ import sys
 KEEP = {
     "gpu__time_duration.sum": "duration",
     "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_pct_peak",
+    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": "dram_pct_peak",
+    "dram__cycles_active.avg.pct_of_peak_sustained_elapsed": "dram_active_pct",
     "dram__bytes_read.sum.per_second": "dram_read_per_s",
     "dram__bytes.sum.per_second": "dram_per_s",
     "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed": "memory_pct_peak",
