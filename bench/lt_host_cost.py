@@ -42,7 +42,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import heldout  # noqa: E402
-from bench.timing import paired_host_us  # noqa: E402
+from bench.timing import event_median_s, paired_host_us, paired_single_us  # noqa: E402
 
 #: heuristic answers timed per problem beyond the first
 TOP = 4
@@ -55,45 +55,13 @@ SCHEMA = "pyblasgemm-lt-host-cost/1"
 FIRST = ("decode-00", "decode-06", "decode-12", "decode-21", "decode-04", "decode-09")
 
 
-def _steady_us(sync, fn, calls=20, rounds=5):
-    out = []
-    for _ in range(rounds):
-        for _ in range(3):
-            fn()
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        out.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(out)
-
-
-def _single_us(sync, fn, calls=30):
-    out = []
-    for _ in range(calls):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        out.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(out)
-
-
-def _gpu_us(cp, torch, fn, calls=20, rounds=5):
-    """GPU µs per call with the host hidden: the calls queue behind a sleep kernel."""
-    out = []
-    for _ in range(rounds):
+def _gpu_us(torch, fn):
+    """GPU µs per call with the host hidden: 20 calls queue behind a ~1 ms sleep kernel (longer
+    than issuing them), median of 5 brackets."""
+    def behind_a_sleep():
         torch.cuda.synchronize()
-        torch.cuda._sleep(2_000_000)          # ~1 ms at 1.98 GHz: longer than issuing 20 calls
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        for _ in range(calls):
-            fn()
-        stop.record()
-        stop.synchronize()
-        out.append(cp.cuda.get_elapsed_time(start, stop) * 1e3 / calls)
-    return statistics.median(out)
+        torch.cuda._sleep(2_000_000)          # ~1 ms at 1.98 GHz
+    return event_median_s(fn, inner=20, samples=5, warmup=0, before=behind_a_sleep) * 1e6
 
 
 def _desc(e, make_desc):
@@ -274,13 +242,13 @@ def row_of(gpu, e, deadline):
     row["failed"] = bad
     host = paired_host_us(fns, calls=300, rounds=5, warmup=30)
     res = {}
-    sync = torch.cuda.synchronize
     for name, fn in fns.items():
         r = {"host_us": round(host[name], 2)}
         if "alloc" not in name and time.time() < deadline:
-            r["gpu_us"] = round(_gpu_us(cp, torch, fn), 2)
-            r["steady_us"] = round(_steady_us(sync, fn), 2)
-            r["single_us"] = round(_single_us(sync, fn), 2)
+            r["gpu_us"] = round(_gpu_us(torch, fn), 2)
+            # heldout.py's own steady loop (3 warm-up calls, 20 back to back, wall / 20), median of 5
+            r["steady_us"] = round(statistics.median(heldout._steady_s(gpu, fn) for _ in range(5)) * 1e6, 2)
+            r["single_us"] = round(paired_single_us({name: fn}, calls=30, warmup=3)[name], 2)
         res[name] = r
     row["ways"] = res
     return row

@@ -27,47 +27,18 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import statistics
 import sys
-import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import heldout  # noqa: E402
+from bench.timing import event_median_s, paired_single_us  # noqa: E402
 
 SCHEMA = "pyblasgemm-targets33/1"
 #: the operands: torch.Generator on the GPU (decode, long K) and CuPy's global generator, both seeded so
 SEED = 33
 HBM_BW = {"H200": 4.8e12, "H100": 3.35e12}
-
-
-def _steady_us(cp, fn, calls=20, samples=7):
-    for _ in range(5):
-        fn()
-    cp.cuda.get_current_stream().synchronize()
-    out = []
-    for _ in range(samples):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        for _ in range(calls):
-            fn()
-        stop.record()
-        stop.synchronize()
-        out.append(cp.cuda.get_elapsed_time(start, stop) * 1e3 / calls)
-    return statistics.median(out)
-
-
-def _single_us(cp, fn, calls=30):
-    dev = cp.cuda.Device()
-    out = []
-    for _ in range(calls):
-        dev.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        dev.synchronize()
-        out.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(out)
 
 
 class _Rot:
@@ -191,8 +162,9 @@ def main(argv=None) -> int:
     doc = {"schema": SCHEMA, "meta": heldout.meta(gpu, seed=SEED), "method": __doc__, "rows": []}
     by = {}
     for target, label, side, fn, extra in cs:
-        r = {"target": target, "label": label, "side": side, "steady_us": round(_steady_us(cp, fn), 2),
-             "single_us": round(_single_us(cp, fn), 2), **extra}
+        r = {"target": target, "label": label, "side": side,
+             "steady_us": round(event_median_s(fn, inner=20, samples=7) * 1e6, 2),
+             "single_us": round(paired_single_us({label: fn}, calls=30, warmup=5)[label], 2), **extra}
         if "bytes" in extra:
             r["achieved_GBps"] = round(extra["bytes"] / (r["steady_us"] * 1e-6) / 1e9, 1)
             if bw:
