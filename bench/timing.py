@@ -7,8 +7,10 @@ and the host's time to issue a call does not leak into the device time; the medi
 import statistics
 
 
-def event_median_s(fn, inner=10, samples=30, warmup=5):
+def event_median_s(fn, inner=10, samples=30, warmup=5, before=None):
     """Median GPU seconds per call of ``fn`` (CUDA events; see the module docstring).
+    ``before``: called ahead of each bracket's start event (bench/lt_host_cost.py queues a
+    sleep kernel there, so that the calls wait behind it and no issue time shows).
 
     Example (on a GPU machine)::
 
@@ -21,6 +23,8 @@ def event_median_s(fn, inner=10, samples=30, warmup=5):
     cp.cuda.get_current_stream().synchronize()
     times = []
     for _ in range(samples):
+        if before is not None:
+            before()
         start, stop = cp.cuda.Event(), cp.cuda.Event()
         start.record()
         for _ in range(inner):

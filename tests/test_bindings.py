@@ -483,6 +483,9 @@ def test_every_gpu_extra_brings_the_bindings_of_its_cuda_major():
         bindings = [r for r in extras[name] if r.startswith("cuda-bindings")]
         assert bindings == [f"cuda-bindings>={major}.{0 if major == 13 else 8},<{major + 1}"], (name, bindings)
         assert "cuda-pathfinder>=1.1,<2" in extras[name], name
+        # CUDA 13: nvmath-python's cuBLASLt binding, 1.3-2.3 us a call less than ctypes (H200 host,
+        # bench/results/lt_host_cost_h200_2026-11-28_79032c2.json); CUDA 12 keeps it in the `nvmath` extra
+        assert ("nvmath-python>=0.5,<2" in extras[name]) == (major == 13), name
     assert not [r for r in PROJECT["dependencies"] if r.startswith(("cuda-", "nvmath"))]   # host installs: none
 
 

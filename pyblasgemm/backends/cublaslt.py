@@ -7,12 +7,16 @@ it could be 0.8x torch's. cuBLASLt splits the heuristic from the call: the matmu
 the four matrix layouts and the chosen algorithm are made once per problem class (a
 :class:`LtLaunch`, held by the plan cache) and a call is one ``cublasLtMatmul``. It is also the
 route that CUDA-graph capture can record: cuBLAS's own handle-level calls refuse to run while a
-stream captures, this call does not ask.
+stream captures, this call does not ask. (Same process, one H200 host, the held-out decode
+shapes: ``cublasGemmEx`` 1.3-2.6 µs more host time a call than this call through ctypes, -0.8 to +1.0
+µs (median +0.6) through nvmath-python's bindings; bench/results/lt_host_cost_h200_2026-11-28_79032c2.json.)
 
 The binding (:func:`status` says which one this process uses):
 
 * ``nvmath``: nvmath-python's public cuBLASLt bindings (``nvmath.bindings.cublasLt``), where
   nvmath-python is installed; the enum values and the heuristic-result struct are its own;
+  (on one H200 host a call through it costs 1.3-2.3 µs less than through ctypes, same process:
+  bench/results/lt_host_cost_h200_2026-11-28_79032c2.json; the CUDA 13 extras install it);
 * ``ctypes``: otherwise, the eleven functions used here prototyped over the libcublasLt that
   cuda-pathfinder loads (the copy already in the process, CuPy's, when there is one; else the
   ``nvidia-cublas`` wheel's; else the system's), with the values of ``cublasLt.h`` below
