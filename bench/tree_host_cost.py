@@ -12,9 +12,10 @@ name, so they cannot share a process; this file imports only the tree it is give
     python bench/tree_host_cost.py --tree . --label new --out new_1.json
     python bench/tree_host_cost.py --combine old_1.json new_1.json ... --out both.json
 
-Each row is the median of ``--rounds`` rounds of ``--calls`` back-to-back calls, timed on the
-host (``time.perf_counter``) with the device synchronized after each round (so a round's time
-is the host's issue time while the GPU keeps up: 64³ kernels take ~3-5 µs of GPU time).
+Each row is the median of ``--rounds`` rounds of ``--calls`` back-to-back calls, every form and
+yardstick timed once a round (interleaved), on the host (``time.perf_counter``) with the device
+synchronized after each (so a round's time is the host's issue time while the GPU keeps up:
+64³ kernels take ~3-5 µs of GPU time).
 """
 from __future__ import annotations
 
@@ -33,18 +34,24 @@ FORMS = ("matmul", "matmul out=", "raw hgemm")
 ROUTES = ("auto", "tensorcore", "cublas")
 
 
-def _host_us(fn, sync, calls: int, rounds: int, warmup: int = 50) -> float:
-    for _ in range(warmup):
-        fn()
-    sync()
-    per_round = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
+def _interleaved_us(fns: dict, sync, calls: int, rounds: int, warmup: int = 50) -> dict:
+    """Host µs per call of each callable: the median over ``rounds`` rounds, each round timing
+    every callable once (``calls`` back to back, then a device synchronize), so that a drift
+    of the host's speed (this machine's µs move by up to ~40% between processes) falls on
+    every callable of a round alike and the ratios within the process hold."""
+    for fn in fns.values():
+        for _ in range(warmup):
             fn()
-        sync()
-        per_round.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(per_round)
+    sync()
+    per_round: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync()
+            per_round[name].append((time.perf_counter() - t0) / calls * 1e6)
+    return {name: statistics.median(v) for name, v in per_round.items()}
 
 
 def measure(tree: str, label: str, calls: int, rounds: int) -> dict:
@@ -75,19 +82,22 @@ def measure(tree: str, label: str, calls: int, rounds: int) -> dict:
             return lambda: pbg.matmul(a, b, out=c, **kw)
         return lambda: pbg.hgemm("N", "N", N, N, N, 1.0, fa, N, fb, N, 0.0, fc, N, **kw)
 
+    fns = {"torch.matmul": lambda: torch.matmul(ta, tb),
+           "torch.matmul(out=)": lambda: torch.matmul(ta, tb, out=tc),
+           "cupy.matmul": lambda: cp.matmul(a, b),
+           "cupy.matmul(out=)": lambda: cp.matmul(a, b, out=c)}
+    for route in ROUTES:
+        for name in FORMS:
+            fns[f"{name} | {route}"] = form(name, route)
+    us = _interleaved_us(fns, sync, calls, rounds)
+    yard = {name: us[name] for name in list(fns)[:4]}
     rows = []
     for route in ROUTES:
         for name in FORMS:
-            fn = form(name, route)
-            fn()
-            rows.append({"form": name, "route": route, "host_us": _host_us(fn, sync, calls, rounds)})
-    yard = {"torch.matmul": _host_us(lambda: torch.matmul(ta, tb), sync, calls, rounds),
-            "torch.matmul(out=)": _host_us(lambda: torch.matmul(ta, tb, out=tc), sync, calls, rounds),
-            "cupy.matmul": _host_us(lambda: cp.matmul(a, b), sync, calls, rounds),
-            "cupy.matmul(out=)": _host_us(lambda: cp.matmul(a, b, out=c), sync, calls, rounds)}
-    for r in rows:
-        base = "(out=)" if r["form"] != "matmul" else ""
-        r["speedup_vs_torch"] = yard["torch.matmul" + base] / r["host_us"]   # > 1: faster
+            base = "(out=)" if name != "matmul" else ""
+            host = us[f"{name} | {route}"]
+            rows.append({"form": name, "route": route, "host_us": host,
+                         "speedup_vs_torch": yard["torch.matmul" + base] / host})   # > 1: faster
     props = cp.cuda.runtime.getDeviceProperties(0)
     return {"label": label, "tree": str(pathlib.Path(tree).resolve()), "package_file": str(where),
             "version": getattr(pbg, "__version__", "?"), "rows": rows, "yardsticks_us": yard,
@@ -99,8 +109,9 @@ def measure(tree: str, label: str, calls: int, rounds: int) -> dict:
 
 def combine(files: list[str]) -> dict:
     """The runs side by side: per (form, route) and label, the median over the runs of the
-    host µs and of the speedup over torch.matmul (> 1: faster); ``old_over_new``: the old
-    tree's µs over the new's (> 1: the new is faster)."""
+    host µs and of the speedup over torch.matmul (> 1: faster); ``new_over_old_speedup``: the new tree's
+    speedup over torch.matmul over the old's (> 1: the new is faster; the comparison to trust),
+    ``old_over_new_us``: the µs ratio (the host's speed drifts between processes)."""
     runs = [json.loads(pathlib.Path(f).read_text()) for f in files]
     table: dict = {}
     for run in runs:
@@ -115,8 +126,12 @@ def combine(files: list[str]) -> dict:
                                 "speedup_vs_torch_median": statistics.median(v["ratio"]),
                                 "host_us_runs": v["us"]} for label, v in by_label.items()}
         if {"old", "new"} <= by_label.keys():
-            summary[key]["old_over_new"] = (summary[key]["old"]["host_us_median"]
-                                            / summary[key]["new"]["host_us_median"])
+            # by the ratio to torch.matmul in each process (the host's speed drifts between
+            # processes; within one, the rounds interleave): > 1, the new tree is faster
+            summary[key]["new_over_old_speedup"] = (summary[key]["new"]["speedup_vs_torch_median"]
+                                                    / summary[key]["old"]["speedup_vs_torch_median"])
+            summary[key]["old_over_new_us"] = (summary[key]["old"]["host_us_median"]
+                                               / summary[key]["new"]["host_us_median"])
     first = runs[0]
     return {"schema": "tree_host_cost/1", "device_name": first["device"], "driver_version": first["driver"],
             "cupy": first["cupy"], "torch": first["torch"], "python": first["python"],
@@ -129,8 +144,8 @@ def main() -> None:
     ap.add_argument("--tree")
     ap.add_argument("--label")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--calls", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--combine", nargs="+")
     args = ap.parse_args()
     if args.combine:
