@@ -99,8 +99,13 @@ def measure(tree: str, label: str, calls: int, rounds: int) -> dict:
             rows.append({"form": name, "route": route, "host_us": host,
                          "speedup_vs_torch": yard["torch.matmul" + base] / host})   # > 1: faster
     props = cp.cuda.runtime.getDeviceProperties(0)
+    try:        # which cuBLASLt binding the tree's cuBLAS route called (trees that say)
+        from pyblasgemm.backends import cublaslt
+        lt = cublaslt.status().get("binding")
+    except (ImportError, AttributeError):
+        lt = None
     return {"label": label, "tree": str(pathlib.Path(tree).resolve()), "package_file": str(where),
-            "version": getattr(pbg, "__version__", "?"), "rows": rows, "yardsticks_us": yard,
+            "version": getattr(pbg, "__version__", "?"), "rows": rows, "yardsticks_us": yard, "lt_binding": lt,
             "device": props["name"].decode(), "driver": cp.cuda.runtime.driverGetVersion(),
             "cupy": cp.__version__, "torch": torch.__version__, "python": platform.python_version(),
             "calls_per_round": calls, "rounds": rounds,
