@@ -105,7 +105,8 @@ def measure(tree: str, label: str, calls: int, rounds: int) -> dict:
     except (ImportError, AttributeError):
         lt = None
     return {"label": label, "tree": str(pathlib.Path(tree).resolve()), "package_file": str(where),
-            "version": getattr(pbg, "__version__", "?"), "rows": rows, "yardsticks_us": yard, "lt_binding": lt,
+            "version": getattr(pbg, "__version__", "?"), "rows": rows, "yardsticks_us": yard,
+            "lt_binding": lt,
             "device": props["name"].decode(), "driver": cp.cuda.runtime.driverGetVersion(),
             "cupy": cp.__version__, "torch": torch.__version__, "python": platform.python_version(),
             "calls_per_round": calls, "rounds": rounds,

@@ -28,8 +28,8 @@ This module is a leaf table (it imports only NumPy and the host erf, :mod:`pybla
 row per activation with its host definition, device code, derivative and PyTorch form; the
 checked epilogue of a call (:class:`Epilogue`; the keywords are checked with every other
 argument, in :func:`pyblasgemm.desc.check_epilogue`); and the epilogue a description carries
-(:class:`EpilogueSpec`, ``GemmDesc.epilogue``). How a call runs is the planner's choice among three routes, priced by
-its model and recorded in the plan (``Plan.epilogue``, shown by ``Plan.explain()``;
+(:class:`EpilogueSpec`, ``GemmDesc.epilogue``). How a call runs is the planner's choice among
+three routes, priced by its model and recorded in the plan (``Plan.epilogue``, shown by ``Plan.explain()``;
 :func:`last_route` reads the last one): fused in our kernel's store, fused in cuBLASLt's
 epilogue (relu and the tanh GELU), or unfused: the planned GEMM into the accumulation type,
 then one elementwise pass (NumPy on the host; on a GPU a kernel that includes
