@@ -24,17 +24,17 @@ the accumulator and the store is computed in the accumulation type (float32 for 
 int8 operands, the output's type otherwise) and rounded once, so 16-bit results do not round
 twice. NaN and Inf propagate as in the unfused sequence (``relu(NaN)`` is NaN).
 
-This module is a leaf table (it imports only NumPy and the host erf, :mod:`pyblasgemm._erf`): one
-row per activation with its host definition, device code, derivative and PyTorch form; the
+This module is a leaf table (it imports only NumPy and the host erf, :mod:`pyblasgemm._erf`):
+one row per activation with its host definition, device code, derivative and PyTorch form; the
 checked epilogue of a call (:class:`Epilogue`; the keywords are checked with every other
 argument, in :func:`pyblasgemm.desc.check_epilogue`); and the epilogue a description carries
 (:class:`EpilogueSpec`, ``GemmDesc.epilogue``). How a call runs is the planner's choice among
-three routes, priced by its model and recorded in the plan (``Plan.epilogue``, shown by ``Plan.explain()``;
-:func:`last_route` reads the last one): fused in our kernel's store, fused in cuBLASLt's
-epilogue (relu and the tanh GELU), or unfused: the planned GEMM into the accumulation type,
-then one elementwise pass (NumPy on the host; on a GPU a kernel that includes
-``epilogue/activation.cuh``, the device definitions the fused kernels share). Every route
-rounds once from the same float32 values.
+three routes, priced by its model and recorded in the plan (``Plan.epilogue``, shown by
+``Plan.explain()``; :func:`last_route` reads the last one): fused in our kernel's store, fused
+in cuBLASLt's epilogue (relu and the tanh GELU), or unfused: the planned GEMM into the
+accumulation type, then one elementwise pass (NumPy on the host; on a GPU a kernel that includes
+``epilogue/activation.cuh``, the device definitions the fused kernels share). Every route rounds
+once from the same float32 values.
 
 Example
 -------
