@@ -258,3 +258,13 @@ def test_the_scripts_examples_run():
     for module in (ozaki, ozaki_passes, heldout):
         got = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
         assert got.failed == 0 and got.attempted >= 4, (module.__name__, got)
+
+
+def test_the_ncu_driver_names_its_cases_before_any_gpu_work():
+    """bench/ncu_close.py (the int8 and FP8 kernels under Nsight Compute): a wrong or missing
+    case is refused with the usage, before CuPy is imported."""
+    from bench import ncu_close
+
+    for argv in ([], ["int4"], ["int8", "fp8"]):
+        with pytest.raises(SystemExit, match="usage: ncu_close.py CASE, CASE one of int8, fp8"):
+            ncu_close.main(argv)
