@@ -646,19 +646,24 @@ def _git(*args) -> str | None:
         return None
 
 
-def plot_or_args(description: str, quick_help: str, plot, argv=None):
+def plot_or_args(description: str, quick_help: str, plot, argv=None, extra=None):
     """The measuring benchmarks' shared command line: ``--out`` (results JSON, or with
-    ``--plot`` the PNG), ``--quick`` (``quick_help``) and ``--plot JSON...``. With ``--plot``,
-    draws those result files through ``plot(files, out)`` and returns None; otherwise returns
-    the parsed arguments.
+    ``--plot`` the PNG), ``--quick`` (``quick_help``) and ``--plot JSON...``; ``extra(parser)``
+    adds a script's own options. With ``--plot``, draws those result files through
+    ``plot(files, out)`` and returns None; otherwise returns the parsed arguments.
 
     >>> plot_or_args("demo", "fewer shapes", None, ["--out", "r.json", "--quick"]).quick
     True
+    >>> plot_or_args("demo", "", None, ["--out", "r.json", "--n", "3"],
+    ...              extra=lambda ap: ap.add_argument("--n", type=int)).n
+    3
     """
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--out", required=True, help="results JSON (with --plot: the PNG)")
     ap.add_argument("--quick", action="store_true", help=quick_help)
     ap.add_argument("--plot", nargs="+", metavar="JSON", help="plot these result files instead of measuring")
+    if extra is not None:
+        extra(ap)
     args = ap.parse_args(argv)
     if args.plot:
         plot(args.plot, args.out)

@@ -2,8 +2,22 @@
 cuBLAS on the same bytes, in one process (issue: FP64 via int8 + complex on tensor cores).
 
     PYTHONPATH=. python bench/ozaki.py --out bench/results/ozaki_<gpu>_<date>_<sha>.json
+    PYTHONPATH=. python bench/ozaki.py --cases closing --out bench/results/ozaki_closing_<gpu>_<date>_<sha>.json
 
-Cases:
+``--cases``: a comma list of the groups below, or a named set: ``guide`` (the default: dgemm,
+layouts, zgemm, cgemm, the precision guide's table and figure), ``closing`` (dgemm16k, sgemm,
+native, igemm: issue 34's targets that no committed run had measured), ``all``. The JSON is
+written after every case, so a run cut short keeps what it measured.
+
+Expected time on one H200 with a cold kernel cache (estimates from the steady times of
+ozaki_h200_2026-11-27_a8ba380.json and ozaki_passes_h200_2026-11-28_f5a2290.json times the
+calls each contender makes, ~14 at 8192³ and above, plus operand generation, the host's
+long-double references and NVRTC compiles): ``guide`` ~90-140 s (dgemm 45-70 with its
+cuBLAS-emulation child, layouts 15-25, zgemm 15-20, cgemm 15-25); ``closing`` ~90-135 s
+(dgemm16k 25-35, sgemm 30-45, native 20-30, igemm 15-25). ``--quick``: every size at most 4096,
+no child, ~30-60 s.
+
+Cases (group in brackets):
 
 * dgemm, m = n = k in SIZES, random normal operands: native DGEMM (the faster of
   ``torch.matmul`` and ``cupy.matmul``), ``matmul(compute='int8-ozaki')`` (its default), the
@@ -16,7 +30,23 @@ Cases:
   alternately x1 and x2^-30 (x2^-20), rows of B the reverse: the guard's case, issue 30);
 * zgemm (complex128) at ZSIZES: native ZGEMM against the emulated default;
 * cgemm (complex64) at 8192: cuBLAS CGEMM, cuBLAS's TF32 CGEMM, ours with compute='tf32' and
-  '3xtf32'.
+  '3xtf32';
+* [dgemm16k] dgemm at 16384³ (operands drawn on the GPU): native DGEMM, the default and
+  ``'int8-ozaki-40'`` (the issue's 16384³ targets);
+* [sgemm] float32 at SSIZES (8192³, 16384³; drawn on the GPU): native SGEMM (``torch.matmul``
+  with TF32 off, ``cupy.matmul``), ours with ``compute='3xtf32'`` and ``'int8-ozaki'`` forced
+  onto the composition (``backend='tensorcore'``), and ``'int8-ozaki'`` where the planner
+  chooses (its plan recorded); ``err_over_sgemm``: each error over native SGEMM's (the issue's
+  bar: <= 1);
+* [native] the native routes at NATIVE_SIZE (8192³) for float64, complex128 and float32:
+  ``pyblasgemm.matmul`` (default compute) and the raw form (``dgemm`` / ``zgemm`` / ``sgemm``
+  on the same bytes, C = A @ B as the column-major ``Cᵀ = Bᵀ Aᵀ``) against the faster of
+  ``torch.matmul`` and ``cupy.matmul`` (cuBLAS); ``same_bits_as_cupy`` for each;
+* [igemm] int8 at ISIZES (4096³, 8192³, 16384³), x (m x k) and w (n x k) row-major, the product
+  ``w @ x.T`` (n x m, int32, exact): ``torch._int_mm`` (cuBLASLt), ``pyblasgemm.igemm('T', 'N',
+  ...)`` on its plan, forced onto our kernel and onto cuBLAS (``cublasGemmEx``), and
+  ``pyblasgemm.matmul(w, x.T, dtype=int32)``; TOPS and ratios against ``torch._int_mm``; every
+  result checked bit for bit against ``torch._int_mm``'s.
 
 Errors: max over sampled entries (16 rows x 256 columns) of |result - reference| / (|A| @ |B|)
 against a long-double product (x86 80-bit) computed on the host from the same bytes; complex64
@@ -48,6 +78,58 @@ SIZES = [1024, 4096, 8192]
 BITS = [24, 32, 40, 48, 56, 62]
 ZSIZES = [4096, 8192]
 ROWS, COLS = 16, 256
+#: the layouts' sizes (wide exponent ranges; graded data, the guard's case), the cgemm size, and
+#: the size of every case of the closing groups under --quick
+LSIZE, GSIZE, CSIZE, QUICK_SIZE = 4096, 8192, 8192, 2048
+#: the largest dgemm (the issue's 16384³ targets) and the dials timed there
+BIG, BIG_BITS = 16384, [40]
+#: float32 sizes of the FP32-accurate int8 mode against SGEMM (the issue's 8192³ and 16384³)
+SSIZES = [8192, 16384]
+#: the size of the native routes' rows (the issue's "0.90x cupy's DGEMM at 8192³")
+NATIVE_SIZE = 8192
+#: the int8 GEMM's sizes (the issue's 1,500 TOPS at 8192³)
+ISIZES = [4096, 8192, 16384]
+#: the case groups of ``--cases``, in run order
+GROUPS = ("dgemm", "layouts", "zgemm", "cgemm", "dgemm16k", "sgemm", "native", "igemm")
+#: the named sets of ``--cases``
+SETS = {"guide": GROUPS[:4], "closing": GROUPS[4:], "all": GROUPS}
+
+
+def parse_cases(text: str) -> tuple:
+    """The groups ``--cases`` names, in run order: a named set or a comma list of groups.
+
+    >>> parse_cases("igemm,sgemm")
+    ('sgemm', 'igemm')
+    >>> parse_cases("closing")
+    ('dgemm16k', 'sgemm', 'native', 'igemm')
+    >>> parse_cases("sgem")
+    Traceback (most recent call last):
+    ...
+    ValueError: --cases: 'sgem' is not a group; the groups are dgemm, layouts, zgemm, cgemm, dgemm16k, sgemm, native, igemm and the sets guide, closing, all
+    """
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise ValueError(f"--cases: {text!r} names no group")
+    picked = set()
+    for name in names:
+        if name in SETS:
+            picked.update(SETS[name])
+        elif name in GROUPS:
+            picked.add(name)
+        else:
+            raise ValueError(f"--cases: {name!r} is not a group; the groups are {', '.join(GROUPS)} and the sets "
+                             f"{', '.join(SETS)}")
+    return tuple(g for g in GROUPS if g in picked)
+
+
+def _cases_arg(text: str) -> tuple:
+    """``parse_cases`` as an argparse type (its message on the command line)."""
+    import argparse
+
+    try:
+        return parse_cases(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--cases: ")) from None
 
 
 def _single_s(cp, fn, n=5):
@@ -66,19 +148,39 @@ def _sample(rng, m, n):
     return np.sort(rng.choice(m, min(ROWS, m), replace=False)), np.sort(rng.choice(n, min(COLS, n), replace=False))
 
 
-def _ld_error(result_rows, a_rows, b_cols) -> float:
-    """Max error of sampled entries vs a long-double product, relative to |A| @ |B|."""
+def _ld_reference(a_rows, b_cols):
+    """(the long-double product of the sampled rows and columns, |A| @ |B| there); a complex
+    product's reference is the pair (real part, imaginary part). One per case: each is ~0.4 s
+    of host time at k = 8192 (NumPy has no long-double BLAS), and every contender reads it.
+
+    >>> ref, scale = _ld_reference(np.array([[1.0, -2.0]]), np.array([[3.0], [1.0]]))
+    >>> float(ref[0, 0]), float(scale[0, 0])
+    (1.0, 5.0)
+    """
     ld = np.longdouble
     if np.iscomplexobj(a_rows):
         ar, ai, br, bi = (x.astype(ld) for x in (a_rows.real, a_rows.imag, b_cols.real, b_cols.imag))
-        ref_re, ref_im = ar @ br - ai @ bi, ar @ bi + ai @ br
-        scale = np.abs(a_rows).astype(ld) @ np.abs(b_cols).astype(ld)
-        err = np.hypot((result_rows.real.astype(ld) - ref_re).astype(np.float64),
-                       (result_rows.imag.astype(ld) - ref_im).astype(np.float64))
+        ref = (ar @ br - ai @ bi, ar @ bi + ai @ br)
+    else:
+        ref = a_rows.astype(ld) @ b_cols.astype(ld)
+    return ref, np.abs(a_rows).astype(ld) @ np.abs(b_cols).astype(ld)
+
+
+def _ld_error(result_rows, a_rows, b_cols, ref=None) -> float:
+    """Max error of sampled entries vs a long-double product, relative to |A| @ |B|
+    (``ref``: :func:`_ld_reference`'s of these rows and columns, else computed here).
+
+    >>> a, b = np.array([[1.0, -2.0]]), np.array([[3.0], [1.0]])
+    >>> _ld_error(np.array([[1.5]]), a, b), _ld_error(np.array([[1.0]]), a, b, _ld_reference(a, b))
+    (0.1, 0.0)
+    """
+    ld = np.longdouble
+    want, scale = _ld_reference(a_rows, b_cols) if ref is None else ref
+    if isinstance(want, tuple):
+        err = np.hypot((result_rows.real.astype(ld) - want[0]).astype(np.float64),
+                       (result_rows.imag.astype(ld) - want[1]).astype(np.float64))
         return float(np.max(err / scale.astype(np.float64)))
-    ref = a_rows.astype(ld) @ b_cols.astype(ld)
-    scale = np.abs(a_rows).astype(ld) @ np.abs(b_cols).astype(ld)
-    return float(np.max((np.abs(result_rows.astype(ld) - ref) / scale).astype(np.float64)))
+    return float(np.max((np.abs(result_rows.astype(ld) - want) / scale).astype(np.float64)))
 
 
 def _time(cp, fn, big):
@@ -87,7 +189,37 @@ def _time(cp, fn, big):
             "single_s": _single_s(cp, fn)}
 
 
-def dgemm_case(cp, torch, pb, s, rng, bits_sweep, layout="normal", child=True) -> dict:
+def _sampled(cp, res, rows, cols):
+    """The entries ``res[rows][:, cols]`` of a CuPy array or a CUDA tensor, on the host (picked
+    on the GPU: a whole 16384² float64 result is 2 GiB to copy)."""
+    if hasattr(res, "cpu"):
+        import torch
+
+        r = torch.as_tensor(rows, device=res.device)
+        c = torch.as_tensor(cols, device=res.device)
+        return res[r][:, c].cpu().numpy()
+    return cp.asnumpy(res[cp.asarray(rows)][:, cp.asarray(cols)])
+
+
+def _gpu_normal(cp, rng, s, dtype):
+    """Two s x s standard normal operands drawn on the GPU (seeded from ``rng``): at 16384²
+    NumPy's generator took ~7 s an operand on the host, the GPU's well under one."""
+    rs = cp.random.RandomState(int(rng.integers(2**31)))
+    return rs.standard_normal((s, s), dtype=dtype), rs.standard_normal((s, s), dtype=dtype)
+
+
+def dgemm_case(cp, torch, pb, s, rng, bits_sweep, layout="normal", child=True, gpu_operands=False) -> dict:
+    """One dgemm row: native DGEMM, the default, the dials ``bits_sweep`` and (``child``) cuBLAS's
+    emulation. ``gpu_operands``: normal operands drawn on the GPU, only the sampled rows and
+    columns copied to the host (no child then: it reads host copies of A and B)."""
+    if gpu_operands and (child or layout != "normal"):
+        raise ValueError(f"gpu_operands=True takes layout='normal' and child=False, got layout={layout!r}, "
+                         f"child={child!r}")
+    if gpu_operands:
+        da, db = _gpu_normal(cp, rng, s, cp.float64)
+        rows, cols = _sample(rng, s, s)
+        a_rows, b_cols = cp.asnumpy(da[cp.asarray(rows)]), cp.asnumpy(db[:, cp.asarray(cols)])
+        return _dgemm_contenders(cp, torch, pb, s, da, db, rows, cols, a_rows, b_cols, bits_sweep, layout, None)
     a = rng.standard_normal((s, s))
     b = rng.standard_normal((s, s))
     if layout == "row scales":
@@ -105,14 +237,22 @@ def dgemm_case(cp, torch, pb, s, rng, bits_sweep, layout="normal", child=True) -
     rows, cols = _sample(rng, s, s)
     a_rows, b_cols = a[rows], b[:, cols]
     da, db = cp.asarray(a), cp.asarray(b)
+    return _dgemm_contenders(cp, torch, pb, s, da, db, rows, cols, a_rows, b_cols, bits_sweep, layout,
+                             (a, b) if child else None)
+
+
+def _dgemm_contenders(cp, torch, pb, s, da, db, rows, cols, a_rows, b_cols, bits_sweep, layout, host):
+    """dgemm_case's contenders on the GPU operands ``da``, ``db`` (``host``: (A, B) on the host
+    for cuBLAS's emulation in a child process, or None)."""
     ta, tb = torch.as_tensor(da, device="cuda"), torch.as_tensor(db, device="cuda")
     big = s >= 8192
+    ref = _ld_reference(a_rows, b_cols)
     out = {}
 
     def record(name, fn, side, route=None):
         res = fn()
-        host = res.cpu().numpy() if hasattr(res, "cpu") else cp.asnumpy(res)
-        row = {"side": side, **_time(cp, fn, big), "max_rel_err_vs_longdouble": _ld_error(host[rows][:, cols], a_rows, b_cols)}
+        row = {"side": side, **_time(cp, fn, big),
+               "max_rel_err_vs_longdouble": _ld_error(_sampled(cp, res, rows, cols), a_rows, b_cols, ref)}
         if route is not None:
             row["route"] = route()
         out[name] = row
@@ -129,13 +269,14 @@ def dgemm_case(cp, torch, pb, s, rng, bits_sweep, layout="normal", child=True) -
         record(f"pyblasgemm int8-ozaki-{bits}",
                lambda bits=bits: pb.matmul(da, db, compute=f"int8-ozaki-{bits}", backend="tensorcore"),
                "ours", last_route)
-    if child:
-        out.update(_cublas_emulation(a, b, rows, cols, a_rows, b_cols))
+    if host is not None:
+        out.update(_cublas_emulation(*host, rows, cols, a_rows, b_cols, ref))
     native = min(v["steady_s"] for v in out.values() if v["side"] == "native")
     native_single = min(v["single_s"] for v in out.values() if v["side"] == "native")
     for v in out.values():
-        v["ratio_steady_vs_native"] = native / v["steady_s"]
-        v["ratio_single_vs_native"] = native_single / v["single_s"]
+        if "steady_s" in v:             # (a child that failed left its error alone)
+            v["ratio_steady_vs_native"] = native / v["steady_s"]
+            v["ratio_single_vs_native"] = native_single / v["single_s"]
     return {"case": "dgemm", "layout": layout, "m": s, "n": s, "k": s, "contenders": out}
 
 
@@ -172,7 +313,7 @@ print(json.dumps({**out, "steady_s": statistics.median(times), "torch": torch.__
 """
 
 
-def _cublas_emulation(a, b, rows, cols, a_rows, b_cols) -> dict:
+def _cublas_emulation(a, b, rows, cols, a_rows, b_cols, ref=None) -> dict:
     """cuBLAS's own FP64 emulation (Ozaki I), in a child process: torch.matmul with the
     variable set, on the same bytes."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -192,27 +333,57 @@ def _cublas_emulation(a, b, rows, cols, a_rows, b_cols) -> dict:
         rc = np.load(pr + ".cupy.npy") if "cupy_steady_s" in info else None
     out = {"cuBLAS emulation, torch.matmul (CUBLAS_EMULATE_DOUBLE_PRECISION=1)": {
         "side": "theirs", "steady_s": info["steady_s"], "single_s": float("nan"), "child": info,
-        "max_rel_err_vs_longdouble": _ld_error(r[rows][:, cols], a_rows, b_cols)}}
+        "max_rel_err_vs_longdouble": _ld_error(r[rows][:, cols], a_rows, b_cols, ref)}}
     if rc is not None:
         out["cuBLAS emulation, cupy.matmul (CUBLAS_EMULATE_DOUBLE_PRECISION=1)"] = {
             "side": "theirs", "steady_s": info["cupy_steady_s"], "single_s": float("nan"), "child": info,
-            "max_rel_err_vs_longdouble": _ld_error(rc[rows][:, cols], a_rows, b_cols)}
+            "max_rel_err_vs_longdouble": _ld_error(rc[rows][:, cols], a_rows, b_cols, ref)}
     return out
 
 
-def _contenders(cp, items, big: bool, error, route) -> dict:
-    """Each (name, fn, side) of ``items`` timed (:func:`_time`), with ``error(host result)``'s
-    fields and, for ours, the route it took; memory returned between contenders."""
+def _contenders(cp, items, big: bool, error, route, sample=None) -> dict:
+    """Each (name, fn, side[, route]) of ``items`` timed (:func:`_time`), with ``error(host
+    result)``'s fields and, for ours, the route it took (the item's own ``route()``, else
+    ``route()``); memory returned between contenders. ``sample``: (rows, cols), the entries
+    ``error`` reads, picked on the GPU (else the whole result is copied)."""
     out = {}
-    for name, fn, side in items:
+    for name, fn, side, *own in items:
+        if side == "ours":
+            _forget_route()
         res = fn()
-        host = res.cpu().numpy() if hasattr(res, "cpu") else cp.asnumpy(res)
+        if sample is not None:
+            host = _sampled(cp, res, *sample)
+        else:
+            host = res.cpu().numpy() if hasattr(res, "cpu") else cp.asnumpy(res)
         out[name] = {"side": side, **_time(cp, fn, big), **error(host)}
         if side == "ours":
-            out[name]["route"] = route()
+            out[name]["route"] = (own[0] if own else route)()
         del res
         cp.get_default_memory_pool().free_all_blocks()
     return out
+
+
+def _forget_route() -> None:
+    """Clear ``composite.last_route()``: a call the planner keeps native leaves no composite
+    route, and the previous contender's must not be read as its."""
+    from pyblasgemm import composite
+
+    composite._last["route"] = None
+
+
+def _plan_lines(pb, m, n, k, dtype, **kw) -> str:
+    """The ``plan:`` and ``why:`` lines of ``pyblasgemm.plan(...).explain()``: the route a call
+    with these arguments takes (for square operands, ``matmul``'s transposed problem is the same)."""
+    text = pb.plan(m, n, k, dtype, **kw).explain()
+    return " | ".join(line.strip()[:400] for line in text.splitlines() if line.startswith(("plan:", "why:")))
+
+
+def _composite_or_plan(pb, m, n, k, dtype, **kw):
+    """A route reader for an Ozaki call the planner may keep native: the composite's route if
+    it ran, else the plan's lines."""
+    from pyblasgemm.composite import last_route
+
+    return lambda: last_route() or f"no composition ran; {_plan_lines(pb, m, n, k, dtype, **kw)}"
 
 
 def _ratios(out: dict, key: str) -> None:
@@ -226,6 +397,7 @@ def zgemm_case(cp, torch, pb, s, rng) -> dict:
     a = rng.standard_normal((s, s)) + 1j * rng.standard_normal((s, s))
     b = rng.standard_normal((s, s)) + 1j * rng.standard_normal((s, s))
     rows, cols = _sample(rng, s, s)
+    ref = _ld_reference(a[rows], b[:, cols])
     da, db = cp.asarray(a), cp.asarray(b)
     ta, tb = torch.as_tensor(da, device="cuda"), torch.as_tensor(db, device="cuda")
     from pyblasgemm.composite import last_route
@@ -235,8 +407,8 @@ def zgemm_case(cp, torch, pb, s, rng) -> dict:
                            ("pyblasgemm int8-ozaki (default)",
                             lambda: pb.matmul(da, db, compute="int8-ozaki", backend="tensorcore"), "ours")),
                       s >= 4096,
-                      lambda h: {"max_rel_err_vs_longdouble": _ld_error(h[rows][:, cols], a[rows], b[:, cols])},
-                      last_route)
+                      lambda h: {"max_rel_err_vs_longdouble": _ld_error(h, a[rows], b[:, cols], ref)},
+                      last_route, (rows, cols))
     _ratios(out, "ratio_steady_vs_native")
     return {"case": "zgemm", "m": s, "n": s, "k": s, "contenders": out}
 
@@ -257,23 +429,145 @@ def cgemm_case(cp, torch, pb, s, rng) -> dict:
         ("cuBLAS TF32 CGEMM", lambda: pb.matmul(da, db, compute="tf32", backend="cublas"), "theirs"),
         ("pyblasgemm tf32", lambda: pb.matmul(da, db, compute="tf32", backend="tensorcore"), "ours"),
         ("pyblasgemm 3xtf32", lambda: pb.matmul(da, db, compute="3xtf32", backend="tensorcore"), "ours")),
-        True, lambda h: {"max_rel_err_vs_complex128": float(np.max(np.abs(h[rows][:, cols] - ref) / scale))},
-        last_route)
+        True, lambda h: {"max_rel_err_vs_complex128": float(np.max(np.abs(h - ref) / scale))},
+        last_route, (rows, cols))
     _ratios(out, "ratio_steady_vs_cgemm")
     return {"case": "cgemm", "m": s, "n": s, "k": s, "contenders": out}
 
 
+def sgemm_case(cp, torch, pb, s, rng) -> dict:
+    """float32: native SGEMM against 3xTF32 and the FP32-accurate int8 mode (issue 34's ≥ 2.7x
+    SGEMM at 8192³, ≥ 3.0x at 16384³, error ≤ SGEMM's)."""
+    da, db = _gpu_normal(cp, rng, s, cp.float32)
+    rows, cols = _sample(rng, s, s)
+    a_rows, b_cols = cp.asnumpy(da[cp.asarray(rows)]), cp.asnumpy(db[:, cp.asarray(cols)])
+    ref = _ld_reference(a_rows, b_cols)
+    ta, tb = torch.as_tensor(da, device="cuda"), torch.as_tensor(db, device="cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False       # SGEMM: what the modes replace
+    out = _contenders(cp, (
+        ("torch.matmul (SGEMM)", lambda: ta @ tb, "native"),
+        ("cupy.matmul (SGEMM)", lambda: da @ db, "native"),
+        ("pyblasgemm 3xtf32", lambda: pb.matmul(da, db, compute="3xtf32", backend="tensorcore"), "ours",
+         lambda: _plan_lines(pb, s, s, s, "float32", compute="3xtf32", backend="tensorcore")),
+        ("pyblasgemm int8-ozaki (default)",
+         lambda: pb.matmul(da, db, compute="int8-ozaki", backend="tensorcore"), "ours"),
+        ("pyblasgemm int8-ozaki (planner's choice)", lambda: pb.matmul(da, db, compute="int8-ozaki"), "ours",
+         _composite_or_plan(pb, s, s, s, "float32", compute="int8-ozaki"))),
+        s >= 8192, lambda h: {"max_rel_err_vs_longdouble": _ld_error(h, a_rows, b_cols, ref)},
+        _composite_or_plan(pb, s, s, s, "float32", compute="int8-ozaki", backend="tensorcore"), (rows, cols))
+    _ratios(out, "ratio_steady_vs_native")
+    native = min(v["single_s"] for v in out.values() if v["side"] == "native")
+    sgemm_err = min(v["max_rel_err_vs_longdouble"] for v in out.values() if v["side"] == "native")
+    for v in out.values():
+        v["ratio_single_vs_native"] = native / v["single_s"]
+        v["err_over_sgemm"] = v["max_rel_err_vs_longdouble"] / sgemm_err
+    return {"case": "sgemm", "m": s, "n": s, "k": s, "contenders": out}
+
+
+#: the native routes' rows: (case label, dtype, routine name, cuBLAS's name)
+NATIVE_TYPES = (("float64", "dgemm", "DGEMM"), ("complex128", "zgemm", "ZGEMM"), ("float32", "sgemm", "SGEMM"))
+
+
+def native_case(cp, torch, pb, s, rng, dtype, routine, blas) -> dict:
+    """The native route of ``dtype`` (issue 34: ≥ 0.99x cuBLAS): ``pyblasgemm.matmul`` and the raw
+    form ``routine`` against ``torch.matmul`` and ``cupy.matmul`` on the same bytes."""
+    real = cp.float32 if dtype == "float32" else cp.float64
+    da, db = _gpu_normal(cp, rng, s, real)
+    if dtype == "complex128":
+        di, dj = _gpu_normal(cp, rng, s, real)
+        da, db = da + 1j * di, db + 1j * dj
+        del di, dj
+    rows, cols = _sample(rng, s, s)
+    a_rows, b_cols = cp.asnumpy(da[cp.asarray(rows)]), cp.asnumpy(db[:, cp.asarray(cols)])
+    ref = _ld_reference(a_rows, b_cols)
+    ta, tb = torch.as_tensor(da, device="cuda"), torch.as_tensor(db, device="cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    raw = getattr(pb, routine)
+    a1, b1 = da.ravel(), db.ravel()
+    c1 = cp.empty(s * s, da.dtype)
+
+    def raw_call():
+        # row-major C = A @ B is the column-major Cᵀ = Bᵀ Aᵀ: B's buffer first (blas guide)
+        raw("N", "N", s, s, s, 1.0, b1, s, a1, s, 0.0, c1, s)
+        return c1.reshape(s, s)
+
+    out = _contenders(cp, (
+        (f"torch.matmul ({blas})", lambda: ta @ tb, "native"),
+        (f"cupy.matmul ({blas})", lambda: da @ db, "native"),
+        ("pyblasgemm.matmul", lambda: pb.matmul(da, db), "ours"),
+        (f"pyblasgemm.{routine} (raw form)", raw_call, "ours")),
+        s >= 8192, lambda h: {"max_rel_err_vs_longdouble": _ld_error(h, a_rows, b_cols, ref)},
+        lambda: _plan_lines(pb, s, s, s, dtype), (rows, cols))
+    want = da @ db
+    for name, fn in (("pyblasgemm.matmul", lambda: pb.matmul(da, db)), (f"pyblasgemm.{routine} (raw form)", raw_call)):
+        out[name]["same_bits_as_cupy"] = bool(cp.array_equal(fn(), want))
+    del want
+    _ratios(out, "ratio_steady_vs_cublas")
+    native = min(v["single_s"] for v in out.values() if v["side"] == "native")
+    for v in out.values():
+        v["ratio_single_vs_cublas"] = native / v["single_s"]
+    return {"case": "native", "dtype": dtype, "m": s, "n": s, "k": s, "contenders": out}
+
+
+def igemm_case(cp, torch, pb, s, rng) -> dict:
+    """int8 (issue 34: ≥ 1,500 TOPS at 8192³, ≥ 1.6x ``torch._int_mm`` on the same bytes):
+    ``w @ x.T``, x (m x k) and w (n x k) row-major, both K-contiguous as cuBLASLt wants them;
+    exact int32 sums, so every result must equal ``torch._int_mm``'s bit for bit."""
+    m = n = k = s
+    rs = cp.random.RandomState(int(rng.integers(2**31)))
+    x = rs.randint(-128, 128, size=(m, k), dtype=cp.int32).astype(cp.int8)
+    w = rs.randint(-128, 128, size=(n, k), dtype=cp.int32).astype(cp.int8)
+    tx, tw = torch.as_tensor(x, device="cuda"), torch.as_tensor(w, device="cuda")
+    x1, w1 = x.ravel(), w.ravel()
+    c1 = cp.empty(m * n, cp.int32)
+
+    def igemm(backend):
+        def call():
+            # column-major C (m x n) = op(A) op(B) = x @ w.T; its bytes are the row-major n x m w @ x.T
+            pb.igemm("T", "N", m, n, k, 1, x1, k, w1, k, 0, c1, m, backend=backend)
+            return c1.reshape(n, m)
+        return call
+
+    fns = {"torch._int_mm (cuBLASLt)": (lambda: torch._int_mm(tw, tx.t()), "native", None),
+           "pyblasgemm.igemm (planned)": (igemm(None), "ours", None),
+           "pyblasgemm.igemm backend='tensorcore'": (igemm("tensorcore"), "ours", "tensorcore"),
+           "pyblasgemm.igemm backend='cublas' (cublasGemmEx)": (igemm("cublas"), "cublas", "cublas"),
+           "pyblasgemm.matmul(w, x.T, dtype=int32)": (lambda: pb.matmul(w, x.T, dtype=np.int32), "ours", None)}
+    want = cp.asarray(torch._int_mm(tw, tx.t()))
+    out = {}
+    for name, (fn, side, backend) in fns.items():
+        try:
+            same = bool(cp.array_equal(cp.asarray(fn()), want))
+            row = {"side": side, "same_bits_as_int_mm": same, **_time(cp, fn, False)}
+        except Exception as e:  # noqa: BLE001 - a refusal is a result: record it and go on
+            out[name] = {"side": side, "error": repr(e)[:500]}
+            continue
+        row["TOPS_steady"] = 2.0 * m * n * k / row["steady_s"] / 1e12
+        if name.startswith("pyblasgemm.igemm"):
+            row["route"] = _plan_lines(pb, m, n, k, "int8", transa="T", backend=backend)
+        out[name] = row
+        cp.get_default_memory_pool().free_all_blocks()
+    base = out["torch._int_mm (cuBLASLt)"]
+    for v in out.values():
+        if "steady_s" in v and "steady_s" in base:
+            v["ratio_steady_vs_int_mm"] = base["steady_s"] / v["steady_s"]
+            v["ratio_single_vs_int_mm"] = base["single_s"] / v["single_s"]
+    return {"case": "igemm", "m": m, "n": n, "k": k, "contenders": out}
+
+
 def _show(row):
     for name, v in row["contenders"].items():
-        r = {k: (f"{x:.3g}" if isinstance(x, float) else x) for k, x in v.items()
-             if k.startswith("ratio") or k.startswith("max_rel")}
+        r = {k: (f"{x:.3g}" if isinstance(x, float) else x if k != "error" else x[:200]) for k, x in v.items()
+             if k.startswith(("ratio", "max_rel", "err_over", "TOPS", "same_bits", "error"))}
         print(f"  {name}: {v.get('steady_s', float('nan')) * 1e3:.2f} ms {r}", flush=True)
 
 
 def dial_points(doc) -> list:
-    """(bits, speed vs native DGEMM, max error) of the largest dgemm case's dial, plus
-    native DGEMM's error: what the figure and the precision guide show."""
-    case = [c for c in doc["cases"] if c["case"] == "dgemm" and c.get("layout", "normal") == "normal"][-1]
+    """(bits, speed vs native DGEMM, max error) of the dgemm case with the dial sweep (the most
+    dials, the largest size of those: 8192³; the 16384³ row of ``dgemm16k`` times one dial),
+    plus native DGEMM's error: what the figure and the precision guide show."""
+    normal = [c for c in doc["cases"] if c["case"] == "dgemm" and c.get("layout", "normal") == "normal"]
+    case = max(normal, key=lambda c: (sum(n.startswith("pyblasgemm int8-ozaki-") for n in c["contenders"]), c["m"]))
     points = []
     for name, v in case["contenders"].items():
         if name.startswith("pyblasgemm int8-ozaki-"):
@@ -349,8 +643,45 @@ def plot(paths, out) -> None:
     plt.close(fig)
 
 
+def run_group(group, cp, torch, pb, rng, quick: bool):
+    """The cases of one ``--cases`` group, one at a time (a generator: the caller writes the
+    JSON after each)."""
+    if group == "dgemm":
+        sizes = SIZES[:2] if quick else SIZES
+        for s in sizes:
+            yield dgemm_case(cp, torch, pb, s, rng, BITS if s == sizes[-1] else [],
+                             child=not quick and s == sizes[-1])
+    elif group == "layouts":
+        for layout in ("row scales", "element spread", "graded 2^-30", "graded 2^-20"):
+            size = GSIZE if layout.startswith("graded") else LSIZE
+            yield dgemm_case(cp, torch, pb, size if not quick else min(size, 1024), rng, [], layout, child=False)
+    elif group == "zgemm":
+        for s in (ZSIZES[:1] if quick else ZSIZES):
+            yield zgemm_case(cp, torch, pb, s, rng)
+    elif group == "cgemm":
+        yield cgemm_case(cp, torch, pb, min(CSIZE, QUICK_SIZE) if quick else CSIZE, rng)
+    elif group == "dgemm16k":
+        yield dgemm_case(cp, torch, pb, QUICK_SIZE if quick else BIG, rng, BIG_BITS, child=False, gpu_operands=True)
+    elif group == "sgemm":
+        for s in ([QUICK_SIZE] if quick else SSIZES):
+            yield sgemm_case(cp, torch, pb, s, rng)
+    elif group == "native":
+        for dtype, routine, blas in NATIVE_TYPES:
+            yield native_case(cp, torch, pb, QUICK_SIZE if quick else NATIVE_SIZE, rng, dtype, routine, blas)
+    elif group == "igemm":
+        for s in ([QUICK_SIZE] if quick else ISIZES):
+            yield igemm_case(cp, torch, pb, s, rng)
+    else:
+        raise ValueError(f"group={group!r}: one of {', '.join(GROUPS)}")
+
+
 def main(argv=None) -> int:
-    args = plot_or_args(__doc__.split("\n")[0], "smaller sizes, no child process", plot, argv)
+    def extra(ap):
+        ap.add_argument("--cases", type=_cases_arg, default=SETS["guide"],
+                        help=f"comma list of groups ({', '.join(GROUPS)}) or a set ({', '.join(SETS)}); "
+                             "default: guide")
+
+    args = plot_or_args(__doc__.split("\n")[0], "smaller sizes, no child process", plot, argv, extra)
     if args is None:
         return 0
     import cupy as cp
@@ -359,29 +690,19 @@ def main(argv=None) -> int:
     import pyblasgemm as pb
 
     doc = {"schema": "pyblasgemm-ozaki/1", **meta(types.SimpleNamespace(torch=torch), seed=20261125),
-           "method": __doc__, "cases": []}
+           "method": __doc__, "groups": list(args.cases), "cases": []}
     rng = np.random.default_rng(20261125)
-    sizes = SIZES[:2] if args.quick else SIZES
-    for s in sizes:
-        row = dgemm_case(cp, torch, pb, s, rng, BITS if s == sizes[-1] else [], child=not args.quick and s == sizes[-1])
-        doc["cases"].append(row)
-        print("dgemm", s, flush=True)
-        _show(row)
-    for layout in ("row scales", "element spread", "graded 2^-30", "graded 2^-20"):
-        size = 8192 if layout.startswith("graded") else 4096
-        row = dgemm_case(cp, torch, pb, size if not args.quick else 1024, rng, [], layout, child=False)
-        doc["cases"].append(row)
-        print("dgemm", layout, flush=True)
-        _show(row)
-    for s in (ZSIZES[:1] if args.quick else ZSIZES):
-        row = zgemm_case(cp, torch, pb, s, rng)
-        doc["cases"].append(row)
-        print("zgemm", s, flush=True)
-        _show(row)
-    row = cgemm_case(cp, torch, pb, 2048 if args.quick else 8192, rng)
-    doc["cases"].append(row)
-    print("cgemm", row["m"], flush=True)
-    _show(row)
+    for group in args.cases:
+        t0 = time.perf_counter()
+        for row in run_group(group, cp, torch, pb, rng, args.quick):
+            doc["cases"].append(row)
+            print(group, row["case"], row.get("layout") or row.get("dtype") or "", row["m"], flush=True)
+            _show(row)
+            cp.get_default_memory_pool().free_all_blocks()
+            torch.cuda.empty_cache()
+            write_doc(doc, args.out)       # after each case: a run cut short keeps what it measured
+        doc.setdefault("group_seconds", {})[group] = time.perf_counter() - t0
+        print(f"{group}: {doc['group_seconds'][group]:.1f} s", flush=True)
     write_doc(doc, args.out)
     return 0
 

@@ -17,7 +17,8 @@ try:
     _HAS_GPU = cupy.cuda.runtime.getDeviceCount() > 0
 except Exception:  # pragma: no cover - no driver
     _HAS_GPU = False
-pytestmark = pytest.mark.skipif(not _HAS_GPU, reason="needs CuPy and a CUDA device")
+# marked gpu too: `pytest -m gpu` (the device runs) selected none of this file's tests before
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _HAS_GPU, reason="needs CuPy and a CUDA device")]
 
 TRANS = [("N", "N"), ("N", "T"), ("T", "N"), ("T", "T")]
 CTRANS = TRANS + [("C", "N"), ("N", "C"), ("C", "T"), ("C", "C")]
@@ -225,3 +226,105 @@ def test_composite_routes_plan_and_explain_on_the_device():
     large = pyblasgemm.plan(8192, 8192, 8192, "float64", compute="int8-ozaki")
     text = large.explain()
     assert "Ozaki II" in text and "inner GEMM" in text, text
+
+
+# --------------------------------------------------------------------------- frameworks (#34 item 5)
+
+#: (dtype, compute) of the framework tests: the default and a dial of float64, complex128's
+#: default (the stacked real product), float32's FP32-accurate mode
+FRAMEWORK_CASES = [("float64", "int8-ozaki"), ("float64", "int8-ozaki-40"), ("complex128", "int8-ozaki"),
+                   ("float32", "int8-ozaki")]
+
+
+def _operands(dtype, seed, m=96, n=80, k=1024):
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    if dtype == "complex128":
+        a, b = a + 1j * rng.standard_normal((m, k)), b + 1j * rng.standard_normal((k, n))
+    return a.astype(dtype), b.astype(dtype)
+
+
+def _stacked(a, b, c):
+    """A complex product as the real one the composition runs: [Ar Ai] @ [[Br, Bi], [-Bi, Br]]
+    = [Cr Ci] (a real product is itself)."""
+    if not np.iscomplexobj(a):
+        return a, b, c
+    return (np.hstack([a.real, a.imag]), np.block([[b.real, b.imag], [-b.imag, b.real]]),
+            np.hstack([c.real, c.imag]))
+
+
+def _within_the_bound(got, a, b, compute):
+    """``got`` against the exact product (long double: exact enough here) within the plan's
+    bound (pyblasgemm.ozaki.error_bound: the truncation to its bits plus the roundings) and, at
+    the default, within native arithmetic's gamma_k * |A| @ |B| (the guard)."""
+    from pyblasgemm.ozaki import error_bound
+
+    m, k = a.shape
+    setting = pyblasgemm.plan(m, b.shape[1], k, a.dtype, compute=compute, backend="tensorcore").launch.setting
+    a2, b2, c2 = _stacked(a, b, got)
+    ld = np.longdouble
+    err = np.abs(c2.astype(ld) - a2.astype(ld) @ b2.astype(ld)).astype(np.float64)
+    assert np.all(err <= error_bound(a2, b2, c2, setting)), (compute, float(err.max()))
+    if compute == "int8-ozaki":
+        u = 2.0**-24 if a.dtype == np.float32 else 2.0**-53
+        kk = a2.shape[1]
+        assert np.all(err <= kk * u / (1 - kk * u) * (np.abs(a2).astype(np.float64) @ np.abs(b2)))
+
+
+def _cupy_result(a, b, compute):
+    """The CuPy call's result (host copy) and its route: what the framework calls must equal."""
+    got = pyblasgemm.matmul(cupy.asarray(a), cupy.asarray(b), compute=compute, backend="tensorcore")
+    route = last_route()
+    assert route.startswith("pyblasgemm Ozaki II"), route
+    return cupy.asnumpy(got), route
+
+
+@pytest.mark.parametrize("dtype,compute", FRAMEWORK_CASES)
+def test_ozaki_on_torch_cuda_tensors_has_the_cupy_bits_within_the_bound(dtype, compute):
+    """compute='int8-ozaki' on CUDA tensors: a CUDA tensor of the type back, the CuPy call's
+    bits (the same composition on views of the tensors' memory), within the bound."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs PyTorch with CUDA")
+    a, b = _operands(dtype, 41)
+    want, route = _cupy_result(a, b, compute)
+    ta, tb = torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda")
+    got = pyblasgemm.matmul(ta, tb, compute=compute, backend="tensorcore")
+    assert isinstance(got, torch.Tensor) and got.is_cuda and got.dtype == ta.dtype
+    assert last_route() == route
+    host = got.cpu().numpy()
+    np.testing.assert_array_equal(host, want)
+    _within_the_bound(host, a, b, compute)
+    again = pyblasgemm.matmul(ta, tb, compute=compute, backend="tensorcore")     # the replayed call
+    assert torch.equal(again, got)
+
+
+def _x64(jax):
+    """JAX's 64-bit types on, for a ``with`` block (``jax.enable_x64(True)``; older JAX:
+    ``jax.experimental.enable_x64()``)."""
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(True)
+    from jax.experimental import enable_x64
+
+    return enable_x64()
+
+
+@pytest.mark.parametrize("dtype,compute", FRAMEWORK_CASES)
+def test_ozaki_on_jax_gpu_arrays_has_the_cupy_bits_within_the_bound(dtype, compute):
+    """The same on JAX arrays on the GPU (float64 / complex128 with JAX's 64-bit types on)."""
+    jax = pytest.importorskip("jax")
+    try:
+        gpu = jax.devices("gpu")[0]
+    except RuntimeError:
+        pytest.skip("JAX without a GPU")
+    a, b = _operands(dtype, 43)
+    want, route = _cupy_result(a, b, compute)
+    with _x64(jax):
+        ja, jb = jax.device_put(a, gpu), jax.device_put(b, gpu)
+        assert ja.dtype == a.dtype
+        got = pyblasgemm.matmul(ja, jb, compute=compute, backend="tensorcore")
+        assert isinstance(got, jax.Array) and got.dtype == a.dtype and gpu in got.devices()
+        host = np.asarray(got)
+    assert last_route() == route
+    np.testing.assert_array_equal(host, want)
+    _within_the_bound(host, a, b, compute)
