@@ -51,6 +51,8 @@ Backend = Literal["auto", "tensorcore", "cublas", "host", "pyblasgemm"]
 Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "sigmoid"]
 #: fused_mlp's method= (pyblasgemm.mlp.METHODS, None aside)
 MlpMethod = Literal["on_chip", "two_gemms"]
+#: pyblasgemm.dask's transport= (pyblasgemm.dask.TRANSPORTS)
+DaskTransport = Literal["auto", "ipc", "dask"]
 NDArray = npt.NDArray[Any]
 #: alpha / beta: Python numbers or NumPy scalars (0-d arrays too, for gemm)
 HostScalar = Union[int, float, complex, np.number[Any], np.bool_]

@@ -82,7 +82,7 @@ import numpy as np
 if TYPE_CHECKING:     # types only
     from dask.array import Array as DaskArray
 
-    from ._typing import Backend, Compute, GemmTrans, HostScalar
+    from ._typing import Backend, Compute, DaskTransport, GemmTrans, HostScalar
 
 __all__ = ["matmul", "gemm", "accumulation_dtype", "k_group_for", "transport_of", "ipc_stats", "close_ipc_handles",
            "MIN_TASKS", "TRANSPORTS", "engine_stats"]
@@ -1375,7 +1375,7 @@ def _placed_array(dsk, name, chunks, meta, where, priority):
 
 
 def matmul(x: DaskArray, y: DaskArray, *, dtype: Any = None, compute: Compute | None = None,
-           backend: Backend | None = None, k_group: int | None = None, transport: str = "auto",
+           backend: Backend | None = None, k_group: int | None = None, transport: DaskTransport = "auto",
            out: DaskArray | None = None) -> DaskArray:
     """``x @ y`` for Dask arrays with NumPy or CuPy chunks (any array type pyblasgemm takes), as
     a Dask array: ``numpy.matmul``'s shapes, broadcasting and result type (``dtype=`` as in
@@ -1426,7 +1426,8 @@ def matmul(x: DaskArray, y: DaskArray, *, dtype: Any = None, compute: Compute | 
 
 def gemm(transa: GemmTrans, transb: GemmTrans, a: DaskArray, b: DaskArray, c: DaskArray | None = None,
          alpha: HostScalar = 1, beta: HostScalar = 0, *, dtype: Any = None, compute: Compute | None = None,
-         backend: Backend | None = None, k_group: int | None = None, transport: str = "auto") -> DaskArray:
+         backend: Backend | None = None, k_group: int | None = None,
+         transport: DaskTransport = "auto") -> DaskArray:
     """``alpha * op(a) @ op(b) + beta * c`` for 2-D Dask arrays, as a new Dask array (``op``:
     'N', 'T' or 'C', as :func:`pyblasgemm.gemm`; ``c`` is read only when ``beta != 0`` and is
     rechunked to the result's blocks if needed). The result type is the product's (``dtype=``

@@ -79,11 +79,13 @@ def test_every_public_form_documents_stream_and_foreign_arrays():
 
 _USER = '''\
 import cupy
+import dask.array
 import jax
 import numpy as np
 import torch
 
 import pyblasgemm
+import pyblasgemm.dask as pbd
 import pyblasgemm.jax as pbj
 import pyblasgemm.torch as pbt
 from pyblasgemm import scipy as blas
@@ -169,6 +171,15 @@ def frameworks(t: torch.Tensor, j: jax.Array, g: cupy.ndarray) -> None:
     reveal_type(pbj.matmul(j, j, bias=j, activation="gelu"))  # R: jax.Array
     pbj.matmul(j, j, compute=3)  # E: compute
     pbj.matmul(j, j, backend="gpu")  # E: backend
+
+
+def dask_arrays(d: dask.array.Array) -> None:
+    reveal_type(pbd.matmul(d, d, compute="tf32x3", transport="ipc"))  # R: dask.array.Array
+    reveal_type(pbd.gemm("N", "T", d, d, d, 1.0, 0.5, k_group=2))  # R: dask.array.Array
+    pbd.matmul(d, d, compute=3)  # E: compute
+    pbd.matmul(d, d, backend="gpu")  # E: backend
+    pbd.matmul(d, d, transport="ucx")  # E: transport
+    pbd.gemm("X", "N", d, d)  # E: transa
 '''
 
 _CONFIG = '''\
@@ -180,7 +191,8 @@ mypy_path = {stubs}
 
 def test_mypy_on_a_user_file(tmp_path):
     """NumPy in gives numpy.ndarray out (not Any: what mypy revealed before the overloads),
-    PyTorch torch.Tensor, JAX jax.Array, CuPy cupy.ndarray, in every form (the BLAS routines,
+    PyTorch torch.Tensor, JAX jax.Array, CuPy cupy.ndarray, Dask dask.array.Array (pyblasgemm.dask),
+    in every form (the BLAS routines,
     pyblasgemm.scipy's too); compute=3, transa='X', backend='gpu', an activation or fused_mlp
     method= not in the tables are errors, in plan(), tune(), explain() and set_default_compute()
     too (they took anything); the dial, the aliases and cuBLAS's int flags are not."""
@@ -194,9 +206,10 @@ def test_mypy_on_a_user_file(tmp_path):
     # blur NumPy's answer to Any too. CuPy ships no types: without a stub (or with CuPy's
     # untyped package) a CuPy array is Any to a checker, and so is the answer
     stubs = tmp_path / "stubs"
-    for name, cls in (("torch", "Tensor"), ("jax", "Array"), ("cupy", "ndarray")):
+    for name, cls in (("torch", "Tensor"), ("jax", "Array"), ("cupy", "ndarray"), ("dask/array", "Array")):
         (stubs / name).mkdir(parents=True)
         (stubs / name / "__init__.pyi").write_text(f"class {cls}: ...\n")
+    (stubs / "dask" / "__init__.pyi").write_text("")
     config = tmp_path / "mypy.ini"
     config.write_text(_CONFIG.format(stubs=stubs))
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -264,5 +277,7 @@ def test_the_literal_types_name_exactly_what_the_tables_accept():
     assert set(get_args(_typing.Backend)) == set(BACKEND_NAMES) | set(BACKEND_ALIASES)
     assert set(get_args(_typing.Activation)) == set(ACTIVATIONS)
     assert set(get_args(_typing.MlpMethod)) == set(METHODS) - {None}
+    from pyblasgemm.dask import TRANSPORTS
+    assert set(get_args(_typing.DaskTransport)) == set(TRANSPORTS)
     from pyblasgemm._types import FP32_DEFAULTS, compute_aliases
     assert set(get_args(_typing.Fp32Compute)) == set(FP32_DEFAULTS) | set(compute_aliases("s"))
