@@ -190,12 +190,12 @@ mypy_path = {stubs}
 
 
 def test_mypy_on_a_user_file(tmp_path):
-    """NumPy in gives numpy.ndarray out (not Any: what mypy revealed before the overloads),
-    PyTorch torch.Tensor, JAX jax.Array, CuPy cupy.ndarray, Dask dask.array.Array (pyblasgemm.dask),
-    in every form (the BLAS routines,
-    pyblasgemm.scipy's too); compute=3, transa='X', backend='gpu', an activation or fused_mlp
-    method= not in the tables are errors, in plan(), tune(), explain() and set_default_compute()
-    too (they took anything); the dial, the aliases and cuBLAS's int flags are not."""
+    """NumPy in gives numpy.ndarray out (not Any: what mypy revealed before the overloads), PyTorch
+    torch.Tensor, JAX jax.Array, CuPy cupy.ndarray, Dask dask.array.Array (pyblasgemm.dask),
+    in every form (the BLAS routines, pyblasgemm.scipy's too); compute=3, transa='X',
+    backend='gpu', an activation or fused_mlp method= not in the tables are errors, in
+    plan(), tune(), explain() and set_default_compute() too (they took anything); the dial,
+    the aliases and cuBLAS's int flags are not."""
     api = pytest.importorskip("mypy.api")
     import os
 
