@@ -145,15 +145,16 @@ _lock = threading.Lock()
 
 
 def _copy_kernels(dev: int) -> dict:
-    """{name: CUfunction} of the packing copies on device ``dev`` (NVRTC through CuPy,
-    compiled once per process and device, cached on disk by CuPy)."""
+    """{name: CUfunction} of the packing copies on device ``dev``: compiled by the package's
+    own NVRTC compile (:func:`pyblasgemm.kernels.jit.load_kernels`, its options and its disk
+    cache, as every other kernel family), loaded once per process and device."""
     fns = _fns.get(dev)
     if fns is None:
-        import cupy
+        from .jit import load_kernels
 
-        with _lock, cupy.cuda.Device(dev):
-            mod = cupy.RawModule(code=PACK_SOURCE.read_text(), options=("-std=c++17",))
-            fns = _fns[dev] = {n: function(mod.get_function(n).kernel.ptr) for n in COPY_KERNELS}
+        with _lock:
+            loaded = load_kernels(PACK_SOURCE.read_text(), COPY_KERNELS, dev)
+            fns = _fns[dev] = {n: function(k.ptr) for n, k in loaded.items()}
     return fns
 
 
