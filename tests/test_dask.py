@@ -1276,9 +1276,9 @@ def test_persist_starts_each_workers_own_runs_and_exports_through_its_engine(loc
     tasks take them: on 4 workers with A's row panel i and B's column panel j on worker i and j
     (transport 'ipc', NumPy blocks), 4 exports and 4 local runs started and taken (or, where a
     task reached its worker first, computed by it), the 12 runs that read other workers' blocks
-    computed by their tasks; ``client.persist(z)`` and
-    another scheduler start nothing; work started for keys the cluster already
-    holds is dropped once newer work came. Every path gives the threaded scheduler's bits."""
+    computed by their tasks; work started for keys the cluster already holds is dropped once
+    newer work came; another scheduler starts nothing. Every path gives the threaded
+    scheduler's bits (``client.persist(z)``: the next test)."""
     from distributed import wait
 
     client = local_cluster
@@ -1306,15 +1306,47 @@ def test_persist_starts_each_workers_own_runs_and_exports_through_its_engine(loc
     counts = _engine_counts(client)
     assert counts["taken"] + counts["computed_in_task"] == 8 * pbd.KEEP_TICKETS and counts["held"] == 0, counts
     assert counts["taken"] >= 1 and counts["dropped"] == 8, counts
-    x, y, X, Y = _panels_on_workers(client, 77)     # fresh keys: client.persist of a new product
+    assert pbd._started_graph(z, {"scheduler": "threads"}) is z
+
+
+@pytest.mark.parametrize("persist", ["client.persist", "dask.persist"])
+def test_client_persist_starts_the_work_once_per_product(local_cluster, persist):
+    """``client.persist(z)`` and ``dask.persist(z)`` (Dask's own calls, not z.persist()): the
+    graph carries the product's name as the ticket of the work its engines can start, and
+    ``__dask_postpersist__``'s rebuild, which Dask calls once the graph is queued, hands that
+    work out: the 4 exports and 4 local runs started and taken (or computed by a task that came
+    first). A second persist of the same product once the first is released starts nothing
+    (its tasks compute everything); ``z.persist()`` starts its own under a fresh ticket, and its
+    rebuild starts nothing more. The threaded scheduler's bits every time."""
+    from distributed import wait
+
+    client = local_cluster
+    again = {"client.persist": client.persist, "dask.persist": lambda z: dask.persist(z)[0]}[persist]
+    x, y, X, Y = _panels_on_workers(client, 77)
     threaded = _threaded_here(x, y, X.chunks, Y.chunks, k_group=None)
     z = pbd.matmul(X, Y, transport="ipc")
-    done = client.persist(z)
+    _engine_counts(client)
+    done = again(z)
     wait(done)
     np.testing.assert_array_equal(done.compute().view(np.uint8), threaded.view(np.uint8))
-    assert pbd._started_graph(z, {"scheduler": "threads"}) is z
     counts = _engine_counts(client)
-    assert (counts["started"], counts["taken"], counts["computed_in_task"]) == (0, 0, 0), counts
+    assert counts["started"] == counts["taken"] and counts["taken"] + counts["computed_in_task"] == 8, counts
+    assert counts["taken"] >= 1 and (counts["held"], counts["failed"], counts["dropped"]) == (0, 0, 0), counts
+    del done
+    _released(client, z)
+    done = again(z)                      # the same product again: its tasks compute everything
+    wait(done)
+    np.testing.assert_array_equal(done.compute().view(np.uint8), threaded.view(np.uint8))
+    counts = _engine_counts(client)
+    assert (counts["started"], counts["taken"], counts["computed_in_task"]) == (0, 0, 8), counts
+    del done
+    _released(client, z)
+    done = z.persist()                   # a fresh ticket, started once (not again by its rebuild)
+    wait(done)
+    np.testing.assert_array_equal(done.compute().view(np.uint8), threaded.view(np.uint8))
+    counts = _engine_counts(client)
+    assert counts["started"] == counts["taken"] and counts["taken"] + counts["computed_in_task"] == 8, counts
+    assert (counts["held"], counts["skipped"]) == (0, 0), counts
 
 
 def test_started_work_is_taken_once_dropped_when_old_and_skipped_once_taken():
