@@ -18,7 +18,8 @@ on a 2-GPU machine; ``--transport ipc,ipc-sync@2`` adds the transport without IP
 
 Method:
 
-* transports (``TRANSPORTS``): Dask's default TCP; ``ipc``: TCP for Dask's messages and
+* transports (``TRANSPORTS``): Dask's default TCP; ``ipc`` (``ucx-ipc``: UCX over NVLink, as
+  ``ucx-nvlink`` below): TCP for Dask's messages and
   pyblasgemm.dask's CUDA IPC transport for the GPU blocks (``transport="ipc"``: an export task
   on the worker holding a block, a device-to-device copy by the worker that reads it, ordered
   by CUDA IPC events on the GPUs; ``ipc-sync``: the same without events, each export
@@ -73,9 +74,11 @@ Method:
   with a summary per worker (:func:`trace_summary`: when the first task began, the GPU's first
   start and last end, its busy and idle ms between products, each product's and each copy's ms,
   when each ready event passed);
-* schedules (``--schedule start,runs,blocks``): each case on each cluster with each worker's
-  own work started through its engine at persist (``pyblasgemm.dask.START``, the default since
-  2026-11-28; the timed call is ``z.persist()``, for every product), in run tasks through the
+* schedules (``--schedule start,client,runs,blocks``): each case on each cluster with each
+  worker's own work started through its engine at persist (``pyblasgemm.dask.START``, the
+  default since 2026-11-28; the timed call is ``z.persist()``, for every product), the same
+  timed as ``client.persist(z)`` (``client``: the work handed out by the product's
+  ``__dask_postpersist__`` once the graph is queued), in run tasks through the
   scheduler alone (``RUNS`` without ``START``) and in one task an output block (neither), one
   after the other, each row tagged with its ``schedule`` and each run's engine counts
   (``engine_per_run``: work started, taken by its task, computed by its task); the client's batched
@@ -161,6 +164,10 @@ TRANSPORTS = {
     "ucx-nvlink": ({"protocol": "ucx", "enable_tcp_over_ucx": True, "enable_nvlink": True, "enable_infiniband": False,
                     "rmm_pool_size": RMM_POOL, "rmm_allocator_external_lib_list": ["cupy"]},
                    f"UCX over NVLink (enable_nvlink: UCX_TLS={NVLINK_TLS}), an RMM pool shared with CuPy"),
+    "ucx-ipc": ({"protocol": "ucx", "enable_tcp_over_ucx": True, "enable_nvlink": True, "enable_infiniband": False,
+                 "rmm_pool_size": RMM_POOL, "rmm_allocator_external_lib_list": ["cupy"]},
+                f"UCX over NVLink for Dask's messages (as ucx-nvlink: UCX_TLS={NVLINK_TLS}, an RMM pool shared "
+                "with CuPy); GPU blocks between workers through CUDA IPC (pyblasgemm.dask transport='ipc', as ipc)"),
     "ucx-nvlink-nopool": ({"protocol": "ucx", "enable_tcp_over_ucx": True, "enable_nvlink": True},
                           f"UCX over NVLink (UCX_TLS={NVLINK_TLS}) without an RMM pool: the 2026-11-27 run's "
                           "settings (CuPy's own pool: a CUDA IPC handle per block)"),
@@ -502,8 +509,10 @@ def trace_summary(entries, t0) -> dict:
 #: --schedule: name -> (pyblasgemm.dask.RUNS, pyblasgemm.dask.START) while the product's graph is
 #: built and persisted (in this process): "start" the default since 2026-11-28 (each worker's own
 #: work handed to its engine at persist, off the scheduler's path), "runs" the graph alone (the
-#: default before), "blocks" one task an output block (before that)
-SCHEDULES = {"start": (True, True), "runs": (True, False), "blocks": (False, False)}
+#: default before), "blocks" one task an output block (before that); "client" as "start", the
+#: timed call ``client.persist(z)`` (Dask's own; the engines' work handed out by the product's
+#: ``__dask_postpersist__`` once the graph is queued) where the others time ``z.persist()``
+SCHEDULES = {"start": (True, True), "runs": (True, False), "blocks": (False, False), "client": (True, True)}
 
 
 def _stamp_block():
@@ -553,7 +562,7 @@ def _pending_send_ms(client):
 
 
 #: pyblasgemm.dask's ``transport`` keyword on each cluster transport's rows
-DATA_PATH = {"ipc": "ipc", "ipc-sync": "ipc", "ipc-2t": "ipc"}
+DATA_PATH = {"ipc": "ipc", "ipc-sync": "ipc", "ipc-2t": "ipc", "ucx-ipc": "ipc"}
 #: pyblasgemm._dask_ipc.EVENTS on each cluster transport's workers (the default elsewhere)
 IPC_EVENTS = {"ipc-sync": False}
 
@@ -873,12 +882,13 @@ def _steals(client, since):
         return 0
 
 
-def timed_runs(client, case, product, reps, device, with_bits, trace=False):
+def timed_runs(client, case, product, reps, device, with_bits, trace=False, client_persist=False):
     """Warm-up, ``reps`` timed runs and one more under Dask's task stream, each on fresh
     operands (module docstring); per run: seconds, bytes received, repeated (worker, block)
     receipts, output blocks per worker, tasks stolen, and with ``trace`` each worker's
     timeline (:func:`trace_summary`; the last run's entries in full); the last run's product
-    kept for the error."""
+    kept for the error. The timed call is ``z.persist()``, or ``client.persist(z)`` with
+    ``client_persist`` (schedule "client")."""
     from distributed import get_task_stream, wait
 
     runs = []
@@ -904,7 +914,9 @@ def timed_runs(client, case, product, reps, device, with_bits, trace=False):
         pending = _pending_send_ms(client)
         since = time.time()
         t0 = time.perf_counter()
-        done = z.persist()                  # pyblasgemm.dask.START: z.persist starts the engines' work
+        # pyblasgemm.dask.START: z.persist starts the engines' work before the graph is sent,
+        # client.persist(z) once it is queued (the product's __dask_postpersist__)
+        done = client.persist(z) if client_persist else z.persist()
         wait(done)
         waited = time.perf_counter() - t0
         client.run(_synchronize, device)
@@ -975,7 +987,8 @@ def _data_path(z):
     return pbd.transport_of(z)
 
 
-def run_case(client, name, case, n_gpus, transport, reps, base_s, device, with_dask=True, trace=False):
+def run_case(client, name, case, n_gpus, transport, reps, base_s, device, with_dask=True, trace=False,
+             client_persist=False):
     import dask.array as da
 
     from pyblasgemm import dask as pbd
@@ -994,7 +1007,7 @@ def run_case(client, name, case, n_gpus, transport, reps, base_s, device, with_d
         ours = label == "pyblasgemm.dask.matmul"
         try:
             runs, stream, (x, y, z) = timed_runs(client, case, product, reps, device, with_bits=ours,
-                                                 trace=trace and ours)
+                                                 trace=trace and ours, client_persist=client_persist)
             timed = runs[:-1]
             med = statistics.median(r["s"] for r in timed)
             res = {"median_s": med, "times_s": [r["s"] for r in timed], "tflops": flops / med / 1e12,
@@ -1209,10 +1222,10 @@ def child(args, cases) -> int:
                     pbd.RUNS, pbd.START = SCHEDULES[sched]
                     print(f"  schedule {sched} (pyblasgemm.dask.RUNS = {pbd.RUNS}, START = {pbd.START}):", flush=True)
                     try:                    # dask.array.matmul once a case and cluster (no schedule of ours)
-                        theirs = not args.no_dask_array and _listed(args.dask_array_gpus, str(n_gpus)) \
+                        theirs = not args.no_dask_array and _listed(args.dask_array_gpus, str(n_gpus), transport) \
                             and _listed(args.dask_array_cases, name) and sched == scheds[0]
                         row = run_case(client, name, ALL_CASES[name], n_gpus, transport, args.reps, bases.get(name),
-                                       device, with_dask=theirs, trace=args.trace)
+                                       device, with_dask=theirs, trace=args.trace, client_persist=sched == "client")
                         row["ipc_events"] = events
                         row["schedule"] = sched
                         try:                # the handles this case's fetches opened (bounded, but give them back)
@@ -1235,9 +1248,16 @@ def child(args, cases) -> int:
 ALL_CASES = {**CASES, **SMOKE_CASES}
 
 
-def _listed(spec, item) -> bool:
-    """Whether ``item`` is in the comma-separated ``spec`` (None or 'all': everything)."""
-    return spec in (None, "all") or item in spec.split(",")
+def _listed(spec, item, transport=None) -> bool:
+    """Whether ``item`` is in the comma-separated ``spec`` (None or 'all': everything), where an
+    entry ``TRANSPORT@ITEM`` lists the item for that transport alone.
+
+    >>> _listed("1,ucx-nvlink@2", "2", "ipc"), _listed("1,ucx-nvlink@2", "2", "ucx-nvlink"), _listed(None, "4")
+    (False, True, True)
+    """
+    if spec in (None, "all"):
+        return True
+    return any(e == item or e == f"{transport}@{item}" for e in spec.split(","))
 
 
 #: --quick: one device command of at most 8 minutes on 4 GPUs, no UCX (module docstring)
@@ -1352,7 +1372,8 @@ def main(argv=None) -> int:
                     help="cases whose bits are compared with the threaded scheduler (default 32768^3 float16; "
                          "--smoke all)")
     ap.add_argument("--no-dask-array", action="store_true", help="skip dask.array.matmul")
-    ap.add_argument("--dask-array-gpus", default=None, help="GPU counts dask.array.matmul runs on (default all)")
+    ap.add_argument("--dask-array-gpus", default=None,
+                    help="GPU counts dask.array.matmul runs on, N or TRANSPORT@N (that transport's only; default all)")
     ap.add_argument("--dask-array-cases", default=None, help="cases dask.array.matmul runs on (default all)")
     ap.add_argument("--trace", action="store_true", default=None,
                     help="each worker's tasks on the host and its GPU, per timed run (trace_summary; --quick: on)")
@@ -1372,7 +1393,8 @@ def main(argv=None) -> int:
     ap.add_argument("--schedule", default="start",
                     help="pyblasgemm.dask's schedules to run each case on, comma-separated, alternating: start "
                          "(pyblasgemm.dask.START and RUNS: each worker's own runs and exports started through its "
-                         "engine at persist), runs (RUNS alone: a worker's block products that read the same "
+                         "engine at persist), client (as start, timed as client.persist(z): the work started "
+                         "once the graph is queued), runs (RUNS alone: a worker's block products that read the same "
                          "workers' blocks in one task, all through the scheduler), blocks (neither: one task an "
                          "output block)")
     ap.add_argument("--latency", action="store_true",
