@@ -1385,6 +1385,9 @@ def main(argv=None) -> int:
     ap.add_argument("--message-bytes-limit", default="1GiB",
                     help="distributed.worker.transfer.message-bytes-limit of the clusters (Dask's default: 50MB)")
     ap.add_argument("--budget-s", type=float, default=None, help="stop every transport's process by then (default 560)")
+    ap.add_argument("--child-budget-s", type=float, default=None,
+                    help="stop each transport's process (probe or cases) after this long, so that one that hangs "
+                         "(UCX starting) leaves the others their time (default: no limit but --budget-s)")
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="sys.setswitchinterval on each cluster's workers and scheduler (the scheduler of a "
                          "LocalCUDACluster runs in the transport's process: its client too); Python's default "
@@ -1511,10 +1514,13 @@ def main(argv=None) -> int:
     def left():
         return args.budget_s - (time.perf_counter() - started) - 10
 
+    def share():                        # one transport's process: what is left, at most --child-budget-s
+        return min(left(), args.child_budget_s or left())
+
     for t in probes:
         log = out.with_name(f"{out.stem}.probe-{t}.log")
         got, why = _run_child(["--child", t, "--probe-only", *common], out.with_name(f"{out.stem}.probe-{t}.json"),
-                              left(), log=log)
+                              share(), log=log)
         ours, ucx = _read_probe_log(log)
         print("\n".join(ours), flush=True)
         doc["transports"][t] = {"config": TRANSPORTS[t][0], "doc": TRANSPORTS[t][1], "probes": (got or {}).get("probes"),
@@ -1539,7 +1545,7 @@ def main(argv=None) -> int:
             continue
         got, why = _run_child(["--child", t, "--cases", ",".join(todo),
                                *(["--probe-here"] if t not in probes and t not in gpus_of else []), *common, *gpus(t)],
-                              out.with_name(f"{out.stem}.cases-{t}.json"), left())
+                              out.with_name(f"{out.stem}.cases-{t}.json"), share())
         got = got or {}
         doc["cases"] += got.get("cases", [])
         doc["failures"] += [{"transport": t, **f} for f in got.get("failures", [])]
