@@ -1356,6 +1356,11 @@ def main(argv=None) -> int:
     ap.add_argument("--plot", metavar="RESULTS", help="draw --out (a PNG) from a results file; no run")
     ap.add_argument("--plot-transport", default="ucx", help="the transport whose rows --plot draws")
     ap.add_argument("--plot-schedule", default=None, help="the schedule whose rows --plot draws (default all)")
+    ap.add_argument("--plot-kind", default="scaling", choices=("scaling", "transports"),
+                    help="--plot's figure: speed against GPUs for one transport (scaling), or every transport's "
+                         "speed on the most GPUs side by side, per product (transports: plot_transports)")
+    ap.add_argument("--device-kind", default=None, help="the machine's kind, as the device tool names it (recorded)")
+    ap.add_argument("--note", default=None, help="a line on why this run was made (recorded)")
     ap.add_argument("--smoke", action="store_true", help="on the host: NumPy chunks, LocalCluster, SMOKE_CASES")
     ap.add_argument("--gpus", default=None, help="GPU (worker) counts, e.g. 1,2,4 (default 1,2,4; --smoke 1,2)")
     ap.add_argument("--probe", default=None,
@@ -1415,7 +1420,10 @@ def main(argv=None) -> int:
     args.budget_s = 560.0 if args.budget_s is None else args.budget_s
     args.trace, args.blocks_alone = bool(args.trace), bool(args.blocks_alone)
     if args.plot:
-        plot(args.plot, args.out, args.plot_transport, args.plot_schedule)
+        if args.plot_kind == "transports":
+            plot_transports(args.plot, args.out, args.plot_schedule or "start")
+        else:
+            plot(args.plot, args.out, args.plot_transport, args.plot_schedule)
         return 0
     device = not args.smoke
     table = CASES if device else SMOKE_CASES
@@ -1452,7 +1460,8 @@ def main(argv=None) -> int:
     out = pathlib.Path(args.out)
     doc = {"schema": "pyblasgemm-dask-scaling/2", **_metadata(device), "method": __doc__, "smoke": not device,
            "cases": [], "failures": [], "transports": {}, "argv": sys.argv[1:] if argv is None else list(argv),
-           "message_bytes_limit": args.message_bytes_limit, "switch_interval_s": args.switch_interval}
+           "message_bytes_limit": args.message_bytes_limit, "switch_interval_s": args.switch_interval,
+           "device_kind": args.device_kind, "note": args.note}
     import dask
     import distributed
 
@@ -1673,6 +1682,52 @@ def plot(path, out, protocol="ucx", schedule=None) -> None:
     ax.set_ylabel("speed / one pyblasgemm call on one GPU")
     ax.set_title(f"pyblasgemm.dask scaling, {doc['device']['name']}, git {doc['git_sha']}", fontsize=9)
     ax.legend(fontsize=6, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(out, dpi=130)
+
+
+
+#: how each transport's rows are labelled in figures: what carries Dask's messages, what the blocks
+TRANSPORT_LABELS = {"ipc": "TCP messages, blocks by CUDA IPC (default)",
+                    "ucx-ipc": "UCX messages, blocks by CUDA IPC",
+                    "ucx-nvlink": "UCX: messages and blocks (NVLink)",
+                    "tcp": "TCP: messages and blocks (host memory)"}
+
+
+def plot_transports(path, out, schedule="start") -> None:
+    """Every transport's speed over one pyblasgemm call side by side, per product, on the most
+    GPUs of one results file (the rows of one ``schedule``), log scale (TCP's blocks are ~40x
+    slower), the ideal (n GPUs) dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    doc = json.loads(pathlib.Path(path).read_text())
+    rows = [r for r in guide_rows(path, schedule)]
+    top = max(r[1] for r in rows)
+    cases = list(dict.fromkeys(r[0] for r in rows))
+    transports = [t for t in TRANSPORT_LABELS if any(r[2] == t and r[1] == top for r in rows)]
+    width = 0.8 / max(len(transports), 1)
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for n, t in enumerate(transports):
+        xs, ys = [], []
+        for c, case in enumerate(cases):
+            got = [r[4] for r in rows if r[0] == case and r[2] == t and r[1] == top]
+            if got:
+                xs.append(c + (n - (len(transports) - 1) / 2) * width)
+                ys.append(got[0])
+        bars = ax.bar(xs, ys, width * 0.9, label=TRANSPORT_LABELS[t])
+        for bar, y in zip(bars, ys):
+            ax.annotate(f"{y:.2f}x", (bar.get_x() + bar.get_width() / 2, y), ha="center", va="bottom", fontsize=6)
+    ax.axhline(top, color="grey", linestyle="--", linewidth=0.8, label=f"ideal ({top} GPUs)")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(cases)))
+    ax.set_xticklabels(cases, fontsize=8)
+    ax.set_ylabel(f"speed on {top} GPUs / one pyblasgemm call on one GPU")
+    ax.set_title(f"pyblasgemm.dask on {top} x {doc['device']['name']}: Dask's transport, "
+                 f"{schedule} schedule, git {doc['git_sha']}", fontsize=9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
     fig.tight_layout()
     fig.savefig(out, dpi=130)
 
