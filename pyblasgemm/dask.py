@@ -31,7 +31,8 @@ products, the accumulation and the order of the sums. For ``x @ y`` with NumPy o
   placed blocks of a worker that read the same other workers' blocks run as one task, each
   output block a pick of it (:data:`RUNS`); ``z.persist()`` and ``z.compute()`` hand each
   worker the runs and exports it can do alone through its engine, a Dask actor, before the
-  graph goes to the scheduler, and the tasks take them (:data:`START`);
+  graph goes to the scheduler (``client.persist(z)`` and ``dask.persist(z)``: once the client
+  has queued it), and the tasks take them (:data:`START`);
 * where a placed task needs a block another worker of the same host holds, the block moves
   through CUDA IPC (``transport="auto"`` for CuPy chunks, or ``"ipc"``; :mod:`pyblasgemm._dask_ipc`):
   an export task makes the IPC handles where the blocks are (one a worker for the blocks in
