@@ -1656,6 +1656,54 @@ def guide_table(path, protocol="ucx", schedule=None) -> str:
     return "\n".join(lines)
 
 
+#: each transport's (what carries Dask's messages, what carries the blocks) in the guide's table
+COMM = {"ipc": ("TCP", "CUDA IPC"), "ucx-ipc": ("UCX", "CUDA IPC"), "ucx-nvlink": ("UCX", "UCX (NVLink)"),
+        "tcp": ("TCP", "TCP")}
+#: each schedule's timed call in the guide's table
+CALLS = {"start": "z.persist()", "client": "client.persist(z)", "runs": "z.persist(), graph alone",
+         "blocks": "z.persist(), a task a block"}
+
+
+def transport_table(path) -> str:
+    """The guide's table of one run over several transports (reStructuredText list-table): per
+    product, GPU count, transport (:data:`COMM`) and schedule (:data:`CALLS`), in that order:
+    the median time, the speed over one call (efficiency), when the GPUs start (the median over
+    timed runs and workers of the trace's first GPU work, ms after the call; "-" untraced) and
+    dask.array.matmul's time on that cluster where it ran.
+
+    >>> print(transport_table(ROOT / "bench/results/dask_scaling_h200x2_2026-11-28_ef0b596_start.json").splitlines()[0])
+    .. list-table:: pyblasgemm.dask over each transport, 2 NVIDIA H200, one run (median of 5)
+    """
+    doc = json.loads(pathlib.Path(path).read_text())
+    reps = {len(c["pyblasgemm.dask.matmul"]["times_s"]) for c in doc["cases"] if "median_s" in
+            c.get("pyblasgemm.dask.matmul", {})}
+    order = list(COMM)
+    rows = sorted(doc["cases"], key=lambda c: (list(CASES).index(c["case"]) if c["case"] in CASES else 99, c["gpus"],
+                                               order.index(c["transport"]) if c["transport"] in order else 99,
+                                               list(CALLS).index(c.get("schedule", "blocks"))))
+    lines = [f".. list-table:: pyblasgemm.dask over each transport, {doc['gpu_count']} {doc['device']['name']}, "
+             f"one run (median of {'/'.join(str(r) for r in sorted(reps))})", "   :header-rows: 1", "",
+             "   * - product", "     - GPUs", "     - Dask's messages", "     - blocks", "     - timed call",
+             "     - pyblasgemm.dask", "     - x one call (efficiency)", "     - GPUs start (ms)",
+             "     - dask.array.matmul (ours faster by)"]
+    for c in rows:
+        ours, theirs = c.get("pyblasgemm.dask.matmul", {}), c.get("dask.array.matmul", {})
+        comm, blocks = COMM.get(c["transport"], (c["transport"], "?"))
+        head = [f"   * - {c['case']}", f"     - {c['gpus']}", f"     - {comm}", f"     - {blocks}",
+                f"     - ``{CALLS.get(c.get('schedule', 'blocks'))}``"]
+        if "median_s" not in ours:
+            lines += head + [f"     - failed: {ours.get('failure') or c.get('failure')}", "     -", "     -", "     -"]
+            continue
+        timed = (ours.get("trace") or {}).get("timed") or []
+        firsts = [w["gpu_first_ms"] for r in timed for w in r["workers"].values() if w.get("gpu_first_ms") is not None]
+        lines += head + [f"     - {ours['median_s'] * 1e3:.1f} ms",
+                         f"     - {ours['speedup_vs_one_call']:.3f}x ({ours['efficiency']:.3f})",
+                         f"     - {statistics.median(firsts):.2f}" if firsts else "     - -",
+                         f"     - {theirs['median_s'] * 1e3:.1f} ms ({c['ratio_vs_dask_array']:.2f}x)"
+                         if "median_s" in theirs else "     - not run"]
+    return "\n".join(lines)
+
+
 def plot(path, out, protocol="ucx", schedule=None) -> None:
     """Speed over one pyblasgemm call against GPUs, per product: ours and dask.array.matmul,
     the rows of one transport (and one schedule, if given)."""
