@@ -1359,6 +1359,7 @@ def main(argv=None) -> int:
     ap.add_argument("--plot-kind", default="scaling", choices=("scaling", "transports"),
                     help="--plot's figure: speed against GPUs for one transport (scaling), or every transport's "
                          "speed on the most GPUs side by side, per product (transports: plot_transports)")
+    ap.add_argument("--plot-gpus", type=int, default=None, help="--plot-kind transports: the GPU count drawn")
     ap.add_argument("--device-kind", default=None, help="the machine's kind, as the device tool names it (recorded)")
     ap.add_argument("--note", default=None, help="a line on why this run was made (recorded)")
     ap.add_argument("--smoke", action="store_true", help="on the host: NumPy chunks, LocalCluster, SMOKE_CASES")
@@ -1421,7 +1422,7 @@ def main(argv=None) -> int:
     args.trace, args.blocks_alone = bool(args.trace), bool(args.blocks_alone)
     if args.plot:
         if args.plot_kind == "transports":
-            plot_transports(args.plot, args.out, args.plot_schedule or "start")
+            plot_transports(args.plot, args.out, args.plot_schedule or "start", args.plot_gpus)
         else:
             plot(args.plot, args.out, args.plot_transport, args.plot_schedule)
         return 0
@@ -1742,10 +1743,10 @@ TRANSPORT_LABELS = {"ipc": "TCP messages, blocks by CUDA IPC (default)",
                     "tcp": "TCP: messages and blocks (host memory)"}
 
 
-def plot_transports(path, out, schedule="start") -> None:
-    """Every transport's speed over one pyblasgemm call side by side, per product, on the most
-    GPUs of one results file (the rows of one ``schedule``), log scale (TCP's blocks are ~40x
-    slower), the ideal (n GPUs) dashed."""
+def plot_transports(path, out, schedule="start", gpus=None) -> None:
+    """Every transport's speed over one pyblasgemm call side by side, per product, on ``gpus``
+    GPUs (default: the most) of one results file (the rows of one ``schedule``), log scale
+    (TCP's blocks are ~30x slower), the ideal (n GPUs) dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -1753,7 +1754,7 @@ def plot_transports(path, out, schedule="start") -> None:
 
     doc = json.loads(pathlib.Path(path).read_text())
     rows = [r for r in guide_rows(path, schedule)]
-    top = max(r[1] for r in rows)
+    top = gpus or max(r[1] for r in rows)
     cases = list(dict.fromkeys(r[0] for r in rows))
     transports = [t for t in TRANSPORT_LABELS if any(r[2] == t and r[1] == top for r in rows)]
     width = 0.8 / max(len(transports), 1)
