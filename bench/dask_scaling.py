@@ -18,7 +18,8 @@ on a 2-GPU machine; ``--transport ipc,ipc-sync@2`` adds the transport without IP
 
 Method:
 
-* transports (``TRANSPORTS``): Dask's default TCP; ``ipc``: TCP for Dask's messages and
+* transports (``TRANSPORTS``): Dask's default TCP; ``ipc`` (``ucx-ipc``: UCX over NVLink, as
+  ``ucx-nvlink`` below): TCP for Dask's messages and
   pyblasgemm.dask's CUDA IPC transport for the GPU blocks (``transport="ipc"``: an export task
   on the worker holding a block, a device-to-device copy by the worker that reads it, ordered
   by CUDA IPC events on the GPUs; ``ipc-sync``: the same without events, each export
@@ -73,9 +74,11 @@ Method:
   with a summary per worker (:func:`trace_summary`: when the first task began, the GPU's first
   start and last end, its busy and idle ms between products, each product's and each copy's ms,
   when each ready event passed);
-* schedules (``--schedule start,runs,blocks``): each case on each cluster with each worker's
-  own work started through its engine at persist (``pyblasgemm.dask.START``, the default since
-  2026-11-28; the timed call is ``z.persist()``, for every product), in run tasks through the
+* schedules (``--schedule start,client,runs,blocks``): each case on each cluster with each
+  worker's own work started through its engine at persist (``pyblasgemm.dask.START``, the
+  default since 2026-11-28; the timed call is ``z.persist()``, for every product), the same
+  timed as ``client.persist(z)`` (``client``: the work handed out by the product's
+  ``__dask_postpersist__`` once the graph is queued), in run tasks through the
   scheduler alone (``RUNS`` without ``START``) and in one task an output block (neither), one
   after the other, each row tagged with its ``schedule`` and each run's engine counts
   (``engine_per_run``: work started, taken by its task, computed by its task); the client's batched
@@ -161,6 +164,10 @@ TRANSPORTS = {
     "ucx-nvlink": ({"protocol": "ucx", "enable_tcp_over_ucx": True, "enable_nvlink": True, "enable_infiniband": False,
                     "rmm_pool_size": RMM_POOL, "rmm_allocator_external_lib_list": ["cupy"]},
                    f"UCX over NVLink (enable_nvlink: UCX_TLS={NVLINK_TLS}), an RMM pool shared with CuPy"),
+    "ucx-ipc": ({"protocol": "ucx", "enable_tcp_over_ucx": True, "enable_nvlink": True, "enable_infiniband": False,
+                 "rmm_pool_size": RMM_POOL, "rmm_allocator_external_lib_list": ["cupy"]},
+                f"UCX over NVLink for Dask's messages (as ucx-nvlink: UCX_TLS={NVLINK_TLS}, an RMM pool shared "
+                "with CuPy); GPU blocks between workers through CUDA IPC (pyblasgemm.dask transport='ipc', as ipc)"),
     "ucx-nvlink-nopool": ({"protocol": "ucx", "enable_tcp_over_ucx": True, "enable_nvlink": True},
                           f"UCX over NVLink (UCX_TLS={NVLINK_TLS}) without an RMM pool: the 2026-11-27 run's "
                           "settings (CuPy's own pool: a CUDA IPC handle per block)"),
@@ -502,8 +509,10 @@ def trace_summary(entries, t0) -> dict:
 #: --schedule: name -> (pyblasgemm.dask.RUNS, pyblasgemm.dask.START) while the product's graph is
 #: built and persisted (in this process): "start" the default since 2026-11-28 (each worker's own
 #: work handed to its engine at persist, off the scheduler's path), "runs" the graph alone (the
-#: default before), "blocks" one task an output block (before that)
-SCHEDULES = {"start": (True, True), "runs": (True, False), "blocks": (False, False)}
+#: default before), "blocks" one task an output block (before that); "client" as "start", the
+#: timed call ``client.persist(z)`` (Dask's own; the engines' work handed out by the product's
+#: ``__dask_postpersist__`` once the graph is queued) where the others time ``z.persist()``
+SCHEDULES = {"start": (True, True), "runs": (True, False), "blocks": (False, False), "client": (True, True)}
 
 
 def _stamp_block():
@@ -553,7 +562,7 @@ def _pending_send_ms(client):
 
 
 #: pyblasgemm.dask's ``transport`` keyword on each cluster transport's rows
-DATA_PATH = {"ipc": "ipc", "ipc-sync": "ipc", "ipc-2t": "ipc"}
+DATA_PATH = {"ipc": "ipc", "ipc-sync": "ipc", "ipc-2t": "ipc", "ucx-ipc": "ipc"}
 #: pyblasgemm._dask_ipc.EVENTS on each cluster transport's workers (the default elsewhere)
 IPC_EVENTS = {"ipc-sync": False}
 
@@ -873,12 +882,13 @@ def _steals(client, since):
         return 0
 
 
-def timed_runs(client, case, product, reps, device, with_bits, trace=False):
+def timed_runs(client, case, product, reps, device, with_bits, trace=False, client_persist=False):
     """Warm-up, ``reps`` timed runs and one more under Dask's task stream, each on fresh
     operands (module docstring); per run: seconds, bytes received, repeated (worker, block)
     receipts, output blocks per worker, tasks stolen, and with ``trace`` each worker's
     timeline (:func:`trace_summary`; the last run's entries in full); the last run's product
-    kept for the error."""
+    kept for the error. The timed call is ``z.persist()``, or ``client.persist(z)`` with
+    ``client_persist`` (schedule "client")."""
     from distributed import get_task_stream, wait
 
     runs = []
@@ -904,7 +914,9 @@ def timed_runs(client, case, product, reps, device, with_bits, trace=False):
         pending = _pending_send_ms(client)
         since = time.time()
         t0 = time.perf_counter()
-        done = z.persist()                  # pyblasgemm.dask.START: z.persist starts the engines' work
+        # pyblasgemm.dask.START: z.persist starts the engines' work before the graph is sent,
+        # client.persist(z) once it is queued (the product's __dask_postpersist__)
+        done = client.persist(z) if client_persist else z.persist()
         wait(done)
         waited = time.perf_counter() - t0
         client.run(_synchronize, device)
@@ -975,7 +987,8 @@ def _data_path(z):
     return pbd.transport_of(z)
 
 
-def run_case(client, name, case, n_gpus, transport, reps, base_s, device, with_dask=True, trace=False):
+def run_case(client, name, case, n_gpus, transport, reps, base_s, device, with_dask=True, trace=False,
+             client_persist=False):
     import dask.array as da
 
     from pyblasgemm import dask as pbd
@@ -994,7 +1007,7 @@ def run_case(client, name, case, n_gpus, transport, reps, base_s, device, with_d
         ours = label == "pyblasgemm.dask.matmul"
         try:
             runs, stream, (x, y, z) = timed_runs(client, case, product, reps, device, with_bits=ours,
-                                                 trace=trace and ours)
+                                                 trace=trace and ours, client_persist=client_persist)
             timed = runs[:-1]
             med = statistics.median(r["s"] for r in timed)
             res = {"median_s": med, "times_s": [r["s"] for r in timed], "tflops": flops / med / 1e12,
@@ -1209,10 +1222,10 @@ def child(args, cases) -> int:
                     pbd.RUNS, pbd.START = SCHEDULES[sched]
                     print(f"  schedule {sched} (pyblasgemm.dask.RUNS = {pbd.RUNS}, START = {pbd.START}):", flush=True)
                     try:                    # dask.array.matmul once a case and cluster (no schedule of ours)
-                        theirs = not args.no_dask_array and _listed(args.dask_array_gpus, str(n_gpus)) \
+                        theirs = not args.no_dask_array and _listed(args.dask_array_gpus, str(n_gpus), transport) \
                             and _listed(args.dask_array_cases, name) and sched == scheds[0]
                         row = run_case(client, name, ALL_CASES[name], n_gpus, transport, args.reps, bases.get(name),
-                                       device, with_dask=theirs, trace=args.trace)
+                                       device, with_dask=theirs, trace=args.trace, client_persist=sched == "client")
                         row["ipc_events"] = events
                         row["schedule"] = sched
                         try:                # the handles this case's fetches opened (bounded, but give them back)
@@ -1235,9 +1248,16 @@ def child(args, cases) -> int:
 ALL_CASES = {**CASES, **SMOKE_CASES}
 
 
-def _listed(spec, item) -> bool:
-    """Whether ``item`` is in the comma-separated ``spec`` (None or 'all': everything)."""
-    return spec in (None, "all") or item in spec.split(",")
+def _listed(spec, item, transport=None) -> bool:
+    """Whether ``item`` is in the comma-separated ``spec`` (None or 'all': everything), where an
+    entry ``TRANSPORT@ITEM`` lists the item for that transport alone.
+
+    >>> _listed("1,ucx-nvlink@2", "2", "ipc"), _listed("1,ucx-nvlink@2", "2", "ucx-nvlink"), _listed(None, "4")
+    (False, True, True)
+    """
+    if spec in (None, "all"):
+        return True
+    return any(e == item or e == f"{transport}@{item}" for e in spec.split(","))
 
 
 #: --quick: one device command of at most 8 minutes on 4 GPUs, no UCX (module docstring)
@@ -1336,6 +1356,12 @@ def main(argv=None) -> int:
     ap.add_argument("--plot", metavar="RESULTS", help="draw --out (a PNG) from a results file; no run")
     ap.add_argument("--plot-transport", default="ucx", help="the transport whose rows --plot draws")
     ap.add_argument("--plot-schedule", default=None, help="the schedule whose rows --plot draws (default all)")
+    ap.add_argument("--plot-kind", default="scaling", choices=("scaling", "transports"),
+                    help="--plot's figure: speed against GPUs for one transport (scaling), or every transport's "
+                         "speed on the most GPUs side by side, per product (transports: plot_transports)")
+    ap.add_argument("--plot-gpus", type=int, default=None, help="--plot-kind transports: the GPU count drawn")
+    ap.add_argument("--device-kind", default=None, help="the machine's kind, as the device tool names it (recorded)")
+    ap.add_argument("--note", default=None, help="a line on why this run was made (recorded)")
     ap.add_argument("--smoke", action="store_true", help="on the host: NumPy chunks, LocalCluster, SMOKE_CASES")
     ap.add_argument("--gpus", default=None, help="GPU (worker) counts, e.g. 1,2,4 (default 1,2,4; --smoke 1,2)")
     ap.add_argument("--probe", default=None,
@@ -1352,7 +1378,8 @@ def main(argv=None) -> int:
                     help="cases whose bits are compared with the threaded scheduler (default 32768^3 float16; "
                          "--smoke all)")
     ap.add_argument("--no-dask-array", action="store_true", help="skip dask.array.matmul")
-    ap.add_argument("--dask-array-gpus", default=None, help="GPU counts dask.array.matmul runs on (default all)")
+    ap.add_argument("--dask-array-gpus", default=None,
+                    help="GPU counts dask.array.matmul runs on, N or TRANSPORT@N (that transport's only; default all)")
     ap.add_argument("--dask-array-cases", default=None, help="cases dask.array.matmul runs on (default all)")
     ap.add_argument("--trace", action="store_true", default=None,
                     help="each worker's tasks on the host and its GPU, per timed run (trace_summary; --quick: on)")
@@ -1364,6 +1391,9 @@ def main(argv=None) -> int:
     ap.add_argument("--message-bytes-limit", default="1GiB",
                     help="distributed.worker.transfer.message-bytes-limit of the clusters (Dask's default: 50MB)")
     ap.add_argument("--budget-s", type=float, default=None, help="stop every transport's process by then (default 560)")
+    ap.add_argument("--child-budget-s", type=float, default=None,
+                    help="stop each transport's process (probe or cases) after this long, so that one that hangs "
+                         "(UCX starting) leaves the others their time (default: no limit but --budget-s)")
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="sys.setswitchinterval on each cluster's workers and scheduler (the scheduler of a "
                          "LocalCUDACluster runs in the transport's process: its client too); Python's default "
@@ -1372,7 +1402,8 @@ def main(argv=None) -> int:
     ap.add_argument("--schedule", default="start",
                     help="pyblasgemm.dask's schedules to run each case on, comma-separated, alternating: start "
                          "(pyblasgemm.dask.START and RUNS: each worker's own runs and exports started through its "
-                         "engine at persist), runs (RUNS alone: a worker's block products that read the same "
+                         "engine at persist), client (as start, timed as client.persist(z): the work started "
+                         "once the graph is queued), runs (RUNS alone: a worker's block products that read the same "
                          "workers' blocks in one task, all through the scheduler), blocks (neither: one task an "
                          "output block)")
     ap.add_argument("--latency", action="store_true",
@@ -1390,7 +1421,10 @@ def main(argv=None) -> int:
     args.budget_s = 560.0 if args.budget_s is None else args.budget_s
     args.trace, args.blocks_alone = bool(args.trace), bool(args.blocks_alone)
     if args.plot:
-        plot(args.plot, args.out, args.plot_transport, args.plot_schedule)
+        if args.plot_kind == "transports":
+            plot_transports(args.plot, args.out, args.plot_schedule or "start", args.plot_gpus)
+        else:
+            plot(args.plot, args.out, args.plot_transport, args.plot_schedule)
         return 0
     device = not args.smoke
     table = CASES if device else SMOKE_CASES
@@ -1427,7 +1461,8 @@ def main(argv=None) -> int:
     out = pathlib.Path(args.out)
     doc = {"schema": "pyblasgemm-dask-scaling/2", **_metadata(device), "method": __doc__, "smoke": not device,
            "cases": [], "failures": [], "transports": {}, "argv": sys.argv[1:] if argv is None else list(argv),
-           "message_bytes_limit": args.message_bytes_limit, "switch_interval_s": args.switch_interval}
+           "message_bytes_limit": args.message_bytes_limit, "switch_interval_s": args.switch_interval,
+           "device_kind": args.device_kind, "note": args.note}
     import dask
     import distributed
 
@@ -1489,10 +1524,13 @@ def main(argv=None) -> int:
     def left():
         return args.budget_s - (time.perf_counter() - started) - 10
 
+    def share():                        # one transport's process: what is left, at most --child-budget-s
+        return min(left(), args.child_budget_s or left())
+
     for t in probes:
         log = out.with_name(f"{out.stem}.probe-{t}.log")
         got, why = _run_child(["--child", t, "--probe-only", *common], out.with_name(f"{out.stem}.probe-{t}.json"),
-                              left(), log=log)
+                              share(), log=log)
         ours, ucx = _read_probe_log(log)
         print("\n".join(ours), flush=True)
         doc["transports"][t] = {"config": TRANSPORTS[t][0], "doc": TRANSPORTS[t][1], "probes": (got or {}).get("probes"),
@@ -1517,7 +1555,7 @@ def main(argv=None) -> int:
             continue
         got, why = _run_child(["--child", t, "--cases", ",".join(todo),
                                *(["--probe-here"] if t not in probes and t not in gpus_of else []), *common, *gpus(t)],
-                              out.with_name(f"{out.stem}.cases-{t}.json"), left())
+                              out.with_name(f"{out.stem}.cases-{t}.json"), share())
         got = got or {}
         doc["cases"] += got.get("cases", [])
         doc["failures"] += [{"transport": t, **f} for f in got.get("failures", [])]
@@ -1619,6 +1657,54 @@ def guide_table(path, protocol="ucx", schedule=None) -> str:
     return "\n".join(lines)
 
 
+#: each transport's (what carries Dask's messages, what carries the blocks) in the guide's table
+COMM = {"ipc": ("TCP", "CUDA IPC"), "ucx-ipc": ("UCX", "CUDA IPC"), "ucx-nvlink": ("UCX", "UCX (NVLink)"),
+        "tcp": ("TCP", "TCP")}
+#: each schedule's timed call in the guide's table
+CALLS = {"start": "z.persist()", "client": "client.persist(z)", "runs": "z.persist(), graph alone",
+         "blocks": "z.persist(), a task a block"}
+
+
+def transport_table(path) -> str:
+    """The guide's table of one run over several transports (reStructuredText list-table): per
+    product, GPU count, transport (:data:`COMM`) and schedule (:data:`CALLS`), in that order:
+    the median time, the speed over one call (efficiency), when the GPUs start (the median over
+    timed runs and workers of the trace's first GPU work, ms after the call; "-" untraced) and
+    dask.array.matmul's time on that cluster where it ran.
+
+    >>> print(transport_table(ROOT / "bench/results/dask_scaling_h200x2_2026-11-28_ef0b596_start.json").splitlines()[0])
+    .. list-table:: pyblasgemm.dask over each transport, 2 NVIDIA H200, one run (median of 5)
+    """
+    doc = json.loads(pathlib.Path(path).read_text())
+    reps = {len(c["pyblasgemm.dask.matmul"]["times_s"]) for c in doc["cases"] if "median_s" in
+            c.get("pyblasgemm.dask.matmul", {})}
+    order = list(COMM)
+    rows = sorted(doc["cases"], key=lambda c: (list(CASES).index(c["case"]) if c["case"] in CASES else 99, c["gpus"],
+                                               order.index(c["transport"]) if c["transport"] in order else 99,
+                                               list(CALLS).index(c.get("schedule", "blocks"))))
+    lines = [f".. list-table:: pyblasgemm.dask over each transport, {doc['gpu_count']} {doc['device']['name']}, "
+             f"one run (median of {'/'.join(str(r) for r in sorted(reps))})", "   :header-rows: 1", "",
+             "   * - product", "     - GPUs", "     - Dask's messages", "     - blocks", "     - timed call",
+             "     - pyblasgemm.dask", "     - x one call (efficiency)", "     - GPUs start (ms)",
+             "     - dask.array.matmul (ours faster by)"]
+    for c in rows:
+        ours, theirs = c.get("pyblasgemm.dask.matmul", {}), c.get("dask.array.matmul", {})
+        comm, blocks = COMM.get(c["transport"], (c["transport"], "?"))
+        head = [f"   * - {c['case']}", f"     - {c['gpus']}", f"     - {comm}", f"     - {blocks}",
+                f"     - ``{CALLS.get(c.get('schedule', 'blocks'))}``"]
+        if "median_s" not in ours:
+            lines += head + [f"     - failed: {ours.get('failure') or c.get('failure')}", "     -", "     -", "     -"]
+            continue
+        timed = (ours.get("trace") or {}).get("timed") or []
+        firsts = [w["gpu_first_ms"] for r in timed for w in r["workers"].values() if w.get("gpu_first_ms") is not None]
+        lines += head + [f"     - {ours['median_s'] * 1e3:.1f} ms",
+                         f"     - {ours['speedup_vs_one_call']:.3f}x ({ours['efficiency']:.3f})",
+                         f"     - {statistics.median(firsts):.2f}" if firsts else "     - -",
+                         f"     - {theirs['median_s'] * 1e3:.1f} ms ({c['ratio_vs_dask_array']:.2f}x)"
+                         if "median_s" in theirs else "     - not run"]
+    return "\n".join(lines)
+
+
 def plot(path, out, protocol="ucx", schedule=None) -> None:
     """Speed over one pyblasgemm call against GPUs, per product: ours and dask.array.matmul,
     the rows of one transport (and one schedule, if given)."""
@@ -1645,6 +1731,52 @@ def plot(path, out, protocol="ucx", schedule=None) -> None:
     ax.set_ylabel("speed / one pyblasgemm call on one GPU")
     ax.set_title(f"pyblasgemm.dask scaling, {doc['device']['name']}, git {doc['git_sha']}", fontsize=9)
     ax.legend(fontsize=6, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(out, dpi=130)
+
+
+
+#: how each transport's rows are labelled in figures: what carries Dask's messages, what the blocks
+TRANSPORT_LABELS = {"ipc": "TCP messages, blocks by CUDA IPC (default)",
+                    "ucx-ipc": "UCX messages, blocks by CUDA IPC",
+                    "ucx-nvlink": "UCX: messages and blocks (NVLink)",
+                    "tcp": "TCP: messages and blocks (host memory)"}
+
+
+def plot_transports(path, out, schedule="start", gpus=None) -> None:
+    """Every transport's speed over one pyblasgemm call side by side, per product, on ``gpus``
+    GPUs (default: the most) of one results file (the rows of one ``schedule``), log scale
+    (TCP's blocks are ~30x slower), the ideal (n GPUs) dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    doc = json.loads(pathlib.Path(path).read_text())
+    rows = [r for r in guide_rows(path, schedule)]
+    top = gpus or max(r[1] for r in rows)
+    cases = list(dict.fromkeys(r[0] for r in rows))
+    transports = [t for t in TRANSPORT_LABELS if any(r[2] == t and r[1] == top for r in rows)]
+    width = 0.8 / max(len(transports), 1)
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for n, t in enumerate(transports):
+        xs, ys = [], []
+        for c, case in enumerate(cases):
+            got = [r[4] for r in rows if r[0] == case and r[2] == t and r[1] == top]
+            if got:
+                xs.append(c + (n - (len(transports) - 1) / 2) * width)
+                ys.append(got[0])
+        bars = ax.bar(xs, ys, width * 0.9, label=TRANSPORT_LABELS[t])
+        for bar, y in zip(bars, ys):
+            ax.annotate(f"{y:.2f}x", (bar.get_x() + bar.get_width() / 2, y), ha="center", va="bottom", fontsize=6)
+    ax.axhline(top, color="grey", linestyle="--", linewidth=0.8, label=f"ideal ({top} GPUs)")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(cases)))
+    ax.set_xticklabels(cases, fontsize=8)
+    ax.set_ylabel(f"speed on {top} GPUs / one pyblasgemm call on one GPU")
+    ax.set_title(f"pyblasgemm.dask on {top} x {doc['device']['name']}: Dask's transport, "
+                 f"{schedule} schedule, git {doc['git_sha']}", fontsize=9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
     fig.tight_layout()
     fig.savefig(out, dpi=130)
 

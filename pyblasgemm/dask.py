@@ -31,7 +31,8 @@ products, the accumulation and the order of the sums. For ``x @ y`` with NumPy o
   placed blocks of a worker that read the same other workers' blocks run as one task, each
   output block a pick of it (:data:`RUNS`); ``z.persist()`` and ``z.compute()`` hand each
   worker the runs and exports it can do alone through its engine, a Dask actor, before the
-  graph goes to the scheduler, and the tasks take them (:data:`START`);
+  graph goes to the scheduler (``client.persist(z)`` and ``dask.persist(z)``: once the client
+  has queued it), and the tasks take them (:data:`START`);
 * where a placed task needs a block another worker of the same host holds, the block moves
   through CUDA IPC (``transport="auto"`` for CuPy chunks, or ``"ipc"``; :mod:`pyblasgemm._dask_ipc`):
   an export task makes the IPC handles where the blocks are (one a worker for the blocks in
@@ -120,13 +121,16 @@ RUNS = True
 #: product hand each worker the work it can do alone (its exports of the blocks others read, and
 #: its runs that read only its own blocks: :data:`RUNS`) directly, through a Dask actor on that
 #: worker (:class:`_Engine`, made once a worker when a product is first placed), before the graph
-#: goes to the scheduler; the graph's tasks then take what was started (:func:`_take`) or, where
-#: nothing was (``client.persist(z)``, ``dask.persist(z)``, another scheduler, an engine that
-#: failed), compute it themselves, the same function on the same blocks: the same bits. Why:
-#: on 2 H200s Dask takes 7.26 ms from a one-task ``persist`` to its task's start, against the
-#: ~4.7 ms that 1.85x one call leaves it at 32768^3 float16 (~55 ms); an actor's call goes from
-#: the client to its worker without the scheduler. False: the graph alone, as before 2026-11-28
-#: (kept to compare: bench/dask_scaling.py ``--schedule``)
+#: goes to the scheduler; ``client.persist(z)`` and ``dask.persist(z)`` on that cluster hand it
+#: out just after the client has queued the graph (:func:`_start_persisted`, through Dask's
+#: collection protocol, ``__dask_postpersist__``), once per product and client. The graph's
+#: tasks then take what was started (:func:`_take`) or, where nothing was (another scheduler,
+#: ``client.compute(z)``, a second persist of the same product, an engine that failed), compute
+#: it themselves, the same function on the same blocks: the same bits. Why: on 2 H200s Dask
+#: takes 7.26 ms from a one-task ``persist`` to its task's start, against the ~4.7 ms that 1.85x
+#: one call leaves it at 32768^3 float16 (~55 ms); an actor's call goes from the client to its
+#: worker without the scheduler. False: the graph alone, as before 2026-11-28 (kept to compare:
+#: bench/dask_scaling.py ``--schedule``)
 START = True
 
 #: a worker keeps the started work of at most this many persists (the newest) that no task has
@@ -734,8 +738,11 @@ def _contract(x, y, out_dtype, compute, backend, k_group, alpha=1, beta=0, c=Non
                      (types, acc, compute, backend, out_dtype, alpha, beta, c_type))
     if transport == "ipc" or (transport == "auto" and _is_cupy(x._meta) and _is_cupy(y._meta)):
         _ipc_rewrite(dsk, where, priority, holders, hosts, token)
-    if START:
-        _engines(sorted(set(where.values())))
+    engines = _engines(sorted(set(where.values()))) if START else {}
+    if engines:
+        # the product's name as the ticket of the work its engines can start: a graph that
+        # reaches the scheduler as built (client.persist(z)) has it to take (_start_persisted)
+        _ticket(dsk, name, _engine_jobs(dsk, _ByKey({k: [w] for k, w in where.items()}), engines)[1])
     return _placed_array(dsk, name, chunks, meta, where, priority)
 
 
@@ -1258,6 +1265,98 @@ def _engines(workers) -> dict:
     return {w: _ENGINES[client.id, w] for w in workers if (client.id, w) in _ENGINES}
 
 
+def _ticket(dsk, ticket, keys) -> None:
+    """Give the run and export tasks ``keys`` of ``dsk`` (a placed product's) ``ticket``, in
+    place: the name under which their workers' engines keep the work they start for them
+    (:func:`_take`); the other tasks keep None (nothing to look for)."""
+    from dask.task_spec import Task
+
+    for key in keys:
+        task = dsk[key]
+        dsk[key] = Task(key, task.func, ticket, *task.args[1:], **task.kwargs)
+
+
+def _placed_layer(z):
+    """(the task dict, the ``workers`` annotation, the ``priority`` annotation) of a placed
+    product ``z`` as built (:func:`_placed_array`: one layer), or None."""
+    if type(z) is not _placed_array_type():
+        return None
+    layers = z.__dask_graph__().layers
+    if len(layers) != 1:
+        return None
+    (layer,) = layers.values()
+    annotations = layer.annotations or {}
+    mapping, placed = getattr(layer, "mapping", None), annotations.get("workers")
+    if not isinstance(mapping, dict) or not isinstance(placed, _ByKey):
+        return None
+    return mapping, placed, annotations.get("priority")
+
+
+def _engine_jobs(mapping, placed, engines) -> tuple:
+    """(each worker's work that its engine can start, ``{worker: [job, ...]}``, exports first;
+    the keys of those tasks): the export tasks of blocks in memory (``("export", slot, keys,
+    readers)``) and the run tasks that read only their worker's own blocks (``("run", slot,
+    keys, run's arguments)``), of the workers in ``engines``; ({}, []) for a graph with none."""
+    from dask.task_spec import Task, TaskRef
+
+    jobs, keys = {}, []
+    for key, task in mapping.items():
+        if not isinstance(task, Task) or task.func not in (_run_task, _export_task):
+            continue
+        w = (placed(key) or [None])[0]
+        if w not in engines:
+            continue
+        if task.func is _export_task:
+            refs = task.args[2:]
+            if not all(isinstance(r, TaskRef) for r in refs):
+                continue
+            job = ("export", task.args[1], [r.key for r in refs], task.kwargs["readers"])
+        else:
+            groups = task.args[11:]
+            if len(groups) != 1 or not all(isinstance(r, TaskRef) for r in groups[0].args):
+                continue                # reads other workers' blocks: its task fetches them
+            job = ("run", task.args[1], [r.key for r in groups[0].args], task.args[2:11])
+        jobs.setdefault(w, []).append(job)
+        keys.append(key)
+    for work in jobs.values():
+        # exports first: an export's ready event covers the work queued before it on the
+        # worker's stream, and the other workers' copies wait for it (a run's 4 products of
+        # 8192^3 float16: ~26 ms on an H200)
+        work.sort(key=lambda job: job[0] != "export")
+    return jobs, keys
+
+
+#: the tickets whose work this process has handed to engines (newest last, at most
+#: _SENT_MAX): a product persisted again, or a graph persisted by ``z.persist()`` (which
+#: starts its work itself), is not started twice
+_SENT: collections.OrderedDict = collections.OrderedDict()
+_SENT_MAX = 1024
+
+
+def _hand_out(client, engines, ticket, jobs) -> None:
+    """Send each worker's ``jobs`` under ``ticket`` to its engine: straight to the worker where
+    the client reaches it (:func:`_send_starts`), else through the actor's handle (the
+    scheduler); a call that fails leaves the work to its tasks."""
+    _SENT[ticket] = True
+    while len(_SENT) > _SENT_MAX:
+        _SENT.popitem(last=False)
+    direct = []
+    for w, work in jobs.items():
+        future, actor, straight = engines[w]
+        if straight:
+            direct.append((w, future.key, ticket, work))
+            continue
+        try:
+            actor.start(ticket, work)   # through the scheduler
+        except Exception as e:          # a lost worker: its tasks compute everything
+            log.debug("pyblasgemm.dask engine on %s: %s: %s", w, type(e).__name__, e)
+    if direct:
+        try:
+            _send_starts(client, direct)
+        except Exception as e:          # a closed loop: the tasks compute everything
+            log.debug("pyblasgemm.dask engines: %s: %s", type(e).__name__, e)
+
+
 def _started_graph(z, kwargs):
     """``z`` with its work started (:data:`START`), for ``z.persist(**kwargs)`` /
     ``z.compute(**kwargs)``: when these run on the default client's cluster, a fresh ticket in
@@ -1275,7 +1374,6 @@ def _started_graph(z, kwargs):
     if not START or distributed is None or type(z) is not _placed_array_type():
         return z
     from dask.base import get_scheduler
-    from dask.task_spec import Task, TaskRef
 
     try:
         client = distributed.default_client()
@@ -1284,59 +1382,67 @@ def _started_graph(z, kwargs):
         return z
     if getattr(scheduler, "__self__", None) is not client:
         return z                        # the threaded scheduler, another client: the graph alone
-    layers = z.__dask_graph__().layers
-    if len(layers) != 1:
+    layer = _placed_layer(z)
+    if layer is None:
         return z
-    (layer,) = layers.values()
-    mapping, annotations = getattr(layer, "mapping", None), layer.annotations or {}
-    placed = annotations.get("workers")
-    if not isinstance(mapping, dict) or not isinstance(placed, _ByKey):
-        return z
+    mapping, placed, ranks = layer
     engines = {w: e for (cid, w), e in _ENGINES.items() if cid == client.id}
-    ticket = uuid.uuid4().hex
-    jobs, ticketed = {}, {}
-    for key, task in mapping.items():
-        if not isinstance(task, Task) or task.func not in (_run_task, _export_task) or task.args[0] is not None:
-            continue
-        w = (placed(key) or [None])[0]
-        if w not in engines:
-            continue
-        if task.func is _export_task:
-            refs = task.args[2:]
-            if not all(isinstance(r, TaskRef) for r in refs):
-                continue
-            job = ("export", task.args[1], [r.key for r in refs], task.kwargs["readers"])
-        else:
-            groups = task.args[11:]
-            if len(groups) != 1 or not all(isinstance(r, TaskRef) for r in groups[0].args):
-                continue                # reads other workers' blocks: its task fetches them
-            job = ("run", task.args[1], [r.key for r in groups[0].args], task.args[2:11])
-        jobs.setdefault(w, []).append(job)
-        ticketed[key] = Task(key, task.func, ticket, *task.args[1:], **task.kwargs)
-    if not ticketed:
+    jobs, keys = _engine_jobs(mapping, placed, engines)
+    if not jobs:
         return z
-    direct = []
-    for w, work in jobs.items():        # first: the calls leave before the graph is sent
-        # exports first: an export's ready event covers the work queued before it on the
-        # worker's stream, and the other workers' copies wait for it (a run's 4 products of
-        # 8192^3 float16: ~26 ms on an H200)
-        work.sort(key=lambda job: job[0] != "export")
-        future, actor, straight = engines[w]
-        if straight:
-            direct.append((w, future.key, ticket, work))
-            continue
-        try:
-            actor.start(ticket, work)   # through the scheduler
-        except Exception as e:          # a lost worker: its tasks compute everything
-            log.debug("pyblasgemm.dask engine on %s: %s: %s", w, type(e).__name__, e)
-    if direct:
-        try:
-            _send_starts(client, direct)
-        except Exception as e:          # a closed loop: the tasks compute everything
-            log.debug("pyblasgemm.dask engines: %s: %s", type(e).__name__, e)
-    ranks = annotations.get("priority")
-    return _placed_array({**mapping, **ticketed}, z.name, z.chunks, z._meta,
+    ticket = uuid.uuid4().hex
+    ticketed = dict(mapping)
+    _ticket(ticketed, ticket, keys)
+    _hand_out(client, engines, ticket, jobs)      # first: the calls leave before the graph is sent
+    return _placed_array(ticketed, z.name, z.chunks, z._meta,
                          {k: ws[0] for k, ws in placed.values.items()}, ranks.values if isinstance(ranks, _ByKey) else {})
+
+
+def _start_persisted(z, persisted) -> None:
+    """Start the work of a placed product ``z`` that ``client.persist(z)`` (or
+    ``dask.persist(z)`` on a client) has just queued for the scheduler (:data:`START`): called
+    with the persisted blocks (``{key: Future}``) by the rebuild function of ``z``'s
+    ``__dask_postpersist__``, which Dask's ``Client.persist`` calls once the graph is on its way;
+    the graph's tasks carry the product's name as their ticket (:func:`_contract`), so each
+    engine keeps its work under it. Nothing for blocks that are no ``distributed`` futures
+    (another scheduler), a ticket this process has already handed out (``z.persist()`` started
+    its own; a second persist of the same product), or a cluster without engines.
+
+    >>> import dask.array as da
+    >>> z = matmul(da.ones((4, 4), chunks=2), da.ones((4, 4), chunks=2))
+    >>> _start_persisted(z, {(z.name, 0, 0): np.ones((2, 2))}) is None     # no futures: nothing
+    True
+    """
+    distributed = sys.modules.get("distributed")
+    if not START or distributed is None:
+        return
+    future = next(iter(persisted.values()), None)
+    client = getattr(future, "client", None) if isinstance(future, distributed.Future) else None
+    layer = _placed_layer(z)
+    if client is None or layer is None:
+        return
+    mapping, placed, _ = layer
+    tickets = {t.args[0] for t in mapping.values() if getattr(t, "func", None) in (_run_task, _export_task)}
+    tickets.discard(None)
+    if len(tickets) != 1 or next(iter(tickets)) in _SENT:
+        return
+    engines = {w: e for (cid, w), e in _ENGINES.items() if cid == client.id}
+    jobs, _ = _engine_jobs(mapping, placed, engines)
+    if jobs:
+        _hand_out(client, engines, next(iter(tickets)), jobs)
+
+
+def _rebuild_started(z, rebuild, dsk, *args, **kwargs):
+    """``z``'s ``__dask_postpersist__`` rebuild: :func:`_start_persisted`, then Dask's own."""
+    _start_persisted(z, dsk)
+    return rebuild(dsk, *args, **kwargs)
+
+
+def _postpersist(self):
+    """``dask.array.Array.__dask_postpersist__``, its rebuild starting the persisted work first
+    (:func:`_start_persisted`)."""
+    rebuild, args = _dask_array().Array.__dask_postpersist__(self)
+    return functools.partial(_rebuild_started, self, rebuild), args
 
 
 def _persist(self, **kwargs):
@@ -1357,7 +1463,8 @@ def _placed_array_type():
     return type("PlacedArray", (da.Array,), {
         "__slots__": (), "__module__": __name__,
         "__doc__": "A dask.array.Array whose tasks carry their placement (pyblasgemm.dask).",
-        "__dask_optimize__": staticmethod(_optimize_placed), "persist": _persist, "compute": _compute})
+        "__dask_optimize__": staticmethod(_optimize_placed), "persist": _persist, "compute": _compute,
+        "__dask_postpersist__": _postpersist})
 
 
 def _placed_array(dsk, name, chunks, meta, where, priority):

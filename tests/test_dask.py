@@ -1276,9 +1276,9 @@ def test_persist_starts_each_workers_own_runs_and_exports_through_its_engine(loc
     tasks take them: on 4 workers with A's row panel i and B's column panel j on worker i and j
     (transport 'ipc', NumPy blocks), 4 exports and 4 local runs started and taken (or, where a
     task reached its worker first, computed by it), the 12 runs that read other workers' blocks
-    computed by their tasks; ``client.persist(z)`` and
-    another scheduler start nothing; work started for keys the cluster already
-    holds is dropped once newer work came. Every path gives the threaded scheduler's bits."""
+    computed by their tasks; work started for keys the cluster already holds is dropped once
+    newer work came; another scheduler starts nothing. Every path gives the threaded
+    scheduler's bits (``client.persist(z)``: the next test)."""
     from distributed import wait
 
     client = local_cluster
@@ -1306,15 +1306,47 @@ def test_persist_starts_each_workers_own_runs_and_exports_through_its_engine(loc
     counts = _engine_counts(client)
     assert counts["taken"] + counts["computed_in_task"] == 8 * pbd.KEEP_TICKETS and counts["held"] == 0, counts
     assert counts["taken"] >= 1 and counts["dropped"] == 8, counts
-    x, y, X, Y = _panels_on_workers(client, 77)     # fresh keys: client.persist of a new product
+    assert pbd._started_graph(z, {"scheduler": "threads"}) is z
+
+
+@pytest.mark.parametrize("persist", ["client.persist", "dask.persist"])
+def test_client_persist_starts_the_work_once_per_product(local_cluster, persist):
+    """``client.persist(z)`` and ``dask.persist(z)`` (Dask's own calls, not z.persist()): the
+    graph carries the product's name as the ticket of the work its engines can start, and
+    ``__dask_postpersist__``'s rebuild, which Dask calls once the graph is queued, hands that
+    work out: the 4 exports and 4 local runs started and taken (or computed by a task that came
+    first). A second persist of the same product once the first is released starts nothing
+    (its tasks compute everything); ``z.persist()`` starts its own under a fresh ticket, and its
+    rebuild starts nothing more. The threaded scheduler's bits every time."""
+    from distributed import wait
+
+    client = local_cluster
+    again = {"client.persist": client.persist, "dask.persist": lambda z: dask.persist(z)[0]}[persist]
+    x, y, X, Y = _panels_on_workers(client, 77)
     threaded = _threaded_here(x, y, X.chunks, Y.chunks, k_group=None)
     z = pbd.matmul(X, Y, transport="ipc")
-    done = client.persist(z)
+    _engine_counts(client)
+    done = again(z)
     wait(done)
     np.testing.assert_array_equal(done.compute().view(np.uint8), threaded.view(np.uint8))
-    assert pbd._started_graph(z, {"scheduler": "threads"}) is z
     counts = _engine_counts(client)
-    assert (counts["started"], counts["taken"], counts["computed_in_task"]) == (0, 0, 0), counts
+    assert counts["started"] == counts["taken"] and counts["taken"] + counts["computed_in_task"] == 8, counts
+    assert counts["taken"] >= 1 and (counts["held"], counts["failed"], counts["dropped"]) == (0, 0, 0), counts
+    del done
+    _released(client, z)
+    done = again(z)                      # the same product again: its tasks compute everything
+    wait(done)
+    np.testing.assert_array_equal(done.compute().view(np.uint8), threaded.view(np.uint8))
+    counts = _engine_counts(client)
+    assert (counts["started"], counts["taken"], counts["computed_in_task"]) == (0, 0, 8), counts
+    del done
+    _released(client, z)
+    done = z.persist()                   # a fresh ticket, started once (not again by its rebuild)
+    wait(done)
+    np.testing.assert_array_equal(done.compute().view(np.uint8), threaded.view(np.uint8))
+    counts = _engine_counts(client)
+    assert counts["started"] == counts["taken"] and counts["taken"] + counts["computed_in_task"] == 8, counts
+    assert (counts["held"], counts["skipped"]) == (0, 0), counts
 
 
 def test_started_work_is_taken_once_dropped_when_old_and_skipped_once_taken():
@@ -1800,3 +1832,55 @@ def test_the_guide_shows_the_started_work_against_the_graph_alone_on_2_h200():
     (two,) = [c for c in earlier["cases"] if c["gpus"] == 2 and "dask.array.matmul" in c]
     assert f"{two['dask.array.matmul']['median_s'] * 1e3:.1f} ms" == "3834.2 ms"
     assert f"{two['ratio_vs_dask_array']:.1f}x" == "62.7x" and "62.7x" in guide and "3834.2 ms" in guide
+
+
+def test_the_guide_shows_tcp_against_ucx_on_1_2_and_4_h200():
+    """docs/guide/dask.rst's TCP-or-UCX table is bench/dask_scaling.py's transport_table of the
+    results file (one run on 4 H200: TCP and UCX for Dask's messages, CUDA IPC or Dask's
+    transfer for the blocks, z.persist() and client.persist(z)); both figures are drawn from it;
+    every product bitwise equal across runs, GPU counts, transports and calls, 32768^3 float16
+    the threaded scheduler's; client.persist(z) started and took each worker's own work in every
+    run; the numbers the text quotes are the file's."""
+    import json
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root))
+    from bench.dask_scaling import transport_table
+
+    name = "dask_scaling_h200x4_2026-11-28_8287f93.json"
+    path = root / "bench" / "results" / name
+    guide = (root / "docs" / "guide" / "dask.rst").read_text()
+    assert name in guide and transport_table(path) in guide
+    for png in ("dask_transports_2026-11-28_2gpu.png", "dask_scaling_2026-11-28_4gpu.png"):
+        assert png in guide and (root / "docs" / "_static" / "perf" / png).is_file()
+    doc = json.loads(path.read_text())
+    assert doc["device_kind"] == "nvidia-h200-x4" and doc["git_sha"] == "8287f93" and doc["gpu_count"] == 4
+    assert doc["failures"] == [{"transport": "tcp", "cases": "stopped after 30 s (--budget-s)"}]
+    for case, bits in doc["bitwise"].items():
+        assert bits["all_runs_equal"], case
+    assert doc["bitwise"]["32768^3 float16"]["threaded_equal"] is True
+    slots = {1: 1, 2: 4, 4: 8}
+    rows = {}
+    for c in doc["cases"]:
+        run = c["pyblasgemm.dask.matmul"]
+        rows[c["case"], c["gpus"], c["transport"], c["schedule"]] = run
+        if c["transport"] in ("ipc", "ucx-ipc"):   # the runs that read only their worker's blocks, and the exports
+            assert all((e["started"], e["taken"], e["computed_in_task"], e["held"]) == (slots[c["gpus"]],) * 2 + (0, 0)
+                       for e in run["engine_per_run"]), (c["case"], c["gpus"], c["transport"], c["schedule"])
+    flat = " ".join(guide.split())
+
+    def ms(case, gpus, transport, schedule="start"):
+        return f"{rows[case, gpus, transport, schedule]['median_s'] * 1e3:.1f} ms"
+
+    f16, f64 = "32768^3 float16", "16384^3 float64"
+    assert f"{ms(f16, 2, 'ipc')[:-3]} against {ms(f16, 2, 'ucx-ipc')}" in flat
+    assert f"{ms(f16, 4, 'ipc')[:-3]} against {ms(f16, 4, 'ucx-ipc')}" in flat
+    assert f"over UCX {ms(f16, 2, 'ucx-nvlink')} on 2 GPUs" in flat and f"over TCP {ms(f16, 2, 'tcp')}" in flat
+    assert f"TCP: {ms(f16, 2, 'ipc', 'client')[:-3]} against {ms(f16, 2, 'ipc')}" in flat
+    assert f"{rows[f16, 4, 'ipc', 'start']['speedup_vs_one_call']:.3f}x one call on 4 GPUs" in flat
+    assert f"{rows[f64, 4, 'ipc', 'start']['speedup_vs_one_call']:.3f}x" in flat
+    lat = {t: doc["transports"][t]["latency"]["2"]["persist_one_task"]["start_ms"] for t in ("ipc", "ucx-ipc")}
+    assert f"{lat['ipc']:.2f} ms over TCP and {lat['ucx-ipc']:.2f} ms over UCX" in flat
+

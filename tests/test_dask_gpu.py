@@ -342,12 +342,13 @@ def test_two_gpus_ipc_events_order_a_copy_after_the_producers_writes_and_before_
     client.run(pbd.close_ipc_handles)
 
 
+@pytest.mark.parametrize("call", ["z.persist", "client.persist"])
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float64], ids=lambda d: np.dtype(d).name)
-def test_two_gpus_persist_starts_each_workers_own_work_with_the_threaded_bits(two_gpu_cluster, dtype):
+def test_two_gpus_persist_starts_each_workers_own_work_with_the_threaded_bits(two_gpu_cluster, dtype, call):
     """pyblasgemm.dask.START on 2 GPUs over CUDA IPC: ``z.persist()`` hands each worker's
     engine its export (the B blocks the other reads) and its run of its own blocks before the
-    graph reaches the scheduler; the tasks take them (or, where a task came first, compute
-    them), the run that reads the other GPU's blocks fetches them through the engine's export;
+    graph reaches the scheduler (``client.persist(z)``: once the graph is queued); the tasks
+    take them (or, where a task came first, compute them), the run that reads the other GPU's blocks fetches them through the engine's export;
     three runs on fresh operands give the threaded scheduler's bits on one GPU, nothing falls
     back to Dask's transfer, and no started work is left held."""
     from distributed import wait
@@ -364,7 +365,7 @@ def test_two_gpus_persist_starts_each_workers_own_work_with_the_threaded_bits(tw
         Y = _on_gpus(client, y, 128, lambda k, j: j, "b")
         z = pbd.matmul(X, Y)
         assert type(z).__name__ == "PlacedArray" and pbd.transport_of(z) == "ipc"
-        done = z.persist()
+        done = z.persist() if call == "z.persist" else client.persist(z)
         wait(done)
         got = cupy.asnumpy(done.compute())
         np.testing.assert_array_equal(got.view(np.uint8), threaded.view(np.uint8), f"run {run}")
