@@ -12,10 +12,12 @@ name, so they cannot share a process; this file imports only the tree it is give
     python bench/tree_host_cost.py --tree . --label new --out new_1.json
     python bench/tree_host_cost.py --combine old_1.json new_1.json ... --out both.json
 
-Each row is the median of ``--rounds`` rounds of ``--calls`` back-to-back calls, every form and
-yardstick timed once a round (interleaved), on the host (``time.perf_counter``) with the device
-synchronized after each (so a round's time is the host's issue time while the GPU keeps up:
-64³ kernels take ~3-5 µs of GPU time).
+Each row is bench/timing.py's ``paired_host_us``: the median of ``--rounds`` rounds of
+``--calls`` back-to-back calls, every form and yardstick timed once a round (interleaved, so a
+drift of the host's speed falls on all alike: this host's µs moved by up to ~40% between
+processes), the device synchronized after each round (a round's time is the host's issue time
+while the GPU keeps up: 64³ kernels take ~3-5 µs of GPU time). The run of 50c5b05 timed each
+round with its synchronize inside (~0.01 µs a call at 1000 calls).
 """
 from __future__ import annotations
 
@@ -26,32 +28,11 @@ import pathlib
 import platform
 import statistics
 import sys
-import time
 
 N = 64
 SEED = 0            # the operands: cupy.random.default_rng(SEED)
 FORMS = ("matmul", "matmul out=", "raw hgemm")
 ROUTES = ("auto", "tensorcore", "cublas")
-
-
-def _interleaved_us(fns: dict, sync, calls: int, rounds: int, warmup: int = 50) -> dict:
-    """Host µs per call of each callable: the median over ``rounds`` rounds, each round timing
-    every callable once (``calls`` back to back, then a device synchronize), so that a drift
-    of the host's speed (this machine's µs move by up to ~40% between processes) falls on
-    every callable of a round alike and the ratios within the process hold."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    sync()
-    per_round: dict = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            sync()
-            per_round[name].append((time.perf_counter() - t0) / calls * 1e6)
-    return {name: statistics.median(v) for name, v in per_round.items()}
 
 
 def measure(tree: str, label: str, calls: int, rounds: int) -> dict:
@@ -60,6 +41,7 @@ def measure(tree: str, label: str, calls: int, rounds: int) -> dict:
     import torch
 
     import pyblasgemm as pbg
+    from timing import paired_host_us       # bench/timing.py, beside this file (not the tree's)
 
     where = pathlib.Path(pbg.__file__).resolve()
     if pathlib.Path(tree).resolve() not in where.parents:
@@ -72,7 +54,6 @@ def measure(tree: str, label: str, calls: int, rounds: int) -> dict:
     fa, fb, fc = cp.asfortranarray(a), cp.asfortranarray(b), cp.empty((N, N), cp.float16, order="F")
     ta, tb = torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda")
     tc = torch.empty((N, N), dtype=torch.float16, device="cuda")
-    sync = cp.cuda.Device().synchronize
 
     def form(name, route):
         kw = {} if route == "auto" else {"backend": route}
@@ -89,7 +70,7 @@ def measure(tree: str, label: str, calls: int, rounds: int) -> dict:
     for route in ROUTES:
         for name in FORMS:
             fns[f"{name} | {route}"] = form(name, route)
-    us = _interleaved_us(fns, sync, calls, rounds)
+    us = paired_host_us(fns, calls, rounds)
     yard = {name: us[name] for name in list(fns)[:4]}
     rows = []
     for route in ROUTES:
