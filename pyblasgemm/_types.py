@@ -220,6 +220,10 @@ def resolve_compute(row: TypeRow, compute, routine: str) -> str:
 
 def acc_dtype(out_dtype):
     """The type the epilogue computes in: float32 for 16-bit and dequantized outputs, else the
-    output's own."""
+    output's own.
+
+    >>> acc_dtype(bfloat16), acc_dtype(np.float64)
+    (dtype('float32'), dtype('float64'))
+    """
     d = np.dtype(out_dtype)
     return np.dtype(np.float32) if d.itemsize == 2 or d.char == "f" else d
