@@ -362,9 +362,38 @@ def _pick(blocks, index: int):
     return blocks[index]
 
 
+class _LaterFetch:
+    """A fetch of another worker's blocks that a run task makes only if its worker's engine has
+    not run it already (:func:`_fetch_later`): the export (an :class:`pyblasgemm._dask_ipc.IpcBlocks`,
+    or the blocks themselves), this reader's slot among the export's, and the blocks it takes."""
+
+    __slots__ = ("group", "slot", "indices")
+
+    def __init__(self, group, slot, indices=None):
+        self.group, self.slot, self.indices = group, slot, indices
+
+    def fetch(self):
+        from . import _dask_ipc
+
+        return _dask_ipc.fetch(self.group, self.slot, self.indices)
+
+
+def _fetch_later(group, slot, indices=None):
+    """The fetch folded into a run task (:func:`_ipc_rewrite`), made when the task needs it: an
+    inline fetch runs before the task's function, and so would copy the blocks again where the
+    worker's engine has already copied them and computed the run (:data:`START`).
+
+    >>> later = _fetch_later((np.ones(2), np.zeros(3)), 0, (1,))
+    >>> [b.tolist() for b in later.fetch()]
+    [[0.0, 0.0, 0.0]]
+    """
+    return _LaterFetch(group, slot, indices)
+
+
 def _run_task(ticket, slot, plan, types, acc, compute, backend, out_dtype, alpha, beta, c_type, *groups):
     """A run task (:func:`_bundle_runs`): the run this worker's engine started under ``ticket``
-    (:data:`START`; ``slot``: the run's name in it), else :func:`_run` of ``groups`` here.
+    (:data:`START`; ``slot``: the run's name in it), else :func:`_run` of ``groups`` here (the
+    fetches folded into it, :func:`_fetch_later`, made first).
 
     >>> a = np.ones((2, 2), np.float32)
     >>> _run_task(None, 0, [([(0, 0)], [(0, 0)], None)], (a.dtype, a.dtype), a.dtype, None, None, a.dtype, 1, 0,
@@ -375,6 +404,7 @@ def _run_task(ticket, slot, plan, types, acc, compute, backend, out_dtype, alpha
         started = _take(ticket, slot)
         if started is not None:
             return started
+    groups = tuple(g.fetch() if isinstance(g, _LaterFetch) else g for g in groups)
     return _run(plan, types, acc, compute, backend, out_dtype, alpha, beta, c_type, *groups)
 
 
@@ -387,7 +417,10 @@ def _export_task(ticket, slot, *blocks, readers=1):
             return started
     from . import _dask_ipc
 
-    return _dask_ipc.export(*blocks, readers=readers)
+    made = _dask_ipc.export(*blocks, readers=readers)
+    if ticket is not None:              # other workers' engines may be waiting for it (_Engine.exported)
+        _publish(ticket, slot, made)
+    return made
 
 
 # ---------------------------------------------------------------------------------------------
@@ -404,6 +437,16 @@ _TICKETS: collections.OrderedDict = collections.OrderedDict()
 _TAKEN: collections.OrderedDict = collections.OrderedDict()
 _TAKEN_MAX = 4096
 _ENGINE_COUNTS = {"started": 0, "taken": 0, "computed_in_task": 0, "skipped": 0, "dropped": 0, "failed": 0}
+#: (ticket, slot) -> an export of this worker's blocks as other workers read it (the IPC
+#: handles and events without the arrays, or NumPy blocks themselves), or None when it could not
+#: be made here: what another worker's engine asks for (:meth:`_Engine.exported`) to start a run
+#: that reads these blocks. Dropped with its ticket (:func:`_forget_old`)
+_EXPORTS: dict = {}
+
+#: how long an engine's run that reads another worker's blocks waits for that worker's export
+#: (made by its engine or its task, normally within a few ms of the persist) before it leaves
+#: the run to its task: a bound for an engine that never got its work, not a timing
+EXPORT_WAIT_S = 10.0
 
 
 def engine_stats(reset: bool = False) -> dict:
@@ -430,6 +473,8 @@ def _forget_old(now: float) -> None:
     :data:`KEEP_S` (under ``_ENGINE``); slots still computing are dropped when they finish."""
     while _TICKETS and (len(_TICKETS) > KEEP_TICKETS or now - next(iter(_TICKETS.values())) > KEEP_S):
         old, _ = _TICKETS.popitem(last=False)
+        for key in [k for k in _EXPORTS if k[0] == old]:
+            del _EXPORTS[key]
         for key in [k for k in _STARTED if k[0] == old]:
             if _STARTED[key] is not _PENDING:
                 del _STARTED[key]
@@ -455,13 +500,45 @@ def _take(ticket, slot):
     return value
 
 
-def _start_work(ticket, jobs, data) -> int:
+def _publish(ticket, slot, made) -> None:
+    """Keep the export ``made`` under ``(ticket, slot)`` for other workers' engines (``_EXPORTS``),
+    as it travels: the IPC handles and events without the arrays (the export task's value holds
+    those, for as long as Dask keeps its key), or None where none was made."""
+    from . import _dask_ipc
+
+    if isinstance(made, _dask_ipc.IpcBlocks):
+        made = _dask_ipc.IpcBlocks(made.entries, made.host, made.pid, None, made.events)
+    with _ENGINE:
+        _EXPORTS[ticket, slot] = made
+
+
+async def _exported(ticket, slot, wait_s: float = EXPORT_WAIT_S):
+    """The export published under ``(ticket, slot)`` in this process (:func:`_publish`), once
+    there (polled on the event loop: no thread waits), or None after ``wait_s`` seconds."""
+    import asyncio
+
+    deadline = time.monotonic() + wait_s
+    missing = object()
+    while (made := _EXPORTS.get((ticket, slot), missing)) is missing:
+        if time.monotonic() > deadline:
+            return None
+        await asyncio.sleep(0.0002)     # an export is made within ~0.3 ms of its engine's start
+    return made
+
+
+def _start_work(ticket, jobs, data, ask=None) -> int:
     """Compute ``jobs`` (:func:`_started_graph`) under ``ticket``, each from the blocks in
     ``data`` (a worker's memory), in order: ``("export", slot, keys, readers)`` is
-    :func:`pyblasgemm._dask_ipc.export` of those blocks, ``("run", slot, keys, args)`` is
-    :func:`_run` with the blocks as its one group. A job whose task came first, or one of whose
-    blocks is not in ``data``, is skipped; a job that raises is left to its task. The number
-    started.
+    :func:`pyblasgemm._dask_ipc.export` of those blocks (published for other workers:
+    :func:`_publish`), ``("run", slot, keys, args)`` is :func:`_run` with the blocks as its one
+    group, and ``("remote", slot, keys, (args, sources))`` is :func:`_run` with the blocks as its
+    first group and one group per source ``(address, engine, export slot, reader slot,
+    indices)``: the export that worker's engine publishes, asked for through ``ask(address,
+    engine, ticket, export slot)`` (a future; all asked at once, before any run) and fetched
+    here (:func:`pyblasgemm._dask_ipc.fetch`: a copy queued on a copy stream, which the runs
+    after it wait for on the GPU, so the copies overlap this worker's own runs). A job whose
+    task came first, or one of whose blocks is not in ``data``, is skipped; a job that raises,
+    or whose export does not come, is left to its task. The number started.
 
     >>> a = np.ones((2, 2), np.float32)
     >>> args = ([([(0, 0)], [(0, 0)], None)], (a.dtype, a.dtype), a.dtype, None, None, a.dtype, 1, 0, None)
@@ -483,6 +560,16 @@ def _start_work(ticket, jobs, data) -> int:
                 continue
             _STARTED[key] = _PENDING
             mine.append(job)
+    asked = {}                          # (slot, source) -> a future of that source's export
+    if ask is not None:
+        for kind, slot, _keys, args in mine:
+            if kind == "remote":
+                for n, (address, engine, export_slot, _reader, _indices) in enumerate(args[1]):
+                    try:
+                        asked[slot, n] = ask(address, engine, ticket, export_slot)
+                    except Exception as e:  # no loop, no connection: the task fetches
+                        log.debug("asking %s for export %s failed: %s: %s", address, export_slot,
+                                  type(e).__name__, e)
     started = 0
     for kind, slot, keys, args in mine:
         key = (ticket, slot)
@@ -497,11 +584,15 @@ def _start_work(ticket, jobs, data) -> int:
                     from . import _dask_ipc
 
                     value = _dask_ipc.export(*blocks, readers=args)
-                else:
+                elif kind == "run":
                     value = _run(*args, blocks)
+                else:
+                    value = _run_remote(slot, args, blocks, asked)
             except Exception as e:      # its task computes it, and says what goes wrong there
                 log.debug("started %s %s failed: %s: %s", kind, slot, type(e).__name__, e)
                 value = None
+        if kind == "export":
+            _publish(ticket, slot, value)
         with _ENGINE:
             if _STARTED.get(key) is _PENDING and value is not None and ticket in _TICKETS:
                 _STARTED[key] = value
@@ -516,10 +607,29 @@ def _start_work(ticket, jobs, data) -> int:
     return started
 
 
+def _run_remote(slot, args, blocks, asked):
+    """A ``"remote"`` job of :func:`_start_work`: the run over this worker's ``blocks`` and the
+    fetched exports of its sources, or None when an export did not come (its task fetches)."""
+    from . import _dask_ipc
+
+    run_args, sources = args
+    groups = [blocks]
+    for n, (_address, _engine, _export_slot, reader, indices) in enumerate(sources):
+        future = asked.get((slot, n))
+        made = None if future is None else future.result(timeout=EXPORT_WAIT_S + 5)
+        if made is None:
+            return None
+        groups.append(_dask_ipc.fetch(made, reader, indices))
+    return _run(*run_args, *groups)
+
+
 class _Engine:
     """A worker's engine (:data:`START`): a Dask actor that starts the work the client hands it
     (:meth:`start`) on its worker, from the blocks in that worker's memory, in the actor's
-    thread; the work is kept in the worker process for the tasks that take it."""
+    thread; the work is kept in the worker process for the tasks that take it. Runs that read
+    other workers' blocks ask those workers' engines for their exports (:meth:`exported`, a
+    coroutine: it runs on the worker's event loop, so an engine busy starting its own work
+    still answers) straight from worker to worker, without the scheduler."""
 
     def __init__(self):
         from distributed import get_worker
@@ -527,7 +637,26 @@ class _Engine:
         self._worker = get_worker()
 
     def start(self, ticket, jobs) -> int:
-        return _start_work(ticket, jobs, self._worker.data)
+        return _start_work(ticket, jobs, self._worker.data, self._ask)
+
+    async def exported(self, ticket, slot):
+        return await _exported(ticket, slot)
+
+    def _ask(self, address, engine, ticket, slot):
+        """A future (concurrent.futures) of the export ``slot`` of ``ticket`` that the engine
+        ``engine`` on the worker at ``address`` publishes (None if it does not come)."""
+        import asyncio
+
+        from distributed.protocol import to_serialize
+
+        worker = self._worker
+
+        async def call():
+            got = await worker.rpc(address).actor_execute(actor=engine, function="exported",
+                                                          args=[to_serialize(ticket), to_serialize(slot)], kwargs={})
+            return got.get("result") if got.get("status") == "OK" else None
+
+        return asyncio.run_coroutine_threadsafe(call(), worker.loop.asyncio_loop)
 
     def stats(self) -> dict:
         return engine_stats()
@@ -997,7 +1126,9 @@ def _ipc_rewrite(dsk, where, priority, holders, hosts, token):
                      and [getattr(r, "key", None) for r in a.args] == unit["blocks"]]
             if lists:                   # the argument listing these blocks: the fetch's tuple of them
                 n = lists[0]
-                folded = Task(key, task.func, *task.args[:n], Task(None, _dask_ipc.fetch, *args),
+                # a run task fetches only if its engine has not (START): _fetch_later
+                fetch = _fetch_later if task.func is _run_task else _dask_ipc.fetch
+                folded = Task(key, task.func, *task.args[:n], Task(None, fetch, *args),
                               *task.args[n + 1:], **task.kwargs)
                 if not folded.dependencies & set(unit["blocks"]):      # read nowhere else in the task
                     dsk[key] = folded
@@ -1293,11 +1424,15 @@ def _placed_layer(z):
 
 
 def _engine_jobs(mapping, placed, engines) -> tuple:
-    """(each worker's work that its engine can start, ``{worker: [job, ...]}``, exports first;
-    the keys of those tasks): the export tasks of blocks in memory (``("export", slot, keys,
-    readers)``) and the run tasks that read only their worker's own blocks (``("run", slot,
-    keys, run's arguments)``), of the workers in ``engines``; ({}, []) for a graph with none."""
-    from dask.task_spec import Task, TaskRef
+    """(each worker's work that its engine can start, ``{worker: [job, ...]}``, exports first,
+    then runs of its own blocks, then runs that read others'; the keys of those tasks): the
+    export tasks of blocks in memory (``("export", slot, keys, readers)``), the run tasks that
+    read only their worker's own blocks (``("run", slot, keys, run's arguments)``) and those
+    whose other blocks come from exports of blocks in memory on workers with engines
+    (``("remote", slot, keys, (run's arguments, sources))``, a source per export: its worker,
+    that worker's engine's key, the export's slot, this reader's slot and the blocks it takes),
+    of the workers in ``engines``; ({}, []) for a graph with none."""
+    from dask.task_spec import List, Task, TaskRef
 
     jobs, keys = {}, []
     for key, task in mapping.items():
@@ -1312,17 +1447,34 @@ def _engine_jobs(mapping, placed, engines) -> tuple:
                 continue
             job = ("export", task.args[1], [r.key for r in refs], task.kwargs["readers"])
         else:
-            groups = task.args[11:]
-            if len(groups) != 1 or not all(isinstance(r, TaskRef) for r in groups[0].args):
-                continue                # reads other workers' blocks: its task fetches them
-            job = ("run", task.args[1], [r.key for r in groups[0].args], task.args[2:11])
+            own, *others = task.args[11:]
+            if not isinstance(own, List) or not all(isinstance(r, TaskRef) for r in own.args):
+                continue
+            sources = []
+            for group in others:
+                source = None
+                if isinstance(group, Task) and group.func is _fetch_later and isinstance(group.args[0], TaskRef):
+                    export = mapping.get(group.args[0].key)
+                    holder = (placed(group.args[0].key) or [None])[0]
+                    if getattr(export, "func", None) is _export_task and holder in engines:
+                        indices = group.args[2] if len(group.args) > 2 else None
+                        source = (holder, engines[holder][0].key, export.args[1], group.args[1], indices)
+                if source is None:
+                    break               # a block Dask moves, a fetch task: its task fetches them
+                sources.append(source)
+            if len(sources) != len(others):
+                continue
+            ref_keys = [r.key for r in own.args]
+            job = (("remote", task.args[1], ref_keys, (task.args[2:11], tuple(sources))) if sources else
+                   ("run", task.args[1], ref_keys, task.args[2:11]))
         jobs.setdefault(w, []).append(job)
         keys.append(key)
     for work in jobs.values():
         # exports first: an export's ready event covers the work queued before it on the
-        # worker's stream, and the other workers' copies wait for it (a run's 4 products of
-        # 8192^3 float16: ~26 ms on an H200)
-        work.sort(key=lambda job: job[0] != "export")
+        # worker's stream, and the other workers' copies wait for it; then the worker's own
+        # runs, which its copies of the others' blocks overlap (a run's 4 products of 8192^3
+        # float16: ~26 ms on an H200; a 512 MiB copy over NVLink ~2 ms)
+        work.sort(key=lambda job: ("export", "run", "remote").index(job[0]))
     return jobs, keys
 
 

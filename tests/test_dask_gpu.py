@@ -347,8 +347,9 @@ def test_two_gpus_ipc_events_order_a_copy_after_the_producers_writes_and_before_
 def test_two_gpus_persist_starts_each_workers_own_work_with_the_threaded_bits(two_gpu_cluster, dtype, call):
     """pyblasgemm.dask.START on 2 GPUs over CUDA IPC: ``z.persist()`` hands each worker's
     engine its export (the B blocks the other reads) and its run of its own blocks before the
-    graph reaches the scheduler (``client.persist(z)``: once the graph is queued); the tasks
-    take them (or, where a task came first, compute them), the run that reads the other GPU's blocks fetches them through the engine's export;
+    graph reaches the scheduler (``client.persist(z)``: once the graph is queued), and its run
+    of the other GPU's blocks, whose export it asks the other engine for (worker to worker) and
+    copies itself; the tasks take them (or, where a task came first, compute them);
     three runs on fresh operands give the threaded scheduler's bits on one GPU, nothing falls
     back to Dask's transfer, and no started work is left held."""
     from distributed import wait
@@ -371,8 +372,8 @@ def test_two_gpus_persist_starts_each_workers_own_work_with_the_threaded_bits(tw
         np.testing.assert_array_equal(got.view(np.uint8), threaded.view(np.uint8), f"run {run}")
         del X, Y, z, done
     counts = client.run(pbd.engine_stats)
-    for w, c in counts.items():           # a worker: one export and one run of its own a product
-        assert c["started"] == c["taken"] and c["taken"] + c["computed_in_task"] == 6, (w, c)
+    for w, c in counts.items():           # a worker: one export, one run of its own, one of the other's blocks a product
+        assert c["started"] == c["taken"] and c["taken"] + c["computed_in_task"] == 9, (w, c)
         assert (c["held"], c["failed"]) == (0, 0), (w, c)
     assert sum(c["taken"] for c in counts.values()) >= 1, counts
     for w, s in client.run(pbd.ipc_stats).items():
