@@ -459,12 +459,16 @@ def _imported(device: int, handle: bytes):
     return drv.call_in_context(device, "cuIpcOpenEventHandle", cu.cuIpcOpenEventHandle, h)
 
 
-def fetch(group, slot: int = 0, indices=None):
+def fetch(group, slot: int = 0, indices=None, waits=None):
     """The blocks of an :func:`export` in this worker's memory, as a tuple (see the module
     docstring); blocks Dask moved are returned as they came. ``slot``: which of the export's
     *done* events this reader records (each fetch of one export has its own, a fetch task or
     one folded into the task that reads the blocks). ``indices``: the blocks of the export this
-    reader takes, in this order (None: all of them); only those are copied.
+    reader takes, in this order (None: all of them); only those are copied. ``waits``: None
+    (the current stream waits for the copy at once), or a list that gets the copy's event,
+    which the caller makes the stream that reads the blocks wait for before it queues that
+    work (an engine queues several copies ahead of the runs that read them: each run then
+    waits for its own copy, not for every copy queued before it).
 
     >>> fetch(export(np.ones(2)))[0].tolist()
     [1.0, 1.0]
@@ -541,7 +545,10 @@ def fetch(group, slot: int = 0, indices=None):
                 if done is not None and _is_legacy(compute):
                     copied = cupy.cuda.Event(block=False, disable_timing=True)
                     copied.record(stream)
-                    compute.wait_event(copied)      # the products queued after this read the copies
+                    if waits is None:
+                        compute.wait_event(copied)      # the products queued after this read the copies
+                    else:
+                        waits.append(copied)
                 else:                       # no done event (the producer waits for nothing), or the
                     stream.synchronize()    # products on a stream the copy cannot order: wait here
                     _STATS["synchronized_fetches"] += 1

@@ -390,10 +390,12 @@ def _fetch_later(group, slot, indices=None):
     return _LaterFetch(group, slot, indices)
 
 
-def _run_task(ticket, slot, plan, types, acc, compute, backend, out_dtype, alpha, beta, c_type, *groups):
+def _run_task(ticket, slot, plan, types, acc, compute, backend, out_dtype, alpha, beta, c_type, *groups,
+              single=False):
     """A run task (:func:`_bundle_runs`): the run this worker's engine started under ``ticket``
     (:data:`START`; ``slot``: the run's name in it), else :func:`_run` of ``groups`` here (the
-    fetches folded into it, :func:`_fetch_later`, made first).
+    fetches folded into it, :func:`_fetch_later`, made first); ``single``: the run's one block
+    instead of the tuple (a run of one output block is that block's own task).
 
     >>> a = np.ones((2, 2), np.float32)
     >>> _run_task(None, 0, [([(0, 0)], [(0, 0)], None)], (a.dtype, a.dtype), a.dtype, None, None, a.dtype, 1, 0,
@@ -403,9 +405,10 @@ def _run_task(ticket, slot, plan, types, acc, compute, backend, out_dtype, alpha
     if ticket is not None:
         started = _take(ticket, slot)
         if started is not None:
-            return started
+            return started[0] if single else started
     groups = tuple(g.fetch() if isinstance(g, _LaterFetch) else g for g in groups)
-    return _run(plan, types, acc, compute, backend, out_dtype, alpha, beta, c_type, *groups)
+    out = _run(plan, types, acc, compute, backend, out_dtype, alpha, beta, c_type, *groups)
+    return out[0] if single else out
 
 
 def _export_task(ticket, slot, *blocks, readers=1):
@@ -571,6 +574,7 @@ def _start_work(ticket, jobs, data, ask=None) -> int:
                         log.debug("asking %s for export %s failed: %s: %s", address, export_slot,
                                   type(e).__name__, e)
     started = 0
+    fetched = None                      # slot -> (groups, copy events), made before the first remote run
     for kind, slot, keys, args in mine:
         key = (ticket, slot)
         value = None
@@ -578,6 +582,13 @@ def _start_work(ticket, jobs, data, ask=None) -> int:
             blocks = [data[k] for k in keys]
         except KeyError:                # not here (moved, spilled away, released): its task reads it
             blocks = None
+        if kind == "remote" and fetched is None:
+            # every copy queued back to back on the copy stream, after this worker's own runs
+            # (queued above) and before any run that reads them: a fetched block released after
+            # its run makes the copy stream wait for that run (_dask_ipc._Fetched), so a copy
+            # queued after that would wait for it too (4 H200s, 32768^3 float16: each copy
+            # waited for the previous run, 4-8 ms of GPU idle a worker)
+            fetched = {s: _fetch_sources(s, a[1], asked) for k, s, _, a in mine if k == "remote"}
         if blocks is not None:
             try:
                 if kind == "export":
@@ -587,7 +598,7 @@ def _start_work(ticket, jobs, data, ask=None) -> int:
                 elif kind == "run":
                     value = _run(*args, blocks)
                 else:
-                    value = _run_remote(slot, args, blocks, asked)
+                    value = _run_fetched(args[0], blocks, fetched.pop(slot))
             except Exception as e:      # its task computes it, and says what goes wrong there
                 log.debug("started %s %s failed: %s: %s", kind, slot, type(e).__name__, e)
                 value = None
@@ -607,20 +618,39 @@ def _start_work(ticket, jobs, data, ask=None) -> int:
     return started
 
 
-def _run_remote(slot, args, blocks, asked):
-    """A ``"remote"`` job of :func:`_start_work`: the run over this worker's ``blocks`` and the
-    fetched exports of its sources, or None when an export did not come (its task fetches)."""
+def _fetch_sources(slot, sources, asked):
+    """A ``"remote"`` job's fetches (:func:`_start_work`): ``(groups, events)``, each source's
+    blocks with their copies queued and the copies' events, or None when an export did not come
+    or a fetch failed (its task fetches)."""
     from . import _dask_ipc
 
-    run_args, sources = args
-    groups = [blocks]
-    for n, (_address, _engine, _export_slot, reader, indices) in enumerate(sources):
-        future = asked.get((slot, n))
-        made = None if future is None else future.result(timeout=EXPORT_WAIT_S + 5)
-        if made is None:
-            return None
-        groups.append(_dask_ipc.fetch(made, reader, indices))
-    return _run(*run_args, *groups)
+    groups, waits = [], []
+    try:
+        for n, (_address, _engine, _export_slot, reader, indices) in enumerate(sources):
+            future = asked.get((slot, n))
+            made = None if future is None else future.result(timeout=EXPORT_WAIT_S + 5)
+            if made is None:
+                return None
+            groups.append(_dask_ipc.fetch(made, reader, indices, waits))
+    except Exception as e:              # its task fetches, and says what goes wrong there
+        log.debug("started fetch %s failed: %s: %s", slot, type(e).__name__, e)
+        return None
+    return groups, waits
+
+
+def _run_fetched(run_args, blocks, fetched):
+    """A ``"remote"`` job's run (:func:`_start_work`): over this worker's ``blocks`` and the
+    fetched groups, queued after the current stream waits for their copies; None without them."""
+    if fetched is None:
+        return None
+    groups, waits = fetched
+    if waits:
+        import cupy
+
+        stream = cupy.cuda.get_current_stream()
+        for event in waits:
+            stream.wait_event(event)
+    return _run(*run_args, blocks, *groups)
 
 
 class _Engine:
@@ -893,7 +923,10 @@ def _bundle_runs(dsk, runs_of, where, priority, holders, token, args):
     """Bundle placed output blocks (each one task over all of K) into run tasks (:data:`RUNS`),
     in place: the blocks of one worker whose inputs come from the same set of other workers
     become one task of :func:`_run`, in the graph's order, and each block's key a
-    :func:`_pick` of it on the same worker. The run's blocks are passed as one list per worker
+    :func:`_pick` of it on the same worker; a run of one block is that block's own task (no
+    pick: each level of tasks costs a scheduler round trip, and on 4 H200s every run at
+    32768^3 float16 in 8192^2 chunks is one block, whose picks reached their workers up to
+    30 ms after the persist). The run's blocks are passed as one list per worker
     they come from (its own first), each sorted as :func:`_ipc_rewrite` sorts a task's
     dependencies, so that a fetch of another worker's blocks folds into the run that alone
     reads them there. Priority: 0 for a run of local blocks, -1 for one that waits for others'.
@@ -905,10 +938,14 @@ def _bundle_runs(dsk, runs_of, where, priority, holders, token, args):
     >>> on = {("x", 0, 0): "w0", ("x", 1, 0): "w1", ("y", 0, 0): "w0", ("y", 0, 1): "w1"}
     >>> priority = dict.fromkeys(where, 0)
     >>> _bundle_runs(dsk, runs_of, where, priority, lambda k: {on[k]}, "t", (None,) * 8)
-    >>> sorted((k[1], where[k], priority[k]) for k in dsk if k[0] == "pyblasgemm-run-t")
-    [(0, 'w0', 0), (1, 'w0', -1), (2, 'w1', -1), (3, 'w1', 0)]
-    >>> dsk["c", 0, 1].args[0].key, dsk["c", 0, 1].args[1]
-    (('pyblasgemm-run-t', 1), 0)
+    >>> sorted((k, where[k], priority[k]) for k in dsk)        # one block a run: the blocks' own tasks
+    [(('c', 0, 0), 'w0', 0), (('c', 0, 1), 'w0', -1), (('c', 1, 0), 'w1', -1), (('c', 1, 1), 'w1', 0)]
+    >>> dsk["c", 0, 1].func.__name__, dsk["c", 0, 1].args[1], dsk["c", 0, 1].kwargs
+    ('_run_task', 1, {'single': True})
+    >>> where = dict.fromkeys(where, "w0")      # all on w0: c[0, 0] alone, the three that read w1's blocks a run
+    >>> _bundle_runs(dsk, runs_of, where, dict.fromkeys(where, 0), lambda k: {on[k]}, "t", (None,) * 8)
+    >>> sorted(k[1] for k in dsk if k[0] == "pyblasgemm-run-t"), dsk["c", 0, 1].args[0].key, dsk["c", 0, 1].args[1]
+    ([1], ('pyblasgemm-run-t', 1), 0)
     """
     from dask.task_spec import List, Task, TaskRef
 
@@ -926,7 +963,7 @@ def _bundle_runs(dsk, runs_of, where, priority, holders, token, args):
                 sources.add(sorted(has)[0])
         bundles.setdefault((w, tuple(sorted(sources))), []).append(root)
     for n, ((w, sources), roots) in enumerate(bundles.items()):
-        key = (run_name, n)
+        key = roots[0] if len(roots) == 1 else (run_name, n)
         groups = {}                     # source (None: this worker or Dask) -> [blocks]
         for root in roots:
             xs, ys, c = runs_of[root]
@@ -941,8 +978,10 @@ def _bundle_runs(dsk, runs_of, where, priority, holders, token, args):
         plan = tuple(([at[b] for b in runs_of[r][0]], [at[b] for b in runs_of[r][1]],
                       None if runs_of[r][2] is None else at[runs_of[r][2]]) for r in roots)
         dsk[key] = Task(key, _run_task, None, n, plan, types, acc, compute, backend, out_dtype, alpha, beta, c_type,
-                        *[List(*[TaskRef(b) for b in blocks]) for blocks in lists])
+                        *[List(*[TaskRef(b) for b in blocks]) for blocks in lists], single=len(roots) == 1)
         where[key], priority[key] = w, (0 if not sources else -1)
+        if len(roots) == 1:
+            continue
         for index, root in enumerate(roots):
             dsk[root] = Task(root, _pick, TaskRef(key), index)
             priority[root] = 0

@@ -1173,47 +1173,49 @@ def test_the_gpu_benchmarks_graph_has_one_task_per_block_and_few_ipc_tasks(monke
 
 
 def _run_counts(z):
-    """(run tasks, output blocks picked from a run, export tasks, fetch tasks, fetches folded) of z's graph."""
-    from pyblasgemm.dask import _pick
+    """(run tasks, output blocks picked from a run, export tasks, fetch tasks, fetches folded) of z's graph
+    (a run of one output block is that block's own task)."""
+    from pyblasgemm.dask import _pick, _run_task
 
     graph = dict(z.__dask_graph__())
     kinds = [_kind(k) for k in graph]
+    runs = [t for t in graph.values() if getattr(t, "func", None) is _run_task]
     picks = sum(_kind(k) == "matmul" and graph[k].func is _pick for k in graph)
-    folded = sum(len(_nested_fetches(t)) for k, t in graph.items() if _kind(k) == "run")
-    return kinds.count("run"), picks, kinds.count("export"), kinds.count("fetch"), folded
+    folded = sum(len(_nested_fetches(t)) for t in runs)
+    return len(runs), picks, kinds.count("export"), kinds.count("fetch"), folded
 
 
-@pytest.mark.parametrize("n, counts", [(1, (1, 16, 0, 0, 0)), (2, (4, 16, 2, 0, 2)), (4, (16, 16, 4, 0, 12))])
+@pytest.mark.parametrize("n, counts", [(1, (1, 16, 0, 0, 0)), (2, (4, 16, 2, 0, 2)), (4, (16, 0, 4, 0, 12))])
 def test_the_gpu_benchmarks_graph_in_runs_has_a_run_a_worker_and_source(monkeypatch, n, counts):
     """The default schedule (pyblasgemm.dask.RUNS): bench/dask_scaling.py's 32768^3 float16 in
     8192^2 chunks (4 x 4 x 4 blocks; here 8^2), A's row panels and B's column panels over n
     workers of one host. A worker's products that read the same other workers' blocks are one
     run task (its own blocks first): on 1 worker one run of all 16, on 2 a run of the 4 local
     products and a run of the 4 that read the other's blocks, whose fetch folds into it, on 4
-    one run a product (each reads one other worker's column panel); each output block is a
-    pick of its run, placed with it. The run's placement and priority (local first), one export
+    one run a product (each reads one other worker's column panel), which is then the output
+    block's own task; each other output block is a pick of its run, placed with it. The run's
+    placement and priority (local first), one export
     a worker whose blocks others read, each block copied once per worker; on the synchronous
     scheduler the bits of the plain graph."""
     X, Y, plain, workers, z = _bench_graph_on(monkeypatch, n, seed=72)
     assert pbd.RUNS and type(z).__name__ == "PlacedArray" and _run_counts(z) == counts
     graph, where, priority = dict(z.__dask_graph__()), _annotated(z), _annotated(z, "priority")
+    runs = [k for k, t in graph.items() if getattr(t, "func", None) is pbd._run_task]
     for i in range(4):
         for j in range(4):
             pick = graph[z.name, i, j]
-            (run,) = pick.dependencies
-            assert _kind(run) == "run" and where[z.name, i, j] == where[run] == workers[i * n // 4], (i, j)
-    for key in graph:
-        if _kind(key) == "run":
-            local = all(_kind(d) == "operand" and where[key] == workers[(d[1] if d[0] == X.name else d[2]) * n // 4]
-                        for d in graph[key].dependencies)
-            assert priority[key] == (0 if local else -1), key
+            (run,) = pick.dependencies if pick.func is pbd._pick else [(z.name, i, j)]
+            assert run in runs and where[z.name, i, j] == where[run] == workers[i * n // 4], (i, j)
+    for key in runs:
+        local = all(_kind(d) == "operand" and where[key] == workers[(d[1] if d[0] == X.name else d[2]) * n // 4]
+                    for d in graph[key].dependencies)
+        assert priority[key] == (0 if local else -1), key
     _check_ipc_graph_runs = {w: [] for w in workers}
-    for key, task in graph.items():
-        if _kind(key) == "run":
-            for f in _nested_fetches(task):
-                exported = _exported_blocks(graph[f.args[0].key])
-                _check_ipc_graph_runs[where[key]] += [exported[i] for i in
-                                                      (f.args[2] if len(f.args) > 2 else range(len(exported)))]
+    for key in runs:
+        for f in _nested_fetches(graph[key]):
+            exported = _exported_blocks(graph[f.args[0].key])
+            _check_ipc_graph_runs[where[key]] += [exported[i] for i in
+                                                  (f.args[2] if len(f.args) > 2 else range(len(exported)))]
     for w, blocks in _check_ipc_graph_runs.items():
         mine = workers.index(w)
         assert sorted(blocks) == sorted((Y.name, k, j) for k in range(4) for j in range(4) if j * n // 4 != mine), w
