@@ -512,11 +512,7 @@ def trace_summary(entries, t0) -> dict:
 #: default before), "blocks" one task an output block (before that); "client" as "start", the
 #: timed call ``client.persist(z)`` (Dask's own; the engines' work handed out by the product's
 #: ``__dask_postpersist__`` once the graph is queued) where the others time ``z.persist()``
-SCHEDULES = {"start": (True, True), "runs": (True, False), "blocks": (False, False), "client": (True, True),
-             "export-first": (True, True)}
-#: --schedule: pyblasgemm.dask.READY_FIRST while the product is persisted: "export-first" makes
-#: each engine's exports before its own runs (the order before 2026-11-28's READY_FIRST)
-READY_FIRST = {"export-first": False}
+SCHEDULES = {"start": (True, True), "runs": (True, False), "blocks": (False, False), "client": (True, True)}
 
 
 def _stamp_block():
@@ -1224,9 +1220,7 @@ def child(args, cases) -> int:
                     from pyblasgemm import dask as pbd
 
                     pbd.RUNS, pbd.START = SCHEDULES[sched]
-                    pbd.READY_FIRST = READY_FIRST.get(sched, True)
-                    print(f"  schedule {sched} (pyblasgemm.dask.RUNS = {pbd.RUNS}, START = {pbd.START}, "
-                          f"READY_FIRST = {pbd.READY_FIRST}):", flush=True)
+                    print(f"  schedule {sched} (pyblasgemm.dask.RUNS = {pbd.RUNS}, START = {pbd.START}):", flush=True)
                     try:                    # dask.array.matmul once a case and cluster (no schedule of ours)
                         theirs = not args.no_dask_array and _listed(args.dask_array_gpus, str(n_gpus), transport) \
                             and _listed(args.dask_array_cases, name) and sched == scheds[0]
@@ -1668,7 +1662,7 @@ COMM = {"ipc": ("TCP", "CUDA IPC"), "ucx-ipc": ("UCX", "CUDA IPC"), "ucx-nvlink"
         "tcp": ("TCP", "TCP")}
 #: each schedule's timed call in the guide's table
 CALLS = {"start": "z.persist()", "client": "client.persist(z)", "runs": "z.persist(), graph alone",
-         "blocks": "z.persist(), a task a block", "export-first": "z.persist(), exports before own runs"}
+         "blocks": "z.persist(), a task a block"}
 
 
 def transport_table(path) -> str:

@@ -54,8 +54,8 @@ import threading
 
 import numpy as np
 
-__all__ = ["IpcBlocks", "export", "mark_ready", "drop_ready", "fetch", "pick", "stats", "close_handles", "OPEN_MAX",
-           "EVENTS", "TRACE"]
+__all__ = ["IpcBlocks", "export", "fetch", "pick", "stats", "close_handles", "OPEN_MAX", "EVENTS",
+           "TRACE"]
 
 #: opened IPC handles kept per process (each maps one allocation of a producer: CuPy's pool
 #: makes a few large ones, so a handful per peer is typical); the oldest is closed beyond this
@@ -205,22 +205,19 @@ class _Exported:
 
     __slots__ = ("device", "stream", "ready", "done", "arrays", "released")
 
-    def __init__(self, device: int, stream: int, readers: int, arrays=(), ready=None):
+    def __init__(self, device: int, stream: int, readers: int, arrays=()):
         drv = _driver()
         cu = drv.bindings()
         flags = int(cu.CUevent_flags.CU_EVENT_INTERPROCESS) | int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
         self.device, self.stream, self.released, self.arrays = device, stream, False, list(arrays)
-        self.ready, self.done = ready, []     # ready: recorded earlier on ``stream`` (mark_ready), or made here
+        self.ready, self.done = None, []
         try:
-            record = self.ready is None
-            if record:
-                self.ready = drv.call_in_context(device, "cuEventCreate", cu.cuEventCreate, flags)
+            self.ready = drv.call_in_context(device, "cuEventCreate", cu.cuEventCreate, flags)
             for _ in range(readers):
                 self.done.append(drv.call_in_context(device, "cuEventCreate", cu.cuEventCreate, flags))
-            if record:
-                drv.call_in_context(device, "cuEventRecord", cu.cuEventRecord, self.ready, drv.stream(stream))
-                if TRACE is not None:
-                    TRACE("ready", device, stream)
+            drv.call_in_context(device, "cuEventRecord", cu.cuEventRecord, self.ready, drv.stream(stream))
+            if TRACE is not None:
+                TRACE("ready", device, stream)
         except Exception:
             self.release()
             raise
@@ -266,54 +263,12 @@ def _is_legacy(stream) -> bool:
     return int(stream.ptr) in (0, 1)
 
 
-def mark_ready(*blocks):
-    """The *ready* event of a later :func:`export` of ``blocks``, recorded now: ``(device, event)``
-    on the current stream of the first CuPy block's device when that is the legacy default
-    stream (an export then covers the writes queued before this call, not the work queued
-    between it and the export), else None (the export records its own). Why: a worker's engine
-    queues its own products right after this, and makes the rest of the export (~1-2 ms of
-    driver calls on an H200 host) while they run, instead of before.
-
-    >>> mark_ready(np.ones(2)) is None          # NumPy blocks: nothing to order
-    True
-    """
-    device = next((b.device.id for b in blocks if type(b).__module__.startswith("cupy") and b.size), None)
-    if device is None:
-        return None
-    import cupy
-
-    drv = _driver()
-    cu = drv.bindings()
-    with cupy.cuda.Device(device):
-        stream = cupy.cuda.get_current_stream()
-        if not _is_legacy(stream):
-            return None
-        flags = int(cu.CUevent_flags.CU_EVENT_INTERPROCESS) | int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
-        event = drv.call_in_context(device, "cuEventCreate", cu.cuEventCreate, flags)
-        try:
-            drv.call_in_context(device, "cuEventRecord", cu.cuEventRecord, event, drv.stream(stream.ptr))
-        except Exception:
-            drv.call_in_context(device, "cuEventDestroy", cu.cuEventDestroy, event)
-            raise
-        if TRACE is not None:
-            TRACE("ready", device, int(stream.ptr))
-    return device, event
-
-
-def drop_ready(ready) -> None:
-    """Destroy a :func:`mark_ready` event that no export took."""
-    if ready is not None:
-        drv = _driver()
-        drv.call_in_context(ready[0], "cuEventDestroy", drv.bindings().cuEventDestroy, ready[1])
-
-
-def export(*blocks, readers: int = 1, ready=None):
+def export(*blocks, readers: int = 1):
     """The blocks of one worker as an :class:`IpcBlocks` (the task placed on that worker), or the
     blocks themselves (a tuple) when none can go through IPC: NumPy blocks, no CUDA, an
     allocator whose memory ``cuIpcGetMemHandle`` refuses. ``readers``: the fetch tasks that will
     read it (one IPC *done* event each; a fetch of a slot beyond them waits for its copy on the
-    host). ``ready``: a :func:`mark_ready` of these blocks, recorded earlier on this thread
-    (the export owns it from here on), or None (recorded now).
+    host).
 
     >>> export(np.ones(3), np.zeros(2))[0].tolist()        # NumPy: Dask moves the data
     [1.0, 1.0, 1.0]
@@ -342,9 +297,6 @@ def export(*blocks, readers: int = 1, ready=None):
             _count("exported_blocks")
         entries.append(entry)
         arrays.append(block)
-    if not devices or not EVENTS or len(devices) != 1 or (ready is not None and ready[0] != devices[0]):
-        drop_ready(ready)               # not this export's (no IPC block, no events, another device)
-        ready = None
     if not devices:
         return tuple(blocks)
     events = owner = None
@@ -357,9 +309,7 @@ def export(*blocks, readers: int = 1, ready=None):
                 if not _is_legacy(stream):      # the blocks may have been written on other threads' streams
                     cupy.cuda.Device(devices[0]).synchronize()
                     _count("synchronized_exports")
-                taken, ready = ready, None      # owned by the _Exported from here (released with it)
-                owner = _Exported(devices[0], int(stream.ptr), int(readers), arrays,
-                                  ready=None if taken is None else taken[1])
+                owner = _Exported(devices[0], int(stream.ptr), int(readers), arrays)
                 events = owner.handles()
             _count("event_exports")
         except Exception as e:          # no IPC events here: the producer synchronizes, the readers wait

@@ -133,14 +133,6 @@ RUNS = True
 #: bench/dask_scaling.py ``--schedule``)
 START = True
 
-#: the order of an engine's work (:data:`START`): True marks each export's *ready* event first
-#: (:func:`pyblasgemm._dask_ipc.mark_ready`: the blocks' writes so far), then queues the worker's
-#: own runs, then makes the exports (their IPC handles and events: ~1-2 ms of driver calls a
-#: worker on a 4-H200 host, which then overlap the GPU's first product instead of delaying it),
-#: then the runs that read other workers' blocks; False makes the exports first, as before
-#: 2026-11-28 (kept to compare: bench/dask_scaling.py ``--schedule``)
-READY_FIRST = True
-
 #: a worker keeps the started work of at most this many persists (the newest) that no task has
 #: taken yet, none of it older than :data:`KEEP_S` seconds; older work is dropped (its tasks,
 #: if they still come, compute it): started work that no graph reads (a persist of keys the
@@ -558,16 +550,6 @@ def _start_work(ticket, jobs, data, ask=None) -> int:
     >>> _run_task("t-doc", 0, *args, None)[0].tolist(), _take("t-doc", 1)
     ([[2.0, 2.0], [2.0, 2.0]], None)
     """
-    readied = {}                        # export slot -> its ready event, marked before the runs (READY_FIRST)
-    for job in jobs:
-        if job[0] == "ready":
-            try:
-                from . import _dask_ipc
-
-                readied[job[1]] = _dask_ipc.mark_ready(*[data[k] for k in job[2]])
-            except Exception as e:      # the export records its own
-                log.debug("ready %s failed: %s: %s", job[1], type(e).__name__, e)
-    jobs = [job for job in jobs if job[0] != "ready"]
     now = time.monotonic()
     with _ENGINE:
         _TICKETS[ticket] = now
@@ -612,7 +594,7 @@ def _start_work(ticket, jobs, data, ask=None) -> int:
                 if kind == "export":
                     from . import _dask_ipc
 
-                    value = _dask_ipc.export(*blocks, readers=args, ready=readied.pop(slot, None))
+                    value = _dask_ipc.export(*blocks, readers=args)
                 elif kind == "run":
                     value = _run(*args, blocks)
                 else:
@@ -622,10 +604,6 @@ def _start_work(ticket, jobs, data, ask=None) -> int:
                 value = None
         if kind == "export":
             _publish(ticket, slot, value)
-            if slot in readied:         # skipped, or its blocks gone: no export took the event
-                from . import _dask_ipc
-
-                _dask_ipc.drop_ready(readied.pop(slot))
         with _ENGINE:
             if _STARTED.get(key) is _PENDING and value is not None and ticket in _TICKETS:
                 _STARTED[key] = value
@@ -1530,16 +1508,12 @@ def _engine_jobs(mapping, placed, engines) -> tuple:
                    ("run", task.args[1], ref_keys, task.args[2:11]))
         jobs.setdefault(w, []).append(job)
         keys.append(key)
-    for w, work in jobs.items():
-        # an export's ready event covers the work queued before it on the worker's stream, and
-        # the other workers' copies wait for it: marked first (READY_FIRST; the export itself
-        # after the worker's own runs are queued), or the whole export first; then the
-        # worker's own runs, which its copies of the others' blocks overlap (a run's 4 products
-        # of 8192^3 float16: ~26 ms on an H200; a 512 MiB copy over NVLink ~2 ms)
-        order = ("ready", "run", "export", "remote") if READY_FIRST else ("ready", "export", "run", "remote")
-        if READY_FIRST:
-            work += [("ready", job[1], job[2], None) for job in work if job[0] == "export"]
-        work.sort(key=lambda job: order.index(job[0]))
+    for work in jobs.values():
+        # exports first: an export's ready event covers the work queued before it on the
+        # worker's stream, and the other workers' copies wait for it; then the worker's own
+        # runs, which its copies of the others' blocks overlap (a run's 4 products of 8192^3
+        # float16: ~26 ms on an H200; a 512 MiB copy over NVLink ~2 ms)
+        work.sort(key=lambda job: ("export", "run", "remote").index(job[0]))
     return jobs, keys
 
 
