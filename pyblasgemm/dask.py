@@ -29,10 +29,12 @@ products, the accumulation and the order of the sums. For ``x @ y`` with NumPy o
   ``dask.array.Array`` subclass optimized without low-level fusion, which would drop them
   (an array derived from the result is Dask's own again, and Dask places its tasks); the
   placed blocks of a worker that read the same other workers' blocks run as one task, each
-  output block a pick of it (:data:`RUNS`); ``z.persist()`` and ``z.compute()`` hand each
-  worker the runs and exports it can do alone through its engine, a Dask actor, before the
-  graph goes to the scheduler (``client.persist(z)`` and ``dask.persist(z)``: once the client
-  has queued it), and the tasks take them (:data:`START`);
+  output block a pick of it (:data:`RUNS`; a run of one block is that block's task);
+  ``z.persist()`` and ``z.compute()`` hand each worker's engine, a Dask actor, its exports and
+  its runs before the graph goes to the scheduler (``client.persist(z)`` and
+  ``dask.persist(z)``: once the client has queued it), runs that read other workers' blocks
+  included (the engine asks those workers' engines for their exports, worker to worker, and
+  queues the copies behind its own runs), and the tasks take them (:data:`START`);
 * where a placed task needs a block another worker of the same host holds, the block moves
   through CUDA IPC (``transport="auto"`` for CuPy chunks, or ``"ipc"``; :mod:`pyblasgemm._dask_ipc`):
   an export task makes the IPC handles where the blocks are (one a worker for the blocks in
@@ -118,8 +120,9 @@ TRANSPORTS = ("auto", "ipc", "dask")
 RUNS = True
 
 #: on a cluster holding the operands: True makes ``z.persist()`` and ``z.compute()`` of a placed
-#: product hand each worker the work it can do alone (its exports of the blocks others read, and
-#: its runs that read only its own blocks: :data:`RUNS`) directly, through a Dask actor on that
+#: product hand each worker its work (its exports of the blocks others read, its runs of its own
+#: blocks, and its runs that read other workers' exports, which its engine asks their engines
+#: for: :func:`_start_work`; :data:`RUNS`) directly, through a Dask actor on that
 #: worker (:class:`_Engine`, made once a worker when a product is first placed), before the graph
 #: goes to the scheduler; ``client.persist(z)`` and ``dask.persist(z)`` on that cluster hand it
 #: out just after the client has queued the graph (:func:`_start_persisted`, through Dask's

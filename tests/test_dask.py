@@ -1886,3 +1886,32 @@ def test_the_guide_shows_tcp_against_ucx_on_1_2_and_4_h200():
     lat = {t: doc["transports"][t]["latency"]["2"]["persist_one_task"]["start_ms"] for t in ("ipc", "ucx-ipc")}
     assert f"{lat['ipc']:.2f} ms over TCP and {lat['ucx-ipc']:.2f} ms over UCX" in flat
 
+
+
+def test_the_guide_shows_the_4_gpu_run_with_every_run_started():
+    """docs/guide/dask.rst's table of the run where the engines start every run (4 H200, every
+    issue case on 4, 2 and 1 GPUs) is the results file's, drawn by bench/dask_scaling.py, with
+    its figure; the ratios the text quotes are that file's, and every product's bits agreed."""
+    import json
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "bench"))
+    import dask_scaling
+
+    name = "bench/results/dask_scaling_h200x4_2026-11-28_27c52ef.json"
+    doc = json.loads((root / name).read_text())
+    guide = (root / "docs" / "guide" / "dask.rst").read_text()
+    assert name in guide and doc["gpu_count"] == 4 and doc["device"]["name"] == "NVIDIA H200"
+    assert dask_scaling.transport_table(root / name) in guide
+    assert (root / "docs/_static/perf/dask_scaling_2026-11-28_engines.png").is_file()
+    assert all(b["all_runs_equal"] for b in doc["bitwise"].values())
+    row = {(c["case"], c["gpus"]): c["pyblasgemm.dask.matmul"] for c in doc["cases"]}
+    assert f"**{row['32768^3 float16', 2]['speedup_vs_one_call']:.3f}x** one call" in guide
+    assert f"**{row['32768^3 float16', 4]['speedup_vs_one_call']:.2f}x** (bfloat16 " \
+           f"{row['32768^3 bfloat16', 4]['speedup_vs_one_call']:.2f}x)" in guide
+    assert f"float64 **{row['16384^3 float64', 4]['efficiency']:.2f}** efficiency on 4 GPUs" in guide
+    for case in doc["cases"]:           # every engine's work was started and taken
+        for counts in case["pyblasgemm.dask.matmul"].get("engine_per_run", []):
+            assert counts["failed"] == counts["held"] == 0, (case["case"], case["gpus"], counts)
