@@ -450,6 +450,29 @@ def test_readme_heldout_table_is_the_named_results_files():
         assert doc["meta"]["git_sha"][:7] in section
 
 
+def test_performance_page_quotes_the_2026_11_28_h200_heldout_run():
+    """docs/performance.rst's paragraph on the 2026-11-28 H200 run of the whole corpus quotes
+    that file's summary: overall and per class (fp16/bf16), shapes below 0.9x, planner within 5 %."""
+    name = "heldout_h200_2026-11-28_239103c.json"
+    doc = json.loads((ROOT / "bench" / "results" / name).read_text())
+    page = " ".join((ROOT / "docs" / "performance.rst").read_text().split())     # lines wrapped anywhere
+    assert f"bench/results/{name}" in page and doc["meta"]["device"]["name"] == "NVIDIA H200"
+    assert len(doc["rows"]) == 168 and not doc["summary"]["failed_checks"]
+    every = doc["summary"]["all"]["overall"]
+    auto, ours, planner = every["auto"], every["tensorcore"], every["planner_within_5pct"]
+    assert f"**{auto['steady']['geomean']:.2f}x steady, {auto['single']['geomean']:.2f}x single**" in page
+    assert f"our kernels forced {ours['steady']['geomean']:.2f}x / {ours['single']['geomean']:.2f}x" in page
+    assert f"{auto['steady']['below_0.9']} / {auto['single']['below_0.9']} shapes below 0.9x" in page
+    assert (f"**planner within 5 % of the best forced route on {planner['steady']['pct']:.0f} % (steady) / "
+            f"{planner['single']['pct']:.0f} % (single)**") in page
+    half = doc["summary"]["fp16/bf16"]
+    names = {"general": "general", "decode": "decode", "longk": "long K", "odd": "odd", "batched": "batched",
+             "small_square": "small squares", "large_square": "large squares"}
+    for cls, words in names.items():
+        a = half["by_class"][cls]["auto"]
+        assert f"{words} {a['steady']['geomean']:.2f} / {a['single']['geomean']:.2f}" in page, cls
+
+
 # ---------------------------------------------------------------------------------------------
 # the model-layer corpus (bench/model_corpus.py)
 
