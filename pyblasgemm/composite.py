@@ -46,7 +46,8 @@ def last_route() -> str | None:
     Example (on a GPU)::
 
         pyblasgemm.matmul(a, b, compute="int8-ozaki", backend="tensorcore")
-        last_route()   # 'pyblasgemm Ozaki II with 16 moduli: ...; 1 rows and 0 columns natively (...)'
+        last_route()   # 'pyblasgemm Ozaki II with 16 moduli: ...; 1 rows and 0 columns natively (...);
+                       #  error of the emulated elements: |c_ij - exact| <= ... (the guard)'
     """
     return _last["route"]
 
@@ -221,7 +222,9 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
         route += _native_fixup(desc, a, b, c, rows, cols, setting.bits)
     if failed:
         route += _guard_fixup(desc, a, b, c, setting, prod, sum_a, sum_b, lost_a, lost_b[:n], failed)
-    _last["route"] = route
+    # the record states the bound the emulated elements keep (#34, item 4); the lines and
+    # elements run natively keep native's
+    _last["route"] = f"{route}; error of the emulated elements: {setting.bound()}"
 
 
 def _guard_fixup(desc: GemmDesc, a, b, c, setting, prod, sum_a, sum_b, lost_a, lost_b, failed: int) -> str:

@@ -10,6 +10,7 @@ import pytest
 
 import pyblasgemm
 from _ref import TOLERANCE, op
+from pyblasgemm import ozaki
 from pyblasgemm.composite import last_route
 
 cupy = pytest.importorskip("cupy")
@@ -140,6 +141,8 @@ def test_dgemm_ozaki_lines_the_scaling_cannot_hold_run_natively():
                     backend="tensorcore")
     route = last_route()
     assert "1 rows and 1 columns natively" in route, route
+    # the record states the bound the emulated elements keep (issue 34, item 4)
+    assert route.endswith("; error of the emulated elements: " + ozaki.setting(70).bound()), route
     ref = 1.5 * (a @ b) - 0.5 * c
     scale = 1.5 * np.abs(a) @ np.abs(b) + 0.5 * np.abs(c)
     assert np.all(np.abs(cupy.asnumpy(out) - ref) <= 1e-15 * scale)
