@@ -53,16 +53,18 @@ def test_readme_example_runs_on_the_host(capsys):
 
 
 def test_the_dask_scaling_sentence_is_the_named_results_file():
-    """The README's two-GPU Dask ratios are the named results file's (2 H200, the started-work
-    schedule), not typed in."""
+    """The README's Dask ratios on 2 and 4 GPUs are the named results file's (4 H200, every run
+    started by the engines), not typed in."""
     import json
 
     readme = (ROOT / "README.md").read_text()
-    name = "dask_scaling_h200x2_2026-11-28_ef0b596_start.json"
+    name = "dask_scaling_h200x4_2026-11-28_27c52ef.json"
     assert f"bench/results/{name}" in readme
     doc = json.loads((ROOT / "bench" / "results" / name).read_text())
     ratio = {(c["case"], c["gpus"], c["schedule"]): c["pyblasgemm.dask.matmul"]["speedup_vs_one_call"]
              for c in doc["cases"]}
     text = " ".join(readme.split())
-    for case, words in (("32768^3 float16", "32768³ float16 runs at"), ("16384^3 float64", "16384³ float64 at")):
-        assert f"{words} {ratio[(case, 2, 'start')]:.3f}x" in text, case
+    fp16, fp64 = "32768^3 float16", "16384^3 float64"
+    assert (f"32768³ float16 runs at {ratio[(fp16, 2, 'start')]:.3f}x one `pyblasgemm.matmul` call on one GPU "
+            f"on 2 GPUs and {ratio[(fp16, 4, 'start')]:.3f}x on 4") in text
+    assert f"16384³ float64 at {ratio[(fp64, 2, 'start')]:.3f}x and {ratio[(fp64, 4, 'start')]:.3f}x" in text
