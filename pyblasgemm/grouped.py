@@ -870,7 +870,7 @@ def _on_device(a, b, on_device, out, bias, scale_a, scale_b, activation, dequant
     # the real sizes. Masked: the starts are the blocks' (fixed), the groups `expected` rows.
     if group_rows:
         starts = [g * group_rows for g in range(groups)]
-        nominal = [s0 + expected for s0 in starts]
+        nominal = [s0 + max(expected, 1) for s0 in starts]     # (0 rows: "nothing to compute")
     else:
         nominal = [min(rows, g + 1) for g in range(groups - 1)] + [rows]
         starts = [0] + nominal[:-1]
