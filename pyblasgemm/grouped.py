@@ -596,18 +596,46 @@ def _masked(a, b, masked_m, expected_m, out, dtype, bias, activation, scale_a, s
     elif out.shape != (groups, max_m, n) or out.dtype != result_dtype:
         raise ValueError(f"grouped_matmul: out has shape {out.shape} and dtype {out.dtype.name}; the "
                          f"result is {(groups, max_m, n)} {result_dtype.name}")
+    launchable = one_launch and groups and max_m and n and xp_name == "cupy"
+    expected = max_m if expected_m is None else int(expected_m)
+    key = None
+    if launchable:
+        # a repeated call: its key holds every fact the checks below read (types, shapes,
+        # strides, devices, the keywords; the counts' values or their type on the GPU), so a
+        # hit replays its launch before them (the three views they take cost more than the
+        # replay: H200, 64 experts of <= 64 rows)
+        _check_modes(ROW_BY_DTYPE[np.dtype(a.dtype)], compute, backend, xp_name)   # (a known type: _result_dtype)
+        words = (("masked on the GPU", on_device[1], max_m, expected) if on_device is not None
+                 else ("masked", max_m, *counts))
+        key = _expert_signature(a, b, words, out, out_given, bias, scale_a, scale_b, activation, dtype, compute,
+                                backend)
+        ran = None if key is None else calls.get(key)
+        if ran is not None and not (out_given and (_overlaps(out, a) or _overlaps(out, b))):
+            if on_device is None:
+                _replay(ran, a, b, out, bias, scale_a, scale_b, stream)
+                return out
+            if on_device[2] == ran.device:
+                values = dict(ran.values, **_expert_bases(a, b, out, bias, scale_a, scale_b))
+                with streams.on(None if stream is None else streams.handle(stream)):
+                    ran.launch.launch_offsets(groups, on_device[0], on_device[1], values)
+                note_route(ran.route)
+                return out
+    # the blocks as the rows of one array (None where their strides cannot be), the views the
+    # checks and the launch share
+    x, y = _rows_of_blocks(a), _rows_of_blocks(out)
+    sa = None if scale_a is None else _rows_of_blocks(scale_a)
+    rows_view = x is not None and y is not None and (scale_a is None or sa is not None)
     if groups:
-        # gemm's checks of the whole (group 0 stands for all: the blocks share their shapes)
-        _, row = check_operands("grouped_matmul", a[0], b[0], names=("a", "b"))
-        _check_target("", a[0], n, row, out[0], out_given, None if bias is None else bias[0],
-                      None if scale_a is None else scale_a[0], None if scale_b is None else scale_b[0],
-                      activation)
+        # gemm's checks of the whole, named as given: on the rows' views, or on group 0 (whose
+        # vectors stand for all: the blocks share their shapes)
+        x0, y0, sa0 = (x, y, sa) if rows_view else (a[0], out[0], None if scale_a is None else scale_a[0])
+        _, row = check_operands("grouped_matmul", x0, b[0], names=("a", "b"))
+        _check_target("", x0, n, row, y0, out_given, None if bias is None else bias[0], sa0,
+                      None if scale_b is None else scale_b[0], activation)
         _check_modes(row, compute, backend, xp_name)
-    if one_launch and groups and max_m and n and xp_name == "cupy":
-        ran = _masked_launch(a, b, masked_m, counts, on_device, expected_m, out, out_given, dtype, bias,
-                             activation, scale_a, scale_b, dequant, compute, backend, stream)
-        if ran:
-            return out
+    if launchable and rows_view and _masked_launch(a, b, x, y, sa, counts, on_device, expected, key, bias,
+                                                   activation, scale_b, dequant, compute, backend, stream):
+        return out
     if counts is None:
         if not (groups and max_m and n):
             return out              # nothing to write: the device's counts are not read
@@ -622,27 +650,14 @@ def _masked(a, b, masked_m, expected_m, out, dtype, bias, activation, scale_a, s
     return out
 
 
-def _masked_launch(a, b, masked_m, counts, on_device, expected_m, out, out_given, dtype, bias, activation,
-                   scale_a, scale_b, dequant, compute, backend, stream) -> bool:
-    """The masked layout on CuPy arrays as one grouped launch (the expert form's, on the blocks
-    as rows), or a repeat of one (the call signature); False where it cannot run so."""
+def _masked_launch(a, b, x, y, sa, counts, on_device, expected, key, bias, activation, scale_b, dequant,
+                   compute, backend, stream) -> bool:
+    """The masked layout on CuPy arrays as one grouped launch, the expert form's on the blocks
+    as rows (``x``, ``y``, ``sa``: ``a``, ``out``, ``scale_a`` so viewed), kept under ``key``
+    (:func:`_masked`'s, on the 3-D arrays) for a repeat; False where the plan is not one
+    launch (the caller then runs the loop)."""
     groups, max_m = a.shape[:2]
-    x, y = _rows_of_blocks(a), _rows_of_blocks(out)
-    sa = None if scale_a is None else _rows_of_blocks(scale_a)
-    if x is None or y is None or (scale_a is not None and sa is None):
-        return False
-    overlapping = out_given and (_overlaps(out, a) or _overlaps(out, b))
     if on_device is not None:
-        expected = max_m if expected_m is None else int(expected_m)
-        key = _expert_signature(x, b, ("masked on the GPU", on_device[1], max_m, expected), y, out_given,
-                                bias, sa, scale_b, activation, dtype, compute, backend)
-        ran = None if key is None else calls.get(key)
-        if ran is not None and on_device[2] == ran.device and not overlapping:
-            values = dict(ran.values, **_expert_bases(x, b, y, bias, sa, scale_b))
-            with streams.on(None if stream is None else streams.handle(stream)):
-                ran.launch.launch_offsets(groups, on_device[0], on_device[1], values)
-            note_route(ran.route)
-            return True
         ran = _on_device(x, b, on_device, y, bias, sa, scale_b, activation, dequant, compute, backend, stream,
                          group_rows=max_m, expected=expected)
         if ran is None:
@@ -652,12 +667,6 @@ def _masked_launch(a, b, masked_m, counts, on_device, expected_m, out, out_given
         return True
     starts = [g * max_m for g in range(groups)]
     ends = [s0 + c for s0, c in zip(starts, counts)]
-    key = _expert_signature(x, b, ("masked", max_m, *counts), y, out_given, bias, sa, scale_b, activation,
-                            dtype, compute, backend)
-    ran = None if key is None else calls.get(key)
-    if ran is not None and not overlapping:
-        _replay(ran, x, b, y, bias, sa, scale_b, stream)
-        return True
     sizes = tuple((b.shape[2], c, a.shape[2]) for c in counts)
     blocker = _blocker(x, y.dtype, dequant, compute) or (
         "" if _arrays.device_id(b) == _arrays.device_id(y) == _arrays.device_id(x)
@@ -671,7 +680,7 @@ def _masked_launch(a, b, masked_m, counts, on_device, expected_m, out, out_given
     if ran is None:
         return False
     if key is not None:
-        _remember(key, _Ran(*ran), x, b, y, bias, sa, scale_b)
+        _remember(key, _Ran(*ran), a, b, y, bias, sa, scale_b)
     return True
 
 
