@@ -200,3 +200,26 @@ def test_read_only_out_is_refused():
     out = np.zeros((3, 4, 2), np.float32)
     out.flags.writeable = False
     _refused(ValueError, "out is read-only", out=out)
+
+
+def test_the_guide_quotes_the_measured_run():
+    """docs/guide/fusion.rst's masked-layout table and ratios are the H200 run's numbers."""
+    import json
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    name = "grouped_masked_h200_2026-11-28_04c671f.json"
+    doc = json.loads((root / "bench/results" / name).read_text())
+    guide = (root / "docs/guide/fusion.rst").read_text()
+    assert name in guide and doc["git_sha"] == "04c671f" and doc["device"]["name"] == "NVIDIA H200"
+    for case in doc["cases"]:
+        assert case["max_rel_err_vs_torch_grouped_mm"] == 0.0 and case["padding_rows_untouched"]
+        us = case["us"]
+        cells = [us["pyblasgemm masked (public call, masked_m on the GPU)"], us["torch._grouped_mm on the packed rows"],
+                 us["pyblasgemm masked, graph"], us["torch._grouped_mm on the packed rows, graph"]]
+        line = next(x for x in guide.splitlines() if x.startswith(f"{case['experts']} experts, blocks of {case['max_m']}"))
+        assert line.split()[-8::2] == [f"{v:.1f}" for v in cells], line
+    graph = [c["ratios"]["masked vs torch._grouped_mm, both in CUDA graphs"] for c in doc["cases"]]
+    eager = [c["ratios"]["masked vs torch._grouped_mm (packed rows)"] for c in doc["cases"]]
+    assert f"{graph[0]:.2f}x and {graph[1]:.2f}x" in guide and f"({eager[0]:.2f}x)" in guide
+    assert f"at {eager[2]:.2f}x" in guide
