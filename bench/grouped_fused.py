@@ -227,25 +227,32 @@ def case(experts, max_rows, k, n) -> dict:
     return row
 
 
-def main(argv=None) -> int:
+def run_cases(argv, method: str, schema: str, seed: int, cases, run_case) -> int:
+    """The grouped benches' command line: ``--out`` (the JSON, written after every case) and
+    ``--cases N`` (the first N of ``cases``), CuPy's generator seeded with ``seed``, each case
+    ``run_case(*spec)``'s row."""
     import argparse
     import types
 
     import cupy as cp
     import torch
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=method.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--cases", type=int, default=len(CASES), help="run the first N cases")
+    ap.add_argument("--cases", type=int, default=len(cases), help="run the first N cases")
     args = ap.parse_args(argv)
-    cp.random.seed(20261201)
-    doc = {"schema": "pyblasgemm-grouped-fused/1",
-           **meta(types.SimpleNamespace(torch=torch), seed="CuPy 20261201; sizes default_rng(5)"),
-           "method": __doc__, "cases": []}
-    for experts, max_rows, k, n in CASES[:args.cases]:
-        doc["cases"].append(case(experts, max_rows, k, n))
+    cp.random.seed(seed)
+    doc = {"schema": schema,
+           **meta(types.SimpleNamespace(torch=torch), seed=f"CuPy {seed}; sizes default_rng(5)"),
+           "method": method, "cases": []}
+    for spec in cases[:args.cases]:
+        doc["cases"].append(run_case(*spec))
         write_doc(doc, args.out)
     return 0
+
+
+def main(argv=None) -> int:
+    return run_cases(argv, __doc__, "pyblasgemm-grouped-fused/1", 20261201, CASES, case)
 
 
 if __name__ == "__main__":

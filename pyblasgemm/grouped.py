@@ -1,17 +1,24 @@
 """Grouped GEMM: many independent products in one call.
 
-Two forms, as mixture-of-experts layers and batched solvers need them:
+Three forms, as mixture-of-experts layers and batched solvers need them:
 
 * **a list of problems** of different sizes: ``grouped_matmul([a0, a1, ...], [b0, b1, ...])``
   returns ``[a0 @ b0, a1 @ b1, ...]``;
-* **the mixture-of-experts form**: the tokens of all experts as the rows of one ``a``
-  (``(M, k)``, expert after expert), one weight per expert in ``b`` (``(groups, k, n)``) and
-  ``offsets``, each expert's end row (int, non-decreasing, the last one ``M``: the convention
-  of ``torch._grouped_mm``'s ``offs``); rows ``offsets[g-1]:offsets[g]`` are multiplied by
-  ``b[g]``, and an expert may have no rows.
+* **the mixture-of-experts form** (contiguous layout): the tokens of all experts as the rows of
+  one ``a`` (``(M, k)``, expert after expert), one weight per expert in ``b`` (``(groups, k,
+  n)``) and ``offsets``, each expert's end row (int, non-decreasing, the last one ``M``: the
+  convention of ``torch._grouped_mm``'s ``offs``); rows ``offsets[g-1]:offsets[g]`` are
+  multiplied by ``b[g]``, and an expert may have no rows;
+* **the masked layout** (DeepGEMM's ``m_grouped_*_masked``): ``a`` is ``(groups, max_m, k)``,
+  each expert's tokens padded to ``max_m`` rows, ``b`` ``(groups, k, n)``, and ``masked_m``
+  each expert's valid row count (``0 <= masked_m[g] <= max_m``); the result is ``(groups,
+  max_m, n)`` with ``out[g, :masked_m[g]] = a[g, :masked_m[g]] @ b[g]``. Rows at and past
+  ``masked_m[g]`` are neither read into a result nor written: they keep what ``out`` held
+  (given ``out=``), or whatever the new array's memory held (unspecified) when the call
+  allocates it.
 
 Every problem is :func:`pyblasgemm.gemm`'s product and takes its epilogue keywords (one
-``bias`` per group: a list in the list form, a ``(groups, n)`` array in the expert form).
+``bias`` per group: a list in the list form, a ``(groups, n)`` array in the expert forms).
 Types: float16 and bfloat16 (16-bit results, as ``torch._grouped_mm``), float32, float64, and
 int8 (an int32 result, or dequantized with ``scale_a`` / ``scale_b`` to float).
 
@@ -37,6 +44,16 @@ array([[ 0.,  1.],
        [ 4.,  6.],
        [ 8., 10.],
        [12., 14.]], dtype=float32)
+
+The same tokens in the masked layout (expert 0's block of 3 rows holds 1 valid token; the
+rows past it keep ``out``'s values, here -1):
+
+>>> x = np.zeros((2, 3, 2), np.float32); x[0, :1] = a[:1]; x[1] = a[1:]
+>>> y = pyblasgemm.grouped_matmul(x, b, masked_m=[1, 3], out=np.full((2, 3, 2), -1, np.float32))
+>>> y[0]
+array([[ 0.,  1.],
+       [-1., -1.],
+       [-1., -1.]], dtype=float32)
 """
 from __future__ import annotations
 
@@ -179,7 +196,8 @@ def grouped_matmul(a: NDArray, b: NDArray, *, offsets: Any = None,
                    bias: Any = None, activation: Activation | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
-                   group_sizes: Any = None, invariant: bool | None = None) -> NDArray: ...
+                   group_sizes: Any = None, invariant: bool | None = None,
+                   masked_m: Any = None, expected_m: int | None = None) -> NDArray: ...
 
 
 @overload
@@ -197,7 +215,8 @@ def grouped_matmul(a: torch.Tensor, b: torch.Tensor, *, offsets: Any = None,
                    bias: Any = None, activation: Activation | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
-                   group_sizes: Any = None, invariant: bool | None = None) -> torch.Tensor: ...
+                   group_sizes: Any = None, invariant: bool | None = None,
+                   masked_m: Any = None, expected_m: int | None = None) -> torch.Tensor: ...
 
 
 @overload
@@ -215,7 +234,8 @@ def grouped_matmul(a: jax.Array, b: jax.Array, *, offsets: Any = None,
                    bias: Any = None, activation: Activation | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
-                   group_sizes: Any = None, invariant: bool | None = None) -> jax.Array: ...
+                   group_sizes: Any = None, invariant: bool | None = None,
+                   masked_m: Any = None, expected_m: int | None = None) -> jax.Array: ...
 
 
 @overload
@@ -233,7 +253,8 @@ def grouped_matmul(a: cupy.ndarray, b: cupy.ndarray, *, offsets: Any = None,
                    bias: Any = None, activation: Activation | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
-                   group_sizes: Any = None, invariant: bool | None = None) -> cupy.ndarray: ...
+                   group_sizes: Any = None, invariant: bool | None = None,
+                   masked_m: Any = None, expected_m: int | None = None) -> cupy.ndarray: ...
 
 
 @overload
@@ -241,14 +262,16 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
                    bias: Any = None, activation: Activation | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
-                   group_sizes: Any = None, invariant: bool | None = None) -> Any: ...
+                   group_sizes: Any = None, invariant: bool | None = None,
+                   masked_m: Any = None, expected_m: int | None = None) -> Any: ...
 
 
 def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtype: Any = None,
                    bias: Any = None, activation: Activation | None = None, scale_a: Any = None,
                    scale_b: Any = None, compute: Compute | None = None,
                    backend: Backend | None = None, stream: Any = None,
-                   group_sizes: Any = None, invariant: bool | None = None) -> Any:
+                   group_sizes: Any = None, invariant: bool | None = None,
+                   masked_m: Any = None, expected_m: int | None = None) -> Any:
     """The products of many independent problems (see the module docstring for both forms).
 
     Each product is :func:`pyblasgemm.gemm`'s ``'N', 'N'`` product with its epilogue: the
@@ -273,6 +296,24 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
     group_sizes : sequence of int, optional
         Instead of ``offsets``: each group's row count (JAX's ``ragged_dot`` word; must sum
         to ``a``'s rows). ``group_sizes=[1, 3]`` is ``offsets=[1, 4]``.
+    masked_m : sequence of int, or a 1-D int32 / int64 GPU array, optional
+        The masked layout (instead of ``offsets``): ``a`` is ``(groups, max_m, k)``, the result
+        ``(groups, max_m, n)``, and group ``g`` multiplies its first ``masked_m[g]`` rows; its
+        other rows are not read into a result and not written (see the module docstring). Host
+        values (a sequence, a NumPy array) are checked before any work: a count below 0 or
+        above ``max_m`` is refused, naming it (a count past its block is a caller's bug, and a
+        check costs nothing there). Values on the GPU (a CuPy array, a CUDA tensor) are never
+        read on the host, as device ``offsets`` are not: the call may be captured in a CUDA
+        graph and replayed with new counts, and each count is clamped to ``[0, max_m]`` on the
+        device (refusing would need the read the layout exists to avoid; clamped, a count can
+        only reach rows of its own group's block). Where the call cannot be one launch (an
+        invariant call, a layout off the kernel, the planner's loop) they are read back and
+        checked as host values.
+    expected_m : int, optional
+        With ``masked_m`` on the GPU: the rows a group is expected to hold (DeepGEMM's hint,
+        ``0 <= expected_m <= max_m``; default ``max_m``): the plan (one launch or a loop) and
+        the grouped tile are chosen for groups of that many rows. It never changes which rows
+        are computed.
     out : list of arrays, or an (M, n) array in the expert form, optional
     dtype : the result type of a dequantized int8 product (float16, bfloat16, float32)
     bias, activation, scale_a, scale_b, compute, backend, stream
@@ -287,7 +328,8 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
 
     Returns
     -------
-    list of arrays (list form) or one (M, n) array (expert form)
+    list of arrays (list form), one (M, n) array (expert form) or one (groups, max_m, n)
+    array (masked layout)
 
     Examples
     --------
@@ -301,13 +343,23 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
     >>> x = np.ones((4, 2), np.float32); w = np.stack([np.eye(2, dtype=np.float32)] * 2)
     >>> pyblasgemm.grouped_matmul(x, w, group_sizes=[1, 3]).shape     # JAX's ragged_dot word
     (4, 2)
+    >>> pyblasgemm.grouped_matmul(x.reshape(2, 2, 2), w, masked_m=[2, 1])[1, :1]    # masked layout
+    array([[1., 1.]], dtype=float32)
+    >>> pyblasgemm.grouped_matmul(x.reshape(2, 2, 2), w, masked_m=[2, 3])
+    Traceback (most recent call last):
+    ValueError: grouped_matmul: masked_m[1]=3 is above max_m=2 (a.shape[1])
     """
+    if masked_m is not None and (offsets is not None or group_sizes is not None):
+        raise TypeError("grouped_matmul: give masked_m= (the masked layout) or offsets= / "
+                        "group_sizes= (the contiguous one), not both")
+    if expected_m is not None and masked_m is None:
+        raise TypeError("grouped_matmul: expected_m= is a hint of the masked layout: give it with masked_m=")
     if group_sizes is not None:
         if offsets is not None:
             raise TypeError("grouped_matmul: give offsets= or group_sizes=, not both")
         offsets = _offsets_of_sizes(group_sizes, a, b)
     door = _foreign(a, b, offsets, out, dtype, bias, activation, scale_a, scale_b, compute,
-                    backend, stream, invariant)
+                    backend, stream, invariant, masked_m, expected_m)
     if door is not None:
         return door[0]
     kw = dict(activation=activation, compute=compute, backend=backend, stream=stream,
@@ -315,6 +367,9 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
     # one grouped launch tiles the problems together: an invariant call runs them one by one
     one_launch = not resolve_invariant("grouped_matmul", invariant)
     dequant = scale_a is not None or scale_b is not None
+    if masked_m is not None:
+        return _masked(a, b, masked_m, expected_m, out, dtype, bias, activation, scale_a, scale_b,
+                       compute, backend, stream, one_launch, kw)
     if offsets is None:
         if not isinstance(a, (list, tuple)) or not isinstance(b, (list, tuple)):
             raise TypeError("grouped_matmul: give a and b as lists of 2-D arrays, or a (M, k) a, a "
@@ -454,14 +509,189 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
     return out
 
 
+def _check_masked_m(masked_m, groups: int, max_m: int) -> list[int]:
+    """The masked layout's host row counts as Python ints, or the error naming the first bad
+    one: every count an integer in ``[0, max_m]`` (refused, not clamped: see
+    :func:`grouped_matmul`'s ``masked_m``).
+
+    >>> _check_masked_m([0, 3], 2, 3)
+    [0, 3]
+    >>> _check_masked_m([0, -1], 2, 3)
+    Traceback (most recent call last):
+    ValueError: grouped_matmul: masked_m[1]=-1 is below 0
+    """
+    try:
+        values = masked_m.tolist() if hasattr(masked_m, "tolist") else list(masked_m)
+    except TypeError:
+        raise TypeError(f"grouped_matmul: masked_m must be a sequence of ints, got {masked_m!r}") from None
+    if not isinstance(values, list):
+        values = [values]           # (a 0-d array's tolist is its one value: refused by length)
+    if len(values) != groups:
+        raise ValueError(f"grouped_matmul: masked_m has {len(values)} entries; b holds {groups} groups")
+    counts = []
+    for g, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"grouped_matmul: masked_m[{g}]={v!r} is not an int")
+        v = int(v)
+        if v < 0:
+            raise ValueError(f"grouped_matmul: masked_m[{g}]={v} is below 0")
+        if v > max_m:
+            raise ValueError(f"grouped_matmul: masked_m[{g}]={v} is above max_m={max_m} (a.shape[1])")
+        counts.append(v)
+    return counts
+
+
+def _rows_of_blocks(x):
+    """A ``(groups, rows, ...)`` array as ``(groups * rows, ...)`` sharing its memory (the
+    masked layout's blocks as the rows the grouped kernel walks), or None where its strides
+    cannot be one row stride (the call then runs a loop over the groups)."""
+    groups, rows = x.shape[:2]
+    if rows == 1:
+        return x[:, 0]
+    if groups > 1 and rows > 1 and x.strides[0] != rows * x.strides[1]:
+        return None
+    flat = x.reshape((groups * rows,) + x.shape[2:])
+    # (NumPy and CuPy reshape without a copy where strides allow: a copy would not be written)
+    return flat if _arrays.data_ptr(flat) == _arrays.data_ptr(x) else None
+
+
+def _masked(a, b, masked_m, expected_m, out, dtype, bias, activation, scale_a, scale_b, compute,
+            backend, stream, one_launch, kw):
+    """:func:`grouped_matmul`'s masked layout (its ``masked_m``): every argument checked before
+    any work, then, on a GPU, the blocks seen as rows of one expert-form call (group ``g``'s
+    rows start at ``g * max_m``) as one launch: with the counts on the device their scan reads
+    them there (``group_rows``, impls/grouped_offsets.cuh), with host counts the packed table
+    holds them; else one planned GEMM per group with rows."""
+    xp_name = _arrays.array_module_name(a)
+    if xp_name is None or _arrays.array_module_name(b) != xp_name:
+        raise TypeError("grouped_matmul: the masked layout takes a and b as NumPy arrays or CuPy "
+                        "arrays (both of one kind)")
+    if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise ValueError(f"grouped_matmul: the masked layout needs a (groups, max_m, k) and b "
+                         f"(groups, k, n); got {a.shape} and {b.shape}")
+    groups, max_m, n = a.shape[0], a.shape[1], b.shape[2]
+    if expected_m is not None:
+        if isinstance(expected_m, bool) or not isinstance(expected_m, (int, np.integer)):
+            raise TypeError(f"grouped_matmul: expected_m={expected_m!r} is not an int")
+        if not 0 <= expected_m <= max_m:
+            raise ValueError(f"grouped_matmul: expected_m={expected_m} is outside [0, max_m={max_m}]")
+    on_device = _device_offsets(masked_m, groups, xp_name, "masked_m")
+    counts = None if on_device is not None else _check_masked_m(masked_m, groups, max_m)
+    for name, v, shape in (("bias", bias, (groups, n)), ("scale_b", scale_b, (groups, n)),
+                           ("scale_a", scale_a, (groups, max_m))):
+        if v is not None and _arrays.array_module_name(v) is None:
+            raise TypeError(f"grouped_matmul: {name} must be one {xp_name} array of shape {shape} "
+                            f"in the masked layout, not {type(v).__name__}")
+        if v is not None and v.shape != shape:
+            raise ValueError(f"grouped_matmul: {name} has shape {v.shape}; the masked layout needs {shape}")
+    dequant = scale_a is not None or scale_b is not None
+    result_dtype = _result_dtype(a.dtype, dtype, dequant)
+    out_given = out is not None
+    if out is None:
+        # (rows past a group's count are never written: a new result's are unspecified, and
+        # zeroing them would cost a pass over groups x max_m x n outputs)
+        out = _arrays.xp_of(xp_name).empty((groups, max_m, n), result_dtype)
+    elif _arrays.array_module_name(out) is None:
+        raise TypeError(f"grouped_matmul: out must be a NumPy or CuPy array, not {type(out).__name__}")
+    elif out.shape != (groups, max_m, n) or out.dtype != result_dtype:
+        raise ValueError(f"grouped_matmul: out has shape {out.shape} and dtype {out.dtype.name}; the "
+                         f"result is {(groups, max_m, n)} {result_dtype.name}")
+    launchable = one_launch and groups and max_m and n and xp_name == "cupy"
+    expected = max_m if expected_m is None else int(expected_m)
+    key = None
+    if launchable:
+        # a repeated call: its key holds every fact the checks below read (types, shapes,
+        # strides, devices, the keywords; the counts' values or their type on the GPU), so a
+        # hit replays its launch before them (the three views they take cost more than the
+        # replay: H200, 64 experts of <= 64 rows)
+        _check_modes(ROW_BY_DTYPE[np.dtype(a.dtype)], compute, backend, xp_name)   # (a known type: _result_dtype)
+        words = (("masked on the GPU", on_device[1], max_m, expected) if on_device is not None
+                 else ("masked", max_m, *counts))
+        key = _expert_signature(a, b, words, out, out_given, bias, scale_a, scale_b, activation, dtype, compute,
+                                backend)
+        ran = None if key is None else calls.get(key)
+        if ran is not None and not (out_given and (_overlaps(out, a) or _overlaps(out, b))):
+            if on_device is None:
+                _replay(ran, a, b, out, bias, scale_a, scale_b, stream)
+                return out
+            if on_device[2] == ran.device:
+                values = dict(ran.values, **_expert_bases(a, b, out, bias, scale_a, scale_b))
+                with streams.on(None if stream is None else streams.handle(stream)):
+                    ran.launch.launch_offsets(groups, on_device[0], on_device[1], values)
+                note_route(ran.route)
+                return out
+    # the blocks as the rows of one array (None where their strides cannot be), the views the
+    # checks and the launch share
+    x, y = _rows_of_blocks(a), _rows_of_blocks(out)
+    sa = None if scale_a is None else _rows_of_blocks(scale_a)
+    rows_view = x is not None and y is not None and (scale_a is None or sa is not None)
+    if groups:
+        # gemm's checks of the whole, named as given: on the rows' views, or on group 0 (whose
+        # vectors stand for all: the blocks share their shapes)
+        x0, y0, sa0 = (x, y, sa) if rows_view else (a[0], out[0], None if scale_a is None else scale_a[0])
+        _, row = check_operands("grouped_matmul", x0, b[0], names=("a", "b"))
+        _check_target("", x0, n, row, y0, out_given, None if bias is None else bias[0], sa0,
+                      None if scale_b is None else scale_b[0], activation)
+        _check_modes(row, compute, backend, xp_name)
+    if launchable and rows_view and _masked_launch(a, b, x, y, sa, counts, on_device, expected, key, bias,
+                                                   activation, scale_b, dequant, compute, backend, stream):
+        return out
+    if counts is None:
+        if not (groups and max_m and n):
+            return out              # nothing to write: the device's counts are not read
+        # the loop over groups (or an invariant call) needs the counts on the host: one read back
+        counts = _check_masked_m(masked_m, groups, max_m)
+    for g, rows in enumerate(counts):
+        if rows:
+            gemm("N", "N", a[g, :rows], b[g], out[g, :rows], **kw,
+                 bias=None if bias is None else bias[g],
+                 scale_a=None if scale_a is None else scale_a[g, :rows],
+                 scale_b=None if scale_b is None else scale_b[g])
+    return out
+
+
+def _masked_launch(a, b, x, y, sa, counts, on_device, expected, key, bias, activation, scale_b, dequant,
+                   compute, backend, stream) -> bool:
+    """The masked layout on CuPy arrays as one grouped launch, the expert form's on the blocks
+    as rows (``x``, ``y``, ``sa``: ``a``, ``out``, ``scale_a`` so viewed), kept under ``key``
+    (:func:`_masked`'s, on the 3-D arrays) for a repeat; False where the plan is not one
+    launch (the caller then runs the loop)."""
+    groups, max_m = a.shape[:2]
+    if on_device is not None:
+        ran = _on_device(x, b, on_device, y, bias, sa, scale_b, activation, dequant, compute, backend, stream,
+                         group_rows=max_m, expected=expected)
+        if ran is None:
+            return False
+        if key is not None:
+            calls.put(key, _DeviceRan(ran[0], ran[1], ran[2], on_device[2]), refers_to=ran[0])
+        return True
+    starts = [g * max_m for g in range(groups)]
+    ends = [s0 + c for s0, c in zip(starts, counts)]
+    sizes = tuple((b.shape[2], c, a.shape[2]) for c in counts)
+    blocker = _blocker(x, y.dtype, dequant, compute) or (
+        "" if _arrays.device_id(b) == _arrays.device_id(y) == _arrays.device_id(x)
+        and b.dtype == x.dtype else "a, b and out are not of one device and type")
+    cols = None if blocker else _expert_columns(x, b, ends, y, bias, sa, scale_b, starts)
+    if cols is None and not blocker:
+        blocker = _LAYOUT
+    desc = _describe("experts", x, y.dtype, sizes, cols, blocker, activation, bias is not None, dequant,
+                     compute)
+    ran = execute_group(desc, cols, backend, streams.handle(stream))
+    if ran is None:
+        return False
+    if key is not None:
+        _remember(key, _Ran(*ran), a, b, y, bias, sa, scale_b)
+    return True
+
+
 def _foreign(a, b, offsets, out, dtype, bias, activation, scale_a, scale_b, compute, backend,
-             stream, invariant=None):
+             stream, invariant=None, masked_m=None, expected_m=None):
     """PyTorch tensors, JAX arrays, CUDA-array-interface or DLPack objects among the arrays:
     ``(result,)`` of the call on their NumPy / CuPy views (:mod:`pyblasgemm.arrays`), in the
     caller's framework (``out`` given: the caller's own, written in place); None when every
     array is NumPy's or CuPy's. The list form's lists are converted member by member (what is
     not a list there is passed on for the call's own error)."""
-    listed = offsets is None
+    listed = offsets is None and masked_m is None
     fields = (("a", a), ("b", b), ("out", out), ("bias", bias), ("scale_a", scale_a),
               ("scale_b", scale_b))
     named, shape = [], []
@@ -497,7 +727,7 @@ def _foreign(a, b, offsets, out, dtype, bias, activation, scale_a, scale_b, comp
         result = grouped_matmul(na, nb, offsets=offsets, out=nout, dtype=dtype, bias=nbias,
                                 activation=activation, scale_a=nsa, scale_b=nsb, compute=compute,
                                 backend=backend, stream=conv.stream if stream is None else stream,
-                                invariant=invariant)
+                                invariant=invariant, masked_m=masked_m, expected_m=expected_m)
     if out is not None:
         return (list(out) if listed else out),
     # (the results have the types the call asked for: bfloat16 stays bfloat16, dtype= holds)
@@ -574,13 +804,14 @@ def _row_major_ld(x) -> int | None:
     return max(ld, x.shape[1], 1) if x.strides[0] % isz == 0 and x.strides[0] >= 0 else None
 
 
-def _device_offsets(offsets, groups: int, xp_name: str):
+def _device_offsets(offsets, groups: int, xp_name: str, name: str = "offsets"):
     """``(pointer, bytes per offset, device)`` of end offsets that live on a GPU (a CuPy array,
     or a CUDA tensor: ``torch._grouped_mm``'s ``offs``), 1-D, contiguous, int32 or int64, for
     CuPy operands; None for host offsets (a sequence, a NumPy array), which are read and checked
     on the host. A wrong length or type is refused here, before any work; the values are not
     read (that is the point: no copy to the host), so the device's scan clamps them instead (see
-    :func:`grouped_matmul`)."""
+    :func:`grouped_matmul`). ``name``: the argument's (``masked_m`` holds the masked layout's
+    row counts, in the same types)."""
     if xp_name != "cupy" or offsets is None:
         return None
     cupy_type, torch_type = calls.cupy_type(), arrays.torch_type()
@@ -597,9 +828,9 @@ def _device_offsets(offsets, groups: int, xp_name: str):
     else:
         return None
     if kind not in "iu" or itemsize not in (4, 8) or kind == "u" and itemsize == 4:
-        raise TypeError(f"grouped_matmul: offsets on the GPU must be int32 or int64, got {offsets.dtype}")
+        raise TypeError(f"grouped_matmul: {name} on the GPU must be int32 or int64, got {offsets.dtype}")
     if len(shape) != 1 or shape[0] != groups:
-        raise ValueError(f"grouped_matmul: offsets has shape {shape}; b holds {groups} groups")
+        raise ValueError(f"grouped_matmul: {name} has shape {shape}; b holds {groups} groups")
     if not contiguous:
         return None                 # (read on the host, as a sequence)
     return where[0], itemsize, where[1]
@@ -625,12 +856,13 @@ def _expert_bases(a, b, out, bias, scale_a, scale_b) -> dict:
 
 
 def _on_device(a, b, on_device, out, bias, scale_a, scale_b, activation, dequant, compute, backend,
-               stream):
+               stream, group_rows=0, expected=0):
     """The expert form with device-side offsets as one launch pair (the table built on the GPU,
     then the grouped GEMM; :func:`pyblasgemm.execute.execute_group_offsets`): its
     ``(launch, values, route)``, or None when it cannot run so (its blocker, a layout off the
     kernel, the planner's loop): the caller then reads the offsets back and takes the host
-    path."""
+    path. ``group_rows`` > 0: the masked layout (``a``, ``out`` and ``scale_a`` the blocks'
+    rows, :func:`_masked`), planned for groups of ``expected`` rows."""
     rows, (groups, k, n) = a.shape[0], b.shape
     ptr, offset_bytes, device = on_device
     blocker = _blocker(a, out.dtype, dequant, compute) or (
@@ -644,10 +876,14 @@ def _on_device(a, b, on_device, out, bias, scale_a, scale_b, activation, dequant
         return None     # a dequantizing store needs every group's C in whole 16-byte columns
     # the group sizes are on the device: the plan is made for one-row groups (every start, so
     # the alignment classes hold for any sizes), which prices the one launch; the launch reads
-    # the real sizes
-    nominal = [min(rows, g + 1) for g in range(groups - 1)] + [rows]
-    cols = _expert_columns(a, b, nominal, out, bias, scale_a, scale_b)
-    starts = [0] + nominal[:-1]
+    # the real sizes. Masked: the starts are the blocks' (fixed), the groups `expected` rows.
+    if group_rows:
+        starts = [g * group_rows for g in range(groups)]
+        nominal = [s0 + max(expected, 1) for s0 in starts]     # (0 rows: "nothing to compute")
+    else:
+        nominal = [min(rows, g + 1) for g in range(groups - 1)] + [rows]
+        starts = [0] + nominal[:-1]
+    cols = _expert_columns(a, b, nominal, out, bias, scale_a, scale_b, starts)
     sizes = tuple((n, e - s0, k) for s0, e in zip(starts, nominal))
     desc = _describe("experts", a, out.dtype, sizes, cols, "", activation, bias is not None, dequant,
                      compute)
@@ -655,7 +891,7 @@ def _on_device(a, b, on_device, out, bias, scale_a, scale_b, activation, dequant
     values = dict(_expert_bases(a, b, out, bias, scale_a, scale_b), w_group_bytes=b.strides[0], x_row_bytes=a.strides[0],
                   out_row_bytes=out.strides[0], bias_group_bytes=0 if bias is None else bias.strides[0],
                   scale_w_group_bytes=0 if scale_b is None else scale_b.strides[0], lda=lda, ldb=ldb,
-                  ldc=ldc, rows=rows, m=n, k=k, out_bytes=osz)
+                  ldc=ldc, rows=rows, m=n, k=k, out_bytes=osz, group_rows=group_rows)
     return execute_group_offsets(desc, groups, ptr, offset_bytes, values, backend,
                                  streams.handle(stream))
 
@@ -680,18 +916,19 @@ def _expert_layout(a, b, out, bias, scale_a, scale_b):
     return max(b.strides[1] // isz, n, 1), max(a.strides[0] // isz, k, 1), max(out.strides[0] // osz, n, 1)
 
 
-def _expert_columns(a, b, ends, out, bias, scale_a, scale_b):
+def _expert_columns(a, b, ends, out, bias, scale_a, scale_b, starts=None):
     """The table columns of the expert form, vectorized from the arrays' addresses and strides
     (no per-expert views: CuPy makes one in ~5 µs), or None when a layout keeps it off the
     kernel. Row-major ``out[s:e] = a[s:e] @ b[g]`` is the kernel's ``outᵀ = b[g]ᵀ a[s:e]ᵀ``:
-    its m is n, its n the expert's rows."""
+    its m is n, its n the expert's rows. ``starts``: each group's first row (default: the
+    previous group's end; the masked layout's are its blocks' first rows)."""
     layout = _expert_layout(a, b, out, bias, scale_a, scale_b)
     if layout is None:
         return None
     lda, ldb, ldc = layout
     groups, k, n = b.shape
     ends = np.asarray(ends, np.int64)
-    starts = np.concatenate(([0], ends[:-1]))
+    starts = np.concatenate(([0], ends[:-1])) if starts is None else np.asarray(starts, np.int64)
     g = np.arange(groups, dtype=np.int64)
 
     def addr(x, step, index):

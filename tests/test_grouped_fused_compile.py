@@ -1,6 +1,6 @@
 """CPU-only NVRTC checks of the one-launch expert kernel (impls/grouped_fused.cuh): it compiles
 for sm_80 and sm_90 with every grouped tile, with and without a fused epilogue, for int32 and
-int64 offsets, with no spill; the 8-warp small tile stays within the 128 registers that two
+int64 offsets, in the contiguous and the masked layout, with no spill; the 8-warp small tile stays within the 128 registers that two
 CTAs per SM allow, and its shared arrays fit beside two rings on an SM; the host's argument
 block and group cap match the header.
 """
@@ -27,15 +27,16 @@ def _specs():
     out = []
     for kind, cfg in list(GROUPED_CONFIGS.items()) + [(k, c) for k, c in GROUPED_SMALL_CONFIGS.items()]:
         fused = jit.epilogue_code(2, "float16") if kind == "s8" else jit.epilogue_code(2)
-        for epi, off in ((0, 4), (fused, 8)):
+        # the masked layout with the other offsets' type and epilogue: all four pairs built
+        for epi, off, masked in ((0, 4, False), (fused, 8, False), (0, 8, True), (fused, 4, True)):
             for arch in ("sm_80", "sm_90"):
-                out.append((arch, kind, cfg, epi, off))
+                out.append((arch, kind, cfg, epi, off, masked))
     return out
 
 
 def _compile(spec):
-    arch, kind, cfg, epi, off = spec
-    name = fused_kernel_name(cfg, kind, "N", "N", True, epi, off)
+    arch, kind, cfg, epi, off, masked = spec
+    name = fused_kernel_name(cfg, kind, "N", "N", True, epi, off, masked)
     _, log, lowered = jit.compile_program(_FUSED_SOURCE, "grouped_fused.cu", [name], arch)
     return jit.ptxas_resources(log)[lowered[name]], log
 
@@ -48,9 +49,9 @@ def compiled():
 
 
 def test_every_grouped_tile_compiles_without_spills(compiled):
-    assert len(compiled) == 2 * 2 * (len(GROUPED_CONFIGS) + len(GROUPED_SMALL_CONFIGS))
-    for (arch, kind, cfg, epi, off), (res, log) in compiled.items():
-        where = f"{arch} {kind} {cfg.name} epi={epi} offsets={off}:\n{log}"
+    assert len(compiled) == 4 * 2 * (len(GROUPED_CONFIGS) + len(GROUPED_SMALL_CONFIGS))
+    for (arch, kind, cfg, epi, off, masked), (res, log) in compiled.items():
+        where = f"{arch} {kind} {cfg.name} epi={epi} offsets={off} masked={masked}:\n{log}"
         assert res.get("spill_stores", 0) == 0 and res.get("spill_loads", 0) == 0, where
         assert res.get("stack", 0) == 0, where
         assert 0 < res["registers"] <= 255, where
@@ -58,12 +59,12 @@ def test_every_grouped_tile_compiles_without_spills(compiled):
             assert res["registers"] <= 128, where     # two CTAs per SM: 65536 / (2 x 256 threads)
 
 
-def test_the_small_tile_keeps_two_ctas_per_sm():
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_small_tile_keeps_two_ctas_per_sm(masked):
     """The fused kernel's static arrays (the groups' ends and tile starts, the scan's scratch)
-    plus the small tile's ring, twice, fit one SM's shared memory."""
-    _, log, _ = jit.compile_program(_FUSED_SOURCE, "grouped_fused.cu",
-                                    [fused_kernel_name(GROUPED_SMALL_CONFIGS["bf16"], "bf16", "N", "N", True, 0, 4)],
-                                    "sm_90")
+    plus the small tile's ring, twice, fit one SM's shared memory, in both layouts."""
+    name = fused_kernel_name(GROUPED_SMALL_CONFIGS["bf16"], "bf16", "N", "N", True, 0, 4, masked)
+    _, log, _ = jit.compile_program(_FUSED_SOURCE, "grouped_fused.cu", [name], "sm_90")
     static = int(re.search(r"(\d+) bytes smem", log).group(1))
     assert static >= 12 * FUSED_MAX_GROUPS
     ring = GROUPED_SMALL_CONFIGS["bf16"].smem_bytes("bf16")

@@ -8,8 +8,8 @@ binary search over the rows' ``tile_begin``. Every problem shares the kind, the 
 ('N'/'T' of A and B), the operand path and the fused epilogue of the launch; sizes, pointers,
 leading dimensions, alpha and beta are per problem.
 
-With the expert form's end offsets on the device (:meth:`GroupedLaunch.launch_offsets`) the
-problems are found there: up to :data:`FUSED_MAX_GROUPS` groups every CTA of one launch scans
+With the expert form's end offsets on the device (:meth:`GroupedLaunch.launch_offsets`), or the
+masked layout's valid row counts (``group_rows`` > 0), the problems are found there: up to :data:`FUSED_MAX_GROUPS` groups every CTA of one launch scans
 the offsets into shared memory (impls/grouped_fused.cuh); past that a table kernel writes the
 table first (impls/grouped_offsets.cuh).
 
@@ -191,7 +191,8 @@ class GroupedLaunch:
         self._offset_slots = {}
         # stream handle -> (the one-launch kernel's arguments, CUstream)
         self._fused_slots = {}
-        # offsets' bytes (4, 8) -> (CUfunction, grid cap: SMs x CTAs per SM) of the one-launch form
+        # (offsets' bytes (4, 8), masked layout) -> (CUfunction, grid cap: SMs x CTAs per SM) of
+        # the one-launch form
         self._fused_kernels = {}
         self._lock = threading.Lock()   # calls from several threads take turns on the ring and table
 
@@ -259,7 +260,10 @@ class GroupedLaunch:
         int64 on the launch's device, ``offsets_bytes`` 4 or 8), on CuPy's current stream, with
         no copy to or from the host, so a CUDA graph of the call replays any sizes.
         ``values``: the scalars and base pointers (:data:`OFFSETS_FIELDS`; the group and row
-        strides in bytes, ``rows`` the tokens' count).
+        strides in bytes, ``rows`` the tokens' count). With ``group_rows`` > 0 in ``values``
+        the layout is the masked one: the tokens are ``groups`` blocks of ``group_rows`` rows
+        (``rows`` = groups x group_rows) and ``offsets_ptr`` holds each block's valid row count
+        (``masked_m``), clamped to [0, group_rows] on the device (impls/grouped_offsets.cuh).
 
         ``fused`` (None: up to :data:`FUSED_MAX_GROUPS` groups): one launch, whose CTAs each
         scan the offsets into shared memory before walking the tiles
@@ -303,6 +307,7 @@ class GroupedLaunch:
                 slot = self._offset_slots[sptr] = (table, total, gemm, build, stream(sptr))
             table, total, gemm, build, cs = slot
             cells = build.cells
+            cells["group_rows"].value = 0       # (the contiguous layout unless values name it)
             for name, value in values.items():
                 cells[name].value = value
             cells["offsets"].value, cells["groups"].value = offsets_ptr, groups
@@ -316,7 +321,7 @@ class GroupedLaunch:
 
     def _launch_fused(self, groups, offsets_ptr, offsets_bytes, values, tiles_m, bound) -> None:
         """:meth:`launch_offsets`' one-launch form (its checks made)."""
-        fn, cap = self._fused_kernel(offsets_bytes)
+        fn, cap = self._fused_kernel(offsets_bytes, values.get("group_rows", 0) > 0)
         with self._lock:
             sptr = stream_handle(None)
             slot = self._fused_slots.get(sptr)
@@ -325,24 +330,27 @@ class GroupedLaunch:
                 slot = self._fused_slots[sptr] = (pack, stream(sptr))
             pack, cs = slot
             cells = pack.cells
+            cells["group_rows"].value = 0       # (the contiguous layout unless values name it)
             for name, value in values.items():
                 cells[name].value = value
             cells["offsets"].value, cells["groups"].value, cells["tiles_m"].value = offsets_ptr, groups, tiles_m
             launch_kernel(self._dev, fn, max(1, min(bound, cap)), 1, 1, self.config.threads, 1, 1, self.smem, cs,
                           pack.addr)
 
-    def _fused_kernel(self, offsets_bytes: int):
+    def _fused_kernel(self, offsets_bytes: int, masked: bool = False):
         """(CUfunction, CTAs of the whole GPU) of the one-launch form for int32 (4) or int64
-        (8) offsets, compiled on first use (its static shared arrays lower the CTAs per SM
-        only where they do not fit beside the tile's ring)."""
-        hit = self._fused_kernels.get(offsets_bytes)
+        (8) offsets (``masked``: the masked layout's row counts), compiled on first use (its
+        static shared arrays lower the CTAs per SM only where they do not fit beside the tile's
+        ring)."""
+        hit = self._fused_kernels.get((offsets_bytes, masked))
         if hit is None:
             import cupy
 
             from .driver import occupancy, set_max_dynamic_shared_memory
 
             transa, transb, vec = self.layout
-            name = fused_kernel_name(self.config, self.kind, transa, transb, vec, self.epilogue[0], offsets_bytes)
+            name = fused_kernel_name(self.config, self.kind, transa, transb, vec, self.epilogue[0], offsets_bytes,
+                                     masked)
             fn = raw_function(_FUSED_SOURCE, name, self._dev)
             with cupy.cuda.Device(self._dev):
                 if self.smem > 48 * 1024:
@@ -350,7 +358,7 @@ class GroupedLaunch:
                 sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
                 hit = (fn, sms * occupancy(int(fn), self.config.threads, self.smem))
             with self._lock:
-                hit = self._fused_kernels.setdefault(offsets_bytes, hit)
+                hit = self._fused_kernels.setdefault((offsets_bytes, masked), hit)
         return hit
 
 
@@ -362,7 +370,7 @@ def _offsets_fields():
             ("scale_w", p), ("scale_x", p), ("w_group_bytes", ll), ("x_row_bytes", ll), ("out_row_bytes", ll),
             ("bias_group_bytes", ll), ("scale_w_group_bytes", ll), ("lda", ll), ("ldb", ll), ("ldc", ll),
             ("rows", ll), ("groups", i), ("m", i), ("k", i), ("tiles_m", i), ("bn", i), ("out_bytes", i),
-            ("alpha", f), ("beta", f), ("ialpha", i), ("ibeta", i), ("bias_mode", i)]
+            ("alpha", f), ("beta", f), ("ialpha", i), ("ibeta", i), ("bias_mode", i), ("group_rows", ll)]
 
 
 #: the table-building kernel's arguments, in impls/grouped_offsets.cuh's order
@@ -384,17 +392,20 @@ _OFFSET_TYPES = {4: "int", 8: "long long"}
 
 
 def fused_kernel_name(config: KernelConfig, kind: str, transa: str, transb: str, vec: bool, epi: int,
-                      offsets_bytes: int) -> str:
+                      offsets_bytes: int, masked: bool = False) -> str:
     """The C++ name expression of the one-launch expert kernel for a grouped ``config``.
 
     >>> fused_kernel_name(GROUPED_SMALL_CONFIGS["bf16"], "bf16", "N", "N", True, 0, 4)
-    'pyblasgemm::grouped_fused_kernel<pyblasgemm::KindBF16F32, false, true, 128, 64, 128, 4, 2, 4, true, 0, int>'
+    'pyblasgemm::grouped_fused_kernel<pyblasgemm::KindBF16F32, false, true, 128, 64, 128, 4, 2, 4, true, 0, int, false>'
+    >>> fused_kernel_name(GROUPED_SMALL_CONFIGS["bf16"], "bf16", "N", "N", True, 0, 8, masked=True)[-16:]
+    'long long, true>'
     """
     from .jit import kind_struct
 
     return (f"pyblasgemm::grouped_fused_kernel<{kind_struct(kind)}, {str(transa == 'T').lower()}, "
             f"{str(transb == 'N').lower()}, {config.bm}, {config.bn}, {config.bk_bytes(kind)}, {config.warps_m}, "
-            f"{config.warps_n}, {config.stages}, {str(vec).lower()}, {epi}, {_OFFSET_TYPES[offsets_bytes]}>")
+            f"{config.warps_n}, {config.stages}, {str(vec).lower()}, {epi}, {_OFFSET_TYPES[offsets_bytes]}, "
+            f"{str(masked).lower()}>")
 
 
 def offsets_kernel(device: int, offsets_bytes: int):

@@ -1,5 +1,6 @@
-// The expert form with device-side end offsets in ONE launch: every CTA of the grouped GEMM
-// scans the offsets itself (scan_groups, impls/grouped_offsets.cuh) into shared memory, then
+// The expert form with device-side group sizes in ONE launch: every CTA of the grouped GEMM
+// scans the end offsets (contiguous layout) or the valid row counts (masked layout, group_rows >
+// 0) itself (scan_groups, impls/grouped_offsets.cuh) into shared memory, then
 // walks the tiles as the table-driven grouped walk does (impls/sm80_gemm.cuh, kGrouped), with
 // each tile's problem found by binary search over the shared tile numbering.
 //
@@ -24,19 +25,25 @@ namespace pyblasgemm {
 constexpr int kFusedMaxGroups = 512;
 
 // Launch bounds as gemm_kernel's grouped walk: 2 CTAs per SM for the 8-warp tiles of at most
-// 128 x 64 (their 128-register budget), else 1.
+// 128 x 64 (their 128-register budget), else 1. MASKED (the masked layout: `offsets` are valid
+// row counts, group g's rows start at g * group_rows) is a template argument, not a runtime
+// branch: the small tile with a fused epilogue sits at 128 registers on sm_80, and a runtime
+// choice of the start cost it a spill (tests/test_grouped_fused_compile.py); group_rows is
+// unused by the contiguous form.
 template <class Kind, bool AK, bool BK, int BM, int BN, int BKB, int WM, int WN, int STAGES, bool VEC, int EPI,
-          typename Off>
+          typename Off, bool MASKED>
 __global__ void __launch_bounds__(WM * WN * 32, (WM * WN == 8 && BM * BN <= 128 * 64) ? 2 : 1)
     grouped_fused_kernel(const Off* offsets, const char* weights, const char* tokens, char* out, const char* bias,
                          const float* scale_w, const float* scale_x, long long w_group_bytes,
                          long long x_row_bytes, long long out_row_bytes, long long bias_group_bytes,
                          long long scale_w_group_bytes, long long lda, long long ldb, long long ldc,
                          long long rows, int groups, int m, int k, int tiles_m, int bn, int out_bytes, float alpha,
-                         float beta, int ialpha, int ibeta, int bias_mode, int group_m) {
+                         float beta, int ialpha, int ibeta, int bias_mode, long long group_rows, int group_m) {
   typedef GemmCore<Kind, AK, BK, BM, BN, BKB, WM, WN, STAGES, VEC> Core;
   constexpr int THREADS = WM * WN * 32;
   extern __shared__ __align__(128) char smem[];
+  // each group's end row and first tile (its start: the previous group's end, or in the masked
+  // layout its block's first row, g * group_rows)
   __shared__ long long group_end[kFusedMaxGroups];
   __shared__ int group_tile[kFusedMaxGroups];
   if (groups > kFusedMaxGroups) return;     // the host never launches this (grouped.py); no write past the arrays
@@ -44,7 +51,8 @@ __global__ void __launch_bounds__(WM * WN * 32, (WM * WN == 8 && BM * BN <= 128 
     group_end[g] = end;
     group_tile[g] = tile_begin;
   };
-  const int all_tiles = scan_groups<THREADS>(offsets, groups, rows, m, tiles_m, bn, keep);
+  const int all_tiles = scan_groups<THREADS, Off, decltype(keep), MASKED>(
+      offsets, groups, rows, MASKED ? group_rows : 0, m, tiles_m, bn, keep);
   // (scan_groups ends at a barrier: every group's entries are visible)
   const ExpertLayout layout{weights, tokens, out, bias, scale_w, scale_x, w_group_bytes, x_row_bytes,
                             out_row_bytes, bias_group_bytes, scale_w_group_bytes, lda, ldb, ldc, m, k, out_bytes,
@@ -61,7 +69,7 @@ __global__ void __launch_bounds__(WM * WN * 32, (WM * WN == 8 && BM * BN <= 128 
       if (group_tile[mid] <= tile) lo = mid;
       else hi = mid - 1;
     }
-    const long long start = lo ? group_end[lo - 1] : 0;
+    const long long start = MASKED ? static_cast<long long>(lo) * group_rows : (lo ? group_end[lo - 1] : 0);
     return layout.problem(lo, start, group_end[lo] - start, group_tile[lo]);
   };
 #pragma unroll 1

@@ -1,12 +1,21 @@
-// The expert form's problem table built on the device from device-side end offsets (the
-// convention of torch._grouped_mm's `offs`): no copy of the sizes to the host, so a grouped call
-// whose group sizes change between replays of one CUDA graph stays correct.
+// The expert form's problem table built on the device from device-side group sizes: no copy of
+// the sizes to the host, so a grouped call whose group sizes change between replays of one CUDA
+// graph stays correct. Two layouts of the tokens, one walk:
 //
-// Group g multiplies rows [start, end) of the tokens: end = the largest of offsets[0..g], each
-// clamped to [0, rows], start = the previous group's end (0 for g = 0). Offsets as the host
-// path requires them (non-decreasing, the last one the row count) mean just that; any others
-// never read or write outside the tokens, nor let two groups share a row. In the kernel's column-major terms (outᵀ =
-// Wᵀ xᵀ, pyblasgemm/grouped.py) its problem is m = the output features, n = end - start:
+// * contiguous (group_rows == 0; the convention of torch._grouped_mm's `offs`): `offsets` are end
+//   rows. Group g multiplies rows [start, end) of the tokens: end = the largest of
+//   offsets[0..g], each clamped to [0, rows], start = the previous group's end (0 for g = 0).
+//   Offsets as the host path requires them (non-decreasing, the last one the row count) mean
+//   just that; any others never read or write outside the tokens, nor let two groups share a
+//   row.
+// * masked (group_rows > 0; DeepGEMM's masked layout, tokens [groups, group_rows, k] seen as
+//   groups * group_rows rows): `offsets` are each group's valid row count (masked_m). Group g
+//   multiplies rows [g * group_rows, g * group_rows + count), count = offsets[g] clamped to
+//   [0, group_rows]: any values stay inside the group's own block, and the block's rows past
+//   count are neither read into a result nor written.
+//
+// In the kernel's column-major terms (outᵀ = Wᵀ xᵀ, pyblasgemm/grouped.py) its problem is
+// m = the output features, n = end - start:
 //   A = weights + g * w_group_bytes, B = tokens + start * x_row_bytes,
 //   C = out + start * out_row_bytes, bias / scale_m = base + g * their group bytes (0: none),
 //   scale_n = token scales + 4 * start (0: none);
@@ -86,14 +95,19 @@ struct ExpertLayout {
   }
 };
 
-// The groups' row ranges and tile numbering, THREADS groups at a time: a group's end is the
-// running maximum of the clamped offsets (so a decreasing offset gives an empty group and no
-// two groups share a row, as grouped.py's host path refuses such offsets), its start the
-// previous group's end; the tile counts are summed by a second scan; both running values carry
-// from chunk to chunk. emit(g, start, end, tile_begin) runs once per group (on the thread
-// g % THREADS); returns the tile count of all groups (to every thread). Every thread calls it.
-template <int THREADS, typename Off, class Emit>
-PBG_DEVICE int scan_groups(const Off* offsets, int groups, long long rows, int m, int tiles_m, int bn, Emit& emit) {
+// The groups' row ranges and tile numbering, THREADS groups at a time. Contiguous layout
+// (group_rows == 0): a group's end is the running maximum of the clamped offsets (so a
+// decreasing offset gives an empty group and no two groups share a row, as grouped.py's host
+// path refuses such offsets), its start the previous group's end. Masked layout (group_rows >
+// 0): group g starts at g * group_rows and holds its clamped count (no scan of the ends). The
+// tile counts are summed by a second scan; the running values carry from chunk to chunk.
+// emit(g, start, end, tile_begin) runs once per group (on the thread g % THREADS); returns the
+// tile count of all groups (to every thread). Every thread calls it. MASKED: the layout is
+// known at compile time (the one-launch kernel: a runtime branch here cost its 128-register
+// small tile a spill on sm_80); else group_rows > 0 picks it.
+template <int THREADS, typename Off, class Emit, bool MASKED = false>
+PBG_DEVICE int scan_groups(const Off* offsets, int groups, long long rows, long long group_rows, int m, int tiles_m,
+                           int bn, Emit& emit) {
   __shared__ long long scratch_ends[32];
   __shared__ long long chunk_ends[THREADS];
   __shared__ int scratch_tiles[32];
@@ -105,13 +119,19 @@ PBG_DEVICE int scan_groups(const Off* offsets, int groups, long long rows, int m
     const int g = base + static_cast<int>(threadIdx.x);
     const long long before_end = carry_end;
     const int before_tiles = carry_tiles;
-    long long end = g < groups ? clamp_rows(static_cast<long long>(offsets[g]), rows) : 0;
-    end = block_scan<false, long long, THREADS>(end, scratch_ends);
-    if (end < before_end) end = before_end;
-    // the previous group's end: the thread before's (the previous chunk's last for thread 0)
-    chunk_ends[threadIdx.x] = end;
-    __syncthreads();
-    const long long start = threadIdx.x ? chunk_ends[threadIdx.x - 1] : before_end;
+    long long start, end;
+    if (MASKED || group_rows > 0) {
+      start = static_cast<long long>(g) * group_rows;
+      end = start + (g < groups ? clamp_rows(static_cast<long long>(offsets[g]), group_rows) : 0);
+    } else {
+      end = g < groups ? clamp_rows(static_cast<long long>(offsets[g]), rows) : 0;
+      end = block_scan<false, long long, THREADS>(end, scratch_ends);
+      if (end < before_end) end = before_end;
+      // the previous group's end: the thread before's (the previous chunk's last for thread 0)
+      chunk_ends[threadIdx.x] = end;
+      __syncthreads();
+      start = threadIdx.x ? chunk_ends[threadIdx.x - 1] : before_end;
+    }
     const long long n = end - start;
     const int tiles = (g < groups && n > 0 && m > 0) ? tiles_m * static_cast<int>((n + bn - 1) / bn) : 0;
     const int incl = block_scan<true, int, THREADS>(tiles, scratch_tiles);
@@ -129,14 +149,14 @@ __global__ void __launch_bounds__(1024) grouped_offsets_kernel(
     const char* bias, const float* scale_w, const float* scale_x, long long w_group_bytes, long long x_row_bytes,
     long long out_row_bytes, long long bias_group_bytes, long long scale_w_group_bytes, long long lda,
     long long ldb, long long ldc, long long rows, int groups, int m, int k, int tiles_m, int bn, int out_bytes,
-    float alpha, float beta, int ialpha, int ibeta, int bias_mode) {
+    float alpha, float beta, int ialpha, int ibeta, int bias_mode, long long group_rows) {
   const ExpertLayout layout{weights, tokens, out, bias, scale_w, scale_x, w_group_bytes, x_row_bytes,
                             out_row_bytes, bias_group_bytes, scale_w_group_bytes, lda, ldb, ldc, m, k, out_bytes,
                             alpha, beta, ialpha, ibeta, bias_mode};
   auto write_row = [&](int g, long long start, long long end, int tile_begin) {
     table[g] = layout.problem(g, start, end - start, tile_begin);
   };
-  const int tiles = scan_groups<1024>(offsets, groups, rows, m, tiles_m, bn, write_row);
+  const int tiles = scan_groups<1024>(offsets, groups, rows, group_rows, m, tiles_m, bn, write_row);
   if (threadIdx.x == 0) *total = tiles;
 }
 
