@@ -409,14 +409,18 @@ def test_meta_records_the_seed_the_settings_and_nvrtc(monkeypatch):
 
 def test_every_bench_results_json_records_its_provenance():
     """Every script that writes a results JSON takes suite.provenance (the seed, the
-    PYBLASGEMM_* settings, NVRTC): itself or through heldout.meta."""
+    PYBLASGEMM_* settings, NVRTC): itself, through heldout.meta, or through grouped_fused's
+    run_cases (which passes heldout.meta its seed)."""
     scripts = [p for p in sorted((ROOT / "bench").glob("*.py"))
                if "json.dump" in p.read_text()
                and p.name not in ("corpus.py", "model_corpus.py")]   # (the corpora: inputs)
     assert len(scripts) >= 15
+    runner = (ROOT / "bench" / "grouped_fused.py").read_text()
+    assert "def run_cases(" in runner and "**meta(" in runner and "seed=" in runner
     lacking = [p.name for p in scripts
-               if "provenance(" not in p.read_text() and "meta(" not in p.read_text()
-               or "meta(" in p.read_text() and "seed=" not in p.read_text()]
+               if "run_cases(" not in p.read_text() and (
+                   "provenance(" not in p.read_text() and "meta(" not in p.read_text()
+                   or "meta(" in p.read_text() and "seed=" not in p.read_text())]
     assert lacking == []
 
 
