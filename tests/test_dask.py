@@ -1373,6 +1373,47 @@ def test_started_work_is_taken_once_dropped_when_old_and_skipped_once_taken():
     assert pbd.engine_stats()["held"] == 0
 
 
+def test_an_engine_runs_remote_work_from_published_exports_and_leaves_what_does_not_come():
+    """A ``"remote"`` job (pyblasgemm.dask._start_work): the engine asks for each source's
+    export through ``ask``, fetches it, and runs over its own blocks and the fetched ones, the
+    run's own function on the same blocks (the bits its task would give); an export published
+    as None (its holder could not make it), or never asked for, leaves the run to its task, and
+    the engine's other work goes on. Exports it makes itself are published for other engines,
+    as the metadata that travels."""
+    import asyncio
+    import concurrent.futures
+
+    a, b = np.ones((2, 3), np.float32), np.full((3, 2), 2, np.float32)
+    args = ([([(0, 0)], [(1, 0)], None)], (a.dtype, b.dtype), np.dtype(np.float32), None, None, np.float32, 1, 0,
+            None)
+    made = {}
+
+    def ask(address, engine, ticket, slot):
+        done = concurrent.futures.Future()
+        done.set_result(made.get(slot))
+        return done
+
+    made["e0"] = (b,)                   # NumPy blocks: the export is the blocks themselves
+    source = ("w1", "engine-w1", "e0", 0, None)
+    jobs = [("export", "mine", ["a"], 1), ("remote", 0, ["a"], (args, (source,))),
+            ("remote", 1, ["a"], (args, (("w1", "engine-w1", "gone", 0, None),))),
+            ("run", 2, ["a", "b"], ([([(0, 0)], [(0, 1)], None)],) + args[1:])]
+    pbd.engine_stats(True)
+    assert pbd._start_work("r1", jobs, {"a": a, "b": b}, ask) == 3
+    assert pbd._take("r1", 0)[0].tolist() == pbd._run(*args, [a], [b])[0].tolist() == [[6.0, 6.0], [6.0, 6.0]]
+    assert pbd._take("r1", 1) is None                                   # its task computes it
+    assert pbd._take("r1", 2) is not None and pbd._take("r1", "mine") is not None
+    counts = pbd.engine_stats(True)
+    assert (counts["started"], counts["failed"]) == (3, 1), counts
+    # the export made here is published for other engines, found by their coroutine
+    got = asyncio.run(pbd._exported("r1", "mine", wait_s=0.01))
+    assert [x.tolist() for x in got] == [a.tolist()]
+    assert asyncio.run(pbd._exported("r1", "never", wait_s=0.01)) is None
+    # without ``ask`` (no engine to ask) a remote job is left to its task
+    assert pbd._start_work("r2", jobs[1:2], {"a": a}) == 0 and pbd._take("r2", 0) is None
+    assert pbd.engine_stats()["held"] == 0
+
+
 def test_a_placed_graph_with_more_than_its_keys_need_is_culled(monkeypatch):
     """An operand whose graph holds more than the product reads (a slice of a larger array):
     the placed product's optimization culls it, with Dask's array optimization, placement kept."""
