@@ -353,9 +353,15 @@ def main() -> None:
         delta = f"   {vals[-1] - vals[0]:+.3f}" if len(vals) > 1 else ""
         print(f"{row:26s}" + "".join(f"{v:24.3f}" for v in vals) + delta)
     if args.out:
+        # the seed (none: the stand-ins hold no data), PYBLASGEMM_* settings and NVRTC, read
+        # through this checkout's package (the children import the trees measured)
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+        from pyblasgemm.benchmarks.suite import provenance
+
         pathlib.Path(args.out).write_text(json.dumps(
             {"schema": "replay_host/1", "driver": kind, "trees": args.tree, "table_us": table,
-             "runs": runs, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1))
+             "runs": runs, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+             **provenance(None)}, indent=1))
 
 
 if __name__ == "__main__":

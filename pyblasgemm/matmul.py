@@ -46,8 +46,9 @@ _CUPY = [None]
 _TORCH = [None]
 _JAX = [None]        # JAX's concrete array type, once JAX is imported (the replay's type test)
 #: the signature lookup of the CuPy replay: the plan cache's one dict lookup (PlanCache.peek),
-#: not calls.get's two frames, second hash (move_to_end) and hit count: 0.2 µs less a call
-#: (2-core dev host, bench/replay_host.py); a hot signature ages as if unused (see calls.peek)
+#: not calls.get's two frames, second hash (move_to_end) and hit count; with invariant=None
+#: keyed without calls.flag's call: 0.33 µs less a call (2-core dev host, bench/replay_host.py,
+#: medians of 4 processes); a hot signature ages as if unused (see calls.peek)
 _PEEK = calls.cache.peek
 _RECORDED = calls.recorded
 
