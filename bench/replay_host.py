@@ -296,20 +296,12 @@ def measure(tree: str, rounds: int, calls: int, driver_kind: str) -> dict:
         "fresh result (stand-in)": lambda: cupy.ndarray((N, N), f16),
         "driver call": bare[1],
     }
-    # a replay must have run (not the full path, which the stand-ins cannot serve)
-    hits = C.cache.hits if hasattr(C.cache, "hits") else None
-    for name, fn in fns.items():
-        fn()
-    samples = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            samples[name].append((time.perf_counter() - t0) / calls * 1e6)
+    from timing import paired_host_us       # bench/timing.py, beside this file (not the tree's)
+
+    # (a call the replay missed would take the full path, which the stand-ins cannot serve: it raises)
+    us = paired_host_us(fns, calls, rounds, warmup=50, sync=lambda: None)
     return {"tree": str(pathlib.Path(tree).resolve()), "bindings": new, "driver": driver_kind,
-            "driver_call": bare[0], "cache_hits_before": hits,
-            "us": {k: statistics.median(v) for k, v in samples.items()},
+            "driver_call": bare[0], "us": us,
             "python": sys.version.split()[0], "rounds": rounds, "calls": calls}
 
 

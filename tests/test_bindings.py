@@ -782,12 +782,15 @@ def test_a_replay_binds_the_operand_cells_in_the_order_the_problem_ran(monkeypat
     swapped(0xA30, 0xB30, 0xC30, 1.0, 0.0, 0x50)            # scales back to (1, 0) after the call above
     grid = tuple(spec.geometry["grid"])
     want_cfg = grid + (spec.config.threads, spec.smem)
-    assert [launch[0] for launch in fake.launches] == [want_cfg + (s, 0) for s in (0x50, 0x50, 0x50, 0x60, 0x50)]
-    assert {launch[1] for launch in fake.launches} == {0xF00} and {launch[4] for launch in fake.launches} == {0}
+    assert [launch[0] for launch in fake.launches] == [want_cfg + (s, 0)
+                                                       for s in (0x50, 0x50, 0x50, 0x60, 0x50)]
+    assert {launch[1] for launch in fake.launches} == {0xF00}
+    assert {launch[4] for launch in fake.launches} == {0}
     assert [launch[2] for launch in fake.launches] == [(0xB00, 0xA00, 0xC00), (0xA00, 0xB00, 0xC00),
                                                        (0xA10, 0xB10, 0xC10), (0xB20, 0xA20, 0xC20),
                                                        (0xB30, 0xA30, 0xC30)]
-    assert [launch[3] for launch in fake.launches] == [(1.0, 0.0), (1.0, 0.0), (0.5, 0.25), (1.0, 0.0), (1.0, 0.0)]
+    assert [launch[3] for launch in fake.launches] == [(1.0, 0.0), (1.0, 0.0), (0.5, 0.25), (1.0, 0.0),
+                                                       (1.0, 0.0)]
 
 
 def test_a_replay_refuses_pointers_outside_the_class_and_launches_again_on_a_fresh_thread(monkeypatch):
@@ -796,7 +799,7 @@ def test_a_replay_refuses_pointers_outside_the_class_and_launches_again_on_a_fre
     fake = _ExDriver(fail_first=1)
     bl, _ = _bound_64(monkeypatch, fake)
     run = calls.ordered(bl, True)
-    with pytest.raises(ValueError, match=r"pointers 0xb00, 0xa08, 0xc00 are outside the bound alignment class"):
+    with pytest.raises(ValueError, match=r"pointers 0xb00, 0xa08, 0xc00 are outside the bound alignment"):
         run(0xA08, 0xB00, 0xC00, 1.0, 0.0, 0x50)            # named in the kernel's order
     assert fake.calls == []
     run(0xA00, 0xB00, 0xC00, 1.0, 0.0, 0x50)                # CUDA_ERROR_INVALID_CONTEXT, then a context

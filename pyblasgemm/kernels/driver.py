@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["bindings", "function", "stream", "device_pointer", "launch_config", "launch_kernel", "launch_kernel_ex",
-           "memset_words_async",
+__all__ = ["bindings", "function", "stream", "device_pointer", "launch_config", "launch_kernel",
+           "launch_kernel_ex", "memset_words_async",
            "copy_to_device_async", "record_event", "occupancy", "set_max_dynamic_shared_memory", "is_capturing",
            "make_context_current", "call_in_context", "recover", "check", "set_scales", "stream_handle",
            "CudaDriverError", "BindingsMissing", "INVALID_CONTEXT"]

@@ -1,15 +1,16 @@
 """The mma.sync kernels' launcher: a :class:`BoundLaunch` is one compiled, validated problem
 class whose call refills three pointers (and the scales when they change) in a pre-packed
 argument block handed straight to ``cuLaunchKernelEx`` with a launch config made once per
-stream; :meth:`BoundLaunch.replay` is that call as a call-signature replay makes it. (The Hopper kernels' launchers are in
+stream; :meth:`BoundLaunch.replay` is that call as a call-signature replay makes it. (The Hopper
+kernels' launchers are in
 :mod:`~pyblasgemm.kernels.sm90`; :func:`~pyblasgemm.kernels.launch.bind` makes either.)"""
 from __future__ import annotations
 
 import threading
 
 from .config import KernelConfig
-from .driver import (bindings, device_pointer, function, launch_config, launch_kernel, memset_words_async, recover,
-                     set_scales, stream, stream_handle)
+from .driver import (bindings, device_pointer, function, launch_config, launch_kernel, memset_words_async,
+                     recover, set_scales, stream, stream_handle)
 from .problem import KernelProblem
 
 __all__ = ["BoundLaunch", "kernel_args"]
@@ -165,13 +166,15 @@ class BoundLaunch:
                 pack.addr, rpack.cells if rpack else None, rpack.addr if rpack else 0, pack, rpack,
                 [(float("nan"), float("nan"))], stream(sptr))
         # [12]: the GEMM's CUlaunchConfig on this stream, [13]: cuLaunchKernelEx
-        slot += (launch_config(self._grid, (self._block, 1, 1), self.smem, slot[11]), bindings().cuLaunchKernelEx)
+        slot += (launch_config(self._grid, (self._block, 1, 1), self.smem, slot[11]),
+                 bindings().cuLaunchKernelEx)
         self._ws[sptr] = slot
         return slot
 
     def _misaligned(self, a_ptr: int, b_ptr: int, c_ptr: int):
-        return ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x}, 0x{c_ptr:x} are outside the bound alignment class "
-                          f"(A/B {self.a_align} B, C {self.c_align} B): bind() again for them")
+        return ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x}, 0x{c_ptr:x} are outside the bound "
+                          f"alignment class (A/B {self.a_align} B, C {self.c_align} B): bind() again "
+                          f"for them")
 
     def replay(self, swap: bool = False):
         """This launch as a call-signature replay calls it (:func:`pyblasgemm.calls.ordered`):
@@ -194,9 +197,11 @@ class BoundLaunch:
         """
         if self._fused or self._rptr is not None or self.geometry["flags"]:
             return None
-        lock, amask, cmask, is_int, dev, fn = self._lock, self._amask, self._cmask, self._int, self._dev, self._fptr
+        lock, amask, cmask, is_int = self._lock, self._amask, self._cmask, self._int
+        dev, fn = self._dev, self._fptr
         first, second = ("b", "a") if swap else ("a", "b")
-        fast: dict = {}     # stream handle -> (first, second and C cells, cells, scales memo, config, params, launch)
+        # stream handle -> (first, second and C cells, cells, scales memo, config, params, launch)
+        fast: dict = {}
 
         def run(pa, pb, pc, alpha, beta, stream):
             if (pa | pb) & amask or pc & cmask:
