@@ -188,6 +188,8 @@ def key(words: tuple, a, b, c=None, extra: tuple = ()):
             cpart, align = (c.dtype, c.shape, c.strides, mc.device_id), pa | pb | pc
         k = ("call", t, words, a.dtype, a.shape, a.strides, ma.device_id, b.dtype, b.shape,
              b.strides, mb.device_id, cpart, _current_device(), align & 15)
+        if not extra:       # (the plain product's call: no loop set up, ~0.02 µs)
+            return k, pa, pb, pc
         for x in extra:
             if x is None:
                 k += (None,)
