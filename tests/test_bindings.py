@@ -793,14 +793,17 @@ def test_a_replay_binds_the_operand_cells_in_the_order_the_problem_ran(monkeypat
                                                        (1.0, 0.0)]
 
 
-def test_a_replay_refuses_pointers_outside_the_class_and_launches_again_on_a_fresh_thread(monkeypatch):
+def test_a_replay_launches_again_on_a_fresh_thread_and_the_launch_refuses_pointers_outside_its_class(
+        monkeypatch):
+    """The replay leaves the alignment class to its caller's key (BoundLaunch.replay); the
+    launch's own call refuses a pointer outside it before any driver call."""
     from pyblasgemm import calls
 
     fake = _ExDriver(fail_first=1)
     bl, _ = _bound_64(monkeypatch, fake)
     run = calls.ordered(bl, True)
-    with pytest.raises(ValueError, match=r"pointers 0xb00, 0xa08, 0xc00 are outside the bound alignment"):
-        run(0xA08, 0xB00, 0xC00, 1.0, 0.0, 0x50)            # named in the kernel's order
+    with pytest.raises(ValueError, match=r"pointers 0xa08, 0xb00, 0xc00 are outside the bound alignment"):
+        bl(0xA08, 0xB00, 0xC00, 1.0, 0.0, 0x50)
     assert fake.calls == []
     run(0xA00, 0xB00, 0xC00, 1.0, 0.0, 0x50)                # CUDA_ERROR_INVALID_CONTEXT, then a context
     assert fake.calls == ["cuLaunchKernelEx", "cuCtxGetCurrent", "cuCtxSetCurrent", "cuLaunchKernelEx"]

@@ -171,11 +171,6 @@ class BoundLaunch:
         self._ws[sptr] = slot
         return slot
 
-    def _misaligned(self, a_ptr: int, b_ptr: int, c_ptr: int):
-        return ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x}, 0x{c_ptr:x} are outside the bound "
-                          f"alignment class (A/B {self.a_align} B, C {self.c_align} B): bind() again "
-                          f"for them")
-
     def replay(self, swap: bool = False):
         """This launch as a call-signature replay calls it (:func:`pyblasgemm.calls.ordered`):
         ``run(pa, pb, pc, alpha, beta, stream)``, ``stream`` a raw handle, the operand pointers
@@ -185,10 +180,17 @@ class BoundLaunch:
         driver call. None where the launch is more than one kernel on three pointers (a fused
         epilogue, stream-k flags, a split-k reduce): the replay calls the launch itself.
 
-        (2-core dev host, bench/replay_host.py with its stand-in libcuda, medians of 4 processes:
-        0.66 µs a call, the driver call included, against 1.03 µs for ``swapped`` calling
-        ``__call__`` with cuLaunchKernel behind ``launch_kernel``, and 0.81 µs for the tree
-        before the public bindings, 25a6ec1, whose CuPy-internal launch costs 0.2 µs less.)
+        The caller has proved the pointers' alignment class, which ``run`` does not check again
+        (``__call__`` does): a signature key holds it (``calls.key``'s ``align & 15``: the OR of
+        the pointers, from which the bound class was read, and a fresh result's ``c_mask``),
+        and :class:`pyblasgemm.Matmul` checks its pointers against the launch's ``a_align`` /
+        ``c_align``. (The check cost 0.06-0.11 µs a call: pointers are multi-digit ints.)
+
+        (2-core dev host, bench/replay_host.py with its stand-in libcuda, medians of 4 processes,
+        Python 3.11: 0.66 µs a call with the check, the driver call included, against 1.03 µs
+        for ``swapped`` calling ``__call__`` with cuLaunchKernel behind ``launch_kernel``, and
+        0.81 µs for the tree before the public bindings, 25a6ec1, whose CuPy-internal launch
+        costs 0.2 µs less.)
 
         Example::
 
@@ -197,15 +199,12 @@ class BoundLaunch:
         """
         if self._fused or self._rptr is not None or self.geometry["flags"]:
             return None
-        lock, amask, cmask, is_int = self._lock, self._amask, self._cmask, self._int
-        dev, fn = self._dev, self._fptr
+        lock, is_int, dev, fn = self._lock, self._int, self._dev, self._fptr
         first, second = ("b", "a") if swap else ("a", "b")
         # stream handle -> (first, second and C cells, cells, scales memo, config, params, launch)
         fast: dict = {}
 
         def run(pa, pb, pc, alpha, beta, stream):
-            if (pa | pb) & amask or pc & cmask:
-                raise self._misaligned(*((pb, pa) if swap else (pa, pb)), pc)
             lock.acquire()      # (against ``with``: 0.05 µs a call)
             try:
                 f = fast.get(stream)
@@ -246,7 +245,8 @@ class BoundLaunch:
                     slot = self._slot(sptr)
                 self._last = (sptr, slot)
             if (a_ptr | b_ptr) & self._amask or c_ptr & self._cmask:
-                raise self._misaligned(a_ptr, b_ptr, c_ptr)
+                raise ValueError(f"pointers 0x{a_ptr:x}, 0x{b_ptr:x}, 0x{c_ptr:x} are outside the bound alignment class "
+                                 f"(A/B {self.a_align} B, C {self.c_align} B): bind() again for them")
             cells = slot[4]
             cells["a"].value = a_ptr
             cells["b"].value = b_ptr
