@@ -305,9 +305,23 @@ def measure(tree: str, rounds: int, calls: int, driver_kind: str) -> dict:
             "python": sys.version.split()[0], "rounds": rounds, "calls": calls}
 
 
+def _versions() -> dict:
+    """The installed versions of what the path calls (None: not installed)."""
+    from importlib import metadata
+
+    found = {}
+    for name in ("cuda-bindings", "cupy-cuda13x", "cupy-cuda12x", "numpy"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tree", action="append", required=True, help="a tree (repeat: old first)")
+    ap.add_argument("--label", action="append", help="each tree's name in the table (e.g. its commit)")
     ap.add_argument("--driver", choices=("stub", "python"), default=None)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=2000)
@@ -333,15 +347,20 @@ def main() -> None:
                 if out.returncode:
                     raise SystemExit(f"replay_host: {tree} failed:\n{out.stderr[-3000:]}")
                 runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    labels = args.label or args.tree
+    if len(labels) != len(args.tree):
+        ap.error("--label: one per --tree")
     table = {}
-    for tree in args.tree:
+    for tree, label in zip(args.tree, labels):
         mine = [r for r in runs if r["tree"] == str(pathlib.Path(tree).resolve())]
-        table[tree] = {k: statistics.median(r["us"][k] for r in mine) for k in mine[0]["us"]}
+        for r in mine:
+            r["label"] = label
+        table[label] = {k: statistics.median(r["us"][k] for r in mine) for k in mine[0]["us"]}
     rows = list(next(iter(table.values())))
-    print(f"{'row':26s}" + "".join(f"{t[-22:]:>24s}" for t in args.tree)
-          + ("   last - first" if len(args.tree) > 1 else ""))
+    print(f"{'row':26s}" + "".join(f"{t[-22:]:>24s}" for t in labels)
+          + ("   last - first" if len(labels) > 1 else ""))
     for row in rows:
-        vals = [table[t][row] for t in args.tree]
+        vals = [table[t][row] for t in labels]
         delta = f"   {vals[-1] - vals[0]:+.3f}" if len(vals) > 1 else ""
         print(f"{row:26s}" + "".join(f"{v:24.3f}" for v in vals) + delta)
     if args.out:
@@ -351,9 +370,9 @@ def main() -> None:
         from pyblasgemm.benchmarks.suite import provenance
 
         pathlib.Path(args.out).write_text(json.dumps(
-            {"schema": "replay_host/1", "driver": kind, "trees": args.tree, "table_us": table,
-             "runs": runs, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-             **provenance(None)}, indent=1))
+            {"schema": "replay_host/1", "driver": kind, "trees": dict(zip(labels, args.tree)),
+             "table_us": table, "runs": runs, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+             "python": sys.version.split()[0], "versions": _versions(), **provenance(None)}, indent=1))
 
 
 if __name__ == "__main__":
