@@ -667,11 +667,11 @@ def _make(prefix: str):
             # a repeated CuPy call: its signature maps straight to the launch that ran it
             sig = calls.key(words, a, b, c)
             if sig is not None:
-                k, pa, pb, pc = sig
+                sig_key, pa, pb, pc = sig      # (not ``k``: that is the routine's k, read below)
                 try:
                     # the cache's one dict lookup, as matmul's replay (calls.get: two frames and
                     # a second hash more)
-                    call = _peek(k)
+                    call = _peek(sig_key)
                 except TypeError:   # an unhashable word (calls.flag's stand-in): the full path
                     call = None
                 if call is not None and not calls.overlaps(call, pa, pb, pc):

@@ -561,6 +561,7 @@ def test_capture_state_and_a_copy_from_pinned_memory():
     src = np.frombuffer(host, np.int32, 64)
     src[:] = np.arange(64) * 3
     dst = cupy.full(64, -1, np.int32)
+    cupy.cuda.Device().synchronize()     # the fill ran on CuPy's stream, not s: done before the copy
     done = cupy.cuda.Event(block=False, disable_timing=True)
     driver.copy_to_device_async(dev, driver.device_pointer(dst.data.ptr), host.ptr, 64 * 4, driver.stream(s.ptr))
     driver.record_event(dev, done.ptr, driver.stream(s.ptr))
