@@ -45,19 +45,22 @@ def host_us_per_call(fn, calls=2000, rounds=5, warmup=50):
     return paired_host_us({"fn": fn}, calls, rounds, warmup)["fn"]
 
 
-def paired_host_us(fns: dict, calls=1000, rounds=5, warmup=50):
+def paired_host_us(fns: dict, calls=1000, rounds=5, warmup=50, sync=None):
     """Median host µs per call of each of ``fns`` ({name: fn}), their rounds interleaved (one
     round of each in turn, ``rounds`` times): a drift of the host's speed during the measurement
-    (clock, another tenant) then falls on all of them alike, so their ratios are fair."""
+    (clock, another tenant) then falls on all of them alike, so their ratios are fair. ``sync``:
+    called after the warm-up and after each round, outside the timed region (default: the
+    current CuPy device's synchronize; bench/replay_host.py, with no GPU, passes its own)."""
     import time
 
-    import cupy as cp
+    if sync is None:
+        import cupy as cp
 
-    dev = cp.cuda.Device()
+        sync = cp.cuda.Device().synchronize
     for fn in fns.values():
         for _ in range(warmup):
             fn()
-    dev.synchronize()
+    sync()
     samples = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
@@ -65,7 +68,7 @@ def paired_host_us(fns: dict, calls=1000, rounds=5, warmup=50):
             for _ in range(calls):
                 fn()
             samples[name].append((time.perf_counter() - t0) / calls * 1e6)
-            dev.synchronize()
+            sync()
     return {name: statistics.median(v) for name, v in samples.items()}
 
 

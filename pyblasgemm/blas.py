@@ -36,6 +36,7 @@ _TORCH = [None]
 _ND = np.ndarray
 _may_share = _layout.may_share_ndarrays      # (the arrays are exact ndarrays there)
 _peek = calls.cache.peek
+_recorded = calls.recorded
 #: the scalar types whose NumPy calls are remembered (:class:`_HostCall`): the GPU's
 #: (gemm._PLAIN) and, on the host, the complex routines' too (a float or int alpha read as
 #: complex() reads it, as describe_blas does)
@@ -665,13 +666,21 @@ def _make(prefix: str):
                 and type(ldc) is int):
             # a repeated CuPy call: its signature maps straight to the launch that ran it
             sig = calls.key(words, a, b, c)
-            call = None if sig is None else calls.get(sig[0])
-            if call is not None and not calls.overlaps(call, *sig[1:]):
-                lim = call.limit
-                if -lim <= alpha <= lim and -lim <= beta <= lim and alpha != 0:
-                    call.run(sig[1], sig[2], sig[3], alpha + call.zero, beta + call.zero,
-                             streams.current() if stream is None else streams.handle(stream))
-                    return c
+            if sig is not None:
+                sig_key, pa, pb, pc = sig      # (not ``k``: that is the routine's k, read below)
+                try:
+                    # the cache's one dict lookup, as matmul's replay (calls.get: two frames and
+                    # a second hash more)
+                    call = _peek(sig_key)
+                except TypeError:   # an unhashable word (calls.flag's stand-in): the full path
+                    call = None
+                if call is not None and not calls.overlaps(call, pa, pb, pc):
+                    lim = call.limit
+                    if -lim <= alpha <= lim and -lim <= beta <= lim and alpha != 0:
+                        _recorded.call = call   # a replay counts as recorded (arrays.torch_record)
+                        call.run(pa, pb, pc, alpha + call.zero, beta + call.zero,
+                                 streams.current() if stream is None else streams.handle(stream))
+                        return c
         elif t is _TORCH[0] and autotune is None and type(transa) is str and type(transb) is str:
             # a repeated PyTorch call: the tensors' own attributes make the key (calls.key)
             if arrays.torch_replay(words, a, b, c, stream, alpha, beta) is not None:

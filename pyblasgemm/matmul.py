@@ -45,6 +45,12 @@ _ROUTINE = "matmul"
 _CUPY = [None]
 _TORCH = [None]
 _JAX = [None]        # JAX's concrete array type, once JAX is imported (the replay's type test)
+#: the signature lookup of the CuPy replay: the plan cache's one dict lookup (PlanCache.peek),
+#: not calls.get's two frames, second hash (move_to_end) and hit count; with invariant=None
+#: keyed without calls.flag's call: 0.33 µs less a call (2-core dev host, bench/replay_host.py,
+#: medians of 4 processes); a hot signature ages as if unused (see calls.peek)
+_PEEK = calls.cache.peek
+_RECORDED = calls.recorded
 
 
 def _exact_array(x):
@@ -305,13 +311,21 @@ def matmul(a, b, out=None, *, dtype=None, compute=None, backend=None, autotune=N
     if (t is _CUPY[0] and autotune is None and not numpy_kwargs
             and (dtype is None or isinstance(dtype, _DTYPE_WORDS))):
         # a repeated CuPy call: its signature maps straight to the launch that ran it
-        sig = calls.key((_ROUTINE, compute, backend, dtype, calls.flag(invariant)), a, b, out)
+        sig = calls.key((_ROUTINE, compute, backend, dtype,
+                         invariant if invariant is None else calls.flag(invariant)), a, b, out)
         if sig is not None:
             k, pa, pb, pc = sig
-            call = calls.get(k)
+            try:
+                call = _PEEK(k)
+            except TypeError:       # an unhashable word (calls.flag's stand-in): the full path
+                call = None
             if call is not None:
+                _RECORDED.call = call       # a replay counts as recorded (arrays.torch_record)
                 if out is None:
-                    c = _empty(call.shape, call.dtype)
+                    # the ndarray constructor itself (t is cupy.ndarray here): 3.7 µs against
+                    # cupy.empty's 4.5 µs on the H100 host (host_primitives_h100_2026-11-24.json);
+                    # the same C-ordered pool allocation
+                    c = t(call.shape, call.dtype)
                     pc = c.data.ptr
                     if pc & call.c_mask:
                         call = None
@@ -513,12 +527,6 @@ def _plain_word(value) -> bool:
 
 def _get_device() -> int:
     return _arrays.current_device()
-
-
-def _empty(shape, dtype):
-    # the ndarray constructor itself: 3.7 µs against cupy.empty's 4.5 µs on the H100 host
-    # (bench/results/host_primitives_h100_2026-11-24.json); same C-ordered pool allocation
-    return _CUPY[0](shape, dtype)
 
 
 def _is_default(value, default) -> bool:

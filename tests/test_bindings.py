@@ -561,6 +561,7 @@ def test_capture_state_and_a_copy_from_pinned_memory():
     src = np.frombuffer(host, np.int32, 64)
     src[:] = np.arange(64) * 3
     dst = cupy.full(64, -1, np.int32)
+    cupy.cuda.Device().synchronize()     # the fill ran on CuPy's stream, not s: done before the copy
     done = cupy.cuda.Event(block=False, disable_timing=True)
     driver.copy_to_device_async(dev, driver.device_pointer(dst.data.ptr), host.ptr, 64 * 4, driver.stream(s.ptr))
     driver.record_event(dev, done.ptr, driver.stream(s.ptr))
@@ -700,3 +701,123 @@ def test_every_bound_launcher_runs_through_the_bindings_on_two_streams_and_two_o
                 stream.synchronize()
                 case.check(c.get(), ref, cub)
         print(name, "ok")
+
+
+# ---- the mma.sync launch's replay: cuLaunchKernelEx on a config made once per stream -------
+
+class _ExDriver:
+    """cuda.bindings.driver as a BoundLaunch calls it: handles are the ints given, a config is a
+    namespace; each cuLaunchKernelEx records the config's fields, the kernel and the argument
+    values it reads through the ``void**`` (as the driver copies them at the call)."""
+
+    CUfunction = CUstream = CUdeviceptr = staticmethod(int)
+    CUlaunchConfig = types.SimpleNamespace
+
+    def __init__(self, fail_first=0):
+        self.launches, self.fail_first, self.calls = [], fail_first, []
+
+    def cuLaunchKernelEx(self, cfg, fn, params, extra):
+        self.calls.append("cuLaunchKernelEx")
+        if self.fail_first:
+            self.fail_first -= 1
+            return (_Res.CUDA_ERROR_INVALID_CONTEXT,)
+        argv = (ct.c_void_p * 17).from_address(params)
+        ptrs = tuple(ct.c_uint64.from_address(argv[i]).value for i in range(3))
+        scales = tuple(ct.c_float.from_address(argv[i]).value for i in (15, 16))   # alpha, beta cells
+        self.launches.append(((cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX, cfg.sharedMemBytes,
+                               cfg.hStream, cfg.numAttrs), fn, ptrs, scales, extra))
+        return (_Res.CUDA_SUCCESS,)
+
+    def cuCtxGetCurrent(self):
+        self.calls.append("cuCtxGetCurrent")
+        return _Res.CUDA_SUCCESS, 0
+
+    def cuDeviceGet(self, ordinal):
+        return _Res.CUDA_SUCCESS, ordinal
+
+    def cuDevicePrimaryCtxRetain(self, dev):
+        return _Res.CUDA_SUCCESS, 0x77
+
+    def cuCtxSetCurrent(self, ctx):
+        self.calls.append("cuCtxSetCurrent")
+        return (_Res.CUDA_SUCCESS,)
+
+
+def _bound_64(monkeypatch, fake, decomposition=None):
+    """A BoundLaunch of the 64³ float16 problem on the planner's sm_90 config (one kernel, no
+    workspace), over ``fake`` and a CuPy that only gives a device context."""
+    from dataclasses import replace
+
+    from pyblasgemm.kernels.launch import BoundLaunch
+    from pyblasgemm.kernels.problem import KernelProblem
+    from pyblasgemm.kernels.spec import launch_spec
+
+    monkeypatch.setattr(driver, "_CU", fake)
+    monkeypatch.setattr(driver, "_STREAMS", {})
+    cuda = types.SimpleNamespace(Device=lambda dev=None: __import__("contextlib").nullcontext())
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda, empty=None, zeros=None))
+    config = pyblasgemm.plan(64, 64, 64, "float16", arch="sm_90").config
+    if decomposition:
+        config = replace(config, decomposition=decomposition)
+    problem = KernelProblem("f16", "N", "N", 64, 64, 64, 64, 64, 64, 0x1000, 0x2000, 0x3000)
+    spec = launch_spec(problem, config, 132, 1)
+    kern = types.SimpleNamespace(kernel=types.SimpleNamespace(ptr=0xF00))
+    return BoundLaunch(problem, spec, kern, None, 0), spec
+
+
+def test_a_replay_binds_the_operand_cells_in_the_order_the_problem_ran(monkeypatch):
+    """``calls.ordered`` takes the launch's own replay: the caller's (pa, pb) reach the kernel as
+    (pb, pa) for a swapped problem, one cuLaunchKernelEx on the slot's config (grid, block, shared
+    memory and stream of the spec); the scales written once and rewritten when they change, also
+    after a plain call of the launch changed them (one memo)."""
+    from pyblasgemm import calls
+
+    fake = _ExDriver()
+    bl, spec = _bound_64(monkeypatch, fake)
+    swapped, plain = calls.ordered(bl, True), calls.ordered(bl, False)
+    assert swapped is not bl and plain is not bl and bl.replay(True) is not None
+    swapped(0xA00, 0xB00, 0xC00, 1.0, 0.0, 0x50)
+    plain(0xA00, 0xB00, 0xC00, 1.0, 0.0, 0x50)
+    bl(0xA10, 0xB10, 0xC10, 0.5, 0.25, 0x50)
+    swapped(0xA20, 0xB20, 0xC20, 1.0, 0.0, 0x60)            # another stream: its own slot and config
+    swapped(0xA30, 0xB30, 0xC30, 1.0, 0.0, 0x50)            # scales back to (1, 0) after the call above
+    grid = tuple(spec.geometry["grid"])
+    want_cfg = grid + (spec.config.threads, spec.smem)
+    assert [launch[0] for launch in fake.launches] == [want_cfg + (s, 0)
+                                                       for s in (0x50, 0x50, 0x50, 0x60, 0x50)]
+    assert {launch[1] for launch in fake.launches} == {0xF00}
+    assert {launch[4] for launch in fake.launches} == {0}
+    assert [launch[2] for launch in fake.launches] == [(0xB00, 0xA00, 0xC00), (0xA00, 0xB00, 0xC00),
+                                                       (0xA10, 0xB10, 0xC10), (0xB20, 0xA20, 0xC20),
+                                                       (0xB30, 0xA30, 0xC30)]
+    assert [launch[3] for launch in fake.launches] == [(1.0, 0.0), (1.0, 0.0), (0.5, 0.25), (1.0, 0.0),
+                                                       (1.0, 0.0)]
+
+
+def test_a_replay_launches_again_on_a_fresh_thread_and_the_launch_refuses_pointers_outside_its_class(
+        monkeypatch):
+    """The replay leaves the alignment class to its caller's key (BoundLaunch.replay); the
+    launch's own call refuses a pointer outside it before any driver call."""
+    from pyblasgemm import calls
+
+    fake = _ExDriver(fail_first=1)
+    bl, _ = _bound_64(monkeypatch, fake)
+    run = calls.ordered(bl, True)
+    with pytest.raises(ValueError, match=r"pointers 0xa08, 0xb00, 0xc00 are outside the bound alignment"):
+        bl(0xA08, 0xB00, 0xC00, 1.0, 0.0, 0x50)
+    assert fake.calls == []
+    run(0xA00, 0xB00, 0xC00, 1.0, 0.0, 0x50)                # CUDA_ERROR_INVALID_CONTEXT, then a context
+    assert fake.calls == ["cuLaunchKernelEx", "cuCtxGetCurrent", "cuCtxSetCurrent", "cuLaunchKernelEx"]
+    assert [launch[2] for launch in fake.launches] == [(0xB00, 0xA00, 0xC00)]
+    run(0xA00, 0xB00, 0xC00, 1.0, 0.0, 0x50)                # the lock was released after the retry
+    assert len(fake.launches) == 2
+
+
+def test_a_launch_of_more_than_one_kernel_call_is_replayed_through_the_launch_itself(monkeypatch):
+    """Stream-k flags (a memset before the kernel): no replay of its own, so ``ordered`` keeps
+    the launch (unswapped) or the function that swaps the pointers for it."""
+    from pyblasgemm import calls
+
+    bl, spec = _bound_64(monkeypatch, _ExDriver(), decomposition="streamk")
+    assert spec.geometry["flags"] and bl.replay(False) is None
+    assert calls.ordered(bl, False) is bl and calls.ordered(bl, True).__name__ == "swapped"

@@ -172,3 +172,18 @@ def test_a_recorded_call_runs_its_launch_with_the_pointers_in_its_order(swap):
         assert seen == [((0xB, 0xA) if swap else (0xA, 0xB)) + (0xC, 2.0, 0.5, 7)]
     finally:
         calls.cache.pop(key)
+
+
+def test_the_blas_form_rebinds_none_of_its_arguments_before_its_full_path():
+    """The raw form's replay branch unpacks the signature into names of its own: a replay that
+    falls through (a key miss, C meeting A or B, a scalar out of range) reaches the full path
+    with the caller's arguments (``k, pa, pb, pc = sig`` once handed the key tuple to the
+    full path as ``k``). Only ``stream`` and ``backend``, normalized for it, are rebound."""
+    import ast
+
+    tree = ast.parse((PACKAGE / "blas.py").read_text())
+    xgemm, = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == "xgemm"]
+    params = {a.arg for a in xgemm.args.args + xgemm.args.kwonlyargs}
+    rebound = {n.id for n in ast.walk(xgemm) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+               and n.id in params}
+    assert rebound == {"stream", "backend"}

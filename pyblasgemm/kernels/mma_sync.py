@@ -1,13 +1,16 @@
 """The mma.sync kernels' launcher: a :class:`BoundLaunch` is one compiled, validated problem
 class whose call refills three pointers (and the scales when they change) in a pre-packed
-argument block handed straight to ``cuLaunchKernel``. (The Hopper kernels' launchers are in
+argument block handed straight to ``cuLaunchKernelEx`` with a launch config made once per
+stream; :meth:`BoundLaunch.replay` is that call as a call-signature replay makes it. (The Hopper
+kernels' launchers are in
 :mod:`~pyblasgemm.kernels.sm90`; :func:`~pyblasgemm.kernels.launch.bind` makes either.)"""
 from __future__ import annotations
 
 import threading
 
 from .config import KernelConfig
-from .driver import device_pointer, function, launch_kernel, memset_words_async, set_scales, stream, stream_handle
+from .driver import (bindings, device_pointer, function, launch_config, launch_kernel, memset_words_async,
+                     recover, set_scales, stream, stream_handle)
 from .problem import KernelProblem
 
 __all__ = ["BoundLaunch", "kernel_args"]
@@ -162,8 +165,68 @@ class BoundLaunch:
         slot = (ws, fl, device_pointer(fl.data.ptr) if fl is not None else None, g["flags"], pack.cells,
                 pack.addr, rpack.cells if rpack else None, rpack.addr if rpack else 0, pack, rpack,
                 [(float("nan"), float("nan"))], stream(sptr))
+        # [12]: the GEMM's CUlaunchConfig on this stream, [13]: cuLaunchKernelEx
+        slot += (launch_config(self._grid, (self._block, 1, 1), self.smem, slot[11]),
+                 bindings().cuLaunchKernelEx)
         self._ws[sptr] = slot
         return slot
+
+    def replay(self, swap: bool = False):
+        """This launch as a call-signature replay calls it (:func:`pyblasgemm.calls.ordered`):
+        ``run(pa, pb, pc, alpha, beta, stream)``, ``stream`` a raw handle, the operand pointers
+        in the caller's order (``swap``: the problem runs as Cᵀ = op(B)ᵀ op(A)ᵀ, so the
+        kernel's A is ``pb``: the two cells are bound the other way round, no reordering call).
+        A plain function holding everything it reads, so a replay is one Python call and one
+        driver call. None where the launch is more than one kernel on three pointers (a fused
+        epilogue, stream-k flags, a split-k reduce): the replay calls the launch itself.
+
+        The caller has proved the pointers' alignment class, which ``run`` does not check again
+        (``__call__`` does): a signature key holds it (``calls.key``'s ``align & 15``: the OR of
+        the pointers, from which the bound class was read, and a fresh result's ``c_mask``),
+        and :class:`pyblasgemm.Matmul` checks its pointers against the launch's ``a_align`` /
+        ``c_align``. (The check cost 0.06-0.11 µs a call: pointers are multi-digit ints.)
+
+        (2-core dev host, bench/replay_host.py with its stand-in libcuda, medians of 4 processes,
+        Python 3.11: 0.66 µs a call with the check, the driver call included, against 1.03 µs
+        for ``swapped`` calling ``__call__`` with cuLaunchKernel behind ``launch_kernel``, and
+        0.81 µs for the tree before the public bindings, 25a6ec1, whose CuPy-internal launch
+        costs 0.2 µs less.)
+
+        Example::
+
+            run = bound.replay(swap=True)
+            run(a.data.ptr, b.data.ptr, c.data.ptr, 1.0, 0.0, cupy.cuda.get_current_stream().ptr)
+        """
+        if self._fused or self._rptr is not None or self.geometry["flags"]:
+            return None
+        lock, is_int, dev, fn = self._lock, self._int, self._dev, self._fptr
+        first, second = ("b", "a") if swap else ("a", "b")
+        # stream handle -> (first, second and C cells, cells, scales memo, config, params, launch)
+        fast: dict = {}
+
+        def run(pa, pb, pc, alpha, beta, stream):
+            lock.acquire()      # (against ``with``: 0.05 µs a call)
+            try:
+                f = fast.get(stream)
+                if f is None:
+                    slot = self._ws.get(stream) or self._slot(stream)
+                    cells = slot[4]
+                    f = fast[stream] = (cells[first], cells[second], cells["c"], cells, slot[10], slot[12],
+                                        slot[5], slot[13])
+                ca, cb, cc, cells, scales, cfg, params, launch = f
+                ca.value = pa
+                cb.value = pb
+                cc.value = pc
+                if scales[0] != (alpha, beta):      # the cells keep the last scales (as __call__'s)
+                    set_scales(cells, is_int, alpha, beta)
+                    scales[0] = (alpha, beta)
+                err, = launch(cfg, fn, params, 0)
+                if err:
+                    recover(err, dev, "cuLaunchKernelEx", launch, cfg, fn, params, 0)
+            finally:
+                lock.release()
+
+        return run
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha=1.0, beta=0.0, stream=None, bias: int = 0,
                  pre: int = 0, scale_m: int = 0, scale_n: int = 0) -> None:
@@ -198,8 +261,10 @@ class BoundLaunch:
             cs = slot[11]
             if slot[2] is not None:
                 memset_words_async(self._dev, slot[2], slot[3], cs)
-            gx, gy, gz = self._grid
-            launch_kernel(self._dev, self._fptr, gx, gy, gz, self._block, 1, 1, self.smem, cs, slot[5])
+            launch = slot[13]
+            err, = launch(slot[12], self._fptr, slot[5], 0)
+            if err:
+                recover(err, self._dev, "cuLaunchKernelEx", launch, slot[12], self._fptr, slot[5], 0)
             if self._rptr is not None:
                 rc = slot[6]
                 rc["c"].value = c_ptr

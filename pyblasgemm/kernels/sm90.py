@@ -33,7 +33,7 @@ from dataclasses import replace
 from ..kinds import KERNEL_KINDS
 from .config import KernelConfig, sm90_prep_shape
 # at module level: an import inside __call__ ran on every launch (hot path)
-from .driver import (bindings, call_in_context, check, device_pointer, function, launch_kernel, memset_words_async,
+from .driver import (bindings, check, device_pointer, function, launch_config, launch_kernel, memset_words_async,
                      recover, set_scales, stream, stream_handle)
 from .problem import ELEM_BYTES, KernelProblem
 
@@ -239,6 +239,7 @@ class Sm90Launch:
         self._fptr = function(kern.ptr)
         self._rptr = function(red.ptr) if red is not None else None
         self._replace_address = bindings().cuTensorMapReplaceAddress
+        self._launch_ex = bindings().cuLaunchKernelEx
         self._grid = int(g["grid"][0])
         self._int = p.kind == "s8" and not self._dequant
         self._pmap, self._qmap, _, _ = tma_maps(p, config)
@@ -301,8 +302,11 @@ class Sm90Launch:
             rp = [ct.addressof(s.rcells[n]) for n, _ in _RED_FIELDS]
             s.rparams = (ct.c_void_p * len(rp))(*rp)
             s.rparams_addr = ct.addressof(s.rparams)
+        # every GEMM launch is cuLaunchKernelEx on this config (4 arguments converted, not 11: see
+        # driver.launch_config), clusters or not
         s.lcfg = (_cluster_config(self._grid, self.smem, self._cluster, self.config.threads, s.stream)
-                  if self._cluster > 1 else None)
+                  if self._cluster > 1 else
+                  launch_config((self._grid, 1, 1), (self.config.threads, 1, 1), self.smem, s.stream))
         self._slots[sptr] = s
         return s
 
@@ -340,11 +344,10 @@ class Sm90Launch:
                 cells["scale_m"].value, cells["scale_n"].value = scale_m, scale_n
             if s.flags_dptr is not None:
                 memset_words_async(self._dev, s.flags_dptr, s.flags_words, s.stream)
-            if s.lcfg is not None:
-                self._launch_cluster(s)
-            else:
-                launch_kernel(self._dev, self._fptr, self._grid, 1, 1, self.config.threads, 1, 1, self.smem, s.stream,
-                              s.params_addr)
+            err, = self._launch_ex(s.lcfg, self._fptr, s.params_addr, 0)
+            if err:     # a fresh thread (a context made, launched again) or the driver's refusal
+                recover(err, self._dev, f"cuLaunchKernelEx ({self.config.name})", self._launch_ex, s.lcfg,
+                        self._fptr, s.params_addr, 0)
             if self._rptr is not None:
                 rc = s.rcells
                 rc["c"].value = c_ptr
@@ -360,12 +363,6 @@ class Sm90Launch:
         err, = self._replace_address(tmap, ptr)
         if err:
             recover(err, self._dev, "cuTensorMapReplaceAddress", self._replace_address, tmap, ptr)
-
-    def _launch_cluster(self, s: _Slot) -> None:
-        """``cuLaunchKernelEx`` with the slot's cluster config (its stream set once); a fresh
-        thread as :func:`~pyblasgemm.kernels.driver.launch_kernel`."""
-        call_in_context(self._dev, f"cuLaunchKernelEx ({self.config.name})", bindings().cuLaunchKernelEx, s.lcfg,
-                        self._fptr, s.params_addr, 0)
 
 
 # --- fp32 operands: prep kernel + the GEMM on its K-major output -------------------------------
