@@ -5,6 +5,7 @@ CUDA device; everywhere else they are skipped with the reason, never silently pa
 """
 import functools
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -85,6 +86,24 @@ def to_host(x):
 #: the package's environment variables (settings.py's table): planner tests start with none set
 PLANNER_KNOBS = tuple(v for v in __import__("pyblasgemm.settings").settings.VARIABLES
                       if v != "PYBLASGEMM_CACHE_DIR")
+
+
+@pytest.fixture
+def patch_this_thread(monkeypatch):
+    """``patch_this_thread(module, name, replacement)``: ``module.name`` is ``replacement`` for
+    calls from the test's own thread only. The compile checks' NVRTC work runs in compile_pool's
+    threads through the same module functions while other tests run: a plain monkeypatch of
+    ``jit._nvrtc`` handed those threads the stand-in (CI with NVRTC 13.5, whose compiles are
+    slower, failed 215 compile checks on it)."""
+    def patch(module, name, replacement):
+        original, owner = getattr(module, name), threading.get_ident()
+
+        @functools.wraps(original)
+        def routed(*args, **kwargs):
+            chosen = replacement if threading.get_ident() == owner else original
+            return chosen(*args, **kwargs)
+        monkeypatch.setattr(module, name, routed)
+    return patch
 
 
 @pytest.fixture

@@ -383,7 +383,7 @@ def test_check_returns_the_values_after_the_status():
         driver.check((_Res.CUDA_ERROR_INVALID_VALUE, 0), "f")
 
 
-def test_without_cuda_bindings_the_gpu_path_says_what_to_install(monkeypatch):
+def test_without_cuda_bindings_the_gpu_path_says_what_to_install(monkeypatch, patch_this_thread):
     monkeypatch.setattr(driver, "_CU", None)
     monkeypatch.setitem(sys.modules, "cuda.bindings", None)
     with pytest.raises(driver.BindingsMissing, match=r"cuda-bindings.*pip install 'pyblasgemm\[cuda13\]'"):
@@ -391,7 +391,8 @@ def test_without_cuda_bindings_the_gpu_path_says_what_to_install(monkeypatch):
     assert issubclass(driver.BindingsMissing, ImportError)
     from pyblasgemm.kernels import nvrtc
 
-    monkeypatch.setattr(nvrtc, "_NV", None)
+    # the module's loaded bindings stay: the compile checks use them in other threads meanwhile
+    patch_this_thread(nvrtc, "_bindings", nvrtc._import_bindings)
     with pytest.raises(driver.BindingsMissing, match="cuda.bindings.nvrtc"):
         nvrtc.getVersion()
 

@@ -30,6 +30,7 @@ import json
 import math
 import re
 import sys
+import threading
 import types
 import warnings
 
@@ -360,16 +361,26 @@ class FakeNvrtc:
         return CUBIN, "", {n: f"_lowered_{i}" for i, n in enumerate(names)}
 
 
+def test_a_patch_of_this_thread_leaves_other_threads_the_original(patch_this_thread):
+    module = types.SimpleNamespace(compile=lambda: "original")
+    patch_this_thread(module, "compile", lambda: "stand-in")
+    seen: list = []
+    other = threading.Thread(target=lambda: seen.append(module.compile()))
+    other.start()
+    other.join()
+    assert module.compile() == "stand-in" and seen == ["original"]
+
+
 def _sm90_config():
     from pyblasgemm.kernels.config import SM90_CONFIGS_BY_TILE
 
     return SM90_CONFIGS_BY_TILE["f16"][64]
 
 
-def test_sm90_cubin_recompiles_and_overwrites_a_bad_entry(monkeypatch):
+def test_sm90_cubin_recompiles_and_overwrites_a_bad_entry(patch_this_thread):
     pytest.importorskip("cupy")           # the cache key holds the NVRTC version
     fake = FakeNvrtc()
-    monkeypatch.setattr(jit, "_nvrtc", fake)
+    patch_this_thread(jit, "_nvrtc", fake)
     cfg = _sm90_config()
     cubin, lowered = jit._cached_cubin(cfg, "f16", "T", "N")
     (cub,) = jit.kernel_cache_dir().glob("*.cubin")
@@ -529,7 +540,11 @@ def test_cached_program_compile_failure_names_the_kernel_and_writes_nothing():
     assert list(jit.kernel_cache_dir().glob("*.cubin")) == []
 
 
-def test_sm90_cubin_real_compile_round_trip(monkeypatch):
+def _no_compile(*args, **kwargs):
+    raise AssertionError("compiled: the cubin on disk was not served")
+
+
+def test_sm90_cubin_real_compile_round_trip(patch_this_thread):
     pytest.importorskip("cupy")
     cfg = _sm90_config()
     try:
@@ -539,7 +554,7 @@ def test_sm90_cubin_real_compile_round_trip(monkeypatch):
     assert cubin.startswith(jit.ELF_MAGIC)
     (cub,) = jit.kernel_cache_dir().glob("*.cubin")
     assert json.loads(cub.with_suffix(".json").read_text())["size"] == len(cubin)
-    monkeypatch.setattr(jit, "_nvrtc", None)        # served from disk: no compile
+    patch_this_thread(jit, "_nvrtc", _no_compile)   # served from disk: no compile
     assert jit._cached_cubin(cfg, "f16", "T", "N") == (cubin, lowered)
 
 

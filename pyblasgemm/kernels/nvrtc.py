@@ -36,17 +36,22 @@ class NvrtcError(RuntimeError):
         self.call, self.status = call, status
 
 
+def _import_bindings():
+    """cuda.bindings.nvrtc, or :class:`~pyblasgemm.kernels.driver.BindingsMissing` saying what to install."""
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as e:
+        from .driver import BindingsMissing
+
+        raise BindingsMissing("compiling kernels needs NVIDIA's cuda-bindings (cuda.bindings.nvrtc), which is "
+                              "not installed: pip install 'pyblasgemm[cuda13]' (or cuda-bindings 13.x)") from e
+    return nvrtc
+
+
 def _bindings():
     global _NV
     if _NV is None:
-        try:
-            from cuda.bindings import nvrtc
-        except ImportError as e:
-            from .driver import BindingsMissing
-
-            raise BindingsMissing("compiling kernels needs NVIDIA's cuda-bindings (cuda.bindings.nvrtc), which is "
-                                  "not installed: pip install 'pyblasgemm[cuda13]' (or cuda-bindings 13.x)") from e
-        _NV = nvrtc
+        _NV = _import_bindings()
     return _NV
 
 
