@@ -316,9 +316,10 @@ class Converted:
             return _from_native(result, self.kind, self.like)
 
 
-def convert(routine: str, named, writes=()) -> Converted:
+def convert(routine: str, named, writes=(), optional_writes: bool = True) -> Converted:
     """Native views of ``named`` ([(name, array or None), ...]); ``writes``: the names the
-    routine writes into (they must be mutable: not JAX arrays).
+    routine writes into (they must be mutable: not JAX arrays); ``optional_writes``: whether the
+    routine may be called without them (the reference-BLAS form always writes its C).
 
     The views are taken on the stream the call will run on (PyTorch's current stream for
     tensors), so the DLPack exchange orders nothing across streams: inside a CUDA-graph
@@ -347,8 +348,10 @@ def convert(routine: str, named, writes=()) -> Converted:
                             f"{', '.join(JAX_TRACED_KEYWORDS)}: pyblasgemm.jax), {routine} with these "
                             f"arguments does not; call it outside them, on eager (concrete) JAX arrays")
         if k == "jax" and name in writes:
+            instead = (f"or leave {name} out" if optional_writes else
+                       "or call pyblasgemm.matmul / pyblasgemm.gemm, which return a new array")
             raise TypeError(f"{routine}: {name} is a JAX array, which is immutable; pass a "
-                            f"PyTorch, CuPy or NumPy array to be written, or leave {name} out")
+                            f"PyTorch, CuPy or NumPy array to be written, {instead}")
         places.add("gpu" if _on_gpu(x, k) else "host")
         if kind is None:
             kind, like = k, x

@@ -735,7 +735,8 @@ def _make(prefix: str):
             # PyTorch / JAX / CUDA-array-interface buffers: run on views; c is written in place
             if _TORCH[0] is None:
                 _TORCH[0] = arrays.torch_type()
-            conv = arrays.convert(row.routine, [("a", a), ("b", b), ("c", c)], writes=("c",))
+            conv = arrays.convert(row.routine, [("a", a), ("b", b), ("c", c)], writes=("c",),
+                                  optional_writes=False)
             na, nb, nc = conv.arrays
             calls.forget_last()
             with conv.allocating():

@@ -633,3 +633,43 @@ def test_framework_arrays_take_the_mode_and_answer_in_their_type(framework):
             got = pyblasgemm.matmul(mod.numpy.asarray(a), mod.numpy.asarray(b), compute="int8-ozaki")
             assert isinstance(got, mod.Array)
         np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_framework_float64_arrays_take_the_mode_in_matmul_and_the_raw_form(framework):
+    """float64 / complex128 from PyTorch CPU tensors and JAX CPU arrays (64-bit types on): the
+    host route's bits in the caller's type, through matmul and (tensors) the BLAS raw form
+    (dgemm / zgemm, 'T' on A, alpha and beta, column-major buffers)."""
+    mod = pytest.importorskip(framework)
+    rng = np.random.default_rng(11)
+    m, n, k = 6, 4, 9
+    for dtype, raw in ((np.float64, pyblasgemm.dgemm), (np.complex128, pyblasgemm.zgemm)):
+        a, b, c = (rng.standard_normal(s) + (1j * rng.standard_normal(s) if dtype == np.complex128 else 0)
+                   for s in ((m, k), (k, n), (m, n)))
+        a, b, c = a.astype(dtype), b.astype(dtype), c.astype(dtype)
+        # column-major buffers: A stored k x m (op 'T'), B k x n, C m x n
+        bufs = (a.ravel(), b.T.ravel(), c.T.ravel())
+
+        def raw_call(wrap):
+            ba, bb, bc = (wrap(x.copy()) for x in bufs)
+            return raw("T", "N", m, n, k, 0.5, ba, k, bb, k, -2.0, bc, m, compute="int8-ozaki")
+
+        want = pyblasgemm.matmul(a, b, compute="int8-ozaki")
+        want_raw = raw_call(np.asarray)
+        if framework == "torch":
+            got = pyblasgemm.matmul(mod.from_numpy(a), mod.from_numpy(b), compute="int8-ozaki")
+            got_raw = raw_call(mod.from_numpy)
+            assert isinstance(got, mod.Tensor) and isinstance(got_raw, mod.Tensor)
+            assert got.dtype == mod.from_numpy(a).dtype
+        else:
+            from test_composite_gpu import _x64
+            with _x64(mod):
+                got = pyblasgemm.matmul(mod.numpy.asarray(a), mod.numpy.asarray(b), compute="int8-ozaki")
+                assert isinstance(got, mod.Array) and got.dtype == a.dtype
+                # the raw form writes C: a JAX C is refused before any work, saying what to use
+                with pytest.raises(TypeError, match="c is a JAX array, which is immutable.*pyblasgemm.matmul"):
+                    raw_call(mod.numpy.asarray)
+            np.testing.assert_array_equal(np.asarray(got), want)
+            continue
+        np.testing.assert_array_equal(np.asarray(got), want)
+        np.testing.assert_array_equal(got_raw.numpy(), want_raw)
