@@ -284,8 +284,8 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
         NumPy or CuPy arrays, or PyTorch tensors, JAX arrays and DLPack objects (the results
         in their framework).
     offsets : sequence of int, or a 1-D int32 / int64 GPU array, optional
-        Each group's end row in ``a`` (the expert form). On the GPU (a CuPy array, or a CUDA
-        tensor: ``torch._grouped_mm``'s ``offs``) the offsets are never read on the host: the
+        Each group's end row in ``a`` (the expert form). On the GPU (a CuPy array, a CUDA
+        tensor: ``torch._grouped_mm``'s ``offs``, or a JAX GPU array) the offsets are never read on the host: the
         grouped kernel's CTAs scan them on the device (a table kernel builds the problems
         first past 512 groups), so the call may be captured in a CUDA graph and replayed with
         new sizes. The values are not checked then (that would read them): a group ends at the
@@ -302,7 +302,8 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
         other rows are not read into a result and not written (see the module docstring). Host
         values (a sequence, a NumPy array) are checked before any work: a count below 0 or
         above ``max_m`` is refused, naming it (a count past its block is a caller's bug, and a
-        check costs nothing there). Values on the GPU (a CuPy array, a CUDA tensor) are never
+        check costs nothing there). Values on the GPU (a CuPy array, a CUDA tensor, a JAX GPU
+        array) are never
         read on the host, as device ``offsets`` are not: the call may be captured in a CUDA
         graph and replayed with new counts, and each count is clamped to ``[0, max_m]`` on the
         device (refusing would need the read the layout exists to avoid; clamped, a count can
@@ -694,6 +695,12 @@ def _foreign(a, b, offsets, out, dtype, bias, activation, scale_a, scale_b, comp
     listed = offsets is None and masked_m is None
     fields = (("a", a), ("b", b), ("out", out), ("bias", bias), ("scale_a", scale_a),
               ("scale_b", scale_b))
+    # JAX offsets / counts cross the door with the operands: on the GPU a CuPy view that the
+    # launch's scan reads where it lies (no copy to the host, so no sync); a CUDA tensor's are
+    # read as they are (_device_offsets), a sequence on the host
+    layout = tuple((name, v) for name, v in (("offsets", offsets), ("masked_m", masked_m))
+                   if v is not None and arrays.framework(v) == "jax")
+    fields += layout
     named, shape = [], []
     for name, v in fields:
         if listed and isinstance(v, (list, tuple)):
@@ -722,7 +729,9 @@ def _foreign(a, b, offsets, out, dtype, bias, activation, scale_a, scale_b, comp
         else:
             natives.append(list(conv.arrays[at:at + count]))
             at += count
-    na, nb, nout, nbias, nsa, nsb = natives
+    na, nb, nout, nbias, nsa, nsb, *nlayout = natives
+    viewed = dict(zip((name for name, _ in layout), nlayout))
+    offsets, masked_m = viewed.get("offsets", offsets), viewed.get("masked_m", masked_m)
     with conv.allocating():
         result = grouped_matmul(na, nb, offsets=offsets, out=nout, dtype=dtype, bias=nbias,
                                 activation=activation, scale_a=nsa, scale_b=nsb, compute=compute,

@@ -269,3 +269,63 @@ def test_a_layout_off_the_kernel_runs_the_loop(monkeypatch):
     out = cupy.full((3, max_m, n), np.nan, dtype)
     pyblasgemm.grouped_matmul(ga, cupy.asarray(b), masked_m=cupy.asarray(counts, np.int32), out=out)
     _check(out, big[:, :max_m], b, counts)
+
+
+def test_jax_gpu_counts_are_read_on_the_device(monkeypatch):
+    """JAX arrays on the GPU with the counts a JAX GPU array too: the counts cross the door as
+    a device view and the launch's scan reads them there (no host read: the host check is
+    made to fail), with the bits of the same call on CuPy arrays; the result is a JAX array."""
+    import cupy
+
+    jax = pytest.importorskip("jax")
+    try:
+        gpu = jax.devices("gpu")[0]
+    except RuntimeError:
+        pytest.skip("JAX without a GPU")
+    rng = np.random.default_rng(36)
+    groups, max_m, k, n = 5, 40, 64, 72
+    counts = [40, 0, 7, 33, 1]
+    a = _data(rng, (groups, max_m, k), np.float16)
+    b = _data(rng, (groups, k, n), np.float16) / 8
+    want = pyblasgemm.grouped_matmul(cupy.asarray(a), cupy.asarray(b), masked_m=cupy.asarray(counts, np.int32),
+                                     out=cupy.zeros((groups, max_m, n), np.float16), backend="tensorcore",
+                                     expected_m=16)
+    from pyblasgemm import grouped
+
+    def host_read(*args):
+        raise AssertionError("the JAX counts were read on the host")
+    monkeypatch.setattr(grouped, "_check_masked_m", host_read)
+    got = pyblasgemm.grouped_matmul(jax.device_put(a, gpu), jax.device_put(b, gpu),
+                                    masked_m=jax.device_put(np.asarray(counts, np.int32), gpu),
+                                    backend="tensorcore", expected_m=16)
+    assert isinstance(got, jax.Array) and gpu in got.devices()
+    host, ours = np.asarray(got), want.get()
+    for g, c in enumerate(counts):
+        assert np.array_equal(_bits(host[g, :c]), _bits(ours[g, :c])), g
+
+
+def test_jax_gpu_offsets_are_read_on_the_device(monkeypatch):
+    """The expert form's offsets as a JAX GPU array: read by the launch's scan on the device
+    (the host check made to fail), the CuPy call's bits."""
+    import cupy
+
+    jax = pytest.importorskip("jax")
+    try:
+        gpu = jax.devices("gpu")[0]
+    except RuntimeError:
+        pytest.skip("JAX without a GPU")
+    rng = np.random.default_rng(37)
+    k, n, ends = 64, 72, [5, 5, 40, 41, 90]
+    a = _data(rng, (ends[-1], k), np.float16)
+    b = _data(rng, (len(ends), k, n), np.float16) / 8
+    want = pyblasgemm.grouped_matmul(cupy.asarray(a), cupy.asarray(b), offsets=cupy.asarray(ends, np.int32),
+                                     backend="tensorcore")
+    from pyblasgemm import grouped
+
+    def host_read(*args, **kwargs):
+        raise AssertionError("the JAX offsets were read on the host")
+    monkeypatch.setattr(grouped, "_check_offsets", host_read)
+    got = pyblasgemm.grouped_matmul(jax.device_put(a, gpu), jax.device_put(b, gpu),
+                                    offsets=jax.device_put(np.asarray(ends, np.int32), gpu), backend="tensorcore")
+    assert isinstance(got, jax.Array) and gpu in got.devices()
+    assert np.array_equal(_bits(np.asarray(got)), _bits(want.get()))
