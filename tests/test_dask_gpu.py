@@ -125,6 +125,17 @@ def _on_gpus(client, data, chunk, owner, prefix):
     return arr
 
 
+def _split_product(client, x, y, transport=None):
+    """``pbd.matmul`` of x (rows of 128-blocks split over the two workers by pairs: block row i
+    on worker i // 2) and y (block column j on worker j), the product's placement checked
+    (transport 'ipc' by default on two GPUs, or the one asked)."""
+    X = _on_gpus(client, x, 128, lambda i, k: i // 2, "a")
+    Y = _on_gpus(client, y, 128, lambda k, j: j, "b")
+    z = pbd.matmul(X, Y) if transport is None else pbd.matmul(X, Y, transport=transport)
+    assert type(z).__name__ == "PlacedArray" and pbd.transport_of(z) == (transport or "ipc")
+    return z
+
+
 @pytest.fixture(scope="module")
 def two_gpu_cluster():
     if _gpu_count() < 2:
@@ -149,10 +160,7 @@ def test_two_gpus_compute_each_block_where_its_row_panel_is_with_the_threaded_bi
     workers = sorted(client.nthreads())
     rng = np.random.default_rng(50)
     x, y = _data(rng, (512, 384), dtype), _data(rng, (384, 256), dtype)
-    X = _on_gpus(client, x, 128, lambda i, k: i // 2, "a")
-    Y = _on_gpus(client, y, 128, lambda k, j: j, "b")
-    z = pbd.matmul(X, Y, transport="dask")
-    assert type(z).__name__ == "PlacedArray" and pbd.transport_of(z) == "dask"
+    z = _split_product(client, x, y, "dask")
     before = client.run(_fetched)
     done = client.persist(z)
     wait(done)
@@ -223,10 +231,7 @@ def test_two_gpus_move_blocks_through_cuda_ipc_with_the_threaded_bits(two_gpu_cl
     client.run(pbd.close_ipc_handles)
     client.run(pbd.ipc_stats, True)
     for run in range(3):
-        X = _on_gpus(client, x, 128, lambda i, k: i // 2, "a")
-        Y = _on_gpus(client, y, 128, lambda k, j: j, "b")
-        z = pbd.matmul(X, Y)
-        assert type(z).__name__ == "PlacedArray" and pbd.transport_of(z) == "ipc"
+        z = _split_product(client, x, y)
         before = client.run(_received)
         done = client.persist(z)
         wait(done)
@@ -362,10 +367,7 @@ def test_two_gpus_persist_starts_each_workers_own_work_with_the_threaded_bits(tw
     client.run(pbd.ipc_stats, True)
     client.run(pbd.engine_stats, True)
     for run in range(3):
-        X = _on_gpus(client, x, 128, lambda i, k: i // 2, "a")
-        Y = _on_gpus(client, y, 128, lambda k, j: j, "b")
-        z = pbd.matmul(X, Y)
-        assert type(z).__name__ == "PlacedArray" and pbd.transport_of(z) == "ipc"
+        z = _split_product(client, x, y)
         done = z.persist() if call == "z.persist" else client.persist(z)
         wait(done)
         got = cupy.asnumpy(done.compute())
