@@ -65,7 +65,7 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["MODULI", "MAX_BITS", "DEFAULT_BITS", "DEFAULT_BITS_FP32", "GUARD_HI_BITS", "GUARD_SUM_BITS",
-           "Precision", "PRECISIONS", "precision_of", "SCALINGS", "OzakiSetting", "bits_for", "error_bound",
+           "Precision", "PRECISIONS", "precision_of", "SCALINGS", "NORM_BITS", "OzakiSetting", "bits_for", "error_bound",
            "setting", "split", "split_fast", "line_bits", "residues", "reconstruct", "crt_chunks", "crt_tables", "residue_products_host",
            "guard_constants", "guard_planes", "guard_failures", "dgemm_ozaki", "zgemm_ozaki", "sgemm_ozaki",
            "cgemm_ozaki", "emulated"]
@@ -336,43 +336,44 @@ def _crt_budget(count: int) -> int:
     return ((2**19 - 1) * _product(count)) >> 20
 
 
-def _float_down(v: int) -> float:
-    """The largest float64 at most the positive integer ``v`` (``float()`` rounds to nearest)."""
-    drop = max(v.bit_length() - 53, 0)
-    return math.ldexp(v >> drop, drop)
+#: the 'fast' scaling's norm counts each ``|x|`` of a line in units of ``2^(top - 20)``
+#: (``max|x| < 2^top``), rounded up: integers of at most 20 bits, their squares' sum exact in
+#: 64 bits (order-independent: the GPU's atomics give the host's bits) while ``k < 2^24``
+NORM_BITS = 20
+
+
+def _norm_bits(k: int) -> int:
+    """:data:`NORM_BITS`, fewer where ``k · 4^NORM_BITS`` would pass 2^64."""
+    return min(NORM_BITS, (64 - max(k, 1).bit_length()) // 2)
 
 
 def split_fast(x: np.ndarray, axis: int, count: int):
     """(integers, exponents) as :func:`split` gives them, each row (``axis=1``) or column
-    (``axis=0``) scaled by the largest power of two whose integers' sum of squares stays within
-    ``Q = (1/2 - 2^-20) P`` (``P`` the product of the first ``count`` moduli), and never by less
-    than :func:`split` with ``bits_for(count, k)`` (``k`` the line's length) nor to more than
-    :data:`MAX_BITS` bits: the 'fast' scaling of :data:`SCALINGS`. A row dominated by one
-    element keeps up to ``log2(k) / 2`` bits more than the worst case; a flat row (all of one
-    magnitude) is the worst case and keeps the same bits, or one more where its largest
-    element's significand leaves room.
+    (``axis=0``) scaled by the largest power of two that an upper bound of its 2-norm allows
+    within ``Q = (1/2 - 2^-20) P`` (``P`` the product of the first ``count`` moduli), at most
+    :data:`MAX_BITS` bits: the 'fast' scaling of :data:`SCALINGS`. Never fewer bits than
+    :func:`split` with ``bits_for(count, k)`` (``k`` the line's length); a row dominated by one
+    element keeps up to ``log2(k) / 2`` bits more; a flat row (all of one magnitude) is the worst
+    case and keeps the same bits, or one more where its largest element's significand leaves
+    room.
 
-    Why the CRT stays exact. Let ``A'_i = trunc(2^e_i a_i)`` and ``B'_j = trunc(2^f_j b_j)``.
-    Each ``|A'_ik| <= |2^e_i a_ik| < 2^62`` and each is a float64 exactly (``2^e a`` is one;
-    below 2^52 its truncation is an integer below 2^52, from 2^52 up it is an integer
-    already). By Cauchy–Schwarz on these integers,
-    ``|Σ_k A'_ik B'_kj| <= ||A'_i||_2 ||B'_j||_2 <= sqrt(Q) · sqrt(Q) = Q <= (1/2 - 2^-20) P``
-    once each line's ``Σ A'^2 <= Q``, which is :func:`reconstruct`'s condition. Each line's
-    exponent is proven to meet it in one of two ways:
+    The norm's bound, per line with ``max|x| < 2^t`` and ``G`` = :data:`NORM_BITS`: ``w_k =
+    ceil(|x_k| 2^(G - t))`` (at least 1 where ``x_k != 0``: a product below float64's range
+    rounds, and may round to 0), integers in ``[0, 2^G]``, and ``W = Σ w_k^2``, an exact
+    integer. ``|x_k| 2^(G - t) <= w_k``, so ``Σ x^2 <= 4^(t - G) W``. The exponent is
+    ``e = G - t + j``, ``j`` the largest integer with ``4^j W <= Q`` (exactly:
+    ``j = floor(log2(floor(Q 4^32 / W))) // 2 - 32``; ``Q 4^32 >= W``), capped at
+    ``MAX_BITS - t``.
 
-    (a) in float64: ``s = fl(Σ fl(A'^2))``, in any summation order, is within ``γ_k Σ A'^2``
-        (``γ_k = k u / (1 - k u)``, u = 2^-53; squares of integers below 2^62 neither
-        overflow nor underflow), so for ``k u <= 1/4`` the exact sum is at most
-        ``s (1 + k 2^-52)``; the test ``fl(s · (1 + (k + 4) 2^-50)) <= Q↓`` (``Q↓`` the float64
-        at most Q) passes only if it is at most Q, as ``(1 + (k + 4) 2^-50)(1 - u) >= 1 + k 2^-52``
-        covers the product's own rounding. ``k <= 2^51`` holds far beyond the host's exact
-        residue products (``k < 2^39``).
-    (b) :func:`split`'s exponent ``e = bits - top`` with ``bits = bits_for(count, k)``: every
-        ``|A'| < 2^bits``, so ``Σ A'^2 < k 4^bits <= Q``, what :func:`bits_for` proves.
-        (b) is the floor: a line the float test would refuse there keeps split's bits.
-
-    The exponent is found from an estimate of the norm (any error there only costs a retry):
-    the largest exponent passing (a), tried from one above the estimate down to (b)'s.
+    Why the CRT stays exact. ``A'_i = trunc(2^e_i a_i)``, ``B'_j = trunc(2^f_j b_j)``, and
+    ``|trunc(v)| <= |v|``: ``Σ A'^2 <= 4^e Σ a^2 <= 4^(e + t - G) W = 4^j W <= Q`` for every
+    row, likewise every column of B. By Cauchy–Schwarz on these integers,
+    ``|Σ_k A'_ik B'_kj| <= ||A'_i||_2 ||B'_j||_2 <= sqrt(Q) · sqrt(Q) = Q <= (1/2 - 2^-20) P``,
+    which is :func:`reconstruct`'s condition. And never fewer bits than :func:`split`: every
+    ``w_k <= 2^G``, so ``W <= k 4^G`` and split's exponent ``bits - t`` (``k 4^bits <= Q``,
+    :func:`bits_for`) has ``4^(bits - G) W <= k 4^bits <= Q``: ``j`` is at least ``bits - G``.
+    No rounding anywhere: the scaled values and ``ceil`` are exact in float64 (a power of two,
+    then an integer of at most 21 bits), ``W`` and ``j`` are integers.
 
     >>> x = np.array([[1.0, 1.0, 1.0, 1.0], [1.0, 2.0**-30, 0.0, 0.0]])
     >>> _, e_max = split(x, axis=1, bits=bits_for(4, 4))
@@ -387,29 +388,17 @@ def split_fast(x: np.ndarray, axis: int, count: int):
     rows = np.asarray(x, dtype=np.float64)
     rows = rows.T if axis == 0 else rows
     m, k = rows.shape
-    floor_bits = bits_for(count, max(k, 1))
-    budget = _crt_budget(count)
-    q_down = _float_down(budget)
-    slack = 1 + (k + 4) * 2.0**-50                       # (a): the float sum's γ_k and the product's u
+    g = _norm_bits(k)
+    budget = _crt_budget(count) << 64                   # Q 4^32: at least W (< 2^64)
     biggest = np.max(np.abs(rows), axis=1) if k else np.zeros(m)
     _, top = np.frexp(biggest)                           # biggest < 2^top
-    live = biggest > 0
-    low = np.where(live, floor_bits - top, 0)            # (b): split's exponent
-    high = np.where(live, MAX_BITS - top, 0)             # every |A'| < 2^62 (int64)
-    unit = np.ldexp(rows, -top[:, None])                 # |.| < 1: the norm's estimate, no overflow
-    est = np.sum(unit * unit, axis=1)
-    with np.errstate(divide="ignore"):
-        guess = np.floor((math.log2(q_down) - np.log2(np.where(live, est, 1.0))) / 2) - top
-    exps = np.clip(np.where(live, guess + 1, 0), low, high).astype(np.int64)
-
-    def fits(e):
-        ints = np.trunc(np.ldexp(rows, e[:, None]))
-        return np.sum(ints * ints, axis=1) * slack <= q_down
-
-    todo = live & ~fits(exps) & (exps > low)
-    while todo.any():                                    # a step down quarters the sum: few rounds
-        exps = np.where(todo, exps - 1, exps)
-        todo = todo & ~fits(exps) & (exps > low)
+    units = np.ceil(np.ldexp(np.abs(rows), (g - top)[:, None]))
+    units = np.maximum(units, rows != 0).astype(np.uint64)          # a nonzero x counts at least 1
+    norms = np.sum(units * units, axis=1, dtype=np.uint64)          # W, exact: k 4^G <= 2^64
+    exps = np.zeros(m, np.int64)
+    for i in np.flatnonzero(biggest > 0):
+        j = (budget // int(norms[i])).bit_length() - 1 >> 1       # floor(log4(Q 4^32 / W))
+        exps[i] = min(j - 32 + g - int(top[i]), MAX_BITS - int(top[i]))
     ints = np.trunc(np.ldexp(rows, exps[:, None])).astype(np.int64)
     return (ints.T if axis == 0 else ints), exps
 
@@ -455,8 +444,9 @@ def error_bound(a: np.ndarray, b: np.ndarray, c: np.ndarray, how: OzakiSetting) 
     integers; the same split gives ``|Δa·b| + |a·Δb|``), with ``|b'| <= |b|``; the exponents
     are :func:`split_fast`'s (computed again here from ``a`` and ``b``). Since
     ``2^-e_i < 2^(1-bits) max|a_i.|``, this is within the 'max' bound of ``how.bits``. The
-    1-norms are float64 sums, made upper bounds by ``1 + (k + 4) 2^-50`` (:func:`split_fast`'s
-    argument). A complex product's parts each sum over the stacked ``[Re, Im]`` of a row (and
+    1-norms are float64 sums of k terms, at least ``(1 - γ_k)`` of the exact ones in any order
+    (``γ_k = k u / (1 - k u)``, u = 2^-53), made upper bounds by ``1 + (k + 4) 2^-50``, which
+    covers ``1 / (1 - γ_k)`` and the products' and the final sum's roundings. A complex product's parts each sum over the stacked ``[Re, Im]`` of a row (and
     column): the same 1-norms for both parts.
 
     >>> c, how = dgemm_ozaki(a, b, bits=30, fallback=False, scaling="fast")

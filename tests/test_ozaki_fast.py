@@ -174,12 +174,11 @@ def test_on_the_norm_bound_the_crt_stays_exact(count, k):
 @pytest.mark.parametrize("count,k", [(2, 1), (3, 2), (4, 3), (8, 7), (16, 9), (16, 64)])
 def test_on_the_norm_bound_end_to_end(count, k):
     """The whole product on the bound: a row times itself (and its negation), its squared norm
-    within 2^-30 of Q (closer, the float test cannot prove it and the line keeps the floor's
-    exponent: the case above), exact to the reconstruction's two ulps."""
+    within 2^-18 of Q (its elements of 20 significant bits: the norm's bound, NORM_BITS, is
+    then exact), exact to the reconstruction's two ulps."""
     from math import isqrt
-    q = budget(count)
-    v = isqrt((q - (q >> 30)) // k)
-    drop = max(v.bit_length() - 53, 0)
+    v = isqrt(budget(count) // k)
+    drop = max(v.bit_length() - oz.NORM_BITS, 0)
     x = np.full((1, k), float((v >> drop) << drop))
     for sign in (1.0, -1.0):
         c, how = oz.dgemm_ozaki(x, sign * x.T, count=count, fallback=False, scaling="fast")
@@ -189,14 +188,34 @@ def test_on_the_norm_bound_end_to_end(count, k):
         assert abs(Fraction(float(c[0, 0])) - want) <= 4 * U * abs(want), (count, k, sign)
 
 
-def test_the_float_test_refuses_what_it_cannot_prove():
-    """A line whose exact Σ A'^2 is Q: the float test's slack refuses it (it proves only what
-    lies a little below Q), so the line keeps the floor's exponent or one that passes."""
-    count, k = 4, 1
+def four_squares(q):
+    """Integers (a, b, c, d) with a^2 + b^2 + c^2 + d^2 == q (Lagrange), found by a short search
+    from the largest down."""
+    from math import isqrt
+    for a in range(isqrt(q), 0, -1):
+        for b in range(isqrt(q - a * a), -1, -1):
+            r = q - a * a - b * b
+            for c in range(isqrt(r), max(isqrt(r) - 50, -1), -1):
+                d = isqrt(r - c * c)
+                if d * d == r - c * c:
+                    return a, b, c, d
+    raise AssertionError(q)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("pad", [0, 3])
+def test_exactly_on_the_bound(count, pad):
+    """A row of four integers whose squares sum to Q itself (the elements have few enough bits
+    that the norm's bound is exact), times its own transpose: |A'B'| = ||A'||^2 = Q, the
+    largest the CRT holds; reconstruct must give Q (and -Q) exactly (up to 5 moduli Q < 2^39:
+    its four squares have at most 20 bits)."""
     q = budget(count)
-    x = np.array([[float(q)]])                   # one element: its square is far above Q
+    x = np.array([list(map(float, four_squares(q))) + [0.0] * pad])
     ints, e = oz.split_fast(x, 1, count)
-    assert int(ints[0, 0]) ** 2 <= q
+    assert e[0] == 0 and int(sq_norms(ints, 1)[0]) == q
+    for sign in (1.0, -1.0):
+        c, how = oz.dgemm_ozaki(x, sign * x.T, count=count, fallback=False, scaling="fast")
+        assert c[0, 0] == sign * q, (count, pad)
 
 
 # --- accuracy ------------------------------------------------------------------------------
