@@ -20,7 +20,10 @@ The algorithm, in the order it runs (each step a function here, so that tests ch
    ``C = 2^-(e+f) · A'B'``.
 
 More moduli, more bits, more accuracy: the precision dial is the moduli count (each one more
-int8 GEMM). Inf and NaN cannot be scaled: :func:`dgemm_ozaki` answers those products with
+int8 GEMM). ``scaling='fast'`` (:data:`SCALINGS`, host only for now) replaces step 1's worst case
+by Cauchy–Schwarz: :func:`split_fast` scales each line as far as its 2-norm allows, never to
+fewer bits (one modulus saved at equal accuracy on graded or one-element-dominated rows, none on
+random normal or uniform data: ``docs/design/ozaki-fast-scaling.md``). Inf and NaN cannot be scaled: :func:`dgemm_ozaki` answers those products with
 native float64 arithmetic (and says so), and likewise the rows and columns whose range the
 scaling cannot hold (a nonzero element more than ``bits`` binades below its row's largest).
 :func:`zgemm_ozaki` runs complex products through the same steps.
