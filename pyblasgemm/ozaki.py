@@ -388,6 +388,8 @@ def split_fast(x: np.ndarray, axis: int, count: int):
     """
     if axis not in (0, 1):
         raise ValueError(f"axis={axis}: 0 (columns) or 1 (rows)")
+    if not 1 <= count <= len(MODULI):
+        raise ValueError(f"count={count} moduli: between 1 and {len(MODULI)}")
     rows = np.asarray(x, dtype=np.float64)
     rows = rows.T if axis == 0 else rows
     m, k = rows.shape
@@ -869,6 +871,16 @@ def dgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: in
     >>> c, how = dgemm_ozaki(np.array([[1.0, x]]), np.array([[x], [1.0]]))
     >>> bool(c[0, 0] == 2 * x), how.native_elements
     (True, 1)
+
+    ``scaling='fast'`` (:func:`split_fast`): the same moduli, each line as many bits as its
+    2-norm allows; at 15 moduli and k = 1024 the default keeps 53 bits on every line, the fast
+    scaling 59 on a row dominated by one element and 55 on an evenly spread one:
+
+    >>> a = np.full((2, 1024), 2.0**-20); a[0, 0] = 1.0; a[1] = np.linspace(-1, 1, 1024)
+    >>> c, how = dgemm_ozaki(a, a.T, count=15, scaling="fast")
+    >>> _, e = split_fast(a, 1, how.count)
+    >>> how.bits, line_bits(a, e, 1).tolist()
+    (53, [59, 55])
     """
     _check_scaling(scaling)
     _host_only("dgemm_ozaki", scaling, a, b)

@@ -373,6 +373,21 @@ def test_a_bad_scaling_names_argument_value_and_choices(call):
         oz.setting(8, scaling=None)
 
 
+@pytest.mark.parametrize("count", [0, len(oz.MODULI) + 1])
+def test_split_fast_checks_its_arguments(count):
+    with pytest.raises(ValueError, match=rf"count={count} moduli: between 1 and {len(oz.MODULI)}"):
+        oz.split_fast(np.ones((2, 2)), 1, count)
+    with pytest.raises(ValueError, match=r"axis=2: 0 \(columns\) or 1 \(rows\)"):
+        oz.split_fast(np.ones((2, 2)), 2, 4)
+
+
+def test_long_lines_count_in_coarser_units():
+    """Past k = 2^24 the norm's units coarsen so that W stays within 64 bits."""
+    assert oz._norm_bits(2**23) == oz.NORM_BITS and oz._norm_bits(2**24) < oz.NORM_BITS
+    for k in (1, 2**23, 2**24, 2**30):
+        assert k * 4 ** oz._norm_bits(k) < 2**64
+
+
 class _GpuStandIn:
     """Stands in for a GPU array: what the host-only check looks at, nothing else."""
 
