@@ -246,11 +246,13 @@ def test_the_fast_bound_is_within_the_default_bound(kind):
 
 @pytest.mark.parametrize("kind", ["dominated", "wide", "cancel", "subnormal", "normal"])
 @pytest.mark.parametrize("shape", [(3, 2, 5), (7, 13, 5), (5, 31, 3), (4, 97, 4)])
-def test_the_guard_still_holds_native_bound(kind, shape):
-    """The default dial with the fast scaling: every element within native float64's
-    γ_k Σ|a||b| (+ k η below the normal range), the guard's promise with per-line bits."""
-    a, b = operands(kind, shape)
-    c, how = oz.dgemm_ozaki(a, b, scaling="fast")
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_the_guard_still_holds_native_bound(kind, shape, dtype):
+    """The default dial with the fast scaling: every element (each part) within native
+    float64's γ_k Σ|a||b| (+ k η below the normal range; complex moduli for complex), the
+    guard's promise with per-line bits."""
+    a, b = operands(kind, shape, dtype=dtype)
+    c, how = ROUTINES[dtype](a, b, scaling="fast")
     assert how.guard
     k = shape[1]
     scale = (np.abs(a) @ np.abs(b)) * (1 + 4 * k * U)
