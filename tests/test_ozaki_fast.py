@@ -266,7 +266,7 @@ def test_the_guard_catches_graded_data_with_per_line_bits():
     x = 2.0**-50 * (4 / 3)
     a, b = np.array([[1.0, x]]), np.array([[x], [1.0]])
     c, how = oz.dgemm_ozaki(a, b, scaling="fast")
-    assert c[0, 0] == 2 * x
+    assert c[0, 0] == 2 * x and how.native_elements == 1 and how.scaling == "fast"
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
