@@ -20,7 +20,10 @@ The algorithm, in the order it runs (each step a function here, so that tests ch
    ``C = 2^-(e+f) · A'B'``.
 
 More moduli, more bits, more accuracy: the precision dial is the moduli count (each one more
-int8 GEMM). Inf and NaN cannot be scaled: :func:`dgemm_ozaki` answers those products with
+int8 GEMM). ``scaling='fast'`` (:data:`SCALINGS`, host only for now) replaces step 1's worst case
+by Cauchy–Schwarz: :func:`split_fast` scales each line as far as its 2-norm allows, never to
+fewer bits (one modulus saved at equal accuracy on graded or one-element-dominated rows, none on
+random normal or uniform data: ``docs/design/ozaki-fast-scaling.md``). Inf and NaN cannot be scaled: :func:`dgemm_ozaki` answers those products with
 native float64 arithmetic (and says so), and likewise the rows and columns whose range the
 scaling cannot hold (a nonzero element more than ``bits`` binades below its row's largest).
 :func:`zgemm_ozaki` runs complex products through the same steps.
@@ -65,8 +68,8 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["MODULI", "MAX_BITS", "DEFAULT_BITS", "DEFAULT_BITS_FP32", "GUARD_HI_BITS", "GUARD_SUM_BITS",
-           "Precision", "PRECISIONS", "precision_of", "OzakiSetting", "bits_for", "error_bound",
-           "setting", "split", "residues", "reconstruct", "crt_chunks", "crt_tables", "residue_products_host",
+           "Precision", "PRECISIONS", "precision_of", "SCALINGS", "NORM_BITS", "OzakiSetting", "bits_for", "error_bound",
+           "setting", "split", "split_fast", "line_bits", "residues", "reconstruct", "crt_chunks", "crt_tables", "residue_products_host",
            "guard_constants", "guard_planes", "guard_failures", "dgemm_ozaki", "zgemm_ozaki", "sgemm_ozaki",
            "cgemm_ozaki", "emulated"]
 
@@ -137,6 +140,14 @@ GUARD_HI_BITS = 7
 #: (order-independent on the GPU's atomics), at most k · (2^16 + 1) < 2^53
 GUARD_SUM_BITS = 16
 
+#: how :func:`split` / :func:`split_fast` pick each row's (column's) power of two, and the bound
+#: on ``|A'B'|`` that keeps the CRT exact (the ``scaling=`` argument; 'max' the default)
+SCALINGS = {
+    "max": "the largest element kept to the setting's bits: |A'B'|_ij <= k 4^bits (worst case)",
+    "fast": ("each line scaled as far as its 2-norm allows: |A'B'|_ij <= ||A'_i.|| ||B'_.j|| "
+             "(Cauchy-Schwarz), each squared norm <= (1/2 - 2^-20) P"),
+}
+
 
 class OzakiSetting(NamedTuple):
     """One precision setting: how many moduli (int8 GEMMs) and how many bits per scaled row /
@@ -158,6 +169,9 @@ class OzakiSetting(NamedTuple):
     whole_native: bool = False
     #: the :data:`PRECISIONS` row the result is rounded to (and the guard holds native bound of)
     precision: str = "float64"
+    #: the :data:`SCALINGS` row: 'max' keeps ``bits`` per line; 'fast' keeps at least ``bits``
+    #: per line, more where the line's 2-norm allows (:func:`split_fast`)
+    scaling: str = "max"
 
     @property
     def planes(self) -> int:
@@ -174,11 +188,23 @@ class OzakiSetting(NamedTuple):
         True
         >>> setting(1024, precision="float32").bound()
         "|c_ij - exact| <= 1024 * 2^-24 * max|a_i.| * max|b_.j| + 2u|c_ij| + 2^-149 (u = 2^-24); and never above native float32's gamma_k * sum_k |a_ik||b_kj| (the guard)"
+
+        The 'fast' scaling's bound is per element, from each line's own scale (at least
+        ``bits`` bits of its largest element: within the 'max' bound of the same bits):
+
+        >>> setting(1024, scaling="fast").bound().split(";")[0]
+        '|c_ij - exact| <= 2^-e_i * sum_k |b_kj| + 2^-f_j * sum_k |a_ik| + 4u|c_ij| (u = 2^-53), 2^e_i and 2^f_j the scales of row i of A and column j of B (split_fast: each line keeps at least 57 bits of its largest element, more where its 2-norm allows)'
         """
         p = PRECISIONS[self.precision]
         tiny = f" + 2^{math.log2(p.underflow):.0f}" if p.underflow else ""
-        text = (f"|c_ij - exact| <= {self.k} * 2^-{self.bits - 2} * max|a_i.| * max|b_.j| + {p.rounding}u|c_ij|"
-                f"{tiny} (u = 2^-{p.unit_bits})")
+        if self.scaling == "fast":
+            text = (f"|c_ij - exact| <= 2^-e_i * sum_k |b_kj| + 2^-f_j * sum_k |a_ik| + {p.rounding}u|c_ij|{tiny} "
+                    f"(u = 2^-{p.unit_bits}), 2^e_i and 2^f_j the scales of row i of A and column j of B "
+                    f"(split_fast: each line keeps at least {self.bits} bits of its largest element, more "
+                    f"where its 2-norm allows)")
+        else:
+            text = (f"|c_ij - exact| <= {self.k} * 2^-{self.bits - 2} * max|a_i.| * max|b_.j| + "
+                    f"{p.rounding}u|c_ij|{tiny} (u = 2^-{p.unit_bits})")
         if self.guard:
             text += f"; and never above native {p.name}'s gamma_k * sum_k |a_ik||b_kj| (the guard)"
         return text
@@ -200,8 +226,10 @@ class OzakiSetting(NamedTuple):
         if self.native_elements:
             fallback += (f"; {self.native_elements} elements natively (the guard could not prove native "
                          f"{name}'s error bound for them)")
-        return (f"Ozaki II with {self.count} moduli: rows of A and columns of B as {self.bits}-bit "
-                f"integers, {self.planes} exact int8 GEMMs of k = {self.k}{guard}{fallback}")
+        ints = (f"integers of at least {self.bits} bits (more where a line's 2-norm allows: the 'fast' "
+                f"scaling)" if self.scaling == "fast" else f"{self.bits}-bit integers")
+        return (f"Ozaki II with {self.count} moduli: rows of A and columns of B as {ints}, "
+                f"{self.planes} exact int8 GEMMs of k = {self.k}{guard}{fallback}")
 
 
 def _product(count: int) -> int:
@@ -236,7 +264,7 @@ def bits_for(count: int, k: int) -> int:
 
 
 def setting(k: int, count: int | None = None, bits: int | None = None,
-            precision: str = "float64") -> OzakiSetting:
+            precision: str = "float64", scaling: str = "max") -> OzakiSetting:
     """The setting for inner dimension ``k``: the given moduli ``count``, or the fewest moduli
     that give ``bits``. The default (neither given) takes the fewest moduli that keep the
     precision's default bits (:data:`DEFAULT_BITS`, float32's :data:`DEFAULT_BITS_FP32`) and
@@ -250,9 +278,20 @@ def setting(k: int, count: int | None = None, bits: int | None = None,
     >>> f32 = setting(1024, precision="float32")
     >>> f32.count, f32.bits, f32.guard, setting(1024, bits=20, precision="float32").guard
     (8, 26, True, False)
+
+    ``scaling='fast'`` (:data:`SCALINGS`) takes the same moduli; ``bits`` is then the least any
+    line keeps (every bit the moduli hold at this k: :func:`split_fast` keeps more where it can):
+
+    >>> fast = setting(1024, bits=40, scaling="fast")
+    >>> fast.count, fast.bits, fast.scaling, fast.guard
+    (12, 41, 'fast', False)
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r}: one of {', '.join(map(repr, PRECISIONS))}")
+    _check_scaling(scaling)
+    if scaling != "max":
+        how = setting(k, count, bits, precision)
+        return how._replace(bits=bits_for(how.count, k), scaling=scaling)
     default = PRECISIONS[precision].default_bits
     if count is not None:
         have = bits_for(count, k)
@@ -271,6 +310,11 @@ def setting(k: int, count: int | None = None, bits: int | None = None,
     raise ValueError(f"k={k} needs more than {len(MODULI)} moduli for {want} bits")
 
 
+def _check_scaling(scaling) -> None:
+    if scaling not in SCALINGS:
+        raise ValueError(f"scaling={scaling!r}: one of {', '.join(map(repr, SCALINGS))}")
+
+
 def split(x: np.ndarray, axis: int, bits: int):
     """(integers, exponents): ``x`` scaled by ``2^exponent`` per row (``axis=1``: the
     exponent of row i scales x[i, :]) or per column (``axis=0``), truncated toward zero, every
@@ -287,6 +331,94 @@ def split(x: np.ndarray, axis: int, bits: int):
     exps = np.where(biggest > 0, bits - top, 0).astype(np.int64)
     scaled = np.ldexp(x, exps)                  # exact: a power of two (|scaled| < 2^bits)
     return np.trunc(scaled).astype(np.int64), exps.reshape(-1)
+
+
+def _crt_budget(count: int) -> int:
+    """``Q = floor((1/2 - CRT_MARGIN) P)``: the most any ``|A'B'|_ij`` may be (:func:`_holds`'s
+    test, ``v · 2^20 <= (2^19 - 1) P``, holds exactly for the integers ``v <= Q``)."""
+    return ((2**19 - 1) * _product(count)) >> 20
+
+
+#: the 'fast' scaling's norm counts each ``|x|`` of a line in units of ``2^(top - 20)``
+#: (``max|x| < 2^top``), rounded up: integers of at most 20 bits, their squares' sum exact in
+#: 64 bits (order-independent: the GPU's atomics give the host's bits) while ``k < 2^24``
+NORM_BITS = 20
+
+
+def _norm_bits(k: int) -> int:
+    """:data:`NORM_BITS`, fewer where ``k · 4^NORM_BITS`` would pass 2^64."""
+    return min(NORM_BITS, (64 - max(k, 1).bit_length()) // 2)
+
+
+def split_fast(x: np.ndarray, axis: int, count: int):
+    """(integers, exponents) as :func:`split` gives them, each row (``axis=1``) or column
+    (``axis=0``) scaled by the largest power of two that an upper bound of its 2-norm allows
+    within ``Q = (1/2 - 2^-20) P`` (``P`` the product of the first ``count`` moduli), at most
+    :data:`MAX_BITS` bits: the 'fast' scaling of :data:`SCALINGS`. Never fewer bits than
+    :func:`split` with ``bits_for(count, k)`` (``k`` the line's length); a row dominated by one
+    element keeps up to ``log2(k) / 2`` bits more; a flat row (all of one magnitude) is the worst
+    case and keeps the same bits, or one more where its largest element's significand leaves
+    room.
+
+    The norm's bound, per line with ``max|x| < 2^t`` and ``G`` = :data:`NORM_BITS`: ``w_k =
+    ceil(|x_k| 2^(G - t))`` (at least 1 where ``x_k != 0``: a product below float64's range
+    rounds, and may round to 0), integers in ``[0, 2^G]``, and ``W = Σ w_k^2``, an exact
+    integer. ``|x_k| 2^(G - t) <= w_k``, so ``Σ x^2 <= 4^(t - G) W``. The exponent is
+    ``e = G - t + j``, ``j`` the largest integer with ``4^j W <= Q`` (exactly:
+    ``j = floor(log2(floor(Q 4^32 / W))) // 2 - 32``; ``Q 4^32 >= W``), capped at
+    ``MAX_BITS - t``.
+
+    Why the CRT stays exact. ``A'_i = trunc(2^e_i a_i)``, ``B'_j = trunc(2^f_j b_j)``, and
+    ``|trunc(v)| <= |v|``: ``Σ A'^2 <= 4^e Σ a^2 <= 4^(e + t - G) W = 4^j W <= Q`` for every
+    row, likewise every column of B. By Cauchy–Schwarz on these integers,
+    ``|Σ_k A'_ik B'_kj| <= ||A'_i||_2 ||B'_j||_2 <= sqrt(Q) · sqrt(Q) = Q <= (1/2 - 2^-20) P``,
+    which is :func:`reconstruct`'s condition. And never fewer bits than :func:`split`: every
+    ``w_k <= 2^G``, so ``W <= k 4^G`` and split's exponent ``bits - t`` (``k 4^bits <= Q``,
+    :func:`bits_for`) has ``4^(bits - G) W <= k 4^bits <= Q``: ``j`` is at least ``bits - G``.
+    No rounding anywhere: the scaled values and ``ceil`` are exact in float64 (a power of two,
+    then an integer of at most 21 bits), ``W`` and ``j`` are integers.
+
+    >>> x = np.array([[1.0, 1.0, 1.0, 1.0], [1.0, 2.0**-30, 0.0, 0.0]])
+    >>> _, e_max = split(x, axis=1, bits=bits_for(4, 4))
+    >>> ints, e = split_fast(x, axis=1, count=4)
+    >>> e_max.tolist(), e.tolist()               # the flat row: one bit more; the spiky row: two
+    ([13, 13], [14, 15])
+    >>> int(np.sum(ints[1].astype(object) ** 2)) <= _crt_budget(4), line_bits(x, e, axis=1).tolist()
+    (True, [15, 16])
+    """
+    if axis not in (0, 1):
+        raise ValueError(f"axis={axis}: 0 (columns) or 1 (rows)")
+    if not 1 <= count <= len(MODULI):
+        raise ValueError(f"count={count} moduli: between 1 and {len(MODULI)}")
+    rows = np.asarray(x, dtype=np.float64)
+    rows = rows.T if axis == 0 else rows
+    m, k = rows.shape
+    g = _norm_bits(k)
+    budget = _crt_budget(count) << 64                   # Q 4^32: at least W (< 2^64)
+    biggest = np.max(np.abs(rows), axis=1) if k else np.zeros(m)
+    _, top = np.frexp(biggest)                           # biggest < 2^top
+    units = np.ceil(np.ldexp(np.abs(rows), (g - top)[:, None]))
+    units = np.maximum(units, rows != 0).astype(np.uint64)          # a nonzero x counts at least 1
+    norms = np.sum(units * units, axis=1, dtype=np.uint64)          # W, exact: k 4^G <= 2^64
+    exps = np.zeros(m, np.int64)
+    for i in np.flatnonzero(biggest > 0):
+        j = (budget // int(norms[i])).bit_length() - 1 >> 1       # floor(log4(Q 4^32 / W))
+        exps[i] = min(j - 32 + g - int(top[i]), MAX_BITS - int(top[i]))
+    ints = np.trunc(np.ldexp(rows, exps[:, None])).astype(np.int64)
+    return (ints.T if axis == 0 else ints), exps
+
+
+def line_bits(x: np.ndarray, exps: np.ndarray, axis: int) -> np.ndarray:
+    """The bits each row (``axis=1``) or column (``axis=0``) of ``x`` keeps under the
+    exponents ``exps`` (:func:`split`, :func:`split_fast`): ``e + top``, ``max|x| < 2^top``,
+    so every scaled integer of that line is below ``2^bits``; 0 for a zero line.
+
+    >>> line_bits(np.array([[3.0, 0.5], [0.0, 0.0]]), np.array([2, 0]), axis=1).tolist()
+    [4, 0]
+    """
+    biggest = np.max(np.abs(x), axis=axis) if x.shape[axis] else np.zeros(x.shape[1 - axis])
+    _, top = np.frexp(biggest.astype(np.float64))
+    return np.where(biggest > 0, np.asarray(exps).reshape(-1) + top, 0).astype(np.int64)
 
 
 def error_bound(a: np.ndarray, b: np.ndarray, c: np.ndarray, how: OzakiSetting) -> np.ndarray:
@@ -311,8 +443,33 @@ def error_bound(a: np.ndarray, b: np.ndarray, c: np.ndarray, how: OzakiSetting) 
     >>> exact = (a.astype(np.longdouble) @ b.astype(np.longdouble))
     >>> bool(np.all(np.abs(c - exact) <= error_bound(a, b, c, how)))
     True
+
+    The 'fast' scaling (``how.scaling``): each line has its own exponent, so the bound is per
+    element, ``2^-e_i Σ_k |b'_kj| + 2^-f_j Σ_k |a_ik|`` (``2^-e_i``: one unit of row i's
+    integers; the same split gives ``|Δa·b| + |a·Δb|``), with ``|b'| <= |b|``; the exponents
+    are :func:`split_fast`'s (computed again here from ``a`` and ``b``). Since
+    ``2^-e_i < 2^(1-bits) max|a_i.|``, this is within the 'max' bound of ``how.bits``. The
+    1-norms are float64 sums of k terms, at least ``(1 - γ_k)`` of the exact ones in any order
+    (``γ_k = k u / (1 - k u)``, u = 2^-53), made upper bounds by ``1 + (k + 4) 2^-50``, which
+    covers ``1 / (1 - γ_k)`` and the products' and the final sum's roundings. A complex product's parts each sum over the stacked ``[Re, Im]`` of a row (and
+    column): the same 1-norms for both parts.
+
+    >>> c, how = dgemm_ozaki(a, b, bits=30, fallback=False, scaling="fast")
+    >>> fast = error_bound(a, b, c, how)
+    >>> bool(np.all(np.abs(c - exact) <= fast)), bool(np.all(fast <= error_bound(a, b, c, how._replace(scaling="max"))))
+    (True, True)
     """
     p = PRECISIONS[how.precision]
+    if how.scaling == "fast":
+        a2, b2 = _stacked(np.asarray(a), np.asarray(b))
+        _, ea = split_fast(a2, 1, how.count)
+        _, eb = split_fast(b2, 0, how.count)
+        slack = 1 + (how.k + 4) * 2.0**-50
+        na, nb = np.sum(np.abs(a2), axis=1) * slack, np.sum(np.abs(b2), axis=0) * slack
+        trunc = (np.ldexp(nb[None, :], -ea[:, None]) + np.ldexp(na[:, None], -eb[None, :])) * slack
+        # a zero row (column) is exact: its integers and its products are 0
+        trunc = np.where((na[:, None] > 0) & (nb[None, :] > 0), trunc, 0.0)
+        return trunc + p.rounding * 2.0**-p.unit_bits * np.abs(c).astype(np.float64) + p.underflow
     row_max = np.max(np.abs(a), axis=1, keepdims=True).astype(np.float64)
     col_max = np.max(np.abs(b), axis=0, keepdims=True).astype(np.float64)
     u = 2.0**-p.unit_bits
@@ -477,14 +634,25 @@ def guard_planes(ints: np.ndarray, axis: int, bits: int):
     >>> hi, sums = guard_planes(np.array([[2**20 - 1, -3, 0]]), axis=1, bits=20)
     >>> hi.tolist(), sums.tolist()                   # (2^20-1 >> 4) + 1 + (3 >> 4) + 1
     ([[127, 0, 0]], [65537])
+
+    ``bits`` may be one per line (the 'fast' scaling's :func:`line_bits`): each line's planes
+    then count in its own units (:func:`guard_failures` with ``bits_a`` / ``bits_b``).
+
+    >>> hi, sums = guard_planes(np.array([[2**20 - 1, -3], [2**9, 0]]), axis=1, bits=np.array([20, 10]))
+    >>> hi.tolist(), sums.tolist()
+    ([[127, 0], [64, 0]], [65537, 513])
     """
     mag = np.abs(ints)
-    hi = (mag >> max(bits - GUARD_HI_BITS, 0)).astype(np.int8)
-    sums = np.sum(np.where(mag != 0, (mag >> max(bits - GUARD_SUM_BITS, 0)) + 1, 0), axis=axis, dtype=np.int64)
+    if np.ndim(bits):                           # one per line: broadcast along the line
+        bits = np.asarray(bits, np.int64)
+        bits = bits[:, None] if axis == 1 else bits[None, :]
+    hi = (mag >> np.maximum(bits - GUARD_HI_BITS, 0)).astype(np.int8)
+    sums = np.sum(np.where(mag != 0, (mag >> np.maximum(bits - GUARD_SUM_BITS, 0)) + 1, 0), axis=axis,
+                  dtype=np.int64)
     return hi, sums
 
 
-def guard_failures(na, nb, low, how: OzakiSetting, k_native: int):
+def guard_failures(na, nb, low, how: OzakiSetting, k_native: int, bits_a=None, bits_b=None):
     """The elements of C whose error bound the guard cannot prove (bool, m x n): ``na`` and
     ``nb`` the line sums of :func:`guard_planes`, ``low`` the product of the ``hi`` planes
     (any array of the integers' values; NumPy or CuPy: the same operations, one at a time).
@@ -495,26 +663,52 @@ def guard_failures(na, nb, low, how: OzakiSetting, k_native: int):
     >>> (ha, na), (hb, nb) = guard_planes(ai, 1, how.bits), guard_planes(bi, 0, how.bits)
     >>> guard_failures(na, nb, ha.astype(float) @ hb.astype(float), how, 2).tolist()
     [[True]]
+
+    Per-line bits (``bits_a`` per row of A, ``bits_b`` per column of B: the 'fast' scaling's
+    :func:`line_bits`, the planes made with them): :func:`guard_constants`'s proof holds for
+    each element in its own scaled space, ``na_i 2^(bits_a_i - 16) + nb_j 2^(bits_b_j - 16)``
+    against ``L_ij 2^(bits_a_i - 7 + bits_b_j - 7)`` times ``c_hi``'s factor without its
+    power of two (each shift at least 0); the sum of the two terms, now rounded, and the
+    product's rounding stay within the 2^-40 ``c_hi`` leaves for the test's own roundings.
+
+    >>> f = setting(2, scaling="fast")
+    >>> ai, ea = split_fast(a, 1, f.count); bi, eb = split_fast(b, 0, f.count)
+    >>> ba, bb = line_bits(a, ea, 1), line_bits(b, eb, 0)
+    >>> (ha, na), (hb, nb) = guard_planes(ai, 1, ba), guard_planes(bi, 0, bb)
+    >>> guard_failures(na, nb, ha.astype(float) @ hb.astype(float), f, 2, ba, bb).tolist()
+    [[True]]
     """
+    if bits_a is not None:
+        unit = guard_constants(how._replace(bits=GUARD_HI_BITS), k_native)[1]    # c_hi at shift 0
+        sa, sb = (np.maximum(np.asarray(x, np.int64) - GUARD_SUM_BITS, 0) for x in (bits_a, bits_b))
+        ha, hb = (np.maximum(np.asarray(x, np.int64) - GUARD_HI_BITS, 0) for x in (bits_a, bits_b))
+        lhs = (np.ldexp(np.asarray(na, np.float64), sa)[:, None]
+               + np.ldexp(np.asarray(nb, np.float64), sb)[None, :])
+        rhs = np.ldexp(low.astype(np.float64) * unit, ha[:, None] + hb[None, :])
+        return (lhs > rhs) & (np.asarray(na)[:, None] > 0) & (np.asarray(nb)[None, :] > 0)
     c_sum, c_hi = guard_constants(how, k_native)
     na, nb = na[:, None], nb[None, :]
     lhs = (na + nb).astype(np.float64) * c_sum
     return (lhs > low.astype(np.float64) * c_hi) & (na > 0) & (nb > 0)
 
 
-def _guard(how, k_native, ai, bi_parts, rows, cols, elements):
+def _guard(how, k_native, ai, bi_parts, rows, cols, elements, lines=None):
     """``(setting, bad)``: the lost lines recorded, and the guard's failures over the products
     ``ai @ part`` for each of ``bi_parts`` (the complex form has two, sharing line sums)
     outside those lines; more than half of the ``elements`` failing makes the whole product
-    native (``whole_native``), as on the GPU. ``bad`` is None without the guard."""
+    native (``whole_native``), as on the GPU. ``bad`` is None without the guard. ``lines``:
+    the bits of each row of A and column of B (the 'fast' scaling), else None (``how.bits``)."""
     how = how._replace(native_rows=int(rows.sum()), native_cols=int(cols.sum()))
     if not how.guard:
         return how, None
-    hi_a, na = guard_planes(ai, 1, how.bits)
+    bits_a, bits_b = lines if lines is not None else (how.bits, how.bits)
+    per_line = (bits_a, bits_b) if lines is not None else ()
+    hi_a, na = guard_planes(ai, 1, bits_a)
     bad = None
     for part in bi_parts:
-        hi_b, nb = guard_planes(part, 0, how.bits)
-        fails = guard_failures(na, nb, hi_a.astype(np.float64) @ hi_b.astype(np.float64), how, k_native)
+        hi_b, nb = guard_planes(part, 0, bits_b)
+        fails = guard_failures(na, nb, hi_a.astype(np.float64) @ hi_b.astype(np.float64), how, k_native,
+                               *per_line)
         bad = fails if bad is None else bad | fails
     bad &= ~rows[:, None] & ~cols[None, :]
     failed = int(bad.sum())
@@ -560,8 +754,30 @@ def _native_where_lost(c, native, rows, cols):
     return c
 
 
+def _stacked(a: np.ndarray, b: np.ndarray):
+    """The float64 operands the scheme scales: ``a`` and ``b`` themselves (widened), or for a
+    complex product each row of ``[Ar Ai]`` and each column of ``[Br; Bi]``."""
+    if a.dtype.kind == "c":
+        return (np.concatenate([a.real, a.imag], axis=1).astype(np.float64),
+                np.concatenate([b.real, b.imag], axis=0).astype(np.float64))
+    return a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
+
+
+def _host_only(routine: str, scaling: str, *arrays) -> None:
+    """The 'fast' scaling runs on the host backend only for now: refuse a GPU array (CUDA array
+    interface, or a DLPack device other than the CPU, 1) before any work."""
+    if scaling == "max":
+        return
+    for name, x in zip("ab", arrays):
+        dev = getattr(x, "__dlpack_device__", None)
+        if hasattr(x, "__cuda_array_interface__") or (callable(dev) and int(dev()[0]) != 1):
+            raise NotImplementedError(
+                f"{routine}: scaling={scaling!r} runs on the host backend only for now; {name} is a GPU "
+                f"array ({type(x).__name__}): copy it to NumPy, or use scaling='max'")
+
+
 def emulated(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int | None = None,
-             fallback: bool = True):
+             fallback: bool = True, scaling: str = "max"):
     """``(a @ b, setting)`` by the scheme for 2-D operands of one of the four types, the result
     as float64 (complex128) before any rounding to float32: the host backend applies alpha and
     beta to it and rounds once, as the GPU's reconstruction does. float64 operands: what
@@ -580,6 +796,8 @@ def emulated(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int |
     >>> float(c[0, 0]) == 2.0**-19 == float((x @ y)[0, 0]), how.whole_native
     (True, True)
     """
+    _check_scaling(scaling)
+    _host_only("emulated", scaling, a, b)
     a, b = np.asarray(a), np.asarray(b)
     precision = precision_of(a.dtype)
     cplx = a.dtype.kind == "c"
@@ -595,22 +813,24 @@ def emulated(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int |
 
     if k == 0 or not (np.isfinite(a).all() and np.isfinite(b).all()):
         return native(), None
-    how = setting(2 * k if cplx else k, count, bits, precision)
-    if cplx:
-        # complex: one scale per row of [Ar Ai] and per column of [Br; Bi] (zgemm_ozaki)
-        a2 = np.concatenate([a.real, a.imag], axis=1).astype(np.float64)
-        b2 = np.concatenate([b.real, b.imag], axis=0).astype(np.float64)
+    how = setting(2 * k if cplx else k, count, bits, precision, scaling)
+    # complex: one scale per row of [Ar Ai] and per column of [Br; Bi] (zgemm_ozaki)
+    a2, b2 = _stacked(a, b)
+    if how.scaling == "fast":
+        ai, ea = split_fast(a2, axis=1, count=how.count)
+        bi, eb = split_fast(b2, axis=0, count=how.count)
+        lines = (line_bits(a2, ea, 1), line_bits(b2, eb, 0))
     else:
-        a2, b2 = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
-    ai, ea = split(a2, axis=1, bits=how.bits)
-    bi, eb = split(b2, axis=0, bits=how.bits)
+        ai, ea = split(a2, axis=1, bits=how.bits)
+        bi, eb = split(b2, axis=0, bits=how.bits)
+        lines = None
     # the integer products: one for a real C; Re = [A'r, A'i] @ [B'r; -B'i] and
     # Im = [A'r, A'i] @ [B'i; B'r] for a complex one (each part rounded once)
     parts = [np.concatenate([bi[:k], -bi[k:]]), np.concatenate([bi[k:], bi[:k]])] if cplx else [bi]
     if fallback:
         rows, cols = _lost(a2, ai, 1), _lost(b2, bi, 0)
         # the guard reads each product's magnitudes: Re's and Im's share them per column
-        how, bad = _guard(how, k, ai, [bi, parts[1]] if cplx else [bi], rows, cols, m * n)
+        how, bad = _guard(how, k, ai, [bi, parts[1]] if cplx else [bi], rows, cols, m * n, lines)
         if how.whole_native:
             return native(), how
     shift = -(ea.reshape(m, 1) + eb.reshape(1, n))
@@ -625,7 +845,7 @@ def emulated(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int |
 
 
 def dgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int | None = None,
-                fallback: bool = True):
+                fallback: bool = True, scaling: str = "max"):
     """``(a @ b, setting)`` for float64 2-D ``a`` (m x k) and ``b`` (k x n) by the Ozaki
     scheme II on the host (the same steps our GPU kernels run with int8 GEMMs). ``count``
     or ``bits`` set the precision (:func:`setting`); the default keeps 55-58 bits and the
@@ -651,13 +871,25 @@ def dgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: in
     >>> c, how = dgemm_ozaki(np.array([[1.0, x]]), np.array([[x], [1.0]]))
     >>> bool(c[0, 0] == 2 * x), how.native_elements
     (True, 1)
+
+    ``scaling='fast'`` (:func:`split_fast`): the same moduli, each line as many bits as its
+    2-norm allows; at 15 moduli and k = 1024 the default keeps 53 bits on every line, the fast
+    scaling 59 on a row dominated by one element and 55 on an evenly spread one:
+
+    >>> a = np.full((2, 1024), 2.0**-20); a[0, 0] = 1.0; a[1] = np.linspace(-1, 1, 1024)
+    >>> c, how = dgemm_ozaki(a, a.T, count=15, scaling="fast")
+    >>> _, e = split_fast(a, 1, how.count)
+    >>> how.bits, line_bits(a, e, 1).tolist()
+    (53, [59, 55])
     """
+    _check_scaling(scaling)
+    _host_only("dgemm_ozaki", scaling, a, b)
     a, b = _check_operands("dgemm_ozaki", a, b, np.float64)
-    return emulated(a, b, count, bits, fallback)
+    return emulated(a, b, count, bits, fallback, scaling)
 
 
 def zgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int | None = None,
-                fallback: bool = True):
+                fallback: bool = True, scaling: str = "max"):
     """``(a @ b, setting)`` for complex128 2-D ``a`` and ``b`` through the same steps (4M, each
     part rounded once): a row of ``a`` shares one scale over its real and imaginary parts (a
     column of ``b`` likewise), and each part of the result is one integer product of length
@@ -670,12 +902,14 @@ def zgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: in
     >>> c.tolist(), how.k
     ([[(5+6j)]], 4)
     """
+    _check_scaling(scaling)
+    _host_only("zgemm_ozaki", scaling, a, b)
     a, b = _check_operands("zgemm_ozaki", a, b, np.complex128)
-    return emulated(a, b, count, bits, fallback)
+    return emulated(a, b, count, bits, fallback, scaling)
 
 
 def sgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int | None = None,
-                fallback: bool = True):
+                fallback: bool = True, scaling: str = "max"):
     """``(a @ b, setting)`` for float32 2-D ``a`` and ``b``: :func:`dgemm_ozaki`'s steps on
     their values (exact in float64) with float32's setting (the default keeps
     :data:`DEFAULT_BITS_FP32` and the guard of native float32's bound), the float64 result
@@ -693,13 +927,15 @@ def sgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: in
     >>> float(c[0, 0]) == 2.0**-12 + 2.0**-26, float((a @ b)[0, 0]) == 2.0**-12, how.count, how.bits
     (True, True, 7, 26)
     """
+    _check_scaling(scaling)
+    _host_only("sgemm_ozaki", scaling, a, b)
     a, b = _check_operands("sgemm_ozaki", a, b, np.float32)
-    c, how = emulated(a, b, count, bits, fallback)
+    c, how = emulated(a, b, count, bits, fallback, scaling)
     return c.astype(np.float32), how
 
 
 def cgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int | None = None,
-                fallback: bool = True):
+                fallback: bool = True, scaling: str = "max"):
     """``(a @ b, setting)`` for complex64 2-D ``a`` and ``b``: :func:`zgemm_ozaki`'s steps with
     float32's setting, each part rounded once to float32; the fallbacks are complex64 products.
 
@@ -708,6 +944,8 @@ def cgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: in
     >>> c.dtype, c.tolist(), how.k, how.precision
     (dtype('complex64'), [[(5+6j)]], 4, 'float32')
     """
+    _check_scaling(scaling)
+    _host_only("cgemm_ozaki", scaling, a, b)
     a, b = _check_operands("cgemm_ozaki", a, b, np.complex64)
-    c, how = emulated(a, b, count, bits, fallback)
+    c, how = emulated(a, b, count, bits, fallback, scaling)
     return c.astype(np.complex64), how
