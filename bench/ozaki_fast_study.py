@@ -38,6 +38,7 @@ from fractions import Fraction
 import numpy as np
 
 from pyblasgemm import ozaki
+from pyblasgemm.benchmarks.suite import provenance
 
 #: the inner dimensions of the issue's question (float64's default is 16 moduli up to 8192)
 KS = (256, 1024, 4096, 8192)
@@ -191,7 +192,9 @@ def main(argv=None) -> int:
     kinds = args.kinds.split(",")
     record = {"study": "ozaki_fast_study", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
               "git_sha": _sha(), "numpy": np.__version__, "python": sys.version.split()[0], "cpu": _cpu(),
-              "m": M, "n": N, "seeds": list(SEEDS), "cases": []}
+              "m": M, "n": N, "seeds": list(SEEDS), "cases": [],
+              # the seed, the PYBLASGEMM_* settings and NVRTC, as every results JSON records them
+              **provenance(f"numpy default_rng([seed in {list(SEEDS)}, k, kind's index, float32 or not])")}
     t0 = time.perf_counter()
     plan = [(kind, k, "float64") for k in ks for kind in kinds]
     plan += [(kind, k, "float32") for k in KS_FP32 if k in ks for kind in kinds]
