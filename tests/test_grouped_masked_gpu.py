@@ -271,17 +271,22 @@ def test_a_layout_off_the_kernel_runs_the_loop(monkeypatch):
     _check(out, big[:, :max_m], b, counts)
 
 
+def _jax_gpu():
+    """(jax, its first GPU device), or the test skipped."""
+    jax = pytest.importorskip("jax")
+    try:
+        return jax, jax.devices("gpu")[0]
+    except RuntimeError:
+        pytest.skip("JAX without a GPU")
+
+
 def test_jax_gpu_counts_are_read_on_the_device(monkeypatch):
     """JAX arrays on the GPU with the counts a JAX GPU array too: the counts cross the door as
     a device view and the launch's scan reads them there (no host read: the host check is
     made to fail), with the bits of the same call on CuPy arrays; the result is a JAX array."""
     import cupy
 
-    jax = pytest.importorskip("jax")
-    try:
-        gpu = jax.devices("gpu")[0]
-    except RuntimeError:
-        pytest.skip("JAX without a GPU")
+    jax, gpu = _jax_gpu()
     rng = np.random.default_rng(36)
     groups, max_m, k, n = 5, 40, 64, 72
     counts = [40, 0, 7, 33, 1]
@@ -309,11 +314,7 @@ def test_jax_gpu_offsets_are_read_on_the_device(monkeypatch):
     (the host check made to fail), the CuPy call's bits."""
     import cupy
 
-    jax = pytest.importorskip("jax")
-    try:
-        gpu = jax.devices("gpu")[0]
-    except RuntimeError:
-        pytest.skip("JAX without a GPU")
+    jax, gpu = _jax_gpu()
     rng = np.random.default_rng(37)
     k, n, ends = 64, 72, [5, 5, 40, 41, 90]
     a = _data(rng, (ends[-1], k), np.float16)

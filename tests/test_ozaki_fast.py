@@ -38,16 +38,7 @@ def over_bound(c, a, b, how):
     bound = oz.error_bound(a, b, c, how)
     # the bound leaves float64's underflow out (PRECISIONS: C's scaling rounds to the
     # subnormal grid below 2^-1022, within 2^-1074; float32's row counts its own)
-    eta = Fraction(2) ** -1074
-    bad = 0
-    for (i, j), r in np.ndenumerate(exact(a, b)):
-        tol = Fraction(float(bound[i, j])) + eta
-        if isinstance(r, tuple):
-            bad += abs(Fraction(float(c[i, j].real)) - r[0]) > tol
-            bad += abs(Fraction(float(c[i, j].imag)) - r[1]) > tol
-        else:
-            bad += abs(Fraction(float(c[i, j])) - r) > tol
-    return bad
+    return count_violations(c, exact(a, b), bound, 1.0, Fraction(2) ** -1074)
 
 
 # --- hard inputs: (m, k) rows; B is drawn as rows too and transposed -------------------------
