@@ -23,8 +23,8 @@ More moduli, more bits, more accuracy: the precision dial is the moduli count (e
 int8 GEMM). ``scaling='fast'`` (:data:`SCALINGS`, host only for now) replaces step 1's worst case
 by Cauchy–Schwarz: :func:`split_fast` scales each line as far as its 2-norm allows, never to
 fewer bits (one modulus saved at equal accuracy on graded or one-element-dominated rows, none on
-random normal or uniform data: ``docs/design/ozaki-fast-scaling.md``). Inf and NaN cannot be scaled: :func:`dgemm_ozaki` answers those products with
-native float64 arithmetic (and says so), and likewise the rows and columns whose range the
+random normal or uniform data: ``docs/design/ozaki-fast-scaling.md``). Inf and NaN cannot be
+scaled: :func:`dgemm_ozaki` answers those products with native float64 arithmetic (and says so), and likewise the rows and columns whose range the
 scaling cannot hold (a nonzero element more than ``bits`` binades below its row's largest).
 :func:`zgemm_ozaki` runs complex products through the same steps.
 
@@ -68,8 +68,9 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["MODULI", "MAX_BITS", "DEFAULT_BITS", "DEFAULT_BITS_FP32", "GUARD_HI_BITS", "GUARD_SUM_BITS",
-           "Precision", "PRECISIONS", "precision_of", "SCALINGS", "NORM_BITS", "OzakiSetting", "bits_for", "error_bound",
-           "setting", "split", "split_fast", "line_bits", "residues", "reconstruct", "crt_chunks", "crt_tables", "residue_products_host",
+           "Precision", "PRECISIONS", "precision_of", "SCALINGS", "NORM_BITS", "OzakiSetting", "bits_for",
+           "error_bound", "setting", "split", "split_fast", "line_bits", "residues", "reconstruct", "crt_chunks",
+           "crt_tables", "residue_products_host",
            "guard_constants", "guard_planes", "guard_failures", "dgemm_ozaki", "zgemm_ozaki", "sgemm_ozaki",
            "cgemm_ozaki", "emulated"]
 
@@ -451,8 +452,9 @@ def error_bound(a: np.ndarray, b: np.ndarray, c: np.ndarray, how: OzakiSetting) 
     ``2^-e_i < 2^(1-bits) max|a_i.|``, this is within the 'max' bound of ``how.bits``. The
     1-norms are float64 sums of k terms, at least ``(1 - γ_k)`` of the exact ones in any order
     (``γ_k = k u / (1 - k u)``, u = 2^-53), made upper bounds by ``1 + (k + 4) 2^-50``, which
-    covers ``1 / (1 - γ_k)`` and the products' and the final sum's roundings. A complex product's parts each sum over the stacked ``[Re, Im]`` of a row (and
-    column): the same 1-norms for both parts.
+    covers ``1 / (1 - γ_k)`` and the products' and the final sum's roundings. A complex
+    product's parts each sum over the stacked ``[Re, Im]`` of a row (and column): the same
+    1-norms for both parts.
 
     >>> c, how = dgemm_ozaki(a, b, bits=30, fallback=False, scaling="fast")
     >>> fast = error_bound(a, b, c, how)

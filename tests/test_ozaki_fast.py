@@ -411,5 +411,23 @@ def test_a_cpu_dlpack_array_is_not_refused():
             return (1, 0)
 
     a = np.eye(3).view(CpuArray)
-    c, how = oz.dgemm_ozaki(np.asarray(a), np.eye(3), scaling="fast")
+    assert a.__dlpack_device__() == (1, 0)          # (what the check reads: it must see this array)
+    c, how = oz.dgemm_ozaki(a, np.eye(3), scaling="fast")
     np.testing.assert_array_equal(c, np.eye(3))
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_torch_and_jax_cpu_arrays_take_the_fast_scaling(framework):
+    """PyTorch CPU tensors and JAX CPU arrays (64-bit types on) give the NumPy call's bits."""
+    mod = pytest.importorskip(framework)
+    rng = np.random.default_rng(12)
+    a, b = rng.standard_normal((5, 33)), rng.standard_normal((33, 4)) * np.exp2(rng.integers(-20, 20, (33, 4)))
+    want, _ = oz.dgemm_ozaki(a, b, scaling="fast")
+    if framework == "torch":
+        got, how = oz.dgemm_ozaki(mod.from_numpy(a), mod.from_numpy(b), scaling="fast")
+    else:
+        from test_composite_gpu import _x64
+        with _x64(mod):
+            got, how = oz.dgemm_ozaki(mod.numpy.asarray(a), mod.numpy.asarray(b), scaling="fast")
+    assert how.scaling == "fast"
+    np.testing.assert_array_equal(np.asarray(got), want)
