@@ -4,7 +4,9 @@
 the word kernel and the tile kernels of 16 and 8 positions a thread; the guard's int8 GEMM,
 the moduli's batched int8 GEMM, the reconstruction with each of its kernels: the element
 kernel, the row kernel loading into registers and the row kernel staging through shared
-memory), then the whole call with each residue kernel (the default reconstruction) against
+memory; the moduli's GEMM with int32 planes, then with the digit store where the Hopper int8
+kernel runs it, each with its reconstruction), then the whole call with each residue kernel
+(the default reconstruction; and once with the int32 planes instead of the digits) against
 CuPy's native product (cuBLAS DGEMM, ZGEMM or SGEMM; for float32 also ours with
 ``compute='3xtf32'``), in the same run. The passes are the calls the composite route made
 (recorded while it ran once), timed again on the same arrays; the kernels' outputs (the residue
@@ -92,9 +94,10 @@ def _device_tag(name: str) -> str:
     return name.split()[-1].lower()
 
 
-def _record(cp, pb, size, dtype="float64", bits=None):
-    """Run one forced composite product, recording every pass call, the complex stacking and
-    each inner GEMM: (calls, plan, route, C)."""
+def _record(cp, pb, size, dtype="float64", bits=None, digits=True):
+    """Run one forced composite product, recording every pass call, the complex stacking,
+    each inner GEMM and the moduli's GEMM with the digit store (``digits``: composite.DIGITS
+    for this run): (calls, plan, route, C)."""
     from pyblasgemm import composite, execute as ex
     from pyblasgemm.kernels import ozaki_kernels as ok
     from pyblasgemm.planner import make_desc, plan_for
@@ -105,6 +108,17 @@ def _record(cp, pb, size, dtype="float64", bits=None):
     calls = []
     originals = {name: getattr(ok.OzakiPasses, name) for name in ("scale", "residues", "guard_count", "reconstruct")}
     stack = composite._stack
+    digit_launch, saved_digits = composite._digit_launch, composite.DIGITS
+
+    def with_digits(moduli, backend):
+        launch = digit_launch(moduli, backend)
+        if launch is None:
+            return None
+
+        def run(*args, **kw):
+            calls.append(("digit gemm", launch, args, kw))
+            return launch(*args, **kw)
+        return run
 
     def wrap(name):
         def f(self, *args, **kw):
@@ -124,23 +138,30 @@ def _record(cp, pb, size, dtype="float64", bits=None):
         for name in originals:
             setattr(ok.OzakiPasses, name, wrap(name))
         composite._stack = stacked
+        composite._digit_launch, composite.DIGITS = with_digits, digits
         composite.run(desc, a, b, c, plan, inner)
     finally:
         for name, fn in originals.items():
             setattr(ok.OzakiPasses, name, fn)
         composite._stack = stack
+        composite._digit_launch, composite.DIGITS = digit_launch, saved_digits
     cp.cuda.Device().synchronize()
     return calls, plan, composite.last_route(), c
 
 
-def passes_row(cp, pb, size, inner=5, samples=10, dtype="float64", bits=None) -> dict:
+def passes_row(cp, pb, size, inner=5, samples=10, dtype="float64", bits=None, digits=True) -> dict:
+    """The passes of one product: the moduli's GEMM writing int32 planes (``digits`` False) or
+    each product's CRT digit (True, where the Hopper int8 kernel runs it: ``digit_store`` says
+    whether it did), and the reconstruction from those planes."""
     from pyblasgemm import composite, execute as ex
     from pyblasgemm.kernels import ozaki_kernels as ok
 
-    calls, plan, route, c = _record(cp, pb, size, dtype, bits)
+    calls, plan, route, c = _record(cp, pb, size, dtype, bits, digits)
     setting = plan.launch.setting
+    digit_gemm = [x for x in calls if x[0] == "digit gemm"]
     row = {"m": size, "n": size, "k": size, "dtype": dtype, "compute": compute_of(bits), "count": setting.count,
-           "bits": setting.bits, "guard": setting.guard, "route": route, "passes_ms": {}}
+           "bits": setting.bits, "guard": setting.guard, "route": route, "digit_store": bool(digit_gemm),
+           "passes_ms": {}}
 
     def group(names):
         picked = [(n, s, a, k) for n, s, a, k in calls if n in names]
@@ -187,15 +208,21 @@ def passes_row(cp, pb, size, inner=5, samples=10, dtype="float64", bits=None) ->
         g = gemms[0]
         t["guard int8 GEMM (1 plane) + count"] = event_median_s(
             lambda: (ex.execute(*g[2]), group({"guard_count"})()), inner, samples) * 1e3
-    mod = gemms[-1]
-    t[f"int8 GEMMs ({setting.count} moduli, batched)"] = event_median_s(lambda: ex.execute(*mod[2]), inner,
-                                                                         samples) * 1e3
+    if digit_gemm:
+        (_, launch, largs, lkw), = digit_gemm
+        t[f"int8 GEMMs ({setting.count} moduli, batched, digit store)"] = event_median_s(
+            lambda: launch(*largs, **lkw), inner, samples) * 1e3
+    else:
+        mod = gemms[-1]
+        t[f"int8 GEMMs ({setting.count} moduli, batched)"] = event_median_s(lambda: ex.execute(*mod[2]), inner,
+                                                                             samples) * 1e3
     (_, passes, args, kw), = [c for c in calls if c[0] == "reconstruct"]
     prod = args[0]
     row["reconstruct_bytes"] = int(prod.nbytes + c.nbytes)     # the planes read, C written
     row["rows_kernel_applies"] = ok.rows_kernel_applies(prod, size)
     outs = {}
-    for kernel in KERNELS:
+    kernels = [k for k in KERNELS if not (digit_gemm and k == "rows-staged")]   # (staging: int32 planes)
+    for kernel in kernels:
         kw2 = dict(kw, kernel=kernel)
         ms = event_median_s(lambda: passes.reconstruct(*args, **kw2), inner, samples) * 1e3
         t[f"reconstruction ({kernel})"] = ms
@@ -206,9 +233,9 @@ def passes_row(cp, pb, size, inner=5, samples=10, dtype="float64", bits=None) ->
         c[...] = 0
         passes.reconstruct(*args, **kw2)
         outs[kernel] = c.copy()
-    row["reconstruction_bits_equal"] = all(bool(cp.array_equal(outs[k], outs["elements"])) for k in KERNELS)
+    row["reconstruction_bits_equal"] = all(bool(cp.array_equal(outs[k], outs["elements"])) for k in kernels)
     del outs
-    old, new = t["reconstruction (elements)"], t[f"reconstruction ({ok.ROWS_DEFAULT})"]
+    old, new = t["reconstruction (elements)"], t[f"reconstruction ({'rows' if digit_gemm else ok.ROWS_DEFAULT})"]
     row["reconstruction_speedup_default_vs_elements"] = old / new
     return row
 
@@ -247,12 +274,27 @@ def end_to_end_row(cp, pb, size, inner=3, samples=7, dtype="float64", bits=None)
             ratios[kernel] = native / s
     finally:
         ok.RESIDUES_DEFAULT = saved
+    # the int32 planes instead of the digit store (the default residue kernel), same arrays
+    from pyblasgemm import composite
+
+    try:
+        composite.DIGITS = False
+        outs["int32 planes"] = pb.matmul(a, b, compute=compute, backend="tensorcore")
+        row["route_int32_planes"] = last_route()
+        s = event_median_s(lambda: pb.matmul(a, b, compute=compute, backend="tensorcore"), inner, samples)
+        row["ms"][f"pyblasgemm {compute} ({mode}), int32 planes"] = s * 1e3
+        ratios["int32 planes"] = native / s
+    finally:
+        composite.DIGITS = True
+    row["digit_store_speedup"] = row["ms"][f"pyblasgemm {compute} ({mode}), int32 planes"] / row["ms"][
+        f"pyblasgemm {compute} ({mode}), residues {ok.RESIDUES_DEFAULT}, reconstruction {ok.ROWS_DEFAULT}"]
     if dtype == "float64":
         row["ratio_vs_dgemm"] = dict(ratios)
     for name, ms in row["ms"].items():
         row["TFLOPs"][name] = flops / (ms * 1e-3) / 1e12
     # compared on the GPU (the results of 16384² are 2 GiB each)
-    row["bits_equal_across_kernels"] = all(bool(cp.array_equal(outs[k], outs["words"])) for k in ok.RESIDUE_KERNELS)
+    row["bits_equal_across_kernels"] = all(bool(cp.array_equal(outs[k], outs["words"]))
+                                           for k in (*ok.RESIDUE_KERNELS, "int32 planes"))
     return row
 
 
@@ -312,11 +354,13 @@ def main(argv=None) -> int:
             doc.setdefault("skipped", []).append({"size": size, "why": f"needs ~{need / 2**30:.0f} GiB, "
                                                                        f"{free / 2**30:.0f} GiB free"})
             continue
-        row = passes_row(cp, pb, size, dtype=args.dtype, bits=args.bits)
-        doc["passes"].append(row)
-        print(size, {k: round(v, 3) for k, v in row["passes_ms"].items()}, "bits equal:",
-              row["reconstruction_bits_equal"], row["residues_bits_equal"], flush=True)
-        cp.get_default_memory_pool().free_all_blocks()
+        for digits in (False, True):        # the int32 planes, then the digit store (where it runs)
+            row = passes_row(cp, pb, size, dtype=args.dtype, bits=args.bits, digits=digits)
+            doc["passes"].append(row)
+            print(size, "digit store" if row["digit_store"] else "int32 planes",
+                  {k: round(v, 3) for k, v in row["passes_ms"].items()}, "bits equal:",
+                  row["reconstruction_bits_equal"], row["residues_bits_equal"], flush=True)
+            cp.get_default_memory_pool().free_all_blocks()
         e2e = end_to_end_row(cp, pb, size, dtype=args.dtype, bits=args.bits)
         doc["end_to_end"].append(e2e)
         print(size, {k: round(v, 3) for k, v in e2e["ms"].items()}, f"ratio vs {NATIVE[args.dtype]}:",

@@ -178,20 +178,25 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
     sum_a, sum_b = (sums[:m], sums[m:]) if setting.guard else (None, None)
     passes.residues(a_lines[0], m, kk, a_lines[1], a_lines[2], ea, ares, setting.bits, sum_a)
     passes.residues(b_lines[0], nn, kk, b_lines[1], b_lines[2], eb, bres, setting.bits, sum_b)
-    prod = cupy.empty((planes, nn, m), cupy.int32)      # planes column-major m x nn
     moduli = spec.inner._replace(batch=setting.count)
-    guard = None
+    digit_launch = _digit_launch(moduli, spec.inner_plan.backend)
+    # the planes column-major m x nn: the moduli's int32 products and the guard's after them,
+    # or (the digit store) only the guard's, the moduli's digits in bytes later
+    prod = cupy.empty((planes if digit_launch is None else planes - setting.count, nn, m), cupy.int32)
+    g = 0 if digit_launch is not None else setting.count      # the guard's plane in prod
+    guard = low = None
     if setting.guard:
         from .ozaki import guard_constants
 
         # the guard's plane first (1/17 of the int8 work): its verdict decides whether the
         # moduli's GEMMs are worth running (graded data: most elements fail, and the emulation
         # followed by a native product took 2.2x native DGEMM, H200 8192³)
-        g = setting.count
-        run_inner(spec.inner._replace(batch=1), ares[g:], bres[g:], prod[g:],
+        gr = setting.count                                   # ... and its residues in ares / bres
+        low = prod[g]
+        run_inner(spec.inner._replace(batch=1), ares[gr:], bres[gr:], prod[g:g + 1],
                   spec.inner_plan.backend)
         guard = (sum_a, sum_b, *guard_constants(setting, k), counts[2:3])
-        passes.guard_count(prod[g], m, n, cplx, lost_a, lost_b[:n], guard)
+        passes.guard_count(low, m, n, cplx, lost_a, lost_b[:n], guard)
     non_finite, lost, failed = (int(v) for v in counts[:3].get())
     if non_finite:
         _last["route"] = "native: an operand holds Inf or NaN, which the scaling cannot hold"
@@ -211,32 +216,95 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
             run_inner(native, a, b, c)
             return
         guard = (sum_a, sum_b, *guard[2:4], counts[3:])  # the reconstruction counts them again
-    run_inner(moduli, ares, bres, prod, spec.inner_plan.backend)
+    if digit_launch is None:
+        run_inner(moduli, ares, bres, prod, spec.inner_plan.backend)
+        products = prod
+    else:
+        from . import streams
+        from .kernels.ozaki_kernels import digit_table
+
+        products = cupy.empty((setting.count, nn, m), cupy.uint8)
+        table = _device_table(digit_table, setting.count, desc.device)
+        digit_launch(ares.data.ptr, bres.data.ptr, products.data.ptr, 1, 0, streams.current(),
+                     bias=table.data.ptr)
     cv = cupy.ndarray((1,), real, memptr=c.data)      # the kernel takes C's address (its real type)
     scale = 2 if cplx else 1
-    passes.reconstruct(prod, m, n, ea, eb, lost_a, lost_b[:n], cv, scale, scale * desc.ldc,
-                       desc.alpha, desc.beta, cplx, guard)
+    passes.reconstruct(products, m, n, ea, eb, lost_a, lost_b[:n], cv, scale, scale * desc.ldc,
+                       desc.alpha, desc.beta, cplx, guard, low=low)
     route = f"pyblasgemm {setting.describe()}"
     if lost:
         rows, cols = _lost_lines(desc, lost_a, lost_b[:n])
         route += _native_fixup(desc, a, b, c, rows, cols, setting.bits)
     if failed:
-        route += _guard_fixup(desc, a, b, c, setting, prod, sum_a, sum_b, lost_a, lost_b[:n], failed)
+        route += _guard_fixup(desc, a, b, c, setting, low, sum_a, sum_b, lost_a, lost_b[:n], failed)
     # the record states the bound the emulated elements keep (#34, item 4); the lines and
     # elements run natively keep native's
     _last["route"] = f"{route}; error of the emulated elements: {setting.bound()}"
 
 
-def _guard_fixup(desc: GemmDesc, a, b, c, setting, prod, sum_a, sum_b, lost_a, lost_b, failed: int) -> str:
+#: the moduli's GEMM writes each product's CRT digit (one byte) where the inner plan runs the
+#: Hopper int8 kernel's sliced tiles (kernels.jit.residue_store_fits), instead of int32 planes
+#: that the reconstruction reduces: 16 planes of 4 bytes a product written and read at
+#: 8192^2 are 4.3 GB, a quarter of that as digits (docs/design/ozaki-residue-planes.md).
+#: False: the int32 planes everywhere (the tests run both; the bits are the same)
+DIGITS = True
+
+
+def _digit_launch(moduli: GemmDesc, backend):
+    """The moduli's batched int8 GEMM bound with the digit store (``kernels.jit.EPI_RESIDUE``),
+    once per problem class and kept in the plan cache (which owns its workspace); None where
+    the plan for it is not the Hopper kernel's sliced int8 tiles (:data:`DIGITS` off, another
+    backend, a packed or split plan, another family)."""
+    if not DIGITS:
+        return None
+    from .constraints import kernel_problem
+    from .kernels.jit import EPI_RESIDUE, residue_store_fits
+    from .kernels.launch import bind
+    from .plancache import get_plan_cache
+    from .planner import plan_for
+    from .planner.overrides import current_settings
+
+    plan = plan_for(moduli, backend)
+    config = plan.config
+    if plan.backend != "tensorcore" or config is None or plan.pack or not residue_store_fits(config, "s8"):
+        return None
+    cache = get_plan_cache()
+    key = ("ozaki digits", moduli.key, config)
+    launch = cache.get(key)
+    if launch is None:
+        launch = bind(kernel_problem(moduli), config, spec=plan.launch, epilogue=(EPI_RESIDUE, None))
+        if current_settings().cache:
+            cache.put(key, launch)
+    return launch
+
+
+#: (table maker, count, device) -> the table on that device: at most one per moduli count
+#: (34) and device, 32 bytes a modulus
+_tables: dict = {}
+
+
+def _device_table(make, count: int, device: int):
+    """``make(count)`` (a NumPy table) on the GPU, made once per device."""
+    import cupy
+
+    key = (make.__name__, count, device)
+    table = _tables.get(key)
+    if table is None:
+        with cupy.cuda.Device(device):
+            table = _tables[key] = cupy.asarray(make(count))
+    return table
+
+
+def _guard_fixup(desc: GemmDesc, a, b, c, setting, low, sum_a, sum_b, lost_a, lost_b, failed: int) -> str:
     """The elements the guard could not prove (the reconstruction left them alone), from one
     native product: the same test as the kernel's (:func:`pyblasgemm.ozaki.guard_failures`)
-    marks them again, outside the lines already run natively."""
+    on the guard's plane ``low`` (column-major m x n, 2n for complex: row j, column i) marks
+    them again, outside the lines already run natively."""
     import cupy
 
     from .ozaki import guard_failures
 
     m, n = desc.m, desc.n
-    low = prod[setting.count]                           # column-major m x n (2n): row j, column i
     bad = guard_failures(sum_a, sum_b[:n], low[:n].T, setting, desc.k)
     if desc.row.is_complex:
         bad |= guard_failures(sum_a, sum_b[n:], low[n:].T, setting, desc.k)

@@ -54,11 +54,37 @@ def test_u32_to_double_is_exact():
     np.testing.assert_array_equal(d, u.astype(np.float64))
 
 
-def test_kernel_names_carry_both_row_kernels():
+def test_kernel_names_carry_both_row_kernels_and_the_digit_kernels():
     names = ok.kernel_names(16, "float")
-    assert "ozaki_reconstruct_rows<16, true, float, true>" in names
-    assert "ozaki_reconstruct_rows<16, false, float, false>" in names
+    assert "ozaki_reconstruct_rows<16, true, float, true, int>" in names
+    assert "ozaki_reconstruct_rows<16, false, float, false, int>" in names
     assert ok.ROWS_DEFAULT in ok.RECONSTRUCT_KERNELS
+    # the digit planes of the Hopper int8 kernel's digit store: element and register row kernels
+    assert {n for n in names if n.endswith(f", {ok.DIGIT}>")} == {
+        "ozaki_reconstruct<16, false, float, unsigned char>", "ozaki_reconstruct<16, true, float, unsigned char>",
+        "ozaki_reconstruct_rows<16, false, float, false, unsigned char>",
+        "ozaki_reconstruct_rows<16, true, float, false, unsigned char>"}
+
+
+def test_digit_table_and_the_host_digits_are_the_exact_residues():
+    """The digit store's table (its bias= pointer) and its arithmetic replayed on the host
+    (``digits_host``: the device's u32 steps) give ``(x y_l) mod p_l`` for the int32 extremes,
+    both signs near every power of two, and random products, at every moduli count's moduli."""
+    count = len(oz.MODULI)
+    t = ok.table_values(count)
+    table = ok.digit_table(count)
+    assert table.shape == (count, ok.DIGIT_WORDS) and table.dtype == np.uint32
+    assert table[:, 0].tolist() == t["kOzMod"] and table[:, 3].tolist() == t["kOzCrtY"]
+    assert not table[:, 5:].any()
+    edges = [v + d for e in range(32) for v in (2**e, -2**e) for d in (-1, 0, 1)] + [2**31 - 1, -2**31, 0]
+    xs = np.array([v for v in edges if -2**31 <= v < 2**31]
+                  + np.random.default_rng(3).integers(-2**31, 2**31, 2000).tolist(), np.int64)
+    planes = np.broadcast_to(xs.astype(np.int32), (count, xs.size))
+    got = ok.digits_host(planes, count)
+    want = np.array([[(int(x) * y) % p for x in xs] for y, p in zip(t["kOzCrtY"], t["kOzMod"])])
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="3 planes; the table 4 moduli"):
+        ok.digits_host(planes[:3], 4)
 
 
 @pytest.mark.parametrize("count", range(1, len(oz.MODULI) + 1))
@@ -73,7 +99,8 @@ def test_row_kernels_compile_within_their_launch_bounds_without_spills(count):
     if "ptxas" not in log:      # NVRTC 13.0 leaves ptxas's report out (test_composite says so too)
         pytest.skip("this NVRTC puts no ptxas report in the program log")
     res = {k: v for k, v in jit.ptxas_resources(log).items() if "reconstruct" in k}
-    assert len(res) == 6, res                   # 4 row kernels, the real and complex element kernels
+    # 4 row kernels, the real and complex element kernels; the digit planes' 2 row and 2 element kernels
+    assert len(res) == 10, res
     for name, r in res.items():
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, (name, r)
         if "reconstruct_rows" in name:
@@ -87,11 +114,15 @@ def test_row_kernels_load_16_bytes_per_plane():
     ptx, _ = ok.compile_offline(16, "sm_90a", "double", ptx=True)
     text = ptx.decode() if isinstance(ptx, bytes) else ptx
     entries = text.split(".entry ")
-    staged = [e for e in entries if e.startswith("_Z22ozaki_reconstruct_rowsILi16ELb0EdLb1E")]
-    plain = [e for e in entries if e.startswith("_Z22ozaki_reconstruct_rowsILi16ELb0EdLb0E")]
-    assert len(staged) == 1 and len(plain) == 1
+    staged = [e for e in entries if e.startswith("_Z22ozaki_reconstruct_rowsILi16ELb0EdLb1EiE")]
+    plain = [e for e in entries if e.startswith("_Z22ozaki_reconstruct_rowsILi16ELb0EdLb0EiE")]
+    digits = [e for e in entries if e.startswith("_Z22ozaki_reconstruct_rowsILi16ELb0EdLb0EhE")]
+    assert len(staged) == 1 and len(plain) == 1 and len(digits) == 1
     assert staged[0].count("cp.async.cg.shared.global") == 16, staged[0].count("cp.async.cg.shared.global")
     assert plain[0].count("ld.global.nc.v4.s32") == 17          # 16 planes and the guard's
+    # the digit planes: one 4-byte word (4 rows' digits) a plane (16, beside the 4 row and 1
+    # column exponents), and the guard's int32 plane
+    assert digits[0].count("ld.global.nc.u32") == 16 + 5 and digits[0].count("ld.global.nc.v4.s32") == 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,6 +200,50 @@ def test_gpu_row_kernels_have_the_element_kernels_bits(count, element):
     # the default: the row kernel where the planes allow it
     case = _case(cp, rng, count, 8, 2, False, False, real, 8, 0)
     assert _run(cp, passes, None, case, 8, 2, False, 8, 0, 1.0, 0.0)[0] == ok.ROWS_DEFAULT
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("element", ["double", "float"])
+@pytest.mark.parametrize("count", [1, 9, 16, 17, len(oz.MODULI)])
+def test_gpu_digit_planes_have_the_int32_planes_bits(count, element):
+    """The reconstruction from the digit planes (what the Hopper int8 kernel's digit store
+    writes: ``digits_host`` of the int32 planes) and the guard's int32 plane passed apart gives
+    the int32 planes' C and guard count, byte for byte: the register row kernel where m % 4 == 0
+    (the default for digits), the element kernel everywhere (odd m too), real and complex,
+    with and without the guard, alpha and beta; 'rows-staged' and a missing guard plane are
+    refused."""
+    cp = _cupy()
+    real = np.float64 if element == "double" else np.float32
+    passes = ok.OzakiPasses(count, None, element)
+    rng = np.random.default_rng(100 + count)
+    combos = [(False, True, 1.5, -0.25, 8, 1), (True, True, 0.5 - 2j, 1 + 0.25j, 3, 0),
+              (False, False, 1.0, 0.0, 0, 0), (True, False, -1.0, 2.0, 8, 1)]
+    for idx, (m, n) in enumerate(SHAPES + [(7, 3), (513, 2)]):
+        cplx, guard, alpha, beta, pad, off = combos[idx % len(combos)]
+        case = _case(cp, rng, count, m, n, cplx, guard, real, m + pad, off)
+        _, want, want_failed = _run(cp, passes, "elements", case, m, n, cplx, m + pad, off, alpha, beta)
+        prod = case[0]
+        digits = cp.asarray(ok.digits_host(cp.asnumpy(prod[:count]), count))
+        low = prod[count] if guard else None
+        for kernel in (None, "elements") if m % 4 == 0 else ("elements",):
+            prod_, ea, eb, lost_a, lost_b, buf, g = case
+            c = cp.asarray(buf)
+            failed = cp.zeros(1, cp.int32)
+            parts = 2 if cplx else 1
+            used = passes.reconstruct(digits, m, n, ea, eb, lost_a, lost_b, c[off:], parts, parts * (m + pad),
+                                      alpha, beta, cplx, None if g is None else (*g, failed), kernel=kernel, low=low)
+            assert used == (kernel or "rows")
+            got = cp.asnumpy(c)
+            assert got.tobytes() == want.tobytes(), (used, count, element, m, n, cplx, guard, int(np.sum(got != want)))
+            assert int(failed.get()[0]) == want_failed
+    prod_, ea, eb, lost_a, lost_b, buf, g = _case(cp, rng, count, 8, 2, False, True, real, 8, 0)
+    digits = cp.asarray(ok.digits_host(cp.asnumpy(prod_[:count]), count))
+    c = cp.asarray(buf)
+    with pytest.raises(ValueError, match="'rows-staged' reads int32 planes"):
+        passes.reconstruct(digits, 8, 2, ea, eb, lost_a, lost_b, c, 1, 8, 1.0, 0.0, False, kernel="rows-staged")
+    with pytest.raises(ValueError, match="pass the guard's int32 plane as low="):
+        passes.reconstruct(digits, 8, 2, ea, eb, lost_a, lost_b, c, 1, 8, 1.0, 0.0, False,
+                           (*g, cp.zeros(1, cp.int32)))
 
 
 @pytest.mark.gpu

@@ -156,6 +156,8 @@ def _fused_specs():
         for d, bm, bn, out_type, act in picks:
             if ALL or (cfg.decomposition, cfg.bm, cfg.bn) == (d, bm, bn):
                 out.append(("s8", cfg, "TN", jit.epilogue_code(act, out_type)))
+    # the Ozaki moduli GEMM's digit store: every s8 config that takes it (1-3 s of CPU each)
+    out += [("s8", cfg, "TN", jit.EPI_RESIDUE) for cfg in SM90_CONFIGS["s8"] if jit.residue_store_fits(cfg, "s8")]
     # float8 scaled in the store (the route always dequantizes): every config of e4m3, one of
     # each other pair; the output type, activation and per-tensor bits rotating
     from pyblasgemm.kernels.config import FP8_KINDS
@@ -370,7 +372,8 @@ def test_fused_epilogue_names_and_rules():
     header = (jit.INCLUDE_DIR / "pyblasgemm/epilogue/activation.cuh").read_text()
     for flag, value in (("kEpiOn", jit.EPI_ON), ("kEpiDequant", jit.EPI_DEQUANT),
                         ("kEpiOutShift", jit.EPI_OUT_SHIFT), ("kEpiScaleMOne", jit.EPI_SCALE_M_ONE),
-                        ("kEpiScaleNOne", jit.EPI_SCALE_N_ONE), ("kEpiBlockShift", jit.EPI_BLOCK_SHIFT)):
+                        ("kEpiScaleNOne", jit.EPI_SCALE_N_ONE), ("kEpiBlockShift", jit.EPI_BLOCK_SHIFT),
+                        ("kEpiResidue", jit.EPI_RESIDUE)):
         assert f"constexpr int {flag} = {value};" in header      # one flag, two languages
     with pytest.raises(ValueError, match="activation code"):
         jit.epilogue_code(8)
@@ -390,14 +393,35 @@ def test_fused_epilogue_names_and_rules():
     assert not any(fusable("f16", c) for c in SM90_MMA_SYNC_CONFIGS["f16"])
 
 
+def test_digit_store_rules():
+    """The Ozaki digit store (EPI_RESIDUE) is compiled for the sliced s8 wgmma configs of whole
+    128-byte boxes only (the 64-wide tile, split-k, stream-k, mma.sync consumers and other kinds
+    are refused with the rule's words, before NVRTC runs); its table has the kernel's width."""
+    from pyblasgemm.kernels.config import SM90_CONFIGS_BY_TILE
+    from pyblasgemm.kernels.ozaki_kernels import DIGIT_WORDS
+
+    fits = [c.name for c in SM90_CONFIGS["s8"] if jit.residue_store_fits(c, "s8")]
+    assert SM90_CONFIGS_BY_TILE["s8"][256].name in fits and SM90_CONFIGS_BY_TILE["s8"][128].name in fits
+    assert all("sliced" in name for name in fits)
+    assert not jit.residue_store_fits(SM90_CONFIGS_BY_TILE["s8"][64], "s8")
+    assert not jit.residue_store_fits(SM90_CONFIGS_BY_TILE["f16"][256], "f16")
+    for cfg in [c for c in SM90_CONFIGS["s8"] if c.decomposition != "sliced"][:2] + [SHIPPED_CONFIGS["s8"][0]]:
+        with pytest.raises(ValueError, match="digit store .* sliced s8 configs"):
+            jit._names(cfg, "s8", "T", "N", None, True, jit.EPI_RESIDUE)
+    header = (jit.INCLUDE_DIR / "pyblasgemm/epilogue/sm80_smem_epilogue.cuh").read_text()
+    assert f"constexpr int kResidueWords = {DIGIT_WORDS};" in header
+
+
 def test_fused_specs_cover_every_kind_decomposition_and_activation():
     from pyblasgemm.kernels.launch import FUSED_KINDS
 
     assert {(k, c.decomposition) for k, c, _, _ in FUSED_SPECS} >= {
         (k, d) for k in FUSED_KINDS if k in SM90_CONFIGS for d in ("sliced", "streamk", "splitk_parallel")}
     assert {e for k, *_, e in FUSED_SPECS if k in FUSED_KINDS} == {jit.epilogue_code(c) for c in range(5)}
-    dq = {(c.decomposition, e >> jit.EPI_OUT_SHIFT) for k, c, _, e in FUSED_SPECS if k == "s8"}
+    dq = {(c.decomposition, e >> jit.EPI_OUT_SHIFT) for k, c, _, e in FUSED_SPECS if k == "s8" and e & jit.EPI_DEQUANT}
     assert {d for d, _ in dq} >= {"sliced", "streamk", "splitk_parallel"} and {o for _, o in dq} == {0, 1, 2}
+    digits = [c for k, c, _, e in FUSED_SPECS if e == jit.EPI_RESIDUE]
+    assert {c.bm for c in digits} == {128, 256} and {c.cluster for c in digits} == {1, 2}
 
 
 def _assert_clean(spec, r):

@@ -157,6 +157,10 @@ DEQUANT_OUT = {"float32": 0, "float16": 1, "bfloat16": 2}
 #: pointer to it: float8's per-tensor scales), not one per C row / column
 EPI_SCALE_M_ONE = 128
 EPI_SCALE_N_ONE = 256
+#: kEpiResidue: the Ozaki moduli GEMM's digit store (int8 products on the Hopper kernel's sliced
+#: tiles): each int32 product of batch entry b stored as its CRT digit, one byte (the launch's
+#: bias pointer holds the digit table: pyblasgemm.kernels.ozaki_kernels.digit_table)
+EPI_RESIDUE = 1 << 15
 #: kEpiBlockShift: a block-scaled float8 product's two 3-bit scale layouts (C's rows, then its
 #: columns), by pyblasgemm.fp8's layout name of the scale on that side: 'tensor' one value,
 #: 'rows' / 'cols' one per row / column, 'blocks' of a (dim, ceil(k/128)) or of b
@@ -196,12 +200,28 @@ def epilogue_code(activation_code: int, dequantize_to: str | None = None, scale_
             | block_m << EPI_BLOCK_SHIFT | block_n << (EPI_BLOCK_SHIFT + 3))
 
 
+def residue_store_fits(config, kind: str) -> bool:
+    """Whether ``config`` runs the Ozaki digit store (:data:`EPI_RESIDUE`): the Hopper kernel,
+    int8, wgmma consumers, sliced tiles (the split-k and stream-k partials would need the int32
+    sum first), and tiles of whole 128-byte boxes.
+
+    >>> from pyblasgemm.kernels.config import SM90_CONFIGS_BY_TILE, SHIPPED_CONFIGS
+    >>> residue_store_fits(SM90_CONFIGS_BY_TILE["s8"][256], "s8"), residue_store_fits(SHIPPED_CONFIGS["s8"][0], "s8")
+    (True, False)
+    """
+    return (kind == "s8" and config.kernel_family.name == "sm90a" and config.consumer == "wgmma"
+            and config.decomposition == "sliced" and config.bm % 128 == 0)
+
+
 def _names(config, kind, transa, transb, accumulate, vec, epi: int = 0) -> list[str]:
     """The name expressions one module of ``config`` compiles: its family's GEMM kernel, the
     split-k reduction with ``splitk_parallel``, the operand-prep kernel where the kind has one."""
     if epi & EPI_DEQUANT and kind not in DEQUANT_KINDS:
         raise ValueError(f"dequantization is fused for the {', '.join(DEQUANT_KINDS)} kinds only, not "
                          f"{config.name} ({kind})")
+    if epi & EPI_RESIDUE and not residue_store_fits(config, kind):
+        raise ValueError(f"the digit store (EPI_RESIDUE) runs on the Hopper kernel's sliced s8 configs with "
+                         f"wgmma consumers, not {config.name} ({kind})")
     family = config.kernel_family
     names = [family.kernel_name(config, kind, transa, transb, accumulate, vec, epi)]
     if config.decomposition == "splitk_parallel":

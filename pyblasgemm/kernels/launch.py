@@ -223,9 +223,13 @@ def bind(problem: KernelProblem, config: KernelConfig | None = None, *, sm_count
     ok, why = cfg.validate(problem, max_smem=max_smem)
     if not ok:
         raise ValueError(f"config {cfg.name} is invalid for this problem: {why}")
-    from .jit import EPI_DEQUANT
+    from .jit import EPI_DEQUANT, EPI_RESIDUE, residue_store_fits
 
-    if epilogue[0] and not fusable(problem.kind, cfg, dequantize=bool(epilogue[0] & EPI_DEQUANT)):
+    if epilogue[0] == EPI_RESIDUE:
+        if not residue_store_fits(cfg, problem.kind):
+            raise ValueError(f"bind: {cfg.name} ({problem.kind}) has no Ozaki digit store: see "
+                             f"kernels.jit.residue_store_fits")
+    elif epilogue[0] and not fusable(problem.kind, cfg, dequantize=bool(epilogue[0] & EPI_DEQUANT)):
         raise ValueError(f"bind: {cfg.name} ({problem.kind}) takes no fused epilogue: see "
                          f"kernels.launch.fusable")
     kern, red = get_kernels(cfg, problem.kind, problem.transa, problem.transb, problem.acc,

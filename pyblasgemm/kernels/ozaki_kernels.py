@@ -19,11 +19,14 @@ from __future__ import annotations
 import math
 import threading
 
-__all__ = ["HEADER", "BLOCK_STATS", "ELEMENTS", "RECONSTRUCT_KERNELS", "ROWS_DEFAULT", "RESIDUE_KERNELS",
+__all__ = ["HEADER", "DIGIT", "DIGIT_WORDS", "digit_table", "digits_host", "BLOCK_STATS", "ELEMENTS", "RECONSTRUCT_KERNELS", "ROWS_DEFAULT", "RESIDUE_KERNELS",
            "RESIDUES_DEFAULT", "element_of", "table_values", "tables_source", "kernel_names", "compile_offline",
            "get_kernels", "rows_kernel_applies", "residues_kernel_applies", "residues_kernel_for", "OzakiPasses"]
 
 HEADER = "pyblasgemm/ozaki/ozaki.cuh"
+#: the reconstruction kernels' plane type for the digit planes of the Hopper int8 kernel's digit
+#: store (``jit.EPI_RESIDUE``); ``int`` for the int32 products
+DIGIT = "unsigned char"
 #: the line-statistics kernel's block: 32 lines x 32 walkers
 BLOCK_STATS = (32, 32, 1)
 #: the residue kernel's block: a 32 x 32 tile, 8 rows of threads
@@ -100,6 +103,59 @@ def table_values(count: int) -> dict:
             "kOzCrtM": [list(c) for c in t["m"]], "kOzCrtP": list(t["p"]), "kOzCrtInvP": t["inv_p"]}
 
 
+#: u32 words per modulus in :func:`digit_table` (the kernel's kResidueWords: two 16-byte loads)
+DIGIT_WORDS = 8
+
+
+def digit_table(count: int):
+    """The Hopper int8 kernel's digit store table (``jit.EPI_RESIDUE``; its ``bias=`` pointer)
+    for ``count`` moduli: per modulus ``p``, the Barrett magic ``ceil(2^38 / p)``,
+    ``(2^16 y) mod p``, ``y mod p`` and ``(-2^31 y) mod p`` of its CRT multiplier ``y``, then
+    zeros (:data:`DIGIT_WORDS` uint32 a row: the reconstruction's one-step digit
+    ``crt_digit``, with the constants read per batch entry instead of compiled in).
+
+    >>> t = digit_table(3)
+    >>> t.shape, t.dtype.name, t[1].tolist()
+    ((3, 8), 'uint32', [255, 1077952577, 127, 127, 64, 0, 0, 0])
+    """
+    import numpy as np
+
+    v = table_values(count)
+    cols = [v["kOzMod"], v["kOzMagic"], v["kOzCrtY16"], v["kOzCrtY"], v["kOzCrtYNeg31"]]
+    table = np.zeros((count, DIGIT_WORDS), np.uint32)
+    table[:, :len(cols)] = np.array(cols, dtype=np.uint64).T
+    return table
+
+
+def digits_host(x, count: int):
+    """The digit store's arithmetic on the host, step for step (``residue_digit`` in
+    ``epilogue/sm80_smem_epilogue.cuh``): ``(x y_l) mod p_l`` of int32 products ``x`` for
+    modulus ``l`` of each plane, uint8 (``x``: int32 planes, ``count`` of them; the tests
+    compare it with Python's exact ``%``).
+
+    >>> import numpy as np
+    >>> d = digits_host(np.array([[-2**31, -1, 0, 2**31 - 1]] * 3, np.int32), 3)
+    >>> t = table_values(3)
+    >>> exact = [[(x * y) % p for x in (-2**31, -1, 0, 2**31 - 1)] for y, p in zip(t["kOzCrtY"], t["kOzMod"])]
+    >>> d.tolist() == exact
+    True
+    """
+    import numpy as np
+
+    x = np.asarray(x, np.int32)
+    if x.shape[0] != count:
+        raise ValueError(f"x has {x.shape[0]} planes; the table {count} moduli")
+    table = digit_table(count).astype(np.uint64)
+    shape = (count,) + (1,) * (x.ndim - 1)
+    p, magic, y16, y, yneg31 = (table[:, i].reshape(shape) for i in range(5))
+    w = np.uint64
+    u = x.astype(np.uint32).astype(w)                          # the int32's bits, as the device's u32
+    h = (u >> w(16)) ^ w(0x8000)
+    s = h * y16 + (u & w(0xffff)) * y + yneg31                 # < 2^25
+    q = (s * magic) >> w(38)                                   # (s * magic < 2^57: exact in uint64)
+    return (s - q * p).astype(np.uint8)
+
+
 def tables_source(count: int) -> str:
     """The tables of one moduli count as CUDA constants (prepended to the header); doubles in
     Python's shortest round-trip form, which the compiler reads back to the same value."""
@@ -130,22 +186,26 @@ def kernel_names(count: int, element: str = "double") -> list[str]:
     count, residues, both reconstructions.
 
     >>> kernel_names(16)[3:6]
-    ['ozaki_residues<16, double>', 'ozaki_reconstruct<16, false, double>', 'ozaki_reconstruct<16, true, double>']
+    ['ozaki_residues<16, double>', 'ozaki_reconstruct<16, false, double, int>', 'ozaki_reconstruct<16, true, double, int>']
     >>> kernel_names(16)[6:8]
-    ['ozaki_reconstruct_rows<16, false, double, false>', 'ozaki_reconstruct_rows<16, true, double, false>']
+    ['ozaki_reconstruct_rows<16, false, double, false, int>', 'ozaki_reconstruct_rows<16, true, double, false, int>']
     >>> kernel_names(9, "float")[0]
     'ozaki_line_stats<float>'
-    >>> kernel_names(16)[-2:]
+    >>> kernel_names(16)[10:12]
     ['ozaki_residues_pipe<16, double, 16>', 'ozaki_residues_pipe<16, double, 8>']
+    >>> kernel_names(16)[-1]                  # the digit planes of the Hopper kernel's digit store
+    'ozaki_reconstruct_rows<16, true, double, false, unsigned char>'
     """
     if element not in ELEMENTS.values():
         raise ValueError(f"element={element!r}: one of 'double', 'float'")
     return [f"ozaki_line_stats<{element}>", "ozaki_line_scale", "ozaki_guard_count",
-            f"ozaki_residues<{count}, {element}>", f"ozaki_reconstruct<{count}, false, {element}>",
-            f"ozaki_reconstruct<{count}, true, {element}>"] + [
-            f"ozaki_reconstruct_rows<{count}, {cplx}, {element}, {stage}>"
+            f"ozaki_residues<{count}, {element}>", f"ozaki_reconstruct<{count}, false, {element}, int>",
+            f"ozaki_reconstruct<{count}, true, {element}, int>"] + [
+            f"ozaki_reconstruct_rows<{count}, {cplx}, {element}, {stage}, int>"
             for stage in ("false", "true") for cplx in ("false", "true")] + [
-            f"ozaki_residues_pipe<{count}, {element}, {v}>" for v in (16, 8)]
+            f"ozaki_residues_pipe<{count}, {element}, {v}>" for v in (16, 8)] + [
+            f"ozaki_reconstruct{rows}<{count}, {cplx}, {element}{', false' if rows else ''}, {DIGIT}>"
+            for rows in ("", "_rows") for cplx in ("false", "true")]
 
 
 def rows_kernel_applies(prod, m: int) -> bool:
@@ -332,39 +392,52 @@ class OzakiPasses:
             failed))
 
     def reconstruct(self, prod, m: int, n: int, ea, eb, lost_a, lost_b, c, cs_i: int, cs_j: int,
-                    alpha: complex, beta: complex, is_complex: bool, guard=None, kernel: str | None = None):
+                    alpha: complex, beta: complex, is_complex: bool, guard=None, kernel: str | None = None,
+                    low=None):
         """C (a view of C's real type, strides in its elements) = alpha * 2^-(e+f) X + beta * C from the int32
-        products ``prod`` (count planes, each column-major m x n, 2n for complex). ``guard``:
-        ``(sum_a, sum_b, c_sum, c_hi, failed)`` (:func:`pyblasgemm.ozaki.guard_constants`;
-        ``failed`` an int32 counter) with the guard's plane after the moduli's.
+        products ``prod`` (count planes, each column-major m x n, 2n for complex), or from their
+        digits (``prod`` uint8: the Hopper int8 kernel's digit store, ``jit.EPI_RESIDUE``).
+        ``guard``: ``(sum_a, sum_b, c_sum, c_hi, failed)`` (:func:`pyblasgemm.ozaki.guard_constants`;
+        ``failed`` an int32 counter) with the guard's int32 plane ``low`` (default: int32
+        products' plane after the moduli's).
 
         ``kernel``: None picks :data:`ROWS_DEFAULT` where :func:`rows_kernel_applies` (16-byte
         loads of 4 rows; bench/ozaki_passes.py times each) and the element kernel otherwise;
         one of :data:`RECONSTRUCT_KERNELS` forces it (the tests and the benchmark compare them).
-        All give the same bits. Returns the kernel's name."""
+        Digit planes take 'rows' (one 4-byte load of 4 rows a plane) where the rows kernel
+        applies ('rows-staged' is refused for them). All give the same bits. Returns the
+        kernel's name."""
         if kernel is not None and kernel not in RECONSTRUCT_KERNELS:
             raise ValueError(f"kernel={kernel!r}: None or one of {RECONSTRUCT_KERNELS}")
+        digits = prod.dtype.itemsize == 1
+        if digits and kernel == "rows-staged":
+            raise ValueError("kernel='rows-staged' reads int32 planes; digit planes take 'rows' or 'elements'")
         fits = rows_kernel_applies(prod, m)
         if kernel not in (None, "elements") and not fits:
             raise ValueError(f"kernel={kernel!r} needs m % {ROWS_PER_THREAD} == 0 and a 16-byte aligned prod, got "
                              f"m={m} and prod at {prod.data.ptr} (address % 16 = {prod.data.ptr % 16})")
-        kernel = kernel or (ROWS_DEFAULT if fits else "elements")
+        kernel = kernel or (("rows" if digits else ROWS_DEFAULT) if fits else "elements")
         flags = int(alpha != 1) | (int(beta != 0) << 1)
         cplx = "true" if is_complex else "false"
+        planes = DIGIT if digits else "int"
         if kernel != "elements":
             threads = m // ROWS_PER_THREAD
             grid = (-(-threads // BLOCK_RECONSTRUCT_ROWS), min(n, _MAX_GRID_Y), 1)
             block = (BLOCK_RECONSTRUCT_ROWS, 1, 1)
             stage = "true" if kernel == "rows-staged" else "false"
-            name = f"ozaki_reconstruct_rows<{self.count}, {cplx}, {self.element}, {stage}>"
+            name = f"ozaki_reconstruct_rows<{self.count}, {cplx}, {self.element}, {stage}, {planes}>"
         else:
             grid = (-(-m // BLOCK_RECONSTRUCT), min(n, _MAX_GRID_Y), 1)
             block = (BLOCK_RECONSTRUCT, 1, 1)
-            name = f"ozaki_reconstruct<{self.count}, {cplx}, {self.element}>"
+            name = f"ozaki_reconstruct<{self.count}, {cplx}, {self.element}, {planes}>"
         a, b = complex(alpha), complex(beta)
         sum_a, sum_b, c_sum, c_hi, failed = guard if guard is not None else (None, None, 0.0, 0.0, None)
+        if low is None and guard is not None:
+            if digits:
+                raise ValueError("digit planes hold no guard plane: pass the guard's int32 plane as low=")
+            low = prod[self.count]
         self._k[name](grid, block, (
-            prod, _ll(m), _ll(n), ea, eb, lost_a, lost_b, c, _ll(cs_i), _ll(cs_j),
+            prod, _null(low), _ll(m), _ll(n), ea, eb, lost_a, lost_b, c, _ll(cs_i), _ll(cs_j),
             _d(a.real), _d(a.imag), _d(b.real), _d(b.imag), _i(flags), _null(sum_a), _null(sum_b),
             _d(c_sum), _d(c_hi), _null(failed)))
         return kernel

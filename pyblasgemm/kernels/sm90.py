@@ -184,6 +184,24 @@ _RED_FIELDS = [("ws", ct.c_uint64), ("c", ct.c_uint64), ("mt", ct.c_int32), ("nt
                ("sc", ct.c_int64), ("batch", ct.c_int32), ("splits", ct.c_int32), ("alpha", ct.c_float),
                ("beta", ct.c_float), ("ialpha", ct.c_int32), ("ibeta", ct.c_int32), ("bias", ct.c_uint64),
                ("pre", ct.c_uint64), ("bias_mode", ct.c_int32), ("scale_m", ct.c_uint64), ("scale_n", ct.c_uint64)]
+#: CU_TENSOR_MAP_DATA_TYPE_UINT8: the Ozaki digit store's byte planes
+TMA_UINT8 = 0
+
+
+def digit_boxes_fit(p: KernelProblem) -> bool:
+    """Whether the Ozaki digit store (one byte a product, ``jit.EPI_RESIDUE``) of ``p`` can go
+    out in TMA boxes (and paired 2-byte stores at tile edges): C's pointer, leading dimension
+    and batch stride in whole 16-byte units (in bytes: elements). Else every digit is one
+    byte store.
+
+    >>> from pyblasgemm.kernels.problem import KernelProblem
+    >>> digit_boxes_fit(KernelProblem("s8", "T", "N", 4096, 4096, 4096, 4096, 4096, 4096, 0, 0, 256,
+    ...                               batch=16, stride_c=4096 * 4096))
+    True
+    """
+    return p.c_ptr % 16 == 0 and p.ldc % 16 == 0 and (p.batch == 1 or p.stride_c % 16 == 0)
+
+
 #: a dequantized int8 product's output (jit.DEQUANT_OUT's codes) -> (bytes, TMA element type),
 #: read off the kinds whose C is that type
 DEQUANT_C = {0: (4, TMA_C_DTYPE["tf32"]), 1: (2, TMA_C_DTYPE["f16"]), 2: (2, TMA_C_DTYPE["bf16"])}
@@ -223,14 +241,17 @@ class Sm90Launch:
         p, g, config, smem = problem, dict(spec.geometry), spec.config, spec.smem
         #: (EPI template argument, bias along 'm' / 'n' / None): a fused epilogue's launch
         #: takes ``bias=`` and ``pre=`` pointers per call
-        from .jit import EPI_DEQUANT, EPI_OUT_SHIFT
+        from .jit import EPI_DEQUANT, EPI_OUT_SHIFT, EPI_RESIDUE
 
         self.epilogue = epilogue
         self._fused = bool(epilogue[0])
         #: a dequantized int8 product (float alpha / beta, scale_m= / scale_n= per call) and
-        #: C's element size and TMA type
+        #: C's element size and TMA type; the Ozaki digit store writes one byte (its table is
+        #: the bias= pointer)
         self._dequant = bool(epilogue[0] & EPI_DEQUANT)
+        self._residue = bool(epilogue[0] & EPI_RESIDUE)
         self._c_bytes, self._c_tma = (DEQUANT_C[epilogue[0] >> EPI_OUT_SHIFT & 3] if self._dequant
+                                      else (1, TMA_UINT8) if self._residue
                                       else (problem.c_bytes, TMA_C_DTYPE[problem.kind]))
         self.problem, self.spec, self.config, self.geometry, self.smem, self.kern, self.red = (
             problem, spec, config, g, smem, kern, red)
@@ -248,6 +269,10 @@ class Sm90Launch:
         self.c_align = 16 if p.c_vectorizable() or self._dequant else p.c_bytes
         self.a_align = self.b_align = 16
         self._base = dict(spec.args, bias_mode=BIAS_MODE[epilogue[1]])   # all but pointers and scales
+        if self._residue:       # byte planes: TMA boxes where C's rows and planes are 16-byte aligned
+            boxes = digit_boxes_fit(p)
+            self.c_align = 16 if boxes else 1
+            self._base["c_pair"] = int(boxes)
         self._rbase = None if spec.red_args is None else dict(spec.red_args, bias_mode=BIAS_MODE[epilogue[1]])
         self._rgrid = -(-(p.batch * p.m * p.n) // 256)
         self._slots: dict = {}

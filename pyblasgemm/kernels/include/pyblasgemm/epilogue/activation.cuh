@@ -24,6 +24,12 @@ constexpr int kEpiScaleNOne = 256;
 // row-major, one per row per K block (1 x 128); 4: (kb, ceil(dim / 128)) row-major, one per
 // 128 x 128 block. kb = ceil(k / 128).
 constexpr int kEpiBlockShift = 9;
+// The Ozaki scheme's moduli GEMM (int8 operands, the Hopper kernel, sliced tiles only): the
+// int32 product x of batch entry b is stored as one byte, its CRT digit u = (x * y_b) mod p_b
+// (ozaki/ozaki.cuh's crt_digit), so the int32 planes never reach memory; the launch's bias
+// pointer holds the digit table (kResidueWords words per batch entry: ResidueDigit), its
+// bias_mode is ignored. pyblasgemm.kernels.jit.EPI_RESIDUE is the host's twin.
+constexpr int kEpiResidue = 32768;   // 1 << 15
 template <int EPI> struct EpiBlock {
   static constexpr int kModeM = (EPI >> kEpiBlockShift) & 7;
   static constexpr int kModeN = (EPI >> (kEpiBlockShift + 3)) & 7;

@@ -78,11 +78,37 @@ PBG_DEVICE float block_scale(const float* s, int idx, int dim, int q, int kbn) {
   else if constexpr (MODE == 3) return s[static_cast<i64>(idx) * kbn + q];
   else return s[static_cast<i64>(q) * ((dim + 127) >> 7) + (idx >> 7)];
 }
-// The type the store writes: the kind's C, or the dequantized output.
-template <class Kind, int EPI, bool DQ = (EPI & kEpiDequant) != 0>
+// The output of the Ozaki moduli GEMM's digit store (EPI & kEpiResidue): one unsigned byte, the
+// CRT digit of the int32 product (residue_digit); alpha is 1 and C is never read.
+struct ResidueOut {
+  typedef int Scale;
+  typedef int Acc;
+  static constexpr int kCBytes = 1;
+  static PBG_DEVICE int c_from_bits(u32 h) { return static_cast<int>(h & 0xffu); }
+  static PBG_DEVICE int load_c(const char* p) { return *reinterpret_cast<const unsigned char*>(p); }
+  static PBG_DEVICE u32 cvt_c(int v) { return static_cast<u32>(v) & 0xffu; }
+};
+// One modulus's digit constants, as the launch's table holds them (kResidueWords u32 per batch
+// entry, 32 bytes: two aligned 16-byte loads): p, the Barrett magic ceil(2^38 / p), (2^16 y)
+// mod p, y mod p and (-2^31 y) mod p for the CRT coefficient y of that modulus.
+constexpr int kResidueWords = 8;
+// u = (x * y) mod p for any int32 x in one Barrett step (ozaki.cuh's crt_digit with the
+// constants passed in): x = (h - 2^15) 2^16 + lo with h = (x >> 16) + 2^15 and lo = x & 0xffff,
+// so x y = h (2^16 y) + lo y - 2^31 y, a sum below 2 * 65535 * 255 + 255 < 2^25, where
+// q = (s * magic) >> 38 is the exact quotient (s < 2^30; magic - 2^38 / p < 1).
+PBG_DEVICE int residue_digit(int x, u32 p, u32 magic, u32 y16, u32 y, u32 yneg31) {
+  const u32 h = (static_cast<u32>(x) >> 16) ^ 0x8000u;
+  const u32 s = h * y16 + (static_cast<u32>(x) & 0xffffu) * y + yneg31;
+  const u32 q = static_cast<u32>((static_cast<unsigned long long>(s) * magic) >> 38);
+  return static_cast<int>(s - q * p);
+}
+// The type the store writes: the kind's C, the dequantized output, or the digit byte.
+template <class Kind, int EPI, bool DQ = (EPI & kEpiDequant) != 0, bool RES = (EPI & kEpiResidue) != 0>
 struct EpiOut { typedef Kind type; };
 template <class Kind, int EPI>
-struct EpiOut<Kind, EPI, true> { typedef DequantOut<(EPI >> kEpiOutShift) & 3> type; };
+struct EpiOut<Kind, EPI, true, false> { typedef DequantOut<(EPI >> kEpiOutShift) & 3> type; };
+template <class Kind, int EPI>
+struct EpiOut<Kind, EPI, false, true> { typedef ResidueOut type; };
 
 // v = alpha * s + beta * c (float kinds: the plain store's arithmetic), or for a dequantized
 // product alpha * ((scale_m * scale_n) * float(s)) + beta * c (pyblasgemm.epilogue's order);

@@ -346,7 +346,9 @@ struct Sm90SyncWarp {
 template <class Kind, bool READ_C>
 PBG_DEVICE void sm90_store_pair_fast(char* cp, typename Kind::Scale alpha, typename Kind::Scale beta,
                                      typename Kind::Acc v0, typename Kind::Acc v1) {
-  if constexpr (Kind::kCBytes == 2) {
+  if constexpr (Kind::kCBytes == 1) {   // the digit store: alpha 1, beta 0 (READ_C's branch never runs)
+    *reinterpret_cast<u16*>(cp) = static_cast<u16>(Kind::cvt_c(ax(alpha, v0)) | (Kind::cvt_c(ax(alpha, v1)) << 8));
+  } else if constexpr (Kind::kCBytes == 2) {
     u32 out;
     if constexpr (READ_C) {
       const u32 old = *reinterpret_cast<const u32*>(cp);
@@ -374,6 +376,15 @@ PBG_DEVICE void sm90_store_pair(char* cp, typename Kind::Scale alpha, typename K
                                 typename Kind::Acc v0, typename Kind::Acc v1, bool pair, bool second) {
   typedef typename Kind::Scale Scale;
   constexpr int CB = Kind::kCBytes;
+  if constexpr (CB == 1) {   // (the digit store: alpha 1, C not read)
+    if (pair) {
+      *reinterpret_cast<u16*>(cp) = static_cast<u16>(Kind::cvt_c(ax(alpha, v0)) | (Kind::cvt_c(ax(alpha, v1)) << 8));
+    } else {
+      *reinterpret_cast<unsigned char*>(cp) = static_cast<unsigned char>(Kind::cvt_c(ax(alpha, v0)));
+      if (second) *reinterpret_cast<unsigned char*>(cp + 1) = static_cast<unsigned char>(Kind::cvt_c(ax(alpha, v1)));
+    }
+    return;
+  }
   if (pair) {
     if constexpr (CB == 2) {
       u32 old = read_c ? *reinterpret_cast<const u32*>(cp) : 0u;
@@ -421,7 +432,8 @@ struct Sm90Epi {
 };
 template <class Kind>
 PBG_DEVICE void sm90_store_one(char* cp, typename Kind::Scale v) {
-  if constexpr (Kind::kCBytes == 2) *reinterpret_cast<u16*>(cp) = static_cast<u16>(Kind::cvt_c(v));
+  if constexpr (Kind::kCBytes == 1) *reinterpret_cast<unsigned char*>(cp) = static_cast<unsigned char>(Kind::cvt_c(v));
+  else if constexpr (Kind::kCBytes == 2) *reinterpret_cast<u16*>(cp) = static_cast<u16>(Kind::cvt_c(v));
   else *reinterpret_cast<u32*>(cp) = Kind::cvt_c(v);
 }
 // v (alpha * acc + beta * c of D(r, c), at cp in C; cp is used only when inside) -> act(v + bias)
@@ -479,11 +491,16 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
   // What the store writes: the kind's C, or (int8 dequantized, EPI & kEpiDequant) a float type;
   // then the accumulator registers carry the dequantized float's bits from the EPI pass on.
   constexpr bool DQ = (EPI & kEpiDequant) != 0;
+  // the Ozaki digit store (EPI == kEpiResidue): int8 products, whole tiles (no split-k or
+  // stream-k partials to combine first)
+  constexpr bool RES = (EPI & kEpiResidue) != 0;
   typedef typename EpiOut<Kind, EPI>::type OK;
   typedef typename OK::Scale OScale;
   typedef typename OK::Acc OAcc;
-  static_assert(EPI == 0 || DQ || (sizeof(Scale) == 4 && static_cast<Scale>(0.5f) != 0),
+  static_assert(EPI == 0 || DQ || RES || (sizeof(Scale) == 4 && static_cast<Scale>(0.5f) != 0),
                 "fused epilogues: float kinds, or int8 dequantized");
+  static_assert(!RES || (EPI == kEpiResidue && MODE == kSliced && static_cast<Acc>(0.5f) == 0 && sizeof(Acc) == 4),
+                "the digit store: int8 products on sliced tiles, nothing else fused");
   constexpr int BMT = T::BMT, BKE = T::BKE, CB = OK::kCBytes;
   extern __shared__ __align__(1024) char smem_raw[];
   // The 128-byte swizzle is a function of the address bits: every tile starts 1024-aligned.
@@ -788,7 +805,14 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
         if constexpr (DQ) return dq_read(v);
         else return v;
       };
-      if constexpr (EPI != 0) {
+      // the digit store's constants: this tile's modulus (batch entry b)
+      uint4 dig0 = make_uint4(0u, 0u, 0u, 0u), dig1 = dig0;
+      if constexpr (RES) {
+        const uint4* tab = static_cast<const uint4*>(bias) + (kResidueWords / 4) * b;
+        dig0 = __ldg(tab);
+        dig1 = __ldg(tab + 1);
+      }
+      if constexpr (EPI != 0 && !RES) {
         // The fused epilogue on the registers, in passes: every load (bias; C when beta != 0)
         // is issued before the first pre-activation store. Interleaved, each load waited for
         // the store before it (H100, 8192^3, 256 x 128 tiles: bias alone +18 %, bias + GELU
@@ -871,9 +895,11 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
       }
       // the activation, applied as each value is stored: as a pass over all registers before
       // the store it spilled (1 KB at 256 x 128 tiles: the scheduler overlapped too many)
-      auto fin = [](Acc v) -> OAcc {
-        if constexpr (DQ) return activate(dq_read(v), EPI & 7);
-        else if constexpr (EPI != 0) return activate(v, EPI & 7);
+      // (the digit too: a pass over all 128 registers of a 256-wide tile first spilled 304 bytes)
+      auto fin = [&](Acc v) -> OAcc {
+        if constexpr (RES) return residue_digit(v, dig0.x, dig0.y, dig0.z, dig0.w, dig1.x);
+        else if constexpr (DQ) return activate(dq_read(v), EPI & 7);
+        else if constexpr (EPI != 0 && !RES) return activate(v, EPI & 7);
         else return v;
       };
       if (tma_epilogue && interior) {
@@ -882,13 +908,16 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
         // the next chunk and the next tile's mainloop. Interior tiles only: measured on an H100,
         // boxes reaching past m were written into C's ld padding (NOTES_SM90.md, step 6), so
         // edge tiles keep the bounds-checked stores below.
-        constexpr int CCOLS = 128 / CB;  // columns of D per box (64 fp16, 32 int32)
+        constexpr int CCOLS = 128 / CB;  // columns of D per box (64 fp16, 32 int32, 128 digits)
+        static_assert(BNT % CCOLS == 0, "whole boxes per tile");
         const u32 ebuf = epi + cw * 16384;
         // (alpha after the activation: either the activation is none or alpha is 1 here)
         auto stage_pair = [&](u32 buf, int row, int col_in_box, Acc v0, Acc v1) {
           const int byte = col_in_box * CB;
           const u32 addr = buf + row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-          if constexpr (CB == 2) {
+          if constexpr (CB == 1) {
+            st_shared_u16(addr, OK::cvt_c(ax(s_alpha, fin(v0))) | (OK::cvt_c(ax(s_alpha, fin(v1))) << 8));
+          } else if constexpr (CB == 2) {
             st_shared_u32(addr, OK::cvt_c(ax(s_alpha, fin(v0))) | (OK::cvt_c(ax(s_alpha, fin(v1))) << 16));
           } else {
             st_shared_v2_u32(addr, OK::cvt_c(ax(s_alpha, fin(v0))), OK::cvt_c(ax(s_alpha, fin(v1))));
@@ -995,6 +1024,7 @@ __global__ void __launch_bounds__(256)
   typedef typename Kind::Acc Acc;
   typedef typename Kind::Scale Scale;
   typedef typename EpiOut<Kind, EPI>::type OK;
+  static_assert((EPI & kEpiResidue) == 0, "the digit store runs on sliced tiles only");
   constexpr int CB = OK::kCBytes;
   const i64 per = static_cast<i64>(mt) * nt, all = per * batch;
   const i64 id = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -560,6 +560,20 @@ __device__ __forceinline__ double ozaki_value(const int* __restrict__ prod, long
     return crt_finish(s);
 }
 
+// The same X from the digit planes of the Hopper int8 kernel's digit store (kEpiResidue: each
+// plane already holds u_l = (x y_l) mod p_l, one byte): the CRT sum takes them as they are, so
+// both give the same bits.
+template <int COUNT>
+__device__ __forceinline__ double ozaki_value(const unsigned char* __restrict__ digits, long long plane) {
+    using namespace pyblasgemm::ozaki;
+    double s[kOzChunks];
+#pragma unroll
+    for (int j = 0; j < kOzChunks; ++j) s[j] = 0.0;
+#pragma unroll
+    for (int l = 0; l < COUNT; ++l) crt_add(s, u32_to_double(digits[l * plane]), l);
+    return crt_finish(s);
+}
+
 // Planes read together by ozaki_values4: all up to 16, else even batches of at most 16
 // (17: 9 + 8; 34: 12 + 12 + 10), as 34 planes' int4 alone would take 136 registers.
 template <int COUNT>
@@ -619,6 +633,31 @@ __device__ __forceinline__ void ozaki_values4(const int4* __restrict__ col, long
                 crt_add(s[e], u32_to_double(crt_digit(h, (unsigned)w[e] & 0xffffu, l)), l);
             }
         }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[e] = crt_finish(s[e]);
+}
+
+// The same 4 rows from digit planes: one 4-byte load per plane (the 4 rows' digits), all of
+// them issued first; the planes are a quarter of the int32 planes' bytes, no staging.
+template <int COUNT, bool STAGE>
+__device__ __forceinline__ void ozaki_values4(const unsigned* __restrict__ col, long long plane4, double (&x)[4],
+                                              int4*) {
+    using namespace pyblasgemm::ozaki;
+    static_assert(!STAGE, "digit planes are read straight into registers");
+    double s[4][kOzChunks];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+#pragma unroll
+        for (int j = 0; j < kOzChunks; ++j) s[e][j] = 0.0;
+    }
+    unsigned v[COUNT];
+#pragma unroll
+    for (int l = 0; l < COUNT; ++l) v[l] = __ldg(col + l * plane4);
+#pragma unroll
+    for (int l = 0; l < COUNT; ++l) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) crt_add(s[e], u32_to_double((v[l] >> (8 * e)) & 0xffu), l);
     }
 #pragma unroll
     for (int e = 0; e < 4; ++e) x[e] = crt_finish(s[e]);
@@ -690,10 +729,13 @@ __device__ __forceinline__ void ozaki_store(TC* dst, double x_re, double x_im, d
 }
 
 // The element kernel: one thread per row i (block 256 along the rows), one element per column
-// it walks; any m and any alignment of prod (the fallback of ozaki_reconstruct_rows).
-template <int COUNT, bool CPLX, typename TC>
+// it walks; any m and any alignment of prod (the fallback of ozaki_reconstruct_rows). TP: the
+// planes' type, int (the int32 products) or unsigned char (the digit store's digits); low: the
+// guard's int32 plane (m x n_prod; the int32 products' plane COUNT), read when sum_a is given.
+template <int COUNT, bool CPLX, typename TC, typename TP>
 __global__ void __launch_bounds__(256)
-ozaki_reconstruct(const int* __restrict__ prod, long long m, long long n, const int* __restrict__ ea,
+ozaki_reconstruct(const TP* __restrict__ prod, const int* __restrict__ low, long long m, long long n,
+                  const int* __restrict__ ea,
                   const int* __restrict__ eb, const unsigned char* __restrict__ lost_a,
                   const unsigned char* __restrict__ lost_b, TC* __restrict__ c, long long cs_i,
                   long long cs_j, double alpha_re, double alpha_im, double beta_re, double beta_im,
@@ -706,9 +748,8 @@ ozaki_reconstruct(const int* __restrict__ prod, long long m, long long n, const 
     if (lost_b[j]) continue;
     const long long n_prod = CPLX ? 2 * n : n, plane = m * n_prod;
     if (sum_a != nullptr) {
-        bool fails = ozaki_guard_fails(sum_a[i], sum_b[j], prod[COUNT * plane + i + j * m], c_sum, c_hi);
-        if (CPLX) fails = fails || ozaki_guard_fails(sum_a[i], sum_b[n + j], prod[COUNT * plane + i + (n + j) * m],
-                                                     c_sum, c_hi);
+        bool fails = ozaki_guard_fails(sum_a[i], sum_b[j], low[i + j * m], c_sum, c_hi);
+        if (CPLX) fails = fails || ozaki_guard_fails(sum_a[i], sum_b[n + j], low[i + (n + j) * m], c_sum, c_hi);
         if (fails) {
             atomicAdd(failed, 1);
             continue;
@@ -743,9 +784,15 @@ ozaki_reconstruct(const int* __restrict__ prod, long long m, long long n, const 
 // spilled (255 registers and 16 bytes at 17 moduli, 1408 at 34). Launch bounds: 3 blocks of
 // 128 per SM (170 registers; sm_90a used up to 152; at 4 blocks' 128 both spilled: the real
 // kernel at 11 and 12 moduli, the complex one from 15 on).
-template <int COUNT, bool CPLX, typename TC, bool STAGE>
+// What one thread reads of a plane's 4 rows: an int4 of int32 products, a word of 4 digits.
+template <typename TP> struct OzakiRows4 { typedef int4 type; };
+template <> struct OzakiRows4<unsigned char> { typedef unsigned type; };
+
+// TP and low as ozaki_reconstruct's: digit planes are read one 4-byte word (4 rows) a plane.
+template <int COUNT, bool CPLX, typename TC, bool STAGE, typename TP>
 __global__ void __launch_bounds__(128, 3)
-ozaki_reconstruct_rows(const int* __restrict__ prod, long long m, long long n, const int* __restrict__ ea,
+ozaki_reconstruct_rows(const TP* __restrict__ prod, const int* __restrict__ low, long long m, long long n,
+                       const int* __restrict__ ea,
                        const int* __restrict__ eb, const unsigned char* __restrict__ lost_a,
                        const unsigned char* __restrict__ lost_b, TC* __restrict__ c, long long cs_i,
                        long long cs_j, double alpha_re, double alpha_im, double beta_re, double beta_im,
@@ -767,7 +814,10 @@ ozaki_reconstruct_rows(const int* __restrict__ prod, long long m, long long n, c
     }
     if (!any) return;
     const long long m4 = m / 4, n_prod = CPLX ? 2 * n : n, plane4 = m4 * n_prod;
-    const int4* rows = reinterpret_cast<const int4*>(prod + i0);
+    // 4 rows of a plane: an int4 of int32 products, or a word of 4 digits
+    typedef typename OzakiRows4<TP>::type Rows4;
+    const Rows4* rows = reinterpret_cast<const Rows4*>(prod + i0);
+    const int4* low4 = reinterpret_cast<const int4*>(low + i0);
     int fails = 0;
     for (long long j = blockIdx.y; j < n; j += gridDim.y) {
         if (lost_b[j]) continue;
@@ -775,11 +825,11 @@ ozaki_reconstruct_rows(const int* __restrict__ prod, long long m, long long n, c
 #pragma unroll
         for (int e = 0; e < 4; ++e) ok[e] = live[e];
         if (sum_a != nullptr) {
-            const int4 g = __ldg(rows + COUNT * plane4 + j * m4);
+            const int4 g = __ldg(low4 + j * m4);
             const int g_re[4] = {g.x, g.y, g.z, g.w};
             int g_im[4] = {0, 0, 0, 0};
             if (CPLX) {
-                const int4 gi = __ldg(rows + COUNT * plane4 + (n + j) * m4);
+                const int4 gi = __ldg(low4 + (n + j) * m4);
                 g_im[0] = gi.x, g_im[1] = gi.y, g_im[2] = gi.z, g_im[3] = gi.w;
             }
             const unsigned long long sb = sum_b[j], sb_im = CPLX ? sum_b[n + j] : 0;

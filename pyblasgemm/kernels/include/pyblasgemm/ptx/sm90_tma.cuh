@@ -165,6 +165,9 @@ PBG_DEVICE void cp_async_bulk_wait_group() {
 }
 // Order this thread's ordinary shared-memory writes before later async-proxy (TMA) reads.
 PBG_DEVICE void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+PBG_DEVICE void st_shared_u16(u32 addr, u32 v) {
+  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(static_cast<unsigned short>(v)) : "memory");
+}
 PBG_DEVICE void st_shared_u32(u32 addr, u32 v) { asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory"); }
 PBG_DEVICE void st_shared_v2_u32(u32 addr, u32 x, u32 y) {
   asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(addr), "r"(x), "r"(y) : "memory");
