@@ -31,6 +31,7 @@ call), ``--dtype float32`` at 8192 ~10 s; each ~10-20 s more on a cold cache.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import pathlib
 import sys
@@ -87,6 +88,23 @@ def bytes_per_element(dtype: str, planes: int) -> int:
     return 3 * item + stacked + 3 * int8 + int32 + 3 * item
 
 
+@contextlib.contextmanager
+def _digits(on: bool):
+    """Plans made inside with the planner's ``DIGITS`` = ``on`` (the plan cache emptied on the
+    way in and out: a cached plan keeps the choice it was made with)."""
+    import pyblasgemm
+    from pyblasgemm.planner import composite as planned
+
+    saved = planned.DIGITS
+    pyblasgemm.clear_plan_cache()
+    planned.DIGITS = on
+    try:
+        yield
+    finally:
+        planned.DIGITS = saved
+        pyblasgemm.clear_plan_cache()
+
+
 def _device_tag(name: str) -> str:
     for tag in ("H200", "H100", "A100", "GH200", "B200"):
         if tag in name:
@@ -96,19 +114,20 @@ def _device_tag(name: str) -> str:
 
 def _record(cp, pb, size, dtype="float64", bits=None, digits=True):
     """Run one forced composite product, recording every pass call, the complex stacking,
-    each inner GEMM and the moduli's GEMM with the digit store (``digits``: composite.DIGITS
-    for this run): (calls, plan, route, C)."""
+    each inner GEMM and the moduli's GEMM with the digit store (``digits``: the planner's
+    ``DIGITS`` for this plan): (calls, plan, route, C)."""
     from pyblasgemm import composite, execute as ex
     from pyblasgemm.kernels import ozaki_kernels as ok
     from pyblasgemm.planner import make_desc, plan_for
 
     a, b, c = _operands(cp, size, dtype, size)
     desc = make_desc(size, size, size, dtype, compute=compute_of(bits))
-    plan = plan_for(desc, "tensorcore")
+    with _digits(digits):
+        plan = plan_for(desc, "tensorcore")
     calls = []
     originals = {name: getattr(ok.OzakiPasses, name) for name in ("scale", "residues", "guard_count", "reconstruct")}
     stack = composite._stack
-    digit_launch, saved_digits = composite._digit_launch, composite.DIGITS
+    digit_launch = composite._digit_launch
 
     def with_digits(moduli, backend):
         launch = digit_launch(moduli, backend)
@@ -138,13 +157,14 @@ def _record(cp, pb, size, dtype="float64", bits=None, digits=True):
         for name in originals:
             setattr(ok.OzakiPasses, name, wrap(name))
         composite._stack = stacked
-        composite._digit_launch, composite.DIGITS = with_digits, digits
+        composite._digit_launch = with_digits
+        assert digits or plan.launch.digits is None
         composite.run(desc, a, b, c, plan, inner)
     finally:
         for name, fn in originals.items():
             setattr(ok.OzakiPasses, name, fn)
         composite._stack = stack
-        composite._digit_launch, composite.DIGITS = digit_launch, saved_digits
+        composite._digit_launch = digit_launch
     cp.cuda.Device().synchronize()
     return calls, plan, composite.last_route(), c
 
@@ -275,17 +295,12 @@ def end_to_end_row(cp, pb, size, inner=3, samples=7, dtype="float64", bits=None)
     finally:
         ok.RESIDUES_DEFAULT = saved
     # the int32 planes instead of the digit store (the default residue kernel), same arrays
-    from pyblasgemm import composite
-
-    try:
-        composite.DIGITS = False
+    with _digits(False):
         outs["int32 planes"] = pb.matmul(a, b, compute=compute, backend="tensorcore")
         row["route_int32_planes"] = last_route()
         s = event_median_s(lambda: pb.matmul(a, b, compute=compute, backend="tensorcore"), inner, samples)
         row["ms"][f"pyblasgemm {compute} ({mode}), int32 planes"] = s * 1e3
         ratios["int32 planes"] = native / s
-    finally:
-        composite.DIGITS = True
     row["digit_store_speedup"] = row["ms"][f"pyblasgemm {compute} ({mode}), int32 planes"] / row["ms"][
         f"pyblasgemm {compute} ({mode}), residues {ok.RESIDUES_DEFAULT}, reconstruction {ok.ROWS_DEFAULT}"]
     if dtype == "float64":

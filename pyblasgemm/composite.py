@@ -179,7 +179,7 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
     passes.residues(a_lines[0], m, kk, a_lines[1], a_lines[2], ea, ares, setting.bits, sum_a)
     passes.residues(b_lines[0], nn, kk, b_lines[1], b_lines[2], eb, bres, setting.bits, sum_b)
     moduli = spec.inner._replace(batch=setting.count)
-    digit_launch = _digit_launch(moduli, spec.inner_plan.backend)
+    digit_launch = _digit_launch(moduli, spec.digits)
     # the planes column-major m x nn: the moduli's int32 products and the guard's after them,
     # or (the digit store) only the guard's, the moduli's digits in bytes later
     prod = cupy.empty((planes if digit_launch is None else planes - setting.count, nn, m), cupy.int32)
@@ -242,32 +242,19 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
     _last["route"] = f"{route}; error of the emulated elements: {setting.bound()}"
 
 
-#: the moduli's GEMM writes each product's CRT digit (one byte) where the inner plan runs the
-#: Hopper int8 kernel's sliced tiles (kernels.jit.residue_store_fits), instead of int32 planes
-#: that the reconstruction reduces: 16 planes of 4 bytes a product written and read at
-#: 8192^2 are 4.3 GB, a quarter of that as digits (docs/design/ozaki-residue-planes.md).
-#: False: the int32 planes everywhere (the tests run both; the bits are the same)
-DIGITS = True
-
-
-def _digit_launch(moduli: GemmDesc, backend):
-    """The moduli's batched int8 GEMM bound with the digit store (``kernels.jit.EPI_RESIDUE``),
-    once per problem class and kept in the plan cache (which owns its workspace); None where
-    the plan for it is not the Hopper kernel's sliced int8 tiles (:data:`DIGITS` off, another
-    backend, a packed or split plan, another family)."""
-    if not DIGITS:
+def _digit_launch(moduli: GemmDesc, plan):
+    """The moduli's batched int8 GEMM bound with the digit store (``kernels.jit.EPI_RESIDUE``)
+    by its plan (the composite plan's ``digits``: None where the digits do not run), once per
+    problem class and kept in the plan cache (which owns its workspace)."""
+    if plan is None:
         return None
     from .constraints import kernel_problem
-    from .kernels.jit import EPI_RESIDUE, residue_store_fits
+    from .kernels.jit import EPI_RESIDUE
     from .kernels.launch import bind
     from .plancache import get_plan_cache
-    from .planner import plan_for
     from .planner.overrides import current_settings
 
-    plan = plan_for(moduli, backend)
     config = plan.config
-    if plan.backend != "tensorcore" or config is None or plan.pack or not residue_store_fits(config, "s8"):
-        return None
     cache = get_plan_cache()
     key = ("ozaki digits", moduli.key, config)
     launch = cache.get(key)

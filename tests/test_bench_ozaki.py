@@ -238,12 +238,13 @@ def test_passes_record_catches_the_complex_stacking_and_puts_every_hook_back(mon
     def run(desc, a, b, c, plan, inner):
         assert composite._stack(desc, "A", "B", "d") == ("stacked", ("A", "B", "d"))
         assert ok.OzakiPasses.scale is not before["scale"]          # wrapped while it runs
-        assert composite._digit_launch is not digit_launch and composite.DIGITS is False
+        assert composite._digit_launch is not digit_launch and plan.launch.digits is None
         composite._last["route"] = f"ran {desc.prefix} {plan.launch.setting.count}"
 
     monkeypatch.setattr(composite, "run", run)
     calls, plan, route, c = op._record(FAKE_CP, None, 64, "complex128", 40, digits=False)
-    assert composite._digit_launch is digit_launch and composite.DIGITS is True
+    from pyblasgemm.planner import composite as planned
+    assert composite._digit_launch is digit_launch and planned.DIGITS is True
     assert [n for n, *_ in calls] == ["stack"] and route == "ran z 12" and c.dtype == np.complex128
     assert plan.launch.setting.bits == 40 and not plan.launch.setting.guard
     stand_in = composite._stack

@@ -175,18 +175,19 @@ def test_dgemm_ozaki_is_deterministic_and_batched():
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128, np.float32])
 @pytest.mark.parametrize("m,n,k", [(256, 256, 512), (520, 264, 1000), (512, 300, 1024)])
 def test_ozaki_digit_store_has_the_int32_planes_bits(monkeypatch, dtype, m, n, k):
-    """On a Hopper GPU the moduli's GEMM writes each product's CRT digit (composite.DIGITS,
-    kernels.jit.EPI_RESIDUE): the same C as the int32 planes (DIGITS off) and as the host, byte
-    for byte, with alpha, beta and a guard failure or none; m % 16 == 0 takes the TMA boxes
+    """On a Hopper GPU the moduli's GEMM writes each product's CRT digit (the plan's
+    ``digits``, kernels.jit.EPI_RESIDUE): the same C as the int32 planes (the planner's DIGITS
+    off) and as the host, byte for byte, with alpha and beta; m % 16 == 0 takes the TMA boxes
     (128 and 256 tiles), m = 520 the edge tiles' byte stores. Elsewhere (no sm_90a kernel for
     it) the int32 planes run and the test checks only the bits."""
     from pyblasgemm import composite
+    from pyblasgemm.planner import composite as planned
 
     used = []
     real = composite._digit_launch
 
-    def spy(moduli, backend):
-        launch = real(moduli, backend)
+    def spy(moduli, plan):
+        launch = real(moduli, plan)
         used.append(launch is not None)
         return launch
     monkeypatch.setattr(composite, "_digit_launch", spy)
@@ -196,8 +197,10 @@ def test_ozaki_digit_store_has_the_int32_planes_bits(monkeypatch, dtype, m, n, k
     c = _mat(rng, m, n, dtype)
     runs = {}
     for digits in (True, False):
-        monkeypatch.setattr(composite, "DIGITS", digits)
+        monkeypatch.setattr(planned, "DIGITS", digits)
+        pyblasgemm.clear_plan_cache()           # (a cached plan keeps the choice it was made with)
         runs[digits] = _both("N", "N", a, b, c, 1.5, -0.5, "int8-ozaki")
+    pyblasgemm.clear_plan_cache()
     np.testing.assert_array_equal(runs[True][0], runs[False][0])
     np.testing.assert_array_equal(runs[True][0], runs[True][1])          # the host's bits
     if cupy.cuda.Device().compute_capability == "90":

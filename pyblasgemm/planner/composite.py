@@ -43,6 +43,12 @@ PASS_HOST_S = 200e-6
 #: and reconstruction passes took 5.3 ms for 9.1 GB (bench/results/ozaki_h100_2026-11-25_e859705.json
 #: and the per-pass CUDA events in kernels/NOTES.md, session 12)
 PASS_DRAM_EFFICIENCY = 0.5
+#: Ozaki: the moduli's GEMM writes each product's CRT digit (one byte) where its plan runs the
+#: Hopper int8 kernel's sliced tiles (kernels.jit.residue_store_fits), instead of int32 planes
+#: that the reconstruction reduces: 16 planes of 4 bytes a product, written and read, are 4.3
+#: GB at 8192^2, a quarter of that as digits (docs/design/ozaki-residue-planes.md). False: the
+#: int32 planes everywhere (the tests plan both, with a fresh plan cache; the bits are the same)
+DIGITS = True
 
 
 class CompositeSpec(NamedTuple):
@@ -57,6 +63,9 @@ class CompositeSpec(NamedTuple):
     setting: object             # ozaki.OzakiSetting or None
     passes_s: float             # the model's time of the passes around the inner GEMM
     native_s: float             # the model's time of the native route
+    #: Ozaki: the plan of the moduli's GEMM (batch = moduli) when it runs with the digit store
+    #: (:data:`DIGITS`; executed bound with ``kernels.jit.EPI_RESIDUE``), else None
+    digits: Plan | None = None
 
     def explain_lines(self) -> list:
         """Lines for :meth:`Plan.explain`.
@@ -71,9 +80,12 @@ class CompositeSpec(NamedTuple):
         what = (f"{self.setting.describe()}" if self.setting is not None else
                 f"one {self.inner.compute} product of the stacked real and imaginary parts")
         bound = [f"  error: {self.setting.bound()}"] if self.setting is not None else []
+        digits = (f"; the moduli's {self.digits.config.name} stores each product's CRT digit (a byte)"
+                  if self.digits is not None else "")
         return [f"composite: {what}"] + bound + [
                 f"  inner GEMM: {self.inner.routine} m={self.inner.m} n={self.inner.n} k={self.inner.k} "
-                f"batch={self.inner.batch} on {inner.backend}{cfg}, predicted {inner.predicted_s * 1e6:.1f} us",
+                f"batch={self.inner.batch} on {inner.backend}{cfg}, predicted {inner.predicted_s * 1e6:.1f} us"
+                f"{digits}",
                 f"  passes around it: {self.passes_s * 1e6:.1f} us predicted; native route "
                 f"{self.native_s * 1e6:.1f} us predicted"]
 
@@ -103,8 +115,9 @@ def inner_problem(desc: GemmDesc, setting=None) -> GemmDesc:
                      ldc=m, device=desc.device)
 
 
-def _passes_bytes(desc: GemmDesc, kind: str, count: int) -> float:
-    """DRAM bytes of the passes around the inner GEMM, per batch entry."""
+def _passes_bytes(desc: GemmDesc, kind: str, count: int, digit_planes: int = 0) -> float:
+    """DRAM bytes of the passes around the inner GEMM, per batch entry (``digit_planes`` of
+    the ``count`` planes are one byte a product: the digit store)."""
     m, n, k = desc.m, desc.n, desc.k
     c_rw = desc.row.c_dtype.itemsize * m * n * (2 if desc.beta != 0 else 1)
     if kind == "complex":
@@ -115,8 +128,8 @@ def _passes_bytes(desc: GemmDesc, kind: str, count: int) -> float:
     mk, kn, mn = m * k * two, k * n * two * two, m * n * two
     stacked = (2 * real * (m * k + k * n) + real * (mk + kn)) if two == 2 else 0
     # statistics and residues read each operand twice; residues write count int8 planes; the
-    # reconstruction reads count int32 planes
-    return stacked + 2 * real * (mk + kn) + count * (mk + kn) + 4 * count * mn + c_rw
+    # reconstruction reads count int32 planes (digit planes: one byte a product)
+    return stacked + 2 * real * (mk + kn) + count * (mk + kn) + (4 * count - 3 * digit_planes) * mn + c_rw
 
 
 def plan_composite(desc: GemmDesc, requested: str, arch, plan_for) -> Plan:
@@ -155,10 +168,11 @@ def plan_composite(desc: GemmDesc, requested: str, arch, plan_for) -> Plan:
     inner = inner_problem(desc, setting)
     inner_plan = _inner_plan(inner, arch, plan_for)
     count = setting.planes if setting is not None else 0
-    passes = (desc.batch * _passes_bytes(desc, route.composite, count) / (arch.dram_bw * PASS_DRAM_EFFICIENCY)
-              + PASS_HOST_S)
+    digits = _digit_plan(inner._replace(batch=setting.count), arch, plan_for) if setting is not None else None
+    passes = (desc.batch * _passes_bytes(desc, route.composite, count, setting.count if digits else 0)
+              / (arch.dram_bw * PASS_DRAM_EFFICIENCY) + PASS_HOST_S)
     ours = desc.batch * inner_plan.predicted_s + passes
-    spec = CompositeSpec(route.composite, inner, inner_plan, native, setting, passes, native_s)
+    spec = CompositeSpec(route.composite, inner, inner_plan, native, setting, passes, native_s, digits)
     what = (setting.describe() if setting is not None else
             f"one {inner.compute} product of the stacked parts (m={inner.m}, n={inner.n}, k={inner.k})")
     times = (f"{ours * 1e6:.1f} us ({desc.batch} x {inner_plan.predicted_s * 1e6:.1f} us inner GEMM + "
@@ -185,6 +199,27 @@ def _inner_plan(inner: GemmDesc, arch, plan_for) -> Plan:
         except NotImplementedError:
             pass
     return plan_for(inner, arch=arch)
+
+
+def _digit_plan(moduli: GemmDesc, arch, plan_for) -> Plan | None:
+    """The moduli's GEMM's plan where it runs with the digit store: our Hopper kernel's sliced
+    int8 tiles (``kernels.jit.residue_store_fits``), unpacked; None elsewhere or with
+    :data:`DIGITS` off.
+
+    >>> from pyblasgemm.planner import FAMILIES, make_desc, plan_for
+    >>> p = plan_for(make_desc(8192, 8192, 8192, "float64", compute="int8-ozaki"), arch=FAMILIES["sm_90"])
+    >>> p.launch.digits.config.name, p.launch.digits.problem.batch
+    ('sm90a_sliced_256x128x128_w2x1_s4_g8', 16)
+    >>> plan_for(make_desc(8192, 8192, 8192, "float64", compute="int8-ozaki"), arch=FAMILIES["sm_80"]).launch.digits
+    """
+    from ..kernels.jit import residue_store_fits
+
+    if not DIGITS:
+        return None
+    plan = _inner_plan(moduli, arch, plan_for)
+    fits = (plan.backend == "tensorcore" and plan.config is not None and not plan.pack
+            and residue_store_fits(plan.config, "s8"))
+    return plan if fits else None
 
 
 def _native_name(desc: GemmDesc) -> str:
