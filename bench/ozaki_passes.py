@@ -241,7 +241,8 @@ def passes_row(cp, pb, size, inner=5, samples=10, dtype="float64", bits=None, di
     row["reconstruct_bytes"] = int(prod.nbytes + c.nbytes)     # the planes read, C written
     row["rows_kernel_applies"] = ok.rows_kernel_applies(prod, size)
     outs = {}
-    kernels = [k for k in KERNELS if not (digit_gemm and k == "rows-staged")]   # (staging: int32 planes)
+    # (digit planes: 'rows-staged' is the 16-row kernel, ozaki_reconstruct_digits16)
+    kernels = [k for k in KERNELS if k == "elements" or ok.rows_kernel_applies(prod, size, k)]
     for kernel in kernels:
         kw2 = dict(kw, kernel=kernel)
         ms = event_median_s(lambda: passes.reconstruct(*args, **kw2), inner, samples) * 1e3
@@ -255,7 +256,8 @@ def passes_row(cp, pb, size, inner=5, samples=10, dtype="float64", bits=None, di
         outs[kernel] = c.copy()
     row["reconstruction_bits_equal"] = all(bool(cp.array_equal(outs[k], outs["elements"])) for k in kernels)
     del outs
-    old, new = t["reconstruction (elements)"], t[f"reconstruction ({'rows' if digit_gemm else ok.ROWS_DEFAULT})"]
+    default = next(k for k in ok.RECONSTRUCT_KERNELS if k in kernels)     # reconstruct's own pick
+    old, new = t["reconstruction (elements)"], t[f"reconstruction ({default})"]
     row["reconstruction_speedup_default_vs_elements"] = old / new
     return row
 

@@ -59,11 +59,13 @@ def test_kernel_names_carry_both_row_kernels_and_the_digit_kernels():
     assert "ozaki_reconstruct_rows<16, true, float, true, int>" in names
     assert "ozaki_reconstruct_rows<16, false, float, false, int>" in names
     assert ok.ROWS_DEFAULT in ok.RECONSTRUCT_KERNELS
-    # the digit planes of the Hopper int8 kernel's digit store: element and register row kernels
-    assert {n for n in names if n.endswith(f", {ok.DIGIT}>")} == {
+    # the digit planes of the Hopper int8 kernel's digit store: element, register row and staged
+    # 16-row kernels
+    assert {n for n in names if n.endswith(f", {ok.DIGIT}>") or "digits16" in n} == {
         "ozaki_reconstruct<16, false, float, unsigned char>", "ozaki_reconstruct<16, true, float, unsigned char>",
         "ozaki_reconstruct_rows<16, false, float, false, unsigned char>",
-        "ozaki_reconstruct_rows<16, true, float, false, unsigned char>"}
+        "ozaki_reconstruct_rows<16, true, float, false, unsigned char>",
+        "ozaki_reconstruct_digits16<16, false, float>", "ozaki_reconstruct_digits16<16, true, float>"}
 
 
 def test_digit_table_and_the_host_digits_are_the_exact_residues():
@@ -90,7 +92,7 @@ def test_digit_table_and_the_host_digits_are_the_exact_residues():
 @pytest.mark.parametrize("count", range(1, len(oz.MODULI) + 1))
 def test_row_kernels_compile_within_their_launch_bounds_without_spills(count):
     """Every shipped count (sm_90a): no spill, no stack, the row kernels' registers within
-    their launch bounds (3 blocks of 128 threads: 170); the element kernels spill-free too
+    their launch bounds (3 blocks of 128 threads, or the digits' 6 of 64: 170); the element kernels spill-free too
     (the complex one spilled 20 and 24 bytes at 29 and 30 moduli before its parts were rolled)."""
     pytest.importorskip("cupy")
     from pyblasgemm.kernels import jit
@@ -99,17 +101,19 @@ def test_row_kernels_compile_within_their_launch_bounds_without_spills(count):
     if "ptxas" not in log:      # NVRTC 13.0 leaves ptxas's report out (test_composite says so too)
         pytest.skip("this NVRTC puts no ptxas report in the program log")
     res = {k: v for k, v in jit.ptxas_resources(log).items() if "reconstruct" in k}
-    # 4 row kernels, the real and complex element kernels; the digit planes' 2 row and 2 element kernels
-    assert len(res) == 10, res
+    # 4 row kernels, the real and complex element kernels; the digit planes' 2 row, 2 staged
+    # 16-row and 2 element kernels
+    assert len(res) == 12, res
     for name, r in res.items():
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, (name, r)
-        if "reconstruct_rows" in name:
+        if "reconstruct_rows" in name or "digits16" in name:
             assert r["registers"] <= 170, (name, r)
 
 
 def test_row_kernels_load_16_bytes_per_plane():
     """The PTX of the register kernel has 16-byte non-coherent loads, the staged one 16-byte
-    cp.async copies (all issued before the arithmetic: ozaki_values4)."""
+    cp.async copies (all issued before the arithmetic: ozaki_values4); the digit planes'
+    register kernel one 4-byte word a plane, their staged kernel one 16-byte cp.async a plane."""
     pytest.importorskip("cupy")
     ptx, _ = ok.compile_offline(16, "sm_90a", "double", ptx=True)
     text = ptx.decode() if isinstance(ptx, bytes) else ptx
@@ -117,12 +121,15 @@ def test_row_kernels_load_16_bytes_per_plane():
     staged = [e for e in entries if e.startswith("_Z22ozaki_reconstruct_rowsILi16ELb0EdLb1EiE")]
     plain = [e for e in entries if e.startswith("_Z22ozaki_reconstruct_rowsILi16ELb0EdLb0EiE")]
     digits = [e for e in entries if e.startswith("_Z22ozaki_reconstruct_rowsILi16ELb0EdLb0EhE")]
-    assert len(staged) == 1 and len(plain) == 1 and len(digits) == 1
+    digits16 = [e for e in entries if e.startswith("_Z26ozaki_reconstruct_digits16ILi16ELb0EdE")]
+    assert len(staged) == 1 and len(plain) == 1 and len(digits) == 1 and len(digits16) == 1
     assert staged[0].count("cp.async.cg.shared.global") == 16, staged[0].count("cp.async.cg.shared.global")
     assert plain[0].count("ld.global.nc.v4.s32") == 17          # 16 planes and the guard's
     # the digit planes: one 4-byte word (4 rows' digits) a plane (16, beside the 4 row and 1
     # column exponents), and the guard's int32 plane
     assert digits[0].count("ld.global.nc.u32") == 16 + 5 and digits[0].count("ld.global.nc.v4.s32") == 1
+    # the staged 16-row kernel: the planes only by cp.async (the guard's int32 one loaded)
+    assert digits16[0].count("cp.async.cg.shared.global") == 16 and "ld.global.nc.v4" not in digits16[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,38 +215,41 @@ def test_gpu_row_kernels_have_the_element_kernels_bits(count, element):
 def test_gpu_digit_planes_have_the_int32_planes_bits(count, element):
     """The reconstruction from the digit planes (what the Hopper int8 kernel's digit store
     writes: ``digits_host`` of the int32 planes) and the guard's int32 plane passed apart gives
-    the int32 planes' C and guard count, byte for byte: the register row kernel where m % 4 == 0
-    (the default for digits), the element kernel everywhere (odd m too), real and complex,
-    with and without the guard, alpha and beta; 'rows-staged' and a missing guard plane are
-    refused."""
+    the int32 planes' C and guard count, byte for byte: the staged 16-row kernel where m % 16
+    == 0 (the default; m = 528: a warp with one copying lane), the register row kernel where
+    m % 4 == 0, the element kernel everywhere (odd m too), real and complex, with and without
+    the guard, alpha and beta; a forced kernel the planes do not fit and a missing guard plane
+    are refused."""
     cp = _cupy()
     real = np.float64 if element == "double" else np.float32
     passes = ok.OzakiPasses(count, None, element)
     rng = np.random.default_rng(100 + count)
     combos = [(False, True, 1.5, -0.25, 8, 1), (True, True, 0.5 - 2j, 1 + 0.25j, 3, 0),
               (False, False, 1.0, 0.0, 0, 0), (True, False, -1.0, 2.0, 8, 1)]
-    for idx, (m, n) in enumerate(SHAPES + [(7, 3), (513, 2)]):
+    for idx, (m, n) in enumerate(SHAPES + [(7, 3), (513, 2), (528, 3), (16, 5), (1040, 2)]):
         cplx, guard, alpha, beta, pad, off = combos[idx % len(combos)]
         case = _case(cp, rng, count, m, n, cplx, guard, real, m + pad, off)
         _, want, want_failed = _run(cp, passes, "elements", case, m, n, cplx, m + pad, off, alpha, beta)
         prod = case[0]
         digits = cp.asarray(ok.digits_host(cp.asnumpy(prod[:count]), count))
         low = prod[count] if guard else None
-        for kernel in (None, "elements") if m % 4 == 0 else ("elements",):
+        kernels = [k for k in ok.RECONSTRUCT_KERNELS if k == "elements" or ok.rows_kernel_applies(digits, m, k)]
+        assert kernels[0] == ("rows-staged" if m % 16 == 0 else "rows" if m % 4 == 0 else "elements")
+        for kernel in [None] + kernels:
             prod_, ea, eb, lost_a, lost_b, buf, g = case
             c = cp.asarray(buf)
             failed = cp.zeros(1, cp.int32)
             parts = 2 if cplx else 1
             used = passes.reconstruct(digits, m, n, ea, eb, lost_a, lost_b, c[off:], parts, parts * (m + pad),
                                       alpha, beta, cplx, None if g is None else (*g, failed), kernel=kernel, low=low)
-            assert used == (kernel or "rows")
+            assert used == (kernel or kernels[0])
             got = cp.asnumpy(c)
             assert got.tobytes() == want.tobytes(), (used, count, element, m, n, cplx, guard, int(np.sum(got != want)))
             assert int(failed.get()[0]) == want_failed
     prod_, ea, eb, lost_a, lost_b, buf, g = _case(cp, rng, count, 8, 2, False, True, real, 8, 0)
     digits = cp.asarray(ok.digits_host(cp.asnumpy(prod_[:count]), count))
     c = cp.asarray(buf)
-    with pytest.raises(ValueError, match="'rows-staged' reads int32 planes"):
+    with pytest.raises(ValueError, match="needs m % 16 == 0 and a 16-byte aligned prod, got m=8"):
         passes.reconstruct(digits, 8, 2, ea, eb, lost_a, lost_b, c, 1, 8, 1.0, 0.0, False, kernel="rows-staged")
     with pytest.raises(ValueError, match="pass the guard's int32 plane as low="):
         passes.reconstruct(digits, 8, 2, ea, eb, lost_a, lost_b, c, 1, 8, 1.0, 0.0, False,

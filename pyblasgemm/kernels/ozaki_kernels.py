@@ -37,6 +37,10 @@ BLOCK_RECONSTRUCT = 256
 BLOCK_RECONSTRUCT_ROWS = 128
 #: rows per thread of the row kernel: one int4 (16 bytes) of each int32 plane
 ROWS_PER_THREAD = 4
+#: the digit planes' staged row kernel (``ozaki_reconstruct_digits16``): 16 rows a thread (one
+#: 16-byte copy of each plane's digits), blocks of 64 (the stage within 48 KB at 34 moduli)
+DIGIT_ROWS_PER_THREAD = 16
+BLOCK_RECONSTRUCT_DIGITS = 64
 #: the reconstruction kernels: the row kernel with its planes staged through shared memory by
 #: cp.async, the row kernel loading into registers, the element kernel (any m, any alignment)
 RECONSTRUCT_KERNELS = ("rows-staged", "rows", "elements")
@@ -193,8 +197,8 @@ def kernel_names(count: int, element: str = "double") -> list[str]:
     'ozaki_line_stats<float>'
     >>> kernel_names(16)[10:12]
     ['ozaki_residues_pipe<16, double, 16>', 'ozaki_residues_pipe<16, double, 8>']
-    >>> kernel_names(16)[-1]                  # the digit planes of the Hopper kernel's digit store
-    'ozaki_reconstruct_rows<16, true, double, false, unsigned char>'
+    >>> kernel_names(16)[-3:]                 # the digit planes of the Hopper kernel's digit store
+    ['ozaki_reconstruct_rows<16, true, double, false, unsigned char>', 'ozaki_reconstruct_digits16<16, false, double>', 'ozaki_reconstruct_digits16<16, true, double>']
     """
     if element not in ELEMENTS.values():
         raise ValueError(f"element={element!r}: one of 'double', 'float'")
@@ -205,23 +209,27 @@ def kernel_names(count: int, element: str = "double") -> list[str]:
             for stage in ("false", "true") for cplx in ("false", "true")] + [
             f"ozaki_residues_pipe<{count}, {element}, {v}>" for v in (16, 8)] + [
             f"ozaki_reconstruct{rows}<{count}, {cplx}, {element}{', false' if rows else ''}, {DIGIT}>"
-            for rows in ("", "_rows") for cplx in ("false", "true")]
+            for rows in ("", "_rows") for cplx in ("false", "true")] + [
+            f"ozaki_reconstruct_digits16<{count}, {cplx}, {element}>" for cplx in ("false", "true")]
 
 
-def rows_kernel_applies(prod, m: int) -> bool:
-    """Whether the row reconstruction kernel (``ozaki_reconstruct_rows``) can read the planes
-    ``prod``: it loads rows 4t .. 4t + 3 of a column as one 16-byte int4, which must start on a
-    16-byte boundary. Column j of plane l starts ``(l * m * n_prod + j * m)`` int32 after the
-    planes' first, so both hold for every j and l when ``m % 4 == 0`` and ``prod`` itself is
-    16-byte aligned (CuPy's allocations are 256-byte aligned; a view may not be). Otherwise
-    :meth:`OzakiPasses.reconstruct` launches the element kernel: the same bits.
+def rows_kernel_applies(prod, m: int, kernel: str = "rows") -> bool:
+    """Whether the row reconstruction kernel ``kernel`` can read the planes ``prod``: it loads
+    rows 4t .. 4t + 3 of a column as one 16-byte int4 (int32 planes) or 4-byte word (digit
+    planes), or, the digit planes' ``'rows-staged'`` (``ozaki_reconstruct_digits16``), rows
+    16t .. 16t + 15 as one 16-byte copy. Column j of plane l starts ``(l * m * n_prod + j * m)``
+    elements after the planes' first, so every load is aligned when m is a multiple of those
+    rows and ``prod`` itself is 16-byte aligned (CuPy's allocations are 256-byte aligned; a
+    view may not be). Otherwise :meth:`OzakiPasses.reconstruct` launches another kernel: the
+    same bits.
 
     Example (on a GPU)::
 
         prod = cupy.empty((16, n, m), cupy.int32)
         rows_kernel_applies(prod, m)            # True when m % 4 == 0
     """
-    return m % ROWS_PER_THREAD == 0 and prod.data.ptr % 16 == 0
+    digits16 = prod.dtype.itemsize == 1 and kernel == "rows-staged"
+    return m % (DIGIT_ROWS_PER_THREAD if digits16 else ROWS_PER_THREAD) == 0 and prod.data.ptr % 16 == 0
 
 
 def residues_kernel_applies(out, length: int, kernel: str = RESIDUES_DEFAULT) -> bool:
@@ -404,23 +412,27 @@ class OzakiPasses:
         ``kernel``: None picks :data:`ROWS_DEFAULT` where :func:`rows_kernel_applies` (16-byte
         loads of 4 rows; bench/ozaki_passes.py times each) and the element kernel otherwise;
         one of :data:`RECONSTRUCT_KERNELS` forces it (the tests and the benchmark compare them).
-        Digit planes take 'rows' (one 4-byte load of 4 rows a plane) where the rows kernel
-        applies ('rows-staged' is refused for them). All give the same bits. Returns the
-        kernel's name."""
+        Digit planes: 'rows-staged' is ``ozaki_reconstruct_digits16`` (16 rows a thread, each
+        plane's 16 digits one cp.async), 'rows' one 4-byte load of 4 rows a plane; None picks
+        the first that applies. All give the same bits. Returns the kernel's name."""
         if kernel is not None and kernel not in RECONSTRUCT_KERNELS:
             raise ValueError(f"kernel={kernel!r}: None or one of {RECONSTRUCT_KERNELS}")
         digits = prod.dtype.itemsize == 1
-        if digits and kernel == "rows-staged":
-            raise ValueError("kernel='rows-staged' reads int32 planes; digit planes take 'rows' or 'elements'")
-        fits = rows_kernel_applies(prod, m)
-        if kernel not in (None, "elements") and not fits:
-            raise ValueError(f"kernel={kernel!r} needs m % {ROWS_PER_THREAD} == 0 and a 16-byte aligned prod, got "
+        if kernel not in (None, "elements") and not rows_kernel_applies(prod, m, kernel):
+            rows = DIGIT_ROWS_PER_THREAD if digits and kernel == "rows-staged" else ROWS_PER_THREAD
+            raise ValueError(f"kernel={kernel!r} needs m % {rows} == 0 and a 16-byte aligned prod, got "
                              f"m={m} and prod at {prod.data.ptr} (address % 16 = {prod.data.ptr % 16})")
-        kernel = kernel or (("rows" if digits else ROWS_DEFAULT) if fits else "elements")
+        if kernel is None:
+            kernel = next(k for k in RECONSTRUCT_KERNELS if k == "elements" or rows_kernel_applies(prod, m, k))
         flags = int(alpha != 1) | (int(beta != 0) << 1)
         cplx = "true" if is_complex else "false"
         planes = DIGIT if digits else "int"
-        if kernel != "elements":
+        if digits and kernel == "rows-staged":
+            threads = m // DIGIT_ROWS_PER_THREAD
+            grid = (-(-threads // BLOCK_RECONSTRUCT_DIGITS), min(n, _MAX_GRID_Y), 1)
+            block = (BLOCK_RECONSTRUCT_DIGITS, 1, 1)
+            name = f"ozaki_reconstruct_digits16<{self.count}, {cplx}, {self.element}>"
+        elif kernel != "elements":
             threads = m // ROWS_PER_THREAD
             grid = (-(-threads // BLOCK_RECONSTRUCT_ROWS), min(n, _MAX_GRID_Y), 1)
             block = (BLOCK_RECONSTRUCT_ROWS, 1, 1)

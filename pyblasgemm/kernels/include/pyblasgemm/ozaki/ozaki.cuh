@@ -27,7 +27,10 @@
 //      counted (pyblasgemm.ozaki.guard_failures): the host computes it natively.
 //      ozaki_reconstruct_rows<COUNT, CPLX, TC, STAGE> gives the same bits 4 rows a thread, one
 //      16-byte load per plane, where m % 4 == 0 and the planes are 16-byte aligned (the host's
-//      rows_kernel_applies); ozaki_reconstruct, one element a thread, everywhere else.
+//      rows_kernel_applies); ozaki_reconstruct, one element a thread, everywhere else. From
+//      the digit store's byte planes (the Hopper int8 kernel's kEpiResidue) the same bits:
+//      ozaki_reconstruct_digits16 (16 rows a lane staged, m % 16 == 0), the row kernel (one
+//      word of 4 rows a plane) or the element kernel.
 //
 // Every floating-point step is written with _rn intrinsics (no contraction into FMA), in the
 // order pyblasgemm.ozaki runs it on the host: both produce the same bits.
@@ -864,6 +867,105 @@ ozaki_reconstruct_rows(const TP* __restrict__ prod, const int* __restrict__ low,
             const int shift = -(e_row[e] + f_col);
             ozaki_store<CPLX>(c + (i0 + e) * cs_i + j * cs_j, ldexp(x_re[e], shift),
                               CPLX ? ldexp(x_im[e], shift) : 0.0, alpha_re, alpha_im, beta_re, beta_im, flags);
+        }
+    }
+    if (fails) atomicAdd(failed, fails);
+}
+
+// The digit planes' staged row kernel: ozaki_reconstruct's result, bit for bit, from the digit
+// store's planes. A warp takes 512 rows of a column: lane t copies rows 16t .. 16t + 15 of
+// every plane (16 digits, one 16-byte cp.async a plane) into shared memory (stage: [COUNT][64]
+// uint4, 16 KB at 16 moduli, 34 KB at 34: blocks of 64 keep it and xs within the 48 KB of
+// static shared memory), all issued before any arithmetic: 16 x 16 bytes in flight a thread,
+// as the int32 planes' staged kernel keeps. The register row kernel (4 rows, one word a plane:
+// 64 bytes a thread, 142 registers) moved 0.81 TB/s, the element kernel 1.09, the int32
+// staged kernel 3.2 (H200, 8192^2, 16 moduli:
+// bench/results/ozaki_passes_digits_h200_2026-11-29_f0ce588.json). Then lane t computes rows
+// 32q + t (q = 0 .. 15), one at a time, from the warp's stage: the lanes' stage reads are 32
+// consecutive bytes (no bank conflict; a lane's own 16 rows would be 4-way), and their guard
+// reads and C stores consecutive rows. CPLX: the real part's X waits in shared memory (xs)
+// while the imaginary part's planes are staged in the same slots. Needs m % 16 == 0 and
+// 16-byte aligned planes (the host's rows_kernel_applies).
+constexpr int kOzDigitsBlock = 64;
+
+template <int COUNT, bool CPLX, typename TC>
+__global__ void __launch_bounds__(kOzDigitsBlock, 6)
+ozaki_reconstruct_digits16(const unsigned char* __restrict__ prod, const int* __restrict__ low, long long m,
+                           long long n, const int* __restrict__ ea, const int* __restrict__ eb,
+                           const unsigned char* __restrict__ lost_a, const unsigned char* __restrict__ lost_b,
+                           TC* __restrict__ c, long long cs_i, long long cs_j, double alpha_re, double alpha_im,
+                           double beta_re, double beta_im, int flags, const unsigned long long* __restrict__ sum_a,
+                           const unsigned long long* __restrict__ sum_b, double c_sum, double c_hi,
+                           int* __restrict__ failed) {
+    using namespace pyblasgemm::ozaki;
+    __shared__ uint4 stage[COUNT][kOzDigitsBlock];
+    __shared__ double xs[CPLX ? 16 : 1][kOzDigitsBlock];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const long long base = 512 * ((long long)blockIdx.x * (kOzDigitsBlock / 32) + warp);
+    if (base >= m) return;                      // the whole warp: no lane takes part below
+    const long long i_copy = base + 16 * lane;  // m % 16 == 0: rows i_copy .. + 15 all exist
+    const bool copies = i_copy < m;
+    unsigned live = 0;                          // bit q: row base + 32q + lane exists, not lost
+#pragma unroll
+    for (int q = 0; q < 16; ++q) {
+        const long long i = base + 32 * q + lane;
+        live |= (i < m && !lost_a[i]) ? 1u << q : 0u;
+    }
+    if (!__any_sync(0xffffffffu, live)) return;
+    const long long m16 = m / 16, n_prod = CPLX ? 2 * n : n, plane16 = m16 * n_prod;
+    const uint4* rows = reinterpret_cast<const uint4*>(prod + (copies ? i_copy : 0));
+    // the warp's stage as bytes: plane l's digit of row base + r at l * 1024 + r
+    const unsigned char* warp_stage = reinterpret_cast<const unsigned char*>(&stage[0][warp * 32]);
+    int fails = 0;
+    for (long long j = blockIdx.y; j < n; j += gridDim.y) {
+        if (lost_b[j]) continue;                // the same for every thread
+        unsigned ok = live;
+        if (sum_a != nullptr) {
+            const unsigned long long sb = sum_b[j], sb_im = CPLX ? sum_b[n + j] : 0;
+#pragma unroll 4
+            for (int q = 0; q < 16; ++q) {
+                if (!((ok >> q) & 1u)) continue;
+                const long long i = base + 32 * q + lane;
+                bool f = ozaki_guard_fails(sum_a[i], sb, __ldg(low + i + j * m), c_sum, c_hi);
+                if (CPLX) f = f || ozaki_guard_fails(sum_a[i], sb_im, __ldg(low + i + (n + j) * m), c_sum, c_hi);
+                if (f) {
+                    ++fails;
+                    ok &= ~(1u << q);
+                }
+            }
+        }
+        if (!__any_sync(0xffffffffu, ok)) continue;     // the warp's lanes copy for each other
+        const int f_col = eb[j];
+#pragma unroll 1
+        for (int part = 0; part < (CPLX ? 2 : 1); ++part) {
+            if (copies) {
+                const uint4* col = rows + (part ? n + j : j) * m16;
+#pragma unroll
+                for (int l = 0; l < COUNT; ++l)
+                    pyblasgemm::SM80_CP_ASYNC_CG_16B_ZFILL::copy(&stage[l][threadIdx.x], col + l * plane16, 16);
+            }
+            pyblasgemm::cp_async_commit();
+            pyblasgemm::cp_async_wait<0>();
+            __syncwarp();                       // every lane's copies landed
+#pragma unroll 1
+            for (int q = 0; q < 16; ++q) {
+                if (!((ok >> q) & 1u)) continue;
+                const long long i = base + 32 * q + lane;
+                double s[kOzChunks];
+#pragma unroll
+                for (int k = 0; k < kOzChunks; ++k) s[k] = 0.0;
+#pragma unroll
+                for (int l = 0; l < COUNT; ++l)
+                    crt_add(s, u32_to_double(warp_stage[l * kOzDigitsBlock * 16 + 32 * q + lane]), l);
+                const double x = ldexp(crt_finish(s), -(ea[i] + f_col));
+                if (CPLX && part == 0) {
+                    xs[q][threadIdx.x] = x;     // the real part, until the imaginary one is known
+                } else {
+                    ozaki_store<CPLX>(c + i * cs_i + j * cs_j, CPLX ? xs[q][threadIdx.x] : x, CPLX ? x : 0.0,
+                                      alpha_re, alpha_im, beta_re, beta_im, flags);
+                }
+            }
+            __syncwarp();                       // every lane read the stage before the next copies
         }
     }
     if (fails) atomicAdd(failed, fails);
