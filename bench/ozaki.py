@@ -72,7 +72,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.heldout import meta, plot_or_args, write_doc  # noqa: E402
-from bench.timing import event_median_s  # noqa: E402
+from bench.timing import interleaved_median_s  # noqa: E402
 
 SIZES = [1024, 4096, 8192]
 BITS = [24, 32, 40, 48, 56, 62]
@@ -183,10 +183,13 @@ def _ld_error(result_rows, a_rows, b_cols, ref=None) -> float:
     return float(np.max((np.abs(result_rows.astype(ld) - want) / scale).astype(np.float64)))
 
 
-def _time(cp, fn, big):
+def _timed_together(cp, fns: dict, big: bool) -> dict:
+    """{name: {steady_s, single_s}} of each of ``fns``: steady from brackets interleaved across
+    the contenders (``bench.timing.interleaved_median_s``: the GPU's clock drifts under a long
+    run), single one contender after the other."""
     inner, samples = (1, 5) if big else (5, 10)
-    return {"steady_s": event_median_s(fn, inner=inner, samples=samples, warmup=2),
-            "single_s": _single_s(cp, fn)}
+    steady = interleaved_median_s(fns, inner=inner, samples=samples, warmup=2)
+    return {name: {"steady_s": steady[name], "single_s": _single_s(cp, fn)} for name, fn in fns.items()}
 
 
 def _sampled(cp, res, rows, cols):
@@ -249,13 +252,14 @@ def _dgemm_contenders(cp, torch, pb, s, da, db, rows, cols, a_rows, b_cols, bits
     ref = _ld_reference(a_rows, b_cols)
     out = {}
 
+    fns = {}
+
     def record(name, fn, side, route=None):
         res = fn()
-        row = {"side": side, **_time(cp, fn, big),
-               "max_rel_err_vs_longdouble": _ld_error(_sampled(cp, res, rows, cols), a_rows, b_cols, ref)}
+        row = {"side": side, "max_rel_err_vs_longdouble": _ld_error(_sampled(cp, res, rows, cols), a_rows, b_cols, ref)}
         if route is not None:
             row["route"] = route()
-        out[name] = row
+        out[name], fns[name] = row, fn
         del res
         cp.get_default_memory_pool().free_all_blocks()
 
@@ -269,6 +273,8 @@ def _dgemm_contenders(cp, torch, pb, s, da, db, rows, cols, a_rows, b_cols, bits
         record(f"pyblasgemm int8-ozaki-{bits}",
                lambda bits=bits: pb.matmul(da, db, compute=f"int8-ozaki-{bits}", backend="tensorcore"),
                "ours", last_route)
+    for name, times in _timed_together(cp, fns, big).items():
+        out[name].update(times)
     if host is not None:
         out.update(_cublas_emulation(*host, rows, cols, a_rows, b_cols, ref))
     native = min(v["steady_s"] for v in out.values() if v["side"] == "native")
@@ -342,11 +348,11 @@ def _cublas_emulation(a, b, rows, cols, a_rows, b_cols, ref=None) -> dict:
 
 
 def _contenders(cp, items, big: bool, error, route, sample=None) -> dict:
-    """Each (name, fn, side[, route]) of ``items`` timed (:func:`_time`), with ``error(host
+    """Each (name, fn, side[, route]) of ``items`` timed (:func:`_timed_together`), with ``error(host
     result)``'s fields and, for ours, the route it took (the item's own ``route()``, else
     ``route()``); memory returned between contenders. ``sample``: (rows, cols), the entries
     ``error`` reads, picked on the GPU (else the whole result is copied)."""
-    out = {}
+    out, fns = {}, {}
     for name, fn, side, *own in items:
         if side == "ours":
             _forget_route()
@@ -355,11 +361,13 @@ def _contenders(cp, items, big: bool, error, route, sample=None) -> dict:
             host = _sampled(cp, res, *sample)
         else:
             host = res.cpu().numpy() if hasattr(res, "cpu") else cp.asnumpy(res)
-        out[name] = {"side": side, **_time(cp, fn, big), **error(host)}
+        out[name], fns[name] = {"side": side, **error(host)}, fn
         if side == "ours":
             out[name]["route"] = (own[0] if own else route)()
         del res
         cp.get_default_memory_pool().free_all_blocks()
+    for name, times in _timed_together(cp, fns, big).items():
+        out[name].update(times)
     return out
 
 
@@ -534,19 +542,20 @@ def igemm_case(cp, torch, pb, s, rng) -> dict:
            "pyblasgemm.igemm backend='cublas' (cublasGemmEx)": (igemm("cublas"), "cublas", "cublas"),
            "pyblasgemm.matmul(w, x.T, dtype=int32)": (lambda: pb.matmul(w, x.T, dtype=np.int32), "ours", None)}
     want = cp.asarray(torch._int_mm(tw, tx.t()))
-    out = {}
+    out, ran = {}, {}
     for name, (fn, side, backend) in fns.items():
         try:
             same = bool(cp.array_equal(cp.asarray(fn()), want))
-            row = {"side": side, "same_bits_as_int_mm": same, **_time(cp, fn, False)}
         except Exception as e:  # noqa: BLE001 - a refusal is a result: record it and go on
             out[name] = {"side": side, "error": repr(e)[:500]}
             continue
-        row["TOPS_steady"] = 2.0 * m * n * k / row["steady_s"] / 1e12
+        out[name], ran[name] = {"side": side, "same_bits_as_int_mm": same}, fn
         if name.startswith("pyblasgemm.igemm"):
-            row["route"] = _plan_lines(pb, m, n, k, "int8", transa="T", backend=backend)
-        out[name] = row
+            out[name]["route"] = _plan_lines(pb, m, n, k, "int8", transa="T", backend=backend)
         cp.get_default_memory_pool().free_all_blocks()
+    for name, times in _timed_together(cp, ran, False).items():
+        out[name].update(times)
+        out[name]["TOPS_steady"] = 2.0 * m * n * k / times["steady_s"] / 1e12
     base = out["torch._int_mm (cuBLASLt)"]
     for v in out.values():
         if "steady_s" in v and "steady_s" in base:

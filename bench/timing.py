@@ -35,6 +35,53 @@ def event_median_s(fn, inner=10, samples=30, warmup=5, before=None):
     return statistics.median(times)
 
 
+def interleaved_median_s(fns: dict, inner=5, samples=10, warmup=2, enter=None) -> dict:
+    """Median GPU seconds per call of each of ``fns`` (name -> callable), the contenders' brackets
+    interleaved: each of ``samples`` rounds times one bracket of ``inner`` back-to-back calls
+    of every contender (CUDA events, as :func:`event_median_s`), the order rotated by one each
+    round. Timed one after the other, contenders met a GPU whose clock had moved in between
+    (H200, int8 Ozaki at 8192³: 16.2 to 18.3 ms a call across residue kernels that the
+    per-pass profile puts within 0.1 ms; the raw form's DGEMM 0.86x the same cuBLAS call).
+    ``enter``: name -> a context manager factory, entered around that contender's warmup calls
+    and each of its brackets (a global knob it needs). Each bracket starts with one call before
+    its start event: a contender whose plan another's knob dropped from the cache plans it there.
+
+    Example (on a GPU machine)::
+
+        t = interleaved_median_s({"cupy": lambda: a @ b, "ours": lambda: pyblasgemm.matmul(a, b)})
+    """
+    import contextlib
+
+    import cupy as cp
+
+    names = list(fns)
+    enter = enter or {}
+    times = {name: [] for name in names}
+
+    def bracket(name, calls, timed):
+        with enter.get(name, contextlib.nullcontext)():
+            if not timed:
+                for _ in range(calls):
+                    fns[name]()
+                cp.cuda.get_current_stream().synchronize()
+                return
+            fns[name]()     # outside the events: a plan another's knob emptied the cache of is made here
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record()
+            for _ in range(calls):
+                fns[name]()
+            stop.record()
+            stop.synchronize()
+            times[name].append(cp.cuda.get_elapsed_time(start, stop) * 1e-3 / calls)
+
+    for name in names:
+        bracket(name, warmup, False)
+    for r in range(samples):
+        for i in range(len(names)):
+            bracket(names[(r + i) % len(names)], inner, True)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
 def host_us_per_call(fn, calls=2000, rounds=5, warmup=50):
     """Median host µs per call of ``fn`` issued back to back (the GPU synchronized after each
     round, outside the timed region): what a caller waits before its next line runs, when the

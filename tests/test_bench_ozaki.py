@@ -4,6 +4,7 @@ closing runs: sgemm int8-ozaki, the native routes, igemm, 16384³ dgemm; the per
 for --bits and --dtype), so the device run is right the first time."""
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import sys
@@ -66,7 +67,8 @@ def _fake_pb():
 @pytest.fixture
 def stand_ins(monkeypatch):
     """The closing groups at 64³ with a fake clock (1 ms a call)."""
-    monkeypatch.setattr(ozaki, "event_median_s", lambda fn, inner=1, samples=1, warmup=0: (fn(), 1e-3)[1])
+    monkeypatch.setattr(ozaki, "interleaved_median_s",
+                        lambda fns, inner=1, samples=1, warmup=0: {name: (fn(), 1e-3)[1] for name, fn in fns.items()})
     monkeypatch.setattr(ozaki, "_single_s", lambda cp, fn, n=5: (fn(), 2e-3)[1])
     for name, value in (("BIG", 64), ("SSIZES", [64]), ("NATIVE_SIZE", 64), ("ISIZES", [64])):
         monkeypatch.setattr(ozaki, name, value)
@@ -273,3 +275,87 @@ def test_the_ncu_driver_names_its_cases_before_any_gpu_work():
     for argv in ([], ["int4"], ["int8", "fp8"]):
         with pytest.raises(SystemExit, match="usage: ncu_close.py CASE, CASE one of int8, fp8"):
             ncu_close.main(argv)
+
+
+def test_interleaved_timing_rotates_the_contenders_and_enters_their_knobs(monkeypatch):
+    """bench.timing.interleaved_median_s under a fake CUDA clock whose calls slow by 1 ms a
+    bracket (a GPU warming up): each round starts with the next contender, so the drift lands
+    on all of them alike (medians 13-15 ms; one after the other: 11, 14 and 17). A
+    contender's ``enter`` wraps its warmup and each bracket; each bracket starts with one call
+    before its events."""
+    import contextlib
+    import sys
+
+    from bench import timing
+
+    clock = {"now": 0.0, "records": 0}
+    log = []
+
+    class Event:
+        def record(self):
+            self.t = clock["now"]
+            clock["records"] += 1
+
+        def synchronize(self):
+            pass
+
+    def elapsed(start, stop):
+        return stop.t - start.t
+
+    def fn(name, ms):
+        def call():
+            log.append(name)
+            clock["now"] += ms + clock["records"] // 2      # bracket b's calls: ms + b
+        return call
+
+    cuda = types.SimpleNamespace(Event=Event, get_elapsed_time=elapsed,
+                                 get_current_stream=lambda: types.SimpleNamespace(synchronize=lambda: None))
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    knob = []
+
+    @contextlib.contextmanager
+    def switched():
+        knob.append("in")
+        yield
+        knob.append("out")
+
+    got = timing.interleaved_median_s({"a": fn("a", 10.0), "b": fn("b", 10.0), "c": fn("c", 10.0)}, inner=2,
+                                      samples=3, warmup=1, enter={"c": switched})
+    # warmups in order, then rounds a b c / b c a / c a b (each bracket: one call, then 2 timed)
+    assert log == ["a", "b", "c"] + [x for name in "abcbcacab" for x in [name] * 3]
+    assert knob == ["in", "out"] * 4
+    # brackets 0-8 in that order: a 10, 15, 17 ms; b 11, 13, 18; c 12, 14, 16
+    assert got == {"a": pytest.approx(0.015), "b": pytest.approx(0.013), "c": pytest.approx(0.014)}
+
+
+def test_end_to_end_row_times_every_contender_together_with_its_knob(monkeypatch):
+    """bench/ozaki_passes.end_to_end_row on the host backend (64³): one interleaved timing of
+    CuPy's product, each residue kernel (its RESIDUES_DEFAULT set while it runs) and the int32
+    planes (the planner's DIGITS off while it runs), every knob put back; the ratios and the
+    digit store's speedup from that one timing."""
+    from bench import ozaki_passes as op
+    from pyblasgemm.kernels import ozaki_kernels as ok
+    from pyblasgemm.planner import composite as planned
+
+    rng = np.random.default_rng(3)
+    monkeypatch.setattr(op, "_operands", lambda cp, size, dtype, seed: (
+        rng.standard_normal(size * size), rng.standard_normal(size * size), None))
+    seen = {}
+
+    def fake_interleaved(fns, inner, samples, enter):
+        for name, fn in fns.items():
+            with enter.get(name, contextlib.nullcontext)():
+                seen[name] = (ok.RESIDUES_DEFAULT, planned.DIGITS)
+                fn()
+        return {name: 1e-3 * (2 if "int32" in name else 1) for name in fns}
+
+    monkeypatch.setattr(op, "interleaved_median_s", fake_interleaved)
+    cp = types.SimpleNamespace(matmul=np.matmul, array_equal=np.array_equal)
+    before = (ok.RESIDUES_DEFAULT, planned.DIGITS)
+    row = op.end_to_end_row(cp, _fake_pb(), 64)
+    assert (ok.RESIDUES_DEFAULT, planned.DIGITS) == before
+    names = [n for n in seen if "residues" in n]
+    assert [seen[n][0] for n in names] == list(ok.RESIDUE_KERNELS) and all(seen[n][1] == before[1] for n in names)
+    assert seen["pyblasgemm int8-ozaki (default), int32 planes"] == (before[0], False)
+    assert row["digit_store_speedup"] == 2.0 and row["ratio_vs_native"]["int32 planes"] == 0.5
+    assert row["bits_equal_across_kernels"] and set(row["ratio_vs_dgemm"]) == {*ok.RESIDUE_KERNELS, "int32 planes"}
