@@ -193,3 +193,34 @@ def test_readme_quotes_complex_tf32_against_both_cublas_yardsticks():
     readme = " ".join((root / "README.md").read_text().split())
     assert f"runs {min(full):.1f}-{max(full):.1f}x cuBLAS's full-precision CGEMM" in readme
     assert f"{min(tf32):.1f}-{max(tf32):.1f}x its TF32 CGEMM" in readme
+
+
+def test_readme_quotes_the_closing_run():
+    """The README's 16384³ float64, float32-from-int8 and int8 numbers are
+    bench/results/ozaki_closing_h200_2026-11-29_f0ce588.json's (issue 34's closing groups)."""
+    import json
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    doc = json.loads((root / "bench/results/ozaki_closing_h200_2026-11-29_f0ce588.json").read_text())
+    assert doc["device"]["name"] == "NVIDIA H200" and doc["git_sha"] == "f0ce588"
+
+    def row(case, m):
+        return next(c for c in doc["cases"] if c["case"] == case and c["m"] == m)["contenders"]
+
+    readme = " ".join((root / "README.md").read_text().split())
+    d16 = row("dgemm", 16384)
+    assert (f"At 16384³ the default runs {d16['pyblasgemm int8-ozaki (default)']['ratio_steady_vs_native']:.2f}x "
+            f"native DGEMM and 40 bits {d16['pyblasgemm int8-ozaki-40']['ratio_steady_vs_native']:.2f}x") in readme
+    s8, s16 = row("sgemm", 8192), row("sgemm", 16384)
+    ours8 = s8["pyblasgemm int8-ozaki (default)"]
+    assert ours8["err_over_sgemm"] <= 1 and s16["pyblasgemm int8-ozaki (default)"]["err_over_sgemm"] <= 1
+    assert (f"runs {ours8['ratio_steady_vs_native']:.2f}x SGEMM at 8192³ "
+            f"({s16['pyblasgemm int8-ozaki (default)']['ratio_steady_vs_native']:.2f}x at 16384³; "
+            f"3xTF32 {s8['pyblasgemm 3xtf32']['ratio_steady_vs_native']:.2f}x) with "
+            f"{ours8['err_over_sgemm']:.3f}x SGEMM's error") in readme
+    i8 = row("igemm", 8192)
+    ours, theirs = i8["pyblasgemm.igemm (planned)"], i8["torch._int_mm (cuBLASLt)"]
+    assert ours["same_bits_as_int_mm"]
+    assert (f"int8 reaches {ours['TOPS_steady']:,.0f} TOPS at 8192³, "
+            f"{theirs['steady_s'] / ours['steady_s']:.2f}x `torch._int_mm`") in readme
