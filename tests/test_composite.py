@@ -196,8 +196,9 @@ def test_readme_quotes_complex_tf32_against_both_cublas_yardsticks():
 
 
 def test_readme_quotes_the_closing_run():
-    """The README's 16384³ float64, float32-from-int8 and int8 numbers are
-    bench/results/ozaki_closing_h200_2026-11-29_f0ce588.json's (issue 34's closing groups)."""
+    """The README's (and the precision guide's) 16384³ float64, float32-from-int8 and int8
+    numbers are bench/results/ozaki_closing_h200_2026-11-29_f0ce588.json's (issue 34's closing
+    groups)."""
     import json
     import pathlib
 
@@ -219,6 +220,13 @@ def test_readme_quotes_the_closing_run():
             f"({s16['pyblasgemm int8-ozaki (default)']['ratio_steady_vs_native']:.2f}x at 16384³; "
             f"3xTF32 {s8['pyblasgemm 3xtf32']['ratio_steady_vs_native']:.2f}x) with "
             f"{ours8['err_over_sgemm']:.3f}x SGEMM's error") in readme
+    guide = " ".join((root / "docs/guide/precision.rst").read_text().split())
+    assert (f"the default ran {ours8['ratio_steady_vs_native']:.2f}x cuBLAS SGEMM at 8192³ and "
+            f"{s16['pyblasgemm int8-ozaki (default)']['ratio_steady_vs_native']:.2f}x at 16384³, with "
+            f"{ours8['err_over_sgemm']:.3f}x and {s16['pyblasgemm int8-ozaki (default)']['err_over_sgemm']:.3f}x "
+            f"SGEMM's largest error") in guide
+    assert (f"At 16384³ it ran {d16['pyblasgemm int8-ozaki (default)']['ratio_steady_vs_native']:.2f}x and 40 bits "
+            f"{d16['pyblasgemm int8-ozaki-40']['ratio_steady_vs_native']:.2f}x") in guide
     i8 = row("igemm", 8192)
     ours, theirs = i8["pyblasgemm.igemm (planned)"], i8["torch._int_mm (cuBLASLt)"]
     assert ours["same_bits_as_int_mm"]
