@@ -160,11 +160,11 @@ extern "C" __global__ void ozaki_line_scale(const double* __restrict__ biggest,
 
 // trunc(x * 2^e[line]) mod each modulus, symmetric, int8: out[l][line][t] (plane l holds
 // lines x row bytes: row >= len, the positions from len on written as zeros, so the moduli's
-// GEMM reads 16-byte lines of whole rows without a packed copy). A 32-line x 128-position tile goes through shared memory, read along
-// whichever of line / t is contiguous; each thread then takes 4 consecutive positions of a line
-// and writes them as one 4-byte word per plane (a warp writes 128 contiguous bytes; bytes one
-// by one where row is not a multiple of 4). Block (32, 8); grid.y walks the line tiles (its
-// limit is 65535).
+// GEMM reads 16-byte lines of whole rows without a packed copy). A 32-line x 128-position tile
+// goes through shared memory, read along whichever of line / t is contiguous; each thread then
+// takes 4 consecutive positions of a line and writes them as one 4-byte word per plane (a warp
+// writes 128 contiguous bytes; bytes one by one where row is not a multiple of 4). Block
+// (32, 8); grid.y walks the line tiles (its limit is 65535).
 // guard (sums != nullptr): plane COUNT gets |q| >> shift_hi, and sums[line] gains the sum of
 // (|q| >> shift_sum) + 1 over the nonzero elements (one 64-bit atomic per warp and tile row:
 // integer sums, so their order cannot change the bits).
