@@ -171,13 +171,13 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
     counts = cupy.zeros(4, cupy.int32)     # non-finite lines, lost lines, guard failures, recount
     ea, lost_a = passes.scale(a_lines[0], m, kk, a_lines[1], a_lines[2], setting.bits, counts)
     eb, lost_b = passes.scale(b_lines[0], nn, kk, b_lines[1], b_lines[2], setting.bits, counts)
-    planes = setting.planes
-    ares = cupy.empty((planes, m, kk), cupy.int8)
-    bres = cupy.empty((planes, nn, kk), cupy.int8)
+    planes, row = setting.planes, spec.inner.k          # (row: kk rounded up to whole 16-byte lines)
+    ares = cupy.empty((planes, m, row), cupy.int8)
+    bres = cupy.empty((planes, nn, row), cupy.int8)
     sums = cupy.zeros(m + nn, cupy.uint64) if setting.guard else None
     sum_a, sum_b = (sums[:m], sums[m:]) if setting.guard else (None, None)
-    passes.residues(a_lines[0], m, kk, a_lines[1], a_lines[2], ea, ares, setting.bits, sum_a)
-    passes.residues(b_lines[0], nn, kk, b_lines[1], b_lines[2], eb, bres, setting.bits, sum_b)
+    passes.residues(a_lines[0], m, kk, a_lines[1], a_lines[2], ea, ares, setting.bits, sum_a, row=row)
+    passes.residues(b_lines[0], nn, kk, b_lines[1], b_lines[2], eb, bres, setting.bits, sum_b, row=row)
     moduli = spec.inner._replace(batch=setting.count)
     digit_launch = _digit_launch(moduli, spec.digits)
     # the planes column-major m x nn: the moduli's int32 products and the guard's after them,

@@ -232,3 +232,25 @@ def test_readme_quotes_the_closing_run():
     assert ours["same_bits_as_int_mm"]
     assert (f"int8 reaches {ours['TOPS_steady']:,.0f} TOPS at 8192³, "
             f"{theirs['steady_s'] / ours['steady_s']:.2f}x `torch._int_mm`") in readme
+
+
+def test_ozaki_planes_rows_are_whole_16_byte_lines_so_the_moduli_gemm_never_packs(monkeypatch):
+    """k = 1000 (and complex's stacked 2k = 2000, already whole): the planes' rows are rounded
+    up to planner.composite.PLANE_ROW, so the moduli GEMM's operands are TMA-aligned as they lie
+    (no packed copy of 17 planes) and, on sm_90 with a digit tile, the digit store runs."""
+    from pyblasgemm.ozaki import setting
+    from pyblasgemm.planner import composite as planned
+
+    for dtype, k, row in (("float64", 1000, 1008), ("float32", 1001, 1008), ("complex128", 1000, 2000),
+                          ("float64", 1024, 1024), ("float64", 1, 16)):
+        inner = planned.inner_problem(make_desc(520, 264, k, dtype, compute="int8-ozaki"), setting(k))
+        assert (inner.k, inner.lda, inner.ldb) == (row, row, row), (dtype, k)
+    monkeypatch.setenv("PYBLASGEMM_CONFIG", "sm90a_sliced_128x128x128_w2x1_s6_g8")
+    pyblasgemm.clear_plan_cache()
+    try:
+        spec = plan_for(make_desc(520, 264, 1000, "float64", compute="int8-ozaki"), "tensorcore",
+                        arch=FAMILIES["sm_90"]).launch
+    finally:
+        monkeypatch.delenv("PYBLASGEMM_CONFIG")
+        pyblasgemm.clear_plan_cache()
+    assert spec.inner_plan.pack == () and spec.digits is not None

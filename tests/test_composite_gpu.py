@@ -180,24 +180,24 @@ DIGIT_TILES = ("sm90a_sliced_128x128x128_w2x1_s6_g8", "sm90a_sliced_256x128x128_
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128, np.float32])
 @pytest.mark.parametrize("m,n,k,config", [(256, 256, 512, DIGIT_TILES[1]), (520, 264, 1024, DIGIT_TILES[0]),
                                           (520, 264, 1024, DIGIT_TILES[1]), (512, 300, 1024, DIGIT_TILES[0]),
-                                          (520, 264, 1000, None), (512, 300, 1024, None)])
+                                          (520, 264, 1000, DIGIT_TILES[0]), (520, 264, 1000, None),
+                                          (512, 300, 1024, None)])
 def test_ozaki_digit_store_has_the_int32_planes_bits(monkeypatch, dtype, m, n, k, config):
     """On a Hopper GPU the moduli's GEMM writes each product's CRT digit (the plan's
     ``digits``, kernels.jit.EPI_RESIDUE): the same C as the int32 planes (the planner's DIGITS
     off) and as the host, byte for byte, with alpha and beta. With a digit tile forced it must
-    run (m % 16 == 0: the TMA boxes; m = 520: the edge tiles' byte stores); with the planner's
-    own choice (config None) it runs where the plan says, never on packed operands (real k =
-    1000). Elsewhere (no sm_90a kernel) the int32 planes run."""
+    run (m % 16 == 0: the TMA boxes; m = 520: the edge tiles' byte stores; k = 1000: planes
+    padded to 1008); with the planner's own choice (config None) it runs where the plan says.
+    Elsewhere (no sm_90a kernel) the int32 planes run."""
     from pyblasgemm import composite
     from pyblasgemm.planner import composite as planned
 
-    used, planned_digits = [], []
+    used = []
     real = composite._digit_launch
 
     def spy(moduli, plan):
         launch = real(moduli, plan)
         used.append(launch is not None)
-        planned_digits.append(plan is not None)
         return launch
     monkeypatch.setattr(composite, "_digit_launch", spy)
     hopper = cupy.cuda.Device().compute_capability == "90"
@@ -222,8 +222,6 @@ def test_ozaki_digit_store_has_the_int32_planes_bits(monkeypatch, dtype, m, n, k
     np.testing.assert_array_equal(runs[True][0], runs[True][1])          # the host's bits
     if config is not None:
         assert used[0], "the digit store should run on an sm_90 GPU with a digit tile"
-    elif (2 * k if np.dtype(dtype).kind == "c" else k) % 16:     # the moduli GEMM's k: complex stacks 2k
-        assert not planned_digits[0], "packed operands: the plan should keep the int32 planes"
     assert not used[-1]
 
 

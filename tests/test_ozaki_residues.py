@@ -228,11 +228,39 @@ def test_gpu_residues_default_and_forced_kernels():
         want = _residues(cp, passes, "words", x, 9, length, s_line, s_k, exps, 55, True)
         assert got[0] == default and got[1:] == want[1:], length
     out = cp.empty((17, 9, 24), cp.int8)
-    with pytest.raises(ValueError, match="length=24"):
+    with pytest.raises(ValueError, match="row=24"):
         passes.residues(x, 9, 24, 24, 1, exps, out, 55, None, kernel="tile16-pipe")
+    with pytest.raises(ValueError, match="row=20: the planes' rows hold the lines' 24 positions"):
+        passes.residues(x, 9, 24, 24, 1, exps, out, 55, None, row=20)
     whole = cp.empty(17 * 9 * 32 + 8, cp.int8)
     shifted = whole[8:].reshape(17, 9, 32)
     with pytest.raises(ValueError, match="address % 16 = 8"):
         passes.residues(x, 9, 32, 32, 1, exps, shifted, 55, None, kernel="tile8-pipe")
     with pytest.raises(ValueError, match="kernel='fast'"):
         passes.residues(x, 9, 32, 32, 1, exps, out, 55, None, kernel="fast")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", (None, "words", *TILES))
+def test_gpu_padded_rows_hold_the_residues_then_zeros(kernel):
+    """``row`` > the lines' length (the moduli GEMM's k rounded up to whole 16-byte lines,
+    planner.composite.PLANE_ROW): each plane's row holds the unpadded call's bytes, then zeros
+    up to ``row`` (over a buffer poisoned with 77), the guard's plane too, and the line sums
+    are the unpadded call's; both layouts, lengths 1000 (-> 1008) and 7 (-> 16)."""
+    cp = _cupy()
+    passes = ok.OzakiPasses(16)
+    rng = np.random.default_rng(1000)
+    for lines, length, row, k_contig in ((37, 1000, 1008, True), (37, 1000, 1008, False), (5, 7, 16, True)):
+        host, s_line, s_k = _operand(rng, lines, length, np.float64, k_contig, 1)
+        x = cp.asarray(host)
+        exps, _ = passes.scale(x, lines, length, s_line, s_k, 55, cp.zeros(2, cp.int32))
+        _, want, want_sums = _residues(cp, passes, "words", x, lines, length, s_line, s_k, exps, 55, True)
+        want = np.frombuffer(want, np.int8).reshape(17, lines, length)
+        out = cp.full((17, lines, row), 77, cp.int8)
+        sums = cp.zeros(lines, cp.uint64)
+        used = passes.residues(x, lines, length, s_line, s_k, exps, out, 55, sums, kernel=kernel, row=row)
+        assert used == (kernel or ok.residues_kernel_for(out, row))
+        got = cp.asnumpy(out)
+        assert (got[:, :, :length] == want).all(), (kernel, lines, length, k_contig)
+        assert (got[:, :, length:] == 0).all(), (kernel, lines, length, k_contig)
+        assert cp.asnumpy(sums).tolist() == want_sums

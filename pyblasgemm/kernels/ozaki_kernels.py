@@ -234,9 +234,10 @@ def rows_kernel_applies(prod, m: int, kernel: str = "rows") -> bool:
 
 def residues_kernel_applies(out, length: int, kernel: str = RESIDUES_DEFAULT) -> bool:
     """Whether the residue tile kernel ``kernel`` (``'tile16-pipe'`` or ``'tile8-pipe'``) can write the
-    planes ``out`` (int8, planes x lines x ``length``, C order): each thread stores 16 (8)
-    consecutive bytes of a line as one store, which must be aligned, so ``length`` must be a
-    multiple of 16 (8) and ``out`` 16-byte aligned (CuPy's allocations are 256-byte aligned).
+    planes ``out`` (int8, planes x lines x ``length``, C order; ``length``: the planes' row, at
+    least the operand's): each thread stores 16 (8) consecutive bytes of a line as one store,
+    which must be aligned, so ``length`` must be a multiple of 16 (8) and ``out`` 16-byte
+    aligned (CuPy's allocations are 256-byte aligned).
     Otherwise :meth:`OzakiPasses.residues` launches the word kernel: the same bytes.
 
     Example (on a GPU)::
@@ -356,10 +357,12 @@ class OzakiPasses:
         return exps, lost
 
     def residues(self, x, lines: int, length: int, s_line: int, s_k: int, exps, out, bits: int = 0,
-                 sums=None, kernel: str | None = None):
-        """``out`` (int8, planes x lines x length, C order) = the symmetric residues; with the
-        guard (``sums``: uint64[lines], zeroed by the caller) also plane ``count`` and the
-        line sums of :func:`pyblasgemm.ozaki.guard_planes` for ``bits``.
+                 sums=None, kernel: str | None = None, row: int | None = None):
+        """``out`` (int8, planes x lines x row, C order) = the symmetric residues of the lines of
+        ``length`` elements, zeros from ``length`` to ``row`` (default ``length``: the moduli's
+        GEMM takes planes with whole 16-byte rows, ``planner.composite.PLANE_ROW``, instead of
+        packing them); with the guard (``sums``: uint64[lines], zeroed by the caller) also
+        plane ``count`` and the line sums of :func:`pyblasgemm.ozaki.guard_planes` for ``bits``.
 
         ``kernel``: None picks :func:`residues_kernel_for`'s (:data:`RESIDUES_DEFAULT` where
         :func:`residues_kernel_applies`, else a narrower tile, else ``'words'``); one of :data:`RESIDUE_KERNELS`
@@ -369,24 +372,27 @@ class OzakiPasses:
 
         if kernel is not None and kernel not in RESIDUE_KERNELS:
             raise ValueError(f"kernel={kernel!r}: None or one of {RESIDUE_KERNELS}")
+        row = length if row is None else row
+        if row < length:
+            raise ValueError(f"row={row}: the planes' rows hold the lines' {length} positions, so row >= {length}")
         if kernel is None:
-            kernel = residues_kernel_for(out, length)
-        elif kernel != "words" and not residues_kernel_applies(out, length, kernel):
+            kernel = residues_kernel_for(out, row)
+        elif kernel != "words" and not residues_kernel_applies(out, row, kernel):
             width = RESIDUE_TILE_WIDTHS[kernel]
-            raise ValueError(f"kernel={kernel!r} needs length % {width} == 0 and 16-byte aligned planes, got "
-                             f"length={length} and out at {out.data.ptr} (address % 16 = {out.data.ptr % 16})")
+            raise ValueError(f"kernel={kernel!r} needs row % {width} == 0 and 16-byte aligned planes, got "
+                             f"row={row} and out at {out.data.ptr} (address % 16 = {out.data.ptr % 16})")
         k_contig = int(s_k == 1 and s_line != 1)
         shifts = (_i(max(bits - GUARD_HI_BITS, 0)), _i(max(bits - GUARD_SUM_BITS, 0)))
         if kernel == "words":
-            grid = (-(-length // 128), min(-(-lines // 32), _MAX_GRID_Y), 1)
+            grid = (-(-row // 128), min(-(-lines // 32), _MAX_GRID_Y), 1)
             name, block = f"ozaki_residues<{self.count}, {self.element}>", BLOCK_RESIDUES
         else:
             width = RESIDUE_TILE_WIDTHS[kernel]
-            tiles = -(-length // RESIDUE_TILE_POSITIONS) * -(-lines // (2 * width))
+            tiles = -(-row // RESIDUE_TILE_POSITIONS) * -(-lines // (2 * width))
             grid = (max(1, min(tiles, self._sms * RESIDUE_TILE_BLOCKS_PER_SM[width])), 1, 1)
             name, block = f"ozaki_residues_pipe<{self.count}, {self.element}, {width}>", (BLOCK_RESIDUES_TILE, 1, 1)
-        self._k[name](grid, block, (x, _ll(lines), _ll(length), _ll(s_line), _ll(s_k), _i(k_contig), exps, out,
-                                    *shifts, _null(sums)))
+        self._k[name](grid, block, (x, _ll(lines), _ll(length), _ll(row), _ll(s_line), _ll(s_k), _i(k_contig),
+                                    exps, out, *shifts, _null(sums)))
         return kernel
 
     def guard_count(self, low, m: int, n: int, is_complex: bool, lost_a, lost_b, guard) -> None:

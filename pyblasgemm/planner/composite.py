@@ -33,7 +33,7 @@ from ..kinds import base_compute, ozaki_bits, route_of
 from . import model as M
 from .plan import Plan
 
-__all__ = ["CompositeSpec", "plan_composite", "inner_problem", "PASS_HOST_S", "PASS_DRAM_EFFICIENCY"]
+__all__ = ["CompositeSpec", "plan_composite", "inner_problem", "PASS_HOST_S", "PASS_DRAM_EFFICIENCY", "PLANE_ROW"]
 
 #: host time of a composite call beyond its inner GEMM's (Python, ~8 launches, one counter
 #: read that waits for the GPU). H100, dgemm 1024³ at 16 moduli: 257 µs a call, of which the
@@ -49,6 +49,12 @@ PASS_DRAM_EFFICIENCY = 0.5
 #: GB at 8192^2, a quarter of that as digits (docs/design/ozaki-residue-planes.md). False: the
 #: int32 planes everywhere (the tests plan both, with a fresh plan cache; the bits are the same)
 DIGITS = True
+#: Ozaki: the residue planes' rows (the moduli GEMM's k) are a whole number of this many bytes,
+#: zeros past the operand's k (ozaki_kernels.OzakiPasses.residues' ``row``): the Hopper
+#: kernel's TMA needs 16-byte aligned leading dimensions, and k = 1000 otherwise packed all
+#: 17 planes of A and B into copies before the GEMM (and kept the int32 planes: the digit
+#: store takes no packed operands)
+PLANE_ROW = 16
 
 
 class CompositeSpec(NamedTuple):
@@ -94,14 +100,15 @@ def inner_problem(desc: GemmDesc, setting=None) -> GemmDesc:
     """The real GEMM a composite route runs for one batch entry of ``desc``.
 
     Ozaki: the residue planes, both K-major ("TN"), C column-major m x n (2n for complex),
-    batch = moduli (one more with the guard). Complex: A2 = [Ar Ai] (m x 2k, C order), B2 (2k x 2n, C order), C2
-    column-major m x 2n.
+    batch = moduli (one more with the guard), k rounded up to :data:`PLANE_ROW` (the planes'
+    zeros past k add nothing). Complex: A2 = [Ar Ai] (m x 2k, C order), B2 (2k x 2n, C
+    order), C2 column-major m x 2n.
 
     >>> from pyblasgemm.ozaki import setting
     >>> from pyblasgemm.planner import make_desc
     >>> d = inner_problem(make_desc(100, 60, 300, "complex128", compute="int8-ozaki"), setting(600))
     >>> d.prefix, d.transa, d.transb, (d.m, d.n, d.k), d.batch
-    ('i', 'T', 'N', (100, 120, 600), 17)
+    ('i', 'T', 'N', (100, 120, 608), 17)
     """
     from .problem import make_desc
 
@@ -109,7 +116,8 @@ def inner_problem(desc: GemmDesc, setting=None) -> GemmDesc:
     two = 2 if desc.row.is_complex else 1
     m, n, k = desc.m, desc.n * two, desc.k * two
     if route.composite == "ozaki":
-        return make_desc(m, n, k, "int8", transa="T", transb="N", lda=k, ldb=k, ldc=m,
+        row = -(-k // PLANE_ROW) * PLANE_ROW
+        return make_desc(m, n, row, "int8", transa="T", transb="N", lda=row, ldb=row, ldc=m,
                          batch=setting.planes, device=desc.device)
     return make_desc(m, n, k, "float32", compute=route.inner[1], transa="T", transb="T", lda=k, ldb=n,
                      ldc=m, device=desc.device)

@@ -17,8 +17,8 @@
 //      (|trunc| >> (bits - 16)) + 1 over its nonzero elements (pyblasgemm.ozaki.guard_planes).
 //      ozaki_residues_pipe<COUNT, T, V> writes the same bytes from a split of each integer
 //      (two DFMA, a DADD and an IMAD a modulus), V = 16 or 8 positions a thread, one 16- or
-//      8-byte store a plane, the next tile's loads in flight, where len % V == 0 (the host's
-//      residues_kernel_applies);
+//      8-byte store a plane, the next tile's loads in flight, where row % V == 0 (the host's
+//      residues_kernel_applies). Both write lines of row >= len bytes, zeros past len;
 //   4. (COUNT int8 GEMMs with int32 results, batched, one more for the guard: not here)
 //   5. ozaki_reconstruct<COUNT, CPLX>: per element the CRT sum in 39-bit float64 chunks minus
 //      the nearest multiple of P, 2^-(e_i + f_j), alpha and beta; CPLX pairs
@@ -159,17 +159,18 @@ extern "C" __global__ void ozaki_line_scale(const double* __restrict__ biggest,
 }
 
 // trunc(x * 2^e[line]) mod each modulus, symmetric, int8: out[l][line][t] (plane l holds
-// lines x len bytes). A 32-line x 128-position tile goes through shared memory, read along
-// whichever of line / t is contiguous; each thread then takes 4 consecutive positions of a line
-// and writes them as one 4-byte word per plane (a warp writes 128 contiguous bytes; bytes one
-// by one where len is not a multiple of 4). Block (32, 8); grid.y walks the line tiles (its
-// limit is 65535).
+// lines x row bytes: row >= len, the positions from len on written as zeros, so the moduli's
+// GEMM reads 16-byte lines of whole rows without a packed copy). A 32-line x 128-position tile
+// goes through shared memory, read along whichever of line / t is contiguous; each thread then
+// takes 4 consecutive positions of a line and writes them as one 4-byte word per plane (a warp
+// writes 128 contiguous bytes; bytes one by one where row is not a multiple of 4). Block
+// (32, 8); grid.y walks the line tiles (its limit is 65535).
 // guard (sums != nullptr): plane COUNT gets |q| >> shift_hi, and sums[line] gains the sum of
 // (|q| >> shift_sum) + 1 over the nonzero elements (one 64-bit atomic per warp and tile row:
 // integer sums, so their order cannot change the bits).
 template <int COUNT, typename T>
 __global__ void __launch_bounds__(256)
-ozaki_residues(const T* __restrict__ x, long long lines, long long len, long long s_line,
+ozaki_residues(const T* __restrict__ x, long long lines, long long len, long long row, long long s_line,
                long long s_k, int k_contig, const int* __restrict__ exps,
                signed char* __restrict__ out, int shift_hi, int shift_sum,
                unsigned long long* __restrict__ sums) {
@@ -177,8 +178,8 @@ ozaki_residues(const T* __restrict__ x, long long lines, long long len, long lon
     __shared__ double tile[32][129];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const long long t0 = (long long)blockIdx.x * 128;
-    const long long plane = lines * len;
-    const bool words = (len & 3) == 0;
+    const long long plane = lines * row;
+    const bool words = (row & 3) == 0;
     for (long long line0 = (long long)blockIdx.y * 32; line0 < lines; line0 += 32LL * gridDim.y) {
         __syncthreads();                        // the previous tile's readers are done
         if (k_contig) {                         // lanes along t: 32 x 8 B per warp and line
@@ -216,7 +217,7 @@ ozaki_residues(const T* __restrict__ x, long long lines, long long len, long lon
                 for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
                 if (tx == 0 && line < lines && part != 0) atomicAdd(sums + line, part);
             }
-            if (line >= lines || t >= len) continue;
+            if (line >= lines || t >= row) continue;      // (x past len was read as 0)
             const int e = exps[line];
             long long q[4];
             unsigned long long u[4];
@@ -226,15 +227,15 @@ ozaki_residues(const T* __restrict__ x, long long lines, long long len, long lon
                 q[v] = (long long)trunc(ldexp(tile[r][4 * tx + v], e));
                 u[v] = q[v] < 0 ? (unsigned long long)(-q[v]) : (unsigned long long)q[v];
             }
-            signed char* dst = out + line * len + t;
+            signed char* dst = out + line * row + t;
             if (sums != nullptr) {              // the guard's plane: the top 7 bits, 0..127
                 unsigned word = 0;
 #pragma unroll
                 for (int v = 0; v < 4; ++v) word |= (unsigned)(u[v] >> shift_hi) << (8 * v);
-                if (words && t + 3 < len) {
+                if (words && t + 3 < row) {
                     *reinterpret_cast<unsigned*>(dst + COUNT * plane) = word;
                 } else {
-                    for (int v = 0; v < 4 && t + v < len; ++v) dst[COUNT * plane + v] = (signed char)(u[v] >> shift_hi);
+                    for (int v = 0; v < 4 && t + v < row; ++v) dst[COUNT * plane + v] = (signed char)(u[v] >> shift_hi);
                 }
             }
 #pragma unroll
@@ -250,10 +251,10 @@ ozaki_residues(const T* __restrict__ x, long long lines, long long len, long lon
                     b[v] = (signed char)s;
                     word |= (unsigned)(unsigned char)s << (8 * v);
                 }
-                if (words && t + 3 < len) {
+                if (words && t + 3 < row) {
                     *reinterpret_cast<unsigned*>(dst + l * plane) = word;
                 } else {
-                    for (int v = 0; v < 4 && t + v < len; ++v) dst[l * plane + v] = b[v];
+                    for (int v = 0; v < 4 && t + v < row; ++v) dst[l * plane + v] = b[v];
                 }
             }
         }
@@ -413,7 +414,7 @@ __device__ __forceinline__ void copy_element_async(T* smem, const T* gmem, bool 
 }  // namespace ozaki
 }  // namespace pyblasgemm
 
-// ozaki_residues's output, bit for bit (planes, the guard's plane, the line sums), where len % V
+// ozaki_residues's output, bit for bit (planes, the guard's plane, the line sums), where row % V
 // == 0 and out is 16-byte aligned (the host's residues_kernel_applies): block 256, a persistent
 // grid (the host launches the blocks that fit at once) walking the tiles (t fastest). Each tile
 // arrives by cp.async (one element a copy, coalesced along whichever of line / t is contiguous,
@@ -429,7 +430,7 @@ __device__ __forceinline__ void copy_element_async(T* smem, const T* gmem, bool 
 // (H200, A and B at 8192^2, 16 moduli + guard; bench/results/ozaki_passes_h200_2026-11-28_8f9dd54.json).
 template <int COUNT, typename T, int V>
 __global__ void __launch_bounds__(256, V == 16 ? 2 : 3)
-ozaki_residues_pipe(const T* __restrict__ x, long long lines, long long len, long long s_line,
+ozaki_residues_pipe(const T* __restrict__ x, long long lines, long long len, long long row, long long s_line,
                     long long s_k, int k_contig, const int* __restrict__ exps,
                     signed char* __restrict__ out, int shift_hi, int shift_sum,
                     unsigned long long* __restrict__ sums) {
@@ -439,8 +440,8 @@ ozaki_residues_pipe(const T* __restrict__ x, long long lines, long long len, lon
     __shared__ T tile[Tile::kLines * Tile::kStride];
     const int tid = threadIdx.x;
     const int c = tid % Tile::kChunks, r = tid / Tile::kChunks;
-    const long long plane = lines * len;
-    const long long tiles_t = (len + Tile::kPositions - 1) / Tile::kPositions;
+    const long long plane = lines * row;       // row >= len: positions from len on read as 0
+    const long long tiles_t = (row + Tile::kPositions - 1) / Tile::kPositions;
     const long long tiles = tiles_t * ((lines + Tile::kLines - 1) / Tile::kLines);
     auto issue = [&](long long id) {            // the copies of tile id, committed as one group
         const long long line0 = (id / tiles_t) * Tile::kLines, t0 = (id % tiles_t) * Tile::kPositions;
@@ -474,7 +475,7 @@ ozaki_residues_pipe(const T* __restrict__ x, long long lines, long long len, lon
         pyblasgemm::cp_async_wait<0>();
         __syncthreads();                        // tile id is in shared memory
         const long long line = (id / tiles_t) * Tile::kLines + r, t = (id % tiles_t) * Tile::kPositions + (long long)V * c;
-        const bool mine = line < lines && t < len;          // len % V == 0: all V positions
+        const bool mine = line < lines && t < row;          // row % V == 0: all V positions
         const int e = mine ? exps[line] : 0;
         const T* src = tile + r * Tile::kStride + Tile::slot(V * c);
         double a[V], b[V];
@@ -490,11 +491,11 @@ ozaki_residues_pipe(const T* __restrict__ x, long long lines, long long len, lon
             if (c == 0 && line < lines && part != 0) atomicAdd(sums + line, part);
         }
         if (!mine) continue;
-        signed char* dst = out + line * len + t;
+        signed char* dst = out + line * row + t;
         if (sums != nullptr) store_bytes<V>(dst + COUNT * plane, hi);
         if (!wide) residue_planes<COUNT, V>(a, b, dst, plane);
-        else residue_planes_wide<COUNT, V>([&](int v) { return to_double(x[line * s_line + (t + v) * s_k]); }, e,
-                                           dst, plane);
+        else residue_planes_wide<COUNT, V>(
+            [&](int v) { return t + v < len ? to_double(x[line * s_line + (t + v) * s_k]) : 0.0; }, e, dst, plane);
     }
 }
 
