@@ -604,17 +604,23 @@ def guide_table(paths) -> str:
         return min(v.get("max_rel_err_vs_longdouble", v.get("max_rel_err_vs_complex128"))
                    for v in c["contenders"].values() if v["side"] == "native")
 
+    default = "pyblasgemm int8-ozaki (default)"
+    emulation = "cuBLAS emulation, cupy.matmul (CUBLAS_EMULATE_DOUBLE_PRECISION=1)"
     rows = []
     for case, layout, m, name, label in (
-            ("dgemm", "normal", 1024, "pyblasgemm int8-ozaki (default)", "dgemm 1024³, default"),
-            ("dgemm", "normal", 4096, "pyblasgemm int8-ozaki (default)", "dgemm 4096³, default"),
-            ("dgemm", "normal", 8192, "pyblasgemm int8-ozaki (default)", "dgemm 8192³, default (55 bits)"),
+            ("dgemm", "normal", 1024, default, "dgemm 1024³, default"),
+            ("dgemm", "normal", 4096, default, "dgemm 4096³, default"),
+            ("dgemm", "normal", 8192, default, "dgemm 8192³, default (55 bits, guarded)"),
             *[("dgemm", "normal", 8192, f"pyblasgemm int8-ozaki-{b}", f"dgemm 8192³, ``'int8-ozaki-{b}'``")
-              for b in (48, 40, 32)],
-            ("dgemm", "row scales", 4096, "pyblasgemm int8-ozaki (default)", "dgemm 4096³, row / column scales 1e±30"),
-            ("dgemm", "element spread", 4096, "pyblasgemm int8-ozaki (default)", "dgemm 4096³, elements 1e±30"),
-            ("zgemm", None, 8192, "pyblasgemm int8-ozaki (default)", "zgemm 8192³, default"),
+              for b in (62, 56, 48, 40, 32, 24)],
+            ("dgemm", "normal", 8192, emulation, "dgemm 8192³, cuBLAS's own emulation"),
+            ("dgemm", "row scales", 4096, default, "dgemm 4096³, row / column scales 1e±30"),
+            ("dgemm", "element spread", 4096, default, "dgemm 4096³, elements 1e±30 (runs natively)"),
+            ("dgemm", "graded 2^-30", 8192, default, "dgemm 8192³, graded 2⁻³⁰ (guard: native)"),
+            ("zgemm", None, 4096, default, "zgemm 4096³, default"),
+            ("zgemm", None, 8192, default, "zgemm 8192³, default"),
             ("cgemm", None, 8192, "pyblasgemm tf32", "cgemm 8192³, ``compute='tf32'``"),
+            ("cgemm", None, 8192, "cuBLAS TF32 CGEMM", "cgemm 8192³, cuBLAS's TF32 CGEMM"),
             ("cgemm", None, 8192, "pyblasgemm 3xtf32", "cgemm 8192³, ``compute='3xtf32'``")):
         cells = [x for doc in docs for x in cell(doc, case, layout, m, name)]
         rows.append(f"   * - {label}\n" + "".join(f"     - {x}\n" for x in cells)

@@ -359,3 +359,17 @@ def test_end_to_end_row_times_every_contender_together_with_its_knob(monkeypatch
     assert seen["pyblasgemm int8-ozaki (default), int32 planes"] == (before[0], False)
     assert row["digit_store_speedup"] == 2.0 and row["ratio_vs_native"]["int32 planes"] == 0.5
     assert row["bits_equal_across_kernels"] and set(row["ratio_vs_dgemm"]) == {*ok.RESIDUE_KERNELS, "int32 planes"}
+
+
+def test_sustained_clock_parses_nvidia_smi_and_drops_the_ramp():
+    """bench/sustained_clock.py's two host-side pieces (its doctests: a line of nvidia-smi's
+    CSV, and the samples' summary without the first RAMP_S seconds), so its device run reads
+    the clock right the first time."""
+    import doctest
+
+    from bench import sustained_clock
+
+    result = doctest.testmod(sustained_clock)
+    assert result.attempted >= 5 and result.failed == 0
+    assert sustained_clock.parse_line("1980, 100.0, 700.0, 40", 0.0) is None     # a field missing
+    assert sustained_clock.summarize([], 0.0) == {"samples": 0, "reasons": []}
