@@ -15,7 +15,7 @@ dequantized product; otherwise the row records why and has our times alone).
 Contenders: ``pyblasgemm.matmul`` on the CUDA tensors (the array door), the same call on
 CuPy views of the same memory (the route rule: cuBLASLt for per-tensor and row-wise scales,
 our kernels for block scales), that call with each route forced (``cupy arrays, ours``:
-``backend='tensorcore'``, on sm_90 the Hopper kernel, block scales excepted; ``cupy arrays,
+``backend='tensorcore'``, on sm_90 the Hopper kernel, block scales included; ``cupy arrays,
 cuBLASLt``: ``backend='cublas'``, block scales included; a refusal is recorded), ours forced
 onto the mma.sync kernel (``cupy arrays, mma.sync``), and ``torch._scaled_mm``;
 ``lt_over_ours_*`` = ours' time / the cuBLASLt route's. steady = CUDA events around 20

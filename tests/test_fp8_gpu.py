@@ -72,6 +72,8 @@ def _cases():
         out.append((65, 129, 256, e4, e4, "C", "F", "C", ("rows", "tensor"), out_name, code, axis))
     for la, lb, m, n, k, oa, ob, oc, out_name in BLOCK_CASES:
         out.append((m, n, k, e4, e4 if lb != "tensor" else e5, oa, ob, oc, (la, lb), out_name, 0, None))
+    for la, lb, m, n, k, oc in HOPPER_BLOCK_CASES:
+        out.append((m, n, k, e4, e4, "C", "F", oc, (la, lb), "float32", 0, None))
     out += [(100, 200, 1000, e4, e4, "C", "F", "C", ("rows", "cols"), "float32", 0, None),
             (16, 4096, 4096, e4, e4, "C", "F", "C", ("tensor", "cols"), "bfloat16", 0, None),
             (96, 160, 512, e4, e4, "C", "F", "C", ("tensor", "tensor"), "bfloat16", 0, None),
@@ -360,6 +362,57 @@ def test_block_scales(cp, la, lb, m, n, k, oa, ob, oc, out_name):
                                        dtype=None if out2 is not None else dt, **kw))
     bits = {4: np.uint32, 2: np.uint16}[first.dtype.itemsize]
     assert np.array_equal(np.ascontiguousarray(again).view(bits), np.ascontiguousarray(first).view(bits))
+
+
+#: K-major block-scaled products on the Hopper kernel (sm90_fold_block_scaled): sizes 1, odd,
+#: prime, a 64 / 128 tile ± 1, K not a multiple of 128 (a partial last block), long K (parallel
+#: split-k: the partials are scaled, the sum is not); C row-major (the kernel's m side holds b's
+#: scales) and column-major (a's: a 1 x 128 scale per column of the tile). K not a multiple of
+#: 16 (1, 257, 127, 129, 300) takes mma.sync's block tile: TMA rows are whole 16 bytes.
+HOPPER_BLOCK_CASES = [  # (scale_a layout, scale_b layout, m, n, k, out order)
+    ("blocks", "blocks", 1, 1, 1, "C"), ("blocks", "blocks", 7, 33, 257, "C"),
+    ("blocks", "blocks", 7, 33, 272, "C"), ("blocks", "blocks", 129, 257, 300, "F"),
+    ("blocks", "blocks", 257, 129, 144, "C"), ("blocks", "blocks", 127, 65, 384, "F"),
+    ("rows", "blocks", 64, 128, 256, "C"), ("blocks", "cols", 200, 300, 1008, "F"),
+    ("tensor", "blocks", 33, 129, 640, "C"), ("blocks", "tensor", 130, 64, 129, "C"),
+    ("blocks", "blocks", 16, 4096, 4096, "C"), ("blocks", "blocks", 520, 1032, 2048, "C"),
+    ("blocks", "blocks", 1024, 640, 1536, "F"),
+]
+
+
+@pytest.mark.parametrize("la, lb, m, n, k, oc", HOPPER_BLOCK_CASES,
+                         ids=[f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-{c[5]}" for c in HOPPER_BLOCK_CASES])
+def test_block_scales_on_the_hopper_kernel(cp, monkeypatch, la, lb, m, n, k, oc):
+    """Both operands K-major (torch._scaled_mm's and DeepGEMM's layout) with block scales: on
+    sm_90 the Hopper kernel runs them where TMA takes the rows (its promotion scales each
+    128-wide stage), within the wgmma bound of the float64 reference, the output poisoned
+    first, bitwise repeatable; the mma.sync kernel (FAMILY = 'sm80') on the same bytes within
+    its own bound."""
+    cc = cp.cuda.Device().compute_capability
+    rng = np.random.default_rng(zlib.crc32(f"hopper{la}{lb}{m}{n}{k}{oc}".encode()))
+    a, b = _fp8(rng, (m, k), E4M3), _fp8(rng, (k, n), E4M3)
+    kb, nb = -(-k // 128), -(-n // 128)
+    sa = (np.exp2(rng.integers(-4, 5, (m, kb))).astype(np.float32) * rng.uniform(0.5, 1.5, (m, kb)).astype(np.float32)
+          if la == "blocks" else _scales(rng, la, m))
+    sb = (np.exp2(rng.integers(-4, 5, (kb, nb))).astype(np.float32) * rng.uniform(0.5, 1.5, (kb, nb)).astype(np.float32)
+          if lb == "blocks" else _scales(rng, lb, n))
+    kw = dict(scale_a=cp.asarray(sa), scale_b=cp.asarray(sb))
+    _, want, scale = reference(a, b, sa, sb)
+    runs = []
+    for _ in range(2):
+        out = cp.full((m, n), np.nan, np.float32, order=oc)
+        assert pyblasgemm.matmul(dev(cp, a), dev(cp, b, "F"), out=out, **kw) is out
+        route = last_route()
+        runs.append(cp.asnumpy(out))
+        check(runs[-1], want, scale, "float32")
+    assert np.array_equal(runs[0].view(np.uint32), runs[1].view(np.uint32))
+    if cc == "90":
+        assert ("wgmma" in route) == (k % 16 == 0), route
+    monkeypatch.setattr(gpu_fp8, "FAMILY", "sm80")
+    out = cp.full((m, n), np.nan, np.float32, order=oc)
+    pyblasgemm.matmul(dev(cp, a), dev(cp, b, "F"), out=out, **kw)
+    assert "mma.sync" in last_route(), last_route()
+    check(cp.asnumpy(out), want, scale, "float32")
 
 
 def test_block_scales_with_the_epilogue(cp):

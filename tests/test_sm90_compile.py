@@ -165,6 +165,19 @@ def _fused_specs():
                                     + [(k, SM90_CONFIGS[k][0]) for k in FP8_KINDS[1:]]):
         out.append((kind, cfg, "TN", jit.epilogue_code(j % 5, tuple(jit.DEQUANT_OUT)[j % 3], scale_m_one=bool(j & 1),
                                                        scale_n_one=bool(j & 2))))
+    # float8 with block scales, promoted every stage (sm90_fold_block_scaled): every e4m3 config,
+    # with torch's layout (C row-major: the kernel's m side holds b's 128 x 128 blocks, its n side
+    # a's 1 x 128), the column-major one (a's 1 x 128 on the m side: a scale per column), and a
+    # per-tensor / per-row side beside blocks; one other pair
+    modes = jit.BLOCK_MODE
+    pairs = [(modes["b_blocks"], modes["a_blocks"]), (modes["a_blocks"], modes["b_blocks"]),
+             (modes["tensor"], modes["a_blocks"]), (modes["b_blocks"], modes["vector"])]
+    for j, cfg in enumerate(SM90_CONFIGS["e4m3"]):
+        for i, (bm, bn) in enumerate(pairs if ALL or j == 0 else pairs[j % len(pairs):][:1]):
+            out.append(("e4m3", cfg, "TN", jit.epilogue_code((i + j) % 5, tuple(jit.DEQUANT_OUT)[(i + j) % 3],
+                                                            block_m=bm, block_n=bn)))
+    out.append(("e5m2_e4m3", SM90_CONFIGS["e5m2_e4m3"][0], "TN",
+                jit.epilogue_code(0, "bfloat16", block_m=modes["b_blocks"], block_n=modes["a_blocks"])))
     return out
 
 

@@ -1,7 +1,7 @@
 """The GPU route of float8 products (:func:`pyblasgemm.fp8.scaled_matmul` with CuPy arrays, and
 CUDA tensors / JAX GPU arrays through the array door): the mma.sync kernel's float8 kinds
 (``KindFp8F32``, sm_89+) with the scales in the dequantizing store; on sm_90 the Hopper
-kernel's (``Sm90KindFp8``: wgmma, TMA) for K-major operands without block scales
+kernel's (``Sm90KindFp8``: wgmma, TMA) for K-major operands, block scales included
 (:func:`sm90_config`; :data:`FAMILY` = 'sm80' keeps mma.sync).
 
 ``out = act(alpha·(scale_a ⊙ a) @ (scale_b ⊙ b) + beta·out + bias)`` in one launch: the
@@ -45,12 +45,15 @@ rearranged into per-call temporaries instead, which a graph cannot hold). ``back
 ``backend='tensorcore'`` (or :data:`ROUTE` = 'ours') forces our kernels.
 
 Block scales (``scale_a`` per 1 x 128 block of a, ``scale_b`` per 128 x 128 block of b, or
-either beside the other layouts): DeepGEMM's promotion on mma.sync. The mainloop sums each
-128-wide K block (two BK = 64 steps) into a second accumulator set and adds it into the first
-scaled by the block's ``scale_m · scale_n`` (a round-to-nearest FMA, in registers: the scales
-are read from global memory once per block per lane); the store then scales nothing. The two
-accumulator sets take the 128 x 64 tile of 32 x 32 warp tiles (``FP8_CONFIGS['block']``): the
-64 x 32 warp tiles spill.
+either beside the other layouts): DeepGEMM's promotion. The mainloop sums each 128-wide K
+block into a second accumulator set and adds it into the first scaled by the block's
+``scale_m · scale_n`` (a round-to-nearest FMA, in registers: the scales are read from global
+memory once per block per lane); the store then scales nothing. On the Hopper kernel a stage
+is one K block (float8's 128-byte K rows), and the wgmma consumers promote after each stage
+(``sm90_fold_block_scaled``): a 128 x 128 scale of the kernel's m side is one value per tile
+and stage. On mma.sync (sm_89, and operands that are not K-major) a block is two BK = 64
+steps, and the two accumulator sets take the 128 x 64 tile of 32 x 32 warp tiles
+(``FP8_CONFIGS['block']``): the 64 x 32 warp tiles spill.
 """
 from __future__ import annotations
 
@@ -63,6 +66,7 @@ from ..backends import cublaslt as lt
 from ..epilogue import ACTIVATIONS
 from ..kinds import FP8_KINDS
 from ..plancache import get_plan_cache
+from .jit import EPI_BLOCK_SHIFT
 
 __all__ = ["run", "plan", "problem_of", "warm_specs", "sm90_config", "Fp8Plan", "Fp8Launch", "last_launch",
            "check_device", "MIN_CC", "FAMILY", "ROUTE", "choose_route", "lt_refusal", "Ran", "LtBlockScaled"]
@@ -345,8 +349,8 @@ def plan(m: int, n: int, k: int, a_dtype: str, b_dtype: str, la: tuple, lb: tupl
     ``la`` / ``lb`` (:func:`_layout`'s ``('row' | 'col', ld)``) into a result stored ``target``
     ('row': C-ordered rows ``ldc`` apart, computed as c^T = b^T a^T; 'col': F-ordered):
     pure arithmetic, no device. The kernel's scale_m is then scale_b when ``swap`` (else
-    scale_a), its scale_n the other. On sm_90 (``cc``) a product with both operands K-major and
-    no block scales takes the Hopper kernel (:func:`sm90_config`; :data:`FAMILY` = 'sm80'
+    scale_a), its scale_n the other. On sm_90 (``cc``) a product with both operands K-major (block
+    scales or not) takes the Hopper kernel (:func:`sm90_config`; :data:`FAMILY` = 'sm80'
     keeps mma.sync); the caller falls back to mma.sync where its TMA rules refuse the problem.
     ``route`` / ``why``: :func:`choose_route` on :func:`lt_refusal` (``lt_version``: cuBLASLt's,
     None when it is not loaded; ``aligned``: all pointers 16-byte aligned; ``has_pre``: a
@@ -380,7 +384,7 @@ def plan(m: int, n: int, k: int, a_dtype: str, b_dtype: str, la: tuple, lb: tupl
     ldb = max(ldb, kn if tb == "T" else k)
     blocked = "blocks" in layouts
     config = fp8_config(km, kn, k, sm_count, blocked)
-    if tuple(cc) == (9, 0) and FAMILY != "sm80" and not blocked and (ta, tb) == ("T", "N"):
+    if tuple(cc) == (9, 0) and FAMILY != "sm80" and (ta, tb) == ("T", "N"):
         config = sm90_config(kind, km, kn, k, sm_count)
     if blocked:     # each side's layout; the mainloop promotes every 128-wide K block
         mode_a = BLOCK_MODE[{"tensor": "tensor", "rows": "vector", "blocks": "a_blocks"}[layouts[0]]]
@@ -406,7 +410,7 @@ def problem_of(pl: Fp8Plan, pa: int, pb: int, pc: int, alpha: float, beta: float
                             float(alpha), float(beta))
     config = pl.config
     if not config.validate(problem)[0]:     # (the mma.sync tiles take every problem)
-        config = fp8_config(pl.m, pl.n, pl.k, sm_count, False)
+        config = fp8_config(pl.m, pl.n, pl.k, sm_count, bool(pl.epi >> EPI_BLOCK_SHIFT & 0o77))
     return problem, config
 
 

@@ -65,10 +65,17 @@ struct DequantOut {
 };
 // A dequantized product's scale of C row i / column j: one per row / column, or (per-tensor:
 // kEpiScaleMOne / kEpiScaleNOne) the one value every element shares.
+// (block-scaled: 1, the mainloop's promotion applied the scales)
 template <int EPI>
-PBG_DEVICE float scale_of_m(const float* s, int i) { return s[(EPI & kEpiScaleMOne) ? 0 : i]; }
+PBG_DEVICE float scale_of_m(const float* s, int i) {
+  if constexpr (EpiBlock<EPI>::kOn) return 1.f;
+  else return s[(EPI & kEpiScaleMOne) ? 0 : i];
+}
 template <int EPI>
-PBG_DEVICE float scale_of_n(const float* s, int j) { return s[(EPI & kEpiScaleNOne) ? 0 : j]; }
+PBG_DEVICE float scale_of_n(const float* s, int j) {
+  if constexpr (EpiBlock<EPI>::kOn) return 1.f;
+  else return s[(EPI & kEpiScaleNOne) ? 0 : j];
+}
 // A block-scaled product's scale (EpiBlock's MODE) of row / column `idx` of a side whose extent
 // is `dim`, in K block q of kbn.
 template <int MODE>

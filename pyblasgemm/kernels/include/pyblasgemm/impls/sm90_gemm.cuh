@@ -285,6 +285,45 @@ PBG_DEVICE void sm90_fold_chain(Acc (&acc)[ACC], const Acc (&part)[ACC], bool fi
   }
 }
 
+// A block-scaled float8 product's stage (one 128-wide K block q of kbn: float8's BKE is 128)
+// into the accumulator: acc = fma(scale_m(c, q) * scale_n(r, q), part, acc), DeepGEMM's
+// promotion with the 1 x 128 / 128 x 128 scales, in the mma.sync kernel's arithmetic
+// (GemmCore::tile_to_smem: one product of the two scales, one round-to-nearest FMA). D row r
+// is C's n index (scale_n, extent mt), D column c its m index (scale_m, extent nt); this
+// thread's fragment f holds rows row0 (+8) and columns col0 + 8f (+1). A 128 x 128 block scale
+// (mode 4) of the m side is one value per stage: a tile of BNT <= 128 columns starting at a
+// multiple of BNT lies inside one 128-column block. Outside C the scale is 0 (the TMA's zero
+// fill: those sums are 0 and never stored).
+template <int EPI, int BNT, int ACC>
+PBG_DEVICE void sm90_fold_block_scaled(float (&acc)[ACC], const float (&part)[ACC], bool first, const float* scale_m,
+                                       const float* scale_n, int q, int kbn, int mt, int nt, int row0, int col0,
+                                       int tile_col0) {
+  constexpr int MM = EpiBlock<EPI>::kModeM, MN = EpiBlock<EPI>::kModeN;
+  static_assert(128 % BNT == 0 && ACC == BNT / 2, "block scales: tiles of at most 128 columns inside one block");
+  float sr[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = row0 + 8 * h;
+    sr[h] = r < mt ? block_scale<MN>(scale_n, r, mt, q, kbn) : 0.f;
+  }
+  float tile_sm = 0.f;   // mode 1 and 4: the tile's one scale of the m side
+  if constexpr (MM == 1 || MM == 4)
+    tile_sm = tile_col0 < nt ? block_scale<MM>(scale_m, tile_col0, nt, q, kbn) : 0.f;
+#pragma unroll
+  for (int f = 0; f < BNT / 8; ++f)
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const int c = col0 + 8 * f + t;
+      float sc = tile_sm;
+      if constexpr (MM == 2 || MM == 3) sc = c < nt ? block_scale<MM>(scale_m, c, nt, q, kbn) : 0.f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = 4 * f + 2 * h + t;
+        acc[i] = fma_ieee(mul_ieee(sc, sr[h]), part[i], first ? 0.f : acc[i]);
+      }
+    }
+}
+
 // ---- mma.sync consumers (SYNC = true) ---------------------------------------------------
 // The same TMA ring, producer and epilogue, but each consumer warp issues mma.sync m16n8k16 on
 // fragments it loads with ldmatrix from the 128-byte-swizzled stage: warp w of consumer
@@ -485,7 +524,10 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   typedef Sm90Tile<Kind, PK, QK, BNT, STAGES, CONSUMERS> T;
   static_assert(!SYNC || EPI == 0, "fused epilogues: wgmma consumers");
-  static_assert(!EpiBlock<EPI>::kOn, "block-scaled float8 products run on the mma.sync kernel");
+  // block-scaled float8: the promotion scales every stage (sm90_fold_block_scaled), so the
+  // rounding chain is one stage and the store (or the split-k sum) scales nothing
+  static_assert(!EpiBlock<EPI>::kOn || (Kind::kRoundEvery == 1 && Kind::kBKE == 128 && !SYNC && CLUSTER == 1),
+                "block scales: float8 kinds on wgmma consumers, one 128-wide K block a stage, no cluster");
   typedef typename Kind::Acc Acc;
   typedef typename Kind::Scale Scale;
   // What the store writes: the kind's C, or (int8 dequantized, EPI & kEpiDequant) a float type;
@@ -725,7 +767,14 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
           for (int r = 0; r < T::ACC; ++r) reg_fence(part[r]);
           if (lane == 0)
             for (int i = 1; i <= n; ++i) release(bars + 8 * (STAGES + (stage - i + STAGES) % STAGES));
-          sm90_fold_chain<T::ACC>(acc, part, kb == w.kb0);
+          if constexpr (EpiBlock<EPI>::kOn) {
+            const Sm90Coord bc = sm90_coord(w.tile, units_m, tiles_n, group_m, CLUSTER, rank);
+            sm90_fold_block_scaled<EPI, BNT, T::ACC>(acc, part, kb == w.kb0, scale_m, scale_n, kb, kt, mt, nt,
+                                                     bc.tm * BMT + 64 * cw + 16 * warp4 + g,
+                                                     bc.tn * BNT + 2 * q, bc.tn * BNT);
+          } else {
+            sm90_fold_chain<T::ACC>(acc, part, kb == w.kb0);
+          }
           kb += n;
         }
       } else {
