@@ -383,12 +383,12 @@ HOPPER_BLOCK_CASES = [  # (scale_a layout, scale_b layout, m, n, k, out order)
 @pytest.mark.parametrize("la, lb, m, n, k, oc", HOPPER_BLOCK_CASES,
                          ids=[f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-{c[5]}" for c in HOPPER_BLOCK_CASES])
 def test_block_scales_on_the_hopper_kernel(cp, monkeypatch, la, lb, m, n, k, oc):
-    """Both operands K-major (torch._scaled_mm's and DeepGEMM's layout) with block scales: on
-    sm_90 the Hopper kernel runs them where TMA takes the rows (its promotion scales each
-    128-wide stage), within the wgmma bound of the float64 reference, the output poisoned
-    first, bitwise repeatable; the mma.sync kernel (FAMILY = 'sm80') on the same bytes within
-    its own bound."""
-    cc = cp.cuda.Device().compute_capability
+    """Both operands K-major (torch._scaled_mm's and DeepGEMM's layout) with block scales, on
+    each kernel on the same bytes: the Hopper kernel (FAMILY = 'sm90a': wherever TMA takes the
+    rows; its promotion scales each 128-wide stage) and mma.sync (FAMILY = 'sm80'), each within
+    its bound of the float64 reference, the output poisoned first, bitwise repeatable; and the
+    rule (FAMILY None) picks the Hopper kernel above decode sizes only."""
+    on_hopper = cp.cuda.Device().compute_capability == "90"
     rng = np.random.default_rng(zlib.crc32(f"hopper{la}{lb}{m}{n}{k}{oc}".encode()))
     a, b = _fp8(rng, (m, k), E4M3), _fp8(rng, (k, n), E4M3)
     kb, nb = -(-k // 128), -(-n // 128)
@@ -398,21 +398,19 @@ def test_block_scales_on_the_hopper_kernel(cp, monkeypatch, la, lb, m, n, k, oc)
           if lb == "blocks" else _scales(rng, lb, n))
     kw = dict(scale_a=cp.asarray(sa), scale_b=cp.asarray(sb))
     _, want, scale = reference(a, b, sa, sb)
-    runs = []
-    for _ in range(2):
-        out = cp.full((m, n), np.nan, np.float32, order=oc)
-        assert pyblasgemm.matmul(dev(cp, a), dev(cp, b, "F"), out=out, **kw) is out
-        route = last_route()
-        runs.append(cp.asnumpy(out))
-        check(runs[-1], want, scale, "float32")
-    assert np.array_equal(runs[0].view(np.uint32), runs[1].view(np.uint32))
-    if cc == "90":
-        assert ("wgmma" in route) == (k % 16 == 0), route
-    monkeypatch.setattr(gpu_fp8, "FAMILY", "sm80")
-    out = cp.full((m, n), np.nan, np.float32, order=oc)
-    pyblasgemm.matmul(dev(cp, a), dev(cp, b, "F"), out=out, **kw)
-    assert "mma.sync" in last_route(), last_route()
-    check(cp.asnumpy(out), want, scale, "float32")
+    tma = k % 16 == 0       # TMA rows are whole 16 bytes: else mma.sync's block tile
+    for family, wgmma in (("sm90a", on_hopper and tma), ("sm80", False),
+                          (None, on_hopper and tma and min(m, n) > gpu_fp8.DECODE_ROWS)):
+        monkeypatch.setattr(gpu_fp8, "FAMILY", family)
+        runs = []
+        for _ in range(2):
+            out = cp.full((m, n), np.nan, np.float32, order=oc)
+            assert pyblasgemm.matmul(dev(cp, a), dev(cp, b, "F"), out=out, **kw) is out
+            route = last_route()
+            runs.append(cp.asnumpy(out))
+            check(runs[-1], want, scale, "float32")
+        assert np.array_equal(runs[0].view(np.uint32), runs[1].view(np.uint32)), family
+        assert ("wgmma" in route) == wgmma and ("mma.sync" in route) != wgmma, (family, route)
 
 
 def test_block_scales_with_the_epilogue(cp):

@@ -206,10 +206,16 @@ class Ran(NamedTuple):
     config: object
 
 
-#: which kernel runs float8 products on sm_90: None (the rule of :func:`sm90_config`: the
-#: Hopper kernel for K-major operands without block scales, else mma.sync) or 'sm80' (always
-#: mma.sync: the tests run both)
+#: which kernel runs float8 products on sm_90: None (the rule of :func:`plan`: the Hopper
+#: kernel for K-major operands, but block scales at decode (at most :data:`DECODE_ROWS` rows
+#: or columns) on mma.sync), 'sm90a' (the Hopper kernel wherever it can run) or 'sm80' (always
+#: mma.sync): the tests run all three
 FAMILY = None
+# Why block-scaled decode stays on mma.sync: its one-warpgroup 64 x 64 Hopper tiles wait for
+# each stage's wgmmas before the promotion, with no second warpgroup to fill the tensor cores
+# meanwhile; on an H200 (bench/results/fp8_h200_2026-11-29_60cb555.json) they ran 1.65-1.91x
+# cuBLASLt's time on Llama-3-8B's gate/up and down layers at M = 16 and 64, where mma.sync's
+# block tile ran 0.26-0.32x cuBLASLt's on an H100 (fp8_h100_2026-11-28_743700e.json).
 
 #: which route runs float8 products when ``backend=`` leaves it open: None (:func:`choose_route`'s
 #: rule), 'cublaslt' or 'ours' (forced, as ``backend='cublas'`` / ``'tensorcore'`` force them)
@@ -349,9 +355,10 @@ def plan(m: int, n: int, k: int, a_dtype: str, b_dtype: str, la: tuple, lb: tupl
     ``la`` / ``lb`` (:func:`_layout`'s ``('row' | 'col', ld)``) into a result stored ``target``
     ('row': C-ordered rows ``ldc`` apart, computed as c^T = b^T a^T; 'col': F-ordered):
     pure arithmetic, no device. The kernel's scale_m is then scale_b when ``swap`` (else
-    scale_a), its scale_n the other. On sm_90 (``cc``) a product with both operands K-major (block
-    scales or not) takes the Hopper kernel (:func:`sm90_config`; :data:`FAMILY` = 'sm80'
-    keeps mma.sync); the caller falls back to mma.sync where its TMA rules refuse the problem.
+    scale_a), its scale_n the other. On sm_90 (``cc``) a product with both operands K-major
+    takes the Hopper kernel (:func:`sm90_config`), block-scaled decode excepted
+    (:data:`FAMILY` says why and forces either kernel); the caller falls back to mma.sync where
+    its TMA rules refuse the problem.
     ``route`` / ``why``: :func:`choose_route` on :func:`lt_refusal` (``lt_version``: cuBLASLt's,
     None when it is not loaded; ``aligned``: all pointers 16-byte aligned; ``has_pre``: a
     ``preactivation_out``); our kernel's fields are filled either way (the fallback's).
@@ -384,7 +391,10 @@ def plan(m: int, n: int, k: int, a_dtype: str, b_dtype: str, la: tuple, lb: tupl
     ldb = max(ldb, kn if tb == "T" else k)
     blocked = "blocks" in layouts
     config = fp8_config(km, kn, k, sm_count, blocked)
-    if tuple(cc) == (9, 0) and FAMILY != "sm80" and (ta, tb) == ("T", "N"):
+    if FAMILY not in (None, "sm80", "sm90a"):
+        raise ValueError(f"pyblasgemm.kernels.fp8.FAMILY={FAMILY!r} must be None, 'sm80' or 'sm90a'")
+    hopper = tuple(cc) == (9, 0) and (ta, tb) == ("T", "N") and FAMILY != "sm80"
+    if hopper and (FAMILY == "sm90a" or not (blocked and min(km, kn) <= DECODE_ROWS)):
         config = sm90_config(kind, km, kn, k, sm_count)
     if blocked:     # each side's layout; the mainloop promotes every 128-wide K block
         mode_a = BLOCK_MODE[{"tensor": "tensor", "rows": "vector", "blocks": "a_blocks"}[layouts[0]]]
