@@ -286,8 +286,8 @@ PBG_DEVICE void sm90_fold_chain(Acc (&acc)[ACC], const Acc (&part)[ACC], bool fi
 }
 
 // A block-scaled float8 product's stage (one 128-wide K block q of kbn: float8's BKE is 128)
-// into the accumulator: acc = fma(scale_m(c, q) * scale_n(r, q), part, acc), DeepGEMM's
-// promotion with the 1 x 128 / 128 x 128 scales, in the mma.sync kernel's arithmetic
+// into the accumulator (+0 at the work unit's start): acc = fma(scale_m(c, q) * scale_n(r, q),
+// part, acc), DeepGEMM's promotion with the 1 x 128 / 128 x 128 scales, in the mma.sync kernel's arithmetic
 // (GemmCore::tile_to_smem: one product of the two scales, one round-to-nearest FMA). D row r
 // is C's n index (scale_n, extent mt), D column c its m index (scale_m, extent nt); this
 // thread's fragment f holds rows row0 (+8) and columns col0 + 8f (+1). A 128 x 128 block scale
@@ -295,7 +295,7 @@ PBG_DEVICE void sm90_fold_chain(Acc (&acc)[ACC], const Acc (&part)[ACC], bool fi
 // multiple of BNT lies inside one 128-column block. Outside C the scale is 0 (the TMA's zero
 // fill: those sums are 0 and never stored).
 template <int EPI, int BNT, int ACC>
-PBG_DEVICE void sm90_fold_block_scaled(float (&acc)[ACC], const float (&part)[ACC], bool first, const float* scale_m,
+PBG_DEVICE void sm90_fold_block_scaled(float (&acc)[ACC], const float (&part)[ACC], const float* scale_m,
                                        const float* scale_n, int q, int kbn, int mt, int nt, int row0, int col0,
                                        int tile_col0) {
   constexpr int MM = EpiBlock<EPI>::kModeM, MN = EpiBlock<EPI>::kModeN;
@@ -319,7 +319,7 @@ PBG_DEVICE void sm90_fold_block_scaled(float (&acc)[ACC], const float (&part)[AC
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int i = 4 * f + 2 * h + t;
-        acc[i] = fma_ieee(mul_ieee(sc, sr[h]), part[i], first ? 0.f : acc[i]);
+        acc[i] = fma_ieee(mul_ieee(sc, sr[h]), part[i], acc[i]);
       }
     }
 }
@@ -750,6 +750,11 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
         Acc part[T::ACC];
 #pragma unroll
         for (int r = 0; r < T::ACC; ++r) part[r] = Acc(0);
+        // the work unit's sum starts at +0 and every chain is added: no copy on the first chain
+        // (sm90_fold_chain's select made ptxas move all 64 accumulators twice a stage: SASS,
+        // 130 MOVs beside 64 FADDs a stage, float8 at 8192^3 half of cuBLASLt's rate)
+#pragma unroll
+        for (int r = 0; r < T::ACC; ++r) acc[r] = Acc(0);
         for (int kb = w.kb0; kb < w.kb1;) {
           const int n = w.kb1 - kb < R ? w.kb1 - kb : R;   // stages in this chain
           for (int i = 0; i < n; ++i) {
@@ -769,11 +774,12 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
             for (int i = 1; i <= n; ++i) release(bars + 8 * (STAGES + (stage - i + STAGES) % STAGES));
           if constexpr (EpiBlock<EPI>::kOn) {
             const Sm90Coord bc = sm90_coord(w.tile, units_m, tiles_n, group_m, CLUSTER, rank);
-            sm90_fold_block_scaled<EPI, BNT, T::ACC>(acc, part, kb == w.kb0, scale_m, scale_n, kb, kt, mt, nt,
+            sm90_fold_block_scaled<EPI, BNT, T::ACC>(acc, part, scale_m, scale_n, kb, kt, mt, nt,
                                                      bc.tm * BMT + 64 * cw + 16 * warp4 + g,
                                                      bc.tn * BNT + 2 * q, bc.tn * BNT);
           } else {
-            sm90_fold_chain<T::ACC>(acc, part, kb == w.kb0);
+#pragma unroll
+            for (int r = 0; r < T::ACC; ++r) acc[r] += part[r];
           }
           kb += n;
         }
