@@ -211,6 +211,31 @@ def test_readme_quotes_the_closing_run():
             f"{theirs['steady_s'] / ours['steady_s']:.2f}x `torch._int_mm`") in readme
 
 
+def test_guide_quotes_the_int8_profile_and_the_sustained_clock():
+    """The precision guide's int8 ceiling (issue 34's 1,500 TOPS target): the Nsight Compute
+    profile of our kernel and the sustained-clock probe, as the committed files hold them."""
+    import json
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    ncu = json.loads((root / "bench/results/ncu_int8_h200_2026-11-29_082ba57.json").read_text())
+    clock = json.loads((root / "bench/results/sustained_clock_h200_2026-11-29_60cb555.json").read_text())
+    assert ncu["device"]["name"] == clock["device"]["name"] == "NVIDIA H200"
+    guide = " ".join((root / "docs/guide/precision.rst").read_text().split())
+    sol = ncu["sections"]["GPU Speed Of Light Throughput"]
+    assert (f"at {ncu['derived']['TOPS_in_profile']:,.0f} TOPS in one launch at {sol['SM Frequency [Ghz]']:.2f} GHz: "
+            f"{ncu['derived']['fraction_of_dense_int8_peak_per_cycle']:.0%} of the dense int8 peak") in guide
+    ours, theirs = clock["cases"]["int8 ours"], clock["cases"]["int8 cuBLAS"]
+    assert ours["reasons"] == ["0x4"] and ours["power.limit"]["median"] == 700.0     # the software power cap
+    assert (f"it ran {ours['tera_ops_per_s']:,.0f} TOPS with the SM clock at a median "
+            f"{ours['clocks.sm']['median']:,.0f} MHz, the board drawing {ours['power.draw']['median']:.0f} W") in guide
+    assert (f"cuBLAS's int8 GEMM ran {theirs['tera_ops_per_s']:,.0f} TOPS at {theirs['clocks.sm']['median']:,.0f} MHz"
+            in guide)
+    peak = 8192 * clock["device"]["sm_count"] * ours["clocks.sm"]["median"] * 1e6 / 1e12
+    assert f"At {ours['clocks.sm']['median']:,.0f} MHz the dense int8 peak is {peak:,.0f} TOPS" in guide
+    assert f"would need {1500 / peak:.0%} of it" in guide
+
+
 def test_ozaki_planes_rows_are_whole_16_byte_lines_so_the_moduli_gemm_never_packs(monkeypatch):
     """k = 1000 (and complex's stacked 2k = 2000, already whole): the planes' rows are rounded
     up to planner.composite.PLANE_ROW, so the moduli GEMM's operands are TMA-aligned as they lie

@@ -306,22 +306,26 @@ PBG_DEVICE void sm90_fold_block_scaled(float (&acc)[ACC], const float (&part)[AC
     const int r = row0 + 8 * h;
     sr[h] = r < mt ? block_scale<MN>(scale_n, r, mt, q, kbn) : 0.f;
   }
-  float tile_sm = 0.f;   // mode 1 and 4: the tile's one scale of the m side
-  if constexpr (MM == 1 || MM == 4)
-    tile_sm = tile_col0 < nt ? block_scale<MM>(scale_m, tile_col0, nt, q, kbn) : 0.f;
+  if constexpr (MM == 1 || MM == 4) {
+    // the tile's one scale of the m side: two products of scales a stage, then the FMAs
+    const float sm = tile_col0 < nt ? block_scale<MM>(scale_m, tile_col0, nt, q, kbn) : 0.f;
+    const float s0 = mul_ieee(sm, sr[0]), s1 = mul_ieee(sm, sr[1]);
 #pragma unroll
-  for (int f = 0; f < BNT / 8; ++f)
+    for (int i = 0; i < ACC; ++i) acc[i] = fma_ieee((i & 2) ? s1 : s0, part[i], acc[i]);
+  } else {
 #pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      const int c = col0 + 8 * f + t;
-      float sc = tile_sm;
-      if constexpr (MM == 2 || MM == 3) sc = c < nt ? block_scale<MM>(scale_m, c, nt, q, kbn) : 0.f;
+    for (int f = 0; f < BNT / 8; ++f)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int i = 4 * f + 2 * h + t;
-        acc[i] = fma_ieee(mul_ieee(sc, sr[h]), part[i], acc[i]);
+      for (int t = 0; t < 2; ++t) {
+        const int c = col0 + 8 * f + t;
+        const float sc = c < nt ? block_scale<MM>(scale_m, c, nt, q, kbn) : 0.f;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int i = 4 * f + 2 * h + t;
+          acc[i] = fma_ieee(mul_ieee(sc, sr[h]), part[i], acc[i]);
+        }
       }
-    }
+  }
 }
 
 // ---- mma.sync consumers (SYNC = true) ---------------------------------------------------
