@@ -15,11 +15,10 @@ dequantized product; otherwise the row records why and has our times alone).
 Contenders: ``pyblasgemm.matmul`` on the CUDA tensors (the array door), the same call on
 CuPy views of the same memory (the route rule: cuBLASLt for per-tensor and row-wise scales,
 our kernels for block scales), that call with each route forced (``cupy arrays, ours``:
-``backend='tensorcore'``, on sm_90 the Hopper kernel, block-scaled decode excepted; ``cupy
-arrays, cuBLASLt``: ``backend='cublas'``, block scales included; a refusal is recorded), ours
-forced onto the mma.sync kernel (``cupy arrays, mma.sync``) and, for block scales, onto the
-Hopper kernel (``cupy arrays, Hopper``), and ``torch._scaled_mm``; ``lt_over_ours_*``,
-``lt_over_mma_sync_*``, ``lt_over_hopper_*`` = that contender's time / the cuBLASLt route's.
+``backend='tensorcore'``, on sm_90 the Hopper kernel, block scales included; ``cupy arrays,
+cuBLASLt``: ``backend='cublas'``, block scales included; a refusal is recorded), ours forced
+onto the mma.sync kernel (``cupy arrays, mma.sync``), and ``torch._scaled_mm``;
+``lt_over_ours_*``, ``lt_over_mma_sync_*`` = that contender's time / the cuBLASLt route's.
 steady = CUDA events around 20 back-to-back calls (torch's current stream, where every contender queues), single = one call
 waited for (host time included), median of 5 each; ``speedup_vs_scaled_mm_*`` =
 ``_scaled_mm``'s time / ours (above 1: ours faster). Every result is checked against
@@ -66,8 +65,8 @@ def shapes():
 
 
 def _on_family(fn, family):
-    """``fn`` with float8 products on one kernel family ('sm80': mma.sync; 'sm90a': the Hopper
-    kernel wherever it can run; pyblasgemm.kernels.fp8.FAMILY)."""
+    """``fn`` with float8 products on one kernel family ('sm80': mma.sync;
+    pyblasgemm.kernels.fp8.FAMILY)."""
     from pyblasgemm.kernels import fp8 as gpu
 
     def call():
@@ -136,10 +135,8 @@ def rows(cp, torch, pb, done=lambda rows: None):
             fns["cupy arrays, ours"] = _forced(fns, ca, cb, csa, csb, "tensorcore")
             fns["cupy arrays, cuBLASLt"] = _forced(fns, ca, cb, csa, csb, "cublas")
             # our kernels on each family: on sm_90 the Hopper kernel runs the K-major products
-            # (block-scaled decode excepted): mma.sync beside it, and for block scales both
+            # ("ours"), mma.sync beside it
             fns["cupy arrays, mma.sync"] = _on_family(fns["cupy arrays, ours"], "sm80")
-            if mode == "blocks":
-                fns["cupy arrays, Hopper"] = _on_family(fns["cupy arrays, ours"], "sm90a")
             row = {"shape": label, "m": m, "n": n, "k": k, "scales": mode, "dtype": "e4m3 -> bfloat16"}
             try:
                 got = fns["torch tensors"]().float()
@@ -172,8 +169,7 @@ def rows(cp, torch, pb, done=lambda rows: None):
                     except ValueError as e:                         # a forced route that refuses the case
                         row[f"{name} refused"] = str(e)[:300]
                         fns.pop(name)
-                for who, key in (("cupy arrays, ours", "lt_over_ours"), ("cupy arrays, mma.sync", "lt_over_mma_sync"),
-                                 ("cupy arrays, Hopper", "lt_over_hopper")):
+                for who, key in (("cupy arrays, ours", "lt_over_ours"), ("cupy arrays, mma.sync", "lt_over_mma_sync")):
                     if "cupy arrays, cuBLASLt" in row and who in row:
                         for kind in ("steady_s", "single_s"):
                             row[f"{key}_{kind[:-2]}"] = row[who][kind] / row["cupy arrays, cuBLASLt"][kind]
@@ -322,7 +318,7 @@ def main(argv=None) -> int:
                     "speedup_vs_scaled_mm_cupy_steady", "speedup_vs_scaled_mm_cupy_single",
                     "speedup_vs_scaled_mm_mma_sync_steady", "speedup_vs_scaled_mm_ours_steady",
                     "speedup_vs_scaled_mm_lt_steady", "speedup_vs_scaled_mm_lt_single", "lt_over_ours_steady",
-                    "lt_over_mma_sync_steady", "lt_over_hopper_steady"):
+                    "lt_over_mma_sync_steady"):
             doc["summary"][f"{mode}_geomean_{key}"] = geomean([r.get(key) for r in ok if r["scales"] == mode])
     doc["summary"]["rows_with_elements_off"] = sum(1 for r in ok if r.get("elements_off"))
     doc["summary"]["failures"] = len(doc["rows"]) - len(ok)

@@ -202,3 +202,46 @@ def test_a_framework_dtype_names_the_output_type():
     np.testing.assert_array_equal(got.float().numpy(), want.astype(ml_dtypes.bfloat16).astype(np.float32))
     with pytest.raises(TypeError, match="dtype=torch.int8 is not a dtype; a float8 product is float32"):
         pyblasgemm.matmul(a, b, scale_a=torch.tensor(0.5), scale_b=torch.ones(3), dtype=torch.int8)
+
+
+def test_fp8_guide_quotes_the_h200_run():
+    """docs/guide/fp8.rst's measured ranges are bench/results/fp8_h200_2026-11-29_e1f052c.json's
+    (one H200, every contender on the same bytes in the same run)."""
+    import json
+    import math
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    doc = json.loads((root / "bench/results/fp8_h200_2026-11-29_e1f052c.json").read_text())
+    assert doc["device"]["name"] == "NVIDIA H200" and doc["git_sha"] == "e1f052c"
+    guide = " ".join((root / "docs/guide/fp8.rst").read_text().split())
+    rows = [r for r in doc["rows"] if "failure" not in r]
+    square = [r for r in rows if r["shape"].startswith("square") and r["scales"] != "blocks"]
+    decode = [r for r in rows if "decode" in r["shape"]]
+
+    def span(values, digits=2):
+        return f"{min(values):.{digits}f}-{max(values):.{digits}f}x"
+
+    def geomean(values):
+        return math.exp(sum(map(math.log, values)) / len(values))
+
+    assert f"(cuBLASLt) {span([r['speedup_vs_scaled_mm_cupy_steady'] for r in square])} on CuPy arrays" in guide
+    assert f"and {span([r['speedup_vs_scaled_mm_steady'] for r in square])} on torch tensors" in guide
+    assert f"our wgmma kernel alone {span([r['speedup_vs_scaled_mm_ours_steady'] for r in square])}" in guide
+    assert f"ran in {span([1 / r['lt_over_ours_steady'] for r in square])} our kernels' time" in guide
+    for mode, word in (("tensor", "per-tensor scales"), ("rowwise", "row-wise")):
+        got = geomean([r["speedup_vs_scaled_mm_cupy_steady"] for r in decode if r["scales"] == mode])
+        assert f"{got:.2f}x" in guide, (mode, got)
+    plain = [r["lt_over_ours_steady"] for r in decode if r["scales"] != "blocks" and "lt_over_ours_steady" in r]
+    assert f"our kernels ran in {span(plain)} its time" in guide
+    blocks = [r for r in rows if r["scales"] == "blocks"]
+    big = [r["lt_over_ours_steady"] for r in blocks if r["shape"].startswith("square")]
+    assert f"the Hopper kernel ran {span(big)} cuBLASLt's time" in guide
+    small = [r["lt_over_hopper_steady"] for r in blocks if "decode" in r["shape"] and "lt_over_hopper_steady" in r]
+    assert f"and {span(small)} at decode" in guide
+    host = [h for h in doc["host"] if "speedup_vs_scaled_mm_host" in h]
+    assert f"{span([h['speedup_vs_scaled_mm_host'] for h in host])} ``torch._scaled_mm``'s speed" in guide
+    readme = " ".join((root / "README.md").read_text().split())
+    assert f"runs at {span([r['speedup_vs_scaled_mm_cupy_steady'] for r in square])} `torch._scaled_mm`" in readme
+    per_layer = [r["speedup_vs_scaled_mm_cupy_steady"] for r in decode if r["scales"] != "blocks"]
+    assert f"geomean, {span(per_layer)} per layer" in readme

@@ -384,10 +384,9 @@ HOPPER_BLOCK_CASES = [  # (scale_a layout, scale_b layout, m, n, k, out order)
                          ids=[f"{c[0]}-{c[1]}-{c[2]}x{c[3]}x{c[4]}-{c[5]}" for c in HOPPER_BLOCK_CASES])
 def test_block_scales_on_the_hopper_kernel(cp, monkeypatch, la, lb, m, n, k, oc):
     """Both operands K-major (torch._scaled_mm's and DeepGEMM's layout) with block scales, on
-    each kernel on the same bytes: the Hopper kernel (FAMILY = 'sm90a': wherever TMA takes the
-    rows; its promotion scales each 128-wide stage) and mma.sync (FAMILY = 'sm80'), each within
-    its bound of the float64 reference, the output poisoned first, bitwise repeatable; and the
-    rule (FAMILY None) picks the Hopper kernel above decode sizes only."""
+    each kernel on the same bytes: the Hopper kernel (the rule, FAMILY None: wherever TMA takes
+    the rows; its promotion scales each 128-wide stage) and mma.sync (FAMILY = 'sm80'), each
+    within its bound of the float64 reference, the output poisoned first, bitwise repeatable."""
     on_hopper = cp.cuda.Device().compute_capability == "90"
     rng = np.random.default_rng(zlib.crc32(f"hopper{la}{lb}{m}{n}{k}{oc}".encode()))
     a, b = _fp8(rng, (m, k), E4M3), _fp8(rng, (k, n), E4M3)
@@ -399,8 +398,7 @@ def test_block_scales_on_the_hopper_kernel(cp, monkeypatch, la, lb, m, n, k, oc)
     kw = dict(scale_a=cp.asarray(sa), scale_b=cp.asarray(sb))
     _, want, scale = reference(a, b, sa, sb)
     tma = k % 16 == 0       # TMA rows are whole 16 bytes: else mma.sync's block tile
-    for family, wgmma in (("sm90a", on_hopper and tma), ("sm80", False),
-                          (None, on_hopper and tma and min(m, n) > gpu_fp8.DECODE_ROWS)):
+    for family, wgmma in ((None, on_hopper and tma), ("sm80", False)):
         monkeypatch.setattr(gpu_fp8, "FAMILY", family)
         runs = []
         for _ in range(2):

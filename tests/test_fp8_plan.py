@@ -139,11 +139,10 @@ def test_block_products_take_the_tiles_without_spills():
 
 def test_sm90_takes_the_hopper_kernel_for_k_major_operands(monkeypatch):
     """On sm_90: both operands K-major -> the Hopper (wgmma) kernel, block scales included (its
-    promotion scales each stage: sm90_fold_block_scaled) but for block-scaled decode (mma.sync's
-    block tile; FAMILY = 'sm90a' forces the Hopper kernel there); any other layout -> mma.sync;
-    FAMILY = 'sm80' keeps mma.sync, and another value is refused. Block scales where the Hopper
-    tile does not validate fall back to mma.sync's block tile (two accumulator sets: 128 x 64),
-    not its plain one."""
+    promotion scales each stage: sm90_fold_block_scaled); any other layout -> mma.sync; FAMILY =
+    'sm80' keeps mma.sync, and another value is refused. Block scales where the Hopper tile does
+    not validate fall back to mma.sync's block tile (two accumulator sets: 128 x 64), not its
+    plain one."""
     from pyblasgemm.kernels import fp8 as gpu
 
     def family(la, lb, layouts=("tensor", "cols"), cc=(9, 0), n=4096):
@@ -154,23 +153,17 @@ def test_sm90_takes_the_hopper_kernel_for_k_major_operands(monkeypatch):
     assert family(*k_major) == "sm90a"
     assert family(*k_major, cc=(8, 9)) == "sm80"
     assert family(("row", 4096), ("row", 4096)) == "sm80"
-    assert family(*k_major, layouts=("blocks", "blocks")) == "sm80"          # m = 64: decode
-    big = plan(512, 4096, 4096, "float8_e4m3fn", "float8_e4m3fn", *k_major, "row", 4096, ("rows", "blocks"),
-               "bfloat16", 0, None, 132, (9, 0))
-    assert big.config.family == "sm90a" and big.config.bm == 128
-    monkeypatch.setattr(gpu, "FAMILY", "sm90a")
-    assert family(*k_major, layouts=("blocks", "blocks")) == "sm90a"
+    assert family(*k_major, layouts=("blocks", "blocks")) == "sm90a"         # decode too
+    assert family(*k_major, layouts=("rows", "blocks")) == "sm90a"
     assert family(("row", 4096), ("row", 4096), layouts=("blocks", "blocks")) == "sm80"    # not K-major
-    monkeypatch.setattr(gpu, "FAMILY", "sm100")
-    with pytest.raises(ValueError, match="FAMILY='sm100' must be None, 'sm80' or 'sm90a'"):
-        family(*k_major)
-    monkeypatch.setattr(gpu, "FAMILY", None)
-    assert family(("row", 4096), ("row", 4096), layouts=("blocks", "blocks")) == "sm80"
     blocked = plan(512, 4096, 4096, "float8_e4m3fn", "float8_e4m3fn", *k_major, "row", 4096, ("blocks", "blocks"),
                    "bfloat16", 0, None, 132, (9, 0))
     # lda 4100: not a whole 16-byte TMA row pitch -> the mma.sync fallback, with block scales' tile
     problem, config = gpu.problem_of(blocked._replace(lda=4100), 0, 0, 0, 1.0, 0.0, 132)
     assert config.family == "sm80" and (config.bm, config.bn) == (128, 64)
+    monkeypatch.setattr(gpu, "FAMILY", "sm90a")
+    with pytest.raises(ValueError, match="FAMILY='sm90a' must be None or 'sm80'"):
+        family(*k_major)
     monkeypatch.setattr(gpu, "FAMILY", "sm80")
     assert family(*k_major) == "sm80"
     # decode on Hopper: 64 x 64 tiles, parallel split-k; its config validates for the kind

@@ -24,9 +24,9 @@ copied (with ``beta != 0`` the old values are copied in first).
 
 Routes (:func:`choose_route`, the plan's ``route`` and ``why``). cuBLASLt's FP8 GEMM
 (:class:`pyblasgemm.backends.cublaslt.LtFp8Launch`) runs a product where it can take it and is
-the faster: on an H100 (bench/results/fp8_h100_2026-11-28_ea86fdf.json) our kernels ran
-0.52-0.59x ``torch._scaled_mm`` (which is cuBLASLt) at 4096³ / 8192³ and 0.16-0.43x on decode
-shapes, per-tensor and per-row / per-column scales alike, so every case cuBLASLt takes goes to
+the faster: on an H200 (bench/results/fp8_h200_2026-11-29_e1f052c.json) our kernels ran
+0.72-0.85x ``torch._scaled_mm`` (which is cuBLASLt) at 4096³ / 8192³, per-tensor and per-row /
+per-column scales alike, so every case above :data:`DECODE_ROWS` that cuBLASLt takes goes to
 it. It takes only the "TN" form on sm_89 / sm_90 (``a`` row-major, ``b`` column-major: both
 K-contiguous, ``torch._scaled_mm``'s layout), K and the leading dimensions multiples of 16
 bytes, 16-byte aligned pointers, not e5m2 x e5m2, per-tensor scales everywhere, per-row /
@@ -36,8 +36,8 @@ F-ordered result) and not with a float32 output, and of the activations only rel
 gelu_tanh (cuBLASLt's GELU is the tanh form), without ``preactivation_out``. The other layouts
 are not transposed for it: a float8 transpose copy is a full extra pass over an operand
 (at decode shapes the weight: more bytes than the GEMM reads), and our kernels read every
-layout in place. Block scales go to cuBLASLt above :data:`DECODE_ROWS` too (it ran 3.4-6.5x
-ours at 4096³ / 8192³ on an H100): it reads them rearranged, and :class:`LtBlockScaled`
+layout in place. Block scales go to cuBLASLt above :data:`DECODE_ROWS` too (it ran 2.15-2.44x
+ours at 4096³ / 8192³ on the H200): it reads them rearranged, and :class:`LtBlockScaled`
 rearranges them with a kernel of ours into buffers the launch owns, in the call's stream, so
 a CUDA graph holds the call (scales that are not CuPy float32 arrays of the block shapes are
 rearranged into per-call temporaries instead, which a graph cannot hold). ``backend='cublas'``
@@ -192,7 +192,7 @@ class Fp8Plan(NamedTuple):
 
         >>> plan(256, 4096, 4096, "float8_e4m3fn", "float8_e4m3fn", ("row", 4096), ("col", 4096), "row",
         ...      4096, ("tensor", "tensor"), "bfloat16", 0, None, 132, (9, 0), lt_version=130100).explain()
-        'cublaslt: cuBLASLt takes this case and ran 1.75-2.0x our kernels at 4096³ / 8192³ on an H100 (per-tensor and row-wise scales)'
+        'cublaslt: cuBLASLt takes this case and ran 1.20-1.35x our kernels at 4096³ / 8192³ on an H200 (per-tensor and row-wise scales)'
         """
         return f"{self.route}: {self.why}"
 
@@ -207,15 +207,12 @@ class Ran(NamedTuple):
 
 
 #: which kernel runs float8 products on sm_90: None (the rule of :func:`plan`: the Hopper
-#: kernel for K-major operands, but block scales at decode (at most :data:`DECODE_ROWS` rows
-#: or columns) on mma.sync), 'sm90a' (the Hopper kernel wherever it can run) or 'sm80' (always
-#: mma.sync): the tests run all three
+#: kernel for K-major operands, block scales included, else mma.sync) or 'sm80' (always
+#: mma.sync: the tests run both). Block scales on the Hopper kernel against mma.sync's block
+#: tile (H200, bench/results/fp8_h200_2026-11-29_e1f052c.json, both forced, same bytes):
+#: 0.31-0.32x its time at 4096^3 / 8192^3, 0.57-0.94x on Llama-3-8B's gate/up and down layers
+#: at M = 16 and 64, 1.06-1.16x on the 4096 x 4096 projection.
 FAMILY = None
-# Why block-scaled decode stays on mma.sync: its one-warpgroup 64 x 64 Hopper tiles wait for
-# each stage's wgmmas before the promotion, with no second warpgroup to fill the tensor cores
-# meanwhile; on an H200 (bench/results/fp8_h200_2026-11-29_60cb555.json) they ran 1.65-1.91x
-# cuBLASLt's time on Llama-3-8B's gate/up and down layers at M = 16 and 64, where mma.sync's
-# block tile ran 0.26-0.32x cuBLASLt's on an H100 (fp8_h100_2026-11-28_743700e.json).
 
 #: which route runs float8 products when ``backend=`` leaves it open: None (:func:`choose_route`'s
 #: rule), 'cublaslt' or 'ours' (forced, as ``backend='cublas'`` / ``'tensorcore'`` force them)
@@ -223,17 +220,19 @@ ROUTE = None
 #: ``backend=`` words -> the route they force
 _FORCED = {"cublas": "cublaslt", "tensorcore": "ours"}
 #: products with at most this many rows or columns (decode) stay on our kernels: there they ran
-#: 1.02-1.6x the cuBLASLt route (M = 1-64 on Llama-3-8B's projections, per-tensor and row-wise
-#: scales, replayed calls; one H100, bench/results/fp8_h100_2026-11-28_743700e.json), where at
-#: 4096³ / 8192³ cuBLASLt ran 1.75-2.0x ours
+#: 1.02-1.6x the cuBLASLt route on an H100 (M = 1-64 on Llama-3-8B's projections, per-tensor and
+#: row-wise scales, replayed calls; bench/results/fp8_h100_2026-11-28_743700e.json) and on an
+#: H200 0.71-1.12x its time (geomean 0.96 per-tensor, 0.91 row-wise; block scales 0.66-1.67x;
+#: fp8_h200_2026-11-29_e1f052c.json), where at 4096³ / 8192³ cuBLASLt ran 1.20-1.35x ours
+#: (H200; block scales 2.15-2.44x)
 DECODE_ROWS = 64
-#: why the rule picks cuBLASLt (the same file)
-_LT_FASTER = ("cuBLASLt takes this case and ran 1.75-2.0x our kernels at 4096³ / 8192³ on an H100 "
+#: why the rule picks cuBLASLt (the same files)
+_LT_FASTER = ("cuBLASLt takes this case and ran 1.20-1.35x our kernels at 4096³ / 8192³ on an H200 "
               "(per-tensor and row-wise scales)")
-_LT_BLOCKS_FASTER = ("block scales: cuBLASLt's block-scaled FP8 GEMM ran 3.4-6.5x ours at 4096³ / 8192³ on an "
-                     "H100; their relayout runs into buffers the launch owns (LtBlockScaled: capturable)")
-_OURS_FOR_DECODE = (f"at most {DECODE_ROWS} rows or columns (decode): our kernels ran 1.02-1.6x the cuBLASLt "
-                    f"route there on an H100")
+_LT_BLOCKS_FASTER = ("block scales: cuBLASLt's block-scaled FP8 GEMM ran 2.15-2.44x ours at 4096³ / 8192³ on an "
+                     "H200; their relayout runs into buffers the launch owns (LtBlockScaled: capturable)")
+_OURS_FOR_DECODE = (f"at most {DECODE_ROWS} rows or columns (decode): our kernels ran 0.71-1.12x the cuBLASLt "
+                    f"route's time there on an H200 (1.02-1.6x its speed on an H100)")
 #: activation code -> cuBLASLt's name for it (LT_EPILOGUES' keys)
 _ACTIVATION_NAMES = {a.code: a.name for a in ACTIVATIONS.values()}
 _SCALE_PAIRS = {("tensor", "tensor"): ("SCALAR_32F", "SCALAR_32F"),
@@ -356,9 +355,9 @@ def plan(m: int, n: int, k: int, a_dtype: str, b_dtype: str, la: tuple, lb: tupl
     ('row': C-ordered rows ``ldc`` apart, computed as c^T = b^T a^T; 'col': F-ordered):
     pure arithmetic, no device. The kernel's scale_m is then scale_b when ``swap`` (else
     scale_a), its scale_n the other. On sm_90 (``cc``) a product with both operands K-major
-    takes the Hopper kernel (:func:`sm90_config`), block-scaled decode excepted
-    (:data:`FAMILY` says why and forces either kernel); the caller falls back to mma.sync where
-    its TMA rules refuse the problem.
+    takes the Hopper kernel (:func:`sm90_config`), block scales included (:data:`FAMILY` =
+    'sm80' keeps mma.sync); the caller falls back to mma.sync where its TMA rules refuse the
+    problem.
     ``route`` / ``why``: :func:`choose_route` on :func:`lt_refusal` (``lt_version``: cuBLASLt's,
     None when it is not loaded; ``aligned``: all pointers 16-byte aligned; ``has_pre``: a
     ``preactivation_out``); our kernel's fields are filled either way (the fallback's).
@@ -391,10 +390,9 @@ def plan(m: int, n: int, k: int, a_dtype: str, b_dtype: str, la: tuple, lb: tupl
     ldb = max(ldb, kn if tb == "T" else k)
     blocked = "blocks" in layouts
     config = fp8_config(km, kn, k, sm_count, blocked)
-    if FAMILY not in (None, "sm80", "sm90a"):
-        raise ValueError(f"pyblasgemm.kernels.fp8.FAMILY={FAMILY!r} must be None, 'sm80' or 'sm90a'")
-    hopper = tuple(cc) == (9, 0) and (ta, tb) == ("T", "N") and FAMILY != "sm80"
-    if hopper and (FAMILY == "sm90a" or not (blocked and min(km, kn) <= DECODE_ROWS)):
+    if FAMILY not in (None, "sm80"):
+        raise ValueError(f"pyblasgemm.kernels.fp8.FAMILY={FAMILY!r} must be None or 'sm80'")
+    if tuple(cc) == (9, 0) and (ta, tb) == ("T", "N") and FAMILY is None:
         config = sm90_config(kind, km, kn, k, sm_count)
     if blocked:     # each side's layout; the mainloop promotes every 128-wide K block
         mode_a = BLOCK_MODE[{"tensor": "tensor", "rows": "vector", "blocks": "a_blocks"}[layouts[0]]]
