@@ -1,15 +1,24 @@
-"""Float8 products in the description (docs/design/fp8-in-the-plan.md, step 1) on the host: the
-description of each scale layout, transpose and output type (the swap to c^T = b^T a^T for a
-row-major result), and one key per distinct call."""
+"""Float8 products in the description and the plan (docs/design/fp8-in-the-plan.md, steps 1-2) on
+the host: the description of each scale layout, transpose and output type (the swap to
+c^T = b^T a^T for a row-major result), one key per distinct call, the planner's float8 route
+(pyblasgemm/planner/fp8.py) against the rules as they stood in kernels/fp8.py before the move
+(tests/fp8_plan_before.py) over a grid of every input the rules read, and ``plan_for`` with
+``explain()`` on FAMILIES['sm_90'] / ['sm_89']."""
 from __future__ import annotations
 
 import itertools
+import random
 
 import ml_dtypes
 import numpy as np
 import pytest
 
+import fp8_plan_before as before
 from pyblasgemm.desc import describe_fp8
+from pyblasgemm.kernels import fp8 as gpu_fp8
+from pyblasgemm.planner import fp8 as planner_fp8
+from pyblasgemm.planner import clear_plan_cache, plan_for
+from pyblasgemm.planner.arch import FAMILIES
 
 E4, E5 = "float8_e4m3fn", "float8_e5m2"
 V13 = 130100
@@ -43,6 +52,7 @@ def test_each_scale_layout_is_described_on_its_side(sa, sb, target):
     else:
         assert d.block_scales == "" and d.epilogue.scales == sides
     assert d.swap == (target == "row")
+    assert planner_fp8.call_terms(d)["layouts"] == (sa, sb)
 
 
 @pytest.mark.parametrize("oa, ob", list(itertools.product(("row", "col"), repeat=2)))
@@ -58,6 +68,9 @@ def test_each_transpose_and_the_swap(oa, ob, target):
         assert (d.prefix, d.m, d.n) == ("e4m3_e5m2", m, n)
         assert d.transa == ("T" if oa == "row" else "N") and d.transb == ("N" if ob == "col" else "T")
         assert (d.lda, d.ldb) == (_layout(oa, m, k)[1], _layout(ob, k, n)[1]) and d.epilogue.bias == "n"
+    t = planner_fp8.call_terms(d)
+    assert (t["la"], t["lb"], t["target"], t["bias_axis"]) == (_layout(oa, m, k), _layout(ob, k, n), target, "cols")
+    assert (t["a_dtype"], t["b_dtype"], t["m"], t["n"]) == (E4, E5, m, n)
 
 
 @pytest.mark.parametrize("out, size", [("float32", 4), ("float16", 2), ("bfloat16", 2),
@@ -109,3 +122,157 @@ def test_one_key_per_distinct_call():
     assert len(keys) == len(cases)
     # a result's order swaps the description: a call and its transpose are two keys, never one
     assert _desc(target="row").key != _desc(m=4096, n=16, oa="col", ob="row", target="col").key
+
+
+# ---- step 2: the planner's float8 route against the rules as they stood --------------------------
+
+SHAPES = [(1, 4096, 4096), (16, 4096, 4096), (64, 4096, 4096), (65, 4096, 4096), (4096, 16, 4096),
+          (4096, 4096, 4096), (512, 512, 512), (8192, 8192, 8192), (128, 256, 200), (96, 48, 4104)]
+PAIRS = [(E4, E4), (E4, E5), (E5, E4), (E5, E5)]
+OUTS = ["bfloat16", "float16", "float32"]
+EPILOGUES = [(0, None, False), (0, None, False), (0, None, False), (1, "cols", False), (3, None, False),
+             (3, "rows", True), (4, None, False), (0, "cols", False), (0, "rows", False), (2, "rows", False)]
+
+
+def _outcome(fn):
+    try:
+        return fn()
+    except Exception as e:              # the same refusals, word for word
+        return (type(e).__name__, str(e))
+
+
+def _grid():
+    """Every product of the brief's grid (shapes, scale layout pairs, operand orders, result
+    orders, cc, FAMILY, ROUTE, lt_version, aligned), the other inputs (types, output, epilogue,
+    backend=, a padded ld) drawn for each from a seeded generator (not cycled: a cycle would
+    lock to the inner loops' period)."""
+    draw = random.Random(36)
+    for (m, n, k), layouts, oa, ob, target, cc, family, route, ltv, aligned in itertools.product(
+            SHAPES, list(itertools.product(SCALES_A, SCALES_B)), ("row", "col"), ("row", "col"), ("row", "col"),
+            ((8, 9), (9, 0)), (None, "sm80", "sm90a"), (None, "ours", "cublaslt"), (None, V13), (True, False)):
+        a_dtype, b_dtype = draw.choice(PAIRS)
+        out = draw.choice(OUTS)
+        act, axis, pre = draw.choice(EPILOGUES)
+        backend = draw.choice((None, None, None, "auto", "tensorcore", "cublas"))
+        pad = draw.choice((0, 0, 0, 16, 3))
+        ldc = n if target == "row" else m
+        yield (m, n, k, a_dtype, b_dtype, _layout(oa, m, k, pad), _layout(ob, k, n), target, ldc, layouts, out, act,
+               axis, 132, cc), dict(lt_version=ltv, backend=backend, aligned=aligned, has_pre=pre), family, route
+
+
+def _lt_grid():
+    """The cases cuBLASLt may take (TN, aligned, cuBLASLt 13.1, nothing forced) over every shape,
+    scale layout pair, result order, cc, FAMILY, operand types, output and epilogue: the decode
+    rule, the block-scale rule and every refusal past the TN form."""
+    for (m, n, k), layouts, target, cc, family, (a_dtype, b_dtype), out, (act, axis, pre) in itertools.product(
+            SHAPES, list(itertools.product(SCALES_A, SCALES_B)), ("row", "col"), ((8, 9), (9, 0)),
+            (None, "sm80", "sm90a"), PAIRS, OUTS, EPILOGUES):
+        ldc = n if target == "row" else m
+        yield (m, n, k, a_dtype, b_dtype, ("row", k), ("col", k), target, ldc, layouts, out, act, axis, 132,
+               cc), dict(lt_version=V13, has_pre=pre), family, None
+
+
+def test_the_planner_makes_today_s_choices_for_every_input(monkeypatch):
+    """kernels.fp8.plan (the description planned by planner/fp8.py) == the rules before the move:
+    swap, kind, transposes, sizes, leading dimensions, config, EPI code, bias axis, route and why,
+    or the same exception."""
+    checked = differ = 0
+    routes = set()
+    for args, kw, family, route in itertools.chain(_grid(), _lt_grid()):
+        monkeypatch.setattr(gpu_fp8, "FAMILY", family)
+        monkeypatch.setattr(gpu_fp8, "ROUTE", route)
+        before.FAMILY, before.ROUTE = family, route
+        old = _outcome(lambda: tuple(before.plan(*args, **kw)))
+        new = _outcome(lambda: tuple(gpu_fp8.plan(*args, **kw)))
+        checked += 1
+        if isinstance(old[0], bool):        # a plan (not a refusal): its why
+            routes.add(old[-1])
+        if old != new:
+            differ += 1
+            assert old == new, (args, kw, family, route)
+    assert checked == 10 * 9 * 8 * 2 * 3 * 3 * 2 * 2 + 10 * 9 * 2 * 2 * 3 * 4 * 3 * 10 and differ == 0
+    assert {before._LT_FASTER, before._LT_BLOCKS_FASTER, before._OURS_FOR_DECODE} <= routes
+
+
+@pytest.mark.parametrize("cc", [(8, 9), (9, 0)])
+def test_the_moved_functions_keep_their_results(cc, monkeypatch):
+    """lt_refusal and sm90_config (re-exported from kernels.fp8) and choose_route (under
+    kernels.fp8.ROUTE) answer as before for the cases tests/test_fp8_lt.py names."""
+    for la, lb, layouts, ltv, aligned in itertools.product(
+            (("row", 4096), ("col", 16)), (("col", 4096), ("row", 64)), list(itertools.product(SCALES_A, SCALES_B)),
+            (None, 120800, V13), (True, False)):
+        args = (E4, E5, la, lb, "row", 4096, 4096, "bfloat16", layouts, 3, "cols", False, aligned, cc, ltv)
+        assert gpu_fp8.lt_refusal(*args) == before.lt_refusal(*args)
+    refusals = (None, "cuBLASLt has no e5m2 x e5m2 FP8 GEMM")
+    for route, backend, refusal, rows in itertools.product((None, "ours", "cublaslt", "cublas"),
+                                                           (None, "auto", "cublas", "tensorcore"), refusals,
+                                                           (None, 16, 65)):
+        monkeypatch.setattr(gpu_fp8, "ROUTE", route)
+        before.ROUTE = route
+        for layouts in (("tensor", "tensor"), ("blocks", "blocks")):
+            assert (_outcome(lambda: gpu_fp8.choose_route(refusal, layouts, backend, rows))
+                    == _outcome(lambda: before.choose_route(refusal, layouts, backend, rows)))
+    for kind, (m, n, k) in itertools.product(("e4m3", "e5m2_e4m3"), SHAPES):
+        assert gpu_fp8.sm90_config(kind, m, n, k, 132) == before.sm90_config(kind, m, n, k, 132)
+
+
+# ---- plan_for and explain() ------------------------------------------------------------------------
+
+def test_plan_for_sends_a_float8_description_to_its_route_memoized_and_explained():
+    clear_plan_cache()
+    d = _desc(m=256, layouts=("rows", "cols"))
+    p = plan_for(d, arch=FAMILIES["sm_90"], lt_version=V13)
+    assert p.backend == "cublas" and p.config is None and p.reason == f"cublaslt: {planner_fp8._LT_FASTER}"
+    assert plan_for(d, arch=FAMILIES["sm_90"], lt_version=V13) is p            # memoized
+    text = p.explain()
+    assert "plan: backend 'cublas'" in text and f"why: cublaslt: {planner_fp8._LT_FASTER}" in text
+    assert "float8 scales vector x vector in the store, to bfloat16" in text
+    assert p.candidates[0].config.family == "sm90a"                             # the fallback: ours
+    q = plan_for(d, arch=FAMILIES["sm_90"], lt_version=None)                    # cuBLASLt not loaded
+    assert q.backend == "tensorcore" and "could not be loaded" in q.explain() and q.config.family == "sm90a"
+    assert q.epilogue.code == gpu_fp8.plan(256, 4096, 4096, E4, E4, ("row", 4096), ("col", 4096), "row", 4096,
+                                           ("rows", "cols"), "bfloat16", 0, None, 132, (9, 0)).epi
+    assert plan_for(d, "tensorcore", arch=FAMILIES["sm_90"], lt_version=V13).reason == (
+        "ours: forced by backend='tensorcore'")
+
+
+def test_plan_for_keys_the_float8_settings(monkeypatch):
+    """FAMILY and ROUTE (kernels.fp8's settings) are part of the memo key: setting one replans."""
+    clear_plan_cache()
+    d = _desc(m=16, layouts=("blocks", "blocks"))
+    assert plan_for(d, arch=FAMILIES["sm_90"], lt_version=V13).config.family == "sm80"      # block-scaled decode
+    monkeypatch.setattr(gpu_fp8, "FAMILY", "sm90a")
+    assert plan_for(d, arch=FAMILIES["sm_90"], lt_version=V13).config.family == "sm90a"
+    monkeypatch.setattr(gpu_fp8, "ROUTE", "cublaslt")
+    assert plan_for(d, arch=FAMILIES["sm_90"], lt_version=V13).backend == "cublas"
+
+
+def test_plan_for_a_host_float8_description_is_the_host_s():
+    d = describe_fp8("t", E4, E4, ("row", 64), ("col", 64), "row", 4, 8, 64, 8, ("tensor", "tensor"), "float32",
+                     None, None, False, "numpy", -1, (16,), 1.0, 0.0)
+    assert plan_for(d, lt_version=V13).backend == "host"
+
+
+ROUTES_ON = [  # (family, shape m n k, call, expected backend, config family or None, words of why)
+    ("sm_90", (4096, 4096, 4096), {}, "cublas", None, "1.75-2.0x our kernels"),
+    ("sm_90", (16, 4096, 4096), {}, "tensorcore", "sm90a", "decode"),
+    ("sm_90", (4096, 4096, 4096), dict(layouts=("blocks", "blocks")), "cublas", None, "block scales"),
+    ("sm_90", (16, 4096, 4096), dict(layouts=("blocks", "blocks")), "tensorcore", "sm80", "decode"),
+    ("sm_90", (4096, 4096, 4096), dict(ob="row"), "tensorcore", "sm80", "TN form"),
+    ("sm_90", (4096, 4096, 4096), dict(a=E5, b=E5), "tensorcore", "sm90a", "e5m2 x e5m2"),
+    ("sm_89", (4096, 4096, 4096), {}, "cublas", None, "1.75-2.0x our kernels"),
+    ("sm_89", (4096, 4096, 4096), dict(layouts=("rows", "cols")), "tensorcore", "sm80", "need sm_90"),
+    ("sm_89", (16, 4096, 4096), {}, "tensorcore", "sm80", "decode"),
+    ("sm_89", (4096, 4096, 4096), dict(layouts=("blocks", "blocks")), "tensorcore", "sm80", "128-block"),
+]
+
+
+@pytest.mark.parametrize("family, shape, call, backend, config_family, words", ROUTES_ON)
+def test_the_planner_s_choices_on_hopper_and_ada(family, shape, call, backend, config_family, words):
+    m, n, k = shape
+    p = planner_fp8.plan_fp8(_desc(m, n, k, **call), FAMILIES[family], V13)
+    assert p.backend == backend and words in p.reason, p.reason
+    if config_family is not None:
+        assert p.config.family == config_family
+    else:
+        assert p.config is None and p.candidates[0].backend == "tensorcore"
