@@ -73,6 +73,9 @@ TYPE_ROWS = {
 # GemmDesc.block_scales). pyblasgemm.fp8.scaled_matmul's products, not gemm's or matmul's.
 TYPE_ROWS.update({kind: TypeRow(kind, np.dtype(getattr(ml_dtypes, a)), float32, float32, ("fp32",),
                                 np.dtype(getattr(ml_dtypes, b))) for (a, b), kind in FP8_KINDS.items()})
+#: the rows of one operand type: the BLAS routines' (``<prefix>gemm``), gemm's and matmul's (the
+#: float8 pairs are scaled_matmul's alone)
+BLAS_ROWS = {prefix: row for prefix, row in TYPE_ROWS.items() if row.b_dtype is None}
 
 
 def dtype_text(dtype) -> str:
@@ -92,11 +95,11 @@ def dtype_text(dtype) -> str:
 
 #: operand dtype -> the type row of that operand type with its own output type (gemm, matmul;
 #: not the float8 pairs: scaled_matmul's)
-ROW_BY_DTYPE = {row.ab_dtype: row for row in TYPE_ROWS.values() if row.b_dtype is None
-                and (row.ab_dtype == row.c_dtype or row.prefix == "i")}
+ROW_BY_DTYPE = {row.ab_dtype: row for row in BLAS_ROWS.values() if row.ab_dtype == row.c_dtype
+                or row.prefix == "i"}
 #: (operand dtype, output dtype) -> type row: gemm's ``out=`` and matmul's ``dtype=`` pick
 #: the mixed-precision rows with it
-ROW_BY_DTYPES = {(row.ab_dtype, row.c_dtype): row for row in TYPE_ROWS.values() if row.b_dtype is None}
+ROW_BY_DTYPES = {(row.ab_dtype, row.c_dtype): row for row in BLAS_ROWS.values()}
 
 # --- package-wide default for compute= -------------------------------------------------------
 #: the modes a package-wide float32 default may be (set_default_compute, PYBLASGEMM_FP32_COMPUTE):

@@ -83,12 +83,13 @@ def test_each_output_type_is_the_epilogue_s_and_counts_in_the_alignment(out, siz
 
 
 def test_the_rows_are_the_kernels_kinds_and_stay_out_of_gemm_s_tables():
-    from pyblasgemm._types import ROW_BY_DTYPE, ROW_BY_DTYPES, TYPE_ROWS
+    from pyblasgemm._types import BLAS_ROWS, ROW_BY_DTYPE, ROW_BY_DTYPES, TYPE_ROWS
     from pyblasgemm.kinds import FP8_KINDS
 
     rows = {p: r for p, r in TYPE_ROWS.items() if r.b_dtype is not None}
     assert {(r.ab_dtype.name, r.b_dtype.name): p for p, r in rows.items()} == FP8_KINDS
     assert all(r not in ROW_BY_DTYPE.values() and r not in ROW_BY_DTYPES.values() for r in rows.values())
+    assert set(BLAS_ROWS) == set(TYPE_ROWS) - set(rows)      # (the BLAS routines: one type each)
 
 
 def test_bad_arguments_are_named():
