@@ -268,15 +268,18 @@ def plan(m: int, n: int, k: int, a_dtype: str, b_dtype: str, la: tuple, lb: tupl
 
 
 def _activation_name(code: int) -> str | None:
-    """The activation of a device code (0: none); a code no activation has is refused as the
-    EPI argument refuses it."""
+    """The activation of a device code (0: none), or a ValueError naming the code and the codes
+    there are (``run``'s codes are ACTIVATIONS' own: a caller passing another one is wrong).
+
+    >>> _activation_name(3), _activation_name(0)
+    ('gelu_tanh', None)
+    """
     if code == 0:
         return None
     name = _ACTIVATION_NAMES.get(code)
     if name is None:
-        from .jit import EPI_ON
-
-        raise ValueError(f"activation code {code} is outside 0..{EPI_ON - 1}")
+        codes = ", ".join(f"{c}: {n}" for c, n in sorted(_ACTIVATION_NAMES.items()))
+        raise ValueError(f"activation_code={code!r} is not an activation's code (0: none, {codes})")
     return name
 
 
