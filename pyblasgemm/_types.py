@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 import ml_dtypes
 import numpy as np
 
+from .kinds import FP8_KINDS
+
 if TYPE_CHECKING:     # types only (pyblasgemm._typing)
     from ._typing import Fp32Compute
 
@@ -33,6 +35,9 @@ class TypeRow:
     c_dtype: np.dtype       # dtype of C
     scalar_dtype: np.dtype  # what alpha and beta are converted to (cuBLAS's scale type)
     computes: tuple         # accepted compute= modes; the first is the default
+    #: B's dtype on the rows of an operand pair (the float8 rows: A and B may be e4m3 or e5m2
+    #: each), None on the rows of one operand type (B is ``ab_dtype``, as A)
+    b_dtype: np.dtype | None = None
 
     @property
     def scalar_kind(self) -> str:
@@ -61,6 +66,17 @@ TYPE_ROWS = {
     "sh": TypeRow("sh", float16, float32, float32, ("fp32",)),
     "sb": TypeRow("sb", bfloat16, float32, float32, ("fp32",)),
 }
+# The float8 operand pairs, one row per kind of kinds.FP8_KINDS (named as it names them), in the
+# description's column-major terms (A is the call's b for a row-major result: c^T = b^T a^T):
+# float32 accumulation and scalars, C float32 by default (float16 / bfloat16: the epilogue's
+# ``dequantize``, as for int8); the scales are the description's (EpilogueSpec.scales,
+# GemmDesc.block_scales). pyblasgemm.fp8.scaled_matmul's products, not gemm's or matmul's.
+TYPE_ROWS.update({kind: TypeRow(kind, np.dtype(getattr(ml_dtypes, a)), float32, float32, ("fp32",),
+                                np.dtype(getattr(ml_dtypes, b))) for (a, b), kind in FP8_KINDS.items()})
+#: the rows of one operand type: the BLAS routines' (``<prefix>gemm``), gemm's and matmul's (the
+#: float8 pairs are scaled_matmul's alone)
+BLAS_ROWS = {prefix: row for prefix, row in TYPE_ROWS.items() if row.b_dtype is None}
+
 
 def dtype_text(dtype) -> str:
     """A dtype as messages name it: its name, and for a byte-swapped dtype its code and byte
@@ -77,12 +93,13 @@ def dtype_text(dtype) -> str:
     return f"{d.name} in non-native byte order ({d.str!r})"
 
 
-#: operand dtype -> the type row of that operand type with its own output type (gemm, matmul)
-ROW_BY_DTYPE = {row.ab_dtype: row for row in TYPE_ROWS.values() if row.ab_dtype == row.c_dtype
+#: operand dtype -> the type row of that operand type with its own output type (gemm, matmul;
+#: not the float8 pairs: scaled_matmul's)
+ROW_BY_DTYPE = {row.ab_dtype: row for row in BLAS_ROWS.values() if row.ab_dtype == row.c_dtype
                 or row.prefix == "i"}
 #: (operand dtype, output dtype) -> type row: gemm's ``out=`` and matmul's ``dtype=`` pick
 #: the mixed-precision rows with it
-ROW_BY_DTYPES = {(row.ab_dtype, row.c_dtype): row for row in TYPE_ROWS.values()}
+ROW_BY_DTYPES = {(row.ab_dtype, row.c_dtype): row for row in BLAS_ROWS.values()}
 
 # --- package-wide default for compute= -------------------------------------------------------
 #: the modes a package-wide float32 default may be (set_default_compute, PYBLASGEMM_FP32_COMPUTE):

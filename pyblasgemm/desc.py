@@ -16,8 +16,9 @@ from numbers import Complex, Integral, Real
 from typing import NamedTuple
 
 from . import _arrays
-from ._types import TYPE_ROWS, TypeRow, dtype_text, resolve_compute
-from .epilogue import Epilogue, check_activation
+from ._types import TYPE_ROWS, TypeRow, bfloat16, dtype_text, resolve_compute
+from .epilogue import Epilogue, EpilogueSpec, check_activation
+from .kinds import FP8_KINDS
 from ._types import resolve_compute as _resolve
 
 
@@ -86,6 +87,16 @@ class GemmDesc(NamedTuple):
     #: batch-invariant along this dimension ('m' or 'n'; '' for an ordinary problem): every
     #: element's bits are the same for any size of it and any batch (planner/invariant.py)
     invariant: str
+    #: a float8 product's block scales, applied in the mainloop as each 128-wide K block is
+    #: promoted: ``(mode of the described m side, of the n side)``, each one of
+    #: kernels.jit.BLOCK_MODE's names ('tensor', 'vector', 'a_blocks': the call's a per 1 x 128
+    #: block, 'b_blocks': b per 128 x 128); '' without block scales (they narrow the configs, as
+    #: ``invariant`` does; the store's scales are the epilogue's: EpilogueSpec.scales)
+    block_scales: object
+    #: the call's result is row-major and described as its transpose, c^T = b^T a^T (A is the
+    #: call's b): recorded by the float8 description (describe_fp8), whose route names the
+    #: call's own operands, orders and bias axis; False for the other forms' descriptions
+    swap: bool
     alpha: object       # scalars last: ``key`` drops them, plans do not depend on their values
     beta: object
 
@@ -133,14 +144,16 @@ class GemmDesc(NamedTuple):
 def describe(routine: str, row: TypeRow, compute: str, transa: str, transb: str, m: int, n: int,
              k: int, lda: int, ldb: int, ldc: int, batch: int, stride_a: int, stride_b: int,
              stride_c: int, xp: str, device: int, pointers: tuple, alpha, beta, *,
-             epilogue=None, group=None, invariant="") -> GemmDesc:
+             epilogue=None, group=None, invariant="", block_scales="", swap=False, out_dtype=None) -> GemmDesc:
     """The one constructor of a :class:`GemmDesc` from checked values: every form (BLAS, gemm,
     matmul, grouped_matmul, the planner's ``make_desc``) ends here. ``pointers``: (a, b, c)
     addresses, or ``(align,)`` for a description without arrays (the planner's); the alignment
     folds in the leading dimensions and batch strides (in elements; converted to bytes here).
     ``epilogue``: an :class:`~pyblasgemm.epilogue.EpilogueSpec`; ``group``: a :class:`GroupSpec`;
     ``invariant``: the dimension a batch-invariant problem's rows run along ('m' for a
-    column-major form, 'n' for a row-major one), '' for an ordinary problem.
+    column-major form, 'n' for a row-major one), '' for an ordinary problem. ``block_scales``,
+    ``swap``: a float8 product's (:func:`describe_fp8`); ``out_dtype``: C's type where it is not
+    the row's (a float8 product's float16 / bfloat16 result; its ldc is in those elements).
 
     Example
     -------
@@ -150,12 +163,86 @@ def describe(routine: str, row: TypeRow, compute: str, transa: str, transb: str,
     >>> d.align                                  # C's pointer is 8-byte aligned
     8
     """
-    isz, csz = row.ab_dtype.itemsize, row.c_dtype.itemsize
+    isz = row.ab_dtype.itemsize
+    csz = row.c_dtype.itemsize if out_dtype is None else np.dtype(out_dtype).itemsize
     values = (lda * isz, ldb * isz, ldc * csz, stride_a * isz, stride_b * isz, stride_c * csz)
     ptr_align = alignment(*pointers)
     return GemmDesc(routine, row.prefix, compute, transa, transb, m, n, k, lda, ldb, ldc, batch,
                     stride_a, stride_b, stride_c, xp, device, alignment(ptr_align, *values),
-                    ptr_align, epilogue, group, invariant, alpha, beta)
+                    ptr_align, epilogue, group, invariant, block_scales, swap, alpha, beta)
+
+
+#: pyblasgemm.fp8.check_scales' layout of each operand's scale -> the mode of the described side
+#: it scales: 'tensor' (one value) or 'vector' (one per row / column), in the store
+#: (EpilogueSpec.scales) or, with block scales on either side, in the mainloop
+#: (GemmDesc.block_scales, kernels.jit.BLOCK_MODE's names: 'a_blocks' 1 x 128, 'b_blocks' 128 x 128)
+FP8_SCALE_MODES = {"a": {"tensor": "tensor", "rows": "vector", "blocks": "a_blocks"},
+                   "b": {"tensor": "tensor", "cols": "vector", "blocks": "b_blocks"}}
+#: result order -> the call's bias axis -> the described C's ('m': one value per row of the described C)
+FP8_BIAS_SIDES = {"row": {"cols": "m", "rows": "n", None: None}, "col": {"cols": "n", "rows": "m", None: None}}
+#: a float8 product's result types (float32 accumulation, stored in one of these)
+FP8_OUT_TYPES = ("float32", "float16", "bfloat16")
+
+
+def describe_fp8(routine: str, a_dtype, b_dtype, a_layout: tuple, b_layout: tuple, target: str, m: int, n: int,
+                 k: int, ldc: int, layouts: tuple, out_dtype, activation: str | None, bias_axis: str | None,
+                 preactivation: bool, xp: str, device: int, pointers: tuple, alpha, beta, *,
+                 bias_align: int = 16, pre_align: int = 16) -> GemmDesc:
+    """The description of a float8 product ``(scale_a ⊙ a) @ (scale_b ⊙ b)``: a (m x k) and b
+    (k x n) held as ``a_layout`` / ``b_layout`` (``('row' | 'col', ld)``: ``x[i, j]`` at
+    ``i*ld + j`` or ``i + j*ld``), the result stored ``target`` ('row': C-ordered, ``ldc``
+    apart; 'col': F-ordered), ``layouts`` what :func:`pyblasgemm.fp8.check_scales` returned.
+    In the column-major terms of every description: a row-major result is described as
+    ``c^T = b^T a^T`` (``swap``: m is the call's n, A is b, its scales and the bias axis swap
+    sides), as the GPU route computes it. The store's scales are ``EpilogueSpec.scales``, block
+    scales ``GemmDesc.block_scales``; the output type is the epilogue's ``dequantize``.
+    ``pointers``: the (a, b, c) addresses, or ``(align,)``; ``bias_align`` / ``pre_align``:
+    the bias' and pre-activation's pointer alignment. The leading dimensions are the call's (the
+    kernel's floor, ld >= the rows it stores, is the launch's: kernels.fp8.plan).
+
+    >>> d = describe_fp8("doc", "float8_e4m3fn", "float8_e5m2", ("row", 4096), ("col", 4096), "row", 16, 4096,
+    ...                  4096, 4096, ("rows", "tensor"), "bfloat16", None, "cols", False, "cupy", 0, (256,), 1.0, 0.0)
+    >>> d.prefix, d.transa, d.transb, (d.m, d.n, d.k), d.swap, d.epilogue.scales, d.epilogue.bias
+    ('e5m2_e4m3', 'T', 'N', (4096, 16, 4096), True, ('tensor', 'vector'), 'm')
+    >>> describe_fp8("doc", "float8_e4m3fn", "float8_e4m3fn", ("row", 256), ("col", 256), "col", 16, 48, 256, 16,
+    ...              ("blocks", "blocks"), "float32", None, None, False, "cupy", 0, (256,), 1.0, 0.0).block_scales
+    ('a_blocks', 'b_blocks')
+    """
+    names = tuple(d if isinstance(d, str) else np.dtype(d).name for d in (a_dtype, b_dtype))
+    if names not in FP8_KINDS:
+        raise TypeError(f"{routine}: a float8 product's operands are float8_e4m3fn or float8_e5m2 each; "
+                        f"got {names[0]} @ {names[1]}")
+    if target not in FP8_BIAS_SIDES:
+        raise ValueError(f"{routine}: target={target!r} must be 'row' (C-ordered) or 'col' (F-ordered)")
+    for name, held in (("a_layout", a_layout), ("b_layout", b_layout)):
+        if held[0] not in ("row", "col"):
+            raise ValueError(f"{routine}: {name}={held!r} must be ('row' | 'col', leading dimension)")
+    for side, word in zip("ab", layouts):
+        if word not in FP8_SCALE_MODES[side]:
+            raise ValueError(f"{routine}: the scale_{side} layout {word!r} must be one of "
+                             f"{', '.join(map(repr, FP8_SCALE_MODES[side]))} (fp8.check_scales')")
+    out_name = out_dtype if isinstance(out_dtype, str) else np.dtype(out_dtype).name
+    if out_name not in FP8_OUT_TYPES:
+        raise TypeError(f"{routine}: a float8 product's result is {', '.join(FP8_OUT_TYPES)}; got {out_name}")
+    if bias_axis not in FP8_BIAS_SIDES[target]:
+        raise ValueError(f"{routine}: bias_axis={bias_axis!r} must be 'cols', 'rows' or None")
+    swap = target == "row"
+    (la, lda), (lb, ldb) = a_layout, b_layout
+    if swap:        # c^T (n x m, column-major) = b^T a^T: the described A is b (K-major when b is column-major)
+        kind, km, kn = FP8_KINDS[names[::-1]], n, m
+        ta, lda, tb, ldb = ("T" if lb == "col" else "N"), ldb, ("N" if la == "row" else "T"), lda
+    else:           # c (m x n, column-major) = a b
+        kind, km, kn = FP8_KINDS[names], m, n
+        ta, tb = ("T" if la == "row" else "N"), ("N" if lb == "col" else "T")
+    modes = (FP8_SCALE_MODES["a"][layouts[0]], FP8_SCALE_MODES["b"][layouts[1]])
+    modes = modes[::-1] if swap else modes              # (the described m side's, the n side's)
+    blocked = "blocks" in layouts       # then every side is promoted per 128-wide K block; the store scales nothing
+    axis = FP8_BIAS_SIDES[target][bias_axis]
+    epilogue = EpilogueSpec(activation, axis, bias_align if axis else 0, bool(preactivation),
+                            pre_align if preactivation else 0, out_name, scales=() if blocked else modes)
+    return describe(routine, TYPE_ROWS[kind], "fp32", ta, tb, km, kn, k, lda, ldb, ldc, 1, 0, 0, 0, xp, device,
+                    pointers, alpha, beta, epilogue=epilogue, block_scales=modes if blocked else "", swap=swap,
+                    out_dtype=bfloat16 if out_name == "bfloat16" else np.dtype(out_name))
 
 
 class GroupSpec(NamedTuple):

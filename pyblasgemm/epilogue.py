@@ -243,8 +243,12 @@ class EpilogueSpec(NamedTuple):
     bias_align: int                # the bias pointer's alignment in bytes (<= 16; 0: no bias)
     preactivation: bool            # the value before the activation is written too (at C's offsets)
     pre_align: int                 # its pointer's alignment (0: none)
-    dequantize: str | None = None  # int8 products scaled per row / column to this float type
+    dequantize: str | None = None  # int8 / float8 products scaled per row / column to this float type
     blocker: str = ""              # why no fused route can take these arrays ('': none)
+    #: a float8 product's scales the store reads, ``(of the described m side, of the n side)``,
+    #: each 'tensor' (one value) or 'vector' (one per row / column of the described C); () for
+    #: block scales (the mainloop's: GemmDesc.block_scales) and for other products
+    scales: tuple = ()
 
     @property
     def code(self) -> int:
@@ -253,8 +257,10 @@ class EpilogueSpec(NamedTuple):
 
     def describe(self) -> str:
         parts = []
-        if self.dequantize:
-            parts.append(f"int8 dequantized to {self.dequantize}")
+        if self.scales:
+            parts.append(f"float8 scales {self.scales[0]} x {self.scales[1]} in the store, to {self.dequantize}")
+        elif self.dequantize:       # int8 per row / column, or float8 block-scaled in the mainloop
+            parts.append(f"dequantized to {self.dequantize}")
         if self.bias:
             parts.append(f"bias per {'row' if self.bias == 'm' else 'column'} of the described C")
         if self.activation:

@@ -13,7 +13,7 @@ import pyblasgemm
 from _ref import C_DTYPES, TOLERANCE, col_major, expected, check_close, op, random_array
 from conftest import XP_PARAMS, to_host
 
-ROUTINES = {p: getattr(pyblasgemm, p + "gemm") for p in pyblasgemm._types.TYPE_ROWS}
+ROUTINES = {p: getattr(pyblasgemm, p + "gemm") for p in pyblasgemm._types.BLAS_ROWS}
 COMPUTES = [(p, c) for (p, c) in TOLERANCE if c != "3xtf32"] + [("s", "3xtf32")]
 TRANS = ["NN", "NT", "TN", "TT"]
 SHAPES = [(1, 1, 1), (7, 5, 3), (33, 17, 9), (2, 31, 13), (64, 1, 40)]
@@ -100,7 +100,7 @@ def test_blas_large(xp_name, prefix, compute, m, n, k):
 
 
 @pytest.mark.parametrize("xp_name", XP_PARAMS)
-@pytest.mark.parametrize("prefix", list(pyblasgemm._types.TYPE_ROWS))
+@pytest.mark.parametrize("prefix", list(pyblasgemm._types.BLAS_ROWS))
 @pytest.mark.parametrize("m,n,k,alpha,beta", [
     (0, 5, 3, 1, 1), (5, 0, 3, 1, 0), (4, 5, 0, 1, 0), (4, 5, 0, 1, 2), (4, 5, 0, 1, 1),
     (4, 5, 3, 0, 1), (4, 5, 3, 0, 0), (4, 5, 3, 0, 3),

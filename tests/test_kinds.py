@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from pyblasgemm import kinds
-from pyblasgemm._types import TYPE_ROWS
+from pyblasgemm._types import BLAS_ROWS, TYPE_ROWS
 from pyblasgemm.kinds import KERNEL_KINDS, ROUTES
 
 INCLUDE = pathlib.Path(kinds.__file__).resolve().parent / "kernels" / "include"
 _HEADERS = "\n".join(p.read_text() for p in INCLUDE.rglob("*.cuh"))
 _DECLARED = set(re.findall(r"(?:struct|typedef [^;]*?)\s+(\w+)\s*(?:[:{;<]|$)", _HEADERS, re.M))
 
-ROUTINE_MODES = [(p, c) for p, row in TYPE_ROWS.items() for c in row.computes]
+ROUTINE_MODES = [(p, c) for p, row in BLAS_ROWS.items() for c in row.computes]
 
 
 @pytest.mark.parametrize("prefix, compute", ROUTINE_MODES)

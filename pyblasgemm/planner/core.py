@@ -47,13 +47,17 @@ _cache = get_plan_cache()
 
 
 def plan_for(desc: GemmDesc, backend: str | None = None, *, autotune: bool | None = None,
-             arch: ArchSpec | None = None) -> Plan:
+             arch: ArchSpec | None = None, lt_version="loaded") -> Plan:
     """The plan for ``desc``; memoized on (problem key, requested backend).
 
     ``backend`` forces one (else ``PYBLASGEMM_BACKEND``, else 'auto'); ``autotune=True`` times
     the best candidates on the GPU once and persists the winner (see
     :func:`pyblasgemm.planner.tune`); ``arch`` plans for a given spec instead of the device's.
-    A repeated call costs one dict lookup.
+    A float8 description (:func:`pyblasgemm.desc.describe_fp8`) takes the planner's float8 route
+    (:func:`pyblasgemm.planner.fp8.plan_fp8`) on ``arch`` and cuBLASLt's version ``lt_version``
+    (a machine fact: 'loaded', the library this process loads, or a version, or None for none),
+    under ``kernels.fp8.FAMILY`` / ``ROUTE``, all of them in its key. A repeated call costs one
+    dict lookup.
 
     Example::
 
@@ -62,6 +66,8 @@ def plan_for(desc: GemmDesc, backend: str | None = None, *, autotune: bool | Non
         >>> plan_for(make_desc(64, 64, 64, "float64", xp="numpy")).backend
         'host'
     """
+    if desc.row.b_dtype is not None:        # a float8 pair (its scales in the description)
+        return _fp8_plan_for(desc, backend, arch, lt_version)
     key = ("plan", desc.key, backend, autotune, arch if arch is None else arch.key)
     plan = _cache.get(key)
     if plan is not None:
@@ -84,6 +90,38 @@ def plan_for(desc: GemmDesc, backend: str | None = None, *, autotune: bool | Non
     # a new plan only (a memoized one returned above): the cold path's one log line
     log.debug("plan %s for %s %s%s m=%d n=%d k=%d batch=%d (%s): %s", plan, desc.routine,
               desc.transa, desc.transb, desc.m, desc.n, desc.k, desc.batch, desc.xp, plan.reason)
+    if s.print_plans:
+        print(plan.explain(), file=sys.stderr)
+    if s.cache:
+        _cache.put(key, plan)
+    return plan
+
+
+def _fp8_plan_for(desc: GemmDesc, backend: str | None, arch: ArchSpec | None, lt_version) -> Plan:
+    """:func:`plan_for` of a float8 description: the host's plan for NumPy arrays (exact block
+    sums: pyblasgemm.fp8.scaled_product), else the planner's float8 route, memoized."""
+    from ..kernels import fp8 as settings      # FAMILY, ROUTE: the float8 route's settings
+    from .fp8 import plan_fp8
+
+    if lt_version == "loaded":
+        lt_version = settings.lt_version()
+    key = ("plan", desc.key, backend, arch if arch is None else arch.key, settings.FAMILY, settings.ROUTE, lt_version)
+    plan = _cache.get(key)
+    if plan is not None:
+        return plan
+    s = current_settings()
+    requested = backend or s.backend
+    if backend is None:     # the environment forced it: its message names the variable
+        check_backend_place(desc.routine, s.backend, desc.xp, name="PYBLASGEMM_BACKEND")
+    if desc.xp == "numpy" and requested in ("auto", "host"):
+        plan = Plan("host", "NumPy arrays run on the host (pyblasgemm.fp8.scaled_product: exact block sums)",
+                    source="host", problem=desc)
+    else:
+        check_backend_place(desc.routine, requested, desc.xp)
+        forced = requested if requested in ("cublas", "tensorcore") else None
+        plan = plan_fp8(desc, _arch(desc, arch), lt_version, forced, settings.FAMILY, settings.ROUTE)
+    log.debug("plan %s for %s float8 %s%s m=%d n=%d k=%d (%s): %s", plan, desc.routine, desc.transa, desc.transb,
+              desc.m, desc.n, desc.k, desc.xp, plan.reason)
     if s.print_plans:
         print(plan.explain(), file=sys.stderr)
     if s.cache:

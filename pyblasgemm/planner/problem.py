@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._types import ROW_BY_DTYPE, TYPE_ROWS, resolve_compute
+from .._types import BLAS_ROWS, ROW_BY_DTYPE, TYPE_ROWS, resolve_compute
 from ..desc import GemmDesc, check_dim, check_trans, describe
 from ..epilogue import EpilogueSpec, check_activation
 from ..kinds import ROUTES, base_compute
@@ -24,7 +24,7 @@ DTYPE_ALIASES = {"f16": "h", "fp16": "h", "half": "h", "float16": "h", "bf16": "
                  "float64": "d", "double": "d", "i8": "i", "int8": "i", "s8": "i", "c64": "c",
                  "complex64": "c", "c128": "z", "complex128": "z", "tf32": "s", "3xtf32": "s",
                  "f16_out32": "sh", "bf16_out32": "sb"}
-for _p in TYPE_ROWS:
+for _p in BLAS_ROWS:       # (a float8 pair is described with its scales: desc.describe_fp8)
     DTYPE_ALIASES.setdefault(_p, _p)
 
 _KINDS = {key: r.kernel_kind for key, r in ROUTES.items() if r.kernel_kind is not None}
