@@ -209,7 +209,7 @@ class Ran(NamedTuple):
 #: kernel for K-major operands, block scales included, else mma.sync) or 'sm80' (always
 #: mma.sync: the tests run both). Block scales on the Hopper kernel against mma.sync's block
 #: tile (H200, bench/results/fp8_h200_2026-11-29_e1f052c.json, both forced, same bytes):
-#: 0.31-0.32x its time at 4096^3 / 8192^3, 0.57-0.94x on Llama-3-8B's gate/up and down layers
+#: 0.31-0.32x its time at 4096^3 / 8192^3, 0.62-0.88x on Llama-3-8B's gate/up and down layers
 #: at M = 16 and 64, 1.06-1.16x on the 4096 x 4096 projection.
 FAMILY = None
 
