@@ -77,7 +77,8 @@ def sampled_run(call, seconds: float, sync) -> tuple:
     import threading
 
     proc = subprocess.Popen(["nvidia-smi", f"--query-gpu={','.join(FIELDS)}", "--format=csv,noheader,nounits",
-                             "-lms", "50", "-i", str(int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]))],
+                             # the first visible device (an index or a UUID: nvidia-smi -i takes both)
+                             "-lms", "50", "-i", os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()],
                             stdout=subprocess.PIPE, text=True)
     samples, t0 = [], time.perf_counter()
 
