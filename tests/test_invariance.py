@@ -443,3 +443,13 @@ def test_the_guide_quotes_the_measured_cost_and_the_tile_experiment():
     readme = " ".join((root / "README.md").read_text().split())
     assert (f"cost {fam['summary']['geomean_invariant_vs_auto']:.2f}x `auto`'s time on "
             f"{len(fam['layers'])} model-corpus layers") in readme
+    # the latest run is quoted beside the one that chose the class, with its decode rows
+    latest = json.loads((res / "invariance_h200_2026-11-28_c185bce.json").read_text())
+    assert latest["summary"]["bits_hold_everywhere"]
+    worst = [r["invariant_vs_auto"] for r in latest["layers"] if r["m"] <= 4 and r["invariant_vs_auto"] > 1.5]
+    quoted = f"{latest['summary']['geomean_invariant_vs_auto']:.2f}x"
+    assert f"took {quoted}" in guide and f"{quoted} in the latest run" in readme
+    span = f"{min(worst):.1f}-{max(worst):.1f}x"
+    assert f"took {span}" in guide and f"decode rows took {span}" in readme
+    split = json.loads((res / "invariance_split_h200_2026-11-29_bc8faf6.json").read_text())
+    assert split["corpus_with_split"]["summary"]["bits_hold_everywhere"] and len(split["sweep"]) == 42
