@@ -19,8 +19,10 @@ Three forms, as mixture-of-experts layers and batched solvers need them:
 
 Every problem is :func:`pyblasgemm.gemm`'s product and takes its epilogue keywords (one
 ``bias`` per group: a list in the list form, a ``(groups, n)`` array in the expert forms).
-Types: float16 and bfloat16 (16-bit results, as ``torch._grouped_mm``), float32, float64, and
-int8 (an int32 result, or dequantized with ``scale_a`` / ``scale_b`` to float).
+Types: float16 and bfloat16 (16-bit results, as ``torch._grouped_mm``), float32, float64,
+int8 (an int32 result, or dequantized with ``scale_a`` / ``scale_b`` to float), and float8
+(``float8_e4m3fn`` / ``float8_e5m2`` with their scales: the float8 guide's "Grouped float8
+products").
 
 How it runs: on a GPU, float16 / bfloat16 / int8 groups of row-major operands (unit stride
 along rows, 16-byte aligned rows or not) can run as **one persistent launch** of our mma.sync
@@ -72,7 +74,7 @@ if TYPE_CHECKING:     # types only: importing pyblasgemm imports none of these
 
     from ._typing import Activation, Backend, Compute, NDArray
 
-from . import _arrays, arrays, calls, streams
+from . import _arrays, _grouped_fp8, arrays, calls, streams
 from ._layout import may_overlap
 from ._types import ROW_BY_DTYPE, ROW_BY_DTYPES, dtype_text, resolve_compute
 from .desc import GroupSpec, alignment, check_backend, check_epilogue, check_same_place, describe
@@ -316,12 +318,14 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
         the grouped tile are chosen for groups of that many rows. It never changes which rows
         are computed.
     out : list of arrays, or an (M, n) array in the expert form, optional
-    dtype : the result type of a dequantized int8 product (float16, bfloat16, float32)
+    dtype : the result type of a dequantized int8 or a float8 product (float16, bfloat16, float32)
     bias, activation, scale_a, scale_b, compute, backend, stream
         As for :func:`pyblasgemm.gemm` (``stream``: where the GPU work is enqueued, default
         the current stream of the arrays' framework), per group: ``bias``, ``scale_a``, ``scale_b`` are
         lists in the list form; in the expert form ``bias`` and ``scale_b`` are
         ``(groups, n)`` arrays and ``scale_a`` an ``(M,)`` array (one scale per token).
+        float8 operands take the float8 scale layouts per group (the float8 guide, "Grouped
+        float8 products").
     invariant : bool, optional
         Batch-invariant: each row of every result has the bits :func:`pyblasgemm.gemm`
         with ``invariant=True`` gives it alone, whatever the groups' sizes (the problems then
@@ -363,6 +367,9 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
                     backend, stream, invariant, masked_m, expected_m)
     if door is not None:
         return door[0]
+    if _grouped_fp8.is_fp8_call(a, b):
+        return _fp8(a, b, offsets, masked_m, out, dtype, bias, activation, scale_a, scale_b, compute,
+                    backend, stream, invariant)
     kw = dict(activation=activation, compute=compute, backend=backend, stream=stream,
               invariant=invariant)
     # one grouped launch tiles the problems together: an invariant call runs them one by one
@@ -649,6 +656,38 @@ def _masked(a, b, masked_m, expected_m, out, dtype, bias, activation, scale_a, s
                  scale_a=None if scale_a is None else scale_a[g, :rows],
                  scale_b=None if scale_b is None else scale_b[g])
     return out
+
+
+def _fp8(a, b, offsets, masked_m, out, dtype, bias, activation, scale_a, scale_b, compute, backend, stream,
+         invariant):
+    """:func:`grouped_matmul` on float8 operands (:mod:`pyblasgemm._grouped_fp8`): the form's
+    arguments checked as for the other types, GPU offsets or counts read back, then the groups'
+    scaled products."""
+    if compute is not None:
+        raise ValueError(f"grouped_matmul: compute={compute!r} does not apply to float8 operands (their "
+                         f"products accumulate in float32)")
+    invariant = resolve_invariant("grouped_matmul", invariant)
+    kw = dict(out=out, dtype=dtype, bias=bias, activation=activation, scale_a=scale_a, scale_b=scale_b,
+              backend=backend, stream=stream, invariant=invariant)
+    if offsets is None and masked_m is None:
+        if not isinstance(a, (list, tuple)) or not isinstance(b, (list, tuple)) or len(a) != len(b):
+            raise TypeError("grouped_matmul: give a and b as lists of 2-D arrays of one length, or a (M, k) "
+                            "a, a (groups, k, n) b and offsets=")
+        for name, v in (("bias", bias), ("scale_a", scale_a), ("scale_b", scale_b), ("out", out)):
+            if v is not None and (not isinstance(v, (list, tuple)) or len(v) != len(a)):
+                raise ValueError(f"grouped_matmul: {name} must be a list with one entry per problem "
+                                 f"({len(a)})")
+        return _grouped_fp8.grouped_fp8(a, b, **kw)
+    if getattr(b, "ndim", None) != 3 or getattr(a, "ndim", None) != (2 if masked_m is None else 3) or \
+            a.shape[-1] != b.shape[1] or (masked_m is not None and a.shape[0] != b.shape[0]):
+        form = ("a (M, k) and b (groups, k, n)" if masked_m is None else
+                "a (groups, max_m, k) and b (groups, k, n)")
+        raise ValueError(f"grouped_matmul: the {'expert form' if masked_m is None else 'masked layout'} needs "
+                         f"{form}; got {getattr(a, 'shape', None)} and {getattr(b, 'shape', None)}")
+    if masked_m is not None:
+        # (the groups run as separate products: GPU counts are read back here)
+        return _grouped_fp8.grouped_fp8(a, b, counts=_check_masked_m(masked_m, b.shape[0], a.shape[1]), **kw)
+    return _grouped_fp8.grouped_fp8(a, b, ends=_check_offsets(offsets, a.shape[0], b.shape[0]), **kw)
 
 
 def _masked_launch(a, b, x, y, sa, counts, on_device, expected, key, bias, activation, scale_b, dequant,
