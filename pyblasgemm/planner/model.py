@@ -643,10 +643,15 @@ GROUPED_EFFICIENCY = 0.55
 ONE_LAUNCH_S = 60e-6
 
 
-def grouped_times(sizes, kind: str, arch: ArchSpec) -> tuple:
+#: the Hopper grouped walk's mainloop (wgmma): this fraction of the chip's best peak
+SM90_GROUPED_EFFICIENCY = 0.6
+
+
+def grouped_times(sizes, kind: str, arch: ArchSpec, hopper: bool = False) -> tuple:
     """(one persistent launch, a loop of GEMMs) predicted seconds for problems of ``sizes``
     ((m, n, k) each) of kernel kind ``kind``: many small groups make the loop host-bound, a few
-    large ones favour cuBLAS's wgmma over our mma.sync mainloop.
+    large ones favour cuBLAS's wgmma over our mma.sync mainloop. ``hopper``: the one launch is
+    the Hopper grouped walk (wgmma: :data:`SM90_GROUPED_EFFICIENCY` of the best peak).
 
     Example::
 
@@ -655,7 +660,8 @@ def grouped_times(sizes, kind: str, arch: ArchSpec) -> tuple:
         >>> one < loop                    # 64 small experts: the loop pays 64 host calls
         True
     """
-    ours = GROUPED_EFFICIENCY * arch.mma_sync_peak(kind)
+    ours = (SM90_GROUPED_EFFICIENCY * arch.best_peak(kind) if hopper
+            else GROUPED_EFFICIENCY * arch.mma_sync_peak(kind))
     theirs = LOOP_EFFICIENCY * arch.best_peak(kind)
     flops = [(2.0 * m * n * max(k, 1), m > 0 and n > 0) for m, n, k in sizes]
     one = sum(f for f, _ in flops) / ours + ONE_LAUNCH_S
