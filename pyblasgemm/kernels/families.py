@@ -496,10 +496,11 @@ class HopperFamily(KernelFamily):
         return sm90.Sm90Launch(problem, spec, kern, red, dev_id, epilogue)
 
 
-#: the grouped walk's static shared memory beside the dynamic (scan_groups' arrays in
-#: impls/grouped_offsets.cuh: 8 bytes a thread and ~0.4 KB of scratch)
 def _sm90_grouped_static_smem(threads: int) -> int:
-    return 8 * threads + 8 * 32 + 4 * 32 + 16
+    """The grouped walk's static shared memory beside the dynamic: scan_groups' arrays
+    (impls/grouped_offsets.cuh: 8 bytes a thread and ~0.4 KB of scratch) in ptxas's 1 KB
+    units (ptxas: 3072 bytes for 256 threads)."""
+    return -(-(8 * threads + 8 * 32 + 4 * 32 + 16) // 1024) * 1024
 
 
 def _validate_sm90_grouped(c: KernelConfig, kind: str, max_smem: int) -> tuple[bool, str]:
