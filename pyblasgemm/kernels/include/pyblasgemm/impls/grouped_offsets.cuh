@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(1024) grouped_offsets_kernel(
   auto write_row = [&](int g, long long start, long long end, int tile_begin) {
     table[g] = layout.problem(g, start, end - start, tile_begin);
   };
-  const int tiles = scan_groups<1024>(offsets, groups, rows, group_rows, m, tiles_m, bn, write_row);
+  const int tiles = scan_groups<1024, Off>(offsets, groups, rows, group_rows, m, tiles_m, bn, write_row);
   if (threadIdx.x == 0) *total = tiles;
 }
 
