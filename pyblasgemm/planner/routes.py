@@ -234,7 +234,7 @@ def group_plan(desc, requested: str, arch: ArchSpec) -> Plan:
     mean_rows = sum(n for _, n, _ in g.sizes) / max(len(g.sizes), 1)
     hopper = hopper_grouped_config(kind, mean_rows)
     hopper_blocker = _hopper_walk_blocker(desc, kind, arch, hopper)
-    one, loop = M.grouped_times(g.sizes, kind, arch, hopper=not hopper_blocker)
+    one, loop = M.grouped_times(g.sizes, kind, arch, hopper=not hopper_blocker, device_sizes=g.device_sizes)
     hopper_label = "one persistent launch of the Hopper grouped walk (wgmma + TMA)"
     if hopper_blocker:
         options = (RouteOption("one launch", one_label, one, f"{g.live} problems"),
