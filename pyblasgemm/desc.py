@@ -260,6 +260,7 @@ class GroupSpec(NamedTuple):
     ab_align: int           # alignment of every operand pointer and leading dimension (bytes, <= 16)
     c_align: int            # the same over the outputs
     blocker: str            # why the arrays keep the group off our one-launch kernel ('': none)
+    device_sizes: bool = False  # the expert form with its sizes on the GPU (the sizes are nominal)
 
     @property
     def live(self) -> int:

@@ -810,7 +810,8 @@ def _blocker(x0, out_dtype, dequant: bool, compute) -> str:
     return ""
 
 
-def _describe(form, x0, out_dtype, sizes, cols, blocker, activation, has_bias, dequant, compute):
+def _describe(form, x0, out_dtype, sizes, cols, blocker, activation, has_bias, dequant, compute,
+              device_sizes=False):
     """The GemmDesc of a grouped call: its GroupSpec (sizes, alignment classes from the table's
     columns, what keeps it off the kernel) and its epilogue, in the kernel's column-major terms
     (``outᵀ = bᵀ aᵀ``: a problem's m is the user's n, the bias one value per m index)."""
@@ -828,7 +829,7 @@ def _describe(form, x0, out_dtype, sizes, cols, blocker, activation, has_bias, d
                                                   (cols["ldc"][live] * ob).astype(np.uint64),
                                                   np.zeros(1, np.uint64)]))
         ab_align, c_align = alignment(int(ab)), alignment(int(cc))
-    group = GroupSpec(form, sizes, ab_align, c_align, blocker)
+    group = GroupSpec(form, sizes, ab_align, c_align, blocker, device_sizes)
     epi = None
     if dequant or has_bias or activation is not None:
         epi = EpilogueSpec(activation, "m" if has_bias else None, 16 if has_bias else 0, False, 0,
@@ -934,7 +935,7 @@ def _on_device(a, b, on_device, out, bias, scale_a, scale_b, activation, dequant
     cols = _expert_columns(a, b, nominal, out, bias, scale_a, scale_b, starts)
     sizes = tuple((n, e - s0, k) for s0, e in zip(starts, nominal))
     desc = _describe("experts", a, out.dtype, sizes, cols, "", activation, bias is not None, dequant,
-                     compute)
+                     compute, device_sizes=True)
     lda, ldb, ldc = layout
     values = dict(_expert_bases(a, b, out, bias, scale_a, scale_b), w_group_bytes=b.strides[0], x_row_bytes=a.strides[0],
                   out_row_bytes=out.strides[0], bias_group_bytes=0 if bias is None else bias.strides[0],

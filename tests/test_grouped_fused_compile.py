@@ -86,3 +86,16 @@ def test_argument_block_and_group_cap_match_the_header():
     # the table kernel's arguments, less the table and its count, then group_m
     assert FUSED_FIELDS[:-1] == [f for f in OFFSETS_FIELDS if f[0] not in ("table", "total")]
     assert int(re.search(r"kFusedMaxGroups = (\d+);", src).group(1)) == FUSED_MAX_GROUPS
+
+
+@pytest.mark.parametrize("offsets_bytes", [4, 8])
+def test_the_table_kernel_compiles_for_both_offset_types(offsets_bytes):
+    """The two-launch form's table kernel (impls/grouped_offsets.cuh) for int32 and int64
+    offsets: scan_groups is shared with the one-launch kernel and the Hopper walk, so a change
+    to its template shows here without a GPU (a missed deduction once reached the device)."""
+    from pyblasgemm.kernels.grouped import _OFFSETS_NAMES, _OFFSETS_SOURCE
+
+    name = _OFFSETS_NAMES[offsets_bytes]
+    _, log, lowered = jit.compile_program(_OFFSETS_SOURCE, "grouped_offsets.cu", [name], "sm_80")
+    res = jit.ptxas_resources(log)
+    assert lowered[name] in res and res[lowered[name]]["spill_stores"] == 0, log

@@ -126,13 +126,13 @@ def test_host_arrays_take_the_unfused_route_and_last_route_reads_it():
     assert p.backend == "host" and p.epilogue.line == last_route()
 
 
-def _group(sizes, dtype="f16", blocker="", ab_align=16, epilogue=None):
+def _group(sizes, dtype="f16", blocker="", ab_align=16, epilogue=None, device_sizes=False):
     row = TYPE_ROWS[{"f16": "h", "i8": "i"}[dtype]]
     m, n, k = (max(s[i] for s in sizes) for i in range(3))
     one, zero = (1, 0) if row.prefix == "i" else (1.0, 0.0)
     return describe("grouped_matmul", row, "int32" if row.prefix == "i" else "fp32", "N", "N", m, n, k,
                     m, k, m, len(sizes), 0, 0, 0, "cupy", 0, (16,), one, zero, epilogue=epilogue,
-                    group=GroupSpec("experts", tuple(sizes), ab_align, 16, blocker))
+                    group=GroupSpec("experts", tuple(sizes), ab_align, 16, blocker, device_sizes))
 
 
 def test_a_group_is_one_launch_when_many_small_problems_make_the_loop_host_bound():
@@ -184,6 +184,43 @@ def test_a_grouped_launch_takes_the_small_tile_when_its_groups_average_few_rows(
     assert small.group.launch_key == edge.group.launch_key != large.group.launch_key
     int8 = plan_for(_group([(128, 16, 256)] * 64, "i8"), "tensorcore")
     assert int8.config == GROUPED_CONFIGS["s8"]          # (no small tile for int8)
+
+
+def test_device_sizes_on_sm90_take_the_hopper_walk_by_the_groups_mean_rows():
+    """The expert form with its sizes on the GPU runs the Hopper grouped walk on sm_90 (the
+    plan's config is a Hopper grouped tile, explain() names the walk and lists the mma.sync walk
+    beside it); its tile follows the groups' mean rows; host sizes, another arch, misaligned
+    operands, int8, more than SM90_MAX_GROUPS groups and a dequantizing store keep the mma.sync
+    walk, each with its reason in explain()."""
+    from pyblasgemm.kernels.config import SM90_GROUPED_CONFIGS, SM90_MAX_GROUPS
+    from pyblasgemm.kernels.grouped import GROUPED_SMALL_CONFIGS, HOPPER_MEDIUM_ROWS, HOPPER_SMALL_ROWS
+
+    tiles = SM90_GROUPED_CONFIGS["f16"]
+    small = plan_for(_group([(1024, 31, 1024)] * 64, device_sizes=True))
+    assert small.config == tiles["small"] and small.group.kind == "one launch" and small.backend == "tensorcore"
+    assert "Hopper grouped walk" in small.group.line and tiles["small"].name in small.group.line
+    text = small.explain()
+    assert "Hopper grouped walk (wgmma + TMA)" in text and "the Hopper walk runs this group" in text
+    medium = plan_for(_group([(2048, HOPPER_SMALL_ROWS + 1, 2048)] * 32, device_sizes=True))
+    # 8 large experts (the H200 bench's layer): the loop would read the sizes back first
+    large = plan_for(_group([(4096, 2154, 4096)] * 8, device_sizes=True))
+    assert large.group.kind == "one launch" and HOPPER_MEDIUM_ROWS < 2154
+    assert plan_for(_group([(4096, 2154, 4096)] * 8)).group.kind == "loop"       # host sizes: the loop
+    assert medium.config == tiles["medium"] and large.config == tiles["large"]
+    assert len({small.group.launch_key, medium.group.launch_key, large.group.launch_key}) == 3
+    for why, plan in (("host", plan_for(_group([(1024, 31, 1024)] * 64))),
+                      ("16-byte aligned", plan_for(_group([(1024, 31, 1024)] * 64, ab_align=8, device_sizes=True))),
+                      ("groups >", plan_for(_group([(128, 3, 128)] * (SM90_MAX_GROUPS + 1), device_sizes=True))),
+                      ("float16 and bfloat16", plan_for(_group([(128, 16, 256)] * 64, "i8", device_sizes=True),
+                                                        "tensorcore"))):
+        assert plan.config.family == "sm80" and "Hopper grouped walk" not in plan.group.line, why
+        assert why in plan.explain(), (why, plan.explain())
+    assert plan_for(_group([(1024, 31, 1024)] * 64)).config == GROUPED_SMALL_CONFIGS["f16"]
+    ampere = plan_for(_group([(1024, 31, 1024)] * 64, device_sizes=True), arch=FAMILIES["sm_80"])
+    assert ampere.config.family == "sm80" and "runs on sm_90" in ampere.explain()
+    dq = EpilogueSpec(None, None, 0, False, 0, "bfloat16")
+    q = plan_for(_group([(128, 16, 256)] * 64, "i8", epilogue=dq, device_sizes=True), "tensorcore")
+    assert q.config.family == "sm80"
 
 
 def test_every_activation_plans_a_route():

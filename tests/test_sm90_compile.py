@@ -44,7 +44,8 @@ nvrtc_under_test.choose()   # PYBLASGEMM_TEST_NVRTC: before anything loads an NV
 
 from pyblasgemm.kernels import jit  # noqa: E402
 from pyblasgemm.kinds import KERNEL_KINDS  # noqa: E402
-from pyblasgemm.kernels.config import SHIPPED_CONFIGS, SM90_CONFIGS, SM90_KINDS, SM90_MMA_SYNC_CONFIGS  # noqa: E402
+from pyblasgemm.kernels.config import (SHIPPED_CONFIGS, SM90_CONFIGS, SM90_GROUPED_CONFIGS, SM90_KINDS,  # noqa: E402
+                                       SM90_MMA_SYNC_CONFIGS)
 from pyblasgemm.kernels.problem import BASE_KIND, KernelProblem  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -470,7 +471,43 @@ def test_cuobjdump_is_installed():
     assert any((CUOBJDUMP.parent / n).exists() for n in ("nvdisasm", "nvdisasm.exe")), NO_CUOBJDUMP
 
 
-@pytest.mark.parametrize("spec", [_param(s) for s in SASS_SPECS])
+#: the Hopper grouped walk (MODE kGrouped): every tile of both 16-bit kinds in the expert
+#: form's layout ("NN": the tokens K-major, the weights MN-major), and bfloat16's with the
+#: fused bias + GELU store (each compiled in every run: 9 instantiations)
+GROUPED_SPECS = [(kind, cfg, "NN") for kind, tiles in SM90_GROUPED_CONFIGS.items() for cfg in tiles.values()]
+GROUPED_FUSED_SPECS = [("bf16", cfg, "NN", jit.epilogue_code(2)) for cfg in SM90_GROUPED_CONFIGS["bf16"].values()]
+
+
+@pytest.mark.parametrize("spec", [_param(s) for s in GROUPED_SPECS + GROUPED_FUSED_SPECS])
+def test_grouped_walk_instantiation_compiles_clean(spec):
+    """The grouped walk's instantiations: no warning, spill, stack or local memory, registers
+    within the block's budget, and its shared memory (ring, group table, the scan's static
+    arrays) under the 227 KB an SM gives a block."""
+    r = _result(spec)
+    _assert_clean(spec, r)
+    kind, cfg = spec[:2]
+    assert cfg.validate(kind=kind) == (True, "")
+    static = [int(x) for x in re.findall(r"(\d+) bytes smem", r["log"])]
+    assert all(cfg.smem_bytes(kind) + x <= 232448 for x in static), (static, cfg.smem_bytes(kind))
+
+
+def test_grouped_walk_configs_and_refusals():
+    """Only 16-bit wgmma tiles without clusters take the grouped walk; a tile whose ring leaves
+    no room for the group table is refused with the bytes it needs."""
+    from dataclasses import replace
+
+    for kind, tiles in SM90_GROUPED_CONFIGS.items():
+        for cfg in tiles.values():
+            assert cfg.validate(kind=kind) == (True, "") and cfg.mode == 4
+            assert jit.sm90_kernel_name(cfg, kind, "N", "N").endswith(", 4, 1, %d, false>" % cfg.warps_m)
+    big = SM90_GROUPED_CONFIGS["bf16"]["large"]
+    ok, why = replace(big, stages=4).validate(kind="bf16")
+    assert not ok and "shared memory" in why, why
+    assert "f16 and bf16" in big.validate(kind="s8")[1]
+    assert "without clusters" in replace(big, cluster=2).validate(kind="bf16")[1]
+
+
+@pytest.mark.parametrize("spec", [_param(s) for s in SASS_SPECS + GROUPED_SPECS])
 def test_sass_has_the_fast_path(spec):
     """The cubin runs wgmma (HGMMA/IGMMA of the config's tile; mma.sync consumers: HMMA and
     ldmatrix), TMA loads and setmaxnreg."""

@@ -38,13 +38,18 @@ def bind(desc: GemmDesc, plan):
     launch then takes ``bias=``, ``pre=`` (and ``scale_m=`` / ``scale_n=`` when it dequantizes
     an int8 product) pointers per call; None for another route. A grouped description whose
     plan runs it as one launch gets the :class:`~pyblasgemm.kernels.grouped.GroupedLaunch` of
-    its launch class (``plan.group.launch_key``: kind, operand path, epilogue, tile)."""
+    its launch class (``plan.group.launch_key``: kind, operand path, epilogue, tile), or for a
+    Hopper grouped config the :class:`~pyblasgemm.kernels.sm90.Sm90GroupedLaunch`."""
     from ..kernels.launch import bind as bind_kernels
 
     if desc.group is not None:
         from ..kernels.grouped import GroupedLaunch
 
         _, _, kind, vec, code, bias_axis, config = plan.group.launch_key
+        if config.family == "sm90a":      # the Hopper grouped walk (device-side sizes only)
+            from ..kernels.sm90 import Sm90GroupedLaunch
+
+            return Sm90GroupedLaunch(kind, config, (code, bias_axis))
         return GroupedLaunch(kind, "N", "N", vec, (code, bias_axis), config)
 
     # bound for addresses with exactly the alignment every caller's pointers have

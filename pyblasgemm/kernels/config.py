@@ -27,7 +27,8 @@ from .problem import ELEM_BYTES, KernelProblem
 __all__ = ["KernelConfig", "DECOMPOSITIONS", "SHIPPED_CONFIGS", "SM90_CONFIGS", "default_config", "MAX_SMEM_SM90",
            "SM90_KINDS", "SM90_DECOMPOSITIONS", "SM90_CONFIGS_BY_TILE", "SM90_MMA_SYNC_CONFIGS",
            "SM90_SMALL_CONFIGS", "SM90_PREP_KINDS", "sm90_prep_shape", "KERNEL_FAMILIES", "families_on",
-           "FP8_KINDS", "FP8_CONFIGS", "DEQUANT_KINDS", "fp8_config"]
+           "FP8_KINDS", "FP8_CONFIGS", "DEQUANT_KINDS", "fp8_config", "SM90_GROUPED_CONFIGS",
+           "SM90_GROUPED_TABLE_BYTES", "SM90_MAX_GROUPS"]
 
 DECOMPOSITIONS = ("sliced", "splitk_serial", "splitk_parallel", "streamk", "hybrid")
 #: template MODE of impls/sm80_gemm.cuh (hybrid and streamk share the kernel)
@@ -312,6 +313,25 @@ SM90_MMA_SYNC_CONFIGS: dict[str, tuple[KernelConfig, ...]] = {
 #: kind -> {bm: the sliced one-consumer-warpgroup (bn = 64) Hopper config with that tile}
 SM90_SMALL_CONFIGS = {k: {c.bm: c for c in v if c.decomposition == "sliced" and c.bn == 64}
                       for k, v in SM90_CONFIGS.items()}
+
+#: the Hopper grouped walk (``decomposition="grouped"``, MODE kGrouped in impls/sm90_gemm.cuh):
+#: mixture-of-experts layers with device-side group sizes. ``bn`` is the tile over a group's rows
+#: (the tokens), ``bm`` over the output features. Named by the groups they suit:
+#: 'small' (<= 64 rows: one consumer warpgroup, 64-row tiles, a deep ring to stream the weights),
+#: 'medium' (128-row tiles, 128 features) and 'large' (128 x 256, 3 stages: a fourth stage of
+#: 48 KB does not fit beside the group table and the scan's shared arrays under 227 KB).
+SM90_GROUPED_CONFIGS: dict[str, dict[str, KernelConfig]] = {
+    _kind: {"small": KernelConfig(bm=128, bn=64, bk=64, warps_m=1, warps_n=1, stages=8, family="sm90a",
+                                  decomposition=GROUPED),
+            "medium": KernelConfig(bm=128, bn=128, bk=64, warps_m=2, warps_n=1, stages=5, family="sm90a",
+                                   decomposition=GROUPED),
+            "large": KernelConfig(bm=256, bn=128, bk=64, warps_m=2, warps_n=1, stages=3, family="sm90a",
+                                  decomposition=GROUPED)}
+    for _kind in ("f16", "bf16")}
+#: bytes of the grouped walk's table of group ends and first tiles in dynamic shared memory
+#: (impls/sm90_gemm.cuh's Sm90GroupTable, rounded up to 16) and the groups it holds
+SM90_GROUPED_TABLE_BYTES = 6160
+SM90_MAX_GROUPS = 512
 
 
 def default_config(problem: KernelProblem, sm_count: int) -> KernelConfig:

@@ -44,7 +44,7 @@ from dataclasses import replace
 
 from . import jit, mma_sync, sm90
 from .config import (DECOMPOSITIONS, DEQUANT_KINDS, FP8_KINDS, FUSED_KINDS, GROUPED, KERNEL_FAMILIES, SHIPPED_CONFIGS, SM90_CONFIGS,
-                     SM90_CONFIGS_BY_TILE, SM90_DECOMPOSITIONS, SM90_KINDS, SM90_PREP_KINDS,
+                     SM90_CONFIGS_BY_TILE, SM90_DECOMPOSITIONS, SM90_GROUPED_TABLE_BYTES, SM90_KINDS, SM90_PREP_KINDS,
                      SM90_SMALL_CONFIGS, KernelConfig, sm90_prep_shape)
 from .geometry import tile_geometry
 from .problem import ACCUMULATE, C_BYTES, ELEM_BYTES, KernelProblem
@@ -356,7 +356,8 @@ class HopperFamily(KernelFamily):
         """The TMA ring (128 bytes of K per row of both tiles per stage) + the epilogue's
         TMA-store staging (2 x 8 KB per consumer warpgroup) + mbarriers + 1 KB alignment."""
         parts = 2 if kind == "3xtf32" else 1     # a 3xTF32 stage holds big and small halves
-        return cfg.stages * (cfg.bm + cfg.bn) * 128 * parts + 16384 * cfg.warps_m + 16 * cfg.stages + 1024
+        table = SM90_GROUPED_TABLE_BYTES if cfg.decomposition == GROUPED else 0   # the grouped walk's groups
+        return cfg.stages * (cfg.bm + cfg.bn) * 128 * parts + 16384 * cfg.warps_m + 16 * cfg.stages + 1024 + table
 
     def validate(self, cfg, problem, kind, max_smem):
         """The Hopper kernel's rules (impls/sm90_gemm.cuh): tile, pipeline, and what TMA and s8
@@ -364,6 +365,8 @@ class HopperFamily(KernelFamily):
         c = cfg
         if kind not in self.kinds:
             return False, f"the Hopper kernel runs {self.kinds} (not {kind}: that is the mma.sync kernel's)"
+        if c.decomposition == GROUPED:
+            return _validate_sm90_grouped(c, kind, max_smem)
         if c.decomposition not in self.decompositions:
             return False, (f"the Hopper kernel's persistent scheduler runs {self.decompositions} "
                            f"(not {c.decomposition!r}; its split-k is the parallel one)")
@@ -491,6 +494,33 @@ class HopperFamily(KernelFamily):
             prep = jit.get_prep_kernel(spec.config, problem.kind, problem.transa, problem.transb)
             return sm90.Sm90PrepLaunch(problem, spec, kern, red, prep, dev_id)
         return sm90.Sm90Launch(problem, spec, kern, red, dev_id, epilogue)
+
+
+def _sm90_grouped_static_smem(threads: int) -> int:
+    """The grouped walk's static shared memory beside the dynamic: scan_groups' arrays
+    (impls/grouped_offsets.cuh: 8 bytes a thread and ~0.4 KB of scratch) in ptxas's 1 KB
+    units (ptxas: 3072 bytes for 256 threads)."""
+    return -(-(8 * threads + 8 * 32 + 4 * 32 + 16) // 1024) * 1024
+
+
+def _validate_sm90_grouped(c: KernelConfig, kind: str, max_smem: int) -> tuple[bool, str]:
+    """The Hopper grouped walk's rules (MODE kGrouped, impls/sm90_gemm.cuh): 16-bit operands,
+    wgmma consumers, no cluster, a tile of the shipped shapes, the ring, the group table and the
+    scan's static arrays under the shared-memory limit. Its operands' rules (TMA alignment, the
+    group count) are checked by :class:`~pyblasgemm.kernels.sm90.Sm90GroupedLaunch` per call."""
+    if kind not in ("f16", "bf16"):
+        return False, f"the Hopper grouped walk runs f16 and bf16 (not {kind})"
+    if (c.warps_m, c.warps_n) not in ((1, 1), (2, 1)) or c.bn != 64 * c.warps_m or c.bm not in (64, 128, 192, 256):
+        return False, (f"Hopper grouped tile: bn must be 64 per consumer warpgroup and bm 64/128/192/256 "
+                       f"(got {c.bm}x{c.bn}, warps {c.warps_m}x{c.warps_n})")
+    if c.bk * ELEM_BYTES[kind] != 128 or not 2 <= c.stages <= 16:
+        return False, f"Hopper grouped tile: bk of 128 bytes and 2..16 stages (got bk={c.bk}, stages={c.stages})"
+    if c.cluster != 1 or c.consumer != "wgmma" or c.splits not in (0, 1):
+        return False, "the Hopper grouped walk runs wgmma consumers without clusters or splits"
+    need = c.smem_bytes(kind) + _sm90_grouped_static_smem(128 * (1 + c.warps_m))
+    if need > max_smem:
+        return False, f"needs {need} B shared memory (ring, group table, scan) > {max_smem} B available"
+    return True, ""
 
 
 def _validate_sm90_prep(c: KernelConfig, p: KernelProblem) -> tuple[bool, str]:

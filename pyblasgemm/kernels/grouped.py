@@ -40,7 +40,7 @@ _BLANK = dict(a=0, b=0, c=0, ws=0, flags=0, m=0, n=0, k=0, lda=0, ldb=0, ldc=0, 
               alpha=0.0, beta=0.0, ialpha=0, ibeta=0, c_vec=0, group_m=8, splits=1, kt_per_split=0,
               dp_tiles=0, sk_tiles=0, bias=0, pre=0, bias_mode=0, scale_m=0, scale_n=0)
 
-__all__ = ["GROUPED_CONFIGS", "GROUPED_SMALL_CONFIGS", "SMALL_GROUP_ROWS", "grouped_config", "PROBLEM_ROW",
+__all__ = ["GROUPED_CONFIGS", "GROUPED_SMALL_CONFIGS", "SMALL_GROUP_ROWS", "grouped_config", "hopper_grouped_config", "PROBLEM_ROW",
            "COLUMNS", "GroupedLaunch", "pack_table", "OFFSETS_FIELDS", "offsets_kernel", "FUSED_FIELDS",
            "FUSED_MAX_GROUPS", "fused_kernel_name"]
 
@@ -83,6 +83,32 @@ def grouped_config(kind: str, mean_rows: float) -> KernelConfig:
     if mean_rows <= SMALL_GROUP_ROWS and kind in GROUPED_SMALL_CONFIGS:
         return GROUPED_SMALL_CONFIGS[kind]
     return GROUPED_CONFIGS[kind]
+
+#: The Hopper grouped walk (impls/sm90_gemm.cuh, MODE kGrouped; device-side sizes only): the
+#: tile by the groups' mean rows, at most HOPPER_SMALL_ROWS: 64-row tiles (one consumer
+#: warpgroup, 8 stages), at most HOPPER_MEDIUM_ROWS: 128 x 128, else 128 x 256.
+HOPPER_SMALL_ROWS = 64
+HOPPER_MEDIUM_ROWS = 512
+
+
+def hopper_grouped_config(kind: str, mean_rows: float) -> KernelConfig | None:
+    """The Hopper grouped walk's tile for ``kind`` when its groups average ``mean_rows`` rows,
+    or None where the walk has no tile for the kind.
+
+    >>> hopper_grouped_config("bf16", 31.0).name, hopper_grouped_config("bf16", 2048.0).name
+    ('sm90a_grouped_128x64x64_w1x1_s8_g8', 'sm90a_grouped_256x128x64_w2x1_s3_g8')
+    >>> hopper_grouped_config("s8", 100.0) is None
+    True
+    """
+    from .config import SM90_GROUPED_CONFIGS
+
+    tiles = SM90_GROUPED_CONFIGS.get(kind)
+    if tiles is None:
+        return None
+    if mean_rows <= HOPPER_SMALL_ROWS:
+        return tiles["small"]
+    return tiles["medium"] if mean_rows <= HOPPER_MEDIUM_ROWS else tiles["large"]
+
 
 #: params.cuh's GroupedProblem, field by field (offsets fixed: the device reads this layout)
 PROBLEM_ROW = np.dtype({

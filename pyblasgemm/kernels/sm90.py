@@ -37,8 +37,8 @@ from .driver import (bindings, check, device_pointer, function, launch_config, l
                      recover, set_scales, stream, stream_handle)
 from .problem import ELEM_BYTES, KernelProblem
 
-__all__ = ["Sm90Launch", "Sm90PrepLaunch", "tma_maps", "encode_tiled", "TMA_DTYPE", "prepared_problem",
-           "kernel_args"]
+__all__ = ["Sm90Launch", "Sm90PrepLaunch", "Sm90GroupedLaunch", "tma_maps", "encode_tiled", "TMA_DTYPE",
+           "prepared_problem", "kernel_args", "grouped_refusal"]
 
 #: CUtensorMapDataType of each kind's A/B (s8 moves as raw bytes) and of its C
 #: (CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6, BFLOAT16 = 9, UINT8 = 0, INT32 = 3, FLOAT32 = 7)
@@ -164,7 +164,8 @@ def kernel_args(p: KernelProblem, config: KernelConfig, g: dict):
                 p_batched=int(pbat), q_batched=int(qbat), alpha=0.0, beta=0.0, ialpha=0, ibeta=0,
                 c_pair=int(p.c_vectorizable()), group_m=config.group_m, splits=g["splits"],
                 kt_per_split=g["kt_per_split"], dp_tiles=g["dp_tiles"], sk_tiles=g["sk_tiles"],
-                bias=0, pre=0, bias_mode=0, scale_m=0, scale_n=0)
+                bias=0, pre=0, bias_mode=0, scale_m=0, scale_n=0, offsets=0, offsets_wide=0, group_rows=0,
+                bias_group_bytes=0)
     red = None
     if config.decomposition == "splitk_parallel":
         red = dict(ws=0, c=0, mt=p.n, nt=p.m, ldc=p.ldc, sc=p.stride_c, batch=p.batch,
@@ -179,7 +180,8 @@ _FIELDS = [("c", ct.c_uint64), ("ws", ct.c_uint64), ("flags", ct.c_uint64), ("mt
            ("ialpha", ct.c_int32), ("ibeta", ct.c_int32), ("c_pair", ct.c_int32), ("group_m", ct.c_int32),
            ("splits", ct.c_int32), ("kt_per_split", ct.c_int32), ("dp_tiles", ct.c_int32), ("sk_tiles", ct.c_int32),
            ("bias", ct.c_uint64), ("pre", ct.c_uint64), ("bias_mode", ct.c_int32), ("scale_m", ct.c_uint64),
-           ("scale_n", ct.c_uint64)]
+           ("scale_n", ct.c_uint64), ("offsets", ct.c_uint64), ("offsets_wide", ct.c_int32),
+           ("group_rows", ct.c_int64), ("bias_group_bytes", ct.c_int64)]
 _RED_FIELDS = [("ws", ct.c_uint64), ("c", ct.c_uint64), ("mt", ct.c_int32), ("nt", ct.c_int32), ("ldc", ct.c_int64),
                ("sc", ct.c_int64), ("batch", ct.c_int32), ("splits", ct.c_int32), ("alpha", ct.c_float),
                ("beta", ct.c_float), ("ialpha", ct.c_int32), ("ibeta", ct.c_int32), ("bias", ct.c_uint64),
@@ -497,3 +499,155 @@ class Sm90PrepLaunch:
                 cells["x"].value = x_ptr
                 launch_kernel(self._dev, self._prep_ptr, grid[0], grid[1], grid[2], 32, 8, 1, 0, cs, params_addr)
             gemm(q_ptr, p_ptr, c_ptr, alpha, beta, stream)
+
+
+# --- the grouped walk: mixture-of-experts layers with device-side group sizes ------------------
+
+def grouped_refusal(kind: str, values: dict, groups: int, elem_bytes: int) -> str:
+    """Why the Hopper grouped walk cannot run an expert-form call (``values``: the expert
+    form's bases, strides and sizes, :data:`~pyblasgemm.kernels.grouped.OFFSETS_FIELDS`' names),
+    or '' when it can: TMA reads the tokens and the weights (16-byte aligned bases and strides),
+    the kernel's shared table holds :data:`~pyblasgemm.kernels.config.SM90_MAX_GROUPS` groups,
+    and K must be at least 1 (a tile with no k-step would store stale accumulators).
+
+    >>> grouped_refusal("bf16", dict(weights=0, tokens=0, w_group_bytes=2048, x_row_bytes=64, lda=32,
+    ...                 k=32, scale_w=0, scale_x=0), 4, 2)
+    ''
+    >>> grouped_refusal("bf16", dict(weights=0, tokens=0, w_group_bytes=2048, x_row_bytes=66, lda=32,
+    ...                 k=32, scale_w=0, scale_x=0), 4, 2)
+    "TMA needs the tokens' row stride (66 bytes) in whole 16 bytes"
+    """
+    from .config import SM90_MAX_GROUPS
+
+    if kind not in ("f16", "bf16"):
+        return f"the Hopper grouped walk runs float16 and bfloat16 (not {kind})"
+    if groups > SM90_MAX_GROUPS:
+        return f"{groups} groups > {SM90_MAX_GROUPS}, the Hopper grouped walk's shared table"
+    if values["k"] < 1:
+        return "k = 0"
+    if values.get("scale_w") or values.get("scale_x"):
+        return "the Hopper grouped walk has no dequantizing store"
+    for what, v in (("the weights' address", values["weights"]), ("the tokens' address", values["tokens"]),
+                    ("the weights' group stride", values["w_group_bytes"]),
+                    ("the weights' row stride", values["lda"] * elem_bytes),
+                    ("the tokens' row stride", values["x_row_bytes"])):
+        if v % 16:
+            return f"TMA needs {what} ({v} bytes) in whole 16 bytes"
+    return ""
+
+
+class Sm90GroupedLaunch:
+    """The Hopper kernel's grouped walk (``MODE == kGrouped`` in impls/sm90_gemm.cuh) for the
+    expert form with device-side group sizes: ``launch_offsets(groups, offsets_ptr,
+    offsets_bytes, values)``, as :meth:`GroupedLaunch.launch_offsets
+    <pyblasgemm.kernels.grouped.GroupedLaunch.launch_offsets>` takes it, one launch that reads
+    the sizes on the GPU (a CUDA graph of it replays any sizes).
+
+    The kernel's problem is the stacked one (row-major ``out = tokens @ weights[g]`` per group
+    is the kernel's D = P Q^T): P = the tokens, one TMA map over all ``rows`` (K-major), Q = the
+    weights as a batch of ``groups`` matrices (MN-major: the features contiguous), C = the
+    stacked output (its TMA-store map over all rows where C allows 16-byte boxes). Tensor maps
+    are encoded per stream for the call's shapes and re-pointed when only the addresses change.
+
+    Example (on an H100 / H200)::
+
+        launch = Sm90GroupedLaunch("bf16", SM90_GROUPED_CONFIGS["bf16"]["medium"])
+        launch.launch_offsets(groups, offs.data.ptr, 4, values)     # values: grouped.py's
+    """
+
+    def __init__(self, kind: str, config: KernelConfig, epilogue: tuple = (0, None)):
+        import cupy
+
+        from .jit import get_kernels
+
+        ok, why = config.validate(kind=kind)
+        if not ok or config.decomposition != "grouped" or config.family != "sm90a":
+            raise ValueError(f"Sm90GroupedLaunch: {config.name} is not a Hopper grouped config for {kind}"
+                             f"{': ' + why if why else ''}")
+        self.kind, self.config, self.epilogue = kind, config, epilogue
+        self._lock = threading.Lock()
+        self.kern, _ = get_kernels(config, kind, "N", "N", None, True, epi=epilogue[0])
+        self.smem = config.smem_bytes(kind)
+        dev = cupy.cuda.Device()
+        self._dev = dev.id
+        self._sms = dev.attributes["MultiProcessorCount"]   # one CTA per SM (the ring fills the SM)
+        self._fptr = function(self.kern.ptr)
+        self._eb = ELEM_BYTES[kind]
+        self._replace_address = bindings().cuTensorMapReplaceAddress
+        # stream handle -> [shape key, tensor maps, cells, params array, last bases]
+        self._slots: dict = {}
+
+    def _maps(self, groups: int, v: dict):
+        """(dims, strides, box) of the tokens' (P), the weights' (Q) and the output's (C) maps."""
+        eb, cfg = self._eb, self.config
+        rows, m, k, ob = v["rows"], v["m"], v["k"], v["out_bytes"]
+        x_rows = max(rows, 1)
+        pmap = ((k, x_rows, 1), (v["x_row_bytes"], -(-(x_rows * v["x_row_bytes"]) // 16) * 16), (64, cfg.bn, 1))
+        qmap = ((m, k, groups), (v["lda"] * eb, v["w_group_bytes"]), (64, 64, 1))
+        cmap = ((m, x_rows, 1), (v["ldc"] * ob, -(-(x_rows * v["ldc"] * ob) // 16) * 16), (128 // ob, 64, 1))
+        return pmap, qmap, cmap
+
+    def launch_offsets(self, groups: int, offsets_ptr: int, offsets_bytes: int, values: dict,
+                       fused: bool | None = None) -> None:
+        """One launch of the walk over ``groups`` groups whose end rows (or, with ``group_rows``
+        > 0 in ``values``, the masked layout's valid row counts) are ``offsets_bytes``-wide
+        integers at ``offsets_ptr`` on the GPU. ``fused`` is accepted for the table launch's
+        signature: this launch is always one. ValueError, before any work, where TMA or the
+        group table cannot take the arrays (:func:`grouped_refusal`)."""
+        if groups == 0 or values["rows"] == 0 or values["m"] == 0:
+            return
+        why = grouped_refusal(self.kind, values, groups, self._eb)
+        if why:
+            raise ValueError(f"Sm90GroupedLaunch: {why}")
+        if offsets_bytes not in (4, 8):
+            raise ValueError(f"Sm90GroupedLaunch: offsets_bytes={offsets_bytes} must be 4 or 8")
+        cfg = self.config
+        tiles_n = -(-values["m"] // cfg.bm)
+        # no more CTAs than tiles can exist: each group adds at most one partial row tile
+        bound = tiles_n * (-(-values["rows"] // cfg.bn) + groups)
+        if bound >= 2**31:
+            raise ValueError(f"Sm90GroupedLaunch: up to {bound} tiles exceed 2^31")
+        with self._lock:
+            sptr = stream_handle(None)
+            out_bytes = values["out_bytes"]
+            c_pair = int(values["out"] % 16 == 0 and values["ldc"] % (16 // out_bytes) == 0)
+            shape = (groups, values["rows"], values["m"], values["k"], values["x_row_bytes"], values["lda"],
+                     values["w_group_bytes"], values["ldc"], out_bytes, c_pair)
+            slot = self._slots.get(sptr)
+            if slot is None or slot[0] != shape:
+                slot = self._slots[sptr] = self._slot(sptr, shape, groups, values, c_pair)
+            _, (tma_p, tma_q, tma_c), cells, _, params_addr, last, cs = slot
+            for i, (tmap, base) in enumerate(((tma_p, values["tokens"]), (tma_q, values["weights"]),
+                                              (tma_c, values["out"]))):
+                if base != last[i] and (i < 2 or c_pair):
+                    err, = self._replace_address(tmap, base)
+                    if err:
+                        recover(err, self._dev, "cuTensorMapReplaceAddress", self._replace_address, tmap, base)
+                    last[i] = base
+            cells["c"].value = values["out"]
+            cells["offsets"].value, cells["offsets_wide"].value = offsets_ptr, int(offsets_bytes == 8)
+            cells["group_rows"].value = values.get("group_rows", 0)
+            cells["bias"].value, cells["bias_mode"].value = values.get("bias", 0), values.get("bias_mode", 0)
+            cells["bias_group_bytes"].value = values.get("bias_group_bytes", 0)
+            cells["alpha"].value, cells["beta"].value = values.get("alpha", 1.0), values.get("beta", 0.0)
+            launch_kernel(self._dev, self._fptr, max(1, min(bound, self._sms)), 1, 1, cfg.threads, 1, 1, self.smem,
+                          cs, params_addr)
+
+    def _slot(self, sptr: int, shape: tuple, groups: int, v: dict, c_pair: int):
+        """A stream's tensor maps and argument cells for one shape (``shape``: what the maps and
+        the constant arguments depend on)."""
+        pmap, qmap, cmap = self._maps(groups, v)
+        kind = self.kind
+        tma_p = encode_tiled(kind, v["tokens"], *pmap)
+        tma_q = encode_tiled(kind, v["weights"], *qmap)
+        tma_c = (encode_tiled(kind, v["out"], *cmap, dtype=TMA_C_DTYPE[kind]) if c_pair
+                 else bindings().CUtensorMap())
+        base = dict(c=0, ws=0, flags=0, mt=v["rows"], nt=v["m"], k=v["k"], ldc=v["ldc"], sc=0, batch=groups,
+                    p_batched=0, q_batched=1, alpha=1.0, beta=0.0, ialpha=0, ibeta=0, c_pair=c_pair,
+                    group_m=self.config.group_m, splits=1, kt_per_split=0, dp_tiles=0, sk_tiles=0, bias=0, pre=0,
+                    bias_mode=0, scale_m=0, scale_n=0, offsets=0, offsets_wide=0, group_rows=0, bias_group_bytes=0)
+        cells = {name: typ(base[name]) for name, typ in _FIELDS}
+        ptrs = [tma_p.getPtr(), tma_q.getPtr(), tma_c.getPtr()] + [ct.addressof(cells[n]) for n, _ in _FIELDS]
+        params = (ct.c_void_p * len(ptrs))(*ptrs)
+        return [shape, (tma_p, tma_q, tma_c), cells, params, ct.addressof(params),
+                [v["tokens"], v["weights"], v["out"]], stream(sptr)]

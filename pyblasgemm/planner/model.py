@@ -643,10 +643,25 @@ GROUPED_EFFICIENCY = 0.55
 ONE_LAUNCH_S = 60e-6
 
 
-def grouped_times(sizes, kind: str, arch: ArchSpec) -> tuple:
+#: the Hopper grouped walk's mainloop (wgmma): this fraction of the chip's best peak (H200,
+#: bench/results/grouped_sm90_h200_2026-11-29_9babe66.json: 8 experts of ~2150 x 4096 x 4096,
+#: 628 TF/s = 0.63)
+SM90_GROUPED_EFFICIENCY = 0.6
+#: With the sizes on the GPU the loop reads them back first: the GPU's queue drains and every
+#: GEMM is issued after it, so the loop's host time adds to its GPU time instead of hiding
+#: behind it. H200, same file: the public call's loop over 8 large experts took 1359 µs where
+#: the same cuBLAS GEMMs back to back took 810: 549 µs exposed = 8 x LOOP_CALL_S + ~230 µs.
+READBACK_S = 200e-6
+
+
+def grouped_times(sizes, kind: str, arch: ArchSpec, hopper: bool = False,
+                  device_sizes: bool = False) -> tuple:
     """(one persistent launch, a loop of GEMMs) predicted seconds for problems of ``sizes``
     ((m, n, k) each) of kernel kind ``kind``: many small groups make the loop host-bound, a few
-    large ones favour cuBLAS's wgmma over our mma.sync mainloop.
+    large ones favour cuBLAS's wgmma over our mma.sync mainloop. ``hopper``: the one launch is
+    the Hopper grouped walk (wgmma: :data:`SM90_GROUPED_EFFICIENCY` of the best peak);
+    ``device_sizes``: the sizes are on the GPU, so the loop pays :data:`READBACK_S` and its host
+    time in full.
 
     Example::
 
@@ -655,9 +670,13 @@ def grouped_times(sizes, kind: str, arch: ArchSpec) -> tuple:
         >>> one < loop                    # 64 small experts: the loop pays 64 host calls
         True
     """
-    ours = GROUPED_EFFICIENCY * arch.mma_sync_peak(kind)
+    ours = (SM90_GROUPED_EFFICIENCY * arch.best_peak(kind) if hopper
+            else GROUPED_EFFICIENCY * arch.mma_sync_peak(kind))
     theirs = LOOP_EFFICIENCY * arch.best_peak(kind)
     flops = [(2.0 * m * n * max(k, 1), m > 0 and n > 0) for m, n, k in sizes]
     one = sum(f for f, _ in flops) / ours + ONE_LAUNCH_S
-    loop = sum(max(f / theirs, LOOP_CALL_S) for f, live in flops if live)
+    if device_sizes:
+        loop = READBACK_S + sum(f / theirs + LOOP_CALL_S for f, live in flops if live)
+    else:
+        loop = sum(max(f / theirs, LOOP_CALL_S) for f, live in flops if live)
     return one, loop

@@ -30,7 +30,8 @@ from dataclasses import replace
 from ..backends.cublas import lt_types
 from ..backends.cublaslt import EPILOGUE_ALIGN, LT_EPILOGUE_NAMES, LT_EPILOGUES
 from ..epilogue_pass import UNFUSED
-from ..kernels.grouped import GROUPED_CONFIGS, grouped_config
+from ..kernels.config import SM90_MAX_GROUPS
+from ..kernels.grouped import GROUPED_CONFIGS, grouped_config, hopper_grouped_config
 from ..kernels.jit import epilogue_code
 from ..kinds import KERNEL_KINDS
 from ..kernels.launch import fusable
@@ -189,6 +190,30 @@ def _cublaslt_option(desc, base: Plan, requested: str):
 GROUPED_KINDS = {KERNEL_KINDS[k].ab_dtype: (k, KERNEL_KINDS[k].c_dtype) for k in GROUPED_CONFIGS}
 
 
+def _hopper_walk_blocker(desc, kind, arch, config) -> str:
+    """Why a grouped problem stays off the Hopper grouped walk (kernels/sm90.py's
+    Sm90GroupedLaunch), or '': the walk runs the expert form with its sizes on the GPU (it
+    reads them there; a host list is the table walk's), float16 / bfloat16 on sm_90, its
+    operands 16-byte aligned (TMA), at most SM90_MAX_GROUPS groups, K >= 1, and no
+    dequantizing store."""
+    g, epi = desc.group, desc.epilogue
+    if arch is None or tuple(arch.cc) != (9, 0):
+        return "the Hopper walk runs on sm_90"
+    if not g.device_sizes:
+        return "the Hopper walk reads device-side sizes (this call's are on the host: the table walk's)"
+    if config is None:
+        return f"the Hopper walk runs float16 and bfloat16 (not {desc.row.ab_dtype.name})"
+    if epi is not None and epi.dequantize:
+        return "the Hopper walk has no dequantizing store"
+    if g.ab_align < 16:
+        return f"TMA needs 16-byte aligned tokens and weights (their alignment: {g.ab_align} bytes)"
+    if len(g.sizes) > SM90_MAX_GROUPS:
+        return f"{len(g.sizes)} groups > {SM90_MAX_GROUPS} (the walk's shared table)"
+    if desc.k < 1:
+        return "k = 0"
+    return ""
+
+
 def group_plan(desc, requested: str, arch: ArchSpec) -> Plan:
     """The plan of a grouped problem: one persistent launch of our grouped kernel, or a loop of
     planned GEMMs (one per non-empty problem), priced by the model."""
@@ -206,9 +231,18 @@ def group_plan(desc, requested: str, arch: ArchSpec) -> Plan:
         options = (RouteOption("one launch", one_label, None, blocker), RouteOption("loop", loop_line, None))
         route = Route("loop", loop_line, blocker, options)
         return Plan("loop", f"grouped: {blocker}", problem=desc, source="heuristic", arch=arch, group=route)
-    one, loop = M.grouped_times(g.sizes, kind, arch)
-    options = (RouteOption("one launch", one_label, one, f"{g.live} problems"),
-               RouteOption("loop", loop_line, loop, f"{g.live} planned GEMMs"))
+    mean_rows = sum(n for _, n, _ in g.sizes) / max(len(g.sizes), 1)
+    hopper = hopper_grouped_config(kind, mean_rows)
+    hopper_blocker = _hopper_walk_blocker(desc, kind, arch, hopper)
+    one, loop = M.grouped_times(g.sizes, kind, arch, hopper=not hopper_blocker, device_sizes=g.device_sizes)
+    hopper_label = "one persistent launch of the Hopper grouped walk (wgmma + TMA)"
+    if hopper_blocker:
+        options = (RouteOption("one launch", one_label, one, f"{g.live} problems"),
+                   RouteOption("hopper walk", hopper_label, None, hopper_blocker))
+    else:
+        options = (RouteOption("one launch", hopper_label, one, f"{g.live} groups, sizes read on the GPU"),
+                   RouteOption("mma.sync walk", one_label, None, "the Hopper walk runs this group"))
+    options += (RouteOption("loop", loop_line, loop, f"{g.live} planned GEMMs"),)
     if requested == "auto" and loop <= one:
         why = (f"the loop is predicted {loop * 1e6:.1f} us against {one * 1e6:.1f} us for one launch "
                f"(few large problems: cuBLAS's mainloop is the faster)")
@@ -216,13 +250,14 @@ def group_plan(desc, requested: str, arch: ArchSpec) -> Plan:
                     group=Route("loop", loop_line, why, options))
     # the tile from the groups' mean rows (the kernel's n; with the sizes on the device the
     # nominal sizes still sum to the tokens' count)
-    config = grouped_config(kind, sum(n for _, n, _ in g.sizes) / max(len(g.sizes), 1))
+    config = grouped_config(kind, mean_rows) if hopper_blocker else hopper
     vec = g.ab_align >= 16
     code = 0 if epi is None else epilogue_code(epi.code, epi.dequantize)
     why = ("forced by backend='tensorcore'" if requested == "tensorcore" else
            f"one launch is predicted {one * 1e6:.1f} us against {loop * 1e6:.1f} us for the loop "
            f"(many small problems: the loop's host time per call dominates)")
-    line = (f"pyblasgemm grouped kernel {config.name}: {g.live} problems in one persistent launch"
+    walk = "grouped kernel" if hopper_blocker else "Hopper grouped walk (wgmma + TMA)"
+    line = (f"pyblasgemm {walk} {config.name}: {g.live} problems in one persistent launch"
             + (", the epilogue fused in its store" if code else ""))
     route = Route("one launch", line, why, options, code,
                   ("grouped", desc.device, kind, vec, code, None if epi is None else epi.bias, config))

@@ -104,9 +104,10 @@ struct ExpertLayout {
 // emit(g, start, end, tile_begin) runs once per group (on the thread g % THREADS); returns the
 // tile count of all groups (to every thread). Every thread calls it. MASKED: the layout is
 // known at compile time (the one-launch kernel: a runtime branch here cost its 128-register
-// small tile a spill on sm_80); else group_rows > 0 picks it.
-template <int THREADS, typename Off, class Emit, bool MASKED = false>
-PBG_DEVICE int scan_groups(const Off* offsets, int groups, long long rows, long long group_rows, int m, int tiles_m,
+// small tile a spill on sm_80); else group_rows > 0 picks it. Offsets: what `offsets[g]` reads
+// (default a pointer to Off; the Hopper walk passes a reader of int32 or int64 offsets).
+template <int THREADS, typename Off, class Emit, bool MASKED = false, class Offsets = const Off*>
+PBG_DEVICE int scan_groups(Offsets offsets, int groups, long long rows, long long group_rows, int m, int tiles_m,
                            int bn, Emit& emit) {
   __shared__ long long scratch_ends[32];
   __shared__ long long chunk_ends[THREADS];
@@ -156,7 +157,7 @@ __global__ void __launch_bounds__(1024) grouped_offsets_kernel(
   auto write_row = [&](int g, long long start, long long end, int tile_begin) {
     table[g] = layout.problem(g, start, end - start, tile_begin);
   };
-  const int tiles = scan_groups<1024>(offsets, groups, rows, group_rows, m, tiles_m, bn, write_row);
+  const int tiles = scan_groups<1024, Off>(offsets, groups, rows, group_rows, m, tiles_m, bn, write_row);
   if (threadIdx.x == 0) *total = tiles;
 }
 

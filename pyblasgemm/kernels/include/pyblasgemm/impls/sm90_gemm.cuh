@@ -42,6 +42,7 @@
 #include "../epilogue/sm80_smem_epilogue.cuh"
 #include "../epilogue/activation.cuh"
 #include "sm90_tf32_prep.cuh"
+#include "grouped_offsets.cuh"
 
 namespace pyblasgemm {
 
@@ -234,6 +235,69 @@ PBG_DEVICE Sm90Coord sm90_coord(int unit, int units_m, int tiles_n, int group, i
   c.tm = (first + (lin - gid * width) % gsize) * unit_m + rank;
   c.tn = (lin - gid * width) / gsize;
   return c;
+}
+
+// ---- the grouped walk (MODE == kGrouped) -------------------------------------------------
+// Mixture-of-experts layers with device-side group sizes (torch._grouped_mm's `offs`: end rows,
+// or the masked layout's valid row counts) in one persistent launch, read on the device only (a
+// CUDA graph replays any sizes). The kernel's problem is the stacked one: D = C holds every
+// group's rows stacked (mt = all rows), P = the tokens through one TMA map over all rows, Q = the
+// weights as a batch of `batch` = groups matrices (its map's z coordinate is the group). Every CTA
+// first scans the offsets into shared memory (scan_groups, impls/grouped_offsets.cuh): each
+// group's end row and first tile, the tiles numbered group after group (ceil(rows / BMT) x
+// tiles_n each); a unit's group is found by binary search (<= 9 shared loads for 512 groups).
+// A tile reaching past its group's last row reads the next group's rows (past the matrix: TMA's
+// zeros); each D row depends on its own P row only, and the store writes the group's rows alone
+// (the register stores check every row; a TMA box is stored only when it lies inside the group).
+constexpr int kSm90MaxGroups = 512;   // kernels/sm90.py SM90_MAX_GROUPS mirrors it
+
+// int32 or int64 offsets (offsets_wide), read as long long: a runtime choice, so one
+// instantiation serves both types
+struct Sm90Offsets {
+  const void* p;
+  int wide;
+  PBG_DEVICE long long operator[](int g) const {
+    return wide ? static_cast<const long long*>(p)[g] : static_cast<long long>(static_cast<const int*>(p)[g]);
+  }
+};
+// the scan's result, in dynamic shared memory after the barriers (families.py adds its bytes)
+struct Sm90GroupTable {
+  long long end[kSm90MaxGroups];      // group g's end row (the running maximum of the clamped offsets)
+  int first_tile[kSm90MaxGroups];     // its first tile (an empty group shares its successor's)
+  int tiles;                          // all groups' tiles
+};
+static_assert(sizeof(Sm90GroupTable) <= 6160, "kernels/families.py reserves 6160 bytes for the group table");
+
+// A work unit's tile and where its data is: the P rows from p_row0 + tm * BMT (0: the plain
+// problem), P's and Q's batch coordinates, C's batch b, the group (grouped walk), C's first row of
+// the unit's problem (row_base) and how many D rows from there the store may write (rows).
+struct Sm90Unit {
+  int tm, tn, zp, zq, b, group, row_base, rows;
+};
+template <int MODE, int BMT, int CLUSTER>
+PBG_DEVICE Sm90Unit sm90_unit(int tile, int units_m, int tiles_n, int group_m, int rank, int mt, int p_batched,
+                              int q_batched, const Sm90GroupTable* gt, int groups, long long group_rows) {
+  Sm90Unit u;
+  if constexpr (MODE == kGrouped) {
+    // the last group whose first tile is at or before `tile` (empty groups share their
+    // successor's first tile and are passed over)
+    int lo = 0, hi = groups - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (gt->first_tile[mid] <= tile) lo = mid;
+      else hi = mid - 1;
+    }
+    const long long start = group_rows > 0 ? lo * group_rows : (lo ? gt->end[lo - 1] : 0);
+    const int rows = static_cast<int>(gt->end[lo] - start);
+    const Sm90Coord c = sm90_coord(tile - gt->first_tile[lo], (rows + BMT - 1) / BMT, tiles_n, group_m, 1, 0);
+    u.tm = c.tm; u.tn = c.tn; u.zp = 0; u.zq = lo; u.b = 0; u.group = lo;
+    u.row_base = static_cast<int>(start); u.rows = rows;
+  } else {
+    const Sm90Coord c = sm90_coord(tile, units_m, tiles_n, group_m, CLUSTER, rank);
+    u.tm = c.tm; u.tn = c.tn; u.zp = p_batched ? c.b : 0; u.zq = q_batched ? c.b : 0; u.b = c.b; u.group = 0;
+    u.row_base = 0; u.rows = mt;
+  }
+  return u;
 }
 
 template <class Kind, bool PK, bool QK, int BNT, int STAGES, int CONSUMERS>
@@ -524,7 +588,8 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
                      long long ldc, long long sc, int batch, int p_batched, int q_batched, float alpha, float beta,
                      int ialpha, int ibeta, int c_pair, int group_m, int splits, int kt_per_split, int dp_tiles,
                      int sk_tiles, const void* bias, void* pre, int bias_mode, const float* scale_m,
-                     const float* scale_n) {
+                     const float* scale_n, const void* offsets, int offsets_wide, long long group_rows,
+                     long long bias_group_bytes) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   typedef Sm90Tile<Kind, PK, QK, BNT, STAGES, CONSUMERS> T;
   static_assert(!SYNC || EPI == 0, "fused epilogues: wgmma consumers");
@@ -556,6 +621,15 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
   const u32 bars = epi + T::EPI_BYTES;    // full[s] at bars + 8s, empty[s] at bars + 8(STAGES + s)
 
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && MODE == kSliced), "clusters: data-parallel only");
+  // the grouped walk: wgmma consumers, the tokens (P) K-major, 16-bit and fp32 C with the
+  // plain or bias/activation store (no dequantization, digits or block scales)
+  static_assert(MODE != kGrouped || (PK && CLUSTER == 1 && !SYNC && !DQ && !RES && !EpiBlock<EPI>::kOn &&
+                                     !Kind::kSplit),
+                "the grouped walk: wgmma consumers, K-major tokens, no cluster, no dequantizing store");
+  Sm90GroupTable* const gt = reinterpret_cast<Sm90GroupTable*>(smem_raw + (bars + 16 * STAGES - raw_base));
+  if constexpr (MODE == kGrouped) {
+    if (batch > kSm90MaxGroups) return;   // the host never launches this (sm90.py); no write past the table
+  }
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -563,6 +637,18 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
       mbarrier_init(bars + 8 * (STAGES + s), 4 * CONSUMERS * CLUSTER);  // one arrive per consumer warp
     }
     fence_mbarrier_init();
+  }
+  if constexpr (MODE == kGrouped) {
+    // All threads scan the group sizes (batch = groups; mt = all rows; nt = the output features).
+    // The tile count reaches the roles through shared memory: a value live across setmaxnreg
+    // was spilled by NVRTC 13.0's ptxas (see Sm90Grid).
+    auto keep = [&](int g, long long, long long end, int first) {
+      gt->end[g] = end;
+      gt->first_tile[g] = first;
+    };
+    const int tiles = scan_groups<T::THREADS, long long, decltype(keep), false, Sm90Offsets>(
+        Sm90Offsets{offsets, offsets_wide}, batch, mt, group_rows, nt, (nt + BNT - 1) / BNT, BMT, keep);
+    if (threadIdx.x == 0) gt->tiles = tiles;
   }
   if constexpr (CLUSTER > 1) cluster_sync();  // the peer's barriers exist before we signal them
   else __syncthreads();
@@ -577,23 +663,25 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
     if (threadIdx.x == 0) {
       prefetch_tma_desc(&tma_p);
       prefetch_tma_desc(&tma_q);
-      Sm90Walker<MODE> walk(units, kt, splits, kt_per_split, dp_tiles, sk_tiles, workers, worker);
+      Sm90Walker<MODE == kGrouped ? kSliced : MODE> walk(MODE == kGrouped ? gt->tiles : units, kt, splits,
+                                                          kt_per_split, dp_tiles, sk_tiles, workers, worker);
       Sm90Work w;
       int stage = 0;
       u32 phase = 0;
       while (walk.next(w)) {
-        const Sm90Coord tc = sm90_coord(w.tile, units_m, tiles_n, group_m, CLUSTER, rank);
-        const int tm = tc.tm, tn = tc.tn;
-        const int zp = p_batched ? tc.b : 0, zq = q_batched ? tc.b : 0;
+        const Sm90Unit un = sm90_unit<MODE, BMT, CLUSTER>(w.tile, units_m, tiles_n, group_m, rank, mt, p_batched,
+                                                          q_batched, gt, batch, group_rows);
+        const int tm = un.tm, tn = un.tn, zp = un.zp, zq = un.zq;
+        const int prow = un.row_base + tm * BMT;   // the tile's first row of P (grouped: of all tokens)
         for (int kb = w.kb0; kb < w.kb1; ++kb) {
           mbarrier_wait(bars + 8 * (STAGES + stage), phase ^ 1u);
           const u32 full = bars + 8 * stage;
           mbarrier_arrive_expect_tx(full, T::STAGE_BYTES);
           const u32 ps = ring + stage * T::STAGE_BYTES, qs = ps + T::P_BYTES;
           if constexpr (PK) {
-            cp_async_bulk_tensor_3d(ps, &tma_p, full, kb * BKE, tm * BMT, zp);
+            cp_async_bulk_tensor_3d(ps, &tma_p, full, kb * BKE, prow, zp);
             // 3xTF32: the small half of the same rows, k columns further
-            if constexpr (Kind::kSplit) cp_async_bulk_tensor_3d(ps + T::P_PART, &tma_p, full, k + kb * BKE, tm * BMT, zp);
+            if constexpr (Kind::kSplit) cp_async_bulk_tensor_3d(ps + T::P_PART, &tma_p, full, k + kb * BKE, prow, zp);
           } else {
 #pragma unroll
             for (int i = 0; i < BMT / 64; ++i)
@@ -660,7 +748,8 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
         for (int c = 0; c < CLUSTER; ++c) mbarrier_arrive_cluster(bar, c);
       }
     };
-    Sm90Walker<MODE> walk(units, kt, splits, kt_per_split, dp_tiles, sk_tiles, workers, worker);
+    Sm90Walker<MODE == kGrouped ? kSliced : MODE> walk(MODE == kGrouped ? gt->tiles : units, kt, splits,
+                                                        kt_per_split, dp_tiles, sk_tiles, workers, worker);
     Sm90Work w;
     int stage = 0;
     u32 phase = 0;
@@ -810,8 +899,15 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
         if (prev >= 0 && lane == 0) release(bars + 8 * (STAGES + prev));
       }
 
-      const Sm90Coord tc = sm90_coord(w.tile, units_m, tiles_n, group_m, CLUSTER, rank);
-      const int b = tc.b, tm = tc.tm, tn = tc.tn;
+      const Sm90Unit un = sm90_unit<MODE, BMT, CLUSTER>(w.tile, units_m, tiles_n, group_m, rank, mt, p_batched,
+                                                        q_batched, gt, batch, group_rows);
+      const int b = un.b, tm = un.tm, tn = un.tn;
+      // the store's problem: C's rows from c_off (elements; grouped: the group's first row), D rows
+      // below mt_store (grouped: the group's rows), this group's bias
+      const int mt_store = un.rows;
+      const i64 c_off = MODE == kGrouped ? static_cast<i64>(un.row_base) * ldc : static_cast<i64>(b) * sc;
+      const char* const bias_u = MODE == kGrouped ? static_cast<const char*>(bias) + un.group * bias_group_bytes
+                                                  : static_cast<const char*>(bias);
       constexpr i64 SLOT = static_cast<i64>(BMT) * BNT;
       Acc* wsA = static_cast<Acc*>(ws);
 
@@ -850,7 +946,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = frow(j) + 8 * h, c = fcol(j);
-            if (r < mt && c < nt) {
+            if (r < mt_store && c < nt) {
               Acc* wp = wsm + static_cast<i64>(r) * nt + c;
               __stcg(wp, acc[4 * j + 2 * h]);
               if (c + 1 < nt) __stcg(wp + 1, acc[4 * j + 2 * h + 1]);
@@ -858,7 +954,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
           }
         continue;
       }
-      const bool interior = (tm + 1) * BMT <= mt && (tn + 1) * BNT <= nt;
+      const bool interior = (tm + 1) * BMT <= mt_store && (tn + 1) * BNT <= nt;
       // an accumulator register's value in the output's arithmetic (dequantized: a float's bits)
       auto value = [](Acc v) -> OAcc {
         if constexpr (DQ) return dq_read(v);
@@ -876,14 +972,14 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
         // is issued before the first pre-activation store. Interleaved, each load waited for
         // the store before it (H100, 8192^3, 256 x 128 tiles: bias alone +18 %, bias + GELU
         // +52 % over the plain kernel).
-        const char* bias_c = static_cast<const char*>(bias);
-        const char* Ce = static_cast<const char*>(C) + static_cast<i64>(b) * sc * CB;
+        const char* bias_c = bias_u;
+        const char* Ce = static_cast<const char*>(C) + c_off * CB;
         const bool read_old = DQ ? beta != 0.f : e_beta != Scale(0);
         OScale brow[2] = {OScale(0), OScale(0)};   // bias per D row (bias_mode 2): rows row0, row0 + 8
         float srow[2] = {0.f, 0.f};                // dequantization: scale_n per D row (C's n index)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          if (row0 + 8 * h >= mt) continue;
+          if (row0 + 8 * h >= mt_store) continue;
           if (bias_mode == 2) brow[h] = OK::load_c(bias_c + static_cast<i64>(row0 + 8 * h) * CB);
           if constexpr (DQ) srow[h] = scale_of_n<EPI>(scale_n, row0 + 8 * h);
         }
@@ -926,12 +1022,12 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
                 if constexpr (DQ) {
                   // pyblasgemm.epilogue's order: alpha * ((scale_m * scale_n) * acc) + beta * c + bias
                   float x = mul_ieee(alpha, mul_ieee(mul_ieee(scol[jj][t], srow[h]), static_cast<float>(v)));
-                  if (read_old && r < mt && c < nt)
+                  if (read_old && r < mt_store && c < nt)
                     x = add_ieee(x, mul_ieee(beta, OK::load_c(Ce + (static_cast<i64>(r) * ldc + c) * CB)));
                   if (bias_mode) x = add_ieee(x, bias_mode == 1 ? bv : brow[h]);
                   dq_write(v, x);   // (int8: the registers carry the float's bits from here on)
                 } else {
-                  v = read_old && r < mt && c < nt
+                  v = read_old && r < mt_store && c < nt
                           ? axpby(e_alpha, v, e_beta, Kind::load_c(Ce + (static_cast<i64>(r) * ldc + c) * CB))
                           : ax(e_alpha, v);
                   if (bias_mode) v = add_ieee(v, bias_mode == 1 ? bv : brow[h]);
@@ -940,7 +1036,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
           asm volatile("" ::: "memory");   // the next chunk's loads start after this one's
         }
         if (pre != nullptr) {   // the pre-activation, at C's offsets in its own array
-          char* Pe = static_cast<char*>(pre) + static_cast<i64>(b) * sc * CB;
+          char* Pe = static_cast<char*>(pre) + c_off * CB;
 #pragma unroll
           for (int j = 0; j < BNT / 8; ++j)
 #pragma unroll
@@ -948,7 +1044,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
 #pragma unroll
               for (int t = 0; t < 2; ++t) {
                 const int r = row0 + 8 * h, c = col0 + 8 * j + t;
-                if (r < mt && c < nt) sm90_store_one<OK>(Pe + (static_cast<i64>(r) * ldc + c) * CB, value(acc[4 * j + 2 * h + t]));
+                if (r < mt_store && c < nt) sm90_store_one<OK>(Pe + (static_cast<i64>(r) * ldc + c) * CB, value(acc[4 * j + 2 * h + t]));
               }
         }
       }
@@ -1011,13 +1107,13 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
           fence_proxy_async_shared();
           named_barrier_sync(2 + cw, 128);
           if (wt == 0) {
-            cp_async_bulk_tensor_3d_store(&tma_c, buf, tn * BNT + ch * CCOLS, tm * BMT + 64 * cw, b);
+            cp_async_bulk_tensor_3d_store(&tma_c, buf, tn * BNT + ch * CCOLS, un.row_base + tm * BMT + 64 * cw, b);
             cp_async_bulk_commit_group();
           }
         }
         continue;
       }
-      char* Cb = static_cast<char*>(C) + static_cast<i64>(b) * sc * CB;
+      char* Cb = static_cast<char*>(C) + c_off * CB;
       if (SYNC && c_pair && interior) {
         // mma.sync layout, interior tile: one row pointer per fragment row, paired stores
 #pragma unroll
@@ -1060,7 +1156,7 @@ __global__ void __launch_bounds__(128 * (1 + CONSUMERS), 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = frow(j) + 8 * h, c = fcol(j);
-          if (r < mt && c < nt) {
+          if (r < mt_store && c < nt) {
             char* cp = Cb + (static_cast<i64>(r) * ldc + c) * CB;
             sm90_store_pair<OK>(cp, s_alpha, s_beta, read_c, fin(acc[4 * j + 2 * h]), fin(acc[4 * j + 2 * h + 1]),
                                   c_pair && c + 1 < nt, c + 1 < nt);
