@@ -196,6 +196,7 @@ def _group_launch(desc: GemmDesc, backend):
         check_backend_place(desc.routine, backend, desc.xp)
     plan = plan_for(desc, backend)
     if plan.group.kind != "one launch":
+        note_route(plan.group)      # (the caller runs the loop: last_route() names it)
         return None
     epi = desc.epilogue
     is_int = desc.prefix == "i" and (epi is None or epi.dequantize is None)

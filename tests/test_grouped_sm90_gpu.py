@@ -228,6 +228,31 @@ def test_public_call_takes_the_hopper_walk_and_says_so():
     assert "Hopper" not in last_route(), last_route()
 
 
+def test_a_loop_plan_names_the_loop_and_its_replay_keeps_the_bits():
+    """A grouped call the plan runs as the loop (backend='cublas' with device offsets) says so in
+    last_route() (it used to leave the previous call's line); and the one launch's repeated
+    call, looked up before the whole-call checks, gives the first call's bits."""
+    import cupy
+
+    import pyblasgemm
+    from pyblasgemm.epilogue import last_route, note_route
+
+    rng = np.random.default_rng(3699)
+    sizes = [3, 0, 64, 17]
+    case = Case(rng, ml_dtypes.bfloat16, sum(sizes), len(sizes), 128, 256)
+    ends = cupy.asarray(np.cumsum(sizes), np.int32)
+    note_route(None)
+    looped = pyblasgemm.grouped_matmul(case.ga, case.gb, offsets=ends, backend="cublas")
+    assert "loop" in last_route(), last_route()
+    _check_against_float64(case, looped, np.cumsum(sizes))
+    out = cupy.full(looped.shape, np.nan, looped.dtype)
+    first = pyblasgemm.grouped_matmul(case.ga, case.gb, offsets=ends, out=out).copy()
+    for _ in range(3):
+        out.fill(np.nan)
+        again = pyblasgemm.grouped_matmul(case.ga, case.gb, offsets=ends, out=out)
+        assert again is out and cupy.array_equal(_bits(again), _bits(first))
+
+
 def test_refusals_name_the_argument_before_any_work():
     import cupy
 
