@@ -373,29 +373,31 @@ def test_record_keeps_only_a_one_launch_product(fake_cupy):
 
 
 def test_float8_launches_and_records_live_in_the_bounded_plan_cache(monkeypatch):
-    """The bound float8 launches are plan-cache entries (its size bounds them; free() drops
-    their workspace), and a record refers to its launch: evicting the launch takes the
-    record with it, never a replay of a launch that is gone. (Binding reads CuPy's current
-    device: runs where CuPy is installed, as in the README's test venv; the host-only venvs
-    skip it.)"""
-    cupy = pytest.importorskip("cupy")
+    """The bound float8 launches are plan-cache entries of execute.launch_for (its size bounds
+    them; free() drops their workspace), and a record refers to its launch: evicting the launch
+    takes the record with it, never a replay of a launch that is gone. (No GPU: the kernels'
+    bind is a stand-in.)"""
+    from pyblasgemm import execute
+    from pyblasgemm.desc import describe_fp8
     from pyblasgemm.kernels import launch as launch_module
+    from pyblasgemm.planner import plan_for
+    from pyblasgemm.planner.arch import FAMILIES
 
     cache = PlanCache(size=4)
-    monkeypatch.setattr(gpu_fp8, "_cache", cache)
+    monkeypatch.setattr(execute, "_cache", cache)
     monkeypatch.setattr(calls, "cache", cache)
-    monkeypatch.setattr(cupy.cuda.runtime, "getDevice", lambda: 0)
     bound = []
     monkeypatch.setattr(launch_module, "bind", lambda problem, config, epilogue: bound.append(problem) or Launches())
     launches = []
     for n in (64, 128, 192, 256, 320, 384):
-        pl = gpu_fp8.plan(16, n, 512, "float8_e4m3fn", "float8_e4m3fn", ("row", 512), ("col", 512), "row", n,
-                          ("tensor", "cols"), "bfloat16", 0, None, 132)
-        problem, config = gpu_fp8.problem_of(pl, 0x1000, 0x2000, 0x3000, 1.0, 0.0, 132)
-        launches.append(gpu_fp8._bound(problem, config, pl.epi, pl.bias_axis))
-        assert gpu_fp8._bound(problem, config, pl.epi, pl.bias_axis) is launches[-1]     # bound once
+        desc = describe_fp8("matmul", "float8_e4m3fn", "float8_e4m3fn", ("row", 512), ("col", 512), "row", 16, n,
+                            512, n, ("tensor", "cols"), "bfloat16", None, None, False, "cupy", 0,
+                            (0x1000, 0x2000, 0x3000), 1.0, 0.0)
+        plan = plan_for(desc, "tensorcore", arch=FAMILIES["sm_90"], lt_version=None)
+        launches.append(execute.launch_for(desc, plan))
+        assert execute.launch_for(desc, plan) is launches[-1]          # bound once
         assert len(cache) <= 4
-    assert len(bound) == 6
+    assert len(bound) == 6 and bound[0].kind == "e4m3" and (bound[0].m, bound[0].n) == (64, 16)
     record_key = ("call", "doc")
     calls.put(record_key, "a record", refers_to=launches[-1])
     (launch_key,) = [k for k in cache._entries if k[0] == "launch" and cache.peek(k) is launches[-1]]
