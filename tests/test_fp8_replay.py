@@ -587,3 +587,65 @@ def test_the_scaled_key_of_tensors_holds_the_current_device_and_refuses_autograd
     cpu = FakeTensor(0x5000_0000, (N,), torch.float32, device=-1)
     assert calls.key_scaled(WORDS, a, b, None, sa, cpu, None) is None
     assert calls.key_scaled(WORDS, a, b, None, sa, sb, cpu) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The full GPU path's wiring (describe -> plan -> execute), on stand-ins: no GPU
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def gpu_stand_ins(fake_cupy, monkeypatch):
+    """The GPU route of fp8.scaled_matmul with its device calls stood in for: no device check,
+    device 0, CuPy's current stream 7, the scales already on the device, and execute's
+    launch_for handing out recording launches (each with the config it was planned for)."""
+    pytest.importorskip("cupy")         # (the array module is looked up; nothing is allocated)
+    from pyblasgemm import execute, streams
+    from pyblasgemm.backends import cublaslt
+    from pyblasgemm.planner import core
+
+    monkeypatch.setattr(gpu_fp8, "check_device", lambda routine: None)
+    monkeypatch.setattr(importlib.import_module("pyblasgemm._arrays"), "_get_device", [lambda: 0])
+    monkeypatch.setattr(streams, "_get_current_stream", lambda: types.SimpleNamespace(ptr=7))
+    monkeypatch.setattr(core, "loaded_version", lambda: 130100)
+    monkeypatch.setattr(execute, "device_scale", lambda cp, s: s)
+    monkeypatch.setattr(cublaslt, "device_scale", lambda cp, s: s)
+    bound = {}
+
+    def launch_for(desc, plan):
+        launch = bound.setdefault((desc.key, plan.backend), Launches())
+        launch.config, launch.plan = plan.config, plan
+        return launch
+
+    monkeypatch.setattr(execute, "launch_for", launch_for)
+    return bound
+
+
+@pytest.mark.parametrize("backend, route, layouts", [("tensorcore", "ours", ("tensor", "cols")),
+                                                      ("cublas", "cublaslt", ("tensor", "tensor")),
+                                                      (None, "ours", ("tensor", "tensor"))])
+def test_the_gpu_route_describes_plans_and_runs_through_execute(gpu_stand_ins, backend, route, layouts):
+    """The GPU route of scaled_matmul on (stand-in) CuPy arrays: the product described as c^T = b^T a^T (a
+    row-major result), planned (decode rows: our kernels unless cuBLASLt is forced) and run
+    through execute.execute_fp8 (b's pointers first, the scales in the kernel's order); one
+    launch on the caller's memory, so its call is left for the signature's record."""
+    a, b = operands()
+    sa, sb = scales(*layouts)
+    out = FakeCupy((M, N), ml_dtypes.bfloat16, 0x4000_0000)
+    from pyblasgemm.epilogue import Epilogue
+
+    # (past scaled_matmul's checks, which these stand-ins do not pass: the GPU route itself)
+    got = fp8._on_gpu("matmul", a, b, out, out.dtype, Epilogue(None, None, False, False), layouts, None,
+                      None, sa, sb, 1.0, 0.0, None, backend)
+    assert got is out
+    (launch,) = gpu_stand_ins.values()
+    ((pointers, kw),) = launch.calls
+    assert pointers == (b.data.ptr, a.data.ptr, out.data.ptr, 1.0, 0.0, 7)
+    assert kw["scale_m"] == sb.data.ptr and kw["scale_n"] == sa.data.ptr and kw["bias"] == 0
+    desc = launch.plan.problem
+    assert (desc.prefix, desc.swap, desc.m, desc.n, desc.k, desc.epilogue.dequantize) == \
+        ("e4m3", True, N, M, K, "bfloat16")
+    line = last_route()
+    assert line.startswith("ours: float8 on" if route == "ours" else "cuBLASLt: float8 TN"), line
+    assert line.endswith(launch.plan.reason)
+    call = fp8.last_call()
+    assert call.launch is launch and call.swap and call.route.line == line
