@@ -361,7 +361,7 @@ def _on_gpu(r, a, b, out, want, epi, layouts, bias, pre, scale_a, scale_b, alpha
     if launch is not None and held.a is a and held.b is b and c is result and p is pre and gpu.in_place(bias, vbias):
         spans = (calls.span_bytes(a), calls.span_bytes(b), calls.span_bytes(result))
         if None not in spans:
-            _last.call = Fp8Call(launch, desc.swap, route, *spans, False, None, None, None)
+            _last.call = Fp8Call(launch, desc.swap, route, *spans, False, None, None, None, desc.device)
     return result
 
 
@@ -391,6 +391,7 @@ class Fp8Call(NamedTuple):
     shape: tuple | None     # a fresh result's shape, strides (torch) and dtype; None with out=
     strides: tuple | None
     dtype: object
+    device: int = 0         # the device the launch is bound on (the current one when it ran)
 
 
 def last_call():
@@ -462,22 +463,23 @@ def replay(words: tuple, a, b, out, bias, scale_a, scale_b, stream, alpha=1.0, b
     by the caller's framework (``torch.empty_strided``: PyTorch's caching allocator) or ``out``.
     ``result`` None: no record, or what the key cannot prove fails (a fresh result's 16-byte
     alignment, an ``out`` that meets a or b); the caller then takes the full path and records
-    under ``key`` (None: arrays :func:`pyblasgemm.calls.key_scaled` does not key, e.g. a NumPy
+    under ``key`` (None: arrays :func:`pyblasgemm.calls.key` does not key, e.g. a NumPy
     scale). ``words``: the form's part of the key (its name, keywords as given, the kernel
     family rule). ``alpha`` / ``beta``: the form's values, checked by the caller (matmul's
     fixed 1 and 0; beta reaches the launch only with ``out``).
 
-    One key build, every pointer read once (by the key builder), one dict lookup
+    One key build (:func:`pyblasgemm.calls.key`, every form's, with the scales and the bias as
+    its extra arrays), every pointer read once (by the key builder), one dict lookup
     (:func:`pyblasgemm.calls.peek`), the result the only allocation, the launch called
     positionally (``launch(pm, pn, pc, alpha, beta, stream, bias, pre, scale_m, scale_n)``,
     b's pointers first when the product ran as c^T = b^T a^T).
 
     >>> import numpy as np
-    >>> a = np.ones((2, 3), np.float32)                 # NumPy arrays: never keyed
-    >>> replay(("doc",), a, a.T, None, None, a[:, 0], a[0], None)
-    (None, None)
+    >>> a = np.ones((2, 3), np.float32)                 # NumPy arrays: never recorded (the host route)
+    >>> replay(("doc",), a, a.T, None, None, a[:, 0], a[0], None)[0] is None
+    True
     """
-    sig = calls.key_scaled(words, a, b, out, scale_a, scale_b, bias)
+    sig = calls.key(words, a, b, out, (scale_a, scale_b, bias))
     if sig is None:
         return None, None
     k, pa, pb, pc, psa, psb, pbias = sig
@@ -485,7 +487,9 @@ def replay(words: tuple, a, b, out, bias, scale_a, scale_b, stream, alpha=1.0, b
     if hit is None:
         return None, k
     if hit.torch:
-        dev = a.get_device()        # (an ordinal: no torch.device object a call)
+        if hit.device != calls._current_device():
+            return None, k  # bound on another device (a CuPy key holds the current device itself)
+        dev = k[calls.TORCH_DEVICE]     # (a's ordinal, as the key read it)
         if out is None:
             if not _torch_empty:
                 _torch_empty.append(sys.modules["torch"].empty_strided)

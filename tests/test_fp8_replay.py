@@ -167,17 +167,18 @@ def test_another_current_device_is_another_key(fake_cupy, monkeypatch):
 
 
 def test_scales_of_another_kind_give_no_key(fake_cupy):
-    """A NumPy scale beside CuPy operands (copied to the device by the full path), a scale
-    missing, a NumPy bias: no key (the full path, which copies or refuses them; nothing is
-    recorded); never a crash in the builder."""
+    """A NumPy scale beside CuPy operands (copied to the device by the full path), a NumPy
+    bias: no key (the full path, which copies them; nothing is recorded); a scale missing: no
+    replay (the full path refuses it); never a crash in the builder."""
     a, b = operands()
     sa, sb = scales()
     assert fp8.replay(WORDS, a, b, None, None, np.float32(1), sb, 5) == (None, None)
     assert fp8.replay(WORDS, a, b, None, None, sa, np.ones(N, np.float32), 5) == (None, None)
     assert fp8.replay(WORDS, a, b, None, np.ones(N, np.float32), sa, sb, 5) == (None, None)
     assert calls.key(WORDS, a, b, None, (sa, sb, np.ones(N, np.float32))) is None      # a NumPy bias
-    assert fp8.replay(WORDS, a, b, None, None, sa, None, 5) == (None, None)
-    assert fp8.replay(WORDS, a, b, None, None, None, sb, 5) == (None, None)
+    # a scale missing: keyed as an absent extra, never recorded (the full path refuses the call)
+    assert fp8.replay(WORDS, a, b, None, None, sa, None, 5)[0] is None
+    assert fp8.replay(WORDS, a, b, None, None, None, sb, 5)[0] is None
 
 
 def test_matmul_words_hold_the_keywords_as_given_and_the_family_rule(monkeypatch):
@@ -535,26 +536,28 @@ def test_a_torch_gemm_replays_before_the_array_door(monkeypatch):
                                    None) == (None, None)
 
 
-def test_the_scaled_key_reads_each_pointer_once_and_hands_it_back(fake_cupy):
-    """calls.key_scaled: the operands', result's, scales' and bias' pointers as it read them (the
-    replay launches on these, reading none again), 0 for a missing result or bias; a bias
-    given where there was none, or none where there was one, is another key."""
+def test_the_key_reads_each_pointer_once_and_hands_it_back(fake_cupy):
+    """calls.key with the scales and the bias as its extra arrays (the one builder every form's
+    signature takes): the operands', result's, scales' and bias' pointers as it read them (the
+    replay launches on these, reading none again), 0 for a missing result or bias; a bias given
+    where there was none, or none where there was one, is another key."""
     a, b = operands()
     sa, sb = scales()
     bias, out = FakeCupy((N,), np.float32, 0x4400_0000), FakeCupy((M, N), np.float32, 0x4500_0000)
-    k, pa, pb, pc, psa, psb, pbias = calls.key_scaled(WORDS, a, b, out, sa, sb, bias)
+    k, pa, pb, pc, psa, psb, pbias = calls.key(WORDS, a, b, out, (sa, sb, bias))
     assert (pa, pb, pc, psa, psb, pbias) == (a.data.ptr, b.data.ptr, out.data.ptr, sa.data.ptr, sb.data.ptr,
                                              bias.data.ptr)
-    plain = calls.key_scaled(WORDS, a, b, None, sa, sb, None)
+    plain = calls.key(WORDS, a, b, None, (sa, sb, None))
     assert plain[1:] == (a.data.ptr, b.data.ptr, 0, sa.data.ptr, sb.data.ptr, 0)
-    assert len({k, plain[0], calls.key_scaled(WORDS, a, b, out, sa, sb, None)[0],
-                calls.key_scaled(WORDS, a, b, None, sa, sb, bias)[0]}) == 4
+    assert len({k, plain[0], calls.key(WORDS, a, b, out, (sa, sb, None))[0],
+                calls.key(WORDS, a, b, None, (sa, sb, bias))[0]}) == 4
 
 
-def test_the_scaled_key_of_tensors_holds_the_current_device_and_refuses_autograd(monkeypatch):
-    """Tensors: the current device is a key fact (the launch is bound on it); a tensor that
-    requires grad while autograd records gives no key (the differentiable path), under
-    no_grad its own key; a CPU scale or bias gives no key."""
+def test_a_tensor_replay_checks_its_device_and_the_key_refuses_autograd(monkeypatch):
+    """Tensors: a record replays only on the device its launch is bound on (the current one when
+    it ran: not a key fact for tensors, compared after the lookup as the other tensor replays
+    do); a tensor that requires grad while autograd records gives no key (the differentiable
+    path), under no_grad its own key; a CPU scale or bias gives no key."""
     torch = pytest.importorskip("torch")
 
     class FakeTensor:
@@ -571,22 +574,26 @@ def test_the_scaled_key_of_tensors_holds_the_current_device_and_refuses_autograd
             return tuple(int(np.prod(self.shape[i + 1:])) for i in range(len(self.shape)))
 
     monkeypatch.setattr(calls, "torch_tensor", [FakeTensor])
+    monkeypatch.setattr(calls, "cache", PlanCache(size=8))
     device = [0]
     monkeypatch.setattr(calls, "_current_device", lambda: device[0])
     e4 = torch.float8_e4m3fn
     a, b = FakeTensor(0x1000_0000, (M, K), e4), FakeTensor(0x2000_0000, (K, N), e4)
     sa, sb = FakeTensor(0x3000_0000, (), torch.float32), FakeTensor(0x4000_0000, (), torch.float32)
-    base = calls.key_scaled(WORDS, a, b, None, sa, sb, None)[0]
+    out = FakeTensor(0x5000_0000, (M, N), torch.float32)
+    launch = Launches()
+    base = calls.key(WORDS, a, b, out, (sa, sb, None))[0]
+    calls.put(base, fp8.Fp8Call(launch, False, None, M * K, K * N, M * N * 4, True, None, None, None, 1))
+    assert fp8.replay(WORDS, a, b, out, None, sa, sb, 5) == (None, base)      # bound on device 1: the full path
     device[0] = 1
-    assert calls.key_scaled(WORDS, a, b, None, sa, sb, None)[0] != base
-    device[0] = 0
+    assert fp8.replay(WORDS, a, b, out, None, sa, sb, 5) == (out, base) and len(launch.calls) == 1
     grad_sb = FakeTensor(0x4000_0000, (), torch.float32, grad=True)
-    assert calls.key_scaled(WORDS, a, b, None, sa, grad_sb, None) is None
+    assert calls.key(WORDS, a, b, None, (sa, grad_sb, None)) is None
     with torch.no_grad():
-        assert calls.key_scaled(WORDS, a, b, None, sa, grad_sb, None)[0] not in (None, base)
+        assert calls.key(WORDS, a, b, None, (sa, grad_sb, None))[0] not in (None, base)
     cpu = FakeTensor(0x5000_0000, (N,), torch.float32, device=-1)
-    assert calls.key_scaled(WORDS, a, b, None, sa, cpu, None) is None
-    assert calls.key_scaled(WORDS, a, b, None, sa, sb, cpu) is None
+    assert calls.key(WORDS, a, b, None, (sa, cpu, None)) is None
+    assert calls.key(WORDS, a, b, None, (sa, sb, cpu)) is None
 
 
 # ---------------------------------------------------------------------------------------------
