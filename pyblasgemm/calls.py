@@ -197,15 +197,15 @@ def key(words: tuple, a, b, c=None, extra: tuple = ()):
         # against 0.82 µs for tuples grown per extra, three extras, 2-core dev host)
         sig, facts = [k, pa, pb, pc], []
         for x in extra:
-            if x is None:
+            if type(x) is t:
+                mx = x.data
+                px = mx.ptr
+                facts.append((x.dtype, x.shape, x.strides, mx.device_id, px & 15))
+            elif x is None:
+                px = 0
                 facts.append(None)
-                sig.append(0)
-                continue
-            if type(x) is not t:
+            else:
                 return None         # a host scale, a tensor beside CuPy arrays: the full path
-            mx = x.data
-            px = mx.ptr
-            facts.append((x.dtype, x.shape, x.strides, mx.device_id, px & 15))
             sig.append(px)
         sig[0] = k + tuple(facts)
         return tuple(sig)
