@@ -182,7 +182,7 @@ def config_for(desc, arch: ArchSpec, family: str | None = None):
     its block tile for block scales), or on sm_90 the Hopper kernel's (:func:`sm90_config`) for
     K-major operands (transa 'T', transb 'N': TMA reads K-contiguous rows), block scales
     included; ``family`` (``kernels.fp8.FAMILY``) 'sm80' keeps mma.sync. The launch falls back to
-    mma.sync where the Hopper kernel's TMA rules refuse its pointers (``kernels.fp8.problem_of``).
+    mma.sync where the Hopper kernel's TMA rules refuse its class (``kernels.fp8.launch_config``).
 
     >>> from pyblasgemm.desc import describe_fp8
     >>> d = describe_fp8("doc", "float8_e4m3fn", "float8_e4m3fn", ("row", 4096), ("col", 4096), "row", 16, 4096,
