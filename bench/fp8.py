@@ -250,6 +250,7 @@ def _warm(cp, host_only=False):
     """Compile every row's kernels in parallel first (a cold NVRTC cache), timed apart."""
     from pyblasgemm.kernels import fp8 as gpu
     from pyblasgemm.kernels import jit
+    from pyblasgemm.planner.fp8 import warm_specs
 
     dev = cp.cuda.Device()
     cc = (int(dev.compute_capability[:-1]), int(dev.compute_capability[-1]))
@@ -257,10 +258,10 @@ def _warm(cp, host_only=False):
     lay = {"tensor": ("tensor", "tensor"), "rowwise": ("rows", "cols"), "blocks": ("blocks", "blocks")}
     cases = [(m, n, k, "float8_e4m3fn", "float8_e4m3fn", "C", "F", "C", lay[mode], "bfloat16", 0, None)
              for _, m, n, k in ([] if host_only else shapes()) + [("host", *HOST_SHAPE)] for mode in SCALES]
-    specs = gpu.warm_specs(cases, sms, cc, dev.id)
+    specs = warm_specs(cases, sms, cc, dev.id)
     gpu.FAMILY = "sm80"
     try:
-        specs += gpu.warm_specs(cases, sms, cc, dev.id)
+        specs += warm_specs(cases, sms, cc, dev.id)
     finally:
         gpu.FAMILY = None
     t0 = time.perf_counter()

@@ -99,8 +99,8 @@ def measure() -> dict:
     out = {}
     Array, a, b, sa, sb = _cupy_arrays()
     calls._cupy_ndarray[:] = [Array]
-    from pyblasgemm import _arrays
-
+    _arrays = importlib.import_module("pyblasgemm._arrays")     # (pyblasgemm._arrays: the package's own
+    # attribute of that name is another module)
     _arrays._get_device[:] = [lambda: 0]        # (cudaGetDevice's stand-in: the frames around it kept)
     mm._CUPY[0] = Array
     calls.cache = PlanCache(size=64)
@@ -117,11 +117,8 @@ def measure() -> dict:
     assert type(call()) is Array, "the CuPy call did not replay"
     out["cupy matmul (replayed, no-op launch)"] = _best_us(call)
     out["cupy fp8.replay"] = _best_us(lambda: fp8.replay(words, a, b, None, None, sa, sb, None))
-    if hasattr(calls, "key_scaled"):        # (this tree's builder; the tree before it had key() alone)
-        out["cupy calls.key_scaled"] = _best_us(lambda: calls.key_scaled(words, a, b, None, sa, sb, None))
-        out["cupy key_scaled + peek"] = _best_us(
-            lambda: calls.peek(calls.key_scaled(words, a, b, None, sa, sb, None)[0]))
     out["cupy calls.key"] = _best_us(lambda: calls.key(words, a, b, None, (sa, sb, None)))
+    out["cupy key + peek"] = _best_us(lambda: calls.peek(calls.key(words, a, b, None, (sa, sb, None))[0]))
     out["cupy key + get"] = _best_us(lambda: calls.get(calls.key(words, a, b, None, (sa, sb, None))[0]))
     out["cupy allocation (stand-in)"] = _best_us(lambda: Array((M, N), BF16))
     out["matmul _fp8_words"] = _best_us(lambda: mm._fp8_words(BF16, None, None, None, None, np.dtype))
@@ -138,12 +135,10 @@ def measure() -> dict:
     fp8._TORCH_FP8[:] = [frozenset((e4, torch.float8_e5m2))]
     real_empty = torch.empty_strided
     torch.empty_strided = lambda shape, strides, dtype=None, device=None: FakeTensor(shape, dtype, strides)
-    raw = arrays._raw_stream[:]
-    arrays._raw_stream[:] = [lambda device: 7]
+    raw = arrays.torch_raw_stream       # (PyTorch's raw-stream accessor: a stand-in, no CUDA)
+    arrays.torch_raw_stream = lambda device: 7
     try:
         twords = mm._fp8_words(torch.bfloat16, None, None, None, None, type(ta.dtype))
-        if not hasattr(calls, "key_scaled"):    # the tree before: matmul added the device to the words
-            twords += (0,)
         miss, tkey = fp8.replay(twords, ta, tb, None, None, tsa, tsb, None)
         assert miss is None and tkey is not None
         calls.put(tkey, fp8.Fp8Call(_noop_launch, True, route, *spans, True, (M, N), (N, 1), torch.bfloat16),
@@ -152,12 +147,10 @@ def measure() -> dict:
         assert type(tcall()) is FakeTensor, "the tensor call did not replay"
         out["tensor matmul (replayed, no-op launch, stand-ins)"] = _best_us(tcall)
         out["tensor fp8.replay"] = _best_us(lambda: fp8.replay(twords, ta, tb, None, None, tsa, tsb, None))
-        if hasattr(calls, "key_scaled"):
-            out["tensor calls.key_scaled"] = _best_us(
-                lambda: calls.key_scaled(twords, ta, tb, None, tsa, tsb, None))
+        out["tensor calls.key"] = _best_us(lambda: calls.key(twords, ta, tb, None, (tsa, tsb, None)))
     finally:
         torch.empty_strided = real_empty
-        arrays._raw_stream[:] = raw
+        arrays.torch_raw_stream = raw
     return {k: round(v, 3) for k, v in out.items()}
 
 

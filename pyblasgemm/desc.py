@@ -198,7 +198,7 @@ def describe_fp8(routine: str, a_dtype, b_dtype, a_layout: tuple, b_layout: tupl
     scales ``GemmDesc.block_scales``; the output type is the epilogue's ``dequantize``.
     ``pointers``: the (a, b, c) addresses, or ``(align,)``; ``bias_align`` / ``pre_align``:
     the bias' and pre-activation's pointer alignment. The leading dimensions are the call's (the
-    kernel's floor, ld >= the rows it stores, is the launch's: kernels.fp8.plan).
+    kernel's floor, ld >= the rows it stores, is the launch's: kernels.fp8.kernel_lds).
 
     >>> d = describe_fp8("doc", "float8_e4m3fn", "float8_e5m2", ("row", 4096), ("col", 4096), "row", 16, 4096,
     ...                  4096, 4096, ("rows", "tensor"), "bfloat16", None, "cols", False, "cupy", 0, (256,), 1.0, 0.0)

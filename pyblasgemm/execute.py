@@ -1,26 +1,29 @@
 """Execute: answer the degenerate cases, else plan and hand the problem to a backend.
 
 The one place a launch is bound (:func:`launch_for`): a plain product's, an epilogue fused in
-our kernel's store or cuBLASLt's, a group's persistent launch. Each bound launch is kept under
-one key of the plan cache (its workspace goes with it); call signatures refer to it.
+our kernel's store or cuBLASLt's, a group's persistent launch, a float8 product's (ours or
+cuBLASLt's, :func:`execute_fp8`). Each bound launch is kept under one key of the plan cache
+(its workspace goes with it); call signatures refer to it.
 """
 from __future__ import annotations
 
 import sys
 
 from . import _arrays, composite, streams
-from .backends import get_backend
+from .backends import cublaslt, get_backend
 from .epilogue import note_route
-from .epilogue_pass import UNFUSED
+from .epilogue_pass import UNFUSED, UnfusedRoute
 from .plancache import get_plan_cache
 from .desc import GemmDesc, check_backend_place
 from .kernels import mlp_kernel
 from .kernels.epilogue_ops import PASS_DTYPES, PassLaunch
+from .kernels.fp8 import device_scale, in_place
 from .kernels.grouped import pack_table
 from .kernels.mma_sync import BIAS_MODE
 from .kernels.scale import scale_ieee
 from .planner import plan_for
 from .planner.composite import CompositeSpec
+from .planner.fp8 import without_lt
 from .planner.overrides import current_settings
 
 _cache = get_plan_cache()
@@ -157,6 +160,81 @@ class ProductThenPass:
     def __call__(self, a_ptr, b_ptr, c_ptr, alpha, beta, stream, bias=0, pre=0, scale_m=0, scale_n=0):
         self.product(a_ptr, b_ptr, c_ptr, alpha, beta, stream)
         self.pass_(c_ptr, bias, pre, stream)
+
+
+def execute_fp8(desc: GemmDesc, plan, a, b, c, bias, pre, scale_a, scale_b, stream: int) -> tuple:
+    """Run a float8 description's plan (:func:`pyblasgemm.desc.describe_fp8`,
+    :func:`pyblasgemm.planner.plan_for`) on the CuPy arrays it describes, arranged for the kernels
+    (:func:`pyblasgemm.kernels.fp8.arrange`: ``a`` and ``b`` read, ``c`` and ``pre`` written
+    where they lie; ``bias`` a contiguous array of the result's type, or None; the scales as the
+    call gave them), enqueued on ``stream`` (a raw handle). Our kernel's launch or cuBLASLt's is
+    bound by :func:`launch_for` (one plan-cache key each); the operands, scales, bias and
+    pre-activation are its per-call pointers, in the kernel's order (b's first when
+    ``desc.swap``: c^T = b^T a^T). Block scales on cuBLASLt are rearranged by
+    :class:`~pyblasgemm.backends.cublaslt.LtBlockScaled` into buffers it owns, bound per scale
+    strides beside the launch. A cuBLASLt plan that cuBLASLt cannot bind (no algorithm for the
+    case) runs on our kernels, or is a ValueError where it was forced, before any launch.
+
+    Returns ``(route, launch)``: the route report (an
+    :class:`~pyblasgemm.epilogue_pass.UnfusedRoute`: 'cublaslt' / 'ours' and its line, the
+    plan's reason last) and the launch a call signature may replay (``launch(pm, pn, pc, alpha,
+    beta, stream, bias, pre, scale_m, scale_n)``), or None where a scale was copied for this
+    call (a NumPy or strided scale, a misaligned vector for cuBLASLt, block scales rearranged
+    into temporaries).
+
+    Example (on an sm_89+ GPU, arrays arranged)::
+
+        route, launch = execute_fp8(desc, plan_for(desc), a, b, c, None, None, sa, sb, stream)
+    """
+    cp = sys.modules["cupy"]        # (the arrays are CuPy's)
+    pa, pb, pc = a.data.ptr, b.data.ptr, c.data.ptr
+    first, second = scale_a, scale_b        # the described m side's scale, the n side's
+    if desc.swap:
+        pa, pb, first, second = pb, pa, scale_b, scale_a
+    alpha, beta = float(desc.alpha), float(desc.beta)
+    pbias = 0 if bias is None else bias.data.ptr
+    if plan.backend == "cublas":
+        launch = launch_for(desc, plan)
+        if launch is not None:
+            blocks = None
+            if desc.block_scales and cublaslt.block_scales_readable(cp, desc, scale_a, scale_b):
+                blocks = _lt_block_scaled(desc, launch, scale_a.strides, scale_b.strides, stream)
+            if blocks is not None:      # the relayout into its own buffers, then cuBLASLt: both capturable
+                blocks(pa, pb, pc, alpha, beta, stream, bias=pbias, scale_m=first.data.ptr, scale_n=second.data.ptr)
+                launch = blocks
+            else:
+                scale_m, scale_n = cublaslt.fp8_scales(cp, desc, scale_a, scale_b)
+                launch(pa, pb, pc, alpha, beta, stream, bias=pbias, scale_m=scale_m.data.ptr,
+                       scale_n=scale_n.data.ptr)
+                if not (in_place(first, scale_m) and in_place(second, scale_n)):
+                    launch = None
+            return UnfusedRoute("cublaslt", f"{cublaslt.fp8_line(desc)}; {plan.reason}"), launch
+        why = cublaslt.fp8_refusal(desc) or "cuBLASLt could not bind it"
+        if plan.source == "forced":
+            raise ValueError(f"{desc.routine}: backend='cublas' cannot run this float8 product: {why}; "
+                             f"backend='tensorcore' (or None) runs it on our kernels")
+        plan = without_lt(plan, why)
+    launch = launch_for(desc, plan)
+    scale_m, scale_n = device_scale(cp, first), device_scale(cp, second)
+    launch(pa, pb, pc, alpha, beta, stream, bias=pbias, pre=0 if pre is None else pre.data.ptr,
+           scale_m=scale_m.data.ptr, scale_n=scale_n.data.ptr)
+    config = launch.config          # (mma.sync's where the Hopper kernel's TMA rules refused the class)
+    route = UnfusedRoute("ours", f"ours: float8 on {config.kernel_family.title} ({config.name}); scales, alpha, "
+                                 f"beta, bias and activation fused; {plan.reason}")
+    return route, launch if in_place(first, scale_m) and in_place(second, scale_n) else None
+
+
+def _lt_block_scaled(desc: GemmDesc, launch, strides_a: tuple, strides_b: tuple, stream: int):
+    """The :class:`~pyblasgemm.backends.cublaslt.LtBlockScaled` of a block-scaled float8
+    description on its bound cuBLASLt ``launch`` for scales of these strides, kept in the plan
+    cache (its relayout buffers are its workspace); None past the streams it keeps buffers for
+    (then the per-call temporaries)."""
+    key = ("launch", desc.key, "cuBLASLt block scales", strides_a, strides_b)
+    hit = _cache.get(key)
+    if hit is None or hit.lt_launch is not launch.__self__:
+        hit = cublaslt.block_scaled(desc, launch, strides_a, strides_b)
+        _cache.put(key, hit)        # (a size-0 cache keeps nothing: made anew each call)
+    return hit if hit.buffers(stream) is not None else None
 
 
 def _unfused_launch(desc: GemmDesc, backend, autotune):

@@ -21,8 +21,11 @@ power of two (e4m3: units of 2^-9, at most 448; e5m2: units of 2^-16, at most 57
 first: their products would pass 2^63), and only the scaling and the sum over blocks round, in
 float64 (2^-53 relative, far below any output type's rounding).
 
-GPU arrays (CuPy; CUDA tensors and JAX GPU arrays through the array door) run on the float8
-kinds of our mma.sync kernel (sm_89+; :mod:`pyblasgemm.kernels.fp8`): float32 accumulation of
+GPU arrays (CuPy; CUDA tensors and JAX GPU arrays through the array door) take the flow of every
+other product: described (:func:`pyblasgemm.desc.describe_fp8`), planned
+(:func:`pyblasgemm.planner.plan_for`: cuBLASLt's FP8 GEMM or our kernels) and run
+(:func:`pyblasgemm.execute.execute_fp8`). Our kernels are the float8
+kinds of our mma.sync and Hopper kernels (sm_89+; :mod:`pyblasgemm.kernels.fp8`): float32 accumulation of
 the raw products, the per-tensor or per-row / per-column scales read on the device in the
 fused store (block scales: each 128-wide K block promoted into the accumulator scaled, in the
 mainloop, as DeepGEMM does), then alpha, beta·out, bias and the activation in this module's
@@ -45,13 +48,15 @@ import numpy as np
 
 from . import _arrays, arrays, calls, streams
 from ._types import dtype_text
-from .desc import check_epilogue
+from .desc import alignment, check_epilogue, describe_fp8
 from .epilogue import note_route
-from .epilogue_pass import UnfusedRoute, run_unfused
+from .epilogue_pass import run_unfused
+from .execute import execute_fp8
 from .kernels import fp8 as gpu
+from .planner import plan_for
 
 __all__ = ["FP8_TYPES", "BLOCK", "BACKENDS", "is_fp8", "check_scales", "scaled_product", "scaled_matmul",
-           "Fp8Call", "replay", "record", "forget_last", "torch_fp8_dtypes"]
+           "Fp8Call", "replay", "record", "forget_last", "last_call", "torch_fp8_dtypes"]
 
 #: the output types of a float8 product (``dtype=``; float32 by default)
 OUT_DTYPES = ("float32", "float16", "bfloat16")
@@ -234,7 +239,7 @@ def _out_dtype(routine: str, dtype) -> np.dtype:
 
 #: ``backend=`` of a float8 product: where each value runs it (the others are refused, naming
 #: these): 'auto' (None) is the host for NumPy arrays and, for GPU arrays, cuBLASLt where it
-#: takes the case, else our kernels (pyblasgemm.kernels.fp8.choose_route)
+#: takes the case, else our kernels (pyblasgemm.planner.fp8.choose_route)
 BACKENDS = {"auto": "the host for NumPy arrays, cuBLASLt or our kernels for CuPy arrays / CUDA tensors",
             "host": "NumPy arrays", "tensorcore": "CuPy arrays / CUDA tensors (sm_89+)",
             "cublas": "CuPy arrays / CUDA tensors on cuBLASLt's FP8 GEMM (sm_89+)"}
@@ -250,7 +255,7 @@ def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivatio
     through the array door): our mma.sync kernel's float8 kinds on sm_89+, the scales read on
     the device (:mod:`pyblasgemm.kernels.fp8`: per-tensor and per-row / per-column scales in
     the fused store, block scales in the mainloop's per-128-k promotion), or cuBLASLt's FP8 GEMM
-    where it takes the case (:func:`pyblasgemm.kernels.fp8.choose_route`). ``backend``: None /
+    where it takes the case (:func:`pyblasgemm.planner.fp8.choose_route`). ``backend``: None /
     'auto', 'host' (NumPy arrays), 'tensorcore' (GPU arrays, our kernels) or 'cublas' (GPU
     arrays, cuBLASLt). ``stream``: the GPU route's stream (a raw handle or a stream object;
     None: CuPy's current stream).
@@ -314,15 +319,13 @@ def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivatio
     return run_unfused(epi, "numpy", t, None, None, None, bias, None, None, preactivation_out, result)
 
 
-def _gpu_route(ran) -> UnfusedRoute:
-    """How a GPU float8 product ran (:class:`pyblasgemm.kernels.fp8.Ran`: cuBLASLt or our
-    kernel, and why), as :func:`pyblasgemm.epilogue.last_route` says it."""
-    return UnfusedRoute(ran.route, ran.line)
-
-
 def _on_gpu(r, a, b, out, want, epi, layouts, bias, pre, scale_a, scale_b, alpha, beta, stream, backend=None):
-    """The GPU route (:func:`pyblasgemm.kernels.fp8.run`), the degenerate shapes answered here.
-    A product that ran as one launch on the caller's memory is left for :func:`record`."""
+    """The GPU route, the degenerate shapes answered here: the arrays arranged for the kernels
+    (:func:`pyblasgemm.kernels.fp8.arrange`), the product described
+    (:func:`pyblasgemm.desc.describe_fp8`), planned (:func:`pyblasgemm.planner.plan_for`, memoized)
+    and run (:func:`pyblasgemm.execute.execute_fp8`). A product that ran as one launch on the
+    caller's memory (operands, result, scales and bias read and written in place) is left for
+    :func:`record`."""
     _last.call = None
     gpu.check_device(r)
     xp = _arrays.xp_of("cupy")
@@ -338,16 +341,27 @@ def _on_gpu(r, a, b, out, want, epi, layouts, bias, pre, scale_a, scale_b, alpha
             if beta != 0 and out is not None:
                 t += np.float32(beta) * out.astype(np.float32)
             return run_unfused(epi, "cupy", t, None, None, None, bias, None, None, pre, result)
-        code = 0 if epi.activation is None else epi.activation.code
-        ran = gpu.run(r, a, b, result, layouts, scale_a, scale_b, alpha, beta if out is not None else 0.0,
-                      bias, epi.bias_axis, code, pre, sptr, backend)
-    route = _gpu_route(ran)
+        beta = beta if out is not None else 0.0
+        held = gpu.arrange(xp, a, b, result, pre, beta)
+        c, p = held.c, held.pre
+        vbias = None if bias is None else xp.ascontiguousarray(bias.reshape(-1)).astype(result.dtype, copy=False)
+        desc = describe_fp8(r, a.dtype, b.dtype, held.la, held.lb, held.target, m, n, k, held.ldc, layouts,
+                            result.dtype, None if epi.activation is None else epi.activation.name, epi.bias_axis,
+                            p is not None, "cupy", _arrays.current_device(),
+                            (held.a.data.ptr, held.b.data.ptr, c.data.ptr), alpha, beta,
+                            bias_align=0 if vbias is None else alignment(vbias.data.ptr),
+                            pre_align=0 if p is None else alignment(p.data.ptr))
+        route, launch = execute_fp8(desc, plan_for(desc, backend or "auto"), held.a, held.b, c, vbias, p, scale_a,
+                                    scale_b, streams.current() if sptr is None else sptr)
+        if c is not result:
+            result[...] = c
+        if p is not pre:
+            pre[...] = p
     note_route(route)
-    one = gpu.last_launch()
-    if one is not None:
+    if launch is not None and held.a is a and held.b is b and c is result and p is pre and gpu.in_place(bias, vbias):
         spans = (calls.span_bytes(a), calls.span_bytes(b), calls.span_bytes(result))
         if None not in spans:
-            _last.call = Fp8Call(one.launch, one.swap, route, *spans, False, None, None, None)
+            _last.call = Fp8Call(launch, desc.swap, route, *spans, False, None, None, None, desc.device)
     return result
 
 
@@ -367,7 +381,7 @@ class Fp8Call(NamedTuple):
     scale or the bias was copied), devices, alignment classes, and the words (``dtype=``,
     ``activation=``, ``backend=``, the kernel family rule)."""
 
-    launch: object          # the bound launch (kernels.fp8.Fp8Launch.launch)
+    launch: object          # the bound launch (execute.execute_fp8's, in the kernel's order)
     swap: bool              # run as c^T = b^T a^T: b and scale_b are the kernel's first
     route: object           # what last_route() says (the first call's)
     a_bytes: int            # bytes each array spans (an out= that meets a or b: the full path)
@@ -377,6 +391,14 @@ class Fp8Call(NamedTuple):
     shape: tuple | None     # a fresh result's shape, strides (torch) and dtype; None with out=
     strides: tuple | None
     dtype: object
+    device: int = 0         # the device the launch is bound on (the current one when it ran)
+
+
+def last_call():
+    """The :class:`Fp8Call` of this thread's last GPU float8 product that ran (or replayed) as
+    one launch on the caller's memory, or None (it copied an operand, a scale or the bias, or
+    computed into a temporary: then no replay may stand for it)."""
+    return getattr(_last, "call", None)
 
 
 def forget_last() -> None:
@@ -441,22 +463,23 @@ def replay(words: tuple, a, b, out, bias, scale_a, scale_b, stream, alpha=1.0, b
     by the caller's framework (``torch.empty_strided``: PyTorch's caching allocator) or ``out``.
     ``result`` None: no record, or what the key cannot prove fails (a fresh result's 16-byte
     alignment, an ``out`` that meets a or b); the caller then takes the full path and records
-    under ``key`` (None: arrays :func:`pyblasgemm.calls.key_scaled` does not key, e.g. a NumPy
+    under ``key`` (None: arrays :func:`pyblasgemm.calls.key` does not key, e.g. a NumPy
     scale). ``words``: the form's part of the key (its name, keywords as given, the kernel
     family rule). ``alpha`` / ``beta``: the form's values, checked by the caller (matmul's
     fixed 1 and 0; beta reaches the launch only with ``out``).
 
-    One key build, every pointer read once (by the key builder), one dict lookup
+    One key build (:func:`pyblasgemm.calls.key`, every form's, with the scales and the bias as
+    its extra arrays), every pointer read once (by the key builder), one dict lookup
     (:func:`pyblasgemm.calls.peek`), the result the only allocation, the launch called
     positionally (``launch(pm, pn, pc, alpha, beta, stream, bias, pre, scale_m, scale_n)``,
     b's pointers first when the product ran as c^T = b^T a^T).
 
     >>> import numpy as np
-    >>> a = np.ones((2, 3), np.float32)                 # NumPy arrays: never keyed
-    >>> replay(("doc",), a, a.T, None, None, a[:, 0], a[0], None)
-    (None, None)
+    >>> a = np.ones((2, 3), np.float32)                 # NumPy arrays: never recorded (the host route)
+    >>> replay(("doc",), a, a.T, None, None, a[:, 0], a[0], None)[0] is None
+    True
     """
-    sig = calls.key_scaled(words, a, b, out, scale_a, scale_b, bias)
+    sig = calls.key(words, a, b, out, (scale_a, scale_b, bias))
     if sig is None:
         return None, None
     k, pa, pb, pc, psa, psb, pbias = sig
@@ -464,7 +487,9 @@ def replay(words: tuple, a, b, out, bias, scale_a, scale_b, stream, alpha=1.0, b
     if hit is None:
         return None, k
     if hit.torch:
-        dev = a.get_device()        # (an ordinal: no torch.device object a call)
+        if hit.device != calls._current_device():
+            return None, k  # bound on another device (a CuPy key holds the current device itself)
+        dev = k[calls.TORCH_DEVICE]     # (a's ordinal, as the key read it)
         if out is None:
             if not _torch_empty:
                 _torch_empty.append(sys.modules["torch"].empty_strided)

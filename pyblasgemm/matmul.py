@@ -632,7 +632,7 @@ def _epilogue_signature(a, b, dtype, compute, backend, bias, activation, invaria
 
 
 def _fp8_words(dtype, compute, backend, activation, invariant, operand_dtype_type):
-    """The form's part of a float8 product's key (:func:`pyblasgemm.calls.key_scaled`'s ``words``), or
+    """The form's part of a float8 product's key (:func:`pyblasgemm.calls.key`'s ``words``), or
     None for a keyword value a key cannot hold as given (the full path then names it): the
     keywords as given (``dtype=`` a NumPy dtype word or the operands' framework's dtype, such as
     ``torch.bfloat16``), the route setting (:data:`pyblasgemm.kernels.fp8.ROUTE`), and the kernel family rule (:data:`pyblasgemm.kernels.fp8.FAMILY`: the
@@ -876,9 +876,8 @@ def _torch_epilogue_key(a, b, dtype, compute, backend, bias, activation, invaria
         return None
     sig = calls.key((_ROUTINE, "epilogue", dtype, compute, backend, activation, invariant), a, b, None,
                     (bias,))
-    if sig is None:
-        return None
-    return sig[0], sig[1], sig[2], 0 if bias is None else bias.data_ptr()
+    # (key, pa, pb, and the bias' pointer as the key read it: no C, so no pc)
+    return None if sig is None else (sig[0], sig[1], sig[2], sig[4])
 
 
 def _foreign_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, activation, pre,

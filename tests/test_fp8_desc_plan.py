@@ -189,14 +189,14 @@ MOVED_DIGESTS = {(8, 9): "b6e470c76c52befe", (9, 0): "0bff45264c7c042d"}
 
 
 def test_the_planner_makes_the_recorded_choices_for_every_input(monkeypatch):
-    """kernels.fp8.plan (the description planned by planner/fp8.py) gives the recorded outcome
+    """planner.fp8.plan (the description planned by plan_fp8, read as the kernel's problem) gives the recorded outcome
     (swap, kind, transposes, sizes, leading dimensions, config, EPI code, bias axis, route and
     why, or the same exception) for every input of the grid: :data:`PLAN_DIGESTS`."""
     buckets, routes, checked = {}, set(), 0
     for args, kw, family, route in itertools.chain(_grid(), _lt_grid()):
         monkeypatch.setattr(gpu_fp8, "FAMILY", family)
         monkeypatch.setattr(gpu_fp8, "ROUTE", route)
-        got = _outcome(lambda: tuple(gpu_fp8.plan(*args, **kw)))
+        got = _outcome(lambda: tuple(planner_fp8.plan(*args, **kw)))
         checked += 1
         if isinstance(got[0], bool):        # a plan (not a refusal): its why
             routes.add(got[-1])
@@ -210,14 +210,13 @@ def test_the_planner_makes_the_recorded_choices_for_every_input(monkeypatch):
 
 @pytest.mark.parametrize("cc", [(8, 9), (9, 0)])
 def test_the_moved_functions_keep_their_results(cc, monkeypatch):
-    """lt_refusal and sm90_config (re-exported from kernels.fp8) and choose_route (under
-    kernels.fp8.ROUTE) give the recorded answers (:data:`MOVED_DIGESTS`) for the cases
+    """lt_refusal and sm90_config, and choose_route (under kernels.fp8.ROUTE), give the recorded answers (:data:`MOVED_DIGESTS`) for the cases
     tests/test_fp8_lt.py names."""
     h = hashlib.sha256()
     for la, lb, layouts, ltv, aligned in itertools.product(
             (("row", 4096), ("col", 16)), (("col", 4096), ("row", 64)), list(itertools.product(SCALES_A, SCALES_B)),
             (None, 120800, V13), (True, False)):
-        h.update(repr(gpu_fp8.lt_refusal(E4, E5, la, lb, "row", 4096, 4096, "bfloat16", layouts, 3, "cols", False,
+        h.update(repr(planner_fp8.lt_refusal(E4, E5, la, lb, "row", 4096, 4096, "bfloat16", layouts, 3, "cols", False,
                                          aligned, cc, ltv)).encode())
     refusals = (None, "cuBLASLt has no e5m2 x e5m2 FP8 GEMM")
     for route, backend, refusal, rows in itertools.product((None, "ours", "cublaslt", "cublas"),
@@ -225,10 +224,10 @@ def test_the_moved_functions_keep_their_results(cc, monkeypatch):
                                                            (None, 16, 65)):
         monkeypatch.setattr(gpu_fp8, "ROUTE", route)
         for layouts in (("tensor", "tensor"), ("blocks", "blocks")):
-            h.update(repr(_outcome(lambda: gpu_fp8.choose_route(refusal, layouts, backend, rows))).encode())
+            h.update(repr(_outcome(lambda: planner_fp8.choose_route(refusal, layouts, backend, rows, gpu_fp8.ROUTE))).encode())
     monkeypatch.setattr(gpu_fp8, "ROUTE", None)
     for kind, (m, n, k) in itertools.product(("e4m3", "e5m2_e4m3"), SHAPES):
-        h.update(repr(gpu_fp8.sm90_config(kind, m, n, k, 132)).encode())
+        h.update(repr(planner_fp8.sm90_config(kind, m, n, k, 132)).encode())
     assert h.hexdigest()[:16] == MOVED_DIGESTS[cc]
 
 
@@ -246,7 +245,7 @@ def test_plan_for_sends_a_float8_description_to_its_route_memoized_and_explained
     assert p.candidates[0].config.family == "sm90a"                             # the fallback: ours
     q = plan_for(d, arch=FAMILIES["sm_90"], lt_version=None)                    # cuBLASLt not loaded
     assert q.backend == "tensorcore" and "could not be loaded" in q.explain() and q.config.family == "sm90a"
-    assert q.epilogue.code == gpu_fp8.plan(256, 4096, 4096, E4, E4, ("row", 4096), ("col", 4096), "row", 4096,
+    assert q.epilogue.code == planner_fp8.plan(256, 4096, 4096, E4, E4, ("row", 4096), ("col", 4096), "row", 4096,
                                            ("rows", "cols"), "bfloat16", 0, None, 132, (9, 0)).epi
     assert plan_for(d, "tensorcore", arch=FAMILIES["sm_90"], lt_version=V13).reason == (
         "ours: forced by backend='tensorcore'")

@@ -21,6 +21,7 @@ import pyblasgemm
 from conftest import gpu_cupy
 from pyblasgemm import fp8
 from pyblasgemm.kernels import fp8 as gpu_fp8
+from pyblasgemm.planner.fp8 import warm_specs
 from pyblasgemm.epilogue import ACTIVATIONS, last_route
 
 E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
@@ -58,7 +59,7 @@ def cp():
 
 
 def _cases():
-    """The float8 products these tests launch, as kernels.fp8.warm_specs describes them (most
+    """The float8 products these tests launch, as planner.fp8.warm_specs describes them (most
     of them: a missed one compiles when its test runs)."""
     e4, e5 = "float8_e4m3fn", "float8_e5m2"
     out = [(m, n, k, e4, e4, "C", "F", "C", ("tensor", "cols"), "float32", 0, None) for m, n, k in SIZES]
@@ -93,11 +94,11 @@ def _warm(cp):
     dev = cp.cuda.Device()
     cc = (int(dev.compute_capability[:-1]), int(dev.compute_capability[-1]))
     sms = dev.attributes["MultiProcessorCount"]
-    specs = gpu_fp8.warm_specs(_cases(), sms, cc, dev.id)
+    specs = warm_specs(_cases(), sms, cc, dev.id)
     old = gpu_fp8.FAMILY
     try:
         gpu_fp8.FAMILY = "sm80"
-        specs += gpu_fp8.warm_specs([c for c in _cases()[:len(SIZES)]], sms, cc, dev.id)
+        specs += warm_specs([c for c in _cases()[:len(SIZES)]], sms, cc, dev.id)
     finally:
         gpu_fp8.FAMILY = old
     t0 = time.perf_counter()

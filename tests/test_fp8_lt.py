@@ -1,5 +1,5 @@
 """The cuBLASLt FP8 route on the CPU (pyblasgemm/backends/cublaslt.py ``LtFp8Launch``,
-pyblasgemm/kernels/fp8.py ``lt_refusal`` / ``choose_route`` / ``plan``): its enum values against
+pyblasgemm/planner/fp8.py ``lt_refusal`` / ``choose_route`` / ``plan``): its enum values against
 cublasLt.h and nvmath, the descriptor attributes a launch sets before the heuristic and per call,
 the route each case takes (layout, scale kind, activation, bias, output type, sm, cuBLAS
 version, alignment), the refusals and fallbacks and their messages, and the bounded cache of
@@ -12,12 +12,19 @@ import re
 import pytest
 
 from pyblasgemm.backends import cublaslt
+from pyblasgemm.desc import describe_fp8
 from pyblasgemm.kernels import fp8 as gpu_fp8
-from pyblasgemm.kernels.fp8 import choose_route, lt_refusal, plan
+from pyblasgemm.planner import fp8 as planner_fp8
+from pyblasgemm.planner.fp8 import lt_refusal, plan
 
 E4, E5 = "float8_e4m3fn", "float8_e5m2"
 H100, ADA = (9, 0), (8, 9)
 V13, V12_8 = 130100, 120800
+
+
+def choose_route(refusal, layouts, backend=None, rows=None):
+    """The planner's route rule under kernels.fp8.ROUTE (as plan_for reads it)."""
+    return planner_fp8.choose_route(refusal, layouts, backend, rows, gpu_fp8.ROUTE)
 
 
 def _refusal(la=("row", 4096), lb=("col", 4096), target="row", k=4096, ldc=4096, out="bfloat16",
@@ -219,7 +226,7 @@ def test_torch_scaled_mm_s_case_goes_to_cublaslt():
     assert _refusal(act=1, bias_axis="cols") is None                     # RELU_BIAS
     assert _refusal(act=3) is None                                       # GELU (tanh)
     assert _refusal(target="col", bias_axis="rows", act=3) is None       # F-ordered: bias along rows
-    assert choose_route(None, ("rows", "cols")) == ("cublaslt", gpu_fp8._LT_FASTER)
+    assert choose_route(None, ("rows", "cols")) == ("cublaslt", planner_fp8._LT_FASTER)
 
 
 REFUSED = [  # (keyword arguments of _refusal, words of the reason)
@@ -262,8 +269,8 @@ def test_block_scales_go_to_cublaslt_past_decode_as_the_other_scales():
     assert _refusal(layouts=("blocks", "blocks")) is None
     route, why = choose_route(None, ("blocks", "blocks"))
     assert route == "cublaslt" and "2.15-2.44x ours" in why and "capturable" in why
-    assert choose_route(None, ("blocks", "blocks"), rows=gpu_fp8.DECODE_ROWS)[0] == "ours"
-    assert choose_route(None, ("blocks", "blocks"), rows=gpu_fp8.DECODE_ROWS + 1)[0] == "cublaslt"
+    assert choose_route(None, ("blocks", "blocks"), rows=planner_fp8.DECODE_ROWS)[0] == "ours"
+    assert choose_route(None, ("blocks", "blocks"), rows=planner_fp8.DECODE_ROWS + 1)[0] == "cublaslt"
     assert choose_route(None, ("blocks", "blocks"), "tensorcore") == ("ours", "forced by backend='tensorcore'")
 
 
@@ -285,7 +292,7 @@ def test_the_plan_carries_the_route_and_says_why():
     args = (16, 4096, 4096, E4, E4, ("row", 4096), ("col", 4096), "row", 4096, ("rows", "cols"), "bfloat16", 0,
             None, 132, H100)
     p = plan(*args, lt_version=V13)                     # 16 rows: decode, our kernels
-    assert p.route == "ours" and p.why == gpu_fp8._OURS_FOR_DECODE and p.config is not None
+    assert p.route == "ours" and p.why == planner_fp8._OURS_FOR_DECODE and p.config is not None
     p = plan(*((65,) + args[1:]), lt_version=V13)       # one row past DECODE_ROWS: cuBLASLt
     assert p.route == "cublaslt" and p.explain().startswith("cublaslt: cuBLASLt takes this case")
     p = plan(*((4096, 64) + args[2:]), lt_version=V13)  # the smaller side counts (n)
@@ -301,19 +308,13 @@ def test_the_plan_carries_the_route_and_says_why():
 
 
 def test_the_lt_desc_follows_the_plan_s_orientation():
-    import numpy as np
-    import ml_dtypes
-
-    a = np.zeros((16, 256), ml_dtypes.float8_e4m3fn)
-    b = np.zeros((256, 48), ml_dtypes.float8_e5m2)
-    p = plan(16, 48, 256, E4, E5, ("row", 256), ("col", 256), "row", 48, ("blocks", "blocks"), "bfloat16", 1,
-             "cols", 132, H100, lt_version=V13)
-    d = gpu_fp8._lt_desc(p, a, b, ("blocks", "blocks"), "bfloat16", 1, True)
+    d = cublaslt.fp8_desc_of(describe_fp8("t", E4, E5, ("row", 256), ("col", 256), "row", 16, 48, 256, 48,
+                                          ("blocks", "blocks"), "bfloat16", "relu", "cols", False, "cupy", 0, (256,),
+                                          1.0, 0.0))
     # c^T = b^T a^T: cuBLASLt's A is b (its 128 x 128 block scales), B is a (1 x 128)
     assert (d.m, d.n, d.k, d.lda, d.ldb, d.ldc) == (48, 16, 256, 256, 256, 48)
     assert (d.a_type, d.b_type, d.scale_modes) == (E5, E4, ("BLK128x128_32F", "VEC128_32F"))
     assert d.epilogue == cublaslt.EPILOGUE["RELU_BIAS"]
-    p = plan(16, 48, 256, E4, E5, ("row", 256), ("col", 256), "col", 16, ("rows", "cols"), "float32", 0, None,
-             132, H100, lt_version=V13)
-    d = gpu_fp8._lt_desc(p, a, b, ("rows", "cols"), "float32", 0, False)
+    d = cublaslt.fp8_desc_of(describe_fp8("t", E4, E5, ("row", 256), ("col", 256), "col", 16, 48, 256, 16,
+                                          ("rows", "cols"), "float32", None, None, False, "cupy", 0, (256,), 1.0, 0.0))
     assert (d.m, d.n, d.a_type, d.b_type, d.epilogue) == (16, 48, E4, E5, 0)

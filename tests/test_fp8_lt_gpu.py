@@ -1,5 +1,5 @@
 """Float8 products on cuBLASLt's FP8 GEMM (pyblasgemm/backends/cublaslt.py ``LtFp8Launch``, the
-route pyblasgemm/kernels/fp8.py ``choose_route`` picks) against the exact float64 product of the
+route pyblasgemm/planner/fp8.py ``choose_route`` picks) against the exact float64 product of the
 dequantized operands (fp8.scaled_product): per-tensor, per-row / per-column and block scales,
 bfloat16 / float16 / float32 results, bias and relu / gelu_tanh, alpha, beta with C, poisoned
 outputs, bitwise repeats, the route forced both ways, CUDA-graph replay with a changed per-tensor
@@ -18,9 +18,10 @@ import pytest
 
 import pyblasgemm
 from conftest import gpu_cupy
+from pyblasgemm import fp8
 from pyblasgemm.backends import cublaslt
 from pyblasgemm.epilogue import last_route
-from pyblasgemm.kernels import fp8 as gpu_fp8
+from pyblasgemm.planner.fp8 import DECODE_ROWS
 from test_fp8_gpu import BF16, E4M3, E5M2, _fp8, _scales, check, dev, host, reference
 
 pytestmark = pytest.mark.gpu
@@ -162,7 +163,7 @@ def test_the_rule_sends_torch_s_layout_to_cublaslt_and_the_rest_to_ours(cp):
     _lt_call(cp, a, b, one, one, backend=None)
     assert last_route().startswith("cuBLASLt"), last_route()
     # at most DECODE_ROWS rows (decode): our kernels, and the rule's reason
-    _lt_call(cp, a[:gpu_fp8.DECODE_ROWS], b, one, one, backend=None)
+    _lt_call(cp, a[:DECODE_ROWS], b, one, one, backend=None)
     assert last_route().startswith("ours") and "decode" in last_route(), last_route()
     # b row-major: not the TN form -> our kernels, the reason in the route's line
     pyblasgemm.matmul(dev(cp, a), dev(cp, np.ascontiguousarray(b)), scale_a=cp.asarray(one), scale_b=cp.asarray(one))
@@ -238,7 +239,7 @@ def test_block_scales_on_cublaslt_replay_and_a_cuda_graph_reads_changed_scales(c
     with stream:
         pyblasgemm.matmul(da, db, out=out, scale_a=csa, scale_b=csb)
         assert last_route().startswith("cuBLASLt: float8 TN") and "BLK128x128" in last_route(), last_route()
-        assert isinstance(gpu_fp8.last_launch().launch, gpu_fp8.LtBlockScaled)
+        assert isinstance(fp8.last_call().launch, cublaslt.LtBlockScaled)
         first = cp.asnumpy(out)
         check(first, want, scale, "float32")
         # a repeat on other scale arrays of the same layout: the replay, new pointers
@@ -276,9 +277,9 @@ def test_block_scaled_launch_keeps_one_buffer_pair_per_stream(cp):
         with s:
             outs.append(pyblasgemm.matmul(da, db, scale_a=csa, scale_b=csb, dtype=np.float32))
             assert last_route().startswith("cuBLASLt"), last_route()
-            launch = launch or gpu_fp8.last_launch().launch      # (the second call may replay it)
+            launch = launch or fp8.last_call().launch      # (the second call may replay it)
             s.synchronize()
-    assert isinstance(launch, gpu_fp8.LtBlockScaled)
+    assert isinstance(launch, cublaslt.LtBlockScaled)
     mine = [launch._buffers.get(s.ptr) for s in streams]
     assert None not in mine and mine[0][0].data.ptr != mine[1][0].data.ptr
     _, want, scale = reference(a, b, sa, sb)

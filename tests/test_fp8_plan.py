@@ -16,7 +16,7 @@ import pytest
 
 from pyblasgemm import fp8
 from pyblasgemm.kernels import jit
-from pyblasgemm.kernels.fp8 import plan
+from pyblasgemm.planner.fp8 import plan
 from pyblasgemm.kinds import KERNEL_KINDS
 
 E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
@@ -144,6 +144,8 @@ def test_sm90_takes_the_hopper_kernel_for_k_major_operands(monkeypatch):
     not validate fall back to mma.sync's block tile (two accumulator sets: 128 x 64), not its
     plain one."""
     from pyblasgemm.kernels import fp8 as gpu
+    from pyblasgemm.kernels.problem import KernelProblem
+    from pyblasgemm.planner.fp8 import sm90_config
 
     def family(la, lb, layouts=("tensor", "cols"), cc=(9, 0), n=4096):
         return plan(64, n, 4096, "float8_e4m3fn", "float8_e4m3fn", la, lb, "row", n, layouts, "bfloat16", 0,
@@ -159,7 +161,9 @@ def test_sm90_takes_the_hopper_kernel_for_k_major_operands(monkeypatch):
     blocked = plan(512, 4096, 4096, "float8_e4m3fn", "float8_e4m3fn", *k_major, "row", 4096, ("blocks", "blocks"),
                    "bfloat16", 0, None, 132, (9, 0))
     # lda 4100: not a whole 16-byte TMA row pitch -> the mma.sync fallback, with block scales' tile
-    problem, config = gpu.problem_of(blocked._replace(lda=4100), 0, 0, 0, 1.0, 0.0, 132)
+    problem = KernelProblem(blocked.kind, blocked.transa, blocked.transb, blocked.m, blocked.n, blocked.k, 4100,
+                            blocked.ldb, blocked.ldc, 0, 0, 0, 1.0, 0.0)
+    config = gpu.launch_config(problem, blocked.config, blocked.epi, 132)
     assert config.family == "sm80" and (config.bm, config.bn) == (128, 64)
     monkeypatch.setattr(gpu, "FAMILY", "sm90a")
     with pytest.raises(ValueError, match="FAMILY='sm90a' must be None or 'sm80'"):
@@ -167,6 +171,6 @@ def test_sm90_takes_the_hopper_kernel_for_k_major_operands(monkeypatch):
     monkeypatch.setattr(gpu, "FAMILY", "sm80")
     assert family(*k_major) == "sm80"
     # decode on Hopper: 64 x 64 tiles, parallel split-k; its config validates for the kind
-    cfg = gpu.sm90_config("e5m2_e4m3", 4096, 16, 4096, 132)
+    cfg = sm90_config("e5m2_e4m3", 4096, 16, 4096, 132)
     assert (cfg.bm, cfg.bn, cfg.decomposition) == (64, 64, "splitk_parallel")
     assert cfg.validate(kind="e5m2_e4m3")[0]

@@ -167,17 +167,18 @@ def test_another_current_device_is_another_key(fake_cupy, monkeypatch):
 
 
 def test_scales_of_another_kind_give_no_key(fake_cupy):
-    """A NumPy scale beside CuPy operands (copied to the device by the full path), a scale
-    missing, a NumPy bias: no key (the full path, which copies or refuses them; nothing is
-    recorded); never a crash in the builder."""
+    """A NumPy scale beside CuPy operands (copied to the device by the full path), a NumPy
+    bias: no key (the full path, which copies them; nothing is recorded); a scale missing: no
+    replay (the full path refuses it); never a crash in the builder."""
     a, b = operands()
     sa, sb = scales()
     assert fp8.replay(WORDS, a, b, None, None, np.float32(1), sb, 5) == (None, None)
     assert fp8.replay(WORDS, a, b, None, None, sa, np.ones(N, np.float32), 5) == (None, None)
     assert fp8.replay(WORDS, a, b, None, np.ones(N, np.float32), sa, sb, 5) == (None, None)
     assert calls.key(WORDS, a, b, None, (sa, sb, np.ones(N, np.float32))) is None      # a NumPy bias
-    assert fp8.replay(WORDS, a, b, None, None, sa, None, 5) == (None, None)
-    assert fp8.replay(WORDS, a, b, None, None, None, sb, 5) == (None, None)
+    # a scale missing: keyed as an absent extra, never recorded (the full path refuses the call)
+    assert fp8.replay(WORDS, a, b, None, None, sa, None, 5)[0] is None
+    assert fp8.replay(WORDS, a, b, None, None, None, sb, 5)[0] is None
 
 
 def test_matmul_words_hold_the_keywords_as_given_and_the_family_rule(monkeypatch):
@@ -373,29 +374,31 @@ def test_record_keeps_only_a_one_launch_product(fake_cupy):
 
 
 def test_float8_launches_and_records_live_in_the_bounded_plan_cache(monkeypatch):
-    """The bound float8 launches are plan-cache entries (its size bounds them; free() drops
-    their workspace), and a record refers to its launch: evicting the launch takes the
-    record with it, never a replay of a launch that is gone. (Binding reads CuPy's current
-    device: runs where CuPy is installed, as in the README's test venv; the host-only venvs
-    skip it.)"""
-    cupy = pytest.importorskip("cupy")
+    """The bound float8 launches are plan-cache entries of execute.launch_for (its size bounds
+    them; free() drops their workspace), and a record refers to its launch: evicting the launch
+    takes the record with it, never a replay of a launch that is gone. (No GPU: the kernels'
+    bind is a stand-in.)"""
+    from pyblasgemm import execute
+    from pyblasgemm.desc import describe_fp8
     from pyblasgemm.kernels import launch as launch_module
+    from pyblasgemm.planner import plan_for
+    from pyblasgemm.planner.arch import FAMILIES
 
     cache = PlanCache(size=4)
-    monkeypatch.setattr(gpu_fp8, "_cache", cache)
+    monkeypatch.setattr(execute, "_cache", cache)
     monkeypatch.setattr(calls, "cache", cache)
-    monkeypatch.setattr(cupy.cuda.runtime, "getDevice", lambda: 0)
     bound = []
     monkeypatch.setattr(launch_module, "bind", lambda problem, config, epilogue: bound.append(problem) or Launches())
     launches = []
     for n in (64, 128, 192, 256, 320, 384):
-        pl = gpu_fp8.plan(16, n, 512, "float8_e4m3fn", "float8_e4m3fn", ("row", 512), ("col", 512), "row", n,
-                          ("tensor", "cols"), "bfloat16", 0, None, 132)
-        problem, config = gpu_fp8.problem_of(pl, 0x1000, 0x2000, 0x3000, 1.0, 0.0, 132)
-        launches.append(gpu_fp8._bound(problem, config, pl.epi, pl.bias_axis))
-        assert gpu_fp8._bound(problem, config, pl.epi, pl.bias_axis) is launches[-1]     # bound once
+        desc = describe_fp8("matmul", "float8_e4m3fn", "float8_e4m3fn", ("row", 512), ("col", 512), "row", 16, n,
+                            512, n, ("tensor", "cols"), "bfloat16", None, None, False, "cupy", 0,
+                            (0x1000, 0x2000, 0x3000), 1.0, 0.0)
+        plan = plan_for(desc, "tensorcore", arch=FAMILIES["sm_90"], lt_version=None)
+        launches.append(execute.launch_for(desc, plan))
+        assert execute.launch_for(desc, plan) is launches[-1]          # bound once
         assert len(cache) <= 4
-    assert len(bound) == 6
+    assert len(bound) == 6 and bound[0].kind == "e4m3" and (bound[0].m, bound[0].n) == (64, 16)
     record_key = ("call", "doc")
     calls.put(record_key, "a record", refers_to=launches[-1])
     (launch_key,) = [k for k in cache._entries if k[0] == "launch" and cache.peek(k) is launches[-1]]
@@ -533,26 +536,28 @@ def test_a_torch_gemm_replays_before_the_array_door(monkeypatch):
                                    None) == (None, None)
 
 
-def test_the_scaled_key_reads_each_pointer_once_and_hands_it_back(fake_cupy):
-    """calls.key_scaled: the operands', result's, scales' and bias' pointers as it read them (the
-    replay launches on these, reading none again), 0 for a missing result or bias; a bias
-    given where there was none, or none where there was one, is another key."""
+def test_the_key_reads_each_pointer_once_and_hands_it_back(fake_cupy):
+    """calls.key with the scales and the bias as its extra arrays (the one builder every form's
+    signature takes): the operands', result's, scales' and bias' pointers as it read them (the
+    replay launches on these, reading none again), 0 for a missing result or bias; a bias given
+    where there was none, or none where there was one, is another key."""
     a, b = operands()
     sa, sb = scales()
     bias, out = FakeCupy((N,), np.float32, 0x4400_0000), FakeCupy((M, N), np.float32, 0x4500_0000)
-    k, pa, pb, pc, psa, psb, pbias = calls.key_scaled(WORDS, a, b, out, sa, sb, bias)
+    k, pa, pb, pc, psa, psb, pbias = calls.key(WORDS, a, b, out, (sa, sb, bias))
     assert (pa, pb, pc, psa, psb, pbias) == (a.data.ptr, b.data.ptr, out.data.ptr, sa.data.ptr, sb.data.ptr,
                                              bias.data.ptr)
-    plain = calls.key_scaled(WORDS, a, b, None, sa, sb, None)
+    plain = calls.key(WORDS, a, b, None, (sa, sb, None))
     assert plain[1:] == (a.data.ptr, b.data.ptr, 0, sa.data.ptr, sb.data.ptr, 0)
-    assert len({k, plain[0], calls.key_scaled(WORDS, a, b, out, sa, sb, None)[0],
-                calls.key_scaled(WORDS, a, b, None, sa, sb, bias)[0]}) == 4
+    assert len({k, plain[0], calls.key(WORDS, a, b, out, (sa, sb, None))[0],
+                calls.key(WORDS, a, b, None, (sa, sb, bias))[0]}) == 4
 
 
-def test_the_scaled_key_of_tensors_holds_the_current_device_and_refuses_autograd(monkeypatch):
-    """Tensors: the current device is a key fact (the launch is bound on it); a tensor that
-    requires grad while autograd records gives no key (the differentiable path), under
-    no_grad its own key; a CPU scale or bias gives no key."""
+def test_a_tensor_replay_checks_its_device_and_the_key_refuses_autograd(monkeypatch):
+    """Tensors: a record replays only on the device its launch is bound on (the current one when
+    it ran: not a key fact for tensors, compared after the lookup as the other tensor replays
+    do); a tensor that requires grad while autograd records gives no key (the differentiable
+    path), under no_grad its own key; a CPU scale or bias gives no key."""
     torch = pytest.importorskip("torch")
 
     class FakeTensor:
@@ -569,19 +574,85 @@ def test_the_scaled_key_of_tensors_holds_the_current_device_and_refuses_autograd
             return tuple(int(np.prod(self.shape[i + 1:])) for i in range(len(self.shape)))
 
     monkeypatch.setattr(calls, "torch_tensor", [FakeTensor])
+    monkeypatch.setattr(calls, "cache", PlanCache(size=8))
     device = [0]
     monkeypatch.setattr(calls, "_current_device", lambda: device[0])
     e4 = torch.float8_e4m3fn
     a, b = FakeTensor(0x1000_0000, (M, K), e4), FakeTensor(0x2000_0000, (K, N), e4)
     sa, sb = FakeTensor(0x3000_0000, (), torch.float32), FakeTensor(0x4000_0000, (), torch.float32)
-    base = calls.key_scaled(WORDS, a, b, None, sa, sb, None)[0]
+    out = FakeTensor(0x5000_0000, (M, N), torch.float32)
+    launch = Launches()
+    base = calls.key(WORDS, a, b, out, (sa, sb, None))[0]
+    calls.put(base, fp8.Fp8Call(launch, False, None, M * K, K * N, M * N * 4, True, None, None, None, 1))
+    assert fp8.replay(WORDS, a, b, out, None, sa, sb, 5) == (None, base)      # bound on device 1: the full path
     device[0] = 1
-    assert calls.key_scaled(WORDS, a, b, None, sa, sb, None)[0] != base
-    device[0] = 0
+    assert fp8.replay(WORDS, a, b, out, None, sa, sb, 5) == (out, base) and len(launch.calls) == 1
     grad_sb = FakeTensor(0x4000_0000, (), torch.float32, grad=True)
-    assert calls.key_scaled(WORDS, a, b, None, sa, grad_sb, None) is None
+    assert calls.key(WORDS, a, b, None, (sa, grad_sb, None)) is None
     with torch.no_grad():
-        assert calls.key_scaled(WORDS, a, b, None, sa, grad_sb, None)[0] not in (None, base)
+        assert calls.key(WORDS, a, b, None, (sa, grad_sb, None))[0] not in (None, base)
     cpu = FakeTensor(0x5000_0000, (N,), torch.float32, device=-1)
-    assert calls.key_scaled(WORDS, a, b, None, sa, cpu, None) is None
-    assert calls.key_scaled(WORDS, a, b, None, sa, sb, cpu) is None
+    assert calls.key(WORDS, a, b, None, (sa, cpu, None)) is None
+    assert calls.key(WORDS, a, b, None, (sa, sb, cpu)) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The full GPU path's wiring (describe -> plan -> execute), on stand-ins: no GPU
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def gpu_stand_ins(fake_cupy, monkeypatch):
+    """The GPU route of fp8.scaled_matmul with its device calls stood in for: no device check,
+    device 0, CuPy's current stream 7, the scales already on the device, and execute's
+    launch_for handing out recording launches (each with the config it was planned for)."""
+    pytest.importorskip("cupy")         # (the array module is looked up; nothing is allocated)
+    from pyblasgemm import execute, streams
+    from pyblasgemm.backends import cublaslt
+    from pyblasgemm.planner import core
+
+    monkeypatch.setattr(gpu_fp8, "check_device", lambda routine: None)
+    monkeypatch.setattr(importlib.import_module("pyblasgemm._arrays"), "_get_device", [lambda: 0])
+    monkeypatch.setattr(streams, "_get_current_stream", lambda: types.SimpleNamespace(ptr=7))
+    monkeypatch.setattr(core, "loaded_version", lambda: 130100)
+    monkeypatch.setattr(execute, "device_scale", lambda cp, s: s)
+    monkeypatch.setattr(cublaslt, "device_scale", lambda cp, s: s)
+    bound = {}
+
+    def launch_for(desc, plan):
+        launch = bound.setdefault((desc.key, plan.backend), Launches())
+        launch.config, launch.plan = plan.config, plan
+        return launch
+
+    monkeypatch.setattr(execute, "launch_for", launch_for)
+    return bound
+
+
+@pytest.mark.parametrize("backend, route, layouts", [("tensorcore", "ours", ("tensor", "cols")),
+                                                      ("cublas", "cublaslt", ("tensor", "tensor")),
+                                                      (None, "ours", ("tensor", "tensor"))])
+def test_the_gpu_route_describes_plans_and_runs_through_execute(gpu_stand_ins, backend, route, layouts):
+    """The GPU route of scaled_matmul on (stand-in) CuPy arrays: the product described as c^T = b^T a^T (a
+    row-major result), planned (decode rows: our kernels unless cuBLASLt is forced) and run
+    through execute.execute_fp8 (b's pointers first, the scales in the kernel's order); one
+    launch on the caller's memory, so its call is left for the signature's record."""
+    a, b = operands()
+    sa, sb = scales(*layouts)
+    out = FakeCupy((M, N), ml_dtypes.bfloat16, 0x4000_0000)
+    from pyblasgemm.epilogue import Epilogue
+
+    # (past scaled_matmul's checks, which these stand-ins do not pass: the GPU route itself)
+    got = fp8._on_gpu("matmul", a, b, out, out.dtype, Epilogue(None, None, False, False), layouts, None,
+                      None, sa, sb, 1.0, 0.0, None, backend)
+    assert got is out
+    (launch,) = gpu_stand_ins.values()
+    ((pointers, kw),) = launch.calls
+    assert pointers == (b.data.ptr, a.data.ptr, out.data.ptr, 1.0, 0.0, 7)
+    assert kw["scale_m"] == sb.data.ptr and kw["scale_n"] == sa.data.ptr and kw["bias"] == 0
+    desc = launch.plan.problem
+    assert (desc.prefix, desc.swap, desc.m, desc.n, desc.k, desc.epilogue.dequantize) == \
+        ("e4m3", True, N, M, K, "bfloat16")
+    line = last_route()
+    assert line.startswith("ours: float8 on" if route == "ours" else "cuBLASLt: float8 TN"), line
+    assert line.endswith(launch.plan.reason)
+    call = fp8.last_call()
+    assert call.launch is launch and call.swap and call.route.line == line

@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 import pyblasgemm
-from pyblasgemm import arrays
+from pyblasgemm import arrays, fp8
 from pyblasgemm.epilogue import last_route
 from pyblasgemm.kernels import fp8 as gpu_fp8
+from pyblasgemm.planner.fp8 import warm_specs
 from test_fp8_gpu import _fp8, check, cp, reference  # noqa: F401 (cp: the sm_89+ CuPy fixture)
 
 E4M3 = ml_dtypes.float8_e4m3fn
@@ -47,7 +48,7 @@ def _warm(cp):
     cases = [(M, N, K, e4, e4, "C", "F", "C", (LAYOUT[la], LAYOUT[lb]), out, 0, None) for la, lb, out, _ in CASES]
     cases += [(M, N, K, e4, e4, "C", "C", "C", ("tensor", "tensor"), "bfloat16", 0, None),
               (M, N, K, e4, e4, "C", "F", "C", ("rows", "cols"), "float32", 0, None)]
-    jit.warm(gpu_fp8.warm_specs(cases, dev.attributes["MultiProcessorCount"], cc, dev.id))
+    jit.warm(warm_specs(cases, dev.attributes["MultiProcessorCount"], cc, dev.id))
 
 
 def _torch():
@@ -132,12 +133,12 @@ def fw(request, cp):
 
 
 def _forced_replay(monkeypatch):
-    """While in effect, any call that is not a replay fails: the GPU route's run and the array
-    door raise."""
+    """While in effect, any call that is not a replay fails: the GPU route's full path
+    (fp8._on_gpu: describe, plan, execute) and the array door raise."""
     def full_path(*args, **kwargs):
         raise AssertionError("this call should have replayed its recorded launch, it took the full path")
 
-    monkeypatch.setattr(gpu_fp8, "run", full_path)
+    monkeypatch.setattr(fp8, "_on_gpu", full_path)
     monkeypatch.setattr(arrays, "convert", full_path)
 
 

@@ -137,9 +137,10 @@ HOT_PATHS = {
     "blas.py": ["xgemm"], "gemm.py": ["gemm", "_with_epilogue"],
     "matmul.py": ["matmul", "_core", "_with_epilogue", "_epilogue_signature", "_signature", "_foreign_epilogue",
                   "_fp8_words"],
-    "fp8.py": ["replay", "torch_fp8_dtypes"],
+    "fp8.py": ["replay", "torch_fp8_dtypes", "_on_gpu"],
     "calls.py": ["key", "get", "overlaps"], "arrays.py": ["torch_replay"],
-    "execute.py": ["execute", "launch_for", "execute_epilogue", "execute_group", "execute_mlp"],
+    "execute.py": ["execute", "launch_for", "execute_epilogue", "execute_group", "execute_mlp", "execute_fp8",
+                   "_lt_block_scaled"],
     "_strided.py": ["strided_gemm", "_fast_desc", "epilogue_gemm", "dequant_gemm", "_int32_shadow"],
     "streams.py": ["handle", "on"], "_arrays.py": ["xp_of", "as_strided_bytes", "strided_view"],
     "epilogue_pass.py": ["apply", "run_unfused"], "grouped.py": ["grouped_matmul", "_replay"],
@@ -160,3 +161,21 @@ def test_no_import_inside_a_hot_path_function(relpath):
                       if isinstance(x, (ast.Import, ast.ImportFrom))]
     assert seen == set(HOT_PATHS[relpath]), f"{relpath}: not found {set(HOT_PATHS[relpath]) - seen}"
     assert found == [], f"{relpath}: imports in hot-path functions at {found}"
+
+
+#: the layers above the kernels (docs/design/flow.md: describe -> plan -> execute -> backends ->
+#: kernels): a kernels module that imports one of them reaches back up the flow
+ABOVE_THE_KERNELS = ("pyblasgemm.planner", "pyblasgemm.backends", "pyblasgemm.execute", "pyblasgemm.desc",
+                     "pyblasgemm.constraints", "pyblasgemm.calls", "pyblasgemm.fp8", "pyblasgemm.matmul",
+                     "pyblasgemm.gemm", "pyblasgemm.blas", "pyblasgemm.grouped", "pyblasgemm.mlp",
+                     "pyblasgemm.stateful", "pyblasgemm.arrays", "pyblasgemm.torch", "pyblasgemm.jax")
+
+
+def test_the_kernels_import_no_layer_above_them():
+    """The kernels build and launch; they never plan, bind through a backend or read a
+    description's module (the float8 route once planned inside kernels/fp8.py and bound
+    cuBLASLt's launch there: kernels -> planner and kernels -> backends)."""
+    edges, _ = import_graph()
+    up = sorted(f"{mod} -> {target}" for mod, targets in edges.items() if mod.startswith("pyblasgemm.kernels")
+                for target in targets if target.startswith(ABOVE_THE_KERNELS))
+    assert up == [], up

@@ -491,11 +491,12 @@ def test_a_compile_with_an_empty_log_leaves_pythons_bytes_alone():
 
 
 def test_the_fp8_block_scale_relayout_compiles_without_spills():
-    """kernels.fp8.LtBlockScaled's relayout kernel (cuBLASLt's block-scale layouts, the
-    capturable block-scaled route) compiles for sm_90 with NVRTC and spills nothing."""
+    """backends.cublaslt.LtBlockScaled's relayout kernel (kernels.fp8.BLOCK_SCALES_SOURCE:
+    cuBLASLt's block-scale layouts, the capturable block-scaled route) compiles for sm_90 with
+    NVRTC and spills nothing."""
     from pyblasgemm.kernels import fp8 as gpu_fp8
 
     name = "pyblasgemm_fp8_lt_block_scales"
-    cubin, log, _ = jit.compile_program(gpu_fp8._BLOCK_SCALES_SOURCE, "relayout.cu", [name], "sm_90")
+    cubin, log, _ = jit.compile_program(gpu_fp8.BLOCK_SCALES_SOURCE, "relayout.cu", [name], "sm_90")
     assert cubin[:4] == b"\x7fELF" and "registers" in log
     assert "0 bytes spill stores, 0 bytes spill loads" in log, log

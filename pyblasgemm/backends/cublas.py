@@ -172,8 +172,13 @@ def bind(desc: GemmDesc, plan=None):
     integer kernels refuse, which takes copies; or no cuBLASLt algorithm). A description with
     an epilogue whose plan routes it through cuBLASLt's (``plan.epilogue.code``) gets an
     :class:`~pyblasgemm.backends.cublaslt.LtEpilogueLaunch` (``bias=`` / ``pre=`` pointers per
-    call)."""
+    call). A float8 description gets cuBLASLt's FP8 launch
+    (:func:`~pyblasgemm.backends.cublaslt.fp8_bind`: ``scale_m=`` / ``scale_n=`` per call)."""
     route = getattr(plan, "epilogue", None)
+    if desc.row.b_dtype is not None:        # a float8 pair: cuBLASLt's FP8 GEMM, its scales per call
+        from .cublaslt import fp8_bind
+
+        return fp8_bind(desc, plan)
     if desc.epilogue is not None:
         if route is None or route.kind != "cublaslt":
             return None

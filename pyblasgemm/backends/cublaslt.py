@@ -38,9 +38,12 @@ import numpy as np
 from .._warnings import PyblasgemmWarning, log
 from ..kinds import CUBLAS_COMPUTE, CUDA
 from ..kernels.driver import is_capturing, make_context_current
+from ..kernels.fp8 import BLOCK_SCALE_THREADS, BLOCK_SCALES_SOURCE, device_scale, kernel_lds
 
 __all__ = ["LtLaunch", "LtEpilogueLaunch", "LtFp8Launch", "Fp8Desc", "make_launch", "fp8_launch", "LT_EPILOGUES",
-           "LT_EPILOGUE_NAMES", "status", "version", "CublasLtWarning", "LtUnavailable"]
+           "LT_EPILOGUE_NAMES", "status", "version", "loaded_version", "CublasLtWarning", "LtUnavailable",
+           "FP8_SCALE_MODE", "fp8_desc_of", "fp8_bind", "fp8_refusal", "fp8_line", "fp8_scales",
+           "block_scales_readable", "block_scaled", "LtBlockScaled", "MAX_BLOCK_SCALE_STREAMS"]
 
 # cublasLt.h's values, by the names nvmath.bindings.cublasLt gives them (one table per enum)
 #: cublasLtMatmulDescAttributes_t
@@ -67,6 +70,9 @@ _BIAS_BIT, _AUX_BIT = 4, 128
 #: _VEC128_32F = 4 (one per 128 elements of the innermost dimension, K), _BLK128x128_32F = 5
 #: (one per 128 x 128 block); the last three from cuBLAS 12.9 on
 MATRIX_SCALE = {"SCALAR_32F": 0, "OUTER_VEC_32F": 3, "VEC128_32F": 4, "BLK128x128_32F": 5}
+#: a float8 description's scale mode of a side (EpilogueSpec.scales, GemmDesc.block_scales) -> cuBLASLt's
+FP8_SCALE_MODE = {"tensor": "SCALAR_32F", "vector": "OUTER_VEC_32F", "a_blocks": "VEC128_32F",
+                  "b_blocks": "BLK128x128_32F"}
 #: cudaDataType_t of the float8 route's matrices, by NumPy name (the values: kinds.CUDA)
 FP8_DATA_TYPE = {"float8_e4m3fn": CUDA["R_8F_E4M3"], "float8_e5m2": CUDA["R_8F_E5M2"], "float16": CUDA["R_16F"],
                  "bfloat16": CUDA["R_16BF"], "float32": CUDA["R_32F"]}
@@ -393,6 +399,16 @@ def status() -> dict:
 def version() -> int | None:
     """cuBLASLt's version (cuBLAS's: ``13.1.0`` is 131000), or None when it cannot be loaded."""
     return status()["version"]
+
+
+_loaded_version: list = []
+
+
+def loaded_version() -> int | None:
+    """:func:`version`, asked once (a machine fact the float8 plans are keyed by)."""
+    if not _loaded_version:
+        _loaded_version.append(version())
+    return _loaded_version[0]
 
 
 def _handle(device: int):
@@ -748,7 +764,7 @@ class LtFp8Launch(LtLaunch):
 
     def kernel_order(self, pm, pn, pc, alpha, beta, stream, bias=0, pre=0, scale_m=0, scale_n=0):
         """The call in our kernels' bound-launch convention (what a recorded float8 product
-        replays: :class:`pyblasgemm.kernels.fp8.Fp8Launch`): ``scale_m`` / ``scale_n`` are
+        replays, :func:`fp8_bind`'s): ``scale_m`` / ``scale_n`` are
         cuBLASLt's A and B scales, ``pre`` is not taken (no recorded float8 product has one)."""
         with self._lock:
             held = self._held
@@ -790,3 +806,201 @@ def fp8_launch(desc: Fp8Desc, device: int) -> LtFp8Launch:
     if isinstance(hit, str):
         raise LtUnavailable(hit)
     return hit
+
+
+# ------------------------------------------------------------------------------------------
+# The float8 description's binding (pyblasgemm.execute.execute_fp8 binds and runs it)
+# ------------------------------------------------------------------------------------------
+
+def fp8_desc_of(desc) -> Fp8Desc:
+    """The :class:`Fp8Desc` of a float8 description (:func:`pyblasgemm.desc.describe_fp8`) on
+    the cuBLASLt route: its own orientation (the described A is cuBLASLt's A: the call's b when
+    ``desc.swap``), TN, the leading dimensions the kernels take (``kernels.fp8.kernel_lds``), each
+    side's scale mode (:data:`FP8_SCALE_MODE`) and the epilogue of its activation and bias.
+
+    >>> from pyblasgemm.desc import describe_fp8
+    >>> d = describe_fp8("doc", "float8_e4m3fn", "float8_e5m2", ("row", 256), ("col", 256), "row", 16, 48, 256, 48,
+    ...                  ("blocks", "blocks"), "bfloat16", "relu", "cols", False, "cupy", 0, (256,), 1.0, 0.0)
+    >>> f = fp8_desc_of(d); (f.m, f.n, f.a_type, f.scale_modes), f.epilogue == EPILOGUE["RELU_BIAS"]
+    ((48, 16, 'float8_e5m2', ('BLK128x128_32F', 'VEC128_32F')), True)
+    """
+    epi, row = desc.epilogue, desc.row
+    lda, ldb = kernel_lds(desc)
+    modes = tuple(FP8_SCALE_MODE[side] for side in desc.block_scales or epi.scales)
+    return Fp8Desc(desc.m, desc.n, desc.k, lda, ldb, desc.ldc, row.ab_dtype.name, row.b_dtype.name, epi.dequantize,
+                   modes, LT_EPILOGUES.get((epi.activation, epi.bias is not None, False), 0))
+
+
+def fp8_bind(desc, plan=None):
+    """The bound cuBLASLt launch of a float8 description, in our kernels' bound-launch
+    convention (:meth:`LtFp8Launch.kernel_order`: ``scale_m`` / ``scale_n`` cuBLASLt's A and B
+    scales), or None where cuBLASLt cannot run it (:func:`fp8_refusal` says why)."""
+    try:
+        return fp8_launch(fp8_desc_of(desc), desc.device).kernel_order
+    except LtUnavailable:
+        return None
+
+
+def fp8_refusal(desc) -> str | None:
+    """Why cuBLASLt cannot bind a float8 description (no library, no algorithm; asked of
+    :func:`fp8_launch`'s cache), or None."""
+    try:
+        fp8_launch(fp8_desc_of(desc), desc.device)
+    except LtUnavailable as e:
+        return str(e)
+    return None
+
+
+def fp8_line(desc) -> str:
+    """The route report's words for a float8 description on cuBLASLt (before the plan's reason).
+
+    >>> from pyblasgemm.desc import describe_fp8
+    >>> fp8_line(describe_fp8("doc", "float8_e4m3fn", "float8_e4m3fn", ("row", 64), ("col", 64), "row", 16, 48,
+    ...                       64, 48, ("tensor", "tensor"), "bfloat16", None, None, False, "cupy", 0, (256,), 1.0, 0.0))
+    'cuBLASLt: float8 TN (cublasLtMatmul, scales SCALAR_32F x SCALAR_32F, epilogue none, fast accumulation 0)'
+    """
+    lt_desc = fp8_desc_of(desc)
+    return (f"cuBLASLt: float8 TN (cublasLtMatmul, scales {lt_desc.scale_modes[0]} x {lt_desc.scale_modes[1]}, "
+            f"epilogue {LT_EPILOGUE_NAMES.get(lt_desc.epilogue, 'none')}, fast accumulation {FAST_ACCUM})")
+
+
+def _call_sizes(desc) -> tuple:
+    """``(m, n, k)`` of a float8 description in the call's terms (a's rows, b's columns)."""
+    return (desc.n, desc.m, desc.k) if desc.swap else (desc.m, desc.n, desc.k)
+
+
+def fp8_scales(cp, desc, scale_a, scale_b) -> tuple:
+    """(cuBLASLt's A scale, B scale) of the call's ``scale_a`` / ``scale_b`` as device float32
+    arrays in their modes' layouts: one value, a contiguous vector at a 16-byte aligned address
+    (cuBLASLt reads scale vectors in 16 bytes), or the block scales rearranged as cuBLASLt reads
+    them into per-call temporaries (which a CUDA graph cannot hold: the scales
+    :class:`LtBlockScaled` cannot read in place come here): the 1 x 128 scales of ``a``
+    (VEC128_32F, m x kb) M-contiguous, element (i, q) at q·m + i; the 128 x 128 scales of ``b``
+    (BLK128x128_32F, kb x nb) K-block-contiguous, element (q, j) at j·ldq + q with ldq = kb
+    rounded up to 4 (16-byte rows) -- the layouts ``torch._scaled_mm`` hands cuBLASLt. cuBLASLt's
+    A is the call's b when ``desc.swap``."""
+    if desc.block_scales:           # (cuBLASLt takes blocks on both sides or on neither)
+        _, n, k = _call_sizes(desc)
+        kb, nb = -(-k // 128), -(-n // 128)
+        sa = cp.ascontiguousarray(cp.asarray(scale_a).T)                 # (kb, m)
+        sb = cp.zeros((nb, -(-kb // 4) * 4), np.float32)
+        sb[:, :kb] = cp.asarray(scale_b).T
+        scales = (sa, sb)
+    else:
+        scales = tuple(_aligned16(device_scale(cp, s)) for s in (scale_a, scale_b))
+    return scales[::-1] if desc.swap else scales
+
+
+def _aligned16(x):
+    """``x`` or a copy of it at a 16-byte aligned address (cuBLASLt reads scale vectors in 16 bytes)."""
+    return x if x.data.ptr % 16 == 0 else x.copy()
+
+
+def block_scales_readable(cp, desc, scale_a, scale_b) -> bool:
+    """Whether :class:`LtBlockScaled` can read a block-scaled call's scales where the caller holds
+    them: CuPy float32 arrays of the block shapes with element strides, on the description's
+    device (else :func:`fp8_scales`' temporaries)."""
+    m, n, k = _call_sizes(desc)
+    kb, nb = -(-k // 128), -(-n // 128)
+    return all(isinstance(s, cp.ndarray) and s.dtype == np.float32 and s.shape == shape and s.strides[0] % 4 == 0
+               and s.strides[1] % 4 == 0 and s.data.device_id == desc.device
+               for s, shape in ((scale_a, (m, kb)), (scale_b, (kb, nb))))
+
+
+def block_scaled(desc, lt_launch, strides_a: tuple, strides_b: tuple):
+    """A new :class:`LtBlockScaled` of a block-scaled float8 description on its bound cuBLASLt
+    launch (``lt_launch``: :func:`fp8_bind`'s, or the :class:`LtFp8Launch` itself), for scales
+    of these strides (bytes)."""
+    m, n, k = _call_sizes(desc)
+    return LtBlockScaled(getattr(lt_launch, "__self__", lt_launch), desc.device, m, n, k, strides_a, strides_b,
+                         desc.swap)
+
+
+#: the most streams one launch keeps relayout buffers for (a stream beyond them gets the
+#: per-call temporaries, and no replay)
+MAX_BLOCK_SCALE_STREAMS = 8
+
+
+class LtBlockScaled:
+    """cuBLASLt's block-scaled float8 launch that reads the caller's scales where they are:
+    ``launch(pm, pn, pc, alpha, beta, stream, bias=, scale_m=, scale_n=)`` (the operands and
+    scales in the kernel's order: b's first when ``swap``, the plan
+    computing c^T = b^T a^T) enqueues, on ``stream``, the relayout of a's (m, kb) and b's
+    (kb, nb) float32 scales (strides in elements, fixed per launch) into buffers it owns, then
+    the cuBLASLt call that reads them (cuBLASLt's A scale b's when swapped):
+    two launches on stable memory, so a CUDA graph captures both, and a repeated call replays
+    them on new pointers (against ``torch._scaled_mm``'s and the per-call route's temporaries,
+    which a graph cannot hold). One pair of buffers per stream (at most
+    :data:`MAX_BLOCK_SCALE_STREAMS`): calls on two streams never share one.
+
+    Example (on a GPU with cuBLASLt 12.9+)::
+
+        launch = LtBlockScaled(fp8_launch(desc, 0), 0, m, n, k, sa.strides, sb.strides, swap=False)
+        launch(a.data.ptr, b.data.ptr, c.data.ptr, 1.0, 0.0, sptr, scale_m=sa.data.ptr, scale_n=sb.data.ptr)
+    """
+
+    __slots__ = ("lt_launch", "swap", "_dev", "_fptr", "_grid", "_pack", "_lock", "_buffers", "workspace_nbytes",
+                 "__weakref__")
+
+    def __init__(self, lt_launch, device: int, m: int, n: int, k: int, strides_a: tuple, strides_b: tuple,
+                 swap: bool):
+        import ctypes as ct
+
+        import cupy
+
+        from ..kernels.jit import raw_function
+        from ..kernels.mma_sync import _ArgPack
+
+        kb, nb = -(-k // 128), -(-n // 128)
+        ldq = -(-kb // 4) * 4
+        self.lt_launch, self.swap, self._dev = lt_launch, swap, device
+        self._fptr = raw_function(BLOCK_SCALES_SOURCE, "pyblasgemm_fp8_lt_block_scales", device)
+        sms = cupy.cuda.Device(device).attributes["MultiProcessorCount"]
+        self._grid = max(1, min(-(-(m * kb + nb * ldq) // BLOCK_SCALE_THREADS), 2 * sms))
+        ll, vp = ct.c_longlong, ct.c_void_p
+        fields = [("sa", vp), ("sa_row", ll), ("sa_col", ll), ("sa_out", vp), ("m", ll), ("kb", ll),
+                  ("sb", vp), ("sb_row", ll), ("sb_col", ll), ("sb_out", vp), ("nb", ll), ("ldq", ll)]
+        self._pack = _ArgPack(fields, dict(sa=0, sa_row=strides_a[0] // 4, sa_col=strides_a[1] // 4, sa_out=0,
+                                           m=m, kb=kb, sb=0, sb_row=strides_b[0] // 4, sb_col=strides_b[1] // 4,
+                                           sb_out=0, nb=nb, ldq=ldq))
+        self._lock = threading.Lock()
+        self._buffers: dict = {}        # stream handle -> (a's buffer, b's buffer), CuPy arrays
+        self.workspace_nbytes = 0
+
+    def buffers(self, stream: int):
+        """This stream's (a's, b's) relayout buffers, made on its first call; None past
+        :data:`MAX_BLOCK_SCALE_STREAMS` streams."""
+        held = self._buffers.get(stream)
+        if held is None:
+            import cupy
+
+            with self._lock:
+                if len(self._buffers) >= MAX_BLOCK_SCALE_STREAMS:
+                    return None
+                cells = self._pack.cells
+                with cupy.cuda.Device(self._dev):
+                    held = (cupy.empty((cells["kb"].value, cells["m"].value), np.float32),
+                            cupy.empty((cells["nb"].value, cells["ldq"].value), np.float32))
+                self._buffers[stream] = held
+                self.workspace_nbytes += held[0].nbytes + held[1].nbytes
+        return held
+
+    def __call__(self, pm, pn, pc, alpha, beta, stream, bias=0, pre=0, scale_m=0, scale_n=0):
+        from ..kernels.driver import launch_kernel, stream as cu_stream
+
+        held = self.buffers(stream)
+        if held is None:
+            raise RuntimeError(f"LtBlockScaled: more than {MAX_BLOCK_SCALE_STREAMS} streams")
+        sa_out, sb_out = held[0].data.ptr, held[1].data.ptr
+        if self.swap:
+            scale_m, scale_n = scale_n, scale_m         # a's and b's, as the relayout reads them
+        cells = self._pack.cells
+        with self._lock:            # (cuLaunchKernel copies the argument cells)
+            cells["sa"].value, cells["sb"].value = scale_m, scale_n
+            cells["sa_out"].value, cells["sb_out"].value = sa_out, sb_out
+            launch_kernel(self._dev, self._fptr, self._grid, 1, 1, BLOCK_SCALE_THREADS, 1, 1, 0,
+                          cu_stream(stream), self._pack.addr)
+        if self.swap:
+            self.lt_launch(pm, pn, pc, alpha, beta, stream, bias=bias, scale_a=sb_out, scale_b=sa_out)
+        else:
+            self.lt_launch(pm, pn, pc, alpha, beta, stream, bias=bias, scale_a=sa_out, scale_b=sb_out)

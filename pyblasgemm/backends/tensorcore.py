@@ -39,7 +39,9 @@ def bind(desc: GemmDesc, plan):
     an int8 product) pointers per call; None for another route. A grouped description whose
     plan runs it as one launch gets the :class:`~pyblasgemm.kernels.grouped.GroupedLaunch` of
     its launch class (``plan.group.launch_key``: kind, operand path, epilogue, tile), or for a
-    Hopper grouped config the :class:`~pyblasgemm.kernels.sm90.Sm90GroupedLaunch`."""
+    Hopper grouped config the :class:`~pyblasgemm.kernels.sm90.Sm90GroupedLaunch`. A float8
+    description (:func:`pyblasgemm.desc.describe_fp8`) is bound with its scales: the launch takes
+    ``scale_m=`` / ``scale_n=`` pointers (the described sides') and ``bias=`` / ``pre=``."""
     from ..kernels.launch import bind as bind_kernels
 
     if desc.group is not None:
@@ -61,6 +63,15 @@ def bind(desc: GemmDesc, plan):
         return gemv.bind(desc)
     pack = getattr(plan, "pack", ())
     epi = desc.epilogue
+    if desc.row.b_dtype is not None:
+        # a float8 pair: the plan's EPI code holds its scales (the store's, or the mainloop's
+        # block scales); mma.sync's config where the Hopper kernel's TMA rules refuse the class
+        from ..kernels.fp8 import kernel_problem, launch_config
+
+        problem = kernel_problem(desc)
+        code = plan.epilogue.code
+        return bind_kernels(problem, launch_config(problem, config, code, plan.arch.sm_count),
+                            epilogue=(code, epi.bias))
     if epi is not None:
         route = getattr(plan, "epilogue", None)
         if route is None or route.kind != "ours" or pack:

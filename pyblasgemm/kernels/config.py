@@ -295,7 +295,7 @@ for _kind in SM90_KINDS:
         KernelConfig(bn=128, bk=_bk, warps_m=2, warps_n=1, family="sm90a", cluster=2, **t) for t in _tiles) + tuple(
         KernelConfig(bn=64, bk=_bk, warps_m=1, warps_n=1, family="sm90a", decomposition=d, **t)
         for t in _small for d in SM90_DECOMPOSITIONS)
-    if _kind in FP8_KINDS:     # what pyblasgemm.kernels.fp8.sm90_config picks: sliced, parallel split-k
+    if _kind in FP8_KINDS:     # what pyblasgemm.planner.fp8.sm90_config picks: sliced, parallel split-k
         SM90_CONFIGS[_kind] = tuple(c for c in SM90_CONFIGS[_kind]
                                     if c.cluster == 1 and c.decomposition in ("sliced", "splitk_parallel"))
 #: kind -> {bm: the sliced Hopper config with that tile}

@@ -20,7 +20,9 @@ import math
 import sys
 from dataclasses import replace
 
+from ..backends.cublaslt import loaded_version
 from ..desc import GemmDesc, check_backend_place
+from ..kernels import fp8 as fp8_settings      # FAMILY, ROUTE: the float8 route's settings
 from ..kinds import route_of
 from .._warnings import log
 from ..plancache import get_plan_cache
@@ -35,6 +37,7 @@ from .plan import Candidate, Plan
 from .invariant import check_route as check_invariant_route, invariant_choice
 from .routes import epilogue_plan, group_plan
 from .decode import cublas_band_reason, decode_plan
+from .fp8 import plan_fp8
 
 __all__ = ["Plan", "Candidate", "plan_for", "clear_plan_cache", "current_settings", "kernel_problem_for"]
 
@@ -100,12 +103,9 @@ def plan_for(desc: GemmDesc, backend: str | None = None, *, autotune: bool | Non
 def _fp8_plan_for(desc: GemmDesc, backend: str | None, arch: ArchSpec | None, lt_version) -> Plan:
     """:func:`plan_for` of a float8 description: the host's plan for NumPy arrays (exact block
     sums: pyblasgemm.fp8.scaled_product), else the planner's float8 route, memoized."""
-    from ..kernels import fp8 as settings      # FAMILY, ROUTE: the float8 route's settings
-    from .fp8 import plan_fp8
-
     if lt_version == "loaded":
-        lt_version = settings.lt_version()
-    key = ("plan", desc.key, backend, arch if arch is None else arch.key, settings.FAMILY, settings.ROUTE, lt_version)
+        lt_version = loaded_version()
+    key = ("plan", desc.key, backend, arch if arch is None else arch.key, fp8_settings.FAMILY, fp8_settings.ROUTE, lt_version)
     plan = _cache.get(key)
     if plan is not None:
         return plan
@@ -119,7 +119,7 @@ def _fp8_plan_for(desc: GemmDesc, backend: str | None, arch: ArchSpec | None, lt
     else:
         check_backend_place(desc.routine, requested, desc.xp)
         forced = requested if requested in ("cublas", "tensorcore") else None
-        plan = plan_fp8(desc, _arch(desc, arch), lt_version, forced, settings.FAMILY, settings.ROUTE)
+        plan = plan_fp8(desc, _arch(desc, arch), lt_version, forced, fp8_settings.FAMILY, fp8_settings.ROUTE)
     log.debug("plan %s for %s float8 %s%s m=%d n=%d k=%d (%s): %s", plan, desc.routine, desc.transa, desc.transb,
               desc.m, desc.n, desc.k, desc.xp, plan.reason)
     if s.print_plans:

@@ -3,11 +3,13 @@ kernels) and which of our configs, as pure functions of its description
 (:func:`pyblasgemm.desc.describe_fp8`) and the machine (an :class:`~pyblasgemm.planner.arch.ArchSpec`
 and cuBLASLt's version, None where it cannot be loaded). :func:`plan_fp8` makes the
 :class:`~pyblasgemm.planner.plan.Plan` (:func:`pyblasgemm.planner.plan_for` sends a float8
-description here and memoizes it); :func:`pyblasgemm.kernels.fp8.plan` is the GPU route's caller.
+description here and memoizes it; :func:`pyblasgemm.execute.execute_fp8` runs it). :func:`plan`
+is the same in the call's terms, read as the kernel's column-major problem (:class:`Fp8Plan`: the
+tests' and benches' view, and :func:`warm_specs`').
 
 The rules and the measurements behind them are :mod:`pyblasgemm.kernels.fp8`'s module docstring
 (routes, block scales); the settings the tests and benches turn, ``kernels.fp8.FAMILY`` and
-``kernels.fp8.ROUTE``, are passed in (``family``, ``route``).
+``kernels.fp8.ROUTE``, are passed in (``family``, ``route``) or read here by :func:`plan`.
 
 >>> from pyblasgemm.desc import describe_fp8
 >>> from pyblasgemm.planner.arch import FAMILIES
@@ -23,17 +25,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from typing import NamedTuple
+
 from ..backends import cublaslt as lt
-from ..desc import FP8_BIAS_SIDES, FP8_SCALE_MODES
+from ..desc import FP8_BIAS_SIDES, FP8_SCALE_MODES, describe_fp8
 from ..epilogue import ACTIVATIONS
+from ..kernels import fp8 as settings       # FAMILY, ROUTE: the float8 route's settings
+from ..kernels.fp8 import MIN_CC, kernel_lds, kernel_problem, launch_config
 from .arch import FAMILIES, ArchSpec, family_of
 from .plan import Candidate, Plan, Route
 
 __all__ = ["MIN_CC", "DECODE_ROWS", "lt_refusal", "choose_route", "sm90_config", "config_for", "epilogue_code_of",
-           "call_terms", "route_for", "plan_fp8", "machine"]
-
-#: mma.sync with e4m3 / e5m2 operands exists from sm_89 (Ada) on
-MIN_CC = (8, 9)
+           "call_terms", "route_for", "plan_fp8", "our_config", "without_lt", "machine", "Fp8Plan", "kernel_plan",
+           "plan", "warm_specs"]
 #: products with at most this many rows or columns (decode) stay on our kernels: there they ran
 #: 1.02-1.6x the cuBLASLt route on an H100 (M = 1-64 on Llama-3-8B's projections, per-tensor and
 #: row-wise scales, replayed calls; bench/results/fp8_h100_2026-11-28_743700e.json) and on an
@@ -55,9 +59,8 @@ _OURS_FOR_DECODE = (f"at most {DECODE_ROWS} rows or columns (decode): our kernel
 #: activation code -> cuBLASLt's name for it (LT_EPILOGUES' keys)
 _ACTIVATION_NAMES = {a.code: a.name for a in ACTIVATIONS.values()}
 #: the scale pairs cuBLASLt takes (one kind for both operands) -> its scale modes of a and b
-_SCALE_PAIRS = {("tensor", "tensor"): ("SCALAR_32F", "SCALAR_32F"),
-                ("rows", "cols"): ("OUTER_VEC_32F", "OUTER_VEC_32F"),
-                ("blocks", "blocks"): ("VEC128_32F", "BLK128x128_32F")}
+_SCALE_PAIRS = {(wa, wb): (lt.FP8_SCALE_MODE[FP8_SCALE_MODES["a"][wa]], lt.FP8_SCALE_MODE[FP8_SCALE_MODES["b"][wb]])
+                for wa, wb in (("tensor", "tensor"), ("rows", "cols"), ("blocks", "blocks"))}
 #: a side's mode in the description -> the call's word for a's / b's scale (desc.FP8_SCALE_MODES read back)
 _CALL_WORDS = tuple({mode: word for word, mode in FP8_SCALE_MODES[side].items()} for side in "ab")
 #: result order -> the described C's bias side -> the call's bias axis (desc.FP8_BIAS_SIDES read back)
@@ -179,7 +182,7 @@ def config_for(desc, arch: ArchSpec, family: str | None = None):
     its block tile for block scales), or on sm_90 the Hopper kernel's (:func:`sm90_config`) for
     K-major operands (transa 'T', transb 'N': TMA reads K-contiguous rows), block scales
     included; ``family`` (``kernels.fp8.FAMILY``) 'sm80' keeps mma.sync. The launch falls back to
-    mma.sync where the Hopper kernel's TMA rules refuse its pointers (``kernels.fp8.problem_of``).
+    mma.sync where the Hopper kernel's TMA rules refuse its class (``kernels.fp8.launch_config``).
 
     >>> from pyblasgemm.desc import describe_fp8
     >>> d = describe_fp8("doc", "float8_e4m3fn", "float8_e4m3fn", ("row", 4096), ("col", 4096), "row", 16, 4096,
@@ -265,16 +268,16 @@ def route_for(desc, arch: ArchSpec, lt_version, backend=None, route: str | None 
     return choose_route(refusal, t["layouts"], backend, min(t["m"], t["n"]), route)
 
 
-#: the fallback a cuBLASLt plan keeps (kernels.fp8.run launches it when cuBLASLt's heuristic
+#: the fallback a cuBLASLt plan keeps (execute.execute_fp8 launches it where cuBLASLt's heuristic
 #: finds no algorithm for the case, before any launch)
-_FALLBACK = "our kernel's config where cuBLASLt's heuristic finds no algorithm (kernels.fp8.run)"
+_FALLBACK = "our kernel's config where cuBLASLt's heuristic finds no algorithm (execute.execute_fp8)"
 
 
 def plan_fp8(desc, arch: ArchSpec, lt_version, backend=None, family: str | None = None,
              route: str | None = None) -> Plan:
     """The :class:`Plan` of a float8 description on this machine: backend 'cublas' (cuBLASLt's
     FP8 GEMM) or 'tensorcore' (our kernel's ``config``, its EPI code ``plan.epilogue.code``);
-    ``reason`` is ``'<route>: <why>'`` (``kernels.fp8.Fp8Plan.explain()``'s line). Our config
+    ``reason`` is ``'<route>: <why>'`` (:meth:`Fp8Plan.explain`'s line). Our config
     is chosen either way (a cuBLASLt plan holds it as its one candidate: the fallback).
     ``family`` / ``route``: ``kernels.fp8.FAMILY`` / ``ROUTE``. Pure: no device.
 
@@ -289,13 +292,170 @@ def plan_fp8(desc, arch: ArchSpec, lt_version, backend=None, family: str | None 
     code = epilogue_code_of(desc)
     chosen, why = route_for(desc, arch, lt_version, backend, route)
     source = "forced" if why.startswith("forced by") else "heuristic"
-    reason = f"{chosen}: {why}"
     if chosen == "cublaslt":
-        return Plan("cublas", reason, source=source, arch=arch, problem=desc,
+        return Plan("cublas", f"{chosen}: {why}", source=source, arch=arch, problem=desc,
                     candidates=(Candidate("tensorcore", config, None, _FALLBACK),))
+    return _ours(desc, arch, config, code, why, source)
+
+
+def _ours(desc, arch: ArchSpec, config, code: int, why: str, source: str) -> Plan:
+    """The plan of a float8 description on our kernel ``config`` (EPI ``code``), for ``why``."""
     line = f"float8 on {config.kernel_family.title} ({config.name}); scales, alpha, beta, bias and activation fused"
-    return Plan("tensorcore", reason, config, config.decomposition, source=source, arch=arch, problem=desc,
+    return Plan("tensorcore", f"ours: {why}", config, config.decomposition, source=source, arch=arch, problem=desc,
                 epilogue=Route("ours", line, why, code=code))
+
+
+def our_config(plan: Plan):
+    """Our kernel's config in a float8 plan: the plan's own, or a cuBLASLt plan's fallback.
+
+    >>> from pyblasgemm.desc import describe_fp8
+    >>> d = describe_fp8("doc", "float8_e4m3fn", "float8_e4m3fn", ("row", 4096), ("col", 4096), "row", 4096, 4096,
+    ...                  4096, 4096, ("tensor", "tensor"), "bfloat16", None, None, False, "cupy", 0, (256,), 1.0, 0.0)
+    >>> our_config(plan_fp8(d, FAMILIES["sm_89"], 130100)).name       # (cuBLASLt's plan: the fallback)
+    'sliced_128x128x64_w2x4_s4_g8'
+    """
+    return plan.config if plan.backend == "tensorcore" else plan.candidates[0].config
+
+
+def without_lt(plan: Plan, why: str) -> Plan:
+    """A cuBLASLt plan's fallback on our kernels, where cuBLASLt cannot bind it (``why``: its
+    heuristic found no algorithm for the case), as :func:`plan_fp8` would have planned it.
+
+    >>> from pyblasgemm.desc import describe_fp8
+    >>> d = describe_fp8("doc", "float8_e4m3fn", "float8_e4m3fn", ("row", 4096), ("col", 4096), "row", 4096, 4096,
+    ...                  4096, 4096, ("tensor", "tensor"), "bfloat16", None, None, False, "cupy", 0, (256,), 1.0, 0.0)
+    >>> without_lt(plan_fp8(d, FAMILIES["sm_89"], 130100), "cuBLASLt refused it: no algorithm").reason
+    'ours: cuBLASLt refused it: no algorithm'
+    """
+    desc = plan.problem
+    return _ours(desc, plan.arch, our_config(plan), epilogue_code_of(desc), why, plan.source)
+
+
+class Fp8Plan(NamedTuple):
+    """A float8 plan read as the kernel's column-major problem (:func:`kernel_plan`)."""
+
+    swap: bool          # c^T = b^T a^T (a row-major result): kernel A is b, its rows c's columns
+    kind: str
+    transa: str
+    transb: str
+    m: int              # the kernel's m, n, k and leading dimensions (elements)
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+    config: object      # our KernelConfig (a cuBLASLt plan's fallback)
+    epi: int            # the EPI template argument
+    bias_axis: str | None   # the kernel's 'm' / 'n' axis of the bias
+    route: str = "ours"     # 'cublaslt' or 'ours' (choose_route's rule)
+    why: str = ""           # the rule's reason, in words
+
+    def explain(self) -> str:
+        """Which route the plan takes and why, in one line.
+
+        >>> plan(256, 4096, 4096, "float8_e4m3fn", "float8_e4m3fn", ("row", 4096), ("col", 4096), "row",
+        ...      4096, ("tensor", "tensor"), "bfloat16", 0, None, 132, (9, 0), lt_version=130100).explain()
+        'cublaslt: cuBLASLt takes this case and ran 1.20-1.35x our kernels at 4096³ / 8192³ on an H200 (per-tensor and row-wise scales)'
+        """
+        return f"{self.route}: {self.why}"
+
+
+def kernel_plan(desc, planned: Plan) -> Fp8Plan:
+    """The :class:`Fp8Plan` of a float8 description and its plan (:func:`plan_fp8`'s).
+
+    >>> d = describe_fp8("doc", "float8_e4m3fn", "float8_e4m3fn", ("row", 64), ("col", 64), "col", 16, 48, 64,
+    ...                  16, ("tensor", "tensor"), "float32", None, None, False, "cupy", 0, (256,), 1.0, 0.0)
+    >>> kernel_plan(d, plan_fp8(d, FAMILIES["sm_89"], None))[:10]
+    (False, 'e4m3', 'T', 'N', 16, 48, 64, 64, 64, 16)
+    """
+    route, _, why = planned.reason.partition(": ")
+    lda, ldb = kernel_lds(desc)
+    return Fp8Plan(desc.swap, desc.prefix, desc.transa, desc.transb, desc.m, desc.n, desc.k, lda, ldb, desc.ldc,
+                   our_config(planned), epilogue_code_of(desc), desc.epilogue.bias, route, why)
+
+
+def _planned(m: int, n: int, k: int, a_dtype: str, b_dtype: str, la: tuple, lb: tuple, target: str, ldc: int,
+             layouts: tuple, out_name: str, activation_code: int, bias_axis, sm_count: int, cc: tuple, lt_version,
+             backend, aligned: bool, has_pre: bool) -> tuple:
+    """``(description, plan)`` of :func:`plan`'s arguments (no arrays: the pointers stand in as
+    16-byte aligned or not, the bias' with them; the device unknown, -1)."""
+    desc = describe_fp8("fp8", a_dtype, b_dtype, la, lb, target, m, n, k, ldc, layouts, out_name,
+                        _activation_name(activation_code), bias_axis, has_pre, "cupy", -1,
+                        (16 if aligned else 1,), 1.0, 0.0)
+    return desc, plan_fp8(desc, machine(cc, sm_count), lt_version, backend, settings.FAMILY, settings.ROUTE)
+
+
+def plan(m: int, n: int, k: int, a_dtype: str, b_dtype: str, la: tuple, lb: tuple, target: str, ldc: int,
+         layouts: tuple, out_name: str, activation_code: int, bias_axis, sm_count: int,
+         cc: tuple = (8, 9), lt_version=None, backend=None, aligned: bool = True, has_pre: bool = False) -> Fp8Plan:
+    """The plan of ``(scale_a ⊙ a) @ (scale_b ⊙ b)`` for a (m x k) and b (k x n) of layouts
+    ``la`` / ``lb`` (``('row' | 'col', ld)``) into a result stored ``target``
+    ('row': C-ordered rows ``ldc`` apart, computed as c^T = b^T a^T; 'col': F-ordered), in the
+    call's terms: pure arithmetic, no device. The product's description
+    (:func:`pyblasgemm.desc.describe_fp8`) planned by :func:`plan_fp8` under ``kernels.fp8.FAMILY``
+    and ``ROUTE``, as the kernel's column-major problem (:func:`kernel_plan`). The kernel's scale_m
+    is then scale_b when ``swap`` (else scale_a), its scale_n the other. On sm_90 (``cc``) a
+    product with both operands K-major takes the Hopper kernel (:func:`sm90_config`), block scales
+    included (FAMILY = 'sm80' keeps mma.sync); the launch falls back to mma.sync where its TMA
+    rules refuse the problem (``kernels.fp8.launch_config``).
+    ``route`` / ``why``: :func:`choose_route` on :func:`lt_refusal` (``lt_version``: cuBLASLt's,
+    None when it is not loaded; ``aligned``: all pointers 16-byte aligned; ``has_pre``: a
+    ``preactivation_out``); our kernel's fields are filled either way (the fallback's).
+
+    >>> p = plan(16, 4096, 4096, "float8_e4m3fn", "float8_e5m2", ("row", 4096), ("col", 4096), "row",
+    ...          4096, ("rows", "tensor"), "bfloat16", 0, "cols", 132)
+    >>> p.swap, p.kind, p.transa, p.transb, (p.m, p.n, p.k), p.bias_axis, p.config.decomposition
+    (True, 'e5m2_e4m3', 'T', 'N', (4096, 16, 4096), 'm', 'splitk_serial')
+    """
+    return kernel_plan(*_planned(m, n, k, a_dtype, b_dtype, la, lb, target, ldc, layouts, out_name, activation_code,
+                                 bias_axis, sm_count, cc, lt_version, backend, aligned, has_pre))
+
+
+def _activation_name(code: int) -> str | None:
+    """The activation of a device code (0: none), or a ValueError naming the code and the codes
+    there are (a caller passing another one is wrong).
+
+    >>> _activation_name(3), _activation_name(0)
+    ('gelu_tanh', None)
+    """
+    if code == 0:
+        return None
+    name = _ACTIVATION_NAMES.get(code)
+    if name is None:
+        codes = ", ".join(f"{c}: {n}" for c, n in sorted(_ACTIVATION_NAMES.items()))
+        raise ValueError(f"activation_code={code!r} is not an activation's code (0: none, {codes})")
+    return name
+
+
+def warm_specs(cases, sm_count: int, cc: tuple, device_id: int | None = None) -> list:
+    """The :func:`pyblasgemm.kernels.jit.warm` specs of float8 products on dense, 256-byte
+    aligned arrays (the tests' and benches' warm-up: a cold cache compiles them in parallel).
+    ``cases``: ``(m, n, k, a dtype name, b dtype name, a order, b order, result order,
+    layouts, output dtype name, activation code, bias axis)`` with orders 'C' / 'F'.
+
+    >>> [s[1] for s in warm_specs([(16, 4096, 4096, "float8_e4m3fn", "float8_e4m3fn", "C", "F", "C",
+    ...                             ("tensor", "cols"), "bfloat16", 0, None)], 132, (8, 9))]
+    ['e4m3']
+    """
+    out = []
+    for m, n, k, ta, tb, oa, ob, oc, layouts, out_name, act, axis in cases:
+        isz = 4 if out_name == "float32" else 2
+        per = 16 // isz
+        la = ("row", k) if oa == "C" else ("col", m)
+        lb = ("row", n) if ob == "C" else ("col", k)
+        if oc == "F" and (n == 1 or m % per == 0):
+            target, ldc = "col", (m if n > 1 else -(-m // per) * per)
+        else:       # C-ordered in place, or a padded C-ordered temporary
+            target, ldc = "row", -(-n // per) * per
+        desc, planned = _planned(m, n, k, ta, tb, la, lb, target, ldc, layouts, out_name, act, axis, sm_count, cc,
+                                 None, None, True, False)
+        base = 0x7F00_0000_0000
+        problem = kernel_problem(desc, base, base + (1 << 32), base + (2 << 32))
+        epi = epilogue_code_of(desc)
+        config = launch_config(problem, our_config(planned), epi, sm_count)
+        out.append((config, desc.prefix, desc.transa, desc.transb, None, problem.operands_vectorizable(), device_id,
+                    epi))
+    return list(dict.fromkeys(out))
 
 
 _machines: dict = {}
