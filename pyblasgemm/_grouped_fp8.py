@@ -38,7 +38,7 @@ from . import _arrays
 from .desc import check_epilogue
 from .fp8 import OUT_DTYPES, check_scales, is_fp8, scaled_matmul
 
-__all__ = ["is_fp8_call", "grouped_fp8"]
+__all__ = ["is_fp8_call", "check_stacked", "vector_scales", "grouped_fp8"]
 
 _R = "grouped_matmul"
 
@@ -98,6 +98,45 @@ def _expert_scale_b(scale_b, groups: int, n: int):
                      f"scale), ({groups},) (one per group) or ({groups}, {n}) (one per group and column)")
 
 
+def check_stacked(a, b, masked: bool, out, want, bias, scale_a, scale_b):
+    """The whole-call checks of the expert form (``masked`` False: ``a`` (M, k)) or the masked
+    layout (``a`` (groups, max_m, k)), ``b`` (groups, k, n), the result type ``want``:
+    ``(out, per_token, scale_b_of)`` (``out`` allocated when None; ``per_token``: ``scale_a``
+    has one value per row; ``scale_b_of(g)``: group g's scale_b), or the error naming the
+    argument. Every group's slices of arrays that pass are valid scales and vectors."""
+    xp_name = _check_pair(a, b, "", None)
+    groups, n = b.shape[0], b.shape[2]
+    lead = (groups, a.shape[1]) if masked else (a.shape[0],)
+    shape = lead + (n,)
+    if out is None:
+        out = _arrays.xp_of(xp_name).empty(shape, want)
+    _check_target(out, shape, want, xp_name, "out")
+    sa_shape = tuple(getattr(scale_a, "shape", (None,)))
+    if sa_shape not in ((), (1,), lead):
+        raise ValueError(f"{_R}: scale_a has shape {sa_shape}; with float8 groups it must be () or (1,) "
+                         f"(one scale) or {lead} (one per {'row of each block' if masked else 'token'})")
+    scale_b_of = _expert_scale_b(scale_b, groups, n)
+    if bias is not None and tuple(getattr(bias, "shape", (None,))) != (groups, n):
+        raise ValueError(f"{_R}: bias has shape {tuple(getattr(bias, 'shape', (None,)))}; the "
+                         f"{'masked layout' if masked else 'expert form'} needs {(groups, n)}")
+    return out, sa_shape == lead, scale_b_of
+
+
+def vector_scales(a, b, masked: bool, scale_a, scale_b):
+    """``(scale_a, scale_b)`` in the grouped kernel's layout: one float32 per row of ``a``
+    (``(M,)``, or ``(groups, max_m)`` masked) and one per group and column (``(groups, n)``),
+    contiguous; a scale given once or per group is broadcast into a new array on the device (no
+    value read on the host)."""
+    xp = _arrays.xp_of(_arrays.array_module_name(a))
+    groups, n = b.shape[0], b.shape[2]
+    lead = tuple(a.shape[:2]) if masked else (a.shape[0],)
+    sa = scale_a if tuple(scale_a.shape) == lead else xp.broadcast_to(scale_a.reshape(()), lead).copy()
+    by_group = tuple(scale_b.shape) == (groups,)
+    sb = scale_b if tuple(scale_b.shape) == (groups, n) else xp.broadcast_to(
+        scale_b.reshape((groups, 1) if by_group else ()), (groups, n)).copy()
+    return xp.ascontiguousarray(sa), xp.ascontiguousarray(sb)
+
+
 def grouped_fp8(a, b, ends=None, counts=None, out=None, dtype=None, bias=None, activation=None,
                 scale_a=None, scale_b=None, backend=None, stream=None, invariant=False):
     """:func:`pyblasgemm.grouped_matmul` for float8 operands (see the module docstring): the
@@ -136,23 +175,10 @@ def grouped_fp8(a, b, ends=None, counts=None, out=None, dtype=None, bias=None, a
             jobs.append((x, y, target, bg, sa, sb, names))
         _run(jobs, activation, backend, stream)
         return results
-    xp_name = _check_pair(a, b, "", None)
+    out, per_token, scale_b_of = check_stacked(a, b, counts is not None, out, want, bias, scale_a, scale_b)
     groups, n, k = b.shape[0], b.shape[2], b.shape[1]
     masked = counts is not None
-    lead = (groups, a.shape[1]) if masked else (a.shape[0],)
-    shape = lead + (n,)
-    if out is None:
-        out = _arrays.xp_of(xp_name).empty(shape, want)
-    _check_target(out, shape, want, xp_name, "out")
-    sa_shape = tuple(getattr(scale_a, "shape", (None,)))
-    if sa_shape not in ((), (1,), lead):
-        raise ValueError(f"{_R}: scale_a has shape {sa_shape}; with float8 groups it must be () or (1,) "
-                         f"(one scale) or {lead} (one per {'row of each block' if masked else 'token'})")
-    per_token = sa_shape == lead
-    scale_b_of = _expert_scale_b(scale_b, groups, n)
-    if bias is not None and tuple(getattr(bias, "shape", (None,))) != (groups, n):
-        raise ValueError(f"{_R}: bias has shape {tuple(getattr(bias, 'shape', (None,)))}; the "
-                         f"{'masked layout' if masked else 'expert form'} needs {(groups, n)}")
+    xp_name = _arrays.array_module_name(a)
     start = 0
     for g in range(groups):
         if masked:

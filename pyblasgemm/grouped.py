@@ -408,7 +408,7 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
         if one_launch and a and _arrays.array_module_name(a[0]) == "cupy":
             # (every problem checked above, as gemm checks it, before any launch)
             sizes = tuple((y.shape[1], x.shape[0], x.shape[1]) for x, y in zip(a, b))
-            blocker = _blocker(a[0], targets[0].dtype, dequant, compute)
+            blocker = _blocker(a[0], targets[0].dtype, dequant, compute, b[0])
             cols = None if blocker else _list_columns(list(zip(a, b)), targets, bias, scale_a, scale_b,
                                                       targets[0].dtype)
             if cols is None and not blocker:
@@ -498,9 +498,10 @@ def grouped_matmul(a: Any, b: Any, *, offsets: Any = None, out: Any = None, dtyp
         # (the whole checked above, as gemm checks it: the per-group vectors share their shapes)
         starts = [0] + ends[:-1]
         sizes = tuple((n, e - s0, a.shape[1]) for s0, e in zip(starts, ends))
-        blocker = _blocker(a, out.dtype, dequant, compute) or (
+        # (_blocker found the operand pair's kind: the types are one pair of it)
+        blocker = _blocker(a, out.dtype, dequant, compute, b) or (
             "" if _arrays.device_id(b) == _arrays.device_id(out) == _arrays.device_id(a)
-            and b.dtype == a.dtype else "a, b and out are not of one device and type")
+            else "a, b and out are not on one device")
         cols = None if blocker else _expert_columns(a, b, ends, out, bias, scale_a, scale_b)
         if cols is None and not blocker:
             blocker = _LAYOUT
@@ -689,14 +690,59 @@ def _fp8(a, b, offsets, masked_m, out, dtype, bias, activation, scale_a, scale_b
                 "a (groups, max_m, k) and b (groups, k, n)")
         raise ValueError(f"grouped_matmul: the {'expert form' if masked_m is None else 'masked layout'} needs "
                          f"{form}; got {getattr(a, 'shape', None)} and {getattr(b, 'shape', None)}")
-    if masked_m is not None:
-        # (the groups run as separate products: GPU counts are read back here)
+    masked = masked_m is not None
+    xp_name = _arrays.array_module_name(a)
+    on_device = _device_offsets(masked_m if masked else offsets, b.shape[0], xp_name,
+                                "masked_m" if masked else "offsets")
+    if xp_name == "cupy" and not invariant:
+        want = _grouped_fp8._out_dtype(dtype, out)
+        out, _, _ = _grouped_fp8.check_stacked(a, b, masked, out, want, bias, scale_a, scale_b)
+        kw["out"] = out
+        if _fp8_launch(a, b, masked, on_device, masked_m, offsets, out, bias, activation, scale_a, scale_b,
+                       backend, stream):
+            return out
+    # the groups as separate products: sizes on the GPU are read back here
+    if masked:
         return _grouped_fp8.grouped_fp8(a, b, counts=_check_masked_m(masked_m, b.shape[0], a.shape[1]), **kw)
     return _grouped_fp8.grouped_fp8(a, b, ends=_check_offsets(offsets, a.shape[0], b.shape[0]), **kw)
 
 
+def _fp8_launch(a, b, masked, on_device, masked_m, offsets, out, bias, activation, scale_a, scale_b, backend,
+                stream) -> bool:
+    """Checked float8 groups on CuPy arrays (the expert form or the masked layout) as one launch
+    of the grouped kernel's float8 kind (the s8 kind's operand path, the dequantizing store;
+    sizes on the GPU read there), where the plan makes it one; False where it does not (the
+    caller then runs the groups' products)."""
+    from ._types import TYPE_ROWS
+    from .kinds import FP8_KINDS
+
+    # the kernel computes outᵀ = bᵀ aᵀ: its A is the weights' type, its B the tokens'
+    row = TYPE_ROWS[FP8_KINDS[(b.dtype.name, a.dtype.name)]]
+    sa, sb = _grouped_fp8.vector_scales(a, b, masked, scale_a, scale_b)
+    if masked:
+        x, y, sx = _rows_of_blocks(a), _rows_of_blocks(out), _rows_of_blocks(sa)
+        if x is None or y is None or sx is None:
+            return False
+        counts = None if on_device is not None else _check_masked_m(masked_m, b.shape[0], a.shape[1])
+        return _masked_launch(a, b, x, y, sx, counts, on_device, a.shape[1], None, bias, activation, sb, True,
+                              None, backend, stream, row=row)
+    if on_device is not None:
+        return _on_device(a, b, on_device, out, bias, sa, sb, activation, True, None, backend, stream,
+                          row=row) is not None
+    ends = _check_offsets(offsets, a.shape[0], b.shape[0])
+    starts = [0] + ends[:-1]
+    sizes = tuple((b.shape[2], e - s0, a.shape[1]) for s0, e in zip(starts, ends))
+    blocker = _blocker(a, out.dtype, True, None, b) or (
+        "" if _arrays.device_id(b) == _arrays.device_id(out) == _arrays.device_id(a) else
+        "a, b and out are not on one device")
+    cols = None if blocker else _expert_columns(a, b, ends, out, bias, sa, sb)
+    desc = _describe("experts", a, out.dtype, sizes, cols, blocker or ("" if cols is not None else _LAYOUT),
+                     activation, bias is not None, True, None, row=row)
+    return execute_group(desc, cols, backend, streams.handle(stream)) is not None
+
+
 def _masked_launch(a, b, x, y, sa, counts, on_device, expected, key, bias, activation, scale_b, dequant,
-                   compute, backend, stream) -> bool:
+                   compute, backend, stream, row=None) -> bool:
     """The masked layout on CuPy arrays as one grouped launch, the expert form's on the blocks
     as rows (``x``, ``y``, ``sa``: ``a``, ``out``, ``scale_a`` so viewed), kept under ``key``
     (:func:`_masked`'s, on the 3-D arrays) for a repeat; False where the plan is not one
@@ -704,7 +750,7 @@ def _masked_launch(a, b, x, y, sa, counts, on_device, expected, key, bias, activ
     groups, max_m = a.shape[:2]
     if on_device is not None:
         ran = _on_device(x, b, on_device, y, bias, sa, scale_b, activation, dequant, compute, backend, stream,
-                         group_rows=max_m, expected=expected)
+                         group_rows=max_m, expected=expected, row=row)
         if ran is None:
             return False
         if key is not None:
@@ -713,14 +759,14 @@ def _masked_launch(a, b, x, y, sa, counts, on_device, expected, key, bias, activ
     starts = [g * max_m for g in range(groups)]
     ends = [s0 + c for s0, c in zip(starts, counts)]
     sizes = tuple((b.shape[2], c, a.shape[2]) for c in counts)
-    blocker = _blocker(x, y.dtype, dequant, compute) or (
+    blocker = _blocker(x, y.dtype, dequant, compute, b) or (
         "" if _arrays.device_id(b) == _arrays.device_id(y) == _arrays.device_id(x)
-        and b.dtype == x.dtype else "a, b and out are not of one device and type")
+        else "a, b and out are not on one device")
     cols = None if blocker else _expert_columns(x, b, ends, y, bias, sa, scale_b, starts)
     if cols is None and not blocker:
         blocker = _LAYOUT
     desc = _describe("experts", x, y.dtype, sizes, cols, blocker, activation, bias is not None, dequant,
-                     compute)
+                     compute, row=row)
     ran = execute_group(desc, cols, backend, streams.handle(stream))
     if ran is None:
         return False
@@ -800,13 +846,16 @@ _LAYOUT = ("a problem's layout is not the kernel's (row-major with unit stride a
            "bias and scales contiguous in the result's type, no output sharing an input's memory)")
 
 
-def _blocker(x0, out_dtype, dequant: bool, compute) -> str:
-    """Why the group cannot run as our one persistent launch, whatever its sizes ('': it can)."""
+def _blocker(x0, out_dtype, dequant: bool, compute, w0=None) -> str:
+    """Why the group cannot run as our one persistent launch, whatever its sizes ('': it can).
+    ``x0``, ``w0``: a group's tokens and weight (the kernel's B and A; ``w0`` None: of ``x0``'s
+    type)."""
     if compute is not None:
         return f"compute={compute!r} asks for the GEMMs' arithmetic"
-    kind = GROUPED_KINDS.get(x0.dtype.name)
+    kind = GROUPED_KINDS.get(((x0 if w0 is None else w0).dtype.name, x0.dtype.name))
     if kind is None:
-        return f"no grouped kernel for {x0.dtype.name} operands"
+        pair = x0.dtype.name if w0 is None or w0.dtype == x0.dtype else f"{x0.dtype.name} x {w0.dtype.name}"
+        return f"no grouped kernel for {pair} operands"
     if dequant and out_dtype.name not in DEQUANT_OUT or not dequant and out_dtype.name != kind[1]:
         return (f"the grouped kernel writes {kind[1]} results (or a dequantized float16, bfloat16 "
                 f"or float32), not {out_dtype.name}")
@@ -816,11 +865,12 @@ def _blocker(x0, out_dtype, dequant: bool, compute) -> str:
 
 
 def _describe(form, x0, out_dtype, sizes, cols, blocker, activation, has_bias, dequant, compute,
-              device_sizes=False):
+              device_sizes=False, row=None):
     """The GemmDesc of a grouped call: its GroupSpec (sizes, alignment classes from the table's
     columns, what keeps it off the kernel) and its epilogue, in the kernel's column-major terms
-    (``outᵀ = bᵀ aᵀ``: a problem's m is the user's n, the bias one value per m index)."""
-    row = ROW_BY_DTYPE[x0.dtype]
+    (``outᵀ = bᵀ aᵀ``: a problem's m is the user's n, the bias one value per m index). ``row``:
+    the type row (default: ``x0``'s type's; a float8 pair's is its kind's)."""
+    row = ROW_BY_DTYPE[x0.dtype] if row is None else row
     if not dequant and out_dtype != row.c_dtype:
         row = ROW_BY_DTYPES.get((x0.dtype, out_dtype), row)
     eb, ob = x0.dtype.itemsize, out_dtype.itemsize
@@ -910,7 +960,7 @@ def _expert_bases(a, b, out, bias, scale_a, scale_b) -> dict:
 
 
 def _on_device(a, b, on_device, out, bias, scale_a, scale_b, activation, dequant, compute, backend,
-               stream, group_rows=0, expected=0):
+               stream, group_rows=0, expected=0, row=None):
     """The expert form with device-side offsets as one launch pair (the table built on the GPU,
     then the grouped GEMM; :func:`pyblasgemm.execute.execute_group_offsets`): its
     ``(launch, values, route)``, or None when it cannot run so (its blocker, a layout off the
@@ -919,9 +969,9 @@ def _on_device(a, b, on_device, out, bias, scale_a, scale_b, activation, dequant
     rows, :func:`_masked`), planned for groups of ``expected`` rows."""
     rows, (groups, k, n) = a.shape[0], b.shape
     ptr, offset_bytes, device = on_device
-    blocker = _blocker(a, out.dtype, dequant, compute) or (
+    blocker = _blocker(a, out.dtype, dequant, compute, b) or (
         "" if _arrays.device_id(b) == _arrays.device_id(out) == _arrays.device_id(a) == device
-        and b.dtype == a.dtype else "a, b, out and offsets are not of one device and type")
+        else "a, b, out and offsets are not on one device")
     layout = None if blocker else _expert_layout(a, b, out, bias, scale_a, scale_b)
     if layout is None:
         return None
@@ -940,7 +990,7 @@ def _on_device(a, b, on_device, out, bias, scale_a, scale_b, activation, dequant
     cols = _expert_columns(a, b, nominal, out, bias, scale_a, scale_b, starts)
     sizes = tuple((n, e - s0, k) for s0, e in zip(starts, nominal))
     desc = _describe("experts", a, out.dtype, sizes, cols, "", activation, bias is not None, dequant,
-                     compute, device_sizes=True)
+                     compute, device_sizes=True, row=row)
     lda, ldb, ldc = layout
     values = dict(_expert_bases(a, b, out, bias, scale_a, scale_b), w_group_bytes=b.strides[0], x_row_bytes=a.strides[0],
                   out_row_bytes=out.strides[0], bias_group_bytes=0 if bias is None else bias.strides[0],

@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("cupy")
 
 from pyblasgemm.kernels import jit  # noqa: E402
+from pyblasgemm.kernels.config import FP8_KINDS  # noqa: E402
 from pyblasgemm.kernels.grouped import (FUSED_FIELDS, FUSED_MAX_GROUPS, GROUPED_CONFIGS,  # noqa: E402
                                         GROUPED_SMALL_CONFIGS, OFFSETS_FIELDS, _FUSED_SOURCE, fused_kernel_name)
 
@@ -23,13 +24,24 @@ HEADER = jit.INCLUDE_DIR / "pyblasgemm/impls/grouped_fused.cuh"
 SM_SMEM, PER_CTA_RESERVED = 228 * 1024, 1024
 
 
+#: the float8 kinds compiled here: one of each operand order (the four share one template,
+#: only the MMA's operand types differ), always with the dequantizing store
+FP8_COMPILED = ("e4m3", "e5m2_e4m3")
+
+
+def _tiles():
+    return [(k, c) for k, c in GROUPED_CONFIGS.items() if k not in FP8_KINDS or k in FP8_COMPILED] + \
+        list(GROUPED_SMALL_CONFIGS.items())
+
+
 def _specs():
     out = []
-    for kind, cfg in list(GROUPED_CONFIGS.items()) + [(k, c) for k, c in GROUPED_SMALL_CONFIGS.items()]:
-        fused = jit.epilogue_code(2, "float16") if kind == "s8" else jit.epilogue_code(2)
+    for kind, cfg in _tiles():
+        fused = jit.epilogue_code(2, "float16") if kind == "s8" or kind in FP8_KINDS else jit.epilogue_code(2)
+        plain = jit.epilogue_code(0, "float32") if kind in FP8_KINDS else 0
         # the masked layout with the other offsets' type and epilogue: all four pairs built
-        for epi, off, masked in ((0, 4, False), (fused, 8, False), (0, 8, True), (fused, 4, True)):
-            for arch in ("sm_80", "sm_90"):
+        for epi, off, masked in ((plain, 4, False), (fused, 8, False), (plain, 8, True), (fused, 4, True)):
+            for arch in ("sm_90",) if kind in FP8_KINDS else ("sm_80", "sm_90"):
                 out.append((arch, kind, cfg, epi, off, masked))
     return out
 
@@ -49,7 +61,7 @@ def compiled():
 
 
 def test_every_grouped_tile_compiles_without_spills(compiled):
-    assert len(compiled) == 4 * 2 * (len(GROUPED_CONFIGS) + len(GROUPED_SMALL_CONFIGS))
+    assert len(compiled) == 4 * 2 * (len(_tiles()) - len(FP8_COMPILED)) + 4 * len(FP8_COMPILED)
     for (arch, kind, cfg, epi, off, masked), (res, log) in compiled.items():
         where = f"{arch} {kind} {cfg.name} epi={epi} offsets={off} masked={masked}:\n{log}"
         assert res.get("spill_stores", 0) == 0 and res.get("spill_loads", 0) == 0, where

@@ -31,7 +31,7 @@ pytest.importorskip("cupy")
 from cupy.cuda import nvrtc  # noqa: E402
 
 from pyblasgemm.kernels import jit  # noqa: E402
-from pyblasgemm.kernels.config import SHIPPED_CONFIGS, KernelConfig  # noqa: E402
+from pyblasgemm.kernels.config import FP8_KINDS, SHIPPED_CONFIGS, KernelConfig  # noqa: E402
 from pyblasgemm.kernels.launch import launch_geometry  # noqa: E402
 from pyblasgemm.kernels.problem import ACCUMULATE, KernelProblem  # noqa: E402
 
@@ -158,14 +158,27 @@ def _fused_specs() -> list:
         out.append(Spec("sm_80", "s8", "s32", cfg, LAYOUTS[j % 4], True,
                         jit.epilogue_code(j % 5, tuple(jit.DEQUANT_OUT)[j % 3])))
     for kind, cfg in list(GROUPED_CONFIGS.items()) + list(GROUPED_SMALL_CONFIGS.items()):
+        if kind in FP8_KINDS:
+            continue                # sm_89+: _fp8_grouped_specs
         fused = jit.epilogue_code(2, "float16") if kind == "s8" else jit.epilogue_code(2)
         out += [Spec("sm_80", kind, ACCUMULATE[kind][0], cfg, "NN", vec, epi)
                 for vec, epi in ((True, 0), (True, fused), (False, fused))]
     return out
 
 
+def _fp8_grouped_specs() -> list:
+    """The grouped launch's float8 kinds (sm_89+), always dequantizing: one of each operand
+    order, the float32 store and a fused float16 one, vector and scalar paths."""
+    from pyblasgemm.kernels.grouped import GROUPED_CONFIGS
+
+    return [Spec("sm_90", kind, ACCUMULATE[kind][0], GROUPED_CONFIGS[kind], "NN", vec, epi)
+            for kind in ("e4m3", "e5m2_e4m3")
+            for vec, epi in ((True, jit.epilogue_code(0, "float32")), (False, jit.epilogue_code(2, "float16")))]
+
+
 def _specs(arch):
-    specs = _selected(arch) + (_fused_specs() if arch == "sm_80" else [])
+    specs = _selected(arch) + (_fused_specs() if arch == "sm_80" else []) + (
+        _fp8_grouped_specs() if arch == "sm_90" else [])
     return [pytest.param(s, id=f"{NVRTC}-{arch}-{s.kind}-{s.acc}-{s.cfg.name}-{s.lay}-"
                          f"{'vec' if s.vec else 'scalar'}" + (f"-epi{s.epi}" if s.epi else ""))
             for s in specs]

@@ -45,14 +45,10 @@ def bind(desc: GemmDesc, plan):
     from ..kernels.launch import bind as bind_kernels
 
     if desc.group is not None:
-        from ..kernels.grouped import GroupedLaunch
-
+        # the config's family walks the problems: the mma.sync table walk, or the Hopper walk
+        # (device-side sizes only)
         _, _, kind, vec, code, bias_axis, config = plan.group.launch_key
-        if config.family == "sm90a":      # the Hopper grouped walk (device-side sizes only)
-            from ..kernels.sm90 import Sm90GroupedLaunch
-
-            return Sm90GroupedLaunch(kind, config, (code, bias_axis))
-        return GroupedLaunch(kind, "N", "N", vec, (code, bias_axis), config)
+        return config.kernel_family.grouped_launch(kind, config, vec, (code, bias_axis))
 
     # bound for addresses with exactly the alignment every caller's pointers have
     config = plan.config if plan is not None else None

@@ -194,6 +194,12 @@ class KernelFamily(ABC):
     def bound_launch(self, problem: KernelProblem, spec, kern, red, dev_id: int, epilogue: tuple):
         """The bound launch of ``problem``'s class with ``spec`` and the compiled kernels."""
 
+    def grouped_launch(self, kind: str, cfg: KernelConfig, vec: bool, epilogue: tuple):
+        """The persistent grouped launch of ``cfg`` (``decomposition == 'grouped'``) for
+        ``kind``: this family's walk over the problems (``vec``: the 16-byte operand path;
+        ``epilogue``: ``(EPI code, bias axis)``)."""
+        raise ValueError(f"{self.title} has no grouped launch ({cfg.name})")
+
 
 class MmaSyncFamily(KernelFamily):
     """The mma.sync kernel (impls/sm80_gemm.cuh): cp.async ring, any sm_80+ device, every kind,
@@ -308,6 +314,12 @@ class MmaSyncFamily(KernelFamily):
 
     def bound_launch(self, problem, spec, kern, red, dev_id, epilogue):
         return mma_sync.BoundLaunch(problem, spec, kern, red, dev_id, epilogue)
+
+    def grouped_launch(self, kind, cfg, vec, epilogue):
+        """The table walk of impls/sm80_gemm.cuh (MODE kGrouped) and its one-launch form."""
+        from .grouped import GroupedLaunch
+
+        return GroupedLaunch(kind, "N", "N", vec, epilogue, cfg)
 
 
 class HopperFamily(KernelFamily):
@@ -494,6 +506,11 @@ class HopperFamily(KernelFamily):
             prep = jit.get_prep_kernel(spec.config, problem.kind, problem.transa, problem.transb)
             return sm90.Sm90PrepLaunch(problem, spec, kern, red, prep, dev_id)
         return sm90.Sm90Launch(problem, spec, kern, red, dev_id, epilogue)
+
+    def grouped_launch(self, kind, cfg, vec, epilogue):
+        """The Hopper grouped walk (MODE kGrouped of impls/sm90_gemm.cuh; device-side sizes
+        only; TMA reads every operand, so there is no scalar path to choose)."""
+        return sm90.Sm90GroupedLaunch(kind, cfg, epilogue)
 
 
 def _sm90_grouped_static_smem(threads: int) -> int:

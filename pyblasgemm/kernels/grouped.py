@@ -27,7 +27,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .config import KernelConfig, SHIPPED_CONFIGS
+from .config import FP8_KINDS, KernelConfig, SHIPPED_CONFIGS
 from .driver import copy_to_device_async, device_pointer, function, launch_kernel, record_event, stream, stream_handle
 from .jit import raw_function
 from .mma_sync import BIAS_MODE, _arg_ctypes, _ArgPack
@@ -53,6 +53,10 @@ GROUPED_CONFIGS = {
     "bf16": KernelConfig(bm=128, bn=128, bk=64, warps_m=2, warps_n=4, stages=3, decomposition="grouped"),
     "s8": replace(SHIPPED_CONFIGS["s8"][0], decomposition="grouped"),
 }
+#: float8 (sm_89+): the s8 kind's tile and operand path (the m16n8k32 fragments of float8 and
+#: int8 are the same bytes, kernels/fp8.py), always with the dequantizing store; 204 registers,
+#: no spill (tests/test_grouped_fused_compile.py)
+GROUPED_CONFIGS.update({kind: GROUPED_CONFIGS["s8"] for kind in FP8_KINDS})
 
 #: kind -> the tile for groups of few rows (mixture-of-experts layers at small batch: each
 #: expert's tokens are the kernel's n). A 128-wide n tile idles past the group's rows and the

@@ -560,8 +560,11 @@ class Sm90GroupedLaunch:
 
         from .jit import get_kernels
 
+        from .jit import SM90_HEADER
+
         ok, why = config.validate(kind=kind)
-        if not ok or config.decomposition != "grouped" or config.family != "sm90a":
+        # (the family's own header: impls/sm90_gemm.cuh's MODE kGrouped is the walk launched here)
+        if not ok or config.decomposition != "grouped" or config.kernel_family.header != SM90_HEADER:
             raise ValueError(f"Sm90GroupedLaunch: {config.name} is not a Hopper grouped config for {kind}"
                              f"{': ' + why if why else ''}")
         self.kind, self.config, self.epilogue = kind, config, epilogue

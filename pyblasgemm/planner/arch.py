@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass, field, replace
 
 from .. import settings as _env
-from ..kinds import KERNEL_KINDS
+from ..kinds import FP8_KINDS, KERNEL_KINDS
 
 __all__ = ["ArchSpec", "FAMILIES", "default_arch", "arch_for_device", "family_of", "device_identity"]
 
@@ -80,9 +80,12 @@ class ArchSpec:
                 f"{src})")
 
 
-def _rates(f16: int, tf32: int, s8: int) -> dict:
-    # 3xTF32 issues three tf32 MMAs per useful product: a third of the tf32 rate in useful FLOPs
-    return {"f16": f16, "bf16": f16, "tf32": tf32, "3xtf32": tf32 // 3, "s8": s8}
+def _rates(f16: int, tf32: int, s8: int, fp8: bool = False) -> dict:
+    # 3xTF32 issues three tf32 MMAs per useful product: a third of the tf32 rate in useful FLOPs.
+    # float8 (sm_89+: mma.sync m16n8k32 .e4m3 / .e5m2, wgmma k32) runs at int8's rate (H100
+    # datasheet: 1,979 TF/s dense FP8, as int8's TOPS)
+    rates = {"f16": f16, "bf16": f16, "tf32": tf32, "3xtf32": tf32 // 3, "s8": s8}
+    return dict(rates, **{kind: s8 for kind in FP8_KINDS.values()}) if fp8 else rates
 
 
 #: datasheet defaults per family (dense rates; H100: 989 TF/s fp16 = 4096 FLOP/SM/clk x 132 x
@@ -94,11 +97,11 @@ FAMILIES = {
     "sm_86": ArchSpec("sm_86", "A10 (datasheet)", (8, 6), 72, 1.695, 101376, 102400, 65536, 1536,
                       16, 6 << 20, 0.6e12, _rates(1024, 512, 2048), _rates(1024, 512, 2048), 256, 4),
     "sm_89": ArchSpec("sm_89", "L40S (datasheet)", (8, 9), 142, 2.52, 101376, 102400, 65536, 1536,
-                      24, 96 << 20, 0.864e12, _rates(1024, 512, 2048), _rates(1024, 512, 2048), 256,
-                      4),
+                      24, 96 << 20, 0.864e12, _rates(1024, 512, 2048, fp8=True),
+                      _rates(1024, 512, 2048, fp8=True), 256, 4),
     "sm_90": ArchSpec("sm_90", "H100 SXM (datasheet)", (9, 0), 132, 1.83, 232448, 233472, 65536,
-                      2048, 32, 50 << 20, 3.35e12, _rates(2731, 1365, 5461),
-                      dict(_rates(4096, 2048, 8192), fp64=256), 256, 256),
+                      2048, 32, 50 << 20, 3.35e12, _rates(2731, 1365, 5461, fp8=True),
+                      dict(_rates(4096, 2048, 8192, fp8=True), fp64=256), 256, 256),
 }
 
 

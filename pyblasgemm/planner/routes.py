@@ -185,9 +185,11 @@ def _cublaslt_option(desc, base: Plan, requested: str):
 # ---------------------------------------------------------------------------------------------
 # The group
 
-#: operand dtype name -> (kernel kind, the result dtype it writes without dequantization), for
-#: the kinds the grouped kernel has a config for (read off the kinds table)
-GROUPED_KINDS = {KERNEL_KINDS[k].ab_dtype: (k, KERNEL_KINDS[k].c_dtype) for k in GROUPED_CONFIGS}
+#: (A's dtype name, B's) in the kernel's terms -> (kernel kind, the result dtype it writes
+#: without dequantization), for the kinds the grouped kernel has a config for (read off the
+#: kinds table; one type per operand pair but the float8 kinds, whose A and B may differ)
+GROUPED_KINDS = {(KERNEL_KINDS[k].ab_dtype, KERNEL_KINDS[k].b_dtype or KERNEL_KINDS[k].ab_dtype):
+                 (k, KERNEL_KINDS[k].c_dtype) for k in GROUPED_CONFIGS}
 
 
 def _hopper_walk_blocker(desc, kind, arch, config) -> str:
@@ -218,7 +220,7 @@ def group_plan(desc, requested: str, arch: ArchSpec) -> Plan:
     """The plan of a grouped problem: one persistent launch of our grouped kernel, or a loop of
     planned GEMMs (one per non-empty problem), priced by the model."""
     g = desc.group
-    kind = GROUPED_KINDS.get(desc.row.ab_dtype.name, (None,))[0]
+    kind = GROUPED_KINDS.get((desc.row.ab_dtype.name, (desc.row.b_dtype or desc.row.ab_dtype).name), (None,))[0]
     loop_line = f"a loop of planned GEMMs, one per non-empty problem ({g.live})"
     one_label = "one persistent launch of our grouped kernel"
     epi = desc.epilogue
