@@ -733,8 +733,9 @@ def guard_failures(na, nb, low, how: OzakiSetting, k_native: int, bits_a=None, b
         # a time in the GPU kernels' order (ozaki_guard_fails_lines)
         xp = xp_of(array_module_name(low) or "numpy")
         unit = guard_unit(how, k_native)
-        sa, sb = (xp.maximum(xp.asarray(x).astype(np.int64) - GUARD_SUM_BITS, 0) for x in (bits_a, bits_b))
-        ha, hb = (xp.maximum(xp.asarray(x).astype(np.int64) - GUARD_HI_BITS, 0) for x in (bits_a, bits_b))
+        # int32 shifts: ldexp's exponent type on NumPy and CuPy alike
+        sa, sb = (xp.maximum(xp.asarray(x).astype(np.int32) - GUARD_SUM_BITS, 0) for x in (bits_a, bits_b))
+        ha, hb = (xp.maximum(xp.asarray(x).astype(np.int32) - GUARD_HI_BITS, 0) for x in (bits_a, bits_b))
         na, nb = xp.asarray(na), xp.asarray(nb)
         lhs = (xp.ldexp(na.astype(np.float64), sa)[:, None] + xp.ldexp(nb.astype(np.float64), sb)[None, :])
         rhs = xp.ldexp(low.astype(np.float64) * unit, ha[:, None] + hb[None, :])
