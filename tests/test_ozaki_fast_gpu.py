@@ -65,19 +65,13 @@ def _compare(got, host, a, b, route, m, n):
 
 
 def _gemm_both(a, b, c, alpha, beta, compute, transa="N", transb="N"):
-    """(GPU result, host result, route) of one gemm call on the same bytes."""
-    cupy = gpu_cupy()
-    from pyblasgemm.composite import last_route
+    """(GPU result, host result, route) of one gemm call on the same bytes, ``a`` and ``b``
+    the operands as op() gives them (stored transposed for 'T' / 'C')."""
+    from test_ozaki_fp32 import _gpu_and_host
 
     sa = np.asfortranarray(a if transa == "N" else a.T)
     sb = np.asfortranarray(b if transb == "N" else b.T)
-    out = cupy.asarray(c, order="F")
-    pyblasgemm.gemm(transa, transb, cupy.asarray(sa, order="F"), cupy.asarray(sb, order="F"), out, alpha, beta,
-                    compute=compute, backend="tensorcore")
-    route = last_route()
-    host = np.array(c, order="F")
-    pyblasgemm.gemm(transa, transb, sa, sb, host, alpha, beta, compute=compute)
-    return cupy.asnumpy(out), host, route
+    return _gpu_and_host(transa, transb, sa, sb, c, alpha, beta, compute)
 
 
 @pytest.mark.parametrize("m,n,k", SIZES)
@@ -114,27 +108,6 @@ def test_gpu_fast_scaling_transposes(dtype, transa, transb):
     _compare(got, host, opa, opb, route, 37, 29)
 
 
-def test_gpu_fast_padded_leading_dimensions_and_dial():
-    """Leading dimensions beyond the rows (the padding holds NaN) and the dial with the
-    scaling: 'int8-ozaki-fast', '-40-fast', '-20-fast' each the host's bits."""
-    cupy = gpu_cupy()
-    rng = np.random.default_rng(3)
-    buf_a = np.full((50, 40), np.nan, order="F")
-    buf_a[:37] = _lines("onehot", rng, 37, 40)
-    buf_b = np.full((45, 23), np.nan, order="F")
-    buf_b[:40] = _lines("graded rows", rng, 23, 40).T
-    c = np.asfortranarray(rng.standard_normal((37, 23)))
-    for compute in ("int8-ozaki-fast", "int8-ozaki-40-fast", "int8-ozaki-20-fast"):
-        out_d = cupy.asarray(c, order="F")
-        pyblasgemm.dgemm("N", "N", 37, 23, 40, 2.0, cupy.asarray(buf_a).ravel(order="F"), 50,
-                         cupy.asarray(buf_b).ravel(order="F"), 45, 0.5, out_d.ravel(order="F"), 37,
-                         compute=compute, backend="tensorcore")
-        out_h = np.array(c, order="F")
-        pyblasgemm.dgemm("N", "N", 37, 23, 40, 2.0, buf_a.ravel(order="F"), 50, buf_b.ravel(order="F"),
-                         45, 0.5, out_h.ravel(order="F"), 37, compute=compute)
-        np.testing.assert_array_equal(cupy.asnumpy(out_d), out_h, err_msg=compute)
-
-
 def test_gpu_fast_route_says_the_scaling_bits_and_bound():
     """The route record: the 'fast' scaling, the least bits kept, its error bound
     (OzakiSetting.bound()); the plan's explain() the same."""
@@ -150,42 +123,6 @@ def test_gpu_fast_route_says_the_scaling_bits_and_bound():
     assert route.endswith("; error of the emulated elements: " + how.bound()), route
     text = pyblasgemm.plan(64, 48, 512, "f64", compute="int8-ozaki-fast", backend="tensorcore").explain()
     assert how.bound() in text and "'fast' scaling" in text, text
-
-
-def test_gpu_fast_inf_and_nan_go_native():
-    cupy = gpu_cupy()
-    from pyblasgemm.composite import last_route
-
-    rng = np.random.default_rng(6)
-    a, b = rng.standard_normal((20, 30)), rng.standard_normal((30, 10))
-    a[3, 4], b[7, 2] = np.inf, np.nan
-    got = cupy.asnumpy(pyblasgemm.matmul(cupy.asarray(a), cupy.asarray(b), compute="int8-ozaki-fast",
-                                         backend="tensorcore"))
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(a @ b))
-    np.testing.assert_array_equal(np.isinf(got), np.isinf(a @ b))
-    assert last_route().startswith("native")
-
-
-def test_gpu_fast_lines_the_scaling_cannot_hold_run_natively():
-    """A nonzero element more than its line's bits below the line's largest: that row and
-    column run natively, the rest has the host's bits."""
-    cupy = gpu_cupy()
-    from pyblasgemm.composite import last_route
-
-    rng = np.random.default_rng(12)
-    a, b, c = rng.standard_normal((40, 70)), rng.standard_normal((70, 30)), rng.standard_normal((40, 30))
-    a[3, 5], b[9, 2] = 1e-300, 1e-300
-    out = cupy.asarray(c, order="F")
-    pyblasgemm.gemm("N", "N", cupy.asarray(a), cupy.asarray(b), out, 1.5, -0.5, compute="int8-ozaki-fast",
-                    backend="tensorcore")
-    route = last_route()
-    assert "1 rows and 1 columns natively" in route, route
-    host = np.array(c, order="F")
-    pyblasgemm.gemm("N", "N", a, b, host, 1.5, -0.5, compute="int8-ozaki-fast")
-    got = cupy.asnumpy(out)
-    keep = np.ones((40, 30), bool)
-    keep[3, :], keep[:, 2] = False, False
-    np.testing.assert_array_equal(got[keep], host[keep])
 
 
 @pytest.mark.parametrize("dtype,binades", [(np.float64, 30), (np.complex128, 30), (np.float32, 16),
@@ -237,19 +174,6 @@ def test_gpu_fast_digit_store_has_the_int32_planes_bits(monkeypatch, dtype):
         pyblasgemm.clear_plan_cache()
     np.testing.assert_array_equal(runs[True][0], runs[False][0])
     _compare(runs[True][0], runs[True][1], a, b, runs[True][2], m, n)
-
-
-def test_gpu_fast_is_deterministic_and_batched():
-    cupy = gpu_cupy()
-    rng = np.random.default_rng(8)
-    a = cupy.asarray(np.stack([_lines("onehot", rng, 65, 129) for _ in range(3)]))
-    b = cupy.asarray(np.stack([_lines("graded rows", rng, 33, 129).T for _ in range(3)]))
-    first = pyblasgemm.matmul(a, b, compute="int8-ozaki-fast", backend="tensorcore")
-    second = pyblasgemm.matmul(a, b, compute="int8-ozaki-fast", backend="tensorcore")
-    assert bool((first == second).all())
-    for i in range(3):
-        host = pyblasgemm.matmul(cupy.asnumpy(a[i]), cupy.asnumpy(b[i]), compute="int8-ozaki-fast")
-        np.testing.assert_array_equal(cupy.asnumpy(first[i]), host)
 
 
 # --- the passes one by one: exponents, bits, guard planes and sums against the host's ------
@@ -328,3 +252,60 @@ def test_gpu_residues_take_each_lines_guard_shifts(kernel, real):
     assert cp.asnumpy(sums).tolist() == na.tolist()
     for l, p in enumerate(oz.MODULI[:count]):
         assert planes[l].tolist() == oz.residues(ints, p).tolist(), p
+
+
+@pytest.mark.parametrize("cplx", [False, True])
+@pytest.mark.parametrize("count", [9, 16, 34])
+def test_gpu_per_line_guard_in_every_reconstruction_kernel(count, cplx):
+    """The guard's per-line test (line_bits=) in ozaki_guard_count and every reconstruction
+    kernel (int32 planes: elements, rows, rows-staged; digit planes: the same three) on random
+    planes, sums and bits: each counts guard_failures(..., bits_a, bits_b)'s elements outside
+    the lost lines, leaves exactly those elements of C alone, and all write the same bytes."""
+    from pyblasgemm.kernels import ozaki_kernels as ok
+    from test_ozaki_reconstruct import _case
+
+    cp = gpu_cupy()
+    rng = np.random.default_rng(count + 100 * cplx)
+    m, n, k = 528, 5, 1024                     # m % 16 == 0: every kernel applies
+    n_prod = 2 * n if cplx else n
+    prod, ea, eb, lost_a, lost_b, buf, g = _case(cp, rng, count, m, n, cplx, True, np.float64, m, 0)
+    prod[count] = cp.asarray(rng.integers(0, 2**20, (n_prod, m)).astype(np.int32))   # L >= 0
+    sum_a, sum_b = g[0], g[1]
+    bits_a = cp.asarray(rng.integers(8, 63, m).astype(np.int32))
+    bits_b = cp.asarray(rng.integers(8, 63, n_prod).astype(np.int32))
+    how = oz.setting(k)
+    host = {name: cp.asnumpy(x) for name, x in (("na", sum_a), ("nb", sum_b), ("ba", bits_a), ("bb", bits_b),
+                                                 ("low", prod[count]), ("lost_a", lost_a), ("lost_b", lost_b))}
+    bad = np.zeros((m, n), bool)
+    for part in range(2 if cplx else 1):
+        cols = slice(part * n, (part + 1) * n)
+        bad |= oz.guard_failures(host["na"], host["nb"][cols], host["low"][cols].T, how, k, host["ba"],
+                                 host["bb"][cols])
+    bad &= (host["lost_a"] == 0)[:, None] & (host["lost_b"] == 0)[None, :]
+    want = int(bad.sum())
+    assert 0 < want < m * n, want
+
+    def guard():
+        return (sum_a, sum_b, 0.0, oz.guard_unit(how, k), cp.zeros(1, cp.int32))
+    g_count = guard()
+    passes = ok.OzakiPasses(count)
+    passes.guard_count(prod[count], m, n, cplx, lost_a, lost_b, g_count, (bits_a, bits_b))
+    assert int(g_count[-1].get()[0]) == want
+    digits = cp.asarray(ok.digits_host(cp.asnumpy(prod[:count]), count))
+    parts = 2 if cplx else 1
+    results = {}
+    for planes, name in ((prod, "int32"), (digits, "digits")):
+        for kernel in ok.RECONSTRUCT_KERNELS:
+            c = cp.asarray(buf)
+            g_run = guard()
+            used = passes.reconstruct(planes, m, n, ea, eb, lost_a, lost_b, c, parts, parts * m, 1.5, 0.0, cplx,
+                                      g_run, kernel=kernel, low=prod[count], line_bits=(bits_a, bits_b))
+            assert used == kernel
+            assert int(g_run[-1].get()[0]) == want, (name, kernel)
+            results[name, kernel] = cp.asnumpy(c)
+    first = next(iter(results.values()))
+    for key, got in results.items():
+        assert got.tobytes() == first.tobytes(), key
+    untouched = buf[:parts * m * n].reshape(n, m, parts).transpose(1, 0, 2)
+    written = first[:parts * m * n].reshape(n, m, parts).transpose(1, 0, 2)
+    assert np.array_equal(written[bad], untouched[bad])
