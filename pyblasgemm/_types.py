@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import ml_dtypes
 import numpy as np
 
-from .kinds import FP8_KINDS
+from .kinds import FP8_KINDS, OZAKI, OZAKI_FAST
 
 if TYPE_CHECKING:     # types only (pyblasgemm._typing)
     from ._typing import Fp32Compute
@@ -173,15 +173,26 @@ OZAKI_BITS = (1, 62)
 
 
 def _ozaki_dial(row: TypeRow, compute):
-    """'int8-ozaki-<bits>' normalized, for a row with the emulated mode and bits in range;
-    else None."""
-    if not isinstance(compute, str) or "int8-ozaki" not in row.computes:
+    """'int8-ozaki-<bits>', 'int8-ozaki-fast' or 'int8-ozaki-<bits>-fast' normalized, for a
+    row with the emulated mode and bits in range; else None.
+
+    >>> _ozaki_dial(TYPE_ROWS["d"], "INT8-OZAKI-040-Fast"), _ozaki_dial(TYPE_ROWS["d"], "int8-ozaki-fast-40")
+    ('int8-ozaki-40-fast', None)
+    """
+    if not isinstance(compute, str) or OZAKI not in row.computes:
         return None
     word = compute.lower()
-    head, _, bits = word.rpartition("-")
-    if head != "int8-ozaki" or not (bits.isascii() and bits.isdigit()) or not OZAKI_BITS[0] <= int(bits) <= OZAKI_BITS[1]:
+    if not word.startswith(OZAKI + "-"):
         return None
-    return f"int8-ozaki-{int(bits)}"
+    words = word[len(OZAKI) + 1:].split("-")
+    fast = words[-1] == OZAKI_FAST
+    bits = words[:-1] if fast else words
+    if bits == [] and fast:
+        return f"{OZAKI}-{OZAKI_FAST}"
+    if len(bits) != 1 or not (bits[0].isascii() and bits[0].isdigit()) \
+            or not OZAKI_BITS[0] <= int(bits[0]) <= OZAKI_BITS[1]:
+        return None
+    return f"{OZAKI}-{int(bits[0])}" + (f"-{OZAKI_FAST}" if fast else "")
 
 
 #: the ecosystem's words for our compute modes, one row per alias: alias -> {prefix: mode} (a
@@ -231,7 +242,8 @@ def resolve_compute(row: TypeRow, compute, routine: str) -> str:
     raise ValueError(
         f"{routine}: compute={compute!r} is not available for {row.ab_dtype.name}; "
         f"choose one of {', '.join(repr(c) for c in row.computes)}"
-        + (f" (or 'int8-ozaki-<bits>', bits {OZAKI_BITS[0]}..{OZAKI_BITS[1]})"
+        + (f" (or 'int8-ozaki-<bits>', bits {OZAKI_BITS[0]}..{OZAKI_BITS[1]}; a last word '-fast' for the "
+           f"2-norm scaling: 'int8-ozaki-fast', 'int8-ozaki-<bits>-fast')"
            if "int8-ozaki" in row.computes else ""))
 
 

@@ -26,7 +26,8 @@ Trans = Literal["N", "T", "C", "n", "t", "c"]
 #: gemm's op(X): also CuPy's 'H' and cuBLAS's operation values 0, 1, 2
 GemmTrans = Literal["N", "T", "C", "H", "n", "t", "c", "h", 0, 1, 2]
 #: compute= names: the modes (pyblasgemm._types.TYPE_ROWS), the emulated float64's dial
-#: 'int8-ozaki-<bits>' and the ecosystem's aliases (pyblasgemm._types.COMPUTE_ALIASES)
+#: 'int8-ozaki-<bits>', its 'fast' scaling ('int8-ozaki-fast', 'int8-ozaki-<bits>-fast') and
+#: the ecosystem's aliases (pyblasgemm._types.COMPUTE_ALIASES)
 Compute = Literal[
     "fp32", "tf32", "3xtf32", "fp64", "fp16", "int32", "int8-ozaki",
     "tf32x3", "ieee", "highest", "high",
@@ -42,7 +43,20 @@ Compute = Literal[
     "int8-ozaki-46", "int8-ozaki-47", "int8-ozaki-48", "int8-ozaki-49", "int8-ozaki-50",
     "int8-ozaki-51", "int8-ozaki-52", "int8-ozaki-53", "int8-ozaki-54", "int8-ozaki-55",
     "int8-ozaki-56", "int8-ozaki-57", "int8-ozaki-58", "int8-ozaki-59", "int8-ozaki-60",
-    "int8-ozaki-61", "int8-ozaki-62"]
+    "int8-ozaki-61", "int8-ozaki-62",
+    "int8-ozaki-fast", "int8-ozaki-1-fast", "int8-ozaki-2-fast", "int8-ozaki-3-fast", "int8-ozaki-4-fast",
+    "int8-ozaki-5-fast", "int8-ozaki-6-fast", "int8-ozaki-7-fast", "int8-ozaki-8-fast", "int8-ozaki-9-fast",
+    "int8-ozaki-10-fast", "int8-ozaki-11-fast", "int8-ozaki-12-fast", "int8-ozaki-13-fast", "int8-ozaki-14-fast",
+    "int8-ozaki-15-fast", "int8-ozaki-16-fast", "int8-ozaki-17-fast", "int8-ozaki-18-fast", "int8-ozaki-19-fast",
+    "int8-ozaki-20-fast", "int8-ozaki-21-fast", "int8-ozaki-22-fast", "int8-ozaki-23-fast", "int8-ozaki-24-fast",
+    "int8-ozaki-25-fast", "int8-ozaki-26-fast", "int8-ozaki-27-fast", "int8-ozaki-28-fast", "int8-ozaki-29-fast",
+    "int8-ozaki-30-fast", "int8-ozaki-31-fast", "int8-ozaki-32-fast", "int8-ozaki-33-fast", "int8-ozaki-34-fast",
+    "int8-ozaki-35-fast", "int8-ozaki-36-fast", "int8-ozaki-37-fast", "int8-ozaki-38-fast", "int8-ozaki-39-fast",
+    "int8-ozaki-40-fast", "int8-ozaki-41-fast", "int8-ozaki-42-fast", "int8-ozaki-43-fast", "int8-ozaki-44-fast",
+    "int8-ozaki-45-fast", "int8-ozaki-46-fast", "int8-ozaki-47-fast", "int8-ozaki-48-fast", "int8-ozaki-49-fast",
+    "int8-ozaki-50-fast", "int8-ozaki-51-fast", "int8-ozaki-52-fast", "int8-ozaki-53-fast", "int8-ozaki-54-fast",
+    "int8-ozaki-55-fast", "int8-ozaki-56-fast", "int8-ozaki-57-fast", "int8-ozaki-58-fast", "int8-ozaki-59-fast",
+    "int8-ozaki-60-fast", "int8-ozaki-61-fast", "int8-ozaki-62-fast"]
 #: set_default_compute's words: float32's modes (pyblasgemm._types.FP32_DEFAULTS) and their aliases
 Fp32Compute = Literal["fp32", "tf32", "3xtf32", "tf32x3", "ieee", "highest", "high"]
 #: backend= names (pyblasgemm.desc.BACKEND_NAMES and BACKEND_ALIASES)

@@ -169,15 +169,25 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
     # queued (a wait between them left the GPU idle while the host queued the passes; the
     # residues of an operand that then runs natively are the price of the rare early exit)
     counts = cupy.zeros(4, cupy.int32)     # non-finite lines, lost lines, guard failures, recount
-    ea, lost_a = passes.scale(a_lines[0], m, kk, a_lines[1], a_lines[2], setting.bits, counts)
-    eb, lost_b = passes.scale(b_lines[0], nn, kk, b_lines[1], b_lines[2], setting.bits, counts)
+    line_bits = bits_a = bits_b = None
+    if setting.scaling == "fast":
+        # each line's exponent from its 2-norm (ozaki.split_fast's bits), and its bits for the
+        # guard's per-line shifts
+        ea, lost_a, bits_a = passes.scale_fast(a_lines[0], m, kk, a_lines[1], a_lines[2], counts)
+        eb, lost_b, bits_b = passes.scale_fast(b_lines[0], nn, kk, b_lines[1], b_lines[2], counts)
+        line_bits = (bits_a, bits_b)
+    else:
+        ea, lost_a = passes.scale(a_lines[0], m, kk, a_lines[1], a_lines[2], setting.bits, counts)
+        eb, lost_b = passes.scale(b_lines[0], nn, kk, b_lines[1], b_lines[2], setting.bits, counts)
     planes, row = setting.planes, spec.inner.k          # (row: kk rounded up to whole 16-byte lines)
     ares = cupy.empty((planes, m, row), cupy.int8)
     bres = cupy.empty((planes, nn, row), cupy.int8)
     sums = cupy.zeros(m + nn, cupy.uint64) if setting.guard else None
     sum_a, sum_b = (sums[:m], sums[m:]) if setting.guard else (None, None)
-    passes.residues(a_lines[0], m, kk, a_lines[1], a_lines[2], ea, ares, setting.bits, sum_a, row=row)
-    passes.residues(b_lines[0], nn, kk, b_lines[1], b_lines[2], eb, bres, setting.bits, sum_b, row=row)
+    passes.residues(a_lines[0], m, kk, a_lines[1], a_lines[2], ea, ares, setting.bits, sum_a, row=row,
+                    line_bits=bits_a)
+    passes.residues(b_lines[0], nn, kk, b_lines[1], b_lines[2], eb, bres, setting.bits, sum_b, row=row,
+                    line_bits=bits_b)
     moduli = spec.inner._replace(batch=setting.count)
     digit_launch = _digit_launch(moduli, spec.digits)
     # the planes column-major m x nn: the moduli's int32 products and the guard's after them,
@@ -186,7 +196,7 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
     g = 0 if digit_launch is not None else setting.count      # the guard's plane in prod
     guard = low = None
     if setting.guard:
-        from .ozaki import guard_constants
+        from .ozaki import guard_constants, guard_unit
 
         # the guard's plane first (1/17 of the int8 work): its verdict decides whether the
         # moduli's GEMMs are worth running (graded data: most elements fail, and the emulation
@@ -195,8 +205,10 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
         low = prod[g]
         run_inner(spec.inner._replace(batch=1), ares[gr:], bres[gr:], prod[g:g + 1],
                   spec.inner_plan.backend)
-        guard = (sum_a, sum_b, *guard_constants(setting, k), counts[2:3])
-        passes.guard_count(low, m, n, cplx, lost_a, lost_b[:n], guard)
+        # per line ('fast'): the test's unit in c_hi's place (ozaki.guard_failures' bits_a path)
+        constants = (0.0, guard_unit(setting, k)) if line_bits is not None else guard_constants(setting, k)
+        guard = (sum_a, sum_b, *constants, counts[2:3])
+        passes.guard_count(low, m, n, cplx, lost_a, lost_b[:n], guard, line_bits)
     non_finite, lost, failed = (int(v) for v in counts[:3].get())
     if non_finite:
         _last["route"] = "native: an operand holds Inf or NaN, which the scaling cannot hold"
@@ -205,8 +217,8 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
     if 2 * lost > m + nn:
         # most lines would run natively after the composition anyway (H100, 4096³ with every
         # line lost: 0.42x native DGEMM doing both): the whole call runs natively instead
-        _last["route"] = (f"native: {lost} of the {m + nn} rows and columns hold a nonzero element more "
-                          f"than {setting.bits} binades below their largest, which the scaling cannot hold "
+        _last["route"] = (f"native: {lost} of the {m + nn} rows and columns hold a nonzero element "
+                          f"{_reach(setting)} below their largest, which the scaling cannot hold "
                           f"(more than half: the whole product runs natively)")
         run_inner(native, a, b, c)
         return
@@ -230,13 +242,13 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
     cv = cupy.ndarray((1,), real, memptr=c.data)      # the kernel takes C's address (its real type)
     scale = 2 if cplx else 1
     passes.reconstruct(products, m, n, ea, eb, lost_a, lost_b[:n], cv, scale, scale * desc.ldc,
-                       desc.alpha, desc.beta, cplx, guard, low=low)
+                       desc.alpha, desc.beta, cplx, guard, low=low, line_bits=line_bits)
     route = f"pyblasgemm {setting.describe()}"
     if lost:
         rows, cols = _lost_lines(desc, lost_a, lost_b[:n])
-        route += _native_fixup(desc, a, b, c, rows, cols, setting.bits)
+        route += _native_fixup(desc, a, b, c, rows, cols, setting)
     if failed:
-        route += _guard_fixup(desc, a, b, c, setting, low, sum_a, sum_b, lost_a, lost_b[:n], failed)
+        route += _guard_fixup(desc, a, b, c, setting, low, sum_a, sum_b, lost_a, lost_b[:n], failed, line_bits)
     # the record states the bound the emulated elements keep (#34, item 4); the lines and
     # elements run natively keep native's
     _last["route"] = f"{route}; error of the emulated elements: {setting.bound()}"
@@ -282,19 +294,25 @@ def _device_table(make, count: int, device: int):
     return table
 
 
-def _guard_fixup(desc: GemmDesc, a, b, c, setting, low, sum_a, sum_b, lost_a, lost_b, failed: int) -> str:
+def _guard_fixup(desc: GemmDesc, a, b, c, setting, low, sum_a, sum_b, lost_a, lost_b, failed: int,
+                 line_bits=None) -> str:
     """The elements the guard could not prove (the reconstruction left them alone), from one
     native product: the same test as the kernel's (:func:`pyblasgemm.ozaki.guard_failures`)
     on the guard's plane ``low`` (column-major m x n, 2n for complex: row j, column i) marks
-    them again, outside the lines already run natively."""
+    them again, outside the lines already run natively. ``line_bits``: the 'fast' scaling's
+    bits of A's rows and B's 2n (n) columns, for the per-line test."""
     import cupy
 
     from .ozaki import guard_failures
 
     m, n = desc.m, desc.n
-    bad = guard_failures(sum_a, sum_b[:n], low[:n].T, setting, desc.k)
+
+    def lines(part):                            # the per-line test's bits for B's part (0: Re, 1: Im)
+        return () if line_bits is None else (line_bits[0], line_bits[1][part * n:(part + 1) * n])
+
+    bad = guard_failures(sum_a, sum_b[:n], low[:n].T, setting, desc.k, *lines(0))
     if desc.row.is_complex:
-        bad |= guard_failures(sum_a, sum_b[n:], low[n:].T, setting, desc.k)
+        bad |= guard_failures(sum_a, sum_b[n:], low[n:].T, setting, desc.k, *lines(1))
     bad &= (lost_a == 0)[:, None] & (lost_b == 0)[None, :]
     view = _c_view(desc, c)
     fixed = view.copy()
@@ -310,7 +328,15 @@ def _lost_lines(desc, lost_a, lost_b):
     return cupy.flatnonzero(lost_a), cupy.flatnonzero(lost_b)
 
 
-def _native_fixup(desc: GemmDesc, a, b, c, rows, cols, bits: int) -> str:
+def _reach(setting) -> str:
+    """How far below its line's largest an element is lost, in words: the setting's bits, or
+    ('fast') each line's own, at least those."""
+    if setting.scaling == "fast":
+        return f"more binades than its line keeps bits (at least {setting.bits})"
+    return f"more than {setting.bits} binades"
+
+
+def _native_fixup(desc: GemmDesc, a, b, c, rows, cols, setting) -> str:
     """Rows ``rows`` of C (all columns), then columns ``cols`` (the other rows), natively."""
     import cupy
 
@@ -329,7 +355,7 @@ def _native_fixup(desc: GemmDesc, a, b, c, rows, cols, bits: int) -> str:
             _finish(desc, part, _native_product(desc, a, b, rows=kept, cols=cols))
             view[index] = part
     return (f"; {int(rows.size)} rows and {int(cols.size)} columns natively (a nonzero element "
-            f"more than {bits} binades below its line's largest)")
+            f"{_reach(setting)} below its line's largest)")
 
 
 def _complex(desc: GemmDesc, a, b, c, spec, run_inner) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["KernelKind", "Route", "KERNEL_KINDS", "FP8_KINDS", "ROUTES", "CUDA", "CUBLAS_COMPUTE", "OZAKI",
-           "base_compute", "ozaki_bits", "route_of"]
+           "OZAKI_FAST", "base_compute", "ozaki_bits", "ozaki_scaling", "route_of"]
 
 #: cudaDataType_t values (library_types.h)
 CUDA = {"R_32F": 0, "R_64F": 1, "R_16F": 2, "R_8I": 3, "C_32F": 4, "C_64F": 5, "R_32I": 10,
@@ -142,8 +142,12 @@ def _route(prefix, compute, ab, c, cublas, kind=None, acc=None, rtol=1e-5, scale
 
 
 #: the emulated float64 / float32 compute mode; ``OZAKI + "-<bits>"`` (e.g. 'int8-ozaki-40')
-#: sets its precision dial: bits kept per scaled row / column (pyblasgemm.ozaki)
+#: sets its precision dial: bits kept per scaled row / column (pyblasgemm.ozaki); a last word
+#: :data:`OZAKI_FAST` ('int8-ozaki-fast', 'int8-ozaki-40-fast') picks the 'fast' scaling
+#: (pyblasgemm.ozaki.SCALINGS: each line scaled by its 2-norm, at least those bits)
 OZAKI = "int8-ozaki"
+#: the dial's scaling word: a row of pyblasgemm.ozaki.SCALINGS other than the default 'max'
+OZAKI_FAST = "fast"
 
 
 #: rtol: relative error bound against the reference's scale (tests/_ref.py). 16-bit outputs: one
@@ -186,22 +190,37 @@ ROUTES = {(r.prefix, r.compute): r for r in (
 
 
 def base_compute(compute: str) -> str:
-    """The compute mode without its precision dial: 'int8-ozaki-40' -> 'int8-ozaki'.
+    """The compute mode without its precision dial: 'int8-ozaki-40' -> 'int8-ozaki' (and
+    'int8-ozaki-fast', 'int8-ozaki-40-fast').
 
-    >>> base_compute("int8-ozaki-40"), base_compute("tf32")
-    ('int8-ozaki', 'tf32')
+    >>> base_compute("int8-ozaki-40"), base_compute("int8-ozaki-40-fast"), base_compute("tf32")
+    ('int8-ozaki', 'int8-ozaki', 'tf32')
     """
     return OZAKI if compute.startswith(OZAKI + "-") else compute
 
 
 def ozaki_bits(compute: str) -> int | None:
-    """The dial of an 'int8-ozaki-<bits>' mode; None for plain 'int8-ozaki' (the default) and
-    for every other mode.
+    """The dial of an 'int8-ozaki-<bits>' mode (also 'int8-ozaki-<bits>-fast'); None for plain
+    'int8-ozaki' (the default), 'int8-ozaki-fast' and every other mode.
 
-    >>> ozaki_bits("int8-ozaki-40"), ozaki_bits("int8-ozaki")
-    (40, None)
+    >>> ozaki_bits("int8-ozaki-40"), ozaki_bits("int8-ozaki"), ozaki_bits("int8-ozaki-40-fast")
+    (40, None, 40)
     """
-    return int(compute[len(OZAKI) + 1:]) if compute.startswith(OZAKI + "-") else None
+    if not compute.startswith(OZAKI + "-"):
+        return None
+    word = compute[len(OZAKI) + 1:].split("-")[0]
+    return None if word == OZAKI_FAST else int(word)
+
+
+def ozaki_scaling(compute: str) -> str:
+    """The scaling of an Ozaki mode (pyblasgemm.ozaki.SCALINGS): 'fast' where the mode ends in
+    '-fast', else 'max' (the default; every other mode too).
+
+    >>> ozaki_scaling("int8-ozaki-fast"), ozaki_scaling("int8-ozaki-40-fast"), ozaki_scaling("int8-ozaki-40")
+    ('fast', 'fast', 'max')
+    """
+    fast = compute.startswith(OZAKI + "-") and compute.endswith("-" + OZAKI_FAST)
+    return OZAKI_FAST if fast else "max"
 
 
 def route_of(prefix: str, compute: str) -> Route:

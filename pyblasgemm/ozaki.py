@@ -20,7 +20,7 @@ The algorithm, in the order it runs (each step a function here, so that tests ch
    ``C = 2^-(e+f) · A'B'``.
 
 More moduli, more bits, more accuracy: the precision dial is the moduli count (each one more
-int8 GEMM). ``scaling='fast'`` (:data:`SCALINGS`, host only for now) replaces step 1's worst case
+int8 GEMM). ``scaling='fast'`` (:data:`SCALINGS`; on the GPU ``compute='int8-ozaki-fast'``) replaces step 1's worst case
 by Cauchy–Schwarz: :func:`split_fast` scales each line as far as its 2-norm allows, never to
 fewer bits (one modulus saved at equal accuracy on graded or one-element-dominated rows, none on
 random normal or uniform data: ``docs/design/ozaki-fast-scaling.md``). Inf and NaN cannot be
@@ -67,11 +67,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ._arrays import array_module_name, xp_of
+
 __all__ = ["MODULI", "MAX_BITS", "DEFAULT_BITS", "DEFAULT_BITS_FP32", "GUARD_HI_BITS", "GUARD_SUM_BITS",
-           "Precision", "PRECISIONS", "precision_of", "SCALINGS", "NORM_BITS", "OzakiSetting", "bits_for",
-           "error_bound", "setting", "split", "split_fast", "line_bits", "residues", "reconstruct", "crt_chunks",
+           "Precision", "PRECISIONS", "precision_of", "SCALINGS", "NORM_BITS", "NORM_J_LOW", "OzakiSetting", "bits_for",
+           "error_bound", "setting", "split", "norm_thresholds", "split_fast", "line_bits", "residues", "reconstruct", "crt_chunks",
            "crt_tables", "residue_products_host",
-           "guard_constants", "guard_planes", "guard_failures", "dgemm_ozaki", "zgemm_ozaki", "sgemm_ozaki",
+           "guard_constants", "guard_unit", "guard_planes", "guard_failures", "dgemm_ozaki", "zgemm_ozaki", "sgemm_ozaki",
            "cgemm_ozaki", "emulated"]
 
 #: pairwise coprime moduli of at most 256 (a residue in the symmetric range fits an int8),
@@ -351,6 +353,43 @@ def _norm_bits(k: int) -> int:
     return min(NORM_BITS, (64 - max(k, 1).bit_length()) // 2)
 
 
+#: the least ``j`` :func:`norm_thresholds` tabulates: ``4^j W <= Q`` holds there for every
+#: ``W < 2^64`` (``Q >= 1``), so every line's ``j`` is at least this
+NORM_J_LOW = -32
+
+
+def norm_thresholds(count: int, k: int) -> np.ndarray:
+    """The 'fast' scaling's rule for ``j`` as 64-bit integers (uint64): entry ``i`` is
+    ``min(floor(Q / 4^j), 2^64 - 1)`` for ``j = NORM_J_LOW + i``, up to ``MAX_BITS - G``
+    (``G = _norm_bits(k)``; a larger ``j`` is capped to the same exponent), ``Q =
+    floor((1/2 - 2^-20) P)`` for the first ``count`` moduli. A line's ``j`` (the largest with
+    ``4^j W <= Q``) is ``NORM_J_LOW - 1`` plus the number of entries ``>= W``: what
+    :func:`split_fast` and the GPU's ``ozaki_line_scale`` both compute from this one table.
+
+    Why the comparison is exact: ``W`` is an integer below 2^64. For ``j >= 0``, ``4^j W <= Q``
+    iff ``W <= Q / 4^j`` iff ``W <= floor(Q / 4^j)`` (W an integer); for ``j < 0``, ``Q / 4^j
+    = Q 4^-j`` is an integer. Where that is at least 2^64 every ``W`` passes, and so it does
+    against ``2^64 - 1``. The test is monotone in ``j`` (it holds for ``j`` if for ``j + 1``),
+    so counting the entries that pass gives the largest ``j``; the first always passes
+    (``Q 4^32 >= 2^64 > W``).
+
+    >>> t = norm_thresholds(16, 1024)
+    >>> len(t), int(t[0]) == 2**64 - 1, int(t[-1]) == _crt_budget(16) >> 2 * (MAX_BITS - NORM_BITS)
+    (75, True, True)
+    >>> w = 1024 * 4**NORM_BITS                 # a flat line: j = bits_for - G
+    >>> int(np.sum(np.uint64(w) <= t)) - 1 + NORM_J_LOW == bits_for(16, 1024) - NORM_BITS
+    True
+    """
+    if not 1 <= count <= len(MODULI):
+        raise ValueError(f"count={count} moduli: between 1 and {len(MODULI)}")
+    if k < 1:
+        raise ValueError(f"k={k}: the inner dimension must be at least 1")
+    q = _crt_budget(count)
+    top = 2**64 - 1
+    return np.array([min(q >> 2 * j if j >= 0 else q << -2 * j, top)
+                     for j in range(NORM_J_LOW, MAX_BITS - _norm_bits(k) + 1)], np.uint64)
+
+
 def split_fast(x: np.ndarray, axis: int, count: int):
     """(integers, exponents) as :func:`split` gives them, each row (``axis=1``) or column
     (``axis=0``) scaled by the largest power of two that an upper bound of its 2-norm allows
@@ -365,9 +404,8 @@ def split_fast(x: np.ndarray, axis: int, count: int):
     ceil(|x_k| 2^(G - t))`` (at least 1 where ``x_k != 0``: a product below float64's range
     rounds, and may round to 0), integers in ``[0, 2^G]``, and ``W = Σ w_k^2``, an exact
     integer. ``|x_k| 2^(G - t) <= w_k``, so ``Σ x^2 <= 4^(t - G) W``. The exponent is
-    ``e = G - t + j``, ``j`` the largest integer with ``4^j W <= Q`` (exactly:
-    ``j = floor(log2(floor(Q 4^32 / W))) // 2 - 32``; ``Q 4^32 >= W``), capped at
-    ``MAX_BITS - t``.
+    ``e = G - t + j``, ``j`` the largest integer with ``4^j W <= Q`` (exactly, in 64-bit
+    integers: :func:`norm_thresholds`), capped at ``MAX_BITS - t``.
 
     Why the CRT stays exact. ``A'_i = trunc(2^e_i a_i)``, ``B'_j = trunc(2^f_j b_j)``, and
     ``|trunc(v)| <= |v|``: ``Σ A'^2 <= 4^e Σ a^2 <= 4^(e + t - G) W = 4^j W <= Q`` for every
@@ -395,16 +433,15 @@ def split_fast(x: np.ndarray, axis: int, count: int):
     rows = rows.T if axis == 0 else rows
     m, k = rows.shape
     g = _norm_bits(k)
-    budget = _crt_budget(count) << 64                   # Q 4^32: at least W (< 2^64)
     biggest = np.max(np.abs(rows), axis=1) if k else np.zeros(m)
     _, top = np.frexp(biggest)                           # biggest < 2^top
     units = np.ceil(np.ldexp(np.abs(rows), (g - top)[:, None]))
     units = np.maximum(units, rows != 0).astype(np.uint64)          # a nonzero x counts at least 1
     norms = np.sum(units * units, axis=1, dtype=np.uint64)          # W, exact: k 4^G <= 2^64
-    exps = np.zeros(m, np.int64)
-    for i in np.flatnonzero(biggest > 0):
-        j = (budget // int(norms[i])).bit_length() - 1 >> 1       # floor(log4(Q 4^32 / W))
-        exps[i] = min(j - 32 + g - int(top[i]), MAX_BITS - int(top[i]))
+    table = norm_thresholds(count, k)
+    # j: the table's rule, as the GPU's ozaki_line_scale runs it (one entry per j from NORM_J_LOW)
+    j = np.sum(norms[:, None] <= table[None, :], axis=1) - 1 + NORM_J_LOW
+    exps = np.where(biggest > 0, np.minimum(j + g - top, MAX_BITS - top), 0).astype(np.int64)
     ints = np.trunc(np.ldexp(rows, exps[:, None])).astype(np.int64)
     return (ints.T if axis == 0 else ints), exps
 
@@ -626,6 +663,17 @@ def guard_constants(how: OzakiSetting, k_native: int) -> tuple:
     return 2.0**s_sum, c_hi
 
 
+def guard_unit(how: OzakiSetting, k_native: int) -> float:
+    """The per-line guard's factor (:func:`guard_failures` with ``bits_a`` / ``bits_b``, the
+    GPU's ``ozaki_guard_fails_lines``): :func:`guard_constants`'s ``c_hi`` at shift 0, each
+    element's own power of two applied to it.
+
+    >>> guard_unit(setting(1024), 1024) == guard_constants(setting(1024)._replace(bits=7), 1024)[1]
+    True
+    """
+    return guard_constants(how._replace(bits=GUARD_HI_BITS), k_native)[1]
+
+
 def guard_planes(ints: np.ndarray, axis: int, bits: int):
     """``(hi, sums)`` of the scaled integers of one operand: ``hi = |ints| >> (bits - 7)``
     (int8, the guard's extra residue plane) and, per row (``axis=1``) or column (``axis=0``),
@@ -681,13 +729,17 @@ def guard_failures(na, nb, low, how: OzakiSetting, k_native: int, bits_a=None, b
     [[True]]
     """
     if bits_a is not None:
-        unit = guard_constants(how._replace(bits=GUARD_HI_BITS), k_native)[1]    # c_hi at shift 0
-        sa, sb = (np.maximum(np.asarray(x, np.int64) - GUARD_SUM_BITS, 0) for x in (bits_a, bits_b))
-        ha, hb = (np.maximum(np.asarray(x, np.int64) - GUARD_HI_BITS, 0) for x in (bits_a, bits_b))
-        lhs = (np.ldexp(np.asarray(na, np.float64), sa)[:, None]
-               + np.ldexp(np.asarray(nb, np.float64), sb)[None, :])
-        rhs = np.ldexp(low.astype(np.float64) * unit, ha[:, None] + hb[None, :])
-        return (lhs > rhs) & (np.asarray(na)[:, None] > 0) & (np.asarray(nb)[None, :] > 0)
+        # arrays of one module (NumPy, or CuPy: the composite route's fix-up), one operation at
+        # a time in the GPU kernels' order (ozaki_guard_fails_lines)
+        xp = xp_of(array_module_name(low) or "numpy")
+        unit = guard_unit(how, k_native)
+        # int32 shifts: ldexp's exponent type on NumPy and CuPy alike
+        sa, sb = (xp.maximum(xp.asarray(x).astype(np.int32) - GUARD_SUM_BITS, 0) for x in (bits_a, bits_b))
+        ha, hb = (xp.maximum(xp.asarray(x).astype(np.int32) - GUARD_HI_BITS, 0) for x in (bits_a, bits_b))
+        na, nb = xp.asarray(na), xp.asarray(nb)
+        lhs = (xp.ldexp(na.astype(np.float64), sa)[:, None] + xp.ldexp(nb.astype(np.float64), sb)[None, :])
+        rhs = xp.ldexp(low.astype(np.float64) * unit, ha[:, None] + hb[None, :])
+        return (lhs > rhs) & (na[:, None] > 0) & (nb[None, :] > 0)
     c_sum, c_hi = guard_constants(how, k_native)
     na, nb = na[:, None], nb[None, :]
     lhs = (na + nb).astype(np.float64) * c_sum
@@ -765,17 +817,17 @@ def _stacked(a: np.ndarray, b: np.ndarray):
     return a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
 
 
-def _host_only(routine: str, scaling: str, *arrays) -> None:
-    """The 'fast' scaling runs on the host backend only for now: refuse a GPU array (CUDA array
-    interface, or a DLPack device other than the CPU, 1) before any work."""
-    if scaling == "max":
-        return
+def _host_only(routine: str, *arrays) -> None:
+    """This module's functions are the host backend: refuse a GPU array (CUDA array interface,
+    or a DLPack device other than the CPU, 1) before any work, naming the GPU's route (the
+    composite route of ``compute='int8-ozaki'``, the scaling in the mode's name)."""
     for name, x in zip("ab", arrays):
         dev = getattr(x, "__dlpack_device__", None)
         if hasattr(x, "__cuda_array_interface__") or (callable(dev) and int(dev()[0]) != 1):
-            raise NotImplementedError(
-                f"{routine}: scaling={scaling!r} runs on the host backend only for now; {name} is a GPU "
-                f"array ({type(x).__name__}): copy it to NumPy, or use scaling='max'")
+            raise TypeError(
+                f"{routine}: {name} is a GPU array ({type(x).__name__}); this function runs on the host. "
+                f"On the GPU: pyblasgemm.matmul(a, b, compute='int8-ozaki') (the 'fast' scaling: "
+                f"compute='int8-ozaki-fast', or 'int8-ozaki-<bits>-fast')")
 
 
 def emulated(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int | None = None,
@@ -799,7 +851,7 @@ def emulated(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: int |
     (True, True)
     """
     _check_scaling(scaling)
-    _host_only("emulated", scaling, a, b)
+    _host_only("emulated", a, b)
     a, b = np.asarray(a), np.asarray(b)
     precision = precision_of(a.dtype)
     cplx = a.dtype.kind == "c"
@@ -885,7 +937,7 @@ def dgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: in
     (53, [59, 55])
     """
     _check_scaling(scaling)
-    _host_only("dgemm_ozaki", scaling, a, b)
+    _host_only("dgemm_ozaki", a, b)
     a, b = _check_operands("dgemm_ozaki", a, b, np.float64)
     return emulated(a, b, count, bits, fallback, scaling)
 
@@ -905,7 +957,7 @@ def zgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: in
     ([[(5+6j)]], 4)
     """
     _check_scaling(scaling)
-    _host_only("zgemm_ozaki", scaling, a, b)
+    _host_only("zgemm_ozaki", a, b)
     a, b = _check_operands("zgemm_ozaki", a, b, np.complex128)
     return emulated(a, b, count, bits, fallback, scaling)
 
@@ -930,7 +982,7 @@ def sgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: in
     (True, True, 7, 26)
     """
     _check_scaling(scaling)
-    _host_only("sgemm_ozaki", scaling, a, b)
+    _host_only("sgemm_ozaki", a, b)
     a, b = _check_operands("sgemm_ozaki", a, b, np.float32)
     c, how = emulated(a, b, count, bits, fallback, scaling)
     return c.astype(np.float32), how
@@ -947,7 +999,7 @@ def cgemm_ozaki(a: np.ndarray, b: np.ndarray, count: int | None = None, bits: in
     (dtype('complex64'), [[(5+6j)]], 4, 'float32')
     """
     _check_scaling(scaling)
-    _host_only("cgemm_ozaki", scaling, a, b)
+    _host_only("cgemm_ozaki", a, b)
     a, b = _check_operands("cgemm_ozaki", a, b, np.complex64)
     c, how = emulated(a, b, count, bits, fallback, scaling)
     return c.astype(np.complex64), how

@@ -79,14 +79,15 @@ def test_dgemm_ozaki_has_the_host_bits(m, n, k, transa, transb):
 
 def test_dgemm_ozaki_padded_leading_dimensions_and_dial():
     """Leading dimensions larger than the rows (the padding holds NaN), and the precision
-    dial: fewer bits, fewer moduli, still the host's bits."""
+    dial: fewer bits, fewer moduli, still the host's bits; with the 'fast' scaling too."""
     rng = np.random.default_rng(3)
     buf_a = np.full((50, 40), np.nan, order="F")
     buf_a[:37] = rng.standard_normal((37, 40))
     buf_b = np.full((45, 23), np.nan, order="F")
     buf_b[:40] = rng.standard_normal((40, 23))
     c = np.asfortranarray(rng.standard_normal((37, 23)))
-    for compute in ("int8-ozaki", "int8-ozaki-40", "int8-ozaki-20"):
+    for compute in ("int8-ozaki", "int8-ozaki-40", "int8-ozaki-20", "int8-ozaki-fast", "int8-ozaki-40-fast",
+                    "int8-ozaki-20-fast"):
         out_d = cupy.asarray(c, order="F")
         pyblasgemm.dgemm("N", "N", 37, 23, 40, 2.0, cupy.asarray(buf_a).ravel(order="F"), 50,
                          cupy.asarray(buf_b).ravel(order="F"), 45, 0.5, out_d.ravel(order="F"), 37,
@@ -130,45 +131,58 @@ def test_dgemm_ozaki_at_least_as_accurate_as_native(case):
     assert ("natively" in route) == case.startswith("elements"), route
 
 
-def test_dgemm_ozaki_lines_the_scaling_cannot_hold_run_natively():
+@pytest.mark.parametrize("compute", ["int8-ozaki", "int8-ozaki-fast"])
+def test_dgemm_ozaki_lines_the_scaling_cannot_hold_run_natively(compute):
     """One row of A and one column of B hold an element 1e-300 next to O(1) ones: those lines
-    run natively after the rest (with alpha and beta as the rest), the others through int8."""
+    run natively after the rest (with alpha and beta as the rest), the others through int8,
+    with the host's bits (either scaling)."""
+    from pyblasgemm.kinds import ozaki_scaling
+
     rng = np.random.default_rng(12)
     a, b, c = rng.standard_normal((40, 70)), rng.standard_normal((70, 30)), rng.standard_normal((40, 30))
     a[3, 5], b[9, 2] = 1e-300, 1e-300
     out = cupy.asarray(c, order="F")
-    pyblasgemm.gemm("N", "N", cupy.asarray(a), cupy.asarray(b), out, 1.5, -0.5, compute="int8-ozaki",
+    pyblasgemm.gemm("N", "N", cupy.asarray(a), cupy.asarray(b), out, 1.5, -0.5, compute=compute,
                     backend="tensorcore")
     route = last_route()
     assert "1 rows and 1 columns natively" in route, route
     # the record states the bound the emulated elements keep (issue 34, item 4)
-    assert route.endswith("; error of the emulated elements: " + ozaki.setting(70).bound()), route
+    bound = ozaki.setting(70, scaling=ozaki_scaling(compute)).bound()
+    assert route.endswith("; error of the emulated elements: " + bound), route
     ref = 1.5 * (a @ b) - 0.5 * c
     scale = 1.5 * np.abs(a) @ np.abs(b) + 0.5 * np.abs(c)
-    assert np.all(np.abs(cupy.asnumpy(out) - ref) <= 1e-15 * scale)
+    got = cupy.asnumpy(out)
+    assert np.all(np.abs(got - ref) <= 1e-15 * scale)
+    host = np.array(c, order="F")
+    pyblasgemm.gemm("N", "N", a, b, host, 1.5, -0.5, compute=compute)
+    keep = np.ones((40, 30), bool)
+    keep[3, :], keep[:, 2] = False, False
+    np.testing.assert_array_equal(got[keep], host[keep])
 
 
-def test_dgemm_ozaki_inf_and_nan_fall_back_to_native():
+@pytest.mark.parametrize("compute", ["int8-ozaki", "int8-ozaki-fast"])
+def test_dgemm_ozaki_inf_and_nan_fall_back_to_native(compute):
     """Inf or NaN in an operand: the whole product runs natively (IEEE propagation as DGEMM's)."""
     rng = np.random.default_rng(5)
     a, b = rng.standard_normal((20, 30)), rng.standard_normal((30, 10))
     a[3, 4], b[7, 2] = np.inf, np.nan
     da, db = cupy.asarray(a), cupy.asarray(b)
-    got = cupy.asnumpy(pyblasgemm.matmul(da, db, compute="int8-ozaki", backend="tensorcore"))
+    got = cupy.asnumpy(pyblasgemm.matmul(da, db, compute=compute, backend="tensorcore"))
     np.testing.assert_array_equal(np.isnan(got), np.isnan(a @ b))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(a @ b))
     assert last_route().startswith("native")
 
 
-def test_dgemm_ozaki_is_deterministic_and_batched():
+@pytest.mark.parametrize("compute", ["int8-ozaki", "int8-ozaki-fast"])
+def test_dgemm_ozaki_is_deterministic_and_batched(compute):
     """Two runs give the same bits; a batched matmul gives each entry's own product."""
     rng = np.random.default_rng(8)
     a, b = cupy.asarray(rng.standard_normal((3, 65, 129))), cupy.asarray(rng.standard_normal((3, 129, 33)))
-    first = pyblasgemm.matmul(a, b, compute="int8-ozaki", backend="tensorcore")
-    second = pyblasgemm.matmul(a, b, compute="int8-ozaki", backend="tensorcore")
+    first = pyblasgemm.matmul(a, b, compute=compute, backend="tensorcore")
+    second = pyblasgemm.matmul(a, b, compute=compute, backend="tensorcore")
     assert bool((first == second).all())
     for i in range(3):
-        host = pyblasgemm.matmul(cupy.asnumpy(a[i]), cupy.asnumpy(b[i]), compute="int8-ozaki")
+        host = pyblasgemm.matmul(cupy.asnumpy(a[i]), cupy.asnumpy(b[i]), compute=compute)
         np.testing.assert_array_equal(cupy.asnumpy(first[i]), host)
 
 

@@ -5,14 +5,15 @@
 Checked against exact references (rational arithmetic): the CRT's condition on every line
 (Python integers), cases built to sit on the norm bound, the per-element error bound
 (:func:`error_bound`) on hard inputs, the guard's promise (never less accurate than native),
-that no line keeps fewer bits than the default scaling, and the refusals (a bad ``scaling=``,
-a GPU array).
+that no line keeps fewer bits than the default scaling, the table of thresholds the GPU shares,
+and the refusals (a bad ``scaling=``; a GPU array, sent to the GPU's route).
 """
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
+import pyblasgemm
 from pyblasgemm import ozaki as oz
 from _ref import count_violations, exact
 
@@ -382,7 +383,7 @@ def test_long_lines_count_in_coarser_units():
 
 
 class _GpuStandIn:
-    """Stands in for a GPU array: what the host-only check looks at, nothing else."""
+    """Stands in for a GPU array: what the host functions' check looks at, nothing else."""
 
     def __init__(self, interface):
         if interface == "cai":
@@ -396,11 +397,14 @@ class _GpuStandIn:
         raise AssertionError("the host-only check must refuse before reading the array")
 
 
+@pytest.mark.parametrize("scaling", sorted(oz.SCALINGS))
 @pytest.mark.parametrize("interface", ["cai", "dlpack"])
 @pytest.mark.parametrize("call", [oz.dgemm_ozaki, oz.zgemm_ozaki, oz.sgemm_ozaki, oz.cgemm_ozaki, oz.emulated])
-def test_a_gpu_array_is_refused_by_the_fast_scaling(call, interface):
-    with pytest.raises(NotImplementedError, match=r"scaling='fast' runs on the host backend only for now; b is a GPU"):
-        call(np.ones((2, 2)), _GpuStandIn(interface), scaling="fast")
+def test_a_gpu_array_is_sent_to_the_gpu_route(call, interface, scaling):
+    """The module's functions are the host backend; a GPU array is told where the GPU's
+    route is (either scaling: the 'fast' one is no longer host-only), before any work."""
+    with pytest.raises(TypeError, match=r"b is a GPU array .* compute='int8-ozaki-fast'"):
+        call(np.ones((2, 2)), _GpuStandIn(interface), scaling=scaling)
 
 
 def test_a_cpu_dlpack_array_is_not_refused():
@@ -431,3 +435,104 @@ def test_torch_and_jax_cpu_arrays_take_the_fast_scaling(framework):
             got, how = oz.dgemm_ozaki(mod.numpy.asarray(a), mod.numpy.asarray(b), scaling="fast")
     assert how.scaling == "fast"
     np.testing.assert_array_equal(np.asarray(got), want)
+
+
+# --- the table the GPU shares, and the public route (compute='int8-ozaki-fast') -------------
+
+def _j_by_division(w, count):
+    """The largest j with 4^j W <= Q, from exact integer division (the reference)."""
+    q = budget(count)
+    return ((q << 64) // w).bit_length() - 1 >> 1 if w else None
+
+
+@pytest.mark.parametrize("count", [1, 2, 8, 16, 20, 34])
+@pytest.mark.parametrize("k", [1, 64, 8192, 2**24, 2**30])
+def test_the_threshold_table_gives_the_division_rule_exactly(count, k):
+    """norm_thresholds' count of passing entries is the largest j with 4^j W <= Q (computed
+    by exact division) for W at every entry's edge (W = T and T + 1) and at the ends; the
+    table ends at the cap MAX_BITS - G."""
+    table = oz.norm_thresholds(count, k)
+    g = oz._norm_bits(k)
+    assert len(table) == oz.MAX_BITS - g - oz.NORM_J_LOW + 1
+    ws = {1, 2, 3, 2**64 - 1, min(k * 4**g, 2**64 - 1)}
+    for t in table.tolist():
+        ws |= {t, t + 1} if t < 2**64 - 1 else {t}
+    for w in sorted(ws - {0}):                  # a nonzero line's W is at least 1
+        j = int(np.sum(np.uint64(w) <= table)) - 1 + oz.NORM_J_LOW
+        want = _j_by_division(w, count) - 32
+        assert j == min(want, oz.MAX_BITS - g), (w, j, want)
+
+
+@pytest.mark.parametrize("kind", ["normal", "uniform", "graded", "onehot"])
+def test_split_fast_keeps_the_division_rules_exponents(kind):
+    """split_fast (now the table's rule) gives the exponents of the division rule it had."""
+    rng = np.random.default_rng(len(kind))
+    x = {"normal": rng.standard_normal((40, 300)), "uniform": rng.uniform(-1, 1, (40, 300)),
+         "graded": rng.standard_normal((40, 300)) * np.exp2(rng.uniform(-30, 30, (40, 300))),
+         "onehot": np.where(rng.random((40, 300)) < 0.01, 1.0, 2.0**-20)}[kind]
+    x[3] = 0.0
+    for count in (4, 12, 16, 34):
+        _, e = oz.split_fast(x, 1, count)
+        g = oz._norm_bits(300)
+        for i, row in enumerate(x):
+            big = np.max(np.abs(row))
+            if big == 0:
+                assert e[i] == 0
+                continue
+            top = int(np.frexp(big)[1])
+            w = sum(max(int(np.ceil(np.ldexp(abs(v), g - top))), int(v != 0)) ** 2 for v in row)
+            want = min(_j_by_division(w, count) - 32 + g - top, oz.MAX_BITS - top)
+            assert e[i] == want, (count, i)
+
+
+def test_the_fast_scaling_is_a_compute_mode():
+    """'int8-ozaki-fast' and 'int8-ozaki-<bits>-fast' (any case) name the emulated mode with
+    the 'fast' scaling; malformed words are refused naming the grammar."""
+    from pyblasgemm._types import TYPE_ROWS, resolve_compute
+    from pyblasgemm.kinds import ROUTES, ozaki_bits, ozaki_scaling, route_of
+
+    for prefix in "sdcz":
+        row = TYPE_ROWS[prefix]
+        assert resolve_compute(row, "INT8-Ozaki-Fast", "gemm") == "int8-ozaki-fast"
+        assert resolve_compute(row, "int8-ozaki-040-fast", "gemm") == "int8-ozaki-40-fast"
+        assert route_of(prefix, "int8-ozaki-40-fast") is ROUTES[(prefix, "int8-ozaki")]
+    assert (ozaki_bits("int8-ozaki-fast"), ozaki_scaling("int8-ozaki-fast")) == (None, "fast")
+    assert (ozaki_bits("int8-ozaki-40-fast"), ozaki_scaling("int8-ozaki-40-fast")) == (40, "fast")
+    assert ozaki_scaling("int8-ozaki-40") == "max" and ozaki_scaling("fp64") == "max"
+    assert set(map(ozaki_scaling, ("int8-ozaki-fast", "int8-ozaki"))) == set(oz.SCALINGS)
+    a = np.ones((2, 3))
+    for bad in ("int8-ozaki-fast-40", "int8-ozaki--fast", "int8-ozaki-0-fast", "int8-ozaki-63-fast",
+                "int8-ozaki-fastest", "int8-ozaki-40-fast-fast"):
+        with pytest.raises(ValueError, match=r"int8-ozaki-<bits>-fast"):
+            pyblasgemm.matmul(a, a.T, compute=bad)
+
+
+@pytest.mark.parametrize("dtype", list(ROUTINES))
+def test_host_matmul_runs_the_fast_scaling(dtype):
+    """matmul(compute='int8-ozaki-fast') on NumPy arrays is emulated(..., scaling='fast'),
+    rounded once (float32 / complex64), the dial with it too."""
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((9, 70)) * np.exp2(rng.uniform(-30, 30, (9, 1)))
+    b = rng.standard_normal((70, 5))
+    if np.dtype(dtype).kind == "c":
+        a, b = a + 1j * a[::-1], b - 2j * b[::-1]
+    a, b = a.astype(dtype), b.astype(dtype)
+    for compute, bits in (("int8-ozaki-fast", None), ("int8-ozaki-30-fast", 30)):
+        got = pyblasgemm.matmul(a, b, compute=compute)
+        want, how = ROUTINES[dtype](a, b, bits=bits, scaling="fast")
+        assert how.scaling == "fast" and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_the_plan_says_fast_the_least_bits_and_the_bound():
+    """The plan's count is the data-independent setting(k, scaling='fast') (the default's
+    moduli), and explain() gives the scaling, the least bits and OzakiSetting.bound()."""
+    from pyblasgemm.planner import FAMILIES, make_desc, plan_for
+
+    for dtype, k2 in (("float64", 4096), ("complex128", 8192), ("float32", 4096)):
+        p = plan_for(make_desc(4096, 4096, 4096, dtype, compute="int8-ozaki-fast"), "tensorcore",
+                     arch=FAMILIES["sm_90"])
+        want = oz.setting(k2, precision=oz.precision_of(dtype), scaling="fast")
+        assert p.launch.setting == want and want.count == oz.setting(k2, precision=want.precision).count
+        text = p.explain()
+        assert want.bound() in text and f"at least {want.bits} bits" in text and "'fast' scaling" in text

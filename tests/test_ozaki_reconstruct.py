@@ -126,8 +126,9 @@ def test_row_kernels_load_16_bytes_per_plane():
     assert staged[0].count("cp.async.cg.shared.global") == 16, staged[0].count("cp.async.cg.shared.global")
     assert plain[0].count("ld.global.nc.v4.s32") == 17          # 16 planes and the guard's
     # the digit planes: one 4-byte word (4 rows' digits) a plane (16, beside the 4 row and 1
-    # column exponents), and the guard's int32 plane
-    assert digits[0].count("ld.global.nc.u32") == 16 + 5 and digits[0].count("ld.global.nc.v4.s32") == 1
+    # column exponents and the 'fast' scaling's guard, which reads a row's and the column's
+    # bits at each of the 4 rows' tests), and the guard's int32 plane
+    assert digits[0].count("ld.global.nc.u32") == 16 + 5 + 8 and digits[0].count("ld.global.nc.v4.s32") == 1
     # the staged 16-row kernel: the planes only by cp.async (the guard's int32 one loaded)
     assert digits16[0].count("cp.async.cg.shared.global") == 16 and "ld.global.nc.v4" not in digits16[0]
 

@@ -267,12 +267,13 @@ def test_the_literal_types_name_exactly_what_the_tables_accept():
     from pyblasgemm._types import COMPUTE_ALIASES
     from pyblasgemm.desc import BACKEND_ALIASES, BACKEND_NAMES
     from pyblasgemm.epilogue import ACTIVATIONS
-    from pyblasgemm.kinds import OZAKI, ROUTES
+    from pyblasgemm.kinds import OZAKI, OZAKI_FAST, ROUTES
     from pyblasgemm.mlp import METHODS
     from pyblasgemm.ozaki import MAX_BITS
 
     modes = {compute for _, compute in ROUTES} | set(COMPUTE_ALIASES)
     dials = {f"{OZAKI}-{bits}" for bits in range(1, MAX_BITS + 1)}
+    dials |= {f"{d}-{OZAKI_FAST}" for d in dials} | {f"{OZAKI}-{OZAKI_FAST}"}
     assert set(get_args(_typing.Compute)) == modes | dials
     assert set(get_args(_typing.Backend)) == set(BACKEND_NAMES) | set(BACKEND_ALIASES)
     assert set(get_args(_typing.Activation)) == set(ACTIVATIONS)

@@ -34,7 +34,7 @@ import numpy as np
 from .. import _arrays
 from ..constraints import backend_supports
 from ..desc import GemmDesc
-from ..kinds import OZAKI, base_compute, ozaki_bits
+from ..kinds import OZAKI, base_compute, ozaki_bits, ozaki_scaling
 
 NAME = "host"
 
@@ -195,16 +195,17 @@ def int8_matmul(a, b, dest) -> None:
 
 
 def _ozaki_product(desc: GemmDesc, opa, opb):
-    """The Ozaki scheme II per batch entry (pyblasgemm.ozaki), its dial from the mode. float32
+    """The Ozaki scheme II per batch entry (pyblasgemm.ozaki), its dial and scaling from the mode. float32
     and complex64 come back as float64 / complex128, not yet rounded: alpha and beta are
     applied to them there and C rounded once (the GPU's reconstruction does the same)."""
     from ..ozaki import emulated
 
-    bits = ozaki_bits(desc.compute)
+    bits, scaling = ozaki_bits(desc.compute), ozaki_scaling(desc.compute)
     wide = np.result_type(desc.row.c_dtype, np.float64)
     out = np.empty(opa.shape[:-1] + opb.shape[-1:], wide)
     for i in range(out.shape[0]):
-        out[i], _ = emulated(np.ascontiguousarray(opa[i]), np.ascontiguousarray(opb[i]), bits=bits)
+        out[i], _ = emulated(np.ascontiguousarray(opa[i]), np.ascontiguousarray(opb[i]), bits=bits,
+                             scaling=scaling)
     return out
 
 

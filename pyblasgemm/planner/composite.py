@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..desc import GemmDesc
-from ..kinds import base_compute, ozaki_bits, route_of
+from ..kinds import base_compute, ozaki_bits, ozaki_scaling, route_of
 from . import model as M
 from .plan import Plan
 
@@ -123,9 +123,10 @@ def inner_problem(desc: GemmDesc, setting=None) -> GemmDesc:
                      ldc=m, device=desc.device)
 
 
-def _passes_bytes(desc: GemmDesc, kind: str, count: int, digit_planes: int = 0) -> float:
+def _passes_bytes(desc: GemmDesc, kind: str, count: int, digit_planes: int = 0, fast: bool = False) -> float:
     """DRAM bytes of the passes around the inner GEMM, per batch entry (``digit_planes`` of
-    the ``count`` planes are one byte a product: the digit store)."""
+    the ``count`` planes are one byte a product: the digit store; ``fast``: the 'fast'
+    scaling's statistics read each operand once more, for the norms)."""
     m, n, k = desc.m, desc.n, desc.k
     c_rw = desc.row.c_dtype.itemsize * m * n * (2 if desc.beta != 0 else 1)
     if kind == "complex":
@@ -135,9 +136,12 @@ def _passes_bytes(desc: GemmDesc, kind: str, count: int, digit_planes: int = 0) 
     real = desc.row.ab_dtype.itemsize // two        # bytes of one real part: 8 or 4
     mk, kn, mn = m * k * two, k * n * two * two, m * n * two
     stacked = (2 * real * (m * k + k * n) + real * (mk + kn)) if two == 2 else 0
-    # statistics and residues read each operand twice; residues write count int8 planes; the
-    # reconstruction reads count int32 planes (digit planes: one byte a product)
-    return stacked + 2 * real * (mk + kn) + count * (mk + kn) + (4 * count - 3 * digit_planes) * mn + c_rw
+    # statistics and residues read each operand twice ('fast': three times); residues write
+    # count int8 planes; the reconstruction reads count int32 planes (digit planes: one byte a
+    # product)
+    reads = 3 if fast else 2
+    return (stacked + reads * real * (mk + kn) + count * (mk + kn) + (4 * count - 3 * digit_planes) * mn
+            + c_rw)
 
 
 def plan_composite(desc: GemmDesc, requested: str, arch, plan_for) -> Plan:
@@ -171,13 +175,16 @@ def plan_composite(desc: GemmDesc, requested: str, arch, plan_for) -> Plan:
     two = 2 if desc.row.is_complex else 1
     setting = None
     if route.composite == "ozaki":
+        # the count from the dial alone ('fast': the least bits any line keeps), so the plan
+        # does not depend on the data
         setting = ozaki_setting(desc.k * two, bits=ozaki_bits(desc.compute),
-                                precision=precision_of(desc.row.c_dtype))
+                                precision=precision_of(desc.row.c_dtype), scaling=ozaki_scaling(desc.compute))
     inner = inner_problem(desc, setting)
     inner_plan = _inner_plan(inner, arch, plan_for)
     count = setting.planes if setting is not None else 0
     digits = _digit_plan(inner._replace(batch=setting.count), arch, plan_for) if setting is not None else None
-    passes = (desc.batch * _passes_bytes(desc, route.composite, count, setting.count if digits else 0)
+    fast = setting is not None and setting.scaling == "fast"
+    passes = (desc.batch * _passes_bytes(desc, route.composite, count, setting.count if digits else 0, fast)
               / (arch.dram_bw * PASS_DRAM_EFFICIENCY) + PASS_HOST_S)
     ours = desc.batch * inner_plan.predicted_s + passes
     spec = CompositeSpec(route.composite, inner, inner_plan, native, setting, passes, native_s, digits)

@@ -7,14 +7,17 @@
 // the same passes on their values, which float64 holds exactly; C rounded once to float32):
 //
 //   1. ozaki_line_stats: per line (a row of op(A), a column of op(B)) the largest |x| and the
-//      smallest nonzero |x|; a non-finite element makes the largest +Inf;
+//      smallest nonzero |x|; a non-finite element makes the largest +Inf; the 'fast' scaling
+//      (pyblasgemm.ozaki.split_fast) also W, the line's sum of squared 20-bit units;
 //   2. ozaki_line_scale: per line the power-of-two exponent (bits - top, top from frexp of the
-//      largest), whether a nonzero element truncates to 0 there (the range the scaling cannot
-//      hold: that line is multiplied natively afterwards), and counters of both cases;
+//      largest; 'fast': G - top + j from W and the host's thresholds), whether a nonzero
+//      element truncates to 0 there (the range the scaling cannot hold: that line is
+//      multiplied natively afterwards), and counters of both cases; 'fast': each line's bits;
 //   3. ozaki_residues<COUNT>: trunc(x * 2^e) mod p for each modulus, int8 in the symmetric
 //      range, written K-contiguous (the int8 GEMMs read both operands K-major: "TN"); with
 //      the guard, one more plane of |trunc(x * 2^e)| >> (bits - 7) and per line the sum of
-//      (|trunc| >> (bits - 16)) + 1 over its nonzero elements (pyblasgemm.ozaki.guard_planes).
+//      (|trunc| >> (bits - 16)) + 1 over its nonzero elements (pyblasgemm.ozaki.guard_planes;
+//      'fast': each line's own bits).
 //      ozaki_residues_pipe<COUNT, T, V> writes the same bytes from a split of each integer
 //      (two DFMA, a DADD and an IMAD a modulus), V = 16 or 8 positions a thread, one 16- or
 //      8-byte store a plane, the next tile's loads in flight, where row % V == 0 (the host's
@@ -97,12 +100,22 @@ __device__ __forceinline__ void store_c(float* dst, double v) {
 // k_contig (s_k == 1): warp y walks line blockIdx.x * 32 + y with its lanes along t;
 // else lane x takes line blockIdx.x * 32 + x and warp y the t = y, y + 32, ... (coalesced
 // across lanes when s_line == 1).
+// norms != nullptr (the 'fast' scaling): then a second walk over each line, with its top known
+// (max < 2^top), sums w^2 with w = ceil(|x| 2^(norm_bits - top)), at least 1 where x != 0:
+// pyblasgemm.ozaki.split_fast's W. Integers (w <= 2^20, W < 2^64: _norm_bits), summed in 64-bit
+// integers, so the order of the sum cannot change W: the host's value. Non-finite and zero
+// lines get W = 0 (the first runs natively, the second is not scaled).
 template <typename T>
 __global__ void __launch_bounds__(1024)
 ozaki_line_stats(const T* __restrict__ x, long long lines, long long len, long long s_line,
-                 long long s_k, int k_contig, double* __restrict__ biggest, double* __restrict__ smallest) {
+                 long long s_k, int k_contig, double* __restrict__ biggest, double* __restrict__ smallest,
+                 int norm_bits, unsigned long long* __restrict__ norms) {
     __shared__ double s_big[32][33];
     __shared__ double s_small[32][33];
+    __shared__ unsigned long long s_norm[32][33];
+    // norm_bits - top of each line (within +-1100: top is a double's exponent), kNoNorm: no W
+    constexpr int kNoNorm = 1 << 30;
+    __shared__ int s_shift[32];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int slot = k_contig ? ty : tx;       // which of the block's 32 lines
     const int part = k_contig ? tx : ty;       // which of the 32 walkers of that line
@@ -131,32 +144,89 @@ ozaki_line_stats(const T* __restrict__ x, long long lines, long long len, long l
             biggest[mine] = b;
             smallest[mine] = s;
         }
+        int top = 0;
+        if (b > 0.0 && b <= 1.7976931348623157e308) frexp(b, &top);
+        s_shift[tx] = (b > 0.0 && b <= 1.7976931348623157e308) ? norm_bits - top : kNoNorm;
+    }
+    if (norms == nullptr) return;               // (the same for the whole block)
+    __syncthreads();
+    unsigned long long w2 = 0;
+    const int shift = s_shift[slot];
+    if (line < lines && shift != kNoNorm) {
+        const T* row = x + line * s_line;
+        for (long long t = part; t < len; t += 32) {
+            const double v = fabs(pyblasgemm::ozaki::to_double(row[t * s_k]));
+            // exact: a power of two (a result below 1 may round, and ceil makes it 1 either way)
+            double w = ceil(ldexp(v, shift));
+            if (v != 0.0 && w < 1.0) w = 1.0;
+            const unsigned long long u = (unsigned long long)w;        // <= 2^20
+            w2 += u * u;
+        }
+    }
+    s_norm[slot][part] = w2;
+    __syncthreads();
+    if (ty == 0) {
+        const long long mine = (long long)blockIdx.x * 32 + tx;
+        unsigned long long total = 0;
+        for (int i = 0; i < 32; ++i) total += s_norm[tx][i];
+        if (mine < lines) norms[mine] = total;
     }
 }
 
 // Per line: exponent e = bits - top (biggest < 2^top; 0 for a zero line), lost = a nonzero
 // element below 2^-e (it would truncate to 0); counts[0] += non-finite lines, counts[1] +=
 // lost lines.
+// The 'fast' scaling (norms != nullptr: ozaki_line_stats's W): e = norm_bits - top + j, j the
+// largest integer with 4^j W <= Q, from pyblasgemm.ozaki.norm_thresholds (n_thresholds uint64,
+// entry i = min(floor(Q / 4^(j_low + i)), 2^64 - 1)): j = j_low - 1 + the number of entries
+// >= W. Exact: W is an integer below 2^64, so 4^j W <= Q iff W <= floor(Q / 4^j) (and where
+// that is 2^64 or more, W <= 2^64 - 1 holds too); the test is monotone in j, so the entries
+// that pass are a prefix. The table ends at j = MAX_BITS - norm_bits, which is the host's cap
+// e <= MAX_BITS - top. line_bits (when given) = e + top, 0 for a zero or non-finite line.
 extern "C" __global__ void ozaki_line_scale(const double* __restrict__ biggest,
                                             const double* __restrict__ smallest, long long lines,
                                             int bits, int* __restrict__ exps,
-                                            unsigned char* __restrict__ lost, int* __restrict__ counts) {
+                                            unsigned char* __restrict__ lost, int* __restrict__ counts,
+                                            const unsigned long long* __restrict__ norms,
+                                            const unsigned long long* __restrict__ thresholds,
+                                            int n_thresholds, int j_low, int norm_bits,
+                                            int* __restrict__ line_bits) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= lines) return;
     const double b = biggest[i];
-    int e = 0, is_lost = 0;
+    int e = 0, is_lost = 0, kept = 0;
     if (!(b <= 1.7976931348623157e308)) {
         atomicAdd(counts, 1);
     } else if (b > 0.0) {
         int top;
         frexp(b, &top);
-        e = bits - top;
+        if (norms != nullptr) {
+            const unsigned long long w = norms[i];
+            int passed = 0;
+            while (passed < n_thresholds && w <= thresholds[passed]) ++passed;
+            e = norm_bits - top + (j_low - 1 + passed);
+        } else {
+            e = bits - top;
+        }
+        kept = e + top;
         is_lost = ldexp(smallest[i], e) < 1.0;
     }
     exps[i] = e;
     lost[i] = (unsigned char)is_lost;
+    if (line_bits != nullptr) line_bits[i] = kept;
     if (is_lost) atomicAdd(counts + 1, 1);
 }
+
+namespace pyblasgemm {
+namespace ozaki {
+
+// The guard's shifts of a line that keeps bits b (pyblasgemm.ozaki.guard_planes): the plane's
+// top bits |q| >> (b - kOzGuardHiBits) and the sums' units 2^(b - kOzGuardSumBits), at least 0
+__device__ __forceinline__ int guard_hi_shift(int b) { return max(b - kOzGuardHiBits, 0); }
+__device__ __forceinline__ int guard_sum_shift(int b) { return max(b - kOzGuardSumBits, 0); }
+
+}  // namespace ozaki
+}  // namespace pyblasgemm
 
 // trunc(x * 2^e[line]) mod each modulus, symmetric, int8: out[l][line][t] (plane l holds
 // lines x row bytes: row >= len, the positions from len on written as zeros, so the moduli's
@@ -167,13 +237,14 @@ extern "C" __global__ void ozaki_line_scale(const double* __restrict__ biggest,
 // (32, 8); grid.y walks the line tiles (its limit is 65535).
 // guard (sums != nullptr): plane COUNT gets |q| >> shift_hi, and sums[line] gains the sum of
 // (|q| >> shift_sum) + 1 over the nonzero elements (one 64-bit atomic per warp and tile row:
-// integer sums, so their order cannot change the bits).
+// integer sums, so their order cannot change the bits). line_bits != nullptr (the 'fast'
+// scaling): the two shifts are each line's own, from its bits (guard_hi_shift, guard_sum_shift).
 template <int COUNT, typename T>
 __global__ void __launch_bounds__(256)
 ozaki_residues(const T* __restrict__ x, long long lines, long long len, long long row, long long s_line,
                long long s_k, int k_contig, const int* __restrict__ exps,
                signed char* __restrict__ out, int shift_hi, int shift_sum,
-               unsigned long long* __restrict__ sums) {
+               unsigned long long* __restrict__ sums, const int* __restrict__ line_bits) {
     using namespace pyblasgemm::ozaki;
     __shared__ double tile[32][129];
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -202,6 +273,9 @@ ozaki_residues(const T* __restrict__ x, long long lines, long long len, long lon
         for (int i = 0; i < 4; ++i) {
             const int r = ty + 8 * i;
             const long long line = line0 + r, t = t0 + 4 * tx;
+            const int lb = (line_bits != nullptr && line < lines) ? line_bits[line] : 0;
+            const int sh_hi = line_bits != nullptr ? guard_hi_shift(lb) : shift_hi;
+            const int sh_sum = line_bits != nullptr ? guard_sum_shift(lb) : shift_sum;
             if (sums != nullptr) {              // the whole warp takes part in the reduction
                 unsigned long long part = 0;
                 if (line < lines && t < len) {
@@ -210,7 +284,7 @@ ozaki_residues(const T* __restrict__ x, long long lines, long long len, long lon
                         const double xv = tile[r][4 * tx + v];
                         const long long qv = (long long)trunc(ldexp(xv, e));
                         const unsigned long long uv = qv < 0 ? (unsigned long long)(-qv) : (unsigned long long)qv;
-                        if (xv != 0.0) part += (uv >> shift_sum) + 1;
+                        if (xv != 0.0) part += (uv >> sh_sum) + 1;
                     }
                 }
 #pragma unroll
@@ -231,11 +305,11 @@ ozaki_residues(const T* __restrict__ x, long long lines, long long len, long lon
             if (sums != nullptr) {              // the guard's plane: the top 7 bits, 0..127
                 unsigned word = 0;
 #pragma unroll
-                for (int v = 0; v < 4; ++v) word |= (unsigned)(u[v] >> shift_hi) << (8 * v);
+                for (int v = 0; v < 4; ++v) word |= (unsigned)(u[v] >> sh_hi) << (8 * v);
                 if (words && t + 3 < row) {
                     *reinterpret_cast<unsigned*>(dst + COUNT * plane) = word;
                 } else {
-                    for (int v = 0; v < 4 && t + v < row; ++v) dst[COUNT * plane + v] = (signed char)(u[v] >> shift_hi);
+                    for (int v = 0; v < 4 && t + v < row; ++v) dst[COUNT * plane + v] = (signed char)(u[v] >> sh_hi);
                 }
             }
 #pragma unroll
@@ -433,7 +507,7 @@ __global__ void __launch_bounds__(256, V == 16 ? 2 : 3)
 ozaki_residues_pipe(const T* __restrict__ x, long long lines, long long len, long long row, long long s_line,
                     long long s_k, int k_contig, const int* __restrict__ exps,
                     signed char* __restrict__ out, int shift_hi, int shift_sum,
-                    unsigned long long* __restrict__ sums) {
+                    unsigned long long* __restrict__ sums, const int* __restrict__ line_bits) {
     using namespace pyblasgemm::ozaki;
     using Tile = ResidueTile<V>;
     static_assert(V == 8 || V == 16, "V: 8 or 16 positions a thread");
@@ -477,12 +551,16 @@ ozaki_residues_pipe(const T* __restrict__ x, long long lines, long long len, lon
         const long long line = (id / tiles_t) * Tile::kLines + r, t = (id % tiles_t) * Tile::kPositions + (long long)V * c;
         const bool mine = line < lines && t < row;          // row % V == 0: all V positions
         const int e = mine ? exps[line] : 0;
+        // the guard's shifts: the line's own ('fast': line_bits) or the call's
+        const int lb = (line_bits != nullptr && line < lines) ? line_bits[line] : 0;
+        const int sh_hi = line_bits != nullptr ? guard_hi_shift(lb) : shift_hi;
+        const int sh_sum = line_bits != nullptr ? guard_sum_shift(lb) : shift_sum;
         const T* src = tile + r * Tile::kStride + Tile::slot(V * c);
         double a[V], b[V];
         unsigned hi[V / 4] = {};
         unsigned long long part = 0;
-        const bool wide = split_elements<V>([&](int v) { return to_double(src[v]); }, e, sums != nullptr, shift_hi,
-                                            shift_sum, a, b, hi, part);
+        const bool wide = split_elements<V>([&](int v) { return to_double(src[v]); }, e, sums != nullptr, sh_hi,
+                                            sh_sum, a, b, hi, part);
         __syncthreads();                        // every thread has read its elements
         if (id + gridDim.x < tiles) issue(id + gridDim.x);
         if (sums != nullptr) {
@@ -676,11 +754,42 @@ __device__ __forceinline__ void ozaki_values4(const unsigned* __restrict__ col, 
 // flags: bit 0 = alpha is not 1, bit 1 = beta is not 0.
 // The guard (sum_a != nullptr): plane COUNT holds L = sum hi(A') hi(B'); where sum_a[i] and
 // sum_b[j] are nonzero and (sum_a[i] + sum_b[j]) * c_sum > L * c_hi (for either part of a
-// complex element) the element is left alone and counted in *failed.
+// complex element) the element is left alone and counted in *failed. bits_a / bits_b (the
+// 'fast' scaling: each row's and column's bits, else nullptr): the per-line test instead
+// (ozaki_guard_fails_lines, c_hi its unit).
 __device__ __forceinline__ bool ozaki_guard_fails(unsigned long long sa, unsigned long long sb, int low,
                                                   double c_sum, double c_hi) {
     if (sa == 0 || sb == 0) return false;       // a zero line: no truncation error at all
     return __dmul_rn((double)(sa + sb), c_sum) > __dmul_rn((double)low, c_hi);
+}
+
+// The same test with each line's own bits (the 'fast' scaling: pyblasgemm.ozaki.guard_failures
+// with bits_a / bits_b, its order of operations): sa 2^(ba - 16) + sb 2^(bb - 16) against
+// low * unit * 2^((ba - 7) + (bb - 7)), unit = guard_unit (c_hi at shift 0). The sums are below
+// 2^53 (GUARD_SUM_BITS), so their conversions are exact, as are the ldexp's (powers of two).
+__device__ __forceinline__ bool ozaki_guard_fails_lines(unsigned long long sa, unsigned long long sb, int low,
+                                                        int ba, int bb, double unit) {
+    using namespace pyblasgemm::ozaki;
+    if (sa == 0 || sb == 0) return false;
+    const double lhs = __dadd_rn(ldexp((double)sa, guard_sum_shift(ba)), ldexp((double)sb, guard_sum_shift(bb)));
+    return lhs > ldexp(__dmul_rn((double)low, unit), guard_hi_shift(ba) + guard_hi_shift(bb));
+}
+
+// Either test: per line (lines: the 'fast' scaling, ba / bb the two lines' bits, c_hi the
+// unit) or with the call's constants
+__device__ __forceinline__ bool ozaki_guard_verdict(unsigned long long sa, unsigned long long sb, int low,
+                                                    double c_sum, double c_hi, bool lines, int ba, int bb) {
+    return lines ? ozaki_guard_fails_lines(sa, sb, low, ba, bb, c_hi) : ozaki_guard_fails(sa, sb, low, c_sum, c_hi);
+}
+
+// The guard's test of element (i, j) (column jb of B's lines): per line where bits_a is given,
+// else with the call's constants
+__device__ __forceinline__ bool ozaki_guard_test(const unsigned long long* sum_a, const unsigned long long* sum_b,
+                                                 long long i, long long jb, int low, double c_sum, double c_hi,
+                                                 const int* bits_a, const int* bits_b) {
+    const bool lines = bits_a != nullptr;
+    return ozaki_guard_verdict(sum_a[i], sum_b[jb], low, c_sum, c_hi, lines, lines ? bits_a[i] : 0,
+                               lines ? bits_b[jb] : 0);
 }
 
 // The guard's verdict before the moduli's GEMMs run: how many elements of C outside the lost
@@ -691,14 +800,15 @@ extern "C" __global__ void __launch_bounds__(256)
 ozaki_guard_count(const int* __restrict__ low, long long m, long long n, int cplx,
                   const unsigned char* __restrict__ lost_a, const unsigned char* __restrict__ lost_b,
                   const unsigned long long* __restrict__ sum_a, const unsigned long long* __restrict__ sum_b,
-                  double c_sum, double c_hi, int* __restrict__ failed) {
+                  double c_sum, double c_hi, int* __restrict__ failed, const int* __restrict__ bits_a,
+                  const int* __restrict__ bits_b) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     int fails = 0;
     if (i < m && !lost_a[i]) {
         for (long long j = blockIdx.y; j < n; j += gridDim.y) {
             if (lost_b[j]) continue;
-            bool f = ozaki_guard_fails(sum_a[i], sum_b[j], low[i + j * m], c_sum, c_hi);
-            if (cplx) f = f || ozaki_guard_fails(sum_a[i], sum_b[n + j], low[i + (n + j) * m], c_sum, c_hi);
+            bool f = ozaki_guard_test(sum_a, sum_b, i, j, low[i + j * m], c_sum, c_hi, bits_a, bits_b);
+            if (cplx) f = f || ozaki_guard_test(sum_a, sum_b, i, n + j, low[i + (n + j) * m], c_sum, c_hi, bits_a, bits_b);
             fails += f;
         }
     }
@@ -745,15 +855,16 @@ ozaki_reconstruct(const TP* __restrict__ prod, const int* __restrict__ low, long
                   long long cs_j, double alpha_re, double alpha_im, double beta_re, double beta_im,
                   int flags, const unsigned long long* __restrict__ sum_a,
                   const unsigned long long* __restrict__ sum_b, double c_sum, double c_hi,
-                  int* __restrict__ failed) {
+                  int* __restrict__ failed, const int* __restrict__ bits_a, const int* __restrict__ bits_b) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= m || lost_a[i]) return;
     for (long long j = blockIdx.y; j < n; j += gridDim.y) {
     if (lost_b[j]) continue;
     const long long n_prod = CPLX ? 2 * n : n, plane = m * n_prod;
     if (sum_a != nullptr) {
-        bool fails = ozaki_guard_fails(sum_a[i], sum_b[j], low[i + j * m], c_sum, c_hi);
-        if (CPLX) fails = fails || ozaki_guard_fails(sum_a[i], sum_b[n + j], low[i + (n + j) * m], c_sum, c_hi);
+        bool fails = ozaki_guard_test(sum_a, sum_b, i, j, low[i + j * m], c_sum, c_hi, bits_a, bits_b);
+        if (CPLX) fails = fails || ozaki_guard_test(sum_a, sum_b, i, n + j, low[i + (n + j) * m], c_sum, c_hi, bits_a,
+                                                    bits_b);
         if (fails) {
             atomicAdd(failed, 1);
             continue;
@@ -802,7 +913,7 @@ ozaki_reconstruct_rows(const TP* __restrict__ prod, const int* __restrict__ low,
                        long long cs_j, double alpha_re, double alpha_im, double beta_re, double beta_im,
                        int flags, const unsigned long long* __restrict__ sum_a,
                        const unsigned long long* __restrict__ sum_b, double c_sum, double c_hi,
-                       int* __restrict__ failed) {
+                       int* __restrict__ failed, const int* __restrict__ bits_a, const int* __restrict__ bits_b) {
     // STAGE: 128 x kPlanes x 16 B (32 KB at 16 moduli; 3 blocks take 96 KB of an SM's 164-228)
     __shared__ int4 stage[STAGE ? OzakiBatch<COUNT>::kPlanes : 1][128];
     const long long i0 = 4 * ((long long)blockIdx.x * blockDim.x + threadIdx.x);
@@ -836,13 +947,14 @@ ozaki_reconstruct_rows(const TP* __restrict__ prod, const int* __restrict__ low,
                 const int4 gi = __ldg(low4 + (n + j) * m4);
                 g_im[0] = gi.x, g_im[1] = gi.y, g_im[2] = gi.z, g_im[3] = gi.w;
             }
-            const unsigned long long sb = sum_b[j], sb_im = CPLX ? sum_b[n + j] : 0;
+            // the sums and ('fast') the lines' bits read where tested: held across the rows or
+            // columns, the bits spilled the complex kernels (16 bytes, staged, at 14 moduli;
+            // 12, digit planes, at 18)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 if (!ok[e]) continue;
-                const unsigned long long sa = sum_a[i0 + e];
-                bool f = ozaki_guard_fails(sa, sb, g_re[e], c_sum, c_hi);
-                if (CPLX) f = f || ozaki_guard_fails(sa, sb_im, g_im[e], c_sum, c_hi);
+                bool f = ozaki_guard_test(sum_a, sum_b, i0 + e, j, g_re[e], c_sum, c_hi, bits_a, bits_b);
+                if (CPLX) f = f || ozaki_guard_test(sum_a, sum_b, i0 + e, n + j, g_im[e], c_sum, c_hi, bits_a, bits_b);
                 if (f) {
                     ++fails;
                     ok[e] = false;
@@ -897,7 +1009,8 @@ ozaki_reconstruct_digits16(const unsigned char* __restrict__ prod, const int* __
                            TC* __restrict__ c, long long cs_i, long long cs_j, double alpha_re, double alpha_im,
                            double beta_re, double beta_im, int flags, const unsigned long long* __restrict__ sum_a,
                            const unsigned long long* __restrict__ sum_b, double c_sum, double c_hi,
-                           int* __restrict__ failed) {
+                           int* __restrict__ failed, const int* __restrict__ bits_a,
+                           const int* __restrict__ bits_b) {
     using namespace pyblasgemm::ozaki;
     __shared__ uint4 stage[COUNT][kOzDigitsBlock];
     __shared__ double xs[CPLX ? 16 : 1][kOzDigitsBlock];
@@ -922,13 +1035,13 @@ ozaki_reconstruct_digits16(const unsigned char* __restrict__ prod, const int* __
         if (lost_b[j]) continue;                // the same for every thread
         unsigned ok = live;
         if (sum_a != nullptr) {
-            const unsigned long long sb = sum_b[j], sb_im = CPLX ? sum_b[n + j] : 0;
 #pragma unroll 4
             for (int q = 0; q < 16; ++q) {
                 if (!((ok >> q) & 1u)) continue;
                 const long long i = base + 32 * q + lane;
-                bool f = ozaki_guard_fails(sum_a[i], sb, __ldg(low + i + j * m), c_sum, c_hi);
-                if (CPLX) f = f || ozaki_guard_fails(sum_a[i], sb_im, __ldg(low + i + (n + j) * m), c_sum, c_hi);
+                bool f = ozaki_guard_test(sum_a, sum_b, i, j, __ldg(low + i + j * m), c_sum, c_hi, bits_a, bits_b);
+                if (CPLX) f = f || ozaki_guard_test(sum_a, sum_b, i, n + j, __ldg(low + i + (n + j) * m), c_sum, c_hi,
+                                                    bits_a, bits_b);
                 if (f) {
                     ++fails;
                     ok &= ~(1u << q);
