@@ -1,9 +1,9 @@
 """Grouped float8 products with scales: :func:`pyblasgemm.grouped_matmul` on
 ``float8_e4m3fn`` / ``float8_e5m2`` operands, in its three forms.
 
-Each group is one :func:`pyblasgemm.fp8.scaled_matmul` product (exact block sums on the host;
-on the GPU our float8 kinds or cuBLASLt, the scales read in the fused store), run one group
-after another once every argument of every group has been checked. The scales follow the
+Every argument of every group is checked before any work. Each group's result is
+:func:`pyblasgemm.fp8.scaled_matmul`'s product (exact block sums on the host; on the GPU float32
+sums of the raw products, the scales applied in the fused store). The scales follow the
 float8 layouts (:mod:`pyblasgemm.fp8`) per group, and in the expert and masked forms they are
 one array for all groups, as ``torch._scaled_grouped_mm`` takes them:
 
@@ -17,9 +17,13 @@ experts         () / (1,) or (M,): one per token          () / (1,), (groups,): 
 masked          () / (1,) or (groups, max_m)              as the expert form
 ==============  ========================================  ========================================
 
-GPU offsets (or ``masked_m``) are read back to the host first: the groups run as separate
-products, so the call is not CUDA-graph safe with changing sizes (the 16-bit and int8 types'
-one launch is).
+On CuPy arrays (and CUDA tensors through the array door) the expert form and the masked layout
+run as one launch of the grouped kernel's float8 kinds where the plan makes it one (the int8
+kind's operand path, the dequantizing store; a scale given once or per group is broadcast into a
+vector on the device): sizes on the GPU are read there, so such a call is CUDA-graph safe with
+changing sizes. Elsewhere (the list form, the host backend, a layout off the kernel, the
+planner's loop, ``invariant=True``) the groups run as separate products and GPU sizes are read
+back first.
 
 >>> import numpy as np, ml_dtypes, pyblasgemm
 >>> a = np.array([[1, 2], [3, 4], [0.5, -1]], ml_dtypes.float8_e4m3fn)     # 1 token, then 2
@@ -37,6 +41,7 @@ import numpy as np
 from . import _arrays
 from .desc import check_epilogue
 from .fp8 import OUT_DTYPES, check_scales, is_fp8, scaled_matmul
+from .fp8 import _out_dtype as fp8_out_dtype
 
 __all__ = ["is_fp8_call", "check_stacked", "vector_scales", "grouped_fp8"]
 
@@ -53,10 +58,7 @@ def _out_dtype(dtype, out) -> np.dtype:
     """The result type: ``dtype``, else ``out``'s, else float32; one of :data:`OUT_DTYPES`."""
     want = np.dtype(np.float32)
     if dtype is not None:
-        try:
-            want = np.dtype(dtype)
-        except TypeError as exc:
-            raise TypeError(f"{_R}: dtype={dtype!r} is not a dtype ({exc})") from None
+        want = fp8_out_dtype(_R, dtype)
     elif out is not None and not isinstance(out, (list, tuple)):
         want = np.dtype(out.dtype)
     if want.name not in OUT_DTYPES:

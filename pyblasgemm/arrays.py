@@ -44,7 +44,7 @@ import numpy as np
 
 from . import calls, streams
 
-__all__ = ["framework", "is_foreign", "Converted", "convert", "torch_type", "torch_signature", "torch_replay",
+__all__ = ["framework", "is_foreign", "numpy_dtype", "Converted", "convert", "torch_type", "torch_signature", "torch_replay",
            "torch_record", "TorchCall"]
 
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
@@ -116,6 +116,24 @@ def _on_gpu(x, kind: str) -> bool:
 #: ml_dtypes' types that DLPack and ``Tensor.numpy()`` do not carry: name -> the integer type of
 #: their size, whose bits are exchanged instead and viewed back (one row per type)
 _BITS_ONLY = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
+
+
+def numpy_dtype(dtype):
+    """``dtype=`` as the NumPy / CuPy views' call takes it: a PyTorch dtype by its name
+    (``torch.bfloat16`` -> ml_dtypes' bfloat16, ``torch.float32`` -> float32); None, NumPy and
+    JAX dtypes (NumPy's) and names as given, and a value of no known type too (the call's own
+    check then names it).
+
+    >>> numpy_dtype(None), numpy_dtype("float16")
+    (None, 'float16')
+    """
+    if dtype is None or type(dtype).__module__ != "torch":
+        return dtype
+    name = str(dtype).rpartition(".")[2]                # 'torch.bfloat16' -> 'bfloat16'
+    import ml_dtypes
+
+    found = getattr(ml_dtypes, name, None) if name in _BITS_ONLY else getattr(np, name, None)
+    return dtype if found is None else np.dtype(found)
 
 
 def _to_native(x, kind: str, gpu: bool):

@@ -22,6 +22,11 @@ def _draw(rng, shape, dtype):
     return (rng.standard_normal(shape) * np.exp2(rng.integers(-3, 4, shape))).astype(dtype)
 
 
+def _dev(cp, x):
+    """A CuPy copy of a float8 NumPy array (CuPy takes float8 as a view of its bytes)."""
+    return cp.asarray(np.ascontiguousarray(x).view(np.uint8)).view(x.dtype)
+
+
 def _reference(a, b, ends, sa, sb, out_dtype=np.float32):
     """The expert form's result, group by group, from the exact scaled products."""
     rows, start = [], 0
@@ -163,16 +168,16 @@ def test_gpu_expert_and_masked_forms_match_the_exact_products(ta, tb):
                        sa, sb)
     out = cp.full((64, n), np.nan, np.float32)          # poisoned: every row must be written
     for offsets in (ends, cp.asarray(ends, dtype=cp.int32)):
-        got = pyblasgemm.grouped_matmul(cp.asarray(a), cp.asarray(b), offsets=offsets, scale_a=cp.asarray(sa),
+        got = pyblasgemm.grouped_matmul(_dev(cp, a), _dev(cp, b), offsets=offsets, scale_a=cp.asarray(sa),
                                         scale_b=cp.asarray(sb), out=out)
         err = np.abs(cp.asnumpy(got) - want) / np.maximum(scale, 1e-30)
         assert not np.isnan(cp.asnumpy(got)).any() and float(err.max()) < 2e-6
-    x = cp.asarray(_draw(rng, (groups, 16, k), ta))
+    x = _dev(cp, _draw(rng, (groups, 16, k), ta))
     poisoned = cp.full((groups, 16, n), -3, np.float32)
     counts = [16, 0, 3, 1, 9]
-    pyblasgemm.grouped_matmul(x, cp.asarray(b), masked_m=cp.asarray(counts, dtype=cp.int32),
-                              scale_a=cp.float32(2), scale_b=cp.asarray(sb), out=poisoned)
-    got, xh = cp.asnumpy(poisoned), cp.asnumpy(x)
+    pyblasgemm.grouped_matmul(x, _dev(cp, b), masked_m=cp.asarray(counts, dtype=cp.int32),
+                              scale_a=cp.asarray(np.float32(2)), scale_b=cp.asarray(sb), out=poisoned)
+    got, xh = cp.asnumpy(poisoned), cp.asnumpy(x.view(np.uint8)).view(ta)
     for g, rows in enumerate(counts):
         ref = scaled_product(xh[g, :rows], b[g], np.float32(2), sb[g])
         mag = scaled_product(np.abs(xh[g, :rows].astype(np.float32)).astype(ta),

@@ -268,3 +268,57 @@ def test_refusals_name_the_argument_before_any_work():
         launch.launch_offsets(513, offs.data.ptr, 4, case.values(out))
     cupy.cuda.get_current_stream().synchronize()
     assert bool(cupy.isnan(out).all())
+
+
+def test_cuda_tensors_replay_their_launch_without_conversion_and_in_a_graph(monkeypatch):
+    """A repeated expert-form call on CUDA tensors with the sizes on the GPU replays the
+    recorded launch pair on the tensors' pointers (no conversion: arrays.convert is made to
+    fail after the first call), with new offset values, new tensors of the same layout, and
+    inside a CUDA graph replayed with changed sizes; every result within float64's bound."""
+    torch = pytest.importorskip("torch")
+    import cupy
+
+    import pyblasgemm
+    from pyblasgemm import arrays
+
+    rng = np.random.default_rng(3700)
+    sizes = [5, 0, 70, 33, 1, 64]
+    case = Case(rng, ml_dtypes.bfloat16, sum(sizes), len(sizes), 256, 192)
+    ta = torch.as_tensor(case.ga.view(np.int16), device="cuda").view(torch.bfloat16)
+    tb = torch.as_tensor(case.gb.view(np.int16), device="cuda").view(torch.bfloat16)
+    ends = np.cumsum(sizes)
+    offs = torch.as_tensor(ends.astype(np.int32), device="cuda")
+
+    def check(got, host_ends):
+        as_cupy = cupy.asarray(got.view(torch.int16)).view(ml_dtypes.bfloat16)
+        padded = cupy.full((case.rows, case.n), np.nan, ml_dtypes.bfloat16)
+        last = _host_ends(host_ends, case.rows)[-1]
+        padded[:last] = as_cupy[:last]
+        _check_against_float64(case, padded, host_ends)
+
+    first = pyblasgemm.grouped_matmul(ta, tb, offsets=offs)
+    assert isinstance(first, torch.Tensor) and first.dtype == torch.bfloat16
+    check(first, ends)
+
+    def no_conversion(*args, **kw):
+        raise AssertionError("a repeated call converted its tensors")
+
+    monkeypatch.setattr(arrays, "convert", no_conversion)
+    again = pyblasgemm.grouped_matmul(ta, tb, offsets=offs)
+    assert torch.equal(again.view(torch.int16), first.view(torch.int16))
+    moved = np.array([0, 10, 10, 100, 150, 173])
+    offs.copy_(torch.as_tensor(moved.astype(np.int32), device="cuda"))
+    check(pyblasgemm.grouped_matmul(ta, tb, offsets=offs), moved)
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        pyblasgemm.grouped_matmul(ta, tb, offsets=offs)            # (warm-up on the capture stream)
+        with torch.cuda.graph(graph, stream=stream):
+            captured = pyblasgemm.grouped_matmul(ta, tb, offsets=offs)
+    torch.cuda.current_stream().wait_stream(stream)
+    for new in (ends, np.array([173, 173, 173, 173, 173, 173]), np.array([1, 2, 3, 4, 5, 6])):
+        offs.copy_(torch.as_tensor(new.astype(np.int32), device="cuda"))
+        captured.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(captured, new)

@@ -179,3 +179,32 @@ def test_the_kernels_import_no_layer_above_them():
     up = sorted(f"{mod} -> {target}" for mod, targets in edges.items() if mod.startswith("pyblasgemm.kernels")
                 for target in targets if target.startswith(ABOVE_THE_KERNELS))
     assert up == [], up
+
+
+def test_no_import_inside_a_function_rebinds_a_module_level_name():
+    """``from .x import f`` inside a function makes ``f`` local to the whole function: a module-
+    level ``f`` used on another branch of it then raises UnboundLocalError (a float8 branch's
+    ``kernel_problem`` did this to every other product in backends/tensorcore.bind, found only
+    on a GPU). So an import in a function never takes a name the module defines."""
+    import ast
+
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        top = set()
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                top.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                top.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, ast.Assign):
+                top.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    offenders += [f"{path.relative_to(PACKAGE)}:{node.lineno} {fn.name}: {name}"
+                                  for name in ((a.asname or a.name).split(".")[0] for a in node.names)
+                                  if name in top]
+    assert offenders == []

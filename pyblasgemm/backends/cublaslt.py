@@ -944,8 +944,6 @@ class LtBlockScaled:
 
     def __init__(self, lt_launch, device: int, m: int, n: int, k: int, strides_a: tuple, strides_b: tuple,
                  swap: bool):
-        import ctypes as ct
-
         import cupy
 
         from ..kernels.jit import raw_function

@@ -62,9 +62,9 @@ def bind(desc: GemmDesc, plan):
     if desc.row.b_dtype is not None:
         # a float8 pair: the plan's EPI code holds its scales (the store's, or the mainloop's
         # block scales); mma.sync's config where the Hopper kernel's TMA rules refuse the class
-        from ..kernels.fp8 import kernel_problem, launch_config
+        from ..kernels.fp8 import kernel_problem as fp8_problem, launch_config
 
-        problem = kernel_problem(desc)
+        problem = fp8_problem(desc)
         code = plan.epilogue.code
         return bind_kernels(problem, launch_config(problem, config, code, plan.arch.sm_count),
                             epilogue=(code, epi.bias))
