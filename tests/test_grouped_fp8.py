@@ -150,6 +150,29 @@ def test_torch_and_jax_arrays_answer_in_their_type():
     assert type(got).__module__.startswith("jax") and np.array_equal(np.asarray(got), want)
 
 
+def test_a_grouped_float8_description_takes_the_grouped_route():
+    """A grouped description of a float8 pair is planned as a group (one launch of the grouped
+    kernel's float8 kind, or the loop), not as one float8 product (whose plan reads the
+    product's scale layouts: on the H200 that raised IndexError before the fix)."""
+    from pyblasgemm._types import TYPE_ROWS
+    from pyblasgemm.desc import GroupSpec, describe
+    from pyblasgemm.epilogue import EpilogueSpec
+    from pyblasgemm.planner import plan_for
+    from pyblasgemm.planner.arch import FAMILIES
+
+    sizes = tuple((96, rows, 256) for rows in (0, 1, 16, 0, 47))
+    for kind in ("e4m3", "e5m2_e4m3"):
+        desc = describe("grouped_matmul", TYPE_ROWS[kind], "fp32", "N", "N", 96, 47, 256, 96, 256, 96, 5, 0, 0,
+                        0, "cupy", 0, (16,), 1.0, 0.0, epilogue=EpilogueSpec(None, None, 0, False, 0, "float32"),
+                        group=GroupSpec("experts", sizes, 16, 16, ""))
+        plan = plan_for(desc, arch=FAMILIES["sm_90"])
+        assert plan.group is not None and plan.group.kind == "one launch", plan.reason
+        assert f"grouped_{GROUPED_TILE}" in plan.group.line
+
+
+GROUPED_TILE = "128x128x64_w2x4_s4_g8"      # the s8 kind's grouped tile, which float8 shares
+
+
 # ---------------------------------------------------------------------------------------------
 # the GPU
 

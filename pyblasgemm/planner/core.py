@@ -69,7 +69,8 @@ def plan_for(desc: GemmDesc, backend: str | None = None, *, autotune: bool | Non
         >>> plan_for(make_desc(64, 64, 64, "float64", xp="numpy")).backend
         'host'
     """
-    if desc.row.b_dtype is not None:        # a float8 pair (its scales in the description)
+    if desc.row.b_dtype is not None and desc.group is None:
+        # a float8 product (its scales in the description; float8 groups: the grouped route's)
         return _fp8_plan_for(desc, backend, arch, lt_version)
     key = ("plan", desc.key, backend, autotune, arch if arch is None else arch.key)
     plan = _cache.get(key)
