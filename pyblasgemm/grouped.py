@@ -808,17 +808,17 @@ def _foreign(a, b, offsets, out, dtype, bias, activation, scale_a, scale_b, comp
     if not arrays.is_foreign(*(x for _, x in named)):
         return None
     torch_key = None
-    if not listed and masked_m is None and out is None and type(a) is arrays.torch_type() \
-            and type(offsets) is type(a) and resolve_invariant("grouped_matmul", invariant) is False:
+    if not listed and masked_m is None and type(a) is arrays.torch_type() and type(offsets) is type(a) \
+            and resolve_invariant("grouped_matmul", invariant) is False:
         # a repeated expert-form call on CUDA tensors with the sizes on the GPU: the recorded
         # launch pair on the tensors' own pointers, no conversion (H200, 64 experts of <= 64
         # tokens: ~280 us of a converting call's host time against a 44 us kernel)
         words = ("grouped_matmul experts", activation, None if dtype is None else str(dtype), compute,
                  backend, stream is None)
-        sig = calls.key(words, a, b, None, (offsets, bias, scale_a, scale_b))
+        sig = calls.key(words, a, b, out, (offsets, bias, scale_a, scale_b))
         if sig is not None:
             torch_key = sig[0]
-            result = _torch_replay(torch_key, sig, a, b, offsets, stream)
+            result = _torch_replay(torch_key, sig, a, b, out, offsets, stream)
             if result is not None:
                 return result,
     if arrays.needs_grad(*(x for _, x in named)):
@@ -848,6 +848,9 @@ def _foreign(a, b, offsets, out, dtype, bias, activation, scale_a, scale_b, comp
                                 invariant=invariant, masked_m=masked_m, expected_m=expected_m)
     ran, _last_device_run.ran = _last_device_run.ran, None
     if torch_key is not None and ran is not None:
+        if out is not None:
+            calls.put(torch_key, _TorchDeviceRan(ran, None, None), refers_to=ran.launch)
+            return out,
         back = conv.back(result, framework_type=False)
         calls.put(torch_key, _TorchDeviceRan(ran, back.dtype, tuple(back.shape)), refers_to=ran.launch)
         return back,
@@ -991,17 +994,29 @@ class _TorchDeviceRan(NamedTuple):
     shape: tuple
 
 
-def _torch_replay(torch_key, sig, a, b, offsets, stream):
+def _torch_extent(t) -> tuple:
+    """``[first, last]`` byte addresses a tensor's elements span (its strides may leave gaps)."""
+    lo = t.data_ptr()
+    return lo, lo + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 0) * t.element_size() \
+        + t.element_size() - 1
+
+
+def _torch_replay(torch_key, sig, a, b, out, offsets, stream):
     """The recorded launch pair of a repeated expert-form call on CUDA tensors (``sig``:
-    :func:`pyblasgemm.calls.key`'s, the pointers of a, b, then the offsets, bias and scales),
-    into a fresh tensor; None without a record or on another device (the converting path then
-    runs). The key holds every fact the call's checks read."""
+    :func:`pyblasgemm.calls.key`'s, the pointers of a, b, out, then the offsets, bias and
+    scales), into ``out`` or a fresh tensor; None without a record, on another device, or where
+    ``out`` meets ``a`` or ``b`` (the converting path then runs, and refuses or copies as the
+    first call did). The key holds every other fact the call's checks read."""
     hit = calls.get(torch_key)
     dev = torch_key[calls.TORCH_DEVICE]
     if hit is None or hit.ran.device != dev:
         return None
-    torch = sys.modules["torch"]
-    out = torch.empty(hit.shape, dtype=hit.dtype, device=a.device)
+    if out is None:
+        out = sys.modules["torch"].empty(hit.shape, dtype=hit.dtype, device=a.device)
+    else:
+        lo, hi = _torch_extent(out)
+        if any(x_lo <= hi and lo <= x_hi for x_lo, x_hi in (_torch_extent(a), _torch_extent(b))):
+            return None
     _, pa, pb, _, p_offsets, p_bias, p_sa, p_sb = sig
     values = dict(hit.ran.values, weights=pb, tokens=pa, out=out.data_ptr(), bias=p_bias, scale_w=p_sb,
                   scale_x=p_sa)

@@ -299,6 +299,8 @@ def test_cuda_tensors_replay_their_launch_without_conversion_and_in_a_graph(monk
     first = pyblasgemm.grouped_matmul(ta, tb, offsets=offs)
     assert isinstance(first, torch.Tensor) and first.dtype == torch.bfloat16
     check(first, ends)
+    given = torch.full_like(first, float("nan"))
+    assert pyblasgemm.grouped_matmul(ta, tb, offsets=offs, out=given) is given      # (recorded with out=)
 
     def no_conversion(*args, **kw):
         raise AssertionError("a repeated call converted its tensors")
@@ -306,6 +308,9 @@ def test_cuda_tensors_replay_their_launch_without_conversion_and_in_a_graph(monk
     monkeypatch.setattr(arrays, "convert", no_conversion)
     again = pyblasgemm.grouped_matmul(ta, tb, offsets=offs)
     assert torch.equal(again.view(torch.int16), first.view(torch.int16))
+    other = torch.full_like(first, float("nan"))           # another out of the same layout
+    assert pyblasgemm.grouped_matmul(ta, tb, offsets=offs, out=other) is other
+    assert torch.equal(other.view(torch.int16), first.view(torch.int16))
     moved = np.array([0, 10, 10, 100, 150, 173])
     offs.copy_(torch.as_tensor(moved.astype(np.int32), device="cuda"))
     check(pyblasgemm.grouped_matmul(ta, tb, offsets=offs), moved)
