@@ -246,7 +246,7 @@ BACKENDS = {"auto": "the host for NumPy arrays, cuBLASLt or our kernels for CuPy
 
 
 def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivation_out, scale_a,
-                  scale_b, backend=None, names=None, alpha=1.0, beta=0.0, stream=None):
+                  scale_b, backend=None, names=None, alpha=1.0, beta=0.0, stream=None, invariant=False):
     """The float8 route of :func:`pyblasgemm.matmul` / :func:`pyblasgemm.gemm` with scales:
     ``out = act(alpha·scaled_product + beta·out + bias)`` for 2-D float8 ``a`` (m x k) and
     ``b`` (k x n) (op() already applied; ``beta`` reads ``out`` only when it is not 0), every
@@ -258,7 +258,9 @@ def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivatio
     where it takes the case (:func:`pyblasgemm.planner.fp8.choose_route`). ``backend``: None /
     'auto', 'host' (NumPy arrays), 'tensorcore' (GPU arrays, our kernels) or 'cublas' (GPU
     arrays, cuBLASLt). ``stream``: the GPU route's stream (a raw handle or a stream object;
-    None: CuPy's current stream).
+    None: CuPy's current stream). ``invariant`` (resolved: a bool): the host's product is
+    batch-invariant (each element its own exact block sums); GPU arrays refuse it, before any
+    work (their route and tile are chosen per shape).
 
     >>> import ml_dtypes
     >>> a = np.full((2, 3), 2, ml_dtypes.float8_e4m3fn); b = np.ones((3, 2), ml_dtypes.float8_e5m2)
@@ -308,6 +310,11 @@ def scaled_matmul(routine: str, a, b, out, dtype, bias, activation, preactivatio
         raise ValueError(f"{r}: backend={backend!r} runs float8 products on {BACKENDS[backend]}, but "
                          f"the operands are {'NumPy' if xp_name == 'numpy' else 'CuPy'} arrays")
     if xp_name != "numpy":
+        if invariant:
+            raise NotImplementedError(
+                f"{r}: invariant=True is not available for float8 products on the GPU (cuBLASLt or our "
+                f"kernels are chosen per shape); use NumPy arrays (the host's products are exact and "
+                f"invariant) or invariant=False")
         return _on_gpu(r, a, b, out, want, epi, layouts, bias, preactivation_out, scale_a, scale_b,
                        alpha, beta, stream, backend)
     result = out if out is not None else np.empty((m, n), want)

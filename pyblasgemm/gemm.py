@@ -397,7 +397,7 @@ def _with_epilogue(transa, transb, a, b, out, alpha, beta, compute, backend, aut
                                activation, preactivation_out, scale_a, scale_b, check_backend(r, backend),
                                alpha=check_scalar(r, 6, "alpha", _scalar_value(alpha), real),
                                beta=check_scalar(r, 7, "beta", _scalar_value(beta), real),
-                               stream=stream)
+                               stream=stream, invariant=resolve_invariant(r, invariant))
         fp8.record(fp8_key, out, result)        # (one launch on these arrays: replayed next time)
         return result
     xp_name, row = check_operands(r, a, b)

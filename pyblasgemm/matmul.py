@@ -734,7 +734,8 @@ def _with_epilogue(a, b, out, dtype, compute, backend, autotune, stream, bias, a
                         f"(both of one kind), got {type(a).__name__} and {type(b).__name__}")
     if is_fp8(a.dtype) or is_fp8(b.dtype):
         result = scaled_matmul(r, a, b, out, dtype, bias, activation, preactivation_out, scale_a,
-                               scale_b, check_backend(r, backend), stream=stream)
+                               scale_b, check_backend(r, backend), stream=stream,
+                               invariant=resolve_invariant(r, invariant))
         fp8.record(fp8_key, out, result)        # (one launch on these arrays: replayed next time)
         return result
     shape = _matmul_shape(a, b)

@@ -493,3 +493,29 @@ def test_jax_gpu_arrays(cp):
                             scale_b=jax.device_put(jnp.float32(2.0), gpus[0]))
     _, want, scale = reference(a, b, np.float32(0.5), np.float32(2.0))
     check(np.asarray(got), want, scale, "float32")
+
+
+def test_invariant_float8_products_on_the_gpu_are_refused_before_any_work(monkeypatch):
+    """invariant=True (the keyword or PYBLASGEMM_INVARIANT) on GPU float8 operands: refused,
+    naming why, with ``out`` untouched (cuBLASLt or our kernels are chosen per shape, so a row's
+    bits could change with the batch); the host's exact products stay invariant."""
+    cp = pytest.importorskip("cupy")
+    rng = np.random.default_rng(31)
+    a = rng.standard_normal((8, 64)).astype(ml_dtypes.float8_e4m3fn)
+    b = rng.standard_normal((64, 16)).astype(ml_dtypes.float8_e4m3fn)
+    s = cp.asarray(np.float32(1))
+    out = cp.full((8, 16), 5, np.float32)
+    for call in (lambda **kw: pyblasgemm.matmul(dev(cp, a), dev(cp, b), out=out, scale_a=s, scale_b=s, **kw),
+                 lambda **kw: pyblasgemm.gemm("N", "N", dev(cp, a), dev(cp, b), out, scale_a=s, scale_b=s, **kw)):
+        with pytest.raises(NotImplementedError, match="invariant=True is not available for float8"):
+            call(invariant=True)
+        monkeypatch.setenv("PYBLASGEMM_INVARIANT", "1")
+        pyblasgemm.clear_plan_cache()
+        with pytest.raises(NotImplementedError, match="invariant=True is not available for float8"):
+            call()
+        monkeypatch.delenv("PYBLASGEMM_INVARIANT")
+        pyblasgemm.clear_plan_cache()
+        assert bool((out == 5).all())
+    host = pyblasgemm.matmul(a, b, scale_a=np.float32(1), scale_b=np.float32(1), invariant=True)
+    assert np.array_equal(host[3:4], pyblasgemm.matmul(a[3:4], b, scale_a=np.float32(1), scale_b=np.float32(1),
+                                                       invariant=True))
