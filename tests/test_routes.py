@@ -227,3 +227,24 @@ def test_every_activation_plans_a_route():
     for name in ACTIVATIONS:
         p = _plan(2048, 2048, 2048, activation=name, bias="m")
         assert p.epilogue.kind in ("ours", "cublaslt", "unfused") and p.epilogue.line
+
+
+def test_the_fusion_guide_quotes_the_grouped_public_call_run():
+    """docs/guide/fusion.rst's public-call ratios and host times are the H200 run's
+    (bench/results/grouped_public_h200_2026-11-29_1401e78.json), layer by layer."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    run = json.loads((root / "bench/results/grouped_public_h200_2026-11-29_1401e78.json").read_text())
+    assert run["device"]["name"] == "NVIDIA H200" and run["git_sha"] == "1401e78"
+    rows = {r["experts"]: r for r in run["rows"]}
+    guide = " ".join((root / "docs/guide/fusion.rst").read_text().split())
+    torch_r = [rows[e]["ratio_vs_grouped_mm"]["pyblasgemm torch"] for e in (64, 128, 32)]
+    cupy_r = [rows[e]["ratio_vs_grouped_mm"]["pyblasgemm cupy"] for e in (64, 128, 32)]
+    assert (f"from CUDA tensors {torch_r[0]:.2f}x on the 64-expert layer, {torch_r[1]:.2f}x on the 128-expert "
+            f"one and {torch_r[2]:.2f}x on 32 experts") in guide
+    assert f"from CuPy arrays {cupy_r[0]:.2f}x, {cupy_r[1]:.2f}x and {cupy_r[2]:.2f}x" in guide
+    host = rows[64]["host_us"]
+    assert (f"{host['pyblasgemm torch']:.0f} µs of host time a call, against {host['torch._grouped_mm']:.0f} µs "
+            f"for ``_grouped_mm`` and {host['pyblasgemm torch (out=)']:.0f} µs for the converting call") in guide
