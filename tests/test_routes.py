@@ -245,6 +245,9 @@ def test_the_fusion_guide_quotes_the_grouped_public_call_run():
     assert (f"from CUDA tensors {torch_r[0]:.2f}x on the 64-expert layer, {torch_r[1]:.2f}x on the 128-expert "
             f"one and {torch_r[2]:.2f}x on 32 experts") in guide
     assert f"from CuPy arrays {cupy_r[0]:.2f}x, {cupy_r[1]:.2f}x and {cupy_r[2]:.2f}x" in guide
+    readme = " ".join((root / "README.md").read_text().split())
+    assert (f"from CUDA tensors {torch_r[0]:.2f}x `torch._grouped_mm` on 64 experts of at most 64 tokens and "
+            f"{torch_r[1]:.2f}x on 128") in readme
     host = rows[64]["host_us"]
     assert (f"{host['pyblasgemm torch']:.0f} µs of host time a call, against {host['torch._grouped_mm']:.0f} µs "
             f"for ``_grouped_mm`` and {host['pyblasgemm torch (out=)']:.0f} µs for the converting call") in guide
