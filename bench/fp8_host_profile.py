@@ -99,8 +99,7 @@ def measure() -> dict:
     out = {}
     Array, a, b, sa, sb = _cupy_arrays()
     calls._cupy_ndarray[:] = [Array]
-    _arrays = importlib.import_module("pyblasgemm._arrays")     # (pyblasgemm._arrays: the package's own
-    # attribute of that name is another module)
+    _arrays = importlib.import_module("pyblasgemm._arrays")
     _arrays._get_device[:] = [lambda: 0]        # (cudaGetDevice's stand-in: the frames around it kept)
     mm._CUPY[0] = Array
     calls.cache = PlanCache(size=64)

@@ -26,7 +26,7 @@ from . import desc, epilogue, planner, scipy
 from .describe_call import explain
 from .planner import Plan, clear_plan_cache, plan, precompile, tune
 from ._warnings import PyblasgemmWarning
-from . import arrays as _arrays
+from . import arrays as _array_door     # (not ``_arrays``: that name is a submodule's)
 
 
 def _load_jax():
@@ -41,8 +41,8 @@ def _load_torch():
 
 # the integrations sit above the forms (they import them): the top registers them, the forms
 # load them through arrays when a call needs one
-_arrays.register_integration("jax", _load_jax)
-_arrays.register_integration("torch", _load_torch)
+_array_door.register_integration("jax", _load_jax)
+_array_door.register_integration("torch", _load_torch)
 
 
 __all__ = [

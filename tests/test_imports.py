@@ -208,3 +208,20 @@ def test_no_import_inside_a_function_rebinds_a_module_level_name():
                                   for name in ((a.asname or a.name).split(".")[0] for a in node.names)
                                   if name in top]
     assert offenders == []
+
+
+def test_the_package_attribute_of_a_submodule_is_that_submodule():
+    """``from pyblasgemm import _arrays`` (and ``from . import _arrays`` in a module imported
+    after the package) gives the ``_arrays`` submodule: the package's own names never take a
+    submodule's (``from . import arrays as _arrays`` in __init__ once made a lazily imported
+    module get the array door instead)."""
+    import importlib
+
+    # (public names may be a module's function on purpose: pyblasgemm.gemm, pyblasgemm.matmul;
+    # a private one is only ever the module)
+    for path in sorted(PACKAGE.glob("_*.py")):
+        name = path.stem
+        if name in ("__init__", "__main__"):
+            continue
+        module = importlib.import_module(f"pyblasgemm.{name}")
+        assert getattr(pyblasgemm, name, module) is module, name
