@@ -35,6 +35,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.grouped_fused import _graph_us, run_cases  # noqa: E402
+from bench.grouped_tiles import moe_layer  # noqa: E402
 from bench.timing import event_median_s  # noqa: E402
 
 #: (experts, most rows an expert gets, k, n): the issue's small-expert layers (64 and 128
@@ -54,21 +55,13 @@ def case(experts, max_rows, k, n) -> dict:
     from pyblasgemm.kernels.grouped import GroupedLaunch, grouped_config
     from pyblasgemm.kernels.sm90 import Sm90GroupedLaunch
 
-    sizes = np.random.default_rng(5).integers(0, max_rows + 1, experts)
-    ends = np.cumsum(sizes)
-    rows = int(ends[-1])
+    ends, rows, a, b, dev_ends, ta, tb, offs = moe_layer(experts, max_rows, k, n)
     big = 2.0 * rows * k * n > 1e11
-    a = cp.random.uniform(-1, 1, (rows, k), dtype=cp.float32).astype(ml_dtypes.bfloat16)
-    b = (cp.random.uniform(-1, 1, (experts, k, n), dtype=cp.float32) / 64).astype(ml_dtypes.bfloat16)
-    dev_ends = cp.asarray(ends.astype(np.int32))
-    ta = torch.as_tensor(a.view(cp.uint16), device="cuda").view(torch.bfloat16)
-    tb = torch.as_tensor(b.view(cp.uint16), device="cuda").view(torch.bfloat16)
-    offs = torch.as_tensor(ends.astype(np.int32), device="cuda")
     ref = torch._grouped_mm(ta, tb, offs=offs).float()
     flops = 2.0 * rows * k * n
     layer_bytes = experts * k * n * 2 + rows * k * 2 + rows * n * 2
     row = {"experts": experts, "max_rows": max_rows, "k": k, "n": n, "tokens": rows, "mean_rows": rows / experts,
-           "empty_experts": int((sizes == 0).sum()), "layer_bytes": layer_bytes, "flops": flops, "checks": {}}
+           "empty_experts": int((np.diff(ends, prepend=0) == 0).sum()), "layer_bytes": layer_bytes, "flops": flops, "checks": {}}
 
     def values(out):
         return dict(weights=b.data.ptr, tokens=a.data.ptr, out=out.data.ptr, bias=0, scale_w=0, scale_x=0,
@@ -100,7 +93,7 @@ def case(experts, max_rows, k, n) -> dict:
     mv = values(mout)
     steady[f"mma.sync ({mma_cfg.name})"] = lambda: mma.launch_offsets(experts, dev_ends.data.ptr, 4, mv, fused=True)
     pub = cp.empty((rows, n), ml_dtypes.bfloat16)
-    note_route(None)        # (the loop over groups records no route: the line would be the last case's)
+    note_route(None)        # (what this call records, not a line left by the previous case)
     pb.grouped_matmul(a, b, offsets=dev_ends, out=pub)
     row["public_route"] = last_route()
     steady["public call (grouped_matmul)"] = lambda: pb.grouped_matmul(a, b, offsets=dev_ends, out=pub)

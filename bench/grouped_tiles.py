@@ -43,6 +43,27 @@ def _configs():
             KernelConfig(bm=64, bn=64, warps_m=2, warps_n=2, stages=4, **g)]       # 4 warps, 3 CTAs/SM
 
 
+def moe_layer(experts: int, max_rows: int, k: int, n: int):
+    """A bfloat16 mixture-of-experts layer of the grouped benches: token counts uniform in
+    ``[0, max_rows]`` per expert (numpy seed 5), tokens uniform in [-1, 1], weights a 64th of
+    that; ``(ends, rows, a, b, dev_ends, ta, tb, offs)``: host end offsets, the token count, the
+    CuPy tokens and weights, the offsets on the GPU (int32), and the same bytes as torch tensors
+    and ``offs``."""
+    import cupy as cp
+    import ml_dtypes
+    import torch
+
+    ends = np.cumsum(np.random.default_rng(5).integers(0, max_rows + 1, experts))
+    rows = int(ends[-1])
+    a = cp.random.uniform(-1, 1, (rows, k), dtype=cp.float32).astype(ml_dtypes.bfloat16)
+    b = (cp.random.uniform(-1, 1, (experts, k, n), dtype=cp.float32) / 64).astype(ml_dtypes.bfloat16)
+    dev_ends = cp.asarray(ends.astype(np.int32))
+    ta = torch.as_tensor(a.view(cp.uint16), device="cuda").view(torch.bfloat16)
+    tb = torch.as_tensor(b.view(cp.uint16), device="cuda").view(torch.bfloat16)
+    offs = torch.as_tensor(ends.astype(np.int32), device="cuda")
+    return ends, rows, a, b, dev_ends, ta, tb, offs
+
+
 def case(experts, max_rows, width, configs) -> dict:
     import cupy as cp
     import ml_dtypes
@@ -50,16 +71,8 @@ def case(experts, max_rows, width, configs) -> dict:
 
     from pyblasgemm.kernels.grouped import GroupedLaunch
 
-    sizes = np.random.default_rng(5).integers(0, max_rows + 1, experts)
-    ends = np.cumsum(sizes)
-    rows, k = int(ends[-1]), width
-    n = width
-    a = cp.random.uniform(-1, 1, (rows, k), dtype=cp.float32).astype(ml_dtypes.bfloat16)
-    b = (cp.random.uniform(-1, 1, (experts, k, n), dtype=cp.float32) / 64).astype(ml_dtypes.bfloat16)
-    dev_ends = cp.asarray(ends.astype(np.int32))
-    ta = torch.as_tensor(a.view(cp.uint16), device="cuda").view(torch.bfloat16)
-    tb = torch.as_tensor(b.view(cp.uint16), device="cuda").view(torch.bfloat16)
-    offs = torch.as_tensor(ends.astype(np.int32), device="cuda")
+    k = n = width
+    ends, rows, a, b, dev_ends, ta, tb, offs = moe_layer(experts, max_rows, k, n)
     ref = torch._grouped_mm(ta, tb, offs=offs)
     row = {"experts": experts, "max_rows": max_rows, "width": width, "tokens": rows,
            "mean_rows": rows / experts, "weight_bytes": experts * k * n * 2, "configs": {}}

@@ -226,13 +226,8 @@ def _out_dtype(routine: str, dtype) -> np.dtype:
     (dtype(bfloat16), dtype('float16'))
     """
     try:
-        return np.dtype(dtype)
+        return np.dtype(arrays.numpy_dtype(dtype))
     except TypeError:
-        name = str(dtype).rpartition(".")[2]
-        if name in OUT_DTYPES:
-            import ml_dtypes
-
-            return np.dtype(getattr(ml_dtypes, name, None) or getattr(np, name))
         raise TypeError(f"{routine}: dtype={dtype!r} is not a dtype; a float8 product is "
                         f"{', '.join(OUT_DTYPES)}") from None
 

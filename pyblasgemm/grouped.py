@@ -24,10 +24,12 @@ int8 (an int32 result, or dequantized with ``scale_a`` / ``scale_b`` to float), 
 (``float8_e4m3fn`` / ``float8_e5m2`` with their scales: the float8 guide's "Grouped float8
 products").
 
-How it runs: on a GPU, float16 / bfloat16 / int8 groups of row-major operands (unit stride
-along rows, 16-byte aligned rows or not) can run as **one persistent launch** of our mma.sync
-kernel walking a device-side table of the problems (:mod:`pyblasgemm.kernels.grouped`), with
-the epilogue (bias, activation, int8 dequantization) fused in its store, where the model puts
+How it runs: on a GPU, float16 / bfloat16 / int8 / float8 groups of row-major operands (unit
+stride along rows, 16-byte aligned rows or not) can run as **one persistent launch** of our
+mma.sync kernel walking a device-side table of the problems (:mod:`pyblasgemm.kernels.grouped`),
+or on sm_90, for float16 / bfloat16 with the sizes on the GPU, of the wgmma/TMA kernel's grouped
+walk (docs/design/hopper-grouped-walk.md), with the epilogue (bias, activation, int8 and float8
+dequantization) fused in its store, where the model puts
 it below the loop (many small groups: the loop's host cost per group is the larger; few large
 ones stay a loop of cuBLAS-speed GEMMs) and always with ``backend="tensorcore"``;
 :func:`pyblasgemm.epilogue.last_route` says which route ran. Everything else (other types, other

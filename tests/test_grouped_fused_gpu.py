@@ -181,18 +181,28 @@ def test_fused_launch_replays_in_a_cuda_graph_with_new_sizes(which):
         stream.begin_capture()
         launch.launch_offsets(groups, offsets.data.ptr, 4, values, fused=True)
         graph = stream.end_capture()
-    for ends in ([rows] * groups, [0] * (groups - 1) + [rows], [1, 8, 41, 298, 299, 306, 339, 596],
-                 [7, 3, 70, 69, 400, 401, 700, 800], [257, 257, 290, 291, 298, 555, 556, 600]):
+    check_graph_replays(case, rng, graph, stream, offsets, out, lambda: case.run(launch, offsets, False),
+                        ([rows] * groups, [0] * (groups - 1) + [rows], [1, 8, 41, 298, 299, 306, 339, 596],
+                         [7, 3, 70, 69, 400, 401, 700, 800], [257, 257, 290, 291, 298, 555, 556, 600]))
+
+
+def check_graph_replays(case, rng, graph, stream, offsets, out, fresh, ends_list):
+    """For each of ``ends_list``: the offsets and tokens changed in place, the captured
+    ``graph`` replayed on ``stream``; its output has the bits of ``fresh()`` (an uncaptured
+    call) and float64's values, and rows past the last end keep their NaN."""
+    import cupy
+
+    for ends in ends_list:
         with stream:        # a non-blocking stream does not wait for writes on the legacy one
             out[...] = cupy.nan
             offsets[...] = cupy.asarray(ends, np.int32)
-            case.ga[...] = cupy.asarray(rng.standard_normal((rows, case.k)).astype(np.float32)
-                                        .astype(ml_dtypes.bfloat16))
+            case.ga[...] = cupy.asarray(rng.standard_normal((case.rows, case.k)).astype(np.float32)
+                                        .astype(case.dtype))
             case.a = case.ga.get()
             graph.launch(stream)
             stream.synchronize()
         with stream:
-            want = case.run(launch, offsets, False)
-        last = _host_ends(ends, rows)[-1]       # (rows past it keep their NaN: checked below)
+            want = fresh()
+        last = _host_ends(ends, case.rows)[-1]      # (rows past it keep their NaN: checked below)
         assert cupy.array_equal(out[:last].view(np.uint16), want[:last].view(np.uint16)), ends
         _check_against_float64(case, out, ends)

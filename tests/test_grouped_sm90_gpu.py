@@ -8,7 +8,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from test_grouped_fused_gpu import Case, _check_against_float64, _host_ends
+from conftest import gpu_cupy
+from test_grouped_fused_gpu import Case, _check_against_float64, _host_ends, check_graph_replays
 
 pytestmark = pytest.mark.gpu
 
@@ -17,12 +18,7 @@ TILES = ("small", "medium", "large")
 
 @pytest.fixture(autouse=True)
 def _hopper():
-    cupy = pytest.importorskip("cupy")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("needs a CUDA device")
-    except cupy.cuda.runtime.CUDARuntimeError:
-        pytest.skip("needs a CUDA device")
+    cupy = gpu_cupy()
     if cupy.cuda.Device().compute_capability != "90":
         pytest.skip("the Hopper grouped walk runs on sm_90")
 
@@ -190,21 +186,9 @@ def test_cuda_graph_replays_new_device_offsets(which):
         stream.begin_capture()
         launch.launch_offsets(groups, offsets.data.ptr, 4, values)
         graph = stream.end_capture()
-    for ends in ([rows] * groups, [0] * (groups - 1) + [rows], [1, 64, 129, 256, 257, 386, 513, 600],
-                 [7, 3, 70, 69, 400, 401, 700, 800], [127, 127, 255, 291, 298, 555, 556, 600]):
-        with stream:
-            out[...] = cupy.nan
-            offsets[...] = cupy.asarray(ends, np.int32)
-            case.ga[...] = cupy.asarray(rng.standard_normal((rows, case.k)).astype(np.float32)
-                                        .astype(ml_dtypes.bfloat16))
-            case.a = case.ga.get()
-            graph.launch(stream)
-            stream.synchronize()
-        with stream:
-            want = case.run(launch, offsets, None)
-        last = _host_ends(ends, rows)[-1]
-        assert cupy.array_equal(_bits(out[:last]), _bits(want[:last])), ends
-        _check_against_float64(case, out, ends)
+    check_graph_replays(case, rng, graph, stream, offsets, out, lambda: case.run(launch, offsets, None),
+                        ([rows] * groups, [0] * (groups - 1) + [rows], [1, 64, 129, 256, 257, 386, 513, 600],
+                         [7, 3, 70, 69, 400, 401, 700, 800], [127, 127, 255, 291, 298, 555, 556, 600]))
 
 
 def test_public_call_takes_the_hopper_walk_and_says_so():
