@@ -170,7 +170,21 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
     # residues of an operand that then runs natively are the price of the rare early exit)
     counts = cupy.zeros(4, cupy.int32)     # non-finite lines, lost lines, guard failures, recount
     line_bits = bits_a = bits_b = None
-    if setting.scaling == "fast":
+    planes, row = setting.planes, spec.inner.k          # (row: kk rounded up to whole 16-byte lines)
+    ares = cupy.empty((planes, m, row), cupy.int8)
+    bres = cupy.empty((planes, nn, row), cupy.int8)
+    sums = cupy.zeros(m + nn, cupy.uint64) if setting.guard else None
+    sum_a, sum_b = (sums[:m], sums[m:]) if setting.guard else (None, None)
+    fast = setting.scaling == "fast"
+    if spec.one_pass is not None:
+        # each operand read once: its lines held on chip between their statistics and residues
+        shape_a, shape_b = spec.one_pass
+        ea, lost_a, bits_a = passes.scale_residues(a_lines[0], m, kk, a_lines[1], a_lines[2], setting.bits, counts,
+                                                   ares, shape_a, sum_a, row=row, fast=fast)
+        eb, lost_b, bits_b = passes.scale_residues(b_lines[0], nn, kk, b_lines[1], b_lines[2], setting.bits, counts,
+                                                   bres, shape_b, sum_b, row=row, fast=fast)
+        line_bits = (bits_a, bits_b) if fast else None
+    elif fast:
         # each line's exponent from its 2-norm (ozaki.split_fast's bits), and its bits for the
         # guard's per-line shifts
         ea, lost_a, bits_a = passes.scale_fast(a_lines[0], m, kk, a_lines[1], a_lines[2], counts)
@@ -179,15 +193,11 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
     else:
         ea, lost_a = passes.scale(a_lines[0], m, kk, a_lines[1], a_lines[2], setting.bits, counts)
         eb, lost_b = passes.scale(b_lines[0], nn, kk, b_lines[1], b_lines[2], setting.bits, counts)
-    planes, row = setting.planes, spec.inner.k          # (row: kk rounded up to whole 16-byte lines)
-    ares = cupy.empty((planes, m, row), cupy.int8)
-    bres = cupy.empty((planes, nn, row), cupy.int8)
-    sums = cupy.zeros(m + nn, cupy.uint64) if setting.guard else None
-    sum_a, sum_b = (sums[:m], sums[m:]) if setting.guard else (None, None)
-    passes.residues(a_lines[0], m, kk, a_lines[1], a_lines[2], ea, ares, setting.bits, sum_a, row=row,
-                    line_bits=bits_a)
-    passes.residues(b_lines[0], nn, kk, b_lines[1], b_lines[2], eb, bres, setting.bits, sum_b, row=row,
-                    line_bits=bits_b)
+    if spec.one_pass is None:
+        passes.residues(a_lines[0], m, kk, a_lines[1], a_lines[2], ea, ares, setting.bits, sum_a, row=row,
+                        line_bits=bits_a)
+        passes.residues(b_lines[0], nn, kk, b_lines[1], b_lines[2], eb, bres, setting.bits, sum_b, row=row,
+                        line_bits=bits_b)
     moduli = spec.inner._replace(batch=setting.count)
     digit_launch = _digit_launch(moduli, spec.digits)
     # the planes column-major m x nn: the moduli's int32 products and the guard's after them,

@@ -21,7 +21,8 @@ import threading
 
 __all__ = ["HEADER", "DIGIT", "DIGIT_WORDS", "digit_table", "digits_host", "BLOCK_STATS", "ELEMENTS", "RECONSTRUCT_KERNELS", "ROWS_DEFAULT", "RESIDUE_KERNELS",
            "RESIDUES_DEFAULT", "element_of", "table_values", "tables_source", "kernel_names", "compile_offline",
-           "get_kernels", "rows_kernel_applies", "residues_kernel_applies", "residues_kernel_for", "OzakiPasses"]
+           "get_kernels", "rows_kernel_applies", "residues_kernel_applies", "residues_kernel_for", "OzakiPasses",
+           "ONE_PASS_CLUSTERS", "one_pass_width", "one_pass_shape", "one_pass_smem", "one_pass_name"]
 
 HEADER = "pyblasgemm/ozaki/ozaki.cuh"
 #: the reconstruction kernels' plane type for the digit planes of the Hopper int8 kernel's digit
@@ -65,6 +66,15 @@ RESIDUES_DEFAULT = "tile16-pipe"
 BLOCK_RESIDUES_TILE = 256
 #: positions a tile of ``ozaki_residues_pipe`` covers
 RESIDUE_TILE_POSITIONS = 128
+#: scaling and residues in one pass (``ozaki_scale_residues``, #34 item 1b): lines a CTA holds
+#: (a line group), its threads, and the unit of a CTA's part of a line (positions)
+ONE_PASS_LINES = 8
+BLOCK_ONE_PASS = 256
+ONE_PASS_CHUNK_UNIT = 128
+#: the cluster sizes of the one-pass kernel (Hopper's portable sizes; 1: no cluster, any GPU)
+ONE_PASS_CLUSTERS = (1, 2, 4, 8)
+#: shared memory a CTA uses besides the line group (its statistics; the driver's 1 KB a block)
+_ONE_PASS_STATIC = 2048
 #: grid dimension y's limit (the residue and reconstruction kernels walk past it)
 _MAX_GRID_Y = 65535
 #: the C++ element type of the operands' and C's real parts, per NumPy dtype kind and size
@@ -189,9 +199,10 @@ def tables_source(count: int) -> str:
             + decl("kOzCrtP", "double", [nch]) + decl("kOzCrtInvP", "double", []))
 
 
-def kernel_names(count: int, element: str = "double") -> list[str]:
-    """The name expressions one moduli count and element type need: stats, scale, the guard's
-    count, residues, both reconstructions.
+def kernel_names(count: int, element: str = "double", arch: str = "sm_80") -> list[str]:
+    """The name expressions one moduli count and element type need on ``arch``: stats, scale,
+    the guard's count, residues, both reconstructions, and the one-pass scaling and residues
+    (:func:`one_pass_name`: its cluster sizes on Hopper).
 
     >>> kernel_names(16)[3:6]
     ['ozaki_residues<16, double>', 'ozaki_reconstruct<16, false, double, int>', 'ozaki_reconstruct<16, true, double, int>']
@@ -201,8 +212,10 @@ def kernel_names(count: int, element: str = "double") -> list[str]:
     'ozaki_line_stats<float>'
     >>> kernel_names(16)[10:12]
     ['ozaki_residues_pipe<16, double, 16>', 'ozaki_residues_pipe<16, double, 8>']
-    >>> kernel_names(16)[-3:-1]               # the digit planes of the Hopper kernel's digit store
+    >>> kernel_names(16)[-4:-2]               # the digit planes of the Hopper kernel's digit store
     ['ozaki_reconstruct_rows<16, true, double, false, unsigned char>', 'ozaki_reconstruct_digits16<16, false, double>']
+    >>> kernel_names(16, arch="sm_90")[-2:]
+    ['ozaki_scale_residues_cluster<16, double, 16, 4>', 'ozaki_scale_residues_cluster<16, double, 16, 8>']
     """
     if element not in ELEMENTS.values():
         raise ValueError(f"element={element!r}: one of 'double', 'float'")
@@ -214,7 +227,8 @@ def kernel_names(count: int, element: str = "double") -> list[str]:
             f"ozaki_residues_pipe<{count}, {element}, {v}>" for v in (16, 8)] + [
             f"ozaki_reconstruct{rows}<{count}, {cplx}, {element}{', false' if rows else ''}, {DIGIT}>"
             for rows in ("", "_rows") for cplx in ("false", "true")] + [
-            f"ozaki_reconstruct_digits16<{count}, {cplx}, {element}>" for cplx in ("false", "true")]
+            f"ozaki_reconstruct_digits16<{count}, {cplx}, {element}>" for cplx in ("false", "true")] + [
+            one_pass_name(count, element, arch, q) for q in ONE_PASS_CLUSTERS if q == 1 or _cc(arch) >= 90]
 
 
 def rows_kernel_applies(prod, m: int, kernel: str = "rows") -> bool:
@@ -267,6 +281,87 @@ def residues_kernel_for(out, length: int) -> str:
                 if k == "words" or residues_kernel_applies(out, length, k))
 
 
+def one_pass_width(arch: str) -> int:
+    """Positions a thread of the one-pass kernel takes (``V``): 16 on Hopper, where its 2 x 16
+    doubles fit the 128 registers of two CTAs an SM without a spill; 8 before (sm_80's ptxas
+    spilled 20 bytes at 16).
+
+    >>> one_pass_width("sm_90a"), one_pass_width("sm_80")
+    (16, 8)
+    """
+    return 16 if _cc(arch) >= 90 else 8
+
+
+def _cc(arch: str) -> int:
+    return int(arch.split("_")[1].rstrip("a"))
+
+
+def one_pass_name(count: int, element: str, arch: str, cluster: int = 1) -> str:
+    """The name expression of the one-pass kernel for ``cluster`` CTAs a line group.
+
+    >>> one_pass_name(16, "double", "sm_90", 8)
+    'ozaki_scale_residues_cluster<16, double, 16, 8>'
+    >>> one_pass_name(16, "float", "sm_80")
+    'ozaki_scale_residues<16, float, 8>'
+    """
+    v = one_pass_width(arch)
+    if cluster == 1:
+        return f"ozaki_scale_residues<{count}, {element}, {v}>"
+    return f"ozaki_scale_residues_cluster<{count}, {element}, {v}, {cluster}>"
+
+
+def one_pass_smem(chunk: int, itemsize: int) -> int:
+    """Dynamic shared memory of a one-pass CTA holding ``chunk`` positions of its 8 lines: two
+    pads per 16 positions and one a line (``ozaki_scale_residues``'s layout).
+
+    >>> one_pass_smem(1024, 8)
+    73792
+    """
+    return ONE_PASS_LINES * (chunk + chunk // 8 + 1) * itemsize
+
+
+def one_pass_shape(lines: int, row: int, itemsize: int, arch) -> tuple[int, int] | None:
+    """``(cluster, chunk)`` of the one-pass kernel for ``lines`` lines written as planes of
+    ``row`` positions (``itemsize``: the operand's real type, 8 or 4), on ``arch`` (a
+    ``planner.arch.ArchSpec``), or None where a line does not fit on chip (the two passes run
+    then: ``ozaki_line_stats`` / ``ozaki_line_scale``, then the residues).
+
+    A cluster of ``cluster`` CTAs holds whole lines of a group, each CTA ``chunk`` positions
+    (a multiple of 128). The first size whose CTA fits two to an SM (its 128 registers a
+    thread allow two; one CTA an SM would leave the SM idle while it loads), else the first
+    that fits one; clusters only on Hopper and later. Where the groups alone would leave SMs
+    idle (few lines), clusters twice as large while a CTA keeps 256 positions (and every CTA
+    some).
+
+    >>> from pyblasgemm.planner import FAMILIES
+    >>> h = FAMILIES["sm_90"]
+    >>> one_pass_shape(8192, 8192, 8, h), one_pass_shape(8192, 1024, 8, h), one_pass_shape(8192, 16384, 8, h)
+    ((8, 1024), (1, 1024), (8, 2048))
+    >>> one_pass_shape(8192, 8192, 8, FAMILIES["sm_80"]), one_pass_shape(8192, 30000, 8, h)
+    (None, None)
+    >>> one_pass_shape(16, 8192, 8, h)          # 2 groups: every cluster of 8 at 1024 positions
+    (8, 1024)
+    """
+    sizes = ONE_PASS_CLUSTERS if tuple(arch.cc) >= (9, 0) else (1,)
+    two = min(arch.smem_per_sm // 2, arch.smem_per_block_optin) - _ONE_PASS_STATIC
+    one = min(arch.smem_per_sm, arch.smem_per_block_optin) - _ONE_PASS_STATIC
+
+    def chunk_of(q):
+        return -(-(-(-row // q)) // ONE_PASS_CHUNK_UNIT) * ONE_PASS_CHUNK_UNIT
+
+    for limit in (two, one):
+        fits = [q for q in sizes if one_pass_smem(chunk_of(q), itemsize) <= limit]
+        if fits:
+            q = fits[0]
+            groups = -(-lines // ONE_PASS_LINES)
+            # (and no CTA of the larger cluster left without a position)
+            while (groups * q < arch.sm_count and q * 2 in sizes and chunk_of(q * 2) >= 2 * ONE_PASS_CHUNK_UNIT
+                   and (2 * q - 1) * chunk_of(2 * q) < row):
+                q *= 2
+            return q, chunk_of(q)
+    return None
+
+
 def _source(count: int) -> str:
     from .jit import PACKAGE_VERSION, header_fingerprint
 
@@ -285,7 +380,7 @@ def compile_offline(count: int, arch: str = "sm_80", element: str = "double", pt
     """
     from .jit import compile_program
 
-    binary, log, _ = compile_program(_source(count), "pyblasgemm_ozaki.cu", kernel_names(count, element), arch,
+    binary, log, _ = compile_program(_source(count), "pyblasgemm_ozaki.cu", kernel_names(count, element, arch), arch,
                                      ptx=ptx, what=f"the Ozaki kernels ({count} moduli, {element})")
     return binary, log
 
@@ -312,7 +407,7 @@ def get_kernels(count: int, device_id: int | None = None, element: str = "double
     hit = _cache.get(key)
     if hit is not None:
         return hit
-    names = kernel_names(count, element)
+    names = kernel_names(count, element, jit.device_target(dev.id))
     kernels = jit.load_kernels(_source(count), names, dev.id)
     with _lock:
         _cache[key] = kernels
@@ -420,6 +515,61 @@ class OzakiPasses:
                                     exps, out, *shifts, _null(sums), _null(line_bits)))
         return kernel
 
+    def scale_residues(self, x, lines: int, length: int, s_line: int, s_k: int, bits: int, counts, out,
+                       shape: tuple[int, int], sums=None, row: int | None = None, fast: bool = False):
+        """:meth:`scale` (``fast``: :meth:`scale_fast`) and :meth:`residues` in one pass over the
+        operand (``ozaki_scale_residues``): the same exponents, lost lines, counts, line bits,
+        planes, guard plane and line sums, bit for bit. ``shape``: ``(cluster, chunk)``, from
+        :func:`one_pass_shape` (the plan carries it); ``row`` must be a multiple of the kernel's
+        width (16 on Hopper, 8 before) and ``out`` 16-byte aligned, as for the tile kernels.
+        Returns ``(exps, lost, line_bits)`` (``line_bits`` None unless ``fast``).
+
+        Example (on a GPU)::
+
+            counts = cupy.zeros(2, cupy.int32)
+            res = cupy.empty((17, m, k), cupy.int8)
+            shape = one_pass_shape(m, k, 8, arch_for_device(0))
+            exps, lost, _ = passes.scale_residues(a, m, k, k, 1, 55, counts, res, shape, sums)
+        """
+        import cupy
+
+        from ..ozaki import GUARD_HI_BITS, GUARD_SUM_BITS, NORM_J_LOW, _norm_bits
+        from .jit import device_target
+
+        cluster, chunk = shape
+        arch = device_target(self._device)
+        width = one_pass_width(arch)
+        row = length if row is None else row
+        if row < length:
+            raise ValueError(f"row={row}: the planes' rows hold the lines' {length} positions, so row >= {length}")
+        if row % width or out.data.ptr % 16:
+            raise ValueError(f"the one-pass kernel needs row % {width} == 0 and 16-byte aligned planes, got "
+                             f"row={row} and out at {out.data.ptr} (address % 16 = {out.data.ptr % 16})")
+        if cluster not in ONE_PASS_CLUSTERS or (cluster > 1 and _cc(arch) < 90):
+            raise ValueError(f"cluster={cluster}: one of {ONE_PASS_CLUSTERS}, above 1 only on sm_90 or later "
+                             f"(this device is {arch})")
+        if chunk % ONE_PASS_CHUNK_UNIT or cluster * chunk < row:
+            raise ValueError(f"chunk={chunk}: a multiple of {ONE_PASS_CHUNK_UNIT} with cluster * chunk >= row "
+                             f"({cluster} x {chunk} against row={row})")
+        exps = cupy.empty(lines, cupy.int32)
+        lost = cupy.empty(lines, cupy.uint8)
+        line_bits = cupy.empty(lines, cupy.int32) if fast else None
+        table = _thresholds(self.count, length, self._device) if fast else None
+        g = _norm_bits(length)
+        k_contig = int(s_k == 1 and s_line != 1)
+        smem = one_pass_smem(chunk, x.dtype.itemsize)
+        kern = self._k[one_pass_name(self.count, self.element, arch, cluster)]
+        if smem > _smem_allowed.get(kern.ptr, 48 * 1024):       # past 48 KB: the opt-in, once a size
+            kern.allow_dynamic_shared_memory(smem)
+            _smem_allowed[kern.ptr] = smem
+        grid = (-(-lines // ONE_PASS_LINES) * cluster, 1, 1)
+        kern(grid, (BLOCK_ONE_PASS, 1, 1), (
+            x, _ll(lines), _ll(length), _ll(row), _ll(s_line), _ll(s_k), _i(k_contig), _i(chunk), _i(bits),
+            exps, lost, counts, _null(table), _i(0 if table is None else table.size), _i(NORM_J_LOW), _i(g),
+            _null(line_bits), out, _i(max(bits - GUARD_HI_BITS, 0)), _i(max(bits - GUARD_SUM_BITS, 0)), _null(sums)),
+            shared_mem=smem)
+        return exps, lost, line_bits
+
     def guard_count(self, low, m: int, n: int, is_complex: bool, lost_a, lost_b, guard, line_bits=None) -> None:
         """Add to ``guard``'s counter the elements outside the lost lines whose error bound the
         guard cannot prove, from the guard plane's product ``low`` (column-major m x n, 2n
@@ -492,6 +642,8 @@ class OzakiPasses:
 
 
 _sms: dict = {}
+#: the one-pass kernels' dynamic shared memory opted in so far, per kernel address
+_smem_allowed: dict = {}
 #: (count, norm bits, device) -> :func:`pyblasgemm.ozaki.norm_thresholds` on that device (at
 #: most 75 uint64 each; k enters only through ``_norm_bits(k)``, so few tables): uploaded once
 _threshold_tables: dict = {}

@@ -49,6 +49,11 @@ PASS_DRAM_EFFICIENCY = 0.5
 #: GB at 8192^2, a quarter of that as digits (docs/design/ozaki-residue-planes.md). False: the
 #: int32 planes everywhere (the tests plan both, with a fresh plan cache; the bits are the same)
 DIGITS = True
+#: Ozaki: the scaling and the residues of each operand in one pass over it
+#: (``ozaki_kernels.one_pass_shape``: lines held on chip by a CTA or a cluster of them) where its
+#: lines fit; False: the statistics pass, then the residues (the tests plan both, with a fresh
+#: plan cache; the bits are the same)
+ONE_PASS = True
 #: Ozaki: the residue planes' rows (the moduli GEMM's k) are a whole number of this many bytes,
 #: zeros past the operand's k (ozaki_kernels.OzakiPasses.residues' ``row``): the Hopper
 #: kernel's TMA needs 16-byte aligned leading dimensions, and k = 1000 otherwise packed all
@@ -72,6 +77,9 @@ class CompositeSpec(NamedTuple):
     #: Ozaki: the plan of the moduli's GEMM (batch = moduli) when it runs with the digit store
     #: (:data:`DIGITS`; executed bound with ``kernels.jit.EPI_RESIDUE``), else None
     digits: Plan | None = None
+    #: Ozaki: ``((cluster, chunk) of A's lines, of B's)`` where the scaling and the residues run
+    #: in one pass (:data:`ONE_PASS`, ``ozaki_kernels.one_pass_shape``), else None
+    one_pass: tuple | None = None
 
     def explain_lines(self) -> list:
         """Lines for :meth:`Plan.explain`.
@@ -88,7 +96,10 @@ class CompositeSpec(NamedTuple):
         bound = [f"  error: {self.setting.bound()}"] if self.setting is not None else []
         digits = (f"; the moduli's {self.digits.config.name} stores each product's CRT digit (a byte)"
                   if self.digits is not None else "")
-        return [f"composite: {what}"] + bound + [
+        passes = []
+        if self.setting is not None:
+            passes = [f"  scaling and residues: {_one_pass_words(self.one_pass)}"]
+        return [f"composite: {what}"] + bound + passes + [
                 f"  inner GEMM: {self.inner.routine} m={self.inner.m} n={self.inner.n} k={self.inner.k} "
                 f"batch={self.inner.batch} on {inner.backend}{cfg}, predicted {inner.predicted_s * 1e6:.1f} us"
                 f"{digits}",
@@ -123,10 +134,50 @@ def inner_problem(desc: GemmDesc, setting=None) -> GemmDesc:
                      ldc=m, device=desc.device)
 
 
-def _passes_bytes(desc: GemmDesc, kind: str, count: int, digit_planes: int = 0, fast: bool = False) -> float:
+def _one_pass_words(one_pass) -> str:
+    """How the plan scales and splits its operands, for :meth:`CompositeSpec.explain_lines`.
+
+    >>> _one_pass_words(((1, 1024), (8, 1024)))
+    'one pass over each operand (A: 1 CTA of 1024 positions a line group; B: clusters of 8 CTAs of 1024)'
+    >>> _one_pass_words(None)
+    'a statistics pass, then the residues (the lines do not fit on chip)'
+    """
+    if one_pass is None:
+        return "a statistics pass, then the residues (the lines do not fit on chip)"
+
+    def one(name, shape):
+        q, chunk = shape
+        return f"{name}: 1 CTA of {chunk} positions a line group" if q == 1 else \
+            f"{name}: clusters of {q} CTAs of {chunk}"
+    return f"one pass over each operand ({one('A', one_pass[0])}; {one('B', one_pass[1])})"
+
+
+def _one_pass(desc: GemmDesc, inner: GemmDesc, arch) -> tuple | None:
+    """The one-pass shapes of A's and B's lines (:data:`ONE_PASS`), or None where either does
+    not fit (both then take the two passes).
+
+    >>> from pyblasgemm.planner import FAMILIES, make_desc
+    >>> from pyblasgemm.ozaki import setting
+    >>> d = make_desc(8192, 8192, 8192, "float64", compute="int8-ozaki")
+    >>> _one_pass(d, inner_problem(d, setting(8192)), FAMILIES["sm_90"])
+    ((8, 1024), (8, 1024))
+    """
+    from ..kernels.ozaki_kernels import one_pass_shape
+
+    if not ONE_PASS:
+        return None
+    real = desc.row.ab_dtype.itemsize // (2 if desc.row.is_complex else 1)
+    a = one_pass_shape(inner.m, inner.k, real, arch)
+    b = one_pass_shape(inner.n, inner.k, real, arch)
+    return (a, b) if a is not None and b is not None else None
+
+
+def _passes_bytes(desc: GemmDesc, kind: str, count: int, digit_planes: int = 0, fast: bool = False,
+                  one_pass: bool = False) -> float:
     """DRAM bytes of the passes around the inner GEMM, per batch entry (``digit_planes`` of
     the ``count`` planes are one byte a product: the digit store; ``fast``: the 'fast'
-    scaling's statistics read each operand once more, for the norms)."""
+    scaling's statistics read each operand once more, for the norms; ``one_pass``: the scaling
+    and the residues read each operand once)."""
     m, n, k = desc.m, desc.n, desc.k
     c_rw = desc.row.c_dtype.itemsize * m * n * (2 if desc.beta != 0 else 1)
     if kind == "complex":
@@ -139,7 +190,7 @@ def _passes_bytes(desc: GemmDesc, kind: str, count: int, digit_planes: int = 0, 
     # statistics and residues read each operand twice ('fast': three times); residues write
     # count int8 planes; the reconstruction reads count int32 planes (digit planes: one byte a
     # product)
-    reads = 3 if fast else 2
+    reads = 1 if one_pass else 3 if fast else 2
     return (stacked + reads * real * (mk + kn) + count * (mk + kn) + (4 * count - 3 * digit_planes) * mn
             + c_rw)
 
@@ -184,10 +235,12 @@ def plan_composite(desc: GemmDesc, requested: str, arch, plan_for) -> Plan:
     count = setting.planes if setting is not None else 0
     digits = _digit_plan(inner._replace(batch=setting.count), arch, plan_for) if setting is not None else None
     fast = setting is not None and setting.scaling == "fast"
-    passes = (desc.batch * _passes_bytes(desc, route.composite, count, setting.count if digits else 0, fast)
+    one_pass = _one_pass(desc, inner, arch) if setting is not None else None
+    passes = (desc.batch * _passes_bytes(desc, route.composite, count, setting.count if digits else 0, fast,
+                                         one_pass is not None)
               / (arch.dram_bw * PASS_DRAM_EFFICIENCY) + PASS_HOST_S)
     ours = desc.batch * inner_plan.predicted_s + passes
-    spec = CompositeSpec(route.composite, inner, inner_plan, native, setting, passes, native_s, digits)
+    spec = CompositeSpec(route.composite, inner, inner_plan, native, setting, passes, native_s, digits, one_pass)
     what = (setting.describe() if setting is not None else
             f"one {inner.compute} product of the stacked parts (m={inner.m}, n={inner.n}, k={inner.k})")
     times = (f"{ours * 1e6:.1f} us ({desc.batch} x {inner_plan.predicted_s * 1e6:.1f} us inner GEMM + "

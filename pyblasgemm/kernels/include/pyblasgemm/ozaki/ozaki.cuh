@@ -93,6 +93,63 @@ __device__ __forceinline__ void store_c(float* dst, double v) {
     *dst = r;
 }
 
+constexpr double kOzMaxFinite = 1.7976931348623157e308;
+
+// One element |x| (v) into a line's statistics: the largest (Inf and NaN make it +Inf: NaN fails
+// the comparison) and the smallest nonzero. Both kernels that scale lines call it.
+__device__ __forceinline__ void line_stat_add(double v, double& big, double& small) {
+    big = v <= kOzMaxFinite ? fmax(big, v) : __longlong_as_double(0x7ff0000000000000ULL);
+    if (v != 0.0 && v < small) small = v;
+}
+
+// The 'fast' scaling's w^2 of one element |x| (v) of a line with norm_bits - top = shift:
+// w = ceil(v 2^shift), at least 1 where v != 0 (pyblasgemm.ozaki.split_fast's unit; w <= 2^20)
+__device__ __forceinline__ unsigned long long norm_square(double v, int shift) {
+    // exact: a power of two (a result below 1 may round, and ceil makes it 1 either way)
+    double w = ceil(ldexp(v, shift));
+    if (v != 0.0 && w < 1.0) w = 1.0;
+    const unsigned long long u = (unsigned long long)w;
+    return u * u;
+}
+
+// norm_bits - top of a line whose largest |x| is big (max < 2^top), or kNoNorm for a zero or
+// non-finite line (no W: the first is not scaled, the second runs natively)
+constexpr int kNoNorm = 1 << 30;
+__device__ __forceinline__ int norm_shift(double big, int norm_bits) {
+    int top = 0;
+    if (!(big > 0.0 && big <= kOzMaxFinite)) return kNoNorm;
+    frexp(big, &top);
+    return norm_bits - top;
+}
+
+// One line's scaling from its statistics (ozaki_line_scale's rule, documented there): the
+// exponent e, whether a nonzero element truncates to 0 (lost), the bits it keeps, and whether
+// it is non-finite. norms: W of the line ('fast'), thresholds null otherwise.
+struct LineScale {
+    int e, lost, kept, non_finite;
+};
+__device__ __forceinline__ LineScale line_scale(double b, double smallest, unsigned long long w, int bits,
+                                                const unsigned long long* __restrict__ thresholds,
+                                                int n_thresholds, int j_low, int norm_bits) {
+    LineScale s = {0, 0, 0, 0};
+    if (!(b <= kOzMaxFinite)) {
+        s.non_finite = 1;
+    } else if (b > 0.0) {
+        int top;
+        frexp(b, &top);
+        if (thresholds != nullptr) {
+            int passed = 0;
+            while (passed < n_thresholds && w <= thresholds[passed]) ++passed;
+            s.e = norm_bits - top + (j_low - 1 + passed);
+        } else {
+            s.e = bits - top;
+        }
+        s.kept = s.e + top;
+        s.lost = ldexp(smallest, s.e) < 1.0;
+    }
+    return s;
+}
+
 }  // namespace ozaki
 }  // namespace pyblasgemm
 
@@ -114,7 +171,7 @@ ozaki_line_stats(const T* __restrict__ x, long long lines, long long len, long l
     __shared__ double s_small[32][33];
     __shared__ unsigned long long s_norm[32][33];
     // norm_bits - top of each line (within +-1100: top is a double's exponent), kNoNorm: no W
-    constexpr int kNoNorm = 1 << 30;
+    using pyblasgemm::ozaki::kNoNorm;
     __shared__ int s_shift[32];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int slot = k_contig ? ty : tx;       // which of the block's 32 lines
@@ -123,12 +180,8 @@ ozaki_line_stats(const T* __restrict__ x, long long lines, long long len, long l
     double big = 0.0, small = __longlong_as_double(0x7ff0000000000000ULL);   // +Inf
     if (line < lines) {
         const T* row = x + line * s_line;
-        for (long long t = part; t < len; t += 32) {
-            const double v = fabs(pyblasgemm::ozaki::to_double(row[t * s_k]));   // Inf, NaN kept
-            // Inf and NaN both make the largest +Inf (NaN fails the comparison)
-            big = v <= 1.7976931348623157e308 ? fmax(big, v) : __longlong_as_double(0x7ff0000000000000ULL);
-            if (v != 0.0 && v < small) small = v;
-        }
+        for (long long t = part; t < len; t += 32)                                 // Inf, NaN kept
+            pyblasgemm::ozaki::line_stat_add(fabs(pyblasgemm::ozaki::to_double(row[t * s_k])), big, small);
     }
     s_big[slot][part] = big;
     s_small[slot][part] = small;
@@ -144,9 +197,7 @@ ozaki_line_stats(const T* __restrict__ x, long long lines, long long len, long l
             biggest[mine] = b;
             smallest[mine] = s;
         }
-        int top = 0;
-        if (b > 0.0 && b <= 1.7976931348623157e308) frexp(b, &top);
-        s_shift[tx] = (b > 0.0 && b <= 1.7976931348623157e308) ? norm_bits - top : kNoNorm;
+        s_shift[tx] = pyblasgemm::ozaki::norm_shift(b, norm_bits);
     }
     if (norms == nullptr) return;               // (the same for the whole block)
     __syncthreads();
@@ -154,14 +205,8 @@ ozaki_line_stats(const T* __restrict__ x, long long lines, long long len, long l
     const int shift = s_shift[slot];
     if (line < lines && shift != kNoNorm) {
         const T* row = x + line * s_line;
-        for (long long t = part; t < len; t += 32) {
-            const double v = fabs(pyblasgemm::ozaki::to_double(row[t * s_k]));
-            // exact: a power of two (a result below 1 may round, and ceil makes it 1 either way)
-            double w = ceil(ldexp(v, shift));
-            if (v != 0.0 && w < 1.0) w = 1.0;
-            const unsigned long long u = (unsigned long long)w;        // <= 2^20
-            w2 += u * u;
-        }
+        for (long long t = part; t < len; t += 32)
+            w2 += pyblasgemm::ozaki::norm_square(fabs(pyblasgemm::ozaki::to_double(row[t * s_k])), shift);
     }
     s_norm[slot][part] = w2;
     __syncthreads();
@@ -193,28 +238,14 @@ extern "C" __global__ void ozaki_line_scale(const double* __restrict__ biggest,
                                             int* __restrict__ line_bits) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= lines) return;
-    const double b = biggest[i];
-    int e = 0, is_lost = 0, kept = 0;
-    if (!(b <= 1.7976931348623157e308)) {
-        atomicAdd(counts, 1);
-    } else if (b > 0.0) {
-        int top;
-        frexp(b, &top);
-        if (norms != nullptr) {
-            const unsigned long long w = norms[i];
-            int passed = 0;
-            while (passed < n_thresholds && w <= thresholds[passed]) ++passed;
-            e = norm_bits - top + (j_low - 1 + passed);
-        } else {
-            e = bits - top;
-        }
-        kept = e + top;
-        is_lost = ldexp(smallest[i], e) < 1.0;
-    }
-    exps[i] = e;
-    lost[i] = (unsigned char)is_lost;
-    if (line_bits != nullptr) line_bits[i] = kept;
-    if (is_lost) atomicAdd(counts + 1, 1);
+    const pyblasgemm::ozaki::LineScale sc = pyblasgemm::ozaki::line_scale(
+        biggest[i], smallest[i], norms != nullptr ? norms[i] : 0ULL, bits, norms != nullptr ? thresholds : nullptr,
+        n_thresholds, j_low, norm_bits);
+    if (sc.non_finite) atomicAdd(counts, 1);
+    exps[i] = sc.e;
+    lost[i] = (unsigned char)sc.lost;
+    if (line_bits != nullptr) line_bits[i] = sc.kept;
+    if (sc.lost) atomicAdd(counts + 1, 1);
 }
 
 namespace pyblasgemm {
@@ -576,6 +607,281 @@ ozaki_residues_pipe(const T* __restrict__ x, long long lines, long long len, lon
             [&](int v) { return t + v < len ? to_double(x[line * s_line + (t + v) * s_k]) : 0.0; }, e, dst, plane);
     }
 }
+
+// Scaling and residues in one pass (#34, item 1b): ozaki_line_stats, ozaki_line_scale and
+// ozaki_residues_pipe's outputs, bit for bit, from one read of the operand. The two-pass route
+// reads each operand twice (three times with the 'fast' scaling's norms) because a line's
+// residues need its largest element first. Here a line group of kScaleLines lines stays on chip
+// between the statistics and the residues: CTA q of a cluster of Q holds positions [q chunk,
+// (q + 1) chunk) of the group in shared memory (as the operand's type), so a cluster holds
+// whole lines of up to Q chunk positions (chunk <= 1536 doubles at two CTAs an SM; the host's
+// ozaki_kernels.one_pass_shape picks Q and chunk). The steps, with no early return (every CTA
+// takes every cluster barrier):
+//   1. cp.async of the CTA's part of the group, zeros past len and past the lines (coalesced
+//      along whichever of line / position is contiguous: the strided lines' 8 neighbours are
+//      64 contiguous bytes a position);
+//   2. each line's largest and smallest nonzero |x| over the CTA's part; the cluster's CTAs
+//      read each other's through distributed shared memory (mapa + ld.shared::cluster) and
+//      combine them in the same order, so all hold the same values;
+//   3. 'fast' only: W over the part from the same shared memory (no second read of DRAM),
+//      summed across the cluster in 64-bit integers (the order cannot change W);
+//   4. line_scale (ozaki_line_scale's rule): CTA 0 of the cluster writes exps, lost, line_bits
+//      and counts; every CTA then writes the residue planes of its positions as
+//      ozaki_residues_pipe does (V positions a thread, one V-byte store a plane, the guard's
+//      plane and the line sums), from shared memory.
+// Shared memory: line r at r * stride, position p at p + 2 (p / 16) (two pads per 16, stride =
+// chunk 9/8 + 1, odd in doubles): the fills and the threads' reads stay at two wavefronts a warp
+// (the strided fill spreads a warp's four positions 4 apart in a 16-block for that).
+namespace pyblasgemm {
+namespace ozaki {
+
+constexpr int kScaleLines = 8;
+constexpr int kScaleThreads = 256;
+
+__device__ __forceinline__ int scale_slot(int p) { return p + 2 * (p / 16); }
+
+// the rank of this CTA in its cluster, and the cluster's barriers (all threads of all CTAs);
+// arrive.release / wait.acquire order the shared-memory writes before the other CTAs' reads
+__device__ __forceinline__ unsigned cluster_rank() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+#else
+    return 0;
+#endif
+}
+__device__ __forceinline__ void cluster_arrive() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
+// A 64-bit word at the same shared-memory address in CTA `rank` of the cluster
+__device__ __forceinline__ unsigned long long cluster_load_u64(const void* local, unsigned rank) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+    unsigned long long v;
+    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
+    asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %1, %2;\n"
+                 "ld.shared::cluster.u64 %0, [remote];\n}\n" : "=l"(v) : "r"(addr), "r"(rank) : "memory");
+    return v;
+#else
+    return *static_cast<const unsigned long long*>(local);
+#endif
+}
+
+}  // namespace ozaki
+}  // namespace pyblasgemm
+
+template <int COUNT, typename T, int V, int Q>
+__device__ __forceinline__ void ozaki_scale_residues_body(
+        const T* __restrict__ x, long long lines, long long len, long long row, long long s_line, long long s_k,
+        int k_contig, int chunk, int bits, int* __restrict__ exps, unsigned char* __restrict__ lost,
+        int* __restrict__ counts, const unsigned long long* __restrict__ thresholds, int n_thresholds, int j_low,
+        int norm_bits, int* __restrict__ line_bits, signed char* __restrict__ out, int shift_hi, int shift_sum,
+        unsigned long long* __restrict__ sums) {
+    using namespace pyblasgemm::ozaki;
+    static_assert(V == 8 || V == 16, "V: 8 or 16 positions a thread");
+    constexpr int L = kScaleLines;
+    constexpr int kWarps = kScaleThreads / 32;
+    extern __shared__ __align__(16) unsigned char scale_smem[];
+    T* tile = reinterpret_cast<T*>(scale_smem);
+    // per line: the warps' partials, then the CTA's (read by the cluster), then the line's scale
+    __shared__ double s_big[L][kWarps / 2], s_small[L][kWarps / 2];
+    __shared__ unsigned long long s_norm[L][kWarps / 2];
+    __shared__ unsigned long long c_big[L], c_small[L], c_norm[L];     // doubles as their bits
+    __shared__ int s_shift[L], s_e[L], s_kept[L];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int stride = chunk + chunk / 8 + 1;
+    const unsigned rank = Q > 1 ? cluster_rank() : 0u;
+    const long long line0 = (long long)(blockIdx.x / Q) * L;
+    const long long p0 = (long long)rank * chunk;                        // this CTA's first position
+
+    // 1. the CTA's part of the group into shared memory
+    if (k_contig) {                         // a warp: 32 consecutive positions of one line
+        for (int i = tid; i < L * chunk; i += kScaleThreads) {
+            const int r = i / chunk, p = i % chunk;
+            const long long line = line0 + r, t = p0 + p;
+            const bool in = line < lines && t < len;
+            copy_element_async(&tile[r * stride + scale_slot(p)], in ? x + line * s_line + t : x, in);
+        }
+    } else {                                // a warp: 8 lines x 4 positions, 4 apart in a 16-block
+        for (int i = tid; i < L * chunk; i += kScaleThreads) {
+            const int r = i % L, q = i / L;                      // q: 4 consecutive per warp
+            const int p = (q & ~15) | (((q >> 2) & 3) + 4 * (q & 3));
+            const long long line = line0 + r, t = p0 + p;
+            const bool in = line < lines && t < len;
+            copy_element_async(&tile[r * stride + scale_slot(p)], in ? x + line * s_line + t * s_k : x, in);
+        }
+    }
+    pyblasgemm::cp_async_commit();
+    pyblasgemm::cp_async_wait<0>();
+    __syncthreads();
+
+    // a thread's line and its V-position groups: warp w takes lines 4 (w % 2) .. + 3, 8 lanes
+    // a line, the groups (w / 2) 8 + lane % 8 + 32 i (a warp's stores: 4 runs of 8 V bytes)
+    const int r = (warp % 2) * 4 + lane / 8;
+    const int c0 = (warp / 2) * 8 + lane % 8;
+    const int groups = chunk / V;
+    const T* my = tile + r * stride;
+
+    // 2. the largest and the smallest nonzero |x| of each line
+    double big = 0.0, small = __longlong_as_double(0x7ff0000000000000ULL);
+    for (int c = c0; c < groups; c += 32) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) line_stat_add(fabs(to_double(my[scale_slot(V * c + v)])), big, small);
+    }
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) {
+        big = fmax(big, __shfl_xor_sync(0xffffffffu, big, o));
+        small = fmin(small, __shfl_xor_sync(0xffffffffu, small, o));
+    }
+    if (lane % 8 == 0) {
+        s_big[r][warp / 2] = big;
+        s_small[r][warp / 2] = small;
+    }
+    __syncthreads();
+    if (tid < L) {
+        double b = s_big[tid][0], s = s_small[tid][0];
+#pragma unroll
+        for (int i = 1; i < kWarps / 2; ++i) {
+            b = fmax(b, s_big[tid][i]);
+            s = fmin(s, s_small[tid][i]);
+        }
+        c_big[tid] = __double_as_longlong(b);
+        c_small[tid] = __double_as_longlong(s);
+    }
+    if (Q > 1) {
+        cluster_arrive();
+        cluster_wait();
+    } else {
+        __syncthreads();
+    }
+    // CTA q's word at the same address (Q = 1: this CTA's own)
+    auto shared_of = [](const unsigned long long* word, int q) { return Q > 1 ? cluster_load_u64(word, q) : *word; };
+    double line_big = 0.0, line_small = 0.0;
+    if (tid < L) {                          // every CTA combines the cluster's in rank order
+        line_big = __longlong_as_double(shared_of(&c_big[tid], 0));
+        line_small = __longlong_as_double(shared_of(&c_small[tid], 0));
+        for (int q = 1; q < Q; ++q) {
+            line_big = fmax(line_big, __longlong_as_double(shared_of(&c_big[tid], q)));
+            line_small = fmin(line_small, __longlong_as_double(shared_of(&c_small[tid], q)));
+        }
+        s_shift[tid] = norm_shift(line_big, norm_bits);
+    }
+
+    // 3. 'fast': the line's W from the same shared memory
+    unsigned long long w = 0;
+    if (thresholds != nullptr) {
+        __syncthreads();
+        const int shift = s_shift[r];
+        unsigned long long part = 0;
+        if (shift != kNoNorm) {
+            for (int c = c0; c < groups; c += 32) {
+#pragma unroll
+                for (int v = 0; v < V; ++v) part += norm_square(fabs(to_double(my[scale_slot(V * c + v)])), shift);
+            }
+        }
+#pragma unroll
+        for (int o = 4; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+        if (lane % 8 == 0) s_norm[r][warp / 2] = part;
+        __syncthreads();
+        if (tid < L) {
+            unsigned long long total = 0;
+#pragma unroll
+            for (int i = 0; i < kWarps / 2; ++i) total += s_norm[tid][i];
+            c_norm[tid] = total;
+        }
+        if (Q > 1) {
+            cluster_arrive();
+            cluster_wait();
+        } else {
+            __syncthreads();
+        }
+        if (tid < L) {
+            for (int q = 0; q < Q; ++q) w += shared_of(&c_norm[tid], q);
+        }
+    }
+    // the other CTAs may leave (or nothing more is read remotely) once every CTA is past here
+    if (Q > 1) cluster_arrive();
+
+    // 4. the line's scale, then the residues of this CTA's positions
+    if (tid < L) {
+        const LineScale sc = line_scale(line_big, line_small, w, bits, thresholds, n_thresholds, j_low, norm_bits);
+        s_e[tid] = sc.e;
+        s_kept[tid] = sc.kept;
+        const long long line = line0 + tid;
+        if (rank == 0 && line < lines) {
+            exps[line] = sc.e;
+            lost[line] = (unsigned char)sc.lost;
+            if (line_bits != nullptr) line_bits[line] = sc.kept;
+            if (sc.non_finite) atomicAdd(counts, 1);
+            if (sc.lost) atomicAdd(counts + 1, 1);
+        }
+    }
+    __syncthreads();
+    const long long line = line0 + r;
+    const long long plane = lines * row;
+    const long long end = p0 + chunk < row ? p0 + chunk : row;        // row % V == 0: whole groups
+    const int e = s_e[r];
+    const int sh_hi = line_bits != nullptr ? guard_hi_shift(s_kept[r]) : shift_hi;
+    const int sh_sum = line_bits != nullptr ? guard_sum_shift(s_kept[r]) : shift_sum;
+    for (int c = c0; c < groups; c += 32) {
+        const long long t = p0 + (long long)V * c;
+        const T* src = my + scale_slot(V * c);        // V consecutive positions: one 16-block
+        double a[V], b[V];
+        unsigned hi[V / 4] = {};
+        unsigned long long part = 0;
+        const bool wide = split_elements<V>([&](int v) { return to_double(src[v]); }, e, sums != nullptr, sh_hi,
+                                            sh_sum, a, b, hi, part);
+        if (sums != nullptr) {
+#pragma unroll
+            for (int o = 4; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+            if (lane % 8 == 0 && line < lines && part != 0) atomicAdd(sums + line, part);
+        }
+        if (line >= lines || t >= end) continue;
+        signed char* dst = out + line * row + t;
+        if (sums != nullptr) store_bytes<V>(dst + COUNT * plane, hi);
+        if (!wide) residue_planes<COUNT, V>(a, b, dst, plane);
+        else residue_planes_wide<COUNT, V>([&](int v) { return to_double(src[v]); }, e, dst, plane);
+    }
+    if (Q > 1) cluster_wait();
+}
+
+// One CTA a line group (Q = 1: lines of up to chunk positions), on any architecture
+template <int COUNT, typename T, int V>
+__global__ void __launch_bounds__(pyblasgemm::ozaki::kScaleThreads, 2)
+ozaki_scale_residues(const T* __restrict__ x, long long lines, long long len, long long row, long long s_line,
+                     long long s_k, int k_contig, int chunk, int bits, int* __restrict__ exps,
+                     unsigned char* __restrict__ lost, int* __restrict__ counts,
+                     const unsigned long long* __restrict__ thresholds, int n_thresholds, int j_low, int norm_bits,
+                     int* __restrict__ line_bits, signed char* __restrict__ out, int shift_hi, int shift_sum,
+                     unsigned long long* __restrict__ sums) {
+    ozaki_scale_residues_body<COUNT, T, V, 1>(x, lines, len, row, s_line, s_k, k_contig, chunk, bits, exps, lost,
+                                              counts, thresholds, n_thresholds, j_low, norm_bits, line_bits, out,
+                                              shift_hi, shift_sum, sums);
+}
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+// Clusters of Q CTAs a line group (Hopper): lines of up to Q chunk positions
+template <int COUNT, typename T, int V, int Q>
+__global__ void __cluster_dims__(Q, 1, 1) __launch_bounds__(pyblasgemm::ozaki::kScaleThreads, 2)
+ozaki_scale_residues_cluster(const T* __restrict__ x, long long lines, long long len, long long row,
+                             long long s_line, long long s_k, int k_contig, int chunk, int bits,
+                             int* __restrict__ exps, unsigned char* __restrict__ lost, int* __restrict__ counts,
+                             const unsigned long long* __restrict__ thresholds, int n_thresholds, int j_low,
+                             int norm_bits, int* __restrict__ line_bits, signed char* __restrict__ out,
+                             int shift_hi, int shift_sum, unsigned long long* __restrict__ sums) {
+    ozaki_scale_residues_body<COUNT, T, V, Q>(x, lines, len, row, s_line, s_k, k_contig, chunk, bits, exps, lost,
+                                              counts, thresholds, n_thresholds, j_low, norm_bits, line_bits, out,
+                                              shift_hi, shift_sum, sums);
+}
+#endif
 
 // One element of the exact product from its COUNT residue products (int32, any sign): the
 // integer X in (-P/2, P/2) as float64 (pyblasgemm.ozaki.reconstruct's steps, in its order):

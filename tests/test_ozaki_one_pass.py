@@ -1,0 +1,259 @@
+"""Scaling and residues in one pass (issue 34, item 1b): ``ozaki_scale_residues`` holds a group
+of 8 lines on chip (one CTA, or on Hopper a cluster of up to 8 splitting the positions) between
+their statistics and their residues, so each operand is read once. It must give the two
+passes' outputs bit for bit: exponents, lost lines, the counters, the 'fast' scaling's line
+bits, every residue plane, the guard's plane and the line sums. The host tests pin the shape
+rule (which cluster and part of a line each CTA takes, where it does not fit) and the plan's
+record; the GPU tests (marked gpu) compare the kernels' outputs byte for byte, and the whole
+call with the one pass on and off.
+"""
+import numpy as np
+import pytest
+
+from pyblasgemm.kernels import ozaki_kernels as ok
+from pyblasgemm.planner import FAMILIES
+from conftest import gpu_cupy
+from test_ozaki_residues import _operand
+
+HOPPER, AMPERE = FAMILIES["sm_90"], FAMILIES["sm_80"]
+
+
+@pytest.mark.parametrize("arch", [HOPPER, AMPERE], ids=["sm_90", "sm_80"])
+@pytest.mark.parametrize("itemsize", [8, 4])
+@pytest.mark.parametrize("lines", [1, 9, 64, 8192])
+def test_one_pass_shape_holds_whole_lines_within_shared_memory(arch, itemsize, lines):
+    """Every row from 16 to 40,000: a shape covers the row with whole units of 128 positions,
+    fits the opt-in shared memory, clusters only on Hopper; None exactly where even the largest
+    cluster's CTAs cannot hold their part, and a shape never for a longer row than None."""
+    largest = max(ok.ONE_PASS_CLUSTERS) if tuple(arch.cc) >= (9, 0) else 1
+    seen_none = False
+    for row in range(16, 40_000, 16 * 37):
+        shape = ok.one_pass_shape(lines, row, itemsize, arch)
+        unit = -(-row // largest)
+        fits = ok.one_pass_smem(-(-unit // 128) * 128, itemsize) <= arch.smem_per_block_optin - 2048
+        assert (shape is not None) == fits, (row, shape)
+        if shape is None:
+            seen_none = True
+            continue
+        assert not seen_none, f"row={row} fits after a shorter row did not"
+        q, chunk = shape
+        assert q in ok.ONE_PASS_CLUSTERS and q <= largest
+        assert chunk % 128 == 0 and q * chunk >= row and (q - 1) * chunk < row
+        assert ok.one_pass_smem(chunk, itemsize) <= arch.smem_per_block_optin - 2048
+
+
+def test_one_pass_shape_prefers_two_ctas_an_sm_then_fills_the_sms():
+    """Two CTAs an SM where a cluster size allows it (8192 doubles: clusters of 8 at 1024, not
+    4 at 2048); one CTA an SM only past that (16384: 8 at 2048); few line groups take larger
+    clusters while a CTA keeps 256 positions."""
+    assert ok.one_pass_shape(8192, 8192, 8, HOPPER) == (8, 1024)
+    assert ok.one_pass_shape(8192, 2048, 8, HOPPER) == (2, 1024)
+    assert ok.one_pass_shape(8192, 16384, 8, HOPPER) == (8, 2048)
+    assert ok.one_pass_shape(8192, 16384, 4, HOPPER) == (8, 2048)
+    assert ok.one_pass_shape(64, 2048, 8, HOPPER) == (8, 256)
+    assert ok.one_pass_shape(64, 1024, 8, HOPPER) == (4, 256)
+    assert ok.one_pass_shape(8192, 1536, 8, AMPERE) == (1, 1536)
+    assert ok.one_pass_shape(8192, 4096, 8, AMPERE) is None
+
+
+def test_the_plan_records_the_pass_and_prices_one_read():
+    """The plan carries the shapes (executed as they are: no layer asks again), explain() says
+    which passes run, and the model prices one read of each operand instead of two."""
+    import pyblasgemm
+    from pyblasgemm.planner import composite as planned
+    from pyblasgemm.planner import make_desc, plan_for
+
+    d = make_desc(8192, 8192, 8192, "float64", compute="int8-ozaki")
+    one = plan_for(d, arch=HOPPER)
+    assert one.launch.one_pass == ((8, 1024), (8, 1024))
+    assert "scaling and residues: one pass over each operand (A: clusters of 8 CTAs of 1024; " \
+           "B: clusters of 8 CTAs of 1024)" in one.explain()
+    try:
+        planned.ONE_PASS = False
+        pyblasgemm.clear_plan_cache()
+        two = plan_for(d, arch=HOPPER)
+    finally:
+        planned.ONE_PASS = True
+        pyblasgemm.clear_plan_cache()
+    assert two.launch.one_pass is None and "a statistics pass, then the residues" in two.explain()
+    # one read of A and B fewer: 2 x 8 bytes x 8192^2 at the passes' share of the bandwidth
+    saved = 2 * 8 * 8192**2 / (HOPPER.dram_bw * planned.PASS_DRAM_EFFICIENCY)
+    assert two.launch.passes_s - one.launch.passes_s == pytest.approx(saved, rel=1e-9)
+    far = plan_for(make_desc(256, 256, 30000, "float64", compute="int8-ozaki"), "tensorcore", arch=HOPPER)
+    assert far.launch.one_pass is None
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: the one pass against the two passes on the same operands
+
+_cupy = gpu_cupy
+
+
+def _two_passes(cp, passes, x, lines, length, row, s_line, s_k, bits, fast, guard):
+    counts = cp.zeros(2, cp.int32)
+    if fast:
+        exps, lost, line_bits = passes.scale_fast(x, lines, length, s_line, s_k, counts)
+    else:
+        (exps, lost), line_bits = passes.scale(x, lines, length, s_line, s_k, bits, counts), None
+    out = cp.full((passes.count + 1, lines, row), 77, cp.int8)
+    sums = cp.zeros(lines, cp.uint64) if guard else None
+    passes.residues(x, lines, length, s_line, s_k, exps, out, bits, sums, row=row, line_bits=line_bits)
+    return _host(cp, passes, exps, lost, line_bits, counts, out, sums, guard)
+
+
+def _one_pass(cp, passes, x, lines, length, row, s_line, s_k, bits, fast, guard, shape):
+    counts = cp.zeros(2, cp.int32)
+    out = cp.full((passes.count + 1, lines, row), 77, cp.int8)
+    sums = cp.zeros(lines, cp.uint64) if guard else None
+    exps, lost, line_bits = passes.scale_residues(x, lines, length, s_line, s_k, bits, counts, out, shape, sums,
+                                                  row=row, fast=fast)
+    return _host(cp, passes, exps, lost, line_bits, counts, out, sums, guard)
+
+
+def _host(cp, passes, exps, lost, line_bits, counts, out, sums, guard):
+    planes = out if guard else out[:passes.count]
+    return {"exps": exps.get().tolist(), "lost": lost.get().tolist(), "counts": counts.get().tolist(),
+            "line_bits": None if line_bits is None else line_bits.get().tolist(),
+            "planes": cp.asnumpy(planes).tobytes(), "sums": None if sums is None else sums.get().tolist()}
+
+
+def _shapes(row: int, hopper: bool):
+    """Every cluster size the device runs, each with the smallest chunk covering row."""
+    sizes = ok.ONE_PASS_CLUSTERS if hopper else (1,)
+    return [(q, -(-(-(-row // q)) // 128) * 128) for q in sizes]
+
+
+#: (lines, length, row): lines not a multiple of 8, rows padded past the length, lines of up
+#: to 6 chunks of 128
+CASES = [(5, 16, 16), (9, 128, 128), (37, 1000, 1008), (70, 272, 272), (20, 700, 704), (16, 2048, 2048)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("element", ["double", "float"])
+@pytest.mark.parametrize("fast", [False, True], ids=["default", "fast"])
+@pytest.mark.parametrize("count", [1, 9, 16, 34])
+def test_gpu_one_pass_writes_the_two_passes_bytes(count, fast, element):
+    """Every cluster size, both layouts (line- or position-contiguous, padded strides), with and
+    without the guard: exponents, lost lines, counters, line bits, planes (over a buffer
+    poisoned with 77, the padding's zeros included) and line sums identical to the two passes.
+    The operands have wide exponent ranges per line, zeros, a zero line and subnormals (lost
+    lines at 26 bits)."""
+    cp = _cupy()
+    hopper = cp.cuda.Device().compute_capability >= "90"
+    real = np.float64 if element == "double" else np.float32
+    passes = ok.OzakiPasses(count, None, element)
+    rng = np.random.default_rng(count * 4 + 2 * fast + (element == "float"))
+    for idx, (lines, length, row) in enumerate(CASES):
+        k_contig = (idx + count) % 2 == 0
+        bits = (55, 62, 26)[(idx + count) % 3]
+        host, s_line, s_k = _operand(rng, lines, length, real, k_contig, pad=idx % 3)
+        x = cp.asarray(host)
+        for guard in (True, False):
+            want = _two_passes(cp, passes, x, lines, length, row, s_line, s_k, bits, fast, guard)
+            for shape in _shapes(row, hopper):
+                got = _one_pass(cp, passes, x, lines, length, row, s_line, s_k, bits, fast, guard, shape)
+                for key in want:
+                    assert got[key] == want[key], (key, shape, lines, length, row, k_contig, bits, guard)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fast", [False, True], ids=["default", "fast"])
+def test_gpu_one_pass_counts_non_finite_and_lost_lines_once_per_cluster(fast):
+    """Inf and NaN lines (counted non-finite, their bytes by the word steps), a line past 2^62
+    at its exponent, and lost lines: the counters count each line once, not once per CTA of
+    its cluster."""
+    cp = _cupy()
+    hopper = cp.cuda.Device().compute_capability >= "90"
+    lines, length = 40, 1024
+    passes = ok.OzakiPasses(16)
+    rng = np.random.default_rng(7)
+    vals = rng.standard_normal((lines, length))
+    vals[3, 900] = np.inf
+    vals[4, 17] = np.nan
+    vals[5, 400] = -np.inf
+    vals[6] *= 1e300
+    vals[9, 3] = 1e-200                        # lost at any bits: 1e-200 beside elements near 1
+    vals[10, 1000] = 1e-40
+    x = cp.asarray(vals.ravel())
+    for guard in (True, False):
+        want = _two_passes(cp, passes, x, lines, length, length, length, 1, 55, fast, guard)
+        assert want["counts"][0] == 3 and want["counts"][1] >= 2
+        for shape in _shapes(length, hopper):
+            got = _one_pass(cp, passes, x, lines, length, length, length, 1, 55, fast, guard, shape)
+            assert got == want, (shape, guard)
+
+
+@pytest.mark.gpu
+def test_gpu_one_pass_refuses_what_it_cannot_write():
+    """A row that is not a whole number of the kernel's positions, misaligned planes, a chunk
+    that does not cover the row and a cluster size it has no kernel for: ValueErrors naming
+    the value and the bound, before any launch (the counters stay zero)."""
+    cp = _cupy()
+    passes = ok.OzakiPasses(16)
+    x = cp.ones(64 * 256)
+    counts = cp.zeros(2, cp.int32)
+    out = cp.empty((17, 64, 256), cp.int8)
+    with pytest.raises(ValueError, match="row=250: the planes' rows hold the lines' 256 positions"):
+        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, (1, 256), row=250)
+    with pytest.raises(ValueError, match="chunk=128: a multiple of 128 with cluster \\* chunk >= row"):
+        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, (1, 128))
+    with pytest.raises(ValueError, match="cluster=3"):
+        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, (3, 128))
+    whole = cp.empty(17 * 64 * 256 + 8, cp.int8)
+    with pytest.raises(ValueError, match="address % 16 = 8"):
+        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, whole[8:].reshape(17, 64, 256), (1, 256))
+    assert counts.get().tolist() == [0, 0]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128, np.float32])
+@pytest.mark.parametrize("compute", ["int8-ozaki", "int8-ozaki-fast"])
+@pytest.mark.parametrize("m,n,k,trans", [(130, 70, 257, "NN"), (64, 300, 3000, "TN"), (40, 24, 9000, "NT")])
+def test_gpu_one_pass_call_has_the_two_pass_bits(monkeypatch, dtype, compute, m, n, k, trans):
+    """The whole call with the planner's one pass on and off: the same C, byte for byte, with
+    alpha and beta (k = 9000: clusters of 8 on Hopper; complex: the stacked operands' 2k)."""
+    import pyblasgemm
+    from pyblasgemm.planner import composite as planned
+
+    cp = _cupy()
+    hopper = cp.cuda.Device().compute_capability >= "90"
+    rng = np.random.default_rng(m + n + k)
+    ta, tb = trans
+
+    def mat(rows, cols):
+        x = rng.standard_normal((rows, cols)) * np.exp2(rng.integers(-20, 21, (rows, 1)))
+        if np.dtype(dtype).kind == "c":
+            x = x + 1j * rng.standard_normal((rows, cols))
+        return cp.asfortranarray(cp.asarray(x.astype(dtype)))
+
+    shapes = []
+    real = ok.OzakiPasses.scale_residues
+
+    def spy(self, *args, **kwargs):
+        shapes.append(args[8])
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(ok.OzakiPasses, "scale_residues", spy)
+    a = mat(*((m, k) if ta == "N" else (k, m)))
+    b = mat(*((k, n) if tb == "N" else (n, k)))
+    c = mat(m, n)
+    runs = {}
+    try:
+        for one in (True, False):
+            monkeypatch.setattr(planned, "ONE_PASS", one)
+            pyblasgemm.clear_plan_cache()
+            out = c.copy(order="F")
+            pyblasgemm.gemm(ta, tb, a, b, out, 1.5, -0.5, compute=compute, backend="tensorcore")
+            runs[one] = out.get()
+    finally:
+        pyblasgemm.clear_plan_cache()
+    np.testing.assert_array_equal(runs[True], runs[False])
+    two = 2 if np.dtype(dtype).kind == "c" else 1
+    itemsize = np.dtype(dtype).itemsize // two
+    row = -(-(two * k) // 16) * 16
+    from pyblasgemm.planner.arch import arch_for_device
+
+    arch = arch_for_device(cp.cuda.Device().id)
+    want = [ok.one_pass_shape(m, row, itemsize, arch), ok.one_pass_shape(two * n, row, itemsize, arch)]
+    assert shapes == (want if None not in want else []), (shapes, want)
+    if hopper and k == 9000:
+        assert all(q == 8 for q, _ in shapes), shapes
