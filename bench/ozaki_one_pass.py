@@ -96,7 +96,7 @@ def passes_row(cp, pb, a, b, compute, inner=5, samples=10) -> dict:
     jobs = []               # per operand: (two-pass closure, one-pass closure, outputs of each)
     for (sname, passes, sargs, skw), (_, _, rargs, rkw) in zip(scales, residues):
         x, lines, length, s_line, s_k = sargs[:5]
-        exps, out, bits, sums = rargs[5], rargs[6], rargs[7], rargs[8]
+        out, bits, sums = rargs[6], rargs[7], rargs[8]
         row = rkw.get("row", length)
         shape = ok.one_pass_shape(lines, row, x.dtype.itemsize, arch)
         out1 = cp.empty_like(out)
