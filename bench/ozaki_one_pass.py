@@ -98,7 +98,7 @@ def passes_row(cp, pb, a, b, compute, inner=5, samples=10) -> dict:
         x, lines, length, s_line, s_k = sargs[:5]
         out, bits, sums = rargs[6], rargs[7], rargs[8]
         row = rkw.get("row", length)
-        shape = ok.one_pass_shape(lines, row, x.dtype.itemsize, arch)
+        shape = ok.one_pass_shape(lines, row, x.dtype.itemsize, arch, s_k == 1 and s_line != 1)
         out1 = cp.empty_like(out)
         sums1 = None if sums is None else cp.zeros_like(sums)
         counts1 = cp.zeros(2, cp.int32)

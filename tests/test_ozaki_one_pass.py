@@ -21,39 +21,55 @@ HOPPER, AMPERE = FAMILIES["sm_90"], FAMILIES["sm_80"]
 @pytest.mark.parametrize("arch", [HOPPER, AMPERE], ids=["sm_90", "sm_80"])
 @pytest.mark.parametrize("itemsize", [8, 4])
 @pytest.mark.parametrize("lines", [1, 9, 64, 8192])
-def test_one_pass_shape_holds_whole_lines_within_shared_memory(arch, itemsize, lines):
-    """Every row from 16 to 40,000: a shape covers the row with whole units of 128 positions,
-    fits the opt-in shared memory, clusters only on Hopper; None exactly where even the largest
-    cluster's CTAs cannot hold their part, and a shape never for a longer row than None."""
-    largest = max(ok.ONE_PASS_CLUSTERS) if tuple(arch.cc) >= (9, 0) else 1
+@pytest.mark.parametrize("contiguous", [False, True], ids=["strided", "contiguous"])
+def test_one_pass_shape_holds_whole_lines_within_shared_memory(arch, itemsize, lines, contiguous):
+    """Every row from 16 to 40,000: a shape covers the row with whole units, leaves no CTA of a
+    cluster without positions, fits the opt-in shared memory, clusters only on Hopper; None
+    exactly where even the largest cluster's CTAs cannot hold their part, and a shape never for
+    a longer row than None."""
+    hopper = tuple(arch.cc) >= (9, 0)
+    largest = max(ok.ONE_PASS_CLUSTERS) if hopper else 1
+    per_cta = 1 if contiguous else ok.ONE_PASS_LINES
+    unit = ok.one_pass_unit(per_cta, 16 if hopper else 8)
     seen_none = False
     for row in range(16, 40_000, 16 * 37):
-        shape = ok.one_pass_shape(lines, row, itemsize, arch)
-        unit = -(-row // largest)
-        fits = ok.one_pass_smem(-(-unit // 128) * 128, itemsize) <= arch.smem_per_block_optin - 2048
+        shape = ok.one_pass_shape(lines, row, itemsize, arch, contiguous)
+        part = -(-(-(-row // largest)) // unit) * unit
+        fits = ok.one_pass_smem(part, itemsize, per_cta) <= arch.smem_per_block_optin - 2048
         assert (shape is not None) == fits, (row, shape)
         if shape is None:
             seen_none = True
             continue
         assert not seen_none, f"row={row} fits after a shorter row did not"
-        q, chunk = shape
+        got_lines, q, chunk = shape
+        assert got_lines == per_cta
         assert q in ok.ONE_PASS_CLUSTERS and q <= largest
-        assert chunk % 128 == 0 and q * chunk >= row and (q - 1) * chunk < row
-        assert ok.one_pass_smem(chunk, itemsize) <= arch.smem_per_block_optin - 2048
+        assert chunk % unit == 0 and q * chunk >= row and (q - 1) * chunk < row
+        assert ok.one_pass_smem(chunk, itemsize, per_cta) <= arch.smem_per_block_optin - 2048
 
 
 def test_one_pass_shape_prefers_two_ctas_an_sm_then_fills_the_sms():
-    """Two CTAs an SM where a cluster size allows it (8192 doubles: clusters of 8 at 1024, not
-    4 at 2048); one CTA an SM only past that (16384: 8 at 2048); few line groups take larger
-    clusters while a CTA keeps 256 positions."""
-    assert ok.one_pass_shape(8192, 8192, 8, HOPPER) == (8, 1024)
-    assert ok.one_pass_shape(8192, 2048, 8, HOPPER) == (2, 1024)
-    assert ok.one_pass_shape(8192, 16384, 8, HOPPER) == (8, 2048)
-    assert ok.one_pass_shape(8192, 16384, 4, HOPPER) == (8, 2048)
-    assert ok.one_pass_shape(64, 2048, 8, HOPPER) == (8, 256)
-    assert ok.one_pass_shape(64, 1024, 8, HOPPER) == (4, 256)
-    assert ok.one_pass_shape(8192, 1536, 8, AMPERE) == (1, 1536)
-    assert ok.one_pass_shape(8192, 4096, 8, AMPERE) is None
+    """A contiguous line takes a CTA of its own (no cluster up to 12,288 doubles); strided lines
+    go 8 to a CTA: two CTAs an SM where a cluster size allows it (8192 doubles: clusters of 8 at
+    1024, not 4 at 2048); one CTA an SM only past that (16384: 8 at 2048); few CTAs take larger
+    clusters while a CTA keeps two units."""
+    def shape(*args):
+        got = ok.one_pass_shape(*args)
+        return None if got is None else tuple(got)
+
+    assert shape(8192, 8192, 8, HOPPER, True) == (1, 1, 8192)
+    assert shape(8192, 12288, 8, HOPPER, True) == (1, 1, 12288)
+    assert shape(8192, 16384, 8, HOPPER, True) == (1, 2, 8192)
+    assert shape(8192, 8192, 8, HOPPER) == (8, 8, 1024)
+    assert shape(8192, 2048, 8, HOPPER) == (8, 2, 1024)
+    assert shape(8192, 16384, 8, HOPPER) == (8, 8, 2048)
+    assert shape(8192, 16384, 4, HOPPER) == (8, 8, 2048)
+    assert shape(64, 2048, 8, HOPPER) == (8, 8, 256)
+    assert shape(64, 1024, 8, HOPPER) == (8, 4, 256)
+    assert shape(16, 8192, 8, HOPPER, True) == (1, 8, 1024)
+    assert shape(8192, 1536, 8, AMPERE) == (8, 1, 1536)
+    assert shape(8192, 4096, 8, AMPERE) is None
+    assert shape(8192, 4096, 8, AMPERE, True) == (1, 1, 4096)
 
 
 def test_the_plan_records_the_pass_and_prices_one_read():
@@ -65,9 +81,9 @@ def test_the_plan_records_the_pass_and_prices_one_read():
 
     d = make_desc(8192, 8192, 8192, "float64", compute="int8-ozaki")
     one = plan_for(d, arch=HOPPER)
-    assert one.launch.one_pass == ((8, 1024), (8, 1024))
-    assert "scaling and residues: one pass over each operand (A: clusters of 8 CTAs of 1024; " \
-           "B: clusters of 8 CTAs of 1024)" in one.explain()
+    assert [tuple(s) for s in one.launch.one_pass] == [(8, 8, 1024), (1, 1, 8192)]
+    assert "scaling and residues: one pass over each operand (A: clusters of 8 CTAs of 8 lines x 1024 " \
+           "positions; B: a CTA a line)" in one.explain()
     try:
         planned.ONE_PASS = False
         pyblasgemm.clear_plan_cache()
@@ -81,6 +97,23 @@ def test_the_plan_records_the_pass_and_prices_one_read():
     assert two.launch.passes_s - one.launch.passes_s == pytest.approx(saved, rel=1e-9)
     far = plan_for(make_desc(256, 256, 30000, "float64", compute="int8-ozaki"), "tensorcore", arch=HOPPER)
     assert far.launch.one_pass is None
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+@pytest.mark.parametrize("transa,transb", [("N", "N"), ("N", "T"), ("T", "N"), ("T", "T")])
+def test_contiguous_lines_are_the_lines_the_executor_hands_the_passes(dtype, transa, transb):
+    """The plan's contiguity per operand is the kernel's own test (k_contig: position stride 1,
+    line stride not 1) on the strides composite._ozaki passes, so a CTA of one line is planned
+    exactly where the lines are contiguous."""
+    from pyblasgemm.planner import make_desc
+    from pyblasgemm.planner.composite import contiguous_lines
+
+    d = make_desc(40, 30, 20, dtype, transa=transa, transb=transb)
+    if d.row.is_complex:
+        strides = ((2 * d.k, 1), (1, 2 * d.n))
+    else:
+        strides = ((1, d.lda) if transa == "N" else (d.lda, 1), (d.ldb, 1) if transb == "N" else (1, d.ldb))
+    assert contiguous_lines(d) == tuple(s_k == 1 and s_line != 1 for s_line, s_k in strides)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,9 +151,14 @@ def _host(cp, passes, exps, lost, line_bits, counts, out, sums, guard):
 
 
 def _shapes(row: int, hopper: bool):
-    """Every cluster size the device runs, each with the smallest chunk covering row."""
+    """Every lines-a-CTA and cluster size the device runs, each with the smallest chunk covering
+    row."""
     sizes = ok.ONE_PASS_CLUSTERS if hopper else (1,)
-    return [(q, -(-(-(-row // q)) // 128) * 128) for q in sizes]
+    shapes = []
+    for lines in (1, ok.ONE_PASS_LINES):
+        unit = ok.one_pass_unit(lines, 16 if hopper else 8)
+        shapes += [ok.OnePassShape(lines, q, -(-(-(-row // q)) // unit) * unit) for q in sizes]
+    return shapes
 
 
 #: (lines, length, row): lines not a multiple of 8, rows padded past the length, lines of up
@@ -194,14 +232,18 @@ def test_gpu_one_pass_refuses_what_it_cannot_write():
     counts = cp.zeros(2, cp.int32)
     out = cp.empty((17, 64, 256), cp.int8)
     with pytest.raises(ValueError, match="row=250: the planes' rows hold the lines' 256 positions"):
-        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, (1, 256), row=250)
+        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, (8, 1, 256), row=250)
     with pytest.raises(ValueError, match="chunk=128: a multiple of 128 with cluster \\* chunk >= row"):
-        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, (1, 128))
+        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, (8, 1, 128))
+    with pytest.raises(ValueError, match="chunk=384: a multiple of (512|256) with cluster"):
+        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, (1, 1, 384))
     with pytest.raises(ValueError, match="cluster=3"):
-        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, (3, 128))
+        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, (8, 3, 128))
+    with pytest.raises(ValueError, match="lines=4: a CTA holds 1 or 8 lines"):
+        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, (4, 1, 256))
     whole = cp.empty(17 * 64 * 256 + 8, cp.int8)
     with pytest.raises(ValueError, match="address % 16 = 8"):
-        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, whole[8:].reshape(17, 64, 256), (1, 256))
+        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, whole[8:].reshape(17, 64, 256), (8, 1, 256))
     assert counts.get().tolist() == [0, 0]
 
 
@@ -253,7 +295,10 @@ def test_gpu_one_pass_call_has_the_two_pass_bits(monkeypatch, dtype, compute, m,
     from pyblasgemm.planner.arch import arch_for_device
 
     arch = arch_for_device(cp.cuda.Device().id)
-    want = [ok.one_pass_shape(m, row, itemsize, arch), ok.one_pass_shape(two * n, row, itemsize, arch)]
+    # (complex: A2's rows contiguous, B2's columns strided)
+    contiguous = (True, False) if two == 2 else (ta != "N", tb == "N")
+    want = [ok.one_pass_shape(m, row, itemsize, arch, contiguous[0]),
+            ok.one_pass_shape(two * n, row, itemsize, arch, contiguous[1])]
     assert shapes == (want if None not in want else []), (shapes, want)
     if hopper and k == 9000:
-        assert all(q == 8 for q, _ in shapes), shapes
+        assert [s.cluster for s in shapes if s.lines == 8] == [8], shapes

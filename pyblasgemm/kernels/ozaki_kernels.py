@@ -16,13 +16,14 @@ Nothing here imports CuPy or compiles at import time.
 """
 from __future__ import annotations
 
-import math
 import threading
+from typing import NamedTuple
 
 __all__ = ["HEADER", "DIGIT", "DIGIT_WORDS", "digit_table", "digits_host", "BLOCK_STATS", "ELEMENTS", "RECONSTRUCT_KERNELS", "ROWS_DEFAULT", "RESIDUE_KERNELS",
            "RESIDUES_DEFAULT", "element_of", "table_values", "tables_source", "kernel_names", "compile_offline",
            "get_kernels", "rows_kernel_applies", "residues_kernel_applies", "residues_kernel_for", "OzakiPasses",
-           "ONE_PASS_CLUSTERS", "one_pass_width", "one_pass_shape", "one_pass_smem", "one_pass_name"]
+           "ONE_PASS_CLUSTERS", "OnePassShape", "one_pass_width", "one_pass_unit", "one_pass_shape", "one_pass_smem",
+           "one_pass_name"]
 
 HEADER = "pyblasgemm/ozaki/ozaki.cuh"
 #: the reconstruction kernels' plane type for the digit planes of the Hopper int8 kernel's digit
@@ -212,10 +213,10 @@ def kernel_names(count: int, element: str = "double", arch: str = "sm_80") -> li
     'ozaki_line_stats<float>'
     >>> kernel_names(16)[10:12]
     ['ozaki_residues_pipe<16, double, 16>', 'ozaki_residues_pipe<16, double, 8>']
-    >>> kernel_names(16)[-4:-2]               # the digit planes of the Hopper kernel's digit store
+    >>> kernel_names(16)[-5:-3]               # the digit planes of the Hopper kernel's digit store
     ['ozaki_reconstruct_rows<16, true, double, false, unsigned char>', 'ozaki_reconstruct_digits16<16, false, double>']
     >>> kernel_names(16, arch="sm_90")[-2:]
-    ['ozaki_scale_residues_cluster<16, double, 16, 4>', 'ozaki_scale_residues_cluster<16, double, 16, 8>']
+    ['ozaki_scale_residues_cluster<16, double, 16, 8, 4>', 'ozaki_scale_residues_cluster<16, double, 16, 8, 8>']
     """
     if element not in ELEMENTS.values():
         raise ValueError(f"element={element!r}: one of 'double', 'float'")
@@ -228,7 +229,8 @@ def kernel_names(count: int, element: str = "double", arch: str = "sm_80") -> li
             f"ozaki_reconstruct{rows}<{count}, {cplx}, {element}{', false' if rows else ''}, {DIGIT}>"
             for rows in ("", "_rows") for cplx in ("false", "true")] + [
             f"ozaki_reconstruct_digits16<{count}, {cplx}, {element}>" for cplx in ("false", "true")] + [
-            one_pass_name(count, element, arch, q) for q in ONE_PASS_CLUSTERS if q == 1 or _cc(arch) >= 90]
+            one_pass_name(count, element, arch, lines, q) for lines in (1, ONE_PASS_LINES)
+            for q in ONE_PASS_CLUSTERS if q == 1 or _cc(arch) >= 90]
 
 
 def rows_kernel_applies(prod, m: int, kernel: str = "rows") -> bool:
@@ -296,69 +298,98 @@ def _cc(arch: str) -> int:
     return int(arch.split("_")[1].rstrip("a"))
 
 
-def one_pass_name(count: int, element: str, arch: str, cluster: int = 1) -> str:
-    """The name expression of the one-pass kernel for ``cluster`` CTAs a line group.
+class OnePassShape(NamedTuple):
+    """How ``ozaki_scale_residues`` holds its lines on chip: ``lines`` a CTA (1: a line
+    contiguous in memory; :data:`ONE_PASS_LINES`: strided lines, whose neighbours make 64
+    contiguous bytes a position), CTAs a ``cluster`` (Hopper), ``chunk`` positions a CTA."""
 
-    >>> one_pass_name(16, "double", "sm_90", 8)
-    'ozaki_scale_residues_cluster<16, double, 16, 8>'
-    >>> one_pass_name(16, "float", "sm_80")
-    'ozaki_scale_residues<16, float, 8>'
+    lines: int
+    cluster: int
+    chunk: int
+
+
+def one_pass_name(count: int, element: str, arch: str, lines: int = ONE_PASS_LINES, cluster: int = 1) -> str:
+    """The name expression of the one-pass kernel for ``lines`` a CTA and ``cluster`` CTAs a
+    line group.
+
+    >>> one_pass_name(16, "double", "sm_90", 8, 8)
+    'ozaki_scale_residues_cluster<16, double, 16, 8, 8>'
+    >>> one_pass_name(16, "float", "sm_80", 1)
+    'ozaki_scale_residues<16, float, 8, 1>'
     """
     v = one_pass_width(arch)
     if cluster == 1:
-        return f"ozaki_scale_residues<{count}, {element}, {v}>"
-    return f"ozaki_scale_residues_cluster<{count}, {element}, {v}, {cluster}>"
+        return f"ozaki_scale_residues<{count}, {element}, {v}, {lines}>"
+    return f"ozaki_scale_residues_cluster<{count}, {element}, {v}, {lines}, {cluster}>"
 
 
-def one_pass_smem(chunk: int, itemsize: int) -> int:
-    """Dynamic shared memory of a one-pass CTA holding ``chunk`` positions of its 8 lines: two
-    pads per 16 positions and one a line (``ozaki_scale_residues``'s layout).
+def one_pass_unit(lines: int, width: int) -> int:
+    """The positions a CTA's part of a line is a multiple of: every warp then walks its V-groups
+    in step (its shuffles take all 32 lanes): 128 for a group of 8 lines (8 lanes a line), 32 V
+    for one line.
 
-    >>> one_pass_smem(1024, 8)
-    73792
+    >>> one_pass_unit(8, 16), one_pass_unit(1, 16), one_pass_unit(1, 8)
+    (128, 512, 256)
     """
-    return ONE_PASS_LINES * (chunk + chunk // 8 + 1) * itemsize
+    return ONE_PASS_CHUNK_UNIT if lines == ONE_PASS_LINES else 32 * width
 
 
-def one_pass_shape(lines: int, row: int, itemsize: int, arch) -> tuple[int, int] | None:
-    """``(cluster, chunk)`` of the one-pass kernel for ``lines`` lines written as planes of
-    ``row`` positions (``itemsize``: the operand's real type, 8 or 4), on ``arch`` (a
-    ``planner.arch.ArchSpec``), or None where a line does not fit on chip (the two passes run
-    then: ``ozaki_line_stats`` / ``ozaki_line_scale``, then the residues).
+def one_pass_smem(chunk: int, itemsize: int, lines: int = ONE_PASS_LINES) -> int:
+    """Dynamic shared memory of a one-pass CTA holding ``chunk`` positions of its ``lines``
+    lines: two pads per 16 positions and one a line (``ozaki_scale_residues``'s layout).
 
-    A cluster of ``cluster`` CTAs holds whole lines of a group, each CTA ``chunk`` positions
-    (a multiple of 128). The first size whose CTA fits two to an SM (its 128 registers a
-    thread allow two; one CTA an SM would leave the SM idle while it loads), else the first
-    that fits one; clusters only on Hopper and later. Where the groups alone would leave SMs
-    idle (few lines), clusters twice as large while a CTA keeps 256 positions (and every CTA
-    some).
+    >>> one_pass_smem(1024, 8), one_pass_smem(8192, 8, 1)
+    (73792, 73736)
+    """
+    return lines * (chunk + chunk // 8 + 1) * itemsize
+
+
+def one_pass_shape(lines: int, row: int, itemsize: int, arch, contiguous: bool = False) -> OnePassShape | None:
+    """The :class:`OnePassShape` of ``lines`` lines written as planes of ``row`` positions
+    (``itemsize``: the operand's real type, 8 or 4; ``contiguous``: each line contiguous in
+    memory) on ``arch`` (a ``planner.arch.ArchSpec``), or None where a line does not fit on chip
+    (the two passes run then: ``ozaki_line_stats`` / ``ozaki_line_scale``, then the residues).
+
+    A contiguous line takes a CTA of its own: no cluster below 12,288 doubles, so no CTA waits
+    for another's statistics (the first version held every operand as groups of 8 lines in
+    clusters of 8 at 8192^2 and moved 2.44 TB/s against the two passes' 3.1 on an H200,
+    bench/results/ozaki_one_pass_h200_2026-11-29_448aa64.json). Strided lines go 8 to a CTA.
+    A cluster of ``cluster`` CTAs holds whole lines, each CTA ``chunk`` positions (a multiple
+    of :func:`one_pass_unit`). The first size whose CTA fits two to an SM (its 128 registers a
+    thread allow two; one CTA an SM would leave the SM idle while it loads), else the first that
+    fits one; clusters only on Hopper and later. Where the CTAs alone would leave SMs idle (few
+    lines), clusters twice as large while a CTA keeps two units (and every CTA some).
 
     >>> from pyblasgemm.planner import FAMILIES
     >>> h = FAMILIES["sm_90"]
-    >>> one_pass_shape(8192, 8192, 8, h), one_pass_shape(8192, 1024, 8, h), one_pass_shape(8192, 16384, 8, h)
-    ((8, 1024), (1, 1024), (8, 2048))
+    >>> tuple(one_pass_shape(8192, 8192, 8, h)), tuple(one_pass_shape(8192, 8192, 8, h, contiguous=True))
+    ((8, 8, 1024), (1, 1, 8192))
+    >>> tuple(one_pass_shape(8192, 1024, 8, h)), tuple(one_pass_shape(8192, 16384, 8, h))
+    ((8, 1, 1024), (8, 8, 2048))
     >>> one_pass_shape(8192, 8192, 8, FAMILIES["sm_80"]), one_pass_shape(8192, 30000, 8, h)
     (None, None)
-    >>> one_pass_shape(16, 8192, 8, h)          # 2 groups: every cluster of 8 at 1024 positions
-    (8, 1024)
+    >>> tuple(one_pass_shape(16, 8192, 8, h))          # 2 groups: every cluster of 8 at 1024 positions
+    (8, 8, 1024)
     """
+    per_cta = 1 if contiguous else ONE_PASS_LINES
+    unit = one_pass_unit(per_cta, one_pass_width(f"sm_{arch.cc[0]}{arch.cc[1]}"))
     sizes = ONE_PASS_CLUSTERS if tuple(arch.cc) >= (9, 0) else (1,)
     two = min(arch.smem_per_sm // 2, arch.smem_per_block_optin) - _ONE_PASS_STATIC
     one = min(arch.smem_per_sm, arch.smem_per_block_optin) - _ONE_PASS_STATIC
 
     def chunk_of(q):
-        return -(-(-(-row // q)) // ONE_PASS_CHUNK_UNIT) * ONE_PASS_CHUNK_UNIT
+        return -(-(-(-row // q)) // unit) * unit
 
     for limit in (two, one):
-        fits = [q for q in sizes if one_pass_smem(chunk_of(q), itemsize) <= limit]
+        fits = [q for q in sizes if one_pass_smem(chunk_of(q), itemsize, per_cta) <= limit]
         if fits:
             q = fits[0]
-            groups = -(-lines // ONE_PASS_LINES)
+            ctas = -(-lines // per_cta)
             # (and no CTA of the larger cluster left without a position)
-            while (groups * q < arch.sm_count and q * 2 in sizes and chunk_of(q * 2) >= 2 * ONE_PASS_CHUNK_UNIT
+            while (ctas * q < arch.sm_count and q * 2 in sizes and chunk_of(q * 2) >= 2 * unit
                    and (2 * q - 1) * chunk_of(2 * q) < row):
                 q *= 2
-            return q, chunk_of(q)
+            return OnePassShape(per_cta, q, chunk_of(q))
     return None
 
 
@@ -516,11 +547,11 @@ class OzakiPasses:
         return kernel
 
     def scale_residues(self, x, lines: int, length: int, s_line: int, s_k: int, bits: int, counts, out,
-                       shape: tuple[int, int], sums=None, row: int | None = None, fast: bool = False):
+                       shape: OnePassShape, sums=None, row: int | None = None, fast: bool = False):
         """:meth:`scale` (``fast``: :meth:`scale_fast`) and :meth:`residues` in one pass over the
         operand (``ozaki_scale_residues``): the same exponents, lost lines, counts, line bits,
-        planes, guard plane and line sums, bit for bit. ``shape``: ``(cluster, chunk)``, from
-        :func:`one_pass_shape` (the plan carries it); ``row`` must be a multiple of the kernel's
+        planes, guard plane and line sums, bit for bit. ``shape``: an :class:`OnePassShape`
+        (:func:`one_pass_shape`; the plan carries it); ``row`` must be a multiple of the kernel's
         width (16 on Hopper, 8 before) and ``out`` 16-byte aligned, as for the tile kernels.
         Returns ``(exps, lost, line_bits)`` (``line_bits`` None unless ``fast``).
 
@@ -528,7 +559,7 @@ class OzakiPasses:
 
             counts = cupy.zeros(2, cupy.int32)
             res = cupy.empty((17, m, k), cupy.int8)
-            shape = one_pass_shape(m, k, 8, arch_for_device(0))
+            shape = one_pass_shape(m, k, 8, arch_for_device(0), contiguous=True)
             exps, lost, _ = passes.scale_residues(a, m, k, k, 1, 55, counts, res, shape, sums)
         """
         import cupy
@@ -536,7 +567,7 @@ class OzakiPasses:
         from ..ozaki import GUARD_HI_BITS, GUARD_SUM_BITS, NORM_J_LOW, _norm_bits
         from .jit import device_target
 
-        cluster, chunk = shape
+        per_cta, cluster, chunk = shape
         arch = device_target(self._device)
         width = one_pass_width(arch)
         row = length if row is None else row
@@ -545,11 +576,14 @@ class OzakiPasses:
         if row % width or out.data.ptr % 16:
             raise ValueError(f"the one-pass kernel needs row % {width} == 0 and 16-byte aligned planes, got "
                              f"row={row} and out at {out.data.ptr} (address % 16 = {out.data.ptr % 16})")
+        if per_cta not in (1, ONE_PASS_LINES):
+            raise ValueError(f"lines={per_cta}: a CTA holds 1 or {ONE_PASS_LINES} lines")
         if cluster not in ONE_PASS_CLUSTERS or (cluster > 1 and _cc(arch) < 90):
             raise ValueError(f"cluster={cluster}: one of {ONE_PASS_CLUSTERS}, above 1 only on sm_90 or later "
                              f"(this device is {arch})")
-        if chunk % ONE_PASS_CHUNK_UNIT or cluster * chunk < row:
-            raise ValueError(f"chunk={chunk}: a multiple of {ONE_PASS_CHUNK_UNIT} with cluster * chunk >= row "
+        unit = one_pass_unit(per_cta, width)
+        if chunk % unit or cluster * chunk < row:
+            raise ValueError(f"chunk={chunk}: a multiple of {unit} with cluster * chunk >= row "
                              f"({cluster} x {chunk} against row={row})")
         exps = cupy.empty(lines, cupy.int32)
         lost = cupy.empty(lines, cupy.uint8)
@@ -557,12 +591,12 @@ class OzakiPasses:
         table = _thresholds(self.count, length, self._device) if fast else None
         g = _norm_bits(length)
         k_contig = int(s_k == 1 and s_line != 1)
-        smem = one_pass_smem(chunk, x.dtype.itemsize)
-        kern = self._k[one_pass_name(self.count, self.element, arch, cluster)]
+        smem = one_pass_smem(chunk, x.dtype.itemsize, per_cta)
+        kern = self._k[one_pass_name(self.count, self.element, arch, per_cta, cluster)]
         if smem > _smem_allowed.get(kern.ptr, 48 * 1024):       # past 48 KB: the opt-in, once a size
             kern.allow_dynamic_shared_memory(smem)
             _smem_allowed[kern.ptr] = smem
-        grid = (-(-lines // ONE_PASS_LINES) * cluster, 1, 1)
+        grid = (-(-lines // per_cta) * cluster, 1, 1)
         kern(grid, (BLOCK_ONE_PASS, 1, 1), (
             x, _ll(lines), _ll(length), _ll(row), _ll(s_line), _ll(s_k), _i(k_contig), _i(chunk), _i(bits),
             exps, lost, counts, _null(table), _i(0 if table is None else table.size), _i(NORM_J_LOW), _i(g),

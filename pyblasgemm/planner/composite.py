@@ -33,7 +33,8 @@ from ..kinds import base_compute, ozaki_bits, ozaki_scaling, route_of
 from . import model as M
 from .plan import Plan
 
-__all__ = ["CompositeSpec", "plan_composite", "inner_problem", "PASS_HOST_S", "PASS_DRAM_EFFICIENCY", "PLANE_ROW"]
+__all__ = ["CompositeSpec", "plan_composite", "inner_problem", "contiguous_lines", "PASS_HOST_S", "PASS_DRAM_EFFICIENCY",
+           "PLANE_ROW"]
 
 #: host time of a composite call beyond its inner GEMM's (Python, ~8 launches, one counter
 #: read that waits for the GPU). H100, dgemm 1024³ at 16 moduli: 257 µs a call, of which the
@@ -137,8 +138,9 @@ def inner_problem(desc: GemmDesc, setting=None) -> GemmDesc:
 def _one_pass_words(one_pass) -> str:
     """How the plan scales and splits its operands, for :meth:`CompositeSpec.explain_lines`.
 
-    >>> _one_pass_words(((1, 1024), (8, 1024)))
-    'one pass over each operand (A: 1 CTA of 1024 positions a line group; B: clusters of 8 CTAs of 1024)'
+    >>> from pyblasgemm.kernels.ozaki_kernels import OnePassShape
+    >>> _one_pass_words((OnePassShape(1, 1, 8192), OnePassShape(8, 8, 1024)))
+    'one pass over each operand (A: a CTA a line; B: clusters of 8 CTAs of 8 lines x 1024 positions)'
     >>> _one_pass_words(None)
     'a statistics pass, then the residues (the lines do not fit on chip)'
     """
@@ -146,10 +148,30 @@ def _one_pass_words(one_pass) -> str:
         return "a statistics pass, then the residues (the lines do not fit on chip)"
 
     def one(name, shape):
-        q, chunk = shape
-        return f"{name}: 1 CTA of {chunk} positions a line group" if q == 1 else \
-            f"{name}: clusters of {q} CTAs of {chunk}"
+        lines, q, chunk = shape
+        if q == 1:
+            return f"{name}: a CTA a line" if lines == 1 else f"{name}: a CTA of {lines} lines"
+        return f"{name}: clusters of {q} CTAs of {lines} line{'s' if lines > 1 else ''} x {chunk} positions"
     return f"one pass over each operand ({one('A', one_pass[0])}; {one('B', one_pass[1])})"
+
+
+def contiguous_lines(desc: GemmDesc) -> tuple[bool, bool]:
+    """Whether op(A)'s rows and op(B)'s columns (the lines the Ozaki passes scale) are each
+    contiguous in memory, as :mod:`pyblasgemm.composite` hands them to the passes: complex
+    operands through their stacked copies (A2's rows contiguous, B2's columns strided).
+
+    >>> from pyblasgemm.planner import make_desc
+    >>> contiguous_lines(make_desc(64, 64, 64, "float64", transa="T", transb="N"))
+    (True, True)
+    >>> contiguous_lines(make_desc(64, 64, 64, "complex128"))
+    (True, False)
+    """
+    if desc.row.is_complex:
+        return True, False
+    # column-major: A (transa 'N') holds rows strided by 1 position, its transpose contiguous
+    a = desc.transa != "N" and desc.lda != 1
+    b = desc.transb == "N" and desc.ldb != 1
+    return a, b
 
 
 def _one_pass(desc: GemmDesc, inner: GemmDesc, arch) -> tuple | None:
@@ -159,16 +181,17 @@ def _one_pass(desc: GemmDesc, inner: GemmDesc, arch) -> tuple | None:
     >>> from pyblasgemm.planner import FAMILIES, make_desc
     >>> from pyblasgemm.ozaki import setting
     >>> d = make_desc(8192, 8192, 8192, "float64", compute="int8-ozaki")
-    >>> _one_pass(d, inner_problem(d, setting(8192)), FAMILIES["sm_90"])
-    ((8, 1024), (8, 1024))
+    >>> [tuple(s) for s in _one_pass(d, inner_problem(d, setting(8192)), FAMILIES["sm_90"])]
+    [(8, 8, 1024), (1, 1, 8192)]
     """
     from ..kernels.ozaki_kernels import one_pass_shape
 
     if not ONE_PASS:
         return None
     real = desc.row.ab_dtype.itemsize // (2 if desc.row.is_complex else 1)
-    a = one_pass_shape(inner.m, inner.k, real, arch)
-    b = one_pass_shape(inner.n, inner.k, real, arch)
+    a_contig, b_contig = contiguous_lines(desc)
+    a = one_pass_shape(inner.m, inner.k, real, arch, a_contig)
+    b = one_pass_shape(inner.n, inner.k, real, arch, b_contig)
     return (a, b) if a is not None and b is not None else None
 
 

@@ -611,15 +611,15 @@ ozaki_residues_pipe(const T* __restrict__ x, long long lines, long long len, lon
 // Scaling and residues in one pass (#34, item 1b): ozaki_line_stats, ozaki_line_scale and
 // ozaki_residues_pipe's outputs, bit for bit, from one read of the operand. The two-pass route
 // reads each operand twice (three times with the 'fast' scaling's norms) because a line's
-// residues need its largest element first. Here a line group of kScaleLines lines stays on chip
-// between the statistics and the residues: CTA q of a cluster of Q holds positions [q chunk,
-// (q + 1) chunk) of the group in shared memory (as the operand's type), so a cluster holds
-// whole lines of up to Q chunk positions (chunk <= 1536 doubles at two CTAs an SM; the host's
-// ozaki_kernels.one_pass_shape picks Q and chunk). The steps, with no early return (every CTA
-// takes every cluster barrier):
-//   1. cp.async of the CTA's part of the group, zeros past len and past the lines (coalesced
-//      along whichever of line / position is contiguous: the strided lines' 8 neighbours are
-//      64 contiguous bytes a position);
+// residues need its largest element first. Here L lines (a line contiguous in memory: L = 1;
+// strided lines: L = kScaleLines, whose neighbours make 64 contiguous bytes a position) stay on
+// chip between the statistics and the residues: CTA q of a cluster of Q holds positions
+// [q chunk, (q + 1) chunk) of them in shared memory (as the operand's type), so a cluster holds
+// whole lines of up to Q chunk positions (the host's ozaki_kernels.one_pass_shape picks L, Q
+// and chunk: one CTA a contiguous line of up to 12,288 doubles at two CTAs an SM). The steps,
+// with no early return (every CTA takes every cluster barrier):
+//   1. cp.async of the CTA's part, zeros past len and past the lines (coalesced along
+//      whichever of line / position is contiguous);
 //   2. each line's largest and smallest nonzero |x| over the CTA's part; the cluster's CTAs
 //      read each other's through distributed shared memory (mapa + ld.shared::cluster) and
 //      combine them in the same order, so all hold the same values;
@@ -630,7 +630,7 @@ ozaki_residues_pipe(const T* __restrict__ x, long long lines, long long len, lon
 //      ozaki_residues_pipe does (V positions a thread, one V-byte store a plane, the guard's
 //      plane and the line sums), from shared memory.
 // Shared memory: line r at r * stride, position p at p + 2 (p / 16) (two pads per 16, stride =
-// chunk 9/8 + 1, odd in doubles): the fills and the threads' reads stay at two wavefronts a warp
+// chunk 9/8 + 1, odd in doubles): the fills and the group's reads stay at two wavefronts a warp
 // (the strided fill spreads a warp's four positions 4 apart in a 16-block for that).
 namespace pyblasgemm {
 namespace ozaki {
@@ -678,7 +678,7 @@ __device__ __forceinline__ unsigned long long cluster_load_u64(const void* local
 }  // namespace ozaki
 }  // namespace pyblasgemm
 
-template <int COUNT, typename T, int V, int Q>
+template <int COUNT, typename T, int V, int L, int Q>
 __device__ __forceinline__ void ozaki_scale_residues_body(
         const T* __restrict__ x, long long lines, long long len, long long row, long long s_line, long long s_k,
         int k_contig, int chunk, int bits, int* __restrict__ exps, unsigned char* __restrict__ lost,
@@ -687,13 +687,16 @@ __device__ __forceinline__ void ozaki_scale_residues_body(
         unsigned long long* __restrict__ sums) {
     using namespace pyblasgemm::ozaki;
     static_assert(V == 8 || V == 16, "V: 8 or 16 positions a thread");
-    constexpr int L = kScaleLines;
-    constexpr int kWarps = kScaleThreads / 32;
+    static_assert(L == 1 || L == kScaleLines, "L: one line a CTA, or a group of kScaleLines");
+    // lanes of a warp on one line, warps on one line, and a thread's step between its V-groups
+    constexpr int kLanes = L == 1 ? 32 : 8;
+    constexpr int kLineWarps = L == 1 ? kScaleThreads / 32 : 4;
+    constexpr int kStep = kLanes * kLineWarps;
     extern __shared__ __align__(16) unsigned char scale_smem[];
     T* tile = reinterpret_cast<T*>(scale_smem);
     // per line: the warps' partials, then the CTA's (read by the cluster), then the line's scale
-    __shared__ double s_big[L][kWarps / 2], s_small[L][kWarps / 2];
-    __shared__ unsigned long long s_norm[L][kWarps / 2];
+    __shared__ double s_big[L][kLineWarps], s_small[L][kLineWarps];
+    __shared__ unsigned long long s_norm[L][kLineWarps];
     __shared__ unsigned long long c_big[L], c_small[L], c_norm[L];     // doubles as their bits
     __shared__ int s_shift[L], s_e[L], s_kept[L];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -723,33 +726,35 @@ __device__ __forceinline__ void ozaki_scale_residues_body(
     pyblasgemm::cp_async_wait<0>();
     __syncthreads();
 
-    // a thread's line and its V-position groups: warp w takes lines 4 (w % 2) .. + 3, 8 lanes
-    // a line, the groups (w / 2) 8 + lane % 8 + 32 i (a warp's stores: 4 runs of 8 V bytes)
-    const int r = (warp % 2) * 4 + lane / 8;
-    const int c0 = (warp / 2) * 8 + lane % 8;
+    // a thread's line and its V-position groups. A group of 8: warp w takes lines 4 (w % 2) ..
+    // + 3, 8 lanes a line, the groups (w / 2) 8 + lane % 8 + 32 i (a warp's stores: 4 runs of 8
+    // V bytes). One line: thread t the groups t + 256 i (a warp's stores: 32 V bytes in a run).
+    const int r = L == 1 ? 0 : (warp % 2) * 4 + lane / 8;
+    const int c0 = L == 1 ? tid : (warp / 2) * 8 + lane % 8;
+    const int slot_of_warp = L == 1 ? warp : warp / 2;
     const int groups = chunk / V;
     const T* my = tile + r * stride;
 
     // 2. the largest and the smallest nonzero |x| of each line
     double big = 0.0, small = __longlong_as_double(0x7ff0000000000000ULL);
-    for (int c = c0; c < groups; c += 32) {
+    for (int c = c0; c < groups; c += kStep) {
 #pragma unroll
         for (int v = 0; v < V; ++v) line_stat_add(fabs(to_double(my[scale_slot(V * c + v)])), big, small);
     }
 #pragma unroll
-    for (int o = 4; o > 0; o >>= 1) {
+    for (int o = kLanes / 2; o > 0; o >>= 1) {
         big = fmax(big, __shfl_xor_sync(0xffffffffu, big, o));
         small = fmin(small, __shfl_xor_sync(0xffffffffu, small, o));
     }
-    if (lane % 8 == 0) {
-        s_big[r][warp / 2] = big;
-        s_small[r][warp / 2] = small;
+    if (lane % kLanes == 0) {
+        s_big[r][slot_of_warp] = big;
+        s_small[r][slot_of_warp] = small;
     }
     __syncthreads();
     if (tid < L) {
         double b = s_big[tid][0], s = s_small[tid][0];
 #pragma unroll
-        for (int i = 1; i < kWarps / 2; ++i) {
+        for (int i = 1; i < kLineWarps; ++i) {
             b = fmax(b, s_big[tid][i]);
             s = fmin(s, s_small[tid][i]);
         }
@@ -782,19 +787,19 @@ __device__ __forceinline__ void ozaki_scale_residues_body(
         const int shift = s_shift[r];
         unsigned long long part = 0;
         if (shift != kNoNorm) {
-            for (int c = c0; c < groups; c += 32) {
+            for (int c = c0; c < groups; c += kStep) {
 #pragma unroll
                 for (int v = 0; v < V; ++v) part += norm_square(fabs(to_double(my[scale_slot(V * c + v)])), shift);
             }
         }
 #pragma unroll
-        for (int o = 4; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
-        if (lane % 8 == 0) s_norm[r][warp / 2] = part;
+        for (int o = kLanes / 2; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+        if (lane % kLanes == 0) s_norm[r][slot_of_warp] = part;
         __syncthreads();
         if (tid < L) {
             unsigned long long total = 0;
 #pragma unroll
-            for (int i = 0; i < kWarps / 2; ++i) total += s_norm[tid][i];
+            for (int i = 0; i < kLineWarps; ++i) total += s_norm[tid][i];
             c_norm[tid] = total;
         }
         if (Q > 1) {
@@ -831,7 +836,7 @@ __device__ __forceinline__ void ozaki_scale_residues_body(
     const int e = s_e[r];
     const int sh_hi = line_bits != nullptr ? guard_hi_shift(s_kept[r]) : shift_hi;
     const int sh_sum = line_bits != nullptr ? guard_sum_shift(s_kept[r]) : shift_sum;
-    for (int c = c0; c < groups; c += 32) {
+    for (int c = c0; c < groups; c += kStep) {
         const long long t = p0 + (long long)V * c;
         const T* src = my + scale_slot(V * c);        // V consecutive positions: one 16-block
         double a[V], b[V];
@@ -841,8 +846,8 @@ __device__ __forceinline__ void ozaki_scale_residues_body(
                                             sh_sum, a, b, hi, part);
         if (sums != nullptr) {
 #pragma unroll
-            for (int o = 4; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
-            if (lane % 8 == 0 && line < lines && part != 0) atomicAdd(sums + line, part);
+            for (int o = kLanes / 2; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+            if (lane % kLanes == 0 && line < lines && part != 0) atomicAdd(sums + line, part);
         }
         if (line >= lines || t >= end) continue;
         signed char* dst = out + line * row + t;
@@ -853,8 +858,8 @@ __device__ __forceinline__ void ozaki_scale_residues_body(
     if (Q > 1) cluster_wait();
 }
 
-// One CTA a line group (Q = 1: lines of up to chunk positions), on any architecture
-template <int COUNT, typename T, int V>
+// One CTA a line group of L lines (Q = 1: lines of up to chunk positions), on any architecture
+template <int COUNT, typename T, int V, int L>
 __global__ void __launch_bounds__(pyblasgemm::ozaki::kScaleThreads, 2)
 ozaki_scale_residues(const T* __restrict__ x, long long lines, long long len, long long row, long long s_line,
                      long long s_k, int k_contig, int chunk, int bits, int* __restrict__ exps,
@@ -862,14 +867,14 @@ ozaki_scale_residues(const T* __restrict__ x, long long lines, long long len, lo
                      const unsigned long long* __restrict__ thresholds, int n_thresholds, int j_low, int norm_bits,
                      int* __restrict__ line_bits, signed char* __restrict__ out, int shift_hi, int shift_sum,
                      unsigned long long* __restrict__ sums) {
-    ozaki_scale_residues_body<COUNT, T, V, 1>(x, lines, len, row, s_line, s_k, k_contig, chunk, bits, exps, lost,
+    ozaki_scale_residues_body<COUNT, T, V, L, 1>(x, lines, len, row, s_line, s_k, k_contig, chunk, bits, exps, lost,
                                               counts, thresholds, n_thresholds, j_low, norm_bits, line_bits, out,
                                               shift_hi, shift_sum, sums);
 }
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 // Clusters of Q CTAs a line group (Hopper): lines of up to Q chunk positions
-template <int COUNT, typename T, int V, int Q>
+template <int COUNT, typename T, int V, int L, int Q>
 __global__ void __cluster_dims__(Q, 1, 1) __launch_bounds__(pyblasgemm::ozaki::kScaleThreads, 2)
 ozaki_scale_residues_cluster(const T* __restrict__ x, long long lines, long long len, long long row,
                              long long s_line, long long s_k, int k_contig, int chunk, int bits,
@@ -877,7 +882,7 @@ ozaki_scale_residues_cluster(const T* __restrict__ x, long long lines, long long
                              const unsigned long long* __restrict__ thresholds, int n_thresholds, int j_low,
                              int norm_bits, int* __restrict__ line_bits, signed char* __restrict__ out,
                              int shift_hi, int shift_sum, unsigned long long* __restrict__ sums) {
-    ozaki_scale_residues_body<COUNT, T, V, Q>(x, lines, len, row, s_line, s_k, k_contig, chunk, bits, exps, lost,
+    ozaki_scale_residues_body<COUNT, T, V, L, Q>(x, lines, len, row, s_line, s_k, k_contig, chunk, bits, exps, lost,
                                               counts, thresholds, n_thresholds, j_low, norm_bits, line_bits, out,
                                               shift_hi, shift_sum, sums);
 }
