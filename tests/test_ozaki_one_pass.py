@@ -301,4 +301,5 @@ def test_gpu_one_pass_call_has_the_two_pass_bits(monkeypatch, dtype, compute, m,
             ok.one_pass_shape(two * n, row, itemsize, arch, contiguous[1])]
     assert shapes == (want if None not in want else []), (shapes, want)
     if hopper and k == 9000:
-        assert [s.cluster for s in shapes if s.lines == 8] == [8], shapes
+        groups = [s.cluster for s in shapes if s.lines == ok.ONE_PASS_LINES]
+        assert groups and set(groups) == {8}, shapes
