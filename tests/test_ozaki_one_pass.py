@@ -23,14 +23,14 @@ HOPPER, AMPERE = FAMILIES["sm_90"], FAMILIES["sm_80"]
 @pytest.mark.parametrize("lines", [1, 9, 64, 8192])
 @pytest.mark.parametrize("contiguous", [False, True], ids=["strided", "contiguous"])
 def test_one_pass_shape_holds_whole_lines_within_shared_memory(arch, itemsize, lines, contiguous):
-    """Every row from 16 to 40,000: a shape covers the row with whole units, leaves no CTA of a
-    cluster without positions, fits the opt-in shared memory, clusters only on Hopper; None
+    """Every row from 16 to 40,000: a shape covers the row with the fewest whole units a CTA,
+    fits the opt-in shared memory, clusters only on Hopper; None
     exactly where even the largest cluster's CTAs cannot hold their part, and a shape never for
     a longer row than None."""
     hopper = tuple(arch.cc) >= (9, 0)
     largest = max(ok.ONE_PASS_CLUSTERS) if hopper else 1
     per_cta = 1 if contiguous else ok.ONE_PASS_LINES
-    unit = ok.one_pass_unit(per_cta, 16 if hopper else 8)
+    unit = ok.one_pass_unit(per_cta, ok.one_pass_width(f"sm_{arch.cc[0]}{arch.cc[1]}", per_cta))
     seen_none = False
     for row in range(16, 40_000, 16 * 37):
         shape = ok.one_pass_shape(lines, row, itemsize, arch, contiguous)
@@ -41,35 +41,36 @@ def test_one_pass_shape_holds_whole_lines_within_shared_memory(arch, itemsize, l
             seen_none = True
             continue
         assert not seen_none, f"row={row} fits after a shorter row did not"
-        got_lines, q, chunk = shape
+        got_lines, q, chunk, per_sm = shape
+        assert per_sm in (1, 2) and per_sm * (ok.one_pass_smem(chunk, itemsize, per_cta) + 2048) <= arch.smem_per_sm
         assert got_lines == per_cta
         assert q in ok.ONE_PASS_CLUSTERS and q <= largest
-        assert chunk % unit == 0 and q * chunk >= row and (q - 1) * chunk < row
+        assert chunk == -(-(-(-row // q)) // unit) * unit, (row, shape)
         assert ok.one_pass_smem(chunk, itemsize, per_cta) <= arch.smem_per_block_optin - 2048
 
 
 def test_one_pass_shape_prefers_two_ctas_an_sm_then_fills_the_sms():
-    """A contiguous line takes a CTA of its own (no cluster up to 12,288 doubles); strided lines
-    go 8 to a CTA: two CTAs an SM where a cluster size allows it (8192 doubles: clusters of 8 at
-    1024, not 4 at 2048); one CTA an SM only past that (16384: 8 at 2048); few CTAs take larger
-    clusters while a CTA keeps two units."""
+    """Each CTA holds two buffers (the group it computes, the next in flight). A contiguous line
+    takes a CTA of its own, strided lines go 8 to a CTA: the first cluster size whose CTA fits
+    two to an SM (8192 contiguous doubles: clusters of 2 at 4096), else one (8192 strided: 8 at
+    1024, one an SM); few CTAs take larger clusters while a CTA keeps two units."""
     def shape(*args):
         got = ok.one_pass_shape(*args)
         return None if got is None else tuple(got)
 
-    assert shape(8192, 8192, 8, HOPPER, True) == (1, 1, 8192)
-    assert shape(8192, 12288, 8, HOPPER, True) == (1, 1, 12288)
-    assert shape(8192, 16384, 8, HOPPER, True) == (1, 2, 8192)
-    assert shape(8192, 8192, 8, HOPPER) == (8, 8, 1024)
-    assert shape(8192, 2048, 8, HOPPER) == (8, 2, 1024)
-    assert shape(8192, 16384, 8, HOPPER) == (8, 8, 2048)
-    assert shape(8192, 16384, 4, HOPPER) == (8, 8, 2048)
-    assert shape(64, 2048, 8, HOPPER) == (8, 8, 256)
-    assert shape(64, 1024, 8, HOPPER) == (8, 4, 256)
-    assert shape(16, 8192, 8, HOPPER, True) == (1, 8, 1024)
-    assert shape(8192, 1536, 8, AMPERE) == (8, 1, 1536)
+    assert shape(8192, 8192, 8, HOPPER, True) == (1, 2, 4096, 2)
+    assert shape(8192, 4096, 8, HOPPER, True) == (1, 1, 4096, 2)
+    assert shape(8192, 16384, 8, HOPPER, True) == (1, 4, 4096, 2)
+    assert shape(8192, 8192, 8, HOPPER) == (8, 8, 1024, 1)
+    assert shape(8192, 2048, 8, HOPPER) == (8, 4, 512, 2)
+    assert shape(8192, 16384, 8, HOPPER) is None
+    assert shape(8192, 8192, 4, HOPPER) == (8, 8, 1024, 2)
+    assert shape(64, 2048, 8, HOPPER) == (8, 8, 256, 2)
+    assert shape(16, 8192, 8, HOPPER, True) == (1, 8, 1024, 2)
+    assert shape(8192, 768, 8, AMPERE) == (8, 1, 768, 1)
+    assert shape(8192, 512, 8, AMPERE) == (8, 1, 512, 2)
     assert shape(8192, 4096, 8, AMPERE) is None
-    assert shape(8192, 4096, 8, AMPERE, True) == (1, 1, 4096)
+    assert shape(8192, 4096, 8, AMPERE, True) == (1, 1, 4096, 2)
 
 
 def test_the_plan_records_the_pass_and_prices_one_read():
@@ -81,9 +82,9 @@ def test_the_plan_records_the_pass_and_prices_one_read():
 
     d = make_desc(8192, 8192, 8192, "float64", compute="int8-ozaki")
     one = plan_for(d, arch=HOPPER)
-    assert [tuple(s) for s in one.launch.one_pass] == [(8, 8, 1024), (1, 1, 8192)]
+    assert [tuple(s) for s in one.launch.one_pass] == [(8, 8, 1024, 1), (1, 2, 4096, 2)]
     assert "scaling and residues: one pass over each operand (A: clusters of 8 CTAs of 8 lines x 1024 " \
-           "positions; B: a CTA a line)" in one.explain()
+           "positions; B: clusters of 2 CTAs of 1 line x 4096 positions)" in one.explain()
     try:
         planned.ONE_PASS = False
         pyblasgemm.clear_plan_cache()
@@ -156,8 +157,8 @@ def _shapes(row: int, hopper: bool):
     sizes = ok.ONE_PASS_CLUSTERS if hopper else (1,)
     shapes = []
     for lines in (1, ok.ONE_PASS_LINES):
-        unit = ok.one_pass_unit(lines, 16 if hopper else 8)
-        shapes += [ok.OnePassShape(lines, q, -(-(-(-row // q)) // unit) * unit) for q in sizes]
+        unit = ok.one_pass_unit(lines, ok.one_pass_width("sm_90" if hopper else "sm_80", lines))
+        shapes += [ok.OnePassShape(lines, q, -(-(-(-row // q)) // unit) * unit, 1 + (q % 2)) for q in sizes]
     return shapes
 
 
@@ -232,18 +233,18 @@ def test_gpu_one_pass_refuses_what_it_cannot_write():
     counts = cp.zeros(2, cp.int32)
     out = cp.empty((17, 64, 256), cp.int8)
     with pytest.raises(ValueError, match="row=250: the planes' rows hold the lines' 256 positions"):
-        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, (8, 1, 256), row=250)
+        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, ok.OnePassShape(8, 1, 256), row=250)
     with pytest.raises(ValueError, match="chunk=128: a multiple of 128 with cluster \\* chunk >= row"):
-        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, (8, 1, 128))
+        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, ok.OnePassShape(8, 1, 128))
     with pytest.raises(ValueError, match="chunk=384: a multiple of (512|256) with cluster"):
-        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, (1, 1, 384))
+        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, ok.OnePassShape(1, 1, 384))
     with pytest.raises(ValueError, match="cluster=3"):
-        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, (8, 3, 128))
+        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, ok.OnePassShape(8, 3, 128))
     with pytest.raises(ValueError, match="lines=4: a CTA holds 1 or 8 lines"):
-        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, (4, 1, 256))
+        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, out, ok.OnePassShape(4, 1, 256))
     whole = cp.empty(17 * 64 * 256 + 8, cp.int8)
     with pytest.raises(ValueError, match="address % 16 = 8"):
-        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, whole[8:].reshape(17, 64, 256), (8, 1, 256))
+        passes.scale_residues(x, 64, 256, 256, 1, 55, counts, whole[8:].reshape(17, 64, 256), ok.OnePassShape(8, 1, 256))
     assert counts.get().tolist() == [0, 0]
 
 

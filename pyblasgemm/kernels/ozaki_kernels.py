@@ -216,7 +216,7 @@ def kernel_names(count: int, element: str = "double", arch: str = "sm_80") -> li
     >>> kernel_names(16)[-5:-3]               # the digit planes of the Hopper kernel's digit store
     ['ozaki_reconstruct_rows<16, true, double, false, unsigned char>', 'ozaki_reconstruct_digits16<16, false, double>']
     >>> kernel_names(16, arch="sm_90")[-2:]
-    ['ozaki_scale_residues_cluster<16, double, 16, 8, 4>', 'ozaki_scale_residues_cluster<16, double, 16, 8, 8>']
+    ['ozaki_scale_residues_cluster<16, double, 8, 8, 4>', 'ozaki_scale_residues_cluster<16, double, 8, 8, 8>']
     """
     if element not in ELEMENTS.values():
         raise ValueError(f"element={element!r}: one of 'double', 'float'")
@@ -283,15 +283,16 @@ def residues_kernel_for(out, length: int) -> str:
                 if k == "words" or residues_kernel_applies(out, length, k))
 
 
-def one_pass_width(arch: str) -> int:
-    """Positions a thread of the one-pass kernel takes (``V``): 16 on Hopper, where its 2 x 16
-    doubles fit the 128 registers of two CTAs an SM without a spill; 8 before (sm_80's ptxas
-    spilled 20 bytes at 16).
+def one_pass_width(arch: str, lines: int = 1) -> int:
+    """Positions a thread of the one-pass kernel takes (``V``) for ``lines`` a CTA: 16 for a
+    CTA of one line on Hopper, where its 2 x 16 doubles fit the 128 registers of two CTAs an SM
+    without a spill; 8 before (sm_80's ptxas spilled 20 bytes at 16) and for groups of 8 lines
+    (their cluster kernels spilled up to 20 bytes at 16: the walk keeps more state live).
 
-    >>> one_pass_width("sm_90a"), one_pass_width("sm_80")
-    (16, 8)
+    >>> one_pass_width("sm_90a"), one_pass_width("sm_80"), one_pass_width("sm_90", 8)
+    (16, 8, 8)
     """
-    return 16 if _cc(arch) >= 90 else 8
+    return 16 if _cc(arch) >= 90 and lines == 1 else 8
 
 
 def _cc(arch: str) -> int:
@@ -301,11 +302,13 @@ def _cc(arch: str) -> int:
 class OnePassShape(NamedTuple):
     """How ``ozaki_scale_residues`` holds its lines on chip: ``lines`` a CTA (1: a line
     contiguous in memory; :data:`ONE_PASS_LINES`: strided lines, whose neighbours make 64
-    contiguous bytes a position), CTAs a ``cluster`` (Hopper), ``chunk`` positions a CTA."""
+    contiguous bytes a position), CTAs a ``cluster`` (Hopper), ``chunk`` positions a CTA, and
+    its CTAs resident on one SM (``per_sm``: the persistent grid is that many an SM)."""
 
     lines: int
     cluster: int
     chunk: int
+    per_sm: int = 1
 
 
 def one_pass_name(count: int, element: str, arch: str, lines: int = ONE_PASS_LINES, cluster: int = 1) -> str:
@@ -313,11 +316,11 @@ def one_pass_name(count: int, element: str, arch: str, lines: int = ONE_PASS_LIN
     line group.
 
     >>> one_pass_name(16, "double", "sm_90", 8, 8)
-    'ozaki_scale_residues_cluster<16, double, 16, 8, 8>'
+    'ozaki_scale_residues_cluster<16, double, 8, 8, 8>'
     >>> one_pass_name(16, "float", "sm_80", 1)
     'ozaki_scale_residues<16, float, 8, 1>'
     """
-    v = one_pass_width(arch)
+    v = one_pass_width(arch, lines)
     if cluster == 1:
         return f"ozaki_scale_residues<{count}, {element}, {v}, {lines}>"
     return f"ozaki_scale_residues_cluster<{count}, {element}, {v}, {lines}, {cluster}>"
@@ -336,12 +339,13 @@ def one_pass_unit(lines: int, width: int) -> int:
 
 def one_pass_smem(chunk: int, itemsize: int, lines: int = ONE_PASS_LINES) -> int:
     """Dynamic shared memory of a one-pass CTA holding ``chunk`` positions of its ``lines``
-    lines: two pads per 16 positions and one a line (``ozaki_scale_residues``'s layout).
+    lines twice (the group it computes and the next, in flight): two pads per 16 positions and
+    one a line (``ozaki_scale_residues``'s layout).
 
-    >>> one_pass_smem(1024, 8), one_pass_smem(8192, 8, 1)
-    (73792, 73736)
+    >>> one_pass_smem(1024, 8), one_pass_smem(4096, 8, 1)
+    (147584, 73744)
     """
-    return lines * (chunk + chunk // 8 + 1) * itemsize
+    return 2 * lines * (chunk + chunk // 8 + 1) * itemsize
 
 
 def one_pass_shape(lines: int, row: int, itemsize: int, arch, contiguous: bool = False) -> OnePassShape | None:
@@ -350,29 +354,29 @@ def one_pass_shape(lines: int, row: int, itemsize: int, arch, contiguous: bool =
     memory) on ``arch`` (a ``planner.arch.ArchSpec``), or None where a line does not fit on chip
     (the two passes run then: ``ozaki_line_stats`` / ``ozaki_line_scale``, then the residues).
 
-    A contiguous line takes a CTA of its own: no cluster below 12,288 doubles, so no CTA waits
-    for another's statistics (the first version held every operand as groups of 8 lines in
-    clusters of 8 at 8192^2 and moved 2.44 TB/s against the two passes' 3.1 on an H200,
-    bench/results/ozaki_one_pass_h200_2026-11-29_448aa64.json). Strided lines go 8 to a CTA.
-    A cluster of ``cluster`` CTAs holds whole lines, each CTA ``chunk`` positions (a multiple
-    of :func:`one_pass_unit`). The first size whose CTA fits two to an SM (its 128 registers a
-    thread allow two; one CTA an SM would leave the SM idle while it loads), else the first that
-    fits one; clusters only on Hopper and later. Where the CTAs alone would leave SMs idle (few
-    lines), clusters twice as large while a CTA keeps two units (and every CTA some).
+    A contiguous line takes a CTA of its own; strided lines go 8 to a CTA (the first version
+    held every operand as groups of 8 lines, one group a CTA, and moved 2.44 TB/s against the
+    two passes' 3.1 on an H200, bench/results/ozaki_one_pass_h200_2026-11-29_448aa64.json: an
+    SM's CTAs mostly loaded, or computed, at the same time; now each CTA walks its groups with
+    the next one's copies in flight). A cluster of ``cluster`` CTAs holds whole lines, each CTA
+    ``chunk`` positions (a multiple of :func:`one_pass_unit`). The first cluster size whose CTA
+    fits two to an SM (its 128 registers a thread allow two), else the first that fits one;
+    clusters only on Hopper and later. Where the CTAs would leave SMs idle (few lines),
+    clusters twice as large while a CTA keeps two units (and every CTA some).
 
     >>> from pyblasgemm.planner import FAMILIES
     >>> h = FAMILIES["sm_90"]
     >>> tuple(one_pass_shape(8192, 8192, 8, h)), tuple(one_pass_shape(8192, 8192, 8, h, contiguous=True))
-    ((8, 8, 1024), (1, 1, 8192))
-    >>> tuple(one_pass_shape(8192, 1024, 8, h)), tuple(one_pass_shape(8192, 16384, 8, h))
-    ((8, 1, 1024), (8, 8, 2048))
-    >>> one_pass_shape(8192, 8192, 8, FAMILIES["sm_80"]), one_pass_shape(8192, 30000, 8, h)
+    ((8, 8, 1024, 1), (1, 2, 4096, 2))
+    >>> tuple(one_pass_shape(8192, 1024, 8, h)), tuple(one_pass_shape(8192, 8192, 4, h))
+    ((8, 2, 512, 2), (8, 8, 1024, 2))
+    >>> one_pass_shape(8192, 8192, 8, FAMILIES["sm_80"]), one_pass_shape(8192, 16384, 8, h)
     (None, None)
-    >>> tuple(one_pass_shape(16, 8192, 8, h))          # 2 groups: every cluster of 8 at 1024 positions
-    (8, 8, 1024)
+    >>> tuple(one_pass_shape(16, 8192, 8, h, contiguous=True))    # 16 lines: clusters of 8
+    (1, 8, 1024, 2)
     """
     per_cta = 1 if contiguous else ONE_PASS_LINES
-    unit = one_pass_unit(per_cta, one_pass_width(f"sm_{arch.cc[0]}{arch.cc[1]}"))
+    unit = one_pass_unit(per_cta, one_pass_width(f"sm_{arch.cc[0]}{arch.cc[1]}", per_cta))
     sizes = ONE_PASS_CLUSTERS if tuple(arch.cc) >= (9, 0) else (1,)
     two = min(arch.smem_per_sm // 2, arch.smem_per_block_optin) - _ONE_PASS_STATIC
     one = min(arch.smem_per_sm, arch.smem_per_block_optin) - _ONE_PASS_STATIC
@@ -380,7 +384,7 @@ def one_pass_shape(lines: int, row: int, itemsize: int, arch, contiguous: bool =
     def chunk_of(q):
         return -(-(-(-row // q)) // unit) * unit
 
-    for limit in (two, one):
+    for per_sm, limit in ((2, two), (1, one)):
         fits = [q for q in sizes if one_pass_smem(chunk_of(q), itemsize, per_cta) <= limit]
         if fits:
             q = fits[0]
@@ -389,7 +393,9 @@ def one_pass_shape(lines: int, row: int, itemsize: int, arch, contiguous: bool =
             while (ctas * q < arch.sm_count and q * 2 in sizes and chunk_of(q * 2) >= 2 * unit
                    and (2 * q - 1) * chunk_of(2 * q) < row):
                 q *= 2
-            return OnePassShape(per_cta, q, chunk_of(q))
+            per_sm = 2 if 2 * (one_pass_smem(chunk_of(q), itemsize, per_cta) + _ONE_PASS_STATIC) <= \
+                arch.smem_per_sm else 1
+            return OnePassShape(per_cta, q, chunk_of(q), per_sm)
     return None
 
 
@@ -567,9 +573,9 @@ class OzakiPasses:
         from ..ozaki import GUARD_HI_BITS, GUARD_SUM_BITS, NORM_J_LOW, _norm_bits
         from .jit import device_target
 
-        per_cta, cluster, chunk = shape
+        per_cta, cluster, chunk, per_sm = shape
         arch = device_target(self._device)
-        width = one_pass_width(arch)
+        width = one_pass_width(arch, per_cta)
         row = length if row is None else row
         if row < length:
             raise ValueError(f"row={row}: the planes' rows hold the lines' {length} positions, so row >= {length}")
@@ -596,7 +602,9 @@ class OzakiPasses:
         if smem > _smem_allowed.get(kern.ptr, 48 * 1024):       # past 48 KB: the opt-in, once a size
             kern.allow_dynamic_shared_memory(smem)
             _smem_allowed[kern.ptr] = smem
-        grid = (-(-lines // per_cta) * cluster, 1, 1)
+        # persistent: the CTAs resident at once (whole clusters) walk the line groups
+        resident = max(cluster, self._sms * per_sm // cluster * cluster)
+        grid = (min(-(-lines // per_cta) * cluster, resident), 1, 1)
         kern(grid, (BLOCK_ONE_PASS, 1, 1), (
             x, _ll(lines), _ll(length), _ll(row), _ll(s_line), _ll(s_k), _i(k_contig), _i(chunk), _i(bits),
             exps, lost, counts, _null(table), _i(0 if table is None else table.size), _i(NORM_J_LOW), _i(g),

@@ -148,7 +148,7 @@ def _one_pass_words(one_pass) -> str:
         return "a statistics pass, then the residues (the lines do not fit on chip)"
 
     def one(name, shape):
-        lines, q, chunk = shape
+        lines, q, chunk = shape.lines, shape.cluster, shape.chunk
         if q == 1:
             return f"{name}: a CTA a line" if lines == 1 else f"{name}: a CTA of {lines} lines"
         return f"{name}: clusters of {q} CTAs of {lines} line{'s' if lines > 1 else ''} x {chunk} positions"
@@ -182,7 +182,7 @@ def _one_pass(desc: GemmDesc, inner: GemmDesc, arch) -> tuple | None:
     >>> from pyblasgemm.ozaki import setting
     >>> d = make_desc(8192, 8192, 8192, "float64", compute="int8-ozaki")
     >>> [tuple(s) for s in _one_pass(d, inner_problem(d, setting(8192)), FAMILIES["sm_90"])]
-    [(8, 8, 1024), (1, 1, 8192)]
+    [(8, 8, 1024, 1), (1, 2, 4096, 2)]
     """
     from ..kernels.ozaki_kernels import one_pass_shape
 
