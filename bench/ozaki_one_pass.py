@@ -124,7 +124,7 @@ def passes_row(cp, pb, a, b, compute, inner=5, samples=10) -> dict:
     for name, job, (sname, passes, sargs, skw), (_, _, rargs, rkw) in zip("AB", jobs, scales, residues):
         x, lines, length, s_line, s_k = sargs[:5]
         row = rkw.get("row", length)
-        for shape in _alternatives(ok, lines, row, x.dtype.itemsize, arch, s_k == 1 and s_line != 1):
+        for shape in ok.one_pass_shapes(row, x.dtype.itemsize, arch, s_k == 1 and s_line != 1):
             tag = f"{name} one pass {tuple(shape)}{' (plan)' if shape == job[6] else ''}"
             fns[tag] = (lambda p=passes, a=(x, lines, length, s_line, s_k, rargs[7], cp.zeros(2, cp.int32), job[4],
                                               shape, job[5]): p.scale_residues(*a, row=row, fast=fast))
@@ -141,20 +141,6 @@ def passes_row(cp, pb, a, b, compute, inner=5, samples=10) -> dict:
             "speedup_one_vs_two": ms["two passes (A and B)"] / ms["one pass (A and B)"],
             "one_pass_TBps": nbytes / (ms["one pass (A and B)"] * 1e-3) / 1e12, "bytes_one_pass": nbytes,
             "bits_equal": equal}
-
-
-def _alternatives(ok, lines, row, itemsize, arch, contiguous):
-    """Every one-pass shape the device runs for these lines: each cluster size with the fewest
-    positions a CTA, within the opt-in shared memory, two CTAs an SM where they fit."""
-    per_cta = 1 if contiguous else ok.ONE_PASS_LINES
-    unit = ok.one_pass_unit(per_cta, ok.one_pass_width(f"sm_{arch.cc[0]}{arch.cc[1]}", per_cta))
-    shapes = []
-    for q in ok.ONE_PASS_CLUSTERS if tuple(arch.cc) >= (9, 0) else (1,):
-        chunk = -(-(-(-row // q)) // unit) * unit
-        smem = ok.one_pass_smem(chunk, itemsize, per_cta)
-        if smem + 2048 <= arch.smem_per_block_optin:
-            shapes.append(ok.OnePassShape(per_cta, q, chunk, 2 if 2 * (smem + 2048) <= arch.smem_per_sm else 1))
-    return shapes
 
 
 def end_to_end_row(cp, pb, a, b, dtype, compute, inner=3, samples=7) -> dict:

@@ -151,15 +151,12 @@ def _host(cp, passes, exps, lost, line_bits, counts, out, sums, guard):
             "planes": cp.asnumpy(planes).tobytes(), "sums": None if sums is None else sums.get().tolist()}
 
 
-def _shapes(row: int, hopper: bool):
-    """Every lines-a-CTA and cluster size the device runs, each with the smallest chunk covering
-    row."""
-    sizes = ok.ONE_PASS_CLUSTERS if hopper else (1,)
-    shapes = []
-    for lines in (1, ok.ONE_PASS_LINES):
-        unit = ok.one_pass_unit(lines, ok.one_pass_width("sm_90" if hopper else "sm_80", lines))
-        shapes += [ok.OnePassShape(lines, q, -(-(-(-row // q)) // unit) * unit, 1 + (q % 2)) for q in sizes]
-    return shapes
+def _shapes(cp, row: int, itemsize: int):
+    """Every shape the device runs for both lines-a-CTA (ozaki_kernels.one_pass_shapes)."""
+    from pyblasgemm.planner.arch import arch_for_device
+
+    arch = arch_for_device(cp.cuda.Device().id)
+    return [s for contiguous in (True, False) for s in ok.one_pass_shapes(row, itemsize, arch, contiguous)]
 
 
 #: (lines, length, row): lines not a multiple of 8, rows padded past the length, lines of up
@@ -178,7 +175,6 @@ def test_gpu_one_pass_writes_the_two_passes_bytes(count, fast, element):
     The operands have wide exponent ranges per line, zeros, a zero line and subnormals (lost
     lines at 26 bits)."""
     cp = _cupy()
-    hopper = cp.cuda.Device().compute_capability >= "90"
     real = np.float64 if element == "double" else np.float32
     passes = ok.OzakiPasses(count, None, element)
     rng = np.random.default_rng(count * 4 + 2 * fast + (element == "float"))
@@ -189,7 +185,7 @@ def test_gpu_one_pass_writes_the_two_passes_bytes(count, fast, element):
         x = cp.asarray(host)
         for guard in (True, False):
             want = _two_passes(cp, passes, x, lines, length, row, s_line, s_k, bits, fast, guard)
-            for shape in _shapes(row, hopper):
+            for shape in _shapes(cp, row, np.dtype(real).itemsize):
                 got = _one_pass(cp, passes, x, lines, length, row, s_line, s_k, bits, fast, guard, shape)
                 for key in want:
                     assert got[key] == want[key], (key, shape, lines, length, row, k_contig, bits, guard)
@@ -202,7 +198,6 @@ def test_gpu_one_pass_counts_non_finite_and_lost_lines_once_per_cluster(fast):
     at its exponent, and lost lines: the counters count each line once, not once per CTA of
     its cluster."""
     cp = _cupy()
-    hopper = cp.cuda.Device().compute_capability >= "90"
     lines, length = 40, 1024
     passes = ok.OzakiPasses(16)
     rng = np.random.default_rng(7)
@@ -217,7 +212,7 @@ def test_gpu_one_pass_counts_non_finite_and_lost_lines_once_per_cluster(fast):
     for guard in (True, False):
         want = _two_passes(cp, passes, x, lines, length, length, length, 1, 55, fast, guard)
         assert want["counts"][0] == 3 and want["counts"][1] >= 2
-        for shape in _shapes(length, hopper):
+        for shape in _shapes(cp, length, 8):
             got = _one_pass(cp, passes, x, lines, length, length, length, 1, 55, fast, guard, shape)
             assert got == want, (shape, guard)
 

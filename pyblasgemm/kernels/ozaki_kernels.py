@@ -22,7 +22,8 @@ from typing import NamedTuple
 __all__ = ["HEADER", "DIGIT", "DIGIT_WORDS", "digit_table", "digits_host", "BLOCK_STATS", "ELEMENTS", "RECONSTRUCT_KERNELS", "ROWS_DEFAULT", "RESIDUE_KERNELS",
            "RESIDUES_DEFAULT", "element_of", "table_values", "tables_source", "kernel_names", "compile_offline",
            "get_kernels", "rows_kernel_applies", "residues_kernel_applies", "residues_kernel_for", "OzakiPasses",
-           "ONE_PASS_CLUSTERS", "OnePassShape", "one_pass_width", "one_pass_unit", "one_pass_shape", "one_pass_smem",
+           "ONE_PASS_CLUSTERS", "OnePassShape", "one_pass_width", "one_pass_unit", "one_pass_shape", "one_pass_shapes",
+           "one_pass_smem",
            "one_pass_name"]
 
 HEADER = "pyblasgemm/ozaki/ozaki.cuh"
@@ -375,28 +376,44 @@ def one_pass_shape(lines: int, row: int, itemsize: int, arch, contiguous: bool =
     >>> tuple(one_pass_shape(16, 8192, 8, h, contiguous=True))    # 16 lines: clusters of 8
     (1, 8, 1024, 2)
     """
+    shapes = one_pass_shapes(row, itemsize, arch, contiguous)
+    two = [s for s in shapes if s.per_sm == 2]
+    if not shapes:
+        return None
+    shape = two[0] if two else shapes[0]
+    ctas = -(-lines // shape.lines)
+    unit = one_pass_unit(shape.lines, one_pass_width(f"sm_{arch.cc[0]}{arch.cc[1]}", shape.lines))
+    by_cluster = {s.cluster: s for s in shapes}
+    while ctas * shape.cluster < arch.sm_count:
+        bigger = by_cluster.get(2 * shape.cluster)
+        # (a CTA keeps two units, and no CTA of the larger cluster is left without a position)
+        if bigger is None or bigger.chunk < 2 * unit or (bigger.cluster - 1) * bigger.chunk >= row:
+            break
+        shape = bigger
+    return shape
+
+
+def one_pass_shapes(row: int, itemsize: int, arch, contiguous: bool = False) -> list:
+    """Every :class:`OnePassShape` ``arch`` runs for lines written as planes of ``row``
+    positions: each cluster size with the fewest whole units a CTA, within the opt-in shared
+    memory, two CTAs an SM where two fit (:func:`one_pass_shape` picks one; the tests and
+    bench/ozaki_one_pass.py run them all).
+
+    >>> from pyblasgemm.planner import FAMILIES
+    >>> [tuple(s) for s in one_pass_shapes(8192, 8, FAMILIES["sm_90"], contiguous=True)]
+    [(1, 1, 8192, 1), (1, 2, 4096, 2), (1, 4, 2048, 2), (1, 8, 1024, 2)]
+    """
     per_cta = 1 if contiguous else ONE_PASS_LINES
     unit = one_pass_unit(per_cta, one_pass_width(f"sm_{arch.cc[0]}{arch.cc[1]}", per_cta))
-    sizes = ONE_PASS_CLUSTERS if tuple(arch.cc) >= (9, 0) else (1,)
-    two = min(arch.smem_per_sm // 2, arch.smem_per_block_optin) - _ONE_PASS_STATIC
-    one = min(arch.smem_per_sm, arch.smem_per_block_optin) - _ONE_PASS_STATIC
-
-    def chunk_of(q):
-        return -(-(-(-row // q)) // unit) * unit
-
-    for per_sm, limit in ((2, two), (1, one)):
-        fits = [q for q in sizes if one_pass_smem(chunk_of(q), itemsize, per_cta) <= limit]
-        if fits:
-            q = fits[0]
-            ctas = -(-lines // per_cta)
-            # (and no CTA of the larger cluster left without a position)
-            while (ctas * q < arch.sm_count and q * 2 in sizes and chunk_of(q * 2) >= 2 * unit
-                   and (2 * q - 1) * chunk_of(2 * q) < row):
-                q *= 2
-            per_sm = 2 if 2 * (one_pass_smem(chunk_of(q), itemsize, per_cta) + _ONE_PASS_STATIC) <= \
-                arch.smem_per_sm else 1
-            return OnePassShape(per_cta, q, chunk_of(q), per_sm)
-    return None
+    limit = arch.smem_per_block_optin - _ONE_PASS_STATIC
+    shapes = []
+    for q in ONE_PASS_CLUSTERS if tuple(arch.cc) >= (9, 0) else (1,):
+        chunk = -(-(-(-row // q)) // unit) * unit
+        smem = one_pass_smem(chunk, itemsize, per_cta)
+        if smem <= limit:
+            per_sm = 2 if 2 * (smem + _ONE_PASS_STATIC) <= arch.smem_per_sm else 1
+            shapes.append(OnePassShape(per_cta, q, chunk, per_sm))
+    return shapes
 
 
 def _source(count: int) -> str:
@@ -591,13 +608,17 @@ class OzakiPasses:
         if chunk % unit or cluster * chunk < row:
             raise ValueError(f"chunk={chunk}: a multiple of {unit} with cluster * chunk >= row "
                              f"({cluster} x {chunk} against row={row})")
+        smem = one_pass_smem(chunk, x.dtype.itemsize, per_cta)
+        optin = _smem_optin(self._device)
+        if smem + _ONE_PASS_STATIC > optin:
+            raise ValueError(f"chunk={chunk}: {per_cta} line(s) of {chunk} positions twice take {smem} bytes of "
+                             f"shared memory, above this device's {optin - _ONE_PASS_STATIC} for them")
         exps = cupy.empty(lines, cupy.int32)
         lost = cupy.empty(lines, cupy.uint8)
         line_bits = cupy.empty(lines, cupy.int32) if fast else None
         table = _thresholds(self.count, length, self._device) if fast else None
         g = _norm_bits(length)
         k_contig = int(s_k == 1 and s_line != 1)
-        smem = one_pass_smem(chunk, x.dtype.itemsize, per_cta)
         kern = self._k[one_pass_name(self.count, self.element, arch, per_cta, cluster)]
         if smem > _smem_allowed.get(kern.ptr, 48 * 1024):       # past 48 KB: the opt-in, once a size
             kern.allow_dynamic_shared_memory(smem)
@@ -705,6 +726,20 @@ def _thresholds(count: int, length: int, device: int):
             table = _threshold_tables[key] = cupy.asarray(norm_thresholds(count, length))
     return table
 
+
+
+def _smem_optin(device: int) -> int:
+    """The device's opt-in shared memory a block, asked once."""
+    n = _optin.get(device)
+    if n is None:
+        import cupy
+
+        rt = cupy.cuda.runtime
+        n = _optin[device] = rt.deviceGetAttribute(rt.cudaDevAttrMaxSharedMemoryPerBlockOptin, device)
+    return n
+
+
+_optin: dict = {}
 
 
 def _sm_count(device: int) -> int:
