@@ -296,6 +296,6 @@ def test_gpu_one_pass_call_has_the_two_pass_bits(monkeypatch, dtype, compute, m,
     want = [ok.one_pass_shape(m, row, itemsize, arch, contiguous[0]),
             ok.one_pass_shape(two * n, row, itemsize, arch, contiguous[1])]
     assert shapes == (want if None not in want else []), (shapes, want)
-    if hopper and k == 9000:
+    if hopper and k == 9000 and two == 1:       # (complex: B2's 18,000-position lines take two passes)
         groups = [s.cluster for s in shapes if s.lines == ok.ONE_PASS_LINES]
         assert groups and set(groups) == {8}, shapes
