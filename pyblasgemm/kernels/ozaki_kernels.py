@@ -217,7 +217,7 @@ def kernel_names(count: int, element: str = "double", arch: str = "sm_80") -> li
     >>> kernel_names(16)[-5:-3]               # the digit planes of the Hopper kernel's digit store
     ['ozaki_reconstruct_rows<16, true, double, false, unsigned char>', 'ozaki_reconstruct_digits16<16, false, double>']
     >>> kernel_names(16, arch="sm_90")[-2:]
-    ['ozaki_scale_residues_cluster<16, double, 8, 8, 4>', 'ozaki_scale_residues_cluster<16, double, 8, 8, 8>']
+    ['ozaki_scale_residues_cluster<16, double, 16, 8, 4>', 'ozaki_scale_residues_cluster<16, double, 16, 8, 8>']
     """
     if element not in ELEMENTS.values():
         raise ValueError(f"element={element!r}: one of 'double', 'float'")
@@ -285,15 +285,14 @@ def residues_kernel_for(out, length: int) -> str:
 
 
 def one_pass_width(arch: str, lines: int = 1) -> int:
-    """Positions a thread of the one-pass kernel takes (``V``) for ``lines`` a CTA: 16 for a
-    CTA of one line on Hopper, where its 2 x 16 doubles fit the 128 registers of two CTAs an SM
-    without a spill; 8 before (sm_80's ptxas spilled 20 bytes at 16) and for groups of 8 lines
-    (their cluster kernels spilled up to 20 bytes at 16: the walk keeps more state live).
+    """Positions a thread of the one-pass kernel takes (``V``; ``lines`` a CTA: the same for
+    both): 16 on Hopper, where its 2 x 16 doubles fit the 128 registers of two CTAs an SM
+    without a spill; 8 before (sm_80's ptxas spilled 20 bytes at 16).
 
     >>> one_pass_width("sm_90a"), one_pass_width("sm_80"), one_pass_width("sm_90", 8)
-    (16, 8, 8)
+    (16, 8, 16)
     """
-    return 16 if _cc(arch) >= 90 and lines == 1 else 8
+    return 16 if _cc(arch) >= 90 else 8
 
 
 def _cc(arch: str) -> int:
@@ -303,13 +302,11 @@ def _cc(arch: str) -> int:
 class OnePassShape(NamedTuple):
     """How ``ozaki_scale_residues`` holds its lines on chip: ``lines`` a CTA (1: a line
     contiguous in memory; :data:`ONE_PASS_LINES`: strided lines, whose neighbours make 64
-    contiguous bytes a position), CTAs a ``cluster`` (Hopper), ``chunk`` positions a CTA, and
-    its CTAs resident on one SM (``per_sm``: the persistent grid is that many an SM)."""
+    contiguous bytes a position), CTAs a ``cluster`` (Hopper), ``chunk`` positions a CTA."""
 
     lines: int
     cluster: int
     chunk: int
-    per_sm: int = 1
 
 
 def one_pass_name(count: int, element: str, arch: str, lines: int = ONE_PASS_LINES, cluster: int = 1) -> str:
@@ -317,7 +314,7 @@ def one_pass_name(count: int, element: str, arch: str, lines: int = ONE_PASS_LIN
     line group.
 
     >>> one_pass_name(16, "double", "sm_90", 8, 8)
-    'ozaki_scale_residues_cluster<16, double, 8, 8, 8>'
+    'ozaki_scale_residues_cluster<16, double, 16, 8, 8>'
     >>> one_pass_name(16, "float", "sm_80", 1)
     'ozaki_scale_residues<16, float, 8, 1>'
     """
@@ -340,13 +337,12 @@ def one_pass_unit(lines: int, width: int) -> int:
 
 def one_pass_smem(chunk: int, itemsize: int, lines: int = ONE_PASS_LINES) -> int:
     """Dynamic shared memory of a one-pass CTA holding ``chunk`` positions of its ``lines``
-    lines twice (the group it computes and the next, in flight): two pads per 16 positions and
-    one a line (``ozaki_scale_residues``'s layout).
+    lines: two pads per 16 positions and one a line (``ozaki_scale_residues``'s layout).
 
-    >>> one_pass_smem(1024, 8), one_pass_smem(4096, 8, 1)
-    (147584, 73744)
+    >>> one_pass_smem(1024, 8), one_pass_smem(8192, 8, 1)
+    (73792, 73736)
     """
-    return 2 * lines * (chunk + chunk // 8 + 1) * itemsize
+    return lines * (chunk + chunk // 8 + 1) * itemsize
 
 
 def one_pass_shape(lines: int, row: int, itemsize: int, arch, contiguous: bool = False) -> OnePassShape | None:
@@ -355,31 +351,37 @@ def one_pass_shape(lines: int, row: int, itemsize: int, arch, contiguous: bool =
     memory) on ``arch`` (a ``planner.arch.ArchSpec``), or None where a line does not fit on chip
     (the two passes run then: ``ozaki_line_stats`` / ``ozaki_line_scale``, then the residues).
 
-    A contiguous line takes a CTA of its own; strided lines go 8 to a CTA (the first version
-    held every operand as groups of 8 lines, one group a CTA, and moved 2.44 TB/s against the
-    two passes' 3.1 on an H200, bench/results/ozaki_one_pass_h200_2026-11-29_448aa64.json: an
-    SM's CTAs mostly loaded, or computed, at the same time; now each CTA walks its groups with
-    the next one's copies in flight). A cluster of ``cluster`` CTAs holds whole lines, each CTA
-    ``chunk`` positions (a multiple of :func:`one_pass_unit`). The first cluster size whose CTA
-    fits two to an SM (its 128 registers a thread allow two), else the first that fits one;
-    clusters only on Hopper and later. Where the CTAs would leave SMs idle (few lines),
-    clusters twice as large while a CTA keeps two units (and every CTA some).
+    A contiguous line takes a CTA of its own; strided lines go 8 to a CTA. A cluster of
+    ``cluster`` CTAs holds whole lines, each CTA ``chunk`` positions (a multiple of
+    :func:`one_pass_unit`): the first cluster size whose CTA fits two to an SM (its 128
+    registers a thread allow two), else the first that fits one; clusters only on Hopper and
+    later. Where the CTAs would leave SMs idle (few lines), clusters twice as large while a CTA
+    keeps two units (and every CTA some).
+
+    Measured against the two passes (H200, 8192^3 float64,
+    bench/results/ozaki_one_pass_h200_2026-11-29_1fab3b6.json): the same time (1.01x the passes,
+    3 % of the call), 0.93x with the 'fast' scaling, whose second sweep of the lines waits for
+    the cluster's statistics; the planner takes it for the default scaling only
+    (``planner.composite.ONE_PASS``). A CTA walking its groups with the next one's copies in
+    flight measured 0.54x (clusters of 8 barrier once a group, and one CTA an SM of 147 KB:
+    ozaki_one_pass_h200_2026-11-29_d768265.json).
 
     >>> from pyblasgemm.planner import FAMILIES
     >>> h = FAMILIES["sm_90"]
     >>> tuple(one_pass_shape(8192, 8192, 8, h)), tuple(one_pass_shape(8192, 8192, 8, h, contiguous=True))
-    ((8, 8, 1024, 1), (1, 2, 4096, 2))
-    >>> tuple(one_pass_shape(8192, 1024, 8, h)), tuple(one_pass_shape(8192, 8192, 4, h))
-    ((8, 2, 512, 2), (8, 8, 1024, 2))
-    >>> one_pass_shape(8192, 8192, 8, FAMILIES["sm_80"]), one_pass_shape(8192, 16384, 8, h)
+    ((8, 8, 1024), (1, 1, 8192))
+    >>> tuple(one_pass_shape(8192, 1024, 8, h)), tuple(one_pass_shape(8192, 16384, 8, h))
+    ((8, 1, 1024), (8, 8, 2048))
+    >>> one_pass_shape(8192, 8192, 8, FAMILIES["sm_80"]), one_pass_shape(8192, 30000, 8, h)
     (None, None)
     >>> tuple(one_pass_shape(16, 8192, 8, h, contiguous=True))    # 16 lines: clusters of 8
-    (1, 8, 1024, 2)
+    (1, 8, 1024)
     """
     shapes = one_pass_shapes(row, itemsize, arch, contiguous)
-    two = [s for s in shapes if s.per_sm == 2]
     if not shapes:
         return None
+    two = [s for s in shapes if 2 * (one_pass_smem(s.chunk, itemsize, s.lines) + _ONE_PASS_STATIC)
+           <= arch.smem_per_sm]
     shape = two[0] if two else shapes[0]
     ctas = -(-lines // shape.lines)
     unit = one_pass_unit(shape.lines, one_pass_width(f"sm_{arch.cc[0]}{arch.cc[1]}", shape.lines))
@@ -396,12 +398,12 @@ def one_pass_shape(lines: int, row: int, itemsize: int, arch, contiguous: bool =
 def one_pass_shapes(row: int, itemsize: int, arch, contiguous: bool = False) -> list:
     """Every :class:`OnePassShape` ``arch`` runs for lines written as planes of ``row``
     positions: each cluster size with the fewest whole units a CTA, within the opt-in shared
-    memory, two CTAs an SM where two fit (:func:`one_pass_shape` picks one; the tests and
-    bench/ozaki_one_pass.py run them all).
+    memory (:func:`one_pass_shape` picks one; the tests and bench/ozaki_one_pass.py run them
+    all).
 
     >>> from pyblasgemm.planner import FAMILIES
     >>> [tuple(s) for s in one_pass_shapes(8192, 8, FAMILIES["sm_90"], contiguous=True)]
-    [(1, 1, 8192, 1), (1, 2, 4096, 2), (1, 4, 2048, 2), (1, 8, 1024, 2)]
+    [(1, 1, 8192), (1, 2, 4096), (1, 4, 2048), (1, 8, 1024)]
     """
     per_cta = 1 if contiguous else ONE_PASS_LINES
     unit = one_pass_unit(per_cta, one_pass_width(f"sm_{arch.cc[0]}{arch.cc[1]}", per_cta))
@@ -409,10 +411,8 @@ def one_pass_shapes(row: int, itemsize: int, arch, contiguous: bool = False) -> 
     shapes = []
     for q in ONE_PASS_CLUSTERS if tuple(arch.cc) >= (9, 0) else (1,):
         chunk = -(-(-(-row // q)) // unit) * unit
-        smem = one_pass_smem(chunk, itemsize, per_cta)
-        if smem <= limit:
-            per_sm = 2 if 2 * (smem + _ONE_PASS_STATIC) <= arch.smem_per_sm else 1
-            shapes.append(OnePassShape(per_cta, q, chunk, per_sm))
+        if one_pass_smem(chunk, itemsize, per_cta) <= limit:
+            shapes.append(OnePassShape(per_cta, q, chunk))
     return shapes
 
 
@@ -590,7 +590,7 @@ class OzakiPasses:
         from ..ozaki import GUARD_HI_BITS, GUARD_SUM_BITS, NORM_J_LOW, _norm_bits
         from .jit import device_target
 
-        per_cta, cluster, chunk, per_sm = shape
+        per_cta, cluster, chunk = shape
         arch = device_target(self._device)
         width = one_pass_width(arch, per_cta)
         row = length if row is None else row
@@ -611,7 +611,7 @@ class OzakiPasses:
         smem = one_pass_smem(chunk, x.dtype.itemsize, per_cta)
         optin = _smem_optin(self._device)
         if smem + _ONE_PASS_STATIC > optin:
-            raise ValueError(f"chunk={chunk}: {per_cta} line(s) of {chunk} positions twice take {smem} bytes of "
+            raise ValueError(f"chunk={chunk}: {per_cta} line(s) of {chunk} positions take {smem} bytes of "
                              f"shared memory, above this device's {optin - _ONE_PASS_STATIC} for them")
         exps = cupy.empty(lines, cupy.int32)
         lost = cupy.empty(lines, cupy.uint8)
@@ -623,9 +623,7 @@ class OzakiPasses:
         if smem > _smem_allowed.get(kern.ptr, 48 * 1024):       # past 48 KB: the opt-in, once a size
             kern.allow_dynamic_shared_memory(smem)
             _smem_allowed[kern.ptr] = smem
-        # persistent: the CTAs resident at once (whole clusters) walk the line groups
-        resident = max(cluster, self._sms * per_sm // cluster * cluster)
-        grid = (min(-(-lines // per_cta) * cluster, resident), 1, 1)
+        grid = (-(-lines // per_cta) * cluster, 1, 1)
         kern(grid, (BLOCK_ONE_PASS, 1, 1), (
             x, _ll(lines), _ll(length), _ll(row), _ll(s_line), _ll(s_k), _i(k_contig), _i(chunk), _i(bits),
             exps, lost, counts, _null(table), _i(0 if table is None else table.size), _i(NORM_J_LOW), _i(g),

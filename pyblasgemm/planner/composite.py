@@ -52,8 +52,8 @@ PASS_DRAM_EFFICIENCY = 0.5
 DIGITS = True
 #: Ozaki: the scaling and the residues of each operand in one pass over it
 #: (``ozaki_kernels.one_pass_shape``: lines held on chip by a CTA or a cluster of them) where its
-#: lines fit; False: the statistics pass, then the residues (the tests plan both, with a fresh
-#: plan cache; the bits are the same)
+#: lines fit and the scaling is the default one; False: the statistics pass, then the residues
+#: (the tests plan both, with a fresh plan cache; the bits are the same)
 ONE_PASS = True
 #: Ozaki: the residue planes' rows (the moduli GEMM's k) are a whole number of this many bytes,
 #: zeros past the operand's k (ozaki_kernels.OzakiPasses.residues' ``row``): the Hopper
@@ -78,9 +78,10 @@ class CompositeSpec(NamedTuple):
     #: Ozaki: the plan of the moduli's GEMM (batch = moduli) when it runs with the digit store
     #: (:data:`DIGITS`; executed bound with ``kernels.jit.EPI_RESIDUE``), else None
     digits: Plan | None = None
-    #: Ozaki: ``((cluster, chunk) of A's lines, of B's)`` where the scaling and the residues run
-    #: in one pass (:data:`ONE_PASS`, ``ozaki_kernels.one_pass_shape``), else None
+    #: Ozaki: ``(A's OnePassShape, B's)`` where the scaling and the residues run in one pass
+    #: (:data:`ONE_PASS`, ``ozaki_kernels.one_pass_shape``), else None, and why not
     one_pass: tuple | None = None
+    two_passes_why: str = ""
 
     def explain_lines(self) -> list:
         """Lines for :meth:`Plan.explain`.
@@ -99,7 +100,7 @@ class CompositeSpec(NamedTuple):
                   if self.digits is not None else "")
         passes = []
         if self.setting is not None:
-            passes = [f"  scaling and residues: {_one_pass_words(self.one_pass)}"]
+            passes = [f"  scaling and residues: {_one_pass_words(self.one_pass, self.two_passes_why)}"]
         return [f"composite: {what}"] + bound + passes + [
                 f"  inner GEMM: {self.inner.routine} m={self.inner.m} n={self.inner.n} k={self.inner.k} "
                 f"batch={self.inner.batch} on {inner.backend}{cfg}, predicted {inner.predicted_s * 1e6:.1f} us"
@@ -135,17 +136,17 @@ def inner_problem(desc: GemmDesc, setting=None) -> GemmDesc:
                      ldc=m, device=desc.device)
 
 
-def _one_pass_words(one_pass) -> str:
+def _one_pass_words(one_pass, why: str = "") -> str:
     """How the plan scales and splits its operands, for :meth:`CompositeSpec.explain_lines`.
 
     >>> from pyblasgemm.kernels.ozaki_kernels import OnePassShape
     >>> _one_pass_words((OnePassShape(1, 1, 8192), OnePassShape(8, 8, 1024)))
     'one pass over each operand (A: a CTA a line; B: clusters of 8 CTAs of 8 lines x 1024 positions)'
-    >>> _one_pass_words(None)
+    >>> _one_pass_words(None, "the lines do not fit on chip")
     'a statistics pass, then the residues (the lines do not fit on chip)'
     """
     if one_pass is None:
-        return "a statistics pass, then the residues (the lines do not fit on chip)"
+        return f"a statistics pass, then the residues ({why})"
 
     def one(name, shape):
         lines, q, chunk = shape.lines, shape.cluster, shape.chunk
@@ -174,25 +175,32 @@ def contiguous_lines(desc: GemmDesc) -> tuple[bool, bool]:
     return a, b
 
 
-def _one_pass(desc: GemmDesc, inner: GemmDesc, arch) -> tuple | None:
-    """The one-pass shapes of A's and B's lines (:data:`ONE_PASS`), or None where either does
-    not fit (both then take the two passes).
+def _one_pass(desc: GemmDesc, inner: GemmDesc, setting, arch) -> tuple:
+    """``(shapes, why not)``: the one-pass shapes of A's and B's lines (:data:`ONE_PASS`), or
+    None and the reason the two passes run: the 'fast' scaling (its norms' sweep waits for the
+    cluster's statistics: 0.93x the two passes on an H200 at 8192^3,
+    bench/results/ozaki_one_pass_h200_2026-11-29_1fab3b6.json), or lines that do not fit on chip.
 
     >>> from pyblasgemm.planner import FAMILIES, make_desc
     >>> from pyblasgemm.ozaki import setting
     >>> d = make_desc(8192, 8192, 8192, "float64", compute="int8-ozaki")
-    >>> [tuple(s) for s in _one_pass(d, inner_problem(d, setting(8192)), FAMILIES["sm_90"])]
-    [(8, 8, 1024, 1), (1, 2, 4096, 2)]
+    >>> shapes, _ = _one_pass(d, inner_problem(d, setting(8192)), setting(8192), FAMILIES["sm_90"])
+    >>> [tuple(s) for s in shapes]
+    [(8, 8, 1024), (1, 1, 8192)]
     """
     from ..kernels.ozaki_kernels import one_pass_shape
 
     if not ONE_PASS:
-        return None
+        return None, "the one pass turned off (planner.composite.ONE_PASS)"
+    if setting.scaling == "fast":
+        return None, "the 'fast' scaling: measured 0.93x in one pass on an H200"
     real = desc.row.ab_dtype.itemsize // (2 if desc.row.is_complex else 1)
     a_contig, b_contig = contiguous_lines(desc)
     a = one_pass_shape(inner.m, inner.k, real, arch, a_contig)
     b = one_pass_shape(inner.n, inner.k, real, arch, b_contig)
-    return (a, b) if a is not None and b is not None else None
+    if a is None or b is None:
+        return None, "the lines do not fit on chip"
+    return (a, b), ""
 
 
 def _passes_bytes(desc: GemmDesc, kind: str, count: int, digit_planes: int = 0, fast: bool = False,
@@ -258,12 +266,13 @@ def plan_composite(desc: GemmDesc, requested: str, arch, plan_for) -> Plan:
     count = setting.planes if setting is not None else 0
     digits = _digit_plan(inner._replace(batch=setting.count), arch, plan_for) if setting is not None else None
     fast = setting is not None and setting.scaling == "fast"
-    one_pass = _one_pass(desc, inner, arch) if setting is not None else None
+    one_pass, why = _one_pass(desc, inner, setting, arch) if setting is not None else (None, "")
     passes = (desc.batch * _passes_bytes(desc, route.composite, count, setting.count if digits else 0, fast,
                                          one_pass is not None)
               / (arch.dram_bw * PASS_DRAM_EFFICIENCY) + PASS_HOST_S)
     ours = desc.batch * inner_plan.predicted_s + passes
-    spec = CompositeSpec(route.composite, inner, inner_plan, native, setting, passes, native_s, digits, one_pass)
+    spec = CompositeSpec(route.composite, inner, inner_plan, native, setting, passes, native_s, digits, one_pass,
+                         why)
     what = (setting.describe() if setting is not None else
             f"one {inner.compute} product of the stacked parts (m={inner.m}, n={inner.n}, k={inner.k})")
     times = (f"{ours * 1e6:.1f} us ({desc.batch} x {inner_plan.predicted_s * 1e6:.1f} us inner GEMM + "

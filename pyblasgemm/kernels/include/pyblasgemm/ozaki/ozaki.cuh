@@ -693,53 +693,38 @@ __device__ __forceinline__ void ozaki_scale_residues_body(
     constexpr int kLineWarps = L == 1 ? kScaleThreads / 32 : 4;
     constexpr int kStep = kLanes * kLineWarps;
     extern __shared__ __align__(16) unsigned char scale_smem[];
-    // per line: the warps' partials, the CTA's (read by the cluster; two sets, one per buffer,
-    // so a CTA a group ahead cannot overwrite what a slower one still reads), the line's scale
+    T* tile = reinterpret_cast<T*>(scale_smem);
+    // per line: the warps' partials, then the CTA's (read by the cluster), then the line's scale
     __shared__ double s_big[L][kLineWarps], s_small[L][kLineWarps];
     __shared__ unsigned long long s_norm[L][kLineWarps];
-    __shared__ unsigned long long c_big[2][L], c_small[2][L], c_norm[2][L];     // doubles as their bits
+    __shared__ unsigned long long c_big[L], c_small[L], c_norm[L];     // doubles as their bits
     __shared__ int s_shift[L], s_e[L], s_kept[L];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int stride = chunk + chunk / 8 + 1;
     const unsigned rank = Q > 1 ? cluster_rank() : 0u;
+    const long long line0 = (long long)(blockIdx.x / Q) * L;
     const long long p0 = (long long)rank * chunk;                        // this CTA's first position
-    const long long groups_total = (lines + L - 1) / L;
-    const long long clusters = gridDim.x / Q;
-    const long long plane = lines * row;
-    const long long end = p0 + chunk < row ? p0 + chunk : row;        // row % V == 0: whole groups
-    // CTA q's word at the same address (Q = 1: this CTA's own)
-    auto shared_of = [](const unsigned long long* word, int q) { return Q > 1 ? cluster_load_u64(word, q) : *word; };
-    auto cluster_sync_or_cta = [] {
-        if (Q > 1) {
-            cluster_arrive();
-            cluster_wait();
-        } else {
-            __syncthreads();
-        }
-    };
 
-    // 1. the copies of group g's part into buffer buf (one commit group)
-    auto issue = [&](long long g, int buf) {
-        T* tile = reinterpret_cast<T*>(scale_smem) + (long long)buf * L * stride;
-        const long long line0 = g * L;
-        if (k_contig) {                     // a warp: 32 consecutive positions of one line
-            for (int i = tid; i < L * chunk; i += kScaleThreads) {
-                const int r = i / chunk, p = i % chunk;
-                const long long line = line0 + r, t = p0 + p;
-                const bool in = line < lines && t < len;
-                copy_element_async(&tile[r * stride + scale_slot(p)], in ? x + line * s_line + t : x, in);
-            }
-        } else {                            // a warp: 8 lines x 4 positions, 4 apart in a 16-block
-            for (int i = tid; i < L * chunk; i += kScaleThreads) {
-                const int r = i % L, q = i / L;                  // q: 4 consecutive per warp
-                const int p = (q & ~15) | (((q >> 2) & 3) + 4 * (q & 3));
-                const long long line = line0 + r, t = p0 + p;
-                const bool in = line < lines && t < len;
-                copy_element_async(&tile[r * stride + scale_slot(p)], in ? x + line * s_line + t * s_k : x, in);
-            }
+    // 1. the CTA's part of the group into shared memory
+    if (k_contig) {                         // a warp: 32 consecutive positions of one line
+        for (int i = tid; i < L * chunk; i += kScaleThreads) {
+            const int r = i / chunk, p = i % chunk;
+            const long long line = line0 + r, t = p0 + p;
+            const bool in = line < lines && t < len;
+            copy_element_async(&tile[r * stride + scale_slot(p)], in ? x + line * s_line + t : x, in);
         }
-        pyblasgemm::cp_async_commit();
-    };
+    } else {                                // a warp: 8 lines x 4 positions, 4 apart in a 16-block
+        for (int i = tid; i < L * chunk; i += kScaleThreads) {
+            const int r = i % L, q = i / L;                      // q: 4 consecutive per warp
+            const int p = (q & ~15) | (((q >> 2) & 3) + 4 * (q & 3));
+            const long long line = line0 + r, t = p0 + p;
+            const bool in = line < lines && t < len;
+            copy_element_async(&tile[r * stride + scale_slot(p)], in ? x + line * s_line + t * s_k : x, in);
+        }
+    }
+    pyblasgemm::cp_async_commit();
+    pyblasgemm::cp_async_wait<0>();
+    __syncthreads();
 
     // a thread's line and its V-position groups. A group of 8: warp w takes lines 4 (w % 2) ..
     // + 3, 8 lanes a line, the groups (w / 2) 8 + lane % 8 + 32 i (a warp's stores: 4 runs of 8
@@ -748,136 +733,132 @@ __device__ __forceinline__ void ozaki_scale_residues_body(
     const int c0 = L == 1 ? tid : (warp / 2) * 8 + lane % 8;
     const int slot_of_warp = L == 1 ? warp : warp / 2;
     const int groups = chunk / V;
+    const T* my = tile + r * stride;
 
-    // The cluster walks its line groups; the next group's copies are in flight while this one's
-    // statistics and residues are computed (the first version, one group a CTA, moved 2.44 TB/s
-    // with the SM's two CTAs mostly loading or computing together)
-    long long g = (long long)blockIdx.x / Q;
-    if (g < groups_total) issue(g, 0);
-    for (int it = 0; g < groups_total; g += clusters, ++it) {
-        const int buf = it & 1;
-        __syncthreads();                    // every thread is done with buffer buf ^ 1 (the last group)
-        if (g + clusters < groups_total) issue(g + clusters, buf ^ 1);
-        else pyblasgemm::cp_async_commit();     // (an empty group: the wait below stays the same)
-        pyblasgemm::cp_async_wait<1>();
-        __syncthreads();                    // group g is in shared memory
-        const T* my = reinterpret_cast<const T*>(scale_smem) + (long long)buf * L * stride + r * stride;
-        const long long line0 = g * L;
-
-        // 2. the largest and the smallest nonzero |x| of each line
-        double big = 0.0, small = __longlong_as_double(0x7ff0000000000000ULL);
-        for (int c = c0; c < groups; c += kStep) {
+    // 2. the largest and the smallest nonzero |x| of each line
+    double big = 0.0, small = __longlong_as_double(0x7ff0000000000000ULL);
+    for (int c = c0; c < groups; c += kStep) {
 #pragma unroll
-            for (int v = 0; v < V; ++v) line_stat_add(fabs(to_double(my[scale_slot(V * c + v)])), big, small);
-        }
-#pragma unroll
-        for (int o = kLanes / 2; o > 0; o >>= 1) {
-            big = fmax(big, __shfl_xor_sync(0xffffffffu, big, o));
-            small = fmin(small, __shfl_xor_sync(0xffffffffu, small, o));
-        }
-        if (lane % kLanes == 0) {
-            s_big[r][slot_of_warp] = big;
-            s_small[r][slot_of_warp] = small;
-        }
-        __syncthreads();
-        if (tid < L) {
-            double b = s_big[tid][0], s = s_small[tid][0];
-#pragma unroll
-            for (int i = 1; i < kLineWarps; ++i) {
-                b = fmax(b, s_big[tid][i]);
-                s = fmin(s, s_small[tid][i]);
-            }
-            c_big[buf][tid] = __double_as_longlong(b);
-            c_small[buf][tid] = __double_as_longlong(s);
-        }
-        cluster_sync_or_cta();
-        double line_big = 0.0, line_small = 0.0;
-        if (tid < L) {                      // every CTA combines the cluster's in rank order
-            line_big = __longlong_as_double(shared_of(&c_big[buf][tid], 0));
-            line_small = __longlong_as_double(shared_of(&c_small[buf][tid], 0));
-            for (int q = 1; q < Q; ++q) {
-                line_big = fmax(line_big, __longlong_as_double(shared_of(&c_big[buf][tid], q)));
-                line_small = fmin(line_small, __longlong_as_double(shared_of(&c_small[buf][tid], q)));
-            }
-            s_shift[tid] = norm_shift(line_big, norm_bits);
-        }
-
-        // 3. 'fast': the line's W from the same shared memory
-        unsigned long long w = 0;
-        if (thresholds != nullptr) {
-            __syncthreads();
-            const int shift = s_shift[r];
-            unsigned long long part = 0;
-            if (shift != kNoNorm) {
-                for (int c = c0; c < groups; c += kStep) {
-#pragma unroll
-                    for (int v = 0; v < V; ++v) part += norm_square(fabs(to_double(my[scale_slot(V * c + v)])), shift);
-                }
-            }
-#pragma unroll
-            for (int o = kLanes / 2; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
-            if (lane % kLanes == 0) s_norm[r][slot_of_warp] = part;
-            __syncthreads();
-            if (tid < L) {
-                unsigned long long total = 0;
-#pragma unroll
-                for (int i = 0; i < kLineWarps; ++i) total += s_norm[tid][i];
-                c_norm[buf][tid] = total;
-            }
-            cluster_sync_or_cta();
-            if (tid < L) {
-                for (int q = 0; q < Q; ++q) w += shared_of(&c_norm[buf][tid], q);
-            }
-        }
-
-        // 4. the line's scale, then the residues of this CTA's positions
-        if (tid < L) {
-            const LineScale sc = line_scale(line_big, line_small, w, bits, thresholds, n_thresholds, j_low, norm_bits);
-            s_e[tid] = sc.e;
-            s_kept[tid] = sc.kept;
-            const long long line = line0 + tid;
-            if (rank == 0 && line < lines) {
-                exps[line] = sc.e;
-                lost[line] = (unsigned char)sc.lost;
-                if (line_bits != nullptr) line_bits[line] = sc.kept;
-                if (sc.non_finite) atomicAdd(counts, 1);
-                if (sc.lost) atomicAdd(counts + 1, 1);
-            }
-        }
-        __syncthreads();
-        const long long line = line0 + r;
-        const int e = s_e[r];
-        const int sh_hi = line_bits != nullptr ? guard_hi_shift(s_kept[r]) : shift_hi;
-        const int sh_sum = line_bits != nullptr ? guard_sum_shift(s_kept[r]) : shift_sum;
-        for (int c = c0; c < groups; c += kStep) {
-            const long long t = p0 + (long long)V * c;
-            const T* src = my + scale_slot(V * c);        // V consecutive positions: one 16-block
-            double a[V], b[V];
-            unsigned hi[V / 4] = {};
-            unsigned long long part = 0;
-            const bool wide = split_elements<V>([&](int v) { return to_double(src[v]); }, e, sums != nullptr, sh_hi,
-                                                sh_sum, a, b, hi, part);
-            if (sums != nullptr) {
-#pragma unroll
-                for (int o = kLanes / 2; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
-                if (lane % kLanes == 0 && line < lines && part != 0) atomicAdd(sums + line, part);
-            }
-            if (line >= lines || t >= end) continue;
-            signed char* dst = out + line * row + t;
-            if (sums != nullptr) store_bytes<V>(dst + COUNT * plane, hi);
-            if (!wide) residue_planes<COUNT, V>(a, b, dst, plane);
-            else residue_planes_wide<COUNT, V>([&](int v) { return to_double(src[v]); }, e, dst, plane);
-        }
+        for (int v = 0; v < V; ++v) line_stat_add(fabs(to_double(my[scale_slot(V * c + v)])), big, small);
     }
-    pyblasgemm::cp_async_wait<0>();
-    // no CTA leaves while another of its cluster may still read its partials
+#pragma unroll
+    for (int o = kLanes / 2; o > 0; o >>= 1) {
+        big = fmax(big, __shfl_xor_sync(0xffffffffu, big, o));
+        small = fmin(small, __shfl_xor_sync(0xffffffffu, small, o));
+    }
+    if (lane % kLanes == 0) {
+        s_big[r][slot_of_warp] = big;
+        s_small[r][slot_of_warp] = small;
+    }
+    __syncthreads();
+    if (tid < L) {
+        double b = s_big[tid][0], s = s_small[tid][0];
+#pragma unroll
+        for (int i = 1; i < kLineWarps; ++i) {
+            b = fmax(b, s_big[tid][i]);
+            s = fmin(s, s_small[tid][i]);
+        }
+        c_big[tid] = __double_as_longlong(b);
+        c_small[tid] = __double_as_longlong(s);
+    }
     if (Q > 1) {
         cluster_arrive();
         cluster_wait();
+    } else {
+        __syncthreads();
     }
+    // CTA q's word at the same address (Q = 1: this CTA's own)
+    auto shared_of = [](const unsigned long long* word, int q) { return Q > 1 ? cluster_load_u64(word, q) : *word; };
+    double line_big = 0.0, line_small = 0.0;
+    if (tid < L) {                          // every CTA combines the cluster's in rank order
+        line_big = __longlong_as_double(shared_of(&c_big[tid], 0));
+        line_small = __longlong_as_double(shared_of(&c_small[tid], 0));
+        for (int q = 1; q < Q; ++q) {
+            line_big = fmax(line_big, __longlong_as_double(shared_of(&c_big[tid], q)));
+            line_small = fmin(line_small, __longlong_as_double(shared_of(&c_small[tid], q)));
+        }
+        s_shift[tid] = norm_shift(line_big, norm_bits);
+    }
+
+    // 3. 'fast': the line's W from the same shared memory
+    unsigned long long w = 0;
+    if (thresholds != nullptr) {
+        __syncthreads();
+        const int shift = s_shift[r];
+        unsigned long long part = 0;
+        if (shift != kNoNorm) {
+            for (int c = c0; c < groups; c += kStep) {
+#pragma unroll
+                for (int v = 0; v < V; ++v) part += norm_square(fabs(to_double(my[scale_slot(V * c + v)])), shift);
+            }
+        }
+#pragma unroll
+        for (int o = kLanes / 2; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+        if (lane % kLanes == 0) s_norm[r][slot_of_warp] = part;
+        __syncthreads();
+        if (tid < L) {
+            unsigned long long total = 0;
+#pragma unroll
+            for (int i = 0; i < kLineWarps; ++i) total += s_norm[tid][i];
+            c_norm[tid] = total;
+        }
+        if (Q > 1) {
+            cluster_arrive();
+            cluster_wait();
+        } else {
+            __syncthreads();
+        }
+        if (tid < L) {
+            for (int q = 0; q < Q; ++q) w += shared_of(&c_norm[tid], q);
+        }
+    }
+    // the other CTAs may leave (or nothing more is read remotely) once every CTA is past here
+    if (Q > 1) cluster_arrive();
+
+    // 4. the line's scale, then the residues of this CTA's positions
+    if (tid < L) {
+        const LineScale sc = line_scale(line_big, line_small, w, bits, thresholds, n_thresholds, j_low, norm_bits);
+        s_e[tid] = sc.e;
+        s_kept[tid] = sc.kept;
+        const long long line = line0 + tid;
+        if (rank == 0 && line < lines) {
+            exps[line] = sc.e;
+            lost[line] = (unsigned char)sc.lost;
+            if (line_bits != nullptr) line_bits[line] = sc.kept;
+            if (sc.non_finite) atomicAdd(counts, 1);
+            if (sc.lost) atomicAdd(counts + 1, 1);
+        }
+    }
+    __syncthreads();
+    const long long line = line0 + r;
+    const long long plane = lines * row;
+    const long long end = p0 + chunk < row ? p0 + chunk : row;        // row % V == 0: whole groups
+    const int e = s_e[r];
+    const int sh_hi = line_bits != nullptr ? guard_hi_shift(s_kept[r]) : shift_hi;
+    const int sh_sum = line_bits != nullptr ? guard_sum_shift(s_kept[r]) : shift_sum;
+    for (int c = c0; c < groups; c += kStep) {
+        const long long t = p0 + (long long)V * c;
+        const T* src = my + scale_slot(V * c);        // V consecutive positions: one 16-block
+        double a[V], b[V];
+        unsigned hi[V / 4] = {};
+        unsigned long long part = 0;
+        const bool wide = split_elements<V>([&](int v) { return to_double(src[v]); }, e, sums != nullptr, sh_hi,
+                                            sh_sum, a, b, hi, part);
+        if (sums != nullptr) {
+#pragma unroll
+            for (int o = kLanes / 2; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+            if (lane % kLanes == 0 && line < lines && part != 0) atomicAdd(sums + line, part);
+        }
+        if (line >= lines || t >= end) continue;
+        signed char* dst = out + line * row + t;
+        if (sums != nullptr) store_bytes<V>(dst + COUNT * plane, hi);
+        if (!wide) residue_planes<COUNT, V>(a, b, dst, plane);
+        else residue_planes_wide<COUNT, V>([&](int v) { return to_double(src[v]); }, e, dst, plane);
+    }
+    if (Q > 1) cluster_wait();
 }
 
-// CTAs walking line groups of L lines (Q = 1: lines of up to chunk positions), on any architecture
+// One CTA a line group of L lines (Q = 1: lines of up to chunk positions), on any architecture
 template <int COUNT, typename T, int V, int L>
 __global__ void __launch_bounds__(pyblasgemm::ozaki::kScaleThreads, 2)
 ozaki_scale_residues(const T* __restrict__ x, long long lines, long long len, long long row, long long s_line,
@@ -892,7 +873,7 @@ ozaki_scale_residues(const T* __restrict__ x, long long lines, long long len, lo
 }
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-// Clusters of Q CTAs walking line groups (Hopper): lines of up to Q chunk positions
+// Clusters of Q CTAs a line group (Hopper): lines of up to Q chunk positions
 template <int COUNT, typename T, int V, int L, int Q>
 __global__ void __cluster_dims__(Q, 1, 1) __launch_bounds__(pyblasgemm::ozaki::kScaleThreads, 2)
 ozaki_scale_residues_cluster(const T* __restrict__ x, long long lines, long long len, long long row,
