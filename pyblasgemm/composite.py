@@ -169,35 +169,32 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
     # queued (a wait between them left the GPU idle while the host queued the passes; the
     # residues of an operand that then runs natively are the price of the rare early exit)
     counts = cupy.zeros(4, cupy.int32)     # non-finite lines, lost lines, guard failures, recount
-    line_bits = bits_a = bits_b = None
     planes, row = setting.planes, spec.inner.k          # (row: kk rounded up to whole 16-byte lines)
     ares = cupy.empty((planes, m, row), cupy.int8)
     bres = cupy.empty((planes, nn, row), cupy.int8)
     sums = cupy.zeros(m + nn, cupy.uint64) if setting.guard else None
     sum_a, sum_b = (sums[:m], sums[m:]) if setting.guard else (None, None)
     fast = setting.scaling == "fast"
-    if spec.one_pass is not None:
-        # each operand read once: its lines held on chip between their statistics and residues
-        shape_a, shape_b = spec.one_pass
-        ea, lost_a, bits_a = passes.scale_residues(a_lines[0], m, kk, a_lines[1], a_lines[2], setting.bits, counts,
-                                                   ares, shape_a, sum_a, row=row, fast=fast)
-        eb, lost_b, bits_b = passes.scale_residues(b_lines[0], nn, kk, b_lines[1], b_lines[2], setting.bits, counts,
-                                                   bres, shape_b, sum_b, row=row, fast=fast)
-        line_bits = (bits_a, bits_b) if fast else None
-    elif fast:
-        # each line's exponent from its 2-norm (ozaki.split_fast's bits), and its bits for the
-        # guard's per-line shifts
-        ea, lost_a, bits_a = passes.scale_fast(a_lines[0], m, kk, a_lines[1], a_lines[2], counts)
-        eb, lost_b, bits_b = passes.scale_fast(b_lines[0], nn, kk, b_lines[1], b_lines[2], counts)
-        line_bits = (bits_a, bits_b)
-    else:
-        ea, lost_a = passes.scale(a_lines[0], m, kk, a_lines[1], a_lines[2], setting.bits, counts)
-        eb, lost_b = passes.scale(b_lines[0], nn, kk, b_lines[1], b_lines[2], setting.bits, counts)
-    if spec.one_pass is None:
-        passes.residues(a_lines[0], m, kk, a_lines[1], a_lines[2], ea, ares, setting.bits, sum_a, row=row,
-                        line_bits=bits_a)
-        passes.residues(b_lines[0], nn, kk, b_lines[1], b_lines[2], eb, bres, setting.bits, sum_b, row=row,
-                        line_bits=bits_b)
+    # per operand: one pass where the plan gives it a shape (its lines held on chip between their
+    # statistics and residues, the operand read once), else the statistics pass, then the residues
+    one_pass = spec.one_pass or (None, None)
+    scaled = []
+    for (x, s_line, s_k), lines, res, line_sums, shape in zip((a_lines, b_lines), (m, nn), (ares, bres),
+                                                              (sum_a, sum_b), one_pass):
+        if shape is not None:
+            scaled.append(passes.scale_residues(x, lines, kk, s_line, s_k, setting.bits, counts, res, shape,
+                                                line_sums, row=row, fast=fast))
+        elif fast:
+            scaled.append(passes.scale_fast(x, lines, kk, s_line, s_k, counts))
+        else:
+            scaled.append((*passes.scale(x, lines, kk, s_line, s_k, setting.bits, counts), None))
+    (ea, lost_a, bits_a), (eb, lost_b, bits_b) = scaled
+    line_bits = (bits_a, bits_b) if fast else None
+    for (x, s_line, s_k), lines, res, line_sums, shape, exps, bits_of in zip(
+            (a_lines, b_lines), (m, nn), (ares, bres), (sum_a, sum_b), one_pass, (ea, eb), (bits_a, bits_b)):
+        if shape is None:
+            passes.residues(x, lines, kk, s_line, s_k, exps, res, setting.bits, line_sums, row=row,
+                            line_bits=bits_of)
     moduli = spec.inner._replace(batch=setting.count)
     digit_launch = _digit_launch(moduli, spec.digits)
     # the planes column-major m x nn: the moduli's int32 products and the guard's after them,
@@ -315,7 +312,7 @@ def _guard_fixup(desc: GemmDesc, a, b, c, setting, low, sum_a, sum_b, lost_a, lo
 
     from .ozaki import guard_failures
 
-    m, n = desc.m, desc.n
+    n = desc.n
 
     def lines(part):                            # the per-line test's bits for B's part (0: Re, 1: Im)
         return () if line_bits is None else (line_bits[0], line_bits[1][part * n:(part + 1) * n])

@@ -22,37 +22,39 @@ HOPPER, AMPERE = FAMILIES["sm_90"], FAMILIES["sm_80"]
 @pytest.mark.parametrize("itemsize", [8, 4])
 @pytest.mark.parametrize("lines", [1, 9, 64, 8192])
 @pytest.mark.parametrize("contiguous", [False, True], ids=["strided", "contiguous"])
-def test_one_pass_shape_holds_whole_lines_within_shared_memory(arch, itemsize, lines, contiguous):
-    """Every row from 16 to 40,000: a shape covers the row with the fewest whole units a CTA,
-    fits the opt-in shared memory, clusters only on Hopper; None
-    exactly where even the largest cluster's CTAs cannot hold their part, and a shape never for
-    a longer row than None."""
+def test_one_pass_shapes_hold_whole_lines_within_shared_memory(arch, itemsize, lines, contiguous):
+    """Every row from 16 to 40,000: each shape the device runs covers the row with the fewest
+    whole units a CTA and fits the opt-in shared memory, clusters only on Hopper; the list is
+    empty exactly where even the largest cluster's CTAs cannot hold their part, never for a
+    shorter row than a longer one that fits. The plan's pick is one of them that fits two CTAs
+    an SM (strided lines: clusters of at most 4), or None where none does."""
     hopper = tuple(arch.cc) >= (9, 0)
     largest = max(ok.ONE_PASS_CLUSTERS) if hopper else 1
     per_cta = 1 if contiguous else ok.ONE_PASS_LINES
     unit = ok.one_pass_unit(per_cta, ok.one_pass_width(f"sm_{arch.cc[0]}{arch.cc[1]}", per_cta))
     seen_none = False
     for row in range(16, 40_000, 16 * 37):
-        shape = ok.one_pass_shape(lines, row, itemsize, arch, contiguous)
+        shapes = ok.one_pass_shapes(row, itemsize, arch, contiguous)
         part = -(-(-(-row // largest)) // unit) * unit
         fits = ok.one_pass_smem(part, itemsize, per_cta) <= arch.smem_per_block_optin - 2048
-        assert (shape is not None) == fits, (row, shape)
-        if shape is None:
-            seen_none = True
-            continue
-        assert not seen_none, f"row={row} fits after a shorter row did not"
-        got_lines, q, chunk = shape
-        assert got_lines == per_cta
-        assert q in ok.ONE_PASS_CLUSTERS and q <= largest
-        assert chunk == -(-(-(-row // q)) // unit) * unit, (row, shape)
-        assert ok.one_pass_smem(chunk, itemsize, per_cta) <= arch.smem_per_block_optin - 2048
+        assert bool(shapes) == fits, (row, shapes)
+        assert not (shapes and seen_none), f"row={row} fits after a shorter row did not"
+        seen_none = seen_none or not shapes
+        for got_lines, q, chunk in shapes:
+            assert got_lines == per_cta and q in ok.ONE_PASS_CLUSTERS and q <= largest
+            assert chunk == -(-(-(-row // q)) // unit) * unit, (row, q, chunk)
+            assert ok.one_pass_smem(chunk, itemsize, per_cta) <= arch.smem_per_block_optin - 2048
+        pick = ok.one_pass_shape(lines, row, itemsize, arch, contiguous)
+        good = [sh for sh in shapes if 2 * (ok.one_pass_smem(sh.chunk, itemsize, per_cta) + 2048) <= arch.smem_per_sm
+                and (contiguous or sh.cluster <= ok.ONE_PASS_STRIDED_CLUSTER)]
+        assert (pick is None) == (not good) and (pick is None or pick in good), (row, pick, good)
 
 
-def test_one_pass_shape_prefers_two_ctas_an_sm_then_fills_the_sms():
-    """A contiguous line takes a CTA of its own (no cluster up to 12,288 doubles); strided lines
-    go 8 to a CTA: two CTAs an SM where a cluster size allows it (8192 doubles: clusters of 8 at
-    1024, not 4 at 2048); one CTA an SM only past that (16384: 8 at 2048); few CTAs take larger
-    clusters while a CTA keeps two units."""
+def test_one_pass_shape_keeps_what_measured_faster():
+    """A contiguous line takes a CTA of its own while two fit an SM (8192 doubles), then the
+    narrowest cluster that keeps two (16384: clusters of 2); strided lines go 8 to a CTA in
+    clusters of at most 4 (4096: 4; 8192 would need 8, measured 0.97x the two passes: None);
+    few CTAs take larger clusters while a CTA keeps two units."""
     def shape(*args):
         got = ok.one_pass_shape(*args)
         return None if got is None else tuple(got)
@@ -60,15 +62,14 @@ def test_one_pass_shape_prefers_two_ctas_an_sm_then_fills_the_sms():
     assert shape(8192, 8192, 8, HOPPER, True) == (1, 1, 8192)
     assert shape(8192, 12288, 8, HOPPER, True) == (1, 1, 12288)
     assert shape(8192, 16384, 8, HOPPER, True) == (1, 2, 8192)
-    assert shape(8192, 8192, 8, HOPPER) == (8, 8, 1024)
+    assert shape(4096, 4096, 8, HOPPER) == (8, 4, 1024)
+    assert shape(8192, 8192, 8, HOPPER) is None
     assert shape(8192, 2048, 8, HOPPER) == (8, 2, 1024)
-    assert shape(8192, 16384, 8, HOPPER) == (8, 8, 2048)
-    assert shape(8192, 16384, 4, HOPPER) == (8, 8, 2048)
-    assert shape(64, 2048, 8, HOPPER) == (8, 8, 256)
-    assert shape(64, 1024, 8, HOPPER) == (8, 4, 256)
+    assert shape(8192, 8192, 4, HOPPER) == (8, 4, 2048)
+    assert shape(64, 2048, 8, HOPPER) == (8, 4, 512)
     assert shape(16, 8192, 8, HOPPER, True) == (1, 8, 1024)
-    assert shape(8192, 1536, 8, AMPERE) == (8, 1, 1536)
-    assert shape(8192, 4096, 8, AMPERE) is None
+    assert shape(8192, 1536, 8, AMPERE) is None
+    assert shape(8192, 1024, 8, AMPERE) == (8, 1, 1024)
     assert shape(8192, 4096, 8, AMPERE, True) == (1, 1, 4096)
 
 
@@ -79,15 +80,19 @@ def test_the_plan_records_the_pass_and_prices_one_read():
     from pyblasgemm.planner import composite as planned
     from pyblasgemm.planner import make_desc, plan_for
 
-    d = make_desc(8192, 8192, 8192, "float64", compute="int8-ozaki")
-    one = plan_for(d, arch=HOPPER)
-    assert [tuple(s) for s in one.launch.one_pass] == [(8, 8, 1024), (1, 1, 8192)]
-    assert "scaling and residues: one pass over each operand (A: clusters of 8 CTAs of 8 lines x 1024 " \
+    d = make_desc(4096, 4096, 4096, "float64", compute="int8-ozaki")
+    one = plan_for(d, "tensorcore", arch=HOPPER)
+    assert [tuple(s) for s in one.launch.one_pass] == [(8, 4, 1024), (1, 1, 4096)]
+    assert "scaling and residues: one pass over each operand (A: clusters of 4 CTAs of 8 lines x 1024 " \
            "positions; B: a CTA a line)" in one.explain()
+    mixed = plan_for(make_desc(8192, 8192, 8192, "float64", compute="int8-ozaki"), arch=HOPPER)
+    assert mixed.launch.one_pass[0] is None and tuple(mixed.launch.one_pass[1]) == (1, 1, 8192)
+    assert "scaling and residues: A: a statistics pass, then the residues; B: one pass (a CTA a line)" \
+           in mixed.explain()
     try:
         planned.ONE_PASS = False
         pyblasgemm.clear_plan_cache()
-        two = plan_for(d, arch=HOPPER)
+        two = plan_for(d, "tensorcore", arch=HOPPER)
     finally:
         planned.ONE_PASS = True
         pyblasgemm.clear_plan_cache()
@@ -95,11 +100,11 @@ def test_the_plan_records_the_pass_and_prices_one_read():
     assert "a statistics pass, then the residues (the one pass turned off" in two.explain()
     fast = plan_for(make_desc(8192, 8192, 8192, "float64", compute="int8-ozaki-fast"), arch=HOPPER)
     assert fast.launch.one_pass is None and "(the 'fast' scaling: measured 0.93x in one pass" in fast.explain()
-    # one read of A and B fewer: 2 x 8 bytes x 8192^2 at the passes' share of the bandwidth
-    saved = 2 * 8 * 8192**2 / (HOPPER.dram_bw * planned.PASS_DRAM_EFFICIENCY)
+    # one read of A and B fewer: 2 x 8 bytes x 4096^2 at the passes' share of the bandwidth
+    saved = 2 * 8 * 4096**2 / (HOPPER.dram_bw * planned.PASS_DRAM_EFFICIENCY)
     assert two.launch.passes_s - one.launch.passes_s == pytest.approx(saved, rel=1e-9)
-    far = plan_for(make_desc(256, 256, 30000, "float64", compute="int8-ozaki"), "tensorcore", arch=HOPPER)
-    assert far.launch.one_pass is None and "(the lines do not fit on chip)" in far.explain()
+    far = plan_for(make_desc(256, 256, 40000, "float64", compute="int8-ozaki"), "tensorcore", arch=HOPPER)
+    assert far.launch.one_pass is None and "or they do not fit on chip)" in far.explain()
 
 
 @pytest.mark.parametrize("dtype", ["float64", "complex128"])
@@ -251,13 +256,12 @@ def test_gpu_one_pass_refuses_what_it_cannot_write():
 @pytest.mark.parametrize("m,n,k,trans", [(130, 70, 257, "NN"), (64, 300, 3000, "TN"), (40, 24, 9000, "NT")])
 def test_gpu_one_pass_call_has_the_two_pass_bits(monkeypatch, dtype, compute, m, n, k, trans):
     """The whole call with the planner's one pass on and off: the same C, byte for byte, with
-    alpha and beta (k = 9000: clusters of 8 on Hopper; complex: the stacked operands' 2k), the
-    one pass run where the plan says (the default scaling's lines that fit on chip)."""
+    alpha and beta (complex: the stacked operands' 2k), the one pass run for each operand the
+    plan gives a shape (the default scaling's lines where it measured faster)."""
     import pyblasgemm
     from pyblasgemm.planner import composite as planned
 
     cp = _cupy()
-    hopper = cp.cuda.Device().compute_capability >= "90"
     rng = np.random.default_rng(m + n + k)
     ta, tb = trans
 
@@ -299,8 +303,5 @@ def test_gpu_one_pass_call_has_the_two_pass_bits(monkeypatch, dtype, compute, m,
     want = [ok.one_pass_shape(m, row, itemsize, arch, contiguous[0]),
             ok.one_pass_shape(two * n, row, itemsize, arch, contiguous[1])]
     if compute.endswith("fast"):                # (the planner keeps the two passes there)
-        want = [None]
-    assert shapes == (want if None not in want else []), (shapes, want)
-    if hopper and k == 9000 and two == 1:       # (complex: B2's 18,000-position lines take two passes)
-        groups = [s.cluster for s in shapes if s.lines == ok.ONE_PASS_LINES]
-        assert groups and set(groups) == {8}, shapes
+        want = [None, None]
+    assert shapes == [w for w in want if w is not None], (shapes, want)

@@ -75,6 +75,9 @@ BLOCK_ONE_PASS = 256
 ONE_PASS_CHUNK_UNIT = 128
 #: the cluster sizes of the one-pass kernel (Hopper's portable sizes; 1: no cluster, any GPU)
 ONE_PASS_CLUSTERS = (1, 2, 4, 8)
+#: the widest cluster :func:`one_pass_shape` gives strided lines (H200, 8192^3: clusters of 8
+#: measured 0.97x the two passes, of 4 at 4096^3 1.06x)
+ONE_PASS_STRIDED_CLUSTER = 4
 #: shared memory a CTA uses besides the line group (its statistics; the driver's 1 KB a block)
 _ONE_PASS_STATIC = 2048
 #: grid dimension y's limit (the residue and reconstruction kernels walk past it)
@@ -354,35 +357,35 @@ def one_pass_shape(lines: int, row: int, itemsize: int, arch, contiguous: bool =
     A contiguous line takes a CTA of its own; strided lines go 8 to a CTA. A cluster of
     ``cluster`` CTAs holds whole lines, each CTA ``chunk`` positions (a multiple of
     :func:`one_pass_unit`): the first cluster size whose CTA fits two to an SM (its 128
-    registers a thread allow two), else the first that fits one; clusters only on Hopper and
-    later. Where the CTAs would leave SMs idle (few lines), clusters twice as large while a CTA
-    keeps two units (and every CTA some).
+    registers a thread allow two), clusters only on Hopper and later, and for strided lines at
+    most :data:`ONE_PASS_STRIDED_CLUSTER`. Where the CTAs would leave SMs idle (few lines),
+    clusters twice as large while a CTA keeps two units (and every CTA some).
 
-    Measured against the two passes (H200, 8192^3 float64,
-    bench/results/ozaki_one_pass_h200_2026-11-29_1fab3b6.json): the same time (1.01x the passes,
-    3 % of the call), 0.93x with the 'fast' scaling, whose second sweep of the lines waits for
-    the cluster's statistics; the planner takes it for the default scaling only
-    (``planner.composite.ONE_PASS``). A CTA walking its groups with the next one's copies in
-    flight measured 0.54x (clusters of 8 barrier once a group, and one CTA an SM of 147 KB:
-    ozaki_one_pass_h200_2026-11-29_d768265.json).
+    Per operand against the two passes (H200, float64, the default scaling; the two passes'
+    time halved; bench/results/ozaki_one_pass_h200_2026-11-29_4528870.json): contiguous lines
+    1.07x at 4096 (a CTA a line), 1.06x at 8192 (a CTA a line), 1.05x at 16384 (clusters of
+    2); strided lines 1.06x at 4096 (clusters of 4), 0.97x at 8192 (clusters of 8), 0.77x at
+    16384 (8, one CTA an SM). A CTA alone on its SM waits for its copies with nothing to
+    overlap them (a line of 16384 in one CTA: 0.84x), and the wider the cluster the longer its
+    CTAs wait for the slowest one's statistics.
 
     >>> from pyblasgemm.planner import FAMILIES
     >>> h = FAMILIES["sm_90"]
-    >>> tuple(one_pass_shape(8192, 8192, 8, h)), tuple(one_pass_shape(8192, 8192, 8, h, contiguous=True))
-    ((8, 8, 1024), (1, 1, 8192))
-    >>> tuple(one_pass_shape(8192, 1024, 8, h)), tuple(one_pass_shape(8192, 16384, 8, h))
-    ((8, 1, 1024), (8, 8, 2048))
+    >>> one_pass_shape(8192, 8192, 8, h), tuple(one_pass_shape(8192, 8192, 8, h, contiguous=True))
+    (None, (1, 1, 8192))
+    >>> tuple(one_pass_shape(4096, 4096, 8, h)), tuple(one_pass_shape(8192, 16384, 8, h, contiguous=True))
+    ((8, 4, 1024), (1, 2, 8192))
     >>> one_pass_shape(8192, 8192, 8, FAMILIES["sm_80"]), one_pass_shape(8192, 30000, 8, h)
     (None, None)
     >>> tuple(one_pass_shape(16, 8192, 8, h, contiguous=True))    # 16 lines: clusters of 8
     (1, 8, 1024)
     """
-    shapes = one_pass_shapes(row, itemsize, arch, contiguous)
+    shapes = [s for s in one_pass_shapes(row, itemsize, arch, contiguous)
+              if 2 * (one_pass_smem(s.chunk, itemsize, s.lines) + _ONE_PASS_STATIC) <= arch.smem_per_sm
+              and (contiguous or s.cluster <= ONE_PASS_STRIDED_CLUSTER)]
     if not shapes:
         return None
-    two = [s for s in shapes if 2 * (one_pass_smem(s.chunk, itemsize, s.lines) + _ONE_PASS_STATIC)
-           <= arch.smem_per_sm]
-    shape = two[0] if two else shapes[0]
+    shape = shapes[0]
     ctas = -(-lines // shape.lines)
     unit = one_pass_unit(shape.lines, one_pass_width(f"sm_{arch.cc[0]}{arch.cc[1]}", shape.lines))
     by_cluster = {s.cluster: s for s in shapes}

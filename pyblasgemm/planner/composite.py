@@ -78,8 +78,9 @@ class CompositeSpec(NamedTuple):
     #: Ozaki: the plan of the moduli's GEMM (batch = moduli) when it runs with the digit store
     #: (:data:`DIGITS`; executed bound with ``kernels.jit.EPI_RESIDUE``), else None
     digits: Plan | None = None
-    #: Ozaki: ``(A's OnePassShape, B's)`` where the scaling and the residues run in one pass
-    #: (:data:`ONE_PASS`, ``ozaki_kernels.one_pass_shape``), else None, and why not
+    #: Ozaki: ``(A's OnePassShape, B's)``, each None where that operand takes the statistics
+    #: pass, then the residues (:data:`ONE_PASS`, ``ozaki_kernels.one_pass_shape``); None where
+    #: neither takes one pass, and why
     one_pass: tuple | None = None
     two_passes_why: str = ""
 
@@ -140,20 +141,25 @@ def _one_pass_words(one_pass, why: str = "") -> str:
     """How the plan scales and splits its operands, for :meth:`CompositeSpec.explain_lines`.
 
     >>> from pyblasgemm.kernels.ozaki_kernels import OnePassShape
-    >>> _one_pass_words((OnePassShape(1, 1, 8192), OnePassShape(8, 8, 1024)))
-    'one pass over each operand (A: a CTA a line; B: clusters of 8 CTAs of 8 lines x 1024 positions)'
+    >>> _one_pass_words((OnePassShape(1, 1, 8192), OnePassShape(8, 4, 1024)))
+    'one pass over each operand (A: a CTA a line; B: clusters of 4 CTAs of 8 lines x 1024 positions)'
+    >>> _one_pass_words((None, OnePassShape(1, 1, 8192)))
+    'A: a statistics pass, then the residues; B: one pass (a CTA a line)'
     >>> _one_pass_words(None, "the lines do not fit on chip")
     'a statistics pass, then the residues (the lines do not fit on chip)'
     """
     if one_pass is None:
         return f"a statistics pass, then the residues ({why})"
 
-    def one(name, shape):
+    def one(shape):
         lines, q, chunk = shape.lines, shape.cluster, shape.chunk
         if q == 1:
-            return f"{name}: a CTA a line" if lines == 1 else f"{name}: a CTA of {lines} lines"
-        return f"{name}: clusters of {q} CTAs of {lines} line{'s' if lines > 1 else ''} x {chunk} positions"
-    return f"one pass over each operand ({one('A', one_pass[0])}; {one('B', one_pass[1])})"
+            return "a CTA a line" if lines == 1 else f"a CTA of {lines} lines"
+        return f"clusters of {q} CTAs of {lines} line{'s' if lines > 1 else ''} x {chunk} positions"
+    if None not in one_pass:
+        return f"one pass over each operand (A: {one(one_pass[0])}; B: {one(one_pass[1])})"
+    return "; ".join(f"{name}: one pass ({one(shape)})" if shape is not None else
+                     f"{name}: a statistics pass, then the residues" for name, shape in zip("AB", one_pass))
 
 
 def contiguous_lines(desc: GemmDesc) -> tuple[bool, bool]:
@@ -176,17 +182,19 @@ def contiguous_lines(desc: GemmDesc) -> tuple[bool, bool]:
 
 
 def _one_pass(desc: GemmDesc, inner: GemmDesc, setting, arch) -> tuple:
-    """``(shapes, why not)``: the one-pass shapes of A's and B's lines (:data:`ONE_PASS`), or
-    None and the reason the two passes run: the 'fast' scaling (its norms' sweep waits for the
-    cluster's statistics: 0.93x the two passes on an H200 at 8192^3,
-    bench/results/ozaki_one_pass_h200_2026-11-29_1fab3b6.json), or lines that do not fit on chip.
+    """``((A's shape, B's shape), why)``: each operand's one-pass shape
+    (``ozaki_kernels.one_pass_shape``; None: that operand takes the statistics pass, then the
+    residues) and, where neither takes it, why: the 'fast' scaling (its norms' sweep waits for
+    the cluster's statistics: 0.93x the two passes on an H200 at 8192^3,
+    bench/results/ozaki_one_pass_h200_2026-11-29_1fab3b6.json), :data:`ONE_PASS` off, or lines
+    whose one pass was measured slower or that do not fit on chip.
 
     >>> from pyblasgemm.planner import FAMILIES, make_desc
     >>> from pyblasgemm.ozaki import setting
     >>> d = make_desc(8192, 8192, 8192, "float64", compute="int8-ozaki")
     >>> shapes, _ = _one_pass(d, inner_problem(d, setting(8192)), setting(8192), FAMILIES["sm_90"])
-    >>> [tuple(s) for s in shapes]
-    [(8, 8, 1024), (1, 1, 8192)]
+    >>> shapes[0], tuple(shapes[1])
+    (None, (1, 1, 8192))
     """
     from ..kernels.ozaki_kernels import one_pass_shape
 
@@ -198,17 +206,17 @@ def _one_pass(desc: GemmDesc, inner: GemmDesc, setting, arch) -> tuple:
     a_contig, b_contig = contiguous_lines(desc)
     a = one_pass_shape(inner.m, inner.k, real, arch, a_contig)
     b = one_pass_shape(inner.n, inner.k, real, arch, b_contig)
-    if a is None or b is None:
-        return None, "the lines do not fit on chip"
+    if a is None and b is None:
+        return None, "the one pass measured slower for these lines, or they do not fit on chip"
     return (a, b), ""
 
 
 def _passes_bytes(desc: GemmDesc, kind: str, count: int, digit_planes: int = 0, fast: bool = False,
-                  one_pass: bool = False) -> float:
+                  one_pass: tuple = (False, False)) -> float:
     """DRAM bytes of the passes around the inner GEMM, per batch entry (``digit_planes`` of
     the ``count`` planes are one byte a product: the digit store; ``fast``: the 'fast'
-    scaling's statistics read each operand once more, for the norms; ``one_pass``: the scaling
-    and the residues read each operand once)."""
+    scaling's statistics read each operand once more, for the norms; ``one_pass``: whether A,
+    and B, are scaled and split in one pass, which reads that operand once)."""
     m, n, k = desc.m, desc.n, desc.k
     c_rw = desc.row.c_dtype.itemsize * m * n * (2 if desc.beta != 0 else 1)
     if kind == "complex":
@@ -221,8 +229,10 @@ def _passes_bytes(desc: GemmDesc, kind: str, count: int, digit_planes: int = 0, 
     # statistics and residues read each operand twice ('fast': three times); residues write
     # count int8 planes; the reconstruction reads count int32 planes (digit planes: one byte a
     # product)
-    reads = 1 if one_pass else 3 if fast else 2
-    return (stacked + reads * real * (mk + kn) + count * (mk + kn) + (4 * count - 3 * digit_planes) * mn
+    reads = 3 if fast else 2
+    # (the one pass spares its operand's statistics read)
+    spared = real * ((mk if one_pass[0] else 0) + (kn if one_pass[1] else 0))
+    return (stacked + reads * real * (mk + kn) - spared + count * (mk + kn) + (4 * count - 3 * digit_planes) * mn
             + c_rw)
 
 
@@ -267,8 +277,9 @@ def plan_composite(desc: GemmDesc, requested: str, arch, plan_for) -> Plan:
     digits = _digit_plan(inner._replace(batch=setting.count), arch, plan_for) if setting is not None else None
     fast = setting is not None and setting.scaling == "fast"
     one_pass, why = _one_pass(desc, inner, setting, arch) if setting is not None else (None, "")
+    single = (False, False) if one_pass is None else tuple(s is not None for s in one_pass)
     passes = (desc.batch * _passes_bytes(desc, route.composite, count, setting.count if digits else 0, fast,
-                                         one_pass is not None)
+                                         single)
               / (arch.dram_bw * PASS_DRAM_EFFICIENCY) + PASS_HOST_S)
     ours = desc.batch * inner_plan.predicted_s + passes
     spec = CompositeSpec(route.composite, inner, inner_plan, native, setting, passes, native_s, digits, one_pass,
