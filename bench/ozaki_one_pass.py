@@ -113,12 +113,14 @@ def passes_row(cp, pb, a, b, compute, inner=5, samples=10) -> dict:
             return passes.residues(*rargs[:5], got[0], *rargs[6:], **dict(rkw, line_bits=line_bits)), got
 
         def one(passes=passes, x=x, lines=lines, length=length, s_line=s_line, s_k=s_k, bits=bits, row=row,
-                shape=shape, out1=out1, sums1=sums1, counts1=counts1, two=two):
-            if shape is None:               # the plan keeps this operand's two passes
-                got = two()[1]
-                out1[...] = out
+                shape=shape, out1=out1, sums1=sums1, counts1=counts1, sname=sname, sargs=sargs, skw=skw,
+                rargs=rargs, rkw=rkw):
+            if shape is None:               # the plan keeps this operand's two passes (into its own planes)
                 if sums1 is not None:
-                    sums1[...] = sums
+                    sums1[...] = 0
+                got = getattr(passes, sname)(*sargs, **skw)
+                passes.residues(*rargs[:5], got[0], out1, rargs[7], sums1,
+                                **dict(rkw, line_bits=got[2] if fast else None))
                 return got
             if sums1 is not None:
                 sums1[...] = 0
