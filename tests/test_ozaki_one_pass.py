@@ -305,3 +305,30 @@ def test_gpu_one_pass_call_has_the_two_pass_bits(monkeypatch, dtype, compute, m,
     if compute.endswith("fast"):                # (the planner keeps the two passes there)
         want = [None, None]
     assert shapes == [w for w in want if w is not None], (shapes, want)
+
+
+def test_the_design_note_quotes_the_measured_run():
+    """docs/design/ozaki-residue-planes.md's table of the one pass per operand is the H200 run's
+    ratios (half the two passes' time over each shape's), rounded as quoted."""
+    import json
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    run = json.loads((root / "bench/results/ozaki_one_pass_h200_2026-11-29_4528870.json").read_text())
+    note = (root / "docs/design/ozaki-residue-planes.md").read_text()
+    rows = {(r["size"], r["compute"]): r["ms"] for r in run["passes"]}
+
+    def ratio(size, operand, shape, compute="int8-ozaki"):
+        ms = rows[(size, compute)]
+        key = next(k for k in ms if k.startswith(f"{operand} one pass {shape}"))
+        return f"{ms['two passes (A and B)'] / 2 / ms[key]:.2f}x"
+
+    assert f"| contiguous, one CTA a line (two an SM) | {ratio(4096, 'B', (1, 1, 4096))} | " \
+           f"{ratio(8192, 'B', (1, 1, 8192))} | one an SM: {ratio(16384, 'B', (1, 1, 16384))} |" in note
+    assert f"| contiguous, clusters of 2 | {ratio(4096, 'B', (1, 2, 2048))} | {ratio(8192, 'B', (1, 2, 4096))} | " \
+           f"{ratio(16384, 'B', (1, 2, 8192))} |" in note
+    assert f"| strided, clusters of 8 | {ratio(4096, 'A', (8, 8, 512))} | {ratio(8192, 'A', (8, 8, 1024))} | " \
+           f"{ratio(16384, 'A', (8, 8, 2048))} (one an SM) |" in note
+    fast = [f"{rows[(s, 'int8-ozaki-fast')]['two passes (A and B)'] / rows[(s, 'int8-ozaki-fast')]['one pass (A and B)']:.2f}x"
+            for s in (4096, 8192, 16384)]
+    assert f"| 'fast' scaling, one pass for both | {' | '.join(fast)} |" in note

@@ -363,7 +363,7 @@ def one_pass_shape(lines: int, row: int, itemsize: int, arch, contiguous: bool =
 
     Per operand against the two passes (H200, float64, the default scaling; the two passes'
     time halved; bench/results/ozaki_one_pass_h200_2026-11-29_4528870.json): contiguous lines
-    1.07x at 4096 (a CTA a line), 1.06x at 8192 (a CTA a line), 1.05x at 16384 (clusters of
+    1.06x at 4096 (a CTA a line), 1.06x at 8192 (a CTA a line), 1.05x at 16384 (clusters of
     2); strided lines 1.06x at 4096 (clusters of 4), 0.97x at 8192 (clusters of 8), 0.77x at
     16384 (8, one CTA an SM). A CTA alone on its SM waits for its copies with nothing to
     overlap them (a line of 16384 in one CTA: 0.84x), and the wider the cluster the longer its
