@@ -426,10 +426,11 @@ def _source(count: int) -> str:
             + tables_source(count) + f'#include "{HEADER}"\n')
 
 
-def compile_offline(count: int, arch: str = "sm_80", element: str = "double", ptx: bool = False):
-    """Compile one count's kernels without a GPU: ``(cubin, log)`` (``ptx``: the PTX text
-    instead of the cubin); the log carries ptxas's resource report (``jit.ptxas_resources``
-    parses it).
+def compile_offline(count: int, arch: str = "sm_80", element: str = "double", ptx: bool = False,
+                    names: list | None = None):
+    """Compile one count's kernels without a GPU (``names``: only those of
+    :func:`kernel_names`): ``(cubin, log)`` (``ptx``: the PTX text instead of the cubin); the
+    log carries ptxas's resource report (``jit.ptxas_resources`` parses it).
 
     Example::
 
@@ -437,8 +438,9 @@ def compile_offline(count: int, arch: str = "sm_80", element: str = "double", pt
     """
     from .jit import compile_program
 
-    binary, log, _ = compile_program(_source(count), "pyblasgemm_ozaki.cu", kernel_names(count, element, arch), arch,
-                                     ptx=ptx, what=f"the Ozaki kernels ({count} moduli, {element})")
+    names = names or kernel_names(count, element, arch)
+    binary, log, _ = compile_program(_source(count), "pyblasgemm_ozaki.cu", names, arch, ptx=ptx,
+                                     what=f"the Ozaki kernels ({count} moduli, {element})")
     return binary, log
 
 
