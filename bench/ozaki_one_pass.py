@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import pathlib
 import sys
-import types
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from bench.heldout import meta, write_doc  # noqa: E402
-from bench.ozaki_passes import NATIVE, _device_tag, _operands  # noqa: E402
+from bench.heldout import write_doc  # noqa: E402
+from bench.ozaki_passes import NATIVE, _operands, check_sizes, run_header  # noqa: E402
 from bench.timing import interleaved_median_s  # noqa: E402
 
 MODES = ("int8-ozaki", "int8-ozaki-fast")
@@ -189,12 +187,7 @@ def parse_args(argv=None):
     p.add_argument("--out", default=None, help="the JSON's path (default bench/results/ozaki_one_pass_<device>_"
                                                "<date>_<sha>.json, with _<dtype> where given)")
     args = p.parse_args(argv)
-    try:
-        args.sizes = [int(x) for x in args.sizes.split(",")]
-    except ValueError:
-        p.error(f"--sizes: {args.sizes!r} is not a comma list of integers")
-    if any(x < 1 for x in args.sizes):
-        p.error(f"--sizes: {args.sizes} holds a size below 1")
+    check_sizes(p, args)
     return args
 
 
@@ -204,12 +197,8 @@ def main(argv=None) -> int:
 
     import pyblasgemm as pb
 
-    info = meta(types.SimpleNamespace(torch=None), seed=20261129)
-    name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    date = datetime.date.today().isoformat()
-    sha = (info.get("git_sha") or "nosha")[:7]
     tag = "" if args.dtype == "float64" else f"_{args.dtype}"
-    out = args.out or f"bench/results/ozaki_one_pass{tag}_{_device_tag(name)}_{date}_{sha}.json"
+    info, name, date, out = run_header(cp, 20261129, "ozaki_one_pass", tag, args.out)
     doc = {"schema": "pyblasgemm-ozaki-one-pass/1", **info, "device_name": name, "date": date,
            "dtype": args.dtype, "method": __doc__, "passes": [], "end_to_end": []}
     for size in args.sizes:

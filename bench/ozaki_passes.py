@@ -329,6 +329,33 @@ def end_to_end_row(cp, pb, size, inner=3, samples=7, dtype="float64", bits=None)
     return row
 
 
+def check_sizes(parser, args) -> None:
+    """``args.sizes`` (a comma list) as positive integers, or the parser's error naming it (the
+    Ozaki benches' one rule).
+
+    >>> p = argparse.ArgumentParser()
+    >>> a = argparse.Namespace(sizes="4096,8192")
+    >>> check_sizes(p, a); a.sizes
+    [4096, 8192]
+    """
+    try:
+        args.sizes = [int(x) for x in args.sizes.split(",")]
+    except ValueError:
+        parser.error(f"--sizes: {args.sizes!r} is not a comma list of integers")
+    if any(x < 1 for x in args.sizes):
+        parser.error(f"--sizes: {args.sizes} holds a size below 1")
+
+
+def run_header(cp, seed: int, stem: str, tag: str, out: str | None):
+    """``(info, device name, date, JSON path)`` of an Ozaki bench run: :func:`bench.heldout.meta`
+    (versions, git SHA), and ``out`` or bench/results/<stem><tag>_<device>_<date>_<sha>.json."""
+    info = meta(types.SimpleNamespace(torch=None), seed=seed)
+    name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    date = datetime.date.today().isoformat()
+    sha = (info.get("git_sha") or "nosha")[:7]
+    return info, name, date, out or f"bench/results/{stem}{tag}_{_device_tag(name)}_{date}_{sha}.json"
+
+
 def parse_args(argv=None):
     """The command line, checked before any GPU work: ``--sizes`` positive integers, ``--dtype``
     one of :data:`NATIVE`, ``--bits`` 1 to ``pyblasgemm.ozaki.MAX_BITS``.
@@ -347,12 +374,7 @@ def parse_args(argv=None):
     p.add_argument("--out", default=None, help="the JSON's path (default bench/results/ozaki_passes_<device>_"
                                                "<date>_<sha>.json, with _<dtype> and _<bits>bits where given)")
     args = p.parse_args(argv)
-    try:
-        args.sizes = [int(x) for x in args.sizes.split(",")]
-    except ValueError:
-        p.error(f"--sizes: {args.sizes!r} is not a comma list of integers")
-    if any(x < 1 for x in args.sizes):
-        p.error(f"--sizes: {args.sizes} holds a size below 1")
+    check_sizes(p, args)
     if args.bits is not None and not 1 <= args.bits <= MAX_BITS:
         p.error(f"--bits: {args.bits} is outside 1..{MAX_BITS}")
     return args
@@ -365,12 +387,8 @@ def main(argv=None) -> int:
     import pyblasgemm as pb
     from pyblasgemm.kernels import ozaki_kernels as ok
 
-    info = meta(types.SimpleNamespace(torch=None), seed=20261128)
-    name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    date = datetime.date.today().isoformat()
-    sha = (info.get("git_sha") or "nosha")[:7]
     tag = ("" if args.dtype == "float64" else f"_{args.dtype}") + ("" if args.bits is None else f"_{args.bits}bits")
-    out = args.out or f"bench/results/ozaki_passes{tag}_{_device_tag(name)}_{date}_{sha}.json"
+    info, name, date, out = run_header(cp, 20261128, "ozaki_passes", tag, args.out)
     doc = {"schema": "pyblasgemm-ozaki-passes/1", **info, "device_name": name, "date": date, "dtype": args.dtype,
            "compute": compute_of(args.bits), "rows_default": ok.ROWS_DEFAULT, "residues_default": ok.RESIDUES_DEFAULT,
            "method": __doc__, "passes": [], "end_to_end": []}

@@ -176,11 +176,11 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
     sum_a, sum_b = (sums[:m], sums[m:]) if setting.guard else (None, None)
     fast = setting.scaling == "fast"
     # per operand: one pass where the plan gives it a shape (its lines held on chip between their
-    # statistics and residues, the operand read once), else the statistics pass, then the residues
-    one_pass = spec.one_pass or (None, None)
+    # statistics and residues, the operand read once), else the statistics pass, then the
+    # residues (both operands' statistics first, as before the one pass)
+    operands = list(zip((a_lines, b_lines), (m, nn), (ares, bres), (sum_a, sum_b), spec.one_pass or (None, None)))
     scaled = []
-    for (x, s_line, s_k), lines, res, line_sums, shape in zip((a_lines, b_lines), (m, nn), (ares, bres),
-                                                              (sum_a, sum_b), one_pass):
+    for (x, s_line, s_k), lines, res, line_sums, shape in operands:
         if shape is not None:
             scaled.append(passes.scale_residues(x, lines, kk, s_line, s_k, setting.bits, counts, res, shape,
                                                 line_sums, row=row, fast=fast))
@@ -188,13 +188,12 @@ def _ozaki(desc: GemmDesc, a, b, c, spec, run_inner) -> None:
             scaled.append(passes.scale_fast(x, lines, kk, s_line, s_k, counts))
         else:
             scaled.append((*passes.scale(x, lines, kk, s_line, s_k, setting.bits, counts), None))
-    (ea, lost_a, bits_a), (eb, lost_b, bits_b) = scaled
-    line_bits = (bits_a, bits_b) if fast else None
-    for (x, s_line, s_k), lines, res, line_sums, shape, exps, bits_of in zip(
-            (a_lines, b_lines), (m, nn), (ares, bres), (sum_a, sum_b), one_pass, (ea, eb), (bits_a, bits_b)):
+    for ((x, s_line, s_k), lines, res, line_sums, shape), (exps, _, bits_of) in zip(operands, scaled):
         if shape is None:
             passes.residues(x, lines, kk, s_line, s_k, exps, res, setting.bits, line_sums, row=row,
                             line_bits=bits_of)
+    (ea, lost_a, bits_a), (eb, lost_b, bits_b) = scaled
+    line_bits = (bits_a, bits_b) if fast else None
     moduli = spec.inner._replace(batch=setting.count)
     digit_launch = _digit_launch(moduli, spec.digits)
     # the planes column-major m x nn: the moduli's int32 products and the guard's after them,

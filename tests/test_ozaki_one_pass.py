@@ -13,7 +13,7 @@ import pytest
 from pyblasgemm.kernels import ozaki_kernels as ok
 from pyblasgemm.planner import FAMILIES
 from conftest import gpu_cupy
-from test_ozaki_residues import _operand
+from test_ozaki_residues import _operand, special_lines
 
 HOPPER, AMPERE = FAMILIES["sm_90"], FAMILIES["sm_80"]
 
@@ -31,7 +31,7 @@ def test_one_pass_shapes_hold_whole_lines_within_shared_memory(arch, itemsize, l
     hopper = tuple(arch.cc) >= (9, 0)
     largest = max(ok.ONE_PASS_CLUSTERS) if hopper else 1
     per_cta = 1 if contiguous else ok.ONE_PASS_LINES
-    unit = ok.one_pass_unit(per_cta, ok.one_pass_width(f"sm_{arch.cc[0]}{arch.cc[1]}", per_cta))
+    unit = ok.one_pass_unit(per_cta, arch)
     seen_none = False
     for row in range(16, 40_000, 16 * 37):
         shapes = ok.one_pass_shapes(row, itemsize, arch, contiguous)
@@ -207,12 +207,7 @@ def test_gpu_one_pass_counts_non_finite_and_lost_lines_once_per_cluster(fast):
     cp = _cupy()
     lines, length = 40, 1024
     passes = ok.OzakiPasses(16)
-    rng = np.random.default_rng(7)
-    vals = rng.standard_normal((lines, length))
-    vals[3, 900] = np.inf
-    vals[4, 17] = np.nan
-    vals[5, 400] = -np.inf
-    vals[6] *= 1e300
+    vals = special_lines(lines, length)
     vals[9, 3] = 1e-200                        # lost at any bits: 1e-200 beside elements near 1
     vals[10, 1000] = 1e-40
     x = cp.asarray(vals.ravel())

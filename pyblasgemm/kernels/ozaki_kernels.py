@@ -23,8 +23,7 @@ __all__ = ["HEADER", "DIGIT", "DIGIT_WORDS", "digit_table", "digits_host", "BLOC
            "RESIDUES_DEFAULT", "element_of", "table_values", "tables_source", "kernel_names", "compile_offline",
            "get_kernels", "rows_kernel_applies", "residues_kernel_applies", "residues_kernel_for", "OzakiPasses",
            "ONE_PASS_CLUSTERS", "OnePassShape", "one_pass_width", "one_pass_unit", "one_pass_shape", "one_pass_shapes",
-           "one_pass_smem",
-           "one_pass_name"]
+           "one_pass_smem", "one_pass_name", "one_pass_names"]
 
 HEADER = "pyblasgemm/ozaki/ozaki.cuh"
 #: the reconstruction kernels' plane type for the digit planes of the Hopper int8 kernel's digit
@@ -204,10 +203,10 @@ def tables_source(count: int) -> str:
             + decl("kOzCrtP", "double", [nch]) + decl("kOzCrtInvP", "double", []))
 
 
-def kernel_names(count: int, element: str = "double", arch: str = "sm_80") -> list[str]:
-    """The name expressions one moduli count and element type need on ``arch``: stats, scale,
-    the guard's count, residues, both reconstructions, and the one-pass scaling and residues
-    (:func:`one_pass_name`: its cluster sizes on Hopper).
+def kernel_names(count: int, element: str = "double") -> list[str]:
+    """The name expressions one moduli count and element type need: stats, scale, the guard's
+    count, residues, both reconstructions (compiled together on first use; the one-pass kernels,
+    :func:`one_pass_names`, one by one as a plan asks for them).
 
     >>> kernel_names(16)[3:6]
     ['ozaki_residues<16, double>', 'ozaki_reconstruct<16, false, double, int>', 'ozaki_reconstruct<16, true, double, int>']
@@ -217,10 +216,8 @@ def kernel_names(count: int, element: str = "double", arch: str = "sm_80") -> li
     'ozaki_line_stats<float>'
     >>> kernel_names(16)[10:12]
     ['ozaki_residues_pipe<16, double, 16>', 'ozaki_residues_pipe<16, double, 8>']
-    >>> kernel_names(16)[-5:-3]               # the digit planes of the Hopper kernel's digit store
+    >>> kernel_names(16)[-3:-1]               # the digit planes of the Hopper kernel's digit store
     ['ozaki_reconstruct_rows<16, true, double, false, unsigned char>', 'ozaki_reconstruct_digits16<16, false, double>']
-    >>> kernel_names(16, arch="sm_90")[-2:]
-    ['ozaki_scale_residues_cluster<16, double, 16, 8, 4>', 'ozaki_scale_residues_cluster<16, double, 16, 8, 8>']
     """
     if element not in ELEMENTS.values():
         raise ValueError(f"element={element!r}: one of 'double', 'float'")
@@ -232,8 +229,17 @@ def kernel_names(count: int, element: str = "double", arch: str = "sm_80") -> li
             f"ozaki_residues_pipe<{count}, {element}, {v}>" for v in (16, 8)] + [
             f"ozaki_reconstruct{rows}<{count}, {cplx}, {element}{', false' if rows else ''}, {DIGIT}>"
             for rows in ("", "_rows") for cplx in ("false", "true")] + [
-            f"ozaki_reconstruct_digits16<{count}, {cplx}, {element}>" for cplx in ("false", "true")] + [
-            one_pass_name(count, element, arch, lines, q) for lines in (1, ONE_PASS_LINES)
+            f"ozaki_reconstruct_digits16<{count}, {cplx}, {element}>" for cplx in ("false", "true")]
+
+
+def one_pass_names(count: int, element: str, arch: str) -> list[str]:
+    """Every one-pass kernel (:func:`one_pass_name`) ``arch`` runs: a line or a group of 8 a
+    CTA, each with every cluster size on Hopper (what :func:`compile_offline` checks).
+
+    >>> one_pass_names(16, "double", "sm_90")[-1], len(one_pass_names(16, "double", "sm_80"))
+    ('ozaki_scale_residues_cluster<16, double, 16, 8, 8>', 2)
+    """
+    return [one_pass_name(count, element, arch, lines, q) for lines in (1, ONE_PASS_LINES)
             for q in ONE_PASS_CLUSTERS if q == 1 or _cc(arch) >= 90]
 
 
@@ -287,19 +293,23 @@ def residues_kernel_for(out, length: int) -> str:
                 if k == "words" or residues_kernel_applies(out, length, k))
 
 
-def one_pass_width(arch: str, lines: int = 1) -> int:
-    """Positions a thread of the one-pass kernel takes (``V``; ``lines`` a CTA: the same for
-    both): 16 on Hopper, where its 2 x 16 doubles fit the 128 registers of two CTAs an SM
-    without a spill; 8 before (sm_80's ptxas spilled 20 bytes at 16).
+def one_pass_width(arch) -> int:
+    """Positions a thread of the one-pass kernel takes (``V``) on ``arch`` (a target such as
+    ``'sm_90a'`` or a ``planner.arch.ArchSpec``): 16 on Hopper, where its 2 x 16 doubles fit the
+    128 registers of two CTAs an SM without a spill; 8 before (sm_80's ptxas spilled 20 bytes
+    at 16).
 
-    >>> one_pass_width("sm_90a"), one_pass_width("sm_80"), one_pass_width("sm_90", 8)
-    (16, 8, 16)
+    >>> one_pass_width("sm_90a"), one_pass_width("sm_80")
+    (16, 8)
     """
     return 16 if _cc(arch) >= 90 else 8
 
 
-def _cc(arch: str) -> int:
-    return int(arch.split("_")[1].rstrip("a"))
+def _cc(arch) -> int:
+    """The compute capability as one number (90) of a target name or an ``ArchSpec``."""
+    if isinstance(arch, str):
+        return int(arch.split("_")[1].rstrip("a"))
+    return 10 * arch.cc[0] + arch.cc[1]
 
 
 class OnePassShape(NamedTuple):
@@ -321,21 +331,21 @@ def one_pass_name(count: int, element: str, arch: str, lines: int = ONE_PASS_LIN
     >>> one_pass_name(16, "float", "sm_80", 1)
     'ozaki_scale_residues<16, float, 8, 1>'
     """
-    v = one_pass_width(arch, lines)
+    v = one_pass_width(arch)
     if cluster == 1:
         return f"ozaki_scale_residues<{count}, {element}, {v}, {lines}>"
     return f"ozaki_scale_residues_cluster<{count}, {element}, {v}, {lines}, {cluster}>"
 
 
-def one_pass_unit(lines: int, width: int) -> int:
-    """The positions a CTA's part of a line is a multiple of: every warp then walks its V-groups
-    in step (its shuffles take all 32 lanes): 128 for a group of 8 lines (8 lanes a line), 32 V
-    for one line.
+def one_pass_unit(lines: int, arch) -> int:
+    """The positions a CTA's part of a line is a multiple of on ``arch`` (as for
+    :func:`one_pass_width`): every warp then walks its V-groups in step (its shuffles take all
+    32 lanes): 128 for a group of 8 lines (8 lanes a line), 32 V for one line.
 
-    >>> one_pass_unit(8, 16), one_pass_unit(1, 16), one_pass_unit(1, 8)
+    >>> one_pass_unit(8, "sm_90"), one_pass_unit(1, "sm_90"), one_pass_unit(1, "sm_80")
     (128, 512, 256)
     """
-    return ONE_PASS_CHUNK_UNIT if lines == ONE_PASS_LINES else 32 * width
+    return ONE_PASS_CHUNK_UNIT if lines == ONE_PASS_LINES else 32 * one_pass_width(arch)
 
 
 def one_pass_smem(chunk: int, itemsize: int, lines: int = ONE_PASS_LINES) -> int:
@@ -387,7 +397,7 @@ def one_pass_shape(lines: int, row: int, itemsize: int, arch, contiguous: bool =
         return None
     shape = shapes[0]
     ctas = -(-lines // shape.lines)
-    unit = one_pass_unit(shape.lines, one_pass_width(f"sm_{arch.cc[0]}{arch.cc[1]}", shape.lines))
+    unit = one_pass_unit(shape.lines, arch)
     by_cluster = {s.cluster: s for s in shapes}
     while ctas * shape.cluster < arch.sm_count:
         bigger = by_cluster.get(2 * shape.cluster)
@@ -409,7 +419,7 @@ def one_pass_shapes(row: int, itemsize: int, arch, contiguous: bool = False) -> 
     [(1, 1, 8192), (1, 2, 4096), (1, 4, 2048), (1, 8, 1024)]
     """
     per_cta = 1 if contiguous else ONE_PASS_LINES
-    unit = one_pass_unit(per_cta, one_pass_width(f"sm_{arch.cc[0]}{arch.cc[1]}", per_cta))
+    unit = one_pass_unit(per_cta, arch)
     limit = arch.smem_per_block_optin - _ONE_PASS_STATIC
     shapes = []
     for q in ONE_PASS_CLUSTERS if tuple(arch.cc) >= (9, 0) else (1,):
@@ -428,8 +438,8 @@ def _source(count: int) -> str:
 
 def compile_offline(count: int, arch: str = "sm_80", element: str = "double", ptx: bool = False,
                     names: list | None = None):
-    """Compile one count's kernels without a GPU (``names``: only those of
-    :func:`kernel_names`): ``(cubin, log)`` (``ptx``: the PTX text instead of the cubin); the
+    """Compile one count's kernels without a GPU (:func:`kernel_names` and
+    :func:`one_pass_names`; ``names``: only those): ``(cubin, log)`` (``ptx``: the PTX text instead of the cubin); the
     log carries ptxas's resource report (``jit.ptxas_resources`` parses it).
 
     Example::
@@ -438,7 +448,7 @@ def compile_offline(count: int, arch: str = "sm_80", element: str = "double", pt
     """
     from .jit import compile_program
 
-    names = names or kernel_names(count, element, arch)
+    names = names or kernel_names(count, element) + one_pass_names(count, element, arch)
     binary, log, _ = compile_program(_source(count), "pyblasgemm_ozaki.cu", names, arch, ptx=ptx,
                                      what=f"the Ozaki kernels ({count} moduli, {element})")
     return binary, log
@@ -448,9 +458,11 @@ _cache: dict = {}
 _lock = threading.Lock()
 
 
-def get_kernels(count: int, device_id: int | None = None, element: str = "double") -> dict:
+def get_kernels(count: int, device_id: int | None = None, element: str = "double", names: tuple = ()) -> dict:
     """{name expression: CompiledKernel} for ``count`` moduli and ``element`` on the current (or
-    given) device, compiled once per (device, headers' fingerprint, count, element).
+    given) device: :func:`kernel_names`, or only ``names`` (a one-pass kernel, as a plan asks
+    for it: the eight on Hopper would add seconds to every first call), compiled once per
+    (device, headers' fingerprint, count, element, names).
 
     Example (on a GPU)::
 
@@ -462,12 +474,11 @@ def get_kernels(count: int, device_id: int | None = None, element: str = "double
     from . import jit
 
     dev = cupy.cuda.Device(device_id)
-    key = (dev.id, jit.header_fingerprint(), count, element)
+    key = (dev.id, jit.header_fingerprint(), count, element, names)
     hit = _cache.get(key)
     if hit is not None:
         return hit
-    names = kernel_names(count, element, jit.device_target(dev.id))
-    kernels = jit.load_kernels(_source(count), names, dev.id)
+    kernels = jit.load_kernels(_source(count), list(names) or kernel_names(count, element), dev.id)
     with _lock:
         _cache[key] = kernels
     return kernels
@@ -597,7 +608,7 @@ class OzakiPasses:
 
         per_cta, cluster, chunk = shape
         arch = device_target(self._device)
-        width = one_pass_width(arch, per_cta)
+        width = one_pass_width(arch)
         row = length if row is None else row
         if row < length:
             raise ValueError(f"row={row}: the planes' rows hold the lines' {length} positions, so row >= {length}")
@@ -609,7 +620,7 @@ class OzakiPasses:
         if cluster not in ONE_PASS_CLUSTERS or (cluster > 1 and _cc(arch) < 90):
             raise ValueError(f"cluster={cluster}: one of {ONE_PASS_CLUSTERS}, above 1 only on sm_90 or later "
                              f"(this device is {arch})")
-        unit = one_pass_unit(per_cta, width)
+        unit = one_pass_unit(per_cta, arch)
         if chunk % unit or cluster * chunk < row:
             raise ValueError(f"chunk={chunk}: a multiple of {unit} with cluster * chunk >= row "
                              f"({cluster} x {chunk} against row={row})")
@@ -624,7 +635,8 @@ class OzakiPasses:
         table = _thresholds(self.count, length, self._device) if fast else None
         g = _norm_bits(length)
         k_contig = int(s_k == 1 and s_line != 1)
-        kern = self._k[one_pass_name(self.count, self.element, arch, per_cta, cluster)]
+        name = one_pass_name(self.count, self.element, arch, per_cta, cluster)
+        kern = get_kernels(self.count, self._device, self.element, (name,))[name]
         if smem > _smem_allowed.get(kern.ptr, 48 * 1024):       # past 48 KB: the opt-in, once a size
             kern.allow_dynamic_shared_memory(smem)
             _smem_allowed[kern.ptr] = smem
