@@ -22,6 +22,9 @@
 //      (two DFMA, a DADD and an IMAD a modulus), V = 16 or 8 positions a thread, one 16- or
 //      8-byte store a plane, the next tile's loads in flight, where row % V == 0 (the host's
 //      residues_kernel_applies). Both write lines of row >= len bytes, zeros past len;
+//   1-3 in one pass: ozaki_scale_residues<COUNT, T, V, L> (and _cluster<..., Q> on Hopper) holds
+//      an operand's lines on chip between their statistics and residues and writes all three
+//      passes' outputs, bit for bit, from one read (below; the plan says which operands take it);
 //   4. (COUNT int8 GEMMs with int32 results, batched, one more for the guard: not here)
 //   5. ozaki_reconstruct<COUNT, CPLX>: per element the CRT sum in 39-bit float64 chunks minus
 //      the nearest multiple of P, 2^-(e_i + f_j), alpha and beta; CPLX pairs
